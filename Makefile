@@ -1,0 +1,94 @@
+# ctrain build. `make` builds build/libctrain.{a,so}, build/ctrain and the tests;
+# `make test` runs the suite; `make bench` runs benchmarks against PyTorch.
+# Optional parts are detected; `make` prints what it left out.
+
+CC      ?= gcc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+NVCC    ?= nvcc
+OPT     ?= -O3 -march=native
+
+PKG_BLAS  := $(shell pkg-config --exists openblas 2>/dev/null && echo openblas)
+PKG_CJSON := $(shell pkg-config --exists libcjson 2>/dev/null && echo libcjson)
+PKG_ZLIB  := $(shell pkg-config --exists zlib 2>/dev/null && echo zlib)
+PKG_MPI   := $(shell pkg-config --exists ompi-c 2>/dev/null && echo ompi-c)
+
+ifeq ($(PKG_BLAS),)
+$(error OpenBLAS not found: apt-get install libopenblas-dev)
+endif
+ifeq ($(PKG_CJSON),)
+$(error cJSON not found: apt-get install libcjson-dev)
+endif
+ifeq ($(PKG_ZLIB),)
+$(error zlib not found: apt-get install zlib1g-dev)
+endif
+
+PKGS     := $(PKG_BLAS) $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
+DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,)
+CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -fopenmp -Wall -Wextra -Werror \
+            -Iinclude -Isrc $(DEFS) $(shell pkg-config --cflags $(PKGS))
+LDLIBS   := $(shell pkg-config --libs $(PKGS)) -fopenmp -lpthread -lm -lrt
+
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+CLI_SRC  := $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/unit/*.c)
+EX_SRC   := $(wildcard examples/*.c)
+BENCH_SRC := $(wildcard bench/*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+EX_BIN   := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+
+info:
+	@echo "ctrain build: blas=$(PKG_BLAS) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
+	      "cuda=no (CUDA backend not part of this build)"
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libctrain.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libctrain.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/ctrain: $(CLI_OBJ) $(BUILD)/libctrain.a
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libctrain.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c tests/ct_test.h $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
+
+test: all
+	@bash tests/run.sh
+
+bench: all
+	@bash bench/run.sh
+
+install: all
+	install -d $(PREFIX)/include/ctrain $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
+	install -m 644 include/ctrain/*.h $(PREFIX)/include/ctrain/
+	install -m 644 $(BUILD)/libctrain.a $(PREFIX)/lib/
+	install -m 755 $(BUILD)/libctrain.so $(PREFIX)/lib/
+	install -m 755 $(BUILD)/ctrain $(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all info test bench install clean
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

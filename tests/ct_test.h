@@ -1,0 +1,71 @@
+/* Minimal test harness. Each tests/unit/*.c is one binary:
+ *
+ *   #include "ct_test.h"
+ *   CT_TEST(adds) { CT_EXPECT(1 + 1 == 2); CT_EXPECT_NEAR(x, 0.5, 1e-6); }
+ *   CT_TEST(needs_gpu) { CT_SKIP("no CUDA device"); }
+ *   CT_TEST_MAIN()
+ *
+ * A binary prints one line per test ("ok", "FAIL" or "skip" + name) and a final
+ * "RESULT passed failed skipped" line that tests/run.sh adds up. Run one binary with a
+ * test name as argument to run just that test. */
+#ifndef CT_TEST_H
+#define CT_TEST_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*ct_test_fn)(void);
+typedef struct { const char *name; ct_test_fn fn; } ct_test_case;
+static ct_test_case ct_tests_[512];
+static int ct_ntests_;
+static int ct_failed_;       /* failures in the current test */
+static const char *ct_skip_; /* reason if current test skipped */
+
+#define CT_TEST(name)                                                              \
+    static void ct_test_##name(void);                                              \
+    __attribute__((constructor)) static void ct_reg_##name(void) {                 \
+        ct_tests_[ct_ntests_].name = #name;                                        \
+        ct_tests_[ct_ntests_++].fn = ct_test_##name;                               \
+    }                                                                              \
+    static void ct_test_##name(void)
+
+#define CT_FAILF(...) do { fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
+                           fprintf(stderr, "\n"); ct_failed_++; } while (0)
+#define CT_EXPECT(c) do { if (!(c)) CT_FAILF("expected %s", #c); } while (0)
+#define CT_ASSERT(c) do { if (!(c)) { CT_FAILF("assertion %s", #c); return; } } while (0)
+#define CT_EXPECT_EQ(a, b) do { long long a_ = (long long)(a), b_ = (long long)(b); \
+    if (a_ != b_) CT_FAILF("%s == %s: %lld != %lld", #a, #b, a_, b_); } while (0)
+#define CT_EXPECT_NEAR(a, b, tol) do { double a_ = (a), b_ = (b); \
+    if (!(fabs(a_ - b_) <= (tol))) CT_FAILF("%s ~ %s: %.9g vs %.9g (tol %g)", #a, #b, a_, b_, (double)(tol)); } while (0)
+#define CT_EXPECT_OK(st) do { int s_ = (int)(st); if (s_ != 0) CT_FAILF("%s returned status %d: %s", #st, s_, ct_last_error()); } while (0)
+#define CT_SKIP(reason) do { ct_skip_ = (reason); return; } while (0)
+
+/* Max relative error of two float arrays: |a-b| / max(|b|, floor), floor avoids 0/0. */
+static inline double ct_max_rel_err(const float *a, const float *b, long n, double floor_) {
+    double m = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        double s = fabs((double)b[i]);
+        if (s < floor_) s = floor_;
+        if (d / s > m || d != d) m = (d != d) ? INFINITY : d / s;
+    }
+    return m;
+}
+
+#define CT_TEST_MAIN()                                                             \
+    int main(int argc, char **argv) {                                              \
+        int pass = 0, fail = 0, skip = 0;                                          \
+        for (int i = 0; i < ct_ntests_; i++) {                                     \
+            if (argc > 1 && strcmp(argv[1], ct_tests_[i].name)) continue;          \
+            ct_failed_ = 0; ct_skip_ = NULL;                                       \
+            ct_tests_[i].fn();                                                     \
+            if (ct_failed_) { printf("FAIL %s\n", ct_tests_[i].name); fail++; }    \
+            else if (ct_skip_) { printf("skip %s: %s\n", ct_tests_[i].name, ct_skip_); skip++; } \
+            else { printf("ok   %s\n", ct_tests_[i].name); pass++; }               \
+            fflush(stdout);                                                        \
+        }                                                                          \
+        printf("RESULT %d %d %d\n", pass, fail, skip);                             \
+        return fail ? 1 : 0;                                                       \
+    }
+#endif

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every unit-test binary (build/tests/*) and every script test (tests/scripts/*.sh),
+# then prints "N passed, N failed, N skipped". Script tests exit 0 (pass), 77 (skip, with
+# the reason on their last output line) or anything else (fail).
+# Usage: tests/run.sh [pattern]   — only tests whose file name contains pattern.
+cd "$(dirname "$0")/.." || exit 1
+pat="${1:-}"
+pass=0; fail=0; skip=0; failed_names=()
+for t in build/tests/*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    [[ -n "$pat" && "$name" != *"$pat"* ]] && continue
+    echo "== $name"
+    out=$(timeout 600 "$t" 2>&1); rc=$?
+    echo "$out" | grep -v '^RESULT ' | sed 's/^/  /'
+    res=$(echo "$out" | grep '^RESULT ' | tail -1)
+    if [ -z "$res" ]; then
+        echo "  FAIL $name: crashed or timed out (exit $rc)"; fail=$((fail+1)); failed_names+=("$name"); continue
+    fi
+    read -r _ p f s <<<"$res"
+    pass=$((pass+p)); fail=$((fail+f)); skip=$((skip+s))
+    [ "$f" -gt 0 ] && failed_names+=("$name")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "  FAIL $name: exit $rc"; fail=$((fail+1)); failed_names+=("$name")
+    fi
+done
+for t in tests/scripts/*.sh; do
+    [ -f "$t" ] || continue
+    name=$(basename "$t" .sh)
+    [[ -n "$pat" && "$name" != *"$pat"* ]] && continue
+    out=$(timeout 600 bash "$t" 2>&1); rc=$?
+    if [ $rc -eq 0 ]; then echo "ok   script/$name"; pass=$((pass+1))
+    elif [ $rc -eq 77 ]; then echo "skip script/$name: $(echo "$out" | tail -1)"; skip=$((skip+1))
+    else echo "FAIL script/$name (exit $rc)"; echo "$out" | tail -20 | sed 's/^/  /'; fail=$((fail+1)); failed_names+=("script/$name")
+    fi
+done
+[ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

@@ -1,4 +1,4 @@
-/* Minimal test harness. Each tests/unit/*.c is one binary:
+/* Minimal test harness. Each file in tests/unit is one binary:
  *
  *   #include "ct_test.h"
  *   CT_TEST(adds) { CT_EXPECT(1 + 1 == 2); CT_EXPECT_NEAR(x, 0.5, 1e-6); }
@@ -22,13 +22,13 @@ static int ct_ntests_;
 static int ct_failed_;       /* failures in the current test */
 static const char *ct_skip_; /* reason if current test skipped */
 
-#define CT_TEST(name)                                                              \
-    static void ct_test_##name(void);                                              \
-    __attribute__((constructor)) static void ct_reg_##name(void) {                 \
-        ct_tests_[ct_ntests_].name = #name;                                        \
-        ct_tests_[ct_ntests_++].fn = ct_test_##name;                               \
+#define CT_TEST(tn)                                                                \
+    static void ct_test_##tn(void);                                                \
+    __attribute__((constructor)) static void ct_reg_##tn(void) {                   \
+        ct_tests_[ct_ntests_].name = #tn;                                          \
+        ct_tests_[ct_ntests_++].fn = ct_test_##tn;                                 \
     }                                                                              \
-    static void ct_test_##name(void)
+    static void ct_test_##tn(void)
 
 #define CT_FAILF(...) do { fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
                            fprintf(stderr, "\n"); ct_failed_++; } while (0)

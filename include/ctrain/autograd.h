@@ -1,0 +1,56 @@
+/* ctrain/autograd.h — tape-based reverse mode.
+ *
+ *   ct_tensor *loss = model_forward(ctx, ...);   // each op records a node on ctx's tape
+ *   ct_backward(ctx, loss);                      // walks the tape in reverse
+ *
+ *   bool prev = ct_set_grad_enabled(ctx, false); // like torch.no_grad(): nothing recorded
+ *   ... evaluation ...
+ *   ct_set_grad_enabled(ctx, prev);
+ *
+ * Parameter gradients accumulate across backward calls until ct_params_zero_grad.
+ * Intermediate gradients live in the arena. When backward has delivered the last
+ * contribution to a parameter, the store's grad hook fires (see ct_params_set_grad_hook).
+ */
+#ifndef CTRAIN_AUTOGRAD_H
+#define CTRAIN_AUTOGRAD_H
+
+#include "ctrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_NODE_MAX_IN 4
+
+struct ct_node;
+typedef void (*ct_backward_fn)(ct_ctx *ctx, struct ct_node *n);
+
+/* One recorded op. Ops keep what backward needs in `saved`, `f` and `i`. */
+typedef struct ct_node {
+    int op;                          /* index into the op table (src/core/op_table.h) */
+    ct_tensor *out;
+    ct_tensor *in[CT_NODE_MAX_IN];
+    int nin;
+    void *saved;                     /* op-specific, arena-allocated */
+    ct_tensor *saved_t[2];           /* saved tensors (e.g. softmax output, mask) */
+    double f[4];
+    int64_t i[6];
+    struct ct_node *prev;            /* tape link, newest first */
+} ct_node;
+
+/* Reverse pass from a scalar (seed gradient 1). */
+void ct_backward(ct_ctx *ctx, ct_tensor *loss);
+/* Reverse pass from any tensor with an explicit seed gradient of the same shape (f32). */
+void ct_backward_seed(ct_ctx *ctx, ct_tensor *out, const ct_tensor *seed);
+/* Returns the previous mode. */
+bool ct_set_grad_enabled(ct_ctx *ctx, bool enabled);
+bool ct_grad_enabled(const ct_ctx *ctx);
+/* Mark a leaf (e.g. a test input) as needing a gradient; its grad is arena-allocated. */
+void ct_requires_grad(ct_tensor *t);
+/* Number of nodes on the tape (for tests and memory reports). */
+int ct_tape_len(const ct_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,8 @@
+/* ctrain/ctrain.h — everything. See docs/tutorial.md for a walk through. */
+#ifndef CTRAIN_H
+#define CTRAIN_H
+#include "ctrain/core.h"
+#include "ctrain/tensor.h"
+#include "ctrain/autograd.h"
+#include "ctrain/ops.h"
+#endif

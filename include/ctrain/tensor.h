@@ -1,0 +1,140 @@
+/* ctrain/tensor.h — tensors, the per-step context (arena + tape) and parameter stores.
+ *
+ *   ct_ctx *ctx = ct_ctx_create(NULL);                  // arena for activations + autograd tape
+ *   ct_params *P = ct_params_create();                   // one flat buffer for all weights
+ *   ct_tensor *W = ct_param(P, "fc.weight", 2, (int64_t[]){10, 784}, CT_INIT_KAIMING_UNIFORM, 784);
+ *   ct_params_finalize(P, 42);                           // allocate + initialise (seed 42)
+ *   for (step...) {
+ *       ct_tensor *x = ct_from_f32(ctx, batch, 2, (int64_t[]){B, 784});
+ *       ct_tensor *loss = ct_cross_entropy(ctx, ct_linear(ctx, x, W, NULL), labels, -100);
+ *       ct_backward(ctx, loss);                          // grads accumulate in P's flat grad buffer
+ *       ... optimizer step over ct_params_data(P) / ct_params_grad(P) ...
+ *       ct_params_zero_grad(P);
+ *       ct_ctx_reset(ctx);                               // frees every activation of the step at once
+ *   }
+ *
+ * Tensors are descriptors (struct below) whose storage lives either in a ct_ctx arena
+ * (activations: valid until ct_ctx_reset) or in a ct_params flat buffer (parameters).
+ * Views (reshape, transpose, slice) share storage. Kernels take contiguous inputs.
+ */
+#ifndef CTRAIN_TENSOR_H
+#define CTRAIN_TENSOR_H
+
+#include "ctrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_MAX_DIMS 5
+
+typedef enum { CT_DEV_CPU = 0, CT_DEV_CUDA = 1 } ct_device_type;
+typedef struct { ct_device_type type; int index; } ct_device;
+#define CT_CPU ((ct_device){CT_DEV_CPU, 0})
+
+enum {
+    CT_TF_REQUIRES_GRAD = 1u << 0, /* gradients flow into this tensor */
+    CT_TF_PARAM = 1u << 1,         /* lives in a ct_params store; grad is persistent */
+};
+
+struct ct_node;
+struct ct_params;
+
+typedef struct ct_tensor {
+    ct_dtype dtype;
+    ct_device device;
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+    int64_t stride[CT_MAX_DIMS]; /* in elements */
+    void *data;                  /* first element */
+    struct ct_tensor *grad;      /* same shape, f32, contiguous; NULL until needed */
+    struct ct_node *node;        /* autograd node that produced it (NULL for leaves) */
+    uint32_t flags;
+    int32_t param_id;            /* index in its ct_params, -1 otherwise */
+    int32_t uses;                /* param uses recorded this step, counted down by backward */
+    struct ct_params *params;    /* owning store for parameters */
+    const char *name;            /* parameter name (state_dict key) or NULL */
+} ct_tensor;
+
+/* ---- shape helpers ---- */
+int64_t ct_numel(const ct_tensor *t);
+size_t ct_nbytes(const ct_tensor *t);
+bool ct_is_contiguous(const ct_tensor *t);
+bool ct_same_shape(const ct_tensor *a, const ct_tensor *b);
+/* "[2, 3, 4] f32" into buf; returns buf (for error messages). */
+const char *ct_shape_str(const ct_tensor *t, char *buf, size_t n);
+static inline float *ct_f32(const ct_tensor *t) { return (float *)t->data; }
+
+/* ---- the per-step context: arena + tape + grad mode ---- */
+typedef struct ct_ctx ct_ctx;
+typedef struct ct_ctx_opts {
+    size_t arena_block;  /* bytes per arena block (default 64 MiB; larger requests get their own block) */
+    uint64_t seed;       /* base seed for dropout's counter-based RNG */
+} ct_ctx_opts;
+ct_ctx_opts ct_ctx_default_opts(void);
+ct_ctx *ct_ctx_create(const ct_ctx_opts *opts); /* NULL opts = defaults; NULL on OOM */
+void ct_ctx_free(ct_ctx *ctx);
+/* Drop every activation and tape node of the step. Blocks are kept for reuse. */
+void ct_ctx_reset(ct_ctx *ctx);
+size_t ct_ctx_peak_bytes(const ct_ctx *ctx);   /* arena high-water mark since creation */
+size_t ct_ctx_used_bytes(const ct_ctx *ctx);
+size_t ct_ctx_reserved_bytes(const ct_ctx *ctx);
+/* Training mode (dropout active) — like module.train()/eval(). Default true. */
+void ct_ctx_set_training(ct_ctx *ctx, bool training);
+bool ct_ctx_training(const ct_ctx *ctx);
+/* Per-step dropout counter base: changes every step so masks differ. */
+void ct_ctx_set_step(ct_ctx *ctx, uint64_t step);
+
+/* Raw arena allocation, 64-byte aligned, valid until ct_ctx_reset. Aborts on OOM
+ * (activations cannot be recovered mid-step; the peak is reported in the log). */
+void *ct_ctx_alloc(ct_ctx *ctx, size_t bytes);
+
+/* ---- tensor creation in the arena ---- */
+ct_tensor *ct_new(ct_ctx *ctx, ct_dtype dt, int ndim, const int64_t *shape);   /* uninitialised */
+ct_tensor *ct_zeros(ct_ctx *ctx, ct_dtype dt, int ndim, const int64_t *shape);
+ct_tensor *ct_new_like(ct_ctx *ctx, const ct_tensor *t);                       /* same dtype/shape */
+ct_tensor *ct_from_f32(ct_ctx *ctx, const float *src, int ndim, const int64_t *shape); /* copies */
+ct_tensor *ct_from_data(ct_ctx *ctx, ct_dtype dt, const void *src, int ndim, const int64_t *shape);
+/* Wrap external memory (not copied; caller keeps it alive). */
+ct_tensor *ct_wrap(ct_ctx *ctx, ct_dtype dt, void *data, int ndim, const int64_t *shape);
+void ct_fill(ct_tensor *t, float v);
+/* Scalar value of a one-element tensor as double. */
+double ct_item(const ct_tensor *t);
+
+/* ---- parameter stores: one flat data buffer + one flat f32 grad buffer ---- */
+typedef enum {
+    CT_INIT_ZEROS, CT_INIT_ONES,
+    CT_INIT_KAIMING_UNIFORM, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): nn.Linear/Conv2d weight and bias */
+    CT_INIT_NORMAL,          /* N(0, arg^2) (nn.Embedding: arg = 1; GPT-2: 0.02) */
+    CT_INIT_UNIFORM,         /* U(-arg, arg) */
+} ct_init;
+
+typedef struct ct_params ct_params;
+ct_params *ct_params_create(void);
+void ct_params_free(ct_params *p);
+/* Register a parameter; storage appears at ct_params_finalize. `arg` is fan_in for
+ * KAIMING_UNIFORM, std for NORMAL, bound for UNIFORM. Names are copied. */
+ct_tensor *ct_param(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg);
+/* A buffer (state_dict entry without gradient, e.g. a mask). */
+ct_tensor *ct_param_buffer(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg);
+/* Allocate the flat buffers (64-byte aligned per tensor) and initialise with `seed`. */
+ct_status ct_params_finalize(ct_params *p, uint64_t seed);
+int ct_params_count(const ct_params *p);
+ct_tensor *ct_params_get(const ct_params *p, int i);
+ct_tensor *ct_params_find(const ct_params *p, const char *name);
+float *ct_params_data(const ct_params *p);   /* flat f32 parameters (buffers excluded) */
+float *ct_params_grad(const ct_params *p);   /* flat f32 gradients, same layout */
+size_t ct_params_numel(const ct_params *p);  /* length of the two flat buffers */
+/* Offset (in floats) of parameter i inside the flat buffers. */
+size_t ct_params_offset(const ct_params *p, int i);
+void ct_params_zero_grad(ct_params *p);
+size_t ct_params_bytes(const ct_params *p);
+/* Gradient-ready hook: called when backward delivered the last gradient of parameter i
+ * for this step (in reverse use order). DDP uses it to launch bucket all-reduces. */
+typedef void (*ct_grad_hook)(void *user, ct_params *p, int param_index);
+void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,160 @@
+/* Parameter stores. All trainable parameters of a model share one flat f32 buffer, and
+ * their gradients another with the same layout: the optimizer is one loop, and DDP buckets
+ * are plain slices of the gradient buffer. Buffers (state without gradient) live apart. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/op_table.h"
+#include "core/rng.h"
+#include "ctrain/tensor.h"
+
+typedef struct {
+    ct_tensor *t;
+    ct_init init;
+    double arg;
+    size_t offset; /* floats into data/grad (or into bufdata for buffers) */
+    bool is_buffer;
+} param_rec;
+
+struct ct_params {
+    param_rec *recs;
+    int n, cap;
+    float *data, *grad, *bufdata;
+    size_t numel, bufnumel;
+    bool finalized;
+    ct_grad_hook hook;
+    void *hook_user;
+};
+
+ct_params *ct_params_create(void) { return calloc(1, sizeof(ct_params)); }
+
+void ct_params_free(ct_params *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) {
+        free((char *)p->recs[i].t->name);
+        free(p->recs[i].t->grad);
+        free(p->recs[i].t);
+    }
+    free(p->recs);
+    free(p->data);
+    free(p->grad);
+    free(p->bufdata);
+    free(p);
+}
+
+static ct_tensor *add_rec(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg, bool buf) {
+    CT_CHECK(!p->finalized, "ct_param('%s') after ct_params_finalize", name);
+    CT_CHECK(ndim >= 0 && ndim <= CT_MAX_DIMS, "parameter '%s' with %d dims", name, ndim);
+    CT_CHECK(!ct_params_find(p, name), "duplicate parameter name '%s'", name);
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 32;
+        p->recs = realloc(p->recs, (size_t)p->cap * sizeof *p->recs);
+        CT_CHECK(p->recs, "out of memory registering parameters");
+    }
+    ct_tensor *t = calloc(1, sizeof *t);
+    CT_CHECK(t, "out of memory");
+    t->dtype = CT_F32;
+    t->device = CT_CPU;
+    t->ndim = ndim;
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) { t->shape[i] = shape[i]; t->stride[i] = s; s *= shape[i]; }
+    t->flags = buf ? 0 : (CT_TF_PARAM | CT_TF_REQUIRES_GRAD);
+    t->param_id = p->n;
+    t->params = p;
+    t->name = strdup(name);
+    p->recs[p->n++] = (param_rec){.t = t, .init = init, .arg = arg, .is_buffer = buf};
+    return t;
+}
+
+ct_tensor *ct_param(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg) {
+    return add_rec(p, name, ndim, shape, init, arg, false);
+}
+ct_tensor *ct_param_buffer(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg) {
+    return add_rec(p, name, ndim, shape, init, arg, true);
+}
+
+static void init_values(float *d, int64_t n, ct_init init, double arg, uint64_t key) {
+    switch (init) {
+    case CT_INIT_ZEROS: memset(d, 0, (size_t)n * sizeof *d); break;
+    case CT_INIT_ONES: for (int64_t i = 0; i < n; i++) d[i] = 1.0f; break;
+    case CT_INIT_KAIMING_UNIFORM: {
+        /* PyTorch: kaiming_uniform_(a=sqrt(5)) on weights and U(±1/sqrt(fan_in)) on biases
+         * both reduce to U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+        double b = arg > 0 ? 1.0 / sqrt(arg) : 0;
+        for (int64_t i = 0; i < n; i++) d[i] = (float)((2.0 * ct_rand_uniform_d(key, (uint64_t)i) - 1.0) * b);
+        break;
+    }
+    case CT_INIT_NORMAL:
+        for (int64_t i = 0; i < n; i++) d[i] = (float)(arg * ct_rand_normal(key, (uint64_t)i));
+        break;
+    case CT_INIT_UNIFORM:
+        for (int64_t i = 0; i < n; i++) d[i] = (float)((2.0 * ct_rand_uniform_d(key, (uint64_t)i) - 1.0) * arg);
+        break;
+    }
+}
+
+ct_status ct_params_finalize(ct_params *p, uint64_t seed) {
+    CT_CHECK(!p->finalized, "ct_params_finalize called twice");
+    /* 16-float (64-byte) alignment per tensor keeps every parameter SIMD- and cache-aligned */
+    size_t off = 0, boff = 0;
+    for (int i = 0; i < p->n; i++) {
+        size_t n = (size_t)ct_numel(p->recs[i].t);
+        size_t *o = p->recs[i].is_buffer ? &boff : &off;
+        p->recs[i].offset = *o;
+        *o += (n + 15) & ~(size_t)15;
+    }
+    p->numel = off;
+    p->bufnumel = boff;
+    if (posix_memalign((void **)&p->data, 64, (off ? off : 16) * sizeof(float)) ||
+        posix_memalign((void **)&p->grad, 64, (off ? off : 16) * sizeof(float)) ||
+        posix_memalign((void **)&p->bufdata, 64, (boff ? boff : 16) * sizeof(float)))
+        return ct_error(CT_ERR_NOMEM, "cannot allocate %zu parameters", off);
+    memset(p->data, 0, off * sizeof(float));
+    memset(p->grad, 0, off * sizeof(float));
+    memset(p->bufdata, 0, boff * sizeof(float));
+    for (int i = 0; i < p->n; i++) {
+        param_rec *r = &p->recs[i];
+        float *base = r->is_buffer ? p->bufdata : p->data;
+        r->t->data = base + r->offset;
+        if (!r->is_buffer) {
+            /* the grad descriptor is a view of the flat gradient buffer */
+            ct_tensor *g = calloc(1, sizeof *g);
+            if (!g) return ct_error(CT_ERR_NOMEM, "out of memory");
+            *g = *r->t;
+            g->flags = 0;
+            g->name = NULL;
+            g->grad = NULL;
+            g->data = p->grad + r->offset;
+            r->t->grad = g;
+        }
+        init_values(base + r->offset, ct_numel(r->t), r->init, r->arg, ct_mix64(seed * 1315423911ull + (uint64_t)i + 1));
+    }
+    p->finalized = true;
+    return CT_OK;
+}
+
+int ct_params_count(const ct_params *p) { return p->n; }
+ct_tensor *ct_params_get(const ct_params *p, int i) {
+    CT_CHECK(i >= 0 && i < p->n, "parameter index %d out of range [0, %d)", i, p->n);
+    return p->recs[i].t;
+}
+ct_tensor *ct_params_find(const ct_params *p, const char *name) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->recs[i].t->name, name)) return p->recs[i].t;
+    return NULL;
+}
+float *ct_params_data(const ct_params *p) { return p->data; }
+float *ct_params_grad(const ct_params *p) { return p->grad; }
+size_t ct_params_numel(const ct_params *p) { return p->numel; }
+size_t ct_params_offset(const ct_params *p, int i) {
+    CT_CHECK(i >= 0 && i < p->n, "parameter index %d out of range", i);
+    return p->recs[i].offset;
+}
+void ct_params_zero_grad(ct_params *p) { memset(p->grad, 0, p->numel * sizeof(float)); }
+size_t ct_params_bytes(const ct_params *p) { return (2 * p->numel + p->bufnumel) * sizeof(float); }
+void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user) { p->hook = fn; p->hook_user = user; }
+
+/* called by autograd when a parameter's last gradient of the step has arrived */
+void ct_params_fire_hook_(ct_params *p, int i) {
+    if (p->hook) p->hook(p->hook_user, p, i);
+}

@@ -1,0 +1,88 @@
+/* add (with trailing-shape broadcast), relu, sum, mean. */
+#include "core/op_table.h"
+#include "ctrain/ops.h"
+
+ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    CT_CHECK_F32("add", a); CT_CHECK_F32("add", b);
+    CT_CHECK_CONTIG("add", a); CT_CHECK_CONTIG("add", b);
+    bool ok = b->ndim <= a->ndim;
+    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
+    if (!ok) {
+        char sa[96], sb[96];
+        CT_FATAL("add: shape %s cannot broadcast to %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(a, sa, sizeof sa));
+    }
+    ct_tensor *y = ct_new_like(ctx, a);
+    int64_t n = ct_numel(a), m = ct_numel(b);
+    const float *A = a->data, *B = b->data;
+    float *Y = y->data;
+    if (m == n) {
+#pragma omp parallel for if (n >= (1 << 16))
+        for (int64_t i = 0; i < n; i++) Y[i] = A[i] + B[i];
+    } else if (m > 0) {
+#pragma omp parallel for if (n >= (1 << 16))
+        for (int64_t r = 0; r < n / m; r++)
+            for (int64_t j = 0; j < m; j++) Y[r * m + j] = A[r * m + j] + B[j];
+    }
+    ct_record(ctx, CT_OP_ADD, y, 2, (ct_tensor *[]){a, b});
+    return y;
+}
+void ct_bw_add(ct_ctx *ctx, ct_node *n) {
+    const float *g = n->out->grad->data;
+    int64_t N = ct_numel(n->out), m = ct_numel(n->in[1]);
+    float *ga = ct_grad_acc(ctx, n->in[0]), *gb = ct_grad_acc(ctx, n->in[1]);
+    if (ga)
+#pragma omp parallel for if (N >= (1 << 16))
+        for (int64_t i = 0; i < N; i++) ga[i] += g[i];
+    if (gb && m > 0)
+        for (int64_t r = 0; r < N / m; r++)
+            for (int64_t j = 0; j < m; j++) gb[j] += g[r * m + j];
+}
+
+ct_tensor *ct_relu(ct_ctx *ctx, ct_tensor *x) {
+    CT_CHECK_F32("relu", x); CT_CHECK_CONTIG("relu", x);
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const float *X = x->data;
+    float *Y = y->data;
+#pragma omp parallel for if (n >= (1 << 16))
+    for (int64_t i = 0; i < n; i++) Y[i] = X[i] > 0 ? X[i] : 0.0f;
+    ct_record(ctx, CT_OP_RELU, y, 1, &x);
+    return y;
+}
+void ct_bw_relu(ct_ctx *ctx, ct_node *n) {
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (!gx) return;
+    const float *g = n->out->grad->data, *Y = n->out->data;
+    int64_t N = ct_numel(n->out);
+#pragma omp parallel for if (N >= (1 << 16))
+    for (int64_t i = 0; i < N; i++) gx[i] += Y[i] > 0 ? g[i] : 0.0f;
+}
+
+/* Summation in double so long reductions match PyTorch's pairwise sums to f32 rounding. */
+static ct_tensor *reduce_all(ct_ctx *ctx, ct_tensor *x, int op, double scale) {
+    CT_CHECK_F32(ct_op_table[op].name, x); CT_CHECK_CONTIG(ct_op_table[op].name, x);
+    int64_t n = ct_numel(x);
+    const float *X = x->data;
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) if (n >= (1 << 16))
+    for (int64_t i = 0; i < n; i++) s += X[i];
+    ct_tensor *y = ct_new(ctx, CT_F32, 0, NULL);
+    ct_f32(y)[0] = (float)(s * scale);
+    ct_node *nd = ct_record(ctx, op, y, 1, &x);
+    if (nd) nd->f[0] = scale;
+    return y;
+}
+ct_tensor *ct_sum(ct_ctx *ctx, ct_tensor *x) { return reduce_all(ctx, x, CT_OP_SUM, 1.0); }
+ct_tensor *ct_mean(ct_ctx *ctx, ct_tensor *x) {
+    int64_t n = ct_numel(x);
+    return reduce_all(ctx, x, CT_OP_MEAN, n ? 1.0 / (double)n : 0.0);
+}
+static void bw_reduce(ct_ctx *ctx, ct_node *n) {
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (!gx) return;
+    float g = (float)(ct_f32(n->out->grad)[0] * n->f[0]);
+    int64_t N = ct_numel(n->in[0]);
+    for (int64_t i = 0; i < N; i++) gx[i] += g;
+}
+void ct_bw_sum(ct_ctx *ctx, ct_node *n) { bw_reduce(ctx, n); }
+void ct_bw_mean(ct_ctx *ctx, ct_node *n) { bw_reduce(ctx, n); }

@@ -1,0 +1,98 @@
+/* matmul and linear on OpenBLAS sgemm. Transposes are GEMM flags: nothing is copied,
+ * forward or backward. Backward accumulates with beta = 1 straight into the gradients
+ * (for a parameter that is its slice of the flat gradient buffer). */
+#include <cblas.h>
+#include <string.h>
+
+#include "core/op_table.h"
+#include "ctrain/ops.h"
+
+static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        if (beta == 0.0f) memset(C, 0, (size_t)(M * N) * sizeof(float));
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
+                (blasint)K, 1.0f, A, ta ? (blasint)M : (blasint)K, B, tb ? (blasint)K : (blasint)N, beta, C, (blasint)N);
+}
+
+ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) {
+    CT_CHECK_F32("matmul", a);
+    CT_CHECK_F32("matmul", b);
+    CT_CHECK_CONTIG("matmul", a);
+    CT_CHECK_CONTIG("matmul", b);
+    char sa[96], sb[96];
+    if (!((a->ndim == 2 && b->ndim == 2) || (a->ndim == 3 && b->ndim == 3 && a->shape[0] == b->shape[0])))
+        CT_FATAL("matmul: need two 2-d or two 3-d (same batch) tensors, got %s and %s", ct_shape_str(a, sa, sizeof sa), ct_shape_str(b, sb, sizeof sb));
+    int r = a->ndim - 2;
+    int64_t batch = a->ndim == 3 ? a->shape[0] : 1;
+    int64_t M = ta ? a->shape[r + 1] : a->shape[r], Ka = ta ? a->shape[r] : a->shape[r + 1];
+    int64_t Kb = tb ? b->shape[r + 1] : b->shape[r], N = tb ? b->shape[r] : b->shape[r + 1];
+    if (Ka != Kb)
+        CT_FATAL("matmul: inner dimensions differ (%lld vs %lld): %s%s @ %s%s", (long long)Ka, (long long)Kb,
+                 ct_shape_str(a, sa, sizeof sa), ta ? "^T" : "", ct_shape_str(b, sb, sizeof sb), tb ? "^T" : "");
+    int64_t shape[3] = {batch, M, N};
+    ct_tensor *c = ct_new(ctx, CT_F32, a->ndim, a->ndim == 3 ? shape : shape + 1);
+    for (int64_t i = 0; i < batch; i++)
+        gemm(ta, tb, M, N, Ka, ct_f32(a) + i * M * Ka, ct_f32(b) + i * Ka * N, ct_f32(c) + i * M * N, 0.0f);
+    ct_node *n = ct_record(ctx, CT_OP_MATMUL, c, 2, (ct_tensor *[]){a, b});
+    if (n) { n->i[0] = ta; n->i[1] = tb; n->i[2] = M; n->i[3] = N; n->i[4] = Ka; n->i[5] = batch; }
+    return c;
+}
+
+void ct_bw_matmul(ct_ctx *ctx, ct_node *n) {
+    bool ta = n->i[0], tb = n->i[1];
+    int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
+    const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
+    float *dA = ct_grad_acc(ctx, n->in[0]), *dB = ct_grad_acc(ctx, n->in[1]);
+    for (int64_t i = 0; i < batch; i++) {
+        const float *Ai = A + i * M * K, *Bi = B + i * K * N, *dCi = dC + i * M * N;
+        if (dA) {
+            if (!ta) gemm(false, !tb, M, K, N, dCi, Bi, dA + i * M * K, 1.0f);  /* dA = dC op(B)^T */
+            else gemm(tb, true, K, M, N, Bi, dCi, dA + i * M * K, 1.0f);        /* dA = op(B) dC^T */
+        }
+        if (dB) {
+            if (!tb) gemm(!ta, false, K, N, M, Ai, dCi, dB + i * K * N, 1.0f);  /* dB = op(A)^T dC */
+            else gemm(true, ta, N, K, M, dCi, Ai, dB + i * K * N, 1.0f);        /* dB = dC^T op(A) */
+        }
+    }
+}
+
+ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
+    CT_CHECK_F32("linear", x);
+    CT_CHECK_CONTIG("linear", x);
+    char sx[96], sw[96];
+    int64_t in = x->shape[x->ndim - 1];
+    if (w->ndim != 2 || w->shape[1] != in || x->ndim < 1)
+        CT_FATAL("linear: input %s does not match weight %s", ct_shape_str(x, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+    int64_t out = w->shape[0], rows = ct_numel(x) / (in ? in : 1);
+    if (in == 0) rows = 0;
+    if (b && (b->ndim != 1 || b->shape[0] != out))
+        CT_FATAL("linear: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = out;
+    ct_tensor *y = ct_new(ctx, CT_F32, x->ndim, shape);
+    float *Y = y->data;
+    if (b) {
+        const float *B = b->data;
+        for (int64_t r = 0; r < rows; r++) memcpy(Y + r * out, B, (size_t)out * sizeof(float));
+    }
+    gemm(false, true, rows, out, in, x->data, w->data, Y, b ? 1.0f : 0.0f);
+    ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
+    if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
+    return y;
+}
+
+void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
+    int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
+    const float *dY = n->out->grad->data;
+    float *dX = ct_grad_acc(ctx, n->in[0]), *dW = ct_grad_acc(ctx, n->in[1]);
+    float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
+    if (dX) gemm(false, false, rows, in, out, dY, n->in[1]->data, dX, 1.0f);
+    if (dW) gemm(true, false, out, in, rows, dY, n->in[0]->data, dW, 1.0f);
+    if (dB)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < out; j++) dB[j] += dY[r * out + j];
+}

@@ -90,6 +90,16 @@ float ct_bf16_to_f32(uint16_t h);
  * Uses F16C / AVX-512 BF16 where the CPU has it. */
 void ct_convert(void *dst, ct_dtype dst_dt, const void *src, ct_dtype src_dt, size_t n);
 
+/* ---- threads and machine facts ---- */
+/* Threads for kernels (OpenMP) and the BLAS, set together so they never fight. */
+void ct_set_num_threads(int n);
+int ct_get_num_threads(void);
+/* OMP_NUM_THREADS if set, else cores / LOCAL_WORLD_SIZE (at least 1). */
+int ct_default_num_threads(void);
+const char *ct_simd_level(void);
+void ct_cpu_model(char *buf, size_t n);
+const char *ct_blas_info(void);
+
 /* Monotonic clock in seconds. */
 double ct_time_now(void);
 

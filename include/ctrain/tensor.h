@@ -128,6 +128,10 @@ size_t ct_params_numel(const ct_params *p);  /* length of the two flat buffers *
 /* Offset (in floats) of parameter i inside the flat buffers. */
 size_t ct_params_offset(const ct_params *p, int i);
 void ct_params_zero_grad(ct_params *p);
+/* Buffers (ct_param_buffer) share a separate flat f32 buffer. */
+float *ct_params_buffer_data(const ct_params *p);
+size_t ct_params_buffer_numel(const ct_params *p);
+bool ct_params_is_buffer(const ct_params *p, int i);
 size_t ct_params_bytes(const ct_params *p);
 /* Gradient-ready hook: called when backward delivered the last gradient of parameter i
  * for this step (in reverse use order). DDP uses it to launch bucket all-reduces. */

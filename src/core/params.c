@@ -150,6 +150,12 @@ size_t ct_params_offset(const ct_params *p, int i) {
     CT_CHECK(i >= 0 && i < p->n, "parameter index %d out of range", i);
     return p->recs[i].offset;
 }
+float *ct_params_buffer_data(const ct_params *p) { return p->bufdata; }
+size_t ct_params_buffer_numel(const ct_params *p) { return p->bufnumel; }
+bool ct_params_is_buffer(const ct_params *p, int i) {
+    CT_CHECK(i >= 0 && i < p->n, "parameter index %d out of range", i);
+    return p->recs[i].is_buffer;
+}
 void ct_params_zero_grad(ct_params *p) { memset(p->grad, 0, p->numel * sizeof(float)); }
 size_t ct_params_bytes(const ct_params *p) { return (2 * p->numel + p->bufnumel) * sizeof(float); }
 void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user) { p->hook = fn; p->hook_user = user; }

@@ -1,0 +1,62 @@
+/* Thread count for kernels and the BLAS, and facts about the machine for `ctrain env`.
+ * OpenMP and OpenBLAS get the same count so they never oversubscribe each other. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctrain/core.h"
+#include "ctrain/tensor.h"
+
+void ct_set_num_threads(int n) {
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+int ct_get_num_threads(void) { return omp_get_max_threads(); }
+
+int ct_default_num_threads(void) {
+    const char *e = getenv("OMP_NUM_THREADS");
+    if (e && atoi(e) > 0) return atoi(e);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *l = getenv("LOCAL_WORLD_SIZE");
+    long local = l && atoi(l) > 0 ? atoi(l) : 1;
+    long n = cores / local;
+    return n < 1 ? 1 : (int)n;
+}
+
+const char *ct_simd_level(void) {
+    if (__builtin_cpu_supports("avx512f")) return __builtin_cpu_supports("avx512bw") ? "AVX-512 (F, BW)" : "AVX-512F";
+    if (__builtin_cpu_supports("avx2")) return __builtin_cpu_supports("fma") ? "AVX2 + FMA" : "AVX2";
+    if (__builtin_cpu_supports("avx")) return "AVX";
+    if (__builtin_cpu_supports("sse4.2")) return "SSE4.2";
+    return "baseline x86-64";
+}
+
+void ct_cpu_model(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, n, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+const char *ct_blas_info(void) {
+    static char buf[256];
+    snprintf(buf, sizeof buf, "OpenBLAS (%s; core %s; %d threads)", openblas_get_config(), openblas_get_corename(), openblas_get_num_threads());
+    return buf;
+}

@@ -1,0 +1,253 @@
+/* DDP reducer. Buckets are contiguous slices of the flat gradient buffer holding
+ * parameters in reverse registration order — the order backward finishes them — so a
+ * bucket is complete early and its all-reduce overlaps the rest of backward. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/ddp.h"
+
+typedef struct {
+    int first, last;      /* parameter indices, first > last (reverse order) */
+    size_t off, numel;    /* slice of the flat gradient buffer, in floats */
+    int pending;          /* gradients still to arrive this step */
+    int nparams;
+    bool launched;
+    ct_work *work;
+    double t_launch, t_done;
+    void *scratch;        /* compressed copy when comm_dtype != f32 */
+} bucket;
+
+struct ct_ddp {
+    ct_pg *pg;
+    ct_params *P;
+    ct_ddp_opts o;
+    bucket *b;
+    int nb;
+    int *bucket_of;       /* parameter index → bucket, -1 for buffers */
+    bool *ready;          /* parameter marked ready this step */
+    int next_launch;
+    bool no_sync;
+    bool step_active;
+    ct_ddp_stats st;
+};
+
+ct_ddp_opts ct_ddp_default_opts(void) {
+    return (ct_ddp_opts){.bucket_cap_bytes = 25u << 20, .first_bucket_bytes = 1u << 20, .find_unused_parameters = false,
+                         .comm_dtype = CT_F32, .broadcast_buffers = true};
+}
+
+/* FNV-1a over name, dtype and shape: ranks compare these to find the first differing parameter. */
+static int64_t param_sig(const ct_tensor *t) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = t->name; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    h = (h ^ (uint64_t)t->dtype) * 1099511628211ull;
+    h = (h ^ (uint64_t)t->ndim) * 1099511628211ull;
+    for (int i = 0; i < t->ndim; i++) h = (h ^ (uint64_t)t->shape[i]) * 1099511628211ull;
+    return (int64_t)(h & 0x7fffffffffffffffull);
+}
+
+static ct_status check_same_params(ct_pg *pg, ct_params *P) {
+    int n = ct_params_count(P);
+    int64_t cnt[2] = {n, -(int64_t)n};
+    ct_status st = ct_all_reduce_sync(pg, cnt, 2, CT_I64, CT_RED_MAX);
+    if (st != CT_OK) return st;
+    if (cnt[0] != n || -cnt[1] != n)
+        return ct_error(CT_ERR_MISMATCH, "DDP: ranks have different parameter counts (this rank %d, others between %lld and %lld)",
+                        n, (long long)-cnt[1], (long long)cnt[0]);
+    int64_t *mine = malloc(sizeof(int64_t) * (size_t)(n + 1)), *root = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!mine || !root) { free(mine); free(root); return ct_error(CT_ERR_NOMEM, "DDP: out of memory"); }
+    for (int i = 0; i < n; i++) mine[i] = root[i] = param_sig(ct_params_get(P, i));
+    st = ct_broadcast_sync(pg, root, (size_t)n, CT_I64, 0);
+    int64_t first = n;
+    for (int i = 0; st == CT_OK && i < n; i++)
+        if (mine[i] != root[i]) { first = i; break; }
+    int64_t worst = first;
+    if (st == CT_OK) st = ct_all_reduce_sync(pg, &worst, 1, CT_I64, CT_RED_MIN);
+    free(mine);
+    free(root);
+    if (st != CT_OK) return st;
+    if (worst < n) {
+        ct_tensor *t = ct_params_get(P, (int)worst);
+        char sh[96];
+        return ct_error(CT_ERR_MISMATCH, "DDP: parameter %lld ('%s' %s on rank %d) differs between ranks%s", (long long)worst,
+                        t->name, ct_shape_str(t, sh, sizeof sh), ct_pg_rank(pg), first == worst ? " (differs from rank 0 here)" : "");
+    }
+    return CT_OK;
+}
+
+static void launch(ct_ddp *d, bucket *b) {
+    float *g = ct_params_grad(d->P) + b->off;
+    b->t_launch = ct_time_now();
+    b->launched = true;
+    if (d->o.comm_dtype == CT_F32) {
+        b->work = ct_all_reduce(d->pg, g, b->numel, CT_F32, CT_RED_AVG);
+    } else {
+        ct_convert(b->scratch, d->o.comm_dtype, g, CT_F32, b->numel);
+        b->work = ct_all_reduce(d->pg, b->scratch, b->numel, d->o.comm_dtype, CT_RED_SUM);
+    }
+}
+
+/* Launch every ready bucket in index order; a ready bucket behind an unready one waits,
+ * so all ranks issue collectives in the same order. */
+static void launch_ready(ct_ddp *d) {
+    while (d->next_launch < d->nb && d->b[d->next_launch].pending == 0) launch(d, &d->b[d->next_launch++]);
+}
+
+static void on_grad_ready(void *user, ct_params *P, int i) {
+    (void)P;
+    ct_ddp *d = user;
+    if (d->no_sync || d->bucket_of[i] < 0 || d->ready[i]) return;
+    d->ready[i] = true;
+    d->step_active = true;
+    bucket *b = &d->b[d->bucket_of[i]];
+    if (--b->pending == 0) launch_ready(d);
+    /* cheap progress poll to timestamp completions while backward runs */
+    for (int k = 0; k < d->next_launch; k++)
+        if (d->b[k].work && d->b[k].t_done == 0 && ct_work_test(d->b[k].work)) d->b[k].t_done = ct_time_now();
+}
+
+ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp **out) {
+    *out = NULL;
+    ct_ddp_opts o = opts ? *opts : ct_ddp_default_opts();
+    if (o.comm_dtype != CT_F32 && o.comm_dtype != CT_BF16 && o.comm_dtype != CT_F16)
+        return ct_error(CT_ERR_INVALID, "DDP: gradient compression dtype must be f32, bf16 or f16, not %s", ct_dtype_name(o.comm_dtype));
+    if (o.bucket_cap_bytes < 4) o.bucket_cap_bytes = 4;
+    if (o.first_bucket_bytes < 4) o.first_bucket_bytes = 4;
+    ct_status st = check_same_params(pg, P);
+    if (st != CT_OK) return st;
+    /* same starting point everywhere: rank 0's weights */
+    st = ct_broadcast_sync(pg, ct_params_data(P), ct_params_numel(P), CT_F32, 0);
+    if (st == CT_OK && o.broadcast_buffers && ct_params_buffer_numel(P))
+        st = ct_broadcast_sync(pg, ct_params_buffer_data(P), ct_params_buffer_numel(P), CT_F32, 0);
+    if (st != CT_OK) return st;
+
+    ct_ddp *d = calloc(1, sizeof *d);
+    int n = ct_params_count(P);
+    d->bucket_of = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    d->ready = calloc((size_t)(n ? n : 1), sizeof(bool));
+    d->b = calloc((size_t)(n ? n : 1), sizeof(bucket));
+    if (!d || !d->bucket_of || !d->ready || !d->b) { ct_ddp_free(d); return ct_error(CT_ERR_NOMEM, "DDP: out of memory"); }
+    d->pg = pg;
+    d->P = P;
+    d->o = o;
+    /* walk parameters from last to first, closing a bucket when it reaches its cap */
+    bucket *cur = NULL;
+    size_t cap = o.first_bucket_bytes;
+    for (int i = n - 1; i >= 0; i--) {
+        d->bucket_of[i] = -1;
+        if (ct_params_is_buffer(P, i)) continue;
+        size_t off = ct_params_offset(P, i), len = (size_t)ct_numel(ct_params_get(P, i));
+        if (!cur || (cur->numel + len) * sizeof(float) > cap) {
+            if (cur) cap = o.bucket_cap_bytes;
+            cur = &d->b[d->nb++];
+            cur->first = i;
+            cur->off = off;
+            cur->numel = 0;
+        }
+        /* the slice runs from this parameter's offset to the end of the bucket's first one,
+         * padding included (padding gradients are zero on every rank) */
+        size_t end = cur->off + cur->numel;
+        if (cur->numel == 0) end = off + ((len + 15) & ~(size_t)15);
+        cur->off = off;
+        cur->numel = end - off;
+        cur->last = i;
+        cur->nparams++;
+        d->bucket_of[i] = (int)(cur - d->b);
+    }
+    for (int k = 0; k < d->nb; k++) {
+        d->b[k].pending = d->b[k].nparams;
+        if (o.comm_dtype != CT_F32) {
+            d->b[k].scratch = malloc(d->b[k].numel * ct_dtype_size(o.comm_dtype));
+            if (!d->b[k].scratch) { ct_ddp_free(d); return ct_error(CT_ERR_NOMEM, "DDP: out of memory for compression buffers"); }
+        }
+    }
+    d->st.buckets = d->nb;
+    ct_params_set_grad_hook(P, on_grad_ready, d);
+    CT_LOG_INFO("ddp", "%d parameters in %d buckets (first %zu B, cap %zu B), comm dtype %s", n, d->nb, o.first_bucket_bytes,
+                o.bucket_cap_bytes, ct_dtype_name(o.comm_dtype));
+    *out = d;
+    return CT_OK;
+}
+
+void ct_ddp_free(ct_ddp *d) {
+    if (!d) return;
+    if (d->P) ct_params_set_grad_hook(d->P, NULL, NULL);
+    for (int k = 0; k < d->nb; k++) {
+        if (d->b[k].work) ct_work_free(d->b[k].work);
+        free(d->b[k].scratch);
+    }
+    free(d->b);
+    free(d->bucket_of);
+    free(d->ready);
+    free(d);
+}
+
+void ct_ddp_set_no_sync(ct_ddp *d, bool no_sync) { d->no_sync = no_sync; }
+
+static void reset_step(ct_ddp *d) {
+    for (int k = 0; k < d->nb; k++) {
+        d->b[k].pending = d->b[k].nparams;
+        d->b[k].launched = false;
+        d->b[k].t_launch = d->b[k].t_done = 0;
+    }
+    memset(d->ready, 0, sizeof(bool) * (size_t)ct_params_count(d->P));
+    d->next_launch = 0;
+    d->step_active = false;
+}
+
+ct_status ct_ddp_finish(ct_ddp *d) {
+    if (d->no_sync) return CT_OK;
+    int n = ct_params_count(d->P);
+    /* parameters that never reported: an error, or reduced as they are (zeros) */
+    for (int i = n - 1; i >= 0; i--) {
+        if (d->bucket_of[i] < 0 || d->ready[i]) continue;
+        if (!d->o.find_unused_parameters) {
+            for (int k = 0; k < d->nb; k++)
+                if (d->b[k].work) { ct_work_wait(d->b[k].work); ct_work_free(d->b[k].work); d->b[k].work = NULL; }
+            reset_step(d);
+            return ct_error(CT_ERR_INVALID,
+                            "DDP: parameter '%s' received no gradient this step; it was not used in the forward pass "
+                            "(set find_unused_parameters, or remove it from the model)", ct_params_get(d->P, i)->name);
+        }
+        d->ready[i] = true;
+        d->b[d->bucket_of[i]].pending--;
+    }
+    launch_ready(d);
+    double t0 = ct_time_now();
+    ct_status st = CT_OK;
+    float inv = 1.0f / (float)ct_pg_size(d->pg);
+    double comm = 0, prev_done = 0;
+    for (int k = 0; k < d->nb; k++) {
+        bucket *b = &d->b[k];
+        ct_status s = ct_work_wait(b->work);
+        if (b->t_done == 0) b->t_done = ct_time_now();
+        if (s != CT_OK && st == CT_OK) st = s;
+        ct_work_free(b->work);
+        b->work = NULL;
+        if (s == CT_OK && d->o.comm_dtype != CT_F32) {
+            float *g = ct_params_grad(d->P) + b->off;
+            ct_convert(g, CT_F32, b->scratch, d->o.comm_dtype, b->numel);
+            for (size_t j = 0; j < b->numel; j++) g[j] *= inv;
+        }
+        double start = b->t_launch > prev_done ? b->t_launch : prev_done;
+        if (b->t_done > start) comm += b->t_done - start;
+        prev_done = b->t_done;
+    }
+    double exposed = ct_time_now() - t0;
+    d->st.comm_s = comm;
+    d->st.exposed_s = exposed;
+    d->st.hidden_frac = comm > 0 ? (exposed >= comm ? 0 : 1 - exposed / comm) : 0;
+    d->st.total_comm_s += comm;
+    d->st.total_exposed_s += exposed;
+    d->st.steps++;
+    reset_step(d);
+    return st;
+}
+
+ct_ddp_stats ct_ddp_get_stats(const ct_ddp *d) { return d->st; }
+int ct_ddp_num_buckets(const ct_ddp *d) { return d->nb; }
+void ct_ddp_bucket_range(const ct_ddp *d, int b, int *first, int *last) {
+    CT_CHECK(b >= 0 && b < d->nb, "bucket %d out of range [0, %d)", b, d->nb);
+    *first = d->b[b].first;
+    *last = d->b[b].last;
+}

@@ -21,5 +21,22 @@ struct ct_ctx {
     bool grad_enabled;
     bool training;
     uint64_t seed, step;
+    /* dropout calls made during `dropout_step`: each call gets its own mask stream, and
+     * the numbering restarts whenever the step changes (zeroed by calloc) */
+    uint64_t dropout_step, dropout_calls;
 };
+
+/* Stream key for the next dropout call: a pure function of (seed, step, call number in
+ * the step), so masks are reproducible, thread-count independent and exact on resume.
+ * Activation checkpointing saves `dropout_calls` before a segment and restores it before
+ * recomputing, to get the same masks back. */
+static inline uint64_t ct_ctx_dropout_key_(struct ct_ctx *c) {
+    if (c->dropout_step != c->step) { c->dropout_step = c->step; c->dropout_calls = 0; }
+    uint64_t k = c->seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+    k = (k ^ (k >> 31)) * 0xbf58476d1ce4e5b9ull + c->step;
+    k = (k ^ (k >> 29)) * 0x94d049bb133111ebull + ++c->dropout_calls;
+    return k ^ (k >> 32);
+}
+static inline uint64_t ct_ctx_dropout_calls_(const struct ct_ctx *c) { return c->dropout_step == c->step ? c->dropout_calls : 0; }
+static inline void ct_ctx_set_dropout_calls_(struct ct_ctx *c, uint64_t n) { c->dropout_step = c->step; c->dropout_calls = n; }
 #endif

@@ -23,7 +23,26 @@ typedef enum { CT_AC_PROMOTE = 0, CT_AC_LOWP, CT_AC_FP32 } ct_autocast_class;
     X(ADD,            add,            CT_AC_PROMOTE)    \
     X(RELU,           relu,           CT_AC_PROMOTE)    \
     X(SUM,            sum,            CT_AC_FP32)       \
-    X(MEAN,           mean,           CT_AC_FP32)
+    X(MEAN,           mean,           CT_AC_FP32)       \
+    X(MUL,            mul,            CT_AC_PROMOTE)    \
+    X(SCALE,          scale,          CT_AC_PROMOTE)    \
+    X(BIAS_ADD,       bias_add,       CT_AC_PROMOTE)    \
+    X(GELU,           gelu,           CT_AC_PROMOTE)    \
+    X(TANH,           tanh,           CT_AC_PROMOTE)    \
+    X(SIGMOID,        sigmoid,        CT_AC_PROMOTE)    \
+    X(DROPOUT,        dropout,        CT_AC_PROMOTE)    \
+    X(SOFTMAX,        softmax,        CT_AC_FP32)       \
+    X(LOG_SOFTMAX,    log_softmax,    CT_AC_FP32)       \
+    X(CROSS_ENTROPY,  cross_entropy,  CT_AC_FP32)       \
+    X(MSE_LOSS,       mse_loss,       CT_AC_FP32)       \
+    X(LAYER_NORM,     layer_norm,     CT_AC_FP32)       \
+    X(EMBEDDING,      embedding,      CT_AC_PROMOTE)    \
+    X(CONV2D,         conv2d,         CT_AC_LOWP)       \
+    X(MAX_POOL2D,     max_pool2d,     CT_AC_PROMOTE)    \
+    X(AVG_POOL2D,     avg_pool2d,     CT_AC_PROMOTE)    \
+    X(SPLIT_HEADS,    split_heads,    CT_AC_PROMOTE)    \
+    X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \
+    X(ATTENTION,      attention,      CT_AC_LOWP)
 
 #define CT_OP_ENUM_(N, n, ac) CT_OP_##N,
 enum { CT_OP_LIST(CT_OP_ENUM_) CT_OP_COUNT };

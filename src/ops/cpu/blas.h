@@ -1,0 +1,22 @@
+/* Row-major sgemm wrapper for the CPU kernels: C = alpha op(A) op(B) + beta C, with the
+ * degenerate sizes BLAS rejects or mishandles (K == 0) taken care of. */
+#ifndef CT_OPS_CPU_BLAS_H
+#define CT_OPS_CPU_BLAS_H
+#include <cblas.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline void ct_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                            const float *B, float beta, float *C) {
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0f) {
+        if (beta == 0.0f) memset(C, 0, (size_t)(M * N) * sizeof(float));
+        else if (beta != 1.0f)
+            for (int64_t i = 0; i < M * N; i++) C[i] *= beta;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
+                (blasint)K, alpha, A, ta ? (blasint)M : (blasint)K, B, tb ? (blasint)K : (blasint)N, beta, C, (blasint)N);
+}
+#endif

@@ -1,0 +1,245 @@
+/* Elementwise ops: mul, scale, bias_add, gelu (exact and tanh), tanh, sigmoid, dropout.
+ * Every loop is a flat, branch-light pass over contiguous f32 so gcc vectorises it;
+ * OpenMP splits the index range statically, so results never depend on thread count
+ * (each element is computed independently). Backward reads the saved input or output
+ * rather than storing extra buffers. */
+#include <math.h>
+
+#include "core/ctx_internal.h"
+#include "core/op_table.h"
+#include "core/rng.h"
+#include "ctrain/ops.h"
+#include "ops/cpu/vmath.h"
+
+/* Threshold for cheap (one flop) and expensive (transcendental) elementwise loops. */
+#define PAR_CHEAP (1 << 16)
+#define PAR_EXP (1 << 13)
+
+static void check_unary(const char *op, const ct_tensor *x) {
+    CT_CHECK_F32(op, x);
+    CT_CHECK_CONTIG(op, x);
+}
+
+/* ---- mul ---- */
+ct_tensor *ct_mul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    check_unary("mul", a); check_unary("mul", b);
+    CT_CHECK_SAME_SHAPE("mul", a, b);
+    ct_tensor *y = ct_new_like(ctx, a);
+    int64_t n = ct_numel(a);
+    const float *A = a->data, *B = b->data;
+    float *Y = y->data;
+#pragma omp parallel for simd if (n >= PAR_CHEAP)
+    for (int64_t i = 0; i < n; i++) Y[i] = A[i] * B[i];
+    ct_record(ctx, CT_OP_MUL, y, 2, (ct_tensor *[]){a, b});
+    return y;
+}
+void ct_bw_mul(ct_ctx *ctx, ct_node *n) {
+    int64_t N = ct_numel(n->out);
+    const float *g = n->out->grad->data, *A = n->in[0]->data, *B = n->in[1]->data;
+    /* ga and gb may alias (mul(x, x)): two separate passes keep both contributions */
+    float *ga = ct_grad_acc(ctx, n->in[0]);
+    if (ga)
+#pragma omp parallel for simd if (N >= PAR_CHEAP)
+        for (int64_t i = 0; i < N; i++) ga[i] += g[i] * B[i];
+    float *gb = ct_grad_acc(ctx, n->in[1]);
+    if (gb)
+#pragma omp parallel for simd if (N >= PAR_CHEAP)
+        for (int64_t i = 0; i < N; i++) gb[i] += g[i] * A[i];
+}
+
+/* ---- scale ---- */
+ct_tensor *ct_scale(ct_ctx *ctx, ct_tensor *a, float s) {
+    check_unary("scale", a);
+    ct_tensor *y = ct_new_like(ctx, a);
+    int64_t n = ct_numel(a);
+    const float *A = a->data;
+    float *Y = y->data;
+#pragma omp parallel for simd if (n >= PAR_CHEAP)
+    for (int64_t i = 0; i < n; i++) Y[i] = A[i] * s;
+    ct_node *nd = ct_record(ctx, CT_OP_SCALE, y, 1, &a);
+    if (nd) nd->f[0] = s;
+    return y;
+}
+void ct_bw_scale(ct_ctx *ctx, ct_node *n) {
+    float *ga = ct_grad_acc(ctx, n->in[0]);
+    if (!ga) return;
+    int64_t N = ct_numel(n->out);
+    const float *g = n->out->grad->data;
+    float s = (float)n->f[0];
+#pragma omp parallel for simd if (N >= PAR_CHEAP)
+    for (int64_t i = 0; i < N; i++) ga[i] += g[i] * s;
+}
+
+/* ---- bias_add: x [N, C, ...] + b[C] ---- */
+ct_tensor *ct_bias_add(ct_ctx *ctx, ct_tensor *x, ct_tensor *b) {
+    check_unary("bias_add", x); check_unary("bias_add", b);
+    if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
+        char sx[96], sb[96];
+        CT_FATAL("bias_add: bias %s does not match dim 1 of %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(x, sx, sizeof sx));
+    }
+    int64_t N = x->shape[0], C = x->shape[1], NC = N * C, inner = NC > 0 ? ct_numel(x) / NC : 0;
+    ct_tensor *y = ct_new_like(ctx, x);
+    const float *X = x->data, *B = b->data;
+    float *Y = y->data;
+#pragma omp parallel for if (N * C * inner >= PAR_CHEAP)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        float bv = B[nc % C];
+        const float *xs = X + nc * inner;
+        float *ys = Y + nc * inner;
+        for (int64_t j = 0; j < inner; j++) ys[j] = xs[j] + bv;
+    }
+    ct_node *nd = ct_record(ctx, CT_OP_BIAS_ADD, y, 2, (ct_tensor *[]){x, b});
+    if (nd) { nd->i[0] = N; nd->i[1] = C; nd->i[2] = inner; }
+    return y;
+}
+void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
+    int64_t N = n->i[0], C = n->i[1], inner = n->i[2];
+    const float *g = n->out->grad->data;
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (gx) {
+        int64_t T = N * C * inner;
+#pragma omp parallel for simd if (T >= PAR_CHEAP)
+        for (int64_t i = 0; i < T; i++) gx[i] += g[i];
+    }
+    float *gb = ct_grad_acc(ctx, n->in[1]);
+    if (gb)
+        /* one thread per channel, fixed order over (n, j): deterministic; double sum
+         * keeps long reductions close to PyTorch's pairwise float sums */
+#pragma omp parallel for if (N * C * inner >= PAR_CHEAP)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t i = 0; i < N; i++) {
+                const float *gs = g + (i * C + c) * inner;
+                float part = 0;
+#pragma omp simd reduction(+ : part)
+                for (int64_t j = 0; j < inner; j++) part += gs[j];
+                s += part;
+            }
+            gb[c] += (float)s;
+        }
+}
+
+/* ---- gelu ---- */
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+#define GELU_C 0.044715f
+
+ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
+    check_unary("gelu", x);
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const float *X = x->data;
+    float *Y = y->data;
+    if (tanh_approx) {
+#pragma omp parallel for simd if (n >= PAR_EXP)
+        for (int64_t i = 0; i < n; i++) {
+            float v = X[i];
+            Y[i] = 0.5f * v * (1.0f + ct_vtanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
+        }
+    } else {
+#pragma omp parallel for simd if (n >= PAR_EXP)
+        for (int64_t i = 0; i < n; i++) Y[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT2));
+    }
+    ct_node *nd = ct_record(ctx, CT_OP_GELU, y, 1, &x);
+    if (nd) nd->i[0] = tanh_approx;
+    return y;
+}
+void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (!gx) return;
+    int64_t N = ct_numel(n->out);
+    const float *g = n->out->grad->data, *X = n->in[0]->data;
+    if (n->i[0]) {
+#pragma omp parallel for simd if (N >= PAR_EXP)
+        for (int64_t i = 0; i < N; i++) {
+            float v = X[i], v2 = v * v;
+            float t = ct_vtanhf(SQRT_2_OVER_PI * (v + GELU_C * v2 * v));
+            float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v2);
+            gx[i] += g[i] * d;
+        }
+    } else {
+#pragma omp parallel for simd if (N >= PAR_EXP)
+        for (int64_t i = 0; i < N; i++) {
+            float v = X[i];
+            float d = 0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v);
+            gx[i] += g[i] * d;
+        }
+    }
+}
+
+/* ---- tanh, sigmoid: backward from the saved output ---- */
+ct_tensor *ct_tanh(ct_ctx *ctx, ct_tensor *x) {
+    check_unary("tanh", x);
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const float *X = x->data;
+    float *Y = y->data;
+#pragma omp parallel for simd if (n >= PAR_EXP)
+    for (int64_t i = 0; i < n; i++) Y[i] = ct_vtanhf(X[i]);
+    ct_record(ctx, CT_OP_TANH, y, 1, &x);
+    return y;
+}
+void ct_bw_tanh(ct_ctx *ctx, ct_node *n) {
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (!gx) return;
+    int64_t N = ct_numel(n->out);
+    const float *g = n->out->grad->data, *Y = n->out->data;
+#pragma omp parallel for simd if (N >= PAR_CHEAP)
+    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * (1.0f - Y[i] * Y[i]);
+}
+
+ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x) {
+    check_unary("sigmoid", x);
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const float *X = x->data;
+    float *Y = y->data;
+#pragma omp parallel for simd if (n >= PAR_EXP)
+    for (int64_t i = 0; i < n; i++) Y[i] = 1.0f / (1.0f + ct_vexpf(-X[i]));
+    ct_record(ctx, CT_OP_SIGMOID, y, 1, &x);
+    return y;
+}
+void ct_bw_sigmoid(ct_ctx *ctx, ct_node *n) {
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (!gx) return;
+    int64_t N = ct_numel(n->out);
+    const float *g = n->out->grad->data, *Y = n->out->data;
+#pragma omp parallel for simd if (N >= PAR_CHEAP)
+    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * Y[i] * (1.0f - Y[i]);
+}
+
+/* ---- dropout ----
+ * Element i is kept when u(key, i) >= p, u uniform in [0,1) with 24 bits. The key comes
+ * from (seed, step, call number in the step), so the mask is a pure function of the
+ * element index; backward regenerates it from the saved key instead of storing it. */
+static inline float dropout_factor(uint64_t key, int64_t i, float p, float scale) {
+    return ct_rand_uniform(key, (uint64_t)i) >= p ? scale : 0.0f;
+}
+
+ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
+    check_unary("dropout", x);
+    CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
+    if (!ct_ctx_training(ctx) || p == 0.0f) return x;
+    uint64_t key = ct_ctx_dropout_key_(ctx);
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* p == 1: everything dropped, as PyTorch */
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const float *X = x->data;
+    float *Y = y->data;
+#pragma omp parallel for simd if (n >= PAR_EXP)
+    for (int64_t i = 0; i < n; i++) Y[i] = X[i] * dropout_factor(key, i, p, scale);
+    ct_node *nd = ct_record(ctx, CT_OP_DROPOUT, y, 1, &x);
+    if (nd) { nd->i[0] = (int64_t)key; nd->f[0] = p; nd->f[1] = scale; }
+    return y;
+}
+void ct_bw_dropout(ct_ctx *ctx, ct_node *n) {
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (!gx) return;
+    int64_t N = ct_numel(n->out);
+    const float *g = n->out->grad->data;
+    uint64_t key = (uint64_t)n->i[0];
+    float p = (float)n->f[0], scale = (float)n->f[1];
+#pragma omp parallel for simd if (N >= PAR_EXP)
+    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * dropout_factor(key, i, p, scale);
+}

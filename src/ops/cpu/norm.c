@@ -1,0 +1,119 @@
+/* layer_norm over the last dim (nn.LayerNorm): y = (x - mean) * rstd * w + b, biased
+ * variance. Forward keeps mean and rstd per row (2 floats) for backward.
+ *
+ * Rows are split over threads. The weight/bias gradients are sums over rows; to stay
+ * deterministic without per-thread buffers they are computed in a second pass that splits
+ * the columns instead, each column summed over rows in order. */
+#include <math.h>
+
+#include "core/op_table.h"
+#include "ctrain/ops.h"
+
+static void check_affine(const char *what, const ct_tensor *p, const ct_tensor *x, int64_t D) {
+    if (!p) return;
+    CT_CHECK_F32("layer_norm", p); CT_CHECK_CONTIG("layer_norm", p);
+    if (p->ndim != 1 || p->shape[0] != D) {
+        char sp[96], sx[96];
+        CT_FATAL("layer_norm: %s %s does not match the last dim of %s", what, ct_shape_str(p, sp, sizeof sp), ct_shape_str(x, sx, sizeof sx));
+    }
+}
+
+ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps) {
+    CT_CHECK_F32("layer_norm", x); CT_CHECK_CONTIG("layer_norm", x);
+    CT_CHECK(x->ndim >= 1, "layer_norm: input must have at least one dim");
+    int64_t D = x->shape[x->ndim - 1], R = D ? ct_numel(x) / D : 0;
+    check_affine("weight", w, x, D);
+    check_affine("bias", b, x, D);
+    ct_tensor *y = ct_new_like(ctx, x);
+    float *stats = ct_ctx_alloc(ctx, (size_t)(2 * R + 1) * sizeof(float)); /* mean, rstd per row */
+    const float *X = x->data, *W = w ? w->data : NULL, *B = b ? b->data : NULL;
+    float *Y = y->data;
+#pragma omp parallel for if (R * D >= (1 << 14))
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = X + r * D;
+        float *yr = Y + r * D;
+        /* two passes over an L1-resident row: no cancellation in the variance */
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < D; j++) s += xr[j];
+        float mean = s / (float)D, v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int64_t j = 0; j < D; j++) v += (xr[j] - mean) * (xr[j] - mean);
+        float rstd = 1.0f / sqrtf(v / (float)D + eps);
+        stats[2 * r] = mean;
+        stats[2 * r + 1] = rstd;
+        if (W && B) {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) yr[j] = (xr[j] - mean) * rstd * W[j] + B[j];
+        } else if (W) {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) yr[j] = (xr[j] - mean) * rstd * W[j];
+        } else if (B) {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) yr[j] = (xr[j] - mean) * rstd + B[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) yr[j] = (xr[j] - mean) * rstd;
+        }
+    }
+    /* inputs: x, then w and b only when given (their slots are found by flags in i[]) */
+    ct_tensor *in[3] = {x, w, b};
+    ct_node *nd = ct_record(ctx, CT_OP_LAYER_NORM, y, 3, in);
+    if (nd) {
+        nd->saved = stats;
+        nd->i[0] = R; nd->i[1] = D;
+    }
+    return y;
+}
+
+void ct_bw_layer_norm(ct_ctx *ctx, ct_node *n) {
+    int64_t R = n->i[0], D = n->i[1];
+    const float *X = n->in[0]->data, *G = n->out->grad->data, *st = n->saved;
+    const float *W = n->in[1] ? n->in[1]->data : NULL;
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    float *gw = ct_grad_acc(ctx, n->in[1]), *gb = ct_grad_acc(ctx, n->in[2]);
+    if (gx) {
+#pragma omp parallel for if (R * D >= (1 << 13))
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = X + r * D, *g = G + r * D;
+            float *o = gx + r * D, mean = st[2 * r], rstd = st[2 * r + 1];
+            /* gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * w */
+            float s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+            for (int64_t j = 0; j < D; j++) {
+                float gwj = W ? g[j] * W[j] : g[j];
+                s1 += gwj;
+                s2 += gwj * (xr[j] - mean) * rstd;
+            }
+            s1 /= (float)D;
+            s2 /= (float)D;
+#pragma omp simd
+            for (int64_t j = 0; j < D; j++) {
+                float gwj = W ? g[j] * W[j] : g[j];
+                float xh = (xr[j] - mean) * rstd;
+                o[j] += rstd * (gwj - s1 - xh * s2);
+            }
+        }
+    }
+    if (gw || gb) {
+        /* column blocks of 16 per task, rows in order: deterministic for any thread count */
+        int64_t nblk = (D + 15) / 16;
+#pragma omp parallel for if (R * D >= (1 << 14))
+        for (int64_t k = 0; k < nblk; k++) {
+            int64_t j0 = k * 16, j1 = j0 + 16 < D ? j0 + 16 : D;
+            double aw[16] = {0}, ab[16] = {0};
+            for (int64_t r = 0; r < R; r++) {
+                const float *xr = X + r * D, *g = G + r * D;
+                float mean = st[2 * r], rstd = st[2 * r + 1];
+                for (int64_t j = j0; j < j1; j++) {
+                    aw[j - j0] += (double)(g[j] * ((xr[j] - mean) * rstd));
+                    ab[j - j0] += (double)g[j];
+                }
+            }
+            for (int64_t j = j0; j < j1; j++) {
+                if (gw) gw[j] += (float)aw[j - j0];
+                if (gb) gb[j] += (float)ab[j - j0];
+            }
+        }
+    }
+}

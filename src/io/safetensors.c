@@ -172,6 +172,7 @@ static ct_status parse_header(ct_st_file *f, const char *hdr, size_t hlen) {
     bool seen_meta = false;
     for (const cJSON *j = root->child; j; j = j->next) {
         if (!strcmp(j->string, "__metadata__")) {
+            if (cJSON_IsNull(j) && !seen_meta) { seen_meta = true; continue; } /* Python's None */
             if (seen_meta || !cJSON_IsObject(j)) {
                 st = ct_error(CT_ERR_FORMAT, "%s: \"__metadata__\" must be one object of strings", p);
                 goto done;

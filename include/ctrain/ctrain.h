@@ -5,4 +5,6 @@
 #include "ctrain/tensor.h"
 #include "ctrain/autograd.h"
 #include "ctrain/ops.h"
+#include "ctrain/nn.h"
+#include "ctrain/models.h"
 #endif

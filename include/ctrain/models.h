@@ -1,0 +1,122 @@
+/* ctrain/models.h — the built-in models (MLP, CNN, GPT-2) and state_dict I/O.
+ *
+ *   ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
+ *   cfg.gpt.n_layer = 6; cfg.gpt.n_embd = 256; cfg.gpt.n_head = 8;
+ *   ct_model *m = ct_model_create(&cfg, 1337);
+ *   if (!m) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
+ *   puts(ct_model_describe(m));                               // "GPT(...): 4.8M parameters"
+ *   ct_ctx *ctx = ct_ctx_create(NULL);
+ *   ct_tensor *loss = ct_model_loss(ctx, m, tokens, targets);  // [B,T] i32 each
+ *   ct_backward(ctx, loss);                                   // grads in ct_params_grad(ct_model_params(m))
+ *   ...
+ *   ct_model_save(m, "out/model.safetensors");                 // loads in PyTorch: load_state_dict
+ *
+ * Parameter names are those of PyTorch's state_dict for the equivalent nn.Module
+ * (tests/torch/gen_models.py holds the three PyTorch definitions):
+ *  - MLP: nn.Sequential(Linear(in, h0), ReLU(), [Dropout(p)], Linear(h0, h1), ReLU(), ...,
+ *    Linear(h_last, out)) → "0.weight", "0.bias", "2.weight", ... (Dropout layers only when
+ *    dropout > 0, as they shift the numbering). Input [B, in] f32, or [B, C, H, W] (flattened).
+ *  - CNN: features = Sequential(Conv2d(in_ch, c1, k, padding=k/2), ReLU(), MaxPool2d(2),
+ *    Conv2d(c1, c2, k, padding=k/2), ReLU(), MaxPool2d(2)); flatten;
+ *    classifier = Sequential(Linear(c2*(H/4)*(W/4), fc), ReLU(), Dropout(p), Linear(fc, classes))
+ *    → "features.0.weight", "features.3.weight", "classifier.0.weight", "classifier.3.weight".
+ *    Input [B, in_ch, H, W] f32.
+ *  - GPT: nanoGPT's GPT (GPT-2: learned positions, pre-LN blocks, causal self-attention,
+ *    4x MLP with exact GELU, final LN, LM head tied to the token embedding), nn.Linear
+ *    layouts ([out, in]): "transformer.wte.weight", "transformer.wpe.weight",
+ *    "transformer.h.0.ln_1.weight", "transformer.h.0.attn.c_attn.weight",
+ *    "transformer.h.0.attn.c_proj.bias", "transformer.h.0.mlp.c_fc.weight", ...,
+ *    "transformer.ln_f.bias"; "lm_head.weight" is the same tensor as wte (not a separate
+ *    parameter; written by save because PyTorch's state_dict has it). GPT-2 init: N(0, 0.02),
+ *    c_proj weights N(0, 0.02/sqrt(2 n_layer)), zero biases, LayerNorm 1/0.
+ *    Input [B, T] i32/i64 tokens (T <= block_size) → logits [B, T, vocab].
+ *    Dropout (p = dropout) on embeddings, after each c_proj; attention-probability
+ *    dropout (nanoGPT's attn_dropout) is not applied.
+ */
+#ifndef CTRAIN_MODELS_H
+#define CTRAIN_MODELS_H
+
+#include "ctrain/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT } ct_model_kind;
+
+#define CT_MLP_MAX_HIDDEN 16
+
+typedef struct ct_model_config {
+    ct_model_kind kind;
+    struct {
+        int in;                          /* 784 */
+        int n_hidden;                    /* number of hidden layers, 0..CT_MLP_MAX_HIDDEN */
+        int hidden[CT_MLP_MAX_HIDDEN];   /* widths: {1024, 1024} */
+        int out;                         /* 10 */
+        float dropout;                   /* after each hidden ReLU; 0 = no Dropout layers */
+    } mlp;
+    struct {
+        int in_channels, height, width;  /* 1, 28, 28 (height, width divisible by 4) */
+        int c1, c2;                      /* conv channels: 32, 64 */
+        int kernel;                      /* odd, 5 ("same" padding kernel/2) */
+        int fc;                          /* hidden linear width: 128 */
+        int classes;                     /* 10 */
+        float dropout;                   /* classifier dropout p (0 = identity) */
+    } cnn;
+    struct {
+        int n_layer, n_embd, n_head;     /* 6, 256, 8 */
+        int block_size;                  /* context length: 256 */
+        int vocab_size;                  /* 256 */
+        float dropout;                   /* 0 */
+        bool bias;                       /* biases in Linear and LayerNorm (GPT-2: true) */
+    } gpt;
+} ct_model_config;
+
+typedef struct ct_model ct_model;
+
+/* Defaults: MLP 784-1024-1024-10; CNN above with c1=32, c2=64, k=5, fc=128, 10 classes;
+ * GPT 6 layers, width 256, 8 heads, context 256, vocabulary 256, no dropout, biases. */
+ct_model_config ct_model_default_config(ct_model_kind kind);
+/* Checks the config: CT_ERR_INVALID naming the bad field. */
+ct_status ct_model_config_check(const ct_model_config *cfg);
+/* Builds and initialises (seeded, deterministic). NULL + ct_last_error() on a bad config
+ * or out of memory. */
+ct_model *ct_model_create(const ct_model_config *cfg, uint64_t seed);
+void ct_model_free(ct_model *m);
+ct_params *ct_model_params(ct_model *m);
+const ct_model_config *ct_model_config_of(const ct_model *m);
+ct_module *ct_model_module(ct_model *m);       /* root module (for MLP: the Sequential) */
+/* Parameters as PyTorch counts them (tied weights once). */
+int64_t ct_model_num_params(const ct_model *m);
+/* "GPT(n_layer=6, n_embd=256, n_head=8, block_size=256, vocab_size=256): 4,788,480 parameters" */
+const char *ct_model_describe(const ct_model *m);
+/* "mlp" | "cnn" | "gpt"; parse accepts the same (case-insensitive). */
+const char *ct_model_kind_name(ct_model_kind k);
+ct_status ct_model_kind_parse(const char *s, ct_model_kind *out);
+
+/* Forward: MLP [B, in] (or [B, ...] flattened) → [B, out]; CNN [B, C, H, W] → [B, classes];
+ * GPT [B, T] tokens → [B, T, vocab]. Inputs must be contiguous. */
+ct_tensor *ct_model_forward(ct_ctx *ctx, ct_model *m, ct_tensor *input);
+/* Mean cross-entropy. MLP/CNN: target [B] class indices (i32/i64, -100 ignored);
+ * GPT: target [B, T] (i32/i64; -1 ignored, as nanoGPT), mean over all B*T positions. */
+ct_tensor *ct_model_loss(ct_ctx *ctx, ct_model *m, ct_tensor *input, ct_tensor *target);
+
+/* ---- state_dict I/O (safetensors; src/io/model_io.c) ----
+ * Save: every parameter and buffer under its state_dict name, f32, metadata format=pt;
+ * atomic (see ct_st_writer_save). Load: every name of the model must be in the file with the
+ * same shape and a float dtype (F32, or F16/BF16/F64 converted as PyTorch's copy_ does);
+ * a missing, extra, mis-shaped or non-float tensor is CT_ERR_FORMAT with a message naming the
+ * tensor and the file (a file that cannot be opened or parsed: ct_st_open's status and
+ * message), and nothing in the model is changed. */
+ct_status ct_model_save(const ct_model *m, const char *path);
+/* GPT: also accepts "lm_head.weight" (tied: must match wte's shape; wte is what is used)
+ * and nanoGPT's causal-mask buffers "transformer.h.N.attn.bias" (ignored). */
+ct_status ct_model_load(ct_model *m, const char *path);
+/* The same for any parameter store (strict: exactly the store's names). */
+ct_status ct_params_save(const ct_params *P, const char *path);
+ct_status ct_params_load(ct_params *P, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

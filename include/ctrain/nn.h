@@ -1,0 +1,114 @@
+/* ctrain/nn.h — modules: layers with PyTorch's default initialisation and PyTorch's
+ * state_dict names, composed through a small vtable.
+ *
+ *   ct_params *P = ct_params_create();
+ *   ct_module *net = ct_nn_sequential("");                 // root: names "0.weight", "2.bias"...
+ *   ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 784, 512, true));   // "0.weight", "0.bias"
+ *   ct_seq_add(net, ct_nn_relu());                                             // index 1 (no parameters)
+ *   ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 512, 10, true));    // "2.weight", "2.bias"
+ *   ct_params_finalize(P, 42);                             // allocate + initialise the flat buffer
+ *   ct_tensor *logits = ct_module_forward(ctx, net, x);    // x [B, 784]
+ *   ...
+ *   ct_module_free(net);                                   // frees children; P owns the weights
+ *   ct_params_free(P);
+ *
+ * A module registers its parameters in a ct_params store under its name (`name + ".weight"`,
+ * or just "weight" when the name is ""), at construction; the weights exist once the store
+ * is finalised. Modules never own parameter memory. Sequential numbers its children as
+ * PyTorch does, parameterless layers included: ct_seq_next_name() gives the name the next
+ * child gets ("features.3"), valid until the next ct_seq_add.
+ *
+ * Initialisation (PyTorch defaults): Linear/Conv2d weight and bias U(±1/sqrt(fan_in));
+ * Embedding N(0, 1); LayerNorm weight 1, bias 0. The *_ex constructors take explicit
+ * initialisers (GPT-2 uses N(0, 0.02) and zero biases).
+ *
+ * Dropout follows the context's training flag (ct_ctx_set_training), like module.train().
+ * Your own module: fill a ct_module_ops and call ct_module_new(); use `w`, `b`, `hp`,
+ * `children` and `priv` as you like (destroy frees priv; children are freed for you).
+ */
+#ifndef CTRAIN_NN_H
+#define CTRAIN_NN_H
+
+#include "ctrain/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_NN_NAME_MAX 192
+
+typedef struct ct_module ct_module;
+
+typedef struct ct_module_ops {
+    const char *type;                                               /* "Linear", "Conv2d", ... */
+    ct_tensor *(*forward)(ct_ctx *ctx, ct_module *m, ct_tensor *x);
+    void (*destroy)(ct_module *m);                                  /* frees priv; may be NULL */
+} ct_module_ops;
+
+struct ct_module {
+    const ct_module_ops *ops;
+    char name[CT_NN_NAME_MAX];  /* state_dict prefix, "" for a root */
+    ct_tensor *w, *b;           /* weight / bias (NULL if absent) */
+    ct_tensor *p[4];            /* further parameters of composite modules */
+    int64_t hp[8];              /* integer hyper-parameters (sizes, kernel, stride...) */
+    float fp[2];                /* float hyper-parameters (eps, dropout p) */
+    ct_module **children;
+    int nchildren, cap;
+    char next_name[CT_NN_NAME_MAX];
+    void *priv;
+};
+
+/* ---- generic ---- */
+ct_module *ct_module_new(const ct_module_ops *ops, const char *name); /* zeroed; aborts on OOM */
+ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x);
+void ct_module_free(ct_module *m);                 /* recursive; NULL is fine */
+const char *ct_module_type(const ct_module *m);
+/* Append a child (owned by the parent); returns it. */
+ct_module *ct_module_add_child(ct_module *parent, ct_module *child);
+/* `prefix + "." + leaf` (or leaf alone when prefix is empty) into buf; returns buf. */
+const char *ct_nn_join(char *buf, size_t n, const char *prefix, const char *leaf);
+/* One line per module, PyTorch-like ("(0): Linear(in_features=784, out_features=512, bias=True)"),
+ * into buf; returns the length it needed. */
+size_t ct_module_repr(const ct_module *m, char *buf, size_t n);
+
+/* ---- layers ---- */
+/* nn.Linear(in, out, bias): weight [out, in], bias [out]; input [..., in] */
+ct_module *ct_nn_linear(ct_params *P, const char *name, int64_t in, int64_t out, bool bias);
+ct_module *ct_nn_linear_ex(ct_params *P, const char *name, int64_t in, int64_t out, bool bias,
+                           ct_init w_init, double w_arg, ct_init b_init, double b_arg);
+/* nn.Conv2d(in_ch, out_ch, kernel, stride, padding, bias): weight [out, in, k, k] */
+ct_module *ct_nn_conv2d(ct_params *P, const char *name, int64_t in_ch, int64_t out_ch, int kernel,
+                        int stride, int padding, bool bias);
+/* nn.MaxPool2d(kernel, stride, padding); stride 0 means stride = kernel (PyTorch's default) */
+ct_module *ct_nn_max_pool2d(int kernel, int stride, int padding);
+/* nn.Embedding(num, dim): weight [num, dim] ~ N(0, 1); input i32/i64 indices */
+ct_module *ct_nn_embedding(ct_params *P, const char *name, int64_t num, int64_t dim);
+ct_module *ct_nn_embedding_ex(ct_params *P, const char *name, int64_t num, int64_t dim, ct_init init, double arg);
+/* nn.LayerNorm(dim, eps) over the last dim; eps <= 0 means 1e-5; bias=false omits ".bias" */
+ct_module *ct_nn_layer_norm(ct_params *P, const char *name, int64_t dim, float eps, bool bias);
+ct_module *ct_nn_dropout(float p);
+ct_module *ct_nn_relu(void);
+ct_module *ct_nn_gelu(bool tanh_approx);           /* nn.GELU(approximate='none'|'tanh') */
+ct_module *ct_nn_tanh(void);
+ct_module *ct_nn_sigmoid(void);
+ct_module *ct_nn_flatten(int start_dim);           /* nn.Flatten(start_dim) (end_dim = -1); PyTorch's default is 1 */
+
+/* ---- Sequential ---- */
+ct_module *ct_nn_sequential(const char *name);
+/* Name the next child will get: "<name>.<index>" (or "<index>" for a root). */
+const char *ct_seq_next_name(ct_module *seq);
+ct_module *ct_seq_add(ct_module *seq, ct_module *child);
+int ct_seq_len(const ct_module *seq);
+ct_module *ct_seq_get(const ct_module *seq, int i);
+
+/* ---- GPT-2 causal self-attention (nanoGPT's CausalSelfAttention) ----
+ * Parameters "<name>.c_attn.{weight,bias}" [3C, C], [3C] and "<name>.c_proj.{weight,bias}"
+ * [C, C], [C]; weights N(0, w_std) and N(0, proj_std), biases zero. Input [B, T, C].
+ * `dropout` is applied to the output projection (resid_dropout). */
+ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n_embd, int n_head, bool bias,
+                                       float dropout, double w_std, double proj_std);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

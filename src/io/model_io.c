@@ -1,0 +1,154 @@
+/* state_dict I/O: a parameter store (or a model) to and from a safetensors file, with
+ * PyTorch's state_dict names. Loading is all-or-nothing: every name, shape and dtype is
+ * checked before the first byte of the model changes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/io.h"
+#include "ctrain/models.h"
+#include "models/model_internal.h"
+
+/* ---- save ---- */
+static ct_status save_impl(const ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of) {
+    if (!path || !*path) return ct_error(CT_ERR_INVALID, "save: empty path");
+    ct_st_writer *w = ct_st_writer_create();
+    if (!w) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    ct_status st = CT_OK;
+    for (int i = 0; i < ct_params_count(P) && st == CT_OK; i++) {
+        const ct_tensor *t = ct_params_get(P, i);
+        if (!t->data) { st = ct_error(CT_ERR_INVALID, "%s: parameter store not finalised", path); break; }
+        st = ct_st_writer_add(w, t->name, CT_F32, t->ndim, t->shape, t->data);
+    }
+    if (st == CT_OK && alias) st = ct_st_writer_add(w, alias, CT_F32, alias_of->ndim, alias_of->shape, alias_of->data);
+    if (st == CT_OK) st = ct_st_writer_set_metadata(w, "format", "pt");
+    if (st == CT_OK) st = ct_st_writer_save(w, path);
+    ct_st_writer_free(w);
+    return st;
+}
+
+ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL); }
+
+ct_status ct_model_save(const ct_model *m, const char *path) {
+    /* PyTorch's state_dict of nanoGPT lists the tied head under both names */
+    if (m->cfg.kind == CT_MODEL_GPT) return save_impl(m->P, path, "lm_head.weight", m->wte);
+    return save_impl(m->P, path, NULL, NULL);
+}
+
+/* ---- load ---- */
+static const char *shape_s(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+    return buf;
+}
+
+static bool is_float(ct_dtype d) { return d == CT_F32 || d == CT_F16 || d == CT_BF16 || d == CT_F64; }
+
+/* Check one file tensor against the expected shape; message names tensor and file. */
+static ct_status check_tensor(const ct_st_file *f, const char *name, const ct_st_tensor *t, int ndim, const int64_t *shape) {
+    char a[128], b[128];
+    if (!is_float(t->dtype))
+        return ct_error(CT_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected a float type (F32, F16, BF16 or F64)", ct_st_path(f),
+                        name, ct_dtype_safetensors_name(t->dtype));
+    bool same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+    if (!same)
+        return ct_error(CT_ERR_FORMAT, "%s: tensor '%s' has shape %s, the model expects %s", ct_st_path(f), name,
+                        shape_s(a, sizeof a, t->ndim, t->shape), shape_s(b, sizeof b, ndim, shape));
+    return CT_OK;
+}
+
+/* nanoGPT (PyTorch < 2) registers its causal mask as "transformer.h.N.attn.bias" */
+static bool is_gpt_mask(const char *name) {
+    int n = 0, len = 0;
+    return sscanf(name, "transformer.h.%d.attn.bias%n", &n, &len) == 1 && name[len] == 0;
+}
+
+static void copy_in(float *dst, const ct_st_tensor *t, size_t n) {
+    size_t isz = ct_dtype_size(t->dtype);
+    if ((uintptr_t)t->data % isz == 0) { ct_convert(dst, CT_F32, t->data, t->dtype, n); return; }
+    void *tmp = malloc(n * isz + 1); /* unaligned data (a writer that did not pad) */
+    CT_CHECK(tmp, "out of memory");
+    memcpy(tmp, t->data, n * isz);
+    ct_convert(dst, CT_F32, tmp, t->dtype, n);
+    free(tmp);
+}
+
+/* alias: an extra accepted name that must have alias_of's shape (values ignored);
+ * gpt: accept nanoGPT's mask buffers. */
+static ct_status load_impl(ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of, bool gpt) {
+    ct_st_file *f = NULL;
+    ct_status st = ct_st_open(path, &f);
+    if (st != CT_OK) return st;
+    int np = ct_params_count(P);
+    ct_st_tensor *src = calloc((size_t)(np ? np : 1), sizeof *src);
+    if (!src) { ct_st_close(f); return ct_error(CT_ERR_NOMEM, "%s: out of memory", path); }
+
+    /* 1. every model tensor present, float, same shape */
+    char missing[512] = "";
+    int nmissing = 0;
+    for (int i = 0; i < np && st == CT_OK; i++) {
+        const ct_tensor *t = ct_params_get(P, i);
+        ct_status g = ct_st_get(f, t->name, &src[i]);
+        if (g == CT_ERR_NOT_FOUND) {
+            if (nmissing++ < 6) {
+                size_t o = strlen(missing);
+                snprintf(missing + o, sizeof missing - o, "%s'%s'", o ? ", " : "", t->name);
+            }
+            continue;
+        }
+        if (g != CT_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", ct_last_error());
+            st = ct_error(g, "%s: tensor '%s': %s", path, t->name, why);
+            break;
+        }
+        st = check_tensor(f, t->name, &src[i], t->ndim, t->shape);
+    }
+    if (st == CT_OK && nmissing)
+        st = ct_error(CT_ERR_FORMAT, "%s: %d tensor%s of the model missing from the file: %s%s", path, nmissing, nmissing > 1 ? "s" : "",
+                      missing, nmissing > 6 ? ", ..." : "");
+
+    /* 2. nothing in the file the model does not have */
+    if (st == CT_OK) {
+        char extra[512] = "";
+        int nextra = 0;
+        for (int j = 0; j < ct_st_count(f) && st == CT_OK; j++) {
+            const char *name = ct_st_name(f, j);
+            if (ct_params_find(P, name)) continue;
+            if (alias && !strcmp(name, alias)) {
+                ct_st_tensor t;
+                st = ct_st_get(f, name, &t);
+                if (st == CT_OK) st = check_tensor(f, name, &t, alias_of->ndim, alias_of->shape);
+                continue;
+            }
+            if (gpt && is_gpt_mask(name)) continue;
+            if (nextra++ < 6) {
+                size_t o = strlen(extra);
+                snprintf(extra + o, sizeof extra - o, "%s'%s'", o ? ", " : "", name);
+            }
+        }
+        if (st == CT_OK && nextra)
+            st = ct_error(CT_ERR_FORMAT, "%s: %d tensor%s in the file the model does not have: %s%s", path, nextra, nextra > 1 ? "s" : "",
+                          extra, nextra > 6 ? ", ..." : "");
+    }
+
+    /* 3. all checked: copy */
+    if (st == CT_OK)
+        for (int i = 0; i < np; i++) {
+            ct_tensor *t = ct_params_get(P, i);
+            copy_in(t->data, &src[i], (size_t)ct_numel(t));
+        }
+    free(src);
+    ct_st_close(f);
+    return st;
+}
+
+ct_status ct_params_load(ct_params *P, const char *path) { return load_impl(P, path, NULL, NULL, false); }
+
+ct_status ct_model_load(ct_model *m, const char *path) {
+    if (m->cfg.kind == CT_MODEL_GPT) return load_impl(m->P, path, "lm_head.weight", m->wte, true);
+    return load_impl(m->P, path, NULL, NULL, false);
+}

@@ -1,0 +1,38 @@
+/* nanoGPT's CausalSelfAttention: c_attn (C → 3C), causal softmax attention over n_head
+ * heads, c_proj (C → C), residual dropout. */
+#include "ctrain/nn.h"
+
+static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
+    int64_t C = m->hp[0];
+    int H = (int)m->hp[1];
+    CT_CHECK(x->ndim == 3 && x->shape[2] == C, "CausalSelfAttention '%s': expected input [B, T, %lld], got %d dims (last %lld)",
+             m->name, (long long)C, x->ndim, (long long)x->shape[x->ndim - 1]);
+    ct_tensor *qkv = ct_linear(ctx, x, m->p[0], m->p[1]);                 /* [B, T, 3C] */
+    /* split_heads takes contiguous input: the column slices of qkv are copied first
+     * (TODO: drop the copies once split_heads reads a strided last-dim slice) */
+    ct_tensor *q = ct_split_heads(ctx, ct_contiguous(ctx, ct_slice(ctx, qkv, 2, 0, C)), H); /* [B, H, T, D] */
+    ct_tensor *k = ct_split_heads(ctx, ct_contiguous(ctx, ct_slice(ctx, qkv, 2, C, C)), H);
+    ct_tensor *v = ct_split_heads(ctx, ct_contiguous(ctx, ct_slice(ctx, qkv, 2, 2 * C, C)), H);
+    ct_tensor *y = ct_merge_heads(ctx, ct_attention(ctx, q, k, v, true)); /* [B, T, C] */
+    y = ct_linear(ctx, y, m->p[2], m->p[3]);
+    return m->fp[0] > 0 ? ct_dropout(ctx, y, m->fp[0]) : y;
+}
+static const ct_module_ops csa_ops = {"CausalSelfAttention", csa_fw, NULL};
+
+ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n_embd, int n_head, bool bias,
+                                       float dropout, double w_std, double proj_std) {
+    CT_CHECK(n_embd > 0 && n_head > 0 && n_embd % n_head == 0,
+             "CausalSelfAttention '%s': n_embd=%lld must be a positive multiple of n_head=%d", name ? name : "",
+             (long long)n_embd, n_head);
+    CT_CHECK(dropout >= 0 && dropout < 1, "CausalSelfAttention: dropout=%g must be in [0, 1)", (double)dropout);
+    ct_module *m = ct_module_new(&csa_ops, name);
+    char nm[CT_NN_NAME_MAX + 32];
+    ct_module *attn = ct_module_add_child(m, ct_nn_linear_ex(P, ct_nn_join(nm, sizeof nm, m->name, "c_attn"), n_embd, 3 * n_embd,
+                                                             bias, CT_INIT_NORMAL, w_std, CT_INIT_ZEROS, 0));
+    ct_module *proj = ct_module_add_child(m, ct_nn_linear_ex(P, ct_nn_join(nm, sizeof nm, m->name, "c_proj"), n_embd, n_embd,
+                                                             bias, CT_INIT_NORMAL, proj_std, CT_INIT_ZEROS, 0));
+    m->p[0] = attn->w; m->p[1] = attn->b; m->p[2] = proj->w; m->p[3] = proj->b;
+    m->hp[0] = n_embd; m->hp[1] = n_head;
+    m->fp[0] = dropout;
+    return m;
+}

@@ -1,0 +1,108 @@
+/* Module plumbing: allocation, forward dispatch, recursive free, names, repr. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/nn.h"
+
+ct_module *ct_module_new(const ct_module_ops *ops, const char *name) {
+    CT_CHECK(ops && ops->forward, "ct_module_new: ops without forward");
+    ct_module *m = calloc(1, sizeof *m);
+    CT_CHECK(m, "out of memory creating a %s module", ops->type);
+    m->ops = ops;
+    if (name) {
+        size_t n = strlen(name);
+        CT_CHECK(n < CT_NN_NAME_MAX, "module name '%s' longer than %d characters", name, CT_NN_NAME_MAX - 1);
+        memcpy(m->name, name, n + 1);
+    }
+    return m;
+}
+
+ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return m->ops->forward(ctx, m, x); }
+
+void ct_module_free(ct_module *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nchildren; i++) ct_module_free(m->children[i]);
+    free(m->children);
+    if (m->ops->destroy) m->ops->destroy(m);
+    free(m);
+}
+
+const char *ct_module_type(const ct_module *m) { return m->ops->type; }
+
+ct_module *ct_module_add_child(ct_module *parent, ct_module *child) {
+    CT_CHECK(child, "adding a NULL child to %s '%s'", parent->ops->type, parent->name);
+    if (parent->nchildren == parent->cap) {
+        parent->cap = parent->cap ? 2 * parent->cap : 8;
+        parent->children = realloc(parent->children, (size_t)parent->cap * sizeof *parent->children);
+        CT_CHECK(parent->children, "out of memory");
+    }
+    parent->children[parent->nchildren++] = child;
+    return child;
+}
+
+const char *ct_nn_join(char *buf, size_t n, const char *prefix, const char *leaf) {
+    int r = (prefix && *prefix) ? snprintf(buf, n, "%s.%s", prefix, leaf) : snprintf(buf, n, "%s", leaf);
+    CT_CHECK(r >= 0 && (size_t)r < n, "parameter name '%s.%s' too long", prefix ? prefix : "", leaf);
+    return buf;
+}
+
+/* ---- repr ---- */
+typedef struct { char *buf; size_t n, len; } sbuf;
+static void sb_printf(sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vsnprintf(s->len < s->n ? s->buf + s->len : NULL, s->len < s->n ? s->n - s->len : 0, fmt, ap);
+    va_end(ap);
+    if (r > 0) s->len += (size_t)r;
+}
+
+static void repr_one(const ct_module *m, sbuf *s) {
+    const char *t = m->ops->type;
+    const int64_t *h = m->hp;
+    if (!strcmp(t, "Linear"))
+        sb_printf(s, "Linear(in_features=%lld, out_features=%lld, bias=%s)", (long long)h[0], (long long)h[1], m->b ? "True" : "False");
+    else if (!strcmp(t, "Conv2d"))
+        sb_printf(s, "Conv2d(%lld, %lld, kernel_size=(%lld, %lld), stride=(%lld, %lld), padding=(%lld, %lld)%s)", (long long)h[0],
+                  (long long)h[1], (long long)h[2], (long long)h[2], (long long)h[3], (long long)h[3], (long long)h[4],
+                  (long long)h[4], m->b ? "" : ", bias=False");
+    else if (!strcmp(t, "MaxPool2d"))
+        sb_printf(s, "MaxPool2d(kernel_size=%lld, stride=%lld, padding=%lld)", (long long)h[0], (long long)h[1], (long long)h[2]);
+    else if (!strcmp(t, "Embedding"))
+        sb_printf(s, "Embedding(%lld, %lld)", (long long)h[0], (long long)h[1]);
+    else if (!strcmp(t, "LayerNorm"))
+        sb_printf(s, "LayerNorm((%lld,), eps=%g)", (long long)h[0], (double)m->fp[0]);
+    else if (!strcmp(t, "Dropout"))
+        sb_printf(s, "Dropout(p=%g)", (double)m->fp[0]);
+    else if (!strcmp(t, "GELU"))
+        sb_printf(s, "GELU(approximate='%s')", h[0] ? "tanh" : "none");
+    else if (!strcmp(t, "Flatten"))
+        sb_printf(s, "Flatten(start_dim=%lld, end_dim=-1)", (long long)h[0]);
+    else
+        sb_printf(s, "%s()", t);
+}
+
+static void repr_rec(const ct_module *m, sbuf *s, int depth) {
+    if (m->nchildren == 0) { repr_one(m, s); return; }
+    sb_printf(s, "%s(\n", m->ops->type);
+    for (int i = 0; i < m->nchildren; i++) {
+        const ct_module *c = m->children[i];
+        const char *leaf = strrchr(c->name, '.');
+        leaf = leaf ? leaf + 1 : (c->name[0] ? c->name : NULL);
+        sb_printf(s, "%*s(", 2 * (depth + 1), "");
+        if (leaf) sb_printf(s, "%s", leaf); else sb_printf(s, "%d", i);
+        sb_printf(s, "): ");
+        repr_rec(c, s, depth + 1);
+        sb_printf(s, "\n");
+    }
+    sb_printf(s, "%*s)", 2 * depth, "");
+}
+
+size_t ct_module_repr(const ct_module *m, char *buf, size_t n) {
+    sbuf s = {buf, n, 0};
+    if (buf && n) buf[0] = 0;
+    repr_rec(m, &s, 0);
+    return s.len;
+}

@@ -1,0 +1,156 @@
+/* ctrain/dist.h — distributed runtime: TCP store, process groups, collectives, spawn.
+ *
+ *   ct_pg *pg;
+ *   if (ct_dist_init(NULL, &pg) != CT_OK) {          // RANK/WORLD_SIZE/... from `ctrain run`
+ *       fprintf(stderr, "init: %s\n", ct_last_error());
+ *       return 1;
+ *   }
+ *   ct_work *w = ct_all_reduce(pg, grad, n, CT_F32, CT_RED_AVG);   // queued, returns at once
+ *   ...compute...
+ *   if (ct_work_wait(w) != CT_OK) fprintf(stderr, "%s\n", ct_last_error());
+ *   ct_work_free(w);
+ *   ct_barrier_sync(pg);
+ *   ct_pg_free(pg);
+ *
+ * Collectives operate on raw buffers and must be issued in the same order on every rank of
+ * the group, from one thread. Each group has a comm thread that runs queued operations in
+ * order, so ct_work_wait() is the only call that blocks; the *_sync wrappers run the
+ * operation on the calling thread when nothing is queued (lowest latency).
+ * Every operation carries a fingerprint (sequence, op, dtype, count, reduce op, root); ranks
+ * that disagree all fail with a message naming both sides. Every wait has a timeout
+ * (CTRAIN_TIMEOUT seconds, default 300). After a failure the group is unusable.
+ */
+#ifndef CTRAIN_DIST_H
+#define CTRAIN_DIST_H
+
+#include "ctrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ store */
+/* A TCP key-value store for rendezvous. The server runs on a thread of the process that
+ * starts it (the launcher, ct_spawn's parent, or rank 0). Every client must present the
+ * server's token (empty token = no check). Values are at most CT_STORE_MAX_VALUE bytes. */
+#define CT_STORE_MAX_KEY 1024
+#define CT_STORE_MAX_VALUE (16u << 20)
+
+typedef struct ct_store_server ct_store_server;
+typedef struct ct_store ct_store;
+
+/* bind_addr NULL = 127.0.0.1; port 0 = pick a free one (see ct_store_server_port). */
+ct_status ct_store_server_start(const char *bind_addr, int port, const char *token, ct_store_server **out);
+int ct_store_server_port(const ct_store_server *s);
+void ct_store_server_stop(ct_store_server *s);
+
+/* Connects, retrying until timeout_s (the server may not be up yet). */
+ct_status ct_store_connect(const char *addr, int port, const char *token, double timeout_s, ct_store **out);
+void ct_store_free(ct_store *c);
+ct_status ct_store_set(ct_store *c, const char *key, const void *val, size_t len);
+/* Waits until key exists (up to timeout_s), then returns a malloc'd copy (free() it). */
+ct_status ct_store_get(ct_store *c, const char *key, double timeout_s, void **val, size_t *len);
+/* Waits until every key exists. */
+ct_status ct_store_wait(ct_store *c, const char *const *keys, int nkeys, double timeout_s);
+/* Atomically adds delta to the decimal integer stored at key (missing = 0); returns the new value. */
+ct_status ct_store_add(ct_store *c, const char *key, int64_t delta, int64_t *out);
+/* If key's value equals expected (or key is missing and expected is NULL), sets desired.
+ * The value after the operation is returned in *cur (malloc'd, may be NULL if cur is NULL). */
+ct_status ct_store_compare_set(ct_store *c, const char *key, const void *expected, size_t elen, const void *desired,
+                               size_t dlen, void **cur, size_t *curlen);
+ct_status ct_store_delete(ct_store *c, const char *key, bool *existed);
+ct_status ct_store_num_keys(ct_store *c, int64_t *out);
+/* Non-blocking existence check. */
+ct_status ct_store_check(ct_store *c, const char *key, bool *exists);
+
+/* ------------------------------------------------------------------ process groups */
+typedef struct ct_pg ct_pg;
+typedef struct ct_work ct_work;
+
+typedef enum { CT_RED_SUM = 0, CT_RED_AVG, CT_RED_MIN, CT_RED_MAX, CT_RED_PROD, CT_RED_COUNT_ } ct_reduce_op;
+const char *ct_reduce_op_name(ct_reduce_op op);
+ct_status ct_reduce_op_parse(const char *s, ct_reduce_op *out);
+
+typedef struct ct_dist_opts {
+    int rank, world_size;             /* -1 = from the environment */
+    int local_rank, local_world_size; /* -1 = from the environment (default: = rank / world) */
+    const char *master_addr;          /* NULL = MASTER_ADDR or 127.0.0.1 */
+    int master_port;                  /* 0 = MASTER_PORT or 29500 */
+    const char *backend;              /* "shm", "mpi" or NULL = CTRAIN_BACKEND or automatic */
+    const char *token;                /* store token; NULL = CTRAIN_STORE_TOKEN or none */
+    double timeout_s;                 /* 0 = CTRAIN_TIMEOUT or 300 */
+    int fingerprint;                  /* -1 = CTRAIN_FINGERPRINT or on; 0 off; 1 on */
+} ct_dist_opts;
+
+ct_dist_opts ct_dist_default_opts(void);
+/* Creates the world group. Rank and size come from opts, else RANK/WORLD_SIZE (torchrun,
+ * `ctrain run`, ct_spawn), OMPI_COMM_WORLD_* (mpirun) or SLURM_PROCID/SLURM_NTASKS.
+ * The store is the launcher's (CTRAIN_STORE_HOSTED=1) or is hosted by rank 0. */
+ct_status ct_dist_init(const ct_dist_opts *opts, ct_pg **out);
+/* Collective over every rank of parent (all must call, in the same order). Members get a
+ * new group whose ranks are numbered in the order of `ranks`; non-members get *out = NULL. */
+ct_status ct_dist_new_group(ct_pg *parent, const int *ranks, int nranks, ct_pg **out);
+int ct_pg_rank(const ct_pg *pg);
+int ct_pg_size(const ct_pg *pg);
+const char *ct_pg_backend(const ct_pg *pg);
+/* Global rank (in the world group) of group rank r. */
+int ct_pg_global_rank(const ct_pg *pg, int r);
+/* Store shared by the job (NULL for the mpi backend or a 1-rank world). */
+ct_store *ct_pg_store(ct_pg *pg);
+/* Drains the queue and frees. Freeing the world group also frees its subgroups' store. */
+void ct_pg_free(ct_pg *pg);
+
+/* ---- asynchronous collectives: return a work handle that is never NULL ----
+ * Buffers must stay valid until the work completes. count is in elements. */
+ct_work *ct_all_reduce(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op);
+ct_work *ct_broadcast(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int root);
+/* Result on root only; other ranks' buffers are left unchanged. */
+ct_work *ct_reduce(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op, int root);
+/* recv holds size*count elements, rank r's send at recv + r*count. */
+ct_work *ct_all_gather(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt);
+/* send holds size*count elements; recv gets the reduction of block `rank` (count elements). */
+ct_work *ct_reduce_scatter(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt, ct_reduce_op op);
+/* send and recv hold size*count elements; block j of send goes to rank j. */
+ct_work *ct_all_to_all(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt);
+ct_work *ct_barrier(ct_pg *pg);
+/* Point to point: matched in order per (sender, receiver) pair; tag, count and dtype
+ * must agree. A send returns once its data is buffered in shared memory (shm) or sent. */
+ct_work *ct_send(ct_pg *pg, const void *buf, size_t count, ct_dtype dt, int dst, int tag);
+ct_work *ct_recv(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int src, int tag);
+
+/* Blocks until done (the comm thread enforces the group timeout). Repeatable. */
+ct_status ct_work_wait(ct_work *w);
+bool ct_work_test(ct_work *w);
+/* Waits first if the work is still running. */
+void ct_work_free(ct_work *w);
+
+/* ---- blocking wrappers ---- */
+ct_status ct_all_reduce_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op);
+ct_status ct_broadcast_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int root);
+ct_status ct_reduce_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op, int root);
+ct_status ct_all_gather_sync(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt);
+ct_status ct_reduce_scatter_sync(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt,
+                                 ct_reduce_op op);
+ct_status ct_all_to_all_sync(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt);
+ct_status ct_barrier_sync(ct_pg *pg);
+ct_status ct_send_sync(ct_pg *pg, const void *buf, size_t count, ct_dtype dt, int dst, int tag);
+ct_status ct_recv_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int src, int tag);
+
+/* ------------------------------------------------------------------ spawn */
+/* Like torch.multiprocessing.spawn: forks nprocs children, each with RANK, WORLD_SIZE,
+ * LOCAL_RANK, MASTER_ADDR/PORT and a store hosted by the parent, runs fn(rank, nprocs, arg)
+ * and exits with its return value. Returns CT_OK if all return 0; otherwise stops the
+ * others (SIGTERM, then SIGKILL), prints the failure report to stderr and returns
+ * CT_ERR_PEER with the root cause (rank, exit code or signal) in ct_last_error(). */
+typedef int (*ct_spawn_fn)(int rank, int nprocs, void *arg);
+ct_status ct_spawn(ct_spawn_fn fn, int nprocs, void *arg);
+
+/* Self-test for `ctrain env --check`: spawns nranks (>= 2) ranks on the shm backend, checks
+ * an all-reduce of several sizes and measures bus bandwidth at 16 MiB. Writes a one-line
+ * summary into report. Returns CT_OK when the results are correct. */
+ct_status ct_dist_selfcheck(int nranks, double *busbw_gbps, char *report, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

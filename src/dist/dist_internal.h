@@ -1,0 +1,90 @@
+/* Private to src/dist: work items, the backend vtable, process-group internals. */
+#ifndef CT_DIST_INTERNAL_H
+#define CT_DIST_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ctrain/dist.h"
+
+typedef enum {
+    CT_OP_ALLREDUCE = 1, CT_OP_BROADCAST, CT_OP_REDUCE, CT_OP_ALLGATHER, CT_OP_REDUCE_SCATTER,
+    CT_OP_ALLTOALL, CT_OP_BARRIER, CT_OP_SEND, CT_OP_RECV
+} ct_opkind;
+
+const char *ct_op_name(int kind);
+
+struct ct_work {
+    ct_pg *pg;
+    ct_work *next;
+    int kind;
+    const void *sbuf;
+    void *rbuf;
+    size_t count;
+    ct_dtype dt;
+    ct_reduce_op rop;
+    int peer; /* root, dst or src */
+    int tag;
+    uint32_t seq; /* collective sequence number in the group */
+    _Atomic uint32_t state; /* 0 pending, 1 done, 2 pending with a sleeping waiter */
+    ct_status st;
+    int heap;
+    char msg[640];
+};
+
+/* One line describing an operation: "all_reduce #5 (f32 x 1000, sum)". */
+void ct_work_describe(const ct_work *w, char *out, size_t n);
+
+typedef struct ct_backend {
+    const char *name;
+    /* Runs w to completion or failure by deadline; the message goes to ct_error. */
+    ct_status (*run)(void *impl, ct_work *w, double deadline);
+    /* Called on every rank of parent; my_rank < 0 for non-members (impl_out stays NULL). */
+    ct_status (*new_group)(ct_pg *parent, ct_pg *child, const int *ranks, int n, int my_rank, void **impl_out);
+    void (*destroy)(void *impl);
+} ct_backend;
+
+struct ct_pg {
+    int rank, size, gid;
+    int *granks; /* group rank -> world rank */
+    const ct_backend *be;
+    void *impl;
+    ct_pg *world; /* self for the world group */
+    ct_store *store;
+    ct_store_server *server; /* hosted here (rank 0 without a launcher) */
+    char prefix[64];         /* store key prefix for this run attempt */
+    char runid[40];
+    double timeout;
+    int fingerprint;
+    int local_size;
+    uint32_t seq;
+    int ngroups;
+    /* comm thread queue */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ct_work *head, *tail;
+    int busy, stop, started;
+    pthread_t th;
+    ct_status broken;
+    char broken_msg[640];
+};
+
+/* Backends. */
+extern const ct_backend ct_shm_backend;
+ct_status ct_shm_create(ct_pg *pg, void **impl_out);
+#if CT_HAVE_MPI
+extern const ct_backend ct_mpi_backend;
+ct_status ct_mpi_create(ct_pg *pg, void **impl_out);
+#endif
+
+/* Reduction kernels (reduce.c): o1[i] = a[i] op b[i] (and o2 too when not NULL), any
+ * aliasing of outputs with inputs at the same index is allowed. `divisor` > 0 divides the
+ * result (AVG's last pass). */
+void ct_reduce2(ct_dtype dt, ct_reduce_op op, void *o1, void *o2, const void *a, const void *b, size_t n,
+                int divisor);
+/* o[i] /= divisor in place (AVG when there is only one source). */
+void ct_reduce_scale(ct_dtype dt, void *o, size_t n, int divisor);
+
+/* Internal helpers shared with the launcher and spawn (supervise.c). */
+void ct_random_hex(char *out, size_t nbytes); /* writes 2*nbytes hex chars + NUL */
+#endif

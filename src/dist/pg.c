@@ -1,0 +1,541 @@
+/* Process-group front end: initialisation from the environment, subgroups, the work queue
+ * and its comm thread, and the public collective calls. Backends only see ct_work items,
+ * one at a time, in issue order. */
+#include "dist/dist_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <immintrin.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ small helpers */
+const char *ct_op_name(int kind) {
+    switch (kind) {
+    case CT_OP_ALLREDUCE: return "all_reduce";
+    case CT_OP_BROADCAST: return "broadcast";
+    case CT_OP_REDUCE: return "reduce";
+    case CT_OP_ALLGATHER: return "all_gather";
+    case CT_OP_REDUCE_SCATTER: return "reduce_scatter";
+    case CT_OP_ALLTOALL: return "all_to_all";
+    case CT_OP_BARRIER: return "barrier";
+    case CT_OP_SEND: return "send";
+    case CT_OP_RECV: return "recv";
+    default: return "?";
+    }
+}
+
+static const char *rop_names[CT_RED_COUNT_] = {"sum", "avg", "min", "max", "prod"};
+const char *ct_reduce_op_name(ct_reduce_op op) { return (unsigned)op < CT_RED_COUNT_ ? rop_names[op] : "?"; }
+ct_status ct_reduce_op_parse(const char *s, ct_reduce_op *out) {
+    for (int i = 0; i < CT_RED_COUNT_; i++)
+        if (!strcasecmp(s, rop_names[i])) { *out = (ct_reduce_op)i; return CT_OK; }
+    return ct_error(CT_ERR_INVALID, "unknown reduce op '%s' (expected sum, avg, min, max, prod)", s);
+}
+
+void ct_work_describe(const ct_work *w, char *out, size_t n) {
+    switch (w->kind) {
+    case CT_OP_ALLREDUCE: case CT_OP_REDUCE_SCATTER:
+        snprintf(out, n, "%s #%u (%s x %zu, %s)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt), w->count,
+                 ct_reduce_op_name(w->rop));
+        break;
+    case CT_OP_REDUCE:
+        snprintf(out, n, "%s #%u (%s x %zu, %s, root %d)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt),
+                 w->count, ct_reduce_op_name(w->rop), w->peer);
+        break;
+    case CT_OP_BROADCAST:
+        snprintf(out, n, "%s #%u (%s x %zu, root %d)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt), w->count,
+                 w->peer);
+        break;
+    case CT_OP_BARRIER: snprintf(out, n, "barrier #%u", w->seq); break;
+    case CT_OP_SEND: case CT_OP_RECV:
+        snprintf(out, n, "%s %s rank %d (%s x %zu, tag %d)", ct_op_name(w->kind), w->kind == CT_OP_SEND ? "to" : "from",
+                 w->peer, ct_dtype_name(w->dt), w->count, w->tag);
+        break;
+    default:
+        snprintf(out, n, "%s #%u (%s x %zu)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt), w->count);
+    }
+}
+
+void ct_random_hex(char *out, size_t nbytes) {
+    uint8_t b[64];
+    if (nbytes > sizeof b) nbytes = sizeof b;
+    if (getrandom(b, nbytes, 0) != (ssize_t)nbytes) {
+        /* no entropy source: fall back to time and pid, still unique per run */
+        uint64_t x = (uint64_t)(ct_time_now() * 1e9) ^ ((uint64_t)getpid() << 32);
+        for (size_t i = 0; i < nbytes; i++) { x = x * 6364136223846793005ull + 1442695040888963407ull; b[i] = (uint8_t)(x >> 56); }
+    }
+    for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
+    out[2 * nbytes] = 0;
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+/* ------------------------------------------------------------------ environment */
+static int env_int(const char *const *names, int dflt, const char **which) {
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) {
+            if (which) *which = names[i];
+            return atoi(v);
+        }
+    }
+    return dflt;
+}
+
+static int env_int_checked(const char *const *names, int dflt, const char **which, int *bad) {
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) {
+            char *e;
+            long x = strtol(v, &e, 10);
+            if (*e && *e != '(') { *bad = 1; if (which) *which = names[i]; return -1; }
+            if (which) *which = names[i];
+            return (int)x;
+        }
+    }
+    return dflt;
+}
+
+ct_dist_opts ct_dist_default_opts(void) {
+    ct_dist_opts o = {.rank = -1, .world_size = -1, .local_rank = -1, .local_world_size = -1, .fingerprint = -1};
+    return o;
+}
+
+/* ------------------------------------------------------------------ comm thread */
+static void work_finish(ct_work *w) {
+    /* last touch of w unless a waiter sleeps; then the wake is the last touch */
+    if (atomic_exchange(&w->state, 1) == 2) futex(&w->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
+
+static void exec_work(ct_pg *pg, ct_work *w) {
+    if (pg->broken != CT_OK) {
+        w->st = pg->broken;
+        snprintf(w->msg, sizeof w->msg, "process group unusable after an earlier failure: %.560s", pg->broken_msg);
+        return;
+    }
+    double t0 = ct_time_now();
+    ct_status st = pg->be->run(pg->impl, w, t0 + pg->timeout);
+    w->st = st;
+    if (st != CT_OK) {
+        snprintf(w->msg, sizeof w->msg, "%s", ct_last_error());
+        if (st == CT_ERR_TIMEOUT || st == CT_ERR_PEER || st == CT_ERR_MISMATCH) {
+            pg->broken = st;
+            snprintf(pg->broken_msg, sizeof pg->broken_msg, "%s", w->msg);
+        }
+    }
+}
+
+static void *comm_main(void *arg) {
+    ct_pg *pg = arg;
+    char name[16];
+    snprintf(name, sizeof name, "ct-comm-%d", pg->gid);
+    pthread_setname_np(pthread_self(), name);
+    pthread_mutex_lock(&pg->mu);
+    for (;;) {
+        while (!pg->stop && (!pg->head || pg->busy)) pthread_cond_wait(&pg->cv, &pg->mu);
+        if (!pg->head && pg->stop) break;
+        if (pg->busy) continue;
+        ct_work *w = pg->head;
+        pg->head = w->next;
+        if (!pg->head) pg->tail = NULL;
+        pg->busy = 1;
+        pthread_mutex_unlock(&pg->mu);
+        exec_work(pg, w);
+        pthread_mutex_lock(&pg->mu);
+        pg->busy = 0;
+        work_finish(w);
+    }
+    pthread_mutex_unlock(&pg->mu);
+    return NULL;
+}
+
+/* Queues w, or runs it right here when the queue is idle and `inline_ok` (sync wrappers). */
+static void submit(ct_pg *pg, ct_work *w, int inline_ok) {
+    pthread_mutex_lock(&pg->mu);
+    if (inline_ok && !pg->head && !pg->busy) {
+        pg->busy = 1;
+        pthread_mutex_unlock(&pg->mu);
+        exec_work(pg, w);
+        atomic_store(&w->state, 1);
+        pthread_mutex_lock(&pg->mu);
+        pg->busy = 0;
+        if (pg->head) pthread_cond_signal(&pg->cv);
+        pthread_mutex_unlock(&pg->mu);
+        return;
+    }
+    if (!pg->started) {
+        if (pthread_create(&pg->th, NULL, comm_main, pg)) {
+            pthread_mutex_unlock(&pg->mu);
+            w->st = ct_error(CT_ERR_SYSTEM, "cannot start the comm thread");
+            snprintf(w->msg, sizeof w->msg, "cannot start the comm thread");
+            atomic_store(&w->state, 1);
+            return;
+        }
+        pg->started = 1;
+    }
+    w->next = NULL;
+    if (pg->tail) pg->tail->next = w;
+    else pg->head = w;
+    pg->tail = w;
+    pthread_cond_signal(&pg->cv);
+    pthread_mutex_unlock(&pg->mu);
+}
+
+static ct_work oom_work = {.state = 1, .st = CT_ERR_NOMEM, .msg = "out of memory allocating a work handle"};
+
+/* Builds a work item; argument errors complete it at once with CT_ERR_INVALID. */
+static int work_init(ct_work *w, ct_pg *pg, int kind, const void *s, void *r, size_t count, ct_dtype dt,
+                     ct_reduce_op op, int peer, int tag) {
+    memset(w, 0, offsetof(ct_work, msg));
+    w->msg[0] = 0;
+    w->pg = pg;
+    w->kind = kind;
+    w->sbuf = s;
+    w->rbuf = r;
+    w->count = count;
+    w->dt = dt;
+    w->rop = op;
+    w->peer = peer;
+    w->tag = tag;
+    const char *bad = NULL;
+    char tmp[160];
+    if (!pg) bad = "process group is NULL";
+    else if ((unsigned)dt > CT_I64) bad = "dtype must be f32, f16, bf16, f64, i32 or i64";
+    else if ((unsigned)op >= CT_RED_COUNT_) bad = "unknown reduce op";
+    else if ((kind == CT_OP_BROADCAST || kind == CT_OP_REDUCE || kind == CT_OP_SEND || kind == CT_OP_RECV) &&
+             (peer < 0 || peer >= pg->size)) {
+        snprintf(tmp, sizeof tmp, "%s: rank %d is not in a group of %d", ct_op_name(kind), peer, pg->size);
+        bad = tmp;
+    } else if ((kind == CT_OP_SEND || kind == CT_OP_RECV) && peer == pg->rank) bad = "send/recv to self";
+    else if (count && kind != CT_OP_BARRIER && ((kind != CT_OP_RECV && !s && kind != CT_OP_ALLREDUCE &&
+                                                 kind != CT_OP_BROADCAST && kind != CT_OP_REDUCE) ||
+                                                (!r && kind != CT_OP_SEND)))
+        bad = "NULL buffer";
+    if (bad) {
+        w->st = CT_ERR_INVALID;
+        snprintf(w->msg, sizeof w->msg, "%s", bad);
+        atomic_store(&w->state, 1);
+        return 0;
+    }
+    if (kind != CT_OP_SEND && kind != CT_OP_RECV) w->seq = ++pg->seq;
+    return 1;
+}
+
+static ct_work *async_op(ct_pg *pg, int kind, const void *s, void *r, size_t count, ct_dtype dt, ct_reduce_op op,
+                         int peer, int tag) {
+    ct_work *w = malloc(sizeof *w);
+    if (!w) return &oom_work;
+    if (work_init(w, pg, kind, s, r, count, dt, op, peer, tag)) submit(pg, w, 0);
+    w->heap = 1;
+    return w;
+}
+
+ct_status ct_work_wait(ct_work *w) {
+    if (!w) return ct_error(CT_ERR_INVALID, "ct_work_wait(NULL)");
+    /* short spin: completions right after issue are common for small ops */
+    for (int i = 0; i < 4000 && atomic_load_explicit(&w->state, memory_order_acquire) != 1; i++) _mm_pause();
+    for (;;) {
+        uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
+        if (s == 1) break;
+        if (s == 0 && !atomic_compare_exchange_strong(&w->state, &s, 2)) continue;
+        futex(&w->state, FUTEX_WAIT_PRIVATE, 2, NULL);
+    }
+    if (w->st != CT_OK) return ct_error(w->st, "%s", w->msg);
+    return CT_OK;
+}
+
+bool ct_work_test(ct_work *w) { return w && atomic_load_explicit(&w->state, memory_order_acquire) == 1; }
+
+void ct_work_free(ct_work *w) {
+    if (!w || w == &oom_work) return;
+    ct_status st = ct_work_wait(w);
+    (void)st;
+    if (w->heap) free(w);
+}
+
+static ct_status sync_op(ct_pg *pg, int kind, const void *s, void *r, size_t count, ct_dtype dt, ct_reduce_op op,
+                         int peer, int tag) {
+    ct_work w;
+    if (work_init(&w, pg, kind, s, r, count, dt, op, peer, tag)) submit(pg, &w, 1);
+    return ct_work_wait(&w);
+}
+
+/* ------------------------------------------------------------------ public collectives */
+ct_work *ct_all_reduce(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op) {
+    return async_op(pg, CT_OP_ALLREDUCE, buf, buf, count, dt, op, 0, 0);
+}
+ct_work *ct_broadcast(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int root) {
+    return async_op(pg, CT_OP_BROADCAST, buf, buf, count, dt, CT_RED_SUM, root, 0);
+}
+ct_work *ct_reduce(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op, int root) {
+    return async_op(pg, CT_OP_REDUCE, buf, buf, count, dt, op, root, 0);
+}
+ct_work *ct_all_gather(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt) {
+    return async_op(pg, CT_OP_ALLGATHER, send, recv, count, dt, CT_RED_SUM, 0, 0);
+}
+ct_work *ct_reduce_scatter(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt, ct_reduce_op op) {
+    return async_op(pg, CT_OP_REDUCE_SCATTER, send, recv, count, dt, op, 0, 0);
+}
+ct_work *ct_all_to_all(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt) {
+    return async_op(pg, CT_OP_ALLTOALL, send, recv, count, dt, CT_RED_SUM, 0, 0);
+}
+ct_work *ct_barrier(ct_pg *pg) { return async_op(pg, CT_OP_BARRIER, NULL, NULL, 0, CT_I32, CT_RED_SUM, 0, 0); }
+ct_work *ct_send(ct_pg *pg, const void *buf, size_t count, ct_dtype dt, int dst, int tag) {
+    return async_op(pg, CT_OP_SEND, buf, NULL, count, dt, CT_RED_SUM, dst, tag);
+}
+ct_work *ct_recv(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int src, int tag) {
+    return async_op(pg, CT_OP_RECV, NULL, buf, count, dt, CT_RED_SUM, src, tag);
+}
+
+ct_status ct_all_reduce_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op) {
+    return sync_op(pg, CT_OP_ALLREDUCE, buf, buf, count, dt, op, 0, 0);
+}
+ct_status ct_broadcast_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int root) {
+    return sync_op(pg, CT_OP_BROADCAST, buf, buf, count, dt, CT_RED_SUM, root, 0);
+}
+ct_status ct_reduce_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op, int root) {
+    return sync_op(pg, CT_OP_REDUCE, buf, buf, count, dt, op, root, 0);
+}
+ct_status ct_all_gather_sync(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt) {
+    return sync_op(pg, CT_OP_ALLGATHER, send, recv, count, dt, CT_RED_SUM, 0, 0);
+}
+ct_status ct_reduce_scatter_sync(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt,
+                                 ct_reduce_op op) {
+    return sync_op(pg, CT_OP_REDUCE_SCATTER, send, recv, count, dt, op, 0, 0);
+}
+ct_status ct_all_to_all_sync(ct_pg *pg, const void *send, void *recv, size_t count, ct_dtype dt) {
+    return sync_op(pg, CT_OP_ALLTOALL, send, recv, count, dt, CT_RED_SUM, 0, 0);
+}
+ct_status ct_barrier_sync(ct_pg *pg) { return sync_op(pg, CT_OP_BARRIER, NULL, NULL, 0, CT_I32, CT_RED_SUM, 0, 0); }
+ct_status ct_send_sync(ct_pg *pg, const void *buf, size_t count, ct_dtype dt, int dst, int tag) {
+    return sync_op(pg, CT_OP_SEND, buf, NULL, count, dt, CT_RED_SUM, dst, tag);
+}
+ct_status ct_recv_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int src, int tag) {
+    return sync_op(pg, CT_OP_RECV, NULL, buf, count, dt, CT_RED_SUM, src, tag);
+}
+
+/* ------------------------------------------------------------------ groups */
+int ct_pg_rank(const ct_pg *pg) { return pg ? pg->rank : -1; }
+int ct_pg_size(const ct_pg *pg) { return pg ? pg->size : 0; }
+const char *ct_pg_backend(const ct_pg *pg) { return pg && pg->be ? pg->be->name : "none"; }
+int ct_pg_global_rank(const ct_pg *pg, int r) { return pg && r >= 0 && r < pg->size ? pg->granks[r] : -1; }
+ct_store *ct_pg_store(ct_pg *pg) { return pg ? pg->world->store : NULL; }
+
+static ct_pg *pg_alloc(int rank, int size) {
+    ct_pg *pg = calloc(1, sizeof *pg);
+    if (!pg) return NULL;
+    pg->granks = calloc((size_t)size, sizeof(int));
+    if (!pg->granks) { free(pg); return NULL; }
+    pg->rank = rank;
+    pg->size = size;
+    pthread_mutex_init(&pg->mu, NULL);
+    pthread_cond_init(&pg->cv, NULL);
+    return pg;
+}
+
+static void pg_stop_thread(ct_pg *pg) {
+    pthread_mutex_lock(&pg->mu);
+    pg->stop = 1;
+    pthread_cond_broadcast(&pg->cv);
+    int started = pg->started;
+    pthread_mutex_unlock(&pg->mu);
+    if (started) pthread_join(pg->th, NULL);
+}
+
+static void pg_release(ct_pg *pg) {
+    pthread_mutex_destroy(&pg->mu);
+    pthread_cond_destroy(&pg->cv);
+    free(pg->granks);
+    free(pg);
+}
+
+/* Rank 0 hosts the store when there is no launcher: it must outlive the other ranks'
+ * use of it, so every rank checks in before rank 0 shuts it down. */
+static void world_finalize_store(ct_pg *pg) {
+    if (!pg->store) return;
+    char key[128];
+    int64_t v = 0;
+    snprintf(key, sizeof key, "%sfinalized", pg->prefix);
+    if (ct_store_add(pg->store, key, 1, &v) == CT_OK && v == pg->size) {
+        snprintf(key, sizeof key, "%sfinalized_all", pg->prefix);
+        ct_store_set(pg->store, key, "1", 1);
+    }
+    if (pg->server) {
+        void *val = NULL;
+        snprintf(key, sizeof key, "%sfinalized_all", pg->prefix);
+        double t = pg->broken ? 2 : (pg->timeout < 60 ? pg->timeout : 60);
+        if (ct_store_get(pg->store, key, t, &val, NULL) == CT_OK) free(val);
+    }
+}
+
+void ct_pg_free(ct_pg *pg) {
+    if (!pg) return;
+    pg_stop_thread(pg);
+    if (pg->impl) pg->be->destroy(pg->impl);
+    if (pg->world == pg) {
+        world_finalize_store(pg);
+        ct_store_free(pg->store);
+        ct_store_server_stop(pg->server);
+    }
+    pg_release(pg);
+}
+
+ct_status ct_dist_new_group(ct_pg *parent, const int *ranks, int nranks, ct_pg **out) {
+    *out = NULL;
+    if (!parent) return ct_error(CT_ERR_INVALID, "ct_dist_new_group: parent is NULL");
+    if (nranks < 1 || nranks > parent->size)
+        return ct_error(CT_ERR_INVALID, "ct_dist_new_group: %d ranks for a group of %d", nranks, parent->size);
+    int me = -1;
+    for (int i = 0; i < nranks; i++) {
+        if (ranks[i] < 0 || ranks[i] >= parent->size)
+            return ct_error(CT_ERR_INVALID, "ct_dist_new_group: rank %d is not in a group of %d", ranks[i], parent->size);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) return ct_error(CT_ERR_INVALID, "ct_dist_new_group: rank %d listed twice", ranks[i]);
+        if (ranks[i] == parent->rank) me = i;
+    }
+    if (parent->broken) return ct_error(parent->broken, "process group unusable: %s", parent->broken_msg);
+    /* the queue must be drained: backends rendezvous on the calling thread */
+    ct_status st = ct_barrier_sync(parent);
+    if (st) return st;
+    int gid = ++parent->world->ngroups;
+    ct_pg *child = NULL;
+    if (me >= 0) {
+        child = pg_alloc(me, nranks);
+        if (!child) return ct_error(CT_ERR_NOMEM, "process group");
+        for (int i = 0; i < nranks; i++) child->granks[i] = parent->granks[ranks[i]];
+        child->gid = gid;
+        child->be = parent->be;
+        child->world = parent->world;
+        child->timeout = parent->timeout;
+        child->fingerprint = parent->fingerprint;
+        child->local_size = parent->local_size;
+        memcpy(child->prefix, parent->prefix, sizeof child->prefix);
+        memcpy(child->runid, parent->runid, sizeof child->runid);
+    }
+    void *impl = NULL;
+    st = parent->be->new_group(parent, child, ranks, nranks, me, &impl);
+    if (st) {
+        if (child) pg_release(child);
+        return st;
+    }
+    if (child) {
+        child->impl = impl;
+        CT_LOG_INFO("pg", "group %d: rank %d of %d (%s)", gid, me, nranks, child->be->name);
+    }
+    *out = child;
+    return CT_OK;
+}
+
+static const char *const ENV_RANK[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+static const char *const ENV_WORLD[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
+static const char *const ENV_LWORLD[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                         "SLURM_NTASKS_PER_NODE", NULL};
+
+ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
+    *out = NULL;
+    ct_dist_opts o = opts_in ? *opts_in : ct_dist_default_opts();
+    const char *wr = "RANK", *ww = "WORLD_SIZE";
+    int bad = 0;
+    int rank = o.rank >= 0 ? o.rank : env_int_checked(ENV_RANK, 0, &wr, &bad);
+    if (bad) return ct_error(CT_ERR_INVALID, "%s='%s' is not an integer", wr, getenv(wr));
+    int world = o.world_size > 0 ? o.world_size : env_int_checked(ENV_WORLD, 1, &ww, &bad);
+    if (bad) return ct_error(CT_ERR_INVALID, "%s='%s' is not an integer", ww, getenv(ww));
+    if (world < 1) return ct_error(CT_ERR_INVALID, "%s=%d: the world needs at least one rank", ww, world);
+    if (rank < 0 || rank >= world)
+        return ct_error(CT_ERR_INVALID, "%s=%d is not below %s=%d", wr, rank, ww, world);
+    int lworld = o.local_world_size > 0 ? o.local_world_size : env_int(ENV_LWORLD, world, NULL);
+    if (lworld < 1 || lworld > world) lworld = world;
+
+    const char *backend = o.backend ? o.backend : getenv("CTRAIN_BACKEND");
+    if (backend && !*backend) backend = NULL;
+    if (!backend) {
+        int launched_by_mpi = getenv("OMPI_COMM_WORLD_SIZE") && !getenv("MASTER_PORT");
+        backend = (launched_by_mpi || lworld < world) ? "mpi" : "shm";
+    }
+    const char *tos = getenv("CTRAIN_TIMEOUT");
+    double timeout = o.timeout_s > 0 ? o.timeout_s : (tos && atof(tos) > 0 ? atof(tos) : 300);
+    const char *fps = getenv("CTRAIN_FINGERPRINT");
+    int fp = o.fingerprint >= 0 ? o.fingerprint : (fps && *fps ? atoi(fps) != 0 : 1);
+
+    ct_pg *pg = pg_alloc(rank, world);
+    if (!pg) return ct_error(CT_ERR_NOMEM, "process group");
+    for (int i = 0; i < world; i++) pg->granks[i] = i;
+    pg->world = pg;
+    pg->timeout = timeout;
+    pg->fingerprint = fp;
+    pg->local_size = lworld;
+    const char *rc = getenv("CTRAIN_RESTART_COUNT");
+    snprintf(pg->prefix, sizeof pg->prefix, "ctrain/%d/", rc ? atoi(rc) : 0);
+    const char *rid = getenv("CTRAIN_RUN_ID");
+    snprintf(pg->runid, sizeof pg->runid, "%.32s", rid && *rid ? rid : "x");
+    ct_log_set_rank(rank);
+
+    ct_status st;
+    if (!strcmp(backend, "shm")) {
+        if (lworld < world) {
+            pg_release(pg);
+            return ct_error(CT_ERR_UNSUPPORTED, "the shm backend works on one machine (%d of %d ranks are local); "
+                            "launch with mpirun and CTRAIN_BACKEND=mpi", lworld, world);
+        }
+        if (world > 1) {
+            const char *addr = o.master_addr ? o.master_addr : getenv("MASTER_ADDR");
+            if (!addr || !*addr) addr = "127.0.0.1";
+            const char *ps = getenv("MASTER_PORT");
+            int port = o.master_port > 0 ? o.master_port : (ps && *ps ? atoi(ps) : 29500);
+            const char *token = o.token ? o.token : getenv("CTRAIN_STORE_TOKEN");
+            const char *hosted = getenv("CTRAIN_STORE_HOSTED");
+            if (rank == 0 && !(hosted && atoi(hosted))) {
+                int local = !strcmp(addr, "127.0.0.1") || !strcmp(addr, "localhost");
+                st = ct_store_server_start(local ? "127.0.0.1" : "0.0.0.0", port, token, &pg->server);
+                if (st) {
+                    pg_release(pg);
+                    return ct_error(st, "rank 0 cannot host the store: %s", ct_last_error());
+                }
+            }
+            st = ct_store_connect(addr, port, token, timeout, &pg->store);
+            if (st) {
+                ct_store_server_stop(pg->server);
+                pg_release(pg);
+                return st;
+            }
+            CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s)", addr, port, pg->server ? "hosted by rank 0" : "launcher's");
+        }
+        pg->be = &ct_shm_backend;
+        st = ct_shm_create(pg, &pg->impl);
+    } else if (!strcmp(backend, "mpi")) {
+#if CT_HAVE_MPI
+        pg->be = &ct_mpi_backend;
+        st = ct_mpi_create(pg, &pg->impl);
+#else
+        st = ct_error(CT_ERR_UNSUPPORTED, "this build has no MPI backend (install libopenmpi-dev and rebuild)");
+#endif
+    } else {
+        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm or mpi)", backend);
+    }
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ct_last_error());
+        ct_store_free(pg->store);
+        ct_store_server_stop(pg->server);
+        pg_release(pg);
+        return ct_error(st, "%s", msg);
+    }
+    if (pg->size != world || pg->rank != rank) { /* mpi may renumber */
+        ct_log_set_rank(pg->rank);
+    }
+    CT_LOG_INFO("pg", "rank %d of %d, backend %s, timeout %.0f s, fingerprints %s", pg->rank, pg->size, pg->be->name,
+                timeout, fp ? "on" : "off");
+    *out = pg;
+    return CT_OK;
+}

@@ -1,0 +1,350 @@
+/* shm backend: segment creation and rendezvous, waits (spin, yield, futex), fingerprints,
+ * failure propagation, and the dispatch table. The collectives live in shm_*.c. */
+#include "dist/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <immintrin.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x63747368u /* "ctsh" */
+
+static long futex_shared(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static inline int reached(uint32_t v, uint32_t target) { return (int32_t)(v - target) >= 0; }
+
+void shm_word_add(shm_word *w) {
+    atomic_fetch_add(&w->v, 1); /* seq_cst: pairs with the waiter's waiters++ then load */
+    if (atomic_load(&w->waiters)) futex_shared(&w->v, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+void shm_post(shm_pg *s) {
+    s->posts++;
+    shm_word_add(&s->ctl[s->rank].seq);
+}
+
+static void wake_everyone(shm_pg *s) {
+    for (int r = 0; r < s->n; r++) futex_shared(&s->ctl[r].seq.v, FUTEX_WAKE, INT_MAX, NULL);
+    for (int i = 0; i < s->n * s->n; i++) {
+        futex_shared(&s->chan[i].sent.v, FUTEX_WAKE, INT_MAX, NULL);
+        futex_shared(&s->chan[i].acked.v, FUTEX_WAKE, INT_MAX, NULL);
+    }
+}
+
+/* Records the failure in the segment (first one wins) so that every rank fails at once. */
+ct_status shm_fail(shm_pg *s, ct_status st, const char *fmt, ...) {
+    char msg[640];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    uint32_t zero = 0;
+    if (atomic_compare_exchange_strong(&s->hdr->abort, &zero, (uint32_t)st | 0x100u)) {
+        s->hdr->abort_rank = s->rank;
+        memcpy(s->hdr->abort_msg, msg, sizeof msg);
+        atomic_thread_fence(memory_order_seq_cst);
+        atomic_store(&s->hdr->abort, 0x10000u | (uint32_t)st);
+        wake_everyone(s);
+    }
+    return ct_error(st, "%s", msg);
+}
+
+static ct_status check_abort(shm_pg *s) {
+    uint32_t a = atomic_load_explicit(&s->hdr->abort, memory_order_acquire);
+    if (!a) return CT_OK;
+    while (!(a & 0x10000u)) { _mm_pause(); a = atomic_load(&s->hdr->abort); } /* message being written */
+    char d[200] = "";
+    if (s->cur) ct_work_describe(s->cur, d, sizeof d);
+    return ct_error((ct_status)(a & 0xffu), "%s failed because rank %d failed: %s", d, s->hdr->abort_rank,
+                    s->hdr->abort_msg);
+}
+
+static int peer_dead(shm_pg *s, int peer) {
+    pid_t pid = s->ctl[peer].pid;
+    return pid > 0 && kill(pid, 0) && errno == ESRCH;
+}
+
+ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, double deadline) {
+    if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
+    double t0 = ct_time_now(), last_pid = t0;
+    /* 1. spin: the peer is usually a few hundred ns away */
+    for (unsigned i = 1;; i++) {
+        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
+        _mm_pause();
+        if ((i & 255) == 0) {
+            if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed)) return check_abort(s);
+            if (ct_time_now() - t0 > s->spin_s) break;
+        }
+    }
+    /* 2. yield: oversubscribed cores (more ranks than CPUs) need the peer to run */
+    for (int i = 0; i < s->yields; i++) {
+        sched_yield();
+        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
+    }
+    /* 3. sleep on the futex; wake up now and then to check for dead peers and aborts */
+    for (;;) {
+        ct_status st = check_abort(s);
+        if (st) return st;
+        double now = ct_time_now();
+        if (now >= deadline) return CT_ERR_TIMEOUT; /* caller writes the message */
+        if (now - last_pid > 0.1) {
+            last_pid = now;
+            if (peer >= 0 && peer_dead(s, peer)) {
+                char d[200] = "";
+                if (s->cur) ct_work_describe(s->cur, d, sizeof d);
+                return shm_fail(s, CT_ERR_PEER, "rank %d (pid %d) exited during %s", s->granks[peer],
+                                (int)s->ctl[peer].pid, d);
+            }
+        }
+        double left = deadline - now;
+        if (left > 0.1) left = 0.1;
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        atomic_fetch_add(&w->waiters, 1);
+        uint32_t v = atomic_load(&w->v);
+        if (!reached(v, target)) futex_shared(&w->v, FUTEX_WAIT, v, &ts);
+        atomic_fetch_sub(&w->waiters, 1);
+        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
+    }
+}
+
+static void fp_text(const shm_fp *f, char *out, size_t n) {
+    ct_work w = {.kind = f->kind, .seq = f->seq, .dt = (ct_dtype)f->dt, .count = f->count, .rop = (ct_reduce_op)f->rop,
+                 .peer = f->root};
+    ct_work_describe(&w, out, n);
+}
+
+void shm_fp_begin(shm_pg *s, const ct_work *w) {
+    s->cur = w;
+    if (!s->fingerprint) return;
+    shm_fp *f = &s->ctl[s->rank].fp[w->seq & 1];
+    f->seq = w->seq;
+    f->kind = (uint8_t)w->kind;
+    f->dt = (uint8_t)w->dt;
+    f->rop = (uint8_t)((w->kind == CT_OP_ALLREDUCE || w->kind == CT_OP_REDUCE || w->kind == CT_OP_REDUCE_SCATTER)
+                           ? w->rop : 0);
+    f->root = (w->kind == CT_OP_BROADCAST || w->kind == CT_OP_REDUCE) ? w->peer : 0;
+    f->count = w->count;
+    f->valid = 1;
+    /* the post that follows publishes it (seq_cst increment) */
+}
+
+ct_status shm_wait_all(shm_pg *s, double deadline, int check) {
+    for (int p = 0; p < s->n; p++) {
+        if (p == s->rank) continue;
+        ct_status st = shm_wait_word(s, &s->ctl[p].seq, s->posts, p, deadline);
+        if (st == CT_ERR_TIMEOUT) {
+            char missing[256] = "", d[200] = "";
+            size_t o = 0;
+            for (int q = 0; q < s->n; q++)
+                if (q != s->rank && !reached(atomic_load(&s->ctl[q].seq.v), s->posts) && o < sizeof missing - 16)
+                    o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", o ? ", " : "", s->granks[q]);
+            if (s->cur) ct_work_describe(s->cur, d, sizeof d);
+            return shm_fail(s, CT_ERR_TIMEOUT, "%s timed out on rank %d: rank(s) %s never reached it", d,
+                            s->granks[s->rank], missing);
+        }
+        if (st) return st;
+    }
+    if (check && s->fingerprint && s->cur) {
+        const shm_fp *mine = &s->ctl[s->rank].fp[s->cur->seq & 1];
+        for (int p = 0; p < s->n; p++) {
+            if (p == s->rank) continue;
+            const shm_fp *f = &s->ctl[p].fp[s->cur->seq & 1];
+            if (f->seq != mine->seq || f->kind != mine->kind || f->dt != mine->dt || f->rop != mine->rop ||
+                f->root != mine->root || f->count != mine->count) {
+                char a[200], b[200];
+                fp_text(mine, a, sizeof a);
+                fp_text(f, b, sizeof b);
+                return shm_fail(s, CT_ERR_MISMATCH, "collective mismatch: rank %d called %s but rank %d called %s",
+                                s->granks[s->rank], a, s->granks[p], b);
+            }
+        }
+    }
+    return CT_OK;
+}
+
+size_t shm_part(size_t ce, int n, size_t esz) {
+    size_t align = 64 / esz;
+    size_t pe = (ce + (size_t)n - 1) / (size_t)n;
+    return (pe + align - 1) / align * align;
+}
+
+/* ------------------------------------------------------------------ dispatch */
+static ct_status shm_run(void *impl, ct_work *w, double deadline) {
+    shm_pg *s = impl;
+    ct_status st = check_abort(s);
+    if (st) return st;
+    switch (w->kind) {
+    case CT_OP_ALLREDUCE: case CT_OP_REDUCE: st = shm_allreduce(s, w, deadline); break;
+    case CT_OP_BROADCAST: st = shm_broadcast(s, w, deadline); break;
+    case CT_OP_ALLGATHER: st = shm_allgather(s, w, deadline); break;
+    case CT_OP_REDUCE_SCATTER: st = shm_reduce_scatter(s, w, deadline); break;
+    case CT_OP_ALLTOALL: st = shm_alltoall(s, w, deadline); break;
+    case CT_OP_BARRIER: st = shm_barrier(s, w, deadline); break;
+    case CT_OP_SEND: st = shm_send(s, w, deadline); break;
+    case CT_OP_RECV: st = shm_recv(s, w, deadline); break;
+    default: st = ct_error(CT_ERR_INVALID, "unknown op %d", w->kind);
+    }
+    s->cur = NULL;
+    return st;
+}
+
+static void shm_destroy(void *impl) {
+    shm_pg *s = impl;
+    if (!s) return;
+    if (s->base) munmap(s->base, s->map_bytes);
+    free(s->p2p_sent);
+    free(s->p2p_recv);
+    free(s);
+}
+
+static size_t env_size(const char *name, size_t dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *e;
+    double x = strtod(v, &e);
+    if (*e == 'k' || *e == 'K') x *= 1024;
+    else if (*e == 'm' || *e == 'M') x *= 1024 * 1024;
+    return x >= 4096 ? (size_t)x : dflt;
+}
+
+/* Creates (leader) or opens the segment and publishes/reads its name through the store.
+ * key_base names the group ("ctrain/0/g3/"). */
+static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gid, double timeout, int fingerprint,
+                           int local_size, void **out) {
+    *out = NULL;
+    shm_pg *s = calloc(1, sizeof *s);
+    if (!s) return ct_error(CT_ERR_NOMEM, "shm group");
+    s->rank = rank;
+    s->n = n;
+    s->granks = granks;
+    s->subgroup = gid != 0;
+    s->fingerprint = fingerprint;
+    s->H = env_size("CTRAIN_SHM_CHUNK", 256 << 10) & ~(size_t)4095;
+    s->P = 128 << 10;
+    s->small_max = env_size("CTRAIN_SHM_SMALL", 16 << 10);
+    if (s->small_max > s->H) s->small_max = s->H;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int oversub = local_size > ncpu;
+    const char *sp = getenv("CTRAIN_SHM_SPIN_US");
+    s->spin_s = (sp && *sp ? atof(sp) : (oversub ? 2 : 200)) * 1e-6;
+    s->yields = oversub ? 50 : 4;
+    s->p2p_sent = calloc((size_t)n, sizeof(uint32_t));
+    s->p2p_recv = calloc((size_t)n, sizeof(uint32_t));
+    size_t ctl_off = sizeof(shm_hdr);
+    size_t chan_off = ctl_off + (size_t)n * sizeof(shm_ctl);
+    size_t slot_off = (chan_off + (size_t)n * n * sizeof(shm_chan) + 4095) & ~(size_t)4095;
+    size_t p2p_off = slot_off + (size_t)n * 2 * s->H;
+    size_t total = p2p_off + (size_t)n * n * 2 * s->P;
+    char key[160];
+    snprintf(key, sizeof key, "%sg%d/shm", pg->prefix, gid);
+    int fd = -1;
+    ct_status st = CT_OK;
+    if (rank == 0) {
+        char hex[40];
+        ct_random_hex(hex, 12);
+        snprintf(s->name, sizeof s->name, "/ctrain-%s-%s", pg->runid, hex);
+        fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) { st = ct_error(CT_ERR_SYSTEM, "shm_open %s: %s", s->name, strerror(errno)); goto fail; }
+        if (ftruncate(fd, (off_t)total)) {
+            st = ct_error(CT_ERR_SYSTEM, "ftruncate %s to %zu bytes: %s", s->name, total, strerror(errno));
+            goto fail;
+        }
+    } else {
+        void *v = NULL;
+        st = ct_store_get(pg->world->store, key, timeout, &v, NULL);
+        if (st) { st = ct_error(st, "rendezvous: %s (is rank 0 of group %d running?)", ct_last_error(), gid); goto fail; }
+        snprintf(s->name, sizeof s->name, "%s", (char *)v);
+        free(v);
+        fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) { st = ct_error(CT_ERR_SYSTEM, "shm_open %s: %s", s->name, strerror(errno)); goto fail; }
+        struct stat sb;
+        if (fstat(fd, &sb) || (size_t)sb.st_size != total) {
+            st = ct_error(CT_ERR_MISMATCH, "segment %s has %lld bytes, expected %zu (CTRAIN_SHM_CHUNK differs between ranks?)",
+                          s->name, (long long)sb.st_size, total);
+            goto fail;
+        }
+    }
+    s->base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    fd = -1;
+    if (s->base == MAP_FAILED) { s->base = NULL; st = ct_error(CT_ERR_SYSTEM, "mmap: %s", strerror(errno)); goto fail; }
+    s->map_bytes = total;
+    s->hdr = (shm_hdr *)s->base;
+    s->ctl = (shm_ctl *)(s->base + ctl_off);
+    s->chan = (shm_chan *)(s->base + chan_off);
+    s->slots = s->base + slot_off;
+    s->p2p = s->base + p2p_off;
+    s->ctl[rank].pid = getpid();
+    if (rank == 0) {
+        s->hdr->magic = SHM_MAGIC;
+        s->hdr->nranks = (uint32_t)n;
+        s->hdr->H = s->H;
+        s->hdr->P = s->P;
+        s->hdr->total = total;
+        if (n > 1) {
+            st = ct_store_set(pg->world->store, key, s->name, strlen(s->name));
+            if (st) goto fail;
+            /* wait for everyone to map it, then unlink: nothing is left in /dev/shm even if a rank is killed */
+            char k2[170];
+            snprintf(k2, sizeof k2, "%sattached", key);
+            void *v = NULL;
+            st = ct_store_get(pg->world->store, k2, timeout, &v, NULL);
+            free(v);
+            if (st) { st = ct_error(st, "rendezvous: not every rank of group %d attached: %s", gid, ct_last_error()); goto fail; }
+        }
+        shm_unlink(s->name);
+    } else {
+        if (s->hdr->magic != SHM_MAGIC || s->hdr->nranks != (uint32_t)n) {
+            st = ct_error(CT_ERR_MISMATCH, "segment %s is for %u ranks, this group has %d", s->name, s->hdr->nranks, n);
+            goto fail;
+        }
+        char k2[170];
+        int64_t v = 0;
+        snprintf(k2, sizeof k2, "%sn", key);
+        st = ct_store_add(pg->world->store, k2, 1, &v);
+        if (st) goto fail;
+        if (v == n - 1) {
+            snprintf(k2, sizeof k2, "%sattached", key);
+            st = ct_store_set(pg->world->store, k2, "1", 1);
+            if (st) goto fail;
+        }
+    }
+    CT_LOG_INFO("shm", "group %d: segment %s, %zu KiB (staging %zu KiB x 2 per rank, small path <= %zu B), spin %.0f us",
+                gid, s->name, total >> 10, s->H >> 10, s->small_max, s->spin_s * 1e6);
+    *out = s;
+    return CT_OK;
+fail:
+    if (fd >= 0) close(fd);
+    if (rank == 0 && s->name[0]) shm_unlink(s->name);
+    shm_destroy(s);
+    return st;
+}
+
+ct_status ct_shm_create(ct_pg *pg, void **impl_out) {
+    return shm_setup(pg, pg->rank, pg->size, pg->granks, 0, pg->timeout, pg->fingerprint, pg->local_size, impl_out);
+}
+
+static ct_status shm_new_group(ct_pg *parent, ct_pg *child, const int *ranks, int n, int my_rank, void **impl_out) {
+    (void)ranks;
+    (void)n;
+    *impl_out = NULL;
+    if (my_rank < 0) return CT_OK;
+    return shm_setup(parent, my_rank, child->size, child->granks, child->gid, child->timeout, child->fingerprint,
+                     child->local_size, impl_out);
+}
+
+const ct_backend ct_shm_backend = {"shm", shm_run, shm_new_group, shm_destroy};

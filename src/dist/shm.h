@@ -1,0 +1,108 @@
+/* Private to the shm backend: segment layout and the synchronisation primitives shared by
+ * the collective files (shm_allreduce.c, shm_coll.c, shm_p2p.c).
+ *
+ * Segment layout (one per group, created by group rank 0, unlinked once all ranks mapped it):
+ *   [hdr 4 KiB][ctl: n x 64 B][chan: n*n x 256 B][slots: n x 2 x H][p2p: n*n x 2 x P]
+ * Each rank owns ctl[r] (its post counter and fingerprints) and slot[r][0..1] (staging halves,
+ * alternated per round so that a rank can fill one while peers still read the other).
+ *
+ * Synchronisation: every rank performs the same sequence of posts (one per phase); a post
+ * increments the rank's counter; wait_all(k) waits until every peer's counter >= k.
+ * Waits spin, then yield, then sleep on a futex. */
+#ifndef CT_DIST_SHM_H
+#define CT_DIST_SHM_H
+
+#include "dist/dist_internal.h"
+
+typedef struct {
+    _Atomic uint32_t v;
+    _Atomic uint32_t waiters;
+} shm_word;
+
+typedef struct {
+    uint32_t seq;
+    uint8_t kind, dt, rop, valid;
+    int32_t root;
+    uint32_t pad;
+    uint64_t count;
+} shm_fp; /* 24 bytes */
+
+typedef struct __attribute__((aligned(64))) {
+    shm_word seq;
+    int32_t pid;
+    uint32_t pad;
+    shm_fp fp[2]; /* by op sequence parity: a fast peer may already describe the next op */
+} shm_ctl;
+
+typedef struct {
+    uint32_t tag, dt;
+    uint64_t count;
+} shm_msghdr;
+
+typedef struct __attribute__((aligned(64))) {
+    shm_word sent; /* chunks written by the sender */
+    uint8_t pad0[56];
+    shm_word acked; /* chunks consumed by the receiver */
+    uint8_t pad1[56];
+    shm_msghdr hdr[2];
+    uint8_t pad2[96];
+} shm_chan;
+
+typedef struct __attribute__((aligned(4096))) {
+    uint32_t magic, nranks;
+    uint64_t H, P, total;
+    _Atomic uint32_t abort; /* set by the first rank that fails; others fail at once */
+    int32_t abort_rank;
+    char abort_msg[640];
+} shm_hdr;
+
+typedef struct shm_pg {
+    int rank, n;
+    const int *granks;
+    int subgroup;
+    uint8_t *base;
+    size_t map_bytes;
+    shm_hdr *hdr;
+    shm_ctl *ctl;
+    shm_chan *chan;
+    uint8_t *slots, *p2p;
+    size_t H, P;
+    uint32_t posts;  /* my post count (= ctl[rank].seq) */
+    uint64_t round;  /* staging half parity */
+    uint32_t *p2p_sent, *p2p_recv;
+    int fingerprint;
+    double spin_s;
+    int yields;
+    size_t small_max;
+    const ct_work *cur; /* for messages */
+    char name[96];
+} shm_pg;
+
+static inline uint8_t *shm_slot(shm_pg *s, int r, int b) { return s->slots + ((size_t)r * 2 + (size_t)b) * s->H; }
+static inline shm_chan *shm_ch(shm_pg *s, int src, int dst) { return &s->chan[src * s->n + dst]; }
+static inline uint8_t *shm_pbuf(shm_pg *s, int src, int dst, int b) {
+    return s->p2p + (((size_t)src * (size_t)s->n + (size_t)dst) * 2 + (size_t)b) * s->P;
+}
+
+/* shm.c */
+void shm_post(shm_pg *s);
+/* Waits until all peers have posted as often as this rank; checks fingerprints when `check`. */
+ct_status shm_wait_all(shm_pg *s, double deadline, int check);
+/* Writes this rank's fingerprint for the current op (before its first post). */
+void shm_fp_begin(shm_pg *s, const ct_work *w);
+ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, double deadline);
+void shm_word_add(shm_word *w);
+ct_status shm_fail(shm_pg *s, ct_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Elements per part when `ce` elements are split in n parts aligned to 64 bytes. */
+size_t shm_part(size_t ce, int n, size_t esz);
+
+/* Collectives (one algorithm per file). */
+ct_status shm_allreduce(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_broadcast(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_allgather(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_reduce_scatter(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_alltoall(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_barrier(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_send(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_recv(shm_pg *s, ct_work *w, double deadline);
+#endif

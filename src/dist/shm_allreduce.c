@@ -1,0 +1,117 @@
+/* shm all-reduce and reduce.
+ *
+ * Small messages (<= CTRAIN_SHM_SMALL bytes, default 16 KiB): every rank copies its buffer
+ * into its staging slot, posts once, and reduces all slots itself in rank order.
+ *   cost: 1 synchronisation; per rank reads n*B, writes 2B.
+ *
+ * Large messages: reduce-scatter then all-gather through the staging slots, in rounds of at
+ * most H bytes (CTRAIN_SHM_CHUNK, default 256 KiB, alternating halves so a round can start
+ * while peers still read the previous one). In a round each chunk is split in n parts;
+ *   A. rank r copies every part except its own into its slot            (writes (n-1)/n B)
+ *   B. rank r reduces part r over ranks 0..n-1 in that order, reading its own part from its
+ *      buffer and the others from the peers' slots, writing the sum into its buffer and
+ *      into its slot                                                     (reads B, writes 2B/n)
+ *   C. rank r copies the other parts' sums from the peers' slots         (reads/writes (n-1)/n B)
+ *   cost: 2 synchronisations per round; per rank about 2B read + 2B written, the minimum
+ *   for a copy-in/copy-out scheme. The summation order is fixed by rank, so every rank gets
+ *   bit-identical results whatever the timing.
+ * reduce(root) is the same with only the root writing its buffer (others leave theirs intact).
+ */
+#include "dist/shm.h"
+
+#include <string.h>
+
+/* out (and out2) = src[0] op src[1] op ... op src[n-1]; acc is scratch that may alias out2. */
+static void reduce_sources(ct_dtype dt, ct_reduce_op op, int n, const void *const *src, void *acc, void *out,
+                           void *out2, size_t cnt) {
+    int div = op == CT_RED_AVG ? n : 0;
+    size_t esz = ct_dtype_size(dt);
+    if (n == 1) {
+        if (out != src[0]) memmove(out, src[0], cnt * esz);
+        if (out2 && out2 != src[0]) memmove(out2, src[0], cnt * esz);
+        return;
+    }
+    const void *prev = src[0];
+    for (int r = 1; r < n; r++) {
+        if (r == n - 1) ct_reduce2(dt, op, out, out2, prev, src[r], cnt, div);
+        else {
+            ct_reduce2(dt, op, acc, NULL, prev, src[r], cnt, 0);
+            prev = acc;
+        }
+    }
+}
+
+static ct_status allreduce_small(shm_pg *s, ct_work *w, double deadline) {
+    size_t esz = ct_dtype_size(w->dt), bytes = w->count * esz;
+    int root = w->kind == CT_OP_REDUCE ? w->peer : -1;
+    int b = (int)(s->round++ & 1);
+    memcpy(shm_slot(s, s->rank, b), w->rbuf, bytes);
+    shm_post(s);
+    ct_status st = shm_wait_all(s, deadline, 1);
+    if (st) return st;
+    if (root >= 0 && root != s->rank) return CT_OK;
+    const void *src[256];
+    for (int r = 0; r < s->n; r++) src[r] = shm_slot(s, r, b);
+    /* the accumulator is this rank's own buffer: all sources are slots */
+    reduce_sources(w->dt, w->rop, s->n, src, w->rbuf, w->rbuf, NULL, w->count);
+    return CT_OK;
+}
+
+ct_status shm_allreduce(shm_pg *s, ct_work *w, double deadline) {
+    shm_fp_begin(s, w);
+    size_t esz = ct_dtype_size(w->dt), bytes = w->count * esz;
+    if (s->n > 256) return ct_error(CT_ERR_UNSUPPORTED, "shm all-reduce supports up to 256 ranks");
+    if (bytes <= s->small_max) {
+        CT_LOG_TRACE("shm", "%s #%u: small path, %zu B", ct_op_name(w->kind), w->seq, bytes);
+        return allreduce_small(s, w, deadline);
+    }
+    CT_LOG_TRACE("shm", "%s #%u: reduce-scatter + all-gather, %zu B in rounds of %zu B", ct_op_name(w->kind), w->seq,
+                 bytes, s->H);
+    int root = w->kind == CT_OP_REDUCE ? w->peer : -1;
+    int writes = root < 0 || root == s->rank; /* does this rank's buffer receive the result? */
+    uint8_t *buf = w->rbuf;
+    int n = s->n, me = s->rank;
+    /* elements per round: n parts of pe elements each fit in H */
+    size_t cap = s->H / esz;
+    size_t align = 64 / esz;
+    cap = cap / ((size_t)n * align) * ((size_t)n * align);
+    int first = 1;
+    for (size_t off = 0; off < w->count; off += cap) {
+        size_t ce = w->count - off < cap ? w->count - off : cap;
+        size_t pe = shm_part(ce, n, esz);
+        int b = (int)(s->round++ & 1);
+        uint8_t *mine = shm_slot(s, me, b);
+        /* A: stage the parts the peers reduce */
+        for (int p = 0; p < n; p++) {
+            if (p == me) continue;
+            size_t lo = (size_t)p * pe, hi = lo + pe < ce ? lo + pe : ce;
+            if (lo < hi) memcpy(mine + lo * esz, buf + (off + lo) * esz, (hi - lo) * esz);
+        }
+        shm_post(s);
+        ct_status st = shm_wait_all(s, deadline, first);
+        first = 0;
+        if (st) return st;
+        /* B: reduce my part in rank order */
+        size_t lo = (size_t)me * pe, hi = lo + pe < ce ? lo + pe : ce;
+        if (lo < hi) {
+            const void *src[256];
+            for (int r = 0; r < n; r++) src[r] = r == me ? buf + (off + lo) * esz : shm_slot(s, r, b) + lo * esz;
+            void *acc = mine + lo * esz; /* unused by the peers: my own part */
+            if (writes && root < 0) reduce_sources(w->dt, w->rop, n, src, acc, buf + (off + lo) * esz, acc, hi - lo);
+            else if (writes) reduce_sources(w->dt, w->rop, n, src, acc, buf + (off + lo) * esz, NULL, hi - lo);
+            else reduce_sources(w->dt, w->rop, n, src, acc, acc, NULL, hi - lo);
+        }
+        shm_post(s);
+        st = shm_wait_all(s, deadline, 0);
+        if (st) return st;
+        /* C: collect the other parts' results */
+        if (writes) {
+            for (int p = 0; p < n; p++) {
+                if (p == me) continue;
+                size_t l = (size_t)p * pe, h = l + pe < ce ? l + pe : ce;
+                if (l < h) memcpy(buf + (off + l) * esz, shm_slot(s, p, b) + l * esz, (h - l) * esz);
+            }
+        }
+    }
+    return CT_OK;
+}

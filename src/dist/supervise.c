@@ -1,0 +1,344 @@
+/* Worker supervision for `ctrain run` and ct_spawn (see supervise.h). One poll() loop over
+ * the workers' output pipes and a signalfd; each worker runs in its own process group so a
+ * stop signal reaches its children too, and dies with the supervisor (PR_SET_PDEATHSIG). */
+#include "dist/supervise.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TAIL 4096
+
+typedef struct {
+    pid_t pid;
+    int out, err;       /* pipe read ends, -1 when closed or inherited */
+    int logo, loge;     /* log files, -1 if none */
+    int alive, status, stopped_by_us;
+    double t_exit;
+    char tail[TAIL];    /* ring of the last stderr bytes */
+    size_t tail_n, tail_pos;
+} worker_t;
+
+void ct_sup_block_signals(sigset_t *old) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGHUP);
+    sigaddset(&s, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
+void ct_sup_restore_signals(const sigset_t *old) {
+    /* drop pending SIGCHLDs so they do not fire after unblocking */
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGCHLD);
+    struct timespec z = {0, 0};
+    while (sigtimedwait(&s, NULL, &z) > 0) {}
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static int mkdirs(const char *path) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
+    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static void tail_add(worker_t *w, const char *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        w->tail[w->tail_pos] = d[i];
+        w->tail_pos = (w->tail_pos + 1) % TAIL;
+        if (w->tail_n < TAIL) w->tail_n++;
+    }
+}
+
+/* Last `lines` lines of the stderr tail, each indented. */
+static void tail_lines(const worker_t *w, char *out, size_t n, int lines) {
+    char buf[TAIL + 1];
+    size_t start = (w->tail_pos + TAIL - w->tail_n) % TAIL;
+    for (size_t i = 0; i < w->tail_n; i++) buf[i] = w->tail[(start + i) % TAIL];
+    buf[w->tail_n] = 0;
+    size_t len = w->tail_n;
+    while (len && buf[len - 1] == '\n') buf[--len] = 0;
+    size_t p = len;
+    int seen = 0;
+    while (p > 0) {
+        if (buf[p - 1] == '\n' && ++seen == lines) break;
+        p--;
+    }
+    size_t o = 0;
+    out[0] = 0;
+    char *line = buf + p;
+    while (line && *line && o + 8 < n) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        o += (size_t)snprintf(out + o, n - o, "    | %s\n", line);
+        line = nl ? nl + 1 : NULL;
+    }
+    if (!w->tail_n) snprintf(out, n, "    (no output on stderr)\n");
+}
+
+static void describe_status(int status, char *out, size_t n) {
+    if (WIFEXITED(status)) snprintf(out, n, "exited with code %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(out, n, "was killed by signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
+                 WCOREDUMP(status) ? ", core dumped" : "");
+    else snprintf(out, n, "ended with status 0x%x", status);
+}
+
+static void cleanup_shm(const char *runid) {
+    if (!runid || !*runid) return;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "ctrain-%s-", runid);
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strncmp(e->d_name, prefix, strlen(prefix))) {
+            char path[512];
+            snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+            if (!unlink(path)) CT_LOG_INFO("launcher", "removed leftover segment %s", path);
+        }
+    }
+    closedir(d);
+}
+
+static void pump(worker_t *w, int *fdp, int console_fd, int logfd, int to_console, int is_err) {
+    char buf[65536];
+    ssize_t r = read(*fdp, buf, sizeof buf);
+    if (r <= 0) {
+        if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+        close(*fdp);
+        *fdp = -1;
+        return;
+    }
+    if (is_err) tail_add(w, buf, (size_t)r);
+    if (logfd >= 0) write_all(logfd, buf, (size_t)r);
+    if (to_console) write_all(console_fd, buf, (size_t)r);
+}
+
+static void signal_all(worker_t *ws, int n, int sig) {
+    for (int i = 0; i < n; i++)
+        if (ws[i].alive) {
+            kill(-ws[i].pid, sig); /* its process group: the worker and anything it started */
+            kill(ws[i].pid, sig);
+        }
+}
+
+ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
+    memset(res, 0, sizeof *res);
+    res->root = -1;
+    res->exit_code = -1;
+    int n = o->n;
+    worker_t *ws = calloc((size_t)n, sizeof *ws);
+    if (!ws) return ct_error(CT_ERR_NOMEM, "workers");
+    sigset_t old;
+    ct_sup_block_signals(&old);
+    sigset_t sset;
+    sigemptyset(&sset);
+    sigaddset(&sset, SIGINT);
+    sigaddset(&sset, SIGTERM);
+    sigaddset(&sset, SIGHUP);
+    sigaddset(&sset, SIGCHLD);
+    int sfd = signalfd(-1, &sset, SFD_CLOEXEC | SFD_NONBLOCK);
+    int want_out_pipe = o->log_dir && ((o->redirects | o->tee) & 1);
+    double t0 = ct_time_now();
+    pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    ct_status st = CT_OK;
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        worker_t *w = &ws[i];
+        w->out = w->err = w->logo = w->loge = -1;
+        int po[2] = {-1, -1}, pe[2] = {-1, -1};
+        if (o->log_dir) {
+            char dir[1024], path[1100];
+            snprintf(dir, sizeof dir, "%s/attempt_%d/%d", o->log_dir, o->attempt, o->rank_base + i);
+            if (mkdirs(dir)) { st = ct_error(CT_ERR_IO, "cannot create log directory %s: %s", dir, strerror(errno)); break; }
+            snprintf(path, sizeof path, "%s/stdout.log", dir);
+            w->logo = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            snprintf(path, sizeof path, "%s/stderr.log", dir);
+            w->loge = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        }
+        if ((want_out_pipe && pipe2(po, O_CLOEXEC)) || pipe2(pe, O_CLOEXEC)) {
+            st = ct_error(CT_ERR_SYSTEM, "pipe: %s", strerror(errno));
+            break;
+        }
+        pid_t pid = fork();
+        if (pid < 0) { st = ct_error(CT_ERR_SYSTEM, "fork: %s", strerror(errno)); close(pe[0]); close(pe[1]); break; }
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(1); /* the supervisor died before prctl */
+            setpgid(0, 0);
+            if (po[1] >= 0) dup2(po[1], 1);
+            dup2(pe[1], 2);
+            signal(SIGPIPE, SIG_DFL);
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            int rc = o->fn(i, o->ctx);
+            fflush(stdout);
+            fflush(stderr);
+            _exit(rc);
+        }
+        setpgid(pid, pid); /* also here, so signal_all cannot race the child */
+        started++;
+        w->pid = pid;
+        w->alive = 1;
+        if (po[1] >= 0) close(po[1]);
+        close(pe[1]);
+        w->out = po[0];
+        w->err = pe[0];
+    }
+    if (st != CT_OK) {
+        signal_all(ws, started, SIGKILL);
+        for (int i = 0; i < started; i++) waitpid(ws[i].pid, NULL, 0);
+        n = started;
+    }
+    double stop_deadline = 0; /* when stopping: SIGKILL at this time */
+    int stopping = st != CT_OK;
+    int nalive = st == CT_OK ? n : 0;
+    for (;;) {
+        int open_fds = 0;
+        for (int i = 0; i < n; i++) open_fds += (ws[i].out >= 0) + (ws[i].err >= 0);
+        if (nalive == 0 && open_fds == 0) break;
+        struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof *pf);
+        int *who = calloc((size_t)(2 * n + 1), sizeof *who);
+        int np = 0;
+        pf[np++] = (struct pollfd){sfd, POLLIN, 0};
+        for (int i = 0; i < n; i++) {
+            if (ws[i].out >= 0) { who[np] = i; pf[np++] = (struct pollfd){ws[i].out, POLLIN, 0}; }
+            if (ws[i].err >= 0) { who[np] = -1 - i; pf[np++] = (struct pollfd){ws[i].err, POLLIN, 0}; }
+        }
+        int timeout_ms = 50;
+        if (nalive == 0) timeout_ms = 200; /* grandchildren may hold a pipe: give up soon */
+        int pr = poll(pf, (nfds_t)np, timeout_ms);
+        if (pr == 0 && nalive == 0) { /* drained enough */
+            for (int i = 0; i < n; i++) {
+                if (ws[i].out >= 0) { close(ws[i].out); ws[i].out = -1; }
+                if (ws[i].err >= 0) { close(ws[i].err); ws[i].err = -1; }
+            }
+        }
+        for (int k = 1; k < np && pr > 0; k++) {
+            if (!pf[k].revents) continue;
+            if (who[k] >= 0) {
+                worker_t *w = &ws[who[k]];
+                pump(w, &w->out, 1, w->logo, !(o->redirects & 1) || (o->tee & 1), 0);
+            } else {
+                worker_t *w = &ws[-1 - who[k]];
+                pump(w, &w->err, 2, w->loge, !(o->redirects & 2) || (o->tee & 2), 1);
+            }
+        }
+        free(pf);
+        free(who);
+        if (sfd >= 0) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                int sig = (int)si.ssi_signo;
+                if (sig == SIGCHLD) continue;
+                if (res->interrupted) { signal_all(ws, n, SIGKILL); continue; } /* second Ctrl-C */
+                res->interrupted = sig;
+                signal_all(ws, n, sig == SIGHUP ? SIGTERM : sig);
+                stopping = 1;
+                stop_deadline = ct_time_now() + o->grace_s;
+            }
+        }
+        /* reap (our workers only: the caller may have other children) */
+        for (int i = 0; i < n; i++) {
+            worker_t *w = &ws[i];
+            int status;
+            if (!w->alive || waitpid(w->pid, &status, WNOHANG) != w->pid) continue;
+            w->alive = 0;
+            w->status = status;
+            w->t_exit = ct_time_now();
+            nalive--;
+            int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            if (!ok && !res->failed && !(res->interrupted || (stopping && w->stopped_by_us))) {
+                res->failed = 1;
+                res->root = i;
+                res->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                res->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+                if (!stopping) {
+                    stopping = 1;
+                    stop_deadline = ct_time_now() + o->grace_s;
+                    for (int j = 0; j < n; j++) if (ws[j].alive) ws[j].stopped_by_us = 1;
+                    signal_all(ws, n, SIGTERM);
+                }
+            }
+        }
+        if (stopping && nalive > 0 && ct_time_now() >= stop_deadline && stop_deadline > 0) {
+            signal_all(ws, n, SIGKILL);
+            stop_deadline = ct_time_now() + 3600;
+        }
+    }
+    if (sfd >= 0) close(sfd);
+    for (int i = 0; i < n; i++) {
+        if (ws[i].logo >= 0) close(ws[i].logo);
+        if (ws[i].loge >= 0) close(ws[i].loge);
+    }
+    cleanup_shm(o->runid);
+    ct_sup_restore_signals(&old);
+
+    /* report: root cause first */
+    if (res->failed || res->interrupted) {
+        size_t off = 0;
+        char *r = res->report;
+        size_t cap = sizeof res->report;
+        if (res->failed) {
+            worker_t *w = &ws[res->root];
+            char how[160], tl[3000], tbuf[32];
+            describe_status(w->status, how, sizeof how);
+            time_t now = time(NULL) - (time_t)(ct_time_now() - w->t_exit);
+            struct tm tm;
+            localtime_r(&now, &tm);
+            strftime(tbuf, sizeof tbuf, "%H:%M:%S", &tm);
+            snprintf(res->summary, sizeof res->summary, "rank %d (pid %d) %s", o->rank_base + res->root, (int)w->pid, how);
+            tail_lines(w, tl, sizeof tl, 12);
+            off += (size_t)snprintf(r + off, cap - off,
+                                    "%s: worker failure (attempt %d)\n  root cause: rank %d (local rank %d, pid %d) %s "
+                                    "at %s, %.2f s after start\n  last lines of its stderr:\n%s",
+                                    o->who, o->attempt + 1, o->rank_base + res->root, res->root, (int)w->pid, how,
+                                    tbuf, w->t_exit - t0, tl);
+        } else {
+            snprintf(res->summary, sizeof res->summary, "interrupted by %s", strsignal(res->interrupted));
+            off += (size_t)snprintf(r + off, cap - off, "%s: interrupted by signal %d (%s); workers stopped\n", o->who,
+                                    res->interrupted, strsignal(res->interrupted));
+        }
+        for (int i = 0; i < n && off < cap - 200; i++) {
+            if (i == res->root) continue;
+            char how[160];
+            describe_status(ws[i].status, how, sizeof how);
+            off += (size_t)snprintf(r + off, cap - off, "  rank %d (pid %d): %s%s\n", o->rank_base + i, (int)ws[i].pid,
+                                    how, ws[i].stopped_by_us ? " (stopped by the launcher)" : "");
+        }
+    }
+    free(ws);
+    return st;
+}

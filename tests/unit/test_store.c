@@ -1,0 +1,205 @@
+/* TCP store: operations, waits, token check, and robustness against garbage. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ct_test.h"
+#include "ctrain/dist.h"
+
+static ct_store_server *srv;
+static ct_store *cli;
+
+static void setup(void) {
+    CT_EXPECT_OK(ct_store_server_start(NULL, 0, "secret", &srv));
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", ct_store_server_port(srv), "secret", 5, &cli));
+}
+static void teardown(void) {
+    ct_store_free(cli);
+    ct_store_server_stop(srv);
+    cli = NULL;
+    srv = NULL;
+}
+
+CT_TEST(store_basic_ops) {
+    setup();
+    CT_ASSERT(cli);
+    CT_EXPECT_OK(ct_store_set(cli, "a", "hello", 5));
+    void *v = NULL;
+    size_t n = 0;
+    CT_EXPECT_OK(ct_store_get(cli, "a", 1, &v, &n));
+    CT_EXPECT_EQ(n, 5);
+    CT_EXPECT(v && !memcmp(v, "hello", 5));
+    free(v);
+    int64_t x = 0;
+    CT_EXPECT_OK(ct_store_add(cli, "cnt", 5, &x));
+    CT_EXPECT_EQ(x, 5);
+    CT_EXPECT_OK(ct_store_add(cli, "cnt", -2, &x));
+    CT_EXPECT_EQ(x, 3);
+    /* compare-set: mismatch keeps the value, match replaces it */
+    void *cur = NULL;
+    CT_EXPECT_OK(ct_store_compare_set(cli, "a", "nope", 4, "x", 1, &cur, &n));
+    CT_EXPECT(cur && !strcmp(cur, "hello"));
+    free(cur);
+    CT_EXPECT_OK(ct_store_compare_set(cli, "a", "hello", 5, "world", 5, &cur, &n));
+    CT_EXPECT(cur && !strcmp(cur, "world"));
+    free(cur);
+    CT_EXPECT_OK(ct_store_compare_set(cli, "new", NULL, 0, "v", 1, &cur, &n));
+    CT_EXPECT(cur && !strcmp(cur, "v"));
+    free(cur);
+    int64_t k = 0;
+    CT_EXPECT_OK(ct_store_num_keys(cli, &k));
+    CT_EXPECT_EQ(k, 3);
+    bool ex = false;
+    CT_EXPECT_OK(ct_store_delete(cli, "a", &ex));
+    CT_EXPECT(ex);
+    CT_EXPECT_OK(ct_store_check(cli, "a", &ex));
+    CT_EXPECT(!ex);
+    CT_EXPECT_OK(ct_store_num_keys(cli, &k));
+    CT_EXPECT_EQ(k, 2);
+    /* empty value and big value */
+    CT_EXPECT_OK(ct_store_set(cli, "empty", "", 0));
+    CT_EXPECT_OK(ct_store_get(cli, "empty", 1, &v, &n));
+    CT_EXPECT_EQ(n, 0);
+    free(v);
+    size_t big = 3u << 20;
+    char *b = malloc(big);
+    for (size_t i = 0; i < big; i++) b[i] = (char)(i * 31);
+    CT_EXPECT_OK(ct_store_set(cli, "big", b, big));
+    CT_EXPECT_OK(ct_store_get(cli, "big", 1, &v, &n));
+    CT_EXPECT_EQ(n, big);
+    CT_EXPECT(v && !memcmp(v, b, big));
+    free(v);
+    free(b);
+    teardown();
+}
+
+CT_TEST(store_get_times_out) {
+    setup();
+    void *v = NULL;
+    double t0 = ct_time_now();
+    CT_EXPECT_EQ(ct_store_get(cli, "missing", 0.2, &v, NULL), CT_ERR_TIMEOUT);
+    double t = ct_time_now() - t0;
+    CT_EXPECT(t >= 0.15 && t < 2);
+    CT_EXPECT(strstr(ct_last_error(), "missing") != NULL);
+    /* the connection is still usable */
+    CT_EXPECT_OK(ct_store_set(cli, "k", "1", 1));
+    teardown();
+}
+
+static void *late_setter(void *arg) {
+    usleep(100000);
+    ct_store *c = NULL;
+    if (ct_store_connect("127.0.0.1", *(int *)arg, "secret", 5, &c) == CT_OK) {
+        ct_store_set(c, "late", "v", 1);
+        ct_store_free(c);
+    }
+    return NULL;
+}
+
+CT_TEST(store_wait_for_key_set_later) {
+    setup();
+    int port = ct_store_server_port(srv);
+    pthread_t th;
+    pthread_create(&th, NULL, late_setter, &port);
+    const char *keys[] = {"late"};
+    CT_EXPECT_OK(ct_store_wait(cli, keys, 1, 5));
+    pthread_join(th, NULL);
+    teardown();
+}
+
+CT_TEST(store_rejects_wrong_token) {
+    setup();
+    ct_store *bad = NULL;
+    CT_EXPECT_EQ(ct_store_connect("127.0.0.1", ct_store_server_port(srv), "guess", 2, &bad), CT_ERR_PEER);
+    CT_EXPECT(bad == NULL);
+    CT_EXPECT(strstr(ct_last_error(), "rejected") != NULL);
+    CT_EXPECT_EQ(ct_store_connect("127.0.0.1", ct_store_server_port(srv), NULL, 2, &bad), CT_ERR_PEER);
+    CT_EXPECT_OK(ct_store_set(cli, "still", "ok", 2)); /* the good client is unaffected */
+    teardown();
+}
+
+static int raw_connect(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) { close(fd); return -1; }
+    return fd;
+}
+
+/* The server must close a connection after garbage; read() then returns 0. */
+static int closed_by_server(int fd) {
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[64];
+    ssize_t r;
+    while ((r = read(fd, b, sizeof b)) > 0) {}
+    return r == 0;
+}
+
+CT_TEST(store_survives_garbage) {
+    setup();
+    int port = ct_store_server_port(srv);
+    /* random bytes */
+    int fd = raw_connect(port);
+    CT_ASSERT(fd >= 0);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xfe\x00\x01garbage";
+    CT_EXPECT(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+    CT_EXPECT(closed_by_server(fd));
+    close(fd);
+    /* an oversized frame length */
+    fd = raw_connect(port);
+    uint32_t huge = 0xfffffff0u;
+    CT_EXPECT(write(fd, &huge, 4) == 4);
+    CT_EXPECT(closed_by_server(fd));
+    close(fd);
+    /* a well-formed frame with a command before HELLO */
+    fd = raw_connect(port);
+    uint8_t frame[] = {5, 0, 0, 0, 2, 1, 0, 0, 0};
+    CT_EXPECT(write(fd, frame, sizeof frame) == (ssize_t)sizeof frame);
+    CT_EXPECT(closed_by_server(fd));
+    close(fd);
+    /* a truncated frame, then hang up */
+    fd = raw_connect(port);
+    uint8_t part[] = {100, 0, 0, 0, 1, 2};
+    CT_EXPECT(write(fd, part, sizeof part) == (ssize_t)sizeof part);
+    close(fd);
+    /* the store keeps serving */
+    CT_EXPECT_OK(ct_store_set(cli, "alive", "1", 1));
+    ct_store *c2 = NULL;
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", port, "secret", 2, &c2));
+    void *v = NULL;
+    CT_EXPECT_OK(ct_store_get(c2, "alive", 1, &v, NULL));
+    free(v);
+    ct_store_free(c2);
+    teardown();
+}
+
+CT_TEST(store_limits) {
+    setup();
+    char key[CT_STORE_MAX_KEY + 2];
+    memset(key, 'k', sizeof key - 1);
+    key[sizeof key - 1] = 0;
+    CT_EXPECT_EQ(ct_store_set(cli, key, "v", 1), CT_ERR_INVALID);
+    CT_EXPECT_EQ(ct_store_set(cli, "v", "x", (size_t)CT_STORE_MAX_VALUE + 1), CT_ERR_INVALID);
+    teardown();
+}
+
+CT_TEST(store_port_in_use) {
+    setup();
+    ct_store_server *s2 = NULL;
+    CT_EXPECT_EQ(ct_store_server_start(NULL, ct_store_server_port(srv), "t", &s2), CT_ERR_SYSTEM);
+    CT_EXPECT(strstr(ct_last_error(), "already in use") != NULL);
+    teardown();
+}
+
+CT_TEST(store_connect_times_out) {
+    ct_store *c = NULL;
+    double t0 = ct_time_now();
+    /* port 1 on loopback: nobody listens */
+    CT_EXPECT_EQ(ct_store_connect("127.0.0.1", 1, "", 0.3, &c), CT_ERR_TIMEOUT);
+    CT_EXPECT(ct_time_now() - t0 < 3);
+}
+
+CT_TEST_MAIN()

@@ -7,4 +7,5 @@
 #include "ctrain/ops.h"
 #include "ctrain/nn.h"
 #include "ctrain/models.h"
+#include "ctrain/optim.h"
 #endif

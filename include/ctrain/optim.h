@@ -1,0 +1,196 @@
+/* ctrain/optim.h — optimizers (SGD, AdamW), learning-rate schedules, gradient clipping by
+ * global norm and the mixed-precision gradient scaler. Formulas are PyTorch's (1.13–2.x,
+ * single-tensor path), checked against it by tests/unit/test_optim.c.
+ *
+ *   ct_adamw_opts ao = ct_adamw_default_opts();        // betas 0.9/0.999, eps 1e-8, wd 1e-2
+ *   ao.decay_only_ndim_ge2 = true;                      // no decay for biases / LayerNorm (nanoGPT)
+ *   ct_optim *opt = ct_optim_create_adamw(P, &ao);
+ *   ct_lr_schedule sched = ct_lr_cosine(6e-4, 6e-5, 100, 5000); // base, min, warmup, total
+ *   for (int64_t step = 0; step < 5000; step++) {
+ *       ... forward, ct_backward ...
+ *       float norm = ct_clip_grad_norm(P, 1.0f);        // torch.nn.utils.clip_grad_norm_
+ *       ct_optim_step(opt, ct_lr_at(&sched, step));     // lr per step: schedules stay outside
+ *       ct_params_zero_grad(P);
+ *   }
+ *   // checkpoint: state tensors named "<prefix>exp_avg.<param>", ... and "<prefix>step"
+ *   ct_optim_state_save(opt, writer, "optim.");  ...  ct_optim_state_load(opt, file, "optim.");
+ *   ct_optim_free(opt);
+ *
+ * The optimizer works on the flat buffers of a ct_params store: parameters, gradients and
+ * every state buffer share one layout, so a step is one fused elementwise loop (OpenMP over
+ * the buffer; elementwise, hence the same bits for any thread count).
+ */
+#ifndef CTRAIN_OPTIM_H
+#define CTRAIN_OPTIM_H
+
+#include "ctrain/core.h"
+#include "ctrain/tensor.h"
+#include "ctrain/io.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- optimizers ---- */
+
+typedef struct ct_optim ct_optim;
+
+/* torch.optim.SGD (lr is given to each ct_optim_step):
+ *   g = grad (+ weight_decay * p);
+ *   momentum: buf = g on the first step, else buf = momentum * buf + (1 - dampening) * g;
+ *             g = nesterov ? g + momentum * buf : buf;
+ *   p -= lr * g */
+typedef struct ct_sgd_opts {
+    double momentum;          /* 0 */
+    double dampening;         /* 0 */
+    double weight_decay;      /* 0 (L2, added to the gradient) */
+    bool nesterov;            /* false; needs momentum > 0 and dampening == 0, as PyTorch */
+    bool maximize;            /* false */
+    bool decay_only_ndim_ge2; /* false; true: parameters with ndim < 2 get no weight decay */
+} ct_sgd_opts;
+ct_sgd_opts ct_sgd_default_opts(void);
+
+/* torch.optim.AdamW:
+ *   t += 1; p *= 1 - lr * weight_decay;
+ *   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g;
+ *   amsgrad: vmax = max(vmax, v), used instead of v below;
+ *   denom = sqrt(v) / sqrt(1 - beta2^t) + eps;  p -= (lr / (1 - beta1^t)) * m / denom */
+typedef struct ct_adamw_opts {
+    double beta1;             /* 0.9 */
+    double beta2;             /* 0.999 */
+    double eps;               /* 1e-8 */
+    double weight_decay;      /* 1e-2 */
+    bool amsgrad;             /* false */
+    bool maximize;            /* false */
+    bool decay_only_ndim_ge2; /* false; true: parameters with ndim < 2 get no weight decay */
+} ct_adamw_opts;
+ct_adamw_opts ct_adamw_default_opts(void);
+
+/* NULL opts = defaults. The store must be finalized. Returns NULL with ct_last_error() set
+ * for invalid options (CT_ERR_INVALID) or out of memory. The optimizer keeps a pointer to
+ * the store; free the optimizer first. */
+ct_optim *ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts);
+ct_optim *ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts);
+void ct_optim_free(ct_optim *o);
+
+/* One update of every parameter from the store's flat gradients, with learning rate lr
+ * (double, as PyTorch's Python float: the scalars it derives are computed in double and
+ * rounded to float once, exactly as PyTorch does). */
+void ct_optim_step(ct_optim *o, double lr);
+
+const char *ct_optim_kind(const ct_optim *o);   /* "sgd" or "adamw" */
+ct_params *ct_optim_params(const ct_optim *o);
+/* Steps taken so far (AdamW's bias-correction t; for SGD it says whether the momentum
+ * buffer exists yet). */
+int64_t ct_optim_steps(const ct_optim *o);
+void ct_optim_set_steps(ct_optim *o, int64_t steps);
+
+/* Weight decay of parameter i (PyTorch's param groups, reduced to what training uses):
+ * override per parameter, e.g. 0 for embeddings. Buffers are ignored. */
+void ct_optim_set_weight_decay(ct_optim *o, int param_index, double weight_decay);
+double ct_optim_weight_decay(const ct_optim *o, int param_index);
+
+/* ---- state, for checkpoints ----
+ * Flat state buffers in the store's layout (same length as ct_params_numel):
+ * SGD with momentum: "momentum_buffer"; AdamW: "exp_avg", "exp_avg_sq" and, with amsgrad,
+ * "max_exp_avg_sq" (PyTorch's state names). Writable: copy a saved buffer back, set the
+ * step counter with ct_optim_set_steps, and the next step continues bit for bit. */
+int ct_optim_state_count(const ct_optim *o);
+void ct_optim_state_buffer(const ct_optim *o, int i, const char **name, float **data, size_t *numel);
+
+/* Add the state to a safetensors writer, per parameter with the parameter's shape
+ * ("<prefix>exp_avg.<param name>", ...) plus "<prefix>step" (I64 scalar), so the file does
+ * not depend on the flat layout and can be read from Python. The writer points into the
+ * optimizer's buffers: save it before the next ct_optim_step. */
+ct_status ct_optim_state_save(const ct_optim *o, ct_st_writer *w, const char *prefix);
+/* Restore what ct_optim_state_save wrote. CT_ERR_NOT_FOUND names a missing tensor,
+ * CT_ERR_FORMAT a wrong dtype or shape; on error the optimizer is unchanged. */
+ct_status ct_optim_state_load(ct_optim *o, const ct_st_file *f, const char *prefix);
+
+/* ---------------------------------------------------------------- schedules ---- */
+
+/* Learning rate for optimizer step `step` (0 for the first step), as
+ * torch.optim.lr_scheduler.LambdaLR(opt, lambda) gives it when scheduler.step() follows
+ * every optimizer.step(): lr = base_lr * lambda(step). The lambdas are the Hugging Face
+ * `transformers` ones (get_constant_schedule_with_warmup, get_linear_schedule_with_warmup,
+ * get_cosine_with_min_lr_schedule_with_warmup), with W = warmup_steps, T = total_steps,
+ * r = min_lr / base_lr:
+ *   step < W:  lambda = step / W                     (linear warmup from 0; all kinds)
+ *   constant:  lambda = 1
+ *   linear:    f = max(0, (T - step) / max(1, T - W)),             lambda = r + (1 - r) f
+ *   cosine:    f = 0.5 (1 + cos(pi * min(1, (step - W) / max(1, T - W)))), lambda = r + (1 - r) f
+ * After T the linear and cosine schedules stay at min_lr (HF's cosine would rise again).
+ * With W = 0 the cosine one is torch.optim.lr_scheduler.CosineAnnealingLR(T_max = T,
+ * eta_min = min_lr) for steps 0..T. */
+typedef enum { CT_LR_CONSTANT = 0, CT_LR_LINEAR, CT_LR_COSINE } ct_lr_kind;
+typedef struct ct_lr_schedule {
+    ct_lr_kind kind;
+    double base_lr;
+    double min_lr;          /* linear/cosine floor (0) */
+    int64_t warmup_steps;   /* 0 = no warmup */
+    int64_t total_steps;    /* linear/cosine: end of the decay, warmup included */
+} ct_lr_schedule;
+
+static inline ct_lr_schedule ct_lr_constant(double lr, int64_t warmup_steps) {
+    ct_lr_schedule s = {CT_LR_CONSTANT, lr, lr, warmup_steps, 0};
+    return s;
+}
+static inline ct_lr_schedule ct_lr_linear(double base, double min_lr, int64_t warmup, int64_t total) {
+    ct_lr_schedule s = {CT_LR_LINEAR, base, min_lr, warmup, total};
+    return s;
+}
+static inline ct_lr_schedule ct_lr_cosine(double base, double min_lr, int64_t warmup, int64_t total) {
+    ct_lr_schedule s = {CT_LR_COSINE, base, min_lr, warmup, total};
+    return s;
+}
+double ct_lr_at(const ct_lr_schedule *s, int64_t step);
+
+/* ---------------------------------------------------------------- clipping ---- */
+
+/* torch.nn.utils.clip_grad_norm_(params, max_norm) (L2): total = ||all gradients||, summed in
+ * double in fixed-size chunks (same result for any thread count); coef = max_norm /
+ * (total + 1e-6) computed in float as PyTorch does; if coef < 1 every gradient is
+ * multiplied by it. Returns the total norm before clipping (inf/nan if a gradient is:
+ * then, as PyTorch with error_if_nonfinite=False, the gradients become nan). */
+float ct_clip_grad_norm(ct_params *p, float max_norm);
+/* The global L2 norm alone, in double. */
+double ct_grad_norm(const ct_params *p);
+
+/* ---------------------------------------------------------------- grad scaler ---- */
+
+/* torch.cuda.amp.GradScaler's dynamic loss scale:
+ *   loss * ct_grad_scaler_scale(s) -> backward -> found_inf = !ct_grad_scaler_unscale_and_check(s, P)
+ *   -> if (!found_inf) ct_optim_step(...) -> ct_grad_scaler_update(s, found_inf).
+ * update: found_inf: scale *= backoff, tracker = 0; else tracker += 1 and when it reaches
+ * growth_interval: scale *= growth (kept only if finite), tracker = 0. */
+typedef struct ct_grad_scaler_opts {
+    float init_scale;        /* 65536 (2^16) */
+    double growth_factor;    /* 2 */
+    double backoff_factor;   /* 0.5 */
+    int32_t growth_interval; /* 2000 */
+    bool enabled;            /* true; false: scale 1, unscale and update do nothing (unscale: true) */
+} ct_grad_scaler_opts;
+ct_grad_scaler_opts ct_grad_scaler_default_opts(void);
+
+typedef struct ct_grad_scaler_state {
+    float scale;
+    int32_t growth_tracker;  /* successful steps since the last change of scale */
+} ct_grad_scaler_state;
+
+typedef struct ct_grad_scaler ct_grad_scaler;
+/* NULL opts = defaults. NULL with CT_ERR_INVALID for a non-positive scale, growth <= 1,
+ * backoff outside (0, 1) or interval < 1. */
+ct_grad_scaler *ct_grad_scaler_create(const ct_grad_scaler_opts *opts);
+void ct_grad_scaler_free(ct_grad_scaler *s);
+float ct_grad_scaler_scale(const ct_grad_scaler *s);
+/* Multiply every gradient by 1/scale (the float reciprocal, as PyTorch) and return true when
+ * all of them are finite. */
+bool ct_grad_scaler_unscale_and_check(ct_grad_scaler *s, ct_params *p);
+void ct_grad_scaler_update(ct_grad_scaler *s, bool found_inf);
+ct_grad_scaler_state ct_grad_scaler_get_state(const ct_grad_scaler *s);
+void ct_grad_scaler_set_state(ct_grad_scaler *s, ct_grad_scaler_state st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

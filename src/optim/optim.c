@@ -1,0 +1,382 @@
+/* SGD and AdamW over a ct_params store's flat buffers, PyTorch's formulas to the bit.
+ *
+ * PyTorch's CPU kernels (AVX2 build, checked by tests/torch/gen_optim.py's fixtures) fuse
+ * some of the update into FMAs: `a.add_(b, alpha=s)` is fma(b, s, a) and
+ * `a.addcmul_(b, c, value=s)` is fma(s * b, c, a), while `addcdiv_` is a + (s * b) / c
+ * and `x / scalar` is a true division. Python-float hyper-parameters are combined in double
+ * and rounded to float once, as a Python float scalar reaches the kernel. This file is
+ * compiled with -std=c11 (no implicit contraction), so the fmaf() calls below are exactly
+ * where PyTorch fuses and nowhere else. */
+#include "ctrain/optim.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2_FMA 1
+#endif
+
+enum { K_SGD = 0, K_ADAMW = 1 };
+#define MAX_STATE 3
+/* below this many floats a parallel region costs more than the loop */
+#define PAR_MIN 32768
+
+typedef struct { size_t begin, end; double wd; } seg;
+
+struct ct_optim {
+    int kind;
+    ct_params *p;
+    size_t n;
+    ct_sgd_opts sgd;
+    ct_adamw_opts adam;
+    double *wd;          /* per parameter index; buffers ignored */
+    seg *segs;           /* runs of equal weight decay covering [0, n) */
+    int nseg;
+    bool segs_dirty;
+    int nstate;
+    float *state[MAX_STATE];
+    const char *state_name[MAX_STATE];
+    int64_t step;
+};
+
+ct_sgd_opts ct_sgd_default_opts(void) {
+    return (ct_sgd_opts){.momentum = 0, .dampening = 0, .weight_decay = 0, .nesterov = false,
+                         .maximize = false, .decay_only_ndim_ge2 = false};
+}
+
+ct_adamw_opts ct_adamw_default_opts(void) {
+    return (ct_adamw_opts){.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2,
+                           .amsgrad = false, .maximize = false, .decay_only_ndim_ge2 = false};
+}
+
+/* Buffers (state without gradient) live outside the flat parameter buffer. */
+static bool is_trainable(const ct_params *p, int i) {
+    const ct_tensor *t = ct_params_get(p, i);
+    uintptr_t d = (uintptr_t)ct_params_data(p), x = (uintptr_t)t->data;
+    size_t n = ct_params_numel(p);
+    return ct_numel(t) > 0 && x >= d && x < d + n * sizeof(float);
+}
+
+static ct_optim *optim_new(ct_params *p, int kind, double wd, bool only_ge2, int nstate, const char *const *names) {
+    if (!p || !ct_params_data(p)) {
+        ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
+        return NULL;
+    }
+    ct_optim *o = calloc(1, sizeof *o);
+    int np = ct_params_count(p);
+    if (!o || !(o->wd = calloc((size_t)(np ? np : 1), sizeof(double)))) goto oom;
+    o->kind = kind;
+    o->p = p;
+    o->n = ct_params_numel(p);
+    for (int i = 0; i < np; i++)
+        o->wd[i] = (only_ge2 && ct_params_get(p, i)->ndim < 2) ? 0.0 : wd;
+    o->segs_dirty = true;
+    for (int k = 0; k < nstate; k++) {
+        /* state buffers in the parameters' layout, 64-byte aligned like them; zero padding */
+        if (posix_memalign((void **)&o->state[k], 64, (o->n ? o->n : 16) * sizeof(float))) {
+            o->state[k] = NULL;
+            goto oom;
+        }
+        memset(o->state[k], 0, o->n * sizeof(float));
+        o->state_name[k] = names[k];
+        o->nstate = k + 1;
+    }
+    return o;
+oom:
+    ct_optim_free(o);
+    ct_error(CT_ERR_NOMEM, "optimizer: cannot allocate state for %zu parameters", ct_params_numel(p));
+    return NULL;
+}
+
+ct_optim *ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts) {
+    ct_sgd_opts o = opts ? *opts : ct_sgd_default_opts();
+    if (!(o.momentum >= 0) || !(o.weight_decay >= 0) || !isfinite(o.dampening)) {
+        ct_error(CT_ERR_INVALID, "sgd: momentum %g and weight_decay %g must be >= 0, dampening finite",
+                 o.momentum, o.weight_decay);
+        return NULL;
+    }
+    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+        ct_error(CT_ERR_INVALID, "sgd: Nesterov momentum requires a momentum and zero dampening");
+        return NULL;
+    }
+    static const char *const names[] = {"momentum_buffer"};
+    ct_optim *r = optim_new(p, K_SGD, o.weight_decay, o.decay_only_ndim_ge2, o.momentum != 0 ? 1 : 0, names);
+    if (r) r->sgd = o;
+    return r;
+}
+
+ct_optim *ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts) {
+    ct_adamw_opts o = opts ? *opts : ct_adamw_default_opts();
+    if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) {
+        ct_error(CT_ERR_INVALID, "adamw: betas (%g, %g) must be in [0, 1)", o.beta1, o.beta2);
+        return NULL;
+    }
+    if (!(o.eps >= 0) || !(o.weight_decay >= 0)) {
+        ct_error(CT_ERR_INVALID, "adamw: eps %g and weight_decay %g must be >= 0", o.eps, o.weight_decay);
+        return NULL;
+    }
+    static const char *const names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    ct_optim *r = optim_new(p, K_ADAMW, o.weight_decay, o.decay_only_ndim_ge2, o.amsgrad ? 3 : 2, names);
+    if (r) r->adam = o;
+    return r;
+}
+
+void ct_optim_free(ct_optim *o) {
+    if (!o) return;
+    for (int k = 0; k < MAX_STATE; k++) free(o->state[k]);
+    free(o->wd);
+    free(o->segs);
+    free(o);
+}
+
+const char *ct_optim_kind(const ct_optim *o) { return o->kind == K_SGD ? "sgd" : "adamw"; }
+ct_params *ct_optim_params(const ct_optim *o) { return o->p; }
+int64_t ct_optim_steps(const ct_optim *o) { return o->step; }
+void ct_optim_set_steps(ct_optim *o, int64_t steps) {
+    CT_CHECK(steps >= 0, "ct_optim_set_steps: negative step count %lld", (long long)steps);
+    o->step = steps;
+}
+
+void ct_optim_set_weight_decay(ct_optim *o, int i, double wd) {
+    CT_CHECK(i >= 0 && i < ct_params_count(o->p), "ct_optim_set_weight_decay: parameter index %d out of range", i);
+    CT_CHECK(wd >= 0, "ct_optim_set_weight_decay: negative weight decay %g", wd);
+    o->wd[i] = wd;
+    o->segs_dirty = true;
+}
+
+double ct_optim_weight_decay(const ct_optim *o, int i) {
+    CT_CHECK(i >= 0 && i < ct_params_count(o->p), "ct_optim_weight_decay: parameter index %d out of range", i);
+    return o->wd[i];
+}
+
+/* Runs of equal weight decay over the flat buffer. Each parameter owns [its offset, the
+ * next parameter's offset): its padding rides along (always zero, and stays zero). */
+static bool build_segs(ct_optim *o) {
+    int np = ct_params_count(o->p);
+    seg *s = realloc(o->segs, (size_t)(np + 1) * sizeof *s);
+    if (!s) return false;
+    o->segs = s;
+    int ns = 0;
+    for (int i = 0; i < np; i++) { /* trainable offsets increase with the index */
+        if (!is_trainable(o->p, i)) continue;
+        size_t off = ct_params_offset(o->p, i);
+        if (ns == 0) {
+            s[ns++] = (seg){0, 0, o->wd[i]};
+        } else if (o->wd[i] != s[ns - 1].wd) {
+            s[ns - 1].end = off;
+            s[ns++] = (seg){off, 0, o->wd[i]};
+        }
+    }
+    if (ns == 0) s[ns++] = (seg){0, 0, 0};
+    s[ns - 1].end = o->n;
+    o->nseg = ns;
+    o->segs_dirty = false;
+    return true;
+}
+
+static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
+    float *restrict P = ct_params_data(o->p);
+    const float *restrict G = ct_params_grad(o->p);
+    float *restrict B = o->nstate ? o->state[0] : NULL;
+    const float wd_f = (float)wd, mom = (float)o->sgd.momentum, omd = (float)(1.0 - o->sgd.dampening);
+    const float nlr = (float)-lr;
+    const float gsign = o->sgd.maximize ? -1.0f : 1.0f; /* exact negation */
+    const bool first = o->step == 0, nesterov = o->sgd.nesterov, use_wd = wd != 0;
+    long n = (long)(e - b);
+    P += b;
+    G += b;
+    if (!B) {
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+        for (long i = 0; i < n; i++) {
+            float g = G[i] * gsign;
+            g = use_wd ? fmaf(P[i], wd_f, g) : g; /* PyTorch skips the add when wd == 0 */
+            P[i] = fmaf(g, nlr, P[i]);
+        }
+        return;
+    }
+    B += b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (long i = 0; i < n; i++) {
+        float g = G[i] * gsign;
+        g = use_wd ? fmaf(P[i], wd_f, g) : g;
+        float buf = first ? g : fmaf(g, omd, B[i] * mom); /* first step: buf = clone(d_p) */
+        B[i] = buf;
+        float d = nesterov ? fmaf(buf, mom, g) : buf;
+        P[i] = fmaf(d, nlr, P[i]);
+    }
+}
+
+/* The AdamW update of one element; the AVX2 loop below computes the same operations in
+ * the same order (IEEE sqrt, division and FMA are exactly rounded in both), so both paths
+ * give the same bits. GCC does not vectorize sqrtf without -fno-math-errno, hence the
+ * intrinsics. */
+typedef struct {
+    float gsign, decay, b1, omb1, b2, omb2, nstep, bc2s, eps;
+} adamw_k;
+
+static inline void adamw_elem(const adamw_k *k, float *P, const float *G, float *M, float *V, float *VM) {
+    float g = *G * k->gsign;
+    float p = *P * k->decay;
+    float m = fmaf(g, k->omb1, *M * k->b1);
+    float v = fmaf(k->omb2 * g, g, *V * k->b2);
+    *M = m;
+    *V = v;
+    if (VM) {
+        float mx = *VM;
+        mx = (v > mx || v != v) ? v : mx; /* torch.maximum: NaN wins */
+        *VM = mx;
+        v = mx;
+    }
+    float denom = sqrtf(v) / k->bc2s + k->eps;
+    *P = p + (k->nstep * m) / denom;
+}
+
+static void adamw_kernel(const adamw_k *k, float *restrict P, const float *restrict G, float *restrict M,
+                         float *restrict V, float *restrict VM, long lo, long hi) {
+    long i = lo;
+#ifdef HAVE_AVX2_FMA
+    const __m256 gsign = _mm256_set1_ps(k->gsign), decay = _mm256_set1_ps(k->decay);
+    const __m256 b1 = _mm256_set1_ps(k->b1), omb1 = _mm256_set1_ps(k->omb1);
+    const __m256 b2 = _mm256_set1_ps(k->b2), omb2 = _mm256_set1_ps(k->omb2);
+    const __m256 nstep = _mm256_set1_ps(k->nstep), bc2s = _mm256_set1_ps(k->bc2s), eps = _mm256_set1_ps(k->eps);
+    for (; i + 8 <= hi; i += 8) {
+        __m256 g = _mm256_mul_ps(_mm256_loadu_ps(G + i), gsign);
+        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(P + i), decay);
+        __m256 m = _mm256_fmadd_ps(g, omb1, _mm256_mul_ps(_mm256_loadu_ps(M + i), b1));
+        __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(omb2, g), g, _mm256_mul_ps(_mm256_loadu_ps(V + i), b2));
+        _mm256_storeu_ps(M + i, m);
+        _mm256_storeu_ps(V + i, v);
+        if (VM) {
+            __m256 mx = _mm256_loadu_ps(VM + i);
+            __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, mx, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            v = _mm256_blendv_ps(mx, v, take);
+            _mm256_storeu_ps(VM + i, v);
+        }
+        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bc2s), eps);
+        _mm256_storeu_ps(P + i, _mm256_add_ps(p, _mm256_div_ps(_mm256_mul_ps(nstep, m), denom)));
+    }
+#endif
+    for (; i < hi; i++) adamw_elem(k, P + i, G + i, M + i, V + i, VM ? VM + i : NULL);
+}
+
+static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
+    float *P = ct_params_data(o->p) + b;
+    const float *G = ct_params_grad(o->p) + b;
+    float *M = o->state[0] + b, *V = o->state[1] + b;
+    float *VM = o->adam.amsgrad ? o->state[2] + b : NULL;
+    const double t = (double)o->step; /* already incremented */
+    const double bc1 = 1.0 - pow(o->adam.beta1, t), bc2 = 1.0 - pow(o->adam.beta2, t);
+    const adamw_k k = {
+        .gsign = o->adam.maximize ? -1.0f : 1.0f, /* exact negation */
+        .decay = (float)(1.0 - lr * wd),
+        .b1 = (float)o->adam.beta1, .omb1 = (float)(1.0 - o->adam.beta1),
+        .b2 = (float)o->adam.beta2, .omb2 = (float)(1.0 - o->adam.beta2),
+        .nstep = (float)-(lr / bc1),
+        .bc2s = (float)sqrt(bc2),
+        .eps = (float)o->adam.eps,
+    };
+    const long n = (long)(e - b);
+    if (n <= PAR_MIN) {
+        adamw_kernel(&k, P, G, M, V, VM, 0, n);
+        return;
+    }
+#pragma omp parallel
+    {
+        /* contiguous, 16-float aligned share per thread */
+        long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long per = ((n + nt - 1) / nt + 15) & ~15L;
+        long lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
+        adamw_kernel(&k, P, G, M, V, VM, lo, hi);
+    }
+}
+
+void ct_optim_step(ct_optim *o, double lr) {
+    if (o->segs_dirty && !build_segs(o))
+        CT_FATAL("ct_optim_step: out of memory building weight-decay runs");
+    if (o->kind == K_ADAMW) {
+        o->step++;
+        for (int k = 0; k < o->nseg; k++) adamw_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
+    } else {
+        for (int k = 0; k < o->nseg; k++) sgd_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
+        o->step++;
+    }
+}
+
+/* ---- state ---- */
+
+int ct_optim_state_count(const ct_optim *o) { return o->nstate; }
+
+void ct_optim_state_buffer(const ct_optim *o, int i, const char **name, float **data, size_t *numel) {
+    CT_CHECK(i >= 0 && i < o->nstate, "ct_optim_state_buffer: index %d out of range [0, %d)", i, o->nstate);
+    if (name) *name = o->state_name[i];
+    if (data) *data = o->state[i];
+    if (numel) *numel = o->n;
+}
+
+static ct_status state_name(char *buf, size_t cap, const char *prefix, const char *a, const char *b) {
+    int k = b ? snprintf(buf, cap, "%s%s.%s", prefix, a, b) : snprintf(buf, cap, "%s%s", prefix, a);
+    if (k < 0 || (size_t)k >= cap) return ct_error(CT_ERR_INVALID, "optimizer state: name too long: %s%s...", prefix, a);
+    return CT_OK;
+}
+
+ct_status ct_optim_state_save(const ct_optim *o, ct_st_writer *w, const char *prefix) {
+    char name[1024];
+    ct_status st;
+    if (!prefix) prefix = "";
+    if ((st = state_name(name, sizeof name, prefix, "step", NULL)) != CT_OK) return st;
+    if ((st = ct_st_writer_add(w, name, CT_I64, 0, NULL, &o->step)) != CT_OK) return st;
+    int np = ct_params_count(o->p);
+    for (int k = 0; k < o->nstate; k++) {
+        for (int i = 0; i < np; i++) {
+            if (!is_trainable(o->p, i)) continue;
+            const ct_tensor *t = ct_params_get(o->p, i);
+            if ((st = state_name(name, sizeof name, prefix, o->state_name[k], t->name)) != CT_OK) return st;
+            st = ct_st_writer_add(w, name, CT_F32, t->ndim, t->shape, o->state[k] + ct_params_offset(o->p, i));
+            if (st != CT_OK) return st;
+        }
+    }
+    return CT_OK;
+}
+
+ct_status ct_optim_state_load(ct_optim *o, const ct_st_file *f, const char *prefix) {
+    char name[1024];
+    ct_status st;
+    ct_st_tensor t;
+    if (!prefix) prefix = "";
+    /* validate everything first, then copy: a bad file leaves the optimizer untouched */
+    for (int pass = 0; pass < 2; pass++) {
+        if ((st = state_name(name, sizeof name, prefix, "step", NULL)) != CT_OK) return st;
+        if ((st = ct_st_get(f, name, &t)) != CT_OK)
+            return ct_error(st, "%s: optimizer state '%s': %s", ct_st_path(f), name, ct_status_str(st));
+        int64_t step;
+        if (t.dtype != CT_I64 || t.nbytes != sizeof step)
+            return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' must be one I64", ct_st_path(f), name);
+        memcpy(&step, t.data, sizeof step);
+        if (step < 0) return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is negative", ct_st_path(f), name);
+        if (pass) o->step = step;
+        int np = ct_params_count(o->p);
+        for (int k = 0; k < o->nstate; k++) {
+            for (int i = 0; i < np; i++) {
+                if (!is_trainable(o->p, i)) continue;
+                const ct_tensor *pt = ct_params_get(o->p, i);
+                if ((st = state_name(name, sizeof name, prefix, o->state_name[k], pt->name)) != CT_OK) return st;
+                if ((st = ct_st_get(f, name, &t)) != CT_OK)
+                    return ct_error(st, "%s: optimizer state '%s': %s", ct_st_path(f), name, ct_status_str(st));
+                bool same = t.dtype == CT_F32 && t.ndim == pt->ndim;
+                for (int d = 0; same && d < pt->ndim; d++) same = t.shape[d] == pt->shape[d];
+                if (!same) {
+                    char sb[96];
+                    return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is %s %d-d, parameter is %s",
+                                    ct_st_path(f), name, ct_dtype_name(t.dtype), t.ndim, ct_shape_str(pt, sb, sizeof sb));
+                }
+                if (pass) memcpy(o->state[k] + ct_params_offset(o->p, i), t.data, t.nbytes);
+            }
+        }
+    }
+    return CT_OK;
+}

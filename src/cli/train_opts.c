@@ -1,0 +1,156 @@
+/* Flag parsing for `ctrain train`: every value is checked, and a bad one gets one line
+ * naming the flag, the value and what was expected. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/train_opts.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain train mlp|cnn|gpt [options]\n"
+            "Trains a built-in model; under `ctrain run` with DDP across the ranks.\n\n"
+            "data:\n"
+            "  --data-dir DIR       IDX files for mlp/cnn (default $CTRAIN_DATA_DIR or /usr/share/datasets/fashion-mnist)\n"
+            "  --text FILE          gpt: train a byte-level model on a text file\n"
+            "  --shards GLOB        gpt: llm.c token shards (.bin)\n"
+            "training:\n"
+            "  --epochs N           passes over the data (default 1)\n"
+            "  --steps N            stop after N optimizer steps (overrides --epochs)\n"
+            "  --batch-size B       per rank (default 64; the global batch is B x ranks)\n"
+            "  --optimizer sgd|adamw  (default sgd with momentum 0.9 for mlp/cnn, adamw for gpt)\n"
+            "  --lr LR              (default 0.05 sgd, 1e-3 adamw)\n"
+            "  --momentum M         sgd momentum (default 0.9)   --nesterov\n"
+            "  --weight-decay WD    (default 0 sgd, 0.1 adamw on weights of >= 2 dims)\n"
+            "  --schedule constant|cosine|linear  (default cosine)  --warmup N  (default 0)\n"
+            "  --clip NORM          clip the global gradient norm (default off)\n"
+            "  --dropout P          (default 0)\n"
+            "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
+            "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
+            "model (gpt): --n-layer 4 --n-embd 128 --n-head 4 --block-size 64 --vocab-size 256\n"
+            "model (mlp): --hidden 1024,1024\n"
+            "output:\n"
+            "  --output-dir DIR     (default $CTRAIN_OUTPUT_DIR or ./output)\n"
+            "  --save-every N       checkpoint every N steps (and at the end)   --keep K (default 3)\n"
+            "  --resume PATH|auto   continue from a checkpoint directory, or the newest valid one\n"
+            "  --eval-every N       evaluate every N steps (default: at the end of each epoch)\n"
+            "  --eval-max N         evaluate on at most N samples (default all)\n"
+            "  --log-every N        progress line every N steps (default 50)\n"
+            "  --threads N          per rank (default OMP_NUM_THREADS or cores / local ranks)\n"
+            "  --workers N          data loader threads (default 1)\n");
+}
+
+static int bad(const char *flag, const char *val, const char *want) {
+    fprintf(stderr, "ctrain train: %s expects %s, got '%s'\n", flag, want, val ? val : "(nothing)");
+    return 2;
+}
+
+static bool to_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s) return false;
+    char *e;
+    errno = 0;
+    long long v = strtoll(s, &e, 10);
+    if (*e || errno || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+static bool to_f(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) return false;
+    char *e;
+    errno = 0;
+    double v = strtod(s, &e);
+    if (*e || errno || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+int train_opts_parse(int argc, char **argv, train_opts *o) {
+    memset(o, 0, sizeof *o);
+    const char *env_data = getenv("CTRAIN_DATA_DIR"), *env_out = getenv("CTRAIN_OUTPUT_DIR");
+    o->data_dir = env_data && *env_data ? env_data : "/usr/share/datasets/fashion-mnist";
+    o->output_dir = env_out && *env_out ? env_out : "output";
+    o->epochs = 1;
+    o->batch_size = 64;
+    o->lr = -1;
+    o->momentum = 0.9;
+    o->weight_decay = -1;
+    o->schedule = 1;
+    o->seed = 1337;
+    o->keep = 3;
+    o->log_every = 50;
+    o->workers = 1;
+    o->n_layer = 4; o->n_embd = 128; o->n_head = 4; o->block_size = 64; o->vocab_size = 256;
+    o->n_hidden = -1;
+    o->comm_dtype = CT_F32;
+    const char *optimizer = NULL;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (ct_model_kind_parse(argv[1], &o->kind) != CT_OK) return bad("the model", argv[1], "mlp, cnn or gpt");
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        double d;
+#define NEEDV() do { if (!v) return bad(f, NULL, "a value"); i++; } while (0)
+#define INT(flag, lo, hi, dst) else if (!strcmp(f, flag)) { NEEDV(); if (!to_i64(v, lo, hi, &n)) return bad(f, v, "an integer in [" #lo ", " #hi "]"); dst = n; }
+#define FLT(flag, lo, hi, dst) else if (!strcmp(f, flag)) { NEEDV(); if (!to_f(v, lo, hi, &d)) return bad(f, v, "a number in [" #lo ", " #hi "]"); dst = d; }
+#define STR(flag, dst) else if (!strcmp(f, flag)) { NEEDV(); dst = v; }
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
+        STR("--data-dir", o->data_dir) STR("--text", o->text) STR("--shards", o->shards) STR("--output-dir", o->output_dir)
+        STR("--resume", o->resume) STR("--optimizer", optimizer)
+        INT("--epochs", 1, 100000, o->epochs) INT("--steps", 1, 1000000000, o->steps) INT("--batch-size", 1, 1048576, o->batch_size)
+        FLT("--lr", 1e-12, 100, o->lr) FLT("--momentum", 0, 0.9999, o->momentum) FLT("--weight-decay", 0, 10, o->weight_decay)
+        FLT("--clip", 0, 1e9, o->clip) FLT("--dropout", 0, 0.99, o->dropout)
+        INT("--warmup", 0, 1000000000, o->warmup) INT("--seed", 0, 4294967295LL, o->seed)
+        INT("--save-every", 0, 1000000000, o->save_every) INT("--eval-every", 0, 1000000000, o->eval_every)
+        INT("--eval-max", 0, 1000000000, o->eval_max) INT("--keep", 0, 1000000, o->keep) INT("--log-every", 1, 1000000000, o->log_every)
+        INT("--threads", 1, 1024, o->threads) INT("--workers", 0, 64, o->workers)
+        INT("--n-layer", 1, 256, o->n_layer) INT("--n-embd", 1, 65536, o->n_embd) INT("--n-head", 1, 1024, o->n_head)
+        INT("--block-size", 1, 65536, o->block_size) INT("--vocab-size", 2, 65536, o->vocab_size)
+        else if (!strcmp(f, "--nesterov")) o->nesterov = true;
+        else if (!strcmp(f, "--schedule")) {
+            NEEDV();
+            if (!strcmp(v, "constant")) o->schedule = 0;
+            else if (!strcmp(v, "cosine")) o->schedule = 1;
+            else if (!strcmp(v, "linear")) o->schedule = 2;
+            else return bad(f, v, "constant, cosine or linear");
+        } else if (!strcmp(f, "--grad-compression")) {
+            NEEDV();
+            if (!strcmp(v, "none")) o->comm_dtype = CT_F32;
+            else if (!strcmp(v, "bf16")) o->comm_dtype = CT_BF16;
+            else if (!strcmp(v, "fp16")) o->comm_dtype = CT_F16;
+            else return bad(f, v, "none, bf16 or fp16");
+        } else if (!strcmp(f, "--hidden")) {
+            NEEDV();
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            o->n_hidden = 0;
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                if (o->n_hidden == CT_MLP_MAX_HIDDEN || !to_i64(t, 1, 1 << 20, &n)) return bad(f, v, "comma-separated widths, e.g. 1024,1024");
+                o->hidden[o->n_hidden++] = (int)n;
+            }
+        } else {
+            fprintf(stderr, "ctrain train: unknown option '%s' (see ctrain train --help)\n", f);
+            return 2;
+        }
+#undef NEEDV
+#undef INT
+#undef FLT
+#undef STR
+    }
+    if (!optimizer) optimizer = o->kind == CT_MODEL_GPT ? "adamw" : "sgd";
+    if (!strcmp(optimizer, "adamw")) o->adamw = true;
+    else if (strcmp(optimizer, "sgd")) return bad("--optimizer", optimizer, "sgd or adamw");
+    if (o->lr < 0) o->lr = o->adamw ? 1e-3 : 0.05;
+    if (o->kind == CT_MODEL_GPT && !o->text && !o->shards) {
+        fprintf(stderr, "ctrain train: gpt needs --text FILE or --shards GLOB\n");
+        return 2;
+    }
+    if (o->kind == CT_MODEL_GPT && o->n_embd % o->n_head) {
+        fprintf(stderr, "ctrain train: --n-embd %d is not divisible by --n-head %d\n", o->n_embd, o->n_head);
+        return 2;
+    }
+    return -1;
+}

@@ -1,0 +1,26 @@
+/* Options of `ctrain train`, parsed and checked in one place (train_opts.c). */
+#ifndef CT_TRAIN_OPTS_H
+#define CT_TRAIN_OPTS_H
+#include "ctrain/models.h"
+
+typedef struct {
+    ct_model_kind kind;
+    const char *data_dir, *text, *shards, *output_dir, *resume;
+    int epochs;
+    int64_t steps;
+    int batch_size;
+    double lr, momentum, weight_decay, clip, dropout;
+    bool adamw, nesterov;
+    int schedule; /* 0 constant, 1 cosine, 2 linear */
+    int64_t warmup;
+    uint64_t seed;
+    int64_t save_every, eval_every, eval_max;
+    int keep, log_every, threads, workers;
+    int n_layer, n_embd, n_head, block_size, vocab_size;
+    int n_hidden, hidden[CT_MLP_MAX_HIDDEN];
+    ct_dtype comm_dtype;
+} train_opts;
+
+/* Returns -1 to go on training, else the exit code (0 for --help, 2 for bad flags). */
+int train_opts_parse(int argc, char **argv, train_opts *o);
+#endif

@@ -1,0 +1,237 @@
+/* Datasets: IDX images+labels, llm.c token shards, raw text bytes, in-memory tensors.
+ * Each is loaded whole into memory (Fashion-MNIST is 47 MB; shards are mmap-sized reads)
+ * and validated on open, so a bad file fails once, clearly, before training starts. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ctrain/loader.h"
+
+enum { DS_IDX, DS_TOKENS, DS_TENSORS };
+
+struct ct_dataset {
+    int kind;
+    int64_t n;
+    int xnd;
+    int64_t xdims[4];
+    ct_dtype xdt;
+    int64_t xnumel, ynumel;
+    int classes;
+    ct_idx images, labels;      /* DS_IDX */
+    float mean, std;
+    uint16_t *tokens;           /* DS_TOKENS (text bytes are widened to uint16) */
+    int64_t ntok;
+    int T;
+    float *fx;                  /* DS_TENSORS */
+    int32_t *fy;
+};
+
+ct_status ct_dataset_idx_open(const char *ip, const char *lp, ct_dataset **out) {
+    *out = NULL;
+    ct_dataset *d = calloc(1, sizeof *d);
+    if (!d) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_status st = ct_idx_load(ip, &d->images);
+    if (st == CT_OK) st = ct_idx_load(lp, &d->labels);
+    if (st != CT_OK) { ct_dataset_free(d); return st; }
+    if (d->images.dtype != CT_U8 || d->images.ndim != 3 || d->labels.dtype != CT_U8 || d->labels.ndim != 1) {
+        ct_dataset_free(d);
+        return ct_error(CT_ERR_FORMAT, "%s / %s: expected u8 images [N, H, W] and u8 labels [N]", ip, lp);
+    }
+    if (d->images.dims[0] != d->labels.dims[0]) {
+        int64_t a = d->images.dims[0], b = d->labels.dims[0];
+        ct_dataset_free(d);
+        return ct_error(CT_ERR_FORMAT, "%s has %lld images but %s has %lld labels", ip, (long long)a, lp, (long long)b);
+    }
+    int maxl = 0;
+    for (int64_t i = 0; i < d->labels.dims[0]; i++)
+        if (d->labels.data[i] > maxl) maxl = d->labels.data[i];
+    d->kind = DS_IDX;
+    d->n = d->images.dims[0];
+    d->xnd = 3;
+    d->xdims[0] = 1;
+    d->xdims[1] = d->images.dims[1];
+    d->xdims[2] = d->images.dims[2];
+    d->xnumel = d->xdims[1] * d->xdims[2];
+    d->ynumel = 1;
+    d->xdt = CT_F32;
+    d->classes = maxl + 1;
+    d->mean = 0.2860f; /* Fashion-MNIST training-set pixel mean and std */
+    d->std = 0.3530f;
+    *out = d;
+    return CT_OK;
+}
+
+void ct_dataset_set_normalize(ct_dataset *d, float mean, float std) {
+    CT_CHECK(std > 0, "normalisation std must be > 0, got %g", std);
+    d->mean = mean;
+    d->std = std;
+}
+
+static ct_status read_file(const char *path, uint8_t **buf, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) { fclose(f); return ct_error(CT_ERR_IO, "%s: %s", path, strerror(errno)); }
+    *len = (size_t)sb.st_size;
+    *buf = malloc(*len ? *len : 1);
+    if (!*buf) { fclose(f); return ct_error(CT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, *len); }
+    if (fread(*buf, 1, *len, f) != *len) {
+        free(*buf);
+        fclose(f);
+        return ct_error(CT_ERR_IO, "%s: short read", path);
+    }
+    fclose(f);
+    return CT_OK;
+}
+
+static ct_status windows(ct_dataset *d, int block_size, const char *what) {
+    if (block_size < 1) return ct_error(CT_ERR_INVALID, "block size must be >= 1, got %d", block_size);
+    d->T = block_size;
+    d->n = d->ntok > block_size ? (d->ntok - 1) / block_size : 0;
+    if (d->n == 0)
+        return ct_error(CT_ERR_FORMAT, "%s: %lld tokens is too few for one window of %d (+1) tokens", what, (long long)d->ntok, block_size);
+    d->kind = DS_TOKENS;
+    d->xnd = 1;
+    d->xdims[0] = block_size;
+    d->xnumel = block_size;
+    d->ynumel = block_size;
+    d->xdt = CT_I32;
+    return CT_OK;
+}
+
+ct_status ct_dataset_tokens_open(const char *const *paths, int npaths, int block_size, ct_dataset **out) {
+    *out = NULL;
+    if (npaths < 1) return ct_error(CT_ERR_INVALID, "no token shard given");
+    ct_dataset *d = calloc(1, sizeof *d);
+    if (!d) return ct_error(CT_ERR_NOMEM, "out of memory");
+    int maxtok = 0;
+    for (int p = 0; p < npaths; p++) {
+        uint8_t *buf;
+        size_t len;
+        ct_status st = read_file(paths[p], &buf, &len);
+        if (st != CT_OK) { ct_dataset_free(d); return st; }
+        int32_t hdr[256];
+        if (len < sizeof hdr) {
+            free(buf); ct_dataset_free(d);
+            return ct_error(CT_ERR_FORMAT, "%s: %zu bytes is shorter than the 1024-byte shard header", paths[p], len);
+        }
+        memcpy(hdr, buf, sizeof hdr);
+        if (hdr[0] != 20240520) {
+            free(buf); ct_dataset_free(d);
+            return ct_error(CT_ERR_FORMAT, "%s: bad magic %d (expected 20240520, llm.c token shard)", paths[p], hdr[0]);
+        }
+        if (hdr[1] != 1) {
+            free(buf); ct_dataset_free(d);
+            return ct_error(CT_ERR_FORMAT, "%s: unsupported shard version %d (expected 1: uint16 tokens)", paths[p], hdr[1]);
+        }
+        int64_t nt = hdr[2];
+        if (nt < 0 || (uint64_t)len != sizeof hdr + 2 * (uint64_t)nt) {
+            free(buf); ct_dataset_free(d);
+            return ct_error(CT_ERR_FORMAT, "%s: header says %lld tokens (%lld bytes) but the file holds %zu bytes after the header",
+                            paths[p], (long long)nt, (long long)(2 * nt), len - sizeof hdr);
+        }
+        uint16_t *nt_buf = realloc(d->tokens, (size_t)(d->ntok + nt) * sizeof(uint16_t) + 2);
+        if (!nt_buf) { free(buf); ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory for tokens"); }
+        d->tokens = nt_buf;
+        memcpy(d->tokens + d->ntok, buf + sizeof hdr, (size_t)nt * 2);
+        for (int64_t i = 0; i < nt; i++)
+            if (d->tokens[d->ntok + i] > maxtok) maxtok = d->tokens[d->ntok + i];
+        d->ntok += nt;
+        free(buf);
+    }
+    d->classes = maxtok + 1;
+    ct_status st = windows(d, block_size, paths[0]);
+    if (st != CT_OK) { ct_dataset_free(d); return st; }
+    *out = d;
+    return CT_OK;
+}
+
+ct_status ct_dataset_text_open(const char *path, int block_size, ct_dataset **out) {
+    *out = NULL;
+    uint8_t *buf;
+    size_t len;
+    ct_status st = read_file(path, &buf, &len);
+    if (st != CT_OK) return st;
+    ct_dataset *d = calloc(1, sizeof *d);
+    if (!d) { free(buf); return ct_error(CT_ERR_NOMEM, "out of memory"); }
+    d->tokens = malloc((len ? len : 1) * sizeof(uint16_t));
+    if (!d->tokens) { free(buf); free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
+    for (size_t i = 0; i < len; i++) d->tokens[i] = buf[i];
+    free(buf);
+    d->ntok = (int64_t)len;
+    d->classes = 256;
+    st = windows(d, block_size, path);
+    if (st != CT_OK) { ct_dataset_free(d); return st; }
+    *out = d;
+    return CT_OK;
+}
+
+ct_status ct_dataset_tensors(const float *x, int64_t xn, const int32_t *y, int64_t yn, int64_t n, ct_dataset **out) {
+    *out = NULL;
+    if (xn < 1 || yn < 1 || n < 0) return ct_error(CT_ERR_INVALID, "in-memory dataset needs x_numel, y_numel >= 1 and n >= 0");
+    ct_dataset *d = calloc(1, sizeof *d);
+    if (!d) return ct_error(CT_ERR_NOMEM, "out of memory");
+    d->fx = malloc((size_t)(xn * n + 1) * sizeof(float));
+    d->fy = malloc((size_t)(yn * n + 1) * sizeof(int32_t));
+    if (!d->fx || !d->fy) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
+    memcpy(d->fx, x, (size_t)(xn * n) * sizeof(float));
+    memcpy(d->fy, y, (size_t)(yn * n) * sizeof(int32_t));
+    int maxc = 0;
+    for (int64_t i = 0; i < yn * n; i++)
+        if (y[i] > maxc) maxc = y[i];
+    d->kind = DS_TENSORS;
+    d->n = n;
+    d->xnd = 1;
+    d->xdims[0] = xn;
+    d->xnumel = xn;
+    d->ynumel = yn;
+    d->xdt = CT_F32;
+    d->classes = maxc + 1;
+    *out = d;
+    return CT_OK;
+}
+
+void ct_dataset_free(ct_dataset *d) {
+    if (!d) return;
+    ct_idx_free(&d->images);
+    ct_idx_free(&d->labels);
+    free(d->tokens);
+    free(d->fx);
+    free(d->fy);
+    free(d);
+}
+
+int64_t ct_dataset_len(const ct_dataset *d) { return d->n; }
+int ct_dataset_x_shape(const ct_dataset *d, int64_t *dims) {
+    memcpy(dims, d->xdims, sizeof(int64_t) * (size_t)d->xnd);
+    return d->xnd;
+}
+ct_dtype ct_dataset_x_dtype(const ct_dataset *d) { return d->xdt; }
+int64_t ct_dataset_x_numel(const ct_dataset *d) { return d->xnumel; }
+int64_t ct_dataset_y_numel(const ct_dataset *d) { return d->ynumel; }
+int ct_dataset_num_classes(const ct_dataset *d) { return d->classes; }
+
+void ct_dataset_get(const ct_dataset *d, int64_t i, void *x, int32_t *y) {
+    CT_CHECK(i >= 0 && i < d->n, "dataset index %lld out of range [0, %lld)", (long long)i, (long long)d->n);
+    switch (d->kind) {
+    case DS_IDX: {
+        const uint8_t *px = d->images.data + i * d->xnumel;
+        float *fx = x;
+        /* same float operations as torchvision's ToTensor() + Normalize() */
+        for (int64_t j = 0; j < d->xnumel; j++) fx[j] = ((float)px[j] / 255.0f - d->mean) / d->std;
+        y[0] = d->labels.data[i];
+        break;
+    }
+    case DS_TOKENS: {
+        const uint16_t *t = d->tokens + i * d->T;
+        int32_t *xi = x;
+        for (int j = 0; j < d->T; j++) { xi[j] = t[j]; y[j] = t[j + 1]; }
+        break;
+    }
+    default:
+        memcpy(x, d->fx + i * d->xnumel, (size_t)d->xnumel * sizeof(float));
+        memcpy(y, d->fy + i * d->ynumel, (size_t)d->ynumel * sizeof(int32_t));
+    }
+}

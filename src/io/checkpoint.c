@@ -1,0 +1,289 @@
+/* Checkpoints: write everything into a hidden temporary directory, fsync each file and the
+ * directory, then rename it into place. A reader only trusts a directory whose manifest
+ * lists every file with the right size and CRC-32. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <cjson/cJSON.h>
+
+#include "ctrain/checkpoint.h"
+
+static const char *FILES[] = {"model.safetensors", "train_state.safetensors"};
+#define NFILES 2
+
+static ct_status mkdirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return ct_error(CT_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return ct_error(CT_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
+    return CT_OK;
+}
+
+static void rmtree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[4096];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static void fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+static ct_status file_crc(const char *path, uint32_t *crc, int64_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
+    unsigned char buf[1 << 16];
+    uLong c = crc32(0, NULL, 0);
+    int64_t n = 0;
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0) { c = crc32(c, buf, (uInt)r); n += (int64_t)r; }
+    int err = ferror(f);
+    fclose(f);
+    if (err) return ct_error(CT_ERR_IO, "%s: read error", path);
+    *crc = (uint32_t)c;
+    *size = n;
+    return CT_OK;
+}
+
+static ct_status write_train_state(const char *path, const ct_optim *o, const ct_train_state *ts, const ct_model *m) {
+    ct_st_writer *w = ct_st_writer_create();
+    if (!w) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_status st = o ? ct_optim_state_save(o, w, "optim.") : CT_OK;
+    char v[64];
+#define META(k, fmt, x) do { snprintf(v, sizeof v, fmt, x); if (st == CT_OK) st = ct_st_writer_set_metadata(w, k, v); } while (0)
+    META("step", "%" PRId64, ts->step);
+    META("epoch", "%" PRId64, ts->epoch);
+    META("sampler.seed", "%" PRIu64, ts->sampler.seed);
+    META("sampler.epoch", "%" PRId64, ts->sampler.epoch);
+    META("sampler.position", "%" PRId64, ts->sampler.position);
+    META("seed", "%" PRIu64, ts->seed);
+    META("world_size", "%d", ts->world_size);
+    META("loss_scale", "%.17g", ts->loss_scale);
+    META("scaler_growth_tracker", "%" PRId64, ts->scaler_growth_tracker);
+    META("model", "%s", ct_model_kind_name(ct_model_config_of(m)->kind));
+    META("optimizer", "%s", o ? ct_optim_kind(o) : "none");
+#undef META
+    if (st == CT_OK) st = ct_st_writer_save(w, path);
+    ct_st_writer_free(w);
+    return st;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Sorted names of step-* directories under root (caller frees). */
+static int list_ckpts(const char *root, char ***out) {
+    *out = NULL;
+    DIR *d = opendir(root);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    char **v = NULL;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "step-", 5)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **nv = realloc(v, sizeof *v * (size_t)cap);
+            if (!nv) break;
+            v = nv;
+        }
+        v[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_str);
+    *out = v;
+    return n;
+}
+
+ct_status ct_checkpoint_save(const char *root, const ct_model *m, const ct_optim *o, const ct_train_state *ts, int keep) {
+    ct_status st = mkdirs(root);
+    if (st != CT_OK) return st;
+    char tmp[4096], fin[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s/.step-%08" PRId64 ".tmp.%d", root, ts->step, (int)getpid());
+    snprintf(fin, sizeof fin, "%s/step-%08" PRId64, root, ts->step);
+    rmtree(tmp);
+    if (mkdir(tmp, 0755) != 0) return ct_error(CT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    snprintf(path, sizeof path, "%s/%s", tmp, FILES[0]);
+    st = ct_model_save(m, path);
+    snprintf(path, sizeof path, "%s/%s", tmp, FILES[1]);
+    if (st == CT_OK) st = write_train_state(path, o, ts, m);
+    cJSON *man = cJSON_CreateObject(), *files = cJSON_AddObjectToObject(man, "files");
+    cJSON_AddNumberToObject(man, "step", (double)ts->step);
+    cJSON_AddStringToObject(man, "format", "ctrain-checkpoint-1");
+    for (int i = 0; st == CT_OK && i < NFILES; i++) {
+        uint32_t crc;
+        int64_t size;
+        snprintf(path, sizeof path, "%s/%s", tmp, FILES[i]);
+        st = file_crc(path, &crc, &size);
+        if (st != CT_OK) break;
+        cJSON *f = cJSON_AddObjectToObject(files, FILES[i]);
+        cJSON_AddNumberToObject(f, "bytes", (double)size);
+        cJSON_AddNumberToObject(f, "crc32", (double)crc);
+    }
+    if (st == CT_OK) {
+        char *txt = cJSON_Print(man);
+        snprintf(path, sizeof path, "%s/manifest.json", tmp);
+        FILE *f = fopen(path, "wb");
+        size_t len = strlen(txt);
+        if (!f || fwrite(txt, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0)
+            st = ct_error(CT_ERR_IO, "%s: %s", path, strerror(errno ? errno : EIO));
+        if (f && fclose(f) != 0 && st == CT_OK) st = ct_error(CT_ERR_IO, "%s: %s", path, strerror(errno));
+        free(txt);
+    }
+    cJSON_Delete(man);
+    if (st == CT_OK) {
+        fsync_path(tmp);
+        /* re-saving a step (after a resume) replaces the old directory */
+        char old[4200];
+        snprintf(old, sizeof old, "%s.old.%d", fin, (int)getpid());
+        bool had = rename(fin, old) == 0;
+        if (rename(tmp, fin) != 0) {
+            st = ct_error(CT_ERR_IO, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+            if (had) rename(old, fin);
+        } else if (had) {
+            rmtree(old);
+        }
+        fsync_path(root);
+    }
+    if (st != CT_OK) {
+        rmtree(tmp);
+        return st;
+    }
+    CT_LOG_INFO("ckpt", "saved %s", fin);
+    if (keep > 0) {
+        char **v;
+        int n = list_ckpts(root, &v);
+        for (int i = 0; i < n; i++) {
+            if (i < n - keep) {
+                snprintf(path, sizeof path, "%s/%s", root, v[i]);
+                rmtree(path);
+            }
+            free(v[i]);
+        }
+        free(v);
+    }
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_verify(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *man = cJSON_Parse(buf);
+    cJSON *files = man ? cJSON_GetObjectItem(man, "files") : NULL;
+    if (!files) { cJSON_Delete(man); return ct_error(CT_ERR_FORMAT, "%s: not a ctrain checkpoint manifest", path); }
+    ct_status st = CT_OK;
+    for (int i = 0; st == CT_OK && i < NFILES; i++) {
+        cJSON *e = cJSON_GetObjectItem(files, FILES[i]);
+        cJSON *b = e ? cJSON_GetObjectItem(e, "bytes") : NULL, *c = e ? cJSON_GetObjectItem(e, "crc32") : NULL;
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) { st = ct_error(CT_ERR_FORMAT, "%s: no entry for %s", path, FILES[i]); break; }
+        uint32_t crc;
+        int64_t size;
+        char fp[4300];
+        snprintf(fp, sizeof fp, "%s/%s", dir, FILES[i]);
+        st = file_crc(fp, &crc, &size);
+        if (st == CT_OK && (size != (int64_t)b->valuedouble || crc != (uint32_t)c->valuedouble))
+            st = ct_error(CT_ERR_FORMAT, "%s: size or checksum differs from the manifest (%lld bytes, crc %08x; expected %lld, %08x)",
+                          fp, (long long)size, crc, (long long)b->valuedouble, (uint32_t)c->valuedouble);
+    }
+    cJSON_Delete(man);
+    return st;
+}
+
+ct_status ct_checkpoint_find_latest(const char *root, char *dir, size_t n) {
+    char **v;
+    int k = list_ckpts(root, &v);
+    ct_status st = ct_error(CT_ERR_NOT_FOUND, "no valid checkpoint under %s", root);
+    for (int i = k - 1; i >= 0; i--) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", root, v[i]);
+        if (st != CT_OK && ct_checkpoint_verify(p) == CT_OK) {
+            snprintf(dir, n, "%s", p);
+            st = CT_OK;
+        } else if (st != CT_OK) {
+            CT_LOG_WARN_("ckpt", "skipping %s: %s", p, ct_last_error());
+        }
+    }
+    for (int i = 0; i < k; i++) free(v[i]);
+    free(v);
+    if (st != CT_OK) ct_error(CT_ERR_NOT_FOUND, "no valid checkpoint under %s", root);
+    return st;
+}
+
+static int64_t meta_i64(const ct_st_file *f, const char *k, int64_t dflt) {
+    const char *v = ct_st_metadata(f, k);
+    return v ? strtoll(v, NULL, 10) : dflt;
+}
+
+ct_status ct_checkpoint_load(const char *dir, ct_model *m, ct_optim *o, ct_train_state *ts) {
+    ct_status st = ct_checkpoint_verify(dir);
+    if (st != CT_OK) return st;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    ct_st_file *f;
+    st = ct_st_open(path, &f);
+    if (st != CT_OK) return st;
+    const char *kind = ct_st_metadata(f, "model"), *opt = ct_st_metadata(f, "optimizer");
+    const char *want = ct_model_kind_name(ct_model_config_of(m)->kind);
+    if (!kind || strcmp(kind, want)) {
+        st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint of a '%s' model, this run trains '%s'", dir, kind ? kind : "?", want);
+    } else if (o && (!opt || strcmp(opt, ct_optim_kind(o)))) {
+        st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint optimizer '%s', this run uses '%s'", dir, opt ? opt : "?", ct_optim_kind(o));
+    }
+    /* load the model into a copy first so a mismatch leaves the live weights untouched */
+    size_t nbytes = ct_params_numel(ct_model_params(m)) * sizeof(float);
+    float *backup = st == CT_OK ? malloc(nbytes ? nbytes : 1) : NULL;
+    if (st == CT_OK && !backup) st = ct_error(CT_ERR_NOMEM, "out of memory");
+    if (st == CT_OK) {
+        memcpy(backup, ct_params_data(ct_model_params(m)), nbytes);
+        char mp[4200];
+        snprintf(mp, sizeof mp, "%s/model.safetensors", dir);
+        st = ct_model_load(m, mp);
+        if (st == CT_OK && o) {
+            st = ct_optim_state_load(o, f, "optim.");
+            if (st != CT_OK) memcpy(ct_params_data(ct_model_params(m)), backup, nbytes);
+        }
+    }
+    free(backup);
+    if (st == CT_OK) {
+        memset(ts, 0, sizeof *ts);
+        ts->step = meta_i64(f, "step", 0);
+        ts->epoch = meta_i64(f, "epoch", 0);
+        ts->sampler.seed = (uint64_t)meta_i64(f, "sampler.seed", 0);
+        ts->sampler.epoch = meta_i64(f, "sampler.epoch", 0);
+        ts->sampler.position = meta_i64(f, "sampler.position", 0);
+        ts->seed = (uint64_t)meta_i64(f, "seed", 0);
+        ts->world_size = (int)meta_i64(f, "world_size", 1);
+        const char *ls = ct_st_metadata(f, "loss_scale");
+        ts->loss_scale = ls ? strtod(ls, NULL) : 0;
+        ts->scaler_growth_tracker = meta_i64(f, "scaler_growth_tracker", 0);
+    }
+    ct_st_close(f);
+    return st;
+}

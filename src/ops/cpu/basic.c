@@ -58,14 +58,23 @@ void ct_bw_relu(ct_ctx *ctx, ct_node *n) {
     for (int64_t i = 0; i < N; i++) gx[i] += Y[i] > 0 ? g[i] : 0.0f;
 }
 
-/* Summation in double so long reductions match PyTorch's pairwise sums to f32 rounding. */
+/* Summation in double so long reductions match PyTorch's pairwise sums to f32 rounding;
+ * fixed 4096-element blocks added in order, so the result is the same for any thread
+ * count (an OpenMP reduction would add per-thread partials in a thread-dependent split). */
 static ct_tensor *reduce_all(ct_ctx *ctx, ct_tensor *x, int op, double scale) {
     CT_CHECK_F32(ct_op_table[op].name, x); CT_CHECK_CONTIG(ct_op_table[op].name, x);
-    int64_t n = ct_numel(x);
+    int64_t n = ct_numel(x), nb = (n + 4095) / 4096;
     const float *X = x->data;
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) if (n >= (1 << 16))
-    for (int64_t i = 0; i < n; i++) s += X[i];
+    double s = 0, *part = ct_ctx_alloc(ctx, (size_t)(nb ? nb : 1) * sizeof(double));
+#pragma omp parallel for if (n >= (1 << 16))
+    for (int64_t k = 0; k < nb; k++) {
+        int64_t e = (k + 1) * 4096 < n ? (k + 1) * 4096 : n;
+        double p = 0;
+#pragma omp simd reduction(+ : p)
+        for (int64_t i = k * 4096; i < e; i++) p += X[i];
+        part[k] = p;
+    }
+    for (int64_t k = 0; k < nb; k++) s += part[k];
     ct_tensor *y = ct_new(ctx, CT_F32, 0, NULL);
     ct_f32(y)[0] = (float)(s * scale);
     ct_node *nd = ct_record(ctx, op, y, 1, &x);

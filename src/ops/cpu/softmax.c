@@ -170,9 +170,12 @@ ct_tensor *ct_mse_loss(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
 #pragma omp parallel for if (n >= (1 << 16))
     for (int64_t k = 0; k < nb; k++) {
         int64_t e = (k + 1) * 4096 < n ? (k + 1) * 4096 : n;
-        float p = 0;
+        double p = 0;
 #pragma omp simd reduction(+ : p)
-        for (int64_t i = k * 4096; i < e; i++) p += (A[i] - B[i]) * (A[i] - B[i]);
+        for (int64_t i = k * 4096; i < e; i++) {
+            float d = A[i] - B[i];
+            p += (double)(d * d);
+        }
         part[k] = p;
     }
     for (int64_t k = 0; k < nb; k++) s += part[k];

@@ -1,0 +1,166 @@
+/* Kernels at sizes where they go parallel give the same bits with 1 and 2 threads
+ * (forward and every gradient), and conv2d's one-sample-per-GEMM path (large images)
+ * matches a direct convolution.
+ *
+ * Exception: ops built on sgemm (linear, matmul, conv2d, attention) inherit OpenBLAS's
+ * rounding, which depends on its thread count (0.3.21 computes edge blocks with other
+ * kernels when the partition moves: ~8% of a 256x1024x784 product differ in the last
+ * bit). For those the test asks for agreement within 1e-6, normwise. */
+#include <stdint.h>
+
+#include "ct_test.h"
+#include "ctrain/ops.h"
+
+typedef ct_tensor *(*op_fn)(ct_ctx *c, ct_tensor **in);
+
+static void fill(ct_tensor *t, uint64_t seed, float scale) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    float *p = t->data;
+    for (int64_t i = 0; i < ct_numel(t); i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        p[i] = ((float)((s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f) * scale;
+    }
+}
+
+typedef struct { int ndim; int64_t shape[CT_MAX_DIMS]; float scale; } ct_tensor_spec_;
+
+/* forward + backward with `threads`; returns a malloc'ed concatenation of y and grads */
+static float *run(op_fn f, int nin, const ct_tensor_spec_ *spec, int threads, int64_t *len) {
+    ct_set_num_threads(threads);
+    ct_ctx *c = ct_ctx_create(NULL);
+    ct_tensor *in[4];
+    for (int i = 0; i < nin; i++) {
+        in[i] = ct_new(c, CT_F32, spec[i].ndim, spec[i].shape);
+        fill(in[i], 11 + i, spec[i].scale);
+        ct_requires_grad(in[i]);
+    }
+    ct_tensor *y = ct_contiguous(c, f(c, in));
+    ct_tensor *g = ct_new_like(c, y);
+    fill(g, 99, 1.0f);
+    int64_t n = ct_numel(y);
+    for (int i = 0; i < nin; i++) n += ct_numel(in[i]);
+    float *out = malloc((size_t)n * sizeof(float)), *o = out;
+    memcpy(o, y->data, ct_nbytes(y));
+    o += ct_numel(y);
+    ct_backward_seed(c, y, g);
+    for (int i = 0; i < nin; i++) {
+        if (in[i]->grad) memcpy(o, in[i]->grad->data, ct_nbytes(in[i]));
+        else memset(o, 0, ct_nbytes(in[i]));
+        o += ct_numel(in[i]);
+    }
+    *len = n;
+    ct_ctx_free(c);
+    return out;
+}
+
+/* tol 0: bitwise; else max|a - b| / max|a| <= tol */
+static void compare_threads(const char *name, op_fn f, int nin, const ct_tensor_spec_ *spec, double tol) {
+    int saved = ct_get_num_threads();
+    int64_t n1, n2;
+    float *a = run(f, nin, spec, 1, &n1), *b = run(f, nin, spec, 2, &n2);
+    ct_set_num_threads(saved);
+    int64_t diff = 0;
+    double e = 0, m = 1e-30;
+    for (int64_t i = 0; i < n1 && n1 == n2; i++) {
+        diff += memcmp(&a[i], &b[i], 4) != 0;
+        e = fmax(e, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs(a[i]));
+    }
+    if (n1 != n2 || (tol == 0 && diff) || e / m > tol)
+        CT_FAILF("%s: %lld of %lld values differ between 1 and 2 threads (normwise %.2e)", name, (long long)diff, (long long)n1, e / m);
+    free(a);
+    free(b);
+}
+#define same_bits(name, f, nin, ...) compare_threads(name, f, nin, __VA_ARGS__, 0)
+#define close_enough(name, f, nin, ...) compare_threads(name, f, nin, __VA_ARGS__, 1e-6)
+
+static ct_tensor *f_bias_add(ct_ctx *c, ct_tensor **in) { return ct_bias_add(c, in[0], in[1]); }
+static ct_tensor *f_gelu(ct_ctx *c, ct_tensor **in) { return ct_gelu(c, in[0], true); }
+static ct_tensor *f_softmax(ct_ctx *c, ct_tensor **in) { return ct_softmax(c, in[0]); }
+static ct_tensor *f_log_softmax(ct_ctx *c, ct_tensor **in) { return ct_log_softmax(c, in[0]); }
+static ct_tensor *f_ln(ct_ctx *c, ct_tensor **in) { return ct_layer_norm(c, in[0], in[1], in[2], 1e-5f); }
+static ct_tensor *f_sum(ct_ctx *c, ct_tensor **in) { return ct_sum(c, in[0]); }
+static ct_tensor *f_mse(ct_ctx *c, ct_tensor **in) { return ct_mse_loss(c, in[0], in[1]); }
+static ct_tensor *f_ce(ct_ctx *c, ct_tensor **in) {
+    int64_t N = in[0]->shape[0], C = in[0]->shape[1];
+    ct_tensor *t = ct_new(c, CT_I64, 1, &N);
+    for (int64_t i = 0; i < N; i++) ((int64_t *)t->data)[i] = i % 13 == 0 ? -100 : (i * 7919) % C;
+    return ct_cross_entropy(c, in[0], t, -100);
+}
+static ct_tensor *f_emb(ct_ctx *c, ct_tensor **in) {
+    int64_t n = 4096;
+    ct_tensor *t = ct_new(c, CT_I32, 1, &n);
+    for (int64_t i = 0; i < n; i++) ((int32_t *)t->data)[i] = (int32_t)((i * 31) % 97);
+    return ct_embedding(c, in[0], t);
+}
+static ct_tensor *f_conv(ct_ctx *c, ct_tensor **in) { return ct_conv2d(c, in[0], in[1], in[2], 1, 1); }
+static ct_tensor *f_pool(ct_ctx *c, ct_tensor **in) {
+    return ct_add(c, ct_max_pool2d(c, in[0], 3, 2, 1), ct_avg_pool2d(c, in[0], 3, 2, 1));
+}
+static ct_tensor *f_attn(ct_ctx *c, ct_tensor **in) { return ct_attention(c, in[0], in[1], in[2], true); }
+static ct_tensor *f_heads(ct_ctx *c, ct_tensor **in) { return ct_merge_heads(c, ct_split_heads(c, in[0], 8)); }
+static ct_tensor *f_linear(ct_ctx *c, ct_tensor **in) { return ct_linear(c, in[0], in[1], in[2]); }
+
+CT_TEST(same_results_for_1_and_2_threads) {
+    same_bits("bias_add", f_bias_add, 2, (ct_tensor_spec_[]){{4, {8, 32, 24, 24}, 1}, {1, {32}, 1}});
+    same_bits("gelu", f_gelu, 1, (ct_tensor_spec_[]){{2, {256, 1024}, 3}});
+    same_bits("softmax", f_softmax, 1, (ct_tensor_spec_[]){{2, {512, 256}, 5}});
+    same_bits("log_softmax", f_log_softmax, 1, (ct_tensor_spec_[]){{2, {512, 256}, 5}});
+    same_bits("layer_norm", f_ln, 3, (ct_tensor_spec_[]){{2, {1024, 256}, 2}, {1, {256}, 1}, {1, {256}, 1}});
+    same_bits("sum", f_sum, 1, (ct_tensor_spec_[]){{1, {300001}, 1}});
+    same_bits("mse_loss", f_mse, 2, (ct_tensor_spec_[]){{2, {300, 1001}, 1}, {2, {300, 1001}, 1}});
+    same_bits("cross_entropy", f_ce, 1, (ct_tensor_spec_[]){{2, {512, 1000}, 4}});
+    same_bits("embedding", f_emb, 1, (ct_tensor_spec_[]){{2, {97, 256}, 1}});
+    close_enough("conv2d", f_conv, 3, (ct_tensor_spec_[]){{4, {8, 16, 28, 28}, 1}, {4, {32, 16, 3, 3}, 0.3f}, {1, {32}, 1}});
+    same_bits("pools", f_pool, 1, (ct_tensor_spec_[]){{4, {8, 16, 28, 28}, 1}});
+    close_enough("attention", f_attn, 3, (ct_tensor_spec_[]){{4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}});
+    same_bits("split_merge_heads", f_heads, 1, (ct_tensor_spec_[]){{3, {4, 256, 256}, 1}});
+    close_enough("linear", f_linear, 3, (ct_tensor_spec_[]){{2, {256, 784}, 1}, {2, {1024, 784}, 0.05f}, {1, {1024}, 1}});
+}
+
+/* direct convolution in double: y, dx, dw, db for upstream gradient g */
+CT_TEST(conv2d_large_image_matches_direct) {
+    const int64_t N = 2, C = 16, H = 97, W = 95, O = 3, k = 3, s = 1, p = 1;
+    const int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1; /* C*k*k*OH*OW > 1M: one sample per GEMM */
+    ct_ctx *c = ct_ctx_create(NULL);
+    ct_tensor *x = ct_new(c, CT_F32, 4, (int64_t[]){N, C, H, W}), *w = ct_new(c, CT_F32, 4, (int64_t[]){O, C, k, k});
+    ct_tensor *b = ct_new(c, CT_F32, 1, (int64_t[]){O});
+    fill(x, 1, 1); fill(w, 2, 0.3f); fill(b, 3, 1);
+    ct_requires_grad(x); ct_requires_grad(w); ct_requires_grad(b);
+    ct_tensor *y = ct_conv2d(c, x, w, b, (int)s, (int)p);
+    ct_tensor *g = ct_new_like(c, y);
+    fill(g, 4, 1);
+    ct_backward_seed(c, y, g);
+    const float *X = x->data, *Wt = w->data, *B = b->data, *G = g->data, *Y = y->data;
+    double *dx = calloc((size_t)(N * C * H * W), sizeof(double)), *dw = calloc((size_t)(O * C * k * k), sizeof(double));
+    double *db = calloc((size_t)O, sizeof(double)), ey = 0, my = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double acc = B[o], gv = G[((n * O + o) * OH + oh) * OW + ow];
+                    db[o] += gv;
+                    for (int64_t ci = 0; ci < C; ci++)
+                        for (int64_t ki = 0; ki < k; ki++)
+                            for (int64_t kj = 0; kj < k; kj++) {
+                                int64_t ih = oh * s - p + ki, iw = ow * s - p + kj;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                int64_t xi = ((n * C + ci) * H + ih) * W + iw, wi = ((o * C + ci) * k + ki) * k + kj;
+                                acc += (double)X[xi] * Wt[wi];
+                                dx[xi] += gv * Wt[wi];
+                                dw[wi] += gv * X[xi];
+                            }
+                    double yv = Y[((n * O + o) * OH + oh) * OW + ow];
+                    ey = fmax(ey, fabs(yv - acc));
+                    my = fmax(my, fabs(acc));
+                }
+    double ex = 0, mx = 0, ew = 0, mw = 0, eb = 0, mb = 0;
+    for (int64_t i = 0; i < N * C * H * W; i++) { ex = fmax(ex, fabs(ct_f32(x->grad)[i] - dx[i])); mx = fmax(mx, fabs(dx[i])); }
+    for (int64_t i = 0; i < O * C * k * k; i++) { ew = fmax(ew, fabs(ct_f32(w->grad)[i] - dw[i])); mw = fmax(mw, fabs(dw[i])); }
+    for (int64_t i = 0; i < O; i++) { eb = fmax(eb, fabs(ct_f32(b->grad)[i] - db[i])); mb = fmax(mb, fabs(db[i])); }
+    printf("     normwise errors: y %.2e  dx %.2e  dw %.2e  db %.2e\n", ey / my, ex / mx, ew / mw, eb / mb);
+    CT_EXPECT(ey / my < 1e-5 && ex / mx < 1e-5 && ew / mw < 1e-5 && eb / mb < 1e-5);
+    free(dx); free(dw); free(db);
+    ct_ctx_free(c);
+}
+CT_TEST_MAIN()

@@ -1,4 +1,257 @@
-/* placeholder until the bench subcommand lands */
+/* ctrain bench: collective benchmarks in the style of nccl-tests, and a copy-bandwidth probe.
+ *
+ *   ctrain bench allreduce -b 8 -e 256M -f 2 -c          # spawns 2 ranks on the shm backend
+ *   ctrain run --nproc-per-node 4 -- ctrain bench allreduce -b 1M -e 64M
+ *   mpirun -np 2 ctrain bench allreduce --backend mpi
+ *   ctrain bench copy                                      # single-core memcpy bandwidth
+ *
+ * busbw = algbw * 2(n-1)/n for all-reduce (the nccl-tests convention: the bandwidth each
+ * link would need for a ring algorithm; comparable across rank counts). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cli/cli.h"
-int cli_bench(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "ctrain bench: unavailable in this build\n"); return 2; }
+#include "ctrain/dist.h"
+
+typedef struct {
+    size_t b, e;
+    double f;
+    int iters, warmup, check, np, fingerprint, async_mode;
+    ct_reduce_op op;
+    ct_dtype dt;
+    const char *backend;
+} bench_opts;
+
+static int parse_size(const char *s, size_t *out) {
+    char *e;
+    double v = strtod(s, &e);
+    if (e == s || v < 0) return -1;
+    switch (*e) {
+    case 0: break;
+    case 'k': case 'K': v *= 1024; e++; break;
+    case 'm': case 'M': v *= 1024 * 1024; e++; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; e++; break;
+    default: return -1;
+    }
+    if (*e == 'B' || *e == 'b') e++;
+    if (*e) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain bench allreduce [options]    all-reduce time and bandwidth per size\n"
+            "       ctrain bench copy                   memcpy bandwidth of one core (the ceiling)\n\n"
+            "  -b SIZE         smallest size in bytes (default 8; K, M, G suffixes)\n"
+            "  -e SIZE         largest size (default 64M)\n"
+            "  -f FACTOR       size multiplier (default 2)\n"
+            "  -n N            timed iterations per size (default: scaled by size, 20 at least)\n"
+            "  -w N            warm-up iterations (default 5)\n"
+            "  -c              check results (#wrong column)\n"
+            "  --op OP         sum, avg, min, max, prod (default sum)\n"
+            "  --dtype DT      f32, f16, bf16, f64, i32, i64 (default f32)\n"
+            "  --backend B     shm or mpi (default: automatic)\n"
+            "  --np N          ranks to spawn when not started by a launcher (default 2)\n"
+            "  --no-fingerprint  turn the desync check off (to measure its cost)\n"
+            "  --async         issue through the comm thread (ct_all_reduce + ct_work_wait)\n");
+}
+
+static double pattern(int rank, size_t i) { return (double)((long)((i * 5 + (size_t)rank * 3) % 11) - 5); }
+
+static void fill(ct_dtype dt, void *b, size_t n, int rank) {
+    for (size_t i = 0; i < n; i++) {
+        double v = pattern(rank, i);
+        switch (dt) {
+        case CT_F32: ((float *)b)[i] = (float)v; break;
+        case CT_F64: ((double *)b)[i] = v; break;
+        case CT_F16: ((uint16_t *)b)[i] = ct_f32_to_f16((float)v); break;
+        case CT_BF16: ((uint16_t *)b)[i] = ct_f32_to_bf16((float)v); break;
+        case CT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
+        case CT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
+        default: break;
+        }
+    }
+}
+
+static double get(ct_dtype dt, const void *b, size_t i) {
+    switch (dt) {
+    case CT_F32: return ((const float *)b)[i];
+    case CT_F64: return ((const double *)b)[i];
+    case CT_F16: return ct_f16_to_f32(((const uint16_t *)b)[i]);
+    case CT_BF16: return ct_bf16_to_f32(((const uint16_t *)b)[i]);
+    case CT_I32: return ((const int32_t *)b)[i];
+    case CT_I64: return (double)((const int64_t *)b)[i];
+    default: return 0;
+    }
+}
+
+static size_t count_wrong(const bench_opts *o, const void *b, size_t n, int ranks) {
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        double acc = pattern(0, i);
+        for (int r = 1; r < ranks; r++) {
+            double v = pattern(r, i);
+            switch (o->op) {
+            case CT_RED_SUM: case CT_RED_AVG: acc += v; break;
+            case CT_RED_PROD: acc *= v; break;
+            case CT_RED_MIN: acc = v < acc ? v : acc; break;
+            case CT_RED_MAX: acc = v > acc ? v : acc; break;
+            default: break;
+            }
+        }
+        if (o->op == CT_RED_AVG) acc = (o->dt == CT_I32 || o->dt == CT_I64) ? (double)((long long)acc / ranks) : acc / ranks;
+        double g = get(o->dt, b, i), tol = ct_dtype_is_float(o->dt) ? 1e-2 * (1 + (acc < 0 ? -acc : acc)) : 0;
+        if (o->op == CT_RED_PROD && ct_dtype_is_float(o->dt)) tol = 1e-2 * (acc < 0 ? -acc : acc) + 1e-3;
+        if (!(g - acc <= tol && acc - g <= tol)) wrong++;
+    }
+    return wrong;
+}
+
+static int bench_body(bench_opts *o) {
+    ct_dist_opts d = ct_dist_default_opts();
+    d.backend = o->backend;
+    d.fingerprint = o->fingerprint;
+    ct_pg *pg;
+    if (ct_dist_init(&d, &pg)) {
+        fprintf(stderr, "ctrain bench: %s\n", ct_last_error());
+        return 1;
+    }
+    int rank = ct_pg_rank(pg), n = ct_pg_size(pg);
+    size_t esz = ct_dtype_size(o->dt);
+    void *buf = aligned_alloc(4096, (o->e + 4095) / 4096 * 4096 + 4096);
+    if (!buf) { fprintf(stderr, "ctrain bench: out of memory\n"); return 1; }
+    memset(buf, 0, o->e);
+    if (rank == 0) {
+        printf("# ctrain bench allreduce: %d ranks, backend %s, %s %s, fingerprints %s, %s calls\n", n, ct_pg_backend(pg),
+               ct_dtype_name(o->dt), ct_reduce_op_name(o->op), o->fingerprint ? "on" : "off",
+               o->async_mode ? "async" : "blocking");
+        printf("#%14s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
+               "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        fflush(stdout);
+    }
+    int rc = 0;
+    for (size_t bytes = o->b; bytes <= o->e; bytes = (size_t)((double)bytes * o->f) > bytes ? (size_t)((double)bytes * o->f) : bytes + 1) {
+        size_t cnt = bytes / esz;
+        if (!cnt) continue;
+        int iters = o->iters > 0 ? o->iters : (int)(((64u << 20) / (cnt * esz)) < 20 ? 20 : ((64u << 20) / (cnt * esz)));
+        if (o->iters <= 0 && iters > 20000) iters = 20000;
+        ct_status st = CT_OK;
+        for (int i = 0; i < o->warmup && !st; i++) st = ct_all_reduce_sync(pg, buf, cnt, o->dt, o->op);
+        if (!st) st = ct_barrier_sync(pg);
+        double t0 = ct_time_now();
+        for (int i = 0; i < iters && !st; i++) {
+            if (o->async_mode) {
+                ct_work *w = ct_all_reduce(pg, buf, cnt, o->dt, o->op);
+                st = ct_work_wait(w);
+                ct_work_free(w);
+            } else {
+                st = ct_all_reduce_sync(pg, buf, cnt, o->dt, o->op);
+            }
+        }
+        double t = (ct_time_now() - t0) / iters;
+        if (!st) st = ct_all_reduce_sync(pg, &t, 1, CT_F64, CT_RED_MAX);
+        size_t wrong = 0;
+        if (!st && o->check) {
+            fill(o->dt, buf, cnt, rank);
+            st = ct_all_reduce_sync(pg, buf, cnt, o->dt, o->op);
+            if (!st) wrong = count_wrong(o, buf, cnt, n);
+            double wf = (double)wrong;
+            if (!st) st = ct_all_reduce_sync(pg, &wf, 1, CT_F64, CT_RED_SUM);
+            wrong = (size_t)wf;
+            memset(buf, 0, cnt * esz); /* keep values small for prod/sum in the next size */
+        }
+        if (st) {
+            fprintf(stderr, "ctrain bench: rank %d: %s\n", rank, ct_last_error());
+            rc = 1;
+            break;
+        }
+        if (wrong) rc = 1;
+        if (rank == 0) {
+            double algbw = (double)(cnt * esz) / t / 1e9;
+            double busbw = algbw * 2.0 * (n - 1) / n;
+            if (o->check) printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8zu\n", cnt * esz, cnt, ct_dtype_name(o->dt),
+                                 ct_reduce_op_name(o->op), t * 1e6, algbw, busbw, wrong);
+            else printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8s\n", cnt * esz, cnt, ct_dtype_name(o->dt),
+                        ct_reduce_op_name(o->op), t * 1e6, algbw, busbw, "N/A");
+            fflush(stdout);
+        }
+    }
+    free(buf);
+    ct_pg_free(pg);
+    return rc;
+}
+
+static int bench_child(int rank, int n, void *arg) {
+    (void)rank;
+    (void)n;
+    return bench_body(arg);
+}
+
+static int bench_copy(void) {
+    size_t sz = 64u << 20;
+    char *a = aligned_alloc(4096, sz), *b = aligned_alloc(4096, sz);
+    if (!a || !b) return 1;
+    memset(a, 1, sz);
+    memset(b, 2, sz);
+    printf("#%14s %12s %12s\n", "size(B)", "time(us)", "copy(GB/s)");
+    for (size_t s = 1u << 20; s <= sz; s *= 4) {
+        int it = (int)((1u << 30) / s);
+        memcpy(b, a, s);
+        double t0 = ct_time_now();
+        for (int i = 0; i < it; i++) { memcpy(b, a, s); __asm__ volatile("" ::: "memory"); }
+        double t = (ct_time_now() - t0) / it;
+        printf(" %14zu %12.2f %12.2f\n", s, t * 1e6, (double)s / t / 1e9);
+    }
+    free(a);
+    free(b);
+    return 0;
+}
+
+int cli_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "copy")) return bench_copy();
+    if (strcmp(argv[1], "allreduce") && strcmp(argv[1], "all_reduce")) {
+        fprintf(stderr, "ctrain bench: unknown benchmark '%s' (expected allreduce or copy)\n", argv[1]);
+        return 2;
+    }
+    bench_opts o = {.b = 8, .e = 64u << 20, .f = 2, .iters = 0, .warmup = 5, .np = 2, .fingerprint = 1,
+                    .op = CT_RED_SUM, .dt = CT_F32};
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int need = 1;
+        if (!strcmp(a, "-c") || !strcmp(a, "--check")) { o.check = 1; need = 0; }
+        else if (!strcmp(a, "--no-fingerprint")) { o.fingerprint = 0; need = 0; }
+        else if (!strcmp(a, "--async")) { o.async_mode = 1; need = 0; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!need) continue;
+        if (!v) { fprintf(stderr, "ctrain bench: %s needs a value\n", a); return 2; }
+        i++;
+        if (!strcmp(a, "-b") || !strcmp(a, "--minbytes")) { if (parse_size(v, &o.b)) goto bad; }
+        else if (!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) { if (parse_size(v, &o.e)) goto bad; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--stepfactor")) { o.f = atof(v); if (o.f <= 1) goto bad; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--iters")) { o.iters = atoi(v); if (o.iters < 1) goto bad; }
+        else if (!strcmp(a, "-w") || !strcmp(a, "--warmup_iters")) { o.warmup = atoi(v); if (o.warmup < 0) goto bad; }
+        else if (!strcmp(a, "--np")) { o.np = atoi(v); if (o.np < 1) goto bad; }
+        else if (!strcmp(a, "--op") || !strcmp(a, "-o")) { if (ct_reduce_op_parse(v, &o.op)) goto bad; }
+        else if (!strcmp(a, "--dtype") || !strcmp(a, "-d")) {
+            if (ct_dtype_parse(v, &o.dt) || (unsigned)o.dt > CT_I64) goto bad;
+        } else if (!strcmp(a, "--backend")) o.backend = v;
+        else { fprintf(stderr, "ctrain bench: unknown option '%s' (see ctrain bench --help)\n", a); return 2; }
+        continue;
+    bad:
+        fprintf(stderr, "ctrain bench: bad value '%s' for %s\n", v, a);
+        return 2;
+    }
+    if (o.b > o.e) { fprintf(stderr, "ctrain bench: -b is larger than -e\n"); return 2; }
+    if (getenv("RANK") || getenv("OMPI_COMM_WORLD_RANK") || getenv("SLURM_PROCID")) return bench_body(&o);
+    ct_status st = ct_spawn(bench_child, o.np, &o);
+    if (st) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 1; }
+    return 0;
+}

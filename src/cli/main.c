@@ -14,6 +14,7 @@ static const struct {
     {"run", cli_run, "launch a multi-process job (torchrun's flags)"},
     {"train", cli_train, "train a built-in model: mlp, cnn or gpt"},
     {"bench", cli_bench, "benchmarks: allreduce (nccl-tests style)"},
+    {"worker", cli_worker, "tiny distributed programs for testing the launcher"},
 };
 
 static void usage(FILE *f) {

@@ -1,4 +1,242 @@
-/* placeholder until the run subcommand lands */
+/* ctrain run: torchrun for C programs. Hosts the store, starts the workers with torchrun's
+ * variables, watches them, stops the rest on the first failure and prints a root-cause-first
+ * report, restarts the group up to --max-restarts times, forwards SIGINT/SIGTERM.
+ *
+ *   ctrain run --standalone --nproc-per-node 4 ./train --epochs 3
+ *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -- ./train
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cli/cli.h"
-int cli_run(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "ctrain run: unavailable in this build\n"); return 2; }
+#include "ctrain/dist.h"
+#include "dist/dist_internal.h"
+#include "dist/supervise.h"
+
+typedef struct {
+    int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
+    double timeout, grace;
+    const char *master_addr, *log_dir, *run_id;
+    char **argv; /* the worker's command */
+    /* filled in */
+    int port, attempt;
+    char token[40], runid[40];
+} run_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain run [options] [--] PROGRAM [ARGS...]\n\n"
+            "  --nproc-per-node N|auto  workers on this machine (auto: one per core; default 1)\n"
+            "  --nnodes N               machines in the job (default 1)\n"
+            "  --node-rank K            this machine's index (default 0)\n"
+            "  --master-addr HOST       where node 0's store listens (default 127.0.0.1)\n"
+            "  --master-port PORT       its port (default 29500)\n"
+            "  --standalone             single machine, pick a free port\n"
+            "  --max-restarts K         restart the whole group up to K times after a failure (default 0)\n"
+            "  --log-dir DIR            write DIR/attempt_<k>/<rank>/{stdout,stderr}.log\n"
+            "  --redirects N, -r N      with --log-dir: 1 stdout, 2 stderr, 3 both go only to the files\n"
+            "  --tee N, -t N            with --log-dir: 1 stdout, 2 stderr, 3 both go to files and console\n"
+            "  --timeout S              collective timeout for the workers (CTRAIN_TIMEOUT)\n"
+            "  --grace-period S         SIGTERM -> SIGKILL delay when stopping workers (default 5)\n"
+            "  --run-id ID              job id (TORCHELASTIC_RUN_ID; default random)\n\n"
+            "Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR,\n"
+            "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, CTRAIN_RESTART_COUNT and OMP_NUM_THREADS (cores / workers\n"
+            "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 128+N after signal N.\n");
+}
+
+static int fail(const char *fmt, const char *a) {
+    fprintf(stderr, "ctrain run: ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, " (see ctrain run --help)\n");
+    return 2;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+    char *e;
+    errno = 0;
+    long v = strtol(s, &e, 10);
+    if (e == s || *e || errno || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Accepts --flag value, --flag=value and torchrun's underscore spellings. */
+static int parse(int argc, char **argv, run_opts *o) {
+    *o = (run_opts){.nproc = 1, .nnodes = 1, .master_port = 29500, .grace = 5, .timeout = 0};
+    int i = 1;
+    for (; i < argc; i++) {
+        char *a = argv[i];
+        if (!strcmp(a, "--")) { i++; break; }
+        if (a[0] != '-') break;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        char name[64], *val = NULL;
+        snprintf(name, sizeof name, "%s", a);
+        char *eq = strchr(name, '=');
+        if (eq) { *eq = 0; val = a + (eq - name) + 1; }
+        for (char *p = name + 2; *p; p++) if (*p == '_') *p = '-';
+        if (!strcmp(name, "--standalone")) { o->standalone = 1; continue; }
+        static const char *with_value[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                                           "--max-restarts", "--log-dir", "--redirects", "-r", "--tee", "-t", "--timeout",
+                                           "--grace-period", "--run-id", "--rdzv-id", "--monitor-interval", NULL};
+        int known = 0;
+        for (int k = 0; with_value[k]; k++) known |= !strcmp(name, with_value[k]);
+        if (!known) return fail("unknown option '%s'", a);
+        if (!val) {
+            if (i + 1 >= argc) return fail("%s needs a value", a);
+            val = argv[++i];
+        }
+        int bad = 0;
+        if (!strcmp(name, "--nproc-per-node")) {
+            if (!strcmp(val, "auto") || !strcmp(val, "cpu")) o->nproc = (int)sysconf(_SC_NPROCESSORS_ONLN);
+            else bad = parse_int(val, 1, 4096, &o->nproc);
+        } else if (!strcmp(name, "--nnodes")) {
+            char *colon = strchr(val, ':'); /* torchrun's MIN:MAX: elastic ranges are not supported, use MAX */
+            bad = parse_int(colon ? colon + 1 : val, 1, 65536, &o->nnodes);
+        } else if (!strcmp(name, "--node-rank")) bad = parse_int(val, 0, 65535, &o->node_rank);
+        else if (!strcmp(name, "--master-addr")) o->master_addr = val;
+        else if (!strcmp(name, "--master-port")) bad = parse_int(val, 1, 65535, &o->master_port);
+        else if (!strcmp(name, "--max-restarts")) bad = parse_int(val, 0, 1000, &o->max_restarts);
+        else if (!strcmp(name, "--log-dir")) o->log_dir = val;
+        else if (!strcmp(name, "--redirects") || !strcmp(name, "-r")) bad = parse_int(val, 0, 3, &o->redirects);
+        else if (!strcmp(name, "--tee") || !strcmp(name, "-t")) bad = parse_int(val, 0, 3, &o->tee);
+        else if (!strcmp(name, "--timeout")) { o->timeout = atof(val); bad = !(o->timeout > 0); }
+        else if (!strcmp(name, "--grace-period")) { o->grace = atof(val); bad = !(o->grace >= 0); }
+        else if (!strcmp(name, "--run-id") || !strcmp(name, "--rdzv-id")) o->run_id = val;
+        if (bad) {
+            fprintf(stderr, "ctrain run: bad value '%s' for %s (see ctrain run --help)\n", val, a);
+            return 2;
+        }
+    }
+    if (i >= argc) return fail("%s", "no program to run");
+    o->argv = argv + i;
+    if (o->node_rank >= o->nnodes) {
+        fprintf(stderr, "ctrain run: --node-rank %d is not below --nnodes %d\n", o->node_rank, o->nnodes);
+        return 2;
+    }
+    if (o->standalone && o->nnodes > 1) return fail("%s", "--standalone runs on one machine; drop --nnodes");
+    if (o->redirects && !o->log_dir) o->redirects = 0; /* nowhere else to put the output */
+    return 0;
+}
+
+/* The program must exist before anything starts: one clear line instead of N failures. */
+static int find_program(const char *prog) {
+    if (strchr(prog, '/')) return access(prog, X_OK) == 0;
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/bin:/bin";
+    char buf[PATH_MAX];
+    const char *p = path;
+    while (*p) {
+        const char *e = strchr(p, ':');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)len, p, prog);
+        if (access(buf, X_OK) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static void setenv_int(const char *k, long v) {
+    char b[32];
+    snprintf(b, sizeof b, "%ld", v);
+    setenv(k, b, 1);
+}
+
+static int child_main(int idx, void *ctx) {
+    run_opts *o = ctx;
+    int world = o->nproc * o->nnodes, rank = o->node_rank * o->nproc + idx;
+    setenv_int("RANK", rank);
+    setenv_int("LOCAL_RANK", idx);
+    setenv_int("WORLD_SIZE", world);
+    setenv_int("LOCAL_WORLD_SIZE", o->nproc);
+    setenv_int("GROUP_RANK", o->node_rank);
+    setenv_int("GROUP_WORLD_SIZE", o->nnodes);
+    setenv_int("ROLE_RANK", rank);
+    setenv_int("ROLE_WORLD_SIZE", world);
+    setenv("ROLE_NAME", "default", 1);
+    setenv("MASTER_ADDR", o->master_addr ? o->master_addr : "127.0.0.1", 1);
+    setenv_int("MASTER_PORT", o->port);
+    setenv_int("TORCHELASTIC_RESTART_COUNT", o->attempt);
+    setenv_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
+    setenv("TORCHELASTIC_RUN_ID", o->runid, 1);
+    setenv_int("CTRAIN_RESTART_COUNT", o->attempt);
+    setenv("CTRAIN_STORE_TOKEN", o->token, 1);
+    setenv("CTRAIN_STORE_HOSTED", "1", 1);
+    setenv("CTRAIN_RUN_ID", o->runid, 1);
+    if (o->timeout > 0) {
+        char b[32];
+        snprintf(b, sizeof b, "%g", o->timeout);
+        setenv("CTRAIN_TIMEOUT", b, 1);
+    }
+    if (!getenv("OMP_NUM_THREADS")) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN) / o->nproc;
+        setenv_int("OMP_NUM_THREADS", c < 1 ? 1 : c);
+    }
+    execvp(o->argv[0], o->argv);
+    fprintf(stderr, "ctrain run: cannot execute %s: %s\n", o->argv[0], strerror(errno));
+    return 127;
+}
+
+int cli_run(int argc, char **argv) {
+    run_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    if (!find_program(o.argv[0])) {
+        fprintf(stderr, "ctrain run: cannot find program '%s'\n", o.argv[0]);
+        return 2;
+    }
+    const char *tok = getenv("CTRAIN_STORE_TOKEN");
+    if (tok && *tok) snprintf(o.token, sizeof o.token, "%.39s", tok);
+    else if (o.nnodes == 1) ct_random_hex(o.token, 16);
+    /* multi-node without a shared token: every launcher must agree, so none is used */
+    if (o.run_id) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
+    else ct_random_hex(o.runid, 6);
+
+    /* signals are blocked before the store thread starts so that only the supervisor sees them */
+    sigset_t old;
+    ct_sup_block_signals(&old);
+    ct_store_server *srv = NULL;
+    o.port = o.master_port;
+    if (o.node_rank == 0) {
+        const char *bind = o.nnodes > 1 ? "0.0.0.0" : "127.0.0.1";
+        ct_status st = ct_store_server_start(bind, o.standalone ? 0 : o.master_port, o.token, &srv);
+        if (st) {
+            ct_sup_restore_signals(&old);
+            if (strstr(ct_last_error(), "in use"))
+                fprintf(stderr, "ctrain run: port %d is already in use (choose another --master-port, or --standalone)\n",
+                        o.master_port);
+            else fprintf(stderr, "ctrain run: %s\n", ct_last_error());
+            return 1;
+        }
+        o.port = ct_store_server_port(srv);
+    }
+    CT_LOG_INFO("launcher", "%d worker(s) on node %d of %d, store port %d, run id %s", o.nproc, o.node_rank, o.nnodes,
+                o.port, o.runid);
+    int exit_code = 1;
+    ct_sup_result *res = calloc(1, sizeof *res);
+    for (o.attempt = 0; o.attempt <= o.max_restarts; o.attempt++) {
+        ct_sup_opts so = {.n = o.nproc, .fn = child_main, .ctx = &o, .rank_base = o.node_rank * o.nproc,
+                          .grace_s = o.grace, .log_dir = o.log_dir, .redirects = o.redirects, .tee = o.tee,
+                          .attempt = o.attempt, .runid = o.runid, .who = "ctrain run"};
+        ct_status st = ct_sup_run(&so, res);
+        if (st) {
+            fprintf(stderr, "ctrain run: %s\n", ct_last_error());
+            break;
+        }
+        if (!res->failed && !res->interrupted) { exit_code = 0; break; }
+        fputs(res->report, stderr);
+        if (res->interrupted) { exit_code = 128 + res->interrupted; break; }
+        if (o.attempt < o.max_restarts)
+            fprintf(stderr, "ctrain run: restarting all workers (restart %d of %d)\n", o.attempt + 1, o.max_restarts);
+        else if (o.max_restarts) fprintf(stderr, "ctrain run: giving up after %d restart(s)\n", o.max_restarts);
+    }
+    free(res);
+    ct_store_server_stop(srv);
+    ct_sup_restore_signals(&old);
+    return exit_code;
+}

@@ -241,15 +241,38 @@ static ct_work *async_op(ct_pg *pg, int kind, const void *s, void *r, size_t cou
     return w;
 }
 
+/* Runs queued works on the calling thread while the comm thread is idle (it may still be
+ * waking up): the head is always the oldest work, so issue order is kept. Returns when w is
+ * done or when the comm thread is running something. */
+static void help_drain(ct_pg *pg, ct_work *w) {
+    pthread_mutex_lock(&pg->mu);
+    while (atomic_load(&w->state) != 1 && pg->head && !pg->busy) {
+        ct_work *h = pg->head;
+        pg->head = h->next;
+        if (!pg->head) pg->tail = NULL;
+        pg->busy = 1;
+        pthread_mutex_unlock(&pg->mu);
+        exec_work(pg, h);
+        pthread_mutex_lock(&pg->mu);
+        pg->busy = 0;
+        work_finish(h);
+    }
+    if (pg->head && !pg->busy) pthread_cond_signal(&pg->cv);
+    pthread_mutex_unlock(&pg->mu);
+}
+
 ct_status ct_work_wait(ct_work *w) {
     if (!w) return ct_error(CT_ERR_INVALID, "ct_work_wait(NULL)");
+    if (atomic_load_explicit(&w->state, memory_order_acquire) != 1 && w->pg) help_drain(w->pg, w);
     /* short spin: completions right after issue are common for small ops */
-    for (int i = 0; i < 4000 && atomic_load_explicit(&w->state, memory_order_acquire) != 1; i++) _mm_pause();
+    for (int i = 0; i < 2000 && atomic_load_explicit(&w->state, memory_order_acquire) != 1; i++) _mm_pause();
     for (;;) {
         uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
         if (s == 1) break;
         if (s == 0 && !atomic_compare_exchange_strong(&w->state, &s, 2)) continue;
-        futex(&w->state, FUTEX_WAIT_PRIVATE, 2, NULL);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        futex(&w->state, FUTEX_WAIT_PRIVATE, 2, &ts);
+        if (atomic_load_explicit(&w->state, memory_order_acquire) != 1) help_drain(w->pg, w);
     }
     if (w->st != CT_OK) return ct_error(w->st, "%s", w->msg);
     return CT_OK;

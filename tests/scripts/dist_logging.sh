@@ -9,7 +9,7 @@ out=$(CTRAIN_DEBUG=INFO timeout 30 $B run --standalone --nproc-per-node 2 $B wor
 echo "$out" | grep -q "INFO pg: rendezvous through store 127.0.0.1:[0-9]* (launcher's)" || die "rendezvous: $out"
 echo "$out" | grep -q "backend shm, timeout 300 s, fingerprints on" || die "backend: $out"
 echo "$out" | grep -q "INFO shm: group 0: segment /ctrain-.*KiB" || die "segment: $out"
-out=$(CTRAIN_DEBUG=TRACE CTRAIN_DEBUG_SUBSYS=shm timeout 30 $B bench allreduce -b 8 -e 1M -f 1024 -n 1 -w 0 2>&1) || die "$out"
+out=$(CTRAIN_DEBUG=TRACE CTRAIN_DEBUG_SUBSYS=shm timeout 30 $B bench allreduce -b 8 -e 1M -f 131072 -n 1 -w 0 2>&1) || die "$out"
 echo "$out" | grep -q "TRACE shm: all_reduce #[0-9]*: small path, 8 B" || die "small path: $out"
 echo "$out" | grep -q "TRACE shm: all_reduce #[0-9]*: reduce-scatter + all-gather, 1048576 B" || die "large path: $out"
 echo "$out" | grep -q " pg: " && die "subsystem filter ignored: $out"

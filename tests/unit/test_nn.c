@@ -177,13 +177,17 @@ CT_TEST(forward_shapes_and_loss_near_log_classes) {
     ct_tensor *t = ct_zeros(ctx, CT_I32, 1, (int64_t[]){3});
     double l = ct_item(ct_model_loss(ctx, m, x, t));
     CT_EXPECT(l > 1.5 && l < 3.5);
+    ct_ctx_reset(ctx); /* the tape refers to the model's parameters */
     ct_model_free(m);
 
     c = ct_model_default_config(CT_MODEL_CNN);
     c.cnn.c1 = 4; c.cnn.c2 = 8; c.cnn.fc = 16;
     m = ct_model_create(&c, 1);
+    x = ct_zeros(ctx, CT_F32, 4, (int64_t[]){3, 1, 28, 28});
+    for (int i = 0; i < 3 * 784; i++) ct_f32(x)[i] = (float)((i * 37) % 101) / 101.0f;
     y = ct_model_forward(ctx, m, x);
     CT_EXPECT(y->ndim == 2 && y->shape[0] == 3 && y->shape[1] == 10);
+    ct_ctx_reset(ctx);
     ct_model_free(m);
 
     c = small_gpt();
@@ -323,6 +327,67 @@ CT_TEST(load_errors_name_tensor_and_file_and_change_nothing) {
     unlink(p);
     rmdir(tmpdir);
     ct_model_free(src); ct_model_free(m);
+}
+
+static int hook_count[256], hook_calls;
+static void count_hook(void *u, ct_params *P, int i) { (void)u; (void)P; hook_count[i]++; hook_calls++; }
+
+CT_TEST(gpt_grad_ready_hook_fires_once_per_parameter_tied_wte_included) {
+    ct_model_config c = small_gpt();
+    ct_model *m = ct_model_create(&c, 1);
+    ct_params *P = ct_model_params(m);
+    ct_params_set_grad_hook(P, count_hook, NULL);
+    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_tensor *tok = ct_zeros(ctx, CT_I64, 2, (int64_t[]){2, 16});
+    for (int i = 0; i < 32; i++) ((int64_t *)tok->data)[i] = (i * 11) % 64;
+    for (int step = 0; step < 2; step++) {
+        memset(hook_count, 0, sizeof hook_count);
+        hook_calls = 0;
+        ct_backward(ctx, ct_model_loss(ctx, m, tok, tok));
+        CT_EXPECT_EQ(hook_calls, ct_params_count(P));
+        for (int i = 0; i < ct_params_count(P); i++) CT_EXPECT_EQ(hook_count[i], 1);
+        ct_ctx_reset(ctx);
+        tok = ct_zeros(ctx, CT_I64, 2, (int64_t[]){2, 16});
+    }
+    ct_ctx_free(ctx);
+    ct_model_free(m);
+}
+
+CT_TEST(gpt_without_bias_has_nanogpt_names) {
+    ct_model_config c = small_gpt();
+    c.gpt.bias = false;
+    ct_model *m = ct_model_create(&c, 1);
+    CT_ASSERT(m);
+    ct_params *P = ct_model_params(m);
+    CT_EXPECT_EQ(ct_params_count(P), 3 + 6 * 2);
+    CT_EXPECT(ct_params_find(P, "transformer.h.0.attn.c_attn.bias") == NULL);
+    CT_EXPECT(ct_params_find(P, "transformer.ln_f.bias") == NULL);
+    CT_EXPECT(ct_params_find(P, "transformer.h.1.mlp.c_proj.weight") != NULL);
+    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_tensor *tok = ct_zeros(ctx, CT_I32, 2, (int64_t[]){1, 16});
+    ct_backward(ctx, ct_model_loss(ctx, m, tok, tok));
+    ct_ctx_free(ctx);
+    ct_model_free(m);
+}
+
+CT_TEST(dropout_follows_training_mode) {
+    ct_model_config c = ct_model_default_config(CT_MODEL_CNN);
+    c.cnn.c1 = 4; c.cnn.c2 = 8; c.cnn.fc = 64; c.cnn.dropout = 0.5f;
+    ct_model *a = ct_model_create(&c, 3);
+    c.cnn.dropout = 0;
+    ct_model *b = ct_model_create(&c, 3); /* same names, same init */
+    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_tensor *x = ct_zeros(ctx, CT_F32, 4, (int64_t[]){2, 1, 28, 28});
+    for (int i = 0; i < 2 * 784; i++) ct_f32(x)[i] = (float)((i * 13) % 29) / 29.0f;
+    ct_tensor *yb = ct_model_forward(ctx, b, x);
+    ct_tensor *ya = ct_model_forward(ctx, a, x);
+    CT_EXPECT(memcmp(ya->data, yb->data, 20 * 4) != 0);   /* training: dropout active */
+    ct_ctx_set_training(ctx, false);
+    ya = ct_model_forward(ctx, a, x);
+    CT_EXPECT(!memcmp(ya->data, yb->data, 20 * 4));       /* eval: identity */
+    ct_ctx_free(ctx);
+    ct_model_free(a);
+    ct_model_free(b);
 }
 
 CT_TEST_MAIN()

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -460,6 +461,27 @@ ct_status ct_dist_new_group(ct_pg *parent, const int *ranks, int nranks, ct_pg *
     return CT_OK;
 }
 
+/* Pins local rank r to its own slice of the CPUs this process may use (as mpirun does):
+ * spinning peers sharing a core, or the scheduler moving them around, costs 10-100x in
+ * latency. Skipped when there are fewer CPUs than local ranks or CTRAIN_BIND=0. */
+static void bind_local_rank(int lrank, int lsize) {
+    const char *b = getenv("CTRAIN_BIND");
+    if (b && (!strcmp(b, "0") || !strcmp(b, "none"))) return;
+    cpu_set_t cur, mine;
+    if (sched_getaffinity(0, sizeof cur, &cur)) return;
+    int ncpu = CPU_COUNT(&cur);
+    if (lsize < 2 || ncpu < lsize || lrank < 0 || lrank >= lsize) return;
+    int per = ncpu / lsize, k = 0, first = -1;
+    CPU_ZERO(&mine);
+    for (int c = 0; c < CPU_SETSIZE && k < (lrank + 1) * per; c++) {
+        if (!CPU_ISSET(c, &cur)) continue;
+        if (k >= lrank * per) { CPU_SET(c, &mine); if (first < 0) first = c; }
+        k++;
+    }
+    if (!sched_setaffinity(0, sizeof mine, &mine))
+        CT_LOG_INFO("pg", "local rank %d bound to %d CPU(s) from %d (CTRAIN_BIND=0 to disable)", lrank, per, first);
+}
+
 static const char *const ENV_RANK[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
 static const char *const ENV_WORLD[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
 static const char *const ENV_LWORLD[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
@@ -534,6 +556,9 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
             }
             CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s)", addr, port, pg->server ? "hosted by rank 0" : "launcher's");
         }
+        static const char *const lr_names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
+        int lrank = o.local_rank >= 0 ? o.local_rank : env_int(lr_names, rank, NULL);
+        bind_local_rank(lrank, lworld);
         pg->be = &ct_shm_backend;
         st = ct_shm_create(pg, &pg->impl);
     } else if (!strcmp(backend, "mpi")) {

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# `make bench`: ctrain vs PyTorch, side by side in one run (docs/benchmarks.md holds the
+# latest table). Every configuration runs in a fresh process (its peak RSS is its own);
+# each is run REPEAT times, interleaved, and the best rate kept (this 2-core machine is
+# shared, so the best of a few runs is the least disturbed one).
+#
+#   bash bench/run.sh               core engine (1 and 2 threads) + DDP (2 ranks x 1 thread), ~6-8 min
+#   bash bench/run.sh --quick       one repetition, shorter runs (~3 min)
+#   bash bench/run.sh --accuracy    also Fashion-MNIST accuracy, CNN and MLP, 2 ranks, default
+#                                   settings (slow: tens of minutes)
+#   bash bench/run.sh --only-accuracy
+# Environment: PYTHON (default /usr/bin/python3, Debian's PyTorch), REPEAT (default 2),
+# SECS_MLP / SECS_GPT (measured seconds per run, default 5 / 10), BENCH_OUT (results file).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+PY=${PYTHON:-/usr/bin/python3}
+REPEAT=${REPEAT:-2}
+SECS_MLP=${SECS_MLP:-5}
+SECS_GPT=${SECS_GPT:-10}
+OUT=${BENCH_OUT:-build/bench/results.txt}
+CT=build/bench/train_bench
+core=1; acc=0
+for a in "$@"; do
+    case "$a" in
+    --quick) REPEAT=1; SECS_MLP=3; SECS_GPT=6 ;;
+    --accuracy) acc=1 ;;
+    --only-accuracy) acc=1; core=0 ;;
+    *) echo "unknown option $a" >&2; exit 2 ;;
+    esac
+done
+[ -x "$CT" ] || { echo "build first: make -j2" >&2; exit 1; }
+have_torch=1
+$PY -c 'import torch' 2>/dev/null || { have_torch=0; echo "bench: no PyTorch at $PY (apt-get install python3-torch); ctrain only" >&2; }
+mkdir -p "$(dirname "$OUT")"
+
+secs() { [ "$1" = gpt ] && echo "$SECS_GPT" || echo "$SECS_MLP"; }
+record() { # runs a command, keeps its RESULT lines (tagged with the extra fields in $1)
+    local tag="$1"; shift
+    local o
+    o=$("$@" 2>&1); local rc=$?
+    if [ $rc -ne 0 ] || ! grep -q '^RESULT' <<<"$o"; then
+        echo "bench: FAILED ($rc): $*" >&2; echo "$o" | tail -5 >&2; return 1
+    fi
+    grep '^RESULT' <<<"$o" | sed "s/\$/ $tag/" | tee -a "$OUT"
+}
+
+if [ $core -eq 1 ]; then
+    : >"$OUT"
+    echo "== machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    for t in 1 2; do record "" "$CT" sgemm $t; done
+    for r in $(seq "$REPEAT"); do
+        for m in mlp gpt; do
+            for t in 1 2; do
+                record "" "$CT" single $m $t "$(secs $m)"
+                if [ $have_torch -eq 1 ]; then
+                    record "" env -u OMP_WAIT_POLICY $PY bench/torch_train.py single $m $t "$(secs $m)"
+                    record "" env OMP_WAIT_POLICY=passive $PY bench/torch_train.py single $m $t "$(secs $m)"
+                fi
+            done
+            record "" "$CT" ddp $m 2 "$(secs $m)"
+            [ $have_torch -eq 1 ] && record "" env OMP_NUM_THREADS=1 $PY bench/torch_train.py ddp $m 2 "$(secs $m)"
+        done
+    done
+    echo
+    $PY bench/report.py "$OUT"
+fi
+
+if [ $acc -eq 1 ]; then
+    # Fashion-MNIST, default settings, 2 ranks x 1 thread (ranks launched by hand with the
+    # torchrun environment, so this does not depend on `ctrain run`).
+    ACC_OUT=${ACC_OUT:-build/bench/accuracy}
+    mkdir -p "$ACC_OUT"
+    for spec in "cnn 3" "mlp 3"; do
+        set -- $spec; m=$1; ep=$2
+        port=$((29500 + RANDOM % 1000))
+        t0=$(date +%s)
+        for r in 0 1; do
+            WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+                build/ctrain train $m --epochs $ep --output-dir "$ACC_OUT/$m" --log-every 200 >"$ACC_OUT/$m.rank$r.log" 2>&1 &
+        done
+        wait
+        t1=$(date +%s)
+        a=$(grep -oiE 'acc(uracy)?[ =:]+[0-9.]+' "$ACC_OUT/$m.rank0.log" | tail -1 | grep -oE '[0-9.]+$')
+        echo "RESULT impl=ctrain model=$m accuracy=${a:-?} epochs=$ep ranks=2 wall_s=$((t1 - t0))" | tee -a "$ACC_OUT/results.txt"
+        grep -iE 'acc' "$ACC_OUT/$m.rank0.log" | tail -4
+    done
+fi

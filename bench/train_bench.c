@@ -1,0 +1,258 @@
+/* bench/train_bench.c — training throughput of ctrain's built-in models (bench/run.sh drives it).
+ *
+ *   train_bench single mlp|gpt|cnn THREADS [SECONDS]   one process, fp32
+ *   train_bench ddp    mlp|gpt|cnn NRANKS  [SECONDS]   NRANKS ranks x 1 thread (ct_spawn, shm)
+ *   train_bench sgemm  THREADS                         OpenBLAS sgemm GFLOP/s (the GEMM ceiling)
+ *
+ * Sizes are those of the benchmark issue: MLP 784-1024-1024-10, batch 128, SGD momentum 0.9;
+ * GPT 6 layers, width 256, 8 heads, context 256, vocab 256, batch 8, AdamW; CNN (defaults)
+ * batch 128, SGD momentum. Synthetic data; warmup steps are excluded; then steps run until
+ * SECONDS have passed (at least 5 steps). Every result is one line:
+ *   RESULT impl=ctrain model=mlp threads=1 ranks=1 rate=... unit=samples/s step_ms=...
+ *          peak_rss_mb=... flops_per_step=... [hidden_frac=...]
+ * (DDP: rate and peak are per rank, from rank 0; peak = ru_maxrss of that process.) */
+#include <cblas.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "ctrain/ctrain.h"
+#include "ctrain/models.h"
+#include "ctrain/optim.h"
+#include "ctrain/dist.h"
+#include "ctrain/ddp.h"
+
+typedef struct {
+    ct_model_kind kind;
+    int threads;
+    double seconds;
+    int nranks;
+} bench_cfg;
+
+static int batch_of(ct_model_kind k) { return k == CT_MODEL_GPT ? 8 : 128; }
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* Model FLOPs per step: 6 x params x samples (MLP/CNN: conv counted by its MACs instead),
+ * GPT: 6 x params x tokens + attention (12 x layers x T x width per token, PaLM's count
+ * halved for the causal mask is not used: full-matrix figure as the GEMMs compute it). */
+static double flops_per_step(ct_model *m, int B) {
+    const ct_model_config *c = ct_model_config_of(m);
+    double P = (double)ct_model_num_params(m);
+    if (c->kind == CT_MODEL_GPT) {
+        double T = c->gpt.block_size, tokens = B * T;
+        return 6.0 * P * tokens + 12.0 * c->gpt.n_layer * T * c->gpt.n_embd * tokens;
+    }
+    if (c->kind == CT_MODEL_CNN) {
+        int H = c->cnn.height, W = c->cnn.width, k = c->cnn.kernel;
+        double conv1 = (double)H * W * c->cnn.c1 * c->cnn.in_channels * k * k;
+        double conv2 = (double)(H / 2) * (W / 2) * c->cnn.c2 * c->cnn.c1 * k * k;
+        double fc = (double)c->cnn.c2 * (H / 4) * (W / 4) * c->cnn.fc + (double)c->cnn.fc * c->cnn.classes;
+        return 6.0 * B * (conv1 + conv2 + fc);
+    }
+    return 6.0 * P * B;
+}
+
+typedef struct {
+    double rate, step_ms, flops, hidden;
+    int steps;
+} bench_out;
+
+static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, bench_out *out) {
+    (void)nranks;
+    ct_model_config cfg = ct_model_default_config(bc->kind);
+    if (bc->kind == CT_MODEL_MLP) { cfg.mlp.n_hidden = 2; cfg.mlp.hidden[0] = 1024; cfg.mlp.hidden[1] = 1024; }
+    ct_model *m = ct_model_create(&cfg, 1234);
+    if (!m) { fprintf(stderr, "model: %s\n", ct_last_error()); return 1; }
+    ct_params *P = ct_model_params(m);
+    ct_optim *opt;
+    double lr;
+    if (bc->kind == CT_MODEL_GPT) {
+        ct_adamw_opts ao = ct_adamw_default_opts();
+        ao.weight_decay = 0.1;
+        ao.beta2 = 0.95;
+        ao.decay_only_ndim_ge2 = true;
+        opt = ct_optim_create_adamw(P, &ao);
+        lr = 3e-4;
+    } else {
+        ct_sgd_opts so = ct_sgd_default_opts();
+        so.momentum = 0.9;
+        opt = ct_optim_create_sgd(P, &so);
+        lr = 0.01;
+    }
+    if (!opt) { fprintf(stderr, "optim: %s\n", ct_last_error()); return 1; }
+    ct_ddp *ddp = NULL;
+    if (pg) {
+        ct_ddp_opts dd = ct_ddp_default_opts();
+        if (ct_ddp_create(pg, P, &dd, &ddp) != CT_OK) { fprintf(stderr, "ddp: %s\n", ct_last_error()); return 1; }
+    }
+    ct_ctx *ctx = ct_ctx_create(NULL);
+
+    /* synthetic data: a few fixed batches, different per rank */
+    int B = batch_of(bc->kind);
+    enum { NB = 4 };
+    int64_t xshape[4], yshape[2];
+    int xnd, ynd;
+    size_t xn, yn;
+    if (bc->kind == CT_MODEL_GPT) {
+        int T = cfg.gpt.block_size;
+        xnd = 2; xshape[0] = B; xshape[1] = T; ynd = 2; yshape[0] = B; yshape[1] = T;
+        xn = (size_t)B * T; yn = xn;
+    } else if (bc->kind == CT_MODEL_CNN) {
+        xnd = 4; xshape[0] = B; xshape[1] = cfg.cnn.in_channels; xshape[2] = cfg.cnn.height; xshape[3] = cfg.cnn.width;
+        ynd = 1; yshape[0] = B;
+        xn = (size_t)B * cfg.cnn.in_channels * cfg.cnn.height * cfg.cnn.width; yn = B;
+    } else {
+        xnd = 2; xshape[0] = B; xshape[1] = cfg.mlp.in; ynd = 1; yshape[0] = B;
+        xn = (size_t)B * cfg.mlp.in; yn = B;
+    }
+    float *xf[NB];
+    int32_t *xi[NB], *yi[NB];
+    uint64_t s = 88172645463325252ull ^ (uint64_t)(rank + 1) * 0x9E3779B97F4A7C15ull;
+#define RNG() (s ^= s << 13, s ^= s >> 7, s ^= s << 17, s)
+    int classes = bc->kind == CT_MODEL_GPT ? cfg.gpt.vocab_size : bc->kind == CT_MODEL_CNN ? cfg.cnn.classes : cfg.mlp.out;
+    for (int b = 0; b < NB; b++) {
+        xf[b] = malloc(xn * sizeof(float));
+        xi[b] = malloc(xn * sizeof(int32_t));
+        yi[b] = malloc(yn * sizeof(int32_t));
+        for (size_t i = 0; i < xn; i++) {
+            uint64_t r = RNG();
+            xf[b][i] = (float)((r >> 11) * (1.0 / 9007199254740992.0));
+            xi[b][i] = (int32_t)(r % (uint64_t)classes);
+        }
+        for (size_t i = 0; i < yn; i++) yi[b][i] = (int32_t)(RNG() % (uint64_t)classes);
+    }
+#undef RNG
+
+    int warmup = bc->kind == CT_MODEL_GPT ? 3 : 10;
+    double t0 = 0;
+    int measured = 0;
+    double loss_v = 0;
+    for (int step = 0;; step++) {
+        if (step == warmup) {
+            if (pg) ct_barrier_sync(pg);
+            t0 = ct_time_now();
+        }
+        int b = step % NB;
+        ct_tensor *x = bc->kind == CT_MODEL_GPT ? ct_wrap(ctx, CT_I32, xi[b], xnd, xshape)
+                                                : ct_wrap(ctx, CT_F32, xf[b], xnd, xshape);
+        ct_tensor *y = ct_wrap(ctx, CT_I32, yi[b], ynd, yshape);
+        ct_tensor *loss = ct_model_loss(ctx, m, x, y);
+        ct_backward(ctx, loss);
+        if (ddp && ct_ddp_finish(ddp) != CT_OK) { fprintf(stderr, "ddp finish: %s\n", ct_last_error()); return 1; }
+        ct_optim_step(opt, lr);
+        loss_v = ct_item(loss);
+        ct_params_zero_grad(P);
+        ct_ctx_reset(ctx);
+        if (step >= warmup) {
+            measured++;
+            int done = measured >= 5 && ct_time_now() - t0 >= bc->seconds;
+            if (pg) { /* every rank stops at the same step */
+                int32_t d = done;
+                ct_all_reduce_sync(pg, &d, 1, CT_I32, CT_RED_MIN);
+                done = d;
+            }
+            if (done) break;
+        }
+    }
+    double dt = ct_time_now() - t0;
+    double per_step_items = bc->kind == CT_MODEL_GPT ? (double)B * cfg.gpt.block_size : B;
+    out->rate = measured * per_step_items / dt;
+    out->step_ms = 1e3 * dt / measured;
+    out->flops = flops_per_step(m, B);
+    out->steps = measured;
+    out->hidden = -1;
+    if (ddp) {
+        ct_ddp_stats st = ct_ddp_get_stats(ddp);
+        out->hidden = st.total_comm_s > 0 ? 1.0 - st.total_exposed_s / st.total_comm_s : 0;
+        ct_ddp_free(ddp);
+    }
+    if (!isfinite(loss_v)) { fprintf(stderr, "loss is %g\n", loss_v); return 1; }
+    for (int b = 0; b < NB; b++) { free(xf[b]); free(xi[b]); free(yi[b]); }
+    ct_ctx_free(ctx);
+    ct_optim_free(opt);
+    ct_model_free(m);
+    return 0;
+}
+
+static void print_result(const bench_cfg *bc, int threads, int ranks, const bench_out *o, double rss) {
+    printf("RESULT impl=ctrain model=%s threads=%d ranks=%d rate=%.1f unit=%s step_ms=%.2f steps=%d peak_rss_mb=%.1f flops_per_step=%.4g",
+           ct_model_kind_name(bc->kind), threads, ranks, o->rate,
+           bc->kind == CT_MODEL_GPT ? "tokens/s" : "samples/s", o->step_ms, o->steps, rss, o->flops);
+    if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
+    printf("\n");
+    fflush(stdout);
+}
+
+static int ddp_rank(int rank, int nranks, void *arg) {
+    const bench_cfg *bc = arg;
+    ct_set_num_threads(1);
+    ct_pg *pg;
+    if (ct_dist_init(NULL, &pg) != CT_OK) { fprintf(stderr, "dist init: %s\n", ct_last_error()); return 1; }
+    bench_out o;
+    int rc = run_training(bc, rank, nranks, pg, &o);
+    double rss = peak_rss_mb();
+    double v[2] = {rss, 0};
+    ct_all_reduce_sync(pg, v, 1, CT_F64, CT_RED_MAX); /* worst rank's peak */
+    if (rc == 0 && rank == 0) print_result(bc, 1, nranks, &o, v[0]);
+    ct_pg_free(pg);
+    return rc;
+}
+
+static double sgemm_gflops(int threads) {
+    ct_set_num_threads(threads);
+    /* the shapes that dominate the two models: square-ish 1024 GEMMs */
+    int n = 1024;
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+    for (int i = 0; i < n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0; }
+    for (int w = 0; w < 3; w++) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        int it = 8;
+        double t0 = ct_time_now();
+        for (int i = 0; i < it; i++) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        double g = it * 2.0 * n * n * n / (ct_time_now() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    free(a); free(b); free(c);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s single|ddp MODEL THREADS|NRANKS [SECONDS] | sgemm THREADS\n", argv[0]);
+        return 2;
+    }
+    if (!strcmp(argv[1], "sgemm")) {
+        int t = atoi(argv[2]);
+        printf("RESULT impl=openblas model=sgemm threads=%d gflops=%.1f blas=\"%s\"\n", t, sgemm_gflops(t), ct_blas_info());
+        return 0;
+    }
+    if (argc < 4) { fprintf(stderr, "missing THREADS/NRANKS\n"); return 2; }
+    bench_cfg bc = {0};
+    if (ct_model_kind_parse(argv[2], &bc.kind) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 2; }
+    bc.seconds = argc > 4 ? atof(argv[4]) : 8.0;
+    if (!strcmp(argv[1], "single")) {
+        bc.threads = atoi(argv[3]);
+        ct_set_num_threads(bc.threads);
+        bench_out o;
+        if (run_training(&bc, 0, 1, NULL, &o)) return 1;
+        print_result(&bc, bc.threads, 1, &o, peak_rss_mb());
+        return 0;
+    }
+    if (!strcmp(argv[1], "ddp")) {
+        bc.nranks = atoi(argv[3]);
+        bc.threads = 1;
+        if (ct_spawn(ddp_rank, bc.nranks, &bc) != CT_OK) { fprintf(stderr, "spawn: %s\n", ct_last_error()); return 1; }
+        return 0;
+    }
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+}

@@ -206,6 +206,12 @@ for causal in (0, 1):
     case("attention", [randn(1, 2, 3, 4), randn(1, 2, 6, 4), randn(1, 2, 6, 5)],
          lambda q, k, v, c=causal: attention(q, k, v, c), [causal])
 
+# long enough for the blocked causal path (query rows in blocks of ceil(T/4) when T >= 128)
+case("attention", [randn(1, 1, 130, 8), randn(1, 1, 130, 8), randn(1, 1, 130, 8)],
+     lambda q, k, v: attention(q, k, v, True), [1])
+case("attention", [randn(1, 1, 128, 4), randn(1, 1, 160, 4), randn(1, 1, 160, 4)],
+     lambda q, k, v: attention(q, k, v, True), [1])
+
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 st.save(OUT, tensors, metadata={"generator": "tests/torch/gen_ops.py", "torch": torch.__version__})
 size = os.path.getsize(OUT)

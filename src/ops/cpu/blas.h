@@ -19,4 +19,17 @@ static inline void ct_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
                 (blasint)K, alpha, A, ta ? (blasint)M : (blasint)K, B, tb ? (blasint)K : (blasint)N, beta, C, (blasint)N);
 }
+
+/* Same with explicit leading dimensions (sub-blocks of larger row-major matrices). */
+static inline void ct_sgemm_ld(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                               const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0f) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : C[i * ldc + j] * beta;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
+                (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+}
 #endif

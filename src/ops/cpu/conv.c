@@ -23,12 +23,24 @@ typedef struct {
     int64_t N, C, H, W, O, kh, kw, OH, OW, s, p;
 } conv_geom;
 
+/* Output columns [*o0, *o1) whose input column ow*s - p + kj falls inside [0, W): the rest
+ * is padding. Lets the inner loops run branch-free (and vectorise for stride 1). */
+static inline void valid_cols(const conv_geom *g, int64_t kj, int64_t *o0, int64_t *o1) {
+    int64_t lo = g->p - kj, hi = g->W + g->p - kj; /* need lo <= ow*s < hi */
+    int64_t a = lo <= 0 ? 0 : (lo + g->s - 1) / g->s;
+    int64_t b = hi <= 0 ? 0 : (hi + g->s - 1) / g->s;
+    *o0 = a < g->OW ? a : g->OW;
+    *o1 = b < g->OW ? b : g->OW;
+    if (*o1 < *o0) *o1 = *o0;
+}
+
 /* col[k][j*P + oh*OW + ow] = x[n0+j][c][oh*s - p + ki][ow*s - p + kj] (0 outside), k = (c, ki, kj) */
 static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, float *col) {
     int64_t K = g->C * g->kh * g->kw, P = g->OH * g->OW, ld = nb * P;
 #pragma omp parallel for if (K * ld >= (1 << 15))
     for (int64_t k = 0; k < K; k++) {
-        int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw;
+        int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw, o0, o1;
+        valid_cols(g, kj, &o0, &o1);
         for (int64_t j = 0; j < nb; j++) {
             const float *xp = x + ((n0 + j) * g->C + c) * g->H * g->W;
             float *dst = col + k * ld + j * P;
@@ -39,18 +51,19 @@ static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, f
                     memset(d, 0, (size_t)g->OW * sizeof(float));
                     continue;
                 }
-                const float *xr = xp + ih * g->W;
-                for (int64_t ow = 0; ow < g->OW; ow++) {
-                    int64_t iw = ow * g->s - g->p + kj;
-                    d[ow] = (iw >= 0 && iw < g->W) ? xr[iw] : 0.0f;
-                }
+                const float *xr = xp + ih * g->W - g->p + kj; /* xr[ow * s] is input column ow*s - p + kj */
+                for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
+                if (g->s == 1) memcpy(d + o0, xr + o0, (size_t)(o1 - o0) * sizeof(float));
+                else
+                    for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow * g->s];
+                for (int64_t ow = o1; ow < g->OW; ow++) d[ow] = 0.0f;
             }
         }
     }
 }
 
-/* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split channels (each owns its rows
- * of dx), kernel offsets in fixed order: deterministic. */
+/* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
+ * owning its plane of dx, kernel offsets in fixed order: deterministic. */
 static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx) {
     int64_t P = g->OH * g->OW, ld = nb * P, KK = g->kh * g->kw;
 #pragma omp parallel for collapse(2) if (g->C * KK * ld >= (1 << 15))
@@ -58,16 +71,19 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
         for (int64_t c = 0; c < g->C; c++) {
             float *xp = dx + ((n0 + j) * g->C + c) * g->H * g->W;
             for (int64_t kk = 0; kk < KK; kk++) {
-                int64_t ki = kk / g->kw, kj = kk % g->kw;
+                int64_t ki = kk / g->kw, kj = kk % g->kw, o0, o1;
+                valid_cols(g, kj, &o0, &o1);
                 const float *src = dcol + (c * KK + kk) * ld + j * P;
                 for (int64_t oh = 0; oh < g->OH; oh++) {
                     int64_t ih = oh * g->s - g->p + ki;
                     if (ih < 0 || ih >= g->H) continue;
-                    float *xr = xp + ih * g->W;
+                    float *xr = xp + ih * g->W - g->p + kj;
                     const float *sr = src + oh * g->OW;
-                    for (int64_t ow = 0; ow < g->OW; ow++) {
-                        int64_t iw = ow * g->s - g->p + kj;
-                        if (iw >= 0 && iw < g->W) xr[iw] += sr[ow];
+                    if (g->s == 1) {
+#pragma omp simd
+                        for (int64_t ow = o0; ow < o1; ow++) xr[ow] += sr[ow];
+                    } else {
+                        for (int64_t ow = o0; ow < o1; ow++) xr[ow * g->s] += sr[ow];
                     }
                 }
             }

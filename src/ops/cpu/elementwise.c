@@ -121,7 +121,6 @@ void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
 
 /* ---- gelu ---- */
 #define SQRT_2_OVER_PI 0.7978845608028654f
-#define INV_SQRT2 0.7071067811865476f
 #define INV_SQRT_2PI 0.3989422804014327f
 #define GELU_C 0.044715f
 
@@ -139,7 +138,7 @@ ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
         }
     } else {
 #pragma omp parallel for simd if (n >= PAR_EXP)
-        for (int64_t i = 0; i < n; i++) Y[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT2));
+        for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_vnormcdf(X[i]);
     }
     ct_node *nd = ct_record(ctx, CT_OP_GELU, y, 1, &x);
     if (nd) nd->i[0] = tanh_approx;
@@ -162,7 +161,7 @@ void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
 #pragma omp parallel for simd if (N >= PAR_EXP)
         for (int64_t i = 0; i < N; i++) {
             float v = X[i];
-            float d = 0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v);
+            float d = ct_vnormcdf(v) + v * INV_SQRT_2PI * ct_vexpf(-0.5f * v * v);
             gx[i] += g[i] * d;
         }
     }

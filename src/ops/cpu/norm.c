@@ -1,10 +1,11 @@
 /* layer_norm over the last dim (nn.LayerNorm): y = (x - mean) * rstd * w + b, biased
  * variance. Forward keeps mean and rstd per row (2 floats) for backward.
  *
- * Rows are split over threads. The weight/bias gradients are sums over rows; to stay
- * deterministic without per-thread buffers they are computed in a second pass that splits
- * the columns instead, each column summed over rows in order. */
+ * Rows are split over threads. The weight/bias gradients are sums over rows: each fixed
+ * block of rows writes its partial sums, then the partials are added in block order, so
+ * the result is the same for any thread count. */
 #include <math.h>
+#include <string.h>
 
 #include "core/op_table.h"
 #include "ctrain/ops.h"
@@ -66,24 +67,40 @@ ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, 
     return y;
 }
 
+#define LN_ROWS 32 /* rows per backward task: fixed, so partial sums never depend on threads */
+
 void ct_bw_layer_norm(ct_ctx *ctx, ct_node *n) {
     int64_t R = n->i[0], D = n->i[1];
     const float *X = n->in[0]->data, *G = n->out->grad->data, *st = n->saved;
     const float *W = n->in[1] ? n->in[1]->data : NULL;
     float *gx = ct_grad_acc(ctx, n->in[0]);
     float *gw = ct_grad_acc(ctx, n->in[1]), *gb = ct_grad_acc(ctx, n->in[2]);
-    if (gx) {
+    int64_t nblk = (R + LN_ROWS - 1) / LN_ROWS;
+    /* per row block: partial sums of g * xhat (weight) and g (bias), reduced in block order below */
+    float *part = (gw || gb) ? ct_ctx_alloc(ctx, (size_t)(2 * nblk * D + 1) * sizeof(float)) : NULL;
 #pragma omp parallel for if (R * D >= (1 << 13))
-        for (int64_t r = 0; r < R; r++) {
+    for (int64_t k = 0; k < nblk; k++) {
+        float *pw = part ? part + 2 * k * D : NULL, *pb = part ? pw + D : NULL;
+        if (part) memset(pw, 0, (size_t)(2 * D) * sizeof(float));
+        int64_t r1 = (k + 1) * LN_ROWS < R ? (k + 1) * LN_ROWS : R;
+        for (int64_t r = k * LN_ROWS; r < r1; r++) {
             const float *xr = X + r * D, *g = G + r * D;
-            float *o = gx + r * D, mean = st[2 * r], rstd = st[2 * r + 1];
+            float mean = st[2 * r], rstd = st[2 * r + 1];
+            if (part) {
+#pragma omp simd
+                for (int64_t j = 0; j < D; j++) {
+                    pw[j] += g[j] * ((xr[j] - mean) * rstd);
+                    pb[j] += g[j];
+                }
+            }
+            if (!gx) continue;
             /* gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * w */
-            float s1 = 0, s2 = 0;
+            float *o = gx + r * D, s1 = 0, s2 = 0;
 #pragma omp simd reduction(+ : s1, s2)
             for (int64_t j = 0; j < D; j++) {
                 float gwj = W ? g[j] * W[j] : g[j];
                 s1 += gwj;
-                s2 += gwj * (xr[j] - mean) * rstd;
+                s2 += gwj * ((xr[j] - mean) * rstd);
             }
             s1 /= (float)D;
             s2 /= (float)D;
@@ -95,25 +112,15 @@ void ct_bw_layer_norm(ct_ctx *ctx, ct_node *n) {
             }
         }
     }
-    if (gw || gb) {
-        /* column blocks of 16 per task, rows in order: deterministic for any thread count */
-        int64_t nblk = (D + 15) / 16;
-#pragma omp parallel for if (R * D >= (1 << 14))
+    if (!part) return;
+#pragma omp parallel for if (nblk * D >= (1 << 15))
+    for (int64_t j = 0; j < D; j++) {
+        double sw = 0, sb = 0;
         for (int64_t k = 0; k < nblk; k++) {
-            int64_t j0 = k * 16, j1 = j0 + 16 < D ? j0 + 16 : D;
-            double aw[16] = {0}, ab[16] = {0};
-            for (int64_t r = 0; r < R; r++) {
-                const float *xr = X + r * D, *g = G + r * D;
-                float mean = st[2 * r], rstd = st[2 * r + 1];
-                for (int64_t j = j0; j < j1; j++) {
-                    aw[j - j0] += (double)(g[j] * ((xr[j] - mean) * rstd));
-                    ab[j - j0] += (double)g[j];
-                }
-            }
-            for (int64_t j = j0; j < j1; j++) {
-                if (gw) gw[j] += (float)aw[j - j0];
-                if (gb) gb[j] += (float)ab[j - j0];
-            }
+            sw += part[2 * k * D + j];
+            sb += part[(2 * k + 1) * D + j];
         }
+        if (gw) gw[j] += (float)sw;
+        if (gb) gb[j] += (float)sb;
     }
 }

@@ -12,6 +12,7 @@ static int64_t last_dim(const ct_tensor *x) { return x->ndim ? x->shape[x->ndim 
 
 static inline float row_max(const float *x, int64_t D) {
     float m = -INFINITY;
+#pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < D; j++) m = x[j] > m ? x[j] : m;
     return m;
 }
@@ -45,9 +46,12 @@ void ct_bw_softmax(ct_ctx *ctx, ct_node *n) {
     for (int64_t r = 0; r < R; r++) {
         const float *g = G + r * D, *y = Y + r * D;
         float *o = gx + r * D;
-        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < D; j++) dot += g[j] * y[j];
+        /* g - dot cancels where g is near the row's mean: a double dot keeps that exact */
+        double dd = 0;
+#pragma omp simd reduction(+ : dd)
+        for (int64_t j = 0; j < D; j++) dd += (double)g[j] * y[j];
+        float dot = (float)dd;
+#pragma omp simd
         for (int64_t j = 0; j < D; j++) o[j] += y[j] * (g[j] - dot);
     }
 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=build/ctrain
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+d=${KEEP_DIR:-$(mktemp -d)}; [ -n "${KEEP_DIR:-}" ] || trap 'rm -rf "$d"' EXIT
 for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog $i times, said the $((i*7)) cats."; done > "$d/text.txt"
 common=(gpt --text "$d/text.txt" --n-layer 2 --n-embd 32 --n-head 2 --block-size 16 --batch-size 4 --steps 30
         --log-every 100 --eval-max 64 --threads 1 --workers 2 --save-every 10 --keep 5)
@@ -19,4 +19,15 @@ grep -q "resumed from .*step-00000020 at step 20" "$d/c.log" || { cat "$d/c.log"
 cmp "$d/a/model.safetensors" "$d/c/model.safetensors" || { echo "resumed run differs from the uninterrupted one"; exit 1; }
 ls "$d/a/checkpoints" | grep -q step-00000030
 test -s "$d/a/metrics.jsonl" && test -s "$d/a/training.svg" && ls "$d/a"/events.out.tfevents.* > /dev/null
+# the same under DDP with 2 ranks, and a 2-rank checkpoint resumed by 1 rank
+R=(run --nproc-per-node 2 --standalone)
+$C "${R[@]}" $C train "${common[@]}" --output-dir "$d/m" > "$d/m.log" 2>&1 || { cat "$d/m.log"; exit 1; }
+mkdir -p "$d/n/checkpoints" "$d/s/checkpoints"
+cp -r "$d/m/checkpoints/step-00000020" "$d/n/checkpoints/"
+cp -r "$d/m/checkpoints/step-00000010" "$d/s/checkpoints/"
+$C "${R[@]}" $C train "${common[@]}" --output-dir "$d/n" --resume auto > "$d/n.log" 2>&1 || { cat "$d/n.log"; exit 1; }
+cmp "$d/m/model.safetensors" "$d/n/model.safetensors" || { echo "2-rank resumed run differs from the uninterrupted one"; exit 1; }
+$C train "${common[@]}" --output-dir "$d/s" --resume auto > "$d/s.log" 2>&1 || { cat "$d/s.log"; exit 1; }
+grep -q "resumed from .*step-00000010 at step 10 (epoch 0, sample 80)" "$d/s.log" || { cat "$d/s.log"; echo "1-rank resume of a 2-rank checkpoint"; exit 1; }
+grep -q "^done: 20 steps" "$d/s.log" || { cat "$d/s.log"; exit 1; }
 echo "resume and determinism ok"

@@ -11,6 +11,9 @@ wait_pids() { # wait until the workers printed their pids
     for _ in $(seq 100); do [ "$(grep -c '^pid' "$1" 2>/dev/null)" = "$2" ] && return 0; sleep 0.05; done; return 1; }
 
 for sig in INT TERM; do
+    # a stale out file from the previous round would let wait_pids return before this
+    # launcher has even started (and installed its signal handlers)
+    rm -f "$tmp/out" "$tmp/err"
     setsid $B run --standalone --nproc-per-node 2 --grace-period 2 $B worker sleep 60 >"$tmp/out" 2>"$tmp/err" &
     lp=$!
     wait_pids "$tmp/out" 2 || die "workers did not start"
@@ -27,6 +30,7 @@ for sig in INT TERM; do
 done
 
 # launcher SIGKILLed: workers die too (PR_SET_PDEATHSIG)
+rm -f "$tmp/out"
 $B run --standalone --nproc-per-node 2 $B worker sleep 60 >"$tmp/out" 2>/dev/null &
 lp=$!
 wait_pids "$tmp/out" 2 || die "workers did not start"

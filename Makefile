@@ -8,12 +8,31 @@ PREFIX  ?= /usr/local
 NVCC    ?= nvcc
 OPT     ?= -O3 -march=native
 
+# OpenBLAS: the OpenMP build (Debian libopenblas-openmp-dev) when it is installed, so the
+# BLAS and ctrain's kernels share one libgomp thread pool instead of two sets of threads
+# spinning against each other (with the pthread build, 2 threads ran several times slower
+# than 1); it is linked by path with an rpath, leaving the system-wide libopenblas.so.0
+# alternative (used by e.g. PyTorch) untouched. `make OPENBLAS=pthread` forces the default.
+OPENBLAS ?= auto
+OMPBLAS_DIR := /usr/lib/$(shell $(CC) -print-multiarch 2>/dev/null)/openblas-openmp
+ifneq ($(OPENBLAS),pthread)
+ifneq ($(wildcard $(OMPBLAS_DIR)/pkgconfig/openblas.pc),)
+BLAS_KIND   := openblas-openmp
+BLAS_CFLAGS := $(shell PKG_CONFIG_PATH=$(OMPBLAS_DIR)/pkgconfig pkg-config --cflags openblas)
+BLAS_LIBS   := -L$(OMPBLAS_DIR) -lopenblas -Wl,-rpath,$(OMPBLAS_DIR)
+endif
+endif
 PKG_BLAS  := $(shell pkg-config --exists openblas 2>/dev/null && echo openblas)
+ifeq ($(BLAS_KIND),)
+BLAS_KIND   := $(PKG_BLAS)
+BLAS_CFLAGS := $(if $(PKG_BLAS),$(shell pkg-config --cflags openblas),)
+BLAS_LIBS   := $(if $(PKG_BLAS),$(shell pkg-config --libs openblas),)
+endif
 PKG_CJSON := $(shell pkg-config --exists libcjson 2>/dev/null && echo libcjson)
 PKG_ZLIB  := $(shell pkg-config --exists zlib 2>/dev/null && echo zlib)
 PKG_MPI   := $(shell pkg-config --exists ompi-c 2>/dev/null && echo ompi-c)
 
-ifeq ($(PKG_BLAS),)
+ifeq ($(BLAS_KIND),)
 $(error OpenBLAS not found: apt-get install libopenblas-dev)
 endif
 ifeq ($(PKG_CJSON),)
@@ -24,10 +43,11 @@ $(error zlib not found: apt-get install zlib1g-dev)
 endif
 
 PKGS     := $(PKG_BLAS) $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
+LPKGS    := $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
 DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,)
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -fopenmp -Wall -Wextra -Werror \
-            -Iinclude -Isrc $(DEFS) $(shell pkg-config --cflags $(PKGS))
-LDLIBS   := $(shell pkg-config --libs $(PKGS)) -fopenmp -lpthread -lm -lrt
+            -Iinclude -Isrc $(DEFS) $(BLAS_CFLAGS) $(shell pkg-config --cflags $(LPKGS))
+LDLIBS   := $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) -fopenmp -lpthread -lm -lrt
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -44,7 +64,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
 info:
-	@echo "ctrain build: blas=$(PKG_BLAS) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
+	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
 	      "cuda=no (CUDA backend not part of this build)"
 
 $(BUILD)/obj/%.o: %.c

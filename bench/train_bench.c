@@ -61,7 +61,7 @@ static double flops_per_step(ct_model *m, int B) {
 }
 
 typedef struct {
-    double rate, step_ms, flops, hidden;
+    double rate, step_ms, flops, hidden, arena_mb;
     int steps;
 } bench_out;
 
@@ -169,6 +169,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     out->flops = flops_per_step(m, B);
     out->steps = measured;
     out->hidden = -1;
+    out->arena_mb = ct_ctx_peak_bytes(ctx) / 1048576.0;
     if (ddp) {
         ct_ddp_stats st = ct_ddp_get_stats(ddp);
         out->hidden = st.total_comm_s > 0 ? 1.0 - st.total_exposed_s / st.total_comm_s : 0;
@@ -186,6 +187,7 @@ static void print_result(const bench_cfg *bc, int threads, int ranks, const benc
     printf("RESULT impl=ctrain model=%s threads=%d ranks=%d rate=%.1f unit=%s step_ms=%.2f steps=%d peak_rss_mb=%.1f flops_per_step=%.4g",
            ct_model_kind_name(bc->kind), threads, ranks, o->rate,
            bc->kind == CT_MODEL_GPT ? "tokens/s" : "samples/s", o->step_ms, o->steps, rss, o->flops);
+    printf(" arena_peak_mb=%.1f", o->arena_mb);
     if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
     printf("\n");
     fflush(stdout);

@@ -45,7 +45,15 @@ ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *cons
 
 float *ct_grad_acc(ct_ctx *ctx, ct_tensor *t) {
     if (!t || !(t->flags & CT_TF_REQUIRES_GRAD)) return NULL;
-    if (!t->grad) t->grad = ct_zeros(ctx, CT_F32, t->ndim, t->shape);
+    if (!t->grad) {
+        /* header and buffer in the main arena (they outlive the backward that asks); the
+         * buffer may be one released by an already-processed node */
+        bool prev = ctx->grad_alloc;
+        ctx->grad_alloc = true;
+        void *buf = ct_ctx_grad_buffer_(ctx, (size_t)ct_numel(t) * sizeof(float));
+        t->grad = ct_wrap(ctx, CT_F32, buf, t->ndim, t->shape);
+        ctx->grad_alloc = prev;
+    }
     return t->grad->data;
 }
 
@@ -59,10 +67,21 @@ static void run_backward(ct_ctx *ctx) {
     bool prev = ctx->grad_enabled;
     ctx->grad_enabled = false; /* backward itself records nothing */
     for (ct_node *n = ctx->tape; n; n = n->prev) {
-        if (n->out->grad) ct_op_table[n->op].backward(ctx, n);
+        ct_tensor *o = n->out;
+        if (o->grad) {
+            ctx->bw_depth++; /* what the backward allocates besides gradients is scratch */
+            ct_op_table[n->op].backward(ctx, n);
+            if (--ctx->bw_depth == 0) ct_ctx_scratch_rewind_(ctx);
+        }
         for (int i = 0; i < n->nin; i++) {
             ct_tensor *p = n->in[i];
             if (p && (p->flags & CT_TF_PARAM) && p->uses > 0 && --p->uses == 0) ct_params_fire_hook_(p->params, p->param_id);
+        }
+        /* o's gradient is consumed (only nodes after n on the tape feed it, and they have
+         * run): recycle its buffer. Like PyTorch, intermediates keep no .grad afterwards. */
+        if (o->grad && o->node == n && !(o->flags & CT_TF_PARAM)) {
+            ct_ctx_grad_release_(ctx, o->grad->data, (size_t)ct_numel(o) * sizeof(float));
+            o->grad = NULL;
         }
     }
     ctx->grad_enabled = prev;

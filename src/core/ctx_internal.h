@@ -9,6 +9,10 @@ typedef struct ct_block {
     char *mem;
 } ct_block;
 
+/* A gradient buffer of an intermediate whose node's backward has run: free for reuse by
+ * the next gradient that fits (arena memory, valid until reset). */
+typedef struct { void *p; size_t bytes; } ct_free_buf;
+
 struct ct_ctx {
     ct_block *head;      /* first block */
     ct_block *cur;       /* block being filled */
@@ -16,6 +20,14 @@ struct ct_ctx {
     size_t used;         /* bytes handed out since reset (incl. alignment) */
     size_t peak;
     size_t reserved;
+    /* backward scratch: what a node's backward allocates besides gradients lives here and
+     * is rewound as soon as that backward returns */
+    ct_block *shead, *scur;
+    size_t sused;
+    int bw_depth;        /* > 0 while run_backward is in a node's backward */
+    bool grad_alloc;     /* ct_grad_acc is allocating: main arena */
+    ct_free_buf *gfree;  /* recycled gradient buffers */
+    int gfree_n, gfree_cap;
     ct_node *tape;       /* newest node */
     int tape_len;
     bool grad_enabled;
@@ -39,4 +51,8 @@ static inline uint64_t ct_ctx_dropout_key_(struct ct_ctx *c) {
 }
 static inline uint64_t ct_ctx_dropout_calls_(const struct ct_ctx *c) { return c->dropout_step == c->step ? c->dropout_calls : 0; }
 static inline void ct_ctx_set_dropout_calls_(struct ct_ctx *c, uint64_t n) { c->dropout_step = c->step; c->dropout_calls = n; }
+/* Backward memory (tensor.c): gradients of intermediates are recycled once consumed. */
+void *ct_ctx_grad_buffer_(struct ct_ctx *c, size_t bytes);  /* zeroed; reuses a freed one */
+void ct_ctx_grad_release_(struct ct_ctx *c, void *p, size_t bytes);
+void ct_ctx_scratch_rewind_(struct ct_ctx *c);
 #endif

@@ -26,6 +26,8 @@ ct_ctx *ct_ctx_create(const ct_ctx_opts *opts) {
 void ct_ctx_free(ct_ctx *c) {
     if (!c) return;
     for (ct_block *b = c->head, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
+    for (ct_block *b = c->shead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
+    free(c->gfree);
     free(c);
 }
 
@@ -37,6 +39,9 @@ void ct_ctx_reset(ct_ctx *c) {
     for (ct_block *b = c->head; b; b = b->next) b->used = 0;
     c->cur = c->head;
     c->used = 0;
+    ct_ctx_scratch_rewind_(c);
+    c->gfree_n = 0;
+    c->bw_depth = 0;
     c->tape = NULL;
     c->tape_len = 0;
 }
@@ -48,43 +53,86 @@ void ct_ctx_set_training(ct_ctx *c, bool t) { c->training = t; }
 bool ct_ctx_training(const ct_ctx *c) { return c->training; }
 void ct_ctx_set_step(ct_ctx *c, uint64_t step) { c->step = step; }
 
-void *ct_ctx_alloc(ct_ctx *c, size_t bytes) {
-    size_t need = (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-    if (need == 0) need = ARENA_ALIGN;
+/* Bump allocation from one block list (the main arena or the backward scratch). */
+static void *arena_alloc(ct_ctx *c, ct_block **head, ct_block **cur, size_t *used, size_t need) {
     for (;;) {
-        ct_block *b = c->cur;
+        ct_block *b = *cur;
         if (b && b->size - b->used >= need) {
             void *p = b->mem + b->used;
             b->used += need;
-            c->used += need;
-            if (c->used > c->peak) c->peak = c->used;
+            *used += need;
+            if (c->used + c->sused > c->peak) c->peak = c->used + c->sused;
             return p;
         }
         if (b && b->next) { /* move to the next kept block; the rest of this one is waste */
-            c->used += b->size - b->used;
+            *used += b->size - b->used;
             b->used = b->size;
-            c->cur = b->next;
+            *cur = b->next;
             continue;
         }
         size_t sz = need > c->block_size ? need : c->block_size;
         ct_block *nb = calloc(1, sizeof *nb);
         if (!nb || posix_memalign((void **)&nb->mem, ARENA_ALIGN, sz)) {
             ct_fatal(__FILE__, __LINE__, "out of memory: activation arena needs %zu more bytes (%zu in use, peak %zu)",
-                     sz, c->used, c->peak);
+                     sz, c->used + c->sused, c->peak);
         }
         nb->size = sz;
         c->reserved += sz;
         if (b) {
-            c->used += b->size - b->used;
+            *used += b->size - b->used;
             b->used = b->size;
             nb->next = b->next;
             b->next = nb;
         } else {
-            nb->next = c->head;
-            c->head = nb;
+            nb->next = *head;
+            *head = nb;
         }
-        c->cur = nb;
+        *cur = nb;
     }
+}
+
+void *ct_ctx_alloc(ct_ctx *c, size_t bytes) {
+    size_t need = (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    if (need == 0) need = ARENA_ALIGN;
+    if (c->bw_depth > 0 && !c->grad_alloc) return arena_alloc(c, &c->shead, &c->scur, &c->sused, need);
+    return arena_alloc(c, &c->head, &c->cur, &c->used, need);
+}
+
+void ct_ctx_scratch_rewind_(ct_ctx *c) {
+    for (ct_block *b = c->shead; b; b = b->next) b->used = 0;
+    c->scur = c->shead;
+    c->sused = 0;
+}
+
+void *ct_ctx_grad_buffer_(ct_ctx *c, size_t bytes) {
+    /* best fit among the released buffers: in a network the same shapes recur layer after
+     * layer, so this is nearly always an exact fit */
+    int best = -1;
+    for (int i = 0; i < c->gfree_n; i++)
+        if (c->gfree[i].bytes >= bytes && (best < 0 || c->gfree[i].bytes < c->gfree[best].bytes)) best = i;
+    void *p;
+    if (best >= 0 && c->gfree[best].bytes <= 2 * bytes + 4096) {
+        p = c->gfree[best].p;
+        c->gfree[best] = c->gfree[--c->gfree_n];
+    } else {
+        bool prev = c->grad_alloc;
+        c->grad_alloc = true;
+        p = ct_ctx_alloc(c, bytes);
+        c->grad_alloc = prev;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+void ct_ctx_grad_release_(ct_ctx *c, void *p, size_t bytes) {
+    if (c->gfree_n == c->gfree_cap) {
+        int cap = c->gfree_cap ? 2 * c->gfree_cap : 64;
+        ct_free_buf *g = realloc(c->gfree, (size_t)cap * sizeof *g);
+        if (!g) return; /* not reused: only costs memory */
+        c->gfree = g;
+        c->gfree_cap = cap;
+    }
+    c->gfree[c->gfree_n++] = (ct_free_buf){p, bytes};
 }
 
 /* ---- shapes ---- */

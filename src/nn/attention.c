@@ -8,11 +8,17 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     CT_CHECK(x->ndim == 3 && x->shape[2] == C, "CausalSelfAttention '%s': expected input [B, T, %lld], got %d dims (last %lld)",
              m->name, (long long)C, x->ndim, (long long)x->shape[x->ndim - 1]);
     ct_tensor *qkv = ct_linear(ctx, x, m->p[0], m->p[1]);                 /* [B, T, 3C] */
-    /* split_heads takes contiguous input: the column slices of qkv are copied first
-     * (TODO: drop the copies once split_heads reads a strided last-dim slice) */
-    ct_tensor *q = ct_split_heads(ctx, ct_contiguous(ctx, ct_slice(ctx, qkv, 2, 0, C)), H); /* [B, H, T, D] */
-    ct_tensor *k = ct_split_heads(ctx, ct_contiguous(ctx, ct_slice(ctx, qkv, 2, C, C)), H);
-    ct_tensor *v = ct_split_heads(ctx, ct_contiguous(ctx, ct_slice(ctx, qkv, 2, 2 * C, C)), H);
+    /* One copy puts q, k and v into head layout at once: qkv [B, T, 3, H, D] viewed as
+     * [3, B, H, T, D] and made contiguous; each of q, k, v is then a contiguous slice
+     * (instead of three column copies followed by three split_heads copies). */
+    int64_t B = x->shape[0], T = x->shape[1], D = C / H;
+    ct_tensor *t5 = ct_reshape(ctx, qkv, 5, (int64_t[]){B, T, 3, H, D});
+    t5 = ct_transpose(ctx, ct_transpose(ctx, ct_transpose(ctx, t5, 1, 2), 2, 3), 0, 1); /* [3, B, H, T, D] */
+    ct_tensor *heads = ct_contiguous(ctx, t5);
+    int64_t hs[4] = {B, H, T, D};
+    ct_tensor *q = ct_reshape(ctx, ct_slice(ctx, heads, 0, 0, 1), 4, hs); /* [B, H, T, D] */
+    ct_tensor *k = ct_reshape(ctx, ct_slice(ctx, heads, 0, 1, 1), 4, hs);
+    ct_tensor *v = ct_reshape(ctx, ct_slice(ctx, heads, 0, 2, 1), 4, hs);
     ct_tensor *y = ct_merge_heads(ctx, ct_attention(ctx, q, k, v, true)); /* [B, T, C] */
     y = ct_linear(ctx, y, m->p[2], m->p[3]);
     return m->fp[0] > 0 ? ct_dropout(ctx, y, m->fp[0]) : y;

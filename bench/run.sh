@@ -46,19 +46,22 @@ record() { # runs a command, keeps its RESULT lines (tagged with the extra field
 
 if [ $core -eq 1 ]; then
     : >"$OUT"
-    echo "== machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "== machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
     for t in 1 2; do record "" "$CT" sgemm $t; done
     for r in $(seq "$REPEAT"); do
         for m in mlp gpt; do
             for t in 1 2; do
                 record "" "$CT" single $m $t "$(secs $m)"
                 if [ $have_torch -eq 1 ]; then
-                    record "" env -u OMP_WAIT_POLICY $PY bench/torch_train.py single $m $t "$(secs $m)"
-                    record "" env OMP_WAIT_POLICY=passive $PY bench/torch_train.py single $m $t "$(secs $m)"
+                    # OPENBLAS_NUM_THREADS=t: Debian's PyTorch calls the pthread OpenBLAS, whose
+                    # thread count torch.set_num_threads does not limit (at "1 thread" its GEMMs
+                    # would run on both cores)
+                    record "" env -u OMP_WAIT_POLICY OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
+                    record "" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
                 fi
             done
             record "" "$CT" ddp $m 2 "$(secs $m)"
-            [ $have_torch -eq 1 ] && record "" env OMP_NUM_THREADS=1 $PY bench/torch_train.py ddp $m 2 "$(secs $m)"
+            [ $have_torch -eq 1 ] && record "" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $PY bench/torch_train.py ddp $m 2 "$(secs $m)"
         done
     done
     echo

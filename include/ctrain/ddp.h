@@ -43,10 +43,12 @@ typedef struct ct_ddp_opts {
 
 typedef struct ct_ddp_stats {
     int buckets;
+    double compute_s;  /* last step: time from the previous ct_ddp_finish to this one's start
+                          (data, forward, backward, optimizer) */
     double comm_s;     /* sum over buckets of launch→completion time, last step */
     double exposed_s;  /* time ct_ddp_finish waited, last step (communication not hidden) */
     double hidden_frac;/* 1 - exposed / comm, last step */
-    double total_comm_s, total_exposed_s; /* over all steps */
+    double total_comm_s, total_exposed_s, total_compute_s; /* over all steps */
     int64_t steps;
 } ct_ddp_stats;
 

@@ -368,7 +368,8 @@ static ct_status train_loop(run *r) {
                step - step0, wall, last_acc, last_eval_loss, o->output_dir);
         if (r->ddp) {
             ct_ddp_stats ds = ct_ddp_get_stats(r->ddp);
-            printf("ddp: %d buckets, all-reduce %.1f ms/step, %.0f%% hidden behind backward\n", ds.buckets,
+            printf("ddp: %d buckets | per step: compute %.1f ms, all-reduce %.1f ms, %.0f%% of it hidden behind backward\n",
+                   ds.buckets, ds.steps > 1 ? 1e3 * ds.total_compute_s / (double)(ds.steps - 1) : 0,
                    ds.steps ? 1e3 * ds.total_comm_s / (double)ds.steps : 0,
                    ds.total_comm_s > 0 ? 100 * fmax(0, 1 - ds.total_exposed_s / ds.total_comm_s) : 0);
         }

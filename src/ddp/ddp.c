@@ -28,6 +28,7 @@ struct ct_ddp {
     int next_launch;
     bool no_sync;
     bool step_active;
+    double t_last_finish; /* end of the previous ct_ddp_finish (0 before the first) */
     ct_ddp_stats st;
 };
 
@@ -214,6 +215,8 @@ ct_status ct_ddp_finish(ct_ddp *d) {
     }
     launch_ready(d);
     double t0 = ct_time_now();
+    d->st.compute_s = d->t_last_finish > 0 ? t0 - d->t_last_finish : 0;
+    d->st.total_compute_s += d->st.compute_s;
     ct_status st = CT_OK;
     float inv = 1.0f / (float)ct_pg_size(d->pg);
     double comm = 0, prev_done = 0;
@@ -233,7 +236,8 @@ ct_status ct_ddp_finish(ct_ddp *d) {
         if (b->t_done > start) comm += b->t_done - start;
         prev_done = b->t_done;
     }
-    double exposed = ct_time_now() - t0;
+    d->t_last_finish = ct_time_now();
+    double exposed = d->t_last_finish - t0;
     d->st.comm_s = comm;
     d->st.exposed_s = exposed;
     d->st.hidden_frac = comm > 0 ? (exposed >= comm ? 0 : 1 - exposed / comm) : 0;

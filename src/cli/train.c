@@ -328,14 +328,15 @@ static ct_status train_loop(run *r) {
                 char etas[32];
                 fmt_eta(eta, etas, sizeof etas);
                 if (r->rank == 0) {
-                    printf("%sstep %6" PRId64 "/%" PRId64 " | epoch %" PRId64 " | loss %.4f | lr %.3g | %.0f %s/s | ETA %s | peak %.0f MB%s",
+                    printf("%sstep %6" PRId64 "/%" PRId64 " | epoch %" PRId64 " | loss %.4f | lr %.3g | %.0f %s/s | ETA %s | peak %.0f MB (activations %.0f MB)%s",
                            tty ? "\r" : "", step, r->total_steps, epoch + 1, v[0], lr, sps, T > 1 ? "tokens" : "samples", etas,
-                           peak_rss_mb(), tty ? "\033[K" : "\n");
+                           peak_rss_mb(), (double)ct_ctx_peak_bytes(r->ctx) / 1048576.0, tty ? "\033[K" : "\n");
                     fflush(stdout);
                     ct_metrics_scalar(r->metrics, "train/loss", step, v[0]);
                     ct_metrics_scalar(r->metrics, "train/lr", step, lr);
                     ct_metrics_scalar(r->metrics, T > 1 ? "train/tokens_per_s" : "train/samples_per_s", step, sps);
                     ct_metrics_scalar(r->metrics, "train/peak_rss_mb", step, peak_rss_mb());
+                    ct_metrics_scalar(r->metrics, "train/activations_peak_mb", step, (double)ct_ctx_peak_bytes(r->ctx) / 1048576.0);
                 }
                 loss_acc = 0;
                 steps_since_log = 0;

@@ -153,7 +153,7 @@ static int run_op(const char *op) {
         ct_tensor *x[4], *args = load(c, f, cs, "args");
         const double *a = args->data;
         for (int i = 0; i < 4; i++) {
-            char fld[8];
+            char fld[16];
             snprintf(fld, sizeof fld, "x%d", i);
             x[i] = load(c, f, cs, fld);
             if (x[i] && x[i]->dtype == CT_F32) ct_requires_grad(x[i]);
@@ -163,7 +163,7 @@ static int run_op(const char *op) {
         check(cs, "y", y, yref, load(c, f, cs, "y_64"), &worst);
         ct_backward_seed(c, y, load(c, f, cs, "gy"));
         for (int i = 0; i < 4; i++) {
-            char fld[8], fld64[8], what[8];
+            char fld[16], fld64[16], what[16];
             snprintf(fld, sizeof fld, "g%d", i);
             snprintf(fld64, sizeof fld64, "g%d_64", i);
             snprintf(what, sizeof what, "dx%d", i);

@@ -354,7 +354,21 @@ static ct_status train_loop(run *r) {
             if (o->save_every > 0 && step % o->save_every == 0 && !last) save_ckpt(r, step, epoch);
         }
         if (st != CT_OK) break;
-        if (step < r->total_steps) epoch++;
+        if (step < r->total_steps) {
+            /* end of an epoch: mlp/cnn evaluate unless --eval-every picks its own steps (gpt
+             * epochs over a small text can be a handful of steps: it evaluates at the end) */
+            if (o->eval_every == 0 && o->kind != CT_MODEL_GPT) {
+                if ((st = evaluate(r, &last_eval_loss, &last_acc)) != CT_OK) break;
+                if (r->rank == 0) {
+                    printf("%seval  epoch %" PRId64 " (step %" PRId64 "): test loss %.4f, accuracy %.4f\n", tty ? "\n" : "",
+                           epoch + 1, step, last_eval_loss, last_acc);
+                    ct_metrics_scalar(r->metrics, "eval/loss", step, last_eval_loss);
+                    ct_metrics_scalar(r->metrics, "eval/accuracy", step, last_acc);
+                    ct_metrics_flush(r->metrics);
+                }
+            }
+            epoch++;
+        }
     }
     if (st != CT_OK) return st;
     save_ckpt(r, step, epoch);

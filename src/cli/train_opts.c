@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "  --output-dir DIR     (default $CTRAIN_OUTPUT_DIR or ./output)\n"
             "  --save-every N       checkpoint every N steps (and at the end)   --keep K (default 3)\n"
             "  --resume PATH|auto   continue from a checkpoint directory, or the newest valid one\n"
-            "  --eval-every N       evaluate every N steps (default: at the end of each epoch)\n"
+            "  --eval-every N       evaluate every N steps (default: mlp/cnn after each epoch, gpt at the end)\n"
             "  --eval-max N         evaluate on at most N samples (default all)\n"
             "  --log-every N        progress line every N steps (default 50)\n"
             "  --threads N          per rank (default OMP_NUM_THREADS or cores / local ranks)\n"

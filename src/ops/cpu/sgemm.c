@@ -1,0 +1,268 @@
+/* AVX-512 SGEMM, BLIS/GotoBLAS style (see sgemm.h for the contract).
+ *
+ *   for jc in N by NC:                 B panel  KC x NC  packed once per (jc, pc), shared
+ *     for pc in K by KC:               (K blocks in order: every C element is summed the same way)
+ *       pack B (threads split the NR-wide micro-panels)
+ *       for ic in M by MC:             A block  MC x KC  packed, shared (threads split MR panels)
+ *         micro-tiles (jr, ir), jr-major, split into contiguous ranges across the threads:
+ *           MR x NR register tile += A micro-panel (KC x MR) * B micro-panel (KC x NR)
+ *
+ * Packed layouts: A micro-panel [k][MR], B micro-panel [k][NR] (NR a multiple of 16), zero
+ * padded at the M / N edges; C edges are stored with row bounds and lane masks. Transposed
+ * sources are packed through 16x16 in-register transposes. The micro-kernel keeps MR x NR/16
+ * zmm accumulators and broadcasts A from memory (vfmadd231ps zmm, zmm, m32{1to16}).
+ *
+ * Threads only ever split M/N (never K) and the blocking does not depend on the thread
+ * count, so the result is bit-identical for any number of threads. Buffers: the calling
+ * thread's (thread-local, allocated once, reused). Kernel functions carry
+ * target("avx512f,avx512vl,fma") so the file builds without -mavx512f; ct_sgemm_own_available
+ * is the runtime check. */
+#include "ops/cpu/sgemm.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CT_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
+
+/* micro-tile and cache blocking (L1 48 KiB, L2 1 MiB on Zen 5) */
+#define MR 14
+#define NV 2
+#define NR (16 * NV)
+#define KC 256
+#define MC (MR * 12)
+#define NC (NR * 64)
+
+bool ct_sgemm_own_available(void) {
+    static int avail = -1;
+    int a = __atomic_load_n(&avail, __ATOMIC_RELAXED);
+    if (a < 0) {
+        __builtin_cpu_init();
+        a = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
+    }
+    return a == 1;
+}
+
+/* ---------------------------------------------------------------- micro-kernel ---- */
+
+/* c[0:mr, 0:nr] (row stride ldc) = alpha * a-panel . b-panel (+ C per mode):
+ * mode 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C */
+CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int64_t ldc,
+                             int mr, int nr, float alpha, float beta, int mode) {
+    __m512 acc[MR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(b + 16 * v);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512 ai = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
+        }
+        a += MR;
+        b += NR;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __mmask16 m[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        int rem = nr - 16 * v;
+        m[v] = rem >= 16 ? (__mmask16)0xFFFF : rem <= 0 ? (__mmask16)0 : (__mmask16)((1u << rem) - 1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+        float *cr = c + i * ldc;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __m512 r = _mm512_mul_ps(acc[i][v], va);
+            if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
+            else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), r);
+            _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- packing ---- */
+
+/* in-place transpose of 16 rows of 16 floats */
+CT_AVX512 static inline void tr16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d a2 = _mm512_castps_pd(t[4 * i + 2]), a3 = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+    }
+    /* r[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c */
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+    }
+}
+
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
+/* Packs rows [0, n) (n <= W, W <= 16 or a multiple of 16) x k in [0, kc) of a matrix X
+ * whose element (row r, k) is at x[r * rs + k * ks] into dst[k][W], zero padding rows
+ * n..W-1. Either ks == 1 (rows contiguous in k: transposed through registers) or rs == 1
+ * (contiguous across rows: copied). */
+CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, int64_t rs, int64_t ks, int n, int W,
+                                 int64_t kc) {
+    if (rs == 1) {
+        for (int64_t k = 0; k < kc; k++) {
+            const float *src = x + k * ks;
+            float *d = dst + k * W;
+            for (int g = 0; g < W; g += 16) {
+                __mmask16 wm = lanes(W - g);
+                _mm512_mask_storeu_ps(d + g, wm, _mm512_maskz_loadu_ps(lanes(n - g), src + g));
+            }
+        }
+        return;
+    }
+    /* ks == 1: 16 rows x 16 k at a time */
+    for (int g = 0; g < W; g += 16) {
+        int rows = n - g < 16 ? n - g : 16; /* may be <= 0: zero group */
+        __mmask16 wm = lanes(W - g);
+        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+            int64_t kr = kc - k0 < 16 ? kc - k0 : 16;
+            __mmask16 km = lanes(kr);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + (g + i) * rs + k0) : _mm512_setzero_ps();
+            tr16(r);
+            for (int64_t kk = 0; kk < kr; kk++) _mm512_mask_storeu_ps(dst + (k0 + kk) * W + g, wm, r[kk]);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- driver ---- */
+
+typedef struct {
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    float *pa, *pb;
+} job;
+
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+CT_AVX512 static void run(const job *j, int t, int T) {
+    /* op(A)(i, k) = A[i * ars + k * aks]; op(B)(k, n) = B[k * bks + n * brs] */
+    const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
+    const int64_t brs = j->tb ? j->ldb : 1, bks = j->tb ? 1 : j->ldb;
+    for (int64_t jc = 0; jc < j->N; jc += NC) {
+        int64_t nc = imin(NC, j->N - jc), npan = (nc + NR - 1) / NR;
+        for (int64_t pc = 0; pc < j->K; pc += KC) {
+            int64_t kc = imin(KC, j->K - pc);
+            int mode = pc > 0 ? 1 : j->beta == 0.0f ? 0 : j->beta == 1.0f ? 1 : 2;
+            for (int64_t p = npan * t / T; p < npan * (t + 1) / T; p++) {
+                int64_t n0 = jc + p * NR;
+                pack_panel(j->pb + p * NR * kc, j->B + n0 * brs + pc * bks, brs, bks, (int)imin(NR, j->N - n0), NR, kc);
+            }
+            if (T > 1) {
+#pragma omp barrier
+            }
+            for (int64_t ic = 0; ic < j->M; ic += MC) {
+                int64_t mc = imin(MC, j->M - ic), mpan = (mc + MR - 1) / MR;
+                for (int64_t p = mpan * t / T; p < mpan * (t + 1) / T; p++) {
+                    int64_t m0 = ic + p * MR;
+                    pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
+                }
+                if (T > 1) {
+#pragma omp barrier
+                }
+                int64_t ntile = npan * mpan, f0 = ntile * t / T, f1 = ntile * (t + 1) / T;
+                for (int64_t f = f0; f < f1; f++) {
+                    int64_t jr = f / mpan, ir = f % mpan;
+                    int64_t i0 = ic + ir * MR, n0 = jc + jr * NR;
+                    kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, j->ldc,
+                           (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
+                }
+                if (T > 1) {
+#pragma omp barrier
+                }
+            }
+        }
+    }
+}
+
+/* per calling thread, fixed size: allocated on first use and kept */
+static _Thread_local float *tl_pa, *tl_pb;
+
+void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || alpha == 0.0f) {
+        for (int64_t i = 0; i < M; i++) {
+            float *c = C + i * ldc;
+            if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof(float));
+            else if (beta != 1.0f)
+                for (int64_t n = 0; n < N; n++) c[n] *= beta;
+        }
+        return;
+    }
+    if (!tl_pa) {
+        tl_pa = aligned_alloc(64, (size_t)MC * KC * sizeof(float));
+        tl_pb = aligned_alloc(64, (size_t)NC * KC * sizeof(float));
+        if (!tl_pa || !tl_pb) abort();
+    }
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, tl_pa, tl_pb};
+    /* threads: only when there is enough work per thread (~1 MFLOP, a few microseconds) */
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    double flops = 2.0 * (double)M * (double)N * (double)K;
+    int64_t tiles = ((M + MR - 1) / MR) * ((N + NR - 1) / NR);
+    if (nt > 1 && (flops < 2e6 || tiles < 2)) nt = 1;
+    if (nt > tiles) nt = (int)tiles;
+    if (nt <= 1) {
+        run(&j, 0, 1);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    run(&j, omp_get_thread_num(), omp_get_num_threads());
+}
+
+/* ---------------------------------------------------------------- dispatch ---- */
+
+static int own_enabled(void) {
+    static int en = -1;
+    int e = __atomic_load_n(&en, __ATOMIC_RELAXED);
+    if (e < 0) {
+        const char *s = getenv("CTRAIN_GEMM");
+        e = ct_sgemm_own_available() && !(s && !strcmp(s, "openblas")) ? 1 : 0;
+        __atomic_store_n(&en, e, __ATOMIC_RELAXED);
+    }
+    return e;
+}
+
+bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                       const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (!own_enabled()) return false;
+    /* tiny products: packing does not pay (crossover measured with bench/gemm_bench) */
+    if ((double)M * (double)N * (double)K < 4096.0) return false;
+    ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return true;
+}

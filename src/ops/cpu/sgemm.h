@@ -1,0 +1,23 @@
+/* ctrain's own AVX-512 SGEMM (src/ops/cpu/sgemm.c): row-major
+ *   C = alpha op(A) op(B) + beta C,   op(A) M x K, op(B) K x N, C M x N,
+ * lda/ldb/ldc the row strides of A, B, C as stored (cblas_sgemm row-major contract).
+ * beta == 0 ignores C's old contents (NaN garbage included). The result does not depend on
+ * the thread count: K is never split, each element is summed by one thread in a fixed order. */
+#ifndef CT_OPS_CPU_SGEMM_H
+#define CT_OPS_CPU_SGEMM_H
+#include <stdbool.h>
+#include <stdint.h>
+
+/* true when the CPU (and OS) support AVX-512F, i.e. ct_sgemm_own can run */
+bool ct_sgemm_own_available(void);
+
+/* Always the own kernel (requires ct_sgemm_own_available()); all sizes, K == 0 included. */
+void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* The dispatch policy used by ct_sgemm / ct_sgemm_ld (blas.h): runs the own kernel and
+ * returns true, or returns false (caller uses OpenBLAS) when there is no AVX-512, when
+ * CTRAIN_GEMM=openblas is set, or when the product is too small for packing to pay. */
+bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                       const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+#endif

@@ -1,0 +1,167 @@
+/* ctrain's AVX-512 SGEMM (src/ops/cpu/sgemm.c) against a double-precision reference:
+ * every transpose combination, odd sizes (1..67, primes, K = 1, M/N off the register tile,
+ * sizes crossing the MC/KC/NC cache blocks), sub-matrices (ld > width), alpha/beta values
+ * including beta = 0 over NaN garbage; and bit-identical results for 1 and 2 threads. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_test.h"
+#include "ctrain/core.h"
+#include "ops/cpu/blas.h"
+#include "ops/cpu/sgemm.h"
+
+static uint64_t rng_s = 12345;
+static float frand(void) {
+    rng_s ^= rng_s << 13; rng_s ^= rng_s >> 7; rng_s ^= rng_s << 17;
+    return (float)((rng_s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+static float *rnd(int64_t n) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+
+/* one product checked elementwise: |C - ref| <= (K + 4) eps (|alpha| sum|a b| + |beta c|) */
+static int check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int pad) {
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    int64_t lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    float *A = rnd(ar * lda), *B = rnd(br * ldb), *C = rnd(M * ldc), *C0 = malloc((size_t)(M * ldc + 1) * sizeof(float));
+    if (beta == 0.0f)
+        for (int64_t i = 0; i < M * ldc; i++) C[i] = NAN; /* must be ignored */
+    memcpy(C0, C, (size_t)(M * ldc) * sizeof(float));
+    ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    int bad = 0;
+    for (int64_t i = 0; i < M && bad < 3; i++)
+        for (int64_t j = 0; j < ldc && bad < 3; j++) {
+            if (j >= N) { /* padding columns untouched */
+                if (memcmp(&C[i * ldc + j], &C0[i * ldc + j], sizeof(float))) { CT_FAILF("wrote padding (%lld,%lld)", (long long)i, (long long)j); bad++; }
+                continue;
+            }
+            double s = 0, sa = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = ta ? A[k * lda + i] : A[i * lda + k], b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                s += a * b;
+                sa += fabs(a * b);
+            }
+            double c0 = beta == 0.0f ? 0.0 : C0[i * ldc + j];
+            double ref = alpha * s + beta * c0;
+            double tol = (K + 4) * 1.2e-7 * (fabs(alpha) * sa + fabs(beta * c0)) + 1e-30;
+            double got = C[i * ldc + j];
+            if (!(fabs(got - ref) <= tol)) {
+                CT_FAILF("ta=%d tb=%d M=%lld N=%lld K=%lld alpha=%g beta=%g pad=%d: C[%lld,%lld] = %.9g, ref %.9g (tol %.3g)", ta, tb,
+                         (long long)M, (long long)N, (long long)K, alpha, beta, pad, (long long)i, (long long)j, got, ref, tol);
+                bad++;
+            }
+        }
+    free(A); free(B); free(C); free(C0);
+    return bad;
+}
+
+#define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU"); } while (0)
+
+CT_TEST(small_sizes_all_transposes) {
+    NEED_AVX512();
+    const int sz[] = {1, 2, 3, 5, 7, 13, 14, 15, 16, 17, 29, 31, 32, 33, 47, 48, 49, 63, 64, 67};
+    int n = sizeof sz / sizeof sz[0], bad = 0;
+    for (int t = 0; t < 4 && !bad; t++)
+        for (int a = 0; a < n && !bad; a++)
+            for (int b = 0; b < n && !bad; b += 3)
+                for (int c = 0; c < n && !bad; c += 4)
+                    bad += check(t & 1, t >> 1, sz[a], sz[b], sz[c], 1.0f, 0.0f, 0);
+}
+
+CT_TEST(every_m_n_up_to_67) {
+    NEED_AVX512();
+    int bad = 0;
+    for (int t = 0; t < 4 && !bad; t++)
+        for (int m = 1; m <= 67 && !bad; m++)
+            for (int nn = 1; nn <= 67 && !bad; nn += (m % 5) + 1) bad += check(t & 1, t >> 1, m, nn, (m * 7 + nn) % 37 + 1, 1.0f, 1.0f, 0);
+}
+
+CT_TEST(k_equals_1_and_k_0) {
+    NEED_AVX512();
+    for (int t = 0; t < 4; t++) {
+        check(t & 1, t >> 1, 37, 53, 1, 1.0f, 0.0f, 0);
+        check(t & 1, t >> 1, 37, 53, 1, -0.5f, 2.0f, 3);
+    }
+    /* K = 0: C = beta C (beta = 0: zeros over NaN) */
+    float C[6] = {NAN, NAN, NAN, 1, 2, 3}, A[1] = {0}, B[1] = {0};
+    ct_sgemm_own(false, false, 2, 3, 0, 1.0f, A, 1, B, 3, 0.0f, C, 3);
+    for (int i = 0; i < 6; i++) CT_EXPECT(C[i] == 0.0f);
+    float D[3] = {1, 2, 3};
+    ct_sgemm_own(false, false, 1, 3, 0, 1.0f, A, 1, B, 3, 2.0f, D, 3);
+    CT_EXPECT(D[0] == 2.0f && D[1] == 4.0f && D[2] == 6.0f);
+}
+
+CT_TEST(alpha_beta_values) {
+    NEED_AVX512();
+    const float ab[][2] = {{1, 0}, {1, 1}, {2.5f, 0}, {-1, 1}, {0.5f, -0.75f}, {1, 2}, {0, 0.5f}, {-3, 0}};
+    int bad = 0;
+    for (int t = 0; t < 4 && !bad; t++)
+        for (size_t i = 0; i < sizeof ab / sizeof ab[0] && !bad; i++) {
+            bad += check(t & 1, t >> 1, 45, 71, 39, ab[i][0], ab[i][1], 0);
+            bad += check(t & 1, t >> 1, 19, 40, 301, ab[i][0], ab[i][1], 5);
+        }
+}
+
+CT_TEST(primes_and_cache_block_edges) {
+    NEED_AVX512();
+    /* crosses MC (168), KC (256) and NC (2048) block edges; strided sub-matrices */
+    const int64_t sh[][3] = {{101, 103, 107}, {167, 97, 257}, {169, 33, 513}, {337, 61, 255}, {29, 2053, 71}, {5, 4099, 3},
+                             {211, 17, 1031}, {1, 1, 997}, {2, 2111, 260}};
+    int bad = 0;
+    for (int t = 0; t < 4 && !bad; t++)
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0] && !bad; i++)
+            bad += check(t & 1, t >> 1, sh[i][0], sh[i][1], sh[i][2], i % 2 ? 1.0f : -0.5f, i % 3 == 0 ? 0.0f : 1.0f, (int)(i % 3));
+}
+
+CT_TEST(model_shapes) {
+    NEED_AVX512();
+    /* MLP 784-1024 at batch 128 (forward, dX, dW), GPT width 256, attention 64 x 256 x 32 */
+    int bad = 0;
+    bad += check(false, true, 128, 1024, 784, 1.0f, 1.0f, 0);
+    bad += check(false, false, 128, 784, 1024, 1.0f, 1.0f, 0);
+    bad += check(true, false, 1024, 784, 128, 1.0f, 1.0f, 0);
+    bad += check(false, true, 256, 768, 256, 1.0f, 0.0f, 0);
+    bad += check(false, true, 64, 256, 32, 0.17677669f, 0.0f, 0);
+    bad += check(true, false, 256, 32, 64, 1.0f, 1.0f, 0);
+    (void)bad;
+}
+
+/* 1 and 2 threads: the same bits */
+CT_TEST(thread_count_bit_identity) {
+    NEED_AVX512();
+    const int64_t sh[][3] = {{300, 500, 700}, {128, 1024, 784}, {1024, 784, 128}, {2048, 256, 256}, {37, 2500, 300}, {64, 256, 32}};
+    for (int t = 0; t < 4; t++)
+        for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+            bool ta = t & 1, tb = t >> 1;
+            int64_t M = sh[s][0], N = sh[s][1], K = sh[s][2];
+            float *A = rnd(M * K), *B = rnd(K * N), *C1 = rnd(M * N);
+            float *C2 = malloc((size_t)(M * N) * sizeof(float));
+            memcpy(C2, C1, (size_t)(M * N) * sizeof(float));
+            ct_set_num_threads(1);
+            ct_sgemm_own(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C1, N);
+            ct_set_num_threads(2);
+            ct_sgemm_own(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C2, N);
+            if (memcmp(C1, C2, (size_t)(M * N) * sizeof(float)))
+                CT_FAILF("ta=%d tb=%d %lldx%lldx%lld: 1 and 2 threads differ", ta, tb, (long long)M, (long long)N, (long long)K);
+            free(A); free(B); free(C1); free(C2);
+        }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
+/* the dispatching wrapper (what linear/matmul/conv/attention call) agrees with the reference too */
+CT_TEST(dispatch_wrapper) {
+    int64_t M = 33, N = 77, K = 129;
+    float *A = rnd(M * K), *B = rnd(K * N), *C = rnd(M * N), *R = malloc((size_t)(M * N) * sizeof(float));
+    for (int64_t i = 0; i < M * N; i++) C[i] = NAN;
+    ct_sgemm(false, false, M, N, K, 1.0f, A, B, 0.0f, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)K, B,
+                (blasint)N, 0.0f, R, (blasint)N);
+    CT_EXPECT(ct_max_rel_err(C, R, (long)(M * N), 1e-3) < 1e-4);
+    free(A); free(B); free(C); free(R);
+}
+
+CT_TEST_MAIN()

@@ -128,6 +128,11 @@ size_t ct_params_numel(const ct_params *p);  /* length of the two flat buffers *
 /* Offset (in floats) of parameter i inside the flat buffers. */
 size_t ct_params_offset(const ct_params *p, int i);
 void ct_params_zero_grad(ct_params *p);
+/* Moves the flat gradient buffer to `buf` (numel floats, 64-byte aligned, owned by the caller
+ * and valid until storage is moved again): current gradients are copied, the grad views
+ * re-pointed. NULL moves them back to storage owned by the store. DDP uses it to place
+ * gradients in memory shared by the ranks. Cached ct_params_grad() pointers become stale. */
+ct_status ct_params_set_grad_storage(ct_params *p, float *buf);
 /* Buffers (ct_param_buffer) share a separate flat f32 buffer. */
 float *ct_params_buffer_data(const ct_params *p);
 size_t ct_params_buffer_numel(const ct_params *p);

@@ -20,6 +20,7 @@ struct ct_params {
     param_rec *recs;
     int n, cap;
     float *data, *grad, *bufdata;
+    bool grad_external; /* grad points at caller-owned storage (ct_params_set_grad_storage) */
     size_t numel, bufnumel;
     bool finalized;
     ct_grad_hook hook;
@@ -37,7 +38,7 @@ void ct_params_free(ct_params *p) {
     }
     free(p->recs);
     free(p->data);
-    free(p->grad);
+    if (!p->grad_external) free(p->grad);
     free(p->bufdata);
     free(p);
 }
@@ -156,6 +157,26 @@ bool ct_params_is_buffer(const ct_params *p, int i) {
     CT_CHECK(i >= 0 && i < p->n, "parameter index %d out of range", i);
     return p->recs[i].is_buffer;
 }
+ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
+    CT_CHECK(p->finalized, "ct_params_set_grad_storage before ct_params_finalize");
+    float *own = NULL;
+    if (!buf) {
+        if (!p->grad_external) return CT_OK;
+        if (posix_memalign((void **)&own, 64, (p->numel ? p->numel : 16) * sizeof(float)))
+            return ct_error(CT_ERR_NOMEM, "cannot allocate %zu gradients", p->numel);
+        buf = own;
+    }
+    if (buf == p->grad) return CT_OK;
+    if ((uintptr_t)buf % 64) return ct_error(CT_ERR_INVALID, "gradient storage %p is not 64-byte aligned", (void *)buf);
+    memcpy(buf, p->grad, p->numel * sizeof(float));
+    if (!p->grad_external) free(p->grad); /* the private buffer would only cost memory */
+    p->grad = buf;
+    p->grad_external = own == NULL;
+    for (int i = 0; i < p->n; i++)
+        if (!p->recs[i].is_buffer) p->recs[i].t->grad->data = p->grad + p->recs[i].offset;
+    return CT_OK;
+}
+
 void ct_params_zero_grad(ct_params *p) { memset(p->grad, 0, p->numel * sizeof(float)); }
 size_t ct_params_bytes(const ct_params *p) { return (2 * p->numel + p->bufnumel) * sizeof(float); }
 void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user) { p->hook = fn; p->hook_user = user; }

@@ -100,6 +100,17 @@ ct_store *ct_pg_store(ct_pg *pg);
 /* Drains the queue and frees. Freeing the world group also frees its subgroups' store. */
 void ct_pg_free(ct_pg *pg);
 
+/* ---- memory shared by the ranks of a group (shm backend; CT_ERR_UNSUPPORTED otherwise) ----
+ * Collective: every rank calls it with the same `bytes`. Maps one segment holding a region
+ * of `bytes` (rounded up to 4 KiB, zeroed) per rank; *mine is this rank's. An all_reduce
+ * whose buffer lies inside `mine` (the same offset on every rank) is done in place across
+ * the regions, with no staging copies: each rank reduces its slice reading every rank's
+ * region in rank order and writes the result into all of them. Until such an all-reduce
+ * completes, peers may read or write the whole buffer. Free with ct_pg_free_shared (local,
+ * after every work on it completed) before freeing the group. */
+ct_status ct_pg_alloc_shared(ct_pg *pg, size_t bytes, void **mine);
+void ct_pg_free_shared(ct_pg *pg, void *mine);
+
 /* ---- asynchronous collectives: return a work handle that is never NULL ----
  * Buffers must stay valid until the work completes. count is in elements. */
 ct_work *ct_all_reduce(ct_pg *pg, void *buf, size_t count, ct_dtype dt, ct_reduce_op op);

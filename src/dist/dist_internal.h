@@ -42,6 +42,9 @@ typedef struct ct_backend {
     /* Called on every rank of parent; my_rank < 0 for non-members (impl_out stays NULL). */
     ct_status (*new_group)(ct_pg *parent, ct_pg *child, const int *ranks, int n, int my_rank, void **impl_out);
     void (*destroy)(void *impl);
+    /* ct_pg_alloc_shared / ct_pg_free_shared; NULL = unsupported. Called with the queue drained. */
+    ct_status (*alloc_shared)(ct_pg *pg, void *impl, size_t bytes, void **mine);
+    void (*free_shared)(void *impl, void *mine);
 } ct_backend;
 
 struct ct_pg {

@@ -349,6 +349,50 @@ ct_status ct_recv_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int src,
     return sync_op(pg, CT_OP_RECV, NULL, buf, count, dt, CT_RED_SUM, src, tag);
 }
 
+/* ------------------------------------------------------------------ shared memory */
+ct_status ct_pg_alloc_shared(ct_pg *pg, size_t bytes, void **mine) {
+    if (!mine) return ct_error(CT_ERR_INVALID, "ct_pg_alloc_shared: mine is NULL");
+    *mine = NULL;
+    if (!pg) return ct_error(CT_ERR_INVALID, "ct_pg_alloc_shared: process group is NULL");
+    if (!pg->be->alloc_shared)
+        return ct_error(CT_ERR_UNSUPPORTED, "shared allocations need the shm backend (this group uses %s)", pg->be->name);
+    if (pg->broken) return ct_error(pg->broken, "process group unusable: %s", pg->broken_msg);
+    /* same size everywhere; as a sync op it also drains the queue (the backend rendezvous
+     * runs on this thread and changes what the comm thread looks up) */
+    int64_t v[2] = {(int64_t)bytes, -(int64_t)bytes};
+    ct_status st = ct_all_reduce_sync(pg, v, 2, CT_I64, CT_RED_MAX);
+    if (st) return st;
+    if (v[0] != (int64_t)bytes || -v[1] != (int64_t)bytes)
+        return ct_error(CT_ERR_MISMATCH, "ct_pg_alloc_shared: ranks asked for different sizes (%zu bytes here, %lld to %lld elsewhere)",
+                        bytes, (long long)-v[1], (long long)v[0]);
+    void *p = NULL;
+    ct_status mine_st = pg->be->alloc_shared(pg, pg->impl, bytes, &p);
+    char msg[640] = "";
+    if (mine_st) snprintf(msg, sizeof msg, "%s", ct_last_error());
+    /* all or none: a rank that mapped it must not use it if another could not */
+    int32_t ok = mine_st == CT_OK;
+    st = ct_all_reduce_sync(pg, &ok, 1, CT_I32, CT_RED_MIN);
+    if (st == CT_OK && ok) { *mine = p; return CT_OK; }
+    if (p) pg->be->free_shared(pg->impl, p);
+    if (st) return st;
+    if (mine_st) return ct_error(mine_st, "%s", msg);
+    return ct_error(CT_ERR_SYSTEM, "shared allocation failed on another rank (its log has the reason)");
+}
+
+void ct_pg_free_shared(ct_pg *pg, void *mine) {
+    if (!pg || !mine || !pg->be->free_shared) return;
+    /* works still queued or running may use the region (local: no peer needs to take part) */
+    pthread_mutex_lock(&pg->mu);
+    while (pg->head || pg->busy) {
+        pthread_mutex_unlock(&pg->mu);
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&pg->mu);
+    }
+    pthread_mutex_unlock(&pg->mu);
+    pg->be->free_shared(pg->impl, mine);
+}
+
 /* ------------------------------------------------------------------ groups */
 int ct_pg_rank(const ct_pg *pg) { return pg ? pg->rank : -1; }
 int ct_pg_size(const ct_pg *pg) { return pg ? pg->size : 0; }

@@ -125,6 +125,10 @@ static void fp_text(const shm_fp *f, char *out, size_t n) {
     ct_work w = {.kind = f->kind, .seq = f->seq, .dt = (ct_dtype)f->dt, .count = f->count, .rop = (ct_reduce_op)f->rop,
                  .peer = f->root};
     ct_work_describe(&w, out, n);
+    size_t l = strlen(out);
+    if (f->zc && l < n)
+        snprintf(out + l, n - l, " in place in shared allocation %llu at byte %llu", (unsigned long long)(f->zc >> 40) - 1,
+                 (unsigned long long)(f->zc & ((1ull << 40) - 1)));
 }
 
 void shm_fp_begin(shm_pg *s, const ct_work *w) {
@@ -138,6 +142,7 @@ void shm_fp_begin(shm_pg *s, const ct_work *w) {
                            ? w->rop : 0);
     f->root = (w->kind == CT_OP_BROADCAST || w->kind == CT_OP_REDUCE) ? w->peer : 0;
     f->count = w->count;
+    f->zc = 0;
     f->valid = 1;
     /* the post that follows publishes it (seq_cst increment) */
 }
@@ -164,7 +169,7 @@ ct_status shm_wait_all(shm_pg *s, double deadline, int check) {
             if (p == s->rank) continue;
             const shm_fp *f = &s->ctl[p].fp[s->cur->seq & 1];
             if (f->seq != mine->seq || f->kind != mine->kind || f->dt != mine->dt || f->rop != mine->rop ||
-                f->root != mine->root || f->count != mine->count) {
+                f->root != mine->root || f->count != mine->count || f->zc != mine->zc) {
                 char a[200], b[200];
                 fp_text(mine, a, sizeof a);
                 fp_text(f, b, sizeof b);
@@ -188,7 +193,12 @@ static ct_status shm_run(void *impl, ct_work *w, double deadline) {
     ct_status st = check_abort(s);
     if (st) return st;
     switch (w->kind) {
-    case CT_OP_ALLREDUCE: case CT_OP_REDUCE: st = shm_allreduce(s, w, deadline); break;
+    case CT_OP_ALLREDUCE: {
+        shm_shared *a = shm_find_shared(s, w->rbuf, w->count * ct_dtype_size(w->dt));
+        st = a ? shm_allreduce_shared(s, a, w, deadline) : shm_allreduce(s, w, deadline);
+        break;
+    }
+    case CT_OP_REDUCE: st = shm_allreduce(s, w, deadline); break;
     case CT_OP_BROADCAST: st = shm_broadcast(s, w, deadline); break;
     case CT_OP_ALLGATHER: st = shm_allgather(s, w, deadline); break;
     case CT_OP_REDUCE_SCATTER: st = shm_reduce_scatter(s, w, deadline); break;
@@ -205,6 +215,7 @@ static ct_status shm_run(void *impl, ct_work *w, double deadline) {
 static void shm_destroy(void *impl) {
     shm_pg *s = impl;
     if (!s) return;
+    shm_free_all_shared(s);
     if (s->base) munmap(s->base, s->map_bytes);
     free(s->p2p_sent);
     free(s->p2p_recv);
@@ -230,6 +241,7 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
     if (!s) return ct_error(CT_ERR_NOMEM, "shm group");
     s->rank = rank;
     s->n = n;
+    s->gid = gid;
     s->granks = granks;
     s->subgroup = gid != 0;
     s->fingerprint = fingerprint;
@@ -347,4 +359,4 @@ static ct_status shm_new_group(ct_pg *parent, ct_pg *child, const int *ranks, in
                      child->local_size, impl_out);
 }
 
-const ct_backend ct_shm_backend = {"shm", shm_run, shm_new_group, shm_destroy};
+const ct_backend ct_shm_backend = {"shm", shm_run, shm_new_group, shm_destroy, shm_alloc_shared, shm_free_shared};

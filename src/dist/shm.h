@@ -25,7 +25,8 @@ typedef struct {
     int32_t root;
     uint32_t pad;
     uint64_t count;
-} shm_fp; /* 24 bytes */
+    uint64_t zc; /* in-place all-reduce: (allocation id + 1) << 40 | byte offset; 0 = staged */
+} shm_fp; /* 32 bytes */
 
 typedef struct __attribute__((aligned(64))) {
     shm_word seq;
@@ -56,8 +57,16 @@ typedef struct __attribute__((aligned(4096))) {
     char abort_msg[640];
 } shm_hdr;
 
+/* A ct_pg_alloc_shared mapping: n regions of `stride` bytes, rank r's at base + r * stride. */
+typedef struct shm_shared {
+    struct shm_shared *next;
+    uint8_t *base;
+    size_t stride, map_bytes;
+    uint32_t id; /* allocation number in the group, the same on every rank */
+} shm_shared;
+
 typedef struct shm_pg {
-    int rank, n;
+    int rank, n, gid;
     const int *granks;
     int subgroup;
     uint8_t *base;
@@ -75,6 +84,8 @@ typedef struct shm_pg {
     int yields;
     size_t small_max;
     const ct_work *cur; /* for messages */
+    shm_shared *shared; /* ct_pg_alloc_shared mappings (list changed only with the queue drained) */
+    uint32_t nshared;
     char name[96];
 } shm_pg;
 
@@ -95,6 +106,13 @@ void shm_word_add(shm_word *w);
 ct_status shm_fail(shm_pg *s, ct_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Elements per part when `ce` elements are split in n parts aligned to 64 bytes. */
 size_t shm_part(size_t ce, int n, size_t esz);
+
+/* shm_shared.c: shared allocations and the in-place all-reduce over them. */
+shm_shared *shm_find_shared(shm_pg *s, const void *buf, size_t bytes);
+ct_status shm_allreduce_shared(shm_pg *s, shm_shared *a, ct_work *w, double deadline);
+ct_status shm_alloc_shared(ct_pg *pg, void *impl, size_t bytes, void **mine);
+void shm_free_shared(void *impl, void *mine);
+void shm_free_all_shared(shm_pg *s);
 
 /* Collectives (one algorithm per file). */
 ct_status shm_allreduce(shm_pg *s, ct_work *w, double deadline);

@@ -20,6 +20,9 @@
  * backward produces gradients): no copies. A bucket's asynchronous all-reduce starts when
  * its last gradient arrives, so communication overlaps the rest of backward; buckets are
  * launched in index order on every rank.
+ * Zero-copy (opts.zero_copy, shm backend, f32): ct_params_grad(P) then points into a segment
+ * shared by the ranks — re-read it after ct_ddp_create and ct_ddp_free (it moves back) — and
+ * peers read and write it until ct_ddp_finish returns. Free the DDP before the process group.
  */
 #ifndef CTRAIN_DDP_H
 #define CTRAIN_DDP_H
@@ -39,6 +42,9 @@ typedef struct ct_ddp_opts {
     bool find_unused_parameters;/* parameters without a gradient are reduced as zeros instead of an error */
     ct_dtype comm_dtype;        /* CT_F32 (default), CT_BF16 or CT_F16: compress the gradient traffic */
     bool broadcast_buffers;     /* broadcast buffers from rank 0 at creation (default true) */
+    bool zero_copy;             /* default true: on the shm backend with f32 traffic, the gradient buffer
+                                   moves into memory shared by the ranks and buckets are reduced in
+                                   place there (no staging copies); CTRAIN_DDP_ZERO_COPY=0 turns it off */
 } ct_ddp_opts;
 
 typedef struct ct_ddp_stats {

@@ -3,6 +3,7 @@
  * bucket is complete early and its all-reduce overlaps the rest of backward. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ctrain/ddp.h"
 
@@ -13,6 +14,7 @@ typedef struct {
     int nparams;
     bool launched;
     ct_work *work;
+    ct_status inline_st;  /* result when the all-reduce ran inline in the hook (work NULL) */
     double t_launch, t_done;
     void *scratch;        /* compressed copy when comm_dtype != f32 */
 } bucket;
@@ -29,12 +31,14 @@ struct ct_ddp {
     bool no_sync;
     bool step_active;
     double t_last_finish; /* end of the previous ct_ddp_finish (0 before the first) */
+    void *shared;         /* zero-copy: this rank's region of the shared gradient segment */
+    bool zc_inline;       /* zero-copy all-reduces run in the hook instead of on the comm thread */
     ct_ddp_stats st;
 };
 
 ct_ddp_opts ct_ddp_default_opts(void) {
     return (ct_ddp_opts){.bucket_cap_bytes = 25u << 20, .first_bucket_bytes = 1u << 20, .find_unused_parameters = false,
-                         .comm_dtype = CT_F32, .broadcast_buffers = true};
+                         .comm_dtype = CT_F32, .broadcast_buffers = true, .zero_copy = true};
 }
 
 /* FNV-1a over name, dtype and shape: ranks compare these to find the first differing parameter. */
@@ -80,7 +84,11 @@ static void launch(ct_ddp *d, bucket *b) {
     float *g = ct_params_grad(d->P) + b->off;
     b->t_launch = ct_time_now();
     b->launched = true;
-    if (d->o.comm_dtype == CT_F32) {
+    if (d->o.comm_dtype == CT_F32 && d->zc_inline) {
+        b->work = NULL;
+        b->inline_st = ct_all_reduce_sync(d->pg, g, b->numel, CT_F32, CT_RED_AVG);
+        b->t_done = ct_time_now();
+    } else if (d->o.comm_dtype == CT_F32) {
         b->work = ct_all_reduce(d->pg, g, b->numel, CT_F32, CT_RED_AVG);
     } else {
         ct_convert(b->scratch, d->o.comm_dtype, g, CT_F32, b->numel);
@@ -105,6 +113,37 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
     /* cheap progress poll to timestamp completions while backward runs */
     for (int k = 0; k < d->next_launch; k++)
         if (d->b[k].work && d->b[k].t_done == 0 && ct_work_test(d->b[k].work)) d->b[k].t_done = ct_time_now();
+}
+
+static bool env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false"));
+}
+
+/* Zero-copy: moves the gradient buffer into a segment shared by the ranks, so that the shm
+ * backend reduces each bucket in place across the ranks' buffers. Every rank takes the same
+ * decision (all-reduce of the wish); a segment that cannot be created (/dev/shm full) falls
+ * back to the staged path everywhere. */
+static ct_status setup_zero_copy(ct_ddp *d) {
+    if (!d->o.zero_copy || d->o.comm_dtype != CT_F32 || ct_pg_size(d->pg) < 2 || strcmp(ct_pg_backend(d->pg), "shm"))
+        return CT_OK;
+    int32_t want = !env_off("CTRAIN_DDP_ZERO_COPY");
+    ct_status st = ct_all_reduce_sync(d->pg, &want, 1, CT_I32, CT_RED_MIN);
+    if (st != CT_OK || !want) return st;
+    size_t bytes = ct_params_numel(d->P) * sizeof(float);
+    st = ct_pg_alloc_shared(d->pg, bytes ? bytes : 64, &d->shared);
+    if (st == CT_ERR_SYSTEM || st == CT_ERR_NOMEM) {
+        CT_LOG_WARN_("ddp", "zero-copy off, gradients reduced through staging buffers: %s", ct_last_error());
+        d->shared = NULL;
+        return CT_OK;
+    }
+    if (st != CT_OK) return st;
+    st = ct_params_set_grad_storage(d->P, d->shared);
+    if (st != CT_OK) { ct_pg_free_shared(d->pg, d->shared); d->shared = NULL; return st; }
+    /* measured on 2 ranks x 1 core: see docs/benchmarks.md */
+    const char *in = getenv("CTRAIN_DDP_ZC_INLINE");
+    d->zc_inline = in && atoi(in) > 0;
+    return CT_OK;
 }
 
 ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp **out) {
@@ -163,9 +202,12 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
         }
     }
     d->st.buckets = d->nb;
+    st = setup_zero_copy(d);
+    if (st != CT_OK) { ct_ddp_free(d); return st; }
     ct_params_set_grad_hook(P, on_grad_ready, d);
-    CT_LOG_INFO("ddp", "%d parameters in %d buckets (first %zu B, cap %zu B), comm dtype %s", n, d->nb, o.first_bucket_bytes,
-                o.bucket_cap_bytes, ct_dtype_name(o.comm_dtype));
+    CT_LOG_INFO("ddp", "%d parameters in %d buckets (first %zu B, cap %zu B), comm dtype %s%s", n, d->nb, o.first_bucket_bytes,
+                o.bucket_cap_bytes, ct_dtype_name(o.comm_dtype),
+                d->shared ? (d->zc_inline ? ", zero-copy in shared memory (inline)" : ", zero-copy in shared memory") : "");
     *out = d;
     return CT_OK;
 }
@@ -176,6 +218,11 @@ void ct_ddp_free(ct_ddp *d) {
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].work) ct_work_free(d->b[k].work);
         free(d->b[k].scratch);
+    }
+    if (d->shared) {
+        /* gradients move back to private memory before the segment goes */
+        if (ct_params_set_grad_storage(d->P, NULL) != CT_OK) CT_LOG_WARN_("ddp", "%s", ct_last_error());
+        else ct_pg_free_shared(d->pg, d->shared);
     }
     free(d->b);
     free(d->bucket_of);
@@ -222,7 +269,7 @@ ct_status ct_ddp_finish(ct_ddp *d) {
     double comm = 0, prev_done = 0;
     for (int k = 0; k < d->nb; k++) {
         bucket *b = &d->b[k];
-        ct_status s = ct_work_wait(b->work);
+        ct_status s = b->work ? ct_work_wait(b->work) : b->inline_st;
         if (b->t_done == 0) b->t_done = ct_time_now();
         if (s != CT_OK && st == CT_OK) st = s;
         ct_work_free(b->work);

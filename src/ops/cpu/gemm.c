@@ -1,20 +1,15 @@
-/* matmul and linear on OpenBLAS sgemm. Transposes are GEMM flags: nothing is copied,
- * forward or backward. Backward accumulates with beta = 1 straight into the gradients
+/* matmul and linear on sgemm (ops/cpu/blas.h: ctrain's AVX-512 kernel or OpenBLAS). Transposes
+ * are GEMM flags: nothing is copied, forward or backward. Backward accumulates with beta = 1 straight into the gradients
  * (for a parameter that is its slice of the flat gradient buffer). */
-#include <cblas.h>
 #include <string.h>
 
 #include "core/op_table.h"
 #include "ctrain/ops.h"
+#include "ops/cpu/blas.h"
 
+/* C = op(A) op(B) + beta C, through the shared wrapper (own AVX-512 sgemm or OpenBLAS) */
 static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
-    if (M == 0 || N == 0) return;
-    if (K == 0) {
-        if (beta == 0.0f) memset(C, 0, (size_t)(M * N) * sizeof(float));
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
-                (blasint)K, 1.0f, A, ta ? (blasint)M : (blasint)K, B, tb ? (blasint)K : (blasint)N, beta, C, (blasint)N);
+    ct_sgemm(ta, tb, M, N, K, 1.0f, A, B, beta, C);
 }
 
 ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) {

@@ -261,8 +261,12 @@ static int own_enabled(void) {
 bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (!own_enabled()) return false;
-    /* tiny products: packing does not pay (crossover measured with bench/gemm_bench) */
-    if ((double)M * (double)N * (double)K < 4096.0) return false;
+    /* Tiny products, where packing does not pay: below ~24^3 OpenBLAS wins (`gemm_bench
+     * small`: 16^3 0.6x, 24^3 ~1x, 32^3 1.5x); so does K < 16 (the C tile's load/store
+     * dominates: 128x1024x10 0.5x), N < 16 (the 32-wide tile mostly padding: 128x10x1024
+     * 0.8x) and M < 8 (the 14-row tile mostly padding). Shape-only rules: the choice, and
+     * hence the bits, never depend on the thread count. */
+    if (K < 16 || N < 16 || M < 8 || (double)M * (double)N * (double)K < 13824.0) return false;
     ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return true;
 }

@@ -151,7 +151,8 @@ static int run_op(const char *op) {
         ct_tensor *yref = load(c, f, cs, "y");
         if (!yref) { ct_ctx_free(c); break; }
         ct_tensor *x[4], *args = load(c, f, cs, "args");
-        const double *a = args->data;
+        double a[8] = {0}; /* zero-padded: reshape reads its shape up to the first 0 */
+        for (int64_t i = 0; i < ct_numel(args) && i < 8; i++) a[i] = ((const double *)args->data)[i];
         for (int i = 0; i < 4; i++) {
             char fld[16];
             snprintf(fld, sizeof fld, "x%d", i);

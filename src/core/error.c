@@ -32,10 +32,13 @@ const char *ct_last_error(void) { return last_error; }
 void ct_clear_error(void) { last_error[0] = 0; }
 
 ct_status ct_error(ct_status st, const char *fmt, ...) {
+    /* formatted aside first: callers may pass ct_last_error() itself as an argument */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     CT_LOG_INFO("error", "%s: %s", ct_status_str(st), last_error);
     return st;
 }

@@ -553,7 +553,13 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
         backend = (launched_by_mpi || lworld < world) ? "mpi" : "shm";
     }
     const char *tos = getenv("CTRAIN_TIMEOUT");
-    double timeout = o.timeout_s > 0 ? o.timeout_s : (tos && atof(tos) > 0 ? atof(tos) : 300);
+    double timeout = o.timeout_s > 0 ? o.timeout_s : 300;
+    if (!(o.timeout_s > 0) && tos && *tos) { /* a misspelt timeout must not silently become 300 s */
+        char *e;
+        timeout = strtod(tos, &e);
+        if (e == tos || *e || !(timeout > 0))
+            return ct_error(CT_ERR_INVALID, "CTRAIN_TIMEOUT='%s' is not a positive number of seconds", tos);
+    }
     const char *fps = getenv("CTRAIN_FINGERPRINT");
     int fp = o.fingerprint >= 0 ? o.fingerprint : (fps && *fps ? atoi(fps) != 0 : 1);
 

@@ -74,6 +74,7 @@ static ct_status read_file(const char *path, uint8_t **buf, size_t *len) {
     if (!f) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) { fclose(f); return ct_error(CT_ERR_IO, "%s: %s", path, strerror(errno)); }
+    if (S_ISDIR(sb.st_mode)) { fclose(f); return ct_error(CT_ERR_INVALID, "%s: is a directory, not a file", path); }
     *len = (size_t)sb.st_size;
     *buf = malloc(*len ? *len : 1);
     if (!*buf) { fclose(f); return ct_error(CT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, *len); }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -65,6 +66,15 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
     return 0;
 }
 
+static int parse_secs(const char *s, double *out) { /* 0 when all of s is a number >= 0 ("5x" is not) */
+    char *e;
+    errno = 0;
+    double v = strtod(s, &e);
+    if (e == s || *e || errno || !(v >= 0)) return -1;
+    *out = v;
+    return 0;
+}
+
 /* Accepts --flag value, --flag=value and torchrun's underscore spellings. */
 static int parse(int argc, char **argv, run_opts *o) {
     *o = (run_opts){.nproc = 1, .nnodes = 1, .master_port = 29500, .grace = 5, .timeout = 0};
@@ -104,8 +114,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(name, "--log-dir")) o->log_dir = val;
         else if (!strcmp(name, "--redirects") || !strcmp(name, "-r")) bad = parse_int(val, 0, 3, &o->redirects);
         else if (!strcmp(name, "--tee") || !strcmp(name, "-t")) bad = parse_int(val, 0, 3, &o->tee);
-        else if (!strcmp(name, "--timeout")) { o->timeout = atof(val); bad = !(o->timeout > 0); }
-        else if (!strcmp(name, "--grace-period")) { o->grace = atof(val); bad = !(o->grace >= 0); }
+        else if (!strcmp(name, "--timeout")) bad = parse_secs(val, &o->timeout) || !(o->timeout > 0);
+        else if (!strcmp(name, "--grace-period")) bad = parse_secs(val, &o->grace);
         else if (!strcmp(name, "--run-id") || !strcmp(name, "--rdzv-id")) o->run_id = val;
         if (bad) {
             fprintf(stderr, "ctrain run: bad value '%s' for %s (see ctrain run --help)\n", val, a);
@@ -124,8 +134,12 @@ static int parse(int argc, char **argv, run_opts *o) {
 }
 
 /* The program must exist before anything starts: one clear line instead of N failures. */
+static int is_exec_file(const char *p) {
+    struct stat sb;
+    return access(p, X_OK) == 0 && stat(p, &sb) == 0 && S_ISREG(sb.st_mode); /* a directory passes access(X_OK) */
+}
 static int find_program(const char *prog) {
-    if (strchr(prog, '/')) return access(prog, X_OK) == 0;
+    if (strchr(prog, '/')) return is_exec_file(prog);
     const char *path = getenv("PATH");
     if (!path) path = "/usr/bin:/bin";
     char buf[PATH_MAX];
@@ -134,7 +148,7 @@ static int find_program(const char *prog) {
         const char *e = strchr(p, ':');
         size_t len = e ? (size_t)(e - p) : strlen(p);
         snprintf(buf, sizeof buf, "%.*s/%s", (int)len, p, prog);
-        if (access(buf, X_OK) == 0) return 1;
+        if (is_exec_file(buf)) return 1;
         if (!e) break;
         p = e + 1;
     }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Hostile input to `ctrain run` and `ctrain train` (bad flags, odd paths, bad environment):
+# each gets exactly one clear line and a non-zero exit, never a crash or a hang.
+# CTRAIN_BIN=build-asan/ctrain runs it against a sanitizer build.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+C=${CTRAIN_BIN:-build/ctrain}
+[ -x "$C" ] || { echo "FAIL: $C not built"; exit 1; }
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+die() { echo "FAIL: $*"; exit 1; }
+one_line() { # one_line <expected rc> <pattern> <command...>
+    local want=$1 pat=$2; shift 2
+    local out rc; out=$(timeout 60 "$@" 2>&1); rc=$?
+    [ $rc -ne 124 ] || die "hung: $*"
+    [ $rc = "$want" ] || die "exit $rc, want $want: $*: $out"
+    [ "$(printf '%s\n' "$out" | grep -c .)" = 1 ] || die "not one line: $*: $out"
+    printf '%s\n' "$out" | grep -qE -- "$pat" || die "expected /$pat/: $*: got: $out"
+}
+
+# ctrain run
+one_line 2 "bad value '0' for --nproc-per-node" $C run --nproc-per-node 0 $C worker init
+one_line 2 "bad value '-1' for --nproc-per-node" $C run --nproc-per-node -1 $C worker init
+one_line 2 "bad value 'many' for --nproc-per-node" $C run --nproc-per-node many $C worker init
+one_line 2 "bad value '5x' for --timeout" $C run --timeout 5x $C worker init
+one_line 2 "bad value '-1' for --grace-period" $C run --grace-period -1 $C worker init
+one_line 2 "bad value '70000' for --master-port" $C run --master-port 70000 $C worker init
+one_line 2 "unknown option '--nproc'" $C run --nproc 2 $C worker init
+one_line 2 "cannot find program '$d/nope'" $C run --standalone "$d/nope"
+one_line 2 "cannot find program '$d'" $C run --standalone "$d"
+echo x > "$d/file"
+one_line 1 "cannot create log directory $d/file/logs" $C run --standalone --log-dir "$d/file/logs" $C worker init
+
+# ctrain train: data
+for i in $(seq 1 40); do echo "some text for a tiny model, line $i"; done > "$d/t.txt"
+: > "$d/empty.txt"
+echo "hello" > "$d/short.txt"
+G=(--n-layer 1 --n-embd 16 --n-head 2 --block-size 8 --steps 2 --eval-max 8 --log-every 100)
+one_line 1 "$d: is a directory" $C train gpt --text "$d" "${G[@]}" --output-dir "$d/o"
+one_line 1 "$d: is a directory" $C train gpt --shards "$d" "${G[@]}" --output-dir "$d/o"
+one_line 1 "empty.txt: 0 tokens is too few for one window of 8" $C train gpt --text "$d/empty.txt" "${G[@]}" --output-dir "$d/o"
+one_line 1 "short.txt: 6 tokens is too few for one window of 8" $C train gpt --text "$d/short.txt" "${G[@]}" --output-dir "$d/o"
+one_line 1 "nope.txt: No such file" $C train gpt --text "$d/nope.txt" "${G[@]}" --output-dir "$d/o"
+# ctrain train: output and resume paths
+one_line 1 "$d/file.*[Nn]ot a directory" $C train gpt --text "$d/t.txt" "${G[@]}" --resume "$d/file" --output-dir "$d/o"
+one_line 1 "$d/file exists and is not a directory" $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/file/out"
+one_line 1 "$d/file exists and is not a directory" $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/file"
+# ctrain train: flags
+one_line 2 "--n-embd 30 is not divisible by --n-head 4" $C train gpt --text "$d/t.txt" --n-embd 30 --n-head 4
+one_line 2 "--steps expects an integer" $C train gpt --text "$d/t.txt" --steps -5
+one_line 2 "--block-size expects a value" $C train gpt --text "$d/t.txt" --block-size
+
+# environment
+one_line 2 "CTRAIN_TIMEOUT='abc' is not a positive number" env CTRAIN_TIMEOUT=abc $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+one_line 2 "CTRAIN_TIMEOUT='-3' is not a positive number" env CTRAIN_TIMEOUT=-3 $C run --standalone --nproc-per-node 2 $C worker init
+one_line 2 "CTRAIN_DEBUG='bogus' is not one of ERROR, WARN, INFO, TRACE" env CTRAIN_DEBUG=bogus $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+one_line 2 "CTRAIN_DEBUG='bogus' is not one of ERROR, WARN, INFO, TRACE" env CTRAIN_DEBUG=bogus $C run --standalone --nproc-per-node 2 $C worker init
+one_line 1 "RANK=5 is not below WORLD_SIZE=2" env RANK=5 WORLD_SIZE=2 $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+one_line 1 "WORLD_SIZE='2x' is not an integer" env RANK=0 WORLD_SIZE=2x $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+# rank 0 of 2 alone: the peer never comes, the collective timeout ends it with one line
+port=$((20000 + RANDOM % 20000))
+one_line 1 "timed out" env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CTRAIN_TIMEOUT=2 \
+    $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+echo "hostile input handled"

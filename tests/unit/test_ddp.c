@@ -1,8 +1,14 @@
-/* DDP equivalence: 2 ranks x batch B must follow 1 rank x batch 2B (same initial weights,
+/* DDP equivalence: N ranks x batch B must follow 1 rank x batch NB (same initial weights,
  * same global batches) step for step — losses and final weights within 1e-5 — for each
- * model. Also: parameter mismatch across ranks is named; unused parameters are reported;
- * bf16 compression stays close. Ranks are forked with ct_spawn. */
+ * model, with zero-copy (the default on shm) and with the staged path. Also: both paths give
+ * bit-identical weights; parameter mismatch across ranks is named; unused parameters are
+ * reported; bf16 compression stays close; a stalled or vanished peer is an error, not a
+ * hang. Ranks are forked with ct_spawn. */
+#include <signal.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "ct_test.h"
@@ -20,6 +26,9 @@ typedef struct {
     float losses[STEPS];
     char out[128]; /* where rank 0 writes losses + weights */
     ct_dtype comm;
+    int nranks;     /* global batch = nranks * B (the single-process run uses all of it) */
+    bool staged;    /* zero_copy off */
+    bool zc_active; /* out: the gradient buffer moved into shared memory */
 } job;
 
 static ct_model_config small(ct_model_kind k) {
@@ -31,13 +40,13 @@ static ct_model_config small(ct_model_kind k) {
 }
 
 /* Deterministic global batch `step`: rows [first, first+n). */
-static void make_batch(ct_ctx *ctx, ct_model_kind k, int step, int first, int n, ct_tensor **x, ct_tensor **y) {
+static void make_batch(ct_ctx *ctx, ct_model_kind k, int step, int first, int n, int total, ct_tensor **x, ct_tensor **y) {
     uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1);
 #define RNG() (s ^= s << 13, s ^= s >> 7, s ^= s << 17, s)
     if (k == CT_MODEL_GPT) {
         *x = ct_new(ctx, CT_I32, 2, (int64_t[]){n, 8});
         *y = ct_new(ctx, CT_I32, 2, (int64_t[]){n, 8});
-        for (int r = 0; r < 2 * B; r++)
+        for (int r = 0; r < total; r++)
             for (int t = 0; t < 8; t++) {
                 int32_t a = (int32_t)(RNG() % 11), b = (int32_t)(RNG() % 11);
                 if (r >= first && r < first + n) { ((int32_t *)(*x)->data)[(r - first) * 8 + t] = a; ((int32_t *)(*y)->data)[(r - first) * 8 + t] = b; }
@@ -47,7 +56,7 @@ static void make_batch(ct_ctx *ctx, ct_model_kind k, int step, int first, int n,
     int64_t feat = k == CT_MODEL_MLP ? 20 : 784;
     *x = k == CT_MODEL_MLP ? ct_new(ctx, CT_F32, 2, (int64_t[]){n, 20}) : ct_new(ctx, CT_F32, 4, (int64_t[]){n, 1, 28, 28});
     *y = ct_new(ctx, CT_I32, 1, (int64_t[]){n});
-    for (int r = 0; r < 2 * B; r++) {
+    for (int r = 0; r < total; r++) {
         for (int64_t j = 0; j < feat; j++) {
             float v = (float)((RNG() >> 40) * (1.0 / 16777216.0)) - 0.5f;
             if (r >= first && r < first + n) ct_f32(*x)[(r - first) * feat + j] = v;
@@ -69,14 +78,18 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
         o.first_bucket_bytes = 256; /* several buckets even for small models */
         o.bucket_cap_bytes = 2048;
         o.comm_dtype = j->comm;
+        o.zero_copy = !j->staged;
+        float *g0 = ct_params_grad(P);
         if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) { fprintf(stderr, "ddp: %s\n", ct_last_error()); return 1; }
+        j->zc_active = ct_params_grad(P) != g0;
     }
     ct_optim *opt = ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
     ct_ctx *ctx = ct_ctx_create(NULL);
     int rank = pg ? ct_pg_rank(pg) : 0;
     for (int s = 0; s < STEPS; s++) {
         ct_tensor *x, *y;
-        make_batch(ctx, j->kind, s, pg ? rank * B : 0, pg ? B : 2 * B, &x, &y);
+        int nr = j->nranks ? j->nranks : 2;
+        make_batch(ctx, j->kind, s, pg ? rank * B : 0, pg ? B : nr * B, nr * B, &x, &y);
         ct_tensor *loss = ct_model_loss(ctx, m, x, y);
         float lv = (float)ct_item(loss);
         ct_backward(ctx, loss);
@@ -108,6 +121,7 @@ static int rank_main(int rank, int n, void *arg) {
     if (rc == 0 && rank == 0) {
         FILE *f = fopen(j->out, "wb");
         fwrite(j->losses, sizeof(float), STEPS, f);
+        fwrite(&j->zc_active, sizeof j->zc_active, 1, f);
         fwrite(&nw, sizeof nw, 1, f);
         fwrite(W2, sizeof(float), nw, f);
         fclose(f);
@@ -116,37 +130,145 @@ static int rank_main(int rank, int n, void *arg) {
     return rc;
 }
 
-static void check_equivalence(ct_model_kind k, ct_dtype comm, double tol, double wtol) {
-    job j = {.kind = k, .comm = comm};
-    snprintf(j.out, sizeof j.out, "/tmp/ct_ddp_%d_%d.bin", (int)getpid(), (int)k);
-    ct_status st = ct_spawn(rank_main, 2, &j);
-    if (st != CT_OK) { CT_FAILF("spawn: %s", ct_last_error()); return; }
+/* Runs j on j->nranks ranks; rank 0's losses and final weights land in dl / W. */
+static int run_ddp(job *j, float *dl, float *W, size_t *nw) {
+    snprintf(j->out, sizeof j->out, "/tmp/ct_ddp_%d_%d.bin", (int)getpid(), (int)j->kind);
+    ct_status st = ct_spawn(rank_main, j->nranks, j);
+    if (st != CT_OK) { fprintf(stderr, "  spawn: %s\n", ct_last_error()); return 1; }
+    FILE *f = fopen(j->out, "rb");
+    int ok = f && fread(dl, sizeof(float), STEPS, f) == STEPS && fread(&j->zc_active, sizeof j->zc_active, 1, f) == 1 &&
+             fread(nw, sizeof *nw, 1, f) == 1 && *nw <= 400000 && fread(W, sizeof(float), *nw, f) == *nw;
+    if (f) fclose(f);
+    unlink(j->out);
+    return ok ? 0 : 1;
+}
+
+/* The single-process reference trains in a forked child: the parent must not start OpenMP's
+ * thread pool, which does not survive the next ct_spawn's fork (children hang in libgomp). */
+static int train_single(job *single, float *W, size_t *nw) {
+    size_t bytes = sizeof(job) + sizeof(size_t) + sizeof W1;
+    uint8_t *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        size_t n = 0;
+        int rc = train(single, NULL, W, &n);
+        memcpy(sh, single, sizeof *single);
+        memcpy(sh + sizeof(job), &n, sizeof n);
+        memcpy(sh + sizeof(job) + sizeof n, W, n * sizeof(float));
+        _exit(rc);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) { munmap(sh, bytes); return 1; }
+    memcpy(single, sh, sizeof *single);
+    memcpy(nw, sh + sizeof(job), sizeof *nw);
+    memcpy(W, sh + sizeof(job) + sizeof *nw, *nw * sizeof(float));
+    munmap(sh, bytes);
+    return 0;
+}
+
+static void check_equivalence_n(ct_model_kind k, ct_dtype comm, int nranks, bool staged, double tol, double wtol) {
+    job j = {.kind = k, .comm = comm, .nranks = nranks, .staged = staged};
     float dl[STEPS];
     size_t nw2 = 0;
-    FILE *f = fopen(j.out, "rb");
-    CT_ASSERT(f);
-    CT_ASSERT(fread(dl, sizeof(float), STEPS, f) == STEPS);
-    CT_ASSERT(fread(&nw2, sizeof nw2, 1, f) == 1);
-    CT_ASSERT(fread(W2, sizeof(float), nw2, f) == nw2);
-    fclose(f);
-    unlink(j.out);
-    job single = {.kind = k};
+    CT_ASSERT(run_ddp(&j, dl, W2, &nw2) == 0);
+    /* zero-copy is taken exactly when it should be */
+    CT_EXPECT_EQ(j.zc_active, !staged && comm == CT_F32);
+    job single = {.kind = k, .nranks = nranks};
     size_t nw1;
-    CT_ASSERT(train(&single, NULL, W1, &nw1) == 0);
+    CT_ASSERT(train_single(&single, W1, &nw1) == 0);
     CT_EXPECT_EQ(nw1, nw2);
     double le = ct_max_rel_err(dl, single.losses, STEPS, 1e-6);
     double we = ct_max_rel_err(W2, W1, (long)nw1, 1e-2);
-    printf("  %s (%s traffic): loss max rel err %.2e, weights %.2e\n", ct_model_kind_name(k), ct_dtype_name(comm), le, we);
+    printf("  %s, %d ranks (%s traffic, %s): loss max rel err %.2e, weights %.2e\n", ct_model_kind_name(k), nranks,
+           ct_dtype_name(comm), j.zc_active ? "zero-copy" : "staged", le, we);
     CT_EXPECT(le <= tol);
     CT_EXPECT(we <= wtol);
+}
+static void check_equivalence(ct_model_kind k, ct_dtype comm, double tol, double wtol) {
+    check_equivalence_n(k, comm, 2, false, tol, wtol);
 }
 
 CT_TEST(mlp_two_ranks_equal_one_rank_double_batch) { check_equivalence(CT_MODEL_MLP, CT_F32, 1e-5, 1e-5); }
 CT_TEST(cnn_two_ranks_equal_one_rank_double_batch) { check_equivalence(CT_MODEL_CNN, CT_F32, 1e-5, 1e-5); }
 CT_TEST(gpt_two_ranks_equal_one_rank_double_batch) { check_equivalence(CT_MODEL_GPT, CT_F32, 1e-5, 1e-5); }
+/* the staged path (zero_copy off) */
+CT_TEST(mlp_staged_two_ranks_equal_one_rank) { check_equivalence_n(CT_MODEL_MLP, CT_F32, 2, true, 1e-5, 1e-5); }
+CT_TEST(cnn_staged_two_ranks_equal_one_rank) { check_equivalence_n(CT_MODEL_CNN, CT_F32, 2, true, 1e-5, 1e-5); }
+CT_TEST(gpt_staged_two_ranks_equal_one_rank) { check_equivalence_n(CT_MODEL_GPT, CT_F32, 2, true, 1e-5, 1e-5); }
+/* 3 ranks: slices of uneven length, partial sums through region 0, results copied to 3 regions */
+CT_TEST(mlp_three_ranks_equal_one_rank_triple_batch) { check_equivalence_n(CT_MODEL_MLP, CT_F32, 3, false, 1e-5, 1e-5); }
+CT_TEST(gpt_three_ranks_equal_one_rank_triple_batch) { check_equivalence_n(CT_MODEL_GPT, CT_F32, 3, false, 1e-5, 1e-5); }
+/* both paths sum in the same rank order with the same arithmetic: identical weights */
+CT_TEST(zero_copy_and_staged_bit_identical) {
+    for (int n = 2; n <= 3; n++) {
+        job a = {.kind = CT_MODEL_MLP, .comm = CT_F32, .nranks = n}, b = a;
+        b.staged = true;
+        float la[STEPS], lb[STEPS];
+        size_t na = 0, nb = 0;
+        CT_ASSERT(run_ddp(&a, la, W1, &na) == 0 && run_ddp(&b, lb, W2, &nb) == 0);
+        CT_EXPECT(a.zc_active && !b.zc_active);
+        CT_EXPECT_EQ(na, nb);
+        CT_EXPECT(memcmp(W1, W2, na * sizeof(float)) == 0);
+    }
+}
 /* bf16 traffic rounds each gradient to 8 bits of mantissa: losses stay within 1e-3, weights
  * drift by a few percent of the 1e-2 floor (tiny weights move relatively most). */
 CT_TEST(bf16_compression_stays_close) { check_equivalence(CT_MODEL_MLP, CT_BF16, 1e-3, 0.5); }
+
+/* A peer that stalls (variant 0) or exits (variant 1) in the middle of training: the other
+ * rank's ct_ddp_finish fails within about CTRAIN_TIMEOUT, naming it, instead of hanging on
+ * the in-place all-reduce (peers would otherwise wait for its "bucket ready" post forever). */
+static int stall_main(int rank, int n, void *arg) {
+    (void)n;
+    int variant = *(int *)arg;
+    setenv("CTRAIN_TIMEOUT", "1", 1);
+    ct_pg *pg;
+    if (ct_dist_init(NULL, &pg) != CT_OK) return 1;
+    ct_model_config c = small(CT_MODEL_MLP);
+    ct_model *m = ct_model_create(&c, 7);
+    ct_params *P = ct_model_params(m);
+    ct_ddp_opts o = ct_ddp_default_opts();
+    o.first_bucket_bytes = 256;
+    o.bucket_cap_bytes = 2048;
+    float *g0 = ct_params_grad(P);
+    ct_ddp *ddp;
+    if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) return 1;
+    int ok = ct_params_grad(P) != g0; /* zero-copy is on */
+    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_status last = CT_OK;
+    double t_fail = 0;
+    for (int s = 0; s < 3 && last == CT_OK; s++) {
+        if (rank == 1 && s == 1) {
+            if (variant == 1) _exit(0);
+            sleep(3);
+        }
+        ct_tensor *x, *y;
+        make_batch(ctx, CT_MODEL_MLP, s, rank * B, B, 2 * B, &x, &y);
+        double t0 = ct_time_now();
+        ct_backward(ctx, ct_model_loss(ctx, m, x, y));
+        last = ct_ddp_finish(ddp);
+        t_fail = ct_time_now() - t0;
+        ct_params_zero_grad(P);
+        ct_ctx_reset(ctx);
+    }
+    if (rank == 0) {
+        const char *msg = ct_last_error();
+        if (variant == 0) ok = ok && last == CT_ERR_TIMEOUT && strstr(msg, "rank(s) 1 never reached");
+        else ok = ok && (last == CT_ERR_PEER || last == CT_ERR_TIMEOUT) && strstr(msg, "rank");
+        ok = ok && t_fail < 3;
+        fprintf(stderr, "  rank 0 after %.2f s: %s\n", t_fail, last ? msg : "no error");
+    } else {
+        ok = ok && last != CT_OK; /* the sleeper finds the group failed */
+    }
+    ct_ddp_free(ddp);
+    ct_ctx_free(ctx);
+    ct_model_free(m);
+    ct_pg_free(pg);
+    return ok ? 0 : 1;
+}
+CT_TEST(stalled_peer_times_out_zero_copy) { int v = 0; CT_EXPECT_OK(ct_spawn(stall_main, 2, &v)); }
+CT_TEST(vanished_peer_is_an_error_zero_copy) { int v = 1; CT_EXPECT_OK(ct_spawn(stall_main, 2, &v)); }
 
 static int mismatch_main(int rank, int n, void *arg) {
     (void)n; (void)arg;

@@ -1,22 +1,24 @@
 /* AVX-512 SGEMM, BLIS/GotoBLAS style (see sgemm.h for the contract).
  *
- *   for jc in N by NC:                 B panel  KC x NC  packed once per (jc, pc), shared
- *     for pc in K by KC:               (K blocks in order: every C element is summed the same way)
- *       pack B (threads split the NR-wide micro-panels)
- *       for ic in M by MC:             A block  MC x KC  packed, shared (threads split MR panels)
- *         micro-tiles (jr, ir), jr-major, split into contiguous ranges across the threads:
- *           MR x NR register tile += A micro-panel (KC x MR) * B micro-panel (KC x NR)
+ *   for jc in N by NC:                 B panel  KC x NC  packed (L3; NC = 2048)
+ *     for pc in K by KC:               K blocks in order (KC = 256)
+ *       pack B into NR-wide micro-panels [k][NR]
+ *       for ic in M by MC:             A block  MC x KC  packed (L2; MC = 168)
+ *         for jr, for ir:              B micro-panel (KC x NR, 32 KiB) stays in L1
+ *           MR x NR register tile (14 x 32: 28 zmm accumulators) += A micro-panel . B micro-panel
  *
- * Packed layouts: A micro-panel [k][MR], B micro-panel [k][NR] (NR a multiple of 16), zero
- * padded at the M / N edges; C edges are stored with row bounds and lane masks. Transposed
- * sources are packed through 16x16 in-register transposes. The micro-kernel keeps MR x NR/16
- * zmm accumulators and broadcasts A from memory (vfmadd231ps zmm, zmm, m32{1to16}).
+ * Packed layouts: A micro-panel [k][MR], B micro-panel [k][NR], zero padded at the M / N
+ * edges; C edges are stored with row bounds and lane masks. Transposed sources (A not
+ * transposed, B transposed: rows contiguous in k) are packed through 16x16 in-register
+ * transposes. The micro-kernel loads two B vectors and broadcasts 14 A values per k.
  *
- * Threads only ever split M/N (never K) and the blocking does not depend on the thread
- * count, so the result is bit-identical for any number of threads. Buffers: the calling
- * thread's (thread-local, allocated once, reused). Kernel functions carry
- * target("avx512f,avx512vl,fma") so the file builds without -mavx512f; ct_sgemm_own_available
- * is the runtime check. */
+ * Threads: each takes a contiguous range of whole micro-panels of the larger of M and N
+ * and runs the serial algorithm on it with its own packing buffers (no barriers). K is
+ * never split and the blocking does not depend on the thread count, so every C element is
+ * computed by the same instructions in the same order: bit-identical for any thread count.
+ * Buffers are thread-local, allocated once per thread and reused. Kernel functions carry
+ * target("avx512f,avx512vl,fma") so the file builds without -mavx512f;
+ * ct_sgemm_own_available is the runtime check. */
 #include "ops/cpu/sgemm.h"
 
 #include <immintrin.h>
@@ -170,7 +172,7 @@ typedef struct {
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-CT_AVX512 static void run(const job *j, int t, int T) {
+CT_AVX512 static void run(const job *j) {
     /* op(A)(i, k) = A[i * ars + k * aks]; op(B)(k, n) = B[k * bks + n * brs] */
     const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
     const int64_t brs = j->tb ? j->ldb : 1, bks = j->tb ? 1 : j->ldb;
@@ -179,39 +181,39 @@ CT_AVX512 static void run(const job *j, int t, int T) {
         for (int64_t pc = 0; pc < j->K; pc += KC) {
             int64_t kc = imin(KC, j->K - pc);
             int mode = pc > 0 ? 1 : j->beta == 0.0f ? 0 : j->beta == 1.0f ? 1 : 2;
-            for (int64_t p = npan * t / T; p < npan * (t + 1) / T; p++) {
+            for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + p * NR;
                 pack_panel(j->pb + p * NR * kc, j->B + n0 * brs + pc * bks, brs, bks, (int)imin(NR, j->N - n0), NR, kc);
             }
-            if (T > 1) {
-#pragma omp barrier
-            }
             for (int64_t ic = 0; ic < j->M; ic += MC) {
                 int64_t mc = imin(MC, j->M - ic), mpan = (mc + MR - 1) / MR;
-                for (int64_t p = mpan * t / T; p < mpan * (t + 1) / T; p++) {
+                for (int64_t p = 0; p < mpan; p++) {
                     int64_t m0 = ic + p * MR;
                     pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
                 }
-                if (T > 1) {
-#pragma omp barrier
-                }
-                int64_t ntile = npan * mpan, f0 = ntile * t / T, f1 = ntile * (t + 1) / T;
-                for (int64_t f = f0; f < f1; f++) {
-                    int64_t jr = f / mpan, ir = f % mpan;
-                    int64_t i0 = ic + ir * MR, n0 = jc + jr * NR;
-                    kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, j->ldc,
-                           (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
-                }
-                if (T > 1) {
-#pragma omp barrier
-                }
+                for (int64_t jr = 0; jr < npan; jr++) /* B micro-panel stays in L1, A panels stream from L2 */
+                    for (int64_t ir = 0; ir < mpan; ir++) {
+                        int64_t i0 = ic + ir * MR, n0 = jc + jr * NR;
+                        kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, j->ldc,
+                               (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
+                    }
             }
         }
     }
 }
 
-/* per calling thread, fixed size: allocated on first use and kept */
+/* packing buffers of each thread (calling thread or OpenMP worker), fixed size:
+ * allocated on first use and kept */
 static _Thread_local float *tl_pa, *tl_pb;
+static void buffers(job *j) {
+    if (!tl_pa) {
+        tl_pa = aligned_alloc(64, (size_t)MC * KC * sizeof(float));
+        tl_pb = aligned_alloc(64, (size_t)NC * KC * sizeof(float));
+        if (!tl_pa || !tl_pb) abort();
+    }
+    j->pa = tl_pa;
+    j->pb = tl_pb;
+}
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -225,24 +227,44 @@ void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
         }
         return;
     }
-    if (!tl_pa) {
-        tl_pa = aligned_alloc(64, (size_t)MC * KC * sizeof(float));
-        tl_pb = aligned_alloc(64, (size_t)NC * KC * sizeof(float));
-        if (!tl_pa || !tl_pb) abort();
-    }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, tl_pa, tl_pb};
-    /* threads: only when there is enough work per thread (~1 MFLOP, a few microseconds) */
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL};
+    /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
-    int64_t tiles = ((M + MR - 1) / MR) * ((N + NR - 1) / NR);
-    if (nt > 1 && (flops < 2e6 || tiles < 2)) nt = 1;
-    if (nt > tiles) nt = (int)tiles;
+    if (nt > 1 && flops < 2e6 * nt) nt = (int)(flops / 2e6) > 1 ? (int)(flops / 2e6) : 1;
+    /* Each thread takes a contiguous range of whole micro-panels of the larger of M and N
+     * and runs the serial algorithm on it (its own packing, no barriers): the smaller
+     * operand is packed by every thread, which costs little next to its share of the
+     * product. An element's arithmetic does not depend on which range it is in. */
+    bool split_n = N >= M;
+    int64_t unit = split_n ? NR : MR, units = ((split_n ? N : M) + unit - 1) / unit;
+    if (nt > units) nt = (int)units;
     if (nt <= 1) {
-        run(&j, 0, 1);
+        buffers(&j);
+        run(&j);
         return;
     }
 #pragma omp parallel num_threads(nt)
-    run(&j, omp_get_thread_num(), omp_get_num_threads());
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        int64_t lo = units * t / T * unit, hi = units * (t + 1) / T * unit;
+        job s = j;
+        if (split_n) {
+            hi = imin(hi, N);
+            s.N = hi - lo;
+            s.B = B + (tb ? lo * ldb : lo);
+            s.C = C + lo;
+        } else {
+            hi = imin(hi, M);
+            s.M = hi - lo;
+            s.A = A + (ta ? lo : lo * lda);
+            s.C = C + lo * ldc;
+        }
+        if (hi > lo) {
+            buffers(&s);
+            run(&s);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

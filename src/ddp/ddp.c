@@ -14,7 +14,6 @@ typedef struct {
     int nparams;
     bool launched;
     ct_work *work;
-    ct_status inline_st;  /* result when the all-reduce ran inline in the hook (work NULL) */
     double t_launch, t_done;
     void *scratch;        /* compressed copy when comm_dtype != f32 */
 } bucket;
@@ -32,7 +31,6 @@ struct ct_ddp {
     bool step_active;
     double t_last_finish; /* end of the previous ct_ddp_finish (0 before the first) */
     void *shared;         /* zero-copy: this rank's region of the shared gradient segment */
-    bool zc_inline;       /* zero-copy all-reduces run in the hook instead of on the comm thread */
     ct_ddp_stats st;
 };
 
@@ -84,11 +82,9 @@ static void launch(ct_ddp *d, bucket *b) {
     float *g = ct_params_grad(d->P) + b->off;
     b->t_launch = ct_time_now();
     b->launched = true;
-    if (d->o.comm_dtype == CT_F32 && d->zc_inline) {
-        b->work = NULL;
-        b->inline_st = ct_all_reduce_sync(d->pg, g, b->numel, CT_F32, CT_RED_AVG);
-        b->t_done = ct_time_now();
-    } else if (d->o.comm_dtype == CT_F32) {
+    /* zero-copy too runs on the comm thread: inline in the hook, each bucket would stall
+     * backward until the peer reached it (measured slower, docs/benchmarks.md) */
+    if (d->o.comm_dtype == CT_F32) {
         b->work = ct_all_reduce(d->pg, g, b->numel, CT_F32, CT_RED_AVG);
     } else {
         ct_convert(b->scratch, d->o.comm_dtype, g, CT_F32, b->numel);
@@ -140,9 +136,6 @@ static ct_status setup_zero_copy(ct_ddp *d) {
     if (st != CT_OK) return st;
     st = ct_params_set_grad_storage(d->P, d->shared);
     if (st != CT_OK) { ct_pg_free_shared(d->pg, d->shared); d->shared = NULL; return st; }
-    /* measured on 2 ranks x 1 core: see docs/benchmarks.md */
-    const char *in = getenv("CTRAIN_DDP_ZC_INLINE");
-    d->zc_inline = in && atoi(in) > 0;
     return CT_OK;
 }
 
@@ -207,7 +200,7 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
     ct_params_set_grad_hook(P, on_grad_ready, d);
     CT_LOG_INFO("ddp", "%d parameters in %d buckets (first %zu B, cap %zu B), comm dtype %s%s", n, d->nb, o.first_bucket_bytes,
                 o.bucket_cap_bytes, ct_dtype_name(o.comm_dtype),
-                d->shared ? (d->zc_inline ? ", zero-copy in shared memory (inline)" : ", zero-copy in shared memory") : "");
+                d->shared ? ", zero-copy in shared memory" : "");
     *out = d;
     return CT_OK;
 }
@@ -269,7 +262,7 @@ ct_status ct_ddp_finish(ct_ddp *d) {
     double comm = 0, prev_done = 0;
     for (int k = 0; k < d->nb; k++) {
         bucket *b = &d->b[k];
-        ct_status s = b->work ? ct_work_wait(b->work) : b->inline_st;
+        ct_status s = ct_work_wait(b->work);
         if (b->t_done == 0) b->t_done = ct_time_now();
         if (s != CT_OK && st == CT_OK) st = s;
         ct_work_free(b->work);

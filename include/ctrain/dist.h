@@ -152,7 +152,11 @@ ct_status ct_recv_sync(ct_pg *pg, void *buf, size_t count, ct_dtype dt, int src,
  * LOCAL_RANK, MASTER_ADDR/PORT and a store hosted by the parent, runs fn(rank, nprocs, arg)
  * and exits with its return value. Returns CT_OK if all return 0; otherwise stops the
  * others (SIGTERM, then SIGKILL), prints the failure report to stderr and returns
- * CT_ERR_PEER with the root cause (rank, exit code or signal) in ct_last_error(). */
+ * CT_ERR_PEER with the root cause (rank, exit code or signal) in ct_last_error().
+ * Call it before the parent computes anything: the children are fork()ed, and an OpenMP
+ * thread pool that already exists in the parent does not exist in a child (a parallel region
+ * there would wait forever) — the reason torch.multiprocessing.spawn starts fresh
+ * interpreters. Programs that must compute first should use `ctrain run` instead. */
 typedef int (*ct_spawn_fn)(int rank, int nprocs, void *arg);
 ct_status ct_spawn(ct_spawn_fn fn, int nprocs, void *arg);
 

@@ -22,6 +22,7 @@
 #include "ctrain/ctrain.h"
 #include "ctrain/models.h"
 #include "ctrain/optim.h"
+#include "ops/cpu/blas.h" /* ct_sgemm: the GEMM every ctrain op calls */
 #include "ctrain/dist.h"
 #include "ctrain/ddp.h"
 
@@ -208,21 +209,26 @@ static int ddp_rank(int rank, int nranks, void *arg) {
     return rc;
 }
 
-static double sgemm_gflops(int threads) {
+/* own = true: ctrain's GEMM entry point (its AVX-512 kernel where the CPU has one);
+ * false: OpenBLAS as configured, which is what PyTorch calls. */
+static double sgemm_gflops(int threads, bool own) {
     ct_set_num_threads(threads);
     /* the shapes that dominate the two models: square-ish 1024 GEMMs */
     int n = 1024;
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
     for (int i = 0; i < n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0; }
-    for (int w = 0; w < 3; w++) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+#define GEMM() (own ? ct_sgemm(false, false, n, n, n, 1.0f, a, b, 0.0f, c) \
+                    : cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n))
+    for (int w = 0; w < 3; w++) GEMM();
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         int it = 8;
         double t0 = ct_time_now();
-        for (int i = 0; i < it; i++) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        for (int i = 0; i < it; i++) GEMM();
         double g = it * 2.0 * n * n * n / (ct_time_now() - t0) / 1e9;
         if (g > best) best = g;
     }
+#undef GEMM
     free(a); free(b); free(c);
     return best;
 }
@@ -234,7 +240,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "sgemm")) {
         int t = atoi(argv[2]);
-        printf("RESULT impl=openblas model=sgemm threads=%d gflops=%.1f blas=\"%s\"\n", t, sgemm_gflops(t), ct_blas_info());
+        printf("RESULT impl=openblas model=sgemm threads=%d gflops=%.1f blas=\"%s\"\n", t, sgemm_gflops(t, false), ct_blas_info());
+        printf("RESULT impl=ctrain model=sgemm threads=%d gflops=%.1f\n", t, sgemm_gflops(t, true));
         return 0;
     }
     if (argc < 4) { fprintf(stderr, "missing THREADS/NRANKS\n"); return 2; }

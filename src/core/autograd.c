@@ -107,6 +107,7 @@ void ct_backward_seed(ct_ctx *ctx, ct_tensor *out, const ct_tensor *seed) {
     CT_CHECK(out->flags & CT_TF_REQUIRES_GRAD, "ct_backward_seed: output does not require grad");
     float *g = ct_grad_acc(ctx, out);
     const float *s = seed->data;
-    for (int64_t i = 0; i < ct_numel(out); i++) g[i] += s[i];
+    int64_t n = ct_numel(out);
+    for (int64_t i = 0; i < n; i++) g[i] += s[i];
     run_backward(ctx);
 }

@@ -34,9 +34,24 @@ struct ct_ddp {
     ct_ddp_stats st;
 };
 
+/* CTRAIN_DDP_BUCKET_MB / CTRAIN_DDP_FIRST_BUCKET_MB override the bucket sizes (PyTorch's
+ * bucket_cap_mb); a value that is not a positive number is ignored with a warning. */
+static size_t env_mb(const char *name, size_t dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    double mb = strtod(v, &end);
+    if (*end || !(mb > 0) || mb > 1e6) {
+        CT_LOG_WARN_("ddp", "%s=%s is not a positive number of MiB; using %.2f", name, v, (double)dflt / 1048576.0);
+        return dflt;
+    }
+    return (size_t)(mb * 1048576.0);
+}
+
 ct_ddp_opts ct_ddp_default_opts(void) {
-    return (ct_ddp_opts){.bucket_cap_bytes = 25u << 20, .first_bucket_bytes = 1u << 20, .find_unused_parameters = false,
-                         .comm_dtype = CT_F32, .broadcast_buffers = true, .zero_copy = true};
+    return (ct_ddp_opts){.bucket_cap_bytes = env_mb("CTRAIN_DDP_BUCKET_MB", 25u << 20),
+                         .first_bucket_bytes = env_mb("CTRAIN_DDP_FIRST_BUCKET_MB", 1u << 20),
+                         .find_unused_parameters = false, .comm_dtype = CT_F32, .broadcast_buffers = true, .zero_copy = true};
 }
 
 /* FNV-1a over name, dtype and shape: ranks compare these to find the first differing parameter. */

@@ -52,16 +52,19 @@ LDLIBS   := $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) -fopenmp -lpthread 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
+MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
 EX_SRC   := $(wildcard examples/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# programs run under mpirun by tests/scripts (outside build/tests, which tests/run.sh runs directly)
+MPI_TEST_BIN := $(MPI_TEST_SRC:tests/mpi/%.c=$(BUILD)/mpi/%)
 EX_BIN   := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(MPI_TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
@@ -81,7 +84,11 @@ $(BUILD)/libctrain.so: $(LIB_OBJ)
 $(BUILD)/ctrain: $(CLI_OBJ) $(BUILD)/libctrain.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libctrain.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/ct_test.h $(BUILD)/libctrain.a
+$(BUILD)/tests/%: tests/unit/%.c tests/ct_test.h tests/dist_pattern.h $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
+
+$(BUILD)/mpi/%: tests/mpi/%.c tests/dist_pattern.h $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
 

@@ -1,16 +1,23 @@
 /* mpi backend: Open MPI's non-blocking collectives behind the ct_pg API, for jobs started
  * by mpirun (possibly across machines). Requests are polled with MPI_Test until the group
  * deadline. f16/bf16 travel as f32 (MPI has no half types); AVG is SUM then a division.
- * Fingerprints are one extra 24-byte MPI_Iallgather per operation. */
+ * Fingerprints are one extra 24-byte MPI_Iallgather per operation.
+ * Every MPI call goes through mpi_mu: each group has its own comm thread, so two groups
+ * with queued work would otherwise call MPI at the same time, which MPI_THREAD_SERIALIZED
+ * (what we ask for, and what Open MPI's default build is fast at) does not allow. */
 #if CT_HAVE_MPI
 #include "dist/dist_internal.h"
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+#define LOCKED(call) (pthread_mutex_lock(&mpi_mu), mpi_rc_ = (call), pthread_mutex_unlock(&mpi_mu), mpi_rc_)
 
 typedef struct {
     MPI_Comm comm;
@@ -57,7 +64,8 @@ static ct_status wait_req(MPI_Request *r, double deadline, const ct_work *w, MPI
     int flag = 0;
     double t0 = ct_time_now();
     for (unsigned i = 0;; i++) {
-        int rc = MPI_Test(r, &flag, status ? status : MPI_STATUS_IGNORE);
+        int mpi_rc_;
+        int rc = LOCKED(MPI_Test(r, &flag, status ? status : MPI_STATUS_IGNORE));
         if (rc != MPI_SUCCESS) return merr(rc, ct_op_name(w->kind));
         if (flag) return CT_OK;
         if ((i & 63) == 0) {
@@ -88,8 +96,10 @@ static ct_status check_fp(mpi_pg *m, ct_work *w, double deadline) {
     if (w->kind != CT_OP_ALLREDUCE && w->kind != CT_OP_REDUCE && w->kind != CT_OP_REDUCE_SCATTER) mine.rop = 0;
     if (w->kind != CT_OP_BROADCAST && w->kind != CT_OP_REDUCE) mine.root = 0;
     mpi_fp *all = malloc(sizeof(mpi_fp) * (size_t)m->n);
+    if (!all) return ct_error(CT_ERR_NOMEM, "fingerprint exchange");
     MPI_Request r;
-    int rc = MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, m->comm, &r);
+    int mpi_rc_;
+    int rc = LOCKED(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, m->comm, &r));
     ct_status st = rc == MPI_SUCCESS ? wait_req(&r, deadline, w, NULL) : merr(rc, "fingerprint exchange");
     for (int p = 0; p < m->n && st == CT_OK; p++) {
         mpi_fp *f = &all[p];
@@ -125,6 +135,7 @@ static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
     int rc = MPI_SUCCESS;
     void *buf = w->rbuf;
     float *f = NULL;
+    pthread_mutex_lock(&mpi_mu); /* held for the start of the operation only (see the top) */
     switch (w->kind) {
     case CT_OP_ALLREDUCE: case CT_OP_REDUCE:
         if (half) {
@@ -167,8 +178,9 @@ static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
     case CT_OP_BARRIER: rc = MPI_Ibarrier(m->comm, &r); break;
     case CT_OP_SEND: rc = MPI_Isend(w->sbuf, (int)(w->count * esz), MPI_BYTE, w->peer, w->tag, m->comm, &r); break;
     case CT_OP_RECV: rc = MPI_Irecv(w->rbuf, (int)(w->count * esz), MPI_BYTE, w->peer, w->tag, m->comm, &r); break;
-    default: return ct_error(CT_ERR_INVALID, "unknown op");
+    default: pthread_mutex_unlock(&mpi_mu); return ct_error(CT_ERR_INVALID, "unknown op");
     }
+    pthread_mutex_unlock(&mpi_mu);
     if (rc != MPI_SUCCESS) return merr(rc, ct_op_name(w->kind));
     MPI_Status status;
     ct_status st = wait_req(&r, deadline, w, &status);
@@ -193,31 +205,42 @@ static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
 static void mpi_destroy(void *impl) {
     mpi_pg *m = impl;
     if (!m) return;
-    if (m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    pthread_mutex_lock(&mpi_mu);
+    /* a subgroup freed after the world that finalized MPI: its communicator is gone already */
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
     free(m->tmp);
     free(m->tmp2);
-    int owns = m->owns_init;
+    if (m->owns_init && !fin) MPI_Finalize();
+    pthread_mutex_unlock(&mpi_mu);
     free(m);
-    int fin = 0;
-    if (owns && MPI_Finalized(&fin) == MPI_SUCCESS && !fin) MPI_Finalize();
 }
 
 ct_status ct_mpi_create(ct_pg *pg, void **impl_out) {
     *impl_out = NULL;
     int inited = 0, provided = 0;
-    MPI_Initialized(&inited);
-    if (!inited) {
-        /* the comm thread and inline callers never run MPI calls at the same time */
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-            return ct_error(CT_ERR_SYSTEM, "MPI_Init_thread failed");
-    }
     mpi_pg *m = calloc(1, sizeof *m);
     if (!m) return ct_error(CT_ERR_NOMEM, "mpi group");
+    pthread_mutex_lock(&mpi_mu);
+    MPI_Initialized(&inited);
+    /* comm threads and inline callers take turns through mpi_mu: SERIALIZED is enough */
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        pthread_mutex_unlock(&mpi_mu);
+        free(m);
+        return ct_error(CT_ERR_SYSTEM, "MPI_Init_thread failed");
+    }
+    if (inited) MPI_Query_thread(&provided);
     m->comm = MPI_COMM_WORLD;
     m->owns_init = !inited;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->n);
+    pthread_mutex_unlock(&mpi_mu);
+    if (provided < MPI_THREAD_SERIALIZED) /* MPI_Init by the caller: works in practice with Open MPI */
+        CT_LOG_WARN_("mpi", "MPI provides thread level %d, below MPI_THREAD_SERIALIZED; ctrain calls MPI from its "
+                    "comm threads (one at a time): initialise MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED)",
+                    provided);
     if (m->n != pg->size || m->rank != pg->rank) {
         int r = m->rank, n = m->n;
         mpi_destroy(m);
@@ -238,15 +261,20 @@ static ct_status mpi_new_group(ct_pg *parent, ct_pg *child, const int *ranks, in
     (void)n;
     mpi_pg *pm = parent->impl;
     MPI_Comm c = MPI_COMM_NULL;
+    mpi_pg *m = my_rank >= 0 ? calloc(1, sizeof *m) : NULL;
+    if (my_rank >= 0 && !m) return ct_error(CT_ERR_NOMEM, "mpi group"); /* before the split: no comm to leak */
+    /* blocking, with mpi_mu held: MPI progresses other groups' requests inside it */
+    pthread_mutex_lock(&mpi_mu);
     int rc = MPI_Comm_split(pm->comm, my_rank >= 0 ? 0 : MPI_UNDEFINED, my_rank, &c);
-    if (rc != MPI_SUCCESS) return merr(rc, "Comm_split");
-    if (my_rank < 0) return CT_OK;
-    mpi_pg *m = calloc(1, sizeof *m);
-    if (!m) return ct_error(CT_ERR_NOMEM, "mpi group");
+    if (rc == MPI_SUCCESS && m) {
+        MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(c, &m->rank);
+        MPI_Comm_size(c, &m->n);
+    }
+    pthread_mutex_unlock(&mpi_mu);
+    if (rc != MPI_SUCCESS) { free(m); return merr(rc, "Comm_split"); }
+    if (!m) return CT_OK;
     m->comm = c;
-    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(c, &m->rank);
-    MPI_Comm_size(c, &m->n);
     m->fingerprint = child->fingerprint;
     m->granks = child->granks;
     *impl_out = m;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The mpi backend on one machine under mpirun: 2 and 3 ranks, several dtypes and ops,
-# rank variables read from Open MPI's environment, desync detection.
+# The mpi backend on one machine under mpirun: 2 and 3 ranks run build/mpi/mpi_collectives
+# (every collective, async work, subgroups; every dtype; exact integer patterns), then
+# all-reduce through `ctrain worker` and `ctrain bench`. Rank variables come from Open MPI's
+# environment.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 B=$PWD/build/ctrain
@@ -10,6 +12,11 @@ command -v mpirun >/dev/null || skip "mpirun not installed"
 nm -C build/libctrain.a 2>/dev/null | grep -q "ct_mpi_create" || skip "built without MPI (apt-get install libopenmpi-dev)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi() { timeout 120 mpirun --oversubscribe --mca btl self,vader,tcp "$@"; }
+[ -x build/mpi/mpi_collectives ] || die "build/mpi/mpi_collectives not built (run make)"
+for np in 2 3; do
+    out=$(mpi -np $np build/mpi/mpi_collectives 2>&1) || die "mpi_collectives np=$np: $out"
+    [ "$(echo "$out" | grep -c 'mpi collectives ok')" = $np ] || die "mpi_collectives np=$np: $out"
+done
 for np in 2 3; do
     out=$(mpi -np $np $B worker allreduce 2>&1) || die "np=$np: $out"
     [ "$(echo "$out" | grep -c 'all-reduce ok')" = $np ] || die "np=$np: $out"

@@ -6,75 +6,12 @@
 
 #include "ct_test.h"
 #include "ctrain/dist.h"
+#include "dist_pattern.h"
 
 static const ct_dtype DTS[] = {CT_F32, CT_F16, CT_BF16, CT_F64, CT_I32, CT_I64};
 static const size_t SIZES[] = {0, 1, 7, 4096, 1000003};
 #define NDT 6
 #define NSZ 5
-
-/* ---- helpers usable in the children (no CT_EXPECT there: report and return 1) ---- */
-#define WFAIL(...) do { fprintf(stderr, "rank %d: ", rank); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
-#define WOK(st) do { ct_status s_ = (st); if (s_) WFAIL("%s: %s: %s", #st, ct_status_str(s_), ct_last_error()); } while (0)
-
-static void setv(ct_dtype dt, void *b, size_t i, double v) {
-    switch (dt) {
-    case CT_F32: ((float *)b)[i] = (float)v; break;
-    case CT_F64: ((double *)b)[i] = v; break;
-    case CT_F16: ((uint16_t *)b)[i] = ct_f32_to_f16((float)v); break;
-    case CT_BF16: ((uint16_t *)b)[i] = ct_f32_to_bf16((float)v); break;
-    case CT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-    case CT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
-    default: break;
-    }
-}
-static double getv(ct_dtype dt, const void *b, size_t i) {
-    switch (dt) {
-    case CT_F32: return ((const float *)b)[i];
-    case CT_F64: return ((const double *)b)[i];
-    case CT_F16: return ct_f16_to_f32(((const uint16_t *)b)[i]);
-    case CT_BF16: return ct_bf16_to_f32(((const uint16_t *)b)[i]);
-    case CT_I32: return ((const int32_t *)b)[i];
-    case CT_I64: return (double)((const int64_t *)b)[i];
-    default: return 0;
-    }
-}
-/* value of rank r at index i: small integers; PROD uses 1..2 so products stay exact */
-static double pat(ct_reduce_op op, int r, size_t i) {
-    if (op == CT_RED_PROD) return (double)(1 + (i + (size_t)r) % 2);
-    return (double)((long)((i * 7 + (size_t)r * 5) % 13) - 4);
-}
-/* expected reduction, rounded like the library: AVG divides in the dtype's arithmetic */
-static double expect(ct_dtype dt, ct_reduce_op op, int n, size_t i) {
-    double acc = pat(op, 0, i);
-    for (int r = 1; r < n; r++) {
-        double v = pat(op, r, i);
-        switch (op) {
-        case CT_RED_SUM: case CT_RED_AVG: acc += v; break;
-        case CT_RED_PROD: acc *= v; break;
-        case CT_RED_MIN: acc = v < acc ? v : acc; break;
-        case CT_RED_MAX: acc = v > acc ? v : acc; break;
-        default: break;
-        }
-    }
-    if (op == CT_RED_AVG) {
-        if (dt == CT_I32 || dt == CT_I64) acc = (double)((long long)acc / n);
-        else if (dt == CT_F64) acc = acc / n;
-        else acc = (double)((float)acc / (float)n);
-    }
-    /* round into the dtype */
-    uint8_t tmp[8];
-    setv(dt, tmp, 0, acc);
-    return getv(dt, tmp, 0);
-}
-
-static int check_reduce(int rank, int n, ct_dtype dt, ct_reduce_op op, const void *b, size_t cnt, const char *what) {
-    for (size_t i = 0; i < cnt; i++) {
-        double g = getv(dt, b, i), e = expect(dt, op, n, i);
-        if (g != e)
-            WFAIL("%s %s %s n=%zu: [%zu] = %g, expected %g", what, ct_dtype_name(dt), ct_reduce_op_name(op), cnt, i, g, e);
-    }
-    return 0;
-}
 
 static int spawn_ok(ct_spawn_fn fn, int n, void *arg) {
     ct_status st = ct_spawn(fn, n, arg);

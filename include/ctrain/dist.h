@@ -39,9 +39,21 @@ extern "C" {
 typedef struct ct_store_server ct_store_server;
 typedef struct ct_store ct_store;
 
-/* bind_addr NULL = 127.0.0.1; port 0 = pick a free one (see ct_store_server_port). */
+/* bind_addr NULL = 127.0.0.1; port 0 = pick a free one (see ct_store_server_port).
+ * Same as ct_store_server_listen followed by ct_store_server_run. */
 ct_status ct_store_server_start(const char *bind_addr, int port, const char *token, ct_store_server **out);
+/* Binds and listens but starts no thread: clients can connect (the kernel queues them) and
+ * their requests wait until ct_store_server_run. For a process that fork()s workers after
+ * creating the store: forking with no other thread alive is the only safe way (a child
+ * gets one thread, and locks another held at fork time, malloc's too, stay held). */
+ct_status ct_store_server_listen(const char *bind_addr, int port, const char *token, ct_store_server **out);
+/* Starts serving on a thread of the calling process (no-op when already serving). */
+ct_status ct_store_server_run(ct_store_server *s);
+/* Stops the thread, keeping the keys and connections (requests queue again) until the
+ * next ct_store_server_run: lets the owner fork again single-threaded. */
+void ct_store_server_pause(ct_store_server *s);
 int ct_store_server_port(const ct_store_server *s);
+/* Stops serving (if it was) and frees everything. */
 void ct_store_server_stop(ct_store_server *s);
 
 /* Connects, retrying until timeout_s (the server may not be up yet). */

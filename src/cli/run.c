@@ -196,6 +196,9 @@ static int child_main(int idx, void *ctx) {
     return 127;
 }
 
+/* ct_sup_run's after_fork: serve the store again (no store on nodes other than 0). */
+static ct_status store_resume(void *srv) { return srv ? ct_store_server_run(srv) : CT_OK; }
+
 int cli_run(int argc, char **argv) {
     run_opts o;
     int rc = parse(argc, argv, &o);
@@ -217,8 +220,9 @@ int cli_run(int argc, char **argv) {
     ct_store_server *srv = NULL;
     o.port = o.master_port;
     if (o.node_rank == 0) {
+        /* listening only: the thread starts after each attempt's fork()s (store_resume) */
         const char *bind = o.nnodes > 1 ? "0.0.0.0" : "127.0.0.1";
-        ct_status st = ct_store_server_start(bind, o.standalone ? 0 : o.master_port, o.token, &srv);
+        ct_status st = ct_store_server_listen(bind, o.standalone ? 0 : o.master_port, o.token, &srv);
         if (st) {
             ct_sup_restore_signals(&old);
             if (strstr(ct_last_error(), "in use"))
@@ -236,7 +240,10 @@ int cli_run(int argc, char **argv) {
     for (o.attempt = 0; o.attempt <= o.max_restarts; o.attempt++) {
         ct_sup_opts so = {.n = o.nproc, .fn = child_main, .ctx = &o, .rank_base = o.node_rank * o.nproc,
                           .grace_s = o.grace, .log_dir = o.log_dir, .redirects = o.redirects, .tee = o.tee,
-                          .attempt = o.attempt, .runid = o.runid, .who = "ctrain run"};
+                          .attempt = o.attempt, .runid = o.runid, .who = "ctrain run",
+                          .after_fork = store_resume, .after_fork_ctx = srv};
+        /* workers are fork()ed with no other thread alive; keys and connections survive */
+        ct_store_server_pause(srv);
         ct_status st = ct_sup_run(&so, res);
         if (st) {
             fprintf(stderr, "ctrain run: %s\n", ct_last_error());

@@ -36,20 +36,23 @@ static int spawn_child(int idx, void *p) {
     return c->fn(idx, c->n, c->arg);
 }
 
+static ct_status start_store(void *srv) { return ct_store_server_run(srv); }
+
 ct_status ct_spawn(ct_spawn_fn fn, int nprocs, void *arg) {
     if (!fn || nprocs < 1) return ct_error(CT_ERR_INVALID, "ct_spawn: need a function and nprocs >= 1");
     char token[40], runid[24];
     ct_random_hex(token, 16);
     ct_random_hex(runid, 6);
-    /* block signals before the store thread exists so that it never receives them */
-    sigset_t old;
-    ct_sup_block_signals(&old);
+    /* The store thread starts only after the fork()s (ct_sup_run's after_fork, with the
+     * signals blocked so that it never receives them): a child of a multithreaded parent
+     * can inherit locks held by the other threads (malloc's, ASan's allocator) and hang.
+     * Until then the children's connections wait in the listen backlog. */
     ct_store_server *srv = NULL;
-    ct_status st = ct_store_server_start("127.0.0.1", 0, token, &srv);
-    ct_sup_restore_signals(&old);
+    ct_status st = ct_store_server_listen("127.0.0.1", 0, token, &srv);
     if (st) return st;
     spawn_ctx c = {fn, arg, nprocs, ct_store_server_port(srv), token, runid};
-    ct_sup_opts o = {.n = nprocs, .fn = spawn_child, .ctx = &c, .grace_s = 5, .runid = runid, .who = "ct_spawn"};
+    ct_sup_opts o = {.n = nprocs, .fn = spawn_child, .ctx = &c, .grace_s = 5, .runid = runid, .who = "ct_spawn",
+                     .after_fork = start_store, .after_fork_ctx = srv};
     const char *g = getenv("CTRAIN_GRACE");
     if (g && atof(g) > 0) o.grace_s = atof(g);
     ct_sup_result *res = calloc(1, sizeof *res);

@@ -82,6 +82,7 @@ struct ct_store_server {
     int lfd, wake[2], port;
     char token[256];
     pthread_t th;
+    int running; /* th exists; only the thread that owns the server changes this */
     kv_t *kv;
     size_t nkv, capkv;
     client_t *cl;
@@ -378,7 +379,9 @@ static void *server_main(void *arg) {
     return NULL;
 }
 
-ct_status ct_store_server_start(const char *bind_addr, int port, const char *token, ct_store_server **out) {
+/* Listening without a thread lets a caller fork before any thread exists: until
+ * ct_store_server_run, clients' connections wait in the listen backlog. */
+ct_status ct_store_server_listen(const char *bind_addr, int port, const char *token, ct_store_server **out) {
     *out = NULL;
     if (token && strlen(token) > 255) return ct_error(CT_ERR_INVALID, "store token longer than 255 bytes");
     ct_store_server *s = calloc(1, sizeof *s);
@@ -408,30 +411,51 @@ ct_status ct_store_server_start(const char *bind_addr, int port, const char *tok
     socklen_t sl = sizeof sa;
     getsockname(s->lfd, (struct sockaddr *)&sa, &sl);
     s->port = ntohs(sa.sin_port);
-    if (pipe2(s->wake, O_CLOEXEC)) {
+    /* non-blocking: ct_store_server_run drains stale wake-ups left by a pause */
+    if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK)) {
         close(s->lfd);
         free(s);
         return ct_error(CT_ERR_SYSTEM, "pipe: %s", strerror(errno));
     }
-    if (pthread_create(&s->th, NULL, server_main, s)) {
-        close(s->lfd);
-        close(s->wake[0]);
-        close(s->wake[1]);
-        free(s);
-        return ct_error(CT_ERR_SYSTEM, "store: cannot start thread");
-    }
-    CT_LOG_INFO("store", "serving on %s:%d", ba, s->port);
+    CT_LOG_INFO("store", "listening on %s:%d", ba, s->port);
     *out = s;
     return CT_OK;
+}
+
+ct_status ct_store_server_run(ct_store_server *s) {
+    if (!s) return ct_error(CT_ERR_INVALID, "ct_store_server_run: server is NULL");
+    if (s->running) return CT_OK;
+    char junk[64];
+    while (read(s->wake[0], junk, sizeof junk) > 0) {}
+    if (pthread_create(&s->th, NULL, server_main, s)) return ct_error(CT_ERR_SYSTEM, "store: cannot start thread");
+    s->running = 1;
+    return CT_OK;
+}
+
+void ct_store_server_pause(ct_store_server *s) {
+    if (!s || !s->running) return;
+    ssize_t w = write(s->wake[1], "x", 1);
+    (void)w;
+    pthread_join(s->th, NULL);
+    s->running = 0;
+}
+
+ct_status ct_store_server_start(const char *bind_addr, int port, const char *token, ct_store_server **out) {
+    ct_status st = ct_store_server_listen(bind_addr, port, token, out);
+    if (st) return st;
+    st = ct_store_server_run(*out);
+    if (st) {
+        ct_store_server_stop(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 int ct_store_server_port(const ct_store_server *s) { return s ? s->port : 0; }
 
 void ct_store_server_stop(ct_store_server *s) {
     if (!s) return;
-    ssize_t w = write(s->wake[1], "x", 1);
-    (void)w;
-    pthread_join(s->th, NULL);
+    ct_store_server_pause(s);
     for (size_t i = 0; i < s->ncl; i++) client_close(&s->cl[i]);
     for (size_t i = 0; i < s->nkv; i++) {
         free(s->kv[i].key);

@@ -217,6 +217,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         w->out = po[0];
         w->err = pe[0];
     }
+    if (st == CT_OK && o->after_fork) st = o->after_fork(o->after_fork_ctx);
     if (st != CT_OK) {
         signal_all(ws, started, SIGKILL);
         for (int i = 0; i < started; i++) waitpid(ws[i].pid, NULL, 0);

@@ -25,6 +25,11 @@ typedef struct ct_sup_opts {
     int attempt;
     const char *runid;    /* /dev/shm/ctrain-<runid>-* are removed when all workers are gone */
     const char *who;      /* "ctrain run" or "ct_spawn": report prefix */
+    /* Called in the parent once every worker is forked, with SIGINT/SIGTERM/SIGHUP/SIGCHLD
+     * blocked: start threads here (the store server) so that fork() runs single-threaded.
+     * A failure stops the workers and is returned by ct_sup_run. NULL = none. */
+    ct_status (*after_fork)(void *ctx);
+    void *after_fork_ctx;
 } ct_sup_opts;
 
 typedef struct ct_sup_result {
@@ -38,7 +43,7 @@ typedef struct ct_sup_result {
 } ct_sup_result;
 
 /* Blocks SIGINT/SIGTERM/SIGHUP/SIGCHLD on the calling thread (call before creating any
- * thread that must not receive them, e.g. the store server) and returns the old mask. */
+ * thread that must not receive them) and returns the old mask. */
 void ct_sup_block_signals(sigset_t *old);
 void ct_sup_restore_signals(const sigset_t *old);
 /* Runs the workers to completion. Returns CT_OK unless supervision itself failed. */

@@ -1,6 +1,7 @@
 /* Multi-process collective tests on the shm backend (ct_spawn forks the ranks).
  * Expected values come from small integer patterns, so every dtype is exact. */
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -375,6 +376,43 @@ CT_TEST(spawn_reports_root_cause) {
     CT_EXPECT_EQ(st, CT_ERR_PEER);
     CT_EXPECT(strstr(ct_last_error(), "rank 2") && strstr(ct_last_error(), "code 3"));
     CT_EXPECT(ct_time_now() - t0 < 3);
+}
+
+/* ------------------------------------------------------------------ fork safety */
+/* ct_spawn must fork with no other thread alive (the store thread starts afterwards): a
+ * child inherits only the forking thread, and locks the others held stay held. The
+ * pthread_atfork prepare handler runs in the parent right before each fork. */
+static int atfork_armed, atfork_forks, atfork_max_threads;
+static void count_threads_at_fork(void) {
+    if (!atfork_armed) return;
+    DIR *d = opendir("/proc/self/task");
+    int c = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) c += e->d_name[0] != '.';
+    if (d) closedir(d);
+    atfork_forks++;
+    if (c > atfork_max_threads) atfork_max_threads = c;
+}
+static int w_store_works(int rank, int n, void *arg) {
+    (void)arg;
+    ct_pg *pg;
+    WOK(ct_dist_init(NULL, &pg));
+    int64_t v = rank + 1;
+    WOK(ct_all_reduce_sync(pg, &v, 1, CT_I64, CT_RED_SUM));
+    if (v != (int64_t)n * (n + 1) / 2) WFAIL("sum %lld", (long long)v);
+    ct_pg_free(pg);
+    return 0;
+}
+CT_TEST(spawn_forks_single_threaded) {
+    static int registered;
+    if (!registered) registered = !pthread_atfork(count_threads_at_fork, NULL, NULL);
+    CT_EXPECT(registered);
+    atfork_forks = atfork_max_threads = 0;
+    atfork_armed = 1;
+    CT_EXPECT(spawn_ok(w_store_works, 3, NULL));
+    atfork_armed = 0;
+    CT_EXPECT_EQ(atfork_forks, 3);
+    CT_EXPECT_EQ(atfork_max_threads, 1);
 }
 
 /* ------------------------------------------------------------------ misc */

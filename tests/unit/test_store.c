@@ -202,4 +202,50 @@ CT_TEST(store_connect_times_out) {
     CT_EXPECT(ct_time_now() - t0 < 3);
 }
 
+/* A client of a server that only listens: it connects (backlog) and its first request
+ * waits until ct_store_server_run; a pause keeps keys and connections. */
+typedef struct { ct_store_server *s; double t_run; } run_later_arg;
+static void *run_later(void *p) {
+    run_later_arg *a = p;
+    usleep(300 * 1000);
+    a->t_run = ct_time_now();
+    ct_store_server_run(a->s);
+    return NULL;
+}
+
+CT_TEST(store_listen_then_run_and_pause) {
+    ct_store_server *s = NULL;
+    CT_EXPECT_OK(ct_store_server_listen(NULL, 0, "tok", &s));
+    CT_EXPECT(ct_store_server_port(s) > 0);
+    run_later_arg a = {s, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, run_later, &a);
+    ct_store *c = NULL;
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", ct_store_server_port(s), "tok", 5, &c));
+    double t_conn = ct_time_now();
+    pthread_join(th, NULL);
+    CT_EXPECT(t_conn >= a.t_run); /* the hello was answered by the thread started late */
+    CT_EXPECT_OK(ct_store_set(c, "k", "v1", 2));
+    CT_EXPECT_OK(ct_store_server_run(s)); /* already running: no-op */
+    ct_store_server_pause(s);
+    ct_store_server_pause(s); /* repeatable */
+    bool ex = false;
+    a.t_run = 0;
+    pthread_create(&th, NULL, run_later, &a);
+    CT_EXPECT_OK(ct_store_check(c, "k", &ex)); /* same connection, answered after the resume */
+    CT_EXPECT(ex);
+    CT_EXPECT(ct_time_now() >= a.t_run && a.t_run > 0);
+    pthread_join(th, NULL);
+    void *v = NULL;
+    size_t n = 0;
+    CT_EXPECT_OK(ct_store_get(c, "k", 1, &v, &n));
+    CT_EXPECT(n == 2 && !memcmp(v, "v1", 2));
+    free(v);
+    ct_store_free(c);
+    ct_store_server_stop(s);
+    /* stop without ever running */
+    CT_EXPECT_OK(ct_store_server_listen(NULL, 0, NULL, &s));
+    ct_store_server_stop(s);
+}
+
 CT_TEST_MAIN()

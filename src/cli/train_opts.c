@@ -124,12 +124,17 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
             else return bad(f, v, "none, bf16 or fp16");
         } else if (!strcmp(f, "--hidden")) {
             NEEDV();
+            /* split by hand: strtok would skip empty fields and accept "1,,2" */
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             o->n_hidden = 0;
-            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                if (o->n_hidden == CT_MLP_MAX_HIDDEN || !to_i64(t, 1, 1 << 20, &n)) return bad(f, v, "comma-separated widths, e.g. 1024,1024");
+            for (char *t = buf, *e;; t = e + 1) {
+                e = strchr(t, ',');
+                if (e) *e = 0;
+                if (o->n_hidden == CT_MLP_MAX_HIDDEN || !to_i64(t, 1, 1 << 20, &n))
+                    return bad(f, v, "comma-separated widths, e.g. 1024,1024");
                 o->hidden[o->n_hidden++] = (int)n;
+                if (!e) break;
             }
         } else {
             fprintf(stderr, "ctrain train: unknown option '%s' (see ctrain train --help)\n", f);

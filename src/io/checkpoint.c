@@ -190,7 +190,10 @@ ct_status ct_checkpoint_verify(const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     FILE *f = fopen(path, "rb");
-    if (!f) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!f && errno == ENOENT)
+        return ct_error(CT_ERR_NOT_FOUND, "%s is not a ctrain checkpoint (no manifest.json; checkpoints are the step-* "
+                        "directories under <output-dir>/checkpoints)", dir);
+    if (!f) return ct_error(CT_ERR_IO, "%s: %s", path, strerror(errno));
     char buf[8192];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);

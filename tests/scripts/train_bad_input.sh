@@ -17,6 +17,8 @@ expect "--batch-size expects an integer" $C train mlp --batch-size 0
 expect "unknown option '--bogus'" $C train mlp --bogus
 expect "the model expects mlp, cnn or gpt" $C train resnet
 expect "gpt needs --text" $C train gpt
+expect "--hidden expects comma-separated widths" $C train mlp --hidden 1,,2
+expect "is not a ctrain checkpoint" $C train mlp --resume "$d" --output-dir "$d/o"
 expect "no train-images-idx3-ubyte.* in --data-dir $d/none" $C train mlp --data-dir "$d/none" --output-dir "$d/o"
 # corrupted IDX: a truncated image file
 mkdir -p "$d/bad"

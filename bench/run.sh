@@ -4,7 +4,8 @@
 # each is run REPEAT times, interleaved, and the best rate kept (this 2-core machine is
 # shared, so the best of a few runs is the least disturbed one).
 #
-#   bash bench/run.sh               core engine (1 and 2 threads) + DDP (2 ranks x 1 thread), ~6-8 min
+#   bash bench/run.sh               core engine (1 and 2 threads) + DDP (2 ranks x 1 thread), ~6-8 min,
+#                                   then the all-reduce comparison (bench/allreduce.sh, ~1 min)
 #   bash bench/run.sh --quick       one repetition, shorter runs (~3 min)
 #   bash bench/run.sh --accuracy    also Fashion-MNIST accuracy, CNN and MLP, 2 ranks, default
 #                                   settings (slow: tens of minutes)
@@ -19,12 +20,13 @@ SECS_MLP=${SECS_MLP:-5}
 SECS_GPT=${SECS_GPT:-10}
 OUT=${BENCH_OUT:-build/bench/results.txt}
 CT=build/bench/train_bench
-core=1; acc=0
+core=1; acc=0; coll=1
 for a in "$@"; do
     case "$a" in
     --quick) REPEAT=1; SECS_MLP=3; SECS_GPT=6 ;;
     --accuracy) acc=1 ;;
-    --only-accuracy) acc=1; core=0 ;;
+    --only-accuracy) acc=1; core=0; coll=0 ;;
+    --no-collectives) coll=0 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -66,6 +68,12 @@ if [ $core -eq 1 ]; then
     done
     echo
     $PY bench/report.py "$OUT"
+fi
+
+if [ $coll -eq 1 ]; then
+    echo
+    echo "## Collectives (shm backend vs gloo and Open MPI)"
+    bash bench/allreduce.sh
 fi
 
 if [ $acc -eq 1 ]; then

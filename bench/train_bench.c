@@ -147,8 +147,12 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
         ct_tensor *y = ct_wrap(ctx, CT_I32, yi[b], ynd, yshape);
         ct_tensor *loss = ct_model_loss(ctx, m, x, y);
         ct_backward(ctx, loss);
-        if (ddp && ct_ddp_finish(ddp) != CT_OK) { fprintf(stderr, "ddp finish: %s\n", ct_last_error()); return 1; }
-        ct_optim_step(opt, lr);
+        /* ct_ddp_step: finish + step, or the fused form (ct_ddp_opts.fused_optimizer) */
+        if (ddp) {
+            if (ct_ddp_step(ddp, opt, lr) != CT_OK) { fprintf(stderr, "ddp step: %s\n", ct_last_error()); return 1; }
+        } else {
+            ct_optim_step(opt, lr);
+        }
         loss_v = ct_item(loss);
         ct_params_zero_grad(P);
         ct_ctx_reset(ctx);

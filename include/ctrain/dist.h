@@ -122,6 +122,10 @@ void ct_pg_free(ct_pg *pg);
  * after every work on it completed) before freeing the group. */
 ct_status ct_pg_alloc_shared(ct_pg *pg, size_t bytes, void **mine);
 void ct_pg_free_shared(ct_pg *pg, void *mine);
+/* Rank `rank`'s counterpart of p, an address inside this rank's region of a shared
+ * allocation (same offset in that rank's region), or NULL when p is in none or rank is out
+ * of range. Local; reading or writing it needs synchronisation with that rank (a barrier). */
+void *ct_pg_shared_peer(ct_pg *pg, void *p, int rank);
 
 /* ---- asynchronous collectives: return a work handle that is never NULL ----
  * Buffers must stay valid until the work completes. count is in elements. */

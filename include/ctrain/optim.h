@@ -77,6 +77,14 @@ void ct_optim_free(ct_optim *o);
  * (double, as PyTorch's Python float: the scalars it derives are computed in double and
  * rounded to float once, exactly as PyTorch does). */
 void ct_optim_step(ct_optim *o, double lr);
+/* The same update with gradient g = (((grads[0] + grads[1]) + grads[2]) ...) / n, elementwise
+ * in float, rank order, then a true division by n — exactly what the shm all-reduce AVG
+ * leaves in every rank's buffer (n = 1: grads[0] as is) — so the result is bit-identical to
+ * averaging first and calling ct_optim_step. Each grads[r] is a buffer in the store's flat
+ * gradient layout (ct_params_numel floats); none is written, the store's own gradient buffer
+ * is not read unless it is one of them. The average is computed chunk by chunk in a small
+ * per-thread buffer, so the gradients are streamed once (DDP's fused step, ct_ddp_step). */
+void ct_optim_step_avg(ct_optim *o, double lr, const float *const *grads, int n);
 
 const char *ct_optim_kind(const ct_optim *o);   /* "sgd" or "adamw" */
 ct_params *ct_optim_params(const ct_optim *o);

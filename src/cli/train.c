@@ -306,10 +306,15 @@ static ct_status train_loop(run *r) {
             ct_tensor *loss = ct_model_loss(r->ctx, r->model, input_tensor(r, r->train, b.x, b.n), target_tensor(r, r->train, b.y, b.n));
             double lv = ct_item(loss);
             ct_backward(r->ctx, loss);
-            if (r->ddp && (st = ct_ddp_finish(r->ddp)) != CT_OK) break;
-            if (o->clip > 0) ct_clip_grad_norm(ct_model_params(r->model), (float)o->clip);
             double lr = ct_lr_at(&r->sched, step);
-            ct_optim_step(r->opt, lr);
+            if (r->ddp && o->clip <= 0) {
+                /* nothing here needs the averaged gradients: DDP may fuse averaging into the step */
+                if ((st = ct_ddp_step(r->ddp, r->opt, lr)) != CT_OK) break;
+            } else {
+                if (r->ddp && (st = ct_ddp_finish(r->ddp)) != CT_OK) break;
+                if (o->clip > 0) ct_clip_grad_norm(ct_model_params(r->model), (float)o->clip);
+                ct_optim_step(r->opt, lr);
+            }
             ct_params_zero_grad(ct_model_params(r->model));
             ct_ctx_reset(r->ctx);
             step++;

@@ -45,6 +45,8 @@ typedef struct ct_backend {
     /* ct_pg_alloc_shared / ct_pg_free_shared; NULL = unsupported. Called with the queue drained. */
     ct_status (*alloc_shared)(ct_pg *pg, void *impl, size_t bytes, void **mine);
     void (*free_shared)(void *impl, void *mine);
+    /* ct_pg_shared_peer: rank r's counterpart of p (inside this rank's region), or NULL */
+    void *(*shared_peer)(void *impl, void *p, int rank);
 } ct_backend;
 
 struct ct_pg {

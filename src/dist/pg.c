@@ -379,6 +379,11 @@ ct_status ct_pg_alloc_shared(ct_pg *pg, size_t bytes, void **mine) {
     return ct_error(CT_ERR_SYSTEM, "shared allocation failed on another rank (its log has the reason)");
 }
 
+void *ct_pg_shared_peer(ct_pg *pg, void *p, int rank) {
+    if (!pg || !p || !pg->be->shared_peer) return NULL;
+    return pg->be->shared_peer(pg->impl, p, rank);
+}
+
 void ct_pg_free_shared(ct_pg *pg, void *mine) {
     if (!pg || !mine || !pg->be->free_shared) return;
     /* works still queued or running may use the region (local: no peer needs to take part) */

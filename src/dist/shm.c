@@ -359,4 +359,5 @@ static ct_status shm_new_group(ct_pg *parent, ct_pg *child, const int *ranks, in
                      child->local_size, impl_out);
 }
 
-const ct_backend ct_shm_backend = {"shm", shm_run, shm_new_group, shm_destroy, shm_alloc_shared, shm_free_shared};
+const ct_backend ct_shm_backend = {"shm", shm_run, shm_new_group, shm_destroy, shm_alloc_shared, shm_free_shared,
+                                  shm_shared_peer};

@@ -111,6 +111,7 @@ size_t shm_part(size_t ce, int n, size_t esz);
 shm_shared *shm_find_shared(shm_pg *s, const void *buf, size_t bytes);
 ct_status shm_allreduce_shared(shm_pg *s, shm_shared *a, ct_work *w, double deadline);
 ct_status shm_alloc_shared(ct_pg *pg, void *impl, size_t bytes, void **mine);
+void *shm_shared_peer(void *impl, void *p, int rank);
 void shm_free_shared(void *impl, void *mine);
 void shm_free_all_shared(shm_pg *s);
 

@@ -228,6 +228,17 @@ void shm_free_shared(void *impl, void *mine) {
     }
 }
 
+/* Reads the allocation list, which changes only with the queue drained (alloc/free), so the
+ * caller's own thread may look it up without the comm thread's lock. */
+void *shm_shared_peer(void *impl, void *p, int rank) {
+    shm_pg *s = impl;
+    if (rank < 0 || rank >= s->n) return NULL;
+    shm_shared *a = shm_find_shared(s, p, 1);
+    if (!a) return NULL;
+    size_t off = (size_t)((uint8_t *)p - (a->base + (size_t)s->rank * a->stride));
+    return a->base + (size_t)rank * a->stride + off;
+}
+
 void shm_free_all_shared(shm_pg *s) {
     while (s->shared) {
         shm_shared *a = s->shared;

@@ -179,6 +179,42 @@ static bool build_segs(ct_optim *o) {
     return true;
 }
 
+/* SGD's per-step scalars, shared by ct_optim_step and ct_optim_step_avg so both compute the
+ * same operations on the same floats. */
+typedef struct {
+    float wd, mom, omd, nlr, gsign;
+    bool first, nesterov, use_wd;
+} sgd_k;
+
+static sgd_k sgd_consts(const ct_optim *o, double wd, double lr) {
+    return (sgd_k){.wd = (float)wd, .mom = (float)o->sgd.momentum, .omd = (float)(1.0 - o->sgd.dampening),
+                   .nlr = (float)-lr, .gsign = o->sgd.maximize ? -1.0f : 1.0f, /* exact negation */
+                   .first = o->step == 0, .nesterov = o->sgd.nesterov, .use_wd = wd != 0};
+}
+
+/* Elements [0, n) of P/G/B (B NULL without momentum). Elementwise and exactly rounded (fmaf),
+ * so any split or vectorisation gives the same bits. */
+static void sgd_kernel(const sgd_k *k, float *restrict P, const float *restrict G, float *restrict B, long n) {
+    const float wd_f = k->wd, mom = k->mom, omd = k->omd, nlr = k->nlr, gsign = k->gsign;
+    const bool first = k->first, nesterov = k->nesterov, use_wd = k->use_wd;
+    if (!B) {
+        for (long i = 0; i < n; i++) {
+            float g = G[i] * gsign;
+            g = use_wd ? fmaf(P[i], wd_f, g) : g; /* PyTorch skips the add when wd == 0 */
+            P[i] = fmaf(g, nlr, P[i]);
+        }
+        return;
+    }
+    for (long i = 0; i < n; i++) {
+        float g = G[i] * gsign;
+        g = use_wd ? fmaf(P[i], wd_f, g) : g;
+        float buf = first ? g : fmaf(g, omd, B[i] * mom); /* first step: buf = clone(d_p) */
+        B[i] = buf;
+        float d = nesterov ? fmaf(buf, mom, g) : buf;
+        P[i] = fmaf(d, nlr, P[i]);
+    }
+}
+
 static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
     float *restrict P = ct_params_data(o->p);
     const float *restrict G = ct_params_grad(o->p);
@@ -264,14 +300,10 @@ static void adamw_kernel(const adamw_k *k, float *restrict P, const float *restr
     for (; i < hi; i++) adamw_elem(k, P + i, G + i, M + i, V + i, VM ? VM + i : NULL);
 }
 
-static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
-    float *P = ct_params_data(o->p) + b;
-    const float *G = ct_params_grad(o->p) + b;
-    float *M = o->state[0] + b, *V = o->state[1] + b;
-    float *VM = o->adam.amsgrad ? o->state[2] + b : NULL;
+static adamw_k adamw_consts(const ct_optim *o, double wd, double lr) {
     const double t = (double)o->step; /* already incremented */
     const double bc1 = 1.0 - pow(o->adam.beta1, t), bc2 = 1.0 - pow(o->adam.beta2, t);
-    const adamw_k k = {
+    return (adamw_k){
         .gsign = o->adam.maximize ? -1.0f : 1.0f, /* exact negation */
         .decay = (float)(1.0 - lr * wd),
         .b1 = (float)o->adam.beta1, .omb1 = (float)(1.0 - o->adam.beta1),
@@ -280,6 +312,14 @@ static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double
         .bc2s = (float)sqrt(bc2),
         .eps = (float)o->adam.eps,
     };
+}
+
+static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
+    float *P = ct_params_data(o->p) + b;
+    const float *G = ct_params_grad(o->p) + b;
+    float *M = o->state[0] + b, *V = o->state[1] + b;
+    float *VM = o->adam.amsgrad ? o->state[2] + b : NULL;
+    const adamw_k k = adamw_consts(o, wd, lr);
     const long n = (long)(e - b);
     if (n <= PAR_MIN) {
         adamw_kernel(&k, P, G, M, V, VM, 0, n);
@@ -305,6 +345,82 @@ void ct_optim_step(ct_optim *o, double lr) {
         for (int k = 0; k < o->nseg; k++) sgd_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
         o->step++;
     }
+}
+
+/* ---- fused gradient averaging (DDP) ---- */
+
+/* floats averaged per chunk: 4 KiB, so the averaged gradients are still in L1 when the
+ * update reads them, and the ranks' regions are streamed once */
+#define AVG_CHUNK 1024
+
+/* out[i] = ((g0 + g1) + g2 ...) / n for elements [off, off + m): the operations, order and
+ * rounding of the shm all-reduce AVG (sum2_f32 / the staged reduction: float adds in rank
+ * order, then a true division by (float)n), so the result is bit-identical to it. A 1-rank
+ * all-reduce leaves the buffer untouched, hence the plain copy. */
+static void avg_chunk(float *restrict out, const float *const *g, int n, size_t off, long m) {
+    const float *restrict g0 = g[0] + off;
+    if (n == 1) { memcpy(out, g0, (size_t)m * sizeof(float)); return; }
+    const float *restrict g1 = g[1] + off;
+    const float d = (float)n;
+    if (n == 2) {
+        for (long i = 0; i < m; i++) out[i] = (g0[i] + g1[i]) / d;
+        return;
+    }
+    for (long i = 0; i < m; i++) out[i] = g0[i] + g1[i];
+    for (int r = 2; r < n; r++) {
+        const float *restrict gr = g[r] + off;
+        for (long i = 0; i < m; i++) out[i] += gr[i];
+    }
+    for (long i = 0; i < m; i++) out[i] /= d;
+}
+
+/* Elements [lo, hi) of run [b, e): average a chunk into an L1 buffer, update from it. */
+static void step_avg_share(const ct_optim *o, const sgd_k *sk, const adamw_k *ak, size_t b, long lo, long hi,
+                           const float *const *grads, int n) {
+    _Alignas(64) float buf[AVG_CHUNK];
+    float *P = ct_params_data(o->p) + b;
+    for (long c = lo; c < hi; c += AVG_CHUNK) {
+        long m = hi - c < AVG_CHUNK ? hi - c : AVG_CHUNK;
+        avg_chunk(buf, grads, n, b + (size_t)c, m);
+        if (ak) {
+            float *M = o->state[0] + b + c, *V = o->state[1] + b + c;
+            float *VM = o->adam.amsgrad ? o->state[2] + b + c : NULL;
+            adamw_kernel(ak, P + c, buf, M, V, VM, 0, m);
+        } else {
+            sgd_kernel(sk, P + c, buf, o->nstate ? o->state[0] + b + c : NULL, m);
+        }
+    }
+}
+
+static void step_avg_range(const ct_optim *o, size_t b, size_t e, double wd, double lr, const float *const *grads,
+                           int n) {
+    sgd_k sk;
+    adamw_k ak;
+    const adamw_k *akp = NULL;
+    if (o->kind == K_ADAMW) { ak = adamw_consts(o, wd, lr); akp = &ak; }
+    else sk = sgd_consts(o, wd, lr);
+    const long len = (long)(e - b);
+    if (len <= PAR_MIN) {
+        step_avg_share(o, &sk, akp, b, 0, len, grads, n);
+        return;
+    }
+#pragma omp parallel
+    {
+        /* contiguous, 16-float aligned share per thread (elementwise: same bits for any split) */
+        long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long per = ((len + nt - 1) / nt + 15) & ~15L;
+        long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
+        step_avg_share(o, &sk, akp, b, lo, hi, grads, n);
+    }
+}
+
+void ct_optim_step_avg(ct_optim *o, double lr, const float *const *grads, int n) {
+    CT_CHECK(grads && n >= 1, "ct_optim_step_avg: need at least one gradient buffer (n = %d)", n);
+    if (o->segs_dirty && !build_segs(o))
+        CT_FATAL("ct_optim_step_avg: out of memory building weight-decay runs");
+    if (o->kind == K_ADAMW) o->step++; /* AdamW's bias correction uses the incremented count */
+    for (int k = 0; k < o->nseg; k++) step_avg_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr, grads, n);
+    if (o->kind == K_SGD) o->step++;
 }
 
 /* ---- state ---- */

@@ -29,6 +29,11 @@ typedef struct {
     int nranks;     /* global batch = nranks * B (the single-process run uses all of it) */
     bool staged;    /* zero_copy off */
     bool zc_active; /* out: the gradient buffer moved into shared memory */
+    bool fused;     /* fused_optimizer on, steps through ct_ddp_step */
+    bool mixed;     /* with fused: every third step uses ct_ddp_finish + ct_optim_step instead */
+    bool adamw;     /* AdamW instead of SGD with momentum */
+    bool sgd_full;  /* SGD with nesterov and weight decay: every input of the update matters */
+    bool fused_active; /* out: after the last step the local gradients were not averaged */
 } job;
 
 static ct_model_config small(ct_model_kind k) {
@@ -79,11 +84,16 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
         o.bucket_cap_bytes = 2048;
         o.comm_dtype = j->comm;
         o.zero_copy = !j->staged;
+        o.fused_optimizer = j->fused;
         float *g0 = ct_params_grad(P);
         if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) { fprintf(stderr, "ddp: %s\n", ct_last_error()); return 1; }
         j->zc_active = ct_params_grad(P) != g0;
     }
-    ct_optim *opt = ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
+    ct_adamw_opts ao = ct_adamw_default_opts();
+    ao.decay_only_ndim_ge2 = true;
+    ct_optim *opt = j->adamw ? ct_optim_create_adamw(P, &ao)
+                    : j->sgd_full ? ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9, .nesterov = true, .weight_decay = 1e-2})
+                    : ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
     ct_ctx *ctx = ct_ctx_create(NULL);
     int rank = pg ? ct_pg_rank(pg) : 0;
     for (int s = 0; s < STEPS; s++) {
@@ -93,10 +103,17 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
         ct_tensor *loss = ct_model_loss(ctx, m, x, y);
         float lv = (float)ct_item(loss);
         ct_backward(ctx, loss);
-        if (ddp && ct_ddp_finish(ddp) != CT_OK) { fprintf(stderr, "finish: %s\n", ct_last_error()); return 1; }
+        bool via_step = ddp && (j->fused || j->mixed) && !(j->mixed && s % 3 == 2);
+        if (via_step) {
+            if (ct_ddp_step(ddp, opt, 0.05) != CT_OK) { fprintf(stderr, "step: %s\n", ct_last_error()); return 1; }
+            /* fused: this rank's gradients stay its own, so they differ from rank 1's */
+            float *peer = ct_pg_shared_peer(pg, ct_params_grad(P), 1);
+            if (j->fused && peer)
+                j->fused_active = memcmp(peer, ct_params_grad(P), ct_params_numel(P) * sizeof(float)) != 0;
+        } else if (ddp && ct_ddp_finish(ddp) != CT_OK) { fprintf(stderr, "finish: %s\n", ct_last_error()); return 1; }
         if (pg) ct_all_reduce_sync(pg, &lv, 1, CT_F32, CT_RED_AVG);
         j->losses[s] = lv;
-        ct_optim_step(opt, 0.05);
+        if (!via_step) ct_optim_step(opt, 0.05);
         ct_params_zero_grad(P);
         ct_ctx_reset(ctx);
     }
@@ -122,6 +139,7 @@ static int rank_main(int rank, int n, void *arg) {
         FILE *f = fopen(j->out, "wb");
         fwrite(j->losses, sizeof(float), STEPS, f);
         fwrite(&j->zc_active, sizeof j->zc_active, 1, f);
+        fwrite(&j->fused_active, sizeof j->fused_active, 1, f);
         fwrite(&nw, sizeof nw, 1, f);
         fwrite(W2, sizeof(float), nw, f);
         fclose(f);
@@ -137,6 +155,7 @@ static int run_ddp(job *j, float *dl, float *W, size_t *nw) {
     if (st != CT_OK) { fprintf(stderr, "  spawn: %s\n", ct_last_error()); return 1; }
     FILE *f = fopen(j->out, "rb");
     int ok = f && fread(dl, sizeof(float), STEPS, f) == STEPS && fread(&j->zc_active, sizeof j->zc_active, 1, f) == 1 &&
+             fread(&j->fused_active, sizeof j->fused_active, 1, f) == 1 &&
              fread(nw, sizeof *nw, 1, f) == 1 && *nw <= 400000 && fread(W, sizeof(float), *nw, f) == *nw;
     if (f) fclose(f);
     unlink(j->out);
@@ -212,6 +231,35 @@ CT_TEST(zero_copy_and_staged_bit_identical) {
         CT_EXPECT(memcmp(W1, W2, na * sizeof(float)) == 0);
     }
 }
+/* fused averaging in the optimizer pass (ct_ddp_step) computes the all-reduce's sums in the
+ * same order: weights bit-identical to ct_ddp_finish + ct_optim_step, for both optimizers,
+ * 2 and 3 ranks; and mixing fused steps with ct_ddp_finish steps changes nothing either */
+static void check_fused(ct_model_kind k, bool adamw) {
+    for (int n = 2; n <= 3; n++) {
+        /* a: ct_ddp_finish + ct_optim_step; b: fused ct_ddp_step; c: fused, every third step
+         * through ct_ddp_finish (buckets overlap backward again on the step after it) */
+        job a = {.kind = k, .comm = CT_F32, .nranks = n, .adamw = adamw, .sgd_full = !adamw}, b = a, c = a;
+        b.fused = true;
+        c.fused = c.mixed = true;
+        float la[STEPS], lb[STEPS], lc[STEPS];
+        size_t na = 0, nb = 0, nc = 0;
+        static float W3[400000];
+        CT_ASSERT(run_ddp(&a, la, W1, &na) == 0 && run_ddp(&b, lb, W2, &nb) == 0 && run_ddp(&c, lc, W3, &nc) == 0);
+        CT_EXPECT(a.zc_active && b.zc_active && c.zc_active);
+        CT_EXPECT(!a.fused_active && b.fused_active && c.fused_active);
+        CT_EXPECT(na == nb && na == nc);
+        bool same_b = !memcmp(W1, W2, na * sizeof(float)), same_c = !memcmp(W1, W3, na * sizeof(float));
+        printf("  %s %s, %d ranks: fused %s, mixed %s\n", ct_model_kind_name(k), adamw ? "adamw" : "sgd", n,
+               same_b ? "bit-identical" : "DIFFERS", same_c ? "bit-identical" : "DIFFERS");
+        CT_EXPECT(same_b && same_c);
+        CT_EXPECT(!memcmp(la, lb, sizeof la) && !memcmp(la, lc, sizeof la));
+    }
+}
+CT_TEST(fused_step_bit_identical_mlp_sgd) { check_fused(CT_MODEL_MLP, false); }
+CT_TEST(fused_step_bit_identical_mlp_adamw) { check_fused(CT_MODEL_MLP, true); }
+CT_TEST(fused_step_bit_identical_gpt_sgd) { check_fused(CT_MODEL_GPT, false); }
+CT_TEST(fused_step_bit_identical_gpt_adamw) { check_fused(CT_MODEL_GPT, true); }
+
 /* bf16 traffic rounds each gradient to 8 bits of mantissa: losses stay within 1e-3, weights
  * drift by a few percent of the 1e-2 floor (tiny weights move relatively most). */
 CT_TEST(bf16_compression_stays_close) { check_equivalence(CT_MODEL_MLP, CT_BF16, 1e-3, 0.5); }
@@ -312,6 +360,22 @@ static int unused_main(int rank, int n, void *arg) {
     ct_backward(ctx, ct_sum(ctx, ct_linear(ctx, x, w, NULL)));
     ok = ok && ct_ddp_finish(ddp) == CT_OK;
     ct_ddp_free(ddp);
+    /* the fused step launches nothing during backward but still names the unused parameter,
+     * and with find_unused_parameters steps (the unused gradient averages as zeros) */
+    ct_optim *opt = ct_optim_create_sgd(P, NULL);
+    for (int find = 0; find < 2 && ok; find++) {
+        o.find_unused_parameters = find;
+        o.fused_optimizer = true;
+        if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) return 1;
+        ct_ctx_reset(ctx);
+        x = ct_zeros(ctx, CT_F32, 2, (int64_t[]){2, 4});
+        ct_backward(ctx, ct_sum(ctx, ct_linear(ctx, x, w, NULL)));
+        ct_status s2 = ct_ddp_step(ddp, opt, 0.1);
+        ok = ok && (find ? s2 == CT_OK : s2 == CT_ERR_INVALID && strstr(ct_last_error(), "unused.weight"));
+        ct_params_zero_grad(P);
+        ct_ddp_free(ddp);
+    }
+    ct_optim_free(opt);
     ct_ctx_free(ctx);
     ct_params_free(P);
     ct_pg_free(pg);

@@ -215,6 +215,9 @@ static void sgd_kernel(const sgd_k *k, float *restrict P, const float *restrict 
     }
 }
 
+/* The same operations as sgd_kernel (which ct_optim_step_avg uses; the bit-identity test in
+ * test_optim.c holds the two together), kept as one omp-for loop: the plain step's schedule
+ * and speed are the ones measured in docs/benchmarks.md. */
 static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
     float *restrict P = ct_params_data(o->p);
     const float *restrict G = ct_params_grad(o->p);

@@ -215,38 +215,19 @@ static void sgd_kernel(const sgd_k *k, float *restrict P, const float *restrict 
     }
 }
 
-/* The same operations as sgd_kernel (which ct_optim_step_avg uses; the bit-identity test in
- * test_optim.c holds the two together), kept as one omp-for loop: the plain step's schedule
- * and speed are the ones measured in docs/benchmarks.md. */
+/* Plain step: each thread runs sgd_kernel on a contiguous share (what schedule(static)
+ * would give it), so ct_optim_step and ct_optim_step_avg share one copy of the math. */
 static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
-    float *restrict P = ct_params_data(o->p);
-    const float *restrict G = ct_params_grad(o->p);
-    float *restrict B = o->nstate ? o->state[0] : NULL;
-    const float wd_f = (float)wd, mom = (float)o->sgd.momentum, omd = (float)(1.0 - o->sgd.dampening);
-    const float nlr = (float)-lr;
-    const float gsign = o->sgd.maximize ? -1.0f : 1.0f; /* exact negation */
-    const bool first = o->step == 0, nesterov = o->sgd.nesterov, use_wd = wd != 0;
+    const sgd_k k = sgd_consts(o, wd, lr);
+    float *P = ct_params_data(o->p) + b;
+    const float *G = ct_params_grad(o->p) + b;
+    float *B = o->nstate ? o->state[0] + b : NULL;
     long n = (long)(e - b);
-    P += b;
-    G += b;
-    if (!B) {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-        for (long i = 0; i < n; i++) {
-            float g = G[i] * gsign;
-            g = use_wd ? fmaf(P[i], wd_f, g) : g; /* PyTorch skips the add when wd == 0 */
-            P[i] = fmaf(g, nlr, P[i]);
-        }
-        return;
-    }
-    B += b;
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (long i = 0; i < n; i++) {
-        float g = G[i] * gsign;
-        g = use_wd ? fmaf(P[i], wd_f, g) : g;
-        float buf = first ? g : fmaf(g, omd, B[i] * mom); /* first step: buf = clone(d_p) */
-        B[i] = buf;
-        float d = nesterov ? fmaf(buf, mom, g) : buf;
-        P[i] = fmaf(d, nlr, P[i]);
+#pragma omp parallel if (n > PAR_MIN)
+    {
+        long nt = omp_get_num_threads(), t = omp_get_thread_num();
+        long lo = n * t / nt, hi = n * (t + 1) / nt;
+        sgd_kernel(&k, P + lo, G + lo, B ? B + lo : NULL, hi - lo);
     }
 }
 

@@ -53,6 +53,31 @@ static inline double ct_max_rel_err(const float *a, const float *b, long n, doub
     return m;
 }
 
+/* Path of `name` inside a per-process temporary directory (created on first use; the
+ * returned string stays valid for the next 3 calls). */
+static inline const char *ct_test_tmp_dir(void) {
+    static char dir[64];
+    if (!dir[0]) {
+        strcpy(dir, "/tmp/ct_test_XXXXXX");
+        if (!mkdtemp(dir)) abort();
+    }
+    return dir;
+}
+static inline const char *ct_test_tmp_path(const char *name) {
+    static char buf[4][256];
+    static int k;
+    char *b = buf[k++ & 3];
+    snprintf(b, sizeof buf[0], "%s/%s", ct_test_tmp_dir(), name);
+    return b;
+}
+/* Write n bytes to path (aborts if the file cannot be created). */
+static inline void ct_test_write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) abort();
+    if (n) fwrite(p, 1, n, f);
+    fclose(f);
+}
+
 #define CT_TEST_MAIN()                                                             \
     int main(int argc, char **argv) {                                              \
         int pass = 0, fail = 0, skip = 0;                                          \

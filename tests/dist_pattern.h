@@ -13,28 +13,8 @@
 #define WFAIL(...) do { fprintf(stderr, "rank %d: ", rank); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
 #define WOK(st) do { ct_status s_ = (st); if (s_) WFAIL("%s: %s: %s", #st, ct_status_str(s_), ct_last_error()); } while (0)
 
-static void setv(ct_dtype dt, void *b, size_t i, double v) {
-    switch (dt) {
-    case CT_F32: ((float *)b)[i] = (float)v; break;
-    case CT_F64: ((double *)b)[i] = v; break;
-    case CT_F16: ((uint16_t *)b)[i] = ct_f32_to_f16((float)v); break;
-    case CT_BF16: ((uint16_t *)b)[i] = ct_f32_to_bf16((float)v); break;
-    case CT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-    case CT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
-    default: break;
-    }
-}
-static double getv(ct_dtype dt, const void *b, size_t i) {
-    switch (dt) {
-    case CT_F32: return ((const float *)b)[i];
-    case CT_F64: return ((const double *)b)[i];
-    case CT_F16: return ct_f16_to_f32(((const uint16_t *)b)[i]);
-    case CT_BF16: return ct_bf16_to_f32(((const uint16_t *)b)[i]);
-    case CT_I32: return ((const int32_t *)b)[i];
-    case CT_I64: return (double)((const int64_t *)b)[i];
-    default: return 0;
-    }
-}
+static inline void setv(ct_dtype dt, void *b, size_t i, double v) { ct_elem_set(b, dt, i, v); }
+static inline double getv(ct_dtype dt, const void *b, size_t i) { return ct_elem_get(b, dt, i); }
 /* value of rank r at index i: small integers; PROD uses 1..2 so products stay exact */
 static double pat(ct_reduce_op op, int r, size_t i) {
     if (op == CT_RED_PROD) return (double)(1 + (i + (size_t)r) % 2);

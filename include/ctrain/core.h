@@ -86,6 +86,10 @@ uint16_t ct_f32_to_f16(float f);
 float ct_f16_to_f32(uint16_t h);
 uint16_t ct_f32_to_bf16(float f);
 float ct_bf16_to_f32(uint16_t h);
+/* Element i of a buffer of any dtype, read as or written from a double (exact for every
+ * dtype but i64 beyond 2^53; f16/bf16 round to nearest even on write). */
+double ct_elem_get(const void *p, ct_dtype dt, size_t i);
+void ct_elem_set(void *p, ct_dtype dt, size_t i, double v);
 /* Bulk conversions between any two dtypes (floats through f32/f64; ints saturate-free C casts).
  * Uses F16C / AVX-512 BF16 where the CPU has it. */
 void ct_convert(void *dst, ct_dtype dst_dt, const void *src, ct_dtype src_dt, size_t n);

@@ -62,30 +62,7 @@ static void usage(FILE *f) {
 static double pattern(int rank, size_t i) { return (double)((long)((i * 5 + (size_t)rank * 3) % 11) - 5); }
 
 static void fill(ct_dtype dt, void *b, size_t n, int rank) {
-    for (size_t i = 0; i < n; i++) {
-        double v = pattern(rank, i);
-        switch (dt) {
-        case CT_F32: ((float *)b)[i] = (float)v; break;
-        case CT_F64: ((double *)b)[i] = v; break;
-        case CT_F16: ((uint16_t *)b)[i] = ct_f32_to_f16((float)v); break;
-        case CT_BF16: ((uint16_t *)b)[i] = ct_f32_to_bf16((float)v); break;
-        case CT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-        case CT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
-        default: break;
-        }
-    }
-}
-
-static double get(ct_dtype dt, const void *b, size_t i) {
-    switch (dt) {
-    case CT_F32: return ((const float *)b)[i];
-    case CT_F64: return ((const double *)b)[i];
-    case CT_F16: return ct_f16_to_f32(((const uint16_t *)b)[i]);
-    case CT_BF16: return ct_bf16_to_f32(((const uint16_t *)b)[i]);
-    case CT_I32: return ((const int32_t *)b)[i];
-    case CT_I64: return (double)((const int64_t *)b)[i];
-    default: return 0;
-    }
+    for (size_t i = 0; i < n; i++) ct_elem_set(b, dt, i, pattern(rank, i));
 }
 
 static size_t count_wrong(const bench_opts *o, const void *b, size_t n, int ranks) {
@@ -103,7 +80,7 @@ static size_t count_wrong(const bench_opts *o, const void *b, size_t n, int rank
             }
         }
         if (o->op == CT_RED_AVG) acc = (o->dt == CT_I32 || o->dt == CT_I64) ? (double)((long long)acc / ranks) : acc / ranks;
-        double g = get(o->dt, b, i), tol = ct_dtype_is_float(o->dt) ? 1e-2 * (1 + (acc < 0 ? -acc : acc)) : 0;
+        double g = ct_elem_get(b, o->dt, i), tol = ct_dtype_is_float(o->dt) ? 1e-2 * (1 + (acc < 0 ? -acc : acc)) : 0;
         if (o->op == CT_RED_PROD && ct_dtype_is_float(o->dt)) tol = 1e-2 * (acc < 0 ? -acc : acc) + 1e-3;
         if (!(g - acc <= tol && acc - g <= tol)) wrong++;
     }

@@ -90,8 +90,7 @@ static int have_f16c(void) {
     return v;
 }
 
-/* Read element i of any dtype as double (exact for all but i64 beyond 2^53). */
-static double load_d(const void *p, ct_dtype dt, size_t i) {
+double ct_elem_get(const void *p, ct_dtype dt, size_t i) {
     switch (dt) {
     case CT_F32: return ((const float *)p)[i];
     case CT_F16: return ct_f16_to_f32(((const uint16_t *)p)[i]);
@@ -104,7 +103,7 @@ static double load_d(const void *p, ct_dtype dt, size_t i) {
     default: CT_FATAL("bad dtype %d", (int)dt);
     }
 }
-static void store_d(void *p, ct_dtype dt, size_t i, double v) {
+void ct_elem_set(void *p, ct_dtype dt, size_t i, double v) {
     switch (dt) {
     case CT_F32: ((float *)p)[i] = (float)v; break;
     case CT_F16: ((uint16_t *)p)[i] = ct_f32_to_f16((float)v); break;
@@ -137,5 +136,5 @@ void ct_convert(void *dst, ct_dtype ddt, const void *src, ct_dtype sdt, size_t n
         for (size_t i = 0; i < n; i++) d[i] = (int32_t)s[i];
         return;
     }
-    for (size_t i = 0; i < n; i++) store_d(dst, ddt, i, load_d(src, sdt, i));
+    for (size_t i = 0; i < n; i++) ct_elem_set(dst, ddt, i, ct_elem_get(src, sdt, i));
 }

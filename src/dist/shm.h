@@ -99,6 +99,14 @@ static inline uint8_t *shm_pbuf(shm_pg *s, int src, int dst, int b) {
 void shm_post(shm_pg *s);
 /* Waits until all peers have posted as often as this rank; checks fingerprints when `check`. */
 ct_status shm_wait_all(shm_pg *s, double deadline, int check);
+/* One round of a chunked collective: post this rank's slot, wait for every rank's. `*first`
+ * checks fingerprints on the first round only, then is cleared. */
+static inline ct_status shm_round(shm_pg *s, double deadline, int *first) {
+    shm_post(s);
+    ct_status st = shm_wait_all(s, deadline, *first);
+    *first = 0;
+    return st;
+}
 /* Writes this rank's fingerprint for the current op (before its first post). */
 void shm_fp_begin(shm_pg *s, const ct_work *w);
 ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, double deadline);

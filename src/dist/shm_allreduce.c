@@ -87,9 +87,7 @@ ct_status shm_allreduce(shm_pg *s, ct_work *w, double deadline) {
             size_t lo = (size_t)p * pe, hi = lo + pe < ce ? lo + pe : ce;
             if (lo < hi) memcpy(mine + lo * esz, buf + (off + lo) * esz, (hi - lo) * esz);
         }
-        shm_post(s);
-        ct_status st = shm_wait_all(s, deadline, first);
-        first = 0;
+        ct_status st = shm_round(s, deadline, &first);
         if (st) return st;
         /* B: reduce my part in rank order */
         size_t lo = (size_t)me * pe, hi = lo + pe < ce ? lo + pe : ce;

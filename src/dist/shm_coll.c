@@ -31,9 +31,7 @@ ct_status shm_broadcast(shm_pg *s, ct_work *w, double deadline) {
         size_t m = bytes - off < s->H ? bytes - off : s->H;
         int b = (int)(s->round++ & 1);
         if (s->rank == w->peer && m) memcpy(shm_slot(s, s->rank, b), buf + off, m);
-        shm_post(s);
-        ct_status st = shm_wait_all(s, deadline, first);
-        first = 0;
+        ct_status st = shm_round(s, deadline, &first);
         if (st) return st;
         if (s->rank != w->peer && m) memcpy(buf + off, shm_slot(s, w->peer, b), m);
         off += m;
@@ -52,9 +50,7 @@ ct_status shm_allgather(shm_pg *s, ct_work *w, double deadline) {
         size_t m = bytes - off < s->H ? bytes - off : s->H;
         int b = (int)(s->round++ & 1);
         if (m) memcpy(shm_slot(s, s->rank, b), send + off, m);
-        shm_post(s);
-        ct_status st = shm_wait_all(s, deadline, first);
-        first = 0;
+        ct_status st = shm_round(s, deadline, &first);
         if (st) return st;
         for (int p = 0; p < s->n && m; p++)
             memmove(recv + (size_t)p * bytes + off, shm_slot(s, p, b), m); /* own part too: send may alias recv */
@@ -81,9 +77,7 @@ ct_status shm_reduce_scatter(shm_pg *s, ct_work *w, double deadline) {
         size_t part = cap * esz;
         for (int p = 0; p < n; p++)
             if (p != me && ce) memcpy(mine + (size_t)p * part, send + (size_t)p * blk + off * esz, ce * esz);
-        shm_post(s);
-        ct_status st = shm_wait_all(s, deadline, first);
-        first = 0;
+        ct_status st = shm_round(s, deadline, &first);
         if (st) return st;
         if (ce) {
             const void *src[256];
@@ -120,9 +114,7 @@ ct_status shm_alltoall(shm_pg *s, ct_work *w, double deadline) {
         int b = (int)(s->round++ & 1);
         uint8_t *mine = shm_slot(s, me, b);
         for (int p = 0; p < n && ce; p++) memcpy(mine + (size_t)p * part, send + (size_t)p * blk + off * esz, ce * esz);
-        shm_post(s);
-        ct_status st = shm_wait_all(s, deadline, first);
-        first = 0;
+        ct_status st = shm_round(s, deadline, &first);
         if (st) return st;
         for (int p = 0; p < n && ce; p++)
             memcpy(recv + (size_t)p * blk + off * esz, shm_slot(s, p, b) + (size_t)me * part, ce * esz);

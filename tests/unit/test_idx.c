@@ -9,26 +9,6 @@
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][256];
-    static int k;
-    if (!tmpdir[0]) {
-        strcpy(tmpdir, "/tmp/ct_idx_XXXXXX");
-        if (!mkdtemp(tmpdir)) abort();
-    }
-    char *b = buf[k++ & 3];
-    snprintf(b, 256, "%s/%s", tmpdir, name);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
 
 static void write_gz(const char *path, const void *p, size_t n) {
     gzFile g = gzopen(path, "wb");
@@ -99,8 +79,8 @@ CT_TEST(plain_and_gzip) {
     uint32_t dims[3] = {3, 4, 5};
     size_t h = header(buf, 0x08, 3, dims);
     for (int i = 0; i < 60; i++) buf[h + i] = (unsigned char)(i * 7);
-    const char *p = tmp_path("a.idx"), *g = tmp_path("a.idx.gz");
-    write_bytes(p, buf, h + 60);
+    const char *p = ct_test_tmp_path("a.idx"), *g = ct_test_tmp_path("a.idx.gz");
+    ct_test_write_file(p, buf, h + 60);
     write_gz(g, buf, h + 60);
     for (int k = 0; k < 2; k++) {
         ct_idx x;
@@ -128,7 +108,7 @@ CT_TEST(plain_and_gzip) {
         memcpy(&u, &fv[i], 4);
         for (int b = 0; b < 4; b++) buf[h + 4 * i + b] = (unsigned char)(u >> (24 - 8 * b));
     }
-    write_bytes(p, buf, h + 12);
+    ct_test_write_file(p, buf, h + 12);
     CT_EXPECT_OK(ct_idx_load(p, &x));
     CT_EXPECT(x.dtype == CT_F32);
     if (x.data) for (int i = 0; i < 3; i++) CT_EXPECT(((float *)x.data)[i] == fv[i]);
@@ -136,7 +116,7 @@ CT_TEST(plain_and_gzip) {
     /* a zero-length dimension is valid */
     uint32_t d0[2] = {0, 28};
     h = header(buf, 0x08, 2, d0);
-    write_bytes(p, buf, h);
+    ct_test_write_file(p, buf, h);
     CT_EXPECT_OK(ct_idx_load(p, &x));
     CT_EXPECT(x.ndim == 2 && x.dims[0] == 0 && x.nbytes == 0);
     ct_idx_free(&x);
@@ -159,9 +139,9 @@ CT_TEST(corrupted) {
     uint32_t dims[2] = {10, 10};
     size_t h = header(buf, 0x08, 2, dims);
     memset(buf + h, 7, 100);
-    const char *p = tmp_path("bad.idx"), *g = tmp_path("bad.idx.gz");
+    const char *p = ct_test_tmp_path("bad.idx"), *g = ct_test_tmp_path("bad.idx.gz");
     for (int gz = 0; gz < 2; gz++) {
-        void (*wr)(const char *, const void *, size_t) = gz ? write_gz : write_bytes;
+        void (*wr)(const char *, const void *, size_t) = gz ? write_gz : ct_test_write_file;
         const char *f = gz ? g : p;
         wr(f, "", 0);
         expect_bad(f, CT_ERR_FORMAT, "empty", "magic");
@@ -207,16 +187,16 @@ CT_TEST(corrupted) {
     write_gz(g, buf, h + 100);
     unsigned char *z = read_all(g, &n);
     CT_ASSERT(z && n > 20);
-    write_bytes(g, z, n - 4); /* trailer cut: length field missing */
+    ct_test_write_file(g, z, n - 4); /* trailer cut: length field missing */
     expect_bad(g, CT_ERR_FORMAT, "gzip without trailer", "truncated");
-    write_bytes(g, z, n / 2);
+    ct_test_write_file(g, z, n / 2);
     expect_bad(g, CT_ERR_FORMAT, "gzip cut in half", "truncated");
     z[n - 6] ^= 0xff; /* inside the CRC */
-    write_bytes(g, z, n);
+    ct_test_write_file(g, z, n);
     expect_bad(g, CT_ERR_FORMAT, "bad gzip crc", "corrupt");
     free(z);
     expect_bad("/nonexistent/train-images-idx3-ubyte.gz", CT_ERR_NOT_FOUND, "missing file", NULL);
-    expect_bad(tmpdir, CT_ERR_IO, "directory", NULL);
+    expect_bad(ct_test_tmp_dir(), CT_ERR_IO, "directory", NULL);
     unlink(p);
     unlink(g);
 }
@@ -226,9 +206,9 @@ CT_TEST(truncated_real_file) {
     size_t n;
     unsigned char *z = read_all(FMNIST "/t10k-labels-idx1-ubyte.gz", &n);
     if (!z) CT_SKIP(FMNIST " missing (apt-get install dataset-fashion-mnist)");
-    const char *g = tmp_path("cut-labels.gz");
+    const char *g = ct_test_tmp_path("cut-labels.gz");
     for (size_t len = 0; len < n; len += 61) {
-        write_bytes(g, z, len);
+        ct_test_write_file(g, z, len);
         ct_idx x;
         ct_status st = ct_idx_load(g, &x);
         if (st != CT_ERR_FORMAT) CT_FAILF("cut at %zu of %zu: status %d (%s)", len, n, st, ct_last_error());
@@ -238,6 +218,6 @@ CT_TEST(truncated_real_file) {
     unlink(g);
 }
 
-CT_TEST(cleanup) { rmdir(tmpdir); }
+CT_TEST(cleanup) { rmdir(ct_test_tmp_dir()); }
 
 CT_TEST_MAIN()

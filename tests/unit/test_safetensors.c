@@ -12,26 +12,6 @@
 
 #define TORCH_FIXTURE "tests/fixtures/io/torch_written.safetensors"
 
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][256];
-    static int k;
-    if (!tmpdir[0]) {
-        strcpy(tmpdir, "/tmp/ct_st_XXXXXX");
-        if (!mkdtemp(tmpdir)) abort();
-    }
-    char *b = buf[k++ & 3];
-    snprintf(b, 256, "%s/%s", tmpdir, name);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
 
 /* A file with header `json` (not padded) followed by `ndata` bytes 0..ndata-1. */
 static void write_st(const char *path, const char *json, size_t ndata) {
@@ -40,7 +20,7 @@ static void write_st(const char *path, const char *json, size_t ndata) {
     for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
     memcpy(buf + 8, json, hl);
     for (size_t i = 0; i < ndata; i++) buf[8 + hl + i] = (unsigned char)i;
-    write_bytes(path, buf, 8 + hl + ndata);
+    ct_test_write_file(path, buf, 8 + hl + ndata);
     free(buf);
 }
 
@@ -100,7 +80,7 @@ CT_TEST(roundtrip) {
     rt_data d;
     fill_rt(&d);
     const char *keep = getenv("CT_ST_KEEP"); /* used by tests/scripts/safetensors_torch.sh */
-    const char *path = keep ? keep : tmp_path("rt.safetensors");
+    const char *path = keep ? keep : ct_test_tmp_path("rt.safetensors");
     int64_t s_f32[2] = {3, 5}, s_f64[1] = {4}, s_f16[2] = {2, 3}, s_bf16[1] = {5}, s_i32[1] = {7}, s_i64[1] = {3},
             s_u8[1] = {5}, s_i8[2] = {2, 2}, s_empty[2] = {0, 3};
     ct_st_writer *w = ct_st_writer_create();
@@ -167,7 +147,7 @@ CT_TEST(roundtrip) {
 }
 
 CT_TEST(empty_writer) {
-    const char *path = tmp_path("none.safetensors");
+    const char *path = ct_test_tmp_path("none.safetensors");
     ct_st_writer *w = ct_st_writer_create();
     CT_EXPECT_OK(ct_st_writer_save(w, path));
     ct_st_writer_free(w);
@@ -235,15 +215,15 @@ static void expect_format(const char *path, const char *what, const char *needle
 }
 
 CT_TEST(malformed) {
-    const char *p = tmp_path("bad.safetensors");
-    write_bytes(p, "", 0);
+    const char *p = ct_test_tmp_path("bad.safetensors");
+    ct_test_write_file(p, "", 0);
     expect_format(p, "empty file", "too short");
-    write_bytes(p, "\x10\0\0\0", 4);
+    ct_test_write_file(p, "\x10\0\0\0", 4);
     expect_format(p, "truncated length", "too short");
     /* header length past the end */
-    { unsigned char b[16] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'}; write_bytes(p, b, 10); }
+    { unsigned char b[16] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'}; ct_test_write_file(p, b, 10); }
     expect_format(p, "header past end", "past the end of the file");
-    { unsigned char b[10] = {0, 0, 0, 0, 0, 0, 0, 0x80, '{', '}'}; write_bytes(p, b, 10); }
+    { unsigned char b[10] = {0, 0, 0, 0, 0, 0, 0, 0x80, '{', '}'}; ct_test_write_file(p, b, 10); }
     expect_format(p, "huge header length", "limit");
     /* header truncated mid-JSON: declared length fits but JSON is cut */
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_off", 0);
@@ -300,7 +280,7 @@ CT_TEST(open_errors) {
 }
 
 CT_TEST(unsupported_dtype) {
-    const char *p = tmp_path("i16.safetensors");
+    const char *p = ct_test_tmp_path("i16.safetensors");
     write_st(p, "{\"a\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[0,4]},"
                 "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}", 6);
     ct_st_file *f;
@@ -320,9 +300,9 @@ CT_TEST(fuzz_truncate_and_flip) {
     size_t n;
     unsigned char *good = read_file(TORCH_FIXTURE, &n);
     CT_ASSERT(good);
-    const char *p = tmp_path("fuzz.safetensors");
+    const char *p = ct_test_tmp_path("fuzz.safetensors");
     for (size_t len = 0; len < n; len++) {
-        write_bytes(p, good, len);
+        ct_test_write_file(p, good, len);
         ct_st_file *f = NULL;
         ct_status st = ct_st_open(p, &f);
         if (st != CT_ERR_FORMAT) CT_FAILF("truncated to %zu: status %d", len, st);
@@ -336,7 +316,7 @@ CT_TEST(fuzz_truncate_and_flip) {
         size_t pos = (x >> 8) % (n < 700 ? n : 700); /* mostly the header */
         x = x * 1664525u + 1013904223u;
         bad[pos] = (unsigned char)(x >> 24);
-        write_bytes(p, bad, n);
+        ct_test_write_file(p, bad, n);
         ct_st_file *f = NULL;
         ct_status st = ct_st_open(p, &f);
         if (st != CT_OK && st != CT_ERR_FORMAT) CT_FAILF("flip at %zu: status %d", pos, st);
@@ -357,7 +337,7 @@ CT_TEST(fuzz_truncate_and_flip) {
 /* ---- atomic save ---- */
 
 static int count_tmp_files(void) {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(ct_test_tmp_dir());
     int n = 0;
     struct dirent *e;
     while (d && (e = readdir(d)))
@@ -367,7 +347,7 @@ static int count_tmp_files(void) {
 }
 
 CT_TEST(save_errors_keep_old_file) {
-    const char *p = tmp_path("keep.safetensors");
+    const char *p = ct_test_tmp_path("keep.safetensors");
     static float big[64 * 1024];
     for (int i = 0; i < 64 * 1024; i++) big[i] = (float)i;
     int64_t s1[1] = {4}, s2[1] = {64 * 1024};
@@ -406,7 +386,7 @@ CT_TEST(save_errors_keep_old_file) {
     CT_EXPECT(strstr(ct_last_error(), "/nonexistent-dir/x.safetensors") != NULL);
     /* target is a directory: rename fails, nothing left behind */
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/adir", tmpdir);
+    snprintf(dir, sizeof dir, "%s/adir", ct_test_tmp_dir());
     mkdir(dir, 0755);
     CT_EXPECT_EQ(ct_st_writer_save(w, dir), CT_ERR_IO);
     rmdir(dir);
@@ -425,6 +405,6 @@ CT_TEST(save_errors_keep_old_file) {
     unlink(p);
 }
 
-CT_TEST(cleanup) { rmdir(tmpdir); }
+CT_TEST(cleanup) { rmdir(ct_test_tmp_dir()); }
 
 CT_TEST_MAIN()

@@ -201,6 +201,17 @@ typedef struct {
     int64_t N, C, H, W, OH, OW, k, s, p;
 } pool_geom;
 
+/* Input rows [h0, h1) and columns [w0, w1) under output (oh, ow), clipped to the image
+ * (padding contributes nothing to max pooling and zeros to average pooling). */
+static inline void pool_window(const pool_geom *g, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0,
+                               int64_t *w1) {
+    int64_t hs = oh * g->s - g->p, ws = ow * g->s - g->p;
+    *h1 = hs + g->k < g->H ? hs + g->k : g->H;
+    *w1 = ws + g->k < g->W ? ws + g->k : g->W;
+    *h0 = hs < 0 ? 0 : hs;
+    *w0 = ws < 0 ? 0 : ws;
+}
+
 static pool_geom pool_setup(const char *op, const ct_tensor *x, int kernel, int stride, int padding) {
     char sx[96];
     CT_CHECK_F32(op, x); CT_CHECK_CONTIG(op, x);
@@ -229,10 +240,8 @@ ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int 
         const float *xp = X + pl * HW;
         for (int64_t oh = 0; oh < g.OH; oh++)
             for (int64_t ow = 0; ow < g.OW; ow++) {
-                int64_t h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
-                int64_t h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
-                h0 = h0 < 0 ? 0 : h0;
-                w0 = w0 < 0 ? 0 : w0;
+                int64_t h0, h1, w0, w1;
+                pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
                 float m = -INFINITY;
                 int64_t am = h0 * g.W + w0;
                 /* first maximum in scan order wins; NaN propagates (PyTorch's rule) */
@@ -275,10 +284,8 @@ ct_tensor *ct_avg_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int 
         const float *xp = X + pl * HW;
         for (int64_t oh = 0; oh < g.OH; oh++)
             for (int64_t ow = 0; ow < g.OW; ow++) {
-                int64_t h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
-                int64_t h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
-                h0 = h0 < 0 ? 0 : h0;
-                w0 = w0 < 0 ? 0 : w0;
+                int64_t h0, h1, w0, w1;
+                pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
                 float s = 0;
                 for (int64_t ih = h0; ih < h1; ih++)
                     for (int64_t iw = w0; iw < w1; iw++) s += xp[ih * g.W + iw];

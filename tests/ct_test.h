@@ -78,6 +78,19 @@ static inline void ct_test_write_file(const char *path, const void *p, size_t n)
     fclose(f);
 }
 
+/* Whole file, malloc'd (one spare byte), or NULL if it cannot be read. */
+static inline unsigned char *ct_test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n + 1);
+    if (b && fread(b, 1, *n, f) != *n) { free(b); b = NULL; }
+    fclose(f);
+    return b;
+}
+
 #define CT_TEST_MAIN()                                                             \
     int main(int argc, char **argv) {                                              \
         int pass = 0, fail = 0, skip = 0;                                          \

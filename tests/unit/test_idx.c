@@ -17,18 +17,6 @@ static void write_gz(const char *path, const void *p, size_t n) {
     gzclose(g);
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 1);
-    if (fread(b, 1, *n, f) != *n) { free(b); b = NULL; }
-    fclose(f);
-    return b;
-}
-
 /* Reference values computed with /usr/bin/python3 from Debian's dataset-fashion-mnist:
  *   b = gzip.open(path).read(); data = numpy.frombuffer(b[4 + 4*ndim:], numpy.uint8)
  *   data.sum(dtype=numpy.uint64), hex(zlib.crc32(data.tobytes())), data[:3]  */
@@ -185,7 +173,7 @@ CT_TEST(corrupted) {
     /* a gzip stream cut short, and one with a flipped byte (bad CRC or bad deflate data) */
     size_t n = 0;
     write_gz(g, buf, h + 100);
-    unsigned char *z = read_all(g, &n);
+    unsigned char *z = ct_test_read_file(g, &n);
     CT_ASSERT(z && n > 20);
     ct_test_write_file(g, z, n - 4); /* trailer cut: length field missing */
     expect_bad(g, CT_ERR_FORMAT, "gzip without trailer", "truncated");
@@ -204,7 +192,7 @@ CT_TEST(corrupted) {
 /* The real labels file cut at many lengths: always a clean CT_ERR_FORMAT. */
 CT_TEST(truncated_real_file) {
     size_t n;
-    unsigned char *z = read_all(FMNIST "/t10k-labels-idx1-ubyte.gz", &n);
+    unsigned char *z = ct_test_read_file(FMNIST "/t10k-labels-idx1-ubyte.gz", &n);
     if (!z) CT_SKIP(FMNIST " missing (apt-get install dataset-fashion-mnist)");
     const char *g = ct_test_tmp_path("cut-labels.gz");
     for (size_t len = 0; len < n; len += 61) {

@@ -24,18 +24,6 @@ static void write_st(const char *path, const char *json, size_t ndata) {
     free(buf);
 }
 
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 1);
-    if (fread(b, 1, *n, f) != *n) { free(b); b = NULL; }
-    fclose(f);
-    return b;
-}
-
 /* ---- round trip: the same tensors tests/scripts/safetensors_torch.sh checks in PyTorch ---- */
 
 typedef struct {
@@ -108,7 +96,7 @@ CT_TEST(roundtrip) {
     ct_st_writer_free(w);
 
     size_t n;
-    unsigned char *raw = read_file(path, &n);
+    unsigned char *raw = ct_test_read_file(path, &n);
     CT_ASSERT(raw);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | raw[i];
@@ -298,7 +286,7 @@ CT_TEST(unsupported_dtype) {
  * succeed or fail with CT_ERR_FORMAT, never crash (run under ASan/valgrind to be sure). */
 CT_TEST(fuzz_truncate_and_flip) {
     size_t n;
-    unsigned char *good = read_file(TORCH_FIXTURE, &n);
+    unsigned char *good = ct_test_read_file(TORCH_FIXTURE, &n);
     CT_ASSERT(good);
     const char *p = ct_test_tmp_path("fuzz.safetensors");
     for (size_t len = 0; len < n; len++) {
@@ -356,7 +344,7 @@ CT_TEST(save_errors_keep_old_file) {
     CT_EXPECT_OK(ct_st_writer_save(w, p));
     ct_st_writer_free(w);
     size_t n0;
-    unsigned char *before = read_file(p, &n0);
+    unsigned char *before = ct_test_read_file(p, &n0);
     CT_ASSERT(before);
 
     /* "disk full": a 16 KiB file-size limit makes the 256 KiB write fail with EFBIG */
@@ -374,7 +362,7 @@ CT_TEST(save_errors_keep_old_file) {
     CT_EXPECT_EQ(st, CT_ERR_IO);
     CT_EXPECT(strstr(ct_last_error(), p) != NULL);
     size_t n1;
-    unsigned char *after = read_file(p, &n1);
+    unsigned char *after = ct_test_read_file(p, &n1);
     CT_ASSERT(after);
     CT_EXPECT(n0 == n1 && !memcmp(before, after, n0));
     CT_EXPECT_EQ(count_tmp_files(), 0);

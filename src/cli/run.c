@@ -16,8 +16,8 @@
 
 #include "cli/cli.h"
 #include "ctrain/dist.h"
-#include "dist/dist_internal.h"
-#include "dist/supervise.h"
+#include "distributed/dist_internal.h"
+#include "distributed/supervise.h"
 
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;

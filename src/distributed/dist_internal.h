@@ -1,4 +1,4 @@
-/* Private to src/dist: work items, the backend vtable, process-group internals. */
+/* Private to src/distributed: work items, the backend vtable, process-group internals. */
 #ifndef CT_DIST_INTERNAL_H
 #define CT_DIST_INTERNAL_H
 

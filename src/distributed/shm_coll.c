@@ -10,7 +10,7 @@
  *   all_to_all      nB in, nB out: each writes nB, reads nB.                rounds: nB/H
  *   barrier         one post, one wait.
  */
-#include "dist/shm.h"
+#include "distributed/shm.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* ct_spawn (torch.multiprocessing.spawn for C) and the `ctrain env --check` self-test. */
-#include "dist/dist_internal.h"
-#include "dist/supervise.h"
+#include "distributed/dist_internal.h"
+#include "distributed/supervise.h"
 
 #include <stdio.h>
 #include <stdlib.h>

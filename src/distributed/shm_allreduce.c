@@ -17,7 +17,7 @@
  *   bit-identical results whatever the timing.
  * reduce(root) is the same with only the root writing its buffer (others leave theirs intact).
  */
-#include "dist/shm.h"
+#include "distributed/shm.h"
 
 #include <string.h>
 

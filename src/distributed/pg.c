@@ -1,7 +1,7 @@
 /* Process-group front end: initialisation from the environment, subgroups, the work queue
  * and its comm thread, and the public collective calls. Backends only see ct_work items,
  * one at a time, in issue order. */
-#include "dist/dist_internal.h"
+#include "distributed/dist_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

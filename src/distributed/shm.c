@@ -1,6 +1,6 @@
 /* shm backend: segment creation and rendezvous, waits (spin, yield, futex), fingerprints,
  * failure propagation, and the dispatch table. The collectives live in shm_*.c. */
-#include "dist/shm.h"
+#include "distributed/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 #ifndef CT_DIST_SHM_H
 #define CT_DIST_SHM_H
 
-#include "dist/dist_internal.h"
+#include "distributed/dist_internal.h"
 
 typedef struct {
     _Atomic uint32_t v;

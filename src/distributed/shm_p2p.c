@@ -3,7 +3,7 @@
  * the receiver waits for `sent`, checks the header (tag, dtype, count must match), copies,
  * bumps `acked`. Messages are matched in order per pair.
  *   cost: B written + B read per side, one wake-up per chunk at most. */
-#include "dist/shm.h"
+#include "distributed/shm.h"
 
 #include <string.h>
 

@@ -15,7 +15,7 @@
  *   traffic, and no copies. The summation order and arithmetic are those of the staged path
  *   (shm_allreduce.c), so results are bit-identical to it and independent of timing.
  */
-#include "dist/shm.h"
+#include "distributed/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * with queued work would otherwise call MPI at the same time, which MPI_THREAD_SERIALIZED
  * (what we ask for, and what Open MPI's default build is fast at) does not allow. */
 #if CT_HAVE_MPI
-#include "dist/dist_internal.h"
+#include "distributed/dist_internal.h"
 
 #include <limits.h>
 #include <mpi.h>

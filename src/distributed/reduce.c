@@ -1,7 +1,7 @@
 /* Element-wise reduction kernels for the collectives. Plain loops that GCC vectorises at
  * -O3 -march=native; f16/bf16 go through f32 in blocks (F16C when available) and round
  * once per pass. Callers fix the order of passes by rank, so results never depend on timing. */
-#include "dist/dist_internal.h"
+#include "distributed/dist_internal.h"
 
 #include <immintrin.h>
 #include <string.h>

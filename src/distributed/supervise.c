@@ -1,7 +1,7 @@
 /* Worker supervision for `ctrain run` and ct_spawn (see supervise.h). One poll() loop over
  * the workers' output pipes and a signalfd; each worker runs in its own process group so a
  * stop signal reaches its children too, and dies with the supervisor (PR_SET_PDEATHSIG). */
-#include "dist/supervise.h"
+#include "distributed/supervise.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -25,6 +25,7 @@
 #include "ops/cpu/blas.h" /* ct_sgemm: the GEMM every ctrain op calls */
 #include "ctrain/dist.h"
 #include "ctrain/ddp.h"
+#include "ctrain/train.h"
 
 typedef struct {
     ct_model_kind kind;
@@ -132,6 +133,8 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     }
 #undef RNG
 
+    ct_train_model tm = ct_train_model_builtin(m);
+    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = lr};
     int warmup = bc->kind == CT_MODEL_GPT ? 3 : 10;
     double t0 = 0;
     int measured = 0;
@@ -142,20 +145,12 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
             t0 = ct_time_now();
         }
         int b = step % NB;
-        ct_tensor *x = bc->kind == CT_MODEL_GPT ? ct_wrap(ctx, CT_I32, xi[b], xnd, xshape)
-                                                : ct_wrap(ctx, CT_F32, xf[b], xnd, xshape);
-        ct_tensor *y = ct_wrap(ctx, CT_I32, yi[b], ynd, yshape);
-        ct_tensor *loss = ct_model_loss(ctx, m, x, y);
-        ct_backward(ctx, loss);
-        /* ct_ddp_step: finish + step, or the fused form (ct_ddp_opts.fused_optimizer) */
-        if (ddp) {
-            if (ct_ddp_step(ddp, opt, lr) != CT_OK) { fprintf(stderr, "ddp step: %s\n", ct_last_error()); return 1; }
-        } else {
-            ct_optim_step(opt, lr);
-        }
-        loss_v = ct_item(loss);
-        ct_params_zero_grad(P);
-        ct_ctx_reset(ctx);
+        ct_train_batch tb = bc->kind == CT_MODEL_GPT ? ct_train_batch_of(CT_I32, xi[b], xnd, xshape, yi[b], ynd, yshape)
+                                                     : ct_train_batch_of(CT_F32, xf[b], xnd, xshape, yi[b], ynd, yshape);
+        sa.step = step;
+        ct_step_result res;
+        if (ct_train_step(&sa, &tb, 1, &res) != CT_OK) { fprintf(stderr, "step: %s\n", ct_last_error()); return 1; }
+        loss_v = res.loss;
         if (step >= warmup) {
             measured++;
             int done = measured >= 5 && ct_time_now() - t0 >= bc->seconds;

@@ -1,5 +1,6 @@
 /* The tutorial's §3.2 program in C: init the process group, build the model, wrap it in
- * DDP, shard the data with a DistributedSampler, and run the epoch loop.
+ * DDP, shard the data with a DistributedSampler, and run the epoch loop — the loop written
+ * out, one ct_train_step per batch (examples/custom_model.c lets the trainer run it).
  *
  *   build/ctrain run --nproc-per-node 2 build/examples/ddp_minimal     # like torchrun
  *   build/examples/ddp_minimal --spawn 2                               # like mp.spawn
@@ -29,11 +30,8 @@ static int train(int rank, int world, void *arg) {
 
     /* the dataset: every rank opens it; the sampler decides who sees what */
     const char *dir = getenv("CTRAIN_DATA_DIR") ? getenv("CTRAIN_DATA_DIR") : "/usr/share/datasets/fashion-mnist";
-    char ip[512], lp[512];
-    snprintf(ip, sizeof ip, "%s/train-images-idx3-ubyte.gz", dir);
-    snprintf(lp, sizeof lp, "%s/train-labels-idx1-ubyte.gz", dir);
     ct_dataset *data;
-    if (ct_dataset_idx_open(ip, lp, &data) != CT_OK) {
+    if (ct_dataset_idx_open_dir(dir, true, &data) != CT_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, ct_last_error());
         return 1;
     }
@@ -64,6 +62,8 @@ static int train(int rank, int world, void *arg) {
     ct_loader_create(data, sampler, &lo, &loader);
 
     ct_ctx *ctx = ct_ctx_create(NULL); /* this step's activations; reset after each step */
+    ct_train_model tm = ct_train_model_builtin(model);
+    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = 0.05};
     int status = 0;
     for (int epoch = 0; epoch < 2 && !status; epoch++) {
         ct_loader_start_epoch(loader, epoch); /* sampler.set_epoch(epoch): a new shuffle */
@@ -71,19 +71,16 @@ static int train(int rank, int world, void *arg) {
         int steps = 0;
         ct_batch b;
         while (ct_loader_next(loader, &b) == CT_OK && b.n > 0) {
-            ct_tensor *x = ct_wrap(ctx, CT_F32, b.x, 2, (int64_t[]){b.n, 784});
-            ct_tensor *y = ct_wrap(ctx, CT_I32, b.y, 1, (int64_t[]){b.n});
-            ct_tensor *loss = ct_model_loss(ctx, model, x, y);
-            sum += ct_item(loss);
-            ct_backward(ctx, loss);                     /* buckets all-reduce during backward */
-            if (ddp && ct_ddp_finish(ddp) != CT_OK) {   /* averaged gradients, or a peer failed */
+            /* forward, backward (buckets all-reduce during it), DDP's average, optimizer step */
+            ct_train_batch tb = ct_train_batch_of(CT_F32, b.x, 2, (int64_t[]){b.n, 784}, b.y, 1, (int64_t[]){b.n});
+            ct_step_result r;
+            if (ct_train_step(&sa, &tb, 1, &r) != CT_OK) { /* a peer failed or timed out */
                 fprintf(stderr, "rank %d: %s\n", rank, ct_last_error());
                 status = 1;
                 break;
             }
-            ct_optim_step(opt, 0.05);
-            ct_params_zero_grad(P);
-            ct_ctx_reset(ctx);
+            sum += r.loss;
+            sa.step++;
             steps++;
         }
         if (rank == 0 && steps) printf("epoch %d: mean loss %.4f over %d steps\n", epoch, sum / steps, steps);

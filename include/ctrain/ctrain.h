@@ -8,4 +8,11 @@
 #include "ctrain/nn.h"
 #include "ctrain/models.h"
 #include "ctrain/optim.h"
+#include "ctrain/io.h"
+#include "ctrain/metrics.h"
+#include "ctrain/data.h"
+#include "ctrain/loader.h"
+#include "ctrain/dist.h"
+#include "ctrain/ddp.h"
+#include "ctrain/train.h"
 #endif

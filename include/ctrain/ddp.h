@@ -28,7 +28,6 @@
 #define CTRAIN_DDP_H
 
 #include "ctrain/dist.h"
-#include "ctrain/optim.h"
 #include "ctrain/tensor.h"
 
 #ifdef __cplusplus
@@ -46,20 +45,13 @@ typedef struct ct_ddp_opts {
     bool zero_copy;             /* default true: on the shm backend with f32 traffic, the gradient buffer
                                    moves into memory shared by the ranks and buckets are reduced in
                                    place there (no staging copies); CTRAIN_DDP_ZERO_COPY=0 turns it off */
-    bool fused_optimizer;       /* with zero-copy active (world >= 2): ct_ddp_step averages the gradients
-                                   inside the optimizer pass instead of all-reducing buckets during
-                                   backward (see ct_ddp_step). Default off (docs/benchmarks.md);
-                                   CTRAIN_DDP_FUSED=1 turns the default on, =0 forces it off */
 } ct_ddp_opts;
 
 typedef struct ct_ddp_stats {
     int buckets;
     double compute_s;  /* last step: time from the previous ct_ddp_finish to this one's start
                           (data, forward, backward, optimizer) */
-    double comm_s;     /* sum over buckets of launch→completion time, last step; after a fused
-                          ct_ddp_step: the time spent waiting for peers at its two barriers (the
-                          reduction itself is part of the optimizer pass), with exposed_s the same
-                          and hidden_frac 0; compute_s then excludes the optimizer */
+    double comm_s;     /* sum over buckets of launch→completion time, last step */
     double exposed_s;  /* time ct_ddp_finish waited, last step (communication not hidden) */
     double hidden_frac;/* 1 - exposed / comm, last step */
     double total_comm_s, total_exposed_s, total_compute_s; /* over all steps */
@@ -76,19 +68,6 @@ void ct_ddp_set_no_sync(ct_ddp *ddp, bool no_sync);
  * find_unused_parameters is on), leaving the averaged gradients in the flat buffer.
  * A parameter that got no gradient without find_unused_parameters is an error naming it. */
 ct_status ct_ddp_finish(ct_ddp *ddp);
-/* What a training loop does after backward when it needs no averaged gradients itself (no
- * clipping, no grad scaler, no inspection): ct_ddp_finish + ct_optim_step(opt, lr), or, when
- * fused_optimizer is on and zero-copy is active, the fused form: backward launched no
- * all-reduce at all (hooks only record which parameters got a gradient, so unused parameters
- * are still detected), and here a barrier, then ct_optim_step_avg over every rank's gradient
- * region (the average computed chunk-wise inside the optimizer pass: bit-identical weights to
- * finish + step, with the gradients read once instead of reduced and re-read), then a barrier
- * so that no rank zeroes or rewrites its gradients while a peer may still read them.
- * With the fused form the local gradient buffer is NOT averaged afterwards: it still holds
- * this rank's own gradients. Call it on every rank for the same steps; a step done with
- * ct_ddp_finish instead reduces during backward again from the next step on. opt must
- * update this DDP's parameter store. Errors as ct_ddp_finish. */
-ct_status ct_ddp_step(ct_ddp *ddp, ct_optim *opt, double lr);
 ct_ddp_stats ct_ddp_get_stats(const ct_ddp *ddp);
 int ct_ddp_num_buckets(const ct_ddp *ddp);
 /* Parameter index range [first, last] of bucket b (first >= last: reverse order). */

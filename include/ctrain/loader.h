@@ -45,6 +45,15 @@ ct_status ct_dataset_tokens_open(const char *const *paths, int npaths, int block
 ct_status ct_dataset_text_open(const char *path, int block_size, ct_dataset **out);
 /* In memory: n samples of x (f32, x_numel each) and y (i32, y_numel each); copied. */
 ct_status ct_dataset_tensors(const float *x, int64_t x_numel, const int32_t *y, int64_t y_numel, int64_t n, ct_dataset **out);
+/* Fashion-MNIST (or MNIST) in a directory, by the distribution's file names:
+ * train-images-idx3-ubyte(.gz) + train-labels-idx1-ubyte(.gz), or the t10k-* test set when
+ * train is false. CT_ERR_NOT_FOUND names the directory when the images are not there. */
+ct_status ct_dataset_idx_open_dir(const char *dir, bool train, ct_dataset **out);
+/* Samples [first, first + count) of d as a dataset of their own (a view: d must outlive it). */
+ct_status ct_dataset_subset(const ct_dataset *d, int64_t first, int64_t count, ct_dataset **out);
+/* A token dataset without a test set: the last 5% of windows (none below 20) held out for
+ * evaluation, the rest for training; two views of d. */
+ct_status ct_dataset_split_holdout(const ct_dataset *d, ct_dataset **train, ct_dataset **heldout);
 void ct_dataset_free(ct_dataset *d);
 int64_t ct_dataset_len(const ct_dataset *d);
 /* Shape of one sample's x (ndim, dims) and its dtype; y has y_numel i32 elements. */

@@ -12,8 +12,7 @@
  *       ct_optim_step(opt, ct_lr_at(&sched, step));     // lr per step: schedules stay outside
  *       ct_params_zero_grad(P);
  *   }
- *   // checkpoint: state tensors named "<prefix>exp_avg.<param>", ... and "<prefix>step"
- *   ct_optim_state_save(opt, writer, "optim.");  ...  ct_optim_state_load(opt, file, "optim.");
+ *   // checkpoints (train.h) save and restore its state as named tensors: ct_optim_state_tensor_at
  *   ct_optim_free(opt);
  *
  * The optimizer works on the flat buffers of a ct_params store: parameters, gradients and
@@ -25,7 +24,6 @@
 
 #include "ctrain/core.h"
 #include "ctrain/tensor.h"
-#include "ctrain/io.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,15 +75,6 @@ void ct_optim_free(ct_optim *o);
  * (double, as PyTorch's Python float: the scalars it derives are computed in double and
  * rounded to float once, exactly as PyTorch does). */
 void ct_optim_step(ct_optim *o, double lr);
-/* The same update with gradient g = (((grads[0] + grads[1]) + grads[2]) ...) / n, elementwise
- * in float, rank order, then a true division by n — exactly what the shm all-reduce AVG
- * leaves in every rank's buffer (n = 1: grads[0] as is) — so the result is bit-identical to
- * averaging first and calling ct_optim_step. Each grads[r] is a buffer in the store's flat
- * gradient layout (ct_params_numel floats); none is written, the store's own gradient buffer
- * is not read unless it is one of them. The average is computed chunk by chunk in a small
- * per-thread buffer, so the gradients are streamed once (DDP's fused step, ct_ddp_step). */
-void ct_optim_step_avg(ct_optim *o, double lr, const float *const *grads, int n);
-
 const char *ct_optim_kind(const ct_optim *o);   /* "sgd" or "adamw" */
 ct_params *ct_optim_params(const ct_optim *o);
 /* Steps taken so far (AdamW's bias-correction t; for SGD it says whether the momentum
@@ -106,14 +95,22 @@ double ct_optim_weight_decay(const ct_optim *o, int param_index);
 int ct_optim_state_count(const ct_optim *o);
 void ct_optim_state_buffer(const ct_optim *o, int i, const char **name, float **data, size_t *numel);
 
-/* Add the state to a safetensors writer, per parameter with the parameter's shape
- * ("<prefix>exp_avg.<param name>", ...) plus "<prefix>step" (I64 scalar), so the file does
- * not depend on the flat layout and can be read from Python. The writer points into the
- * optimizer's buffers: save it before the next ct_optim_step. */
-ct_status ct_optim_state_save(const ct_optim *o, ct_st_writer *w, const char *prefix);
-/* Restore what ct_optim_state_save wrote. CT_ERR_NOT_FOUND names a missing tensor,
- * CT_ERR_FORMAT a wrong dtype or shape; on error the optimizer is unchanged. */
-ct_status ct_optim_state_load(ct_optim *o, const ct_st_file *f, const char *prefix);
+/* The same state as named tensors, per parameter with the parameter's shape, so a file of it
+ * does not depend on the flat layout: tensor 0 is {state "step", param NULL, I64 scalar};
+ * then {state "exp_avg", param "0.weight", F32, the parameter's shape}, ... for every state
+ * buffer and trainable parameter. `data` points into the optimizer (writable: copying saved
+ * values back restores the state). Checkpoints name them "optim.<state>.<param>" and
+ * "optim.step" (src/train/checkpoint.c). */
+typedef struct ct_optim_state_tensor {
+    const char *state;     /* "step", "momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq" */
+    const char *param;     /* parameter name, NULL for "step" */
+    ct_dtype dtype;
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+    void *data;
+} ct_optim_state_tensor;
+int ct_optim_state_tensor_count(const ct_optim *o);
+ct_optim_state_tensor ct_optim_state_tensor_at(ct_optim *o, int i);
 
 /* ---------------------------------------------------------------- schedules ---- */
 

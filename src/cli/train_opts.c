@@ -18,7 +18,9 @@ static void usage(FILE *f) {
             "training:\n"
             "  --epochs N           passes over the data (default 1)\n"
             "  --steps N            stop after N optimizer steps (overrides --epochs)\n"
-            "  --batch-size B       per rank (default 64; the global batch is B x ranks)\n"
+            "  --batch-size B       per rank (default 64; the global batch is B x ranks x K)\n"
+            "  --grad-accum K       K micro-batches of B per optimizer step (default 1): a K times larger\n"
+            "                       batch in the memory of one; DDP reduces once per step\n"
             "  --optimizer sgd|adamw  (default sgd with momentum 0.9 for mlp/cnn, adamw for gpt)\n"
             "  --lr LR              (default 0.05 sgd, 1e-3 adamw)\n"
             "  --momentum M         sgd momentum (default 0.9)   --nesterov\n"
@@ -72,6 +74,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     o->output_dir = env_out && *env_out ? env_out : "output";
     o->epochs = 1;
     o->batch_size = 64;
+    o->grad_accum = 1;
     o->lr = -1;
     o->momentum = 0.9;
     o->weight_decay = -1;
@@ -101,6 +104,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         STR("--data-dir", o->data_dir) STR("--text", o->text) STR("--shards", o->shards) STR("--output-dir", o->output_dir)
         STR("--resume", o->resume) STR("--optimizer", optimizer)
         INT("--epochs", 1, 100000, o->epochs) INT("--steps", 1, 1000000000, o->steps) INT("--batch-size", 1, 1048576, o->batch_size)
+        INT("--grad-accum", 1, 65536, o->grad_accum)
         FLT("--lr", 1e-12, 100, o->lr) FLT("--momentum", 0, 0.9999, o->momentum) FLT("--weight-decay", 0, 10, o->weight_decay)
         FLT("--clip", 0, 1e9, o->clip) FLT("--dropout", 0, 0.99, o->dropout)
         INT("--warmup", 0, 1000000000, o->warmup) INT("--seed", 0, 4294967295LL, o->seed)

@@ -8,7 +8,7 @@ typedef struct {
     const char *data_dir, *text, *shards, *output_dir, *resume;
     int epochs;
     int64_t steps;
-    int batch_size;
+    int batch_size, grad_accum;
     double lr, momentum, weight_decay, clip, dropout;
     bool adamw, nesterov;
     int schedule; /* 0 constant, 1 cosine, 2 linear */

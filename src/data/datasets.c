@@ -9,7 +9,7 @@
 
 #include "ctrain/loader.h"
 
-enum { DS_IDX, DS_TOKENS, DS_TENSORS };
+enum { DS_IDX, DS_TOKENS, DS_TENSORS, DS_SUBSET };
 
 struct ct_dataset {
     int kind;
@@ -26,6 +26,8 @@ struct ct_dataset {
     int T;
     float *fx;                  /* DS_TENSORS */
     int32_t *fy;
+    const ct_dataset *parent;   /* DS_SUBSET: samples [first, first + n) of parent */
+    int64_t first;
 };
 
 ct_status ct_dataset_idx_open(const char *ip, const char *lp, ct_dataset **out) {
@@ -231,8 +233,33 @@ void ct_dataset_get(const ct_dataset *d, int64_t i, void *x, int32_t *y) {
         for (int j = 0; j < d->T; j++) { xi[j] = t[j]; y[j] = t[j + 1]; }
         break;
     }
+    case DS_SUBSET:
+        ct_dataset_get(d->parent, d->first + i, x, y);
+        break;
     default:
         memcpy(x, d->fx + i * d->xnumel, (size_t)d->xnumel * sizeof(float));
         memcpy(y, d->fy + i * d->ynumel, (size_t)d->ynumel * sizeof(int32_t));
     }
+}
+
+ct_status ct_dataset_subset(const ct_dataset *d, int64_t first, int64_t count, ct_dataset **out) {
+    *out = NULL;
+    if (first < 0 || count < 0 || first > d->n || count > d->n - first)
+        return ct_error(CT_ERR_INVALID, "subset [%lld, %lld) outside the dataset's %lld samples", (long long)first,
+                        (long long)(first + count), (long long)d->n);
+    ct_dataset *s = calloc(1, sizeof *s);
+    if (!s) return ct_error(CT_ERR_NOMEM, "out of memory");
+    /* the shape fields only: no storage of its own (ct_idx_free of zeroed idx is a no-op) */
+    s->kind = DS_SUBSET;
+    s->n = count;
+    s->xnd = d->xnd;
+    memcpy(s->xdims, d->xdims, sizeof s->xdims);
+    s->xdt = d->xdt;
+    s->xnumel = d->xnumel;
+    s->ynumel = d->ynumel;
+    s->classes = d->classes;
+    s->parent = d;
+    s->first = first;
+    *out = s;
+    return CT_OK;
 }

@@ -32,9 +32,6 @@ struct ct_ddp {
     bool step_active;
     double t_last_finish; /* end of the previous ct_ddp_finish (0 before the first) */
     void *shared;         /* zero-copy: this rank's region of the shared gradient segment */
-    bool fused;           /* ct_ddp_step may average inside the optimizer pass (zero-copy, f32, world >= 2) */
-    bool defer;           /* hooks record readiness but launch nothing: the next ct_ddp_step fuses */
-    const float **peers;  /* fused: every rank's gradient buffer in the shared segment, rank order */
     ct_ddp_stats st;
 };
 
@@ -44,14 +41,6 @@ static bool env_off(const char *name) {
     const char *v = getenv(name);
     return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false"));
 }
-
-static bool env_on(const char *name) {
-    const char *v = getenv(name);
-    return v && (!strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "true"));
-}
-
-/* fused_optimizer's built-in default (docs/benchmarks.md has the measurements behind it) */
-#define FUSED_DEFAULT false
 
 static size_t env_mb(const char *name, size_t dflt) {
     const char *v = getenv(name);
@@ -68,8 +57,7 @@ static size_t env_mb(const char *name, size_t dflt) {
 ct_ddp_opts ct_ddp_default_opts(void) {
     return (ct_ddp_opts){.bucket_cap_bytes = env_mb("CTRAIN_DDP_BUCKET_MB", 25u << 20),
                          .first_bucket_bytes = env_mb("CTRAIN_DDP_FIRST_BUCKET_MB", 1u << 20),
-                         .find_unused_parameters = false, .comm_dtype = CT_F32, .broadcast_buffers = true, .zero_copy = true,
-                         .fused_optimizer = env_on("CTRAIN_DDP_FUSED") || (FUSED_DEFAULT && !env_off("CTRAIN_DDP_FUSED"))};
+                         .find_unused_parameters = false, .comm_dtype = CT_F32, .broadcast_buffers = true, .zero_copy = true};
 }
 
 /* FNV-1a over name, dtype and shape: ranks compare these to find the first differing parameter. */
@@ -138,8 +126,7 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
     d->ready[i] = true;
     d->step_active = true;
     bucket *b = &d->b[d->bucket_of[i]];
-    /* deferred (fused step ahead): nothing to launch, ct_ddp_step reduces inside the optimizer */
-    if (--b->pending == 0 && !d->defer) launch_ready(d);
+    if (--b->pending == 0) launch_ready(d);
     /* cheap progress poll to timestamp completions while backward runs */
     for (int k = 0; k < d->next_launch; k++)
         if (d->b[k].work && d->b[k].t_done == 0 && ct_work_test(d->b[k].work)) d->b[k].t_done = ct_time_now();
@@ -165,18 +152,6 @@ static ct_status setup_zero_copy(ct_ddp *d) {
     if (st != CT_OK) return st;
     st = ct_params_set_grad_storage(d->P, d->shared);
     if (st != CT_OK) { ct_pg_free_shared(d->pg, d->shared); d->shared = NULL; return st; }
-    /* fused step: every rank must take the same path (barriers vs all-reduces), hence the MIN */
-    int32_t fuse = d->o.fused_optimizer && !env_off("CTRAIN_DDP_FUSED");
-    st = ct_all_reduce_sync(d->pg, &fuse, 1, CT_I32, CT_RED_MIN);
-    if (st != CT_OK || !fuse) return st;
-    int n = ct_pg_size(d->pg);
-    d->peers = malloc(sizeof(float *) * (size_t)n);
-    if (!d->peers) return ct_error(CT_ERR_NOMEM, "DDP: out of memory");
-    for (int r = 0; r < n; r++) {
-        d->peers[r] = ct_pg_shared_peer(d->pg, ct_params_grad(d->P), r);
-        if (!d->peers[r]) return ct_error(CT_ERR_SYSTEM, "DDP: rank %d's gradient region not found", r);
-    }
-    d->fused = d->defer = true;
     return CT_OK;
 }
 
@@ -241,7 +216,7 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
     ct_params_set_grad_hook(P, on_grad_ready, d);
     CT_LOG_INFO("ddp", "%d parameters in %d buckets (first %zu B, cap %zu B), comm dtype %s%s", n, d->nb, o.first_bucket_bytes,
                 o.bucket_cap_bytes, ct_dtype_name(o.comm_dtype),
-                d->shared ? (d->fused ? ", zero-copy in shared memory, averaged in the optimizer step" : ", zero-copy in shared memory") : "");
+                d->shared ? ", zero-copy in shared memory" : "");
     *out = d;
     return CT_OK;
 }
@@ -258,7 +233,6 @@ void ct_ddp_free(ct_ddp *d) {
         if (ct_params_set_grad_storage(d->P, NULL) != CT_OK) CT_LOG_WARN_("ddp", "%s", ct_last_error());
         else ct_pg_free_shared(d->pg, d->shared);
     }
-    free(d->peers);
     free(d->b);
     free(d->bucket_of);
     free(d->ready);
@@ -303,7 +277,7 @@ static ct_status finish(ct_ddp *d) {
     if (d->no_sync) return CT_OK;
     ct_status ust = check_unused(d);
     if (ust != CT_OK) return ust;
-    /* buckets deferred for a fused step are all launched here (no overlap this step) */
+    /* buckets whose unused parameters were just marked ready */
     launch_ready(d);
     double t0 = ct_time_now();
     d->st.compute_s = d->t_last_finish > 0 ? t0 - d->t_last_finish : 0;
@@ -339,50 +313,7 @@ static ct_status finish(ct_ddp *d) {
     return st;
 }
 
-ct_status ct_ddp_finish(ct_ddp *d) {
-    /* a caller that wants averaged gradients: overlap with backward again from the next step */
-    d->defer = false;
-    return finish(d);
-}
-
-/* Fused step: no all-reduce; after a barrier (every rank's gradients complete) each rank
- * averages all ranks' regions inside its own optimizer pass — the same sums in the same order
- * as the in-place all-reduce, so the same bits — then a second barrier keeps peers' gradients
- * intact (no zero_grad, no next backward) until every rank has read them. */
-static ct_status fused_step(ct_ddp *d, ct_optim *opt, double lr) {
-    ct_status st = check_unused(d);
-    if (st != CT_OK) return st;
-    double t0 = ct_time_now();
-    d->st.compute_s = d->t_last_finish > 0 ? t0 - d->t_last_finish : 0;
-    d->st.total_compute_s += d->st.compute_s;
-    st = ct_barrier_sync(d->pg);
-    double t1 = ct_time_now();
-    if (st == CT_OK) ct_optim_step_avg(opt, lr, d->peers, ct_pg_size(d->pg));
-    double t2 = ct_time_now();
-    if (st == CT_OK) st = ct_barrier_sync(d->pg);
-    d->t_last_finish = ct_time_now();
-    /* the reduction is part of the optimizer pass and has no separate duration: what is
-     * reported as communication is the time spent waiting for peers at the two barriers */
-    double wait = (t1 - t0) + (d->t_last_finish - t2);
-    d->st.comm_s = d->st.exposed_s = wait;
-    d->st.hidden_frac = 0;
-    d->st.total_comm_s += wait;
-    d->st.total_exposed_s += wait;
-    d->st.steps++;
-    reset_step(d);
-    return st;
-}
-
-ct_status ct_ddp_step(ct_ddp *d, ct_optim *opt, double lr) {
-    CT_CHECK(ct_optim_params(opt) == d->P, "ct_ddp_step: the optimizer updates a different parameter store");
-    if (d->fused && d->defer && !d->no_sync && d->next_launch == 0) return fused_step(d, opt, lr);
-    /* buckets already launched (the previous step used ct_ddp_finish), no_sync, or no fused
-     * path: today's sequence, and the next step is deferred for fusing when it can be */
-    ct_status st = finish(d);
-    if (st == CT_OK) ct_optim_step(opt, lr);
-    d->defer = d->fused;
-    return st;
-}
+ct_status ct_ddp_finish(ct_ddp *d) { return finish(d); }
 
 ct_ddp_stats ct_ddp_get_stats(const ct_ddp *d) { return d->st; }
 int ct_ddp_num_buckets(const ct_ddp *d) { return d->nb; }

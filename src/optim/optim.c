@@ -179,8 +179,7 @@ static bool build_segs(ct_optim *o) {
     return true;
 }
 
-/* SGD's per-step scalars, shared by ct_optim_step and ct_optim_step_avg so both compute the
- * same operations on the same floats. */
+/* SGD's per-step scalars, computed once per weight-decay run. */
 typedef struct {
     float wd, mom, omd, nlr, gsign;
     bool first, nesterov, use_wd;
@@ -215,8 +214,7 @@ static void sgd_kernel(const sgd_k *k, float *restrict P, const float *restrict 
     }
 }
 
-/* Plain step: each thread runs sgd_kernel on a contiguous share (what schedule(static)
- * would give it), so ct_optim_step and ct_optim_step_avg share one copy of the math. */
+/* Each thread runs sgd_kernel on a contiguous share (what schedule(static) would give it). */
 static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
     const sgd_k k = sgd_consts(o, wd, lr);
     float *P = ct_params_data(o->p) + b;
@@ -331,82 +329,6 @@ void ct_optim_step(ct_optim *o, double lr) {
     }
 }
 
-/* ---- fused gradient averaging (DDP) ---- */
-
-/* floats averaged per chunk: 4 KiB, so the averaged gradients are still in L1 when the
- * update reads them, and the ranks' regions are streamed once */
-#define AVG_CHUNK 1024
-
-/* out[i] = ((g0 + g1) + g2 ...) / n for elements [off, off + m): the operations, order and
- * rounding of the shm all-reduce AVG (sum2_f32 / the staged reduction: float adds in rank
- * order, then a true division by (float)n), so the result is bit-identical to it. A 1-rank
- * all-reduce leaves the buffer untouched, hence the plain copy. */
-static void avg_chunk(float *restrict out, const float *const *g, int n, size_t off, long m) {
-    const float *restrict g0 = g[0] + off;
-    if (n == 1) { memcpy(out, g0, (size_t)m * sizeof(float)); return; }
-    const float *restrict g1 = g[1] + off;
-    const float d = (float)n;
-    if (n == 2) {
-        for (long i = 0; i < m; i++) out[i] = (g0[i] + g1[i]) / d;
-        return;
-    }
-    for (long i = 0; i < m; i++) out[i] = g0[i] + g1[i];
-    for (int r = 2; r < n; r++) {
-        const float *restrict gr = g[r] + off;
-        for (long i = 0; i < m; i++) out[i] += gr[i];
-    }
-    for (long i = 0; i < m; i++) out[i] /= d;
-}
-
-/* Elements [lo, hi) of run [b, e): average a chunk into an L1 buffer, update from it. */
-static void step_avg_share(const ct_optim *o, const sgd_k *sk, const adamw_k *ak, size_t b, long lo, long hi,
-                           const float *const *grads, int n) {
-    _Alignas(64) float buf[AVG_CHUNK];
-    float *P = ct_params_data(o->p) + b;
-    for (long c = lo; c < hi; c += AVG_CHUNK) {
-        long m = hi - c < AVG_CHUNK ? hi - c : AVG_CHUNK;
-        avg_chunk(buf, grads, n, b + (size_t)c, m);
-        if (ak) {
-            float *M = o->state[0] + b + c, *V = o->state[1] + b + c;
-            float *VM = o->adam.amsgrad ? o->state[2] + b + c : NULL;
-            adamw_kernel(ak, P + c, buf, M, V, VM, 0, m);
-        } else {
-            sgd_kernel(sk, P + c, buf, o->nstate ? o->state[0] + b + c : NULL, m);
-        }
-    }
-}
-
-static void step_avg_range(const ct_optim *o, size_t b, size_t e, double wd, double lr, const float *const *grads,
-                           int n) {
-    sgd_k sk;
-    adamw_k ak;
-    const adamw_k *akp = NULL;
-    if (o->kind == K_ADAMW) { ak = adamw_consts(o, wd, lr); akp = &ak; }
-    else sk = sgd_consts(o, wd, lr);
-    const long len = (long)(e - b);
-    if (len <= PAR_MIN) {
-        step_avg_share(o, &sk, akp, b, 0, len, grads, n);
-        return;
-    }
-#pragma omp parallel
-    {
-        /* contiguous, 16-float aligned share per thread (elementwise: same bits for any split) */
-        long nt = omp_get_num_threads(), t = omp_get_thread_num();
-        long per = ((len + nt - 1) / nt + 15) & ~15L;
-        long lo = t * per < len ? t * per : len, hi = lo + per < len ? lo + per : len;
-        step_avg_share(o, &sk, akp, b, lo, hi, grads, n);
-    }
-}
-
-void ct_optim_step_avg(ct_optim *o, double lr, const float *const *grads, int n) {
-    CT_CHECK(grads && n >= 1, "ct_optim_step_avg: need at least one gradient buffer (n = %d)", n);
-    if (o->segs_dirty && !build_segs(o))
-        CT_FATAL("ct_optim_step_avg: out of memory building weight-decay runs");
-    if (o->kind == K_ADAMW) o->step++; /* AdamW's bias correction uses the incremented count */
-    for (int k = 0; k < o->nseg; k++) step_avg_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr, grads, n);
-    if (o->kind == K_SGD) o->step++;
-}
-
 /* ---- state ---- */
 
 int ct_optim_state_count(const ct_optim *o) { return o->nstate; }
@@ -418,65 +340,28 @@ void ct_optim_state_buffer(const ct_optim *o, int i, const char **name, float **
     if (numel) *numel = o->n;
 }
 
-static ct_status state_name(char *buf, size_t cap, const char *prefix, const char *a, const char *b) {
-    int k = b ? snprintf(buf, cap, "%s%s.%s", prefix, a, b) : snprintf(buf, cap, "%s%s", prefix, a);
-    if (k < 0 || (size_t)k >= cap) return ct_error(CT_ERR_INVALID, "optimizer state: name too long: %s%s...", prefix, a);
-    return CT_OK;
+int ct_optim_state_tensor_count(const ct_optim *o) {
+    int trainable = 0, np = ct_params_count(o->p);
+    for (int i = 0; i < np; i++) trainable += is_trainable(o->p, i);
+    return 1 + o->nstate * trainable;
 }
 
-ct_status ct_optim_state_save(const ct_optim *o, ct_st_writer *w, const char *prefix) {
-    char name[1024];
-    ct_status st;
-    if (!prefix) prefix = "";
-    if ((st = state_name(name, sizeof name, prefix, "step", NULL)) != CT_OK) return st;
-    if ((st = ct_st_writer_add(w, name, CT_I64, 0, NULL, &o->step)) != CT_OK) return st;
-    int np = ct_params_count(o->p);
-    for (int k = 0; k < o->nstate; k++) {
-        for (int i = 0; i < np; i++) {
-            if (!is_trainable(o->p, i)) continue;
-            const ct_tensor *t = ct_params_get(o->p, i);
-            if ((st = state_name(name, sizeof name, prefix, o->state_name[k], t->name)) != CT_OK) return st;
-            st = ct_st_writer_add(w, name, CT_F32, t->ndim, t->shape, o->state[k] + ct_params_offset(o->p, i));
-            if (st != CT_OK) return st;
+/* Tensor 0 is the step counter; then, per state buffer, one view per trainable parameter in
+ * registration order (the order PyTorch's state_dict lists them). */
+ct_optim_state_tensor ct_optim_state_tensor_at(ct_optim *o, int i) {
+    CT_CHECK(i >= 0 && i < ct_optim_state_tensor_count(o), "ct_optim_state_tensor_at: index %d out of range [0, %d)", i,
+             ct_optim_state_tensor_count(o));
+    if (i == 0) return (ct_optim_state_tensor){.state = "step", .param = NULL, .dtype = CT_I64, .ndim = 0, .data = &o->step};
+    int np = ct_params_count(o->p), k = 0;
+    for (i--;; k++) {
+        for (int p = 0; p < np; p++) {
+            if (!is_trainable(o->p, p)) continue;
+            if (i-- > 0) continue;
+            const ct_tensor *t = ct_params_get(o->p, p);
+            ct_optim_state_tensor v = {.state = o->state_name[k], .param = t->name, .dtype = CT_F32, .ndim = t->ndim,
+                                       .data = o->state[k] + ct_params_offset(o->p, p)};
+            memcpy(v.shape, t->shape, sizeof v.shape);
+            return v;
         }
     }
-    return CT_OK;
-}
-
-ct_status ct_optim_state_load(ct_optim *o, const ct_st_file *f, const char *prefix) {
-    char name[1024];
-    ct_status st;
-    ct_st_tensor t;
-    if (!prefix) prefix = "";
-    /* validate everything first, then copy: a bad file leaves the optimizer untouched */
-    for (int pass = 0; pass < 2; pass++) {
-        if ((st = state_name(name, sizeof name, prefix, "step", NULL)) != CT_OK) return st;
-        if ((st = ct_st_get(f, name, &t)) != CT_OK)
-            return ct_error(st, "%s: optimizer state '%s': %s", ct_st_path(f), name, ct_status_str(st));
-        int64_t step;
-        if (t.dtype != CT_I64 || t.nbytes != sizeof step)
-            return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' must be one I64", ct_st_path(f), name);
-        memcpy(&step, t.data, sizeof step);
-        if (step < 0) return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is negative", ct_st_path(f), name);
-        if (pass) o->step = step;
-        int np = ct_params_count(o->p);
-        for (int k = 0; k < o->nstate; k++) {
-            for (int i = 0; i < np; i++) {
-                if (!is_trainable(o->p, i)) continue;
-                const ct_tensor *pt = ct_params_get(o->p, i);
-                if ((st = state_name(name, sizeof name, prefix, o->state_name[k], pt->name)) != CT_OK) return st;
-                if ((st = ct_st_get(f, name, &t)) != CT_OK)
-                    return ct_error(st, "%s: optimizer state '%s': %s", ct_st_path(f), name, ct_status_str(st));
-                bool same = t.dtype == CT_F32 && t.ndim == pt->ndim;
-                for (int d = 0; same && d < pt->ndim; d++) same = t.shape[d] == pt->shape[d];
-                if (!same) {
-                    char sb[96];
-                    return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is %s %d-d, parameter is %s",
-                                    ct_st_path(f), name, ct_dtype_name(t.dtype), t.ndim, ct_shape_str(pt, sb, sizeof sb));
-                }
-                if (pass) memcpy(o->state[k] + ct_params_offset(o->p, i), t.data, t.nbytes);
-            }
-        }
-    }
-    return CT_OK;
 }

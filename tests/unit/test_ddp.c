@@ -1,6 +1,8 @@
 /* DDP equivalence: N ranks x batch B must follow 1 rank x batch NB (same initial weights,
  * same global batches) step for step — losses and final weights within 1e-5 — for each
- * model, with zero-copy (the default on shm) and with the staged path. Also: both paths give
+ * model, with zero-copy (the default on shm) and with the staged path; so must gradient
+ * accumulation (K micro-batches per step, alone and under DDP) against one K times larger
+ * batch. Every step is ct_train_step, the trainer's. Also: both paths give
  * bit-identical weights; parameter mismatch across ranks is named; unused parameters are
  * reported; bf16 compression stays close; a stalled or vanished peer is an error, not a
  * hang. Ranks are forked with ct_spawn. */
@@ -29,11 +31,9 @@ typedef struct {
     int nranks;     /* global batch = nranks * B (the single-process run uses all of it) */
     bool staged;    /* zero_copy off */
     bool zc_active; /* out: the gradient buffer moved into shared memory */
-    bool fused;     /* fused_optimizer on, steps through ct_ddp_step */
-    bool mixed;     /* with fused: every third step uses ct_ddp_finish + ct_optim_step instead */
+    int accum;      /* micro-batches of B per step and rank (0 = 1) */
     bool adamw;     /* AdamW instead of SGD with momentum */
     bool sgd_full;  /* SGD with nesterov and weight decay: every input of the update matters */
-    bool fused_active; /* out: after the last step the local gradients were not averaged */
 } job;
 
 static ct_model_config small(ct_model_kind k) {
@@ -44,33 +44,38 @@ static ct_model_config small(ct_model_kind k) {
     return c;
 }
 
-/* Deterministic global batch `step`: rows [first, first+n). */
-static void make_batch(ct_ctx *ctx, ct_model_kind k, int step, int first, int n, int total, ct_tensor **x, ct_tensor **y) {
+/* Deterministic global batch `step` of `total` rows: rows [first, first+n) into x / y
+ * (caller memory: ct_train_step resets its context between micro-batches). */
+static ct_train_batch make_batch(ct_model_kind k, int step, int first, int n, int total, void *xbuf, int32_t *y) {
     uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1);
 #define RNG() (s ^= s << 13, s ^= s >> 7, s ^= s << 17, s)
     if (k == CT_MODEL_GPT) {
-        *x = ct_new(ctx, CT_I32, 2, (int64_t[]){n, 8});
-        *y = ct_new(ctx, CT_I32, 2, (int64_t[]){n, 8});
+        int32_t *x = xbuf;
         for (int r = 0; r < total; r++)
             for (int t = 0; t < 8; t++) {
                 int32_t a = (int32_t)(RNG() % 11), b = (int32_t)(RNG() % 11);
-                if (r >= first && r < first + n) { ((int32_t *)(*x)->data)[(r - first) * 8 + t] = a; ((int32_t *)(*y)->data)[(r - first) * 8 + t] = b; }
+                if (r >= first && r < first + n) { x[(r - first) * 8 + t] = a; y[(r - first) * 8 + t] = b; }
             }
-        return;
+        return ct_train_batch_of(CT_I32, x, 2, (int64_t[]){n, 8}, y, 2, (int64_t[]){n, 8});
     }
     int64_t feat = k == CT_MODEL_MLP ? 20 : 784;
-    *x = k == CT_MODEL_MLP ? ct_new(ctx, CT_F32, 2, (int64_t[]){n, 20}) : ct_new(ctx, CT_F32, 4, (int64_t[]){n, 1, 28, 28});
-    *y = ct_new(ctx, CT_I32, 1, (int64_t[]){n});
+    float *x = xbuf;
     for (int r = 0; r < total; r++) {
         for (int64_t j = 0; j < feat; j++) {
             float v = (float)((RNG() >> 40) * (1.0 / 16777216.0)) - 0.5f;
-            if (r >= first && r < first + n) ct_f32(*x)[(r - first) * feat + j] = v;
+            if (r >= first && r < first + n) x[(r - first) * feat + j] = v;
         }
         int32_t c = (int32_t)(RNG() % 5);
-        if (r >= first && r < first + n) ((int32_t *)(*y)->data)[r - first] = c;
+        if (r >= first && r < first + n) y[r - first] = c;
     }
 #undef RNG
+    return k == CT_MODEL_MLP ? ct_train_batch_of(CT_F32, x, 2, (int64_t[]){n, 20}, y, 1, (int64_t[]){n})
+                             : ct_train_batch_of(CT_F32, x, 4, (int64_t[]){n, 1, 28, 28}, y, 1, (int64_t[]){n});
 }
+
+#define MAXROWS 48 /* rows of one global batch: ranks x accum x B */
+static float XB[MAXROWS * 784];
+static int32_t YB[MAXROWS * 8];
 
 /* Train STEPS steps; pg NULL = single process on the whole global batch. */
 static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
@@ -84,7 +89,6 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
         o.bucket_cap_bytes = 2048;
         o.comm_dtype = j->comm;
         o.zero_copy = !j->staged;
-        o.fused_optimizer = j->fused;
         float *g0 = ct_params_grad(P);
         if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) { fprintf(stderr, "ddp: %s\n", ct_last_error()); return 1; }
         j->zc_active = ct_params_grad(P) != g0;
@@ -96,26 +100,26 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
                     : ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
     ct_ctx *ctx = ct_ctx_create(NULL);
     int rank = pg ? ct_pg_rank(pg) : 0;
+    int nr = j->nranks ? j->nranks : 2, K = j->accum ? j->accum : 1;
+    ct_train_model tm = ct_train_model_builtin(m);
+    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = 0.05};
     for (int s = 0; s < STEPS; s++) {
-        ct_tensor *x, *y;
-        int nr = j->nranks ? j->nranks : 2;
-        make_batch(ctx, j->kind, s, pg ? rank * B : 0, pg ? B : nr * B, nr * B, &x, &y);
-        ct_tensor *loss = ct_model_loss(ctx, m, x, y);
-        float lv = (float)ct_item(loss);
-        ct_backward(ctx, loss);
-        bool via_step = ddp && (j->fused || j->mixed) && !(j->mixed && s % 3 == 2);
-        if (via_step) {
-            if (ct_ddp_step(ddp, opt, 0.05) != CT_OK) { fprintf(stderr, "step: %s\n", ct_last_error()); return 1; }
-            /* fused: this rank's gradients stay its own, so they differ from rank 1's */
-            float *peer = ct_pg_shared_peer(pg, ct_params_grad(P), 1);
-            if (j->fused && peer)
-                j->fused_active = memcmp(peer, ct_params_grad(P), ct_params_numel(P) * sizeof(float)) != 0;
-        } else if (ddp && ct_ddp_finish(ddp) != CT_OK) { fprintf(stderr, "finish: %s\n", ct_last_error()); return 1; }
+        /* rank r's micro-batch k holds rows [(r K + k) B, + B) of the global batch; alone, the
+         * K micro-batches of every rank in turn, or one batch of all rows (K = 1) */
+        ct_train_batch micro[MAXROWS];
+        int nmicro = pg ? K : K > 1 ? nr * K : 1, rows = pg || K > 1 ? B : nr * B;
+        int64_t xrow = j->kind == CT_MODEL_GPT ? 8 : j->kind == CT_MODEL_MLP ? 20 : 784, yrow = j->kind == CT_MODEL_GPT ? 8 : 1;
+        for (int k = 0; k < nmicro; k++) {
+            int first = (pg ? rank * K + k : k) * rows;
+            float *xb = XB + (size_t)k * (size_t)(rows * xrow);
+            micro[k] = make_batch(j->kind, s, first, rows, nr * K * B, xb, YB + (size_t)k * (size_t)(rows * yrow));
+        }
+        ct_step_result r;
+        sa.step = s;
+        if (ct_train_step(&sa, micro, nmicro, &r) != CT_OK) { fprintf(stderr, "step: %s\n", ct_last_error()); return 1; }
+        float lv = (float)r.loss;
         if (pg) ct_all_reduce_sync(pg, &lv, 1, CT_F32, CT_RED_AVG);
         j->losses[s] = lv;
-        if (!via_step) ct_optim_step(opt, 0.05);
-        ct_params_zero_grad(P);
-        ct_ctx_reset(ctx);
     }
     *nw = ct_params_numel(P);
     memcpy(final_w, ct_params_data(P), *nw * sizeof(float));
@@ -139,7 +143,6 @@ static int rank_main(int rank, int n, void *arg) {
         FILE *f = fopen(j->out, "wb");
         fwrite(j->losses, sizeof(float), STEPS, f);
         fwrite(&j->zc_active, sizeof j->zc_active, 1, f);
-        fwrite(&j->fused_active, sizeof j->fused_active, 1, f);
         fwrite(&nw, sizeof nw, 1, f);
         fwrite(W2, sizeof(float), nw, f);
         fclose(f);
@@ -155,7 +158,6 @@ static int run_ddp(job *j, float *dl, float *W, size_t *nw) {
     if (st != CT_OK) { fprintf(stderr, "  spawn: %s\n", ct_last_error()); return 1; }
     FILE *f = fopen(j->out, "rb");
     int ok = f && fread(dl, sizeof(float), STEPS, f) == STEPS && fread(&j->zc_active, sizeof j->zc_active, 1, f) == 1 &&
-             fread(&j->fused_active, sizeof j->fused_active, 1, f) == 1 &&
              fread(nw, sizeof *nw, 1, f) == 1 && *nw <= 400000 && fread(W, sizeof(float), *nw, f) == *nw;
     if (f) fclose(f);
     unlink(j->out);
@@ -231,34 +233,37 @@ CT_TEST(zero_copy_and_staged_bit_identical) {
         CT_EXPECT(memcmp(W1, W2, na * sizeof(float)) == 0);
     }
 }
-/* fused averaging in the optimizer pass (ct_ddp_step) computes the all-reduce's sums in the
- * same order: weights bit-identical to ct_ddp_finish + ct_optim_step, for both optimizers,
- * 2 and 3 ranks; and mixing fused steps with ct_ddp_finish steps changes nothing either */
-static void check_fused(ct_model_kind k, bool adamw) {
-    for (int n = 2; n <= 3; n++) {
-        /* a: ct_ddp_finish + ct_optim_step; b: fused ct_ddp_step; c: fused, every third step
-         * through ct_ddp_finish (buckets overlap backward again on the step after it) */
-        job a = {.kind = k, .comm = CT_F32, .nranks = n, .adamw = adamw, .sgd_full = !adamw}, b = a, c = a;
-        b.fused = true;
-        c.fused = c.mixed = true;
-        float la[STEPS], lb[STEPS], lc[STEPS];
-        size_t na = 0, nb = 0, nc = 0;
-        static float W3[400000];
-        CT_ASSERT(run_ddp(&a, la, W1, &na) == 0 && run_ddp(&b, lb, W2, &nb) == 0 && run_ddp(&c, lc, W3, &nc) == 0);
-        CT_EXPECT(a.zc_active && b.zc_active && c.zc_active);
-        CT_EXPECT(!a.fused_active && b.fused_active && c.fused_active);
-        CT_EXPECT(na == nb && na == nc);
-        bool same_b = !memcmp(W1, W2, na * sizeof(float)), same_c = !memcmp(W1, W3, na * sizeof(float));
-        printf("  %s %s, %d ranks: fused %s, mixed %s\n", ct_model_kind_name(k), adamw ? "adamw" : "sgd", n,
-               same_b ? "bit-identical" : "DIFFERS", same_c ? "bit-identical" : "DIFFERS");
-        CT_EXPECT(same_b && same_c);
-        CT_EXPECT(!memcmp(la, lb, sizeof la) && !memcmp(la, lc, sizeof la));
+/* Gradient accumulation: K micro-batches per step follow one K times larger batch within f32
+ * rounding — alone (accumulated loss scaling) and under DDP (no all-reduce before the last
+ * micro-batch's backward). */
+static void check_accum(ct_model_kind k, int nranks, int accum) {
+    job j = {.kind = k, .comm = CT_F32, .nranks = nranks, .accum = accum};
+    job single = {.kind = k, .nranks = nranks * accum};
+    float dl[STEPS];
+    size_t nw1 = 0, nw2 = 0;
+    if (nranks > 1) {
+        CT_ASSERT(run_ddp(&j, dl, W2, &nw2) == 0);
+    } else {
+        /* alone: the nranks x accum micro-batches of the "global" batch on one process */
+        j.nranks = 1;
+        CT_ASSERT(train_single(&j, W2, &nw2) == 0);
+        memcpy(dl, j.losses, sizeof dl);
     }
+    single.nranks = nranks * accum;
+    CT_ASSERT(train_single(&single, W1, &nw1) == 0);
+    CT_EXPECT_EQ(nw1, nw2);
+    double le = ct_max_rel_err(dl, single.losses, STEPS, 1e-6);
+    double we = ct_max_rel_err(W2, W1, (long)nw1, 1e-2);
+    printf("  %s, %d rank(s) x %d micro-batches vs 1 x batch %d: loss max rel err %.2e, weights %.2e\n", ct_model_kind_name(k),
+           nranks, accum, nranks * accum * B, le, we);
+    CT_EXPECT(le <= 1e-5);
+    CT_EXPECT(we <= 1e-5);
 }
-CT_TEST(fused_step_bit_identical_mlp_sgd) { check_fused(CT_MODEL_MLP, false); }
-CT_TEST(fused_step_bit_identical_mlp_adamw) { check_fused(CT_MODEL_MLP, true); }
-CT_TEST(fused_step_bit_identical_gpt_sgd) { check_fused(CT_MODEL_GPT, false); }
-CT_TEST(fused_step_bit_identical_gpt_adamw) { check_fused(CT_MODEL_GPT, true); }
+CT_TEST(accumulation_equals_larger_batch_mlp) { check_accum(CT_MODEL_MLP, 1, 3); }
+CT_TEST(accumulation_equals_larger_batch_gpt) { check_accum(CT_MODEL_GPT, 1, 4); }
+CT_TEST(accumulation_under_ddp_mlp) { check_accum(CT_MODEL_MLP, 2, 3); }
+CT_TEST(accumulation_under_ddp_cnn) { check_accum(CT_MODEL_CNN, 2, 2); }
+CT_TEST(accumulation_under_ddp_gpt) { check_accum(CT_MODEL_GPT, 2, 4); }
 
 /* bf16 traffic rounds each gradient to 8 bits of mantissa: losses stay within 1e-3, weights
  * drift by a few percent of the 1e-2 floor (tiny weights move relatively most). */
@@ -291,8 +296,8 @@ static int stall_main(int rank, int n, void *arg) {
             if (variant == 1) _exit(0);
             sleep(3);
         }
-        ct_tensor *x, *y;
-        make_batch(ctx, CT_MODEL_MLP, s, rank * B, B, 2 * B, &x, &y);
+        ct_train_batch b = make_batch(CT_MODEL_MLP, s, rank * B, B, 2 * B, XB, YB);
+        ct_tensor *x = ct_wrap(ctx, CT_F32, XB, b.x.ndim, b.x.shape), *y = ct_wrap(ctx, CT_I32, YB, 1, b.y.shape);
         double t0 = ct_time_now();
         ct_backward(ctx, ct_model_loss(ctx, m, x, y));
         last = ct_ddp_finish(ddp);
@@ -360,22 +365,6 @@ static int unused_main(int rank, int n, void *arg) {
     ct_backward(ctx, ct_sum(ctx, ct_linear(ctx, x, w, NULL)));
     ok = ok && ct_ddp_finish(ddp) == CT_OK;
     ct_ddp_free(ddp);
-    /* the fused step launches nothing during backward but still names the unused parameter,
-     * and with find_unused_parameters steps (the unused gradient averages as zeros) */
-    ct_optim *opt = ct_optim_create_sgd(P, NULL);
-    for (int find = 0; find < 2 && ok; find++) {
-        o.find_unused_parameters = find;
-        o.fused_optimizer = true;
-        if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) return 1;
-        ct_ctx_reset(ctx);
-        x = ct_zeros(ctx, CT_F32, 2, (int64_t[]){2, 4});
-        ct_backward(ctx, ct_sum(ctx, ct_linear(ctx, x, w, NULL)));
-        ct_status s2 = ct_ddp_step(ddp, opt, 0.1);
-        ok = ok && (find ? s2 == CT_OK : s2 == CT_ERR_INVALID && strstr(ct_last_error(), "unused.weight"));
-        ct_params_zero_grad(P);
-        ct_ddp_free(ddp);
-    }
-    ct_optim_free(opt);
     ct_ctx_free(ctx);
     ct_params_free(P);
     ct_pg_free(pg);

@@ -3,6 +3,7 @@
  * checkpoint resume, thread-count independence and bad state files. */
 #include "ct_test.h"
 #include "ctrain/optim.h"
+#include "ctrain/train.h"
 
 #include <float.h>
 #include <omp.h>
@@ -202,7 +203,7 @@ static void check_resume(const char *cfg) {
     ct_st_writer *w = ct_st_writer_create();
     for (int i = 0; i < NP; i++)
         CT_EXPECT_OK(ct_st_writer_add(w, PNAMES[i], CT_F32, PNDIM[i], PSHAPE[i], ct_params_data(B) + ct_params_offset(B, i)));
-    CT_EXPECT_OK(ct_optim_state_save(ob, w, "state."));
+    CT_EXPECT_OK(ct_checkpoint_add_optim(w, ob, "state."));
     CT_EXPECT_OK(ct_st_writer_save(w, path));
     ct_st_writer_free(w);
     ct_optim_free(ob);
@@ -218,7 +219,7 @@ static void check_resume(const char *cfg) {
         CT_EXPECT_OK(ct_st_get(f, PNAMES[i], &t));
         memcpy(ct_params_data(C) + ct_params_offset(C, i), t.data, t.nbytes);
     }
-    CT_EXPECT_OK(ct_optim_state_load(oc, f, "state."));
+    CT_EXPECT_OK(ct_checkpoint_read_optim(f, oc, "state."));
     ct_st_close(f);
     CT_EXPECT_EQ(ct_optim_steps(oc), 5);
     for (int s = 5; s < STEPS; s++) {
@@ -273,7 +274,7 @@ CT_TEST(optim_state_names_and_errors) {
     ct_optim_step(s, 0.1);
     const char *path = tmp_path("sgd_state.safetensors");
     ct_st_writer *w = ct_st_writer_create();
-    CT_EXPECT_OK(ct_optim_state_save(s, w, "optim."));
+    CT_EXPECT_OK(ct_checkpoint_add_optim(w, s, "optim."));
     CT_EXPECT_OK(ct_st_writer_save(w, path));
     ct_st_writer_free(w);
     ct_st_file *f;
@@ -285,10 +286,10 @@ CT_TEST(optim_state_names_and_errors) {
     CT_EXPECT_OK(ct_st_get(f, "optim.step", &t));
     CT_EXPECT(t.dtype == CT_I64 && t.ndim == 0);
     /* SGD state has no exp_avg: not found, and the AdamW optimizer is unchanged */
-    CT_EXPECT_EQ(ct_optim_state_load(a, f, "optim."), CT_ERR_NOT_FOUND);
+    CT_EXPECT_EQ(ct_checkpoint_read_optim(f, a, "optim."), CT_ERR_NOT_FOUND);
     CT_EXPECT(strstr(ct_last_error(), "optim.exp_avg.fc.weight") != NULL);
     CT_EXPECT_EQ(ct_optim_steps(a), 0);
-    CT_EXPECT_EQ(ct_optim_state_load(s, f, "other."), CT_ERR_NOT_FOUND);
+    CT_EXPECT_EQ(ct_checkpoint_read_optim(f, s, "other."), CT_ERR_NOT_FOUND);
     ct_st_close(f);
 
     /* a state whose shape disagrees with the parameter: format error, state untouched */
@@ -305,7 +306,7 @@ CT_TEST(optim_state_names_and_errors) {
     float *mb;
     ct_optim_state_buffer(s, 0, NULL, &mb, NULL);
     float before = mb[ct_params_offset(P, 1)];
-    CT_EXPECT_EQ(ct_optim_state_load(s, f, "optim."), CT_ERR_FORMAT);
+    CT_EXPECT_EQ(ct_checkpoint_read_optim(f, s, "optim."), CT_ERR_FORMAT);
     CT_EXPECT(strstr(ct_last_error(), "fc.weight") != NULL);
     CT_EXPECT_EQ(ct_optim_steps(s), 1);
     CT_EXPECT(mb[ct_params_offset(P, 1)] == before);
@@ -361,79 +362,6 @@ CT_TEST(optim_thread_count_independent) {
     CT_EXPECT(!memcmp(ct_params_data(P[0]), ct_params_data(P[1]), n * sizeof(float)));
     ct_params_free(P[0]);
     ct_params_free(P[1]);
-}
-
-/* ct_optim_step_avg(grads of n "ranks") must give the bits of: average as the shm all-reduce
- * AVG does (float adds in rank order, then / (float)n; n = 1 untouched), then ct_optim_step.
- * Stores big enough for the parallel split, several weight-decay runs, 1 and 2 threads. */
-static ct_params *avg_params(void) {
-    ct_params *P = ct_params_create();
-    ct_param(P, "big.weight", 2, (int64_t[]){300, 1001}, CT_INIT_KAIMING_UNIFORM, 1001);
-    ct_param(P, "big.bias", 1, (int64_t[]){300}, CT_INIT_UNIFORM, 0.1);
-    ct_param(P, "small.weight", 2, (int64_t[]){7, 13}, CT_INIT_UNIFORM, 0.5);
-    ct_param(P, "small.bias", 1, (int64_t[]){37}, CT_INIT_UNIFORM, 0.5);
-    if (ct_params_finalize(P, 7) != CT_OK) abort();
-    return P;
-}
-
-static ct_optim *avg_optim(ct_params *P, int variant) {
-    switch (variant) {
-    case 0: return ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0});
-    case 1: return ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-2});
-    case 2: return ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9, .nesterov = true, .weight_decay = 1e-2,
-                                                        .decay_only_ndim_ge2 = true});
-    case 3: return ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.5, .maximize = true});
-    case 4: { ct_adamw_opts ao = ct_adamw_default_opts(); ao.decay_only_ndim_ge2 = true; return ct_optim_create_adamw(P, &ao); }
-    default: { ct_adamw_opts ao = ct_adamw_default_opts(); ao.amsgrad = true; ao.maximize = true; return ct_optim_create_adamw(P, &ao); }
-    }
-}
-
-CT_TEST(optim_step_avg_bit_identical_to_average_then_step) {
-    int checked = 0;
-    for (int threads = 1; threads <= 2; threads++) {
-        omp_set_num_threads(threads);
-        for (int variant = 0; variant < 6; variant++) {
-            for (int nr = 1; nr <= 3; nr++) {
-                ct_params *A = avg_params(), *F = avg_params();
-                size_t n = ct_params_numel(A);
-                ct_optim *oa = avg_optim(A, variant), *of = avg_optim(F, variant);
-                CT_ASSERT(oa && of);
-                float *g[3];
-                for (int r = 0; r < nr; r++) CT_ASSERT((g[r] = malloc(n * sizeof(float))) != NULL);
-                for (int s = 0; s < 4; s++) {
-                    for (int r = 0; r < nr; r++)
-                        for (size_t i = 0; i < n; i++)
-                            g[r][i] = (float)(sin(0.0007 * (double)i * (s + 1) + r) * (r + 1) * 3.1);
-                    /* reference: the all-reduce's arithmetic into the store's gradients */
-                    float *ga = ct_params_grad(A);
-                    for (size_t i = 0; i < n; i++) {
-                        float v = g[0][i];
-                        for (int r = 1; r < nr; r++) v = v + g[r][i];
-                        ga[i] = nr > 1 ? v / (float)nr : v;
-                    }
-                    ct_optim_step(oa, 1e-2 * (s + 1));
-                    ct_optim_step_avg(of, 1e-2 * (s + 1), (const float *const *)g, nr);
-                }
-                bool same = !memcmp(ct_params_data(A), ct_params_data(F), n * sizeof(float)) &&
-                            ct_optim_steps(oa) == ct_optim_steps(of);
-                for (int k = 0; same && k < ct_optim_state_count(oa); k++) {
-                    float *sa, *sf;
-                    ct_optim_state_buffer(oa, k, NULL, &sa, NULL);
-                    ct_optim_state_buffer(of, k, NULL, &sf, NULL);
-                    same = !memcmp(sa, sf, n * sizeof(float));
-                }
-                if (!same) CT_FAILF("%s variant %d, %d grads, %d threads: fused average differs", ct_optim_kind(oa), variant, nr, threads);
-                checked++;
-                for (int r = 0; r < nr; r++) free(g[r]);
-                ct_optim_free(oa);
-                ct_optim_free(of);
-                ct_params_free(A);
-                ct_params_free(F);
-            }
-        }
-    }
-    omp_set_num_threads(2);
-    printf("  %d configurations bit-identical\n", checked);
 }
 
 /* ---- schedules ---- */

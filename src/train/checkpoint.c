@@ -13,7 +13,7 @@
 #include <zlib.h>
 #include <cjson/cJSON.h>
 
-#include "ctrain/checkpoint.h"
+#include "ctrain/train.h"
 
 static const char *FILES[] = {"model.safetensors", "train_state.safetensors"};
 #define NFILES 2
@@ -67,10 +67,76 @@ static ct_status file_crc(const char *path, uint32_t *crc, int64_t *size) {
     return CT_OK;
 }
 
-static ct_status write_train_state(const char *path, const ct_optim *o, const ct_train_state *ts, const ct_model *m) {
+/* ---- optimizer state as named tensors ---- */
+
+static ct_status state_name(char *buf, size_t cap, const char *prefix, const ct_optim_state_tensor *v) {
+    int k = v->param ? snprintf(buf, cap, "%s%s.%s", prefix, v->state, v->param) : snprintf(buf, cap, "%s%s", prefix, v->state);
+    if (k < 0 || (size_t)k >= cap) return ct_error(CT_ERR_INVALID, "optimizer state: name too long: %s%s...", prefix, v->state);
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_add_optim(ct_st_writer *w, ct_optim *o, const char *prefix) {
+    char name[1024];
+    if (!prefix) prefix = "";
+    int n = ct_optim_state_tensor_count(o);
+    for (int i = 0; i < n; i++) {
+        ct_optim_state_tensor v = ct_optim_state_tensor_at(o, i);
+        ct_status st = state_name(name, sizeof name, prefix, &v);
+        if (st == CT_OK) st = ct_st_writer_add(w, name, v.dtype, v.ndim, v.shape, v.data);
+        if (st != CT_OK) return st;
+    }
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_read_optim(const ct_st_file *f, ct_optim *o, const char *prefix) {
+    char name[1024];
+    if (!prefix) prefix = "";
+    int n = ct_optim_state_tensor_count(o);
+    /* validate everything first, then copy: a bad file leaves the optimizer untouched */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            ct_optim_state_tensor v = ct_optim_state_tensor_at(o, i);
+            ct_st_tensor t;
+            ct_status st = state_name(name, sizeof name, prefix, &v);
+            if (st != CT_OK) return st;
+            if ((st = ct_st_get(f, name, &t)) != CT_OK)
+                return ct_error(st, "%s: optimizer state '%s': %s", ct_st_path(f), name, ct_status_str(st));
+            if (v.dtype == CT_I64) { /* the step counter */
+                int64_t step;
+                if (t.dtype != CT_I64 || t.nbytes != sizeof step)
+                    return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' must be one I64", ct_st_path(f), name);
+                memcpy(&step, t.data, sizeof step);
+                if (step < 0) return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is negative", ct_st_path(f), name);
+                if (pass) memcpy(v.data, &step, sizeof step);
+                continue;
+            }
+            bool same = t.dtype == v.dtype && t.ndim == v.ndim;
+            for (int d = 0; same && d < v.ndim; d++) same = t.shape[d] == v.shape[d];
+            if (!same) {
+                char sb[96];
+                ct_shape_str(ct_params_find(ct_optim_params(o), v.param), sb, sizeof sb);
+                return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is %s %d-d, parameter is %s", ct_st_path(f), name,
+                                ct_dtype_name(t.dtype), t.ndim, sb);
+            }
+            if (pass) memcpy(v.data, t.data, t.nbytes);
+        }
+    }
+    return CT_OK;
+}
+
+/* ---- checkpoint directories ---- */
+
+static ct_status save_weights(const ct_train_model *m, const char *path) {
+    return m->save ? m->save(m->self, path) : ct_params_save(m->params, path);
+}
+static ct_status load_weights(const ct_train_model *m, const char *path) {
+    return m->load ? m->load(m->self, path) : ct_params_load(m->params, path);
+}
+
+static ct_status write_train_state(const char *path, ct_optim *o, const ct_train_state *ts, const ct_train_model *m) {
     ct_st_writer *w = ct_st_writer_create();
     if (!w) return ct_error(CT_ERR_NOMEM, "out of memory");
-    ct_status st = o ? ct_optim_state_save(o, w, "optim.") : CT_OK;
+    ct_status st = o ? ct_checkpoint_add_optim(w, o, "optim.") : CT_OK;
     char v[64];
 #define META(k, fmt, x) do { snprintf(v, sizeof v, fmt, x); if (st == CT_OK) st = ct_st_writer_set_metadata(w, k, v); } while (0)
     META("step", "%" PRId64, ts->step);
@@ -82,7 +148,7 @@ static ct_status write_train_state(const char *path, const ct_optim *o, const ct
     META("world_size", "%d", ts->world_size);
     META("loss_scale", "%.17g", ts->loss_scale);
     META("scaler_growth_tracker", "%" PRId64, ts->scaler_growth_tracker);
-    META("model", "%s", ct_model_kind_name(ct_model_config_of(m)->kind));
+    META("model", "%s", m->kind ? m->kind : "model");
     META("optimizer", "%s", o ? ct_optim_kind(o) : "none");
 #undef META
     if (st == CT_OK) st = ct_st_writer_save(w, path);
@@ -116,7 +182,7 @@ static int list_ckpts(const char *root, char ***out) {
     return n;
 }
 
-ct_status ct_checkpoint_save(const char *root, const ct_model *m, const ct_optim *o, const ct_train_state *ts, int keep) {
+ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep) {
     ct_status st = mkdirs(root);
     if (st != CT_OK) return st;
     char tmp[4096], fin[4096], path[4200];
@@ -125,7 +191,7 @@ ct_status ct_checkpoint_save(const char *root, const ct_model *m, const ct_optim
     rmtree(tmp);
     if (mkdir(tmp, 0755) != 0) return ct_error(CT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/%s", tmp, FILES[0]);
-    st = ct_model_save(m, path);
+    st = save_weights(m, path);
     snprintf(path, sizeof path, "%s/%s", tmp, FILES[1]);
     if (st == CT_OK) st = write_train_state(path, o, ts, m);
     cJSON *man = cJSON_CreateObject(), *files = cJSON_AddObjectToObject(man, "files");
@@ -244,7 +310,7 @@ static int64_t meta_i64(const ct_st_file *f, const char *k, int64_t dflt) {
     return v ? strtoll(v, NULL, 10) : dflt;
 }
 
-ct_status ct_checkpoint_load(const char *dir, ct_model *m, ct_optim *o, ct_train_state *ts) {
+ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts) {
     ct_status st = ct_checkpoint_verify(dir);
     if (st != CT_OK) return st;
     char path[4200];
@@ -253,24 +319,24 @@ ct_status ct_checkpoint_load(const char *dir, ct_model *m, ct_optim *o, ct_train
     st = ct_st_open(path, &f);
     if (st != CT_OK) return st;
     const char *kind = ct_st_metadata(f, "model"), *opt = ct_st_metadata(f, "optimizer");
-    const char *want = ct_model_kind_name(ct_model_config_of(m)->kind);
+    const char *want = m->kind ? m->kind : "model";
     if (!kind || strcmp(kind, want)) {
         st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint of a '%s' model, this run trains '%s'", dir, kind ? kind : "?", want);
     } else if (o && (!opt || strcmp(opt, ct_optim_kind(o)))) {
         st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint optimizer '%s', this run uses '%s'", dir, opt ? opt : "?", ct_optim_kind(o));
     }
     /* load the model into a copy first so a mismatch leaves the live weights untouched */
-    size_t nbytes = ct_params_numel(ct_model_params(m)) * sizeof(float);
+    size_t nbytes = ct_params_numel(m->params) * sizeof(float);
     float *backup = st == CT_OK ? malloc(nbytes ? nbytes : 1) : NULL;
     if (st == CT_OK && !backup) st = ct_error(CT_ERR_NOMEM, "out of memory");
     if (st == CT_OK) {
-        memcpy(backup, ct_params_data(ct_model_params(m)), nbytes);
+        memcpy(backup, ct_params_data(m->params), nbytes);
         char mp[4200];
         snprintf(mp, sizeof mp, "%s/model.safetensors", dir);
-        st = ct_model_load(m, mp);
+        st = load_weights(m, mp);
         if (st == CT_OK && o) {
-            st = ct_optim_state_load(o, f, "optim.");
-            if (st != CT_OK) memcpy(ct_params_data(ct_model_params(m)), backup, nbytes);
+            st = ct_checkpoint_read_optim(f, o, "optim.");
+            if (st != CT_OK) memcpy(ct_params_data(m->params), backup, nbytes);
         }
     }
     free(backup);

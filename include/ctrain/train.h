@@ -1,0 +1,191 @@
+/* ctrain/train.h — the trainer: what `ctrain train` does, for any model.
+ *
+ *   ct_pg *pg = NULL;                                      // under `ctrain run`: ct_dist_init(NULL, &pg)
+ *   ct_train_model tm = ct_train_model_module(net, P, "resmlp");   // or ct_train_model_builtin(model)
+ *   ct_trainer_opts o = ct_trainer_default_opts();
+ *   o.pg = pg;                                             // world > 1: DDP over it
+ *   o.epochs = 2; o.batch_size = 64; o.lr = 0.05;
+ *   o.save_every = 200; o.resume = "auto";                 // checkpoints under output/checkpoints
+ *   ct_trainer *t;
+ *   if (ct_trainer_create(&o, &tm, opt, train_set, test_set, &t) != CT_OK ||
+ *       ct_trainer_fit(t) != CT_OK)
+ *       fprintf(stderr, "%s\n", ct_last_error());
+ *   ct_trainer_free(t);
+ *
+ * One optimizer step is ct_train_step: forward and backward of each micro-batch (DDP's
+ * buckets all-reduce during the last backward), clipping, the optimizer, zeroing the
+ * gradients. The trainer calls it in its loop of sampler → loader → step, with periodic
+ * evaluation, atomic checkpoints (resumed bit for bit), metrics (JSONL, TensorBoard, SVG)
+ * and a progress line; a loop of your own can call it too.
+ *
+ * Checkpoints: a directory `step-00001234/` holding model.safetensors (PyTorch state_dict
+ * names), train_state.safetensors (optimizer state as "optim.<state>.<param>" tensors, step,
+ * epoch, sampler position, seeds) and manifest.json (size and CRC-32 of each file), written
+ * under a temporary name, fsynced and renamed, so a crash or a full disk never leaves a
+ * checkpoint that looks complete; the last `keep` are kept.
+ */
+#ifndef CTRAIN_TRAIN_H
+#define CTRAIN_TRAIN_H
+
+#include "ctrain/ddp.h"
+#include "ctrain/dist.h"
+#include "ctrain/io.h"
+#include "ctrain/loader.h"
+#include "ctrain/models.h"
+#include "ctrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- the model ---- */
+
+/* What is trained: a parameter store and how to run it. */
+typedef struct ct_train_model {
+    ct_params *params;
+    /* Outputs [..., classes] for inputs x (evaluation takes the argmax of the last dim). */
+    ct_tensor *(*forward)(ct_ctx *ctx, void *self, ct_tensor *x);
+    /* Scalar mean loss of a batch. NULL: cross-entropy of forward's outputs (rows of the last
+     * dim) against the targets y (class indices; -100 ignored). */
+    ct_tensor *(*loss)(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y);
+    /* Write / read the weights as safetensors. NULL: ct_params_save / ct_params_load. */
+    ct_status (*save)(void *self, const char *path);
+    ct_status (*load)(void *self, const char *path);
+    const char *kind;      /* written into checkpoints: resuming another kind is refused */
+    const char *describe;  /* first word of the log's header line */
+    void *self;
+} ct_train_model;
+
+/* The built-in MLP, CNN and GPT (model's loss, save and load: GPT's tied lm_head). */
+ct_train_model ct_train_model_builtin(ct_model *m);
+/* Any module whose parameters live in P, trained with cross-entropy. */
+ct_train_model ct_train_model_module(ct_module *mod, ct_params *P, const char *kind);
+
+/* ---------------------------------------------------------------- one step ---- */
+
+/* One micro-batch: x [n, ...] (f32 or i32) and y [n] or [n, T] (i32). Descriptors only: the
+ * data stays in the caller's memory; ct_train_step wraps them into its context. */
+typedef struct ct_train_batch {
+    ct_tensor x, y;
+} ct_train_batch;
+/* A batch from contiguous buffers (shapes are copied). */
+ct_train_batch ct_train_batch_of(ct_dtype x_dtype, void *x, int x_ndim, const int64_t *x_shape, int32_t *y, int y_ndim,
+                                 const int64_t *y_shape);
+
+typedef struct ct_step_args {
+    ct_ctx *ctx;
+    const ct_train_model *model;
+    ct_optim *opt;
+    ct_ddp *ddp;         /* NULL: one process */
+    double lr;
+    double clip_norm;    /* > 0: clip the global gradient norm (after the DDP average) */
+    int64_t step;        /* optimizer step index: dropout masks differ per step (ct_ctx_set_step) */
+} ct_step_args;
+
+typedef struct ct_step_result {
+    double loss;         /* mean of the micro-batches' losses on this rank */
+    double grad_norm;    /* global norm before clipping (clip_norm > 0), else NAN */
+} ct_step_result;
+
+/* One optimizer step over n_micro micro-batches (gradient accumulation: each loss is
+ * scaled by 1/n_micro, so the update is that of one n_micro times larger batch within f32
+ * rounding; DDP reduces only during the last backward, as `with ddp.no_sync()` on the
+ * others). Ends with zeroed gradients and a reset context. Errors: DDP's (a peer died,
+ * timed out, a parameter got no gradient); the step is then not applied. */
+ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int n_micro, ct_step_result *r);
+
+/* ---------------------------------------------------------------- checkpoints ---- */
+
+typedef struct ct_train_state {
+    int64_t step;              /* optimizer steps done */
+    int64_t epoch;
+    ct_sampler_state sampler;  /* global position of the next unseen sample */
+    uint64_t seed;             /* run seed (initialisation, shuffling, dropout) */
+    int world_size;            /* ranks that wrote it (informational: resume may use another) */
+    double loss_scale;         /* mixed precision scaler state (0 = none) */
+    int64_t scaler_growth_tracker;
+} ct_train_state;
+
+/* o may be NULL (weights and state only). */
+ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep);
+/* Newest checkpoint under root whose manifest verifies; CT_ERR_NOT_FOUND if none. */
+ct_status ct_checkpoint_find_latest(const char *root, char *dir, size_t n);
+/* Checks every file of the manifest (size and CRC-32). */
+ct_status ct_checkpoint_verify(const char *dir);
+/* Verifies, then loads weights, optimizer state and ts. A checkpoint of another model
+ * (names, shapes, kind) or optimizer is CT_ERR_MISMATCH naming the difference; on any error
+ * model and optimizer are unchanged. */
+ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts);
+/* The optimizer's state tensors into a safetensors writer as "<prefix><state>.<param>" and
+ * "<prefix>step" (the writer points into the optimizer: save before its next step), and
+ * back: a missing tensor is CT_ERR_NOT_FOUND, a wrong dtype or shape CT_ERR_FORMAT, both
+ * naming it; on error the optimizer is unchanged. */
+ct_status ct_checkpoint_add_optim(ct_st_writer *w, ct_optim *o, const char *prefix);
+ct_status ct_checkpoint_read_optim(const ct_st_file *f, ct_optim *o, const char *prefix);
+
+/* ---------------------------------------------------------------- the trainer ---- */
+
+typedef struct ct_trainer ct_trainer;
+
+typedef struct ct_step_report {
+    int64_t step, total_steps, epoch; /* step: optimizer steps done (1 after the first) */
+    double loss;                      /* this step, this rank */
+    double lr, grad_norm;             /* grad_norm: NAN unless clipping */
+} ct_step_report;
+
+typedef struct ct_eval_report {
+    int64_t step, epoch;
+    double loss, accuracy;            /* over every evaluated sample of every rank */
+} ct_eval_report;
+
+typedef struct ct_trainer_opts {
+    ct_pg *pg;               /* NULL or a world of 1: one process; else DDP over this group */
+    ct_ddp_opts ddp;         /* ct_ddp_default_opts() */
+    int64_t epochs;          /* 1 */
+    int64_t max_steps;       /* 0: epochs decide; else stop after this many optimizer steps */
+    int batch_size;          /* per rank and micro-batch: 64 (global batch = batch x ranks x grad_accum) */
+    int grad_accum;          /* micro-batches per optimizer step: 1 */
+    double lr;               /* 0.05 */
+    ct_lr_kind schedule;     /* CT_LR_COSINE */
+    double min_lr;           /* < 0 (default): cosine lr x 0.1, linear 0 */
+    int64_t warmup_steps;    /* 0 */
+    double clip_norm;        /* 0: off */
+    uint64_t seed;           /* shuffling and dropout: 1337 */
+    int workers;             /* loader threads: 1 */
+    int64_t eval_every;      /* 0: after each epoch (eval_each_epoch) and at the end */
+    bool eval_each_epoch;    /* true */
+    int64_t eval_max;        /* evaluate on at most this many samples (0: all) */
+    int64_t save_every;      /* 0: at the end only */
+    int keep;                /* checkpoints kept: 3 (0: all) */
+    const char *resume;      /* NULL, "auto" (newest valid under output_dir/checkpoints) or a directory */
+    int64_t log_every;       /* progress line every N steps: 50 (0: no printing) */
+    const char *output_dir;  /* "output": checkpoints/, model.safetensors, metrics */
+    bool metrics;            /* true: metrics.jsonl, TensorBoard events and training.svg (rank 0) */
+    /* Called on every rank after each optimizer step / evaluation; return false to stop
+     * (the trainer then saves and returns CT_OK). */
+    bool (*on_step)(ct_trainer *t, const ct_step_report *r, void *user);
+    bool (*on_eval)(ct_trainer *t, const ct_eval_report *r, void *user);
+    void *user;
+} ct_trainer_opts;
+
+ct_trainer_opts ct_trainer_default_opts(void);
+/* model and opt are used, not owned; eval_data may be NULL (the training data is then
+ * evaluated). Creates DDP (world > 1), sampler, loader, context and metrics sinks. */
+ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *model, ct_optim *opt,
+                            const ct_dataset *train_data, const ct_dataset *eval_data, ct_trainer **out);
+/* Trains from step 0 or from the resumed checkpoint to the end; saves a checkpoint at the
+ * end and model.safetensors. */
+ct_status ct_trainer_fit(ct_trainer *t);
+/* Evaluation alone (every rank calls it). */
+ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r);
+int64_t ct_trainer_step(const ct_trainer *t);
+int64_t ct_trainer_total_steps(const ct_trainer *t);
+int64_t ct_trainer_steps_per_epoch(const ct_trainer *t);
+ct_ddp *ct_trainer_ddp(ct_trainer *t);          /* NULL alone */
+ct_ctx *ct_trainer_ctx(ct_trainer *t);
+void ct_trainer_free(ct_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

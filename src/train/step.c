@@ -1,0 +1,88 @@
+/* The one training step, and the adapters that make a model trainable. Every loop in ctrain
+ * (the trainer, `ctrain train`, the benchmark, the examples, the DDP tests) steps through
+ * ct_train_step, so there is one place where the order of the step is written. */
+#include <math.h>
+#include <string.h>
+
+#include "ctrain/train.h"
+
+/* ---- built-in models ---- */
+
+static ct_tensor *builtin_forward(ct_ctx *ctx, void *self, ct_tensor *x) { return ct_model_forward(ctx, self, x); }
+static ct_tensor *builtin_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) { return ct_model_loss(ctx, self, x, y); }
+static ct_status builtin_save(void *self, const char *path) { return ct_model_save(self, path); }
+static ct_status builtin_load(void *self, const char *path) { return ct_model_load(self, path); }
+
+ct_train_model ct_train_model_builtin(ct_model *m) {
+    return (ct_train_model){.params = ct_model_params(m), .forward = builtin_forward, .loss = builtin_loss,
+                            .save = builtin_save, .load = builtin_load,
+                            .kind = ct_model_kind_name(ct_model_config_of(m)->kind), .describe = ct_model_describe(m),
+                            .self = m};
+}
+
+/* ---- any module ---- */
+
+static ct_tensor *module_forward(ct_ctx *ctx, void *self, ct_tensor *x) { return ct_module_forward(ctx, self, x); }
+
+ct_train_model ct_train_model_module(ct_module *mod, ct_params *P, const char *kind) {
+    return (ct_train_model){.params = P, .forward = module_forward, .kind = kind, .describe = kind, .self = mod};
+}
+
+/* Cross-entropy of outputs [..., C] against targets [...] (rows of the last dim). */
+static ct_tensor *default_loss(ct_ctx *ctx, const ct_train_model *m, ct_tensor *x, ct_tensor *y) {
+    ct_tensor *out = m->forward(ctx, m->self, x);
+    int64_t C = out->shape[out->ndim - 1], rows = ct_numel(out) / C;
+    return ct_cross_entropy(ctx, ct_reshape(ctx, out, 2, (int64_t[]){rows, C}), ct_reshape(ctx, y, 1, (int64_t[]){rows}), -100);
+}
+
+ct_train_batch ct_train_batch_of(ct_dtype x_dtype, void *x, int x_ndim, const int64_t *x_shape, int32_t *y, int y_ndim,
+                                 const int64_t *y_shape) {
+    CT_CHECK(x_ndim >= 1 && x_ndim <= CT_MAX_DIMS && y_ndim >= 1 && y_ndim <= CT_MAX_DIMS,
+             "ct_train_batch_of: x has %d dims, y %d (1..%d)", x_ndim, y_ndim, CT_MAX_DIMS);
+    ct_train_batch b;
+    memset(&b, 0, sizeof b);
+    b.x.dtype = x_dtype;
+    b.x.ndim = x_ndim;
+    b.x.data = x;
+    memcpy(b.x.shape, x_shape, sizeof(int64_t) * (size_t)x_ndim);
+    b.y.dtype = CT_I32;
+    b.y.ndim = y_ndim;
+    b.y.data = y;
+    memcpy(b.y.shape, y_shape, sizeof(int64_t) * (size_t)y_ndim);
+    return b;
+}
+
+ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int n_micro, ct_step_result *r) {
+    CT_CHECK(a->ctx && a->model && a->opt && micro && n_micro >= 1, "ct_train_step: ctx, model, optimizer and %d micro-batches",
+             n_micro);
+    const ct_train_model *m = a->model;
+    double loss_sum = 0;
+    for (int k = 0; k < n_micro; k++) {
+        /* DDP all-reduces only during the last backward; the others accumulate locally */
+        if (a->ddp && n_micro > 1) ct_ddp_set_no_sync(a->ddp, k < n_micro - 1);
+        ct_ctx_set_step(a->ctx, (uint64_t)(a->step * n_micro + k));
+        const ct_train_batch *b = &micro[k];
+        ct_tensor *x = ct_wrap(a->ctx, b->x.dtype, b->x.data, b->x.ndim, b->x.shape);
+        ct_tensor *y = ct_wrap(a->ctx, CT_I32, b->y.data, b->y.ndim, b->y.shape);
+        ct_tensor *loss = m->loss ? m->loss(a->ctx, m->self, x, y) : default_loss(a->ctx, m, x, y);
+        loss_sum += ct_item(loss);
+        /* the mean over the micro-batches: d(sum_k loss_k / K) */
+        if (n_micro > 1) loss = ct_scale(a->ctx, loss, 1.0f / (float)n_micro);
+        ct_backward(a->ctx, loss);
+        /* activations of one micro-batch at a time: that is what accumulation saves */
+        if (k < n_micro - 1) ct_ctx_reset(a->ctx);
+    }
+    ct_status st = a->ddp ? ct_ddp_finish(a->ddp) : CT_OK;
+    double norm = NAN;
+    if (st == CT_OK) {
+        if (a->clip_norm > 0) norm = ct_clip_grad_norm(m->params, (float)a->clip_norm);
+        ct_optim_step(a->opt, a->lr);
+    }
+    ct_params_zero_grad(m->params);
+    ct_ctx_reset(a->ctx);
+    if (r) {
+        r->loss = loss_sum / n_micro;
+        r->grad_norm = norm;
+    }
+    return st;
+}

@@ -27,7 +27,7 @@ typedef void (*ct_backward_fn)(ct_ctx *ctx, struct ct_node *n);
 
 /* One recorded op. Ops keep what backward needs in `saved`, `f` and `i`. */
 typedef struct ct_node {
-    int op;                          /* index into the op table (src/core/op_table.h) */
+    const struct ct_op_def *op;      /* its op-table row (src/ops/op_table.h): name, backward */
     ct_tensor *out;
     ct_tensor *in[CT_NODE_MAX_IN];
     int nin;

@@ -1,14 +1,10 @@
 /* The tape. Ops append nodes during forward; ct_backward walks them newest first and
- * calls each node's backward from the op table. Gradients of intermediates are created
+ * calls each node's backward (its op-table row, recorded with it). Gradients of intermediates are created
  * on first use in the arena; parameters accumulate into their store's flat buffer. */
 #include <string.h>
 
 #include "core/ctx_internal.h"
-#include "core/op_table.h"
-
-#define CT_OP_ROW_(N, n, ac) [CT_OP_##N] = {#n, ct_bw_##n, ac},
-const ct_op_def ct_op_table[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_)};
-#undef CT_OP_ROW_
+#include "core/kernel.h"
 
 bool ct_set_grad_enabled(ct_ctx *ctx, bool enabled) {
     bool prev = ctx->grad_enabled;
@@ -19,9 +15,9 @@ bool ct_grad_enabled(const ct_ctx *ctx) { return ctx->grad_enabled; }
 void ct_requires_grad(ct_tensor *t) { t->flags |= CT_TF_REQUIRES_GRAD; }
 int ct_tape_len(const ct_ctx *ctx) { return ctx->tape_len; }
 
-ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in) {
+ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin, ct_tensor *const *in) {
     if (!ctx->grad_enabled) return NULL;
-    CT_CHECK(nin <= CT_NODE_MAX_IN, "op %s with %d inputs", ct_op_table[op].name, nin);
+    CT_CHECK(nin <= CT_NODE_MAX_IN, "op %s with %d inputs", op->name, nin);
     bool any = false;
     for (int i = 0; i < nin; i++)
         if (in[i] && (in[i]->flags & CT_TF_REQUIRES_GRAD)) any = true;
@@ -70,7 +66,7 @@ static void run_backward(ct_ctx *ctx) {
         ct_tensor *o = n->out;
         if (o->grad) {
             ctx->bw_depth++; /* what the backward allocates besides gradients is scratch */
-            ct_op_table[n->op].backward(ctx, n);
+            n->op->backward(ctx, n);
             if (--ctx->bw_depth == 0) ct_ctx_scratch_rewind_(ctx);
         }
         for (int i = 0; i < n->nin; i++) {
@@ -111,3 +107,5 @@ void ct_backward_seed(ct_ctx *ctx, ct_tensor *out, const ct_tensor *seed) {
     for (int64_t i = 0; i < n; i++) g[i] += s[i];
     run_backward(ctx);
 }
+
+uint64_t ct_ctx_dropout_key(ct_ctx *ctx) { return ct_ctx_dropout_key_(ctx); }

@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/op_table.h"
-#include "core/rng.h"
+#include "core/kernel.h"
 #include "ctrain/tensor.h"
 
 typedef struct {

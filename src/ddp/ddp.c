@@ -6,7 +6,6 @@
 #include <strings.h>
 
 #include "ctrain/ddp.h"
-#include "ctrain/optim.h"
 
 typedef struct {
     int first, last;      /* parameter indices, first > last (reverse order) */

@@ -1,5 +1,5 @@
 /* add (with trailing-shape broadcast), relu, sum, mean. */
-#include "core/op_table.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 
 ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {

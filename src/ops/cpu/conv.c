@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/op_table.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
 

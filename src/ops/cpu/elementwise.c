@@ -5,9 +5,7 @@
  * rather than storing extra buffers. */
 #include <math.h>
 
-#include "core/ctx_internal.h"
-#include "core/op_table.h"
-#include "core/rng.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/vmath.h"
 
@@ -220,7 +218,7 @@ ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
     check_unary("dropout", x);
     CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
     if (!ct_ctx_training(ctx) || p == 0.0f) return x;
-    uint64_t key = ct_ctx_dropout_key_(ctx);
+    uint64_t key = ct_ctx_dropout_key(ctx);
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* p == 1: everything dropped, as PyTorch */
     ct_tensor *y = ct_new_like(ctx, x);
     int64_t n = ct_numel(x);

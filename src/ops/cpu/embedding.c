@@ -4,7 +4,7 @@
  * summed by one thread in index order, the same for any thread count. */
 #include <string.h>
 
-#include "core/op_table.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 
 static inline int64_t idx_at(const ct_tensor *t, int64_t r) {

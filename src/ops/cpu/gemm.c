@@ -3,7 +3,7 @@
  * (for a parameter that is its slice of the flat gradient buffer). */
 #include <string.h>
 
-#include "core/op_table.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/op_table.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 
 static void check_affine(const char *what, const ct_tensor *p, const ct_tensor *x, int64_t D) {

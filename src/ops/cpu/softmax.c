@@ -4,7 +4,7 @@
  * double in row order: thread-count independent and within f32 rounding of PyTorch. */
 #include <math.h>
 
-#include "core/op_table.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/vmath.h"
 

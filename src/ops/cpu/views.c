@@ -3,7 +3,7 @@
  * scatters its gradient through the view's strides into the input's gradient. */
 #include <string.h>
 
-#include "core/op_table.h"
+#include "ops/op_table.h"
 #include "ctrain/ops.h"
 
 /* Walk a row-major index over `shape` and call body with the element offset under

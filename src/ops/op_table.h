@@ -1,16 +1,12 @@
-/* The op table: every differentiable op, in one place. Autocast policies and activation
- * checkpointing hook in here: an op's row names its backward function and its autocast
- * class (what dtype it runs in under autocast — PyTorch's lists: matmul-like ops in the
- * low-precision dtype, reductions/losses/norms in f32, the rest follow their input).
+/* The op table: every differentiable op, in one place. An op's row names its backward
+ * function and its autocast class; activation checkpointing and autocast hook in here.
  *
  * To add an op: add a row, write `void ct_bw_<name>(ct_ctx *, ct_node *)` in src/ops/cpu,
  * and call ct_record(ctx, CT_OP_<NAME>, out, n, inputs) from its forward. */
-#ifndef CT_OP_TABLE_H
-#define CT_OP_TABLE_H
+#ifndef CT_OPS_OP_TABLE_H
+#define CT_OPS_OP_TABLE_H
 
-#include "ctrain/autograd.h"
-
-typedef enum { CT_AC_PROMOTE = 0, CT_AC_LOWP, CT_AC_FP32 } ct_autocast_class;
+#include "core/kernel.h"
 
 /*        NAME           name             autocast class */
 #define CT_OP_LIST(X)                                   \
@@ -52,31 +48,10 @@ enum { CT_OP_LIST(CT_OP_ENUM_) CT_OP_COUNT };
 CT_OP_LIST(CT_OP_DECL_)
 #undef CT_OP_DECL_
 
-typedef struct {
-    const char *name;
-    ct_backward_fn backward;
-    ct_autocast_class autocast;
-} ct_op_def;
 extern const ct_op_def ct_op_table[CT_OP_COUNT];
 
-/* ---- helpers for op implementations (src/core/autograd.c) ---- */
-/* Record a node if grad mode is on and any input requires grad; marks `out` as requiring
- * grad. Returns NULL when nothing was recorded (then skip saving state). */
-ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in);
-/* Gradient buffer of t for accumulation during backward: the persistent one for
- * parameters, a zeroed arena tensor otherwise. NULL if t does not require grad. */
-float *ct_grad_acc(ct_ctx *ctx, ct_tensor *t);
-/* Shape check that aborts naming the op and both shapes. */
-void ct_check_same_shape(const char *op, const char *file, int line, const ct_tensor *a, const ct_tensor *b);
-#define CT_CHECK_SAME_SHAPE(op, a, b) ct_check_same_shape(op, __FILE__, __LINE__, a, b)
-#define CT_CHECK_CONTIG(op, t) do { if (!ct_is_contiguous(t)) { char b_[96]; \
-    ct_fatal(__FILE__, __LINE__, "%s: input %s is not contiguous (use ct_contiguous)", op, ct_shape_str(t, b_, sizeof b_)); } } while (0)
-#define CT_CHECK_F32(op, t) do { if ((t)->dtype != CT_F32) { char b_[96]; \
-    ct_fatal(__FILE__, __LINE__, "%s: expected f32 input, got %s", op, ct_shape_str(t, b_, sizeof b_)); } } while (0)
-
-/* Fires the store's grad hook for parameter i (params.c). */
-void ct_params_fire_hook_(struct ct_params *p, int i);
-
-/* Number of OpenMP threads worth using for n elements of light work. */
-static inline int ct_omp_threads_for(int64_t n) { return n >= (1 << 15) ? 0 : 1; }
+/* the node carries its row, so core's backward walk calls the kernel without knowing it */
+static inline ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in) {
+    return ct_record_op(ctx, &ct_op_table[op], out, nin, in);
+}
 #endif

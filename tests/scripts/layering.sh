@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The layers only point down (docs/design.md): core <- ops <- nn <- models;
+# core <- distributed <- ddp <- train <- cli; io, data and optim rest on core alone.
+# Checked three ways: the public headers each file includes, the private headers (a
+# module's src/<module>/*.h are its own), and the symbols each module's objects call (nm).
+# Also: only the configuration table reads or sets the environment.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+declare -A allow=(
+    [core]="core" [ops]="core ops" [nn]="core ops nn" [models]="core ops nn io models"
+    [optim]="core optim" [io]="core io" [data]="core data" [distributed]="core distributed"
+    [ddp]="core distributed ddp" [train]="core ops nn models optim io data distributed ddp train"
+    [cli]="core ops nn models optim io data distributed ddp train cli")
+declare -A header=(
+    [core.h]=core [tensor.h]=core [autograd.h]=core [config.h]=core [ops.h]=ops [nn.h]=nn [models.h]=models
+    [optim.h]=optim [io.h]=io [metrics.h]=io [data.h]=data [loader.h]=data [dist.h]=distributed
+    [launch.h]=distributed [ddp.h]=ddp [train.h]=train [ctrain.h]=cli)
+# the interface core gives its kernels: the op table, tape recording, the arena, the RNG
+kernel_api="core/kernel.h"
+mod_of_path() { # src/<module>/... or include/ctrain/<header>
+    case "$1" in
+    src/*) local m=${1#src/}; echo "${m%%/*}" ;;
+    include/ctrain/*) echo "${header[$(basename "$1")]:-?}" ;;
+    esac
+}
+bad=0
+say() { echo "$*"; bad=1; }
+for f in $(find src include -name '*.[ch]' | sort); do
+    m=$(mod_of_path "$f")
+    [ "$m" = "?" ] && { say "$f: a public header the layering check does not know"; continue; }
+    while read -r inc; do
+        case "$inc" in
+        ctrain/*)
+            h=${inc#ctrain/}; hm=${header[$h]:-?}
+            [ "$hm" = "?" ] && { say "$f includes unknown public header $inc"; continue; }
+            [[ " ${allow[$m]} " == *" $hm "* ]] || say "$f ($m) includes $inc ($hm): points up" ;;
+        */*)
+            im=${inc%%/*}
+            [ "$im" = "$m" ] && continue
+            [ "$m" = ops ] && [[ " $kernel_api " == *" $inc "* ]] && continue
+            say "$f ($m) includes $inc, private to src/$im" ;;
+        esac
+    done < <(sed -n 's/^#include "\(.*\)".*/\1/p' "$f")
+done
+# calls: every ct_ symbol a module's objects use must be defined in a module it may use
+objs() { # the objects of module $1's current sources (stale objects of moved files ignored)
+    for c in $(find "src/$1" -name '*.c'); do o="build/obj/${c%.c}.o"; [ -f "$o" ] && echo "$o"; done
+}
+if [ -d build/obj/src ]; then
+    declare -A def
+    while read -r m sym; do def[$sym]=$m; done < <(for m in "${!allow[@]}"; do
+        o=$(objs "$m"); [ -n "$o" ] && nm --defined-only -g $o 2>/dev/null | awk -v m="$m" 'NF == 3 && $3 ~ /^ct_/ { print m, $3 }'; done)
+    for m in "${!allow[@]}"; do
+        o=$(objs "$m"); [ -n "$o" ] || continue
+        for sym in $(nm -u $o 2>/dev/null | awk '$2 ~ /^ct_/ { print $2 }' | sort -u); do
+            dm=${def[$sym]:-}
+            [ -z "$dm" ] && continue
+            [[ " ${allow[$m]} " == *" $dm "* ]] || say "src/$m calls $sym of src/$dm: points up"
+        done
+    done
+else
+    say "build/obj/src missing: build first"
+fi
+env_users=$(grep -rln 'getenv\|setenv\|unsetenv\|environ\b' src | grep -v '^src/core/config.c$')
+[ -z "$env_users" ] || say "environment read or set outside src/core/config.c: $(echo $env_users)"
+[ $bad -eq 0 ] && echo "layers point down; the environment is read in one place"
+exit $bad

@@ -21,4 +21,7 @@ cp -r "$d/a/checkpoints/step-00000030" "$d/b/checkpoints/"
 "${R[@]}" "$d/b" 60 > "$d/b.log" 2>&1 || { cat "$d/b.log"; exit 1; }
 grep -q "resumed from .*step-00000030 at step 30" "$d/b.log" || { cat "$d/b.log"; echo "did not resume"; exit 1; }
 cmp "$d/a/model.safetensors" "$d/b/model.safetensors" || { echo "resumed run differs from the uninterrupted one"; exit 1; }
+# the same command with more steps continues from the newest checkpoint (docs/tutorial.md)
+"${R[@]}" "$d/a" 80 > "$d/c.log" 2>&1 || { cat "$d/c.log"; exit 1; }
+grep -q "resumed from .*step-00000060 at step 60" "$d/c.log" && grep -q "^done: 20 steps" "$d/c.log" || { cat "$d/c.log"; echo "longer run did not continue"; exit 1; }
 echo "custom model: trained on 2 ranks, loss $l0 -> $l1, resume bit-identical"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layers only point down (docs/design.md): core <- ops <- nn <- models;
+# The layers only point down (DESIGN.md §3): core <- ops <- nn <- models;
 # core <- distributed <- ddp <- train <- cli; io, data and optim rest on core alone.
 # Checked three ways: the public headers each file includes, the private headers (a
 # module's src/<module>/*.h are its own), and the symbols each module's objects call (nm).

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "ctrain/io.h"
-#include "ctrain/models.h"
 #include "models/model_internal.h"
 
 /* ---- save ---- */
@@ -30,9 +29,7 @@ static ct_status save_impl(const ct_params *P, const char *path, const char *ali
 ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL); }
 
 ct_status ct_model_save(const ct_model *m, const char *path) {
-    /* PyTorch's state_dict of nanoGPT lists the tied head under both names */
-    if (m->cfg.kind == CT_MODEL_GPT) return save_impl(m->P, path, "lm_head.weight", m->wte);
-    return save_impl(m->P, path, NULL, NULL);
+    return save_impl(m->P, path, m->kind->tied_name, m->tied);
 }
 
 /* ---- load ---- */
@@ -60,12 +57,6 @@ static ct_status check_tensor(const ct_st_file *f, const char *name, const ct_st
     return CT_OK;
 }
 
-/* nanoGPT (PyTorch < 2) registers its causal mask as "transformer.h.N.attn.bias" */
-static bool is_gpt_mask(const char *name) {
-    int n = 0, len = 0;
-    return sscanf(name, "transformer.h.%d.attn.bias%n", &n, &len) == 1 && name[len] == 0;
-}
-
 static void copy_in(float *dst, const ct_st_tensor *t, size_t n) {
     size_t isz = ct_dtype_size(t->dtype);
     if ((uintptr_t)t->data % isz == 0) { ct_convert(dst, CT_F32, t->data, t->dtype, n); return; }
@@ -77,8 +68,9 @@ static void copy_in(float *dst, const ct_st_tensor *t, size_t n) {
 }
 
 /* alias: an extra accepted name that must have alias_of's shape (values ignored);
- * gpt: accept nanoGPT's mask buffers. */
-static ct_status load_impl(ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of, bool gpt) {
+ * ignore (may be NULL): further names in the file to skip. */
+static ct_status load_impl(ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of,
+                           bool (*ignore)(const char *name)) {
     ct_st_file *f = NULL;
     ct_status st = ct_st_open(path, &f);
     if (st != CT_OK) return st;
@@ -124,7 +116,7 @@ static ct_status load_impl(ct_params *P, const char *path, const char *alias, co
                 if (st == CT_OK) st = check_tensor(f, name, &t, alias_of->ndim, alias_of->shape);
                 continue;
             }
-            if (gpt && is_gpt_mask(name)) continue;
+            if (ignore && ignore(name)) continue;
             if (nextra++ < 6) {
                 size_t o = strlen(extra);
                 snprintf(extra + o, sizeof extra - o, "%s'%s'", o ? ", " : "", name);
@@ -146,9 +138,8 @@ static ct_status load_impl(ct_params *P, const char *path, const char *alias, co
     return st;
 }
 
-ct_status ct_params_load(ct_params *P, const char *path) { return load_impl(P, path, NULL, NULL, false); }
+ct_status ct_params_load(ct_params *P, const char *path) { return load_impl(P, path, NULL, NULL, NULL); }
 
 ct_status ct_model_load(ct_model *m, const char *path) {
-    if (m->cfg.kind == CT_MODEL_GPT) return load_impl(m->P, path, "lm_head.weight", m->wte, true);
-    return load_impl(m->P, path, NULL, NULL, false);
+    return load_impl(m->P, path, m->kind->tied_name, m->tied, m->kind->load_ignores);
 }

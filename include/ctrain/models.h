@@ -2,10 +2,11 @@
  *
  *   ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
  *   cfg.gpt.n_layer = 6; cfg.gpt.n_embd = 256; cfg.gpt.n_head = 8;
- *   ct_model *m = ct_model_create(&cfg, 1337);
- *   if (!m) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
+ *   ct_model *m;
+ *   if (ct_model_create(&cfg, 1337, &m) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
  *   puts(ct_model_describe(m));                               // "GPT(...): 4,870,144 parameters"
- *   ct_ctx *ctx = ct_ctx_create(NULL);
+ *   ct_ctx *ctx;
+ *   ct_ctx_create(NULL, &ctx);                                // (check its status too)
  *   ct_tensor *loss = ct_model_loss(ctx, m, tokens, targets);  // [B,T] i32 each
  *   ct_backward(ctx, loss);                                   // grads in ct_params_grad(ct_model_params(m))
  *   ...
@@ -79,9 +80,9 @@ typedef struct ct_model ct_model;
 ct_model_config ct_model_default_config(ct_model_kind kind);
 /* Checks the config: CT_ERR_INVALID naming the bad field. */
 ct_status ct_model_config_check(const ct_model_config *cfg);
-/* Builds and initialises (seeded, deterministic). NULL + ct_last_error() on a bad config
- * or out of memory. */
-ct_model *ct_model_create(const ct_model_config *cfg, uint64_t seed);
+/* Builds and initialises (seeded, deterministic). CT_ERR_INVALID for a bad config (the
+ * message names the field), CT_ERR_NOMEM when out of memory; *out = NULL on error. */
+ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out);
 void ct_model_free(ct_model *m);
 ct_params *ct_model_params(ct_model *m);
 const ct_model_config *ct_model_config_of(const ct_model *m);

@@ -175,7 +175,7 @@ static ct_status build(run *r) {
     } else {
         cfg.cnn.dropout = o->dropout;
     }
-    r->model = ct_model_create(&cfg, o->seed);
+    ct_model_create(&cfg, o->seed, &r->model);
     if (!r->model) return CT_ERR_INVALID;
     ct_params *P = ct_model_params(r->model);
     if (o->adamw) {
@@ -183,13 +183,13 @@ static ct_status build(run *r) {
         ao.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0.1;
         ao.beta2 = o->kind == CT_MODEL_GPT ? 0.95 : 0.999;
         ao.decay_only_ndim_ge2 = true;
-        r->opt = ct_optim_create_adamw(P, &ao);
+        ct_optim_create_adamw(P, &ao, &r->opt);
     } else {
         ct_sgd_opts so = ct_sgd_default_opts();
         so.momentum = o->momentum;
         so.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0;
         so.nesterov = o->nesterov;
-        r->opt = ct_optim_create_sgd(P, &so);
+        ct_optim_create_sgd(P, &so, &r->opt);
     }
     if (!r->opt) return CT_ERR_INVALID;
     if (r->pg) {
@@ -226,7 +226,7 @@ static ct_status build(run *r) {
     }
     ct_ctx_opts co = ct_ctx_default_opts();
     co.seed = o->seed;
-    r->ctx = ct_ctx_create(&co);
+    ct_ctx_create(&co, &r->ctx);
     if (!r->ctx) return ct_error(CT_ERR_NOMEM, "out of memory");
     if (r->rank == 0) {
         st = ct_metrics_open(o->output_dir, &r->metrics);

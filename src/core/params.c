@@ -27,7 +27,10 @@ struct ct_params {
     void *hook_user;
 };
 
-ct_params *ct_params_create(void) { return calloc(1, sizeof(ct_params)); }
+ct_status ct_params_create(ct_params **out) {
+    *out = calloc(1, sizeof(ct_params));
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory creating a parameter store");
+}
 
 void ct_params_free(ct_params *p) {
     if (!p) return;

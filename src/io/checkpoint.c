@@ -68,8 +68,8 @@ static ct_status file_crc(const char *path, uint32_t *crc, int64_t *size) {
 }
 
 static ct_status write_train_state(const char *path, const ct_optim *o, const ct_train_state *ts, const ct_model *m) {
-    ct_st_writer *w = ct_st_writer_create();
-    if (!w) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_st_writer *w;
+    if (ct_st_writer_create(&w) != CT_OK) return ct_error(CT_ERR_NOMEM, "out of memory");
     ct_status st = o ? ct_optim_state_save(o, w, "optim.") : CT_OK;
     char v[64];
 #define META(k, fmt, x) do { snprintf(v, sizeof v, fmt, x); if (st == CT_OK) st = ct_st_writer_set_metadata(w, k, v); } while (0)

@@ -74,22 +74,24 @@ static void describe(ct_model *m) {
     snprintf(m->desc, sizeof m->desc, "%s: %s parameters", arch, cnt);
 }
 
-ct_model *ct_model_create(const ct_model_config *cfg, uint64_t seed) {
-    if (ct_model_config_check(cfg) != CT_OK) return NULL;
+ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out) {
+    *out = NULL;
+    ct_status st = ct_model_config_check(cfg);
+    if (st != CT_OK) return st;
     ct_model *m = calloc(1, sizeof *m);
-    if (!m) { ct_error(CT_ERR_NOMEM, "out of memory creating a model"); return NULL; }
+    if (!m) return ct_error(CT_ERR_NOMEM, "out of memory creating a model");
     m->cfg = *cfg;
-    m->P = ct_params_create();
-    if (!m->P) { free(m); ct_error(CT_ERR_NOMEM, "out of memory creating a model"); return NULL; }
+    if (ct_params_create(&m->P) != CT_OK) { free(m); return ct_error(CT_ERR_NOMEM, "out of memory creating a model"); }
     m->kind = kind_ops(cfg->kind);
     m->kind->build(m);
-    if (ct_params_finalize(m->P, seed) != CT_OK) { ct_model_free(m); return NULL; }
+    if ((st = ct_params_finalize(m->P, seed)) != CT_OK) { ct_model_free(m); return st; }
     for (int i = 0; i < ct_params_count(m->P); i++) {
         ct_tensor *t = ct_params_get(m->P, i);
         if (t->flags & CT_TF_PARAM) m->nparams += ct_numel(t);
     }
     describe(m);
-    return m;
+    *out = m;
+    return CT_OK;
 }
 
 void ct_model_free(ct_model *m) {

@@ -11,8 +11,8 @@
 /* ---- save ---- */
 static ct_status save_impl(const ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of) {
     if (!path || !*path) return ct_error(CT_ERR_INVALID, "save: empty path");
-    ct_st_writer *w = ct_st_writer_create();
-    if (!w) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    ct_st_writer *w;
+    if (ct_st_writer_create(&w) != CT_OK) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
     ct_status st = CT_OK;
     for (int i = 0; i < ct_params_count(P) && st == CT_OK; i++) {
         const ct_tensor *t = ct_params_get(P, i);

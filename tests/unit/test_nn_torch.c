@@ -129,7 +129,7 @@ static ct_module *mk_seq(ct_params *P) {
 static ct_module *mk_attn(ct_params *P) { return ct_nn_causal_self_attention(P, "", 16, 4, true, 0.0f, 0.02, 0.02); }
 
 static void module_case(const char *name, make_fn mk) {
-    ct_params *P = ct_params_create();
+    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
     ct_module *m = mk(P);
     CT_EXPECT_OK(ct_params_finalize(P, 99));
     if (ct_params_count(P) > 0) {
@@ -139,7 +139,7 @@ static void module_case(const char *name, make_fn mk) {
     }
     ct_st_file *f = open_fix(name, "ref");
     if (!f) { CT_FAILF("no fixture for %s", name); ct_module_free(m); ct_params_free(P); return; }
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_tensor *x = fix_tensor(ctx, f, "input");
     bool fx = x->dtype == CT_F32;
     if (fx) ct_requires_grad(x);
@@ -214,13 +214,13 @@ static void model_case(ct_model_kind kind) {
     ct_st_file *f = open_fix(name, "ref");
     if (!f) { CT_FAILF("no fixture for %s", name); return; }
     ct_model_config cfg = config_from_fixture(kind, f);
-    ct_model *m = ct_model_create(&cfg, 7);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&cfg, 7, &m));
     CT_ASSERT(m);
     char wp[256];
     snprintf(wp, sizeof wp, FIX "%s.weights.safetensors", name);
     CT_EXPECT_OK(ct_model_load(m, wp)); /* GPT: the file has PyTorch's tied lm_head.weight too */
     ct_params *P = ct_model_params(m);
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
 
     /* forward, loss, gradients */
     ct_tensor *x = fix_tensor(ctx, f, "input"), *y = fix_tensor(ctx, f, "target");
@@ -284,18 +284,18 @@ CT_TEST(saved_models_load_in_pytorch) {
         ct_st_file *f = open_fix(name, "ref");
         CT_ASSERT(f);
         ct_model_config cfg = config_from_fixture((ct_model_kind)k, f);
-        ct_model *m = ct_model_create(&cfg, 1000 + (uint64_t)k); /* ctrain's own initialisation */
+        ct_model *m; CT_EXPECT_OK(ct_model_create(&cfg, 1000 + (uint64_t)k, &m)); /* ctrain's own initialisation */
         CT_ASSERT(m);
         snprintf(wp, sizeof wp, "%s/w.safetensors", dir);
         snprintf(rp, sizeof rp, "%s/r.safetensors", dir);
         CT_EXPECT_OK(ct_model_save(m, wp));
-        ct_ctx *ctx = ct_ctx_create(NULL);
+        ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
         ct_set_grad_enabled(ctx, false);
         ct_tensor *x = fix_tensor(ctx, f, "input");
         ct_tensor *y = ct_model_forward(ctx, m, x);
         ct_st_tensor cfgt;
         CT_ASSERT(ct_st_get(f, "config", &cfgt) == CT_OK);
-        ct_st_writer *w = ct_st_writer_create();
+        ct_st_writer *w; CT_EXPECT_OK(ct_st_writer_create(&w));
         ct_st_writer_add(w, "config", CT_I64, cfgt.ndim, cfgt.shape, cfgt.data);
         ct_st_writer_add(w, "input", x->dtype, x->ndim, x->shape, x->data);
         ct_st_writer_add(w, "output", CT_F32, y->ndim, y->shape, y->data);

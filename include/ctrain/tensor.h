@@ -121,12 +121,18 @@ typedef struct ct_params ct_params;
 ct_status ct_params_create(ct_params **out);
 void ct_params_free(ct_params *p);
 /* Register a parameter; storage appears at ct_params_finalize. `arg` is fan_in for
- * KAIMING_UNIFORM, std for NORMAL, bound for UNIFORM. Names are copied. */
+ * KAIMING_UNIFORM, std for NORMAL, bound for UNIFORM. Names are copied. Out of memory
+ * returns NULL and marks the store failed; a failed store registers nothing more. */
 ct_tensor *ct_param(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg);
 /* A buffer (state_dict entry without gradient, e.g. a mask). */
 ct_tensor *ct_param_buffer(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg);
 /* Allocate the flat buffers (64-byte aligned per tensor) and initialise with `seed`. */
 ct_status ct_params_finalize(ct_params *p, uint64_t seed);
+/* Failure is sticky: once a registration (or a module constructor, see nn.h) ran out of
+ * memory, ct_params_status returns CT_ERR_NOMEM and ct_params_finalize refuses the store
+ * with it, so building code checks once. ct_params_fail marks a store (first status kept). */
+ct_status ct_params_status(const ct_params *p);
+void ct_params_fail(ct_params *p, ct_status st);
 int ct_params_count(const ct_params *p);
 ct_tensor *ct_params_get(const ct_params *p, int i);
 ct_tensor *ct_params_find(const ct_params *p, const char *name);

@@ -76,7 +76,7 @@ static void gpt_build(ct_model *m) {
     ct_module *root = ct_module_new(&gpt_ops, "");
     ct_module *wte = ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wte", c->gpt.vocab_size, C, CT_INIT_NORMAL, std));
     ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wpe", c->gpt.block_size, C, CT_INIT_NORMAL, std));
-    m->tied = wte->w;
+    m->tied = wte ? wte->w : NULL;
     for (int l = 0; l < c->gpt.n_layer; l++) {
         snprintf(nm, sizeof nm, "transformer.h.%d", l);
         ct_module *b = ct_module_add_child(root, ct_module_new(&block_ops, nm));
@@ -86,15 +86,17 @@ static void gpt_build(ct_model *m) {
         ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_2"), C, 1e-5f, bias));
         ct_module *mlp = ct_module_add_child(b, ct_module_new(&mlp_ops, ct_nn_join(sub, sizeof sub, nm, "mlp")));
         char lin[CT_NN_NAME_MAX + 48];
-        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, mlp->name, "c_fc"), C, 4 * C, bias,
+        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_fc"), C, 4 * C, bias,
                                                  CT_INIT_NORMAL, std, CT_INIT_ZEROS, 0));
-        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, mlp->name, "c_proj"), 4 * C, C, bias,
+        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_proj"), 4 * C, C, bias,
                                                  CT_INIT_NORMAL, proj_std, CT_INIT_ZEROS, 0));
-        mlp->fp[0] = p;
+        if (mlp) mlp->fp[0] = p; /* NULL: out of memory, ct_model_create reports it */
     }
     ct_module_add_child(root, ct_nn_layer_norm(m->P, "transformer.ln_f", C, 1e-5f, bias));
-    root->hp[0] = c->gpt.block_size;
-    root->fp[0] = p;
+    if (root) {
+        root->hp[0] = c->gpt.block_size;
+        root->fp[0] = p;
+    }
     m->root = root;
 }
 

@@ -84,7 +84,10 @@ ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **
     if (ct_params_create(&m->P) != CT_OK) { free(m); return ct_error(CT_ERR_NOMEM, "out of memory creating a model"); }
     m->kind = kind_ops(cfg->kind);
     m->kind->build(m);
-    if ((st = ct_params_finalize(m->P, seed)) != CT_OK) { ct_model_free(m); return st; }
+    /* the builders do not check each allocation: out of memory shows here (nn.h) */
+    st = ct_module_status(m->root);
+    if (st == CT_OK) st = ct_params_finalize(m->P, seed);
+    if (st != CT_OK) { ct_model_free(m); return st; }
     for (int i = 0; i < ct_params_count(m->P); i++) {
         ct_tensor *t = ct_params_get(m->P, i);
         if (t->flags & CT_TF_PARAM) m->nparams += ct_numel(t);

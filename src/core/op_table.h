@@ -59,6 +59,11 @@ typedef struct {
 } ct_op_def;
 extern const ct_op_def ct_op_table[CT_OP_COUNT];
 
+/* Workspace the kernels need per thread, allocated ahead so that no op allocates it
+ * (src/ops/cpu/sgemm.c: GEMM packing buffers) — for ct_ctx_create and ct_set_num_threads.
+ * CT_ERR_NOMEM when it cannot be allocated. */
+ct_status ct_kernels_reserve(int nthreads);
+
 /* ---- helpers for op implementations (src/core/autograd.c) ---- */
 /* Record a node if grad mode is on and any input requires grad; marks `out` as requiring
  * grad. Returns NULL when nothing was recorded (then skip saving state). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/ctx_internal.h"
+#include "core/op_table.h"
 #include "ctrain/tensor.h"
 
 #define ARENA_ALIGN 64
@@ -15,6 +16,9 @@ ct_ctx_opts ct_ctx_default_opts(void) { return (ct_ctx_opts){.arena_block = 64u 
 ct_status ct_ctx_create(const ct_ctx_opts *opts, ct_ctx **out) {
     *out = NULL;
     ct_ctx_opts o = opts ? *opts : ct_ctx_default_opts();
+    /* the GEMM workspace of this thread count, so that no op has to allocate it */
+    ct_status st = ct_kernels_reserve(ct_get_num_threads());
+    if (st != CT_OK) return st;
     ct_ctx *c = calloc(1, sizeof *c);
     if (!c) return ct_error(CT_ERR_NOMEM, "out of memory creating a context");
     c->block_size = o.arena_block ? o.arena_block : (64u << 20);

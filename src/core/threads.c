@@ -9,11 +9,14 @@
 
 #include "ctrain/core.h"
 #include "ctrain/tensor.h"
+#include "core/op_table.h"
 
 void ct_set_num_threads(int n) {
     if (n < 1) n = 1;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
+    /* GEMM workspace for n threads; short of memory, GEMMs use fewer threads (same bits) */
+    if (ct_kernels_reserve(n) != CT_OK) CT_LOG_WARN_("threads", "%s; GEMMs run on fewer threads", ct_last_error());
 }
 int ct_get_num_threads(void) { return omp_get_max_threads(); }
 

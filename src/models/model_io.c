@@ -57,14 +57,13 @@ static ct_status check_tensor(const ct_st_file *f, const char *name, const ct_st
     return CT_OK;
 }
 
-static void copy_in(float *dst, const ct_st_tensor *t, size_t n) {
-    size_t isz = ct_dtype_size(t->dtype);
-    if ((uintptr_t)t->data % isz == 0) { ct_convert(dst, CT_F32, t->data, t->dtype, n); return; }
-    void *tmp = malloc(n * isz + 1); /* unaligned data (a writer that did not pad) */
-    CT_CHECK(tmp, "out of memory");
-    memcpy(tmp, t->data, n * isz);
+static bool aligned(const ct_st_tensor *t) { return (uintptr_t)t->data % ct_dtype_size(t->dtype) == 0; }
+
+/* tmp: room for an unaligned tensor's bytes (a writer that did not pad) */
+static void copy_in(float *dst, const ct_st_tensor *t, size_t n, void *tmp) {
+    if (aligned(t)) { ct_convert(dst, CT_F32, t->data, t->dtype, n); return; }
+    memcpy(tmp, t->data, n * ct_dtype_size(t->dtype));
     ct_convert(dst, CT_F32, tmp, t->dtype, n);
-    free(tmp);
 }
 
 /* alias: an extra accepted name that must have alias_of's shape (values ignored);
@@ -127,12 +126,20 @@ static ct_status load_impl(ct_params *P, const char *path, const char *alias, co
                           extra, nextra > 6 ? ", ..." : "");
     }
 
-    /* 3. all checked: copy */
+    /* 3. all checked: copy (the one allocation first, so that nothing changes on failure) */
+    void *tmp = NULL;
+    if (st == CT_OK) {
+        size_t most = 0;
+        for (int i = 0; i < np; i++)
+            if (!aligned(&src[i]) && src[i].nbytes > most) most = src[i].nbytes;
+        if (most && !(tmp = malloc(most))) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    }
     if (st == CT_OK)
         for (int i = 0; i < np; i++) {
             ct_tensor *t = ct_params_get(P, i);
-            copy_in(t->data, &src[i], (size_t)ct_numel(t));
+            copy_in(t->data, &src[i], (size_t)ct_numel(t), tmp);
         }
+    free(tmp);
     free(src);
     ct_st_close(f);
     return st;

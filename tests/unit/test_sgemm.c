@@ -59,7 +59,9 @@ static int check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     return bad;
 }
 
-#define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU"); } while (0)
+/* also the packing buffers, which a context would reserve */
+#define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU"); \
+                           CT_ASSERT(ct_kernels_reserve(2) == CT_OK); } while (0)
 
 CT_TEST(small_sizes_all_transposes) {
     NEED_AVX512();
@@ -158,6 +160,7 @@ CT_TEST(thread_count_bit_identity) {
 
 /* the dispatching wrapper (what linear/matmul/conv/attention call) agrees with the reference too */
 CT_TEST(dispatch_wrapper) {
+    CT_ASSERT(ct_kernels_reserve(2) == CT_OK);
     int64_t M = 33, N = 77, K = 129;
     float *A = rnd(M * K), *B = rnd(K * N), *C = rnd(M * N), *R = malloc((size_t)(M * N) * sizeof(float));
     for (int64_t i = 0; i < M * N; i++) C[i] = NAN;

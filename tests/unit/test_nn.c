@@ -155,6 +155,8 @@ CT_TEST(bad_configs_fail_with_a_message) {
     CT_EXPECT_OK(ct_model_kind_parse("GPT", &k));
     CT_EXPECT(k == CT_MODEL_GPT);
     CT_EXPECT(ct_model_kind_parse("resnet", &k) == CT_ERR_INVALID);
+    CT_EXPECT(!strcmp(ct_last_error(), "unknown model 'resnet' (expected mlp, cnn or gpt)"));
+    CT_EXPECT(!strcmp(ct_model_kind_name(CT_MODEL_CNN), "cnn") && !strcmp(ct_model_kind_name((ct_model_kind)9), "?"));
 }
 
 CT_TEST(same_seed_same_weights) {

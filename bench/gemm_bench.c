@@ -86,6 +86,10 @@ int main(int argc, char **argv) {
         printf("gemm_bench: no AVX-512 on this CPU: the own SGEMM is not used\n");
         return 0;
     }
+    if (ct_kernels_reserve(ct_get_num_threads()) != CT_OK) { /* packing buffers; no context here */
+        fprintf(stderr, "gemm_bench: %s\n", ct_last_error());
+        return 1;
+    }
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("OpenBLAS core %s (OPENBLAS_CORETYPE=%s); own = ctrain AVX-512 sgemm; GFLOP/s, best of 3\n", openblas_get_corename(),
            ct ? ct : "unset");

@@ -71,7 +71,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     (void)nranks;
     ct_model_config cfg = ct_model_default_config(bc->kind);
     if (bc->kind == CT_MODEL_MLP) { cfg.mlp.n_hidden = 2; cfg.mlp.hidden[0] = 1024; cfg.mlp.hidden[1] = 1024; }
-    ct_model *m = ct_model_create(&cfg, 1234);
+    ct_model *m; ct_model_create(&cfg, 1234, &m);
     if (!m) { fprintf(stderr, "model: %s\n", ct_last_error()); return 1; }
     ct_params *P = ct_model_params(m);
     ct_optim *opt;
@@ -81,12 +81,12 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
         ao.weight_decay = 0.1;
         ao.beta2 = 0.95;
         ao.decay_only_ndim_ge2 = true;
-        opt = ct_optim_create_adamw(P, &ao);
+        ct_optim_create_adamw(P, &ao, &opt);
         lr = 3e-4;
     } else {
         ct_sgd_opts so = ct_sgd_default_opts();
         so.momentum = 0.9;
-        opt = ct_optim_create_sgd(P, &so);
+        ct_optim_create_sgd(P, &so, &opt);
         lr = 0.01;
     }
     if (!opt) { fprintf(stderr, "optim: %s\n", ct_last_error()); return 1; }
@@ -95,7 +95,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
         ct_ddp_opts dd = ct_ddp_default_opts();
         if (ct_ddp_create(pg, P, &dd, &ddp) != CT_OK) { fprintf(stderr, "ddp: %s\n", ct_last_error()); return 1; }
     }
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; ct_ctx_create(NULL, &ctx);
 
     /* synthetic data: a few fixed batches, different per rank */
     int B = batch_of(bc->kind);

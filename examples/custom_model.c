@@ -35,7 +35,8 @@ int main(int argc, char **argv) {
     if (ct_dataset_idx_open_dir(dir, true, &train) != CT_OK || ct_dataset_idx_open_dir(dir, false, &test) != CT_OK)
         return fprintf(stderr, "%s\n", ct_last_error()), 1;
 
-    ct_params *P = ct_params_create();
+    ct_params *P;
+    if (ct_params_create(&P) != CT_OK) return fprintf(stderr, "%s\n", ct_last_error()), 1;
     ct_module *net = ct_nn_sequential(""); /* state_dict names "1.weight", "3.weight", ... */
     ct_seq_add(net, ct_nn_flatten(1));
     ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 784, 128, true));
@@ -44,7 +45,8 @@ int main(int argc, char **argv) {
     ct_seq_add(net, residual(P, ct_seq_next_name(net), 128));
     ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 128, 10, true));
     if (ct_params_finalize(P, 42) != CT_OK) return fprintf(stderr, "%s\n", ct_last_error()), 1;
-    ct_optim *opt = ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
+    ct_optim *opt = NULL;
+    if (ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9}, &opt) != CT_OK) return fprintf(stderr, "%s\n", ct_last_error()), 1;
 
     ct_train_model model = ct_train_model_module(net, P, "resmlp"); /* cross-entropy loss */
     ct_trainer_opts o = ct_trainer_default_opts();

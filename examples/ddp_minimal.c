@@ -40,14 +40,14 @@ static int train(int rank, int world, void *arg) {
     ct_model_config cfg = ct_model_default_config(CT_MODEL_MLP);
     cfg.mlp.n_hidden = 1;
     cfg.mlp.hidden[0] = 128;
-    ct_model *model = ct_model_create(&cfg, 42);
+    ct_model *model; ct_model_create(&cfg, 42, &model);
     ct_params *P = ct_model_params(model);
     ct_ddp *ddp = NULL;
     if (pg && ct_ddp_create(pg, P, NULL, &ddp) != CT_OK) {
         fprintf(stderr, "rank %d: DDP: %s\n", rank, ct_last_error());
         return 1;
     }
-    ct_optim *opt = ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
+    ct_optim *opt; ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9}, &opt);
 
     /* DistributedSampler(dataset, num_replicas=world, rank=rank) + DataLoader(batch_size=32) */
     ct_sampler_opts so = ct_sampler_default_opts();
@@ -61,7 +61,8 @@ static int train(int rank, int world, void *arg) {
     ct_loader *loader;
     ct_loader_create(data, sampler, &lo, &loader);
 
-    ct_ctx *ctx = ct_ctx_create(NULL); /* this step's activations; reset after each step */
+    ct_ctx *ctx; /* this step's activations; reset after each step */
+    if (ct_ctx_create(NULL, &ctx) != CT_OK) return 1;
     ct_train_model tm = ct_train_model_builtin(model);
     ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = 0.05};
     int status = 0;

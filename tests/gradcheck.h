@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ct_test.h" /* CT_EXPECT_OK */
 #include "ctrain/ops.h"
 
 typedef struct { int ndim; int64_t shape[CT_MAX_DIMS]; } ct_tensor_spec;
@@ -25,7 +26,7 @@ static inline float ct_gc_rand(uint64_t *s) { /* xorshift, uniform in [-1, 1) */
 }
 
 static double ct_gc_loss(ct_gc_fn f, void *arg, int nin, float **vals, const ct_tensor_spec *spec, const float *R, int64_t *nout) {
-    ct_ctx *c = ct_ctx_create(NULL);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
     ct_set_grad_enabled(c, false);
     ct_tensor *in[8];
     for (int i = 0; i < nin; i++) in[i] = ct_from_f32(c, vals[i], spec[i].ndim, spec[i].shape);
@@ -56,7 +57,7 @@ static double ct_gradcheck_h(ct_gc_fn f, void *arg, int nin, const ct_tensor_spe
     int64_t nout = 0;
     float dummy_R[1] = {0};
     {
-        ct_ctx *c = ct_ctx_create(NULL);
+        ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
         ct_set_grad_enabled(c, false);
         ct_tensor *in[8];
         for (int i = 0; i < nin; i++) in[i] = ct_from_f32(c, vals[i], spec[i].ndim, spec[i].shape);
@@ -67,7 +68,7 @@ static double ct_gradcheck_h(ct_gc_fn f, void *arg, int nin, const ct_tensor_spe
     float *R = malloc((size_t)(nout ? nout : 1) * sizeof(float));
     for (int64_t j = 0; j < nout; j++) R[j] = ct_gc_rand(&s);
     /* analytic */
-    ct_ctx *c = ct_ctx_create(NULL);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
     ct_tensor *in[8];
     for (int i = 0; i < nin; i++) {
         in[i] = ct_from_f32(c, vals[i], spec[i].ndim, spec[i].shape);

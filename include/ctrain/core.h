@@ -95,7 +95,10 @@ void ct_elem_set(void *p, ct_dtype dt, size_t i, double v);
 void ct_convert(void *dst, ct_dtype dst_dt, const void *src, ct_dtype src_dt, size_t n);
 
 /* ---- threads and machine facts ---- */
-/* Threads for kernels (OpenMP) and the BLAS, set together so they never fight. */
+/* Threads for kernels (OpenMP) and the BLAS, set together so they never fight. Also
+ * reserves the GEMM packing buffers for n threads (ct_ctx_create reserves them for the
+ * current count and fails with CT_ERR_NOMEM when it cannot); short of memory here, GEMMs
+ * run on fewer threads, with the same results. */
 void ct_set_num_threads(int n);
 int ct_get_num_threads(void);
 /* OMP_NUM_THREADS if set, else cores / LOCAL_WORLD_SIZE (at least 1). */

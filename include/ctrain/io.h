@@ -10,7 +10,8 @@
  *   printf("format=%s\n", ct_st_metadata(f, "format") ? ct_st_metadata(f, "format") : "-");
  *   ct_st_close(f);
  *
- *   ct_st_writer *w = ct_st_writer_create();
+ *   ct_st_writer *w;
+ *   if (ct_st_writer_create(&w) != CT_OK) ...                      // CT_ERR_NOMEM
  *   int64_t shape[2] = {10, 784};
  *   ct_st_writer_add(w, "fc1.weight", CT_F32, 2, shape, weights);  // pointer kept until save
  *   ct_st_writer_set_metadata(w, "format", "pt");
@@ -67,7 +68,8 @@ const char *ct_st_path(const ct_st_file *f);
 
 typedef struct ct_st_writer ct_st_writer;
 
-ct_st_writer *ct_st_writer_create(void);
+/* CT_ERR_NOMEM when out of memory (*out = NULL). */
+ct_status ct_st_writer_create(ct_st_writer **out);
 void ct_st_writer_free(ct_st_writer *w);
 /* Register a tensor. `data` (contiguous, little-endian, numel * itemsize bytes) is not
  * copied: it must stay valid until ct_st_writer_save returns. CT_ERR_INVALID for a duplicate

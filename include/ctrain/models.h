@@ -2,10 +2,11 @@
  *
  *   ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
  *   cfg.gpt.n_layer = 6; cfg.gpt.n_embd = 256; cfg.gpt.n_head = 8;
- *   ct_model *m = ct_model_create(&cfg, 1337);
- *   if (!m) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
- *   puts(ct_model_describe(m));                               // "GPT(...): 4.8M parameters"
- *   ct_ctx *ctx = ct_ctx_create(NULL);
+ *   ct_model *m;
+ *   if (ct_model_create(&cfg, 1337, &m) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
+ *   puts(ct_model_describe(m));                               // "GPT(...): 4,870,144 parameters"
+ *   ct_ctx *ctx;
+ *   ct_ctx_create(NULL, &ctx);                                // (check its status too)
  *   ct_tensor *loss = ct_model_loss(ctx, m, tokens, targets);  // [B,T] i32 each
  *   ct_backward(ctx, loss);                                   // grads in ct_params_grad(ct_model_params(m))
  *   ...
@@ -79,16 +80,17 @@ typedef struct ct_model ct_model;
 ct_model_config ct_model_default_config(ct_model_kind kind);
 /* Checks the config: CT_ERR_INVALID naming the bad field. */
 ct_status ct_model_config_check(const ct_model_config *cfg);
-/* Builds and initialises (seeded, deterministic). NULL + ct_last_error() on a bad config
- * or out of memory. */
-ct_model *ct_model_create(const ct_model_config *cfg, uint64_t seed);
+/* Builds and initialises (seeded, deterministic). CT_ERR_INVALID for a bad config (the
+ * message names the field), CT_ERR_NOMEM when out of memory; *out = NULL on error. */
+ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out);
 void ct_model_free(ct_model *m);
 ct_params *ct_model_params(ct_model *m);
 const ct_model_config *ct_model_config_of(const ct_model *m);
 ct_module *ct_model_module(ct_model *m);       /* root module (for MLP: the Sequential) */
 /* Parameters as PyTorch counts them (tied weights once). */
 int64_t ct_model_num_params(const ct_model *m);
-/* "GPT(n_layer=6, n_embd=256, n_head=8, block_size=256, vocab_size=256): 4,788,480 parameters" */
+/* "GPT(n_layer=6, n_embd=256, n_head=8, block_size=256, vocab_size=256, dropout=0): 4,870,144 parameters"
+ * (the default GPT; the tied LM head counted once) */
 const char *ct_model_describe(const ct_model *m);
 /* "mlp" | "cnn" | "gpt"; parse accepts the same (case-insensitive). */
 const char *ct_model_kind_name(ct_model_kind k);
@@ -101,7 +103,7 @@ ct_tensor *ct_model_forward(ct_ctx *ctx, ct_model *m, ct_tensor *input);
  * GPT: target [B, T] (i32/i64; -1 ignored, as nanoGPT), mean over all B*T positions. */
 ct_tensor *ct_model_loss(ct_ctx *ctx, ct_model *m, ct_tensor *input, ct_tensor *target);
 
-/* ---- state_dict I/O (safetensors; src/io/model_io.c) ----
+/* ---- state_dict I/O (safetensors; src/models/model_io.c) ----
  * Save: every parameter and buffer under its state_dict name, f32, metadata format=pt;
  * atomic (see ct_st_writer_save). Load: every name of the model must be in the file with the
  * same shape and a float dtype (F32, or F16/BF16/F64 converted as PyTorch's copy_ does);

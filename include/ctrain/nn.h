@@ -1,12 +1,14 @@
 /* ctrain/nn.h — modules: layers with PyTorch's default initialisation and PyTorch's
  * state_dict names, composed through a small vtable.
  *
- *   ct_params *P = ct_params_create();
+ *   ct_params *P;
+ *   if (ct_params_create(&P) != CT_OK) ...
  *   ct_module *net = ct_nn_sequential("");                 // root: names "0.weight", "2.bias"...
  *   ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 784, 512, true));   // "0.weight", "0.bias"
  *   ct_seq_add(net, ct_nn_relu());                                             // index 1 (no parameters)
  *   ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 512, 10, true));    // "2.weight", "2.bias"
- *   ct_params_finalize(P, 42);                             // allocate + initialise the flat buffer
+ *   if (ct_module_status(net) != CT_OK || ct_params_finalize(P, 42) != CT_OK) ... // out of memory
+ *                                                          // (finalize: allocate + initialise the flat buffer)
  *   ct_tensor *logits = ct_module_forward(ctx, net, x);    // x [B, 784]
  *   ...
  *   ct_module_free(net);                                   // frees children; P owns the weights
@@ -21,6 +23,16 @@
  * Initialisation (PyTorch defaults): Linear/Conv2d weight and bias U(±1/sqrt(fan_in));
  * Embedding N(0, 1); LayerNorm weight 1, bias 0. The *_ex constructors take explicit
  * initialisers (GPT-2 uses N(0, 0.02) and zero biases).
+ *
+ * Out of memory never aborts; building checks once, at the end. A constructor that cannot
+ * allocate returns NULL (ct_last_error() says why); one that takes a store also marks the
+ * store failed (ct_params_fail), which then registers nothing more and which
+ * ct_params_finalize refuses with CT_ERR_NOMEM. NULL is passed on: ct_module_add_child and
+ * ct_seq_add with a NULL child return NULL and mark the parent incomplete, with a NULL
+ * parent they free the child and return NULL; ct_seq_next_name(NULL) is NULL, and a
+ * constructor with a store given a NULL name returns NULL (marking the store). So build
+ * without checking each call, then: ct_module_status(root) (CT_ERR_NOMEM when root is NULL
+ * or any module below it is incomplete) and ct_params_finalize — as ct_model_create does.
  *
  * Dropout follows the context's training flag (ct_ctx_set_training), like module.train().
  * Your own module: fill a ct_module_ops and call ct_module_new(); use `w`, `b`, `hp`,
@@ -56,15 +68,19 @@ struct ct_module {
     int nchildren, cap;
     char next_name[CT_NN_NAME_MAX];
     void *priv;
+    bool incomplete;            /* a child could not be built (out of memory): see ct_module_status */
 };
 
 /* ---- generic ---- */
-ct_module *ct_module_new(const ct_module_ops *ops, const char *name); /* zeroed; aborts on OOM */
+ct_module *ct_module_new(const ct_module_ops *ops, const char *name); /* zeroed; NULL when out of memory */
 ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x);
 void ct_module_free(ct_module *m);                 /* recursive; NULL is fine */
 const char *ct_module_type(const ct_module *m);
-/* Append a child (owned by the parent); returns it. */
+/* Append a child (owned by the parent); returns it. NULL child or parent: see above. */
 ct_module *ct_module_add_child(ct_module *parent, ct_module *child);
+/* CT_OK, or CT_ERR_NOMEM when m is NULL or a module in its tree lacks a child that could
+ * not be built. */
+ct_status ct_module_status(const ct_module *m);
 /* `prefix + "." + leaf` (or leaf alone when prefix is empty) into buf; returns buf. */
 const char *ct_nn_join(char *buf, size_t n, const char *prefix, const char *leaf);
 /* One line per module, PyTorch-like ("(0): Linear(in_features=784, out_features=512, bias=True)"),

@@ -24,7 +24,10 @@ ct_tensor *ct_transpose(ct_ctx *ctx, ct_tensor *x, int d0, int d1);             
 ct_tensor *ct_slice(ct_ctx *ctx, ct_tensor *x, int dim, int64_t start, int64_t len); /* view */
 ct_tensor *ct_contiguous(ct_ctx *ctx, ct_tensor *x);                              /* x itself if contiguous */
 
-/* ---- linear algebra (OpenBLAS sgemm; transposes are GEMM flags, never copies) ---- */
+/* ---- linear algebra (transposes are GEMM flags, never copies) ----
+ * Every GEMM goes through ctrain's own AVX-512 sgemm (bit-identical for any thread count);
+ * OpenBLAS's sgemm is the fallback on CPUs without AVX-512, for tiny products where packing
+ * does not pay, and with CTRAIN_GEMM=openblas. */
 /* a [M,K] (or [K,M] if ta), b [K,N] (or [N,K] if tb) → [M,N]; 3-D inputs are batched
  * over dim 0 (same batch size). */
 ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb);

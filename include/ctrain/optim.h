@@ -4,7 +4,8 @@
  *
  *   ct_adamw_opts ao = ct_adamw_default_opts();        // betas 0.9/0.999, eps 1e-8, wd 1e-2
  *   ao.decay_only_ndim_ge2 = true;                      // no decay for biases / LayerNorm (nanoGPT)
- *   ct_optim *opt = ct_optim_create_adamw(P, &ao);
+ *   ct_optim *opt;
+ *   if (ct_optim_create_adamw(P, &ao, &opt) != CT_OK) ...
  *   ct_lr_schedule sched = ct_lr_cosine(6e-4, 6e-5, 100, 5000); // base, min, warmup, total
  *   for (int64_t step = 0; step < 5000; step++) {
  *       ... forward, ct_backward ...
@@ -64,11 +65,11 @@ typedef struct ct_adamw_opts {
 } ct_adamw_opts;
 ct_adamw_opts ct_adamw_default_opts(void);
 
-/* NULL opts = defaults. The store must be finalized. Returns NULL with ct_last_error() set
- * for invalid options (CT_ERR_INVALID) or out of memory. The optimizer keeps a pointer to
- * the store; free the optimizer first. */
-ct_optim *ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts);
-ct_optim *ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts);
+/* NULL opts = defaults. The store must be finalized. CT_ERR_INVALID for invalid options,
+ * CT_ERR_NOMEM when out of memory (*out = NULL, message in ct_last_error()). The optimizer
+ * keeps a pointer to the store; free the optimizer first. */
+ct_status ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts, ct_optim **out);
+ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_optim **out);
 void ct_optim_free(ct_optim *o);
 
 /* One update of every parameter from the store's flat gradients, with learning rate lr
@@ -183,9 +184,9 @@ typedef struct ct_grad_scaler_state {
 } ct_grad_scaler_state;
 
 typedef struct ct_grad_scaler ct_grad_scaler;
-/* NULL opts = defaults. NULL with CT_ERR_INVALID for a non-positive scale, growth <= 1,
- * backoff outside (0, 1) or interval < 1. */
-ct_grad_scaler *ct_grad_scaler_create(const ct_grad_scaler_opts *opts);
+/* NULL opts = defaults. CT_ERR_INVALID for a non-positive scale, growth <= 1, backoff
+ * outside (0, 1) or interval < 1; CT_ERR_NOMEM when out of memory (*out = NULL). */
+ct_status ct_grad_scaler_create(const ct_grad_scaler_opts *opts, ct_grad_scaler **out);
 void ct_grad_scaler_free(ct_grad_scaler *s);
 float ct_grad_scaler_scale(const ct_grad_scaler *s);
 /* Multiply every gradient by 1/scale (the float reciprocal, as PyTorch) and return true when

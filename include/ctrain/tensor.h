@@ -1,7 +1,9 @@
 /* ctrain/tensor.h — tensors, the per-step context (arena + tape) and parameter stores.
  *
- *   ct_ctx *ctx = ct_ctx_create(NULL);                  // arena for activations + autograd tape
- *   ct_params *P = ct_params_create();                   // one flat buffer for all weights
+ *   ct_ctx *ctx;
+ *   ct_params *P;
+ *   if (ct_ctx_create(NULL, &ctx) != CT_OK) ...         // arena for activations + autograd tape
+ *   if (ct_params_create(&P) != CT_OK) ...               // one flat buffer for all weights
  *   ct_tensor *W = ct_param(P, "fc.weight", 2, (int64_t[]){10, 784}, CT_INIT_KAIMING_UNIFORM, 784);
  *   ct_params_finalize(P, 42);                           // allocate + initialise (seed 42)
  *   for (step...) {
@@ -16,6 +18,9 @@
  * Tensors are descriptors (struct below) whose storage lives either in a ct_ctx arena
  * (activations: valid until ct_ctx_reset) or in a ct_params flat buffer (parameters).
  * Views (reshape, transpose, slice) share storage. Kernels take contiguous inputs.
+ *
+ * Constructors (here and in every header) return a ct_status and the object through their
+ * last argument: CT_OK, or an error status with *out = NULL and the message in ct_last_error().
  */
 #ifndef CTRAIN_TENSOR_H
 #define CTRAIN_TENSOR_H
@@ -72,7 +77,9 @@ typedef struct ct_ctx_opts {
     uint64_t seed;       /* base seed for dropout's counter-based RNG */
 } ct_ctx_opts;
 ct_ctx_opts ct_ctx_default_opts(void);
-ct_ctx *ct_ctx_create(const ct_ctx_opts *opts); /* NULL opts = defaults; NULL on OOM */
+/* NULL opts = defaults. CT_ERR_NOMEM when the context, or the GEMM packing buffers for
+ * ct_get_num_threads() threads (see ct_set_num_threads), cannot be allocated. */
+ct_status ct_ctx_create(const ct_ctx_opts *opts, ct_ctx **out);
 void ct_ctx_free(ct_ctx *ctx);
 /* Drop every activation and tape node of the step. Blocks are kept for reuse. */
 void ct_ctx_reset(ct_ctx *ctx);
@@ -110,15 +117,22 @@ typedef enum {
 } ct_init;
 
 typedef struct ct_params ct_params;
-ct_params *ct_params_create(void);
+/* CT_ERR_NOMEM when out of memory. */
+ct_status ct_params_create(ct_params **out);
 void ct_params_free(ct_params *p);
 /* Register a parameter; storage appears at ct_params_finalize. `arg` is fan_in for
- * KAIMING_UNIFORM, std for NORMAL, bound for UNIFORM. Names are copied. */
+ * KAIMING_UNIFORM, std for NORMAL, bound for UNIFORM. Names are copied. Out of memory
+ * returns NULL and marks the store failed; a failed store registers nothing more. */
 ct_tensor *ct_param(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg);
 /* A buffer (state_dict entry without gradient, e.g. a mask). */
 ct_tensor *ct_param_buffer(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg);
 /* Allocate the flat buffers (64-byte aligned per tensor) and initialise with `seed`. */
 ct_status ct_params_finalize(ct_params *p, uint64_t seed);
+/* Failure is sticky: once a registration (or a module constructor, see nn.h) ran out of
+ * memory, ct_params_status returns CT_ERR_NOMEM and ct_params_finalize refuses the store
+ * with it, so building code checks once. ct_params_fail marks a store (first status kept). */
+ct_status ct_params_status(const ct_params *p);
+void ct_params_fail(ct_params *p, ct_status st);
 int ct_params_count(const ct_params *p);
 ct_tensor *ct_params_get(const ct_params *p, int i);
 ct_tensor *ct_params_find(const ct_params *p, const char *name);

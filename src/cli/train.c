@@ -70,23 +70,23 @@ static ct_status build(job *j) {
     } else {
         cfg.cnn.dropout = o->dropout;
     }
-    j->model = ct_model_create(&cfg, o->seed);
-    if (!j->model) return CT_ERR_INVALID;
+    ct_status st = ct_model_create(&cfg, o->seed, &j->model);
+    if (st != CT_OK) return st;
     ct_params *P = ct_model_params(j->model);
     if (o->adamw) {
         ct_adamw_opts ao = ct_adamw_default_opts();
         ao.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0.1;
         ao.beta2 = o->kind == CT_MODEL_GPT ? 0.95 : 0.999;
         ao.decay_only_ndim_ge2 = true;
-        j->opt = ct_optim_create_adamw(P, &ao);
+        st = ct_optim_create_adamw(P, &ao, &j->opt);
     } else {
         ct_sgd_opts so = ct_sgd_default_opts();
         so.momentum = o->momentum;
         so.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0;
         so.nesterov = o->nesterov;
-        j->opt = ct_optim_create_sgd(P, &so);
+        st = ct_optim_create_sgd(P, &so, &j->opt);
     }
-    return j->opt ? CT_OK : CT_ERR_INVALID;
+    return st;
 }
 
 static ct_status fit(job *j) {

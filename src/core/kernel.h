@@ -36,6 +36,14 @@ void ct_check_same_shape(const char *op, const char *file, int line, const ct_te
  * step), so masks are reproducible, thread-count independent and exact on resume. */
 uint64_t ct_ctx_dropout_key(ct_ctx *ctx);
 
+/* Workspace the kernels need per thread, allocated ahead so that no op allocates it (src/ops:
+ * GEMM packing buffers). The kernels register how to reserve it (core never calls up into
+ * them); ct_ctx_create and ct_set_num_threads call ct_kernel_reserve, where a failure can
+ * still be CT_ERR_NOMEM. CT_OK when nothing is registered. */
+typedef ct_status (*ct_kernel_reserve_fn)(int nthreads);
+void ct_kernel_register_reserve(ct_kernel_reserve_fn fn);
+ct_status ct_kernel_reserve(int nthreads);
+
 /* Fires the store's grad hook for parameter i (params.c). */
 void ct_params_fire_hook_(struct ct_params *p, int i);
 

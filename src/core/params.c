@@ -24,9 +24,13 @@ struct ct_params {
     bool finalized;
     ct_grad_hook hook;
     void *hook_user;
+    ct_status failed; /* sticky: a registration or a module construction ran out of memory */
 };
 
-ct_params *ct_params_create(void) { return calloc(1, sizeof(ct_params)); }
+ct_status ct_params_create(ct_params **out) {
+    *out = calloc(1, sizeof(ct_params));
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory creating a parameter store");
+}
 
 void ct_params_free(ct_params *p) {
     if (!p) return;
@@ -42,17 +46,28 @@ void ct_params_free(ct_params *p) {
     free(p);
 }
 
+void ct_params_fail(ct_params *p, ct_status st) {
+    if (p && !p->failed) p->failed = st;
+}
+ct_status ct_params_status(const ct_params *p) { return p->failed; }
+
+/* Out of memory returns NULL and marks the store failed (finalize then refuses it), so a
+ * builder checks once at the end (nn.h); a failed store registers nothing more. */
 static ct_tensor *add_rec(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg, bool buf) {
     CT_CHECK(!p->finalized, "ct_param('%s') after ct_params_finalize", name);
+    if (p->failed) return NULL;
     CT_CHECK(ndim >= 0 && ndim <= CT_MAX_DIMS, "parameter '%s' with %d dims", name, ndim);
     CT_CHECK(!ct_params_find(p, name), "duplicate parameter name '%s'", name);
     if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 32;
-        p->recs = realloc(p->recs, (size_t)p->cap * sizeof *p->recs);
-        CT_CHECK(p->recs, "out of memory registering parameters");
+        int cap = p->cap ? 2 * p->cap : 32;
+        param_rec *r = realloc(p->recs, (size_t)cap * sizeof *r);
+        if (!r) goto oom;
+        p->recs = r;
+        p->cap = cap;
     }
     ct_tensor *t = calloc(1, sizeof *t);
-    CT_CHECK(t, "out of memory");
+    char *nm = strdup(name);
+    if (!t || !nm) { free(t); free(nm); goto oom; }
     t->dtype = CT_F32;
     t->device = CT_CPU;
     t->ndim = ndim;
@@ -61,9 +76,13 @@ static ct_tensor *add_rec(ct_params *p, const char *name, int ndim, const int64_
     t->flags = buf ? 0 : (CT_TF_PARAM | CT_TF_REQUIRES_GRAD);
     t->param_id = p->n;
     t->params = p;
-    t->name = strdup(name);
+    t->name = nm;
     p->recs[p->n++] = (param_rec){.t = t, .init = init, .arg = arg, .is_buffer = buf};
     return t;
+oom:
+    ct_params_fail(p, CT_ERR_NOMEM);
+    ct_error(CT_ERR_NOMEM, "out of memory registering parameter '%s'", name);
+    return NULL;
 }
 
 ct_tensor *ct_param(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg) {
@@ -95,6 +114,7 @@ static void init_values(float *d, int64_t n, ct_init init, double arg, uint64_t 
 
 ct_status ct_params_finalize(ct_params *p, uint64_t seed) {
     CT_CHECK(!p->finalized, "ct_params_finalize called twice");
+    if (p->failed) return ct_error(p->failed, "parameter store incomplete: out of memory while registering parameters or building modules");
     /* 16-float (64-byte) alignment per tensor keeps every parameter SIMD- and cache-aligned */
     size_t off = 0, boff = 0;
     for (int i = 0; i < p->n; i++) {

@@ -6,21 +6,27 @@
 #include <string.h>
 
 #include "core/ctx_internal.h"
+#include "core/kernel.h"
 #include "ctrain/tensor.h"
 
 #define ARENA_ALIGN 64
 
 ct_ctx_opts ct_ctx_default_opts(void) { return (ct_ctx_opts){.arena_block = 64u << 20, .seed = 0}; }
 
-ct_ctx *ct_ctx_create(const ct_ctx_opts *opts) {
+ct_status ct_ctx_create(const ct_ctx_opts *opts, ct_ctx **out) {
+    *out = NULL;
     ct_ctx_opts o = opts ? *opts : ct_ctx_default_opts();
+    /* the GEMM workspace of this thread count, so that no op has to allocate it */
+    ct_status st = ct_kernel_reserve(ct_get_num_threads());
+    if (st != CT_OK) return st;
     ct_ctx *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c) return ct_error(CT_ERR_NOMEM, "out of memory creating a context");
     c->block_size = o.arena_block ? o.arena_block : (64u << 20);
     c->grad_enabled = true;
     c->training = true;
     c->seed = o.seed;
-    return c;
+    *out = c;
+    return CT_OK;
 }
 
 void ct_ctx_free(ct_ctx *c) {

@@ -9,13 +9,20 @@
 
 #include "ctrain/core.h"
 #include "ctrain/tensor.h"
+#include "core/kernel.h"
 
 void ct_set_num_threads(int n) {
     if (n < 1) n = 1;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
+    /* GEMM workspace for n threads; short of memory, GEMMs use fewer threads (same bits) */
+    if (ct_kernel_reserve(n) != CT_OK) CT_LOG_WARN_("threads", "%s; GEMMs run on fewer threads", ct_last_error());
 }
 int ct_get_num_threads(void) { return omp_get_max_threads(); }
+
+static ct_kernel_reserve_fn reserve_fn; /* set by the kernels at load time, before main */
+void ct_kernel_register_reserve(ct_kernel_reserve_fn fn) { reserve_fn = fn; }
+ct_status ct_kernel_reserve(int nthreads) { return reserve_fn ? reserve_fn(nthreads) : CT_OK; }
 
 int ct_default_num_threads(void) {
     const char *e = getenv("OMP_NUM_THREADS");

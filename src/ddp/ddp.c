@@ -170,11 +170,12 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
     if (st != CT_OK) return st;
 
     ct_ddp *d = calloc(1, sizeof *d);
+    if (!d) return ct_error(CT_ERR_NOMEM, "DDP: out of memory");
     int n = ct_params_count(P);
     d->bucket_of = malloc(sizeof(int) * (size_t)(n ? n : 1));
     d->ready = calloc((size_t)(n ? n : 1), sizeof(bool));
     d->b = calloc((size_t)(n ? n : 1), sizeof(bucket));
-    if (!d || !d->bucket_of || !d->ready || !d->b) { ct_ddp_free(d); return ct_error(CT_ERR_NOMEM, "DDP: out of memory"); }
+    if (!d->bucket_of || !d->ready || !d->b) { ct_ddp_free(d); return ct_error(CT_ERR_NOMEM, "DDP: out of memory"); }
     d->pg = pg;
     d->P = P;
     d->o = o;

@@ -341,7 +341,10 @@ struct ct_st_writer {
     int nm, mcap;
 };
 
-ct_st_writer *ct_st_writer_create(void) { return calloc(1, sizeof(ct_st_writer)); }
+ct_status ct_st_writer_create(ct_st_writer **out) {
+    *out = calloc(1, sizeof(ct_st_writer));
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "safetensors writer: out of memory");
+}
 
 void ct_st_writer_free(ct_st_writer *w) {
     if (!w) return;

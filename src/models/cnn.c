@@ -3,7 +3,45 @@
  *                           Conv2d(c1, c2, k, padding=k/2), ReLU(), MaxPool2d(2))
  *   classifier = Sequential(Linear(c2*H/4*W/4, fc), ReLU(), Dropout(p), Linear(fc, classes))
  *   forward(x) = classifier(flatten(features(x), 1))                                     */
+#include <stdio.h>
+
 #include "models/model_internal.h"
+
+static void cnn_defaults(ct_model_config *c) {
+    c->cnn.in_channels = 1;
+    c->cnn.height = 28;
+    c->cnn.width = 28;
+    c->cnn.c1 = 32;
+    c->cnn.c2 = 64;
+    c->cnn.kernel = 5;
+    c->cnn.fc = 128;
+    c->cnn.classes = 10;
+}
+
+static ct_status cnn_check(const ct_model_config *c) {
+    if (!ct_model_dim_ok_(c->cnn.in_channels)) CT_MODEL_BAD("cnn.in_channels = %d must be positive", c->cnn.in_channels);
+    if (!ct_model_dim_ok_(c->cnn.height) || c->cnn.height % 4)
+        CT_MODEL_BAD("cnn.height = %d must be a positive multiple of 4 (two 2x2 poolings)", c->cnn.height);
+    if (!ct_model_dim_ok_(c->cnn.width) || c->cnn.width % 4)
+        CT_MODEL_BAD("cnn.width = %d must be a positive multiple of 4 (two 2x2 poolings)", c->cnn.width);
+    if (!ct_model_dim_ok_(c->cnn.c1) || !ct_model_dim_ok_(c->cnn.c2))
+        CT_MODEL_BAD("cnn.c1 = %d, cnn.c2 = %d must be positive", c->cnn.c1, c->cnn.c2);
+    if (c->cnn.kernel <= 0 || c->cnn.kernel % 2 == 0 || c->cnn.kernel > 31)
+        CT_MODEL_BAD("cnn.kernel = %d must be odd, in [1, 31] ('same' padding)", c->cnn.kernel);
+    if (!ct_model_dim_ok_(c->cnn.fc)) CT_MODEL_BAD("cnn.fc = %d must be positive", c->cnn.fc);
+    if (!ct_model_dim_ok_(c->cnn.classes)) CT_MODEL_BAD("cnn.classes = %d must be positive", c->cnn.classes);
+    if ((double)c->cnn.c2 * (c->cnn.height / 4) * (c->cnn.width / 4) * c->cnn.fc > 4e9)
+        CT_MODEL_BAD("cnn: first linear layer (%d x %lld) too large", c->cnn.fc,
+                     (long long)c->cnn.c2 * (c->cnn.height / 4) * (c->cnn.width / 4));
+    if (!ct_model_p_ok_(c->cnn.dropout)) CT_MODEL_BAD("cnn.dropout = %g must be in [0, 1)", (double)c->cnn.dropout);
+    return CT_OK;
+}
+
+static void cnn_describe(const ct_model_config *c, char *arch, size_t n) {
+    snprintf(arch, n, "CNN(%dx%dx%d, conv %d-%d k%d, fc %d, classes %d, dropout=%g)", c->cnn.in_channels, c->cnn.height,
+             c->cnn.width, c->cnn.c1, c->cnn.c2, c->cnn.kernel, c->cnn.fc, c->cnn.classes, (double)c->cnn.dropout);
+}
+
 
 static ct_tensor *cnn_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     ct_tensor *h = ct_module_forward(ctx, m->children[0], x);
@@ -11,7 +49,7 @@ static ct_tensor *cnn_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
 }
 static const ct_module_ops cnn_ops = {"CNN", cnn_fw, NULL};
 
-void ct_cnn_build_(ct_model *m) {
+static void cnn_build(ct_model *m) {
     const ct_model_config *c = &m->cfg;
     int k = c->cnn.kernel;
     ct_module *root = ct_module_new(&cnn_ops, "");
@@ -31,7 +69,7 @@ void ct_cnn_build_(ct_model *m) {
     m->root = root;
 }
 
-ct_tensor *ct_cnn_forward_(ct_ctx *ctx, ct_model *m, ct_tensor *x) {
+static ct_tensor *cnn_forward(ct_ctx *ctx, ct_model *m, ct_tensor *x) {
     const ct_model_config *c = &m->cfg;
     CT_CHECK(x->ndim == 4 && x->dtype == CT_F32 && x->shape[1] == c->cnn.in_channels && x->shape[2] == c->cnn.height &&
                  x->shape[3] == c->cnn.width,
@@ -40,3 +78,8 @@ ct_tensor *ct_cnn_forward_(ct_ctx *ctx, ct_model *m, ct_tensor *x) {
              (long long)(x->ndim > 2 ? x->shape[2] : 0), (long long)(x->ndim > 3 ? x->shape[3] : 0), ct_dtype_name(x->dtype));
     return ct_module_forward(ctx, m->root, x);
 }
+
+const ct_model_kind_ops ct_cnn_kind_ = {
+    .name = "cnn", .defaults = cnn_defaults, .check = cnn_check, .build = cnn_build, .describe = cnn_describe,
+    .forward = cnn_forward,
+};

@@ -6,6 +6,33 @@
 
 #include "models/model_internal.h"
 
+static void gpt_defaults(ct_model_config *c) {
+    c->gpt.n_layer = 6;
+    c->gpt.n_embd = 256;
+    c->gpt.n_head = 8;
+    c->gpt.block_size = 256;
+    c->gpt.vocab_size = 256;
+    c->gpt.bias = true;
+}
+
+static ct_status gpt_check(const ct_model_config *c) {
+    if (c->gpt.n_layer <= 0 || c->gpt.n_layer > 1024) CT_MODEL_BAD("gpt.n_layer = %d must be in [1, 1024]", c->gpt.n_layer);
+    if (!ct_model_dim_ok_(c->gpt.n_embd)) CT_MODEL_BAD("gpt.n_embd = %d must be positive", c->gpt.n_embd);
+    if (c->gpt.n_head <= 0 || c->gpt.n_embd % c->gpt.n_head)
+        CT_MODEL_BAD("gpt.n_embd = %d must be a multiple of gpt.n_head = %d", c->gpt.n_embd, c->gpt.n_head);
+    if (!ct_model_dim_ok_(c->gpt.block_size)) CT_MODEL_BAD("gpt.block_size = %d must be positive", c->gpt.block_size);
+    if (!ct_model_dim_ok_(c->gpt.vocab_size)) CT_MODEL_BAD("gpt.vocab_size = %d must be positive", c->gpt.vocab_size);
+    if (!ct_model_p_ok_(c->gpt.dropout)) CT_MODEL_BAD("gpt.dropout = %g must be in [0, 1)", (double)c->gpt.dropout);
+    if (12.0 * c->gpt.n_layer * c->gpt.n_embd * c->gpt.n_embd > 4e10) CT_MODEL_BAD("gpt: model too large");
+    return CT_OK;
+}
+
+static void gpt_describe(const ct_model_config *c, char *arch, size_t n) {
+    snprintf(arch, n, "GPT(n_layer=%d, n_embd=%d, n_head=%d, block_size=%d, vocab_size=%d, dropout=%g%s)", c->gpt.n_layer,
+             c->gpt.n_embd, c->gpt.n_head, c->gpt.block_size, c->gpt.vocab_size, (double)c->gpt.dropout,
+             c->gpt.bias ? "" : ", bias=False");
+}
+
 /* MLP: c_fc (C → 4C), exact GELU, c_proj (4C → C), dropout */
 static ct_tensor *mlp_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     ct_tensor *h = ct_gelu(ctx, ct_module_forward(ctx, m->children[0], x), false);
@@ -38,7 +65,7 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
 }
 static const ct_module_ops gpt_ops = {"GPT", gpt_fw, NULL};
 
-void ct_gpt_build_(ct_model *m) {
+static void gpt_build(ct_model *m) {
     const ct_model_config *c = &m->cfg;
     int64_t C = c->gpt.n_embd;
     bool bias = c->gpt.bias;
@@ -48,9 +75,8 @@ void ct_gpt_build_(ct_model *m) {
 
     ct_module *root = ct_module_new(&gpt_ops, "");
     ct_module *wte = ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wte", c->gpt.vocab_size, C, CT_INIT_NORMAL, std));
-    ct_module *wpe = ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wpe", c->gpt.block_size, C, CT_INIT_NORMAL, std));
-    m->wte = wte->w;
-    m->wpe = wpe->w;
+    ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wpe", c->gpt.block_size, C, CT_INIT_NORMAL, std));
+    m->tied = wte ? wte->w : NULL;
     for (int l = 0; l < c->gpt.n_layer; l++) {
         snprintf(nm, sizeof nm, "transformer.h.%d", l);
         ct_module *b = ct_module_add_child(root, ct_module_new(&block_ops, nm));
@@ -60,16 +86,41 @@ void ct_gpt_build_(ct_model *m) {
         ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_2"), C, 1e-5f, bias));
         ct_module *mlp = ct_module_add_child(b, ct_module_new(&mlp_ops, ct_nn_join(sub, sizeof sub, nm, "mlp")));
         char lin[CT_NN_NAME_MAX + 48];
-        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, mlp->name, "c_fc"), C, 4 * C, bias,
+        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_fc"), C, 4 * C, bias,
                                                  CT_INIT_NORMAL, std, CT_INIT_ZEROS, 0));
-        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, mlp->name, "c_proj"), 4 * C, C, bias,
+        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_proj"), 4 * C, C, bias,
                                                  CT_INIT_NORMAL, proj_std, CT_INIT_ZEROS, 0));
-        mlp->fp[0] = p;
+        if (mlp) mlp->fp[0] = p; /* NULL: out of memory, ct_model_create reports it */
     }
     ct_module_add_child(root, ct_nn_layer_norm(m->P, "transformer.ln_f", C, 1e-5f, bias));
-    root->hp[0] = c->gpt.block_size;
-    root->fp[0] = p;
+    if (root) {
+        root->hp[0] = c->gpt.block_size;
+        root->fp[0] = p;
+    }
     m->root = root;
 }
 
-ct_tensor *ct_gpt_forward_(ct_ctx *ctx, ct_model *m, ct_tensor *idx) { return ct_module_forward(ctx, m->root, idx); }
+static ct_tensor *gpt_forward(ct_ctx *ctx, ct_model *m, ct_tensor *idx) { return ct_module_forward(ctx, m->root, idx); }
+
+/* next-token cross-entropy over all B*T positions; -1 targets ignored (nanoGPT) */
+static ct_tensor *gpt_loss(ct_ctx *ctx, ct_model *m, ct_tensor *x, ct_tensor *target) {
+    ct_tensor *logits = gpt_forward(ctx, m, x);
+    CT_CHECK(target->ndim == 2 && target->shape[0] == x->shape[0] && target->shape[1] == x->shape[1],
+             "GPT loss: target must be [B, T] = [%lld, %lld] like the input, got %d dims", (long long)x->shape[0],
+             (long long)x->shape[1], target->ndim);
+    int64_t V = logits->shape[2], N = x->shape[0] * x->shape[1];
+    return ct_cross_entropy(ctx, ct_reshape(ctx, logits, 2, (int64_t[]){N, V}), ct_reshape(ctx, target, 1, &N), -1);
+}
+
+/* nanoGPT (PyTorch < 2) registers its causal mask as "transformer.h.N.attn.bias" */
+static bool is_gpt_mask(const char *name) {
+    int n = 0, len = 0;
+    return sscanf(name, "transformer.h.%d.attn.bias%n", &n, &len) == 1 && name[len] == 0;
+}
+
+const ct_model_kind_ops ct_gpt_kind_ = {
+    .name = "gpt", .defaults = gpt_defaults, .check = gpt_check, .build = gpt_build, .describe = gpt_describe,
+    .forward = gpt_forward, .loss = gpt_loss,
+    /* PyTorch's state_dict of nanoGPT lists the tied head under both names */
+    .tied_name = "lm_head.weight", .load_ignores = is_gpt_mask,
+};

@@ -1,23 +1,56 @@
-/* Private layout of ct_model, shared by src/models/ and src/io/model_io.c. */
+/* Private to src/models/: the layout of ct_model and the table of per-kind functions.
+ * Adding a model = its own file defining a ct_model_kind_ops entry, its enum value in
+ * models.h, and one line in CT_MODEL_KINDS below. */
 #ifndef CT_MODEL_INTERNAL_H
 #define CT_MODEL_INTERNAL_H
+#include <stddef.h>
+
 #include "ctrain/models.h"
 
 struct ct_model {
     ct_model_config cfg;
+    const struct ct_model_kind_ops *kind;
     ct_params *P;
     ct_module *root;
-    /* GPT */
-    ct_tensor *wte, *wpe;
+    ct_tensor *tied; /* the parameter state_dict also lists under kind->tied_name (GPT: wte) */
     int64_t nparams;
     char desc[320];
 };
 
-/* Per-kind builders: register modules/parameters on m->P and set m->root (before finalize). */
-void ct_mlp_build_(ct_model *m);
-void ct_cnn_build_(ct_model *m);
-void ct_gpt_build_(ct_model *m);
-ct_tensor *ct_mlp_forward_(ct_ctx *ctx, ct_model *m, ct_tensor *x);
-ct_tensor *ct_cnn_forward_(ct_ctx *ctx, ct_model *m, ct_tensor *x);
-ct_tensor *ct_gpt_forward_(ct_ctx *ctx, ct_model *m, ct_tensor *x);
+typedef struct ct_model_kind_ops {
+    const char *name; /* "mlp": ct_model_kind_name, ct_model_kind_parse */
+    /* fills this kind's sub-struct of the config with its defaults */
+    void (*defaults)(ct_model_config *c);
+    /* CT_ERR_INVALID naming the bad field of this kind's sub-struct */
+    ct_status (*check)(const ct_model_config *c);
+    /* registers modules and parameters on m->P, sets m->root (and m->tied); runs before
+     * finalize. Out of memory is left to the nn rule (nn.h): ct_model_create checks. */
+    void (*build)(ct_model *m);
+    /* the architecture part of ct_model_describe: "MLP(784-1024-10, dropout=0)" */
+    void (*describe)(const ct_model_config *c, char *buf, size_t n);
+    ct_tensor *(*forward)(ct_ctx *ctx, ct_model *m, ct_tensor *x);
+    /* NULL: cross-entropy of [B, classes] logits against [B] targets, ignore_index -100 */
+    ct_tensor *(*loss)(ct_ctx *ctx, ct_model *m, ct_tensor *x, ct_tensor *target);
+    /* state_dict I/O: an extra name for m->tied (saved, accepted on load; NULL: none) and
+     * names of buffers other implementations save that load may skip (NULL: none) */
+    const char *tied_name;
+    bool (*load_ignores)(const char *name);
+} ct_model_kind_ops;
+
+/* X(enum value, entry): the table of kinds, in enum order */
+#define CT_MODEL_KINDS(X)            \
+    X(CT_MODEL_MLP, ct_mlp_kind_)    \
+    X(CT_MODEL_CNN, ct_cnn_kind_)    \
+    X(CT_MODEL_GPT, ct_gpt_kind_)
+
+#define CT_MODEL_KIND_DECL_(k, entry) extern const ct_model_kind_ops entry;
+CT_MODEL_KINDS(CT_MODEL_KIND_DECL_)
+#undef CT_MODEL_KIND_DECL_
+
+/* Config checks shared by the kinds: any single dimension is at most CT_MODEL_DIM_MAX,
+ * which keeps every product of two inside int64. */
+#define CT_MODEL_DIM_MAX (1 << 24)
+#define CT_MODEL_BAD(...) return ct_error(CT_ERR_INVALID, __VA_ARGS__)
+static inline bool ct_model_dim_ok_(int v) { return v > 0 && v <= CT_MODEL_DIM_MAX; }
+static inline bool ct_model_p_ok_(float p) { return p >= 0 && p < 1; } /* also rejects NaN */
 #endif

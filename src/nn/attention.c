@@ -31,12 +31,22 @@ ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n
              "CausalSelfAttention '%s': n_embd=%lld must be a positive multiple of n_head=%d", name ? name : "",
              (long long)n_embd, n_head);
     CT_CHECK(dropout >= 0 && dropout < 1, "CausalSelfAttention: dropout=%g must be in [0, 1)", (double)dropout);
-    ct_module *m = ct_module_new(&csa_ops, name);
+    /* out of memory: NULL with the store marked failed (nn.h) */
+    ct_module *m = name && ct_params_status(P) == CT_OK ? ct_module_new(&csa_ops, name) : NULL;
+    if (!m) {
+        ct_params_fail(P, CT_ERR_NOMEM);
+        return NULL;
+    }
     char nm[CT_NN_NAME_MAX + 32];
     ct_module *attn = ct_module_add_child(m, ct_nn_linear_ex(P, ct_nn_join(nm, sizeof nm, m->name, "c_attn"), n_embd, 3 * n_embd,
                                                              bias, CT_INIT_NORMAL, w_std, CT_INIT_ZEROS, 0));
     ct_module *proj = ct_module_add_child(m, ct_nn_linear_ex(P, ct_nn_join(nm, sizeof nm, m->name, "c_proj"), n_embd, n_embd,
                                                              bias, CT_INIT_NORMAL, proj_std, CT_INIT_ZEROS, 0));
+    if (!attn || !proj) {
+        ct_module_free(m);
+        ct_params_fail(P, CT_ERR_NOMEM);
+        return NULL;
+    }
     m->p[0] = attn->w; m->p[1] = attn->b; m->p[2] = proj->w; m->p[3] = proj->b;
     m->hp[0] = n_embd; m->hp[1] = n_head;
     m->fp[0] = dropout;

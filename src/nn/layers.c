@@ -10,6 +10,20 @@ static ct_tensor *reg(ct_params *P, const char *prefix, const char *leaf, int nd
     return ct_param(P, ct_nn_join(nm, sizeof nm, prefix, leaf), ndim, shape, init, arg);
 }
 
+/* The start of every constructor with a store (nn.h): a NULL name (from a Sequential that
+ * could not be built) or a store that already failed give NULL at once; so does a module
+ * that cannot be allocated, marking the store. */
+static ct_module *new_in(ct_params *P, const ct_module_ops *ops, const char *name) {
+    ct_module *m = name && ct_params_status(P) == CT_OK ? ct_module_new(ops, name) : NULL;
+    if (!m) ct_params_fail(P, CT_ERR_NOMEM);
+    return m;
+}
+/* a registration ran out of memory (the store is marked already) */
+static ct_module *undo(ct_module *m) {
+    ct_module_free(m);
+    return NULL;
+}
+
 /* ---- Linear ---- */
 static ct_tensor *linear_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_linear(ctx, x, m->w, m->b); }
 static const ct_module_ops linear_ops = {"Linear", linear_fw, NULL};
@@ -18,9 +32,11 @@ ct_module *ct_nn_linear_ex(ct_params *P, const char *name, int64_t in, int64_t o
                            double w_arg, ct_init b_init, double b_arg) {
     CT_CHECK(in > 0 && out > 0, "Linear '%s': in_features=%lld, out_features=%lld must be positive", name ? name : "",
              (long long)in, (long long)out);
-    ct_module *m = ct_module_new(&linear_ops, name);
+    ct_module *m = new_in(P, &linear_ops, name);
+    if (!m) return NULL;
     m->w = reg(P, m->name, "weight", 2, (int64_t[]){out, in}, w_init, w_arg);
     if (bias) m->b = reg(P, m->name, "bias", 1, (int64_t[]){out}, b_init, b_arg);
+    if (!m->w || (bias && !m->b)) return undo(m);
     m->hp[0] = in;
     m->hp[1] = out;
     return m;
@@ -40,10 +56,12 @@ ct_module *ct_nn_conv2d(ct_params *P, const char *name, int64_t in_ch, int64_t o
     CT_CHECK(in_ch > 0 && out_ch > 0 && kernel > 0 && stride > 0 && padding >= 0,
              "Conv2d '%s': bad arguments (in=%lld out=%lld kernel=%d stride=%d padding=%d)", name ? name : "",
              (long long)in_ch, (long long)out_ch, kernel, stride, padding);
-    ct_module *m = ct_module_new(&conv_ops, name);
+    ct_module *m = new_in(P, &conv_ops, name);
+    if (!m) return NULL;
     double fan_in = (double)in_ch * kernel * kernel;
     m->w = reg(P, m->name, "weight", 4, (int64_t[]){out_ch, in_ch, kernel, kernel}, CT_INIT_KAIMING_UNIFORM, fan_in);
     if (bias) m->b = reg(P, m->name, "bias", 1, (int64_t[]){out_ch}, CT_INIT_KAIMING_UNIFORM, fan_in);
+    if (!m->w || (bias && !m->b)) return undo(m);
     m->hp[0] = in_ch; m->hp[1] = out_ch; m->hp[2] = kernel; m->hp[3] = stride; m->hp[4] = padding;
     return m;
 }
@@ -57,6 +75,7 @@ ct_module *ct_nn_max_pool2d(int kernel, int stride, int padding) {
     CT_CHECK(kernel > 0 && stride >= 0 && padding >= 0 && 2 * padding <= kernel,
              "MaxPool2d: bad arguments (kernel=%d stride=%d padding=%d)", kernel, stride, padding);
     ct_module *m = ct_module_new(&pool_ops, NULL);
+    if (!m) return NULL;
     m->hp[0] = kernel; m->hp[1] = stride ? stride : kernel; m->hp[2] = padding;
     return m;
 }
@@ -66,8 +85,10 @@ static ct_tensor *emb_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_em
 static const ct_module_ops emb_ops = {"Embedding", emb_fw, NULL};
 ct_module *ct_nn_embedding_ex(ct_params *P, const char *name, int64_t num, int64_t dim, ct_init init, double arg) {
     CT_CHECK(num > 0 && dim > 0, "Embedding '%s': num=%lld dim=%lld must be positive", name ? name : "", (long long)num, (long long)dim);
-    ct_module *m = ct_module_new(&emb_ops, name);
+    ct_module *m = new_in(P, &emb_ops, name);
+    if (!m) return NULL;
     m->w = reg(P, m->name, "weight", 2, (int64_t[]){num, dim}, init, arg);
+    if (!m->w) return undo(m);
     m->hp[0] = num; m->hp[1] = dim;
     return m;
 }
@@ -80,9 +101,11 @@ static ct_tensor *ln_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_lay
 static const ct_module_ops ln_ops = {"LayerNorm", ln_fw, NULL};
 ct_module *ct_nn_layer_norm(ct_params *P, const char *name, int64_t dim, float eps, bool bias) {
     CT_CHECK(dim > 0, "LayerNorm '%s': dim=%lld must be positive", name ? name : "", (long long)dim);
-    ct_module *m = ct_module_new(&ln_ops, name);
+    ct_module *m = new_in(P, &ln_ops, name);
+    if (!m) return NULL;
     m->w = reg(P, m->name, "weight", 1, (int64_t[]){dim}, CT_INIT_ONES, 0);
     if (bias) m->b = reg(P, m->name, "bias", 1, (int64_t[]){dim}, CT_INIT_ZEROS, 0);
+    if (!m->w || (bias && !m->b)) return undo(m);
     m->hp[0] = dim;
     m->fp[0] = eps > 0 ? eps : 1e-5f;
     return m;
@@ -96,6 +119,7 @@ static const ct_module_ops drop_ops = {"Dropout", drop_fw, NULL};
 ct_module *ct_nn_dropout(float p) {
     CT_CHECK(p >= 0 && p < 1, "Dropout: p=%g must be in [0, 1)", (double)p);
     ct_module *m = ct_module_new(&drop_ops, NULL);
+    if (!m) return NULL;
     m->fp[0] = p;
     return m;
 }
@@ -112,6 +136,7 @@ static const ct_module_ops sigm_ops = {"Sigmoid", sigm_fw, NULL};
 ct_module *ct_nn_relu(void) { return ct_module_new(&relu_ops, NULL); }
 ct_module *ct_nn_gelu(bool tanh_approx) {
     ct_module *m = ct_module_new(&gelu_ops, NULL);
+    if (!m) return NULL;
     m->hp[0] = tanh_approx;
     return m;
 }
@@ -123,6 +148,7 @@ static ct_tensor *flat_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_f
 static const ct_module_ops flat_ops = {"Flatten", flat_fw, NULL};
 ct_module *ct_nn_flatten(int start_dim) {
     ct_module *m = ct_module_new(&flat_ops, NULL);
+    if (!m) return NULL;
     m->hp[0] = start_dim;
     return m;
 }
@@ -136,12 +162,14 @@ static const ct_module_ops seq_ops = {"Sequential", seq_fw, NULL};
 ct_module *ct_nn_sequential(const char *name) { return ct_module_new(&seq_ops, name); }
 
 const char *ct_seq_next_name(ct_module *seq) {
+    if (!seq) return NULL; /* a Sequential that could not be built: its children fail too (nn.h) */
     CT_CHECK(seq->ops == &seq_ops, "ct_seq_next_name: '%s' is a %s, not a Sequential", seq->name, seq->ops->type);
     char idx[24];
     snprintf(idx, sizeof idx, "%d", seq->nchildren);
     return ct_nn_join(seq->next_name, sizeof seq->next_name, seq->name, idx);
 }
 ct_module *ct_seq_add(ct_module *seq, ct_module *child) {
+    if (!seq || !child) return ct_module_add_child(seq, child); /* out of memory: passed on (nn.h) */
     CT_CHECK(seq->ops == &seq_ops, "ct_seq_add: '%s' is a %s, not a Sequential", seq->name, seq->ops->type);
     ct_seq_next_name(seq);
     /* parameterless layers take their index as name (for repr); layers with parameters

@@ -8,14 +8,15 @@
 
 ct_module *ct_module_new(const ct_module_ops *ops, const char *name) {
     CT_CHECK(ops && ops->forward, "ct_module_new: ops without forward");
+    size_t n = name ? strlen(name) : 0;
+    CT_CHECK(n < CT_NN_NAME_MAX, "module name '%s' longer than %d characters", name, CT_NN_NAME_MAX - 1);
     ct_module *m = calloc(1, sizeof *m);
-    CT_CHECK(m, "out of memory creating a %s module", ops->type);
-    m->ops = ops;
-    if (name) {
-        size_t n = strlen(name);
-        CT_CHECK(n < CT_NN_NAME_MAX, "module name '%s' longer than %d characters", name, CT_NN_NAME_MAX - 1);
-        memcpy(m->name, name, n + 1);
+    if (!m) {
+        ct_error(CT_ERR_NOMEM, "out of memory creating a %s module", ops->type);
+        return NULL;
     }
+    m->ops = ops;
+    if (name) memcpy(m->name, name, n + 1);
     return m;
 }
 
@@ -31,15 +32,36 @@ void ct_module_free(ct_module *m) {
 
 const char *ct_module_type(const ct_module *m) { return m->ops->type; }
 
+/* NULL in, NULL out (nn.h): a missing child marks the parent incomplete, a missing parent
+ * takes the child with it. */
 ct_module *ct_module_add_child(ct_module *parent, ct_module *child) {
-    CT_CHECK(child, "adding a NULL child to %s '%s'", parent->ops->type, parent->name);
+    if (!parent) { ct_module_free(child); return NULL; }
+    if (!child) { parent->incomplete = true; return NULL; }
     if (parent->nchildren == parent->cap) {
-        parent->cap = parent->cap ? 2 * parent->cap : 8;
-        parent->children = realloc(parent->children, (size_t)parent->cap * sizeof *parent->children);
-        CT_CHECK(parent->children, "out of memory");
+        int cap = parent->cap ? 2 * parent->cap : 8;
+        ct_module **c = realloc(parent->children, (size_t)cap * sizeof *c);
+        if (!c) {
+            ct_error(CT_ERR_NOMEM, "out of memory adding a child to %s '%s'", parent->ops->type, parent->name);
+            ct_module_free(child);
+            parent->incomplete = true;
+            return NULL;
+        }
+        parent->children = c;
+        parent->cap = cap;
     }
     parent->children[parent->nchildren++] = child;
     return child;
+}
+
+ct_status ct_module_status(const ct_module *m) {
+    if (!m) return ct_error(CT_ERR_NOMEM, "out of memory building modules");
+    if (m->incomplete)
+        return ct_error(CT_ERR_NOMEM, "out of memory building modules: %s '%s' lacks a child", m->ops->type, m->name);
+    for (int i = 0; i < m->nchildren; i++) {
+        ct_status st = ct_module_status(m->children[i]);
+        if (st != CT_OK) return st;
+    }
+    return CT_OK;
 }
 
 const char *ct_nn_join(char *buf, size_t n, const char *prefix, const char *leaf) {

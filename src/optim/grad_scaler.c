@@ -16,24 +16,21 @@ ct_grad_scaler_opts ct_grad_scaler_default_opts(void) {
                                  .growth_interval = 2000, .enabled = true};
 }
 
-ct_grad_scaler *ct_grad_scaler_create(const ct_grad_scaler_opts *opts) {
+ct_status ct_grad_scaler_create(const ct_grad_scaler_opts *opts, ct_grad_scaler **out) {
+    *out = NULL;
     ct_grad_scaler_opts o = opts ? *opts : ct_grad_scaler_default_opts();
     if (!(o.init_scale > 0) || !isfinite(o.init_scale) || !(o.growth_factor > 1) ||
-        !(o.backoff_factor > 0 && o.backoff_factor < 1) || o.growth_interval < 1) {
-        ct_error(CT_ERR_INVALID,
-                 "grad scaler: need init_scale > 0 (%g), growth_factor > 1 (%g), 0 < backoff_factor < 1 (%g), "
-                 "growth_interval >= 1 (%d)", (double)o.init_scale, o.growth_factor, o.backoff_factor,
-                 (int)o.growth_interval);
-        return NULL;
-    }
+        !(o.backoff_factor > 0 && o.backoff_factor < 1) || o.growth_interval < 1)
+        return ct_error(CT_ERR_INVALID,
+                        "grad scaler: need init_scale > 0 (%g), growth_factor > 1 (%g), 0 < backoff_factor < 1 (%g), "
+                        "growth_interval >= 1 (%d)", (double)o.init_scale, o.growth_factor, o.backoff_factor,
+                        (int)o.growth_interval);
     ct_grad_scaler *s = calloc(1, sizeof *s);
-    if (!s) {
-        ct_error(CT_ERR_NOMEM, "grad scaler: out of memory");
-        return NULL;
-    }
+    if (!s) return ct_error(CT_ERR_NOMEM, "grad scaler: out of memory");
     s->o = o;
     s->scale = o.init_scale;
-    return s;
+    *out = s;
+    return CT_OK;
 }
 
 void ct_grad_scaler_free(ct_grad_scaler *s) { free(s); }

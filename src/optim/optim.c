@@ -62,14 +62,14 @@ static bool is_trainable(const ct_params *p, int i) {
     return ct_numel(t) > 0 && x >= d && x < d + n * sizeof(float);
 }
 
-static ct_optim *optim_new(ct_params *p, int kind, double wd, bool only_ge2, int nstate, const char *const *names) {
-    if (!p || !ct_params_data(p)) {
-        ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
-        return NULL;
-    }
+static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int nstate, const char *const *names,
+                           ct_optim **out) {
+    if (!p || !ct_params_data(p)) return ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
     ct_optim *o = calloc(1, sizeof *o);
     int np = ct_params_count(p);
     if (!o || !(o->wd = calloc((size_t)(np ? np : 1), sizeof(double)))) goto oom;
+    /* room for the most runs there can be, so that a step never allocates */
+    if (!(o->segs = malloc((size_t)(np + 1) * sizeof *o->segs))) goto oom;
     o->kind = kind;
     o->p = p;
     o->n = ct_params_numel(p);
@@ -86,44 +86,38 @@ static ct_optim *optim_new(ct_params *p, int kind, double wd, bool only_ge2, int
         o->state_name[k] = names[k];
         o->nstate = k + 1;
     }
-    return o;
+    *out = o;
+    return CT_OK;
 oom:
     ct_optim_free(o);
-    ct_error(CT_ERR_NOMEM, "optimizer: cannot allocate state for %zu parameters", ct_params_numel(p));
-    return NULL;
+    return ct_error(CT_ERR_NOMEM, "optimizer: cannot allocate state for %zu parameters", ct_params_numel(p));
 }
 
-ct_optim *ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts) {
+ct_status ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts, ct_optim **out) {
+    *out = NULL;
     ct_sgd_opts o = opts ? *opts : ct_sgd_default_opts();
-    if (!(o.momentum >= 0) || !(o.weight_decay >= 0) || !isfinite(o.dampening)) {
-        ct_error(CT_ERR_INVALID, "sgd: momentum %g and weight_decay %g must be >= 0, dampening finite",
-                 o.momentum, o.weight_decay);
-        return NULL;
-    }
-    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
-        ct_error(CT_ERR_INVALID, "sgd: Nesterov momentum requires a momentum and zero dampening");
-        return NULL;
-    }
+    if (!(o.momentum >= 0) || !(o.weight_decay >= 0) || !isfinite(o.dampening))
+        return ct_error(CT_ERR_INVALID, "sgd: momentum %g and weight_decay %g must be >= 0, dampening finite",
+                        o.momentum, o.weight_decay);
+    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+        return ct_error(CT_ERR_INVALID, "sgd: Nesterov momentum requires a momentum and zero dampening");
     static const char *const names[] = {"momentum_buffer"};
-    ct_optim *r = optim_new(p, K_SGD, o.weight_decay, o.decay_only_ndim_ge2, o.momentum != 0 ? 1 : 0, names);
-    if (r) r->sgd = o;
-    return r;
+    ct_status st = optim_new(p, K_SGD, o.weight_decay, o.decay_only_ndim_ge2, o.momentum != 0 ? 1 : 0, names, out);
+    if (st == CT_OK) (*out)->sgd = o;
+    return st;
 }
 
-ct_optim *ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts) {
+ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_optim **out) {
+    *out = NULL;
     ct_adamw_opts o = opts ? *opts : ct_adamw_default_opts();
-    if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) {
-        ct_error(CT_ERR_INVALID, "adamw: betas (%g, %g) must be in [0, 1)", o.beta1, o.beta2);
-        return NULL;
-    }
-    if (!(o.eps >= 0) || !(o.weight_decay >= 0)) {
-        ct_error(CT_ERR_INVALID, "adamw: eps %g and weight_decay %g must be >= 0", o.eps, o.weight_decay);
-        return NULL;
-    }
+    if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1))
+        return ct_error(CT_ERR_INVALID, "adamw: betas (%g, %g) must be in [0, 1)", o.beta1, o.beta2);
+    if (!(o.eps >= 0) || !(o.weight_decay >= 0))
+        return ct_error(CT_ERR_INVALID, "adamw: eps %g and weight_decay %g must be >= 0", o.eps, o.weight_decay);
     static const char *const names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-    ct_optim *r = optim_new(p, K_ADAMW, o.weight_decay, o.decay_only_ndim_ge2, o.amsgrad ? 3 : 2, names);
-    if (r) r->adam = o;
-    return r;
+    ct_status st = optim_new(p, K_ADAMW, o.weight_decay, o.decay_only_ndim_ge2, o.amsgrad ? 3 : 2, names, out);
+    if (st == CT_OK) (*out)->adam = o;
+    return st;
 }
 
 void ct_optim_free(ct_optim *o) {
@@ -156,11 +150,9 @@ double ct_optim_weight_decay(const ct_optim *o, int i) {
 
 /* Runs of equal weight decay over the flat buffer. Each parameter owns [its offset, the
  * next parameter's offset): its padding rides along (always zero, and stays zero). */
-static bool build_segs(ct_optim *o) {
+static void build_segs(ct_optim *o) {
     int np = ct_params_count(o->p);
-    seg *s = realloc(o->segs, (size_t)(np + 1) * sizeof *s);
-    if (!s) return false;
-    o->segs = s;
+    seg *s = o->segs; /* np + 1 entries, allocated with the optimizer */
     int ns = 0;
     for (int i = 0; i < np; i++) { /* trainable offsets increase with the index */
         if (!is_trainable(o->p, i)) continue;
@@ -176,7 +168,6 @@ static bool build_segs(ct_optim *o) {
     s[ns - 1].end = o->n;
     o->nseg = ns;
     o->segs_dirty = false;
-    return true;
 }
 
 /* SGD's per-step scalars, computed once per weight-decay run. */
@@ -318,8 +309,7 @@ static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double
 }
 
 void ct_optim_step(ct_optim *o, double lr) {
-    if (o->segs_dirty && !build_segs(o))
-        CT_FATAL("ct_optim_step: out of memory building weight-decay runs");
+    if (o->segs_dirty) build_segs(o);
     if (o->kind == K_ADAMW) {
         o->step++;
         for (int k = 0; k < o->nseg; k++) adamw_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);

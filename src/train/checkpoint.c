@@ -134,9 +134,10 @@ static ct_status load_weights(const ct_train_model *m, const char *path) {
 }
 
 static ct_status write_train_state(const char *path, ct_optim *o, const ct_train_state *ts, const ct_train_model *m) {
-    ct_st_writer *w = ct_st_writer_create();
-    if (!w) return ct_error(CT_ERR_NOMEM, "out of memory");
-    ct_status st = o ? ct_checkpoint_add_optim(w, o, "optim.") : CT_OK;
+    ct_st_writer *w;
+    ct_status st = ct_st_writer_create(&w);
+    if (st != CT_OK) return st;
+    if (o) st = ct_checkpoint_add_optim(w, o, "optim.");
     char v[64];
 #define META(k, fmt, x) do { snprintf(v, sizeof v, fmt, x); if (st == CT_OK) st = ct_st_writer_set_metadata(w, k, v); } while (0)
     META("step", "%" PRId64, ts->step);

@@ -132,8 +132,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         }
         ct_ctx_opts co = ct_ctx_default_opts();
         co.seed = o.seed;
-        t->ctx = ct_ctx_create(&co);
-        if (!t->ctx) st = ct_error(CT_ERR_NOMEM, "out of memory");
+        st = ct_ctx_create(&co, &t->ctx);
     }
     if (st == CT_OK && t->rank == 0 && o.metrics) st = ct_metrics_open(o.output_dir, &t->metrics);
     if (st != CT_OK) {

@@ -10,7 +10,7 @@ cat > "$d/u.c" <<'C'
 #include <ctrain/ctrain.h>
 #include <stdio.h>
 int main(void) {
-    ct_ctx *c = ct_ctx_create(NULL);
+    ct_ctx *c; ct_ctx_create(NULL, &c);
     ct_tensor *t = ct_zeros(c, CT_F32, 2, (int64_t[]){3, 4});
     printf("%lld\n", (long long)ct_numel(t));
     ct_ctx_free(c);

@@ -42,13 +42,13 @@ static int hook_order[16], hook_n;
 static void hook(void *u, ct_params *p, int i) { (void)u; (void)p; hook_order[hook_n++] = i; }
 
 CT_TEST(grad_hook_fires_once_in_reverse_use_order) {
-    ct_params *P = ct_params_create();
+    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
     ct_tensor *w1 = ct_param(P, "l1.weight", 2, (int64_t[]){6, 4}, CT_INIT_KAIMING_UNIFORM, 4);
     ct_tensor *b1 = ct_param(P, "l1.bias", 1, (int64_t[]){6}, CT_INIT_KAIMING_UNIFORM, 4);
     ct_tensor *w2 = ct_param(P, "l2.weight", 2, (int64_t[]){3, 6}, CT_INIT_KAIMING_UNIFORM, 6);
     CT_EXPECT_OK(ct_params_finalize(P, 7));
     ct_params_set_grad_hook(P, hook, NULL);
-    ct_ctx *c = ct_ctx_create(NULL);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
     ct_tensor *x = ct_zeros(c, CT_F32, 2, (int64_t[]){2, 4});
     ct_fill(x, 0.5f);
     /* w1 used twice: its hook must wait for the second (earlier-recorded) use */
@@ -66,10 +66,10 @@ CT_TEST(grad_hook_fires_once_in_reverse_use_order) {
 }
 
 CT_TEST(grads_accumulate_until_zeroed_and_no_grad_records_nothing) {
-    ct_params *P = ct_params_create();
+    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
     ct_tensor *w = ct_param(P, "w", 2, (int64_t[]){2, 3}, CT_INIT_ONES, 0);
     CT_EXPECT_OK(ct_params_finalize(P, 1));
-    ct_ctx *c = ct_ctx_create(NULL);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
     ct_tensor *x = ct_zeros(c, CT_F32, 2, (int64_t[]){1, 3});
     ct_fill(x, 2.0f);
     for (int k = 0; k < 2; k++) {
@@ -93,7 +93,7 @@ CT_TEST(grads_accumulate_until_zeroed_and_no_grad_records_nothing) {
 CT_TEST(arena_reset_reuses_memory_and_tracks_peak) {
     ct_ctx_opts o = ct_ctx_default_opts();
     o.arena_block = 1 << 20;
-    ct_ctx *c = ct_ctx_create(&o);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(&o, &c));
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < 10; i++) ct_new(c, CT_F32, 1, (int64_t[]){100000});
         ct_ctx_reset(c);

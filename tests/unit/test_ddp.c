@@ -80,7 +80,7 @@ static int32_t YB[MAXROWS * 8];
 /* Train STEPS steps; pg NULL = single process on the whole global batch. */
 static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
     ct_model_config c = small(j->kind);
-    ct_model *m = ct_model_create(&c, 7);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 7, &m));
     ct_params *P = ct_model_params(m);
     ct_ddp *ddp = NULL;
     if (pg) {
@@ -95,10 +95,10 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
     }
     ct_adamw_opts ao = ct_adamw_default_opts();
     ao.decay_only_ndim_ge2 = true;
-    ct_optim *opt = j->adamw ? ct_optim_create_adamw(P, &ao)
-                    : j->sgd_full ? ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9, .nesterov = true, .weight_decay = 1e-2})
-                    : ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_optim *opt; CT_EXPECT_OK(j->adamw ? ct_optim_create_adamw(P, &ao, &opt)
+                    : j->sgd_full ? ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9, .nesterov = true, .weight_decay = 1e-2}, &opt)
+                    : ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9}, &opt));
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     int rank = pg ? ct_pg_rank(pg) : 0;
     int nr = j->nranks ? j->nranks : 2, K = j->accum ? j->accum : 1;
     ct_train_model tm = ct_train_model_builtin(m);
@@ -279,7 +279,7 @@ static int stall_main(int rank, int n, void *arg) {
     ct_pg *pg;
     if (ct_dist_init(NULL, &pg) != CT_OK) return 1;
     ct_model_config c = small(CT_MODEL_MLP);
-    ct_model *m = ct_model_create(&c, 7);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 7, &m));
     ct_params *P = ct_model_params(m);
     ct_ddp_opts o = ct_ddp_default_opts();
     o.first_bucket_bytes = 256;
@@ -288,7 +288,7 @@ static int stall_main(int rank, int n, void *arg) {
     ct_ddp *ddp;
     if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) return 1;
     int ok = ct_params_grad(P) != g0; /* zero-copy is on */
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_status last = CT_OK;
     double t_fail = 0;
     for (int s = 0; s < 3 && last == CT_OK; s++) {
@@ -329,7 +329,7 @@ static int mismatch_main(int rank, int n, void *arg) {
     if (ct_dist_init(NULL, &pg) != CT_OK) return 1;
     ct_model_config c = small(CT_MODEL_MLP);
     if (rank == 1) c.mlp.hidden[1] = 17;
-    ct_model *m = ct_model_create(&c, 7);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 7, &m));
     ct_ddp *ddp;
     ct_status st = ct_ddp_create(pg, ct_model_params(m), NULL, &ddp);
     int ok = st == CT_ERR_MISMATCH && strstr(ct_last_error(), "'2.weight'") != NULL;
@@ -344,13 +344,13 @@ static int unused_main(int rank, int n, void *arg) {
     (void)rank; (void)n; (void)arg;
     ct_pg *pg;
     if (ct_dist_init(NULL, &pg) != CT_OK) return 1;
-    ct_params *P = ct_params_create();
+    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
     ct_tensor *w = ct_param(P, "used.weight", 2, (int64_t[]){3, 4}, CT_INIT_ONES, 0);
     ct_param(P, "unused.weight", 2, (int64_t[]){3, 4}, CT_INIT_ONES, 0);
     ct_params_finalize(P, 1);
     ct_ddp *ddp;
     if (ct_ddp_create(pg, P, NULL, &ddp) != CT_OK) return 1;
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_tensor *x = ct_zeros(ctx, CT_F32, 2, (int64_t[]){2, 4});
     ct_backward(ctx, ct_sum(ctx, ct_linear(ctx, x, w, NULL)));
     ct_status st = ct_ddp_finish(ddp);

@@ -26,12 +26,12 @@ static int rank_main(int rank, int world, void *arg) {
     if (ct_dist_init(NULL, &pg) != CT_OK) { fprintf(stderr, "init: %s\n", ct_last_error()); return 1; }
     ct_model_config c = ct_model_default_config(CT_MODEL_MLP);
     c.mlp.in = 20; c.mlp.n_hidden = 1; c.mlp.hidden[0] = 16; c.mlp.out = 5;
-    ct_model *m = ct_model_create(&c, 99);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 99, &m));
     if (ct_model_load(m, INIT) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
     ct_params *P = ct_model_params(m);
     ct_ddp *ddp;
     if (ct_ddp_create(pg, P, NULL, &ddp) != CT_OK) return 1;
-    ct_optim *opt = ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9});
+    ct_optim *opt; CT_EXPECT_OK(ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9}, &opt));
     ct_dataset *ds;
     ct_dataset_tensors(x.data, 20, y.data, 1, x.shape[0], &ds);
     ct_sampler_opts so = ct_sampler_default_opts();
@@ -42,7 +42,7 @@ static int rank_main(int rank, int world, void *arg) {
     lo.batch_size = 4;
     ct_loader *ld;
     ct_loader_create(ds, s, &lo, &ld);
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     const double *ref = L.data;
     int64_t nref = L.shape[0], step = 0;
     double worst = 0;

@@ -116,10 +116,10 @@ static void expect_bad(const char *path, ct_status want, const char *what, const
     ct_idx x;
     memset(&x, 0x5a, sizeof x);
     ct_status st = ct_idx_load(path, &x);
-    if (st != want) CT_FAILF("%s: status %d (%s), want %d", what, st, ct_last_error(), want);
-    if (!strstr(ct_last_error(), path)) CT_FAILF("%s: message does not name the file: %s", what, ct_last_error());
-    if (needle && !strstr(ct_last_error(), needle)) CT_FAILF("%s: message lacks '%s': %s", what, needle, ct_last_error());
-    if (x.data || x.ndim || x.nbytes) CT_FAILF("%s: output not cleared on failure", what);
+    CT_EXPECTF(st == want, "%s: status %d (%s), want %d", what, st, ct_last_error(), want);
+    CT_EXPECTF(strstr(ct_last_error(), path), "%s: message does not name the file: %s", what, ct_last_error());
+    CT_EXPECTF(!needle || strstr(ct_last_error(), needle), "%s: message lacks '%s': %s", what, needle, ct_last_error());
+    CT_EXPECTF(!x.data && !x.ndim && !x.nbytes, "%s: output not cleared on failure", what);
 }
 
 CT_TEST(corrupted) {
@@ -199,13 +199,11 @@ CT_TEST(truncated_real_file) {
         ct_test_write_file(g, z, len);
         ct_idx x;
         ct_status st = ct_idx_load(g, &x);
-        if (st != CT_ERR_FORMAT) CT_FAILF("cut at %zu of %zu: status %d (%s)", len, n, st, ct_last_error());
+        CT_EXPECTF(st == CT_ERR_FORMAT, "cut at %zu of %zu: status %d (%s)", len, n, st, ct_last_error());
         ct_idx_free(&x);
     }
     free(z);
     unlink(g);
 }
-
-CT_TEST(cleanup) { rmdir(ct_test_tmp_dir()); }
 
 CT_TEST_MAIN()

@@ -10,7 +10,7 @@
 static const char *pname(ct_params *P, int i) { return ct_params_get(P, i)->name; }
 
 CT_TEST(sequential_numbers_children_like_pytorch) {
-    ct_params *P = ct_params_create();
+    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
     ct_module *root = ct_nn_sequential("");
     ct_seq_add(root, ct_nn_linear(P, ct_seq_next_name(root), 4, 8, true));   /* 0 */
     ct_seq_add(root, ct_nn_relu());                                          /* 1 */
@@ -43,7 +43,7 @@ static double std_of(const float *x, int64_t n) {
 static double maxabs(const float *x, int64_t n) { double m = 0; for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i])); return m; }
 
 CT_TEST(default_init_matches_pytorch_distributions) {
-    ct_params *P = ct_params_create();
+    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
     ct_module *lin = ct_nn_linear(P, "fc", 300, 200, true);
     ct_module *conv = ct_nn_conv2d(P, "conv", 3, 16, 5, 1, 2, true);
     ct_module *emb = ct_nn_embedding(P, "emb", 100, 64);
@@ -72,7 +72,7 @@ static ct_model_config small_gpt(void) {
 
 CT_TEST(model_state_dict_names_and_counts) {
     ct_model_config c = ct_model_default_config(CT_MODEL_MLP);
-    ct_model *m = ct_model_create(&c, 1);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     CT_ASSERT(m);
     ct_params *P = ct_model_params(m);
     const char *mlp[] = {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"};
@@ -83,14 +83,14 @@ CT_TEST(model_state_dict_names_and_counts) {
     ct_model_free(m);
 
     c.mlp.dropout = 0.2f; /* Dropout layers shift the numbering as in PyTorch */
-    m = ct_model_create(&c, 1);
+    CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     CT_ASSERT(m);
     CT_EXPECT(!strcmp(pname(ct_model_params(m), 2), "3.weight"));
     CT_EXPECT(!strcmp(pname(ct_model_params(m), 4), "6.weight"));
     ct_model_free(m);
 
     c = ct_model_default_config(CT_MODEL_CNN);
-    m = ct_model_create(&c, 1);
+    CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     CT_ASSERT(m);
     P = ct_model_params(m);
     const char *cnn[] = {"features.0.weight", "features.0.bias", "features.3.weight", "features.3.bias",
@@ -102,7 +102,7 @@ CT_TEST(model_state_dict_names_and_counts) {
     ct_model_free(m);
 
     c = ct_model_default_config(CT_MODEL_GPT);
-    m = ct_model_create(&c, 1);
+    CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     CT_ASSERT(m);
     P = ct_model_params(m);
     CT_EXPECT_EQ(ct_params_count(P), 4 + 12 * 6);
@@ -133,31 +133,38 @@ CT_TEST(model_state_dict_names_and_counts) {
 CT_TEST(bad_configs_fail_with_a_message) {
     ct_model_config c = ct_model_default_config(CT_MODEL_GPT);
     c.gpt.n_head = 7;
-    CT_EXPECT(ct_model_create(&c, 1) == NULL);
+    ct_model *bad = (ct_model *)&c; /* must come back NULL */
+    CT_EXPECT(ct_model_create(&c, 1, &bad) == CT_ERR_INVALID && bad == NULL);
     CT_EXPECT(strstr(ct_last_error(), "n_head") != NULL);
     c = ct_model_default_config(CT_MODEL_CNN);
     c.cnn.height = 30;
-    CT_EXPECT(ct_model_create(&c, 1) == NULL);
+    CT_EXPECT(ct_model_create(&c, 1, &bad) == CT_ERR_INVALID && bad == NULL);
     CT_EXPECT(strstr(ct_last_error(), "cnn.height") != NULL);
     c = ct_model_default_config(CT_MODEL_MLP);
     c.mlp.hidden[1] = 0;
-    CT_EXPECT(ct_model_create(&c, 1) == NULL);
+    CT_EXPECT(ct_model_create(&c, 1, &bad) == CT_ERR_INVALID && bad == NULL);
     CT_EXPECT(strstr(ct_last_error(), "mlp.hidden[1]") != NULL);
     c.mlp.hidden[1] = 5;
     c.mlp.dropout = 1.0f;
-    CT_EXPECT(ct_model_create(&c, 1) == NULL);
+    CT_EXPECT(ct_model_create(&c, 1, &bad) == CT_ERR_INVALID && bad == NULL);
     c.kind = (ct_model_kind)9;
-    CT_EXPECT(ct_model_create(&c, 1) == NULL);
-    CT_EXPECT(ct_model_create(NULL, 1) == NULL);
+    CT_EXPECT(ct_model_create(&c, 1, &bad) == CT_ERR_INVALID && bad == NULL);
+    CT_EXPECT(strstr(ct_last_error(), "CT_MODEL_MLP, CT_MODEL_CNN or CT_MODEL_GPT") != NULL);
+    CT_EXPECT(ct_model_create(NULL, 1, &bad) == CT_ERR_INVALID && bad == NULL);
     ct_model_kind k;
     CT_EXPECT_OK(ct_model_kind_parse("GPT", &k));
     CT_EXPECT(k == CT_MODEL_GPT);
     CT_EXPECT(ct_model_kind_parse("resnet", &k) == CT_ERR_INVALID);
+    CT_EXPECT(!strcmp(ct_last_error(), "unknown model 'resnet' (expected mlp, cnn or gpt)"));
+    CT_EXPECT(!strcmp(ct_model_kind_name(CT_MODEL_CNN), "cnn") && !strcmp(ct_model_kind_name((ct_model_kind)9), "?"));
 }
 
 CT_TEST(same_seed_same_weights) {
     ct_model_config c = small_gpt();
-    ct_model *a = ct_model_create(&c, 5), *b = ct_model_create(&c, 5), *d = ct_model_create(&c, 6);
+    ct_model *a, *b, *d;
+    CT_EXPECT_OK(ct_model_create(&c, 5, &a));
+    CT_EXPECT_OK(ct_model_create(&c, 5, &b));
+    CT_EXPECT_OK(ct_model_create(&c, 6, &d));
     CT_ASSERT(a && b && d);
     size_t n = ct_params_numel(ct_model_params(a));
     CT_EXPECT(!memcmp(ct_params_data(ct_model_params(a)), ct_params_data(ct_model_params(b)), n * 4));
@@ -166,10 +173,10 @@ CT_TEST(same_seed_same_weights) {
 }
 
 CT_TEST(forward_shapes_and_loss_near_log_classes) {
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_model_config c = ct_model_default_config(CT_MODEL_MLP);
     c.mlp.hidden[0] = 64; c.mlp.hidden[1] = 32;
-    ct_model *m = ct_model_create(&c, 1);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     ct_tensor *x = ct_zeros(ctx, CT_F32, 4, (int64_t[]){3, 1, 28, 28});
     for (int i = 0; i < 3 * 784; i++) ct_f32(x)[i] = (float)((i * 37) % 101) / 101.0f;
     ct_tensor *y = ct_model_forward(ctx, m, x);
@@ -182,7 +189,7 @@ CT_TEST(forward_shapes_and_loss_near_log_classes) {
 
     c = ct_model_default_config(CT_MODEL_CNN);
     c.cnn.c1 = 4; c.cnn.c2 = 8; c.cnn.fc = 16;
-    m = ct_model_create(&c, 1);
+    CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     x = ct_zeros(ctx, CT_F32, 4, (int64_t[]){3, 1, 28, 28});
     for (int i = 0; i < 3 * 784; i++) ct_f32(x)[i] = (float)((i * 37) % 101) / 101.0f;
     y = ct_model_forward(ctx, m, x);
@@ -191,7 +198,7 @@ CT_TEST(forward_shapes_and_loss_near_log_classes) {
     ct_model_free(m);
 
     c = small_gpt();
-    m = ct_model_create(&c, 1);
+    CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     ct_tensor *tok = ct_zeros(ctx, CT_I32, 2, (int64_t[]){2, 9});
     for (int i = 0; i < 18; i++) ((int32_t *)tok->data)[i] = (i * 7) % 64;
     y = ct_model_forward(ctx, m, tok);
@@ -219,7 +226,9 @@ static const char *tmp_path(const char *leaf) {
 
 CT_TEST(save_load_roundtrip_and_gpt_lm_head) {
     ct_model_config c = small_gpt();
-    ct_model *a = ct_model_create(&c, 1), *b = ct_model_create(&c, 2);
+    ct_model *a, *b;
+    CT_EXPECT_OK(ct_model_create(&c, 1, &a));
+    CT_EXPECT_OK(ct_model_create(&c, 2, &b));
     const char *p = tmp_path("gpt.safetensors");
     CT_EXPECT_OK(ct_model_save(a, p));
     ct_st_file *f;
@@ -244,7 +253,7 @@ CT_TEST(save_load_roundtrip_and_gpt_lm_head) {
 typedef void (*edit_fn)(ct_st_writer *w, ct_params *P, const char *skip_name, int *skip);
 static void write_variant(ct_params *P, const char *path, const char *skip, const char *reshape, ct_dtype dt_for,
                           const char *extra) {
-    ct_st_writer *w = ct_st_writer_create();
+    ct_st_writer *w; CT_EXPECT_OK(ct_st_writer_create(&w));
     static int32_t ibuf[1 << 16];
     for (int i = 0; i < ct_params_count(P); i++) {
         ct_tensor *t = ct_params_get(P, i);
@@ -272,7 +281,9 @@ static void write_variant(ct_params *P, const char *path, const char *skip, cons
 CT_TEST(load_errors_name_tensor_and_file_and_change_nothing) {
     ct_model_config c = ct_model_default_config(CT_MODEL_MLP);
     c.mlp.n_hidden = 1; c.mlp.hidden[0] = 16;
-    ct_model *src = ct_model_create(&c, 1), *m = ct_model_create(&c, 2);
+    ct_model *src, *m;
+    CT_EXPECT_OK(ct_model_create(&c, 1, &src));
+    CT_EXPECT_OK(ct_model_create(&c, 2, &m));
     ct_params *P = ct_model_params(m);
     size_t n = ct_params_numel(P);
     float *before = malloc(n * 4);
@@ -309,7 +320,7 @@ CT_TEST(load_errors_name_tensor_and_file_and_change_nothing) {
 
     /* bf16 weights convert, as PyTorch's copy_ does */
     ct_params *S = ct_model_params(src);
-    ct_st_writer *w = ct_st_writer_create();
+    ct_st_writer *w; CT_EXPECT_OK(ct_st_writer_create(&w));
     uint16_t *bf[4];
     for (int i = 0; i < ct_params_count(S); i++) {
         ct_tensor *t = ct_params_get(S, i);
@@ -334,10 +345,10 @@ static void count_hook(void *u, ct_params *P, int i) { (void)u; (void)P; hook_co
 
 CT_TEST(gpt_grad_ready_hook_fires_once_per_parameter_tied_wte_included) {
     ct_model_config c = small_gpt();
-    ct_model *m = ct_model_create(&c, 1);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     ct_params *P = ct_model_params(m);
     ct_params_set_grad_hook(P, count_hook, NULL);
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_tensor *tok = ct_zeros(ctx, CT_I64, 2, (int64_t[]){2, 16});
     for (int i = 0; i < 32; i++) ((int64_t *)tok->data)[i] = (i * 11) % 64;
     for (int step = 0; step < 2; step++) {
@@ -356,14 +367,14 @@ CT_TEST(gpt_grad_ready_hook_fires_once_per_parameter_tied_wte_included) {
 CT_TEST(gpt_without_bias_has_nanogpt_names) {
     ct_model_config c = small_gpt();
     c.gpt.bias = false;
-    ct_model *m = ct_model_create(&c, 1);
+    ct_model *m; CT_EXPECT_OK(ct_model_create(&c, 1, &m));
     CT_ASSERT(m);
     ct_params *P = ct_model_params(m);
     CT_EXPECT_EQ(ct_params_count(P), 3 + 6 * 2);
     CT_EXPECT(ct_params_find(P, "transformer.h.0.attn.c_attn.bias") == NULL);
     CT_EXPECT(ct_params_find(P, "transformer.ln_f.bias") == NULL);
     CT_EXPECT(ct_params_find(P, "transformer.h.1.mlp.c_proj.weight") != NULL);
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_tensor *tok = ct_zeros(ctx, CT_I32, 2, (int64_t[]){1, 16});
     ct_backward(ctx, ct_model_loss(ctx, m, tok, tok));
     ct_ctx_free(ctx);
@@ -373,10 +384,10 @@ CT_TEST(gpt_without_bias_has_nanogpt_names) {
 CT_TEST(dropout_follows_training_mode) {
     ct_model_config c = ct_model_default_config(CT_MODEL_CNN);
     c.cnn.c1 = 4; c.cnn.c2 = 8; c.cnn.fc = 64; c.cnn.dropout = 0.5f;
-    ct_model *a = ct_model_create(&c, 3);
+    ct_model *a; CT_EXPECT_OK(ct_model_create(&c, 3, &a));
     c.cnn.dropout = 0;
-    ct_model *b = ct_model_create(&c, 3); /* same names, same init */
-    ct_ctx *ctx = ct_ctx_create(NULL);
+    ct_model *b; CT_EXPECT_OK(ct_model_create(&c, 3, &b)); /* same names, same init */
+    ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_tensor *x = ct_zeros(ctx, CT_F32, 4, (int64_t[]){2, 1, 28, 28});
     for (int i = 0; i < 2 * 784; i++) ct_f32(x)[i] = (float)((i * 13) % 29) / 29.0f;
     ct_tensor *yb = ct_model_forward(ctx, b, x);

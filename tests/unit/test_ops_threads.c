@@ -27,7 +27,7 @@ typedef struct { int ndim; int64_t shape[CT_MAX_DIMS]; float scale; } ct_tensor_
 /* forward + backward with `threads`; returns a malloc'ed concatenation of y and grads */
 static float *run(op_fn f, int nin, const ct_tensor_spec_ *spec, int threads, int64_t *len) {
     ct_set_num_threads(threads);
-    ct_ctx *c = ct_ctx_create(NULL);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
     ct_tensor *in[4];
     for (int i = 0; i < nin; i++) {
         in[i] = ct_new(c, CT_F32, spec[i].ndim, spec[i].shape);
@@ -122,7 +122,7 @@ CT_TEST(same_results_for_1_and_2_threads) {
 CT_TEST(conv2d_large_image_matches_direct) {
     const int64_t N = 2, C = 16, H = 97, W = 95, O = 3, k = 3, s = 1, p = 1;
     const int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1; /* C*k*k*OH*OW > 1M: one sample per GEMM */
-    ct_ctx *c = ct_ctx_create(NULL);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
     ct_tensor *x = ct_new(c, CT_F32, 4, (int64_t[]){N, C, H, W}), *w = ct_new(c, CT_F32, 4, (int64_t[]){O, C, k, k});
     ct_tensor *b = ct_new(c, CT_F32, 1, (int64_t[]){O});
     fill(x, 1, 1); fill(w, 2, 0.3f); fill(b, 3, 1);

@@ -147,7 +147,7 @@ static int run_op(const char *op) {
     for (int k = 0;; k++) {
         char cs[64];
         snprintf(cs, sizeof cs, "%s#%d", op, k);
-        ct_ctx *c = ct_ctx_create(NULL);
+        ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
         ct_tensor *yref = load(c, f, cs, "y");
         if (!yref) { ct_ctx_free(c); break; }
         ct_tensor *x[4], *args = load(c, f, cs, "args");
@@ -221,7 +221,7 @@ static void dropout_run(int threads, uint64_t seed, uint64_t step, float p, int6
     ct_set_num_threads(threads);
     ct_ctx_opts o = ct_ctx_default_opts();
     o.seed = seed;
-    ct_ctx *c = ct_ctx_create(&o);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(&o, &c));
     ct_ctx_set_step(c, step);
     ct_tensor *x = ct_new(c, CT_F32, 1, (int64_t[]){n});
     ct_tensor *g = ct_new(c, CT_F32, 1, (int64_t[]){n});

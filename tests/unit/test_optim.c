@@ -44,7 +44,7 @@ static double fx_f64(const char *name) {
 }
 
 static ct_params *make_params(void) {
-    ct_params *P = ct_params_create();
+    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
     for (int i = 0; i < NP; i++) ct_param(P, PNAMES[i], PNDIM[i], PSHAPE[i], CT_INIT_ZEROS, 0);
     if (ct_params_finalize(P, 1) != CT_OK) abort();
     char nm[128];
@@ -85,7 +85,9 @@ static ct_optim *make_opt(const char *cfg, ct_params *P) {
         o.weight_decay = hp[4];
         o.decay_only_ndim_ge2 = hp[9] != 0;
         o.maximize = hp[10] != 0;
-        return ct_optim_create_sgd(P, &o);
+        ct_optim *r;
+        CT_EXPECT_OK(ct_optim_create_sgd(P, &o, &r));
+        return r;
     }
     ct_adamw_opts o = ct_adamw_default_opts();
     o.weight_decay = hp[4];
@@ -95,7 +97,9 @@ static ct_optim *make_opt(const char *cfg, ct_params *P) {
     o.amsgrad = hp[8] != 0;
     o.decay_only_ndim_ge2 = hp[9] != 0;
     o.maximize = hp[10] != 0;
-    return ct_optim_create_adamw(P, &o);
+    ct_optim *r;
+    CT_EXPECT_OK(ct_optim_create_adamw(P, &o, &r));
+    return r;
 }
 
 /* Run cfg's 10 steps from the fixture's weights and compare each step with PyTorch.
@@ -155,9 +159,9 @@ CT_TEST(optim_per_param_weight_decay) {
     ct_adamw_opts o = ct_adamw_default_opts();
     o.weight_decay = 0.1;
     o.decay_only_ndim_ge2 = true;
-    ct_optim *oa = ct_optim_create_adamw(A, &o);
+    ct_optim *oa; CT_EXPECT_OK(ct_optim_create_adamw(A, &o, &oa));
     o.decay_only_ndim_ge2 = false;
-    ct_optim *ob = ct_optim_create_adamw(B, &o);
+    ct_optim *ob; CT_EXPECT_OK(ct_optim_create_adamw(B, &o, &ob));
     CT_EXPECT(ct_optim_weight_decay(oa, 1) == 0.0 && ct_optim_weight_decay(oa, 0) == 0.1);
     ct_optim_set_weight_decay(ob, 1, 0.0);
     for (int s = 0; s < STEPS; s++) {
@@ -200,7 +204,7 @@ static void check_resume(const char *cfg) {
         ct_optim_step(ob, 0.01 + 0.001 * s);
     }
     const char *path = tmp_path("ckpt.safetensors");
-    ct_st_writer *w = ct_st_writer_create();
+    ct_st_writer *w; CT_EXPECT_OK(ct_st_writer_create(&w));
     for (int i = 0; i < NP; i++)
         CT_EXPECT_OK(ct_st_writer_add(w, PNAMES[i], CT_F32, PNDIM[i], PSHAPE[i], ct_params_data(B) + ct_params_offset(B, i)));
     CT_EXPECT_OK(ct_checkpoint_add_optim(w, ob, "state."));
@@ -256,10 +260,10 @@ CT_TEST(optim_resume_is_exact) {
 CT_TEST(optim_state_names_and_errors) {
     CT_ASSERT(fx());
     ct_params *P = make_params();
-    ct_optim *a = ct_optim_create_adamw(P, NULL);
+    ct_optim *a; CT_EXPECT_OK(ct_optim_create_adamw(P, NULL, &a));
     ct_sgd_opts so = ct_sgd_default_opts();
     so.momentum = 0.9;
-    ct_optim *s = ct_optim_create_sgd(P, &so);
+    ct_optim *s; CT_EXPECT_OK(ct_optim_create_sgd(P, &so, &s));
     CT_EXPECT(!strcmp(ct_optim_kind(a), "adamw") && !strcmp(ct_optim_kind(s), "sgd"));
     CT_EXPECT_EQ(ct_optim_state_count(a), 2);
     CT_EXPECT_EQ(ct_optim_state_count(s), 1);
@@ -273,7 +277,7 @@ CT_TEST(optim_state_names_and_errors) {
     set_grads(P, 0);
     ct_optim_step(s, 0.1);
     const char *path = tmp_path("sgd_state.safetensors");
-    ct_st_writer *w = ct_st_writer_create();
+    ct_st_writer *w; CT_EXPECT_OK(ct_st_writer_create(&w));
     CT_EXPECT_OK(ct_checkpoint_add_optim(w, s, "optim."));
     CT_EXPECT_OK(ct_st_writer_save(w, path));
     ct_st_writer_free(w);
@@ -295,7 +299,7 @@ CT_TEST(optim_state_names_and_errors) {
     /* a state whose shape disagrees with the parameter: format error, state untouched */
     float junk[64] = {1};
     int64_t step = 3, wrong[2] = {5, 7};
-    w = ct_st_writer_create();
+    CT_EXPECT_OK(ct_st_writer_create(&w));
     ct_st_writer_add(w, "optim.step", CT_I64, 0, NULL, &step);
     ct_st_writer_add(w, "optim.momentum_buffer.fc.weight", CT_F32, 2, wrong, junk);
     ct_st_writer_add(w, "optim.momentum_buffer.fc.bias", CT_F32, 1, PSHAPE[1], junk);
@@ -321,12 +325,13 @@ CT_TEST(optim_invalid_options) {
     ct_params *P = make_params();
     ct_sgd_opts so = ct_sgd_default_opts();
     so.nesterov = true; /* needs momentum */
-    CT_EXPECT(ct_optim_create_sgd(P, &so) == NULL);
+    ct_optim *bad = (ct_optim *)P; /* must come back NULL */
+    CT_EXPECT(ct_optim_create_sgd(P, &so, &bad) == CT_ERR_INVALID && bad == NULL);
     CT_EXPECT(strstr(ct_last_error(), "Nesterov") != NULL);
     ct_adamw_opts ao = ct_adamw_default_opts();
     ao.beta2 = 1.0;
-    CT_EXPECT(ct_optim_create_adamw(P, &ao) == NULL);
-    CT_EXPECT(ct_optim_create_adamw(NULL, NULL) == NULL);
+    CT_EXPECT(ct_optim_create_adamw(P, &ao, &bad) == CT_ERR_INVALID && bad == NULL);
+    CT_EXPECT(ct_optim_create_adamw(NULL, NULL, &bad) == CT_ERR_INVALID && bad == NULL);
     /* PyTorch's defaults */
     ao = ct_adamw_default_opts();
     CT_EXPECT(ao.beta1 == 0.9 && ao.beta2 == 0.999 && ao.eps == 1e-8 && ao.weight_decay == 1e-2 && !ao.amsgrad);
@@ -337,7 +342,7 @@ CT_TEST(optim_invalid_options) {
 CT_TEST(optim_thread_count_independent) {
     ct_params *P[2];
     for (int k = 0; k < 2; k++) {
-        P[k] = ct_params_create();
+        CT_EXPECT_OK(ct_params_create(&P[k]));
         ct_param(P[k], "big.weight", 2, (int64_t[]){300, 1001}, CT_INIT_KAIMING_UNIFORM, 1001);
         ct_param(P[k], "big.bias", 1, (int64_t[]){300}, CT_INIT_UNIFORM, 0.1);
         CT_ASSERT(ct_params_finalize(P[k], 7) == CT_OK);
@@ -348,7 +353,7 @@ CT_TEST(optim_thread_count_independent) {
     double norms[2];
     for (int k = 0; k < 2; k++) {
         omp_set_num_threads(k + 1);
-        ct_optim *o = ct_optim_create_adamw(P[k], &ao);
+        ct_optim *o; CT_EXPECT_OK(ct_optim_create_adamw(P[k], &ao, &o));
         for (int s = 0; s < 3; s++) {
             float *g = ct_params_grad(P[k]);
             for (size_t i = 0; i < n; i++) g[i] = (float)sin(0.001 * (double)i * (s + 1)) * 5;
@@ -465,7 +470,7 @@ CT_TEST(optim_grad_scaler_update_rule) {
     CT_EXPECT(o.init_scale == 65536.0f && o.growth_factor == 2.0 && o.backoff_factor == 0.5 &&
               o.growth_interval == 2000 && o.enabled);
     o.growth_interval = 3; /* as the fixture */
-    ct_grad_scaler *s = ct_grad_scaler_create(&o);
+    ct_grad_scaler *s; CT_EXPECT_OK(ct_grad_scaler_create(&o, &s));
     CT_EXPECT(ct_grad_scaler_scale(s) == 65536.0f);
     for (int i = 0; i < n; i++) {
         ct_grad_scaler_update(s, found[i] != 0);
@@ -484,18 +489,19 @@ CT_TEST(optim_grad_scaler_update_rule) {
     /* never grows to inf */
     o.init_scale = 0x1p127f;
     o.growth_interval = 1;
-    s = ct_grad_scaler_create(&o);
+    CT_EXPECT_OK(ct_grad_scaler_create(&o, &s));
     ct_grad_scaler_update(s, false);
     CT_EXPECT(ct_grad_scaler_scale(s) == 0x1p127f);
     ct_grad_scaler_free(s);
 
     o.backoff_factor = 1.5;
-    CT_EXPECT(ct_grad_scaler_create(&o) == NULL);
+    s = (ct_grad_scaler *)&o; /* must come back NULL */
+    CT_EXPECT(ct_grad_scaler_create(&o, &s) == CT_ERR_INVALID && s == NULL);
 }
 
 CT_TEST(optim_grad_scaler_unscale) {
     ct_params *P = make_params();
-    ct_grad_scaler *s = ct_grad_scaler_create(NULL);
+    ct_grad_scaler *s; CT_EXPECT_OK(ct_grad_scaler_create(NULL, &s));
     float *g = ct_params_grad(P);
     g[0] = 65536.0f * 3;
     g[ct_params_offset(P, 2) + 4] = -65536.0f / 8;
@@ -510,7 +516,7 @@ CT_TEST(optim_grad_scaler_unscale) {
     ct_grad_scaler_free(s);
     ct_grad_scaler_opts o = ct_grad_scaler_default_opts();
     o.enabled = false;
-    s = ct_grad_scaler_create(&o);
+    CT_EXPECT_OK(ct_grad_scaler_create(&o, &s));
     CT_EXPECT(ct_grad_scaler_scale(s) == 1.0f);
     CT_EXPECT(ct_grad_scaler_unscale_and_check(s, P));
     ct_grad_scaler_free(s);

@@ -59,7 +59,9 @@ static int check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     return bad;
 }
 
-#define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU"); } while (0)
+/* also the packing buffers, which a context would reserve */
+#define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU"); \
+                           CT_ASSERT(ct_kernels_reserve(2) == CT_OK); } while (0)
 
 CT_TEST(small_sizes_all_transposes) {
     NEED_AVX512();
@@ -70,6 +72,7 @@ CT_TEST(small_sizes_all_transposes) {
             for (int b = 0; b < n && !bad; b += 3)
                 for (int c = 0; c < n && !bad; c += 4)
                     bad += check(t & 1, t >> 1, sz[a], sz[b], sz[c], 1.0f, 0.0f, 0);
+    CT_EXPECT_EQ(bad, 0);
 }
 
 CT_TEST(every_m_n_up_to_67) {
@@ -78,13 +81,14 @@ CT_TEST(every_m_n_up_to_67) {
     for (int t = 0; t < 4 && !bad; t++)
         for (int m = 1; m <= 67 && !bad; m++)
             for (int nn = 1; nn <= 67 && !bad; nn += (m % 5) + 1) bad += check(t & 1, t >> 1, m, nn, (m * 7 + nn) % 37 + 1, 1.0f, 1.0f, 0);
+    CT_EXPECT_EQ(bad, 0);
 }
 
 CT_TEST(k_equals_1_and_k_0) {
     NEED_AVX512();
     for (int t = 0; t < 4; t++) {
-        check(t & 1, t >> 1, 37, 53, 1, 1.0f, 0.0f, 0);
-        check(t & 1, t >> 1, 37, 53, 1, -0.5f, 2.0f, 3);
+        CT_EXPECT_EQ(check(t & 1, t >> 1, 37, 53, 1, 1.0f, 0.0f, 0), 0);
+        CT_EXPECT_EQ(check(t & 1, t >> 1, 37, 53, 1, -0.5f, 2.0f, 3), 0);
     }
     /* K = 0: C = beta C (beta = 0: zeros over NaN) */
     float C[6] = {NAN, NAN, NAN, 1, 2, 3}, A[1] = {0}, B[1] = {0};
@@ -104,6 +108,7 @@ CT_TEST(alpha_beta_values) {
             bad += check(t & 1, t >> 1, 45, 71, 39, ab[i][0], ab[i][1], 0);
             bad += check(t & 1, t >> 1, 19, 40, 301, ab[i][0], ab[i][1], 5);
         }
+    CT_EXPECT_EQ(bad, 0);
 }
 
 CT_TEST(primes_and_cache_block_edges) {
@@ -115,6 +120,7 @@ CT_TEST(primes_and_cache_block_edges) {
     for (int t = 0; t < 4 && !bad; t++)
         for (size_t i = 0; i < sizeof sh / sizeof sh[0] && !bad; i++)
             bad += check(t & 1, t >> 1, sh[i][0], sh[i][1], sh[i][2], i % 2 ? 1.0f : -0.5f, i % 3 == 0 ? 0.0f : 1.0f, (int)(i % 3));
+    CT_EXPECT_EQ(bad, 0);
 }
 
 CT_TEST(model_shapes) {
@@ -127,7 +133,7 @@ CT_TEST(model_shapes) {
     bad += check(false, true, 256, 768, 256, 1.0f, 0.0f, 0);
     bad += check(false, true, 64, 256, 32, 0.17677669f, 0.0f, 0);
     bad += check(true, false, 256, 32, 64, 1.0f, 1.0f, 0);
-    (void)bad;
+    CT_EXPECT_EQ(bad, 0);
 }
 
 /* 1 and 2 threads: the same bits */
@@ -145,8 +151,8 @@ CT_TEST(thread_count_bit_identity) {
             ct_sgemm_own(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C1, N);
             ct_set_num_threads(2);
             ct_sgemm_own(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, C2, N);
-            if (memcmp(C1, C2, (size_t)(M * N) * sizeof(float)))
-                CT_FAILF("ta=%d tb=%d %lldx%lldx%lld: 1 and 2 threads differ", ta, tb, (long long)M, (long long)N, (long long)K);
+            CT_EXPECTF(!memcmp(C1, C2, (size_t)(M * N) * sizeof(float)), "ta=%d tb=%d %lldx%lldx%lld: 1 and 2 threads differ", ta,
+                       tb, (long long)M, (long long)N, (long long)K);
             free(A); free(B); free(C1); free(C2);
         }
     ct_set_num_threads(ct_default_num_threads());
@@ -154,6 +160,7 @@ CT_TEST(thread_count_bit_identity) {
 
 /* the dispatching wrapper (what linear/matmul/conv/attention call) agrees with the reference too */
 CT_TEST(dispatch_wrapper) {
+    CT_ASSERT(ct_kernels_reserve(2) == CT_OK);
     int64_t M = 33, N = 77, K = 129;
     float *A = rnd(M * K), *B = rnd(K * N), *C = rnd(M * N), *R = malloc((size_t)(M * N) * sizeof(float));
     for (int64_t i = 0; i < M * N; i++) C[i] = NAN;

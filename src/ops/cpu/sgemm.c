@@ -16,15 +16,21 @@
  * and runs the serial algorithm on it with its own packing buffers (no barriers). K is
  * never split and the blocking does not depend on the thread count, so every C element is
  * computed by the same instructions in the same order: bit-identical for any thread count.
- * Buffers are thread-local, allocated once per thread and reused. Kernel functions carry
+ * Packing buffers come from a pool reserved ahead (see "packing buffers" below): a GEMM
+ * never allocates. Kernel functions carry
  * target("avx512f,avx512vl,fma") so the file builds without -mavx512f;
  * ct_sgemm_own_available is the runtime check. */
 #include "ops/cpu/sgemm.h"
 
 #include <immintrin.h>
 #include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/kernel.h"
 
 #define CT_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
 
@@ -202,17 +208,73 @@ CT_AVX512 static void run(const job *j) {
     }
 }
 
-/* packing buffers of each thread (calling thread or OpenMP worker), fixed size:
- * allocated on first use and kept */
-static _Thread_local float *tl_pa, *tl_pb;
-static void buffers(job *j) {
-    if (!tl_pa) {
-        tl_pa = aligned_alloc(64, (size_t)MC * KC * sizeof(float));
-        tl_pb = aligned_alloc(64, (size_t)NC * KC * sizeof(float));
-        if (!tl_pa || !tl_pb) abort();
+/* ---------------------------------------------------------------- packing buffers ----
+ * An op cannot return a status, so a GEMM must not allocate: out of memory there could only
+ * abort. The buffers (one fixed-size A and B pair per thread, 2.2 MiB) form a pool that is
+ * reserved ahead, where a failure can be reported: ct_ctx_create reserves one pair per
+ * thread of ct_get_num_threads() and fails with CT_ERR_NOMEM if it cannot; a larger
+ * ct_set_num_threads grows the pool when memory allows. A GEMM claims free pairs (an atomic
+ * flag each) and runs on as many threads as it got: the result does not depend on the
+ * thread count, so a short pool costs speed, never bits. When every pair is taken by GEMMs
+ * running at the same time (ranks as threads of one process), it waits for one: holders
+ * only compute, so one comes free. The pool lives as long as the process. */
+#define MAX_SLOTS 256
+typedef struct {
+    float *pa, *pb;
+    atomic_int busy;
+    char pad_[64 - 2 * sizeof(float *) - sizeof(atomic_int)]; /* one cache line per flag */
+} slot;
+static _Alignas(64) slot pool[MAX_SLOTS];
+static atomic_int pool_n; /* pairs allocated; published after their pointers */
+static pthread_mutex_t pool_grow = PTHREAD_MUTEX_INITIALIZER;
+
+ct_status ct_kernels_reserve(int nthreads) {
+    if (nthreads > MAX_SLOTS) nthreads = MAX_SLOTS; /* more threads simply share the pool */
+    if (atomic_load_explicit(&pool_n, memory_order_acquire) >= nthreads) return CT_OK;
+    ct_status st = CT_OK;
+    pthread_mutex_lock(&pool_grow);
+    for (int n = atomic_load_explicit(&pool_n, memory_order_relaxed); n < nthreads; n++) {
+        float *pa = aligned_alloc(64, (size_t)MC * KC * sizeof(float)), *pb = aligned_alloc(64, (size_t)NC * KC * sizeof(float));
+        if (!pa || !pb) {
+            free(pa);
+            free(pb);
+            st = ct_error(CT_ERR_NOMEM, "out of memory for GEMM packing buffers (%d of %d threads)", n, nthreads);
+            break;
+        }
+        pool[n].pa = pa;
+        pool[n].pb = pb;
+        atomic_store_explicit(&pool_n, n + 1, memory_order_release);
     }
-    j->pa = tl_pa;
-    j->pb = tl_pb;
+    pthread_mutex_unlock(&pool_grow);
+    return st;
+}
+
+/* core reserves through this from ct_ctx_create / ct_set_num_threads (it cannot call up) */
+__attribute__((constructor)) static void register_reserve(void) { ct_kernel_register_reserve(ct_kernels_reserve); }
+
+/* claims 1..want free pairs into ids (waits while none is free); returns how many */
+static int claim(int want, int *ids) {
+    int n = atomic_load_explicit(&pool_n, memory_order_acquire);
+    CT_CHECK(n > 0, "GEMM without packing buffers: ct_ctx_create (or ct_kernels_reserve) reserves them");
+    for (;;) {
+        int got = 0;
+        for (int i = 0; i < n && got < want; i++) {
+            int idle = 0;
+            if (!atomic_load_explicit(&pool[i].busy, memory_order_relaxed) &&
+                atomic_compare_exchange_strong_explicit(&pool[i].busy, &idle, 1, memory_order_acquire, memory_order_relaxed))
+                ids[got++] = i;
+        }
+        if (got) return got;
+        sched_yield();
+        n = atomic_load_explicit(&pool_n, memory_order_acquire);
+    }
+}
+static void release(const int *ids, int n) {
+    for (int i = 0; i < n; i++) atomic_store_explicit(&pool[ids[i]].busy, 0, memory_order_release);
+}
+static void buffers(job *j, int id) {
+    j->pa = pool[id].pa;
+    j->pb = pool[id].pb;
 }
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
@@ -239,9 +301,14 @@ void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
     bool split_n = N >= M;
     int64_t unit = split_n ? NR : MR, units = ((split_n ? N : M) + unit - 1) / unit;
     if (nt > units) nt = (int)units;
+    if (nt > MAX_SLOTS) nt = MAX_SLOTS;
+    if (nt < 1) nt = 1;
+    int ids[MAX_SLOTS];
+    nt = claim(nt, ids);
     if (nt <= 1) {
-        buffers(&j);
+        buffers(&j, ids[0]);
         run(&j);
+        release(ids, nt);
         return;
     }
 #pragma omp parallel num_threads(nt)
@@ -261,10 +328,11 @@ void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
             s.C = C + lo * ldc;
         }
         if (hi > lo) {
-            buffers(&s);
+            buffers(&s, ids[t]);
             run(&s);
         }
     }
+    release(ids, nt);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */
@@ -283,6 +351,8 @@ static int own_enabled(void) {
 bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (!own_enabled()) return false;
+    /* no context created yet, hence no packing buffers (ops always have one) */
+    if (!atomic_load_explicit(&pool_n, memory_order_acquire)) return false;
     /* Tiny products, where packing does not pay: below ~24^3 OpenBLAS wins (`gemm_bench
      * small`: 16^3 0.6x, 24^3 ~1x, 32^3 1.5x); so does K < 16 (the C tile's load/store
      * dominates: 128x1024x10 0.5x), N < 16 (the 32-wide tile mostly padding: 128x10x1024

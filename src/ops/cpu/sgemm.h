@@ -8,10 +8,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ctrain/core.h"
+
 /* true when the CPU (and OS) support AVX-512F, i.e. ct_sgemm_own can run */
 bool ct_sgemm_own_available(void);
 
-/* Always the own kernel (requires ct_sgemm_own_available()); all sizes, K == 0 included. */
+/* Packing buffers for up to nthreads GEMM threads (registered with core, which calls it from
+ * ct_ctx_create and ct_set_num_threads): CT_ERR_NOMEM when they cannot be allocated. */
+ct_status ct_kernels_reserve(int nthreads);
+
+/* Always the own kernel (requires ct_sgemm_own_available() and a reserved pool, see
+ * ct_kernels_reserve); all sizes, K == 0 included. */
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 

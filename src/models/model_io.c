@@ -6,14 +6,13 @@
 #include <string.h>
 
 #include "ctrain/io.h"
-#include "ctrain/models.h"
 #include "models/model_internal.h"
 
 /* ---- save ---- */
 static ct_status save_impl(const ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of) {
     if (!path || !*path) return ct_error(CT_ERR_INVALID, "save: empty path");
-    ct_st_writer *w = ct_st_writer_create();
-    if (!w) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    ct_st_writer *w;
+    if (ct_st_writer_create(&w) != CT_OK) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
     ct_status st = CT_OK;
     for (int i = 0; i < ct_params_count(P) && st == CT_OK; i++) {
         const ct_tensor *t = ct_params_get(P, i);
@@ -30,9 +29,7 @@ static ct_status save_impl(const ct_params *P, const char *path, const char *ali
 ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL); }
 
 ct_status ct_model_save(const ct_model *m, const char *path) {
-    /* PyTorch's state_dict of nanoGPT lists the tied head under both names */
-    if (m->cfg.kind == CT_MODEL_GPT) return save_impl(m->P, path, "lm_head.weight", m->wte);
-    return save_impl(m->P, path, NULL, NULL);
+    return save_impl(m->P, path, m->kind->tied_name, m->tied);
 }
 
 /* ---- load ---- */
@@ -60,25 +57,19 @@ static ct_status check_tensor(const ct_st_file *f, const char *name, const ct_st
     return CT_OK;
 }
 
-/* nanoGPT (PyTorch < 2) registers its causal mask as "transformer.h.N.attn.bias" */
-static bool is_gpt_mask(const char *name) {
-    int n = 0, len = 0;
-    return sscanf(name, "transformer.h.%d.attn.bias%n", &n, &len) == 1 && name[len] == 0;
-}
+static bool aligned(const ct_st_tensor *t) { return (uintptr_t)t->data % ct_dtype_size(t->dtype) == 0; }
 
-static void copy_in(float *dst, const ct_st_tensor *t, size_t n) {
-    size_t isz = ct_dtype_size(t->dtype);
-    if ((uintptr_t)t->data % isz == 0) { ct_convert(dst, CT_F32, t->data, t->dtype, n); return; }
-    void *tmp = malloc(n * isz + 1); /* unaligned data (a writer that did not pad) */
-    CT_CHECK(tmp, "out of memory");
-    memcpy(tmp, t->data, n * isz);
+/* tmp: room for an unaligned tensor's bytes (a writer that did not pad) */
+static void copy_in(float *dst, const ct_st_tensor *t, size_t n, void *tmp) {
+    if (aligned(t)) { ct_convert(dst, CT_F32, t->data, t->dtype, n); return; }
+    memcpy(tmp, t->data, n * ct_dtype_size(t->dtype));
     ct_convert(dst, CT_F32, tmp, t->dtype, n);
-    free(tmp);
 }
 
 /* alias: an extra accepted name that must have alias_of's shape (values ignored);
- * gpt: accept nanoGPT's mask buffers. */
-static ct_status load_impl(ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of, bool gpt) {
+ * ignore (may be NULL): further names in the file to skip. */
+static ct_status load_impl(ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of,
+                           bool (*ignore)(const char *name)) {
     ct_st_file *f = NULL;
     ct_status st = ct_st_open(path, &f);
     if (st != CT_OK) return st;
@@ -124,7 +115,7 @@ static ct_status load_impl(ct_params *P, const char *path, const char *alias, co
                 if (st == CT_OK) st = check_tensor(f, name, &t, alias_of->ndim, alias_of->shape);
                 continue;
             }
-            if (gpt && is_gpt_mask(name)) continue;
+            if (ignore && ignore(name)) continue;
             if (nextra++ < 6) {
                 size_t o = strlen(extra);
                 snprintf(extra + o, sizeof extra - o, "%s'%s'", o ? ", " : "", name);
@@ -135,20 +126,27 @@ static ct_status load_impl(ct_params *P, const char *path, const char *alias, co
                           extra, nextra > 6 ? ", ..." : "");
     }
 
-    /* 3. all checked: copy */
+    /* 3. all checked: copy (the one allocation first, so that nothing changes on failure) */
+    void *tmp = NULL;
+    if (st == CT_OK) {
+        size_t most = 0;
+        for (int i = 0; i < np; i++)
+            if (!aligned(&src[i]) && src[i].nbytes > most) most = src[i].nbytes;
+        if (most && !(tmp = malloc(most))) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    }
     if (st == CT_OK)
         for (int i = 0; i < np; i++) {
             ct_tensor *t = ct_params_get(P, i);
-            copy_in(t->data, &src[i], (size_t)ct_numel(t));
+            copy_in(t->data, &src[i], (size_t)ct_numel(t), tmp);
         }
+    free(tmp);
     free(src);
     ct_st_close(f);
     return st;
 }
 
-ct_status ct_params_load(ct_params *P, const char *path) { return load_impl(P, path, NULL, NULL, false); }
+ct_status ct_params_load(ct_params *P, const char *path) { return load_impl(P, path, NULL, NULL, NULL); }
 
 ct_status ct_model_load(ct_model *m, const char *path) {
-    if (m->cfg.kind == CT_MODEL_GPT) return load_impl(m->P, path, "lm_head.weight", m->wte, true);
-    return load_impl(m->P, path, NULL, NULL, false);
+    return load_impl(m->P, path, m->kind->tied_name, m->tied, m->kind->load_ignores);
 }

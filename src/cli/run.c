@@ -16,8 +16,7 @@
 
 #include "cli/cli.h"
 #include "ctrain/dist.h"
-#include "distributed/dist_internal.h"
-#include "distributed/supervise.h"
+#include "ctrain/launch.h"
 
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
@@ -215,7 +214,7 @@ int cli_run(int argc, char **argv) {
     else ct_random_hex(o.runid, 6);
 
     /* signals are blocked before the store thread starts so that only the supervisor sees them */
-    sigset_t old;
+    ct_sup_sigmask old;
     ct_sup_block_signals(&old);
     ct_store_server *srv = NULL;
     o.port = o.master_port;

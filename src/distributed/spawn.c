@@ -1,6 +1,6 @@
 /* ct_spawn (torch.multiprocessing.spawn for C) and the `ctrain env --check` self-test. */
 #include "distributed/dist_internal.h"
-#include "distributed/supervise.h"
+#include "ctrain/launch.h"
 
 #include <stdio.h>
 #include <stdlib.h>

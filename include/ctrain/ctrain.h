@@ -8,4 +8,6 @@
 #include "ctrain/nn.h"
 #include "ctrain/models.h"
 #include "ctrain/optim.h"
+#include "ctrain/config.h"
+#include "ctrain/launch.h"
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ctrain/config.h"
 #include "ctrain/ddp.h"
 #include "ctrain/optim.h"
 
@@ -39,30 +40,24 @@ struct ct_ddp {
 };
 
 /* CTRAIN_DDP_BUCKET_MB / CTRAIN_DDP_FIRST_BUCKET_MB override the bucket sizes (PyTorch's
- * bucket_cap_mb); a value that is not a positive number is ignored with a warning. */
+ * bucket_cap_mb); ctrain rejects a bad value at start-up (ctrain/config.h). The switches
+ * are three-way: set on, set off, or unset (the options decide). */
 static bool env_off(const char *name) {
-    const char *v = getenv(name);
-    return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false"));
+    ct_config_var v = (ct_config_var)ct_config_find(name);
+    return ct_config_is_set(v) && !ct_config_bool(v);
 }
 
 static bool env_on(const char *name) {
-    const char *v = getenv(name);
-    return v && (!strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "true"));
+    ct_config_var v = (ct_config_var)ct_config_find(name);
+    return ct_config_is_set(v) && ct_config_bool(v);
 }
 
 /* fused_optimizer's built-in default (docs/benchmarks.md has the measurements behind it) */
 #define FUSED_DEFAULT false
 
 static size_t env_mb(const char *name, size_t dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    double mb = strtod(v, &end);
-    if (*end || !(mb > 0) || mb > 1e6) {
-        CT_LOG_WARN_("ddp", "%s=%s is not a positive number of MiB; using %.2f", name, v, (double)dflt / 1048576.0);
-        return dflt;
-    }
-    return (size_t)(mb * 1048576.0);
+    ct_config_var v = (ct_config_var)ct_config_find(name);
+    return ct_config_is_set(v) ? (size_t)(ct_config_float(v) * 1048576.0) : dflt;
 }
 
 ct_ddp_opts ct_ddp_default_opts(void) {

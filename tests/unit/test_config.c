@@ -1,5 +1,6 @@
 /* The configuration table (ctrain/config.h): defaults, valid and bad values of each type,
  * ct_config_set/unset, and changes made behind its back with setenv(). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -182,6 +183,33 @@ CT_TEST(setenv_behind_the_tables_back_is_seen) {
     unsetenv("CTRAIN_GRACE");
     CT_EXPECT(!ct_config_is_set(CT_CFG_GRACE));
     CT_EXPECT_NEAR(ct_config_float(CT_CFG_GRACE), 5, 0);
+}
+
+static void *reader(void *arg) {
+    long bad = 0;
+    for (int i = 0; i < 20000; i++) {
+        double t = ct_config_float(CT_CFG_TIMEOUT);
+        bad += !(t == 300 || t == 9);
+        bad += ct_config_int(CT_CFG_MASTER_PORT) != 29500;
+    }
+    *(long *)arg = bad;
+    return NULL;
+}
+
+/* Readers on several threads while another changes a variable: every read sees either the
+ * old or the new value (run it under -fsanitize=thread to see the locking too). */
+CT_TEST(concurrent_reads_and_sets) {
+    ct_config_unset("CTRAIN_TIMEOUT");
+    ct_config_unset("MASTER_PORT");
+    pthread_t th[4];
+    long bad[4] = {0};
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, reader, &bad[i]);
+    for (int i = 0; i < 2000; i++) CT_EXPECT_OK(i & 1 ? ct_config_unset("CTRAIN_TIMEOUT") : ct_config_set("CTRAIN_TIMEOUT", "9"));
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CT_EXPECT_EQ(bad[i], 0);
+    }
+    ct_config_unset("CTRAIN_TIMEOUT");
 }
 
 CT_TEST(expected_text_and_type_names) {

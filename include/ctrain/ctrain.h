@@ -15,4 +15,6 @@
 #include "ctrain/dist.h"
 #include "ctrain/ddp.h"
 #include "ctrain/train.h"
+#include "ctrain/config.h"
+#include "ctrain/launch.h"
 #endif

@@ -227,7 +227,9 @@ int cli_bench(int argc, char **argv) {
         return 2;
     }
     if (o.b > o.e) { fprintf(stderr, "ctrain bench: -b is larger than -e\n"); return 2; }
-    if (getenv("RANK") || getenv("OMPI_COMM_WORLD_RANK") || getenv("SLURM_PROCID")) return bench_body(&o);
+    /* started by a launcher: be one rank; otherwise spawn the ranks */
+    if (ct_config_is_set(CT_CFG_RANK) || ct_config_is_set(CT_CFG_OMPI_RANK) || ct_config_is_set(CT_CFG_SLURM_PROCID))
+        return bench_body(&o);
     ct_status st = ct_spawn(bench_child, o.np, &o);
     if (st) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 1; }
     return 0;

@@ -2,7 +2,8 @@
  * main.c owns the dispatch table; each subcommand lives in its own file. */
 #ifndef CT_CLI_H
 #define CT_CLI_H
-int cli_env(int argc, char **argv);    /* ctrain env [--check]         (env.c)   */
+#include "ctrain/config.h" /* every subcommand reads its environment through it */
+int cli_env(int argc, char **argv);    /* ctrain env [--check|--vars]  (env.c)   */
 int cli_run(int argc, char **argv);    /* ctrain run [torchrun flags] ... (run.c) */
 int cli_train(int argc, char **argv);  /* ctrain train mlp|cnn|gpt ... (train.c) */
 int cli_bench(int argc, char **argv);  /* ctrain bench allreduce|...   (bench.c) */

@@ -2,9 +2,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cli/cli.h"
+#include "ctrain/config.h"
 #include "ctrain/core.h"
 
 static const struct {
@@ -25,26 +25,6 @@ static void usage(FILE *f) {
     fprintf(f, "\n'ctrain <command> --help' shows a command's options. ctrain %s\n", CT_VERSION_STRING);
 }
 
-/* ctrain's own variables are checked before any command starts: one line instead of a
- * warning per rank (CTRAIN_DEBUG) or a failure report from every worker (CTRAIN_TIMEOUT). */
-static int check_env(void) {
-    const char *lv = getenv("CTRAIN_DEBUG");
-    if (lv && *lv && strcasecmp(lv, "ERROR") && strcasecmp(lv, "WARN") && strcasecmp(lv, "INFO") && strcasecmp(lv, "TRACE")) {
-        fprintf(stderr, "ctrain: CTRAIN_DEBUG='%s' is not one of ERROR, WARN, INFO, TRACE\n", lv);
-        return 2;
-    }
-    const char *to = getenv("CTRAIN_TIMEOUT");
-    if (to && *to) {
-        char *e;
-        double v = strtod(to, &e);
-        if (e == to || *e || !(v > 0)) {
-            fprintf(stderr, "ctrain: CTRAIN_TIMEOUT='%s' is not a positive number of seconds\n", to);
-            return 2;
-        }
-    }
-    return 0;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
@@ -53,8 +33,13 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--version")) { printf("ctrain %s\n", CT_VERSION_STRING); return 0; }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
-        int rc = check_env();
-        return rc ? rc : cmds[i].fn(argc - 1, argv + 1);
+        /* every variable is checked before any command starts: one line, instead of a
+         * warning per rank or a failure report from every worker */
+        if (ct_config_load() != CT_OK) {
+            fprintf(stderr, "ctrain: %s\n", ct_last_error());
+            return 2;
+        }
+        return cmds[i].fn(argc - 1, argv + 1);
     }
     fprintf(stderr, "ctrain: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "ctrain/config.h"
 #include "ctrain/dist.h"
-#include "distributed/dist_internal.h"
-#include "distributed/supervise.h"
+#include "ctrain/launch.h"
 
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
@@ -140,8 +140,7 @@ static int is_exec_file(const char *p) {
 }
 static int find_program(const char *prog) {
     if (strchr(prog, '/')) return is_exec_file(prog);
-    const char *path = getenv("PATH");
-    if (!path) path = "/usr/bin:/bin";
+    const char *path = ct_config_str(CT_CFG_PATH); /* default /usr/bin:/bin */
     char buf[PATH_MAX];
     const char *p = path;
     while (*p) {
@@ -155,42 +154,39 @@ static int find_program(const char *prog) {
     return 0;
 }
 
-static void setenv_int(const char *k, long v) {
+static int put(const char *k, const char *v) {
+    if (ct_config_set(k, v) == CT_OK) return 0;
+    fprintf(stderr, "ctrain run: %s\n", ct_last_error());
+    return -1;
+}
+
+static int put_int(const char *k, long v) {
     char b[32];
     snprintf(b, sizeof b, "%ld", v);
-    setenv(k, b, 1);
+    return put(k, b);
 }
 
 static int child_main(int idx, void *ctx) {
     run_opts *o = ctx;
     int world = o->nproc * o->nnodes, rank = o->node_rank * o->nproc + idx;
-    setenv_int("RANK", rank);
-    setenv_int("LOCAL_RANK", idx);
-    setenv_int("WORLD_SIZE", world);
-    setenv_int("LOCAL_WORLD_SIZE", o->nproc);
-    setenv_int("GROUP_RANK", o->node_rank);
-    setenv_int("GROUP_WORLD_SIZE", o->nnodes);
-    setenv_int("ROLE_RANK", rank);
-    setenv_int("ROLE_WORLD_SIZE", world);
-    setenv("ROLE_NAME", "default", 1);
-    setenv("MASTER_ADDR", o->master_addr ? o->master_addr : "127.0.0.1", 1);
-    setenv_int("MASTER_PORT", o->port);
-    setenv_int("TORCHELASTIC_RESTART_COUNT", o->attempt);
-    setenv_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
-    setenv("TORCHELASTIC_RUN_ID", o->runid, 1);
-    setenv_int("CTRAIN_RESTART_COUNT", o->attempt);
-    setenv("CTRAIN_STORE_TOKEN", o->token, 1);
-    setenv("CTRAIN_STORE_HOSTED", "1", 1);
-    setenv("CTRAIN_RUN_ID", o->runid, 1);
-    if (o->timeout > 0) {
+    int bad = put_int("RANK", rank) || put_int("LOCAL_RANK", idx) || put_int("WORLD_SIZE", world) ||
+              put_int("LOCAL_WORLD_SIZE", o->nproc) || put_int("GROUP_RANK", o->node_rank) ||
+              put_int("GROUP_WORLD_SIZE", o->nnodes) || put_int("ROLE_RANK", rank) ||
+              put_int("ROLE_WORLD_SIZE", world) || put("ROLE_NAME", "default") ||
+              put("MASTER_ADDR", o->master_addr ? o->master_addr : "127.0.0.1") || put_int("MASTER_PORT", o->port) ||
+              put_int("TORCHELASTIC_RESTART_COUNT", o->attempt) || put_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts) ||
+              put("TORCHELASTIC_RUN_ID", o->runid) || put_int("CTRAIN_RESTART_COUNT", o->attempt) ||
+              put("CTRAIN_STORE_TOKEN", o->token) || put("CTRAIN_STORE_HOSTED", "1") || put("CTRAIN_RUN_ID", o->runid);
+    if (!bad && o->timeout > 0) {
         char b[32];
         snprintf(b, sizeof b, "%g", o->timeout);
-        setenv("CTRAIN_TIMEOUT", b, 1);
+        bad = put("CTRAIN_TIMEOUT", b);
     }
-    if (!getenv("OMP_NUM_THREADS")) {
+    if (!bad && !ct_config_is_set(CT_CFG_OMP_NUM_THREADS)) {
         long c = sysconf(_SC_NPROCESSORS_ONLN) / o->nproc;
-        setenv_int("OMP_NUM_THREADS", c < 1 ? 1 : c);
+        bad = put_int("OMP_NUM_THREADS", c < 1 ? 1 : c);
     }
+    if (bad) return 127;
     execvp(o->argv[0], o->argv);
     fprintf(stderr, "ctrain run: cannot execute %s: %s\n", o->argv[0], strerror(errno));
     return 127;
@@ -207,15 +203,15 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "ctrain run: cannot find program '%s'\n", o.argv[0]);
         return 2;
     }
-    const char *tok = getenv("CTRAIN_STORE_TOKEN");
-    if (tok && *tok) snprintf(o.token, sizeof o.token, "%.39s", tok);
+    const char *tok = ct_config_str(CT_CFG_STORE_TOKEN);
+    if (tok) snprintf(o.token, sizeof o.token, "%.39s", tok);
     else if (o.nnodes == 1) ct_random_hex(o.token, 16);
     /* multi-node without a shared token: every launcher must agree, so none is used */
     if (o.run_id) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
     else ct_random_hex(o.runid, 6);
 
     /* signals are blocked before the store thread starts so that only the supervisor sees them */
-    sigset_t old;
+    ct_sup_sigmask old;
     ct_sup_block_signals(&old);
     ct_store_server *srv = NULL;
     o.port = o.master_port;

@@ -126,9 +126,8 @@ int cli_train(int argc, char **argv) {
     int rc = train_opts_parse(argc, argv, &j.o);
     if (rc >= 0) return rc;
     ct_set_num_threads(j.o.threads > 0 ? j.o.threads : ct_default_num_threads());
-    const char *ws = getenv("WORLD_SIZE");
     ct_status st = CT_OK;
-    if (ws && atoi(ws) > 1) st = ct_dist_init(NULL, &j.pg);
+    if (ct_config_int(CT_CFG_WORLD_SIZE) > 1) st = ct_dist_init(NULL, &j.pg);
     if (st == CT_OK) st = open_data(&j);
     if (st == CT_OK) st = build(&j);
     if (st == CT_OK) st = fit(&j);

@@ -69,7 +69,7 @@ static bool to_f(const char *s, double lo, double hi, double *out) {
 
 int train_opts_parse(int argc, char **argv, train_opts *o) {
     memset(o, 0, sizeof *o);
-    const char *env_data = getenv("CTRAIN_DATA_DIR"), *env_out = getenv("CTRAIN_OUTPUT_DIR");
+    const char *env_data = ct_config_str(CT_CFG_DATA_DIR), *env_out = ct_config_str(CT_CFG_OUTPUT_DIR);
     o->data_dir = env_data && *env_data ? env_data : "/usr/share/datasets/fashion-mnist";
     o->output_dir = env_out && *env_out ? env_out : "output";
     o->epochs = 1;

@@ -1,6 +1,7 @@
 /* Options of `ctrain train`, parsed and checked in one place (train_opts.c). */
 #ifndef CT_TRAIN_OPTS_H
 #define CT_TRAIN_OPTS_H
+#include "ctrain/config.h" /* CTRAIN_DATA_DIR, CTRAIN_OUTPUT_DIR */
 #include "ctrain/models.h"
 
 typedef struct {

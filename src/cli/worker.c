@@ -16,10 +16,7 @@
 #include "cli/cli.h"
 #include "ctrain/dist.h"
 
-static int env_rank(void) {
-    const char *r = getenv("RANK");
-    return r ? atoi(r) : 0;
-}
+static int env_rank(void) { return (int)ct_config_int(CT_CFG_RANK); }
 
 static int do_allreduce(void) {
     ct_pg *pg;
@@ -58,7 +55,8 @@ int cli_worker(int argc, char **argv) {
         char line[1024];
         size_t o = 0;
         for (int i = 0; vars[i]; i++) {
-            const char *v = getenv(vars[i]);
+            ct_config_var k = (ct_config_var)ct_config_find(vars[i]);
+            const char *v = ct_config_is_set(k) ? ct_config_str(k) : ""; /* as set, not the default */
             o += (size_t)snprintf(line + o, sizeof line - o, "%s=%s ", vars[i], v ? v : "");
         }
         printf("%s\n", line);
@@ -83,8 +81,7 @@ int cli_worker(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(m, "fail-once") && argc >= 3) {
-        const char *rc = getenv("CTRAIN_RESTART_COUNT");
-        if (rank == atoi(argv[2]) && (!rc || atoi(rc) == 0)) {
+        if (rank == atoi(argv[2]) && ct_config_int(CT_CFG_RESTART_COUNT) == 0) {
             fprintf(stderr, "worker %d: failing on the first attempt\n", rank);
             return 1;
         }

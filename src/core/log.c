@@ -1,6 +1,7 @@
 /* Logging: CTRAIN_DEBUG picks the level (default WARN), CTRAIN_DEBUG_SUBSYS a comma list
  * of subsystems to show at INFO/TRACE (default all). Lines carry time and rank. */
 
+#include "ctrain/config.h"
 #include "ctrain/core.h"
 
 #include <pthread.h>
@@ -19,21 +20,11 @@ static int log_rank = -1;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static void log_init(void) {
-    const char *lv = getenv("CTRAIN_DEBUG");
-    log_level = CT_LOG_WARN;
-    if (lv && *lv) {
-        if (!strcasecmp(lv, "ERROR")) log_level = CT_LOG_ERROR;
-        else if (!strcasecmp(lv, "WARN")) log_level = CT_LOG_WARN;
-        else if (!strcasecmp(lv, "INFO")) log_level = CT_LOG_INFO;
-        else if (!strcasecmp(lv, "TRACE")) log_level = CT_LOG_TRACE;
-        else fprintf(stderr, "ctrain: warning: CTRAIN_DEBUG=%s is not one of ERROR, WARN, INFO, TRACE; using WARN\n", lv);
-    }
-    const char *ss = getenv("CTRAIN_DEBUG_SUBSYS");
+    /* choices are ERROR|WARN|INFO|TRACE, in ct_log_level's order */
+    log_level = ct_config_choice(CT_CFG_DEBUG);
+    const char *ss = ct_config_str(CT_CFG_DEBUG_SUBSYS);
     if (ss) snprintf(log_subsys, sizeof log_subsys, "%s", ss);
-    if (log_rank < 0) {
-        const char *r = getenv("RANK");
-        if (r) log_rank = atoi(r);
-    }
+    if (log_rank < 0 && ct_config_is_set(CT_CFG_RANK)) log_rank = (int)ct_config_int(CT_CFG_RANK);
 }
 
 void ct_log_set_rank(int rank) { log_rank = rank; }

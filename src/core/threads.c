@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctrain/config.h"
 #include "ctrain/core.h"
 #include "ctrain/tensor.h"
 #include "core/kernel.h"
@@ -25,11 +26,11 @@ void ct_kernel_register_reserve(ct_kernel_reserve_fn fn) { reserve_fn = fn; }
 ct_status ct_kernel_reserve(int nthreads) { return reserve_fn ? reserve_fn(nthreads) : CT_OK; }
 
 int ct_default_num_threads(void) {
-    const char *e = getenv("OMP_NUM_THREADS");
-    if (e && atoi(e) > 0) return atoi(e);
+    long e = ct_config_int(CT_CFG_OMP_NUM_THREADS); /* 0 when unset */
+    if (e > 0) return (int)e;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *l = getenv("LOCAL_WORLD_SIZE");
-    long local = l && atoi(l) > 0 ? atoi(l) : 1;
+    long local = ct_config_int(CT_CFG_LOCAL_WORLD_SIZE);
+    if (local < 1) local = 1;
     long n = cores / local;
     return n < 1 ? 1 : (int)n;
 }

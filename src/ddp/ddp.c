@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ctrain/config.h"
 #include "ctrain/ddp.h"
 
 typedef struct {
@@ -35,27 +36,17 @@ struct ct_ddp {
 };
 
 /* CTRAIN_DDP_BUCKET_MB / CTRAIN_DDP_FIRST_BUCKET_MB override the bucket sizes (PyTorch's
- * bucket_cap_mb); a value that is not a positive number is ignored with a warning. */
-static bool env_off(const char *name) {
-    const char *v = getenv(name);
-    return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false"));
-}
+ * bucket_cap_mb); ctrain rejects a bad value at start-up (ctrain/config.h). The switches
+ * are three-way: set on, set off, or unset (the options decide). */
+static bool env_off(ct_config_var v) { return ct_config_is_set(v) && !ct_config_bool(v); }
 
-static size_t env_mb(const char *name, size_t dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    double mb = strtod(v, &end);
-    if (*end || !(mb > 0) || mb > 1e6) {
-        CT_LOG_WARN_("ddp", "%s=%s is not a positive number of MiB; using %.2f", name, v, (double)dflt / 1048576.0);
-        return dflt;
-    }
-    return (size_t)(mb * 1048576.0);
+static size_t env_mb(ct_config_var v, size_t dflt) {
+    return ct_config_is_set(v) ? (size_t)(ct_config_float(v) * 1048576.0) : dflt;
 }
 
 ct_ddp_opts ct_ddp_default_opts(void) {
-    return (ct_ddp_opts){.bucket_cap_bytes = env_mb("CTRAIN_DDP_BUCKET_MB", 25u << 20),
-                         .first_bucket_bytes = env_mb("CTRAIN_DDP_FIRST_BUCKET_MB", 1u << 20),
+    return (ct_ddp_opts){.bucket_cap_bytes = env_mb(CT_CFG_DDP_BUCKET_MB, 25u << 20),
+                         .first_bucket_bytes = env_mb(CT_CFG_DDP_FIRST_BUCKET_MB, 1u << 20),
                          .find_unused_parameters = false, .comm_dtype = CT_F32, .broadcast_buffers = true, .zero_copy = true};
 }
 
@@ -138,7 +129,7 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
 static ct_status setup_zero_copy(ct_ddp *d) {
     if (!d->o.zero_copy || d->o.comm_dtype != CT_F32 || ct_pg_size(d->pg) < 2 || strcmp(ct_pg_backend(d->pg), "shm"))
         return CT_OK;
-    int32_t want = !env_off("CTRAIN_DDP_ZERO_COPY");
+    int32_t want = !env_off(CT_CFG_DDP_ZERO_COPY);
     ct_status st = ct_all_reduce_sync(d->pg, &want, 1, CT_I32, CT_RED_MIN);
     if (st != CT_OK || !want) return st;
     size_t bytes = ct_params_numel(d->P) * sizeof(float);

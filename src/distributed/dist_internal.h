@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "ctrain/dist.h"
+#include "ctrain/launch.h" /* ct_random_hex */
 
 typedef enum {
     CT_OP_ALLREDUCE = 1, CT_OP_BROADCAST, CT_OP_REDUCE, CT_OP_ALLGATHER, CT_OP_REDUCE_SCATTER,
@@ -89,7 +90,4 @@ void ct_reduce2(ct_dtype dt, ct_reduce_op op, void *o1, void *o2, const void *a,
                 int divisor);
 /* o[i] /= divisor in place (AVG when there is only one source). */
 void ct_reduce_scale(ct_dtype dt, void *o, size_t n, int divisor);
-
-/* Internal helpers shared with the launcher and spawn (supervise.c). */
-void ct_random_hex(char *out, size_t nbytes); /* writes 2*nbytes hex chars + NUL */
 #endif

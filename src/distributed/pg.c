@@ -2,6 +2,7 @@
  * and its comm thread, and the public collective calls. Backends only see ct_work items,
  * one at a time, in issue order. */
 #include "distributed/dist_internal.h"
+#include "ctrain/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,29 +84,19 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 }
 
 /* ------------------------------------------------------------------ environment */
-static int env_int(const char *const *names, int dflt, const char **which) {
-    for (int i = 0; names[i]; i++) {
-        const char *v = getenv(names[i]);
-        if (v && *v) {
-            if (which) *which = names[i];
-            return atoi(v);
-        }
+/* The first of vars that is set gives *out (and *which, its name); a bad value is an error
+ * naming it. None set: dflt. */
+static ct_status env_int(const ct_config_var *vars, int dflt, int *out, const char **which) {
+    for (int i = 0; vars[i] != CT_CFG_COUNT_; i++) {
+        if (!ct_config_is_set(vars[i])) continue;
+        if (which) *which = ct_config_info_of(vars[i])->name;
+        ct_status st = ct_config_check(vars[i]);
+        if (st) return st;
+        *out = (int)ct_config_int(vars[i]);
+        return CT_OK;
     }
-    return dflt;
-}
-
-static int env_int_checked(const char *const *names, int dflt, const char **which, int *bad) {
-    for (int i = 0; names[i]; i++) {
-        const char *v = getenv(names[i]);
-        if (v && *v) {
-            char *e;
-            long x = strtol(v, &e, 10);
-            if (*e && *e != '(') { *bad = 1; if (which) *which = names[i]; return -1; }
-            if (which) *which = names[i];
-            return (int)x;
-        }
-    }
-    return dflt;
+    *out = dflt;
+    return CT_OK;
 }
 
 ct_dist_opts ct_dist_default_opts(void) {
@@ -514,8 +505,7 @@ ct_status ct_dist_new_group(ct_pg *parent, const int *ranks, int nranks, ct_pg *
  * spinning peers sharing a core, or the scheduler moving them around, costs 10-100x in
  * latency. Skipped when there are fewer CPUs than local ranks or CTRAIN_BIND=0. */
 static void bind_local_rank(int lrank, int lsize) {
-    const char *b = getenv("CTRAIN_BIND");
-    if (b && (!strcmp(b, "0") || !strcmp(b, "none"))) return;
+    if (!ct_config_bool(CT_CFG_BIND)) return;
     cpu_set_t cur, mine;
     if (sched_getaffinity(0, sizeof cur, &cur)) return;
     int ncpu = CPU_COUNT(&cur);
@@ -531,42 +521,44 @@ static void bind_local_rank(int lrank, int lsize) {
         CT_LOG_INFO("pg", "local rank %d bound to %d CPU(s) from %d (CTRAIN_BIND=0 to disable)", lrank, per, first);
 }
 
-static const char *const ENV_RANK[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
-static const char *const ENV_WORLD[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
-static const char *const ENV_LWORLD[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                         "SLURM_NTASKS_PER_NODE", NULL};
+static const ct_config_var ENV_RANK[] = {CT_CFG_RANK, CT_CFG_OMPI_RANK, CT_CFG_PMI_RANK, CT_CFG_SLURM_PROCID,
+                                         CT_CFG_COUNT_};
+static const ct_config_var ENV_WORLD[] = {CT_CFG_WORLD_SIZE, CT_CFG_OMPI_SIZE, CT_CFG_PMI_SIZE, CT_CFG_SLURM_NTASKS,
+                                          CT_CFG_COUNT_};
+static const ct_config_var ENV_LWORLD[] = {CT_CFG_LOCAL_WORLD_SIZE, CT_CFG_OMPI_LOCAL_SIZE, CT_CFG_MPI_LOCALNRANKS,
+                                           CT_CFG_SLURM_NTASKS_PER_NODE, CT_CFG_COUNT_};
+static const ct_config_var ENV_LRANK[] = {CT_CFG_LOCAL_RANK, CT_CFG_OMPI_LOCAL_RANK, CT_CFG_SLURM_LOCALID,
+                                          CT_CFG_COUNT_};
 
 ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     *out = NULL;
     ct_dist_opts o = opts_in ? *opts_in : ct_dist_default_opts();
     const char *wr = "RANK", *ww = "WORLD_SIZE";
-    int bad = 0;
-    int rank = o.rank >= 0 ? o.rank : env_int_checked(ENV_RANK, 0, &wr, &bad);
-    if (bad) return ct_error(CT_ERR_INVALID, "%s='%s' is not an integer", wr, getenv(wr));
-    int world = o.world_size > 0 ? o.world_size : env_int_checked(ENV_WORLD, 1, &ww, &bad);
-    if (bad) return ct_error(CT_ERR_INVALID, "%s='%s' is not an integer", ww, getenv(ww));
-    if (world < 1) return ct_error(CT_ERR_INVALID, "%s=%d: the world needs at least one rank", ww, world);
-    if (rank < 0 || rank >= world)
-        return ct_error(CT_ERR_INVALID, "%s=%d is not below %s=%d", wr, rank, ww, world);
-    int lworld = o.local_world_size > 0 ? o.local_world_size : env_int(ENV_LWORLD, world, NULL);
+    int rank = o.rank, world = o.world_size, lworld = o.local_world_size;
+    ct_status est = CT_OK;
+    if (rank < 0) est = env_int(ENV_RANK, 0, &rank, &wr);
+    if (!est && world < 1) est = env_int(ENV_WORLD, 1, &world, &ww);
+    if (!est && lworld < 1) est = env_int(ENV_LWORLD, world, &lworld, NULL);
+    if (est) return est;
+    if (rank >= world) return ct_error(CT_ERR_INVALID, "%s=%d is not below %s=%d", wr, rank, ww, world);
     if (lworld < 1 || lworld > world) lworld = world;
 
-    const char *backend = o.backend ? o.backend : getenv("CTRAIN_BACKEND");
+    const char *backend = o.backend;
+    if (!backend && ct_config_is_set(CT_CFG_BACKEND)) {
+        if ((est = ct_config_check(CT_CFG_BACKEND))) return est;
+        backend = ct_config_str(CT_CFG_BACKEND);
+    }
     if (backend && !*backend) backend = NULL;
     if (!backend) {
-        int launched_by_mpi = getenv("OMPI_COMM_WORLD_SIZE") && !getenv("MASTER_PORT");
+        int launched_by_mpi = ct_config_is_set(CT_CFG_OMPI_SIZE) && !ct_config_is_set(CT_CFG_MASTER_PORT);
         backend = (launched_by_mpi || lworld < world) ? "mpi" : "shm";
     }
-    const char *tos = getenv("CTRAIN_TIMEOUT");
-    double timeout = o.timeout_s > 0 ? o.timeout_s : 300;
-    if (!(o.timeout_s > 0) && tos && *tos) { /* a misspelt timeout must not silently become 300 s */
-        char *e;
-        timeout = strtod(tos, &e);
-        if (e == tos || *e || !(timeout > 0))
-            return ct_error(CT_ERR_INVALID, "CTRAIN_TIMEOUT='%s' is not a positive number of seconds", tos);
+    double timeout = o.timeout_s;
+    if (!(timeout > 0)) { /* a misspelt timeout must not silently become 300 s */
+        if ((est = ct_config_check(CT_CFG_TIMEOUT))) return est;
+        timeout = ct_config_float(CT_CFG_TIMEOUT);
     }
-    const char *fps = getenv("CTRAIN_FINGERPRINT");
-    int fp = o.fingerprint >= 0 ? o.fingerprint : (fps && *fps ? atoi(fps) != 0 : 1);
+    int fp = o.fingerprint >= 0 ? o.fingerprint : ct_config_bool(CT_CFG_FINGERPRINT);
 
     ct_pg *pg = pg_alloc(rank, world);
     if (!pg) return ct_error(CT_ERR_NOMEM, "process group");
@@ -575,10 +567,9 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     pg->timeout = timeout;
     pg->fingerprint = fp;
     pg->local_size = lworld;
-    const char *rc = getenv("CTRAIN_RESTART_COUNT");
-    snprintf(pg->prefix, sizeof pg->prefix, "ctrain/%d/", rc ? atoi(rc) : 0);
-    const char *rid = getenv("CTRAIN_RUN_ID");
-    snprintf(pg->runid, sizeof pg->runid, "%.32s", rid && *rid ? rid : "x");
+    snprintf(pg->prefix, sizeof pg->prefix, "ctrain/%ld/", ct_config_int(CT_CFG_RESTART_COUNT));
+    const char *rid = ct_config_str(CT_CFG_RUN_ID);
+    snprintf(pg->runid, sizeof pg->runid, "%.32s", rid ? rid : "x");
     ct_log_set_rank(rank);
 
     ct_status st;
@@ -589,13 +580,16 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
                             "launch with mpirun and CTRAIN_BACKEND=mpi", lworld, world);
         }
         if (world > 1) {
-            const char *addr = o.master_addr ? o.master_addr : getenv("MASTER_ADDR");
+            const char *addr = o.master_addr ? o.master_addr : ct_config_str(CT_CFG_MASTER_ADDR);
             if (!addr || !*addr) addr = "127.0.0.1";
-            const char *ps = getenv("MASTER_PORT");
-            int port = o.master_port > 0 ? o.master_port : (ps && *ps ? atoi(ps) : 29500);
-            const char *token = o.token ? o.token : getenv("CTRAIN_STORE_TOKEN");
-            const char *hosted = getenv("CTRAIN_STORE_HOSTED");
-            if (rank == 0 && !(hosted && atoi(hosted))) {
+            int port = o.master_port;
+            if (port <= 0 && (st = ct_config_check(CT_CFG_MASTER_PORT))) {
+                pg_release(pg);
+                return st;
+            }
+            if (port <= 0) port = (int)ct_config_int(CT_CFG_MASTER_PORT);
+            const char *token = o.token ? o.token : ct_config_str(CT_CFG_STORE_TOKEN);
+            if (rank == 0 && !ct_config_bool(CT_CFG_STORE_HOSTED)) {
                 int local = !strcmp(addr, "127.0.0.1") || !strcmp(addr, "localhost");
                 st = ct_store_server_start(local ? "127.0.0.1" : "0.0.0.0", port, token, &pg->server);
                 if (st) {
@@ -611,8 +605,11 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
             }
             CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s)", addr, port, pg->server ? "hosted by rank 0" : "launcher's");
         }
-        static const char *const lr_names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
-        int lrank = o.local_rank >= 0 ? o.local_rank : env_int(lr_names, rank, NULL);
+        int lrank = o.local_rank;
+        if (lrank < 0 && (st = env_int(ENV_LRANK, rank, &lrank, NULL))) {
+            pg_release(pg);
+            return st;
+        }
         bind_local_rank(lrank, lworld);
         pg->be = &ct_shm_backend;
         st = ct_shm_create(pg, &pg->impl);

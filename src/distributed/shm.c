@@ -1,6 +1,7 @@
 /* shm backend: segment creation and rendezvous, waits (spin, yield, futex), fingerprints,
  * failure propagation, and the dispatch table. The collectives live in shm_*.c. */
 #include "distributed/shm.h"
+#include "ctrain/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -222,16 +223,6 @@ static void shm_destroy(void *impl) {
     free(s);
 }
 
-static size_t env_size(const char *name, size_t dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *e;
-    double x = strtod(v, &e);
-    if (*e == 'k' || *e == 'K') x *= 1024;
-    else if (*e == 'm' || *e == 'M') x *= 1024 * 1024;
-    return x >= 4096 ? (size_t)x : dflt;
-}
-
 /* Creates (leader) or opens the segment and publishes/reads its name through the store.
  * key_base names the group ("ctrain/0/g3/"). */
 static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gid, double timeout, int fingerprint,
@@ -245,14 +236,13 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
     s->granks = granks;
     s->subgroup = gid != 0;
     s->fingerprint = fingerprint;
-    s->H = env_size("CTRAIN_SHM_CHUNK", 256 << 10) & ~(size_t)4095;
+    s->H = (size_t)ct_config_int(CT_CFG_SHM_CHUNK) & ~(size_t)4095;
     s->P = 128 << 10;
-    s->small_max = env_size("CTRAIN_SHM_SMALL", 16 << 10);
+    s->small_max = (size_t)ct_config_int(CT_CFG_SHM_SMALL);
     if (s->small_max > s->H) s->small_max = s->H;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int oversub = local_size > ncpu;
-    const char *sp = getenv("CTRAIN_SHM_SPIN_US");
-    s->spin_s = (sp && *sp ? atof(sp) : (oversub ? 2 : 200)) * 1e-6;
+    s->spin_s = (ct_config_is_set(CT_CFG_SHM_SPIN_US) ? ct_config_float(CT_CFG_SHM_SPIN_US) : (oversub ? 2 : 200)) * 1e-6;
     s->yields = oversub ? 50 : 4;
     s->p2p_sent = calloc((size_t)n, sizeof(uint32_t));
     s->p2p_recv = calloc((size_t)n, sizeof(uint32_t));

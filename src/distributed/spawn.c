@@ -1,6 +1,7 @@
 /* ct_spawn (torch.multiprocessing.spawn for C) and the `ctrain env --check` self-test. */
 #include "distributed/dist_internal.h"
-#include "distributed/supervise.h"
+#include "ctrain/config.h"
+#include "ctrain/launch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,21 +18,20 @@ typedef struct {
 
 static int spawn_child(int idx, void *p) {
     spawn_ctx *c = p;
-    char v[32];
-    snprintf(v, sizeof v, "%d", idx);
-    setenv("RANK", v, 1);
-    setenv("LOCAL_RANK", v, 1);
-    snprintf(v, sizeof v, "%d", c->n);
-    setenv("WORLD_SIZE", v, 1);
-    setenv("LOCAL_WORLD_SIZE", v, 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    snprintf(v, sizeof v, "%d", c->port);
-    setenv("MASTER_PORT", v, 1);
-    setenv("CTRAIN_STORE_TOKEN", c->token, 1);
-    setenv("CTRAIN_STORE_HOSTED", "1", 1);
-    setenv("CTRAIN_RUN_ID", c->runid, 1);
-    setenv("CTRAIN_RESTART_COUNT", "0", 1);
-    unsetenv("OMPI_COMM_WORLD_SIZE"); /* a spawned job is not an MPI job */
+    char r[32], n[32], port[32];
+    snprintf(r, sizeof r, "%d", idx);
+    snprintf(n, sizeof n, "%d", c->n);
+    snprintf(port, sizeof port, "%d", c->port);
+    const char *vars[][2] = {{"RANK", r}, {"LOCAL_RANK", r}, {"WORLD_SIZE", n}, {"LOCAL_WORLD_SIZE", n},
+                             {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"CTRAIN_STORE_TOKEN", c->token},
+                             {"CTRAIN_STORE_HOSTED", "1"}, {"CTRAIN_RUN_ID", c->runid}, {"CTRAIN_RESTART_COUNT", "0"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        if (ct_config_set(vars[i][0], vars[i][1]) != CT_OK) {
+            fprintf(stderr, "ct_spawn: rank %d: %s\n", idx, ct_last_error());
+            return 1;
+        }
+    }
+    ct_config_unset("OMPI_COMM_WORLD_SIZE"); /* a spawned job is not an MPI job */
     ct_log_set_rank(idx);
     return c->fn(idx, c->n, c->arg);
 }
@@ -51,10 +51,9 @@ ct_status ct_spawn(ct_spawn_fn fn, int nprocs, void *arg) {
     ct_status st = ct_store_server_listen("127.0.0.1", 0, token, &srv);
     if (st) return st;
     spawn_ctx c = {fn, arg, nprocs, ct_store_server_port(srv), token, runid};
-    ct_sup_opts o = {.n = nprocs, .fn = spawn_child, .ctx = &c, .grace_s = 5, .runid = runid, .who = "ct_spawn",
+    ct_sup_opts o = {.n = nprocs, .fn = spawn_child, .ctx = &c, .runid = runid, .who = "ct_spawn",
                      .after_fork = start_store, .after_fork_ctx = srv};
-    const char *g = getenv("CTRAIN_GRACE");
-    if (g && atof(g) > 0) o.grace_s = atof(g);
+    o.grace_s = ct_config_float(CT_CFG_GRACE);
     ct_sup_result *res = calloc(1, sizeof *res);
     if (!res) { ct_store_server_stop(srv); return ct_error(CT_ERR_NOMEM, "spawn"); }
     st = ct_sup_run(&o, res);
@@ -77,7 +76,9 @@ typedef struct {
 static int selfcheck_worker(int rank, int n, void *arg) {
     check_out *out = arg; /* shared mapping: rank 0 writes it */
     ct_pg *pg;
-    if (ct_dist_init(NULL, &pg)) {
+    ct_dist_opts o = ct_dist_default_opts();
+    o.backend = "shm"; /* whatever CTRAIN_BACKEND says: this checks the shm backend */
+    if (ct_dist_init(&o, &pg)) {
         if (rank == 0) snprintf(out->msg, sizeof out->msg, "init failed: %s", ct_last_error());
         return 1;
     }
@@ -123,13 +124,9 @@ ct_status ct_dist_selfcheck(int nranks, double *busbw_gbps, char *report, size_t
     check_out *out = mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (out == MAP_FAILED) return ct_error(CT_ERR_SYSTEM, "mmap");
     memset(out, 0, sizeof *out);
-    char *saved = getenv("CTRAIN_BACKEND") ? strdup(getenv("CTRAIN_BACKEND")) : NULL;
-    setenv("CTRAIN_BACKEND", "shm", 1);
     double t0 = ct_time_now();
     ct_status st = ct_spawn(selfcheck_worker, nranks, out);
     double t = ct_time_now() - t0;
-    if (saved) { setenv("CTRAIN_BACKEND", saved, 1); free(saved); }
-    else unsetenv("CTRAIN_BACKEND");
     if (busbw_gbps) *busbw_gbps = out->busbw;
     if (st == CT_OK && out->ok) {
         if (report)

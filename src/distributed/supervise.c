@@ -1,12 +1,13 @@
-/* Worker supervision for `ctrain run` and ct_spawn (see supervise.h). One poll() loop over
+/* Worker supervision for `ctrain run` and ct_spawn (see ctrain/launch.h). One poll() loop over
  * the workers' output pipes and a signalfd; each worker runs in its own process group so a
  * stop signal reaches its children too, and dies with the supervisor (PR_SET_PDEATHSIG). */
-#include "distributed/supervise.h"
+#include "ctrain/launch.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ typedef struct {
     size_t tail_n, tail_pos;
 } worker_t;
 
-void ct_sup_block_signals(sigset_t *old) {
+static void block_signals(sigset_t *old) {
     sigset_t s;
     sigemptyset(&s);
     sigaddset(&s, SIGINT);
@@ -39,7 +40,7 @@ void ct_sup_block_signals(sigset_t *old) {
     pthread_sigmask(SIG_BLOCK, &s, old);
 }
 
-void ct_sup_restore_signals(const sigset_t *old) {
+static void restore_signals(const sigset_t *old) {
     /* drop pending SIGCHLDs so they do not fire after unblocking */
     sigset_t s;
     sigemptyset(&s);
@@ -47,6 +48,20 @@ void ct_sup_restore_signals(const sigset_t *old) {
     struct timespec z = {0, 0};
     while (sigtimedwait(&s, NULL, &z) > 0) {}
     pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+_Static_assert(sizeof(sigset_t) <= sizeof(ct_sup_sigmask), "ct_sup_sigmask cannot hold a sigset_t");
+
+void ct_sup_block_signals(ct_sup_sigmask *old) {
+    sigset_t o;
+    block_signals(&o);
+    memcpy(old, &o, sizeof o);
+}
+
+void ct_sup_restore_signals(const ct_sup_sigmask *old) {
+    sigset_t o;
+    memcpy(&o, old, sizeof o);
+    restore_signals(&o);
 }
 
 static void write_all(int fd, const char *p, size_t n) {
@@ -156,7 +171,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     worker_t *ws = calloc((size_t)n, sizeof *ws);
     if (!ws) return ct_error(CT_ERR_NOMEM, "workers");
     sigset_t old;
-    ct_sup_block_signals(&old);
+    block_signals(&old);
     sigset_t sset;
     sigemptyset(&sset);
     sigaddset(&sset, SIGINT);
@@ -305,7 +320,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         if (ws[i].loge >= 0) close(ws[i].loge);
     }
     cleanup_shm(o->runid);
-    ct_sup_restore_signals(&old);
+    restore_signals(&old);
 
     /* report: root cause first */
     if (res->failed || res->interrupted) {

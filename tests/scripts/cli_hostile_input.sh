@@ -50,12 +50,19 @@ one_line 2 "--steps expects an integer" $C train gpt --text "$d/t.txt" --steps -
 one_line 2 "--block-size expects a value" $C train gpt --text "$d/t.txt" --block-size
 
 # environment
-one_line 2 "CTRAIN_TIMEOUT='abc' is not a positive number" env CTRAIN_TIMEOUT=abc $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
-one_line 2 "CTRAIN_TIMEOUT='-3' is not a positive number" env CTRAIN_TIMEOUT=-3 $C run --standalone --nproc-per-node 2 $C worker init
-one_line 2 "CTRAIN_DEBUG='bogus' is not one of ERROR, WARN, INFO, TRACE" env CTRAIN_DEBUG=bogus $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
-one_line 2 "CTRAIN_DEBUG='bogus' is not one of ERROR, WARN, INFO, TRACE" env CTRAIN_DEBUG=bogus $C run --standalone --nproc-per-node 2 $C worker init
+one_line 2 "CTRAIN_TIMEOUT='abc': expected a number of seconds > 0" env CTRAIN_TIMEOUT=abc $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+one_line 2 "CTRAIN_TIMEOUT='-3': expected a number of seconds > 0" env CTRAIN_TIMEOUT=-3 $C run --standalone --nproc-per-node 2 $C worker init
+one_line 2 "CTRAIN_DEBUG='bogus': expected one of ERROR, WARN, INFO, TRACE" env CTRAIN_DEBUG=bogus $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+one_line 2 "CTRAIN_DEBUG='bogus': expected one of ERROR, WARN, INFO, TRACE" env CTRAIN_DEBUG=bogus $C run --standalone --nproc-per-node 2 $C worker init
 one_line 1 "RANK=5 is not below WORLD_SIZE=2" env RANK=5 WORLD_SIZE=2 $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
-one_line 1 "WORLD_SIZE='2x' is not an integer" env RANK=0 WORLD_SIZE=2x $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+one_line 2 "WORLD_SIZE='2x': expected an integer >= 1" env RANK=0 WORLD_SIZE=2x $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+# every variable is checked at start-up, whichever command runs
+one_line 2 "CTRAIN_DDP_BUCKET_MB='0': expected a number of MiB > 0 and <= 1000000" env CTRAIN_DDP_BUCKET_MB=0 $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
+one_line 2 "CTRAIN_DDP_ZERO_COPY='maybe': expected 1, true, on, yes or 0, false, off, no" env CTRAIN_DDP_ZERO_COPY=maybe $C run --standalone --nproc-per-node 2 $C worker init
+one_line 2 "CTRAIN_BACKEND='nccl': expected one of shm, mpi" env CTRAIN_BACKEND=nccl $C worker init
+one_line 2 "MASTER_PORT='70000': expected an integer between 1 and 65535" env MASTER_PORT=70000 $C env
+one_line 2 "CTRAIN_SHM_CHUNK='1x': expected a size in bytes" env CTRAIN_SHM_CHUNK=1x $C bench allreduce
+one_line 2 "RANK='-1': expected an integer >= 0" env RANK=-1 $C env --vars
 # rank 0 of 2 alone: the peer never comes, the collective timeout ends it with one line
 port=$((20000 + RANDOM % 20000))
 one_line 1 "timed out" env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CTRAIN_TIMEOUT=2 \

@@ -17,7 +17,7 @@ one_line 2 "cannot find program 'no-such-prog'" $B run --standalone no-such-prog
 one_line 2 "node-rank 2 is not below --nnodes 2" $B run --nnodes 2 --node-rank 2 $B worker init
 one_line 2 "needs a value" $B run --master-port
 one_line 1 "RANK=3 is not below WORLD_SIZE=2" env RANK=3 WORLD_SIZE=2 $B worker init
-one_line 1 "WORLD_SIZE='two' is not an integer" env RANK=0 WORLD_SIZE=two $B worker init
+one_line 2 "WORLD_SIZE='two': expected an integer >= 1" env RANK=0 WORLD_SIZE=two $B worker init
 
 # a port in use
 port=$((20000 + RANDOM % 20000))

@@ -21,6 +21,7 @@
  * target("avx512f,avx512vl,fma") so the file builds without -mavx512f;
  * ct_sgemm_own_available is the runtime check. */
 #include "ops/cpu/sgemm.h"
+#include "ctrain/config.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -341,8 +342,7 @@ static int own_enabled(void) {
     static int en = -1;
     int e = __atomic_load_n(&en, __ATOMIC_RELAXED);
     if (e < 0) {
-        const char *s = getenv("CTRAIN_GEMM");
-        e = ct_sgemm_own_available() && !(s && !strcmp(s, "openblas")) ? 1 : 0;
+        e = ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */ ? 1 : 0;
         __atomic_store_n(&en, e, __ATOMIC_RELAXED);
     }
     return e;

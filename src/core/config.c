@@ -1,0 +1,371 @@
+/* The configuration table: every environment variable ctrain reads or sets, parsed and
+ * validated in one place. The only file that calls getenv/setenv/unsetenv. */
+#include "ctrain/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define NOMAX HUGE_VAL
+#define L CT_CFG_LAUNCHER
+
+static const ct_config_info table[CT_CFG_COUNT_] = {
+    [CT_CFG_DEBUG] = {"CTRAIN_DEBUG", CT_CFG_CHOICE, "WARN", 0, 0, "ERROR|WARN|INFO|TRACE", NULL, 0,
+                      "log level; lines carry the time and the rank"},
+    [CT_CFG_DEBUG_SUBSYS] = {"CTRAIN_DEBUG_SUBSYS", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
+                             "comma list of subsystems shown at INFO and TRACE (store, pg, shm, ddp, launcher...; default all)"},
+    [CT_CFG_BACKEND] = {"CTRAIN_BACKEND", CT_CFG_CHOICE, NULL, 0, 0, "shm|mpi", NULL, 0,
+                        "process-group backend (default: mpi under mpirun or across machines, else shm)"},
+    [CT_CFG_TIMEOUT] = {"CTRAIN_TIMEOUT", CT_CFG_FLOAT, "300", 0, NOMAX, NULL, "seconds", CT_CFG_ABOVE_MIN,
+                        "how long a collective or the rendezvous may wait before failing"},
+    [CT_CFG_FINGERPRINT] = {"CTRAIN_FINGERPRINT", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
+                            "check that all ranks issue the same collective (sequence, op, dtype, count)"},
+    [CT_CFG_BIND] = {"CTRAIN_BIND", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
+                     "pin each local rank to its own share of the CPUs (shm backend)"},
+    [CT_CFG_STORE_TOKEN] = {"CTRAIN_STORE_TOKEN", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
+                            "secret the store asks of every client (ctrain run picks a random one)"},
+    [CT_CFG_STORE_HOSTED] = {"CTRAIN_STORE_HOSTED", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, L,
+                             "1: the launcher hosts the store; 0: rank 0 does"},
+    [CT_CFG_RUN_ID] = {"CTRAIN_RUN_ID", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
+                       "job id; names the shared-memory segments of the run"},
+    [CT_CFG_RESTART_COUNT] = {"CTRAIN_RESTART_COUNT", CT_CFG_INT, "0", 0, INT_MAX, NULL, NULL, L,
+                              "restart attempt (0 the first); keeps the attempts' store keys apart"},
+    [CT_CFG_GRACE] = {"CTRAIN_GRACE", CT_CFG_FLOAT, "5", 0, NOMAX, NULL, "seconds", CT_CFG_ABOVE_MIN,
+                      "ct_spawn: delay between SIGTERM and SIGKILL when stopping the other ranks"},
+    [CT_CFG_SHM_SPIN_US] = {"CTRAIN_SHM_SPIN_US", CT_CFG_FLOAT, NULL, 0, NOMAX, NULL, "microseconds", 0,
+                            "shm backend: spin this long before sleeping (default 200; 2 when ranks outnumber cores)"},
+    [CT_CFG_SHM_CHUNK] = {"CTRAIN_SHM_CHUNK", CT_CFG_BYTES, "256k", 4096, (double)(1L << 30), NULL, NULL, 0,
+                          "shm backend: chunk of a large all-reduce (must agree on all ranks)"},
+    [CT_CFG_SHM_SMALL] = {"CTRAIN_SHM_SMALL", CT_CFG_BYTES, "16k", 4096, (double)(1L << 30), NULL, NULL, 0,
+                          "shm backend: largest message reduced in one copy-in step"},
+    [CT_CFG_DDP_BUCKET_MB] = {"CTRAIN_DDP_BUCKET_MB", CT_CFG_FLOAT, "25", 0, 1e6, NULL, "MiB", CT_CFG_ABOVE_MIN,
+                              "DDP gradient bucket size (PyTorch's bucket_cap_mb)"},
+    [CT_CFG_DDP_FIRST_BUCKET_MB] = {"CTRAIN_DDP_FIRST_BUCKET_MB", CT_CFG_FLOAT, "1", 0, 1e6, NULL, "MiB",
+                                    CT_CFG_ABOVE_MIN, "size of DDP's first bucket (the last gradients of backward)"},
+    [CT_CFG_DDP_ZERO_COPY] = {"CTRAIN_DDP_ZERO_COPY", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
+                              "0: reduce gradients through staging slots instead of in place in shared memory"},
+    [CT_CFG_GEMM] = {"CTRAIN_GEMM", CT_CFG_CHOICE, "auto", 0, 0, "auto|openblas", NULL, 0,
+                     "openblas: every GEMM through OpenBLAS instead of ctrain's AVX-512 kernel"},
+    [CT_CFG_OMP_NUM_THREADS] = {"OMP_NUM_THREADS", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, L | CT_CFG_LIST,
+                                "threads per rank (default cores / local ranks; ctrain run sets that when unset)"},
+    [CT_CFG_DATA_DIR] = {"CTRAIN_DATA_DIR", CT_CFG_STRING, "/usr/share/datasets/fashion-mnist", 0, 0, NULL, NULL, 0,
+                         "default of ctrain train --data-dir"},
+    [CT_CFG_OUTPUT_DIR] = {"CTRAIN_OUTPUT_DIR", CT_CFG_STRING, "output", 0, 0, NULL, NULL, 0,
+                           "default of ctrain train --output-dir"},
+    [CT_CFG_PATH] = {"PATH", CT_CFG_STRING, "/usr/bin:/bin", 0, 0, NULL, NULL, 0,
+                     "where ctrain run looks for a program named without a slash"},
+    [CT_CFG_RANK] = {"RANK", CT_CFG_INT, "0", 0, INT_MAX, NULL, NULL, L, "this process's global rank"},
+    [CT_CFG_WORLD_SIZE] = {"WORLD_SIZE", CT_CFG_INT, "1", 1, INT_MAX, NULL, NULL, L, "number of ranks in the job"},
+    [CT_CFG_LOCAL_RANK] = {"LOCAL_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,
+                           "rank on this machine (default RANK)"},
+    [CT_CFG_LOCAL_WORLD_SIZE] = {"LOCAL_WORLD_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, L,
+                                 "ranks on this machine (default WORLD_SIZE)"},
+    [CT_CFG_MASTER_ADDR] = {"MASTER_ADDR", CT_CFG_STRING, "127.0.0.1", 0, 0, NULL, NULL, L,
+                            "host of the store (node 0's launcher, or rank 0)"},
+    [CT_CFG_MASTER_PORT] = {"MASTER_PORT", CT_CFG_INT, "29500", 1, 65535, NULL, NULL, L, "port of the store"},
+    [CT_CFG_GROUP_RANK] = {"GROUP_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,
+                           "this machine's index (torchrun's; ctrain does not read it)"},
+    [CT_CFG_GROUP_WORLD_SIZE] = {"GROUP_WORLD_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, L,
+                                 "number of machines (torchrun's; ctrain does not read it)"},
+    [CT_CFG_ROLE_RANK] = {"ROLE_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,
+                          "rank within the role (torchrun's; ctrain does not read it)"},
+    [CT_CFG_ROLE_WORLD_SIZE] = {"ROLE_WORLD_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, L,
+                                "ranks in the role (torchrun's; ctrain does not read it)"},
+    [CT_CFG_ROLE_NAME] = {"ROLE_NAME", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
+                          "worker role, always default (torchrun's; ctrain does not read it)"},
+    [CT_CFG_TORCHELASTIC_RESTART_COUNT] = {"TORCHELASTIC_RESTART_COUNT", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,
+                                           "restart attempt (torchrun's; ctrain reads CTRAIN_RESTART_COUNT)"},
+    [CT_CFG_TORCHELASTIC_MAX_RESTARTS] = {"TORCHELASTIC_MAX_RESTARTS", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,
+                                          "--max-restarts (torchrun's; ctrain does not read it)"},
+    [CT_CFG_TORCHELASTIC_RUN_ID] = {"TORCHELASTIC_RUN_ID", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
+                                    "job id (torchrun's; ctrain reads CTRAIN_RUN_ID)"},
+    [CT_CFG_OMPI_RANK] = {"OMPI_COMM_WORLD_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
+                          "Open MPI's rank (used when RANK is unset)"},
+    [CT_CFG_OMPI_SIZE] = {"OMPI_COMM_WORLD_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,
+                          "Open MPI's world size; without MASTER_PORT it selects the mpi backend"},
+    [CT_CFG_OMPI_LOCAL_RANK] = {"OMPI_COMM_WORLD_LOCAL_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
+                                "Open MPI's local rank (used when LOCAL_RANK is unset)"},
+    [CT_CFG_OMPI_LOCAL_SIZE] = {"OMPI_COMM_WORLD_LOCAL_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,
+                                "Open MPI's local size (used when LOCAL_WORLD_SIZE is unset)"},
+    [CT_CFG_PMI_RANK] = {"PMI_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0, "MPICH/PMI rank"},
+    [CT_CFG_PMI_SIZE] = {"PMI_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0, "MPICH/PMI world size"},
+    [CT_CFG_MPI_LOCALNRANKS] = {"MPI_LOCALNRANKS", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,
+                                "MPICH's ranks on this machine"},
+    [CT_CFG_SLURM_PROCID] = {"SLURM_PROCID", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0, "Slurm's rank"},
+    [CT_CFG_SLURM_NTASKS] = {"SLURM_NTASKS", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, CT_CFG_LIST,
+                             "Slurm's world size"},
+    [CT_CFG_SLURM_NTASKS_PER_NODE] = {"SLURM_NTASKS_PER_NODE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, CT_CFG_LIST,
+                                      "Slurm's ranks per machine"},
+    [CT_CFG_SLURM_LOCALID] = {"SLURM_LOCALID", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
+                              "Slurm's rank on this machine"},
+};
+#undef L
+
+typedef struct {
+    long i;   /* int, bytes, bool (0/1), choice (index, -1 none) */
+    double f; /* float */
+} value;
+
+typedef struct {
+    char *raw;       /* copy of the text last parsed; NULL: unset or empty */
+    const char *env; /* the environment's own string for raw */
+    int bad, warned;
+    value v;         /* parsed value; the default's when unset or bad */
+} state;
+
+static state st[CT_CFG_COUNT_];
+static value dflt[CT_CFG_COUNT_];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+const ct_config_info *ct_config_info_of(ct_config_var v) {
+    return (unsigned)v < CT_CFG_COUNT_ ? &table[v] : NULL;
+}
+
+int ct_config_find(const char *name) {
+    for (int k = 0; name && k < CT_CFG_COUNT_; k++)
+        if (!strcmp(table[k].name, name)) return k;
+    return -1;
+}
+
+const char *ct_config_type_name(ct_config_type t) {
+    static const char *n[] = {"string", "int", "float", "bool", "choice", "bytes"};
+    return (unsigned)t < sizeof n / sizeof n[0] ? n[t] : "?";
+}
+
+void ct_config_expected(ct_config_var v, char *out, size_t n) {
+    const ct_config_info *c = ct_config_info_of(v);
+    CT_CHECK(c, "ct_config_expected: no configuration variable %d", (int)v);
+    const char *u = c->unit ? " of " : "", *un = c->unit ? c->unit : "";
+    switch (c->type) {
+    case CT_CFG_STRING: snprintf(out, n, "any text"); break;
+    case CT_CFG_BOOL: snprintf(out, n, "1, true, on, yes or 0, false, off, no, none"); break;
+    case CT_CFG_CHOICE: {
+        size_t o = (size_t)snprintf(out, n, "one of ");
+        for (const char *p = c->choices; *p && o + 3 < n; p++) {
+            if (*p == '|') o += (size_t)snprintf(out + o, n - o, ", ");
+            else out[o++] = *p, out[o] = 0;
+        }
+        break;
+    }
+    case CT_CFG_INT:
+    case CT_CFG_BYTES:
+    case CT_CFG_FLOAT: {
+        const char *what = c->type == CT_CFG_INT ? "an integer" : c->type == CT_CFG_BYTES ? "a size in bytes" : "a number";
+        const char *sfx = c->type == CT_CFG_BYTES ? " (k and M suffixes allowed)"
+                          : c->flags & CT_CFG_LIST ? " (a ',...' or '(...)' after it is ignored)" : "";
+        const char *ge = c->flags & CT_CFG_ABOVE_MIN ? ">" : ">=";
+        if (c->max == NOMAX || (c->type == CT_CFG_INT && c->max >= INT_MAX))
+            snprintf(out, n, "%s%s%s %s %.15g%s", what, u, un, ge, c->min, sfx);
+        else if (c->flags & CT_CFG_ABOVE_MIN)
+            snprintf(out, n, "%s%s%s > %.15g and <= %.15g%s", what, u, un, c->min, c->max, sfx);
+        else snprintf(out, n, "%s%s%s between %.15g and %.15g%s", what, u, un, c->min, c->max, sfx);
+        break;
+    }
+    }
+}
+
+static int in_range(const ct_config_info *c, double x) {
+    if (x != x) return 0;
+    if (c->flags & CT_CFG_ABOVE_MIN ? !(x > c->min) : !(x >= c->min)) return 0;
+    return x <= c->max;
+}
+
+/* 0 and *out on success, -1 when text is not a valid value of c. */
+static int parse(const ct_config_info *c, const char *text, value *out) {
+    value v = {0, 0};
+    char *e;
+    errno = 0;
+    switch (c->type) {
+    case CT_CFG_STRING: break;
+    case CT_CFG_INT: {
+        long x = strtol(text, &e, 10);
+        if (e == text || errno || !(*e == 0 || ((c->flags & CT_CFG_LIST) && (*e == ',' || *e == '(')))) return -1;
+        if (!in_range(c, (double)x)) return -1;
+        v.i = x;
+        break;
+    }
+    case CT_CFG_FLOAT:
+        v.f = strtod(text, &e);
+        if (e == text || *e || errno || !isfinite(v.f) || !in_range(c, v.f)) return -1;
+        break;
+    case CT_CFG_BYTES: {
+        double x = strtod(text, &e);
+        if (e == text || errno) return -1;
+        if (*e == 'k' || *e == 'K') x *= 1024, e++;
+        else if (*e == 'm' || *e == 'M') x *= 1024 * 1024, e++;
+        if (*e || !in_range(c, x)) return -1;
+        v.i = (long)x;
+        break;
+    }
+    case CT_CFG_BOOL: {
+        static const char *yes[] = {"1", "true", "on", "yes"}, *no[] = {"0", "false", "off", "no", "none"};
+        v.i = -1;
+        for (size_t k = 0; k < 4; k++) if (!strcasecmp(text, yes[k])) v.i = 1;
+        for (size_t k = 0; k < 5; k++) if (!strcasecmp(text, no[k])) v.i = 0;
+        if (v.i < 0) return -1;
+        break;
+    }
+    case CT_CFG_CHOICE: {
+        v.i = -1;
+        size_t n = strlen(text);
+        int k = 0;
+        for (const char *p = c->choices; p; k++) {
+            const char *bar = strchr(p, '|');
+            size_t len = bar ? (size_t)(bar - p) : strlen(p);
+            if (len == n && !strncasecmp(p, text, n)) { v.i = k; break; }
+            p = bar ? bar + 1 : NULL;
+        }
+        if (v.i < 0) return -1;
+        break;
+    }
+    }
+    *out = v;
+    return 0;
+}
+
+/* Brings entry k in line with the environment (called with mu held). */
+static void refresh(int k) {
+    state *s = &st[k];
+    const char *e = getenv(table[k].name);
+    if (e && !*e) e = NULL;
+    if (!e && !s->raw) return;
+    if (e && s->raw && !strcmp(e, s->raw)) { s->env = e; return; }
+    free(s->raw);
+    s->raw = e ? strdup(e) : NULL;
+    s->env = s->raw ? e : NULL;
+    s->warned = 0;
+    s->bad = s->raw && parse(&table[k], s->raw, &s->v) != 0;
+    if (!s->raw || s->bad) s->v = dflt[k];
+}
+
+static void lock(void) { pthread_mutex_lock(&mu); }
+static void unlock(void) { pthread_mutex_unlock(&mu); }
+
+static void init(void) {
+    for (int k = 0; k < CT_CFG_COUNT_; k++) {
+        dflt[k] = (value){table[k].type == CT_CFG_CHOICE ? -1 : 0, 0};
+        /* a default that does not parse is a bug in the table (test_config checks them all) */
+        if (table[k].dflt && parse(&table[k], table[k].dflt, &dflt[k])) CT_FATAL("bad default for %s", table[k].name);
+        st[k].v = dflt[k];
+    }
+    /* a child forked while another thread held the lock would inherit it locked */
+    pthread_atfork(lock, unlock, unlock);
+    for (int k = 0; k < CT_CFG_COUNT_; k++) refresh(k);
+}
+
+/* Locks and refreshes entry v; checks that it exists and has one of the types wanted.
+ * warn: a bad value is reported on stderr (once), for accessors that fall back silently. */
+static state *enter(ct_config_var v, int types, int warn) {
+    pthread_once(&once, init);
+    CT_CHECK((unsigned)v < CT_CFG_COUNT_, "no configuration variable %d", (int)v);
+    CT_CHECK(types & (1 << table[v].type), "%s is a %s, not read that way", table[v].name,
+             ct_config_type_name(table[v].type));
+    lock();
+    refresh((int)v);
+    state *s = &st[v];
+    if (warn && s->bad && !s->warned) {
+        char exp[160];
+        ct_config_expected(v, exp, sizeof exp);
+        fprintf(stderr, "ctrain: warning: %s='%.200s': expected %s; %s%s\n", table[v].name, s->raw, exp,
+                table[v].dflt ? "using the default " : "ignoring it", table[v].dflt ? table[v].dflt : "");
+        s->warned = 1;
+    }
+    return s;
+}
+
+#define ANY 0x3f
+#define T(t) (1 << (t))
+
+bool ct_config_is_set(ct_config_var v) {
+    state *s = enter(v, ANY, 0);
+    bool r = s->raw != NULL;
+    unlock();
+    return r;
+}
+
+const char *ct_config_str(ct_config_var v) {
+    state *s = enter(v, ANY, 1);
+    const char *r = s->raw && !s->bad ? s->env : table[v].dflt;
+    unlock();
+    return r;
+}
+
+long ct_config_int(ct_config_var v) {
+    long r = enter(v, T(CT_CFG_INT) | T(CT_CFG_BYTES), 1)->v.i;
+    unlock();
+    return r;
+}
+
+double ct_config_float(ct_config_var v) {
+    double r = enter(v, T(CT_CFG_FLOAT), 1)->v.f;
+    unlock();
+    return r;
+}
+
+bool ct_config_bool(ct_config_var v) {
+    bool r = enter(v, T(CT_CFG_BOOL), 1)->v.i > 0;
+    unlock();
+    return r;
+}
+
+int ct_config_choice(ct_config_var v) {
+    int r = (int)enter(v, T(CT_CFG_CHOICE), 1)->v.i;
+    unlock();
+    return r;
+}
+
+/* ct_error after the lock is released: it logs, and logging reads CTRAIN_DEBUG. */
+static ct_status bad_value(ct_config_var v, const char *text) {
+    char exp[160];
+    ct_config_expected(v, exp, sizeof exp);
+    return ct_error(CT_ERR_INVALID, "%s='%.200s': expected %s", table[v].name, text, exp);
+}
+
+ct_status ct_config_check(ct_config_var v) {
+    state *s = enter(v, ANY, 0);
+    char text[256] = "";
+    int bad = s->bad;
+    if (bad) snprintf(text, sizeof text, "%s", s->raw);
+    s->warned = 1; /* the caller reports it */
+    unlock();
+    return bad ? bad_value(v, text) : CT_OK;
+}
+
+ct_status ct_config_load(void) {
+    for (int k = 0; k < CT_CFG_COUNT_; k++) {
+        ct_status r = ct_config_check((ct_config_var)k);
+        if (r) return r;
+    }
+    return CT_OK;
+}
+
+ct_status ct_config_set(const char *name, const char *value_text) {
+    int k = ct_config_find(name);
+    if (k < 0) return ct_error(CT_ERR_INVALID, "%s is not in ctrain's configuration table", name ? name : "(null)");
+    if (!value_text) value_text = "";
+    value tmp;
+    if (*value_text && parse(&table[k], value_text, &tmp)) return bad_value((ct_config_var)k, value_text);
+    pthread_once(&once, init);
+    lock();
+    int rc = setenv(name, value_text, 1), err = errno;
+    refresh(k);
+    unlock();
+    return rc ? ct_error(CT_ERR_NOMEM, "setenv %s: %s", name, strerror(err)) : CT_OK;
+}
+
+ct_status ct_config_unset(const char *name) {
+    int k = ct_config_find(name);
+    if (k < 0) return ct_error(CT_ERR_INVALID, "%s is not in ctrain's configuration table", name ? name : "(null)");
+    pthread_once(&once, init);
+    lock();
+    unsetenv(name);
+    refresh(k);
+    unlock();
+    return CT_OK;
+}

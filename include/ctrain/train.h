@@ -162,7 +162,8 @@ typedef struct ct_trainer_opts {
     const char *output_dir;  /* "output": checkpoints/, model.safetensors, metrics */
     bool metrics;            /* true: metrics.jsonl, TensorBoard events and training.svg (rank 0) */
     /* Called on every rank after each optimizer step / evaluation; return false to stop
-     * (the trainer then saves and returns CT_OK). */
+     * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
+     * (decide from the report, which is the same on every rank except the step's loss). */
     bool (*on_step)(ct_trainer *t, const ct_step_report *r, void *user);
     bool (*on_eval)(ct_trainer *t, const ct_eval_report *r, void *user);
     void *user;

@@ -217,7 +217,7 @@ static ct_status save_ckpt(ct_trainer *t) {
     ct_train_state ts = {.step = t->step, .epoch = t->epoch, .sampler = ct_loader_state(t->loader), .seed = t->o.seed,
                          .world_size = t->world};
     ct_status st = ct_checkpoint_save(root, t->model, t->opt, &ts, t->o.keep);
-    if (st != CT_OK) fprintf(stderr, "ctrain train: warning: checkpoint at step %" PRId64 " not written: %s\n", t->step, ct_last_error());
+    if (st != CT_OK) CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written: %s", t->step, ct_last_error());
     return st;
 }
 
@@ -378,10 +378,10 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         char p[4200];
         snprintf(p, sizeof p, "%s/model.safetensors", o->output_dir);
         ct_status s2 = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
-        if (s2 != CT_OK) fprintf(stderr, "ctrain train: warning: %s\n", ct_last_error());
+        if (s2 != CT_OK) CT_LOG_WARN_("train", "%s", ct_last_error());
         snprintf(p, sizeof p, "%s/training.svg", o->output_dir);
         if (t->metrics && ct_metrics_write_svg(t->metrics, p, t->model->describe) != CT_OK)
-            fprintf(stderr, "ctrain train: warning: %s\n", ct_last_error());
+            CT_LOG_WARN_("train", "%s", ct_last_error());
         if (o->log_every > 0) {
             printf("done: %" PRId64 " steps in %.1f s | test accuracy %.4f | test loss %.4f | weights %s/model.safetensors\n",
                    t->step - step0, ct_time_now() - t_start, ev.accuracy, ev.loss, o->output_dir);

@@ -273,6 +273,12 @@ ct_status ct_checkpoint_verify(const char *dir) {
         cJSON *e = cJSON_GetObjectItem(files, FILES[i]);
         cJSON *b = e ? cJSON_GetObjectItem(e, "bytes") : NULL, *c = e ? cJSON_GetObjectItem(e, "crc32") : NULL;
         if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) { st = ct_error(CT_ERR_FORMAT, "%s: no entry for %s", path, FILES[i]); break; }
+        /* a size or CRC-32 outside these ranges is corrupt, and converting it to an integer below
+         * would be undefined behaviour */
+        if (!(b->valuedouble >= 0 && b->valuedouble <= 9007199254740992.0) || !(c->valuedouble >= 0 && c->valuedouble <= 4294967295.0)) {
+            st = ct_error(CT_ERR_FORMAT, "%s: size or checksum of %s out of range", path, FILES[i]);
+            break;
+        }
         uint32_t crc;
         int64_t size;
         char fp[4300];

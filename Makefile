@@ -8,6 +8,36 @@ PREFIX  ?= /usr/local
 NVCC    ?= nvcc
 OPT     ?= -O3 -march=native
 
+# `make SAN=1`: AddressSanitizer + UndefinedBehaviorSanitizer build in build-san/, beside the
+# normal one (different flags must not share objects). -O1 keeps it fast enough for the whole
+# suite while leaving frame pointers for readable stacks; UBSan stops at the first finding
+# (-fno-sanitize-recover) so a test cannot pass with undefined behaviour in it. GCC leaves
+# float-to-integer overflow out of -fsanitize=undefined; it is asked for by name because
+# values parsed from files and flags are converted that way.
+# `make test-asan` builds it and runs the suite against it (tests/asan.supp says what is ignored).
+ifeq ($(SAN),1)
+BUILD   := build-san
+OPT     := -O1 -g -fno-omit-frame-pointer
+SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
+endif
+
+# `make fuzz`: libFuzzer targets (fuzz/*.c) against a clang build of the library in
+# build-fuzz/, instrumented for coverage, ASan and UBSan. Each target runs FUZZ_SECONDS from
+# its committed seed corpus (fuzz/corpus/<target>/, which also holds every crash found so far
+# as a regression input); new inputs go to build-fuzz/corpus/, crashes to build-fuzz/crashes/.
+# The BLAS is the pthread OpenBLAS there: clang's OpenMP runtime is libomp, and one runtime
+# per process is enough. -Wno-pass-failed: with instrumentation in the loop bodies clang cannot
+# vectorize the `omp simd` loops and says so, which is expected in this build only.
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
+ifeq ($(FUZZ),1)
+CC      := $(firstword $(shell command -v clang-14 clang 2>/dev/null) clang)
+BUILD   := build-fuzz
+OPT     := -O1 -g -fno-omit-frame-pointer
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined,float-cast-overflow -fno-sanitize-recover=all -Wno-pass-failed
+OPENBLAS := pthread
+endif
+
 # OpenBLAS: the OpenMP build (Debian libopenblas-openmp-dev) when it is installed, so the
 # BLAS and ctrain's kernels share one libgomp thread pool instead of two sets of threads
 # spinning against each other (with the pthread build, 2 threads ran several times slower
@@ -45,9 +75,9 @@ endif
 PKGS     := $(PKG_BLAS) $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
 LPKGS    := $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
 DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,)
-CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -fopenmp -Wall -Wextra -Werror \
+CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -fopenmp -Wall -Wextra -Werror $(SANFLAGS) \
             -Iinclude -Isrc $(DEFS) $(BLAS_CFLAGS) $(shell pkg-config --cflags $(LPKGS))
-LDLIBS   := $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) -fopenmp -lpthread -lm -lrt
+LDLIBS   := $(SANFLAGS) $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) -fopenmp -lpthread -lm -lrt
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -101,21 +131,50 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libctrain.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
 
 test: all
-	@bash tests/run.sh
+	@CT_BUILD=$(BUILD) bash tests/run.sh
+
+# The suite under ASan + UBSan (build-san/). Leak reports that are Open MPI's or its
+# plugins' own are suppressed (tests/asan.supp); everything else fails the test.
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
+           LSAN_OPTIONS=suppressions=$(CURDIR)/tests/asan.supp:print_suppressions=0 \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+test-asan:
+	@$(MAKE) --no-print-directory SAN=1 all
+	@$(SAN_ENV) CT_BUILD=build-san bash tests/run.sh $(TESTS)
 
 bench: all
 	@bash bench/run.sh
 
-install: all
-	install -d $(PREFIX)/include/ctrain $(PREFIX)/lib/pkgconfig $(PREFIX)/bin
-	install -m 644 include/ctrain/*.h $(PREFIX)/include/ctrain/
-	install -m 644 $(BUILD)/libctrain.a $(PREFIX)/lib/
-	install -m 755 $(BUILD)/libctrain.so $(PREFIX)/lib/
-	install -m 755 $(BUILD)/ctrain $(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
+# libFuzzer links its own main(): targets get -fsanitize=fuzzer at link time only.
+$(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz.h $(BUILD)/libctrain.a $(BUILD)/obj/src/cli/train_opts.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(if $(findstring train_opts,$*),$(BUILD)/obj/src/cli/train_opts.o) \
+	      $(BUILD)/libctrain.a $(LDLIBS)
+fuzz-build: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+# The seed generator (a plain program): `make fuzz-corpus` rewrites fuzz/corpus/*/seed-*.
+$(BUILD)/fuzz/make_corpus: fuzz/make_corpus.c fuzz/fuzz.h $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
+fuzz-corpus:
+	@$(MAKE) --no-print-directory FUZZ=1 build-fuzz/fuzz/make_corpus
+	build-fuzz/fuzz/make_corpus
+
+# -close_fd_mask=3: the readers' error messages would drown libFuzzer's own report (which,
+# with the sanitizers', still goes to the terminal); -rss_limit_mb: a 2 GB allocation from a
+# small input is a finding, not a reason to swap.
+fuzz:
+	@$(MAKE) --no-print-directory FUZZ=1 fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p build-fuzz/corpus/$$t build-fuzz/crashes fuzz/corpus/$$t; \
+	    build-fuzz/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=3 -rss_limit_mb=2048 -max_len=65536 \
+	        -print_final_stats=1 -artifact_prefix=build-fuzz/crashes/$$t- build-fuzz/corpus/$$t fuzz/corpus/$$t \
+	        > build-fuzz/$$t.log 2>&1 || { tail -60 build-fuzz/$$t.log; echo "FAIL $$t: input in build-fuzz/crashes/"; exit 1; }; \
+	    echo "ok   $$t: $$(grep -h '^stat::number_of_executed_units' build-fuzz/$$t.log | grep -o '[0-9]*$$') runs in $(FUZZ_SECONDS) s," \
+	         "corpus $$(ls build-fuzz/corpus/$$t | wc -l) inputs"; \
+	done
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-san build-fuzz
 
-.PHONY: all info test bench install clean
+.PHONY: all info test test-asan fuzz fuzz-build fuzz-corpus bench install clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -3,10 +3,13 @@
 # then prints "N passed, N failed, N skipped". Script tests exit 0 (pass), 77 (skip, with
 # the reason on their last output line) or anything else (fail).
 # Usage: tests/run.sh [pattern]   — only tests whose file name contains pattern.
+# CT_BUILD names the build directory to test (default build; `make test-asan` sets build-san);
+# it is exported so that the script tests run the same build's binaries.
 cd "$(dirname "$0")/.." || exit 1
+export CT_BUILD="${CT_BUILD:-build}"
 pat="${1:-}"
 pass=0; fail=0; skip=0; failed_names=()
-for t in build/tests/*; do
+for t in "$CT_BUILD"/tests/*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     [[ -n "$pat" && "$name" != *"$pat"* ]] && continue

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Hostile input to `ctrain run` and `ctrain train` (bad flags, odd paths, bad environment):
 # each gets exactly one clear line and a non-zero exit, never a crash or a hang.
-# CTRAIN_BIN=build-asan/ctrain runs it against a sanitizer build.
+# CTRAIN_BIN=build-san/ctrain (or CT_BUILD=build-san) runs it against the sanitizer build.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-C=${CTRAIN_BIN:-build/ctrain}
+C=${CTRAIN_BIN:-${CT_BUILD:-build}/ctrain}
 [ -x "$C" ] || { echo "FAIL: $C not built"; exit 1; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 die() { echo "FAIL: $*"; exit 1; }

@@ -3,7 +3,7 @@
 # algorithm each collective used; CTRAIN_DEBUG_SUBSYS filters by subsystem.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-B=build/ctrain
+B=${CT_BUILD:-build}/ctrain
 die() { echo "FAIL: $*"; exit 1; }
 out=$(CTRAIN_DEBUG=INFO timeout 30 $B run --standalone --nproc-per-node 2 $B worker allreduce 2>&1) || die "$out"
 echo "$out" | grep -q "INFO pg: rendezvous through store 127.0.0.1:[0-9]* (launcher's)" || die "rendezvous: $out"

@@ -9,7 +9,7 @@ if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx
     echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
 fi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-R=(build/ctrain run --standalone --nproc-per-node 2 build/examples/custom_model)
+R=(${CT_BUILD:-build}/ctrain run --standalone --nproc-per-node 2 ${CT_BUILD:-build}/examples/custom_model)
 "${R[@]}" "$d/a" 60 > "$d/a.log" 2>&1 || { cat "$d/a.log"; exit 1; }
 grep -q "^resmlp | 2 ranks" "$d/a.log" || { cat "$d/a.log"; echo "not a 2-rank run"; exit 1; }
 l0=$(sed -n 's/^step *25\/60 .* loss \([0-9.]*\) .*/\1/p' "$d/a.log")

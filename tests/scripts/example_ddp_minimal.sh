@@ -14,6 +14,6 @@ check() {
     l1=$(echo "$out" | sed -n 's/epoch 1: mean loss \([0-9.]*\).*/\1/p')
     awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b < a) }' || { echo "loss did not go down: $l0 -> $l1"; exit 1; }
 }
-check "$(build/ctrain run --standalone --nproc-per-node 2 build/examples/ddp_minimal 2>&1)"
-check "$(build/examples/ddp_minimal --spawn 2 2>&1)"
+check "$(${CT_BUILD:-build}/ctrain run --standalone --nproc-per-node 2 ${CT_BUILD:-build}/examples/ddp_minimal 2>&1)"
+check "$(${CT_BUILD:-build}/examples/ddp_minimal --spawn 2 2>&1)"
 echo ok

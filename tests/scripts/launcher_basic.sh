@@ -3,7 +3,7 @@
 # per-rank files, and a trivial job starts and finishes fast.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-B=build/ctrain
+B=${CT_BUILD:-build}/ctrain
 die() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 

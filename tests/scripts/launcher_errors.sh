@@ -2,7 +2,7 @@
 # Bad flags, missing programs, a port in use and bad rank variables each get one clear line.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-B=build/ctrain
+B=${CT_BUILD:-build}/ctrain
 die() { echo "FAIL: $*"; exit 1; }
 one_line() { # cmd expected_rc pattern
     local out rc; out=$(timeout 20 "${@:3}" 2>&1); rc=$?

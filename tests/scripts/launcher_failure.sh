@@ -2,7 +2,7 @@
 # ctrain run failure handling: a rank exits 3, a rank dies by signal, --max-restarts.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-B=build/ctrain
+B=${CT_BUILD:-build}/ctrain
 die() { echo "FAIL: $*"; exit 1; }
 
 # rank 1 exits 3: the others (sleeping 60 s) are stopped within the grace period

@@ -2,7 +2,7 @@
 # Ctrl-C and SIGTERM reach every worker; no worker outlives the launcher, even a SIGKILLed one.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-B=build/ctrain
+B=${CT_BUILD:-build}/ctrain
 die() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 

@@ -44,9 +44,9 @@ for f in $(find src include -name '*.[ch]' | sort); do
 done
 # calls: every ct_ symbol a module's objects use must be defined in a module it may use
 objs() { # the objects of module $1's current sources (stale objects of moved files ignored)
-    for c in $(find "src/$1" -name '*.c'); do o="build/obj/${c%.c}.o"; [ -f "$o" ] && echo "$o"; done
+    for c in $(find "src/$1" -name '*.c'); do o="${CT_BUILD:-build}/obj/${c%.c}.o"; [ -f "$o" ] && echo "$o"; done
 }
-if [ -d build/obj/src ]; then
+if [ -d ${CT_BUILD:-build}/obj/src ]; then
     declare -A def
     while read -r m sym; do def[$sym]=$m; done < <(for m in "${!allow[@]}"; do
         o=$(objs "$m"); [ -n "$o" ] && nm --defined-only -g $o 2>/dev/null | awk -v m="$m" 'NF == 3 && $3 ~ /^ct_/ { print m, $3 }'; done)
@@ -59,7 +59,7 @@ if [ -d build/obj/src ]; then
         done
     done
 else
-    say "build/obj/src missing: build first"
+    say "${CT_BUILD:-build}/obj/src missing: build first"
 fi
 env_users=$(grep -rln 'getenv\|setenv\|unsetenv\|environ\b' src | grep -v '^src/core/config.c$')
 [ -z "$env_users" ] || say "environment read or set outside src/core/config.c: $(echo $env_users)"

@@ -10,10 +10,10 @@ for p in /usr/bin/python3 /tmp/tbvenv/bin/python; do
     if [ -x "$p" ] && "$p" -c "import tensorboard" 2>/dev/null; then PY=$p; break; fi
 done
 if [ -z "$PY" ]; then echo "tensorboard not importable by /usr/bin/python3 or /tmp/tbvenv/bin/python"; exit 77; fi
-[ -x build/tests/test_metrics ] || { echo "build/tests/test_metrics not built"; exit 1; }
+[ -x ${CT_BUILD:-build}/tests/test_metrics ] || { echo "${CT_BUILD:-build}/tests/test_metrics not built"; exit 1; }
 dir=$(mktemp -d /tmp/ct_metrics_tb_XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-CT_METRICS_KEEP="$dir" build/tests/test_metrics tensorboard_fixture | grep -q '^ok' || exit 1
+CT_METRICS_KEEP="$dir" ${CT_BUILD:-build}/tests/test_metrics tensorboard_fixture | grep -q '^ok' || exit 1
 "$PY" - "$dir" <<'PYEOF' || exit 1
 import sys, math, warnings
 warnings.filterwarnings("ignore")

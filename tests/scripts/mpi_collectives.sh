@@ -5,16 +5,16 @@
 # environment.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-B=$PWD/build/ctrain
+B=$PWD/${CT_BUILD:-build}/ctrain
 skip() { echo "$*"; exit 77; }
 die() { echo "FAIL: $*"; exit 1; }
 command -v mpirun >/dev/null || skip "mpirun not installed"
-nm -C build/libctrain.a 2>/dev/null | grep -q "ct_mpi_create" || skip "built without MPI (apt-get install libopenmpi-dev)"
+nm -C ${CT_BUILD:-build}/libctrain.a 2>/dev/null | grep -q "ct_mpi_create" || skip "built without MPI (apt-get install libopenmpi-dev)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi() { timeout 120 mpirun --oversubscribe --mca btl self,vader,tcp "$@"; }
-[ -x build/mpi/mpi_collectives ] || die "build/mpi/mpi_collectives not built (run make)"
+[ -x ${CT_BUILD:-build}/mpi/mpi_collectives ] || die "${CT_BUILD:-build}/mpi/mpi_collectives not built (run make)"
 for np in 2 3; do
-    out=$(mpi -np $np build/mpi/mpi_collectives 2>&1) || die "mpi_collectives np=$np: $out"
+    out=$(mpi -np $np ${CT_BUILD:-build}/mpi/mpi_collectives 2>&1) || die "mpi_collectives np=$np: $out"
     [ "$(echo "$out" | grep -c 'mpi collectives ok')" = $np ] || die "mpi_collectives np=$np: $out"
 done
 for np in 2 3; do

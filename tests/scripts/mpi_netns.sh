@@ -4,7 +4,7 @@
 # Checks all-reduces of several sizes and dtypes, and that the bytes crossed the veth link.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-B=$PWD/build/ctrain
+B=$PWD/${CT_BUILD:-build}/ctrain
 skip() { echo "$*"; exit 77; }
 die() { echo "FAIL: $*"; exit 1; }
 command -v mpirun >/dev/null || skip "mpirun not installed"

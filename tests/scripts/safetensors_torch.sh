@@ -6,7 +6,7 @@ PY=/usr/bin/python3
 if ! [ -x "$PY" ] || ! "$PY" -c "import torch" 2>/dev/null; then echo "no PyTorch at $PY"; exit 77; fi
 out=$(mktemp /tmp/ct_st_torch_XXXXXX.safetensors)
 trap 'rm -f "$out"' EXIT
-CT_ST_KEEP="$out" build/tests/test_safetensors roundtrip || exit 1
+CT_ST_KEEP="$out" ${CT_BUILD:-build}/tests/test_safetensors roundtrip || exit 1
 "$PY" - "$out" <<'PYEOF' || exit 1
 import sys
 sys.path.insert(0, "tests/torch")

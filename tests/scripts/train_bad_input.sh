@@ -2,7 +2,7 @@
 # Bad input to `ctrain train`: one clear line each, non-zero exit, nothing written over.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-C=build/ctrain
+C=${CT_BUILD:-build}/ctrain
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 expect() { # expect <pattern> <command...>: exit != 0 and stderr matches

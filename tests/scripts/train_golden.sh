@@ -7,7 +7,7 @@
 # RECORD=1 rewrites the recording.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-C=build/ctrain
+C=${CT_BUILD:-build}/ctrain
 G=tests/fixtures/train/golden.txt
 data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then

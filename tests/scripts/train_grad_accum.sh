@@ -4,7 +4,7 @@
 # resumed mid-epoch ends with the same bits as the uninterrupted one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-C=build/ctrain
+C=${CT_BUILD:-build}/ctrain
 data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
     echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77

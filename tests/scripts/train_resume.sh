@@ -3,7 +3,7 @@
 # that never stopped; the same command twice gives the same weights.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-C=build/ctrain
+C=${CT_BUILD:-build}/ctrain
 d=${KEEP_DIR:-$(mktemp -d)}; [ -n "${KEEP_DIR:-}" ] || trap 'rm -rf "$d"' EXIT
 for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog $i times, said the $((i*7)) cats."; done > "$d/text.txt"
 common=(gpt --text "$d/text.txt" --n-layer 2 --n-embd 32 --n-head 2 --block-size 16 --batch-size 4 --steps 30

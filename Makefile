@@ -31,7 +31,7 @@ endif
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 ifeq ($(FUZZ),1)
-CC      := $(firstword $(shell command -v clang-14 clang 2>/dev/null) clang)
+CC      := $(firstword $(shell command -v clang clang-14 2>/dev/null) clang)
 BUILD   := build-fuzz
 OPT     := -O1 -g -fno-omit-frame-pointer
 SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined,float-cast-overflow -fno-sanitize-recover=all -Wno-pass-failed
@@ -163,6 +163,8 @@ fuzz-corpus:
 # with the sanitizers', still goes to the terminal); -rss_limit_mb: a 2 GB allocation from a
 # small input is a finding, not a reason to swap.
 fuzz:
+	@command -v clang >/dev/null || command -v clang-14 >/dev/null || \
+	    { echo "make fuzz needs clang with libFuzzer: apt-get install clang libclang-rt-dev libomp-dev"; exit 1; }
 	@$(MAKE) --no-print-directory FUZZ=1 fuzz-build
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build-fuzz/corpus/$$t build-fuzz/crashes fuzz/corpus/$$t; \

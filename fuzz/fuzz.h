@@ -9,19 +9,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include "ctrain/ctrain.h"
 
-/* One directory per fuzzing process (libFuzzer's -jobs run several), made on first use. */
+static char fz_dir_[256];
+
+static int fz_rm_(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb, (void)type, (void)ftw;
+    return remove(p), 0;
+}
+static void fz_cleanup_(void) { nftw(fz_dir_, fz_rm_, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* One directory per fuzzing process (libFuzzer's -jobs run several), made on first use and
+ * removed at a normal exit (after a crash it stays, with the input that caused it). */
 static inline const char *fz_dir(void) {
-    static char dir[256];
-    if (!dir[0]) {
+    if (!fz_dir_[0]) {
         const char *t = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/ctrain-fuzz-XXXXXX", t && *t ? t : "/tmp");
-        if (!mkdtemp(dir)) { perror("mkdtemp"); abort(); }
+        snprintf(fz_dir_, sizeof fz_dir_, "%s/ctrain-fuzz-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(fz_dir_)) { perror("mkdtemp"); abort(); }
+        atexit(fz_cleanup_);
     }
-    return dir;
+    return fz_dir_;
 }
 
 /* Writes data to <fz_dir>/<name>; returns the path (static storage, one per name slot). */

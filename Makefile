@@ -140,8 +140,10 @@ test: all
 SAN_ENV := OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1 \
            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/asan.supp:print_suppressions=0 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# what the suite runs (everything but the benchmarks)
+test-bins: $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(MPI_TEST_BIN) $(EX_BIN)
 test-asan:
-	@$(MAKE) --no-print-directory SAN=1 all
+	@$(MAKE) --no-print-directory SAN=1 test-bins
 	@$(SAN_ENV) CT_BUILD=build-san bash tests/run.sh $(TESTS)
 
 bench: all
@@ -188,5 +190,5 @@ install: all
 clean:
 	rm -rf $(BUILD) build-san build-fuzz
 
-.PHONY: all info test test-asan fuzz fuzz-build fuzz-corpus bench install clean
+.PHONY: all info test test-bins test-asan fuzz fuzz-build fuzz-corpus bench install clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

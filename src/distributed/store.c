@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -480,7 +481,10 @@ struct ct_store {
 static int recv_all(int fd, void *d, size_t n, double deadline) {
     uint8_t *p = d;
     while (n) {
-        int ms = (int)((deadline - ct_time_now()) * 1000);
+        /* poll() takes int milliseconds: a deadline beyond that (CTRAIN_TIMEOUT=1e300) waits in
+         * steps of 24 days rather than converting out of range, which is undefined */
+        double left = (deadline - ct_time_now()) * 1000;
+        int ms = left >= INT_MAX ? INT_MAX : (int)left;
         if (ms <= 0) return -2;
         struct pollfd pf = {fd, POLLIN, 0};
         int r = poll(&pf, 1, ms);

@@ -70,6 +70,7 @@ typedef struct ct_model_config {
         int vocab_size;                  /* 256 */
         float dropout;                   /* 0 */
         bool bias;                       /* biases in Linear and LayerNorm (GPT-2: true) */
+        bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention); false: plain */
     } gpt;
 } ct_model_config;
 

@@ -123,6 +123,8 @@ ct_module *ct_seq_get(const ct_module *seq, int i);
  * `dropout` is applied to the output projection (resid_dropout). */
 ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n_embd, int n_head, bool bias,
                                        float dropout, double w_std, double proj_std);
+/* Fused (flash) attention inside it: ct_flash_attention instead of ct_attention (default). */
+void ct_nn_attention_set_fused(ct_module *m, bool fused);
 
 #ifdef __cplusplus
 }

@@ -61,6 +61,7 @@ static ct_status build(job *j) {
         cfg.gpt.block_size = o->block_size;
         cfg.gpt.vocab_size = o->vocab_size;
         cfg.gpt.dropout = o->dropout;
+        cfg.gpt.flash_attention = o->flash;
     } else if (o->kind == CT_MODEL_MLP) {
         cfg.mlp.dropout = o->dropout;
         if (o->n_hidden >= 0) {

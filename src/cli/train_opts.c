@@ -31,6 +31,7 @@ static void usage(FILE *f) {
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
             "model (gpt): --n-layer 4 --n-embd 128 --n-head 4 --block-size 64 --vocab-size 256\n"
+            "             --attention plain|flash  (flash: fused, O(T) memory; default plain)\n"
             "model (mlp): --hidden 1024,1024\n"
             "output:\n"
             "  --output-dir DIR     (default $CTRAIN_OUTPUT_DIR or ./output)\n"
@@ -120,6 +121,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
             else if (!strcmp(v, "cosine")) o->schedule = 1;
             else if (!strcmp(v, "linear")) o->schedule = 2;
             else return bad(f, v, "constant, cosine or linear");
+        } else if (!strcmp(f, "--attention")) {
+            NEEDV();
+            if (!strcmp(v, "plain")) o->flash = false;
+            else if (!strcmp(v, "flash")) o->flash = true;
+            else return bad(f, v, "plain or flash");
         } else if (!strcmp(f, "--grad-compression")) {
             NEEDV();
             if (!strcmp(v, "none")) o->comm_dtype = CT_F32;

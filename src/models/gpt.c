@@ -81,8 +81,9 @@ static void gpt_build(ct_model *m) {
         snprintf(nm, sizeof nm, "transformer.h.%d", l);
         ct_module *b = ct_module_add_child(root, ct_module_new(&block_ops, nm));
         ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_1"), C, 1e-5f, bias));
-        ct_module_add_child(b, ct_nn_causal_self_attention(m->P, ct_nn_join(sub, sizeof sub, nm, "attn"), C, c->gpt.n_head, bias, p,
-                                                           std, proj_std));
+        ct_module *attn = ct_module_add_child(b, ct_nn_causal_self_attention(m->P, ct_nn_join(sub, sizeof sub, nm, "attn"), C,
+                                                                             c->gpt.n_head, bias, p, std, proj_std));
+        if (attn) ct_nn_attention_set_fused(attn, c->gpt.flash_attention);
         ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_2"), C, 1e-5f, bias));
         ct_module *mlp = ct_module_add_child(b, ct_module_new(&mlp_ops, ct_nn_join(sub, sizeof sub, nm, "mlp")));
         char lin[CT_NN_NAME_MAX + 48];

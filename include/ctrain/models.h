@@ -71,6 +71,7 @@ typedef struct ct_model_config {
         float dropout;                   /* 0 */
         bool bias;                       /* biases in Linear and LayerNorm (GPT-2: true) */
         bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention); false: plain */
+        bool checkpoint_activations;     /* recompute each block in backward instead of keeping its activations */
     } gpt;
 } ct_model_config;
 

@@ -62,6 +62,7 @@ static ct_status build(job *j) {
         cfg.gpt.vocab_size = o->vocab_size;
         cfg.gpt.dropout = o->dropout;
         cfg.gpt.flash_attention = o->flash;
+        cfg.gpt.checkpoint_activations = o->ckpt;
     } else if (o->kind == CT_MODEL_MLP) {
         cfg.mlp.dropout = o->dropout;
         if (o->n_hidden >= 0) {

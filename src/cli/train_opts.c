@@ -32,6 +32,7 @@ static void usage(FILE *f) {
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
             "model (gpt): --n-layer 4 --n-embd 128 --n-head 4 --block-size 64 --vocab-size 256\n"
             "             --attention plain|flash  (flash: fused, O(T) memory; default plain)\n"
+            "             --checkpoint-activations  recompute each block in backward (less memory)\n"
             "model (mlp): --hidden 1024,1024\n"
             "output:\n"
             "  --output-dir DIR     (default $CTRAIN_OUTPUT_DIR or ./output)\n"
@@ -115,6 +116,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         INT("--n-layer", 1, 256, o->n_layer) INT("--n-embd", 1, 65536, o->n_embd) INT("--n-head", 1, 1024, o->n_head)
         INT("--block-size", 1, 65536, o->block_size) INT("--vocab-size", 2, 65536, o->vocab_size)
         else if (!strcmp(f, "--nesterov")) o->nesterov = true;
+        else if (!strcmp(f, "--checkpoint-activations")) o->ckpt = true;
         else if (!strcmp(f, "--schedule")) {
             NEEDV();
             if (!strcmp(v, "constant")) o->schedule = 0;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `ctrain train gpt --attention flash` (fused attention, O(T) memory) trains like the plain
-# attention: the same losses and evaluation to the printed digits, on 2 ranks under DDP.
+# The GPT's memory savers on 2 ranks under DDP: `--attention flash` (fused attention, O(T)
+# memory) trains like the plain attention (the same losses and evaluation to the printed
+# digits); `--checkpoint-activations` (blocks recomputed in backward) gives the same bits as
+# without, dropout on.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=build/ctrain
@@ -17,4 +19,10 @@ paste <(nums "$d/plain.log") <(nums "$d/flash.log") > "$d/pairs"
 [ "$(wc -l < "$d/pairs")" -eq 6 ] || { cat "$d/plain.log" "$d/flash.log"; exit 1; }
 awk '{ if ($1 - $2 > 2e-4 || $2 - $1 > 2e-4) { print "loss " $1 " vs " $2; bad = 1 } } END { exit bad }' "$d/pairs" ||
     { echo "flash attention training differs from plain"; exit 1; }
-echo "flash follows plain: $(tr '\t\n' '= ' < "$d/pairs")"
+for c in "" "--checkpoint-activations"; do
+    $C run --nproc-per-node 2 --standalone $C train "${common[@]}" --dropout 0.1 $c --output-dir "$d/ck$c" > "$d/ck$c.log" 2>&1 ||
+        { cat "$d/ck$c.log"; exit 1; }
+done
+cmp "$d/ck/model.safetensors" "$d/ck--checkpoint-activations/model.safetensors" ||
+    { echo "checkpointed training differs from plain"; exit 1; }
+echo "checkpointed == plain (bit-identical); flash follows plain: $(tr '\t\n' '= ' < "$d/pairs")"

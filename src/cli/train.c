@@ -104,6 +104,7 @@ static ct_status fit(job *j) {
     to.schedule = o->schedule == 0 ? CT_LR_CONSTANT : o->schedule == 2 ? CT_LR_LINEAR : CT_LR_COSINE;
     to.warmup_steps = o->warmup;
     to.clip_norm = o->clip;
+    to.loss_scaling = o->loss_scaling;
     to.seed = o->seed;
     to.workers = o->workers;
     to.eval_every = o->eval_every;

@@ -27,6 +27,8 @@ static void usage(FILE *f) {
             "  --weight-decay WD    (default 0 sgd, 0.1 adamw on weights of >= 2 dims)\n"
             "  --schedule constant|cosine|linear  (default cosine)  --warmup N  (default 0)\n"
             "  --clip NORM          clip the global gradient norm (default off)\n"
+            "  --loss-scaling       dynamic loss scaling (GradScaler: 2^16, x2 per 2000 clean steps, x0.5 and\n"
+            "                       the step skipped on inf/NaN gradients, floor 1)\n"
             "  --dropout P          (default 0)\n"
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
@@ -117,6 +119,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         INT("--block-size", 1, 65536, o->block_size) INT("--vocab-size", 2, 65536, o->vocab_size)
         else if (!strcmp(f, "--nesterov")) o->nesterov = true;
         else if (!strcmp(f, "--checkpoint-activations")) o->ckpt = true;
+        else if (!strcmp(f, "--loss-scaling")) o->loss_scaling = true;
         else if (!strcmp(f, "--schedule")) {
             NEEDV();
             if (!strcmp(v, "constant")) o->schedule = 0;

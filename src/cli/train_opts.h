@@ -20,7 +20,7 @@ typedef struct {
     int n_layer, n_embd, n_head, block_size, vocab_size;
     int n_hidden, hidden[CT_MLP_MAX_HIDDEN];
     ct_dtype comm_dtype;
-    bool flash, ckpt;
+    bool flash, ckpt, loss_scaling;
 } train_opts;
 
 /* Returns -1 to go on training, else the exit code (0 for --help, 2 for bad flags). */

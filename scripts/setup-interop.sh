@@ -6,10 +6,10 @@
 #     TensorBoard): its EventAccumulator reads ctrain's event files.
 # Without them those tests skip, saying what is missing. CI (.ci/run) runs this after
 # scripts/setup.sh so that they always run there.
-# Usage: scripts/setup-interop.sh [VENV_DIR]   (default build/venv-tb, where the tests look)
+# `make clean` removes build/ and the venv with it: run this again after one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${1:-build/venv-tb}
+venv=build/venv-tb  # where tests/scripts/metrics_tensorboard.sh looks
 # Pinned so that a CI run tests against the same reader every time.
 TB_VERSION=2.21.0
 
@@ -40,4 +40,5 @@ else
     /usr/bin/python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "tensorboard==$TB_VERSION"
 fi
-"$venv/bin/python" -c "import tensorboard; print('setup-interop: torch', __import__('subprocess').check_output(['/usr/bin/python3', '-c', 'import torch; print(torch.__version__)'], text=True).strip(), '| tensorboard', tensorboard.__version__)"
+echo "setup-interop: torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')," \
+     "tensorboard $("$venv/bin/python" -c 'import tensorboard; print(tensorboard.__version__)') in $venv"

@@ -223,15 +223,17 @@ static int ddp_rank(int rank, int nranks, void *arg) {
     return rc;
 }
 
-/* own = true: ctrain's GEMM entry point (its AVX-512 kernel where the CPU has one);
- * false: OpenBLAS as configured, which is what PyTorch calls. */
-static double sgemm_gflops(int threads, bool own) {
+/* own = 1: ctrain's GEMM entry point (its AVX-512 kernel where the CPU has one); 2: its
+ * bf16 GEMM (operands rounded to bf16, f32 sums: autocast's); 0: OpenBLAS as configured,
+ * which is what PyTorch calls. */
+static double sgemm_gflops(int threads, int own) {
     ct_set_num_threads(threads);
     /* the shapes that dominate the two models: square-ish 1024 GEMMs */
     int n = 1024;
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
     for (int i = 0; i < n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0; }
-#define GEMM() (own ? ct_sgemm(false, false, n, n, n, 1.0f, a, b, 0.0f, c) \
+#define GEMM() (own == 2 ? ct_sgemm_bf16(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n) \
+                    : own ? ct_sgemm(false, false, n, n, n, 1.0f, a, b, 0.0f, c) \
                     : cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n))
     for (int w = 0; w < 3; w++) GEMM();
     double best = 0;
@@ -254,8 +256,11 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "sgemm")) {
         int t = atoi(argv[2]);
-        printf("RESULT impl=openblas model=sgemm threads=%d gflops=%.1f blas=\"%s\"\n", t, sgemm_gflops(t, false), ct_blas_info());
-        printf("RESULT impl=ctrain model=sgemm threads=%d gflops=%.1f\n", t, sgemm_gflops(t, true));
+        printf("RESULT impl=openblas model=sgemm threads=%d gflops=%.1f blas=\"%s\"\n", t, sgemm_gflops(t, 0), ct_blas_info());
+        printf("RESULT impl=ctrain model=sgemm threads=%d gflops=%.1f\n", t, sgemm_gflops(t, 1));
+        if (ct_sgemm_own_available())
+            printf("RESULT impl=ctrain-bf16 model=sgemm threads=%d gflops=%.1f native=%d\n", t, sgemm_gflops(t, 2),
+                   ct_sgemm_bf16_native());
         return 0;
     }
     if (argc < 4) { fprintf(stderr, "missing THREADS/NRANKS\n"); return 2; }

@@ -268,8 +268,20 @@ typedef struct {
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* the vdpbf16ps kernel only when asked: measured slower than rounded operands on the f32
+ * kernel (docs/benchmarks.md), and the two sum in different orders (other bits) */
+static bool use_native_bf16(void) {
+    static int use = -1;
+    int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
+    if (u < 0) {
+        u = ct_sgemm_bf16_native() && ct_config_choice(CT_CFG_GEMM_BF16) == 1 /* native */ ? 1 : 0;
+        __atomic_store_n(&use, u, __ATOMIC_RELAXED);
+    }
+    return u == 1;
+}
+
 CT_AVX512 static void run(const job *j) {
-    const bool native = j->bf16 && ct_sgemm_bf16_native();
+    const bool native = j->bf16 && use_native_bf16();
     /* op(A)(i, k) = A[i * ars + k * aks]; op(B)(k, n) = B[k * bks + n * brs] */
     const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
     const int64_t brs = j->tb ? j->ldb : 1, bks = j->tb ? 1 : j->ldb;

@@ -40,6 +40,19 @@ extern "C" {
 
 /* ---------------------------------------------------------------- the model ---- */
 
+/* What a model takes, stated so that data it cannot take is refused when the trainer is
+ * created (naming the file, the index and the value) instead of stopping an op at some
+ * step hours in. Zero fields are not checked. */
+typedef struct ct_train_expect {
+    int64_t classes;       /* targets (y) in [0, classes), or ignore_index */
+    int64_t ignore_index;  /* a target the loss skips (cross-entropy: -100; the GPT: -1) */
+    int64_t vocab;         /* > 0: inputs are token ids (i32) in [0, vocab); else inputs are f32 */
+    int64_t x_numel;       /* values in one sample's input (an MLP flattens it) */
+    int x_ndim;            /* > 0: one sample's input has these dims (the batch dim excluded)... */
+    int64_t x_shape[CT_MAX_DIMS]; /* ...of these sizes (0: any) */
+    int64_t x_max_len;     /* > 0: the input's first dim is at most this (a GPT's block_size) */
+} ct_train_expect;
+
 /* What is trained: a parameter store and how to run it. */
 typedef struct ct_train_model {
     ct_params *params;
@@ -54,12 +67,20 @@ typedef struct ct_train_model {
     const char *kind;      /* written into checkpoints: resuming another kind is refused */
     const char *describe;  /* first word of the log's header line */
     void *self;
+    ct_train_expect expect; /* the built-in models fill it; set expect.classes for a module */
 } ct_train_model;
 
-/* The built-in MLP, CNN and GPT (model's loss, save and load: GPT's tied lm_head). */
+/* The built-in MLP, CNN and GPT (model's loss, save and load: GPT's tied lm_head), with
+ * their expectations (classes or vocabulary, input shape) from their config. */
 ct_train_model ct_train_model_builtin(ct_model *m);
-/* Any module whose parameters live in P, trained with cross-entropy. */
+/* Any module whose parameters live in P, trained with cross-entropy; expect is zero (the
+ * trainer cannot know the classes: set m.expect.classes = C and ignore_index = -100). */
 ct_train_model ct_train_model_module(ct_module *mod, ct_params *P, const char *kind);
+/* Whether the model can take d, by m->expect: the sample shape and dtype, then one pass
+ * over the stored labels or tokens (ct_dataset_check_values). CT_ERR_FORMAT naming the
+ * file, the first bad index and its value, or the shapes; ct_trainer_create calls it on
+ * the training and evaluation data, a loop of your own can too. */
+ct_status ct_train_check_data(const ct_train_model *m, const ct_dataset *d);
 
 /* ---------------------------------------------------------------- one step ---- */
 

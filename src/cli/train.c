@@ -33,9 +33,7 @@ static ct_status open_data(job *j) {
             globfree(&g);
         }
         if (st != CT_OK) return st;
-        if (ct_dataset_num_classes(j->all) > o->vocab_size)
-            return ct_error(CT_ERR_INVALID, "the data has token ids up to %d but --vocab-size is %d",
-                            ct_dataset_num_classes(j->all) - 1, o->vocab_size);
+        /* token ids against --vocab-size: checked with the model's other expectations by ct_trainer_create */
         return ct_dataset_split_holdout(j->all, &j->train, &j->test);
     }
     st = ct_dataset_idx_open_dir(o->data_dir, true, &j->train);

@@ -77,6 +77,10 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         o.eval_every < 0 || o.save_every < 0 || o.eval_max < 0 || o.workers < 0 || !(o.lr > 0) || !o.output_dir)
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: batch_size %d, grad_accum %d, epochs %" PRId64 " must be >= 1, lr %g > 0, "
                         "the other counts >= 0 and output_dir set", o.batch_size, o.grad_accum, o.epochs, o.lr);
+    /* bad data fails here, once, naming the file and index, not inside an op mid-run */
+    ct_status cs = ct_train_check_data(model, train_data);
+    if (cs == CT_OK && eval_data && eval_data != train_data) cs = ct_train_check_data(model, eval_data);
+    if (cs != CT_OK) return cs;
     ct_trainer *t = calloc(1, sizeof *t);
     if (!t) return ct_error(CT_ERR_NOMEM, "out of memory");
     t->o = o;

@@ -150,4 +150,39 @@ CT_TEST(bad_options_are_errors) {
     ct_dataset_free(train);
 }
 
+/* A target the model has no class for fails at creation, naming the sample, instead of an
+ * abort() inside cross_entropy at whatever step draws it. */
+CT_TEST(bad_labels_refused_before_training) {
+    ct_dataset *train = make_data(1, N), *test = NULL;
+    model m;
+    CT_ASSERT(train && make_model(&m));
+    static float x[N * D];
+    static int32_t y[N];
+    for (int i = 0; i < N; i++) y[i] = i % C;
+    y[200] = C; /* one sample of class 3 for a 3-class model */
+    CT_ASSERT(ct_dataset_tensors(x, D, y, 1, N, &test) == CT_OK);
+    ct_train_model tm = ct_train_model_module(m.net, m.P, "tiny");
+    tm.expect.classes = C;
+    tm.expect.ignore_index = -100;
+    ct_trainer_opts o = ct_trainer_default_opts();
+    o.output_dir = ct_test_tmp_path("badlabel");
+    o.metrics = false;
+    o.log_every = 0;
+    ct_trainer *t = (ct_trainer *)1;
+    CT_EXPECT_EQ(ct_trainer_create(&o, &tm, m.opt, train, test, &t), CT_ERR_FORMAT);
+    CT_EXPECT(t == NULL);
+    CT_EXPECTF(strstr(ct_last_error(), "target 3 of sample 200") && strstr(ct_last_error(), "'tiny' has 3 classes"),
+               "message: %s", ct_last_error());
+    /* the input size is checked too */
+    tm.expect.x_numel = D + 1;
+    CT_EXPECT_EQ(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t), CT_ERR_FORMAT);
+    CT_EXPECTF(strstr(ct_last_error(), "takes 9 values") != NULL, "message: %s", ct_last_error());
+    tm.expect.x_numel = D;
+    CT_EXPECT_OK(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t));
+    ct_trainer_free(t);
+    free_model(&m);
+    ct_dataset_free(train);
+    ct_dataset_free(test);
+}
+
 CT_TEST_MAIN()

@@ -127,8 +127,20 @@ typedef struct ct_train_state {
     int64_t scaler_growth_tracker;
 } ct_train_state;
 
-/* o may be NULL (weights and state only). */
+/* o may be NULL (weights and state only). Errors name the path and errno (CT_ERR_IO; a
+ * filesystem known to be too small fails before anything is written); the checkpoints
+ * already there are untouched by a failed save, and pruning happens only after success. */
 ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep);
+/* Removes what interrupted saves and prunes of dead processes left under root (hidden
+ * .step-N.tmp.<pid> and .step-N.del.<pid> directories), and puts back a .step-N.old.<pid>
+ * copy whose re-save was cut between its renames when no step-N exists. Directories of
+ * live processes other than this one are left alone. Call it before training starts (the
+ * trainer does, on rank 0); a missing root is CT_OK. Each removal is logged. */
+ct_status ct_checkpoint_cleanup(const char *root);
+/* CT_ERR_IO naming dir, the bytes needed and free, and ENOSPC when the filesystem of dir
+ * (statvfs) has less than `need` bytes available to the user; CT_OK when enough or unknown.
+ * ct_checkpoint_save checks the checkpoint's minimum size with it before writing. */
+ct_status ct_checkpoint_free_space(const char *dir, uint64_t need, const char *what);
 /* Newest checkpoint under root whose manifest verifies; CT_ERR_NOT_FOUND if none. */
 ct_status ct_checkpoint_find_latest(const char *root, char *dir, size_t n);
 /* Checks every file of the manifest (size and CRC-32). */
@@ -178,6 +190,10 @@ typedef struct ct_trainer_opts {
     int64_t eval_max;        /* evaluate on at most this many samples (0: all) */
     int64_t save_every;      /* 0: at the end only */
     int keep;                /* checkpoints kept: 3 (0: all) */
+    /* false (default): a checkpoint that cannot be written (full disk, I/O error) ends
+     * ct_trainer_fit with its error on every rank; true: a warning, and training goes on.
+     * The final weights (model.safetensors) not written is an error either way. */
+    bool keep_going_on_save_error;
     const char *resume;      /* NULL, "auto" (newest valid under output_dir/checkpoints) or a directory */
     int64_t log_every;       /* progress line every N steps: 50 (0: no printing) */
     const char *output_dir;  /* "output": checkpoints/, model.safetensors, metrics */
@@ -196,7 +212,10 @@ ct_trainer_opts ct_trainer_default_opts(void);
 ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *model, ct_optim *opt,
                             const ct_dataset *train_data, const ct_dataset *eval_data, ct_trainer **out);
 /* Trains from step 0 or from the resumed checkpoint to the end; saves a checkpoint at the
- * end and model.safetensors. */
+ * end and model.safetensors. First (rank 0) removes the leftovers of interrupted saves
+ * under output_dir/checkpoints (ct_checkpoint_cleanup). A save that fails is an error
+ * (see keep_going_on_save_error) that names the path and errno on rank 0; the other ranks
+ * get CT_ERR_IO saying rank 0 could not save. */
 ct_status ct_trainer_fit(ct_trainer *t);
 /* Evaluation alone (every rank calls it). */
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r);

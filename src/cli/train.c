@@ -108,6 +108,7 @@ static ct_status fit(job *j) {
     to.eval_max = o->eval_max;
     to.save_every = o->save_every;
     to.keep = o->keep;
+    to.keep_going_on_save_error = o->keep_going_on_save_error;
     to.resume = o->resume;
     to.log_every = o->log_every;
     to.output_dir = o->output_dir;

@@ -35,6 +35,8 @@ static void usage(FILE *f) {
             "output:\n"
             "  --output-dir DIR     (default $CTRAIN_OUTPUT_DIR or ./output)\n"
             "  --save-every N       checkpoint every N steps (and at the end)   --keep K (default 3)\n"
+            "  --keep-going-on-save-error  a checkpoint that cannot be written is a warning, not the\n"
+            "                       end of the job (the final weights must still be written)\n"
             "  --resume PATH|auto   continue from a checkpoint directory, or the newest valid one\n"
             "  --eval-every N       evaluate every N steps (default: mlp/cnn after each epoch, gpt at the end)\n"
             "  --eval-max N         evaluate on at most N samples (default all)\n"
@@ -114,6 +116,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         INT("--n-layer", 1, 256, o->n_layer) INT("--n-embd", 1, 65536, o->n_embd) INT("--n-head", 1, 1024, o->n_head)
         INT("--block-size", 1, 65536, o->block_size) INT("--vocab-size", 2, 65536, o->vocab_size)
         else if (!strcmp(f, "--nesterov")) o->nesterov = true;
+        else if (!strcmp(f, "--keep-going-on-save-error")) o->keep_going_on_save_error = true;
         else if (!strcmp(f, "--schedule")) {
             NEEDV();
             if (!strcmp(v, "constant")) o->schedule = 0;

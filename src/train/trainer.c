@@ -220,8 +220,37 @@ static ct_status save_ckpt(ct_trainer *t) {
     snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
     ct_train_state ts = {.step = t->step, .epoch = t->epoch, .sampler = ct_loader_state(t->loader), .seed = t->o.seed,
                          .world_size = t->world};
-    ct_status st = ct_checkpoint_save(root, t->model, t->opt, &ts, t->o.keep);
-    if (st != CT_OK) CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written: %s", t->step, ct_last_error());
+    return ct_checkpoint_save(root, t->model, t->opt, &ts, t->o.keep);
+}
+
+/* Rank 0's outcome of something only it does (saving, cleaning), made every rank's: a
+ * failure stops all ranks at the same point instead of leaving the others to time out in
+ * their next collective. Also a barrier. */
+static ct_status agree(ct_trainer *t, ct_status st, const char *what) {
+    if (!t->pg) return st;
+    double v[1] = {st != CT_OK};
+    ct_status cs = allreduce_d(t, v, 1, CT_RED_MAX);
+    if (cs != CT_OK) return st != CT_OK ? st : cs;
+    if (st == CT_OK && v[0] > 0) return ct_error(CT_ERR_IO, "%s failed on rank 0 (its log names the path and the cause)", what);
+    return st;
+}
+
+/* A periodic or final checkpoint: an error stops training unless the user chose to go on. */
+static ct_status checkpoint(ct_trainer *t) {
+    ct_status st = agree(t, save_ckpt(t), "writing the checkpoint");
+    if (st == CT_OK || !t->o.keep_going_on_save_error) return st;
+    CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written (going on: keep_going_on_save_error): %s", t->step,
+                 ct_last_error());
+    return CT_OK;
+}
+
+static ct_status save_weights(ct_trainer *t) {
+    if (t->rank != 0) return CT_OK;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/model.safetensors", t->o.output_dir);
+    ct_status st = ct_checkpoint_free_space(t->o.output_dir, (uint64_t)ct_params_numel(t->model->params) * sizeof(float),
+                                            "model.safetensors");
+    if (st == CT_OK) st = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
     return st;
 }
 
@@ -291,7 +320,16 @@ static void print_eval(ct_trainer *t, const ct_eval_report *e, bool tty, bool at
 
 ct_status ct_trainer_fit(ct_trainer *t) {
     const ct_trainer_opts *o = &t->o;
-    ct_status st = o->resume ? resume(t) : CT_OK;
+    ct_status st = CT_OK;
+    if (t->rank == 0) {
+        char root[4200];
+        snprintf(root, sizeof root, "%s/checkpoints", o->output_dir);
+        /* leftovers of a killed save are removed (and a cut re-save restored) before any rank
+         * looks for a checkpoint to resume from, hence the barrier */
+        if (ct_checkpoint_cleanup(root) != CT_OK) CT_LOG_WARN_("train", "%s", ct_last_error());
+    }
+    if ((st = agree(t, CT_OK, "cleaning up checkpoints")) != CT_OK) return st;
+    st = o->resume ? resume(t) : CT_OK;
     if (st != CT_OK) return st;
     bool tty = isatty(1), talk = t->rank == 0 && o->log_every > 0;
     int64_t global_batch = (int64_t)o->batch_size * t->world * o->grad_accum;
@@ -363,7 +401,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                 print_eval(t, &ev, tty, false);
                 if (o->on_eval && !o->on_eval(t, &ev, o->user)) stop = true;
             }
-            if (o->save_every > 0 && t->step % o->save_every == 0 && !last) save_ckpt(t);
+            if (o->save_every > 0 && t->step % o->save_every == 0 && !last && (st = checkpoint(t)) != CT_OK) break;
         }
         if (st != CT_OK || stop) break;
         if (t->step < t->total_steps) {
@@ -377,12 +415,11 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         }
     }
     if (st != CT_OK) return st;
-    save_ckpt(t);
+    if ((st = checkpoint(t)) != CT_OK) return st;
+    /* the result itself: never only a warning */
+    if ((st = agree(t, save_weights(t), "writing model.safetensors")) != CT_OK) return st;
     if (t->rank == 0) {
         char p[4200];
-        snprintf(p, sizeof p, "%s/model.safetensors", o->output_dir);
-        ct_status s2 = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
-        if (s2 != CT_OK) CT_LOG_WARN_("train", "%s", ct_last_error());
         snprintf(p, sizeof p, "%s/training.svg", o->output_dir);
         if (t->metrics && ct_metrics_write_svg(t->metrics, p, t->model->describe) != CT_OK)
             CT_LOG_WARN_("train", "%s", ct_last_error());

@@ -169,6 +169,7 @@ typedef struct ct_step_report {
 typedef struct ct_eval_report {
     int64_t step, epoch;
     double loss, accuracy;            /* over every evaluated sample of every rank */
+    int64_t samples;                  /* how many that was (rows: tokens for a language model) */
 } ct_eval_report;
 
 typedef struct ct_trainer_opts {
@@ -217,7 +218,9 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
  * (see keep_going_on_save_error) that names the path and errno on rank 0; the other ranks
  * get CT_ERR_IO saying rank 0 could not save. */
 ct_status ct_trainer_fit(ct_trainer *t);
-/* Evaluation alone (every rank calls it). */
+/* Evaluation alone (every rank calls it). Evaluation data without samples (a text too short
+ * to hold any out) is CT_ERR_INVALID saying there is nothing to evaluate; ct_trainer_fit
+ * then evaluates nothing, says so once, and its callbacks get no ct_eval_report. */
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r);
 int64_t ct_trainer_step(const ct_trainer *t);
 int64_t ct_trainer_total_steps(const ct_trainer *t);

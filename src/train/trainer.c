@@ -168,9 +168,15 @@ ct_ctx *ct_trainer_ctx(ct_trainer *t) { return t->ctx; }
 
 /* Loss and accuracy; each rank takes every world-th sample (no padding, so every sample
  * counts once) and the sums are all-reduced. */
+/* The data evaluated: the evaluation set, else the training data. */
+static const ct_dataset *eval_set(const ct_trainer *t) { return t->eval ? t->eval : t->train; }
+
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
-    const ct_dataset *d = t->eval ? t->eval : t->train;
+    const ct_dataset *d = eval_set(t);
     int64_t last = ct_dataset_len(d);
+    /* a mean over no sample is 0/0: say so rather than report "accuracy nan" */
+    if (last == 0)
+        return ct_error(CT_ERR_INVALID, "nothing to evaluate: the evaluation data (%s) has no samples", ct_dataset_source(d));
     if (t->o.eval_max > 0 && last > t->o.eval_max) last = t->o.eval_max;
     int B = t->o.batch_size;
     int64_t xn = ct_dataset_x_numel(d), yn = ct_dataset_y_numel(d);
@@ -211,6 +217,7 @@ ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
     r->epoch = t->epoch;
     r->loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
     r->accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+    r->samples = (int64_t)sums[2];
     return st;
 }
 
@@ -342,6 +349,8 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                global_batch, t->steps_per_epoch, t->total_steps, ct_optim_kind(t->opt), o->lr, ct_get_num_threads());
         fflush(stdout);
     }
+    bool can_eval = ct_dataset_len(eval_set(t)) > 0;
+    if (!can_eval && talk) printf("no evaluation: the evaluation data (%s) has no samples\n", ct_dataset_source(eval_set(t)));
     double t_start = ct_time_now(), t_log = t_start, loss_acc = 0;
     int64_t steps_since_log = 0, step0 = t->step;
     ct_eval_report ev = {.loss = NAN, .accuracy = NAN};
@@ -396,7 +405,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                                       .lr = sa.lr, .grad_norm = res.grad_norm};
                 stop = !o->on_step(t, &rep, o->user);
             }
-            if ((o->eval_every > 0 && t->step % o->eval_every == 0) || last) {
+            if (can_eval && ((o->eval_every > 0 && t->step % o->eval_every == 0) || last)) {
                 if ((st = ct_trainer_evaluate(t, &ev)) != CT_OK) break;
                 print_eval(t, &ev, tty, false);
                 if (o->on_eval && !o->on_eval(t, &ev, o->user)) stop = true;
@@ -406,7 +415,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         if (st != CT_OK || stop) break;
         if (t->step < t->total_steps) {
             /* end of an epoch: evaluate unless --eval-every picks its own steps */
-            if (o->eval_every == 0 && o->eval_each_epoch) {
+            if (can_eval && o->eval_every == 0 && o->eval_each_epoch) {
                 if ((st = ct_trainer_evaluate(t, &ev)) != CT_OK) break;
                 print_eval(t, &ev, tty, true);
                 if (o->on_eval && !o->on_eval(t, &ev, o->user)) stop = true;
@@ -424,8 +433,10 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         if (t->metrics && ct_metrics_write_svg(t->metrics, p, t->model->describe) != CT_OK)
             CT_LOG_WARN_("train", "%s", ct_last_error());
         if (o->log_every > 0) {
-            printf("done: %" PRId64 " steps in %.1f s | test accuracy %.4f | test loss %.4f | weights %s/model.safetensors\n",
-                   t->step - step0, ct_time_now() - t_start, ev.accuracy, ev.loss, o->output_dir);
+            char evs[96] = "nothing evaluated";
+            if (ev.samples > 0) snprintf(evs, sizeof evs, "test accuracy %.4f | test loss %.4f", ev.accuracy, ev.loss);
+            printf("done: %" PRId64 " steps in %.1f s | %s | weights %s/model.safetensors\n", t->step - step0,
+                   ct_time_now() - t_start, evs, o->output_dir);
             if (t->ddp) {
                 ct_ddp_stats ds = ct_ddp_get_stats(t->ddp);
                 printf("ddp: %d buckets | per step: compute %.1f ms, all-reduce %.1f ms, %.0f%% of it hidden behind backward\n",

@@ -58,6 +58,12 @@ expect "bad.txt: token id 200 at token index 500 \(window 62\) is outside \[0, 1
 mkfifo "$d/fifo"
 expect "fifo: is a FIFO, not a regular file" $C train gpt --text "$d/fifo" "${g[@]}" --output-dir "$d/o7"
 expect "null: is a character device" $C train gpt --text /dev/null "${g[@]}" --output-dir "$d/o7"
+# a text too short to hold windows out: nothing is evaluated, and said so (was "accuracy nan")
+head -c 150 "$d/t.txt" > "$d/short.txt"
+out=$($C train gpt --text "$d/short.txt" "${g[@]}" --batch-size 4 --output-dir "$d/o10" 2>&1) || fail "short text: $out"
+echo "$out" | grep -q "no evaluation: the evaluation data (.*short.txt) has no samples" || fail "short text: $out"
+echo "$out" | grep -q "^done: .* | nothing evaluated | " || fail "short text: $out"
+! echo "$out" | grep -qi "nan" || fail "short text: nan reported: $out"
 # and good data still trains
 mkidx "$d/ok" train 200 28 28
 $C train cnn --data-dir "$d/ok" --output-dir "$d/o8" "${q[@]}" > "$d/ok.log" 2>&1 || { cat "$d/ok.log"; fail "good data refused"; }

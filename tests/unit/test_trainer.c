@@ -187,6 +187,38 @@ CT_TEST(bad_labels_refused_before_training) {
     ct_dataset_free(test);
 }
 
+/* Evaluation data without samples: nothing is evaluated and that is said, instead of a
+ * loss and accuracy of 0/0 reported as "nan". */
+CT_TEST(empty_evaluation_data_is_not_evaluated) {
+    ct_dataset *train = make_data(1, N), *none = NULL;
+    model m;
+    CT_ASSERT(train && make_model(&m));
+    CT_ASSERT(ct_dataset_subset(train, N, 0, &none) == CT_OK);
+    ct_train_model tm = ct_train_model_module(m.net, m.P, "tiny");
+    seen s = {.stop_at = -1};
+    ct_trainer_opts o = ct_trainer_default_opts();
+    o.output_dir = ct_test_tmp_path("noeval");
+    o.metrics = false;
+    o.log_every = 0;
+    o.batch_size = 32;
+    o.epochs = 2;
+    o.on_step = on_step;
+    o.on_eval = on_eval;
+    o.user = &s;
+    ct_trainer *t;
+    CT_ASSERT(ct_trainer_create(&o, &tm, m.opt, train, none, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    CT_EXPECT_EQ(s.steps, 2 * N / 32);
+    CT_EXPECT_EQ(s.evals, 0);
+    ct_eval_report ev;
+    CT_EXPECT_EQ(ct_trainer_evaluate(t, &ev), CT_ERR_INVALID);
+    CT_EXPECT(strstr(ct_last_error(), "nothing to evaluate") != NULL);
+    ct_trainer_free(t);
+    free_model(&m);
+    ct_dataset_free(none);
+    ct_dataset_free(train);
+}
+
 static bool exists(const char *dir, const char *name) {
     char p[1500];
     struct stat sb;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/train_opts.h"
@@ -124,6 +125,21 @@ int cli_train(int argc, char **argv) {
     job j = {0};
     int rc = train_opts_parse(argc, argv, &j.o);
     if (rc >= 0) return rc;
+    if (j.o.threads > 0) {
+        /* more threads than CPUs only slow the kernels down, and past what the address-space
+         * limit allows OpenBLAS would spin forever reserving buffers: refuse both up front */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        char why[256];
+        int max = ct_max_num_threads(why, sizeof why);
+        if (cpus >= 1 && j.o.threads > cpus) {
+            fprintf(stderr, "ctrain train: --threads %d is more than this machine's %ld CPUs\n", j.o.threads, cpus);
+            return 2;
+        }
+        if (j.o.threads > max) {
+            fprintf(stderr, "ctrain train: --threads %d: at most %d here: %s\n", j.o.threads, max, why);
+            return 2;
+        }
+    }
     ct_set_num_threads(j.o.threads > 0 ? j.o.threads : ct_default_num_threads());
     ct_status st = CT_OK;
     if (ct_config_int(CT_CFG_WORLD_SIZE) > 1) st = ct_dist_init(NULL, &j.pg);

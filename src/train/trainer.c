@@ -238,8 +238,15 @@ static ct_status agree(ct_trainer *t, ct_status st, const char *what) {
     double v[1] = {st != CT_OK};
     ct_status cs = allreduce_d(t, v, 1, CT_RED_MAX);
     if (cs != CT_OK) return st != CT_OK ? st : cs;
-    if (st == CT_OK && v[0] > 0) return ct_error(CT_ERR_IO, "%s failed on rank 0 (its log names the path and the cause)", what);
-    return st;
+    if (v[0] == 0) return st;
+    /* rank 0's message to every rank: whichever rank the launcher reports first names the
+     * path and the cause (a message in i32 words: the collectives have no byte type) */
+    int32_t msg[256];
+    memset(msg, 0, sizeof msg);
+    if (t->rank == 0) snprintf((char *)msg, sizeof msg, "%s", ct_last_error());
+    if (ct_broadcast_sync(t->pg, msg, 256, CT_I32, 0) != CT_OK || t->rank == 0) return st != CT_OK ? st : CT_ERR_IO;
+    ((char *)msg)[sizeof msg - 1] = 0;
+    return ct_error(CT_ERR_IO, "%s on rank 0: %s", what, (const char *)msg);
 }
 
 /* A periodic or final checkpoint: an error stops training unless the user chose to go on. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A full output filesystem never loses the result silently (2 MiB tmpfs; needs root):
 #  a) a checkpoint that does not fit fails the job before anything is written (ENOSPC named,
-#     with the path), the checkpoint before it stays and resumes;
+#     with the path), the checkpoint before it stays and resumes; with 2 ranks, both stop;
 #  b) --keep-going-on-save-error: the same checkpoints are warnings, the weights are written;
 #  c) final weights that do not fit: non-zero exit naming model.safetensors, no "done" line;
 #  d) room for the precheck but not for the files: the write's ENOSPC fails the job and
@@ -39,6 +39,14 @@ mkdir -p "$d/r/checkpoints" && cp -r "$m/a/checkpoints/step-00000002" "$d/r/chec
 $C train "${a[@]}" --steps 4 --resume auto --output-dir "$d/r" > "$d/r.log" 2>&1 || { cat "$d/r.log"; fail "a) step 2 does not resume"; }
 grep -q "resumed from .*step-00000002 at step 2" "$d/r.log" || fail "a) not resumed from step 2"
 
+# a2) the same under DDP: every rank stops at that step with rank 0's message (no rank left
+#     to time out in its next collective)
+remount
+out=$(timeout 60 $C run --nproc-per-node 2 --standalone $C train "${a[@]}" --steps 6 --output-dir "$m/a2" 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "a2) exit $rc: $out"
+[ "$(echo "$out" | grep -c "error on this rank: .*checkpoint of step 4 needs at least .*No space left on device")" -ge 2 ] ||
+    fail "a2) not every rank named the cause: $out"
+
 # b) the same, going on past checkpoints: warnings, the weights are there, exit 0
 remount
 out=$($C train "${a[@]}" --steps 6 --keep-going-on-save-error --output-dir "$m/b" 2>&1); rc=$?
@@ -71,9 +79,14 @@ echo "$out" | grep -q "o_d/checkpoints/.step-00000002.tmp.[0-9]*/.*No space left
 # e) saves killed mid-way (every step saves; SIGKILL at varied times), then a clean start
 remount
 e=(mlp --hidden 32 --batch-size 32 --eval-max 64 --threads 1 --log-every 1 --save-every 1 --keep 2 --output-dir "$m/e")
-for delay in 0.3 0.5 0.7; do
+for delay in 0.05 0.1 0.2; do
     $C train "${e[@]}" --steps 100000 --resume auto > /dev/null 2>&1 &
     pid=$!
+    # once it saves (loading the data takes a varying while), kill it amid its saves
+    for ((w = 0; w < 200; w++)); do
+        ls "$m/e/checkpoints" 2>/dev/null | grep -q '^step-' && break
+        sleep 0.05
+    done
     sleep $delay
     kill -9 $pid; wait $pid 2>/dev/null
 done

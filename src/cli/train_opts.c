@@ -41,7 +41,7 @@ static void usage(FILE *f) {
             "  --eval-every N       evaluate every N steps (default: mlp/cnn after each epoch, gpt at the end)\n"
             "  --eval-max N         evaluate on at most N samples (default all)\n"
             "  --log-every N        progress line every N steps (default 50)\n"
-            "  --threads N          per rank (default OMP_NUM_THREADS or cores / local ranks)\n"
+            "  --threads N          per rank, at most the CPU count (default OMP_NUM_THREADS or cores / local ranks)\n"
             "  --workers N          data loader threads (default 1)\n");
 }
 

@@ -214,7 +214,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
                             const ct_dataset *train_data, const ct_dataset *eval_data, ct_trainer **out);
 /* Trains from step 0 or from the resumed checkpoint to the end; saves a checkpoint at the
  * end and model.safetensors. First (rank 0) removes the leftovers of interrupted saves
- * under output_dir/checkpoints (ct_checkpoint_cleanup). A save that fails is an error
+ * under output_dir/checkpoints (ct_checkpoint_cleanup) and of model.safetensors. A save that fails is an error
  * (see keep_going_on_save_error) that names the path and errno on rank 0; the other ranks
  * get CT_ERR_IO saying rank 0 could not save. */
 ct_status ct_trainer_fit(ct_trainer *t);

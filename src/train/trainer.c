@@ -341,6 +341,8 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         /* leftovers of a killed save are removed (and a cut re-save restored) before any rank
          * looks for a checkpoint to resume from, hence the barrier */
         if (ct_checkpoint_cleanup(root) != CT_OK) CT_LOG_WARN_("train", "%s", ct_last_error());
+        snprintf(root, sizeof root, "%s/model.safetensors", o->output_dir);
+        ct_st_remove_stale_tmp(root);
     }
     if ((st = agree(t, CT_OK, "cleaning up checkpoints")) != CT_OK) return st;
     st = o->resume ? resume(t) : CT_OK;

@@ -302,6 +302,30 @@ CT_TEST(checkpoint_leftovers_cleaned_at_start) {
     free_model(&m);
 }
 
+/* The temporary file of a final save killed before its rename is removed at the next
+ * start; one of a live process, or of another file, is not. */
+CT_TEST(stale_weight_temporaries_removed) {
+    char dir[300], n1[64], n2[64];
+    snprintf(dir, sizeof dir, "%s", ct_test_tmp_path("stale"));
+    rm_rf(dir);
+    CT_ASSERT(mkdir(dir, 0755) == 0);
+    long dead = dead_pid(), live = (long)getppid();
+    snprintf(n1, sizeof n1, "model.safetensors.tmp.%ld.1f2e", dead);
+    snprintf(n2, sizeof n2, "model.safetensors.tmp.%ld.3a", live);
+    put(dir, n1, "partial");
+    put(dir, n2, "being written");
+    put(dir, "model.safetensors.tmpx", "not a temporary");
+    char other[64];
+    snprintf(other, sizeof other, "other.safetensors.tmp.%ld.1", dead);
+    put(dir, other, "another file's");
+    char p[400];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CT_EXPECT_EQ(ct_st_remove_stale_tmp(p), 1);
+    CT_EXPECT(!exists(dir, n1));
+    CT_EXPECT(exists(dir, n2) && exists(dir, "model.safetensors.tmpx") && exists(dir, other));
+    rm_rf(dir);
+}
+
 /* A manifest with numbers no checksum or size can be is a format error naming the field
  * (the out-of-range cast it used to be is undefined behaviour: UBSan flagged it). */
 CT_TEST(manifest_numbers_validated) {

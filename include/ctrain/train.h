@@ -190,7 +190,8 @@ typedef struct ct_trainer_opts {
     bool eval_each_epoch;    /* true */
     int64_t eval_max;        /* evaluate on at most this many samples (0: all) */
     int64_t save_every;      /* 0: at the end only */
-    int keep;                /* checkpoints kept: 3 (0: all) */
+    int keep;                /* checkpoints kept: 3 (0: all); the oldest goes only after the
+                              * new one is complete, so the disk needs room for keep + 1 */
     /* false (default): a checkpoint that cannot be written (full disk, I/O error) ends
      * ct_trainer_fit with its error on every rank; true: a warning, and training goes on.
      * The final weights (model.safetensors) not written is an error either way. */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,9 +436,56 @@ ct_status ct_checkpoint_find_latest(const char *root, char *dir, size_t n) {
     return st;
 }
 
-static int64_t meta_i64(const ct_st_file *f, const char *k, int64_t dflt) {
+/* One number of the train state's metadata, checked whole and in [lo, hi]: strtoll alone
+ * turned garbage into 0 and clamped a seed >= 2^63 (written with PRIu64) to 2^63 - 1, so a
+ * resume went on with another shuffle. A missing key gives dflt (older checkpoints). */
+static ct_status meta_num(const ct_st_file *f, const char *k, bool is_unsigned, int64_t lo, int64_t hi, uint64_t dflt,
+                          uint64_t *out) {
     const char *v = ct_st_metadata(f, k);
-    return v ? strtoll(v, NULL, 10) : dflt;
+    if (!v) { *out = dflt; return CT_OK; }
+    char *end;
+    errno = 0;
+    bool ok;
+    if (is_unsigned) {
+        ok = *v >= '0' && *v <= '9';
+        *out = strtoull(v, &end, 10);
+    } else {
+        long long x = strtoll(v, &end, 10);
+        ok = x >= lo && x <= hi;
+        *out = (uint64_t)x;
+    }
+    if (!ok || errno || end == v || *end)
+        return ct_error(CT_ERR_FORMAT, "%s: train state '%s' is '%s', not a whole number%s", ct_st_path(f), k, v,
+                        is_unsigned ? " in [0, 2^64)" : lo >= 0 ? " >= 0" : "");
+    return CT_OK;
+}
+
+static ct_status read_train_state(const ct_st_file *f, ct_train_state *ts) {
+    memset(ts, 0, sizeof *ts);
+    uint64_t v[9];
+    ct_status st = meta_num(f, "step", false, 0, INT64_MAX, 0, &v[0]);
+    if (st == CT_OK) st = meta_num(f, "epoch", false, 0, INT64_MAX, 0, &v[1]);
+    if (st == CT_OK) st = meta_num(f, "sampler.seed", true, 0, 0, 0, &v[2]);
+    if (st == CT_OK) st = meta_num(f, "sampler.epoch", false, 0, INT64_MAX, 0, &v[3]);
+    if (st == CT_OK) st = meta_num(f, "sampler.position", false, 0, INT64_MAX, 0, &v[4]);
+    if (st == CT_OK) st = meta_num(f, "seed", true, 0, 0, 0, &v[5]);
+    if (st == CT_OK) st = meta_num(f, "world_size", false, 1, INT32_MAX, 1, &v[6]);
+    if (st == CT_OK) st = meta_num(f, "scaler_growth_tracker", false, INT64_MIN, INT64_MAX, 0, &v[7]);
+    if (st != CT_OK) return st;
+    ts->step = (int64_t)v[0];
+    ts->epoch = (int64_t)v[1];
+    ts->sampler.seed = v[2];
+    ts->sampler.epoch = (int64_t)v[3];
+    ts->sampler.position = (int64_t)v[4];
+    ts->seed = v[5];
+    ts->world_size = (int)v[6];
+    ts->scaler_growth_tracker = (int64_t)v[7];
+    const char *ls = ct_st_metadata(f, "loss_scale");
+    char *end = NULL;
+    ts->loss_scale = ls ? strtod(ls, &end) : 0;
+    if (ls && (end == ls || *end || !(ts->loss_scale >= 0) || ts->loss_scale == INFINITY))
+        return ct_error(CT_ERR_FORMAT, "%s: train state 'loss_scale' is '%s', not a finite number >= 0", ct_st_path(f), ls);
+    return CT_OK;
 }
 
 ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts) {
@@ -455,6 +503,9 @@ ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim 
     } else if (o && (!opt || strcmp(opt, ct_optim_kind(o)))) {
         st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint optimizer '%s', this run uses '%s'", dir, opt ? opt : "?", ct_optim_kind(o));
     }
+    /* the numbers first: a bad one must not leave half-loaded weights behind */
+    ct_train_state loaded;
+    if (st == CT_OK) st = read_train_state(f, &loaded);
     /* load the model into a copy first so a mismatch leaves the live weights untouched */
     size_t nbytes = ct_params_numel(m->params) * sizeof(float);
     float *backup = st == CT_OK ? malloc(nbytes ? nbytes : 1) : NULL;
@@ -470,19 +521,7 @@ ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim 
         }
     }
     free(backup);
-    if (st == CT_OK) {
-        memset(ts, 0, sizeof *ts);
-        ts->step = meta_i64(f, "step", 0);
-        ts->epoch = meta_i64(f, "epoch", 0);
-        ts->sampler.seed = (uint64_t)meta_i64(f, "sampler.seed", 0);
-        ts->sampler.epoch = meta_i64(f, "sampler.epoch", 0);
-        ts->sampler.position = meta_i64(f, "sampler.position", 0);
-        ts->seed = (uint64_t)meta_i64(f, "seed", 0);
-        ts->world_size = (int)meta_i64(f, "world_size", 1);
-        const char *ls = ct_st_metadata(f, "loss_scale");
-        ts->loss_scale = ls ? strtod(ls, NULL) : 0;
-        ts->scaler_growth_tracker = meta_i64(f, "scaler_growth_tracker", 0);
-    }
+    if (st == CT_OK) *ts = loaded;
     ct_st_close(f);
     return st;
 }

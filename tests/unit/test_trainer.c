@@ -326,6 +326,33 @@ CT_TEST(stale_weight_temporaries_removed) {
     rm_rf(dir);
 }
 
+/* The train state comes back as saved, all 64 bits of the seeds included (they were read
+ * with strtoll, which clamped a seed >= 2^63: the resumed run shuffled differently). */
+CT_TEST(train_state_numbers_round_trip) {
+    model m;
+    CT_ASSERT(make_model(&m));
+    ct_train_model tm = ct_train_model_module(m.net, m.P, "tiny");
+    char root[300], dir[700];
+    snprintf(root, sizeof root, "%s", ct_test_tmp_path("state"));
+    rm_rf(root);
+    ct_train_state ts = {.step = 7, .epoch = 2, .sampler = {.seed = 0xfffffffffffffff0ull, .epoch = 2, .position = 1234},
+                         .seed = 0x8000000000000001ull, .world_size = 3, .loss_scale = 32768, .scaler_growth_tracker = 5}, back;
+    CT_ASSERT(ct_checkpoint_save(root, &tm, m.opt, &ts, 0) == CT_OK);
+    snprintf(dir, sizeof dir, "%s/step-00000007", root);
+    CT_ASSERT(ct_checkpoint_load(dir, &tm, m.opt, &back) == CT_OK);
+    CT_EXPECT(back.sampler.seed == ts.sampler.seed);
+    CT_EXPECT(back.seed == ts.seed);
+    CT_EXPECT_EQ(back.step, 7);
+    CT_EXPECT_EQ(back.epoch, 2);
+    CT_EXPECT_EQ(back.sampler.epoch, 2);
+    CT_EXPECT_EQ(back.sampler.position, 1234);
+    CT_EXPECT_EQ(back.world_size, 3);
+    CT_EXPECT(back.loss_scale == 32768);
+    CT_EXPECT_EQ(back.scaler_growth_tracker, 5);
+    rm_rf(root);
+    free_model(&m);
+}
+
 /* A manifest with numbers no checksum or size can be is a format error naming the field
  * (the out-of-range cast it used to be is undefined behaviour: UBSan flagged it). */
 CT_TEST(manifest_numbers_validated) {

@@ -16,7 +16,7 @@ out=$($C train "${g[@]}" --threads $((cpus + 1)) --output-dir "$d/a" 2>&1); rc=$
 [ $rc -eq 2 ] || fail "--threads $((cpus + 1)) on $cpus CPUs: exit $rc: $out"
 echo "$out" | grep -q "more than this machine's $cpus CPUs" || fail "no message: $out"
 # a sanitizer build reserves terabytes of address space: it cannot run under ulimit -v at all
-(ulimit -v 6291456; "$C" --help > /dev/null 2>&1) || { echo "this build does not start under ulimit -v 6G (sanitizers?)"; exit 77; }
+(ulimit -v 6291456; "$C" --help > /dev/null 2>&1) || { echo "ctrain cannot run under ulimit -v 6G here (a lower hard limit, or a sanitizer build)"; exit 77; }
 out=$(ulimit -v 6291456; OMP_NUM_THREADS=60 timeout -s KILL 60 "$C" train "${g[@]}" --output-dir "$d/b" 2>&1); rc=$?
 [ $rc -ne 137 ] || fail "60 threads under ulimit -v 6G: still running after 60 s"
 [ $rc -eq 0 ] || fail "60 threads under ulimit -v 6G: exit $rc: $out"

@@ -166,11 +166,11 @@ int64_t ct_trainer_steps_per_epoch(const ct_trainer *t) { return t->steps_per_ep
 ct_ddp *ct_trainer_ddp(ct_trainer *t) { return t->ddp; }
 ct_ctx *ct_trainer_ctx(ct_trainer *t) { return t->ctx; }
 
-/* Loss and accuracy; each rank takes every world-th sample (no padding, so every sample
- * counts once) and the sums are all-reduced. */
 /* The data evaluated: the evaluation set, else the training data. */
 static const ct_dataset *eval_set(const ct_trainer *t) { return t->eval ? t->eval : t->train; }
 
+/* Loss and accuracy; each rank takes every world-th sample (no padding, so every sample
+ * counts once) and the sums are all-reduced. */
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
     const ct_dataset *d = eval_set(t);
     int64_t last = ct_dataset_len(d);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/train_opts.h"
@@ -33,9 +34,7 @@ static ct_status open_data(job *j) {
             globfree(&g);
         }
         if (st != CT_OK) return st;
-        if (ct_dataset_num_classes(j->all) > o->vocab_size)
-            return ct_error(CT_ERR_INVALID, "the data has token ids up to %d but --vocab-size is %d",
-                            ct_dataset_num_classes(j->all) - 1, o->vocab_size);
+        /* token ids against --vocab-size: checked with the model's other expectations by ct_trainer_create */
         return ct_dataset_split_holdout(j->all, &j->train, &j->test);
     }
     st = ct_dataset_idx_open_dir(o->data_dir, true, &j->train);
@@ -113,6 +112,7 @@ static ct_status fit(job *j) {
     to.eval_max = o->eval_max;
     to.save_every = o->save_every;
     to.keep = o->keep;
+    to.keep_going_on_save_error = o->keep_going_on_save_error;
     to.resume = o->resume;
     to.log_every = o->log_every;
     to.output_dir = o->output_dir;
@@ -128,6 +128,21 @@ int cli_train(int argc, char **argv) {
     job j = {0};
     int rc = train_opts_parse(argc, argv, &j.o);
     if (rc >= 0) return rc;
+    if (j.o.threads > 0) {
+        /* more threads than CPUs only slow the kernels down, and past what the address-space
+         * limit allows OpenBLAS would spin forever reserving buffers: refuse both up front */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        char why[256];
+        int max = ct_max_num_threads(why, sizeof why);
+        if (cpus >= 1 && j.o.threads > cpus) {
+            fprintf(stderr, "ctrain train: --threads %d is more than this machine's %ld CPUs\n", j.o.threads, cpus);
+            return 2;
+        }
+        if (j.o.threads > max) {
+            fprintf(stderr, "ctrain train: --threads %d: at most %d here: %s\n", j.o.threads, max, why);
+            return 2;
+        }
+    }
     ct_set_num_threads(j.o.threads > 0 ? j.o.threads : ct_default_num_threads());
     ct_status st = CT_OK;
     if (ct_config_int(CT_CFG_WORLD_SIZE) > 1) st = ct_dist_init(NULL, &j.pg);

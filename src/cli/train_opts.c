@@ -39,11 +39,13 @@ static void usage(FILE *f) {
             "output:\n"
             "  --output-dir DIR     (default $CTRAIN_OUTPUT_DIR or ./output)\n"
             "  --save-every N       checkpoint every N steps (and at the end)   --keep K (default 3)\n"
+            "  --keep-going-on-save-error  a checkpoint that cannot be written is a warning, not the\n"
+            "                       end of the job (the final weights must still be written)\n"
             "  --resume PATH|auto   continue from a checkpoint directory, or the newest valid one\n"
             "  --eval-every N       evaluate every N steps (default: mlp/cnn after each epoch, gpt at the end)\n"
             "  --eval-max N         evaluate on at most N samples (default all)\n"
             "  --log-every N        progress line every N steps (default 50)\n"
-            "  --threads N          per rank (default OMP_NUM_THREADS or cores / local ranks)\n"
+            "  --threads N          per rank, at most the CPU count (default OMP_NUM_THREADS or cores / local ranks)\n"
             "  --workers N          data loader threads (default 1)\n");
 }
 
@@ -120,6 +122,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(f, "--nesterov")) o->nesterov = true;
         else if (!strcmp(f, "--checkpoint-activations")) o->ckpt = true;
         else if (!strcmp(f, "--loss-scaling")) o->loss_scaling = true;
+        else if (!strcmp(f, "--keep-going-on-save-error")) o->keep_going_on_save_error = true;
         else if (!strcmp(f, "--schedule")) {
             NEEDV();
             if (!strcmp(v, "constant")) o->schedule = 0;

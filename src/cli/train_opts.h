@@ -11,7 +11,7 @@ typedef struct {
     int64_t steps;
     int batch_size, grad_accum;
     double lr, momentum, weight_decay, clip, dropout;
-    bool adamw, nesterov;
+    bool adamw, nesterov, keep_going_on_save_error;
     int schedule; /* 0 constant, 1 cosine, 2 linear */
     int64_t warmup;
     uint64_t seed;

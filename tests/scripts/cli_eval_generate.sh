@@ -70,6 +70,18 @@ if $PY -c "import transformers, torch" 2>/dev/null; then
     $PY tests/torch/gen_gpt2_hf.py check "$d/g/hf" "$d/ref.safetensors" 2>/dev/null | grep -q "^ok" || fail "transformers' logits differ from ctrain's"
 fi
 
+# an image model: eval = the trainer's final test loss and accuracy (where Fashion-MNIST is installed)
+if [ -r /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+    $C train mlp --hidden 32 --steps 20 --batch-size 50 "${q[@]}" --log-every 100 --output-dir "$d/m" > "$d/mlp.log" 2>&1 ||
+        fail "train mlp: $(tail -3 "$d/mlp.log")"
+    tl=$(sed -nE 's/^done: .*test accuracy ([0-9.]+) \| test loss ([0-9.]+).*/\2 \1/p' "$d/mlp.log")
+    out=$($C eval --checkpoint "$d/m" --batch-size 50 "${q[@]}") || fail "eval mlp"
+    el=$(echo "$out" | sed -nE 's/^test split: 10000 samples \| loss ([0-9.]+) \| accuracy ([0-9.]+).*/\1 \2/p')
+    [ -n "$tl" ] && [ "$el" = "$tl" ] || fail "eval of the mlp: '$el', the trainer said '$tl': $out"
+    expect "--text and --shards are for a gpt" $C eval --checkpoint "$d/m" --text "$d/t.txt"
+    expect "holds a mlp: generate needs a gpt" $C generate --checkpoint "$d/m" --prompt hi
+fi
+
 # 3. --init-from the transformers GPT-2: its shape (and tanh GELU) replace the flags
 $C train gpt --init-from "$F/model.safetensors" --text "$d/t.txt" --block-size 16 --batch-size 4 --steps 3 --log-every 100 \
     "${q[@]}" --output-dir "$d/i" > "$d/init.log" 2>&1 || fail "init-from: $(tail -3 "$d/init.log")"

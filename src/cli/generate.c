@@ -155,10 +155,12 @@ int cli_generate(int argc, char **argv) {
         if (prompt) fputs(prompt, stdout);
         st = ct_gpt_generate(m, ids, nids, &go, out, &gs);
         if (st == CT_OK || os.n) putchar('\n');
+        fflush(stdout); /* before the speed line on stderr */
     }
     if (st == CT_OK)
-        fprintf(stderr, "%lld tokens in %.2f s: %.1f tokens/s (%s, %d threads)\n", (long long)gs.new_tokens, gs.seconds,
-                gs.seconds > 0 ? (double)gs.new_tokens / gs.seconds : 0.0, go.kv_cache ? "KV cache" : "no KV cache", ct_get_num_threads());
+        fprintf(stderr, "%lld tokens in %.3f s: %.0f tokens/s (%s, %d thread%s)\n", (long long)gs.new_tokens, gs.seconds,
+                gs.seconds > 0 ? (double)gs.new_tokens / gs.seconds : 0.0, go.kv_cache ? "KV cache" : "no KV cache", ct_get_num_threads(),
+                ct_get_num_threads() > 1 ? "s" : "");
     else
         fprintf(stderr, "ctrain generate: %s\n", ct_last_error());
     free(ids);

@@ -161,21 +161,21 @@ ct_status ct_gpt_generate(ct_model *m, const int32_t *prompt, int n_prompt, cons
                           ct_generate_stats *stats) {
     ct_generate_opts o = opts ? *opts : ct_generate_default_opts();
     if (stats) memset(stats, 0, sizeof *stats);
-    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "generate: the model is a %s, not a GPT", m->kind->name);
-    if (n_prompt < 1) return ct_error(CT_ERR_INVALID, "generate: the prompt is empty (at least one token is needed)");
+    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "the model is a %s, not a GPT: it cannot generate", m->kind->name);
+    if (n_prompt < 1) return ct_error(CT_ERR_INVALID, "the prompt is empty (at least one token is needed)");
     if (o.max_new_tokens < 0 || !(o.temperature >= 0) || !isfinite(o.temperature) || o.top_k < 0)
-        return ct_error(CT_ERR_INVALID, "generate: max_new_tokens %d and top_k %d must be >= 0, temperature %g finite and >= 0",
+        return ct_error(CT_ERR_INVALID, "generation: max_new_tokens %d and top_k %d must be >= 0, temperature %g finite and >= 0",
                         o.max_new_tokens, o.top_k, o.temperature);
     int V = m->cfg.gpt.vocab_size, B = m->cfg.gpt.block_size;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
-            return ct_error(CT_ERR_INVALID, "generate: prompt token %d at position %d is outside the vocabulary [0, %d)", prompt[i], i, V);
+            return ct_error(CT_ERR_INVALID, "prompt token %d at position %d is outside the vocabulary [0, %d)", prompt[i], i, V);
     int total = n_prompt + o.max_new_tokens;
     int32_t *seq = malloc(sizeof *seq * (size_t)total);
     float *sorted = malloc(sizeof(float) * (size_t)V);
     ct_ctx *ctx = NULL;
     ct_gpt_cache *cache = NULL;
-    ct_status st = seq && sorted ? CT_OK : ct_error(CT_ERR_NOMEM, "generate: out of memory");
+    ct_status st = seq && sorted ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory for generation");
     if (st == CT_OK) st = ct_ctx_create(NULL, &ctx);
     if (st == CT_OK && o.kv_cache) st = ct_gpt_cache_create(m, &cache);
     if (st != CT_OK) {

@@ -266,13 +266,24 @@ static ct_status write_config_json(const ct_model_config *c, const char *path) {
     cJSON_AddNumberToObject(j, "n_ctx", c->gpt.block_size);
     cJSON_AddNumberToObject(j, "vocab_size", c->gpt.vocab_size);
     cJSON_AddStringToObject(j, "activation_function", c->gpt.gelu_tanh ? "gelu_new" : "gelu");
+    /* the float's short text (1e-05, not 9.99999975e-06) where it reads back as the same float */
+    float e = c->gpt.ln_eps > 0 ? c->gpt.ln_eps : 1e-5f;
     char eps[32];
-    snprintf(eps, sizeof eps, "%.9g", (double)(c->gpt.ln_eps > 0 ? c->gpt.ln_eps : 1e-5f));
-    cJSON_AddRawToObject(j, "layer_norm_epsilon", eps); /* the float's shortest exact text, not a double's */
+    snprintf(eps, sizeof eps, "%.6g", (double)e);
+    if (strtof(eps, NULL) != e) snprintf(eps, sizeof eps, "%.9g", (double)e);
+    cJSON_AddRawToObject(j, "layer_norm_epsilon", eps);
     cJSON_AddNumberToObject(j, "resid_pdrop", c->gpt.dropout);
     cJSON_AddNumberToObject(j, "embd_pdrop", c->gpt.dropout);
     cJSON_AddNumberToObject(j, "attn_pdrop", 0);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", true);
+    /* GPT-2's <|endoftext|> where the vocabulary has it; none in a byte-level model */
+    if (c->gpt.vocab_size > 50256) {
+        cJSON_AddNumberToObject(j, "bos_token_id", 50256);
+        cJSON_AddNumberToObject(j, "eos_token_id", 50256);
+    } else {
+        cJSON_AddNullToObject(j, "bos_token_id");
+        cJSON_AddNullToObject(j, "eos_token_id");
+    }
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
     char *text = cJSON_Print(j);
     cJSON_Delete(j);

@@ -70,6 +70,19 @@ if $PY -c "import transformers, torch" 2>/dev/null; then
     $PY tests/torch/gen_gpt2_hf.py check "$d/g/hf" "$d/ref.safetensors" 2>/dev/null | grep -q "^ok" || fail "transformers' logits differ from ctrain's"
 fi
 
+# a token-id model (llm.c shard, vocabulary 300): eval = the trainer's, --prompt-tokens, no --prompt
+perl -e 'my @t = map { ($_ * 37 + int($_ / 7)) % 300 } 0 .. 3999; print pack("l<256", 20240520, 1, scalar(@t), (0) x 253), pack("S<*", @t)' \
+    > "$d/s.bin"
+$C train gpt --shards "$d/s.bin" --vocab-size 300 --n-layer 1 --n-embd 32 --n-head 2 --block-size 16 --batch-size 8 --steps 10 \
+    --log-every 100 "${q[@]}" --output-dir "$d/s" > "$d/shard.log" 2>&1 || fail "train on shards: $(tail -3 "$d/shard.log")"
+tl=$(sed -nE 's/^done: .*test accuracy ([0-9.]+) \| test loss ([0-9.]+).*/\2 \1/p' "$d/shard.log")
+el=$($C eval --checkpoint "$d/s" --shards "$d/s.bin" "${q[@]}" | sed -nE 's/^test split: .* loss ([0-9.]+) \| perplexity [0-9.]+ \| next-token accuracy ([0-9.]+).*/\1 \2/p')
+[ -n "$tl" ] && [ "$el" = "$tl" ] || fail "eval on shards: '$el', the trainer said '$tl'"
+ids=$($C generate --checkpoint "$d/s" --prompt-tokens 5,299,17 --max-new-tokens 12 --seed 3 "${q[@]}" 2>/dev/null)
+echo "$ids" | grep -qE '^[0-9]+(,[0-9]+){11}$' || fail "--prompt-tokens output: '$ids'"
+for t in ${ids//,/ }; do [ "$t" -lt 300 ] || fail "token $t outside the vocabulary"; done
+expect "vocabulary has 300 tokens, not 256 bytes: give --prompt-tokens" $C generate --checkpoint "$d/s" --prompt hi
+
 # an image model: eval = the trainer's final test loss and accuracy (where Fashion-MNIST is installed)
 if [ -r /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
     $C train mlp --hidden 32 --steps 20 --batch-size 50 "${q[@]}" --log-every 100 --output-dir "$d/m" > "$d/mlp.log" 2>&1 ||

@@ -128,9 +128,10 @@ ct_status ct_params_load(ct_params *P, const char *path);
  * "ctrain.n_layer" = "6", ...; the tensors are unchanged), so that the file alone says what
  * to build. Without that metadata a GPT is recognised by its tensors: ctrain's (nanoGPT's)
  * nn.Linear layout, or Hugging Face's GPT2LMHeadModel (Conv1D weights [in, out], names with or
- * without "transformer."), whose shape comes from the config.json beside the file or, failing
- * that, from the tensors (n_head = n_embd / 64, GPT-2's head size). CT_ERR_FORMAT naming the
- * file when it holds none of these. */
+ * without "transformer."); the shape comes from the tensors and the config.json beside the file
+ * (Hugging Face's names: n_head, activation_function, layer_norm_epsilon, ...); without one a
+ * GPT-2 has n_head = n_embd / 64 (GPT-2's head size) and gelu_new, a nanoGPT file is refused
+ * (its heads are unknown). CT_ERR_FORMAT naming the file when it holds none of these. */
 typedef enum { CT_LAYOUT_CTRAIN = 0, CT_LAYOUT_HF_GPT2 } ct_weights_layout;
 ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout);
 /* config, create and load in one: any file ct_model_config_from_file understands */

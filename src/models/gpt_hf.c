@@ -136,19 +136,20 @@ ct_status ct_gpt_config_from_tensors_(const ct_st_file *f, ct_model_config *c, c
         return ct_error(CT_ERR_FORMAT, "%s: h.0.attn.c_attn.weight is [%lld, %lld], expected [%lld, %lld] (GPT-2) or [%lld, %lld]", path,
                         (long long)attn.shape[0], (long long)attn.shape[1], (long long)C, (long long)(3 * C), (long long)(3 * C),
                         (long long)C);
-    c->gpt.n_head = C % 64 == 0 ? (int)(C / 64) : 0; /* GPT-2's head size, unless config.json says otherwise */
-    if (*layout == CT_LAYOUT_HF_GPT2) {
-        c->gpt.gelu_tanh = true; /* GPT2Config's default activation_function, gelu_new */
-        char cj[4200];
-        config_json_path(path, cj, sizeof cj);
-        if (access(cj, F_OK) == 0) {
-            ct_status st = read_config_json(cj, c);
-            if (st != CT_OK) return st;
-        }
+    /* GPT-2's head size is 64 in every size OpenAI released; a nanoGPT state_dict has no
+     * such rule, so without ctrain's metadata its heads must come from a config.json */
+    bool hf = *layout == CT_LAYOUT_HF_GPT2;
+    c->gpt.n_head = hf && C % 64 == 0 ? (int)(C / 64) : 0;
+    c->gpt.gelu_tanh = hf; /* GPT2Config's default activation_function is gelu_new */
+    char cj[4200];
+    config_json_path(path, cj, sizeof cj);
+    if (access(cj, F_OK) == 0) {
+        ct_status st = read_config_json(cj, c);
+        if (st != CT_OK) return st;
     }
     if (c->gpt.n_head <= 0)
-        return ct_error(CT_ERR_FORMAT, "%s: the number of heads is not in the file (n_embd %lld is no multiple of 64): "
-                        "put a config.json with n_head beside it", path, (long long)C);
+        return ct_error(CT_ERR_FORMAT, "%s: the number of attention heads is not in the file (a GPT saved without ctrain's "
+                        "metadata): put a config.json with n_head beside it", path);
     ct_status st = ct_model_config_check(c);
     if (st != CT_OK) {
         char why[256];

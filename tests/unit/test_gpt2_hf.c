@@ -248,6 +248,9 @@ CT_TEST(config_metadata_roundtrip) {
     CT_EXPECT(ct_model_open("tests/fixtures/models/model_mlp.weights.safetensors", &m) == CT_ERR_FORMAT && m == NULL);
     CT_EXPECT(strstr(ct_last_error(), "model_mlp.weights.safetensors") != NULL);
     CT_EXPECT(ct_model_open("/nonexistent/x.safetensors", &m) != CT_OK);
+    /* nanoGPT's layout without metadata or config.json: its heads are unknown, refused */
+    CT_EXPECT(ct_model_open("tests/fixtures/models/model_gpt.weights.safetensors", &m) == CT_ERR_FORMAT);
+    CT_EXPECT(strstr(ct_last_error(), "attention heads") != NULL);
     unlink(path);
     rmdir(dir);
 }

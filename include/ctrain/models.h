@@ -139,7 +139,7 @@ ct_status ct_model_open(const char *path, ct_model **out);
 
 /* ---- GPT-2 in Hugging Face's layout (gpt_hf.c) ----
  * Load: a GPT2LMHeadModel / GPT2Model state_dict (F32, F16, BF16 or F64) into a GPT of the
- * same shape; Conv1D weights are transposed, "lm_head.weight" must match wte (tied), the
+ * same shape; Conv1D weights are transposed, "lm_head.weight" must equal wte (tied), the
  * attention buffers "attn.bias" / "attn.masked_bias" are skipped. All-or-nothing as
  * ct_model_load, the same errors. Save: `dir`/model.safetensors (every weight F32 in
  * GPT2LMHeadModel's state_dict layout, lm_head.weight included, metadata format=pt) and

@@ -211,9 +211,14 @@ ct_status ct_gpt_load_hf(ct_model *m, const char *path) {
         snprintf(full, sizeof full, "%s%s", strncmp(name, "transformer.", 12) && strcmp(name, "lm_head.weight") ? "transformer." : "", name);
         if (ct_params_find(m->P, full) || is_hf_buffer(name)) continue;
         if (!strcmp(name, "lm_head.weight")) {
-            ct_st_tensor t;
+            ct_st_tensor t, wte;
             st = ct_st_get(f, name, &t);
             if (st == CT_OK) st = check(path, name, &t, m->tied, false);
+            /* ctrain's head is wte itself: a head trained apart from it cannot be kept */
+            if (st == CT_OK && find(f, "transformer.wte.weight", &wte) == CT_OK &&
+                (wte.dtype != t.dtype || memcmp(wte.data, t.data, t.nbytes)))
+                st = ct_error(CT_ERR_FORMAT, "%s: lm_head.weight differs from wte.weight: an untied LM head, which ctrain's GPT "
+                              "(head tied to wte) cannot hold", path);
             continue;
         }
         st = ct_error(CT_ERR_FORMAT, "%s: tensor '%s' in the file is not part of GPT-2", path, name);

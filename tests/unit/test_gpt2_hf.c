@@ -215,6 +215,37 @@ CT_TEST(export_hf_roundtrip) {
     CT_EXPECT_EQ(ct_model_config_of(back)->gpt.n_head, 4);
     CT_EXPECT(!memcmp(ct_params_data(ct_model_params(m)), ct_params_data(ct_model_params(back)), ct_params_numel(ct_model_params(m)) * 4));
     ct_model_free(back);
+    /* an untied head (lm_head != wte) cannot be held by the tied GPT: refused, model unchanged */
+    {
+        ct_st_file *ex;
+        CT_ASSERT(ct_st_open(path, &ex) == CT_OK);
+        ct_st_writer *w;
+        CT_ASSERT(ct_st_writer_create(&w) == CT_OK);
+        float *head = NULL;
+        for (int i = 0; i < ct_st_count(ex); i++) {
+            ct_st_tensor t;
+            const char *n = ct_st_name(ex, i);
+            CT_ASSERT(ct_st_get(ex, n, &t) == CT_OK);
+            const void *data = t.data;
+            if (!strcmp(n, "lm_head.weight")) {
+                head = malloc(t.nbytes);
+                memcpy(head, t.data, t.nbytes);
+                head[5] += 1.0f;
+                data = head;
+            }
+            CT_EXPECT_OK(ct_st_writer_add(w, n, t.dtype, t.ndim, t.shape, data));
+        }
+        char untied[300];
+        snprintf(untied, sizeof untied, "%s/untied.safetensors", dir);
+        CT_EXPECT_OK(ct_st_writer_save(w, untied));
+        ct_st_writer_free(w);
+        ct_st_close(ex);
+        free(head);
+        float before = ct_params_data(ct_model_params(m))[0];
+        CT_EXPECT(ct_gpt_load_hf(m, untied) == CT_ERR_FORMAT);
+        CT_EXPECT(strstr(ct_last_error(), "untied") != NULL);
+        CT_EXPECT(ct_params_data(ct_model_params(m))[0] == before);
+    }
     /* a model in ctrain's own layout loads as HF by mistake: a clear error */
     CT_EXPECT(ct_gpt_load_hf(m, "tests/fixtures/models/model_gpt.weights.safetensors") == CT_ERR_FORMAT);
     ct_model_free(m);

@@ -90,8 +90,8 @@ int cli_eval(int argc, char **argv) {
     if (gpt) {
         if (!text && !shards) { ct_model_free(m); return fail("a gpt needs --text FILE or --shards GLOB"); }
         if (block > c->gpt.block_size) {
-            ct_model_free(m);
             fprintf(stderr, "ctrain eval: --block-size %lld is longer than the model's context (%d)\n", (long long)block, c->gpt.block_size);
+            ct_model_free(m);
             return 2;
         }
         st = open_tokens(text, shards, block > 0 ? (int)block : c->gpt.block_size, &all);

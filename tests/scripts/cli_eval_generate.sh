@@ -10,7 +10,7 @@
 # interop tests cover that otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-C=build/ctrain
+C=${CTRAIN_BIN:-build/ctrain} # CTRAIN_BIN=build-asan/ctrain: a sanitizer build
 F=tests/fixtures/models/gpt2_hf
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

@@ -75,6 +75,8 @@ typedef struct ct_model_config {
          * approximation OpenAI's GPT-2 uses (Hugging Face "gelu_new") */
         bool gelu_tanh;
         float ln_eps;                    /* LayerNorm epsilon: 1e-5 (GPT-2's layer_norm_epsilon) */
+        bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention); false: plain */
+        bool checkpoint_activations;     /* recompute each block in backward instead of keeping its activations */
     } gpt;
 } ct_model_config;
 

@@ -123,6 +123,15 @@ ct_module *ct_seq_get(const ct_module *seq, int i);
  * `dropout` is applied to the output projection (resid_dropout). */
 ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n_embd, int n_head, bool bias,
                                        float dropout, double w_std, double proj_std);
+/* ---- activation checkpointing (autograd.h: ct_checkpoint) ----
+ * A module as one checkpointed segment (its output must be contiguous). */
+ct_tensor *ct_checkpoint_module(ct_ctx *ctx, ct_module *m, ct_tensor *x);
+/* torch.utils.checkpoint.checkpoint_sequential(seq, segments, x): the first segments - 1
+ * runs of len / segments children are checkpointed, the rest runs normally. */
+ct_tensor *ct_checkpoint_sequential(ct_ctx *ctx, ct_module *seq, int segments, ct_tensor *x);
+
+/* Fused (flash) attention inside it: ct_flash_attention instead of ct_attention (default). */
+void ct_nn_attention_set_fused(ct_module *m, bool fused);
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,10 @@ ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x);
 /* q, k, v [B, H, T, D] → softmax(q k^T / sqrt(D) (+ causal mask)) v, [B, H, T, D].
  * Plain version: materialises the [T, T] scores per head. */
 ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);
+/* The same result computed by tiles with an online softmax (flash attention), forward and
+ * backward: O(T) extra memory (one log-sum-exp per row) instead of the [T, T] matrix; equal
+ * to ct_attention within f32 rounding. */
+ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);
 
 #ifdef __cplusplus
 }

@@ -80,18 +80,25 @@ typedef struct ct_step_args {
     double lr;
     double clip_norm;    /* > 0: clip the global gradient norm (after the DDP average) */
     int64_t step;        /* optimizer step index: dropout masks differ per step (ct_ctx_set_step) */
+    ct_grad_scaler *scaler; /* NULL, or dynamic loss scaling (torch.amp.GradScaler): the loss is
+                               multiplied by the scale, gradients unscaled before clipping, the
+                               optimizer step skipped when any gradient is inf/NaN */
 } ct_step_args;
 
 typedef struct ct_step_result {
     double loss;         /* mean of the micro-batches' losses on this rank */
     double grad_norm;    /* global norm before clipping (clip_norm > 0), else NAN */
+    bool skipped;        /* with a scaler: gradients overflowed, the optimizer step was skipped */
+    float scale;         /* with a scaler: the loss scale after this step's update */
 } ct_step_result;
 
 /* One optimizer step over n_micro micro-batches (gradient accumulation: each loss is
  * scaled by 1/n_micro, so the update is that of one n_micro times larger batch within f32
  * rounding; DDP reduces only during the last backward, as `with ddp.no_sync()` on the
  * others). Ends with zeroed gradients and a reset context. Errors: DDP's (a peer died,
- * timed out, a parameter got no gradient); the step is then not applied. */
+ * timed out, a parameter got no gradient); the step is then not applied. With a scaler under
+ * DDP every rank skips alike: the overflow check reads the averaged gradients, which the
+ * all-reduce leaves identical on every rank. */
 ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int n_micro, ct_step_result *r);
 
 /* ---------------------------------------------------------------- checkpoints ---- */
@@ -176,6 +183,8 @@ typedef struct ct_trainer_opts {
     int64_t log_every;       /* progress line every N steps: 50 (0: no printing) */
     const char *output_dir;  /* "output": checkpoints/, model.safetensors, metrics */
     bool metrics;            /* true: metrics.jsonl, TensorBoard events and training.svg (rank 0) */
+    bool loss_scaling;       /* false; true: dynamic loss scaling with `scaler` (fp16 training) */
+    ct_grad_scaler_opts scaler; /* ct_grad_scaler_default_opts(); state saved in checkpoints */
     /* Called on every rank after each optimizer step / evaluation; return false to stop
      * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
      * (decide from the report, which is the same on every rank except the step's loss). */
@@ -199,6 +208,8 @@ int64_t ct_trainer_total_steps(const ct_trainer *t);
 int64_t ct_trainer_steps_per_epoch(const ct_trainer *t);
 ct_ddp *ct_trainer_ddp(ct_trainer *t);          /* NULL alone */
 ct_ctx *ct_trainer_ctx(ct_trainer *t);
+float ct_trainer_loss_scale(const ct_trainer *t);        /* 1 without loss scaling */
+int64_t ct_trainer_skipped_steps(const ct_trainer *t);   /* skipped for overflowing gradients */
 void ct_trainer_free(ct_trainer *t);
 
 #ifdef __cplusplus

@@ -76,6 +76,8 @@ static ct_status build(job *j) {
     if (o->init_from) {
         cfg = j->init_cfg;
         cfg.gpt.dropout = cfg.cnn.dropout = (float)o->dropout; /* training's choice; MLP's dropout is in its names */
+        cfg.gpt.flash_attention = o->flash;
+        cfg.gpt.checkpoint_activations = o->ckpt;
     } else if (o->kind == CT_MODEL_GPT) {
         cfg.gpt.n_layer = o->n_layer;
         cfg.gpt.n_embd = o->n_embd;
@@ -83,6 +85,8 @@ static ct_status build(job *j) {
         cfg.gpt.block_size = o->block_size;
         cfg.gpt.vocab_size = o->vocab_size;
         cfg.gpt.dropout = o->dropout;
+        cfg.gpt.flash_attention = o->flash;
+        cfg.gpt.checkpoint_activations = o->ckpt;
     } else if (o->kind == CT_MODEL_MLP) {
         cfg.mlp.dropout = o->dropout;
         if (o->n_hidden >= 0) {
@@ -129,6 +133,7 @@ static ct_status fit(job *j) {
     to.schedule = o->schedule == 0 ? CT_LR_CONSTANT : o->schedule == 2 ? CT_LR_LINEAR : CT_LR_COSINE;
     to.warmup_steps = o->warmup;
     to.clip_norm = o->clip;
+    to.loss_scaling = o->loss_scaling;
     to.seed = o->seed;
     to.workers = o->workers;
     to.eval_every = o->eval_every;

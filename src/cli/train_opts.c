@@ -27,10 +27,14 @@ static void usage(FILE *f) {
             "  --weight-decay WD    (default 0 sgd, 0.1 adamw on weights of >= 2 dims)\n"
             "  --schedule constant|cosine|linear  (default cosine)  --warmup N  (default 0)\n"
             "  --clip NORM          clip the global gradient norm (default off)\n"
+            "  --loss-scaling       dynamic loss scaling (GradScaler: 2^16, x2 per 2000 clean steps, x0.5 and\n"
+            "                       the step skipped on inf/NaN gradients, floor 1)\n"
             "  --dropout P          (default 0)\n"
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
             "model (gpt): --n-layer 4 --n-embd 128 --n-head 4 --block-size 64 --vocab-size 256\n"
+            "             --attention plain|flash  (flash: fused, O(T) memory; default plain)\n"
+            "             --checkpoint-activations  recompute each block in backward (less memory)\n"
             "  --init-from FILE     start from these weights: a model ctrain saved or a Hugging Face GPT-2\n"
             "                       (GPT2LMHeadModel model.safetensors, config.json beside it); the file's\n"
             "                       shape replaces the model flags (--block-size: a shorter training context)\n"
@@ -123,12 +127,19 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
             if (strcmp(v, "hf")) return bad(f, v, "hf (a Hugging Face GPT-2 directory)");
             o->export_hf = true;
         }
+        else if (!strcmp(f, "--checkpoint-activations")) o->ckpt = true;
+        else if (!strcmp(f, "--loss-scaling")) o->loss_scaling = true;
         else if (!strcmp(f, "--schedule")) {
             NEEDV();
             if (!strcmp(v, "constant")) o->schedule = 0;
             else if (!strcmp(v, "cosine")) o->schedule = 1;
             else if (!strcmp(v, "linear")) o->schedule = 2;
             else return bad(f, v, "constant, cosine or linear");
+        } else if (!strcmp(f, "--attention")) {
+            NEEDV();
+            if (!strcmp(v, "plain")) o->flash = false;
+            else if (!strcmp(v, "flash")) o->flash = true;
+            else return bad(f, v, "plain or flash");
         } else if (!strcmp(f, "--grad-compression")) {
             NEEDV();
             if (!strcmp(v, "none")) o->comm_dtype = CT_F32;

@@ -23,6 +23,7 @@ typedef struct {
     int block_size;         /* 0 until --block-size: 64, or the --init-from model's context */
     int n_hidden, hidden[CT_MLP_MAX_HIDDEN];
     ct_dtype comm_dtype;
+    bool flash, ckpt, loss_scaling;
 } train_opts;
 
 /* s is a whole number (integer / finite float) in [lo, hi]: for every subcommand's flags */

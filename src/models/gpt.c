@@ -55,7 +55,8 @@ static ct_tensor *block_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
 }
 static const ct_module_ops block_ops = {"Block", block_fw, NULL};
 
-/* GPT: children wte, wpe, h.0 .. h.{L-1}, ln_f; hp[0] = block_size, fp[0] = dropout */
+/* GPT: children wte, wpe, h.0 .. h.{L-1}, ln_f; hp[0] = block_size, hp[1] = checkpoint the
+ * blocks, fp[0] = dropout */
 static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     CT_CHECK(idx->ndim == 2 && (idx->dtype == CT_I32 || idx->dtype == CT_I64),
              "GPT: expected [B, T] i32/i64 tokens, got %d dims of %s", idx->ndim, ct_dtype_name(idx->dtype));
@@ -66,7 +67,9 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
     ct_tensor *x = ct_add(ctx, ct_embedding(ctx, wte, idx), ct_embedding(ctx, wpe, pos)); /* [B,T,C] + [T,C] */
     if (m->fp[0] > 0) x = ct_dropout(ctx, x, m->fp[0]);
-    for (int i = 2; i < m->nchildren; i++) x = ct_module_forward(ctx, m->children[i], x); /* blocks, ln_f */
+    for (int i = 2; i < m->nchildren - 1; i++) /* blocks: checkpointed one by one when hp[1] */
+        x = m->hp[1] ? ct_checkpoint_module(ctx, m->children[i], x) : ct_module_forward(ctx, m->children[i], x);
+    x = ct_module_forward(ctx, m->children[m->nchildren - 1], x); /* ln_f */
     return ct_linear(ctx, x, wte, NULL); /* LM head tied to wte */
 }
 static const ct_module_ops gpt_ops = {"GPT", gpt_fw, NULL};
@@ -87,8 +90,9 @@ static void gpt_build(ct_model *m) {
         snprintf(nm, sizeof nm, "transformer.h.%d", l);
         ct_module *b = ct_module_add_child(root, ct_module_new(&block_ops, nm));
         ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_1"), C, eps, bias));
-        ct_module_add_child(b, ct_nn_causal_self_attention(m->P, ct_nn_join(sub, sizeof sub, nm, "attn"), C, c->gpt.n_head, bias, p,
-                                                           std, proj_std));
+        ct_module *attn = ct_module_add_child(b, ct_nn_causal_self_attention(m->P, ct_nn_join(sub, sizeof sub, nm, "attn"), C,
+                                                                             c->gpt.n_head, bias, p, std, proj_std));
+        if (attn) ct_nn_attention_set_fused(attn, c->gpt.flash_attention);
         ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_2"), C, eps, bias));
         ct_module *mlp = ct_module_add_child(b, ct_module_new(&mlp_ops, ct_nn_join(sub, sizeof sub, nm, "mlp")));
         char lin[CT_NN_NAME_MAX + 48];
@@ -104,6 +108,7 @@ static void gpt_build(ct_model *m) {
     ct_module_add_child(root, ct_nn_layer_norm(m->P, "transformer.ln_f", C, eps, bias));
     if (root) {
         root->hp[0] = c->gpt.block_size;
+        root->hp[1] = c->gpt.checkpoint_activations;
         root->fp[0] = p;
     }
     m->root = root;

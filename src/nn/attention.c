@@ -19,7 +19,9 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     ct_tensor *q = ct_reshape(ctx, ct_slice(ctx, heads, 0, 0, 1), 4, hs); /* [B, H, T, D] */
     ct_tensor *k = ct_reshape(ctx, ct_slice(ctx, heads, 0, 1, 1), 4, hs);
     ct_tensor *v = ct_reshape(ctx, ct_slice(ctx, heads, 0, 2, 1), 4, hs);
-    ct_tensor *y = ct_merge_heads(ctx, ct_attention(ctx, q, k, v, true)); /* [B, T, C] */
+    /* hp[2]: fused (flash) attention, O(T) memory; else the plain one with its [T, T] matrix */
+    ct_tensor *a = m->hp[2] ? ct_flash_attention(ctx, q, k, v, true) : ct_attention(ctx, q, k, v, true);
+    ct_tensor *y = ct_merge_heads(ctx, a); /* [B, T, C] */
     y = ct_linear(ctx, y, m->p[2], m->p[3]);
     return m->fp[0] > 0 ? ct_dropout(ctx, y, m->fp[0]) : y;
 }
@@ -51,4 +53,9 @@ ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n
     m->hp[0] = n_embd; m->hp[1] = n_head;
     m->fp[0] = dropout;
     return m;
+}
+
+void ct_nn_attention_set_fused(ct_module *m, bool fused) {
+    CT_CHECK(m && m->ops == &csa_ops, "ct_nn_attention_set_fused: '%s' is not a CausalSelfAttention", m ? m->name : "(null)");
+    m->hp[2] = fused;
 }

@@ -68,21 +68,28 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         loss_sum += ct_item(loss);
         /* the mean over the micro-batches: d(sum_k loss_k / K) */
         if (n_micro > 1) loss = ct_scale(a->ctx, loss, 1.0f / (float)n_micro);
+        if (a->scaler) loss = ct_scale(a->ctx, loss, ct_grad_scaler_scale(a->scaler));
         ct_backward(a->ctx, loss);
         /* activations of one micro-batch at a time: that is what accumulation saves */
         if (k < n_micro - 1) ct_ctx_reset(a->ctx);
     }
     ct_status st = a->ddp ? ct_ddp_finish(a->ddp) : CT_OK;
     double norm = NAN;
+    bool skip = false;
     if (st == CT_OK) {
-        if (a->clip_norm > 0) norm = ct_clip_grad_norm(m->params, (float)a->clip_norm);
-        ct_optim_step(a->opt, a->lr);
+        /* PyTorch's order: unscale, then clip the true gradients, then step unless inf/NaN */
+        if (a->scaler) skip = !ct_grad_scaler_unscale_and_check(a->scaler, m->params);
+        if (a->clip_norm > 0 && !skip) norm = ct_clip_grad_norm(m->params, (float)a->clip_norm);
+        if (!skip) ct_optim_step(a->opt, a->lr);
+        if (a->scaler) ct_grad_scaler_update(a->scaler, skip);
     }
     ct_params_zero_grad(m->params);
     ct_ctx_reset(a->ctx);
     if (r) {
         r->loss = loss_sum / n_micro;
         r->grad_norm = norm;
+        r->skipped = skip;
+        r->scale = a->scaler ? ct_grad_scaler_scale(a->scaler) : 1.0f;
     }
     return st;
 }

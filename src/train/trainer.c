@@ -32,12 +32,15 @@ struct ct_trainer {
     int32_t *ybuf;
     ct_train_batch *micro;     /* grad_accum entries (grad_accum > 1) */
     ct_train_batch one;        /* grad_accum == 1: a view of the loader's batch */
+    ct_grad_scaler *scaler;    /* loss scaling, or NULL */
+    int64_t skipped;           /* steps skipped for overflowing gradients */
 };
 
 ct_trainer_opts ct_trainer_default_opts(void) {
     return (ct_trainer_opts){.ddp = ct_ddp_default_opts(), .epochs = 1, .batch_size = 64, .grad_accum = 1, .lr = 0.05,
                              .schedule = CT_LR_COSINE, .min_lr = -1, .seed = 1337, .workers = 1, .eval_each_epoch = true,
-                             .keep = 3, .log_every = 50, .output_dir = "output", .metrics = true};
+                             .keep = 3, .log_every = 50, .output_dir = "output", .metrics = true,
+                             .scaler = ct_grad_scaler_default_opts()};
 }
 
 static double peak_rss_mb(void) {
@@ -134,6 +137,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         co.seed = o.seed;
         st = ct_ctx_create(&co, &t->ctx);
     }
+    if (st == CT_OK && o.loss_scaling) st = ct_grad_scaler_create(&o.scaler, &t->scaler);
     if (st == CT_OK && t->rank == 0 && o.metrics) st = ct_metrics_open(o.output_dir, &t->metrics);
     if (st != CT_OK) {
         ct_trainer_free(t);
@@ -150,6 +154,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_sampler_free(t->sampler);
     ct_ddp_free(t->ddp);
     ct_ctx_free(t->ctx);
+    ct_grad_scaler_free(t->scaler);
     free(t->xbuf);
     free(t->ybuf);
     free(t->micro);
@@ -161,6 +166,8 @@ int64_t ct_trainer_total_steps(const ct_trainer *t) { return t->total_steps; }
 int64_t ct_trainer_steps_per_epoch(const ct_trainer *t) { return t->steps_per_epoch; }
 ct_ddp *ct_trainer_ddp(ct_trainer *t) { return t->ddp; }
 ct_ctx *ct_trainer_ctx(ct_trainer *t) { return t->ctx; }
+float ct_trainer_loss_scale(const ct_trainer *t) { return t->scaler ? ct_grad_scaler_scale(t->scaler) : 1.0f; }
+int64_t ct_trainer_skipped_steps(const ct_trainer *t) { return t->skipped; }
 
 /* Loss and accuracy over the evaluation set (evaluate.c), in the trainer's context */
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
@@ -180,6 +187,11 @@ static ct_status save_ckpt(ct_trainer *t) {
     snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
     ct_train_state ts = {.step = t->step, .epoch = t->epoch, .sampler = ct_loader_state(t->loader), .seed = t->o.seed,
                          .world_size = t->world};
+    if (t->scaler) {
+        ct_grad_scaler_state ss = ct_grad_scaler_get_state(t->scaler);
+        ts.loss_scale = ss.scale;
+        ts.scaler_growth_tracker = ss.growth_tracker;
+    }
     ct_status st = ct_checkpoint_save(root, t->model, t->opt, &ts, t->o.keep);
     if (st != CT_OK) CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written: %s", t->step, ct_last_error());
     return st;
@@ -201,6 +213,8 @@ static ct_status resume(ct_trainer *t) {
     if ((st = ct_sampler_set_state(t->sampler, &ts.sampler)) != CT_OK) return st;
     t->step = ts.step;
     t->epoch = ts.sampler.epoch;
+    if (t->scaler && ts.loss_scale > 0) /* a checkpoint written without loss scaling starts afresh */
+        ct_grad_scaler_set_state(t->scaler, (ct_grad_scaler_state){(float)ts.loss_scale, (int32_t)ts.scaler_growth_tracker});
     if (t->rank == 0 && t->o.log_every > 0)
         printf("resumed from %s at step %" PRId64 " (epoch %" PRId64 ", sample %" PRId64 ")\n", dir, t->step, t->epoch, ts.sampler.position);
     return CT_OK;
@@ -268,7 +282,8 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     int64_t steps_since_log = 0, step0 = t->step;
     ct_eval_report ev = {.loss = NAN, .accuracy = NAN};
     bool stop = false;
-    ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .clip_norm = o->clip_norm};
+    ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .clip_norm = o->clip_norm,
+                       .scaler = t->scaler};
     while (t->step < t->total_steps && st == CT_OK && !stop) {
         ct_loader_start_epoch(t->loader, t->epoch);
         while (t->step < t->total_steps && !stop) {
@@ -281,9 +296,18 @@ ct_status ct_trainer_fit(ct_trainer *t) {
             ct_step_result res;
             if ((st = ct_train_step(&sa, micro, n, &res)) != CT_OK) break;
             t->step++;
+            if (res.skipped) {
+                /* every skipped step is said, with the scale it left (PyTorch stays silent) */
+                t->skipped++;
+                if (t->rank == 0)
+                    CT_LOG_WARN_("train", "step %" PRId64 ": gradients overflowed (inf/NaN), optimizer step skipped; loss scale now %g%s",
+                                 t->step, (double)res.scale,
+                                 ct_grad_scaler_at_floor(t->scaler) ? " (its floor: the model has likely diverged)" : "");
+                if (t->metrics) ct_metrics_scalar(t->metrics, "train/loss_scale", t->step, res.scale);
+            }
             loss_acc += res.loss;
             steps_since_log++;
-            if (!isfinite(res.loss)) {
+            if (!isfinite(res.loss) && !res.skipped) { /* with loss scaling an overflow is a skipped step */
                 st = ct_error(CT_ERR_INVALID, "loss became %g at step %" PRId64 " (lower --lr?)", res.loss, t->step);
                 break;
             }
@@ -347,8 +371,11 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         if (t->metrics && ct_metrics_write_svg(t->metrics, p, t->model->describe) != CT_OK)
             CT_LOG_WARN_("train", "%s", ct_last_error());
         if (o->log_every > 0) {
-            printf("done: %" PRId64 " steps in %.1f s | test accuracy %.4f | test loss %.4f | weights %s/model.safetensors\n",
-                   t->step - step0, ct_time_now() - t_start, ev.accuracy, ev.loss, o->output_dir);
+            char sk[64] = "";
+            if (t->scaler) snprintf(sk, sizeof sk, " | %" PRId64 " steps skipped (overflow), loss scale %g", t->skipped,
+                                    (double)ct_grad_scaler_scale(t->scaler));
+            printf("done: %" PRId64 " steps in %.1f s | test accuracy %.4f | test loss %.4f%s | weights %s/model.safetensors\n",
+                   t->step - step0, ct_time_now() - t_start, ev.accuracy, ev.loss, sk, o->output_dir);
             if (t->ddp) {
                 ct_ddp_stats ds = ct_ddp_get_stats(t->ddp);
                 printf("ddp: %d buckets | per step: compute %.1f ms, all-reduce %.1f ms, %.0f%% of it hidden behind backward\n",

@@ -150,4 +150,78 @@ CT_TEST(bad_options_are_errors) {
     ct_dataset_free(train);
 }
 
+/* loss scaling: a loss made inf on chosen calls overflows the gradients */
+static int loss_calls, bad_from, bad_to;
+static ct_tensor *flaky_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) {
+    ct_tensor *l = ct_cross_entropy(ctx, ct_module_forward(ctx, self, x), y, -100);
+    loss_calls++;
+    return loss_calls >= bad_from && loss_calls <= bad_to ? ct_scale(ctx, l, INFINITY) : l;
+}
+typedef struct {
+    ct_params *P;
+    float before[4], after_skip[4];
+    int skipped_at;
+} watch;
+static bool watch_step(ct_trainer *t, const ct_step_report *r, void *user) {
+    (void)t;
+    watch *w = user;
+    if (r->step == w->skipped_at - 1) memcpy(w->before, ct_params_data(w->P), sizeof w->before);
+    if (r->step == w->skipped_at) memcpy(w->after_skip, ct_params_data(w->P), sizeof w->after_skip);
+    return true;
+}
+
+CT_TEST(loss_scaling_skips_overflowing_steps_and_resumes_its_scale) {
+    ct_dataset *train = make_data(1, N);
+    model m;
+    CT_ASSERT(train && make_model(&m));
+    ct_train_model tm = ct_train_model_module(m.net, m.P, "tiny");
+    tm.loss = flaky_loss;
+    watch w = {.P = m.P, .skipped_at = 5};
+    ct_trainer_opts o = ct_trainer_default_opts();
+    o.max_steps = 12;
+    o.batch_size = 32;
+    o.log_every = 0;
+    o.save_every = 6;
+    o.output_dir = ct_test_tmp_path("scaler");
+    o.loss_scaling = true;
+    o.scaler.growth_interval = 4;
+    o.on_step = watch_step;
+    o.user = &w;
+    loss_calls = 0, bad_from = bad_to = 5;
+    ct_trainer *t;
+    CT_ASSERT(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    CT_EXPECT_EQ(ct_trainer_skipped_steps(t), 1);
+    CT_EXPECT(memcmp(w.before, w.after_skip, sizeof w.before) == 0); /* the skipped step changed nothing */
+    /* 65536: 4 clean steps -> 131072, the overflow at 5 -> 65536, 4 clean (6-9) -> 131072, 10-12 */
+    CT_EXPECT(ct_trainer_loss_scale(t) == 131072.0f);
+    ct_trainer_free(t);
+    /* the checkpoint at step 6 holds scale 65536 and tracker 1; resuming there continues them */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step-00000006", o.output_dir);
+    o.resume = dir;
+    o.max_steps = 9; /* steps 7-9: tracker 1 -> 4 = growth: 131072 */
+    o.on_step = NULL;
+    o.output_dir = ct_test_tmp_path("scaler2");
+    bad_from = bad_to = 0;
+    CT_ASSERT(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    CT_EXPECT(ct_trainer_loss_scale(t) == 131072.0f);
+    CT_EXPECT_EQ(ct_trainer_skipped_steps(t), 0);
+    ct_trainer_free(t);
+    /* overflow on every step: the scale stops at its floor instead of collapsing to 0 */
+    o.resume = NULL;
+    o.max_steps = 6;
+    o.scaler.init_scale = 4.0f;
+    o.output_dir = ct_test_tmp_path("scaler3");
+    loss_calls = 0, bad_from = 1, bad_to = 1000;
+    CT_ASSERT(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    CT_EXPECT_EQ(ct_trainer_skipped_steps(t), 6);
+    CT_EXPECT(ct_trainer_loss_scale(t) == 1.0f);
+    ct_trainer_free(t);
+    free_model(&m);
+    ct_dataset_free(train);
+}
+
 CT_TEST_MAIN()

@@ -176,8 +176,22 @@ typedef struct ct_step_report {
 typedef struct ct_eval_report {
     int64_t step, epoch;
     double loss, accuracy;            /* over every evaluated sample of every rank */
-    int64_t samples;                  /* how many that was (rows: tokens for a language model) */
+    int64_t count;                    /* predictions evaluated (samples, or tokens of a language model) */
 } ct_eval_report;
+
+/* ---------------------------------------------------------------- evaluation ---- */
+
+typedef struct ct_eval_opts {
+    int batch_size;          /* 64 */
+    int64_t max_samples;     /* 0: all */
+    ct_pg *pg;               /* NULL or a world of 1: one process; else each rank evaluates its share */
+} ct_eval_opts;
+ct_eval_opts ct_eval_default_opts(void);
+/* Mean cross-entropy and accuracy (argmax of the last dim against the targets) of model's
+ * forward over the samples of d (every position for a language model; step and epoch are
+ * left 0). ctx may be NULL (one is made); gradients and dropout are off during the call.
+ * Under a group every rank calls it and gets the totals. */
+ct_status ct_evaluate(const ct_train_model *model, const ct_dataset *d, const ct_eval_opts *opts, ct_ctx *ctx, ct_eval_report *r);
 
 typedef struct ct_trainer_opts {
     ct_pg *pg;               /* NULL or a world of 1: one process; else DDP over this group */

@@ -176,55 +176,19 @@ int64_t ct_trainer_skipped_steps(const ct_trainer *t) { return t->skipped; }
 /* The data evaluated: the evaluation set, else the training data. */
 static const ct_dataset *eval_set(const ct_trainer *t) { return t->eval ? t->eval : t->train; }
 
-/* Loss and accuracy; each rank takes every world-th sample (no padding, so every sample
- * counts once) and the sums are all-reduced. */
+/* Loss and accuracy over the evaluation set (evaluate.c), in the trainer's context */
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
     const ct_dataset *d = eval_set(t);
-    int64_t last = ct_dataset_len(d);
     /* a mean over no sample is 0/0: say so rather than report "accuracy nan" */
-    if (last == 0)
+    if (ct_dataset_len(d) == 0)
         return ct_error(CT_ERR_INVALID, "nothing to evaluate: the evaluation data (%s) has no samples", ct_dataset_source(d));
-    if (t->o.eval_max > 0 && last > t->o.eval_max) last = t->o.eval_max;
-    int B = t->o.batch_size;
-    int64_t xn = ct_dataset_x_numel(d), yn = ct_dataset_y_numel(d);
-    size_t xs = ct_dtype_size(ct_dataset_x_dtype(d));
-    void *x = malloc(xs * (size_t)(B * xn));
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)(B * yn));
-    if (!x || !y) { free(x); free(y); return ct_error(CT_ERR_NOMEM, "out of memory for evaluation"); }
-    double sums[3] = {0, 0, 0}; /* loss * count, correct, count */
-    ct_ctx *ctx = t->ctx;
-    bool was = ct_set_grad_enabled(ctx, false);
-    ct_ctx_set_training(ctx, false);
-    int64_t i = t->rank;
-    while (i < last) {
-        int64_t n = 0;
-        for (; n < B && i < last; n++, i += t->world) ct_dataset_get(d, i, (char *)x + (size_t)(n * xn) * xs, y + n * yn);
-        ct_train_batch b = batch_of(d, x, y, n);
-        ct_tensor *logits = t->model->forward(ctx, t->model->self, ct_wrap(ctx, b.x.dtype, x, b.x.ndim, b.x.shape));
-        int64_t V = logits->shape[logits->ndim - 1], rows = ct_numel(logits) / V;
-        ct_tensor *l2 = ct_reshape(ctx, logits, 2, (int64_t[]){rows, V});
-        ct_tensor *tg = ct_wrap(ctx, CT_I32, y, 1, (int64_t[]){rows});
-        sums[0] += ct_item(ct_cross_entropy(ctx, l2, tg, -100)) * (double)rows;
-        const float *L = l2->data;
-        for (int64_t k = 0; k < rows; k++) {
-            int64_t best = 0;
-            for (int64_t c = 1; c < V; c++)
-                if (L[k * V + c] > L[k * V + best]) best = c;
-            sums[1] += best == y[k];
-        }
-        sums[2] += (double)rows;
-        ct_ctx_reset(ctx);
-    }
-    ct_set_grad_enabled(ctx, was);
-    ct_ctx_set_training(ctx, true);
-    free(x);
-    free(y);
-    ct_status st = allreduce_d(t, sums, 3, CT_RED_SUM);
+    ct_eval_opts eo = ct_eval_default_opts();
+    eo.batch_size = t->o.batch_size;
+    eo.max_samples = t->o.eval_max;
+    eo.pg = t->pg;
+    ct_status st = ct_evaluate(t->model, d, &eo, t->ctx, r);
     r->step = t->step;
     r->epoch = t->epoch;
-    r->loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
-    r->accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
-    r->samples = (int64_t)sums[2];
     return st;
 }
 
@@ -467,7 +431,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
             CT_LOG_WARN_("train", "%s", ct_last_error());
         if (o->log_every > 0) {
             char evs[160] = "nothing evaluated";
-            if (ev.samples > 0) snprintf(evs, sizeof evs, "test accuracy %.4f | test loss %.4f", ev.accuracy, ev.loss);
+            if (ev.count > 0) snprintf(evs, sizeof evs, "test accuracy %.4f | test loss %.4f", ev.accuracy, ev.loss);
             if (t->scaler) snprintf(evs + strlen(evs), sizeof evs - strlen(evs), " | %" PRId64 " steps skipped (overflow), loss scale %g",
                                     t->skipped, (double)ct_grad_scaler_scale(t->scaler));
             printf("done: %" PRId64 " steps in %.1f s | %s | weights %s/model.safetensors\n", t->step - step0,

@@ -1,0 +1,68 @@
+/* The u8 x s8 -> s32 micro-tiles of the int8 GEMM (layout in qgemm.h): QG_MR rows x QG_NB
+ * columns over the whole K. Each function carries its own target attribute so the file
+ * builds for any x86-64; ct_qkernel_available is the run-time check before calling one.
+ *  - AVX-512 VNNI: vpdpbusd multiplies 4 u8 of A by 4 s8 of B and adds the four products to
+ *    an int32 lane, exactly; 12 zmm accumulators (6 rows x 2 panels).
+ *  - AVX2: vpmaddubsw (u8 x s8 pairs summed to s16, saturating) then vpmaddwd by 1 (pairs to
+ *    s32). Exact while a pair stays inside int16: |a0 b0 + a1 b1| <= 2 * 128 * 128 = 32768
+ *    only reaches +32768 with b = -128 and a = 128 on the negative side, so for A <= 128
+ *    (reduce_range) nothing saturates — the same argument fbgemm's AVX2 path relies on. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "ops/cpu/qgemm.h"
+
+#define CT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define CT_AVX2 __attribute__((target("avx2,fma")))
+
+static inline int32_t load4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+CT_VNNI void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc) {
+    __m512i acc[QG_MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < QG_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+    const int8_t *b0 = b, *b1 = b + kp * QG_NP;
+    for (int64_t k = 0; k < kp; k += 4) {
+        __m512i v0 = _mm512_load_si512((const void *)(b0 + k * QG_NP));
+        __m512i v1 = _mm512_load_si512((const void *)(b1 + k * QG_NP));
+#pragma GCC unroll 6
+        for (int i = 0; i < QG_MR; i++) {
+            __m512i ai = _mm512_set1_epi32(load4(a + i * lda + k));
+            acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], ai, v0);
+            acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], ai, v1);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < QG_MR; i++) {
+        _mm512_storeu_si512((void *)(c + i * ldc), acc[i][0]);
+        _mm512_storeu_si512((void *)(c + i * ldc + QG_NP), acc[i][1]);
+    }
+}
+
+/* two rows at a time: 8 ymm accumulators (2 rows x 4 groups of 8 columns) fit the 16 registers */
+CT_AVX2 static void tile2_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[2][4];
+    for (int i = 0; i < 2; i++)
+        for (int v = 0; v < 4; v++) acc[i][v] = _mm256_setzero_si256();
+    const int8_t *b0 = b, *b1 = b + kp * QG_NP;
+    for (int64_t k = 0; k < kp; k += 4) {
+        __m256i v[4] = {_mm256_load_si256((const void *)(b0 + k * QG_NP)), _mm256_load_si256((const void *)(b0 + k * QG_NP + 32)),
+                        _mm256_load_si256((const void *)(b1 + k * QG_NP)), _mm256_load_si256((const void *)(b1 + k * QG_NP + 32))};
+        for (int i = 0; i < 2; i++) {
+            __m256i ai = _mm256_set1_epi32(load4(a + i * lda + k));
+            for (int j = 0; j < 4; j++)
+                acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(ai, v[j]), ones));
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) _mm256_storeu_si256((void *)(c + i * ldc + 8 * j), acc[i][j]);
+}
+
+CT_AVX2 void ct_qtile_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc) {
+    for (int i = 0; i < QG_MR; i += 2) tile2_avx2(kp, a + i * lda, lda, b, c + i * ldc, ldc);
+}

@@ -234,4 +234,98 @@ CT_TEST(vs_pytorch_onednn) {
     ct_st_close(yf);
 }
 
+/* ---- models: conversion, save, load ---- */
+static int count_q(const ct_module *m) {
+    int n = ct_module_is_qlinear(m);
+    for (int i = 0; i < m->nchildren; i++) n += count_q(m->children[i]);
+    return n;
+}
+
+/* quantize kind, save, load into a model built with another seed: same logits, bit for bit */
+static void round_trip(ct_model_kind kind, bool per_channel, int expect_q) {
+    ct_model_config cfg = ct_model_default_config(kind);
+    cfg.mlp.hidden[0] = 48; cfg.mlp.hidden[1] = 40;
+    cfg.cnn.c1 = 4; cfg.cnn.c2 = 8; cfg.cnn.fc = 24;
+    cfg.gpt.n_layer = 2; cfg.gpt.n_embd = 32; cfg.gpt.n_head = 4; cfg.gpt.block_size = 16; cfg.gpt.vocab_size = 50;
+    ct_model *a, *b;
+    CT_ASSERT(ct_model_create(&cfg, 7, &a) == CT_OK);
+    CT_ASSERT(ct_model_create(&cfg, 8, &b) == CT_OK);
+    size_t f32_bytes = ct_model_weight_bytes(a);
+    ct_quantize_opts qo = ct_quantize_default_opts();
+    qo.per_channel = per_channel;
+    CT_EXPECT_OK(ct_model_quantize_dynamic(a, &qo));
+    CT_EXPECT(ct_model_is_quantized(a) && !ct_model_is_quantized(b));
+    CT_EXPECT_EQ(count_q(ct_model_module(a)), expect_q);
+    CT_EXPECT(ct_model_quantize_dynamic(a, &qo) == CT_ERR_INVALID);
+    size_t q_bytes = ct_model_weight_bytes(a);
+    CT_EXPECTF(q_bytes < f32_bytes, "%s: quantized %zu bytes, f32 %zu", ct_model_kind_name(kind), q_bytes, f32_bytes);
+    const char *path = ct_test_tmp_path("q.safetensors");
+    CT_EXPECT_OK(ct_model_save_quantized(a, path));
+    CT_EXPECT(ct_model_load(b, path) != CT_OK); /* int8 tensors are no f32 state_dict */
+    CT_EXPECT_OK(ct_model_load_quantized(b, path));
+    ct_ctx *ctx;
+    CT_ASSERT(ct_ctx_create(NULL, &ctx) == CT_OK);
+    ct_ctx_set_training(ctx, false);
+    ct_tensor *x;
+    if (kind == CT_MODEL_GPT) {
+        x = ct_new(ctx, CT_I32, 2, (int64_t[]){2, 16});
+        for (int i = 0; i < 32; i++) ((int32_t *)x->data)[i] = (int32_t)(rnd() % 50);
+    } else {
+        x = ct_new(ctx, CT_F32, 4, (int64_t[]){3, 1, 28, 28});
+        for (int i = 0; i < 3 * 784; i++) ct_f32(x)[i] = (float)(rnd() % 1000) / 1000.f;
+    }
+    ct_tensor *ya = ct_model_forward(ctx, a, x), *yb = ct_model_forward(ctx, b, x);
+    CT_EXPECTF(ct_numel(ya) == ct_numel(yb) && !memcmp(ya->data, yb->data, ct_nbytes(ya)), "%s: loaded model gives other logits",
+               ct_model_kind_name(kind));
+    printf("  %s%s: %d Linears int8, weights %zu -> %zu bytes\n", ct_model_kind_name(kind), per_channel ? " (per channel)" : "", expect_q,
+           f32_bytes, q_bytes);
+    /* an f32 checkpoint is not a quantized file */
+    ct_model *c;
+    CT_ASSERT(ct_model_create(&cfg, 9, &c) == CT_OK);
+    CT_EXPECT_OK(ct_model_save(c, path));
+    CT_EXPECT(ct_model_load_quantized(c, path) == CT_ERR_FORMAT);
+    unlink(path);
+    ct_model_free(c);
+    ct_ctx_free(ctx);
+    ct_model_free(a);
+    ct_model_free(b);
+}
+
+CT_TEST(model_round_trip_mlp) { round_trip(CT_MODEL_MLP, false, 3); }
+CT_TEST(model_round_trip_mlp_per_channel) { round_trip(CT_MODEL_MLP, true, 3); }
+CT_TEST(model_round_trip_cnn) { round_trip(CT_MODEL_CNN, false, 2); }
+CT_TEST(model_round_trip_gpt) { round_trip(CT_MODEL_GPT, false, 2 * 4 + 1); } /* c_attn, c_proj, c_fc, c_proj per block, lm_head */
+
+/* a file with a tensor of the wrong dtype is refused and the model keeps its weights */
+CT_TEST(load_refuses_bad_file) {
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_MLP);
+    cfg.mlp.in = 8; cfg.mlp.n_hidden = 1; cfg.mlp.hidden[0] = 16; cfg.mlp.out = 4;
+    ct_model *a;
+    CT_ASSERT(ct_model_create(&cfg, 1, &a) == CT_OK);
+    CT_ASSERT(ct_model_quantize_dynamic(a, NULL) == CT_OK);
+    const char *path = ct_test_tmp_path("bad.safetensors");
+    ct_st_writer *w;
+    CT_ASSERT(ct_st_writer_create(&w) == CT_OK);
+    float wf[16 * 8] = {0}, bf[16] = {0}, s = 1.f;
+    int64_t z = 0, one = 1, s0[2] = {16, 8}, s2[2] = {4, 16}, b0 = 16, b2 = 4;
+    ct_st_writer_add(w, "0.weight", CT_F32, 2, s0, wf); /* f32 where I8 belongs */
+    ct_st_writer_add(w, "0.weight_scale", CT_F32, 1, &one, &s);
+    ct_st_writer_add(w, "0.weight_zero_point", CT_I64, 1, &one, &z);
+    ct_st_writer_add(w, "0.bias", CT_F32, 1, &b0, bf);
+    ct_st_writer_add(w, "2.weight", CT_F32, 2, s2, wf);
+    ct_st_writer_add(w, "2.weight_scale", CT_F32, 1, &one, &s);
+    ct_st_writer_add(w, "2.weight_zero_point", CT_I64, 1, &one, &z);
+    ct_st_writer_add(w, "2.bias", CT_F32, 1, &b2, bf);
+    ct_st_writer_set_metadata(w, "quantization", "dynamic");
+    ct_st_writer_set_metadata(w, "qscheme", "per_tensor_symmetric");
+    CT_ASSERT(ct_st_writer_save(w, path) == CT_OK);
+    ct_st_writer_free(w);
+    const ct_qweight *before = ct_qlinear_weight(ct_seq_get(ct_model_module(a), 0));
+    CT_EXPECT(ct_model_load_quantized(a, path) == CT_ERR_FORMAT);
+    CT_EXPECTF(strstr(ct_last_error(), "0.weight") != NULL, "message does not name the tensor: %s", ct_last_error());
+    CT_EXPECT(ct_qlinear_weight(ct_seq_get(ct_model_module(a), 0)) == before);
+    unlink(path);
+    ct_model_free(a);
+}
+
 CT_TEST_MAIN()

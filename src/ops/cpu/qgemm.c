@@ -46,8 +46,8 @@ const char *ct_qkernel_name(ct_qkernel k) {
 
 const char *ct_qgemm_kernel_name(void) { return ct_qkernel_name(ct_qkernel_best()); }
 
-void ct_qtile_scalar(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc) {
-    for (int i = 0; i < QG_MR; i++)
+void ct_qtile_scalar(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr) {
+    for (int i = 0; i < mr; i++)
         for (int j = 0; j < QG_NB; j++) {
             const int8_t *bp = b + (j / QG_NP) * kp * QG_NP + (j % QG_NP) * 4;
             int32_t s = 0;
@@ -80,7 +80,8 @@ static void qgemm_drive(ct_qkernel k, int64_t M, const uint8_t *A, const ct_qwei
         int64_t r0 = rb * RB, nr = M - r0 < RB ? M - r0 : RB;
         int32_t tile[RB * QG_NB] __attribute__((aligned(64)));
         const int8_t *b = w->packed + cb * QG_NB * w->kp;
-        for (int64_t i = 0; i < nr; i += QG_MR) fn(w->kp, A + (r0 + i) * w->kp, w->kp, b, tile + i * QG_NB, QG_NB);
+        for (int64_t i = 0; i < nr; i += QG_MR)
+            fn(w->kp, A + (r0 + i) * w->kp, w->kp, b, tile + i * QG_NB, QG_NB, nr - i < QG_MR ? (int)(nr - i) : QG_MR);
         int64_t c0 = cb * QG_NB, nc = w->out - c0 < QG_NB ? w->out - c0 : QG_NB;
         epi(arg, r0, nr, c0, nc, tile, QG_NB);
     }

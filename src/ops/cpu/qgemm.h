@@ -33,13 +33,14 @@ bool ct_qkernel_available(ct_qkernel k);
 ct_qkernel ct_qkernel_best(void);
 const char *ct_qkernel_name(ct_qkernel k);
 
-/* C[i][j] (row stride ldc, i < QG_MR, j < QG_NB) = sum_k A[i][k] B[k][j] for QG_MR rows of A
- * (stride lda, kp columns) and the two panels at b (kp * QG_NB bytes). Exact for A <= 128
- * (the AVX2 kernel's vpmaddubsw saturates pairs past int16; reduce_range keeps A <= 128). */
-typedef void (*ct_qtile_fn)(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc);
-void ct_qtile_scalar(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc);
-void ct_qtile_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc);
-void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc);
+/* C[i][j] (row stride ldc, i < mr, j < QG_NB) = sum_k A[i][k] B[k][j] for mr <= QG_MR rows
+ * of A (stride lda, kp columns; rows up to QG_MR must be readable) and the two panels at b
+ * (kp * QG_NB bytes). Rows past mr of C may be written or not. Exact for A <= 128 (the AVX2
+ * kernel's vpmaddubsw saturates pairs past int16; reduce_range keeps A <= 128). */
+typedef void (*ct_qtile_fn)(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr);
+void ct_qtile_scalar(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr);
+void ct_qtile_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr);
+void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr);
 
 /* C [M][w->out] int32 = A (u8, M rows padded as above, stride w->kp) . q^T with kernel k. */
 void ct_qgemm_s32(ct_qkernel k, int64_t M, const uint8_t *A, const ct_qweight *w, int32_t *C);

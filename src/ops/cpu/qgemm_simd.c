@@ -21,7 +21,33 @@ static inline int32_t load4(const uint8_t *p) {
     return v;
 }
 
-CT_VNNI void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc) {
+/* one row (GEMV and the last rows of a matrix: no work on padding rows) */
+CT_VNNI static void row_vnni(int64_t kp, const uint8_t *a, const int8_t *b, int32_t *c) {
+    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    const int8_t *b0 = b, *b1 = b + kp * QG_NP;
+    int64_t k = 0;
+    /* two k-groups per step into separate accumulators: two independent dependency chains per panel */
+    for (; k + 8 <= kp; k += 8) {
+        __m512i a0 = _mm512_set1_epi32(load4(a + k)), a1 = _mm512_set1_epi32(load4(a + k + 4));
+        acc[0] = _mm512_dpbusd_epi32(acc[0], a0, _mm512_load_si512((const void *)(b0 + k * QG_NP)));
+        acc[1] = _mm512_dpbusd_epi32(acc[1], a0, _mm512_load_si512((const void *)(b1 + k * QG_NP)));
+        acc[2] = _mm512_dpbusd_epi32(acc[2], a1, _mm512_load_si512((const void *)(b0 + (k + 4) * QG_NP)));
+        acc[3] = _mm512_dpbusd_epi32(acc[3], a1, _mm512_load_si512((const void *)(b1 + (k + 4) * QG_NP)));
+    }
+    for (; k < kp; k += 4) {
+        __m512i a0 = _mm512_set1_epi32(load4(a + k));
+        acc[0] = _mm512_dpbusd_epi32(acc[0], a0, _mm512_load_si512((const void *)(b0 + k * QG_NP)));
+        acc[1] = _mm512_dpbusd_epi32(acc[1], a0, _mm512_load_si512((const void *)(b1 + k * QG_NP)));
+    }
+    _mm512_storeu_si512((void *)c, _mm512_add_epi32(acc[0], acc[2]));
+    _mm512_storeu_si512((void *)(c + QG_NP), _mm512_add_epi32(acc[1], acc[3]));
+}
+
+CT_VNNI void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr) {
+    if (mr < QG_MR) {
+        for (int i = 0; i < mr; i++) row_vnni(kp, a + i * lda, b, c + i * ldc);
+        return;
+    }
     __m512i acc[QG_MR][2];
 #pragma GCC unroll 6
     for (int i = 0; i < QG_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
@@ -63,6 +89,6 @@ CT_AVX2 static void tile2_avx2(int64_t kp, const uint8_t *a, int64_t lda, const 
         for (int j = 0; j < 4; j++) _mm256_storeu_si256((void *)(c + i * ldc + 8 * j), acc[i][j]);
 }
 
-CT_AVX2 void ct_qtile_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc) {
-    for (int i = 0; i < QG_MR; i += 2) tile2_avx2(kp, a + i * lda, lda, b, c + i * ldc, ldc);
+CT_AVX2 void ct_qtile_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr) {
+    for (int i = 0; i < mr; i += 2) /* an odd last row computes one padding row as well */ tile2_avx2(kp, a + i * lda, lda, b, c + i * ldc, ldc);
 }

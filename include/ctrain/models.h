@@ -151,7 +151,8 @@ ct_status ct_model_save_quantized(const ct_model *m, const char *path);
  * quantized here first if it is not, per tensor or per channel as the file says). Strict and
  * all-or-nothing like ct_model_load: a missing, extra, mis-shaped or mistyped tensor, a
  * file that is not a dynamically quantized model, or non-zero weight zero points are
- * CT_ERR_FORMAT naming the tensor and the file; nothing of the model's weights changes then. */
+ * CT_ERR_FORMAT naming the tensor and the file; no weight is taken from the file then (a
+ * conversion of m done by this call stays: m is quantized with its own weights). */
 ct_status ct_model_load_quantized(ct_model *m, const char *path);
 
 #ifdef __cplusplus

@@ -251,29 +251,42 @@ static void dequant(void *arg, int64_t r0, int64_t nr, int64_t c0, int64_t nc, c
     }
 }
 
-/* fbgemm's QuantizeAvx2 (non-legacy): round x * (1/scale) to nearest even, then add the zero point. */
-static void quantize_rows(const float *x, int64_t M, int64_t K, int64_t kp, ct_qparams qp, uint8_t *a) {
+/* fbgemm's QuantizeAvx2 (non-legacy): round x * (1/scale) to nearest even, then add the zero
+ * point; values past int32 (and NaN) saturate as its _mm256_min_ps / cvtps do. */
+static void qrow_c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q) {
+    for (int64_t i = 0; i < n; i++) {
+        float t = x[i] * inv;
+        t = t < 2147483520.f ? t : 2147483520.f;
+        int64_t r = (int64_t)rintf(t > -2147483520.f ? t : -2147483520.f) + zp;
+        q[i] = (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
+    }
+}
+
+static void minmax_c(const float *x, int64_t n, float *lo, float *hi) {
+    float a = 0.f, b = 0.f;
+    for (int64_t i = 0; i < n; i++) { a = x[i] < a ? x[i] : a; b = x[i] > b ? x[i] : b; }
+    *lo = a;
+    *hi = b;
+}
+
+/* the SIMD versions (qgemm_simd.c) for any kernel but the scalar one, which stays plain C
+ * throughout (the reference the others are tested against) */
+static void quantize_rows(ct_qkernel k, const float *x, int64_t M, int64_t K, int64_t kp, ct_qparams qp, uint8_t *a) {
     float inv = 1.f / qp.scale;
+    void (*row)(const float *, int64_t, float, int32_t, uint8_t *) = k == CT_QK_SCALAR ? qrow_c : ct_qrow_avx2;
 #pragma omp parallel for schedule(static) if (M * K > (1 << 16))
     for (int64_t i = 0; i < M; i++) {
-        const float *xr = x + i * K;
-        uint8_t *ar = a + i * kp;
-        for (int64_t k = 0; k < K; k++) {
-            float r = rintf(fminf(xr[k] * inv, 2147483520.f)) + (float)qp.zero_point;
-            ar[k] = (uint8_t)(r < 0.f ? 0 : r > 255.f ? 255 : (int)r);
-        }
-        for (int64_t k = K; k < kp; k++) ar[k] = 0;
+        row(x + i * K, K, inv, qp.zero_point, a + i * kp);
+        memset(a + i * kp + K, 0, (size_t)(kp - K));
     }
 }
 
 void ct_qlinear_raw(ct_qkernel k, const float *x, int64_t M, const ct_qweight *w, const float *bias, float *y, uint8_t *abuf) {
     int64_t K = w->in, n = M * K;
-    float lo = 0.f, hi = 0.f; /* fbgemm's FindMinMax; the range includes 0 anyway */
-    if (n > 0) lo = hi = x[0];
-#pragma omp parallel for reduction(min : lo) reduction(max : hi) schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; i++) { lo = fminf(lo, x[i]); hi = fmaxf(hi, x[i]); }
+    float lo, hi; /* fbgemm's FindMinMax, widened to 0 (as ChooseQuantizationParams does next) */
+    (k == CT_QK_SCALAR ? minmax_c : ct_qminmax_avx2)(x, n, &lo, &hi);
     ct_qparams qp = ct_choose_qparams(lo, hi, 0, 255, true);
-    quantize_rows(x, M, K, w->kp, qp, abuf);
+    quantize_rows(k, x, M, K, w->kp, qp, abuf);
     int64_t mp = (M + QG_MR - 1) / QG_MR * QG_MR;
     memset(abuf + M * w->kp, 0, (size_t)((mp - M) * w->kp));
     deq_arg d = {w, bias, y, qp.zero_point, qp.scale * w->scales[0], qp.scale};

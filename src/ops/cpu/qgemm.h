@@ -42,6 +42,11 @@ void ct_qtile_scalar(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b,
 void ct_qtile_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr);
 void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr);
 
+/* Activation quantization with AVX2 (qgemm_simd.c): min(x, 0), max(x, 0) of n floats; one
+ * row quantized as fbgemm's QuantizeAvx2. qgemm.c has the plain C of both. */
+void ct_qminmax_avx2(const float *x, int64_t n, float *lo, float *hi);
+void ct_qrow_avx2(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q);
+
 /* C [M][w->out] int32 = A (u8, M rows padded as above, stride w->kp) . q^T with kernel k. */
 void ct_qgemm_s32(ct_qkernel k, int64_t M, const uint8_t *A, const ct_qweight *w, int32_t *C);
 

@@ -8,6 +8,7 @@
  *    only reaches +32768 with b = -128 and a = 128 on the negative side, so for A <= 128
  *    (reduce_range) nothing saturates — the same argument fbgemm's AVX2 path relies on. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "ops/cpu/qgemm.h"
@@ -91,4 +92,45 @@ CT_AVX2 static void tile2_avx2(int64_t kp, const uint8_t *a, int64_t lda, const 
 
 CT_AVX2 void ct_qtile_avx2(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr) {
     for (int i = 0; i < mr; i += 2) /* an odd last row computes one padding row as well */ tile2_avx2(kp, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+/* ---- activation quantization (fbgemm's FindMinMax and QuantizeAvx2) ---- */
+
+/* min(x, 0) and max(x, 0) over n floats (the range ChooseQuantizationParams widens to 0 anyway) */
+CT_AVX2 void ct_qminmax_avx2(const float *x, int64_t n, float *lo, float *hi) {
+    __m256 l = _mm256_setzero_ps(), h = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        l = _mm256_min_ps(l, v);
+        h = _mm256_max_ps(h, v);
+    }
+    float ls[8], hs[8], a = 0.f, b = 0.f;
+    _mm256_storeu_ps(ls, l);
+    _mm256_storeu_ps(hs, h);
+    for (int j = 0; j < 8; j++) { a = ls[j] < a ? ls[j] : a; b = hs[j] > b ? hs[j] : b; }
+    for (; i < n; i++) { a = x[i] < a ? x[i] : a; b = x[i] > b ? x[i] : b; }
+    *lo = a;
+    *hi = b;
+}
+
+/* q = clamp(rint(min(x * inv, 2^31 - 128)) + zp, 0, 255), as QuantizeAvx2 (non-legacy):
+ * _mm256_cvtps_epi32 rounds to nearest even; NaN becomes 2^31 - 128, hence 255, there too */
+CT_AVX2 void ct_qrow_avx2(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q) {
+    const __m256 vinv = _mm256_set1_ps(inv), big = _mm256_set1_ps(2147483520.f);
+    const __m256i vzp = _mm256_set1_epi32(zp), lo = _mm256_setzero_si256(), hi = _mm256_set1_epi32(255);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 t = _mm256_min_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), big);
+        __m256i r = _mm256_add_epi32(_mm256_cvtps_epi32(t), vzp);
+        r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+        __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storel_epi64((__m128i *)(q + i), _mm_packus_epi16(p16, p16));
+    }
+    for (; i < n; i++) {
+        float t = x[i] * inv;
+        t = t < 2147483520.f ? t : 2147483520.f; /* NaN -> the bound, as _mm256_min_ps */
+        int64_t r = (int64_t)rintf(t > -2147483520.f ? t : -2147483520.f) + zp;
+        q[i] = (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
+    }
 }

@@ -328,4 +328,41 @@ CT_TEST(load_refuses_bad_file) {
     ct_model_free(a);
 }
 
+/* any module tree: a Sequential built by hand, and a Linear as the root itself */
+CT_TEST(module_tree_and_threads) {
+    ct_params *P;
+    CT_ASSERT(ct_params_create(&P) == CT_OK);
+    ct_module *net = ct_nn_sequential("");
+    ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 37, 300, true));
+    ct_seq_add(net, ct_nn_gelu(false));
+    ct_seq_add(net, ct_nn_linear(P, ct_seq_next_name(net), 300, 5, false));
+    ct_module *solo = ct_nn_linear(P, "solo", 37, 9, true);
+    CT_ASSERT(ct_module_status(net) == CT_OK && solo && ct_params_finalize(P, 3) == CT_OK);
+    int n = 0;
+    CT_EXPECT_OK(ct_quantize_dynamic(net, NULL, &n));
+    CT_EXPECT_EQ(n, 2);
+    CT_EXPECT_OK(ct_quantize_dynamic(solo, NULL, &n));
+    CT_EXPECT_EQ(n, 1);
+    CT_EXPECT(ct_module_is_qlinear(solo) && !ct_qlinear_bias(ct_seq_get(net, 2)));
+    char buf[512];
+    ct_module_repr(net, buf, sizeof buf);
+    CT_EXPECTF(strstr(buf, "(0): DynamicQuantizedLinear(in_features=37, out_features=300, dtype=torch.qint8") != NULL, "repr: %s", buf);
+    ct_ctx *ctx;
+    CT_ASSERT(ct_ctx_create(NULL, &ctx) == CT_OK);
+    ct_tensor *x = ct_new(ctx, CT_F32, 3, (int64_t[]){4, 25, 37}); /* 3-d input: rows = 4 x 25 */
+    for (int i = 0; i < 4 * 25 * 37; i++) ct_f32(x)[i] = (float)((int)(rnd() % 2001) - 1000) / 300.f;
+    /* the result does not depend on the thread count (integer sums, per-element epilogue) */
+    int nt = ct_get_num_threads();
+    ct_set_num_threads(1);
+    ct_tensor *y1 = ct_module_forward(ctx, net, x);
+    ct_set_num_threads(2);
+    ct_tensor *y2 = ct_module_forward(ctx, net, x);
+    ct_set_num_threads(nt);
+    CT_EXPECT(y1->ndim == 3 && y1->shape[2] == 5 && !memcmp(y1->data, y2->data, ct_nbytes(y1)));
+    ct_ctx_free(ctx);
+    ct_module_free(net);
+    ct_module_free(solo);
+    ct_params_free(P);
+}
+
 CT_TEST_MAIN()

@@ -1,6 +1,8 @@
 """PyTorch references for dynamic int8 quantization (tests/unit/test_quant.c).
 
-    PY tests/torch/gen_quant.py      # writes tests/fixtures/quant/quant_<engine>.safetensors
+    python3 -m venv /tmp/tv && /tmp/tv/bin/pip install torch    # a PyTorch with fbgemm
+    /tmp/tv/bin/python tests/torch/gen_quant.py    # writes tests/fixtures/quant/quant_fbgemm.safetensors
+    /usr/bin/python3 tests/torch/gen_quant.py      # Debian's 1.13: quant_onednn.safetensors
 
 The engine is the first of x86, fbgemm, onednn that the PyTorch running the script has:
 a PyTorch from PyPI gives x86 (its dynamic Linear is fbgemm's), which ctrain matches to the

@@ -188,6 +188,41 @@ typedef struct ct_generate_stats {
 ct_status ct_gpt_generate(ct_model *m, const int32_t *prompt, int n_prompt, const ct_generate_opts *opts, int32_t *out,
                           ct_generate_stats *stats);
 
+/* ---- dynamic int8 quantization for inference (src/models/model_quant.c; nn.h) ----
+ *
+ *   ct_model_quantize_dynamic(m, NULL);                       // every Linear → int8 (GPT: lm_head too)
+ *   ct_model_save_quantized(m, "model.int8.safetensors");
+ *   ...
+ *   ct_model *q;                                              // same config as the saved model
+ *   ct_model_create(&cfg, 0, &q);
+ *   if (ct_model_load_quantized(q, "model.int8.safetensors") != CT_OK) puts(ct_last_error());
+ *   ct_tensor *logits = ct_model_forward(ctx, q, x);          // int8 Linears, f32 elsewhere
+ *
+ * File layout (safetensors): per quantized Linear NAME, "NAME.weight" I8 [out, in],
+ * "NAME.weight_scale" F32 [1] (per tensor) or [out] (per channel), "NAME.weight_zero_point"
+ * I64 of the same shape (zeros: symmetric), "NAME.bias" F32 [out]; every other parameter
+ * F32 under its state_dict name (GPT: wte stays f32, lm_head is quantized separately, as
+ * PyTorch's quantize_dynamic does). Metadata: quantization=dynamic, dtype=qint8,
+ * qscheme=per_tensor_symmetric|per_channel_symmetric, activation=quint8_reduce_range,
+ * model=mlp|cnn|gpt. */
+/* Converts the model's Linears in place (ct_quantize_dynamic); opts NULL = defaults.
+ * CT_ERR_INVALID when already quantized, CT_ERR_NOMEM. Training a quantized model is not
+ * supported (no backward through int8 Linears). */
+ct_status ct_model_quantize_dynamic(ct_model *m, const ct_quantize_opts *opts);
+bool ct_model_is_quantized(const ct_model *m);
+/* Bytes of the weights as stored: f32 parameters (PyTorch's count: tied once) or, when
+ * quantized, int8 Linear weights + their scales and zero points + f32 biases + the rest. */
+size_t ct_model_weight_bytes(const ct_model *m);
+/* Atomic like ct_model_save. CT_ERR_INVALID when the model is not quantized. */
+ct_status ct_model_save_quantized(const ct_model *m, const char *path);
+/* Loads a file written by ct_model_save_quantized into m (created with the same config;
+ * quantized here first if it is not, per tensor or per channel as the file says). Strict and
+ * all-or-nothing like ct_model_load: a missing, extra, mis-shaped or mistyped tensor, a
+ * file that is not a dynamically quantized model, or non-zero weight zero points are
+ * CT_ERR_FORMAT naming the tensor and the file; no weight is taken from the file then (a
+ * conversion of m done by this call stays: m is quantized with its own weights). */
+ct_status ct_model_load_quantized(ct_model *m, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

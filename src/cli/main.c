@@ -17,6 +17,7 @@ static const struct {
     {"train", cli_train, "train a built-in model: mlp, cnn or gpt"},
     {"eval", cli_eval, "evaluate a trained model: test loss and accuracy (gpt: loss and perplexity)"},
     {"generate", cli_generate, "generate text or tokens from a trained GPT (KV cache, temperature, top-k)"},
+    {"quantize", cli_quantize, "dynamic int8 quantization of a trained model (--eval-data: f32 vs int8)"},
     {"bench", cli_bench, "benchmarks: allreduce (nccl-tests style)"},
     {"worker", cli_worker, "tiny distributed programs for testing the launcher"},
 };

@@ -55,7 +55,7 @@ static ct_tensor *block_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
 }
 static const ct_module_ops block_ops = {"Block", block_fw, NULL};
 
-/* GPT: children wte, wpe, h.0 .. h.{L-1}, ln_f; hp[0] = block_size, hp[1] = checkpoint the
+/* GPT: children wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head (a Linear over wte); hp[0] = block_size, hp[1] = checkpoint the
  * blocks, fp[0] = dropout */
 static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     CT_CHECK(idx->ndim == 2 && (idx->dtype == CT_I32 || idx->dtype == CT_I64),
@@ -67,10 +67,12 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
     ct_tensor *x = ct_add(ctx, ct_embedding(ctx, wte, idx), ct_embedding(ctx, wpe, pos)); /* [B,T,C] + [T,C] */
     if (m->fp[0] > 0) x = ct_dropout(ctx, x, m->fp[0]);
-    for (int i = 2; i < m->nchildren - 1; i++) /* blocks: checkpointed one by one when hp[1] */
+    for (int i = 2; i < m->nchildren - 2; i++) /* blocks: checkpointed one by one when hp[1] */
         x = m->hp[1] ? ct_checkpoint_module(ctx, m->children[i], x) : ct_module_forward(ctx, m->children[i], x);
-    x = ct_module_forward(ctx, m->children[m->nchildren - 1], x); /* ln_f */
-    return ct_linear(ctx, x, wte, NULL); /* LM head tied to wte */
+    x = ct_module_forward(ctx, m->children[m->nchildren - 2], x); /* ln_f */
+    /* LM head tied to wte; a module of its own so that ct_quantize_dynamic finds it, as
+     * PyTorch's quantize_dynamic finds nanoGPT's lm_head */
+    return ct_module_forward(ctx, m->children[m->nchildren - 1], x);
 }
 static const ct_module_ops gpt_ops = {"GPT", gpt_fw, NULL};
 
@@ -106,6 +108,7 @@ static void gpt_build(ct_model *m) {
         }
     }
     ct_module_add_child(root, ct_nn_layer_norm(m->P, "transformer.ln_f", C, eps, bias));
+    ct_module_add_child(root, ct_nn_linear_tied("lm_head", m->tied, NULL));
     if (root) {
         root->hp[0] = c->gpt.block_size;
         root->hp[1] = c->gpt.checkpoint_activations;

@@ -99,15 +99,17 @@ ct_tensor *ct_gpt_forward_cached(ct_ctx *ctx, ct_model *m, ct_gpt_cache *c, ct_t
     float *scores = ct_ctx_alloc(ctx, sizeof(float) * (size_t)c->H * (size_t)t * (size_t)(c->len + t));
     for (int l = 0; l < c->L; l++) {
         ct_module **b = root->children[2 + l]->children; /* ln_1, attn, ln_2, mlp */
-        ct_tensor *qkv = ct_linear(ctx, ct_module_forward(ctx, b[0], x), b[1]->p[0], b[1]->p[1]);
+        /* projections through their modules: a quantized model's int8 Linears are used too */
+        ct_module *c_attn = b[1]->children[0], *c_proj = b[1]->children[1];
+        ct_tensor *qkv = ct_module_forward(ctx, c_attn, ct_module_forward(ctx, b[0], x));
         ct_tensor *y = ct_new(ctx, CT_F32, 3, (int64_t[]){1, t, C});
         attend(c, l, qkv->data, y->data, (int)t, scores);
-        x = ct_add(ctx, x, ct_linear(ctx, y, b[1]->p[2], b[1]->p[3]));
+        x = ct_add(ctx, x, ct_module_forward(ctx, c_proj, y));
         x = ct_add(ctx, x, ct_module_forward(ctx, b[3], ct_module_forward(ctx, b[2], x)));
     }
-    x = ct_module_forward(ctx, root->children[root->nchildren - 1], x); /* ln_f */
+    x = ct_module_forward(ctx, root->children[root->nchildren - 2], x); /* ln_f */
     c->len += (int)t;
-    ct_tensor *logits = ct_linear(ctx, x, root->children[0]->w, NULL);
+    ct_tensor *logits = ct_module_forward(ctx, root->children[root->nchildren - 1], x); /* lm_head, tied to wte */
     ct_set_grad_enabled(ctx, was);
     return logits;
 }

@@ -15,6 +15,8 @@ struct ct_model {
     ct_tensor *tied; /* the parameter state_dict also lists under kind->tied_name (GPT: wte) */
     int64_t nparams;
     char desc[320];
+    bool quantized;      /* ct_model_quantize_dynamic ran: Linears are int8 (model_quant.c) */
+    bool per_channel;    /* ... with one weight scale per output row */
 };
 
 /* One config field of a kind, for the metadata ct_model_save writes and

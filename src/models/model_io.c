@@ -107,6 +107,7 @@ static ct_status save_impl(const ct_params *P, const char *path, const char *ali
 ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL, NULL); }
 
 ct_status ct_model_save(const ct_model *m, const char *path) {
+    if (m->quantized) return ct_model_save_quantized(m, path); /* its f32 Linear weights are stale */
     return save_impl(m->P, path, m->kind->tied_name, m->tied, &m->cfg);
 }
 

@@ -265,6 +265,41 @@ static void cli_seeds(void) {
     }
 }
 
+static void model_seeds(void) {
+    static const ct_model_kind kinds[3] = {CT_MODEL_MLP, CT_MODEL_CNN, CT_MODEL_GPT};
+    static const char *names[3] = {"mlp", "cnn", "gpt"};
+    for (int i = 0; i < 3; i++) {
+        ct_model_config cfg = ct_model_default_config(kinds[i]);
+        cfg.mlp.in = 4, cfg.mlp.n_hidden = 1, cfg.mlp.hidden[0] = 3, cfg.mlp.out = 2;
+        cfg.cnn.in_channels = 1, cfg.cnn.height = cfg.cnn.width = 4, cfg.cnn.c1 = cfg.cnn.c2 = 2, cfg.cnn.kernel = 3;
+        cfg.cnn.fc = 4, cfg.cnn.classes = 2;
+        cfg.gpt.n_layer = 1, cfg.gpt.n_embd = 8, cfg.gpt.n_head = 2, cfg.gpt.block_size = 4, cfg.gpt.vocab_size = 16;
+        ct_model *m;
+        if (ct_model_create(&cfg, 1, &m)) { fprintf(stderr, "%s: %s\n", names[i], ct_last_error()); abort(); }
+        char p[700];
+        snprintf(p, sizeof p, "%s/%s.safetensors", fz_dir(), names[i]);
+        if (ct_model_save(m, p)) abort();
+        blob b = slurp(p);
+        seed("fuzz_model_open", names[i], -1, &b);
+        free(b.p);
+        if (kinds[i] == CT_MODEL_GPT) {
+            char d[700];
+            snprintf(d, sizeof d, "%s/hf", fz_dir());
+            if (ct_gpt_save_hf(m, d)) abort();
+            snprintf(p, sizeof p, "%s/model.safetensors", d);
+            blob w = slurp(p);
+            snprintf(p, sizeof p, "%s/config.json", d);
+            blob c = slurp(p);
+            put(&w, SEP, sizeof SEP - 1);
+            put(&w, c.p, c.n);
+            seed("fuzz_model_open", "gpt-hf", -1, &w);
+            free(w.p);
+            free(c.p);
+        }
+        ct_model_free(m);
+    }
+}
+
 int main(void) {
     safetensors();
     idx_seeds();
@@ -272,5 +307,6 @@ int main(void) {
     checkpoint_seeds();
     store_seeds();
     cli_seeds();
+    model_seeds();
     return 0;
 }

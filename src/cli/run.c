@@ -44,7 +44,9 @@ static void usage(FILE *f) {
             "  --tee N, -t N            with --log-dir: 1 stdout, 2 stderr, 3 both go to files and console\n"
             "  --timeout S              collective timeout for the workers (CTRAIN_TIMEOUT)\n"
             "  --grace-period S         SIGTERM -> SIGKILL delay when stopping workers (default 5)\n"
-            "  --run-id ID              job id (TORCHELASTIC_RUN_ID; default random)\n\n"
+            "  --run-id ID, --rdzv-id ID  job id (TORCHELASTIC_RUN_ID; default random). With --nnodes > 1 and no\n"
+            "                           CTRAIN_STORE_TOKEN, an ID of 16+ characters is the store's secret: give\n"
+            "                           every node the same one (it is then never printed or used in names)\n\n"
             "Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR,\n"
             "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, CTRAIN_RESTART_COUNT and OMP_NUM_THREADS (cores / workers\n"
             "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 128+N after signal N.\n");
@@ -203,11 +205,23 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "ctrain run: cannot find program '%s'\n", o.argv[0]);
         return 2;
     }
+    /* The store's token. One machine: made up here. Several: every node must know it
+     * without it travelling in the clear, so it comes from CTRAIN_STORE_TOKEN or from the
+     * --rdzv-id/--run-id every node is given; the run id that names segments and goes into
+     * the logs is then a random one, so the secret appears in neither. */
     const char *tok = ct_config_str(CT_CFG_STORE_TOKEN);
+    int id_is_token = 0;
     if (tok) snprintf(o.token, sizeof o.token, "%.39s", tok);
     else if (o.nnodes == 1) ct_random_hex(o.token, 16);
-    /* multi-node without a shared token: every launcher must agree, so none is used */
-    if (o.run_id) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
+    else if (o.run_id && strlen(o.run_id) >= 16) {
+        snprintf(o.token, sizeof o.token, "%.39s", o.run_id);
+        id_is_token = 1;
+    } else {
+        fprintf(stderr, "ctrain run: a multi-node job needs a shared secret for its store: set CTRAIN_STORE_TOKEN to the "
+                        "same value on every node, or give every node the same --rdzv-id of at least 16 characters\n");
+        return 2;
+    }
+    if (o.run_id && !id_is_token) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
     else ct_random_hex(o.runid, 6);
 
     /* signals are blocked before the store thread starts so that only the supervisor sees them */
@@ -217,7 +231,8 @@ int cli_run(int argc, char **argv) {
     o.port = o.master_port;
     if (o.node_rank == 0) {
         /* listening only: the thread starts after each attempt's fork()s (store_resume) */
-        const char *bind = o.nnodes > 1 ? "0.0.0.0" : "127.0.0.1";
+        /* several nodes: the address the others were given, never all interfaces by default */
+        const char *bind = o.nnodes > 1 && o.master_addr ? o.master_addr : "127.0.0.1";
         ct_status st = ct_store_server_listen(bind, o.standalone ? 0 : o.master_port, o.token, &srv);
         if (st) {
             ct_sup_restore_signals(&old);

@@ -1,6 +1,13 @@
 /* Worker supervision for `ctrain run` and ct_spawn (see ctrain/launch.h). One poll() loop over
  * the workers' output pipes and a signalfd; each worker runs in its own process group so a
- * stop signal reaches its children too, and dies with the supervisor (PR_SET_PDEATHSIG). */
+ * stop signal reaches its children too.
+ *
+ * Dying with the supervisor: PR_SET_PDEATHSIG only reaches the direct child, so when the
+ * program is a wrapper script, a SIGKILLed supervisor used to leave the script's children
+ * training. Each worker is therefore a small keeper process (the direct child, with the
+ * parent-death signal) that runs the program as its own child in the same process group:
+ * when the supervisor dies, the keeper kills the whole group; when the program ends, the
+ * keeper ends the same way, so the supervisor sees the program's exit code or signal. */
 #include "ctrain/launch.h"
 
 #include <dirent.h>
@@ -12,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -163,6 +171,54 @@ static void signal_all(worker_t *ws, int n, int sig) {
         }
 }
 
+
+/* The keeper (see the top of the file). Runs in the direct child, already in its own process
+ * group with its output redirected; never returns. */
+static void keeper_run(const ct_sup_opts *o, int idx, pid_t supervisor) {
+    sigset_t all, prev;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &prev);
+    /* SIGUSR2 as the parent-death signal: blocked, so it is read below like SIGCHLD */
+    prctl(PR_SET_PDEATHSIG, SIGUSR2);
+    if (getppid() != supervisor) _exit(1); /* the supervisor died before prctl */
+    pid_t prog = fork();
+    if (prog < 0) _exit(127);
+    if (prog == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        int rc = o->fn(idx, o->ctx);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    /* SIGINT/SIGTERM/SIGHUP were sent to the whole group: the program has them too, and
+     * the keeper waits for its answer. */
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&all, &si);
+        if (sig == SIGUSR2 || getppid() != supervisor) {
+            kill(-getpgrp(), SIGKILL); /* the program and everything it started, this keeper too */
+            _exit(137);
+        }
+        int status;
+        pid_t r = waitpid(prog, &status, WNOHANG);
+        if (r != prog) continue;
+        if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+        int ts = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+        /* end by the same signal; the core, if any, was the program's */
+        struct rlimit nocore = {0, 0};
+        setrlimit(RLIMIT_CORE, &nocore);
+        signal(ts, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, ts);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        raise(ts);
+        _exit(128 + ts);
+    }
+}
+
 ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     memset(res, 0, sizeof *res);
     res->root = -1;
@@ -206,7 +262,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         pid_t pid = fork();
         if (pid < 0) { st = ct_error(CT_ERR_SYSTEM, "fork: %s", strerror(errno)); close(pe[0]); close(pe[1]); break; }
         if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* until the keeper takes over */
             if (getppid() != parent) _exit(1); /* the supervisor died before prctl */
             setpgid(0, 0);
             if (po[1] >= 0) dup2(po[1], 1);
@@ -214,14 +270,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             signal(SIGPIPE, SIG_DFL);
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
-            sigset_t none;
-            sigemptyset(&none);
-            sigprocmask(SIG_SETMASK, &none, NULL);
-            int rc = o->fn(i, o->ctx);
-            fflush(stdout);
-            fflush(stderr);
-            _exit(rc);
+            keeper_run(o, i, parent);
         }
         setpgid(pid, pid); /* also here, so signal_all cannot race the child */
         started++;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 12.5: workers die with the launcher in every case. A SIGKILLed launcher whose program
+# is a wrapper script used to leave the script's children running (only the direct child had
+# PR_SET_PDEATHSIG); now a keeper per worker kills the worker's process group.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+B=$PWD/build/ctrain
+die() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# alive and not a zombie (a killed orphan waits for init to reap it)
+alive() { for p in $1; do [ -r /proc/$p/stat ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && return 0; done; return 1; }
+wait_pids() { for _ in $(seq 200); do [ "$(grep -c '^pid' "$1" 2>/dev/null)" = "$2" ] && return 0; sleep 0.05; done; return 1; }
+
+# a wrapper that does not exec: the shell stays between the keeper and the program
+printf '#!/bin/sh\n"$@"\nrc=$?\necho wrapper done\nexit $rc\n' >"$tmp/wrap.sh"
+chmod +x "$tmp/wrap.sh"
+for round in 1 2 3; do
+    rm -f "$tmp/out"
+    $B run --standalone --nproc-per-node 2 "$tmp/wrap.sh" $B worker sleep 60 >"$tmp/out" 2>/dev/null &
+    lp=$!
+    wait_pids "$tmp/out" 2 || die "workers did not start: $(cat "$tmp/out")"
+    pids=$(awk '/^pid/ {print $2}' "$tmp/out")
+    kill -9 $lp; wait $lp 2>/dev/null
+    s=$(date +%s.%N)
+    for _ in $(seq 100); do alive "$pids" || break; sleep 0.02; done
+    t=$(echo "$(date +%s.%N) - $s" | bc -l)
+    alive "$pids" && { kill -9 $pids; die "round $round: workers of a wrapper script outlived a SIGKILLed launcher"; }
+    echo "round $round: workers gone ${t}s after the launcher's SIGKILL"
+done
+
+# the exit code and the signal of the program still reach the report through the keeper
+out=$($B run --standalone --nproc-per-node 2 "$tmp/wrap.sh" $B worker exit 1 7 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "root cause: rank 1 .* exited with code 7" || die "exit code through the keeper: $out"
+out=$($B run --standalone --nproc-per-node 2 $B worker signal 0 11 2>&1)
+echo "$out" | grep -q "root cause: rank 0 .* killed by signal 11" || die "signal through the keeper: $out"
+exit 0

@@ -27,6 +27,7 @@ typedef struct {
     /* filled in */
     int port, attempt;
     char token[40], runid[40];
+    char pid_file[1200]; /* empty: none */
 } run_opts;
 
 static void usage(FILE *f) {
@@ -194,6 +195,15 @@ static int child_main(int idx, void *ctx) {
     return 127;
 }
 
+/* mkdir -p */
+static int mkdirs_for(const char *path) {
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) { errno = ENAMETOOLONG; return -1; }
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
+    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
+}
+
 /* ct_sup_run's after_fork: serve the store again (no store on nodes other than 0). */
 static ct_status store_resume(void *srv) { return srv ? ct_store_server_run(srv) : CT_OK; }
 
@@ -246,13 +256,31 @@ int cli_run(int argc, char **argv) {
     }
     CT_LOG_INFO("launcher", "%d worker(s) on node %d of %d, store port %d, run id %s", o.nproc, o.node_rank, o.nnodes,
                 o.port, o.runid);
+    /* The pid file identifies "the same run" for cleanup after a killed launcher: the log
+     * directory, else a run id the user chose (not the secret one), else a fixed port. */
+    char pdir[600];
+    if (o.log_dir) snprintf(o.pid_file, sizeof o.pid_file, "%s/.ctrain-run.pid", o.log_dir);
+    else if ((o.run_id && !id_is_token) || !o.standalone) {
+        int ok = ct_private_dir(pdir, sizeof pdir) == CT_OK;
+        for (const char *c = o.run_id; ok && c && !id_is_token && *c; c++)
+            ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c);
+        if (ok && o.run_id && !id_is_token) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s.pid", pdir, o.runid);
+        else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d.pid", pdir, o.port);
+    }
+    if (o.log_dir && mkdirs_for(o.log_dir)) {
+        fprintf(stderr, "ctrain run: cannot create --log-dir %s: %s\n", o.log_dir, strerror(errno));
+        ct_store_server_stop(srv);
+        ct_sup_restore_signals(&old);
+        return 1;
+    }
     int exit_code = 1;
     ct_sup_result *res = calloc(1, sizeof *res);
     for (o.attempt = 0; o.attempt <= o.max_restarts; o.attempt++) {
         ct_sup_opts so = {.n = o.nproc, .fn = child_main, .ctx = &o, .rank_base = o.node_rank * o.nproc,
                           .grace_s = o.grace, .log_dir = o.log_dir, .redirects = o.redirects, .tee = o.tee,
                           .attempt = o.attempt, .runid = o.runid, .who = "ctrain run",
-                          .after_fork = store_resume, .after_fork_ctx = srv};
+                          .after_fork = store_resume, .after_fork_ctx = srv,
+                          .pid_file = o.pid_file[0] ? o.pid_file : NULL};
         /* workers are fork()ed with no other thread alive; keys and connections survive */
         ct_store_server_pause(srv);
         ct_status st = ct_sup_run(&so, res);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -172,6 +173,70 @@ static void signal_all(worker_t *ws, int n, int sig) {
 }
 
 
+/* ------------------------------------------------------------------ pid file */
+/* Start time of a process (clock ticks since boot, field 22 of /proc/<pid>/stat), 0 if gone. */
+static unsigned long long proc_start(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    if (!p) return 0;
+    unsigned long long v = 0;
+    int field = 2;
+    for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " "))
+        if (++field == 22) { v = strtoull(tok, NULL, 10); break; }
+    return v;
+}
+
+/* Takes the pid file (*fdp) and kills what a dead supervisor left. */
+static ct_status pid_file_take(const char *path, const char *who, int *fdp) {
+    *fdp = -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return ct_error(CT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    char buf[8192];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;
+        close(fd);
+        int other = 0;
+        sscanf(buf, "supervisor %d", &other);
+        if (e == EWOULDBLOCK)
+            return ct_error(CT_ERR_INVALID, "another %s (pid %d) is running with the same %s: wait for it or stop it",
+                            who, other, path);
+        return ct_error(CT_ERR_IO, "cannot lock %s: %s", path, strerror(e));
+    }
+    n = pread(fd, buf, sizeof buf - 1, 0); /* again: the previous holder may have just finished */
+    buf[n > 0 ? n : 0] = 0;
+    int prev = 0, killed = 0;
+    sscanf(buf, "supervisor %d", &prev);
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        int pg;
+        unsigned long long start;
+        if (sscanf(line, "worker %d %llu", &pg, &start) != 2 || pg <= 1) continue;
+        if (proc_start(pg) == start && start && !kill(-pg, SIGKILL)) killed++;
+    }
+    if (killed)
+        CT_LOG_WARN_("launcher", "killed %d leftover worker process group(s) of a previous %s (pid %d) listed in %s",
+                    killed, who, prev, path);
+    *fdp = fd;
+    return CT_OK;
+}
+
+static void pid_file_write(int fd, const worker_t *ws, int n) {
+    char buf[8192];
+    size_t o = (size_t)snprintf(buf, sizeof buf, "supervisor %d\n", (int)getpid());
+    for (int i = 0; i < n && o < sizeof buf - 64; i++)
+        if (ws[i].pid > 0)
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "worker %d %llu\n", (int)ws[i].pid, proc_start(ws[i].pid));
+    if (ftruncate(fd, 0) || pwrite(fd, buf, o, 0) != (ssize_t)o)
+        CT_LOG_WARN_("launcher", "cannot write the pid file: %s", strerror(errno));
+}
+
 /* The keeper (see the top of the file). Runs in the direct child, already in its own process
  * group with its output redirected; never returns. */
 static void keeper_run(const ct_sup_opts *o, int idx, pid_t supervisor) {
@@ -226,6 +291,11 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     int n = o->n;
     worker_t *ws = calloc((size_t)n, sizeof *ws);
     if (!ws) return ct_error(CT_ERR_NOMEM, "workers");
+    int pidfd = -1;
+    if (o->pid_file) {
+        ct_status pst = pid_file_take(o->pid_file, o->who ? o->who : "launcher", &pidfd);
+        if (pst) { free(ws); return pst; }
+    }
     sigset_t old;
     block_signals(&old);
     sigset_t sset;
@@ -264,6 +334,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* until the keeper takes over */
             if (getppid() != parent) _exit(1); /* the supervisor died before prctl */
+            if (pidfd >= 0) close(pidfd); /* the lock is the supervisor's alone */
             setpgid(0, 0);
             if (po[1] >= 0) dup2(po[1], 1);
             dup2(pe[1], 2);
@@ -281,6 +352,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         w->out = po[0];
         w->err = pe[0];
     }
+    if (pidfd >= 0) pid_file_write(pidfd, ws, started);
     if (st == CT_OK && o->after_fork) st = o->after_fork(o->after_fork_ctx);
     if (st != CT_OK) {
         signal_all(ws, started, SIGKILL);
@@ -369,6 +441,10 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         if (ws[i].loge >= 0) close(ws[i].loge);
     }
     cleanup_shm(o->runid);
+    if (pidfd >= 0) { /* every worker is reaped: nothing left to kill next time */
+        if (ftruncate(pidfd, 0)) {}
+        close(pidfd);
+    }
     restore_signals(&old);
 
     /* report: root cause first */

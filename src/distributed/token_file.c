@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static ct_status token_dir(char *dir, size_t n) {
+ct_status ct_private_dir(char *dir, size_t n) {
     const char *xdg = ct_config_str(CT_CFG_XDG_RUNTIME_DIR);
     uid_t uid = getuid();
     if (xdg && *xdg == '/') snprintf(dir, n, "%s/ctrain", xdg);
@@ -38,7 +38,7 @@ static ct_status token_dir(char *dir, size_t n) {
 
 ct_status ct_token_file_path(int port, char *path, size_t n) {
     char dir[512];
-    ct_status st = token_dir(dir, sizeof dir);
+    ct_status st = ct_private_dir(dir, sizeof dir);
     if (st) return st;
     snprintf(path, n, "%s/store-%d.token", dir, port);
     return CT_OK;

@@ -34,4 +34,32 @@ out=$($B run --standalone --nproc-per-node 2 "$tmp/wrap.sh" $B worker exit 1 7 2
 [ $rc = 1 ] && echo "$out" | grep -q "root cause: rank 1 .* exited with code 7" || die "exit code through the keeper: $out"
 out=$($B run --standalone --nproc-per-node 2 $B worker signal 0 11 2>&1)
 echo "$out" | grep -q "root cause: rank 0 .* killed by signal 11" || die "signal through the keeper: $out"
+
+# Cleanup at the next start: a launcher that finds the pid file of a dead one (same --log-dir)
+# kills the process groups listed there, if they are still the same processes.
+setsid sleep 60 &
+left=$!
+sleep 0.2
+[ "$(ps -o pgid= -p $left | tr -d ' ')" = "$left" ] || die "test setup: sleep is not a group leader"
+start=$(awk '{print $22}' /proc/$left/stat)
+setsid sleep 60 &
+reused=$!
+sleep 0.2
+mkdir -p "$tmp/logs"
+printf 'supervisor 999999\nworker %d %s\nworker %d 12345\n' $left "$start" $reused >"$tmp/logs/.ctrain-run.pid"
+out=$($B run --standalone --nproc-per-node 2 --log-dir "$tmp/logs" $B worker init 2>&1) || die "run after a dead launcher: $out"
+echo "$out" | grep -q "killed 1 leftover worker process group" || die "no cleanup message: $out"
+for _ in $(seq 50); do alive $left || break; sleep 0.02; done
+alive $left && { kill -9 $left $reused; die "the leftover worker of the dead launcher survived"; }
+alive $reused || die "a process whose pid matched but start time did not was killed"
+kill -9 $reused
+
+# two launchers on one --log-dir: the second is refused while the first runs
+rm -f "$tmp/out"
+$B run --standalone --nproc-per-node 1 --log-dir "$tmp/logs" --tee 3 $B worker sleep 30 >"$tmp/out" 2>&1 &
+lp=$!
+wait_pids "$tmp/out" 1 || die "first launcher did not start: $(cat "$tmp/out")"
+out=$($B run --standalone --nproc-per-node 1 --log-dir "$tmp/logs" $B worker init 2>&1); rc=$?
+kill $lp; wait $lp 2>/dev/null
+[ $rc != 0 ] && echo "$out" | grep -q "another ctrain run (pid $lp) is running" || die "second launcher on one log dir: rc $rc: $out"
 exit 0

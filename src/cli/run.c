@@ -27,7 +27,7 @@ typedef struct {
     /* filled in */
     int port, attempt;
     char token[40], runid[40];
-    char pid_file[1200]; /* empty: none */
+    char pid_file[PATH_MAX + 32]; /* empty: none */
 } run_opts;
 
 static void usage(FILE *f) {
@@ -114,7 +114,15 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(name, "--master-addr")) o->master_addr = val;
         else if (!strcmp(name, "--master-port")) bad = parse_int(val, 1, 65535, &o->master_port);
         else if (!strcmp(name, "--max-restarts")) bad = parse_int(val, 0, 1000, &o->max_restarts);
-        else if (!strcmp(name, "--log-dir")) o->log_dir = val;
+        else if (!strcmp(name, "--log-dir")) {
+            o->log_dir = val;
+            /* room for /attempt_<k>/<rank>/stderr.log: a longer name would be cut, not used */
+            if (strlen(val) > PATH_MAX - 64) {
+                fprintf(stderr, "ctrain run: --log-dir of %zu characters is too long (at most %d)\n", strlen(val),
+                        PATH_MAX - 64);
+                return 2;
+            }
+        }
         else if (!strcmp(name, "--redirects") || !strcmp(name, "-r")) bad = parse_int(val, 0, 3, &o->redirects);
         else if (!strcmp(name, "--tee") || !strcmp(name, "-t")) bad = parse_int(val, 0, 3, &o->tee);
         else if (!strcmp(name, "--timeout")) bad = parse_secs(val, &o->timeout) || !(o->timeout > 0);

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -84,8 +85,8 @@ static void write_all(int fd, const char *p, size_t n) {
 }
 
 static int mkdirs(const char *path) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) { errno = ENAMETOOLONG; return -1; }
     for (char *p = tmp + 1; *p; p++)
         if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
     return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
@@ -317,8 +318,13 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         w->out = w->err = w->logo = w->loge = -1;
         int po[2] = {-1, -1}, pe[2] = {-1, -1};
         if (o->log_dir) {
-            char dir[1024], path[1100];
-            snprintf(dir, sizeof dir, "%s/attempt_%d/%d", o->log_dir, o->attempt, o->rank_base + i);
+            /* a name that does not fit is an error: a truncated one would put the logs elsewhere */
+            char dir[PATH_MAX], path[PATH_MAX + 16];
+            if (snprintf(dir, sizeof dir, "%s/attempt_%d/%d", o->log_dir, o->attempt, o->rank_base + i) >= (int)sizeof dir - 16) {
+                st = ct_error(CT_ERR_INVALID, "log directory name of %zu characters is too long (at most %d)",
+                              strlen(o->log_dir), PATH_MAX - 64);
+                break;
+            }
             if (mkdirs(dir)) { st = ct_error(CT_ERR_IO, "cannot create log directory %s: %s", dir, strerror(errno)); break; }
             snprintf(path, sizeof path, "%s/stdout.log", dir);
             w->logo = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

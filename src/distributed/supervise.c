@@ -35,6 +35,7 @@ typedef struct {
     int out, err;       /* pipe read ends, -1 when closed or inherited */
     int logo, loge;     /* log files, -1 if none */
     int alive, status, stopped_by_us;
+    char state_at_fail;  /* the program's /proc state when the first failure was seen ('T' stopped...) */
     double t_exit;
     char tail[TAIL];    /* ring of the last stderr bytes */
     size_t tail_n, tail_pos;
@@ -173,6 +174,74 @@ static void signal_all(worker_t *ws, int n, int sig) {
         }
 }
 
+
+/* State letter of the program a keeper runs (its only child), '?' when unknown. */
+static char program_state(pid_t keeper) {
+    char path[96], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)keeper, (int)keeper);
+    FILE *f = fopen(path, "r");
+    int child = 0;
+    if (f) {
+        if (fscanf(f, "%d", &child) != 1) child = 0;
+        fclose(f);
+    }
+    if (child <= 0) return '?';
+    snprintf(path, sizeof path, "/proc/%d/stat", child);
+    f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
+static const char *state_name(char c) {
+    switch (c) {
+    case 'T': case 't': return "stopped (SIGSTOP or a debugger)";
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'D': return "in uninterruptible I/O";
+    case 'Z': return "already dead";
+    default: return NULL;
+    }
+}
+
+/* A collective timeout names the ranks that never arrived ("... rank(s) 1, 3 never reached
+ * it", shm.c): the rank that timed out is healthy, the first of those on this node is the
+ * root cause. Returns its worker index, or -1. */
+static int stalled_worker(const worker_t *w, int rank_base, int n, char *what, size_t wn) {
+    char buf[TAIL + 1];
+    size_t start = (w->tail_pos + TAIL - w->tail_n) % TAIL;
+    for (size_t i = 0; i < w->tail_n; i++) buf[i] = w->tail[(start + i) % TAIL];
+    buf[w->tail_n] = 0;
+    char *end = NULL;
+    for (char *p = strstr(buf, " never reached it"); p; p = strstr(p + 1, " never reached it")) end = p;
+    if (!end) return -1;
+    *end = 0;
+    char *list = NULL;
+    for (char *p = strstr(buf, "rank(s) "); p && p < end; p = strstr(p + 1, "rank(s) ")) list = p + 8;
+    if (!list) return -1;
+    /* the operation: the text before " timed out on rank" on that line */
+    char *line = list;
+    while (line > buf && line[-1] != '\n') line--;
+    char *to = strstr(line, " timed out on rank");
+    what[0] = 0;
+    if (to) {
+        char *op = to;
+        while (op > line && !(op[-1] == ' ' && op[-2] == ':')) op--; /* after the last ": " before it */
+        snprintf(what, wn, "%.*s", (int)(to - op), op);
+    }
+    for (char *p = list; *p;) {
+        char *e;
+        long r = strtol(p, &e, 10);
+        if (e == p) break;
+        if (r >= rank_base && r < rank_base + n) return (int)(r - rank_base);
+        p = e;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return -1;
+}
 
 /* ------------------------------------------------------------------ pid file */
 /* Start time of a process (clock ticks since boot, field 22 of /proc/<pid>/stat), 0 if gone. */
@@ -428,6 +497,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
                 res->root = i;
                 res->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
                 res->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+                for (int j = 0; j < n; j++) ws[j].state_at_fail = ws[j].alive ? program_state(ws[j].pid) : 0;
                 if (!stopping) {
                     stopping = 1;
                     stop_deadline = ct_time_now() + o->grace_s;
@@ -458,7 +528,37 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         size_t off = 0;
         char *r = res->report;
         size_t cap = sizeof res->report;
-        if (res->failed) {
+        char what[200];
+        int stalled = res->failed ? stalled_worker(&ws[res->root], o->rank_base, n, what, sizeof what) : -1;
+        if (stalled >= 0 && stalled != res->root) {
+            /* the first to fail timed out waiting for `stalled`: name that one first */
+            worker_t *w = &ws[res->root], *sw = &ws[stalled];
+            char how[160], tl[3000], tbuf[32], st_txt[96] = "";
+            describe_status(w->status, how, sizeof how);
+            time_t now = time(NULL) - (time_t)(ct_time_now() - w->t_exit);
+            struct tm tm;
+            localtime_r(&now, &tm);
+            strftime(tbuf, sizeof tbuf, "%H:%M:%S", &tm);
+            const char *sn = state_name(sw->state_at_fail);
+            if (sn) snprintf(st_txt, sizeof st_txt, "; it was %s at that time", sn);
+            snprintf(res->summary, sizeof res->summary, "rank %d (pid %d) never reached %s (rank %d timed out)",
+                     o->rank_base + stalled, (int)sw->pid, what[0] ? what : "a collective", o->rank_base + res->root);
+            tail_lines(w, tl, sizeof tl, 12);
+            off += (size_t)snprintf(r + off, cap - off,
+                                    "%s: worker failure (attempt %d)\n  root cause: rank %d (local rank %d, pid %d) never "
+                                    "reached %s: rank %d (pid %d) timed out waiting for it and %s at %s, %.2f s after "
+                                    "start%s\n  last lines of rank %d's stderr:\n%s",
+                                    o->who, o->attempt + 1, o->rank_base + stalled, stalled, (int)sw->pid,
+                                    what[0] ? what : "a collective", o->rank_base + res->root, (int)w->pid, how, tbuf,
+                                    w->t_exit - t0, st_txt, o->rank_base + res->root, tl);
+            describe_status(sw->status, how, sizeof how);
+            off += (size_t)snprintf(r + off, cap - off, "  rank %d itself: %s%s\n", o->rank_base + stalled, how,
+                                    sw->stopped_by_us ? " (stopped by the launcher)" : "");
+            /* the rank that timed out is listed with the others below */
+            res->root = stalled;
+            res->exit_code = WIFEXITED(sw->status) ? WEXITSTATUS(sw->status) : -1;
+            res->signal = WIFSIGNALED(sw->status) ? WTERMSIG(sw->status) : 0;
+        } else if (res->failed) {
             worker_t *w = &ws[res->root];
             char how[160], tl[3000], tbuf[32];
             describe_status(w->status, how, sizeof how);

@@ -376,8 +376,13 @@ static double accept_clients(ct_store_server *s, double now) {
             return 0; /* EAGAIN: backlog empty */
         }
         uint32_t peer = sl >= sizeof sa && sa.sin_family == AF_INET ? sa.sin_addr.s_addr : 0;
-        if (count_unauth(s, &peer) >= MAX_UNAUTH_PER_ADDR) evict_oldest_unauth(s, &peer);
-        else if (count_unauth(s, NULL) >= MAX_UNAUTH) evict_oldest_unauth(s, NULL);
+        if (count_unauth(s, &peer) >= MAX_UNAUTH_PER_ADDR) {
+            /* a burst of real ranks looks the same: read what they sent before evicting anyone,
+             * those whose HELLO is already there leave the unauthenticated count */
+            for (size_t i = 0; i < s->ncl; i++)
+                if (s->cl[i].fd >= 0 && !s->cl[i].authed && s->cl[i].peer == peer) client_read(s, &s->cl[i]);
+            if (count_unauth(s, &peer) >= MAX_UNAUTH_PER_ADDR) evict_oldest_unauth(s, &peer);
+        } else if (count_unauth(s, NULL) >= MAX_UNAUTH) evict_oldest_unauth(s, NULL);
         size_t live = 0;
         for (size_t i = 0; i < s->ncl; i++) live += s->cl[i].fd >= 0;
         if (live >= MAX_CLIENTS) { close(fd); continue; } /* only authenticated clients left */

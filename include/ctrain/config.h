@@ -43,6 +43,7 @@ typedef enum {
 #define CT_CFG_LAUNCHER 1u  /* set by `ctrain run` / ct_spawn for the workers */
 #define CT_CFG_LIST 2u      /* int: a trailing ",..." or "(...)" is ignored (OpenMP lists, Slurm's 2(x3)) */
 #define CT_CFG_ABOVE_MIN 4u /* float: min itself is not allowed */
+#define CT_CFG_SECRET 8u    /* never printed (ctrain env --vars shows "(hidden)") */
 
 typedef enum {
     /* logging */
@@ -76,7 +77,7 @@ typedef struct ct_config_info {
     double min, max;      /* int, float, bytes */
     const char *choices;  /* choice: "ERROR|WARN|INFO|TRACE" */
     const char *unit;     /* float: "seconds", "MiB"; NULL: none */
-    unsigned flags;       /* CT_CFG_LAUNCHER | CT_CFG_LIST | CT_CFG_ABOVE_MIN */
+    unsigned flags;       /* CT_CFG_LAUNCHER | CT_CFG_LIST | CT_CFG_ABOVE_MIN | CT_CFG_SECRET */
     const char *help;     /* one line */
 } ct_config_info;
 

@@ -27,7 +27,7 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                             "check that all ranks issue the same collective (sequence, op, dtype, count)"},
     [CT_CFG_BIND] = {"CTRAIN_BIND", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
                      "pin each local rank to its own share of the CPUs (shm backend)"},
-    [CT_CFG_STORE_TOKEN] = {"CTRAIN_STORE_TOKEN", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
+    [CT_CFG_STORE_TOKEN] = {"CTRAIN_STORE_TOKEN", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L | CT_CFG_SECRET,
                             "secret the store asks of every client: ctrain run makes one up for a single machine; set it on every node "
                             "of a multi-node job (or give them the same --rdzv-id); without it, ranks started from RANK/"
                             "WORLD_SIZE share a random one through a 0600 file (see XDG_RUNTIME_DIR)"},

@@ -71,5 +71,9 @@ for _ in $(seq 100); do ss -ltn | grep -q ":$port " && break; sleep 0.05; done
 ss -ltn | grep ":$port " | grep -q "127.0.0.2:$port" || die "multi-node store bind: $(ss -ltn | grep ":$port ")"
 wait "${pids[1]}"
 grep -q "0123456789abcdef-job" "$tmp/l" && die "the secret run id is in the log: $(cat "$tmp/l")"
+# the token is never printed
+out=$(CTRAIN_STORE_TOKEN=sup3rsecret-tok $B env --vars 2>&1)
+echo "$out" | grep -q sup3rsecret && die "ctrain env --vars printed the token"
+echo "$out" | grep -q "^CTRAIN_STORE_TOKEN .*(hidden)" || die "no (hidden) for the token: $(echo "$out" | grep TOKEN)"
 echo "stranger rejected 4/4, job survived"
 exit 0

@@ -203,15 +203,6 @@ static int child_main(int idx, void *ctx) {
     return 127;
 }
 
-/* mkdir -p */
-static int mkdirs_for(const char *path) {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) { errno = ENAMETOOLONG; return -1; }
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
-    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 /* ct_sup_run's after_fork: serve the store again (no store on nodes other than 0). */
 static ct_status store_resume(void *srv) { return srv ? ct_store_server_run(srv) : CT_OK; }
 
@@ -274,12 +265,6 @@ int cli_run(int argc, char **argv) {
             ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c);
         if (ok && o.run_id && !id_is_token) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s.pid", pdir, o.runid);
         else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d.pid", pdir, o.port);
-    }
-    if (o.log_dir && mkdirs_for(o.log_dir)) {
-        fprintf(stderr, "ctrain run: cannot create --log-dir %s: %s\n", o.log_dir, strerror(errno));
-        ct_store_server_stop(srv);
-        ct_sup_restore_signals(&old);
-        return 1;
     }
     int exit_code = 1;
     ct_sup_result *res = calloc(1, sizeof *res);

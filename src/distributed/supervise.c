@@ -362,6 +362,14 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     worker_t *ws = calloc((size_t)n, sizeof *ws);
     if (!ws) return ct_error(CT_ERR_NOMEM, "workers");
     int pidfd = -1;
+    if (o->pid_file && o->log_dir) { /* the pid file lives in the log directory: create it first */
+        char dir[PATH_MAX];
+        if (snprintf(dir, sizeof dir, "%s/attempt_%d/%d", o->log_dir, o->attempt, o->rank_base) < (int)sizeof dir &&
+            mkdirs(dir)) {
+            free(ws);
+            return ct_error(CT_ERR_IO, "cannot create log directory %s: %s", dir, strerror(errno));
+        }
+    }
     if (o->pid_file) {
         ct_status pst = pid_file_take(o->pid_file, o->who ? o->who : "launcher", &pidfd);
         if (pst) { free(ws); return pst; }

@@ -13,16 +13,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* mkdir -p, naming the component that is in the way. */
 static ct_status mkdir_p(const char *dir) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return ct_error(CT_ERR_INVALID, "output directory name too long");
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char saved = *p;
         *p = 0;
+        struct stat sb;
         if (mkdir(buf, 0777) && errno != EEXIST) return ct_error(CT_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-        *p = '/';
+        if (stat(buf, &sb) || !S_ISDIR(sb.st_mode))
+            return ct_error(CT_ERR_IO, "cannot create directory %s: %s exists and is not a directory", dir, buf);
+        *p = saved;
+        if (!saved) break;
     }
-    if (mkdir(buf, 0777) && errno != EEXIST) return ct_error(CT_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
     return CT_OK;
 }
 

@@ -310,9 +310,9 @@ static void pid_file_write(int fd, const worker_t *ws, int n) {
 /* The keeper (see the top of the file). Runs in the direct child, already in its own process
  * group with its output redirected; never returns. */
 static void keeper_run(const ct_sup_opts *o, int idx, pid_t supervisor) {
-    sigset_t all, prev;
+    sigset_t all;
     sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &prev);
+    sigprocmask(SIG_BLOCK, &all, NULL);
     /* SIGUSR2 as the parent-death signal: blocked, so it is read below like SIGCHLD */
     prctl(PR_SET_PDEATHSIG, SIGUSR2);
     if (getppid() != supervisor) _exit(1); /* the supervisor died before prctl */

@@ -3,6 +3,8 @@
  *   train_bench single mlp|gpt|cnn THREADS [SECONDS]   one process, fp32
  *   train_bench ddp    mlp|gpt|cnn NRANKS  [SECONDS]   NRANKS ranks x 1 thread (ct_spawn, shm)
  *   train_bench sgemm  THREADS                         OpenBLAS sgemm GFLOP/s (the GEMM ceiling)
+ *   train_bench single gpt THREADS SECONDS VARIANT      VARIANT: comma list of flash (fused attention),
+ *                                                      ckpt (activation checkpointing), T=N (context)
  *
  * Sizes are those of the benchmark issue: MLP 784-1024-1024-10, batch 128, SGD momentum 0.9;
  * GPT 6 layers, width 256, 8 heads, context 256, vocab 256, batch 8, AdamW; CNN (defaults)
@@ -32,9 +34,16 @@ typedef struct {
     int threads;
     double seconds;
     int nranks;
+    bool flash, ckpt;   /* GPT memory savers */
+    int T;              /* GPT context (0: the default 256) */
 } bench_cfg;
 
-static int batch_of(ct_model_kind k) { return k == CT_MODEL_GPT ? 8 : 128; }
+/* GPT: 2048 tokens a step whatever the context (batch 8 at 256, 2 at 1024, 1 at 2048) */
+static int batch_of(const bench_cfg *bc) {
+    if (bc->kind != CT_MODEL_GPT) return 128;
+    int T = bc->T > 0 ? bc->T : 256;
+    return 2048 / T > 1 ? 2048 / T : 1;
+}
 
 static double peak_rss_mb(void) {
     struct rusage ru;
@@ -71,6 +80,11 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     (void)nranks;
     ct_model_config cfg = ct_model_default_config(bc->kind);
     if (bc->kind == CT_MODEL_MLP) { cfg.mlp.n_hidden = 2; cfg.mlp.hidden[0] = 1024; cfg.mlp.hidden[1] = 1024; }
+    if (bc->kind == CT_MODEL_GPT) {
+        cfg.gpt.flash_attention = bc->flash;
+        cfg.gpt.checkpoint_activations = bc->ckpt;
+        if (bc->T > 0) cfg.gpt.block_size = bc->T;
+    }
     ct_model *m; ct_model_create(&cfg, 1234, &m);
     if (!m) { fprintf(stderr, "model: %s\n", ct_last_error()); return 1; }
     ct_params *P = ct_model_params(m);
@@ -98,7 +112,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     ct_ctx *ctx; ct_ctx_create(NULL, &ctx);
 
     /* synthetic data: a few fixed batches, different per rank */
-    int B = batch_of(bc->kind);
+    int B = batch_of(bc);
     enum { NB = 4 };
     int64_t xshape[4], yshape[2];
     int xnd, ynd;
@@ -188,6 +202,7 @@ static void print_result(const bench_cfg *bc, int threads, int ranks, const benc
            ct_model_kind_name(bc->kind), threads, ranks, o->rate,
            bc->kind == CT_MODEL_GPT ? "tokens/s" : "samples/s", o->step_ms, o->steps, rss, o->flops);
     printf(" arena_peak_mb=%.1f", o->arena_mb);
+    if (bc->kind == CT_MODEL_GPT) printf(" T=%d attention=%s ckpt=%d", bc->T > 0 ? bc->T : 256, bc->flash ? "flash" : "plain", bc->ckpt);
     if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
     printf("\n");
     fflush(stdout);
@@ -208,15 +223,17 @@ static int ddp_rank(int rank, int nranks, void *arg) {
     return rc;
 }
 
-/* own = true: ctrain's GEMM entry point (its AVX-512 kernel where the CPU has one);
- * false: OpenBLAS as configured, which is what PyTorch calls. */
-static double sgemm_gflops(int threads, bool own) {
+/* own = 1: ctrain's GEMM entry point (its AVX-512 kernel where the CPU has one); 2: its
+ * bf16 GEMM (operands rounded to bf16, f32 sums: autocast's); 0: OpenBLAS as configured,
+ * which is what PyTorch calls. */
+static double sgemm_gflops(int threads, int own) {
     ct_set_num_threads(threads);
     /* the shapes that dominate the two models: square-ish 1024 GEMMs */
     int n = 1024;
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
     for (int i = 0; i < n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0; }
-#define GEMM() (own ? ct_sgemm(false, false, n, n, n, 1.0f, a, b, 0.0f, c) \
+#define GEMM() (own == 2 ? ct_sgemm_bf16(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n) \
+                    : own ? ct_sgemm(false, false, n, n, n, 1.0f, a, b, 0.0f, c) \
                     : cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n))
     for (int w = 0; w < 3; w++) GEMM();
     double best = 0;
@@ -239,14 +256,27 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "sgemm")) {
         int t = atoi(argv[2]);
-        printf("RESULT impl=openblas model=sgemm threads=%d gflops=%.1f blas=\"%s\"\n", t, sgemm_gflops(t, false), ct_blas_info());
-        printf("RESULT impl=ctrain model=sgemm threads=%d gflops=%.1f\n", t, sgemm_gflops(t, true));
+        printf("RESULT impl=openblas model=sgemm threads=%d gflops=%.1f blas=\"%s\"\n", t, sgemm_gflops(t, 0), ct_blas_info());
+        printf("RESULT impl=ctrain model=sgemm threads=%d gflops=%.1f\n", t, sgemm_gflops(t, 1));
+        if (ct_sgemm_own_available())
+            printf("RESULT impl=ctrain-bf16 model=sgemm threads=%d gflops=%.1f native=%d\n", t, sgemm_gflops(t, 2),
+                   ct_sgemm_bf16_native());
         return 0;
     }
     if (argc < 4) { fprintf(stderr, "missing THREADS/NRANKS\n"); return 2; }
     bench_cfg bc = {0};
     if (ct_model_kind_parse(argv[2], &bc.kind) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 2; }
     bc.seconds = argc > 4 ? atof(argv[4]) : 8.0;
+    if (argc > 5) {
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", argv[5]);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (!strcmp(tok, "flash")) bc.flash = true;
+            else if (!strcmp(tok, "ckpt")) bc.ckpt = true;
+            else if (!strncmp(tok, "T=", 2) && atoi(tok + 2) > 0) bc.T = atoi(tok + 2);
+            else if (strcmp(tok, "plain")) { fprintf(stderr, "unknown variant '%s' (flash, ckpt, T=N, plain)\n", tok); return 2; }
+        }
+    }
     if (!strcmp(argv[1], "single")) {
         bc.threads = atoi(argv[3]);
         ct_set_num_threads(bc.threads);

@@ -49,6 +49,7 @@ int main(int argc, char **argv) {
     if (ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9}, &opt) != CT_OK) return fprintf(stderr, "%s\n", ct_last_error()), 1;
 
     ct_train_model model = ct_train_model_module(net, P, "resmlp"); /* cross-entropy loss */
+    model.expect = (ct_train_expect){.classes = 10, .ignore_index = -100, .x_numel = 784}; /* checked at create */
     ct_trainer_opts o = ct_trainer_default_opts();
     o.pg = pg;
     o.max_steps = steps;

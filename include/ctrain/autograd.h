@@ -38,6 +38,15 @@ typedef struct ct_node {
     struct ct_node *prev;            /* tape link, newest first */
 } ct_node;
 
+/* Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): y = fn(ctx, x, arg)
+ * computed without keeping the segment's activations — only x and y stay in the arena — and
+ * computed again during backward to get the gradients. Dropout draws the same masks on the
+ * recompute; parameters inside get their gradients even when x needs none; their
+ * grad-ready hooks fire once, after the recompute (DDP buckets stay right). fn must be a
+ * pure function of x, arg and the parameters (called twice). Under no_grad: just fn. */
+typedef ct_tensor *(*ct_checkpoint_fn)(ct_ctx *ctx, ct_tensor *x, void *arg);
+ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor *x);
+
 /* Reverse pass from a scalar (seed gradient 1). */
 void ct_backward(ct_ctx *ctx, ct_tensor *loss);
 /* Reverse pass from any tensor with an explicit seed gradient of the same shape (f32). */

@@ -55,7 +55,7 @@ typedef enum {
     /* DDP */
     CT_CFG_DDP_BUCKET_MB, CT_CFG_DDP_FIRST_BUCKET_MB, CT_CFG_DDP_ZERO_COPY,
     /* kernels and threads */
-    CT_CFG_GEMM, CT_CFG_OMP_NUM_THREADS,
+    CT_CFG_GEMM, CT_CFG_GEMM_BF16, CT_CFG_OMP_NUM_THREADS,
     /* paths */
     CT_CFG_DATA_DIR, CT_CFG_OUTPUT_DIR, CT_CFG_PATH, CT_CFG_XDG_RUNTIME_DIR,
     /* torchrun's worker environment */

@@ -101,6 +101,13 @@ void ct_convert(void *dst, ct_dtype dst_dt, const void *src, ct_dtype src_dt, si
  * run on fewer threads, with the same results. */
 void ct_set_num_threads(int n);
 int ct_get_num_threads(void);
+/* The most threads ct_set_num_threads gives (it uses this many when asked for more, with a
+ * warning): OpenBLAS reserves a 128 MiB buffer per thread and retries a failed reservation
+ * forever, so under an address-space limit (ulimit -v) too many threads would spin without
+ * end; the bound keeps the buffers within the room the limit leaves (1 GiB kept for the rest).
+ * CT_MAX_THREADS without a limit. When below that, why (if non-NULL) gets the reason. */
+#define CT_MAX_THREADS 1024
+int ct_max_num_threads(char *why, size_t cap);
 /* OMP_NUM_THREADS if set, else cores / LOCAL_WORLD_SIZE (at least 1). */
 int ct_default_num_threads(void);
 const char *ct_simd_level(void);

@@ -84,6 +84,10 @@ ct_status ct_st_writer_set_metadata(ct_st_writer *w, const char *key, const char
  * untouched. Tensors are laid out by decreasing item size then name (as the HF library),
  * the header padded with spaces to a multiple of 8, so every tensor is aligned. */
 ct_status ct_st_writer_save(const ct_st_writer *w, const char *path);
+/* Removes the temporary files a save to `path` left when its process was killed
+ * (`<path>.tmp.<pid>.<n>` of processes no longer running, or of this one: call it before
+ * saving). Returns how many were removed (each is logged). */
+int ct_st_remove_stale_tmp(const char *path);
 
 #ifdef __cplusplus
 }

@@ -61,7 +61,19 @@ int ct_dataset_x_shape(const ct_dataset *d, int64_t *dims);
 ct_dtype ct_dataset_x_dtype(const ct_dataset *d);
 int64_t ct_dataset_x_numel(const ct_dataset *d);
 int64_t ct_dataset_y_numel(const ct_dataset *d);
-int ct_dataset_num_classes(const ct_dataset *d); /* classes (images) or vocabulary (tokens) */
+/* Classes (images: the largest label + 1, i.e. what the labels show, not what a model
+ * takes) or vocabulary (tokens: the largest id + 1; text: 256). */
+int ct_dataset_num_classes(const ct_dataset *d);
+/* The file the samples come from (images file, first token shard, text file) or
+ * "in-memory data"; a subset names its parent's. For messages. */
+const char *ct_dataset_source(const ct_dataset *d);
+/* One pass over the stored labels or tokens (no sample is decoded) for the first value a
+ * model could not take: a target (y) outside [0, y_limit) other than y_ignore, or an
+ * integer input (token id, x) outside [0, x_limit); a limit <= 0 is not checked. Returns
+ * CT_ERR_FORMAT naming the file, the index in it and the value ("labels-idx1-ubyte: label
+ * 12 at index 345 is outside [0, 10)"), else CT_OK. A subset checks its own samples only.
+ * The trainer calls it with the model's limits (ct_train_check_data). */
+ct_status ct_dataset_check_values(const ct_dataset *d, int64_t x_limit, int64_t y_limit, int64_t y_ignore);
 /* Copy sample i into x (x_numel elements of x dtype) and y (y_numel i32). */
 void ct_dataset_get(const ct_dataset *d, int64_t i, void *x, int32_t *y);
 

@@ -23,7 +23,8 @@
  *    → "features.0.weight", "features.3.weight", "classifier.0.weight", "classifier.3.weight".
  *    Input [B, in_ch, H, W] f32.
  *  - GPT: nanoGPT's GPT (GPT-2: learned positions, pre-LN blocks, causal self-attention,
- *    4x MLP with exact GELU, final LN, LM head tied to the token embedding), nn.Linear
+ *    4x MLP with exact GELU (or GPT-2's tanh approximation: gpt.gelu_tanh), final LN,
+ *    LM head tied to the token embedding), nn.Linear
  *    layouts ([out, in]): "transformer.wte.weight", "transformer.wpe.weight",
  *    "transformer.h.0.ln_1.weight", "transformer.h.0.attn.c_attn.weight",
  *    "transformer.h.0.attn.c_proj.bias", "transformer.h.0.mlp.c_fc.weight", ...,
@@ -70,6 +71,12 @@ typedef struct ct_model_config {
         int vocab_size;                  /* 256 */
         float dropout;                   /* 0 */
         bool bias;                       /* biases in Linear and LayerNorm (GPT-2: true) */
+        /* MLP activation: false = exact GELU (nanoGPT, ctrain's default), true = the tanh
+         * approximation OpenAI's GPT-2 uses (Hugging Face "gelu_new") */
+        bool gelu_tanh;
+        float ln_eps;                    /* LayerNorm epsilon: 1e-5 (GPT-2's layer_norm_epsilon) */
+        bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention); false: plain */
+        bool checkpoint_activations;     /* recompute each block in backward instead of keeping its activations */
     } gpt;
 } ct_model_config;
 
@@ -117,6 +124,104 @@ ct_status ct_model_load(ct_model *m, const char *path);
 /* The same for any parameter store (strict: exactly the store's names). */
 ct_status ct_params_save(const ct_params *P, const char *path);
 ct_status ct_params_load(ct_params *P, const char *path);
+
+/* ---- a model from its file alone (model_io.c, gpt_hf.c) ----
+ * ct_model_save also writes the config as string metadata ("ctrain.model" = "gpt",
+ * "ctrain.n_layer" = "6", ...; the tensors are unchanged), so that the file alone says what
+ * to build. Without that metadata a GPT is recognised by its tensors: ctrain's (nanoGPT's)
+ * nn.Linear layout, or Hugging Face's GPT2LMHeadModel (Conv1D weights [in, out], names with or
+ * without "transformer."); the shape comes from the tensors and the config.json beside the file
+ * (Hugging Face's names: n_head, activation_function, layer_norm_epsilon, ...); without one a
+ * GPT-2 has n_head = n_embd / 64 (GPT-2's head size) and gelu_new, a nanoGPT file is refused
+ * (its heads are unknown). CT_ERR_FORMAT naming the file when it holds none of these. */
+typedef enum { CT_LAYOUT_CTRAIN = 0, CT_LAYOUT_HF_GPT2 } ct_weights_layout;
+ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout);
+/* config, create and load in one: any file ct_model_config_from_file understands */
+ct_status ct_model_open(const char *path, ct_model **out);
+
+/* ---- GPT-2 in Hugging Face's layout (gpt_hf.c) ----
+ * Load: a GPT2LMHeadModel / GPT2Model state_dict (F32, F16, BF16 or F64) into a GPT of the
+ * same shape; Conv1D weights are transposed, "lm_head.weight" must equal wte (tied), the
+ * attention buffers "attn.bias" / "attn.masked_bias" are skipped. All-or-nothing as
+ * ct_model_load, the same errors. Save: `dir`/model.safetensors (every weight F32 in
+ * GPT2LMHeadModel's state_dict layout, lm_head.weight included, metadata format=pt) and
+ * `dir`/config.json (model_type gpt2); the directory is created. A GPT without biases is
+ * CT_ERR_UNSUPPORTED (GPT-2 has them). */
+ct_status ct_gpt_load_hf(ct_model *m, const char *path);
+ct_status ct_gpt_save_hf(const ct_model *m, const char *dir);
+
+/* ---- GPT inference (gpt_decode.c) ----
+ * A key/value cache (batch 1, block_size positions): ct_gpt_forward_cached runs only the new
+ * tokens [1, t] (positions len .. len+t-1, len + t <= block_size) through the model, attending
+ * to the cached keys and values of the earlier ones, and appends theirs: logits [1, t, vocab]
+ * in ctx, the same as the last t rows of a full forward (within float rounding), at O(T) per
+ * token instead of a forward over the context. No autograd; dropout follows the ctx. */
+typedef struct ct_gpt_cache ct_gpt_cache;
+ct_status ct_gpt_cache_create(const ct_model *m, ct_gpt_cache **out); /* CT_ERR_INVALID: not a GPT; CT_ERR_NOMEM */
+void ct_gpt_cache_free(ct_gpt_cache *c);
+void ct_gpt_cache_reset(ct_gpt_cache *c);
+int ct_gpt_cache_len(const ct_gpt_cache *c);
+ct_tensor *ct_gpt_forward_cached(ct_ctx *ctx, ct_model *m, ct_gpt_cache *c, ct_tensor *tokens);
+
+typedef struct ct_generate_opts {
+    int max_new_tokens;   /* 100 */
+    double temperature;   /* 1.0; 0 = greedy (the first largest logit) */
+    int top_k;            /* 0 = the whole vocabulary; else sample among the k largest logits */
+    uint64_t seed;        /* 1337: the same seed, model and prompt give the same tokens */
+    bool kv_cache;        /* true; false runs a full forward over the context for every token */
+    /* called after each new token; return false to stop early (NULL: none) */
+    bool (*on_token)(int32_t token, void *user);
+    void *user;
+} ct_generate_opts;
+ct_generate_opts ct_generate_default_opts(void);
+
+typedef struct ct_generate_stats {
+    int64_t new_tokens;   /* tokens generated */
+    double seconds;       /* wall time for them, the prompt's forward included */
+} ct_generate_stats;
+
+/* Autoregressive generation from prompt[0, n_prompt) (n_prompt >= 1, every id < vocab_size):
+ * max_new_tokens tokens into out (room for that many). Past block_size the context is
+ * the last block_size tokens (nanoGPT's crop); as positions are absolute, each token then
+ * costs a forward over that window, cache or not. CT_ERR_INVALID for a model that is no GPT,
+ * an empty prompt, an id outside the vocabulary or a bad option; CT_ERR_NOMEM. */
+ct_status ct_gpt_generate(ct_model *m, const int32_t *prompt, int n_prompt, const ct_generate_opts *opts, int32_t *out,
+                          ct_generate_stats *stats);
+
+/* ---- dynamic int8 quantization for inference (src/models/model_quant.c; nn.h) ----
+ *
+ *   ct_model_quantize_dynamic(m, NULL);                       // every Linear → int8 (GPT: lm_head too)
+ *   ct_model_save_quantized(m, "model.int8.safetensors");
+ *   ...
+ *   ct_model *q;                                              // same config as the saved model
+ *   ct_model_create(&cfg, 0, &q);
+ *   if (ct_model_load_quantized(q, "model.int8.safetensors") != CT_OK) puts(ct_last_error());
+ *   ct_tensor *logits = ct_model_forward(ctx, q, x);          // int8 Linears, f32 elsewhere
+ *
+ * File layout (safetensors): per quantized Linear NAME, "NAME.weight" I8 [out, in],
+ * "NAME.weight_scale" F32 [1] (per tensor) or [out] (per channel), "NAME.weight_zero_point"
+ * I64 of the same shape (zeros: symmetric), "NAME.bias" F32 [out]; every other parameter
+ * F32 under its state_dict name (GPT: wte stays f32, lm_head is quantized separately, as
+ * PyTorch's quantize_dynamic does). Metadata: quantization=dynamic, dtype=qint8,
+ * qscheme=per_tensor_symmetric|per_channel_symmetric, activation=quint8_reduce_range,
+ * model=mlp|cnn|gpt. */
+/* Converts the model's Linears in place (ct_quantize_dynamic); opts NULL = defaults.
+ * CT_ERR_INVALID when already quantized, CT_ERR_NOMEM. Training a quantized model is not
+ * supported (no backward through int8 Linears). */
+ct_status ct_model_quantize_dynamic(ct_model *m, const ct_quantize_opts *opts);
+bool ct_model_is_quantized(const ct_model *m);
+/* Bytes of the weights as stored: f32 parameters (PyTorch's count: tied once) or, when
+ * quantized, int8 Linear weights + their scales and zero points + f32 biases + the rest. */
+size_t ct_model_weight_bytes(const ct_model *m);
+/* Atomic like ct_model_save. CT_ERR_INVALID when the model is not quantized. */
+ct_status ct_model_save_quantized(const ct_model *m, const char *path);
+/* Loads a file written by ct_model_save_quantized into m (created with the same config;
+ * quantized here first if it is not, per tensor or per channel as the file says). Strict and
+ * all-or-nothing like ct_model_load: a missing, extra, mis-shaped or mistyped tensor, a
+ * file that is not a dynamically quantized model, or non-zero weight zero points are
+ * CT_ERR_FORMAT naming the tensor and the file; no weight is taken from the file then (a
+ * conversion of m done by this call stays: m is quantized with its own weights). */
+ct_status ct_model_load_quantized(ct_model *m, const char *path);
 
 #ifdef __cplusplus
 }

@@ -92,6 +92,8 @@ size_t ct_module_repr(const ct_module *m, char *buf, size_t n);
 ct_module *ct_nn_linear(ct_params *P, const char *name, int64_t in, int64_t out, bool bias);
 ct_module *ct_nn_linear_ex(ct_params *P, const char *name, int64_t in, int64_t out, bool bias,
                            ct_init w_init, double w_arg, ct_init b_init, double b_arg);
+/* A Linear over existing tensors, registering nothing (weight tying: GPT's lm_head is wte). */
+ct_module *ct_nn_linear_tied(const char *name, ct_tensor *w, ct_tensor *b);
 /* nn.Conv2d(in_ch, out_ch, kernel, stride, padding, bias): weight [out, in, k, k] */
 ct_module *ct_nn_conv2d(ct_params *P, const char *name, int64_t in_ch, int64_t out_ch, int kernel,
                         int stride, int padding, bool bias);
@@ -123,6 +125,42 @@ ct_module *ct_seq_get(const ct_module *seq, int i);
  * `dropout` is applied to the output projection (resid_dropout). */
 ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n_embd, int n_head, bool bias,
                                        float dropout, double w_std, double proj_std);
+/* ---- activation checkpointing (autograd.h: ct_checkpoint) ----
+ * A module as one checkpointed segment (its output must be contiguous). */
+ct_tensor *ct_checkpoint_module(ct_ctx *ctx, ct_module *m, ct_tensor *x);
+/* torch.utils.checkpoint.checkpoint_sequential(seq, segments, x): the first segments - 1
+ * runs of len / segments children are checkpointed, the rest runs normally. */
+ct_tensor *ct_checkpoint_sequential(ct_ctx *ctx, ct_module *seq, int segments, ct_tensor *x);
+
+/* Fused (flash) attention inside it: ct_flash_attention instead of ct_attention (default). */
+void ct_nn_attention_set_fused(ct_module *m, bool fused);
+
+/* ---- dynamic int8 quantization (inference; see ops.h and docs/quantization.md) ----
+ * torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8):
+ *
+ *   ct_quantize_opts qo = ct_quantize_default_opts();     // per tensor; qo.per_channel for per channel
+ *   int n;
+ *   if (ct_quantize_dynamic(net, &qo, &n) != CT_OK) ...    // CT_ERR_NOMEM
+ *   ct_ctx_set_training(ctx, false);
+ *   ct_tensor *y = ct_module_forward(ctx, net, x);         // n Linears now run in int8
+ *
+ * Every Linear in the tree (type "Linear" with a 2-d f32 weight: ct_nn_linear's) becomes, in
+ * place, a DynamicQuantizedLinear with its own int8 weight and a copy of its bias: pointers
+ * to it stay valid, the f32 parameters stay in their store but are no longer read. On
+ * CT_ERR_NOMEM the Linears converted so far stay converted (each one complete). No backward. */
+typedef struct ct_quantize_opts {
+    bool per_channel; /* one weight scale per output row (per_channel_dynamic_qconfig); default per tensor */
+} ct_quantize_opts;
+ct_quantize_opts ct_quantize_default_opts(void);
+ct_status ct_quantize_dynamic(ct_module *root, const ct_quantize_opts *opts, int *nconverted);
+/* A DynamicQuantizedLinear from an int8 weight (taken over, freed with the module, also on
+ * failure) and a bias [out] (copied; may be NULL). NULL when out of memory. */
+ct_module *ct_nn_linear_dynamic_int8(const char *name, ct_qweight *w, const float *bias);
+bool ct_module_is_qlinear(const ct_module *m);
+const ct_qweight *ct_qlinear_weight(const ct_module *m); /* NULL unless ct_module_is_qlinear */
+const float *ct_qlinear_bias(const ct_module *m);        /* NULL without bias */
+/* Replace its weight (taken over, freed on failure too) and bias (copied): CT_ERR_NOMEM. */
+ct_status ct_qlinear_set(ct_module *m, ct_qweight *w, const float *bias);
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,43 @@ ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x);
 /* q, k, v [B, H, T, D] → softmax(q k^T / sqrt(D) (+ causal mask)) v, [B, H, T, D].
  * Plain version: materialises the [T, T] scores per head. */
 ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);
+/* The same result computed by tiles with an online softmax (flash attention), forward and
+ * backward: O(T) extra memory (one log-sum-exp per row) instead of the [T, T] matrix; equal
+ * to ct_attention within f32 rounding. */
+ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);
+
+/* ---- dynamic int8 quantization (inference: nothing is recorded for backward) ----
+ * As torch.ao.quantization.quantize_dynamic's Linear with fbgemm (x86): weights s8,
+ * symmetric (scale = max|w| / 127.5, zero point 0), per tensor or per output channel;
+ * activations quantized per call over the whole input to u8 with reduce_range (0..127,
+ * scale and zero point from min(x, 0) and max(x, 0)); u8 x s8 GEMM with exact int32
+ * accumulation (AVX-512 VNNI, AVX2 or scalar, picked at run time); then
+ * y = float(acc - zp * colsum) * (sa * sw) + bias, in f32. See docs/quantization.md.
+ *
+ *   ct_qweight *qw;
+ *   if (ct_qweight_quantize(ct_f32(W), 512, 784, false, &qw) != CT_OK) ...   // CT_ERR_NOMEM
+ *   ct_tensor *y = ct_linear_dynamic_int8(ctx, x, qw, b);                   // x [..., 784] f32
+ *   ct_qweight_free(qw);
+ */
+typedef struct { float scale; int32_t zero_point; } ct_qparams;
+/* PyTorch's ChooseQuantizationParams (preserve_sparsity off): [min(min, 0), max(max, 0)]
+ * onto [qmin, qmax] (halved when reduce_range), scales under 6.1e-5 raised to it. */
+ct_qparams ct_choose_qparams(float min, float max, int32_t qmin, int32_t qmax, bool reduce_range);
+typedef struct ct_qweight ct_qweight;
+/* Quantize an f32 weight [out, in] (row-major). CT_ERR_INVALID for a bad shape, CT_ERR_NOMEM. */
+ct_status ct_qweight_quantize(const float *w, int64_t out, int64_t in, bool per_channel, ct_qweight **res);
+/* From stored int8 values [out, in] and nscales (1 or out) scales; zero points are 0. */
+ct_status ct_qweight_from_int8(const int8_t *q, int64_t out, int64_t in, const float *scales, int64_t nscales, ct_qweight **res);
+void ct_qweight_free(ct_qweight *w);
+const int8_t *ct_qweight_int8(const ct_qweight *w);                   /* [out, in] */
+const float *ct_qweight_scales(const ct_qweight *w, int64_t *nscales); /* nscales may be NULL */
+int64_t ct_qweight_out(const ct_qweight *w);
+int64_t ct_qweight_in(const ct_qweight *w);
+size_t ct_qweight_bytes(const ct_qweight *w); /* as stored: int8 values + f32 scales + i64 zero points */
+/* x [..., in] f32 contiguous, b [out] f32 or NULL → [..., out] f32. */
+ct_tensor *ct_linear_dynamic_int8(ct_ctx *ctx, ct_tensor *x, const ct_qweight *w, const ct_tensor *b);
+/* "avx512-vnni", "avx2" or "scalar": the int8 kernel this CPU runs */
+const char *ct_qgemm_kernel_name(void);
 
 #ifdef __cplusplus
 }

@@ -167,14 +167,15 @@ double ct_grad_norm(const ct_params *p);
 /* torch.cuda.amp.GradScaler's dynamic loss scale:
  *   loss * ct_grad_scaler_scale(s) -> backward -> found_inf = !ct_grad_scaler_unscale_and_check(s, P)
  *   -> if (!found_inf) ct_optim_step(...) -> ct_grad_scaler_update(s, found_inf).
- * update: found_inf: scale *= backoff, tracker = 0; else tracker += 1 and when it reaches
- * growth_interval: scale *= growth (kept only if finite), tracker = 0. */
+ * update: found_inf: scale *= backoff (not below min_scale), tracker = 0; else tracker += 1
+ * and when it reaches growth_interval: scale *= growth (kept only if finite), tracker = 0. */
 typedef struct ct_grad_scaler_opts {
     float init_scale;        /* 65536 (2^16) */
     double growth_factor;    /* 2 */
     double backoff_factor;   /* 0.5 */
     int32_t growth_interval; /* 2000 */
     bool enabled;            /* true; false: scale 1, unscale and update do nothing (unscale: true) */
+    float min_scale;         /* 1: backoff never goes below it (PyTorch has no floor: 0 = none) */
 } ct_grad_scaler_opts;
 ct_grad_scaler_opts ct_grad_scaler_default_opts(void);
 
@@ -193,6 +194,8 @@ float ct_grad_scaler_scale(const ct_grad_scaler *s);
  * all of them are finite. */
 bool ct_grad_scaler_unscale_and_check(ct_grad_scaler *s, ct_params *p);
 void ct_grad_scaler_update(ct_grad_scaler *s, bool found_inf);
+/* The scale sits at min_scale: steps that still overflow point at a diverged model. */
+bool ct_grad_scaler_at_floor(const ct_grad_scaler *s);
 ct_grad_scaler_state ct_grad_scaler_get_state(const ct_grad_scaler *s);
 void ct_grad_scaler_set_state(ct_grad_scaler *s, ct_grad_scaler_state st);
 

@@ -40,6 +40,19 @@ extern "C" {
 
 /* ---------------------------------------------------------------- the model ---- */
 
+/* What a model takes, stated so that data it cannot take is refused when the trainer is
+ * created (naming the file, the index and the value) instead of stopping an op at some
+ * step hours in. Zero fields are not checked. */
+typedef struct ct_train_expect {
+    int64_t classes;       /* targets (y) in [0, classes), or ignore_index */
+    int64_t ignore_index;  /* a target the loss skips (cross-entropy: -100; the GPT: -1) */
+    int64_t vocab;         /* > 0: inputs are token ids (i32) in [0, vocab); else inputs are f32 */
+    int64_t x_numel;       /* values in one sample's input (an MLP flattens it) */
+    int x_ndim;            /* > 0: one sample's input has these dims (the batch dim excluded)... */
+    int64_t x_shape[CT_MAX_DIMS]; /* ...of these sizes (0: any) */
+    int64_t x_max_len;     /* > 0: the input's first dim is at most this (a GPT's block_size) */
+} ct_train_expect;
+
 /* What is trained: a parameter store and how to run it. */
 typedef struct ct_train_model {
     ct_params *params;
@@ -54,12 +67,20 @@ typedef struct ct_train_model {
     const char *kind;      /* written into checkpoints: resuming another kind is refused */
     const char *describe;  /* first word of the log's header line */
     void *self;
+    ct_train_expect expect; /* the built-in models fill it; set expect.classes for a module */
 } ct_train_model;
 
-/* The built-in MLP, CNN and GPT (model's loss, save and load: GPT's tied lm_head). */
+/* The built-in MLP, CNN and GPT (model's loss, save and load: GPT's tied lm_head), with
+ * their expectations (classes or vocabulary, input shape) from their config. */
 ct_train_model ct_train_model_builtin(ct_model *m);
-/* Any module whose parameters live in P, trained with cross-entropy. */
+/* Any module whose parameters live in P, trained with cross-entropy; expect is zero (the
+ * trainer cannot know the classes: set m.expect.classes = C and ignore_index = -100). */
 ct_train_model ct_train_model_module(ct_module *mod, ct_params *P, const char *kind);
+/* Whether the model can take d, by m->expect: the sample shape and dtype, then one pass
+ * over the stored labels or tokens (ct_dataset_check_values). CT_ERR_FORMAT naming the
+ * file, the first bad index and its value, or the shapes; ct_trainer_create calls it on
+ * the training and evaluation data, a loop of your own can too. */
+ct_status ct_train_check_data(const ct_train_model *m, const ct_dataset *d);
 
 /* ---------------------------------------------------------------- one step ---- */
 
@@ -80,18 +101,25 @@ typedef struct ct_step_args {
     double lr;
     double clip_norm;    /* > 0: clip the global gradient norm (after the DDP average) */
     int64_t step;        /* optimizer step index: dropout masks differ per step (ct_ctx_set_step) */
+    ct_grad_scaler *scaler; /* NULL, or dynamic loss scaling (torch.amp.GradScaler): the loss is
+                               multiplied by the scale, gradients unscaled before clipping, the
+                               optimizer step skipped when any gradient is inf/NaN */
 } ct_step_args;
 
 typedef struct ct_step_result {
     double loss;         /* mean of the micro-batches' losses on this rank */
     double grad_norm;    /* global norm before clipping (clip_norm > 0), else NAN */
+    bool skipped;        /* with a scaler: gradients overflowed, the optimizer step was skipped */
+    float scale;         /* with a scaler: the loss scale after this step's update */
 } ct_step_result;
 
 /* One optimizer step over n_micro micro-batches (gradient accumulation: each loss is
  * scaled by 1/n_micro, so the update is that of one n_micro times larger batch within f32
  * rounding; DDP reduces only during the last backward, as `with ddp.no_sync()` on the
  * others). Ends with zeroed gradients and a reset context. Errors: DDP's (a peer died,
- * timed out, a parameter got no gradient); the step is then not applied. */
+ * timed out, a parameter got no gradient); the step is then not applied. With a scaler under
+ * DDP every rank skips alike: the overflow check reads the averaged gradients, which the
+ * all-reduce leaves identical on every rank. */
 ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int n_micro, ct_step_result *r);
 
 /* ---------------------------------------------------------------- checkpoints ---- */
@@ -106,8 +134,20 @@ typedef struct ct_train_state {
     int64_t scaler_growth_tracker;
 } ct_train_state;
 
-/* o may be NULL (weights and state only). */
+/* o may be NULL (weights and state only). Errors name the path and errno (CT_ERR_IO; a
+ * filesystem known to be too small fails before anything is written); the checkpoints
+ * already there are untouched by a failed save, and pruning happens only after success. */
 ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep);
+/* Removes what interrupted saves and prunes of dead processes left under root (hidden
+ * .step-N.tmp.<pid> and .step-N.del.<pid> directories), and puts back a .step-N.old.<pid>
+ * copy whose re-save was cut between its renames when no step-N exists. Directories of
+ * live processes other than this one are left alone. Call it before training starts (the
+ * trainer does, on rank 0); a missing root is CT_OK. Each removal is logged. */
+ct_status ct_checkpoint_cleanup(const char *root);
+/* CT_ERR_IO naming dir, the bytes needed and free, and ENOSPC when the filesystem of dir
+ * (statvfs) has less than `need` bytes available to the user; CT_OK when enough or unknown.
+ * ct_checkpoint_save checks the checkpoint's minimum size with it before writing. */
+ct_status ct_checkpoint_free_space(const char *dir, uint64_t need, const char *what);
 /* Newest checkpoint under root whose manifest verifies; CT_ERR_NOT_FOUND if none. */
 ct_status ct_checkpoint_find_latest(const char *root, char *dir, size_t n);
 /* Checks every file of the manifest (size and CRC-32). */
@@ -136,7 +176,22 @@ typedef struct ct_step_report {
 typedef struct ct_eval_report {
     int64_t step, epoch;
     double loss, accuracy;            /* over every evaluated sample of every rank */
+    int64_t count;                    /* predictions evaluated (samples, or tokens of a language model) */
 } ct_eval_report;
+
+/* ---------------------------------------------------------------- evaluation ---- */
+
+typedef struct ct_eval_opts {
+    int batch_size;          /* 64 */
+    int64_t max_samples;     /* 0: all */
+    ct_pg *pg;               /* NULL or a world of 1: one process; else each rank evaluates its share */
+} ct_eval_opts;
+ct_eval_opts ct_eval_default_opts(void);
+/* Mean cross-entropy and accuracy (argmax of the last dim against the targets) of model's
+ * forward over the samples of d (every position for a language model; step and epoch are
+ * left 0). ctx may be NULL (one is made); gradients and dropout are off during the call.
+ * Under a group every rank calls it and gets the totals. */
+ct_status ct_evaluate(const ct_train_model *model, const ct_dataset *d, const ct_eval_opts *opts, ct_ctx *ctx, ct_eval_report *r);
 
 typedef struct ct_trainer_opts {
     ct_pg *pg;               /* NULL or a world of 1: one process; else DDP over this group */
@@ -156,11 +211,18 @@ typedef struct ct_trainer_opts {
     bool eval_each_epoch;    /* true */
     int64_t eval_max;        /* evaluate on at most this many samples (0: all) */
     int64_t save_every;      /* 0: at the end only */
-    int keep;                /* checkpoints kept: 3 (0: all) */
+    int keep;                /* checkpoints kept: 3 (0: all); the oldest goes only after the
+                              * new one is complete, so the disk needs room for keep + 1 */
+    /* false (default): a checkpoint that cannot be written (full disk, I/O error) ends
+     * ct_trainer_fit with its error on every rank; true: a warning, and training goes on.
+     * The final weights (model.safetensors) not written is an error either way. */
+    bool keep_going_on_save_error;
     const char *resume;      /* NULL, "auto" (newest valid under output_dir/checkpoints) or a directory */
     int64_t log_every;       /* progress line every N steps: 50 (0: no printing) */
     const char *output_dir;  /* "output": checkpoints/, model.safetensors, metrics */
     bool metrics;            /* true: metrics.jsonl, TensorBoard events and training.svg (rank 0) */
+    bool loss_scaling;       /* false; true: dynamic loss scaling with `scaler` (fp16 training) */
+    ct_grad_scaler_opts scaler; /* ct_grad_scaler_default_opts(); state saved in checkpoints */
     /* Called on every rank after each optimizer step / evaluation; return false to stop
      * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
      * (decide from the report, which is the same on every rank except the step's loss). */
@@ -175,15 +237,22 @@ ct_trainer_opts ct_trainer_default_opts(void);
 ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *model, ct_optim *opt,
                             const ct_dataset *train_data, const ct_dataset *eval_data, ct_trainer **out);
 /* Trains from step 0 or from the resumed checkpoint to the end; saves a checkpoint at the
- * end and model.safetensors. */
+ * end and model.safetensors. First (rank 0) removes the leftovers of interrupted saves
+ * under output_dir/checkpoints (ct_checkpoint_cleanup) and of model.safetensors. A save that fails is an error
+ * (see keep_going_on_save_error) that names the path and errno on rank 0; the other ranks
+ * get CT_ERR_IO saying rank 0 could not save. */
 ct_status ct_trainer_fit(ct_trainer *t);
-/* Evaluation alone (every rank calls it). */
+/* Evaluation alone (every rank calls it). Evaluation data without samples (a text too short
+ * to hold any out) is CT_ERR_INVALID saying there is nothing to evaluate; ct_trainer_fit
+ * then evaluates nothing, says so once, and its callbacks get no ct_eval_report. */
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r);
 int64_t ct_trainer_step(const ct_trainer *t);
 int64_t ct_trainer_total_steps(const ct_trainer *t);
 int64_t ct_trainer_steps_per_epoch(const ct_trainer *t);
 ct_ddp *ct_trainer_ddp(ct_trainer *t);          /* NULL alone */
 ct_ctx *ct_trainer_ctx(ct_trainer *t);
+float ct_trainer_loss_scale(const ct_trainer *t);        /* 1 without loss scaling */
+int64_t ct_trainer_skipped_steps(const ct_trainer *t);   /* skipped for overflowing gradients */
 void ct_trainer_free(ct_trainer *t);
 
 #ifdef __cplusplus

@@ -15,13 +15,16 @@ static const struct {
     {"env", cli_env, "show version, build options, CPU, BLAS and backends (--check: test a 2-rank all-reduce)"},
     {"run", cli_run, "launch a multi-process job (torchrun's flags)"},
     {"train", cli_train, "train a built-in model: mlp, cnn or gpt"},
+    {"eval", cli_eval, "evaluate a trained model: test loss and accuracy (gpt: loss and perplexity)"},
+    {"generate", cli_generate, "generate text or tokens from a trained GPT (KV cache, temperature, top-k)"},
+    {"quantize", cli_quantize, "dynamic int8 quantization of a trained model (--eval-data: f32 vs int8)"},
     {"bench", cli_bench, "benchmarks: allreduce (nccl-tests style)"},
     {"worker", cli_worker, "tiny distributed programs for testing the launcher"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrain <command> [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) fprintf(f, "  %-7s %s\n", cmds[i].name, cmds[i].help);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) fprintf(f, "  %-9s %s\n", cmds[i].name, cmds[i].help);
     fprintf(f, "\n'ctrain <command> --help' shows a command's options. ctrain %s\n", CT_VERSION_STRING);
 }
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/train_opts.h"
@@ -12,6 +13,8 @@
 
 typedef struct {
     train_opts o;
+    ct_model_config init_cfg; /* --init-from: the file's model */
+    ct_weights_layout init_layout;
     ct_pg *pg;
     ct_model *model;
     ct_optim *opt;
@@ -33,9 +36,7 @@ static ct_status open_data(job *j) {
             globfree(&g);
         }
         if (st != CT_OK) return st;
-        if (ct_dataset_num_classes(j->all) > o->vocab_size)
-            return ct_error(CT_ERR_INVALID, "the data has token ids up to %d but --vocab-size is %d",
-                            ct_dataset_num_classes(j->all) - 1, o->vocab_size);
+        /* token ids against --vocab-size: checked with the model's other expectations by ct_trainer_create */
         return ct_dataset_split_holdout(j->all, &j->train, &j->test);
     }
     st = ct_dataset_idx_open_dir(o->data_dir, true, &j->train);
@@ -51,16 +52,40 @@ static ct_status open_data(job *j) {
     return st;
 }
 
+/* --init-from: the file decides the model; a GPT's training context defaults to its own */
+static ct_status read_init(job *j) {
+    train_opts *o = &j->o;
+    ct_status st = ct_model_config_from_file(o->init_from, &j->init_cfg, &j->init_layout);
+    if (st != CT_OK) return st;
+    if (j->init_cfg.kind != o->kind)
+        return ct_error(CT_ERR_INVALID, "--init-from %s holds a %s, not a %s", o->init_from, ct_model_kind_name(j->init_cfg.kind),
+                        ct_model_kind_name(o->kind));
+    if (o->kind != CT_MODEL_GPT) return CT_OK;
+    int B = j->init_cfg.gpt.block_size;
+    if (o->block_size > B)
+        return ct_error(CT_ERR_INVALID, "--block-size %d is longer than the context of the model in %s (%d)", o->block_size, o->init_from, B);
+    if (!o->block_size) o->block_size = B;
+    o->vocab_size = j->init_cfg.gpt.vocab_size;
+    return CT_OK;
+}
+
 static ct_status build(job *j) {
     const train_opts *o = &j->o;
     ct_model_config cfg = ct_model_default_config(o->kind);
-    if (o->kind == CT_MODEL_GPT) {
+    if (o->init_from) {
+        cfg = j->init_cfg;
+        cfg.gpt.dropout = cfg.cnn.dropout = (float)o->dropout; /* training's choice; MLP's dropout is in its names */
+        cfg.gpt.flash_attention = o->flash;
+        cfg.gpt.checkpoint_activations = o->ckpt;
+    } else if (o->kind == CT_MODEL_GPT) {
         cfg.gpt.n_layer = o->n_layer;
         cfg.gpt.n_embd = o->n_embd;
         cfg.gpt.n_head = o->n_head;
         cfg.gpt.block_size = o->block_size;
         cfg.gpt.vocab_size = o->vocab_size;
         cfg.gpt.dropout = o->dropout;
+        cfg.gpt.flash_attention = o->flash;
+        cfg.gpt.checkpoint_activations = o->ckpt;
     } else if (o->kind == CT_MODEL_MLP) {
         cfg.mlp.dropout = o->dropout;
         if (o->n_hidden >= 0) {
@@ -72,6 +97,11 @@ static ct_status build(job *j) {
     }
     ct_status st = ct_model_create(&cfg, o->seed, &j->model);
     if (st != CT_OK) return st;
+    if (o->init_from) {
+        st = j->init_layout == CT_LAYOUT_HF_GPT2 ? ct_gpt_load_hf(j->model, o->init_from) : ct_model_load(j->model, o->init_from);
+        if (st != CT_OK) return st;
+        if (!j->pg || ct_pg_rank(j->pg) == 0) printf("initialised from %s: %s\n", o->init_from, ct_model_describe(j->model));
+    }
     ct_params *P = ct_model_params(j->model);
     if (o->adamw) {
         ct_adamw_opts ao = ct_adamw_default_opts();
@@ -102,6 +132,7 @@ static ct_status fit(job *j) {
     to.schedule = o->schedule == 0 ? CT_LR_CONSTANT : o->schedule == 2 ? CT_LR_LINEAR : CT_LR_COSINE;
     to.warmup_steps = o->warmup;
     to.clip_norm = o->clip;
+    to.loss_scaling = o->loss_scaling;
     to.seed = o->seed;
     to.workers = o->workers;
     to.eval_every = o->eval_every;
@@ -110,6 +141,7 @@ static ct_status fit(job *j) {
     to.eval_max = o->eval_max;
     to.save_every = o->save_every;
     to.keep = o->keep;
+    to.keep_going_on_save_error = o->keep_going_on_save_error;
     to.resume = o->resume;
     to.log_every = o->log_every;
     to.output_dir = o->output_dir;
@@ -117,6 +149,12 @@ static ct_status fit(job *j) {
     ct_trainer *t;
     ct_status st = ct_trainer_create(&to, &tm, j->opt, j->train, j->test, &t);
     if (st == CT_OK) st = ct_trainer_fit(t);
+    if (st == CT_OK && o->export_hf && (!j->pg || ct_pg_rank(j->pg) == 0)) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/hf", o->output_dir);
+        st = ct_gpt_save_hf(j->model, dir);
+        if (st == CT_OK && o->log_every > 0) printf("exported for transformers: %s/ (model.safetensors, config.json)\n", dir);
+    }
     ct_trainer_free(t);
     return st;
 }
@@ -125,9 +163,25 @@ int cli_train(int argc, char **argv) {
     job j = {0};
     int rc = train_opts_parse(argc, argv, &j.o);
     if (rc >= 0) return rc;
+    if (j.o.threads > 0) {
+        /* more threads than CPUs only slow the kernels down, and past what the address-space
+         * limit allows OpenBLAS would spin forever reserving buffers: refuse both up front */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        char why[256];
+        int max = ct_max_num_threads(why, sizeof why);
+        if (cpus >= 1 && j.o.threads > cpus) {
+            fprintf(stderr, "ctrain train: --threads %d is more than this machine's %ld CPUs\n", j.o.threads, cpus);
+            return 2;
+        }
+        if (j.o.threads > max) {
+            fprintf(stderr, "ctrain train: --threads %d: at most %d here: %s\n", j.o.threads, max, why);
+            return 2;
+        }
+    }
     ct_set_num_threads(j.o.threads > 0 ? j.o.threads : ct_default_num_threads());
     ct_status st = CT_OK;
     if (ct_config_int(CT_CFG_WORLD_SIZE) > 1) st = ct_dist_init(NULL, &j.pg);
+    if (st == CT_OK && j.o.init_from) st = read_init(&j);
     if (st == CT_OK) st = open_data(&j);
     if (st == CT_OK) st = build(&j);
     if (st == CT_OK) st = fit(&j);

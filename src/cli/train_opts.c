@@ -27,19 +27,29 @@ static void usage(FILE *f) {
             "  --weight-decay WD    (default 0 sgd, 0.1 adamw on weights of >= 2 dims)\n"
             "  --schedule constant|cosine|linear  (default cosine)  --warmup N  (default 0)\n"
             "  --clip NORM          clip the global gradient norm (default off)\n"
+            "  --loss-scaling       dynamic loss scaling (GradScaler: 2^16, x2 per 2000 clean steps, x0.5 and\n"
+            "                       the step skipped on inf/NaN gradients, floor 1)\n"
             "  --dropout P          (default 0)\n"
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
             "model (gpt): --n-layer 4 --n-embd 128 --n-head 4 --block-size 64 --vocab-size 256\n"
+            "             --attention plain|flash  (flash: fused, O(T) memory; default plain)\n"
+            "             --checkpoint-activations  recompute each block in backward (less memory)\n"
+            "  --init-from FILE     start from these weights: a model ctrain saved or a Hugging Face GPT-2\n"
+            "                       (GPT2LMHeadModel model.safetensors, config.json beside it); the file's\n"
+            "                       shape replaces the model flags (--block-size: a shorter training context)\n"
             "model (mlp): --hidden 1024,1024\n"
             "output:\n"
             "  --output-dir DIR     (default $CTRAIN_OUTPUT_DIR or ./output)\n"
+            "  --export hf          gpt: also write OUTPUT/hf/ (model.safetensors + config.json) for transformers\n"
             "  --save-every N       checkpoint every N steps (and at the end)   --keep K (default 3)\n"
+            "  --keep-going-on-save-error  a checkpoint that cannot be written is a warning, not the\n"
+            "                       end of the job (the final weights must still be written)\n"
             "  --resume PATH|auto   continue from a checkpoint directory, or the newest valid one\n"
             "  --eval-every N       evaluate every N steps (default: mlp/cnn after each epoch, gpt at the end)\n"
             "  --eval-max N         evaluate on at most N samples (default all)\n"
             "  --log-every N        progress line every N steps (default 50)\n"
-            "  --threads N          per rank (default OMP_NUM_THREADS or cores / local ranks)\n"
+            "  --threads N          per rank, at most the CPU count (default OMP_NUM_THREADS or cores / local ranks)\n"
             "  --workers N          data loader threads (default 1)\n");
 }
 
@@ -48,7 +58,7 @@ static int bad(const char *flag, const char *val, const char *want) {
     return 2;
 }
 
-static bool to_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+bool cli_to_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     if (!s || !*s) return false;
     char *e;
     errno = 0;
@@ -57,7 +67,7 @@ static bool to_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     *out = v;
     return true;
 }
-static bool to_f(const char *s, double lo, double hi, double *out) {
+bool cli_to_f(const char *s, double lo, double hi, double *out) {
     if (!s || !*s) return false;
     char *e;
     errno = 0;
@@ -83,7 +93,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     o->keep = 3;
     o->log_every = 50;
     o->workers = 1;
-    o->n_layer = 4; o->n_embd = 128; o->n_head = 4; o->block_size = 64; o->vocab_size = 256;
+    o->n_layer = 4; o->n_embd = 128; o->n_head = 4; o->vocab_size = 256;
     o->n_hidden = -1;
     o->comm_dtype = CT_F32;
     const char *optimizer = NULL;
@@ -97,12 +107,12 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         int64_t n;
         double d;
 #define NEEDV() do { if (!v) return bad(f, NULL, "a value"); i++; } while (0)
-#define INT(flag, lo, hi, dst) else if (!strcmp(f, flag)) { NEEDV(); if (!to_i64(v, lo, hi, &n)) return bad(f, v, "an integer in [" #lo ", " #hi "]"); dst = n; }
-#define FLT(flag, lo, hi, dst) else if (!strcmp(f, flag)) { NEEDV(); if (!to_f(v, lo, hi, &d)) return bad(f, v, "a number in [" #lo ", " #hi "]"); dst = d; }
+#define INT(flag, lo, hi, dst) else if (!strcmp(f, flag)) { NEEDV(); if (!cli_to_i64(v, lo, hi, &n)) return bad(f, v, "an integer in [" #lo ", " #hi "]"); dst = n; }
+#define FLT(flag, lo, hi, dst) else if (!strcmp(f, flag)) { NEEDV(); if (!cli_to_f(v, lo, hi, &d)) return bad(f, v, "a number in [" #lo ", " #hi "]"); dst = d; }
 #define STR(flag, dst) else if (!strcmp(f, flag)) { NEEDV(); dst = v; }
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         STR("--data-dir", o->data_dir) STR("--text", o->text) STR("--shards", o->shards) STR("--output-dir", o->output_dir)
-        STR("--resume", o->resume) STR("--optimizer", optimizer)
+        STR("--resume", o->resume) STR("--optimizer", optimizer) STR("--init-from", o->init_from)
         INT("--epochs", 1, 100000, o->epochs) INT("--steps", 1, 1000000000, o->steps) INT("--batch-size", 1, 1048576, o->batch_size)
         INT("--grad-accum", 1, 65536, o->grad_accum)
         FLT("--lr", 1e-12, 100, o->lr) FLT("--momentum", 0, 0.9999, o->momentum) FLT("--weight-decay", 0, 10, o->weight_decay)
@@ -114,12 +124,25 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         INT("--n-layer", 1, 256, o->n_layer) INT("--n-embd", 1, 65536, o->n_embd) INT("--n-head", 1, 1024, o->n_head)
         INT("--block-size", 1, 65536, o->block_size) INT("--vocab-size", 2, 65536, o->vocab_size)
         else if (!strcmp(f, "--nesterov")) o->nesterov = true;
+        else if (!strcmp(f, "--export")) {
+            NEEDV();
+            if (strcmp(v, "hf")) return bad(f, v, "hf (a Hugging Face GPT-2 directory)");
+            o->export_hf = true;
+        }
+        else if (!strcmp(f, "--checkpoint-activations")) o->ckpt = true;
+        else if (!strcmp(f, "--loss-scaling")) o->loss_scaling = true;
+        else if (!strcmp(f, "--keep-going-on-save-error")) o->keep_going_on_save_error = true;
         else if (!strcmp(f, "--schedule")) {
             NEEDV();
             if (!strcmp(v, "constant")) o->schedule = 0;
             else if (!strcmp(v, "cosine")) o->schedule = 1;
             else if (!strcmp(v, "linear")) o->schedule = 2;
             else return bad(f, v, "constant, cosine or linear");
+        } else if (!strcmp(f, "--attention")) {
+            NEEDV();
+            if (!strcmp(v, "plain")) o->flash = false;
+            else if (!strcmp(v, "flash")) o->flash = true;
+            else return bad(f, v, "plain or flash");
         } else if (!strcmp(f, "--grad-compression")) {
             NEEDV();
             if (!strcmp(v, "none")) o->comm_dtype = CT_F32;
@@ -135,7 +158,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
             for (char *t = buf, *e;; t = e + 1) {
                 e = strchr(t, ',');
                 if (e) *e = 0;
-                if (o->n_hidden == CT_MLP_MAX_HIDDEN || !to_i64(t, 1, 1 << 20, &n))
+                if (o->n_hidden == CT_MLP_MAX_HIDDEN || !cli_to_i64(t, 1, 1 << 20, &n))
                     return bad(f, v, "comma-separated widths, e.g. 1024,1024");
                 o->hidden[o->n_hidden++] = (int)n;
                 if (!e) break;
@@ -157,7 +180,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         fprintf(stderr, "ctrain train: gpt needs --text FILE or --shards GLOB\n");
         return 2;
     }
-    if (o->kind == CT_MODEL_GPT && o->n_embd % o->n_head) {
+    if (o->export_hf && o->kind != CT_MODEL_GPT) return bad("--export", "hf", "a gpt (Hugging Face's GPT-2 layout)");
+    if (!o->block_size && !o->init_from) o->block_size = 64;
+    if (o->kind == CT_MODEL_GPT && o->n_embd % o->n_head && !o->init_from) {
         fprintf(stderr, "ctrain train: --n-embd %d is not divisible by --n-head %d\n", o->n_embd, o->n_head);
         return 2;
     }

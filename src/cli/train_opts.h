@@ -7,20 +7,28 @@
 typedef struct {
     ct_model_kind kind;
     const char *data_dir, *text, *shards, *output_dir, *resume;
+    const char *init_from;  /* --init-from FILE: start from these weights (their shape decides) */
+    bool export_hf;         /* --export hf: also write OUTPUT/hf/ as a Hugging Face GPT-2 */
     int epochs;
     int64_t steps;
     int batch_size, grad_accum;
     double lr, momentum, weight_decay, clip, dropout;
-    bool adamw, nesterov;
+    bool adamw, nesterov, keep_going_on_save_error;
     int schedule; /* 0 constant, 1 cosine, 2 linear */
     int64_t warmup;
     uint64_t seed;
     int64_t save_every, eval_every, eval_max;
     int keep, log_every, threads, workers;
-    int n_layer, n_embd, n_head, block_size, vocab_size;
+    int n_layer, n_embd, n_head, vocab_size;
+    int block_size;         /* 0 until --block-size: 64, or the --init-from model's context */
     int n_hidden, hidden[CT_MLP_MAX_HIDDEN];
     ct_dtype comm_dtype;
+    bool flash, ckpt, loss_scaling;
 } train_opts;
+
+/* s is a whole number (integer / finite float) in [lo, hi]: for every subcommand's flags */
+bool cli_to_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+bool cli_to_f(const char *s, double lo, double hi, double *out);
 
 /* Returns -1 to go on training, else the exit code (0 for --help, 2 for bad flags). */
 int train_opts_parse(int argc, char **argv, train_opts *o);

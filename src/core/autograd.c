@@ -1,6 +1,7 @@
 /* The tape. Ops append nodes during forward; ct_backward walks them newest first and
  * calls each node's backward (its op-table row, recorded with it). Gradients of intermediates are created
  * on first use in the arena; parameters accumulate into their store's flat buffer. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/ctx_internal.h"
@@ -15,8 +16,13 @@ bool ct_grad_enabled(const ct_ctx *ctx) { return ctx->grad_enabled; }
 void ct_requires_grad(ct_tensor *t) { t->flags |= CT_TF_REQUIRES_GRAD; }
 int ct_tape_len(const ct_ctx *ctx) { return ctx->tape_len; }
 
+static void ckpt_count_uses(ct_ctx *ctx, int nin, ct_tensor *const *in);
+
 ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin, ct_tensor *const *in) {
-    if (!ctx->grad_enabled) return NULL;
+    if (!ctx->grad_enabled) {
+        if (ctx->ckpt_counting) ckpt_count_uses(ctx, nin, in);
+        return NULL;
+    }
     CT_CHECK(nin <= CT_NODE_MAX_IN, "op %s with %d inputs", op->name, nin);
     bool any = false;
     for (int i = 0; i < nin; i++)
@@ -29,7 +35,8 @@ ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin,
     n->nin = nin;
     for (int i = 0; i < nin; i++) {
         n->in[i] = in[i];
-        if (in[i] && (in[i]->flags & CT_TF_PARAM)) in[i]->uses++;
+        /* a recomputed segment's uses were counted when it first ran */
+        if (in[i] && (in[i]->flags & CT_TF_PARAM) && !ctx->ckpt_recompute) in[i]->uses++;
     }
     n->prev = ctx->tape;
     ctx->tape = n;
@@ -109,3 +116,126 @@ void ct_backward_seed(ct_ctx *ctx, ct_tensor *out, const ct_tensor *seed) {
 }
 
 uint64_t ct_ctx_dropout_key(ct_ctx *ctx) { return ct_ctx_dropout_key_(ctx); }
+
+/* ---- activation checkpointing ----
+ * Forward runs the segment without grad, keeping only its input and output; its
+ * intermediates go back to the arena at once. The parameters it uses still count their uses
+ * (so a grad-ready hook fires only after the recompute has delivered their gradients) and are
+ * remembered, so that ct_ctx_reset can clear the counts of a step that never ran backward.
+ * Backward runs the segment again with grad, from a leaf standing for the input, with the
+ * dropout stream where it was, and walks that segment's own tape with the output's
+ * gradient; the input's gradient is the leaf's. Everything the recompute allocates besides
+ * gradients is backward scratch, freed when the node's backward returns. */
+
+static void ckpt_count_uses(ct_ctx *ctx, int nin, ct_tensor *const *in) {
+    for (int i = 0; i < nin; i++) {
+        ct_tensor *p = in[i];
+        if (!p || !(p->flags & CT_TF_PARAM) || !(p->flags & CT_TF_REQUIRES_GRAD)) continue;
+        if (p->uses++ > 0) continue; /* listed at its first use */
+        if (ctx->ckpt_nparams == ctx->ckpt_cap) {
+            int cap = ctx->ckpt_cap ? 2 * ctx->ckpt_cap : 64;
+            ct_tensor **np = realloc(ctx->ckpt_params, sizeof *np * (size_t)cap);
+            if (!np) ct_fatal(__FILE__, __LINE__, "out of memory listing a checkpointed segment's parameters");
+            ctx->ckpt_params = np;
+            ctx->ckpt_cap = cap;
+        }
+        ctx->ckpt_params[ctx->ckpt_nparams++] = p;
+    }
+}
+
+static void ckpt_backward(ct_ctx *ctx, ct_node *n) {
+    ct_ckpt_saved *s = n->saved;
+    ct_tensor *x = n->in[0];
+    /* the input's stand-in: same data, no history; its gradient is x's (accumulated into) */
+    ct_tensor *xd = ct_wrap(ctx, x->dtype, x->data, x->ndim, x->shape);
+    if (x->flags & CT_TF_REQUIRES_GRAD) {
+        ct_grad_acc(ctx, x);
+        xd->flags |= CT_TF_REQUIRES_GRAD;
+        xd->grad = x->grad;
+    }
+    ct_node *tape = ctx->tape;
+    int tape_len = ctx->tape_len;
+    uint64_t step = ctx->step, calls = ct_ctx_dropout_calls_(ctx);
+    ctx->tape = NULL;
+    ctx->tape_len = 0;
+    ctx->step = s->step;
+    ct_ctx_set_dropout_calls_(ctx, s->calls);
+    ctx->grad_enabled = true;
+    ctx->ckpt_recompute++;
+    ct_tensor *y = s->fn(ctx, xd, s->arg);
+    ctx->ckpt_recompute--;
+    ctx->grad_enabled = false;
+    ctx->step = step;
+    ct_ctx_set_dropout_calls_(ctx, calls);
+    if (y->flags & CT_TF_REQUIRES_GRAD) {
+        CT_CHECK(ct_same_shape(y, n->out), "checkpoint: the segment's output changed shape on recompute");
+        float *g = ct_grad_acc(ctx, y);
+        const float *gy = n->out->grad->data;
+        int64_t m = ct_numel(y);
+        for (int64_t i = 0; i < m; i++) g[i] += gy[i];
+        run_backward(ctx);
+    }
+    if (!(x->flags & CT_TF_REQUIRES_GRAD)) xd->grad = NULL;
+    ctx->tape = tape;
+    ctx->tape_len = tape_len;
+}
+
+const ct_op_def ct_checkpoint_def_ = {"checkpoint", ckpt_backward, CT_AC_PROMOTE};
+
+ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor *x) {
+    if (!ctx->grad_enabled || ctx->ckpt_counting) return fn(ctx, x, arg); /* nothing to save, or nested */
+    uint64_t step = ctx->step, calls = ct_ctx_dropout_calls_(ctx);
+    int first = ctx->ckpt_nparams;
+    ct_arena_mark mark = ct_ctx_mark_(ctx);
+    ctx->grad_enabled = false;
+    ctx->ckpt_counting++;
+    ct_tensor *y = fn(ctx, x, arg);
+    ctx->ckpt_counting--;
+    CT_CHECK(ct_is_contiguous(y), "ct_checkpoint: the segment must return a contiguous tensor (end it with ct_contiguous)");
+    ctx->grad_enabled = true;
+    int np = ctx->ckpt_nparams - first;
+    /* keep the output, drop the intermediates: out through a heap copy, back into the arena */
+    size_t bytes = ct_nbytes(y);
+    void *tmp = malloc(bytes ? bytes : 1);
+    ct_tensor *out = y;
+    if (tmp) {
+        memcpy(tmp, y->data, bytes);
+        int64_t shape[CT_MAX_DIMS];
+        int nd = y->ndim;
+        ct_dtype dt = y->dtype;
+        memcpy(shape, y->shape, sizeof shape);
+        ct_ctx_rewind_(ctx, mark);
+        out = ct_new(ctx, dt, nd, shape);
+        memcpy(out->data, tmp, bytes);
+        free(tmp);
+    }
+    if (np == 0 && !(x->flags & CT_TF_REQUIRES_GRAD)) {
+        ctx->ckpt_nparams = first;
+        return out; /* nothing below needs a gradient */
+    }
+    ct_ckpt_saved *s = ct_ctx_alloc(ctx, sizeof *s);
+    s->fn = fn;
+    s->arg = arg;
+    s->step = step;
+    s->calls = calls;
+    s->nparams = np;
+    s->params = ct_ctx_alloc(ctx, sizeof *s->params * (size_t)(np ? np : 1));
+    memcpy(s->params, ctx->ckpt_params + first, sizeof *s->params * (size_t)np);
+    ctx->ckpt_nparams = first;
+    /* recorded even when x needs no gradient: the parameters inside do (PyTorch's reentrant
+     * checkpoint drops them there) */
+    ct_node *n = ct_ctx_alloc(ctx, sizeof *n);
+    memset(n, 0, sizeof *n);
+    n->op = &ct_checkpoint_def_;
+    n->out = out;
+    n->nin = 1;
+    n->in[0] = x;
+    if (x->flags & CT_TF_PARAM) x->uses++;
+    n->saved = s;
+    n->prev = ctx->tape;
+    ctx->tape = n;
+    ctx->tape_len++;
+    out->node = n;
+    out->flags |= CT_TF_REQUIRES_GRAD;
+    return out;
+}

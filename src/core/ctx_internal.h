@@ -36,6 +36,12 @@ struct ct_ctx {
     /* dropout calls made during `dropout_step`: each call gets its own mask stream, and
      * the numbering restarts whenever the step changes (zeroed by calloc) */
     uint64_t dropout_step, dropout_calls;
+    /* activation checkpointing (autograd.c): > 0 while a checkpointed segment runs without
+     * grad (its parameters' uses are still counted, for the grad-ready hooks) / is being
+     * recomputed in backward (uses already counted: not again) */
+    int ckpt_counting, ckpt_recompute;
+    struct ct_tensor **ckpt_params; /* parameters counted by the segment running now */
+    int ckpt_nparams, ckpt_cap;
 };
 
 /* Stream key for the next dropout call: a pure function of (seed, step, call number in
@@ -55,4 +61,17 @@ static inline void ct_ctx_set_dropout_calls_(struct ct_ctx *c, uint64_t n) { c->
 void *ct_ctx_grad_buffer_(struct ct_ctx *c, size_t bytes);  /* zeroed; reuses a freed one */
 void ct_ctx_grad_release_(struct ct_ctx *c, void *p, size_t bytes);
 void ct_ctx_scratch_rewind_(struct ct_ctx *c);
+/* A position in the main arena, and going back to it (everything allocated since is gone). */
+typedef struct { ct_block *cur; size_t cur_used, used; } ct_arena_mark;
+ct_arena_mark ct_ctx_mark_(struct ct_ctx *c);
+void ct_ctx_rewind_(struct ct_ctx *c, ct_arena_mark m);
+/* The op-table row of checkpointed segments: ct_ctx_reset clears the uses they counted. */
+extern const struct ct_op_def ct_checkpoint_def_;
+typedef struct {
+    ct_tensor *(*fn)(struct ct_ctx *, ct_tensor *, void *);
+    void *arg;
+    uint64_t step, calls;      /* dropout stream position before the segment */
+    ct_tensor **params;        /* parameters the segment uses, counted once per use */
+    int nparams;
+} ct_ckpt_saved;
 #endif

@@ -34,14 +34,20 @@ void ct_ctx_free(ct_ctx *c) {
     for (ct_block *b = c->head, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     for (ct_block *b = c->shead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     free(c->gfree);
+    free(c->ckpt_params);
     free(c);
 }
 
 void ct_ctx_reset(ct_ctx *c) {
     /* parameters count their uses per step; a forward without backward leaves counts behind */
-    for (ct_node *n = c->tape; n; n = n->prev)
+    for (ct_node *n = c->tape; n; n = n->prev) {
         for (int i = 0; i < n->nin; i++)
             if (n->in[i] && (n->in[i]->flags & CT_TF_PARAM)) n->in[i]->uses = 0;
+        if (n->op == &ct_checkpoint_def_) {
+            const ct_ckpt_saved *s = n->saved;
+            for (int i = 0; i < s->nparams; i++) s->params[i]->uses = 0;
+        }
+    }
     for (ct_block *b = c->head; b; b = b->next) b->used = 0;
     c->cur = c->head;
     c->used = 0;
@@ -102,6 +108,20 @@ void *ct_ctx_alloc(ct_ctx *c, size_t bytes) {
     if (need == 0) need = ARENA_ALIGN;
     if (c->bw_depth > 0 && !c->grad_alloc) return arena_alloc(c, &c->shead, &c->scur, &c->sused, need);
     return arena_alloc(c, &c->head, &c->cur, &c->used, need);
+}
+
+ct_arena_mark ct_ctx_mark_(ct_ctx *c) {
+    return (ct_arena_mark){c->cur, c->cur ? c->cur->used : 0, c->used};
+}
+void ct_ctx_rewind_(ct_ctx *c, ct_arena_mark m) {
+    /* blocks after the marked one were empty at the mark (allocation only moves forward) */
+    for (ct_block *b = m.cur ? m.cur->next : c->head; b; b = b->next) {
+        b->used = 0;
+        if (b == c->cur) break;
+    }
+    if (m.cur) m.cur->used = m.cur_used;
+    c->cur = m.cur ? m.cur : c->head;
+    c->used = m.used;
 }
 
 void ct_ctx_scratch_rewind_(ct_ctx *c) {

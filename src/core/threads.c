@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "ctrain/config.h"
@@ -12,8 +13,43 @@
 #include "ctrain/tensor.h"
 #include "core/kernel.h"
 
+/* What Debian's OpenBLAS mallocs per thread when its thread count is set (blas_memory_alloc) */
+#define BLAS_BYTES_PER_THREAD ((uint64_t)128 << 20)
+#define AS_RESERVE ((uint64_t)1 << 30)
+
+/* Address space in use now (VmSize), 0 if unknown. */
+static uint64_t vm_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    return (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+int ct_max_num_threads(char *why, size_t cap) {
+    if (why && cap) why[0] = 0;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return CT_MAX_THREADS;
+    uint64_t lim = (uint64_t)rl.rlim_cur, used = vm_bytes() + AS_RESERVE;
+    uint64_t n = lim > used ? (lim - used) / BLAS_BYTES_PER_THREAD : 0;
+    if (n < 1) n = 1; /* one thread is what any BLAS call needs anyway */
+    if (n >= CT_MAX_THREADS) return CT_MAX_THREADS;
+    if (why && cap)
+        snprintf(why, cap, "the address-space limit (ulimit -v) of %.1f GiB leaves room for the 128 MiB OpenBLAS reserves per "
+                 "thread for %d threads", (double)lim / (double)(1u << 30), (int)n);
+    return (int)n;
+}
+
 void ct_set_num_threads(int n) {
     if (n < 1) n = 1;
+    char why[256];
+    int max = ct_max_num_threads(why, sizeof why);
+    if (n > max) {
+        CT_LOG_WARN_("threads", "%d threads asked, %d used: %s", n, max, why[0] ? why : "the most ctrain runs");
+        n = max;
+    }
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
     /* GEMM workspace for n threads; short of memory, GEMMs use fewer threads (same bits) */

@@ -2,10 +2,13 @@
  * Each is loaded whole into memory (Fashion-MNIST is 47 MB; shards are mmap-sized reads)
  * and validated on open, so a bad file fails once, clearly, before training starts. */
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ctrain/loader.h"
 
@@ -28,6 +31,13 @@ struct ct_dataset {
     int32_t *fy;
     const ct_dataset *parent;   /* DS_SUBSET: samples [first, first + n) of parent */
     int64_t first;
+    /* where the values came from, so that a bad one can be named by file and index:
+     * the images file (DS_IDX), the text file or each token shard with the index of its
+     * first token in `tokens` (DS_TOKENS) */
+    char *xpath, *ypath;
+    char **shard;
+    int64_t *shard_start;
+    int nshard;
 };
 
 ct_status ct_dataset_idx_open(const char *ip, const char *lp, ct_dataset **out) {
@@ -59,6 +69,9 @@ ct_status ct_dataset_idx_open(const char *ip, const char *lp, ct_dataset **out) 
     d->ynumel = 1;
     d->xdt = CT_F32;
     d->classes = maxl + 1;
+    d->xpath = strdup(ip);
+    d->ypath = strdup(lp);
+    if (!d->xpath || !d->ypath) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
     d->mean = 0.2860f; /* Fashion-MNIST training-set pixel mean and std */
     d->std = 0.3530f;
     *out = d;
@@ -71,12 +84,21 @@ void ct_dataset_set_normalize(ct_dataset *d, float mean, float std) {
     d->std = std;
 }
 
+/* A whole regular file. O_NONBLOCK on open: a FIFO (or a device) given as a data file
+ * would otherwise block the open until a writer appears, i.e. forever; it is refused. */
 static ct_status read_file(const char *path, uint8_t **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) { fclose(f); return ct_error(CT_ERR_IO, "%s: %s", path, strerror(errno)); }
-    if (S_ISDIR(sb.st_mode)) { fclose(f); return ct_error(CT_ERR_INVALID, "%s: is a directory, not a file", path); }
+    if (fstat(fd, &sb) != 0) { int e = errno; close(fd); return ct_error(CT_ERR_IO, "%s: %s", path, strerror(e)); }
+    if (S_ISDIR(sb.st_mode)) { close(fd); return ct_error(CT_ERR_INVALID, "%s: is a directory, not a file", path); }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return ct_error(CT_ERR_INVALID, "%s: is a %s, not a regular file (data is read whole: copy it to a file first)", path,
+                        S_ISFIFO(sb.st_mode) ? "FIFO" : S_ISCHR(sb.st_mode) ? "character device" : S_ISSOCK(sb.st_mode) ? "socket" : "special file");
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { int e = errno; close(fd); return ct_error(CT_ERR_IO, "%s: %s", path, strerror(e)); }
     *len = (size_t)sb.st_size;
     *buf = malloc(*len ? *len : 1);
     if (!*buf) { fclose(f); return ct_error(CT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, *len); }
@@ -109,8 +131,14 @@ ct_status ct_dataset_tokens_open(const char *const *paths, int npaths, int block
     if (npaths < 1) return ct_error(CT_ERR_INVALID, "no token shard given");
     ct_dataset *d = calloc(1, sizeof *d);
     if (!d) return ct_error(CT_ERR_NOMEM, "out of memory");
+    d->shard = calloc((size_t)npaths, sizeof *d->shard);
+    d->shard_start = calloc((size_t)npaths, sizeof *d->shard_start);
+    if (!d->shard || !d->shard_start) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
     int maxtok = 0;
     for (int p = 0; p < npaths; p++) {
+        if (!(d->shard[p] = strdup(paths[p]))) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
+        d->nshard = p + 1;
+        d->shard_start[p] = d->ntok;
         uint8_t *buf;
         size_t len;
         ct_status st = read_file(paths[p], &buf, &len);
@@ -165,6 +193,10 @@ ct_status ct_dataset_text_open(const char *path, int block_size, ct_dataset **ou
     free(buf);
     d->ntok = (int64_t)len;
     d->classes = 256;
+    d->shard = calloc(1, sizeof *d->shard);
+    d->shard_start = calloc(1, sizeof *d->shard_start);
+    if (!d->shard || !d->shard_start || !(d->shard[0] = strdup(path))) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
+    d->nshard = 1;
     st = windows(d, block_size, path);
     if (st != CT_OK) { ct_dataset_free(d); return st; }
     *out = d;
@@ -203,6 +235,11 @@ void ct_dataset_free(ct_dataset *d) {
     free(d->tokens);
     free(d->fx);
     free(d->fy);
+    free(d->xpath);
+    free(d->ypath);
+    for (int i = 0; i < d->nshard; i++) free(d->shard[i]);
+    free(d->shard);
+    free(d->shard_start);
     free(d);
 }
 
@@ -262,4 +299,60 @@ ct_status ct_dataset_subset(const ct_dataset *d, int64_t first, int64_t count, c
     s->first = first;
     *out = s;
     return CT_OK;
+}
+
+const char *ct_dataset_source(const ct_dataset *d) {
+    while (d->kind == DS_SUBSET) d = d->parent;
+    if (d->kind == DS_IDX) return d->xpath;
+    if (d->kind == DS_TOKENS && d->nshard > 0) return d->shard[0];
+    return "in-memory data";
+}
+
+static bool out_of(int64_t v, int64_t limit, int64_t ignore) { return limit > 0 && v != ignore && (v < 0 || v >= limit); }
+
+/* The token at global position j named by its shard and its index there. */
+static ct_status bad_token(const ct_dataset *d, int64_t j, const char *role, int64_t limit) {
+    int s = 0;
+    while (s + 1 < d->nshard && d->shard_start[s + 1] <= j) s++;
+    return ct_error(CT_ERR_FORMAT, "%s: %s %u at token index %" PRId64 " (window %" PRId64 ") is outside [0, %" PRId64 ")",
+                    d->nshard ? d->shard[s] : "tokens", role, d->tokens[j], j - (d->nshard ? d->shard_start[s] : 0), j / d->T,
+                    limit);
+}
+
+/* Samples [first, first + n) of a stored (non-subset) dataset. */
+static ct_status check_range(const ct_dataset *d, int64_t first, int64_t n, int64_t x_limit, int64_t y_limit, int64_t y_ignore) {
+    switch (d->kind) {
+    case DS_IDX:
+        for (int64_t i = first; i < first + n; i++)
+            if (out_of(d->labels.data[i], y_limit, y_ignore))
+                return ct_error(CT_ERR_FORMAT, "%s: label %u at index %" PRId64 " is outside [0, %" PRId64 ")", d->ypath,
+                                d->labels.data[i], i, y_limit);
+        return CT_OK;
+    case DS_TOKENS: {
+        /* window i reads tokens [i*T, i*T + T) as inputs and [i*T + 1, i*T + T] as targets */
+        if (n == 0) return CT_OK;
+        int64_t lo = first * d->T, xend = (first + n) * d->T, yend = xend + 1;
+        for (int64_t j = lo; j < yend; j++) {
+            int64_t v = d->tokens[j];
+            if (j < xend && out_of(v, x_limit, -1)) return bad_token(d, j, "token id", x_limit);
+            if (j > lo && out_of(v, y_limit, y_ignore)) return bad_token(d, j, "target token id", y_limit);
+        }
+        return CT_OK;
+    }
+    default: /* in-memory f32 inputs: only the targets have a range */
+        for (int64_t i = first * d->ynumel; i < (first + n) * d->ynumel; i++)
+            if (out_of(d->fy[i], y_limit, y_ignore))
+                return ct_error(CT_ERR_FORMAT, "in-memory data: target %" PRId32 " of sample %" PRId64 " (element %" PRId64
+                                ") is outside [0, %" PRId64 ")", d->fy[i], i / d->ynumel, i, y_limit);
+        return CT_OK;
+    }
+}
+
+ct_status ct_dataset_check_values(const ct_dataset *d, int64_t x_limit, int64_t y_limit, int64_t y_ignore) {
+    int64_t first = 0, n = d->n;
+    while (d->kind == DS_SUBSET) {
+        first += d->first;
+        d = d->parent;
+    }
+    return check_range(d, first, n, x_limit, y_limit, y_ignore);
 }

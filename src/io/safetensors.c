@@ -7,8 +7,10 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -543,4 +545,34 @@ done:
     cJSON_Delete(root);
     free(order);
     return st;
+}
+
+int ct_st_remove_stale_tmp(const char *path) {
+    char *dcopy = xstrdup(path), *bcopy = xstrdup(path), dir[4096];
+    if (!dcopy || !bcopy) { free(dcopy); free(bcopy); return 0; }
+    snprintf(dir, sizeof dir, "%s", dirname(dcopy));
+    const char *base = basename(bcopy);
+    size_t bl = strlen(base);
+    int removed = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        /* <base>.tmp.<pid>.<hex>, as ct_st_writer_save names it */
+        if (strncmp(e->d_name, base, bl) || strncmp(e->d_name + bl, ".tmp.", 5)) continue;
+        char *end;
+        long pid = strtol(e->d_name + bl + 5, &end, 10);
+        if (pid <= 0 || *end != '.') continue;
+        /* a live process other than this one may be saving right now (EPERM: alive, not ours) */
+        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) == 0) {
+            removed++;
+            CT_LOG_WARN_("io", "removed %s, left by an interrupted save of process %ld", p, pid);
+        }
+    }
+    if (d) closedir(d);
+    free(dcopy);
+    free(bcopy);
+    return removed;
 }

@@ -5,6 +5,8 @@
  *   forward(x) = classifier(flatten(features(x), 1))                                     */
 #include <stdio.h>
 
+#include <stddef.h>
+
 #include "models/model_internal.h"
 
 static void cnn_defaults(ct_model_config *c) {
@@ -79,7 +81,14 @@ static ct_tensor *cnn_forward(ct_ctx *ctx, ct_model *m, ct_tensor *x) {
     return ct_module_forward(ctx, m->root, x);
 }
 
+#define F_(n, t) {#n, t, offsetof(ct_model_config, cnn.n), 0}
+static const ct_model_field cnn_fields[] = {
+    F_(in_channels, 'i'), F_(height, 'i'), F_(width, 'i'), F_(c1, 'i'), F_(c2, 'i'),
+    F_(kernel, 'i'), F_(fc, 'i'), F_(classes, 'i'), F_(dropout, 'f'),
+};
+#undef F_
+
 const ct_model_kind_ops ct_cnn_kind_ = {
     .name = "cnn", .defaults = cnn_defaults, .check = cnn_check, .build = cnn_build, .describe = cnn_describe,
-    .forward = cnn_forward,
+    .forward = cnn_forward, .fields = cnn_fields, .nfields = (int)(sizeof cnn_fields / sizeof cnn_fields[0]),
 };

@@ -1,6 +1,8 @@
 /* MLP: nn.Sequential(Linear, ReLU, [Dropout], ..., Linear) — state_dict "0.weight", "2.weight", ... */
 #include <stdio.h>
 
+#include <stddef.h>
+
 #include "models/model_internal.h"
 
 static void mlp_defaults(ct_model_config *c) {
@@ -52,7 +54,14 @@ static ct_tensor *mlp_forward(ct_ctx *ctx, ct_model *m, ct_tensor *x) {
     return ct_module_forward(ctx, m->root, x);
 }
 
+#define F_(n, t) {#n, t, offsetof(ct_model_config, mlp.n), 0}
+static const ct_model_field mlp_fields[] = {
+    F_(in, 'i'), {"hidden", 'l', offsetof(ct_model_config, mlp.hidden), offsetof(ct_model_config, mlp.n_hidden)},
+    F_(out, 'i'), F_(dropout, 'f'),
+};
+#undef F_
+
 const ct_model_kind_ops ct_mlp_kind_ = {
     .name = "mlp", .defaults = mlp_defaults, .check = mlp_check, .build = mlp_build, .describe = mlp_describe,
-    .forward = mlp_forward,
+    .forward = mlp_forward, .fields = mlp_fields, .nfields = (int)(sizeof mlp_fields / sizeof mlp_fields[0]),
 };

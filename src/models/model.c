@@ -14,6 +14,7 @@ static const ct_model_kind_ops *const kinds[] = {CT_MODEL_KINDS(KIND_ENTRY_)};
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 static const ct_model_kind_ops *kind_ops(ct_model_kind k) { return (int)k >= 0 && (int)k < NKINDS ? kinds[k] : NULL; }
+const ct_model_kind_ops *ct_model_kind_ops_(ct_model_kind k) { return kind_ops(k); }
 
 /* "mlp, cnn or gpt" (or "CT_MODEL_MLP, ..." with enum_names) */
 static const char *kinds_list(char *buf, size_t n, bool enum_names) {

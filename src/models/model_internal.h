@@ -15,7 +15,18 @@ struct ct_model {
     ct_tensor *tied; /* the parameter state_dict also lists under kind->tied_name (GPT: wte) */
     int64_t nparams;
     char desc[320];
+    bool quantized;      /* ct_model_quantize_dynamic ran: Linears are int8 (model_quant.c) */
+    bool per_channel;    /* ... with one weight scale per output row */
 };
+
+/* One config field of a kind, for the metadata ct_model_save writes and
+ * ct_model_config_from_file reads back ("ctrain.<name>" = value as text). 'i' int, 'f' float,
+ * 'b' bool, 'l' int list at off with its length (an int) at len_off. */
+typedef struct ct_model_field {
+    const char *name;
+    char type;
+    size_t off, len_off;
+} ct_model_field;
 
 typedef struct ct_model_kind_ops {
     const char *name; /* "mlp": ct_model_kind_name, ct_model_kind_parse */
@@ -35,7 +46,12 @@ typedef struct ct_model_kind_ops {
      * names of buffers other implementations save that load may skip (NULL: none) */
     const char *tied_name;
     bool (*load_ignores)(const char *name);
+    const ct_model_field *fields; /* the config sub-struct, described for the metadata */
+    int nfields;
 } ct_model_kind_ops;
+
+/* the per-kind table, for model_io.c (NULL for an unknown kind) */
+const ct_model_kind_ops *ct_model_kind_ops_(ct_model_kind k);
 
 /* X(enum value, entry): the table of kinds, in enum order */
 #define CT_MODEL_KINDS(X)            \
@@ -46,6 +62,11 @@ typedef struct ct_model_kind_ops {
 #define CT_MODEL_KIND_DECL_(k, entry) extern const ct_model_kind_ops entry;
 CT_MODEL_KINDS(CT_MODEL_KIND_DECL_)
 #undef CT_MODEL_KIND_DECL_
+
+/* gpt_hf.c: a GPT config from a file's tensors (and config.json beside it), for files
+ * without ctrain's metadata; CT_ERR_FORMAT when they are no GPT */
+struct ct_st_file;
+ct_status ct_gpt_config_from_tensors_(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);
 
 /* Config checks shared by the kinds: any single dimension is at most CT_MODEL_DIM_MAX,
  * which keeps every product of two inside int64. */

@@ -1,6 +1,7 @@
 /* state_dict I/O: a parameter store (or a model) to and from a safetensors file, with
  * PyTorch's state_dict names. Loading is all-or-nothing: every name, shape and dtype is
  * checked before the first byte of the model changes. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +9,84 @@
 #include "ctrain/io.h"
 #include "models/model_internal.h"
 
+/* ---- the config as metadata ---- */
+/* "ctrain.model" = kind and "ctrain.<field>" = value: strings, as the format's metadata must be */
+static ct_status add_config_metadata(ct_st_writer *w, const ct_model_config *c) {
+    const ct_model_kind_ops *k = ct_model_kind_ops_(c->kind);
+    ct_status st = ct_st_writer_set_metadata(w, "ctrain.model", k->name);
+    char key[96], val[CT_MLP_MAX_HIDDEN * 12 + 16];
+    for (int i = 0; i < k->nfields && st == CT_OK; i++) {
+        const ct_model_field *f = &k->fields[i];
+        const char *at = (const char *)c + f->off;
+        if (f->type == 'i') snprintf(val, sizeof val, "%d", *(const int *)at);
+        else if (f->type == 'f') snprintf(val, sizeof val, "%.9g", (double)*(const float *)at);
+        else if (f->type == 'b') snprintf(val, sizeof val, "%s", *(const bool *)at ? "true" : "false");
+        else {
+            size_t o = 0;
+            val[0] = 0;
+            for (int j = 0; j < *(const int *)((const char *)c + f->len_off); j++)
+                o += (size_t)snprintf(val + o, sizeof val - o, "%s%d", j ? "," : "", ((const int *)at)[j]);
+        }
+        snprintf(key, sizeof key, "ctrain.%s", f->name);
+        st = ct_st_writer_set_metadata(w, key, val);
+    }
+    return st;
+}
+
+static bool parse_int(const char *s, int *out) {
+    char *e;
+    long v = strtol(s, &e, 10);
+    if (e == s || *e || v < INT_MIN || v > INT_MAX) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* the inverse of add_config_metadata; CT_ERR_NOT_FOUND when the file has none */
+static ct_status config_from_metadata(const ct_st_file *f, ct_model_config *c) {
+    const char *kind = ct_st_metadata(f, "ctrain.model");
+    if (!kind) return CT_ERR_NOT_FOUND;
+    ct_model_kind kk;
+    if (ct_model_kind_parse(kind, &kk) != CT_OK)
+        return ct_error(CT_ERR_FORMAT, "%s: metadata ctrain.model = '%s' is no model this ctrain knows", ct_st_path(f), kind);
+    *c = ct_model_default_config(kk);
+    const ct_model_kind_ops *k = ct_model_kind_ops_(kk);
+    for (int i = 0; i < k->nfields; i++) {
+        const ct_model_field *fd = &k->fields[i];
+        char key[96];
+        snprintf(key, sizeof key, "ctrain.%s", fd->name);
+        const char *v = ct_st_metadata(f, key);
+        if (!v) continue; /* a field added after the file was written keeps its default */
+        char *at = (char *)c + fd->off, *e;
+        bool ok = true;
+        if (fd->type == 'i') ok = parse_int(v, (int *)at);
+        else if (fd->type == 'f') { *(float *)at = strtof(v, &e); ok = e != v && !*e; }
+        else if (fd->type == 'b') { ok = !strcmp(v, "true") || !strcmp(v, "false"); *(bool *)at = !strcmp(v, "true"); }
+        else {
+            char buf[CT_MLP_MAX_HIDDEN * 12 + 16];
+            snprintf(buf, sizeof buf, "%s", v);
+            int n = 0;
+            for (char *t = buf; ok && *t; n++) {
+                char *comma = strchr(t, ',');
+                if (comma) *comma = 0;
+                ok = n < CT_MLP_MAX_HIDDEN && parse_int(t, (int *)at + n);
+                t = comma ? comma + 1 : t + strlen(t);
+            }
+            *(int *)((char *)c + fd->len_off) = n;
+        }
+        if (!ok) return ct_error(CT_ERR_FORMAT, "%s: metadata %s = '%s' is not a valid value", ct_st_path(f), key, v);
+    }
+    ct_status st = ct_model_config_check(c);
+    if (st != CT_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", ct_last_error());
+        return ct_error(CT_ERR_FORMAT, "%s: the model in its metadata is invalid: %s", ct_st_path(f), why);
+    }
+    return CT_OK;
+}
+
 /* ---- save ---- */
-static ct_status save_impl(const ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of) {
+static ct_status save_impl(const ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of,
+                           const ct_model_config *cfg) {
     if (!path || !*path) return ct_error(CT_ERR_INVALID, "save: empty path");
     ct_st_writer *w;
     if (ct_st_writer_create(&w) != CT_OK) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
@@ -21,15 +98,17 @@ static ct_status save_impl(const ct_params *P, const char *path, const char *ali
     }
     if (st == CT_OK && alias) st = ct_st_writer_add(w, alias, CT_F32, alias_of->ndim, alias_of->shape, alias_of->data);
     if (st == CT_OK) st = ct_st_writer_set_metadata(w, "format", "pt");
+    if (st == CT_OK && cfg) st = add_config_metadata(w, cfg);
     if (st == CT_OK) st = ct_st_writer_save(w, path);
     ct_st_writer_free(w);
     return st;
 }
 
-ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL); }
+ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL, NULL); }
 
 ct_status ct_model_save(const ct_model *m, const char *path) {
-    return save_impl(m->P, path, m->kind->tied_name, m->tied);
+    if (m->quantized) return ct_model_save_quantized(m, path); /* its f32 Linear weights are stale */
+    return save_impl(m->P, path, m->kind->tied_name, m->tied, &m->cfg);
 }
 
 /* ---- load ---- */
@@ -149,4 +228,31 @@ ct_status ct_params_load(ct_params *P, const char *path) { return load_impl(P, p
 
 ct_status ct_model_load(ct_model *m, const char *path) {
     return load_impl(m->P, path, m->kind->tied_name, m->tied, m->kind->load_ignores);
+}
+
+/* ---- a model from a file alone ---- */
+ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout) {
+    ct_st_file *f = NULL;
+    ct_status st = ct_st_open(path, &f);
+    if (st != CT_OK) return st;
+    ct_weights_layout lay = CT_LAYOUT_CTRAIN;
+    st = config_from_metadata(f, cfg);
+    if (st == CT_ERR_NOT_FOUND) st = ct_gpt_config_from_tensors_(f, cfg, &lay);
+    ct_st_close(f);
+    if (st == CT_OK && layout) *layout = lay;
+    return st;
+}
+
+ct_status ct_model_open(const char *path, ct_model **out) {
+    *out = NULL;
+    ct_model_config cfg;
+    ct_weights_layout lay;
+    ct_status st = ct_model_config_from_file(path, &cfg, &lay);
+    if (st != CT_OK) return st;
+    ct_model *m;
+    if ((st = ct_model_create(&cfg, 0, &m)) != CT_OK) return st;
+    st = lay == CT_LAYOUT_HF_GPT2 ? ct_gpt_load_hf(m, path) : ct_model_load(m, path);
+    if (st != CT_OK) { ct_model_free(m); return st; }
+    *out = m;
+    return CT_OK;
 }

@@ -7,7 +7,8 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     int H = (int)m->hp[1];
     CT_CHECK(x->ndim == 3 && x->shape[2] == C, "CausalSelfAttention '%s': expected input [B, T, %lld], got %d dims (last %lld)",
              m->name, (long long)C, x->ndim, (long long)x->shape[x->ndim - 1]);
-    ct_tensor *qkv = ct_linear(ctx, x, m->p[0], m->p[1]);                 /* [B, T, 3C] */
+    /* the projections run through their modules, so that quantizing them (ct_quantize_dynamic) takes effect */
+    ct_tensor *qkv = ct_module_forward(ctx, m->children[0], x);            /* c_attn: [B, T, 3C] */
     /* One copy puts q, k and v into head layout at once: qkv [B, T, 3, H, D] viewed as
      * [3, B, H, T, D] and made contiguous; each of q, k, v is then a contiguous slice
      * (instead of three column copies followed by three split_heads copies). */
@@ -19,8 +20,10 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     ct_tensor *q = ct_reshape(ctx, ct_slice(ctx, heads, 0, 0, 1), 4, hs); /* [B, H, T, D] */
     ct_tensor *k = ct_reshape(ctx, ct_slice(ctx, heads, 0, 1, 1), 4, hs);
     ct_tensor *v = ct_reshape(ctx, ct_slice(ctx, heads, 0, 2, 1), 4, hs);
-    ct_tensor *y = ct_merge_heads(ctx, ct_attention(ctx, q, k, v, true)); /* [B, T, C] */
-    y = ct_linear(ctx, y, m->p[2], m->p[3]);
+    /* hp[2]: fused (flash) attention, O(T) memory; else the plain one with its [T, T] matrix */
+    ct_tensor *a = m->hp[2] ? ct_flash_attention(ctx, q, k, v, true) : ct_attention(ctx, q, k, v, true);
+    ct_tensor *y = ct_merge_heads(ctx, a); /* [B, T, C] */
+    y = ct_module_forward(ctx, m->children[1], y); /* c_proj */
     return m->fp[0] > 0 ? ct_dropout(ctx, y, m->fp[0]) : y;
 }
 static const ct_module_ops csa_ops = {"CausalSelfAttention", csa_fw, NULL};
@@ -51,4 +54,9 @@ ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n
     m->hp[0] = n_embd; m->hp[1] = n_head;
     m->fp[0] = dropout;
     return m;
+}
+
+void ct_nn_attention_set_fused(ct_module *m, bool fused) {
+    CT_CHECK(m && m->ops == &csa_ops, "ct_nn_attention_set_fused: '%s' is not a CausalSelfAttention", m ? m->name : "(null)");
+    m->hp[2] = fused;
 }

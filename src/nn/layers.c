@@ -44,6 +44,18 @@ ct_module *ct_nn_linear_ex(ct_params *P, const char *name, int64_t in, int64_t o
 ct_module *ct_nn_linear(ct_params *P, const char *name, int64_t in, int64_t out, bool bias) {
     return ct_nn_linear_ex(P, name, in, out, bias, CT_INIT_KAIMING_UNIFORM, (double)in, CT_INIT_KAIMING_UNIFORM, (double)in);
 }
+ct_module *ct_nn_linear_tied(const char *name, ct_tensor *w, ct_tensor *b) {
+    if (!w) return NULL; /* its owner could not be built (out of memory): passed on (nn.h) */
+    CT_CHECK(w->ndim == 2 && (!b || (b->ndim == 1 && b->shape[0] == w->shape[0])), "Linear '%s': tied weight must be [out, in], bias [out]",
+             name ? name : "");
+    ct_module *m = ct_module_new(&linear_ops, name);
+    if (!m) return NULL;
+    m->w = w;
+    m->b = b;
+    m->hp[0] = w->shape[1];
+    m->hp[1] = w->shape[0];
+    return m;
+}
 
 /* ---- Conv2d ---- */
 static ct_tensor *conv_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {

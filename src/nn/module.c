@@ -81,11 +81,20 @@ static void sb_printf(sbuf *s, const char *fmt, ...) {
     if (r > 0) s->len += (size_t)r;
 }
 
+static int64_t qw_nscales(const ct_module *m) {
+    int64_t n = 1;
+    ct_qweight_scales(ct_qlinear_weight(m), &n);
+    return n;
+}
+
 static void repr_one(const ct_module *m, sbuf *s) {
     const char *t = m->ops->type;
     const int64_t *h = m->hp;
     if (!strcmp(t, "Linear"))
         sb_printf(s, "Linear(in_features=%lld, out_features=%lld, bias=%s)", (long long)h[0], (long long)h[1], m->b ? "True" : "False");
+    else if (!strcmp(t, "DynamicQuantizedLinear"))
+        sb_printf(s, "DynamicQuantizedLinear(in_features=%lld, out_features=%lld, dtype=torch.qint8, qscheme=torch.per_%s_affine)",
+                  (long long)h[0], (long long)h[1], qw_nscales(m) > 1 ? "channel" : "tensor");
     else if (!strcmp(t, "Conv2d"))
         sb_printf(s, "Conv2d(%lld, %lld, kernel_size=(%lld, %lld), stride=(%lld, %lld), padding=(%lld, %lld)%s)", (long long)h[0],
                   (long long)h[1], (long long)h[2], (long long)h[2], (long long)h[3], (long long)h[3], (long long)h[4],

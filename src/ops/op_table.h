@@ -38,7 +38,8 @@
     X(AVG_POOL2D,     avg_pool2d,     CT_AC_PROMOTE)    \
     X(SPLIT_HEADS,    split_heads,    CT_AC_PROMOTE)    \
     X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \
-    X(ATTENTION,      attention,      CT_AC_LOWP)
+    X(ATTENTION,      attention,      CT_AC_LOWP)       \
+    X(FLASH_ATTENTION, flash_attention, CT_AC_LOWP)
 
 #define CT_OP_ENUM_(N, n, ac) CT_OP_##N,
 enum { CT_OP_LIST(CT_OP_ENUM_) CT_OP_COUNT };

@@ -13,18 +13,19 @@ struct ct_grad_scaler {
 
 ct_grad_scaler_opts ct_grad_scaler_default_opts(void) {
     return (ct_grad_scaler_opts){.init_scale = 65536.0f, .growth_factor = 2.0, .backoff_factor = 0.5,
-                                 .growth_interval = 2000, .enabled = true};
+                                 .growth_interval = 2000, .enabled = true, .min_scale = 1.0f};
 }
 
 ct_status ct_grad_scaler_create(const ct_grad_scaler_opts *opts, ct_grad_scaler **out) {
     *out = NULL;
     ct_grad_scaler_opts o = opts ? *opts : ct_grad_scaler_default_opts();
-    if (!(o.init_scale > 0) || !isfinite(o.init_scale) || !(o.growth_factor > 1) ||
+    if (!(o.init_scale > 0) || !isfinite(o.init_scale) || !(o.growth_factor > 1) || !(o.min_scale >= 0) ||
+        o.min_scale > o.init_scale ||
         !(o.backoff_factor > 0 && o.backoff_factor < 1) || o.growth_interval < 1)
         return ct_error(CT_ERR_INVALID,
                         "grad scaler: need init_scale > 0 (%g), growth_factor > 1 (%g), 0 < backoff_factor < 1 (%g), "
-                        "growth_interval >= 1 (%d)", (double)o.init_scale, o.growth_factor, o.backoff_factor,
-                        (int)o.growth_interval);
+                        "growth_interval >= 1 (%d), 0 <= min_scale <= init_scale (%g)", (double)o.init_scale, o.growth_factor,
+                        o.backoff_factor, (int)o.growth_interval, (double)o.min_scale);
     ct_grad_scaler *s = calloc(1, sizeof *s);
     if (!s) return ct_error(CT_ERR_NOMEM, "grad scaler: out of memory");
     s->o = o;
@@ -57,7 +58,9 @@ bool ct_grad_scaler_unscale_and_check(ct_grad_scaler *s, ct_params *p) {
 void ct_grad_scaler_update(ct_grad_scaler *s, bool found_inf) {
     if (!s->o.enabled) return;
     if (found_inf) {
-        s->scale = (float)((double)s->scale * s->o.backoff_factor);
+        float backed = (float)((double)s->scale * s->o.backoff_factor);
+        /* the floor: a scale that keeps halving towards 0 hides a diverged model */
+        s->scale = backed < s->o.min_scale ? s->o.min_scale : backed;
         s->tracker = 0;
     } else if (s->tracker + 1 == s->o.growth_interval) {
         float grown = (float)((double)s->scale * s->o.growth_factor);
@@ -76,3 +79,5 @@ void ct_grad_scaler_set_state(ct_grad_scaler *s, ct_grad_scaler_state st) {
     s->scale = st.scale;
     s->tracker = st.growth_tracker;
 }
+
+bool ct_grad_scaler_at_floor(const ct_grad_scaler *s) { return s->o.enabled && s->scale <= s->o.min_scale; }

@@ -1,14 +1,23 @@
 /* Checkpoints: write everything into a hidden temporary directory, fsync each file and the
  * directory, then rename it into place. A reader only trusts a directory whose manifest
- * lists every file with the right size and CRC-32. */
+ * lists every file with the right size and CRC-32.
+ *
+ * Every directory that is not a complete checkpoint has a hidden name, so a kill at any
+ * moment leaves nothing that looks like one: `.step-N.tmp.<pid>` while being written,
+ * `.step-N.old.<pid>` for the copy a re-save of step N replaces, `.step-N.del.<pid>` for a
+ * pruned one (renamed first, then emptied). ct_checkpoint_cleanup removes what a dead
+ * process left of these at the next start. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <cjson/cJSON.h>
@@ -168,7 +177,9 @@ static int list_ckpts(const char *root, char ***out) {
     char **v = NULL;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "step-", 5)) continue;
+        /* exactly step-<digits>: not the step-N.old.<pid> an older version left visible */
+        if (strncmp(e->d_name, "step-", 5) || !e->d_name[5] || strspn(e->d_name + 5, "0123456789") != strlen(e->d_name + 5))
+            continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             char **nv = realloc(v, sizeof *v * (size_t)cap);
@@ -183,9 +194,37 @@ static int list_ckpts(const char *root, char ***out) {
     return n;
 }
 
+ct_status ct_checkpoint_free_space(const char *dir, uint64_t need, const char *what) {
+    struct statvfs sv;
+    /* unknown free space (statvfs unsupported) is not a reason to refuse: the write itself reports */
+    if (statvfs(dir, &sv) != 0 || sv.f_frsize == 0) return CT_OK;
+    uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    if (avail >= need) return CT_OK;
+    return ct_error(CT_ERR_IO, "%s: %s needs at least %" PRIu64 " bytes, %" PRIu64 " are free: %s (nothing written)", dir, what,
+                    need, avail, strerror(ENOSPC));
+}
+
+/* What a checkpoint takes at least: the weights and the optimizer state as raw f32 (the
+ * headers, the manifest and a tied GPT head come on top, hence "at least"). */
+static uint64_t ckpt_min_bytes(const ct_train_model *m, ct_optim *o) {
+    uint64_t n = (uint64_t)ct_params_numel(m->params) * sizeof(float);
+    int k = o ? ct_optim_state_tensor_count(o) : 0;
+    for (int i = 0; i < k; i++) {
+        ct_optim_state_tensor v = ct_optim_state_tensor_at(o, i);
+        uint64_t e = ct_dtype_size(v.dtype);
+        for (int d = 0; d < v.ndim; d++) e *= (uint64_t)v.shape[d];
+        n += e;
+    }
+    return n;
+}
+
 ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep) {
     ct_status st = mkdirs(root);
     if (st != CT_OK) return st;
+    char what[64];
+    snprintf(what, sizeof what, "the checkpoint of step %" PRId64, ts->step);
+    /* a disk known to be too full fails now, before the write, not after filling it */
+    if ((st = ct_checkpoint_free_space(root, ckpt_min_bytes(m, o), what)) != CT_OK) return st;
     char tmp[4096], fin[4096], path[4200];
     snprintf(tmp, sizeof tmp, "%s/.step-%08" PRId64 ".tmp.%d", root, ts->step, (int)getpid());
     snprintf(fin, sizeof fin, "%s/step-%08" PRId64, root, ts->step);
@@ -223,7 +262,7 @@ ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim
         fsync_path(tmp);
         /* re-saving a step (after a resume) replaces the old directory */
         char old[4200];
-        snprintf(old, sizeof old, "%s.old.%d", fin, (int)getpid());
+        snprintf(old, sizeof old, "%s/.step-%08" PRId64 ".old.%d", root, ts->step, (int)getpid());
         bool had = rename(fin, old) == 0;
         if (rename(tmp, fin) != 0) {
             st = ct_error(CT_ERR_IO, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
@@ -243,13 +282,91 @@ ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim
         int n = list_ckpts(root, &v);
         for (int i = 0; i < n; i++) {
             if (i < n - keep) {
+                /* renamed away first: a prune cut short leaves a hidden .del directory, never
+                 * a step-N with some of its files gone */
+                char del[4200];
                 snprintf(path, sizeof path, "%s/%s", root, v[i]);
-                rmtree(path);
+                snprintf(del, sizeof del, "%s/.%s.del.%d", root, v[i], (int)getpid());
+                if (rename(path, del) == 0) rmtree(del);
+                else CT_LOG_WARN_("ckpt", "cannot prune %s: %s", path, strerror(errno));
             }
             free(v[i]);
         }
         free(v);
     }
+    return CT_OK;
+}
+
+/* ".step-00000012.tmp.4242" -> step string "00000012", kind "tmp", pid 4242; also the
+ * visible "step-00000012.old.4242" older versions left. */
+static bool parse_leftover(const char *name, char *step, size_t n, char *kind, long *pid) {
+    const char *p = name[0] == '.' ? name + 1 : name;
+    if (strncmp(p, "step-", 5)) return false;
+    p += 5;
+    size_t nd = strspn(p, "0123456789");
+    if (nd == 0 || nd >= n || p[nd] != '.') return false;
+    memcpy(step, p, nd);
+    step[nd] = 0;
+    p += nd + 1;
+    const char *kinds[] = {"tmp.", "old.", "del."};
+    for (int k = 0; k < 3; k++) {
+        if (strncmp(p, kinds[k], 4)) continue;
+        char *end;
+        errno = 0;
+        long v = strtol(p + 4, &end, 10);
+        if (*end || end == p + 4 || errno || v <= 0) return false;
+        if (k == 0 && name[0] != '.') return false;
+        *kind = kinds[k][0];
+        *pid = v;
+        return true;
+    }
+    return false;
+}
+
+static bool pid_alive(long pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
+
+ct_status ct_checkpoint_cleanup(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? CT_OK : ct_error(CT_ERR_IO, "%s: %s", root, strerror(errno));
+    char **names = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char step[32], kind;
+        long pid;
+        if (!parse_leftover(e->d_name, step, sizeof step, &kind, &pid)) continue;
+        /* a live process's directory is its save or prune in progress (another job on this
+         * output directory, or this very process): not ours to touch */
+        if (pid_alive(pid) && pid != (long)getpid()) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            char **nv = realloc(names, sizeof *names * (size_t)cap);
+            if (!nv) break;
+            names = nv;
+        }
+        if (!(names[n] = strdup(e->d_name))) break;
+        n++;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        char step[32], kind, p[4200], fin[4200];
+        long pid;
+        parse_leftover(names[i], step, sizeof step, &kind, &pid);
+        snprintf(p, sizeof p, "%s/%s", root, names[i]);
+        snprintf(fin, sizeof fin, "%s/step-%s", root, step);
+        struct stat sb;
+        /* a re-save killed between its two renames: the old copy is the only step-N left */
+        if (kind == 'o' && stat(fin, &sb) != 0 && ct_checkpoint_verify(p) == CT_OK && rename(p, fin) == 0) {
+            CT_LOG_WARN_("ckpt", "restored %s from %s (a save of it was interrupted)", fin, names[i]);
+        } else {
+            rmtree(p);
+            CT_LOG_WARN_("ckpt", "removed %s, left by an interrupted %s of process %ld", p,
+                         kind == 't' ? "save" : kind == 'd' ? "prune" : "re-save", pid);
+        }
+        free(names[i]);
+    }
+    free(names);
+    fsync_path(root);
     return CT_OK;
 }
 
@@ -273,14 +390,27 @@ ct_status ct_checkpoint_verify(const char *dir) {
         cJSON *e = cJSON_GetObjectItem(files, FILES[i]);
         cJSON *b = e ? cJSON_GetObjectItem(e, "bytes") : NULL, *c = e ? cJSON_GetObjectItem(e, "crc32") : NULL;
         if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) { st = ct_error(CT_ERR_FORMAT, "%s: no entry for %s", path, FILES[i]); break; }
-        uint32_t crc;
+        /* the casts below are only defined for values in range: a hand-edited or corrupt
+         * manifest ("crc32": -3656149109) is a format error, not undefined behaviour */
+        double bv = b->valuedouble, cv = c->valuedouble;
+        if (!(bv >= 0 && bv <= 9007199254740992.0 && bv == (double)(int64_t)bv)) {
+            st = ct_error(CT_ERR_FORMAT, "%s: %s: \"bytes\": %.17g is not a whole number of bytes", path, FILES[i], bv);
+            break;
+        }
+        if (!(cv >= 0 && cv <= 4294967295.0 && cv == (double)(uint32_t)cv)) {
+            st = ct_error(CT_ERR_FORMAT, "%s: %s: \"crc32\": %.17g is not a CRC-32 (a whole number in [0, 4294967295])", path,
+                          FILES[i], cv);
+            break;
+        }
+        int64_t want_size = (int64_t)bv;
+        uint32_t want_crc = (uint32_t)cv, crc;
         int64_t size;
         char fp[4300];
         snprintf(fp, sizeof fp, "%s/%s", dir, FILES[i]);
         st = file_crc(fp, &crc, &size);
-        if (st == CT_OK && (size != (int64_t)b->valuedouble || crc != (uint32_t)c->valuedouble))
+        if (st == CT_OK && (size != want_size || crc != want_crc))
             st = ct_error(CT_ERR_FORMAT, "%s: size or checksum differs from the manifest (%lld bytes, crc %08x; expected %lld, %08x)",
-                          fp, (long long)size, crc, (long long)b->valuedouble, (uint32_t)c->valuedouble);
+                          fp, (long long)size, crc, (long long)want_size, want_crc);
     }
     cJSON_Delete(man);
     return st;
@@ -306,9 +436,56 @@ ct_status ct_checkpoint_find_latest(const char *root, char *dir, size_t n) {
     return st;
 }
 
-static int64_t meta_i64(const ct_st_file *f, const char *k, int64_t dflt) {
+/* One number of the train state's metadata, checked whole and in [lo, hi]: strtoll alone
+ * turned garbage into 0 and clamped a seed >= 2^63 (written with PRIu64) to 2^63 - 1, so a
+ * resume went on with another shuffle. A missing key gives dflt (older checkpoints). */
+static ct_status meta_num(const ct_st_file *f, const char *k, bool is_unsigned, int64_t lo, int64_t hi, uint64_t dflt,
+                          uint64_t *out) {
     const char *v = ct_st_metadata(f, k);
-    return v ? strtoll(v, NULL, 10) : dflt;
+    if (!v) { *out = dflt; return CT_OK; }
+    char *end;
+    errno = 0;
+    bool ok;
+    if (is_unsigned) {
+        ok = *v >= '0' && *v <= '9';
+        *out = strtoull(v, &end, 10);
+    } else {
+        long long x = strtoll(v, &end, 10);
+        ok = x >= lo && x <= hi;
+        *out = (uint64_t)x;
+    }
+    if (!ok || errno || end == v || *end)
+        return ct_error(CT_ERR_FORMAT, "%s: train state '%s' is '%s', not a whole number%s", ct_st_path(f), k, v,
+                        is_unsigned ? " in [0, 2^64)" : lo >= 0 ? " >= 0" : "");
+    return CT_OK;
+}
+
+static ct_status read_train_state(const ct_st_file *f, ct_train_state *ts) {
+    memset(ts, 0, sizeof *ts);
+    uint64_t v[9];
+    ct_status st = meta_num(f, "step", false, 0, INT64_MAX, 0, &v[0]);
+    if (st == CT_OK) st = meta_num(f, "epoch", false, 0, INT64_MAX, 0, &v[1]);
+    if (st == CT_OK) st = meta_num(f, "sampler.seed", true, 0, 0, 0, &v[2]);
+    if (st == CT_OK) st = meta_num(f, "sampler.epoch", false, 0, INT64_MAX, 0, &v[3]);
+    if (st == CT_OK) st = meta_num(f, "sampler.position", false, 0, INT64_MAX, 0, &v[4]);
+    if (st == CT_OK) st = meta_num(f, "seed", true, 0, 0, 0, &v[5]);
+    if (st == CT_OK) st = meta_num(f, "world_size", false, 1, INT32_MAX, 1, &v[6]);
+    if (st == CT_OK) st = meta_num(f, "scaler_growth_tracker", false, INT64_MIN, INT64_MAX, 0, &v[7]);
+    if (st != CT_OK) return st;
+    ts->step = (int64_t)v[0];
+    ts->epoch = (int64_t)v[1];
+    ts->sampler.seed = v[2];
+    ts->sampler.epoch = (int64_t)v[3];
+    ts->sampler.position = (int64_t)v[4];
+    ts->seed = v[5];
+    ts->world_size = (int)v[6];
+    ts->scaler_growth_tracker = (int64_t)v[7];
+    const char *ls = ct_st_metadata(f, "loss_scale");
+    char *end = NULL;
+    ts->loss_scale = ls ? strtod(ls, &end) : 0;
+    if (ls && (end == ls || *end || !(ts->loss_scale >= 0) || ts->loss_scale == INFINITY))
+        return ct_error(CT_ERR_FORMAT, "%s: train state 'loss_scale' is '%s', not a finite number >= 0", ct_st_path(f), ls);
+    return CT_OK;
 }
 
 ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts) {
@@ -326,6 +503,9 @@ ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim 
     } else if (o && (!opt || strcmp(opt, ct_optim_kind(o)))) {
         st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint optimizer '%s', this run uses '%s'", dir, opt ? opt : "?", ct_optim_kind(o));
     }
+    /* the numbers first: a bad one must not leave half-loaded weights behind */
+    ct_train_state loaded;
+    if (st == CT_OK) st = read_train_state(f, &loaded);
     /* load the model into a copy first so a mismatch leaves the live weights untouched */
     size_t nbytes = ct_params_numel(m->params) * sizeof(float);
     float *backup = st == CT_OK ? malloc(nbytes ? nbytes : 1) : NULL;
@@ -341,19 +521,7 @@ ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim 
         }
     }
     free(backup);
-    if (st == CT_OK) {
-        memset(ts, 0, sizeof *ts);
-        ts->step = meta_i64(f, "step", 0);
-        ts->epoch = meta_i64(f, "epoch", 0);
-        ts->sampler.seed = (uint64_t)meta_i64(f, "sampler.seed", 0);
-        ts->sampler.epoch = meta_i64(f, "sampler.epoch", 0);
-        ts->sampler.position = meta_i64(f, "sampler.position", 0);
-        ts->seed = (uint64_t)meta_i64(f, "seed", 0);
-        ts->world_size = (int)meta_i64(f, "world_size", 1);
-        const char *ls = ct_st_metadata(f, "loss_scale");
-        ts->loss_scale = ls ? strtod(ls, NULL) : 0;
-        ts->scaler_growth_tracker = meta_i64(f, "scaler_growth_tracker", 0);
-    }
+    if (st == CT_OK) *ts = loaded;
     ct_st_close(f);
     return st;
 }

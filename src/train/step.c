@@ -2,6 +2,7 @@
  * (the trainer, `ctrain train`, the benchmark, the examples, the DDP tests) steps through
  * ct_train_step, so there is one place where the order of the step is written. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ctrain/train.h"
@@ -13,11 +14,38 @@ static ct_tensor *builtin_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor 
 static ct_status builtin_save(void *self, const char *path) { return ct_model_save(self, path); }
 static ct_status builtin_load(void *self, const char *path) { return ct_model_load(self, path); }
 
+/* What each kind takes (models.h): MLP any input of `in` values; CNN [in_channels, height,
+ * width]; GPT token ids below vocab_size, at most block_size of them; classes or the
+ * vocabulary bound the targets. */
+static ct_train_expect builtin_expect(const ct_model_config *c) {
+    ct_train_expect e = {.ignore_index = -100};
+    switch (c->kind) {
+    case CT_MODEL_MLP:
+        e.classes = c->mlp.out;
+        e.x_numel = c->mlp.in;
+        break;
+    case CT_MODEL_CNN:
+        e.classes = c->cnn.classes;
+        e.x_ndim = 3;
+        e.x_shape[0] = c->cnn.in_channels;
+        e.x_shape[1] = c->cnn.height;
+        e.x_shape[2] = c->cnn.width;
+        break;
+    case CT_MODEL_GPT:
+        e.classes = e.vocab = c->gpt.vocab_size;
+        e.ignore_index = -1; /* nanoGPT's */
+        e.x_ndim = 1;
+        e.x_max_len = c->gpt.block_size;
+        break;
+    }
+    return e;
+}
+
 ct_train_model ct_train_model_builtin(ct_model *m) {
     return (ct_train_model){.params = ct_model_params(m), .forward = builtin_forward, .loss = builtin_loss,
                             .save = builtin_save, .load = builtin_load,
                             .kind = ct_model_kind_name(ct_model_config_of(m)->kind), .describe = ct_model_describe(m),
-                            .self = m};
+                            .self = m, .expect = builtin_expect(ct_model_config_of(m))};
 }
 
 /* ---- any module ---- */
@@ -26,6 +54,50 @@ static ct_tensor *module_forward(ct_ctx *ctx, void *self, ct_tensor *x) { return
 
 ct_train_model ct_train_model_module(ct_module *mod, ct_params *P, const char *kind) {
     return (ct_train_model){.params = P, .forward = module_forward, .kind = kind, .describe = kind, .self = mod};
+}
+
+static void dims_str(const int64_t *d, int n, char *b, size_t cap) {
+    size_t o = (size_t)snprintf(b, cap, "[");
+    for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(b + o, cap - o, i ? ", %lld" : "%lld", (long long)d[i]);
+    if (o < cap) snprintf(b + o, cap - o, "]");
+}
+
+ct_status ct_train_check_data(const ct_train_model *m, const ct_dataset *d) {
+    const ct_train_expect *e = &m->expect;
+    const char *src = ct_dataset_source(d), *kind = m->kind ? m->kind : "model";
+    int64_t dims[CT_MAX_DIMS];
+    int nd = ct_dataset_x_shape(d, dims);
+    char have[96], want[96];
+    dims_str(dims, nd, have, sizeof have);
+    bool tokens = ct_dataset_x_dtype(d) != CT_F32;
+    bool stated = e->vocab > 0 || e->x_numel > 0 || e->x_ndim > 0;
+    if (stated && tokens != (e->vocab > 0))
+        return ct_error(CT_ERR_FORMAT, "%s: samples are %s but the model '%s' takes %s", src, tokens ? "token ids" : "f32 values",
+                        kind, e->vocab > 0 ? "token ids" : "f32 values");
+    if (e->x_numel > 0 && ct_dataset_x_numel(d) != e->x_numel)
+        return ct_error(CT_ERR_FORMAT, "%s: samples are %s (%lld values) but the model '%s' takes %lld values", src, have,
+                        (long long)ct_dataset_x_numel(d), kind, (long long)e->x_numel);
+    if (e->x_ndim > 0) {
+        bool same = nd == e->x_ndim;
+        for (int i = 0; same && i < nd; i++) same = e->x_shape[i] <= 0 || e->x_shape[i] == dims[i];
+        if (!same) {
+            dims_str(e->x_shape, e->x_ndim, want, sizeof want);
+            return ct_error(CT_ERR_FORMAT, "%s: samples are %s but the model '%s' takes %s", src, have, kind, want);
+        }
+    }
+    if (e->x_max_len > 0 && nd >= 1 && dims[0] > e->x_max_len)
+        return ct_error(CT_ERR_FORMAT, "%s: samples are %lld long but the model '%s' takes at most %lld (its block size)", src,
+                        (long long)dims[0], kind, (long long)e->x_max_len);
+    ct_status st = ct_dataset_check_values(d, e->vocab, e->classes, e->ignore_index);
+    if (st != CT_OK) {
+        /* ct_error formats into the buffer ct_last_error() returns: copy the message out first */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ct_last_error());
+        if (e->vocab > 0)
+            return ct_error(st, "%s: the model '%s' has a vocabulary of %lld", msg, kind, (long long)e->vocab);
+        return ct_error(st, "%s: the model '%s' has %lld classes", msg, kind, (long long)e->classes);
+    }
+    return CT_OK;
 }
 
 /* Cross-entropy of outputs [..., C] against targets [...] (rows of the last dim). */
@@ -68,21 +140,28 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         loss_sum += ct_item(loss);
         /* the mean over the micro-batches: d(sum_k loss_k / K) */
         if (n_micro > 1) loss = ct_scale(a->ctx, loss, 1.0f / (float)n_micro);
+        if (a->scaler) loss = ct_scale(a->ctx, loss, ct_grad_scaler_scale(a->scaler));
         ct_backward(a->ctx, loss);
         /* activations of one micro-batch at a time: that is what accumulation saves */
         if (k < n_micro - 1) ct_ctx_reset(a->ctx);
     }
     ct_status st = a->ddp ? ct_ddp_finish(a->ddp) : CT_OK;
     double norm = NAN;
+    bool skip = false;
     if (st == CT_OK) {
-        if (a->clip_norm > 0) norm = ct_clip_grad_norm(m->params, (float)a->clip_norm);
-        ct_optim_step(a->opt, a->lr);
+        /* PyTorch's order: unscale, then clip the true gradients, then step unless inf/NaN */
+        if (a->scaler) skip = !ct_grad_scaler_unscale_and_check(a->scaler, m->params);
+        if (a->clip_norm > 0 && !skip) norm = ct_clip_grad_norm(m->params, (float)a->clip_norm);
+        if (!skip) ct_optim_step(a->opt, a->lr);
+        if (a->scaler) ct_grad_scaler_update(a->scaler, skip);
     }
     ct_params_zero_grad(m->params);
     ct_ctx_reset(a->ctx);
     if (r) {
         r->loss = loss_sum / n_micro;
         r->grad_norm = norm;
+        r->skipped = skip;
+        r->scale = a->scaler ? ct_grad_scaler_scale(a->scaler) : 1.0f;
     }
     return st;
 }

@@ -33,13 +33,16 @@ struct ct_trainer {
     int32_t *ybuf;
     ct_train_batch *micro;     /* grad_accum entries (grad_accum > 1) */
     ct_train_batch one;        /* grad_accum == 1: a view of the loader's batch */
+    ct_grad_scaler *scaler;    /* loss scaling, or NULL */
+    int64_t skipped;           /* steps skipped for overflowing gradients */
     int lock_fd;               /* rank 0: output_dir/.lock, -1 elsewhere */
 };
 
 ct_trainer_opts ct_trainer_default_opts(void) {
     return (ct_trainer_opts){.ddp = ct_ddp_default_opts(), .epochs = 1, .batch_size = 64, .grad_accum = 1, .lr = 0.05,
                              .schedule = CT_LR_COSINE, .min_lr = -1, .seed = 1337, .workers = 1, .eval_each_epoch = true,
-                             .keep = 3, .log_every = 50, .output_dir = "output", .metrics = true};
+                             .keep = 3, .log_every = 50, .output_dir = "output", .metrics = true,
+                             .scaler = ct_grad_scaler_default_opts()};
 }
 
 static double peak_rss_mb(void) {
@@ -79,6 +82,10 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         o.eval_every < 0 || o.save_every < 0 || o.eval_max < 0 || o.workers < 0 || !(o.lr > 0) || !o.output_dir)
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: batch_size %d, grad_accum %d, epochs %" PRId64 " must be >= 1, lr %g > 0, "
                         "the other counts >= 0 and output_dir set", o.batch_size, o.grad_accum, o.epochs, o.lr);
+    /* bad data fails here, once, naming the file and index, not inside an op mid-run */
+    ct_status cs = ct_train_check_data(model, train_data);
+    if (cs == CT_OK && eval_data && eval_data != train_data) cs = ct_train_check_data(model, eval_data);
+    if (cs != CT_OK) return cs;
     ct_trainer *t = calloc(1, sizeof *t);
     if (!t) return ct_error(CT_ERR_NOMEM, "out of memory");
     t->o = o;
@@ -139,6 +146,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         co.seed = o.seed;
         st = ct_ctx_create(&co, &t->ctx);
     }
+    if (st == CT_OK && o.loss_scaling) st = ct_grad_scaler_create(&o.scaler, &t->scaler);
     if (st == CT_OK && t->rank == 0 && o.metrics) st = ct_metrics_open(o.output_dir, &t->metrics);
     if (st != CT_OK) {
         ct_trainer_free(t);
@@ -155,6 +163,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_sampler_free(t->sampler);
     ct_ddp_free(t->ddp);
     ct_ctx_free(t->ctx);
+    ct_grad_scaler_free(t->scaler);
     free(t->xbuf);
     free(t->ybuf);
     free(t->micro);
@@ -167,52 +176,25 @@ int64_t ct_trainer_total_steps(const ct_trainer *t) { return t->total_steps; }
 int64_t ct_trainer_steps_per_epoch(const ct_trainer *t) { return t->steps_per_epoch; }
 ct_ddp *ct_trainer_ddp(ct_trainer *t) { return t->ddp; }
 ct_ctx *ct_trainer_ctx(ct_trainer *t) { return t->ctx; }
+float ct_trainer_loss_scale(const ct_trainer *t) { return t->scaler ? ct_grad_scaler_scale(t->scaler) : 1.0f; }
+int64_t ct_trainer_skipped_steps(const ct_trainer *t) { return t->skipped; }
 
-/* Loss and accuracy; each rank takes every world-th sample (no padding, so every sample
- * counts once) and the sums are all-reduced. */
+/* The data evaluated: the evaluation set, else the training data. */
+static const ct_dataset *eval_set(const ct_trainer *t) { return t->eval ? t->eval : t->train; }
+
+/* Loss and accuracy over the evaluation set (evaluate.c), in the trainer's context */
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
-    const ct_dataset *d = t->eval ? t->eval : t->train;
-    int64_t last = ct_dataset_len(d);
-    if (t->o.eval_max > 0 && last > t->o.eval_max) last = t->o.eval_max;
-    int B = t->o.batch_size;
-    int64_t xn = ct_dataset_x_numel(d), yn = ct_dataset_y_numel(d);
-    size_t xs = ct_dtype_size(ct_dataset_x_dtype(d));
-    void *x = malloc(xs * (size_t)(B * xn));
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)(B * yn));
-    if (!x || !y) { free(x); free(y); return ct_error(CT_ERR_NOMEM, "out of memory for evaluation"); }
-    double sums[3] = {0, 0, 0}; /* loss * count, correct, count */
-    ct_ctx *ctx = t->ctx;
-    bool was = ct_set_grad_enabled(ctx, false);
-    ct_ctx_set_training(ctx, false);
-    int64_t i = t->rank;
-    while (i < last) {
-        int64_t n = 0;
-        for (; n < B && i < last; n++, i += t->world) ct_dataset_get(d, i, (char *)x + (size_t)(n * xn) * xs, y + n * yn);
-        ct_train_batch b = batch_of(d, x, y, n);
-        ct_tensor *logits = t->model->forward(ctx, t->model->self, ct_wrap(ctx, b.x.dtype, x, b.x.ndim, b.x.shape));
-        int64_t V = logits->shape[logits->ndim - 1], rows = ct_numel(logits) / V;
-        ct_tensor *l2 = ct_reshape(ctx, logits, 2, (int64_t[]){rows, V});
-        ct_tensor *tg = ct_wrap(ctx, CT_I32, y, 1, (int64_t[]){rows});
-        sums[0] += ct_item(ct_cross_entropy(ctx, l2, tg, -100)) * (double)rows;
-        const float *L = l2->data;
-        for (int64_t k = 0; k < rows; k++) {
-            int64_t best = 0;
-            for (int64_t c = 1; c < V; c++)
-                if (L[k * V + c] > L[k * V + best]) best = c;
-            sums[1] += best == y[k];
-        }
-        sums[2] += (double)rows;
-        ct_ctx_reset(ctx);
-    }
-    ct_set_grad_enabled(ctx, was);
-    ct_ctx_set_training(ctx, true);
-    free(x);
-    free(y);
-    ct_status st = allreduce_d(t, sums, 3, CT_RED_SUM);
+    const ct_dataset *d = eval_set(t);
+    /* a mean over no sample is 0/0: say so rather than report "accuracy nan" */
+    if (ct_dataset_len(d) == 0)
+        return ct_error(CT_ERR_INVALID, "nothing to evaluate: the evaluation data (%s) has no samples", ct_dataset_source(d));
+    ct_eval_opts eo = ct_eval_default_opts();
+    eo.batch_size = t->o.batch_size;
+    eo.max_samples = t->o.eval_max;
+    eo.pg = t->pg;
+    ct_status st = ct_evaluate(t->model, d, &eo, t->ctx, r);
     r->step = t->step;
     r->epoch = t->epoch;
-    r->loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
-    r->accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
     return st;
 }
 
@@ -222,8 +204,49 @@ static ct_status save_ckpt(ct_trainer *t) {
     snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
     ct_train_state ts = {.step = t->step, .epoch = t->epoch, .sampler = ct_loader_state(t->loader), .seed = t->o.seed,
                          .world_size = t->world};
-    ct_status st = ct_checkpoint_save(root, t->model, t->opt, &ts, t->o.keep);
-    if (st != CT_OK) CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written: %s", t->step, ct_last_error());
+    if (t->scaler) {
+        ct_grad_scaler_state ss = ct_grad_scaler_get_state(t->scaler);
+        ts.loss_scale = ss.scale;
+        ts.scaler_growth_tracker = ss.growth_tracker;
+    }
+    return ct_checkpoint_save(root, t->model, t->opt, &ts, t->o.keep);
+}
+
+/* Rank 0's outcome of something only it does (saving, cleaning), made every rank's: a
+ * failure stops all ranks at the same point instead of leaving the others to time out in
+ * their next collective. Also a barrier. */
+static ct_status agree(ct_trainer *t, ct_status st, const char *what) {
+    if (!t->pg) return st;
+    double v[1] = {st != CT_OK};
+    ct_status cs = allreduce_d(t, v, 1, CT_RED_MAX);
+    if (cs != CT_OK) return st != CT_OK ? st : cs;
+    if (v[0] == 0) return st;
+    /* rank 0's message to every rank: whichever rank the launcher reports first names the
+     * path and the cause (a message in i32 words: the collectives have no byte type) */
+    int32_t msg[256];
+    memset(msg, 0, sizeof msg);
+    if (t->rank == 0) snprintf((char *)msg, sizeof msg, "%s", ct_last_error());
+    if (ct_broadcast_sync(t->pg, msg, 256, CT_I32, 0) != CT_OK || t->rank == 0) return st != CT_OK ? st : CT_ERR_IO;
+    ((char *)msg)[sizeof msg - 1] = 0;
+    return ct_error(CT_ERR_IO, "%s on rank 0: %s", what, (const char *)msg);
+}
+
+/* A periodic or final checkpoint: an error stops training unless the user chose to go on. */
+static ct_status checkpoint(ct_trainer *t) {
+    ct_status st = agree(t, save_ckpt(t), "writing the checkpoint");
+    if (st == CT_OK || !t->o.keep_going_on_save_error) return st;
+    CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written (going on: keep_going_on_save_error): %s", t->step,
+                 ct_last_error());
+    return CT_OK;
+}
+
+static ct_status save_weights(ct_trainer *t) {
+    if (t->rank != 0) return CT_OK;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/model.safetensors", t->o.output_dir);
+    ct_status st = ct_checkpoint_free_space(t->o.output_dir, (uint64_t)ct_params_numel(t->model->params) * sizeof(float),
+                                            "model.safetensors");
+    if (st == CT_OK) st = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
     return st;
 }
 
@@ -243,6 +266,8 @@ static ct_status resume(ct_trainer *t) {
     if ((st = ct_sampler_set_state(t->sampler, &ts.sampler)) != CT_OK) return st;
     t->step = ts.step;
     t->epoch = ts.sampler.epoch;
+    if (t->scaler && ts.loss_scale > 0) /* a checkpoint written without loss scaling starts afresh */
+        ct_grad_scaler_set_state(t->scaler, (ct_grad_scaler_state){(float)ts.loss_scale, (int32_t)ts.scaler_growth_tracker});
     if (t->rank == 0 && t->o.log_every > 0)
         printf("resumed from %s at step %" PRId64 " (epoch %" PRId64 ", sample %" PRId64 ")\n", dir, t->step, t->epoch, ts.sampler.position);
     return CT_OK;
@@ -293,7 +318,18 @@ static void print_eval(ct_trainer *t, const ct_eval_report *e, bool tty, bool at
 
 ct_status ct_trainer_fit(ct_trainer *t) {
     const ct_trainer_opts *o = &t->o;
-    ct_status st = o->resume ? resume(t) : CT_OK;
+    ct_status st = CT_OK;
+    if (t->rank == 0) {
+        char root[4200];
+        snprintf(root, sizeof root, "%s/checkpoints", o->output_dir);
+        /* leftovers of a killed save are removed (and a cut re-save restored) before any rank
+         * looks for a checkpoint to resume from, hence the barrier */
+        if (ct_checkpoint_cleanup(root) != CT_OK) CT_LOG_WARN_("train", "%s", ct_last_error());
+        snprintf(root, sizeof root, "%s/model.safetensors", o->output_dir);
+        ct_st_remove_stale_tmp(root);
+    }
+    if ((st = agree(t, CT_OK, "cleaning up checkpoints")) != CT_OK) return st;
+    st = o->resume ? resume(t) : CT_OK;
     if (st != CT_OK) return st;
     bool tty = isatty(1), talk = t->rank == 0 && o->log_every > 0;
     int64_t global_batch = (int64_t)o->batch_size * t->world * o->grad_accum;
@@ -306,11 +342,14 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                global_batch, t->steps_per_epoch, t->total_steps, ct_optim_kind(t->opt), o->lr, ct_get_num_threads());
         fflush(stdout);
     }
+    bool can_eval = ct_dataset_len(eval_set(t)) > 0;
+    if (!can_eval && talk) printf("no evaluation: the evaluation data (%s) has no samples\n", ct_dataset_source(eval_set(t)));
     double t_start = ct_time_now(), t_log = t_start, loss_acc = 0;
     int64_t steps_since_log = 0, step0 = t->step;
     ct_eval_report ev = {.loss = NAN, .accuracy = NAN};
     bool stop = false;
-    ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .clip_norm = o->clip_norm};
+    ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .clip_norm = o->clip_norm,
+                       .scaler = t->scaler};
     while (t->step < t->total_steps && st == CT_OK && !stop) {
         ct_loader_start_epoch(t->loader, t->epoch);
         while (t->step < t->total_steps && !stop) {
@@ -323,9 +362,18 @@ ct_status ct_trainer_fit(ct_trainer *t) {
             ct_step_result res;
             if ((st = ct_train_step(&sa, micro, n, &res)) != CT_OK) break;
             t->step++;
+            if (res.skipped) {
+                /* every skipped step is said, with the scale it left (PyTorch stays silent) */
+                t->skipped++;
+                if (t->rank == 0)
+                    CT_LOG_WARN_("train", "step %" PRId64 ": gradients overflowed (inf/NaN), optimizer step skipped; loss scale now %g%s",
+                                 t->step, (double)res.scale,
+                                 ct_grad_scaler_at_floor(t->scaler) ? " (its floor: the model has likely diverged)" : "");
+                if (t->metrics) ct_metrics_scalar(t->metrics, "train/loss_scale", t->step, res.scale);
+            }
             loss_acc += res.loss;
             steps_since_log++;
-            if (!isfinite(res.loss)) {
+            if (!isfinite(res.loss) && !res.skipped) { /* with loss scaling an overflow is a skipped step */
                 st = ct_error(CT_ERR_INVALID, "loss became %g at step %" PRId64 " (lower --lr?)", res.loss, t->step);
                 break;
             }
@@ -360,17 +408,17 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                                       .lr = sa.lr, .grad_norm = res.grad_norm};
                 stop = !o->on_step(t, &rep, o->user);
             }
-            if ((o->eval_every > 0 && t->step % o->eval_every == 0) || last) {
+            if (can_eval && ((o->eval_every > 0 && t->step % o->eval_every == 0) || last)) {
                 if ((st = ct_trainer_evaluate(t, &ev)) != CT_OK) break;
                 print_eval(t, &ev, tty, false);
                 if (o->on_eval && !o->on_eval(t, &ev, o->user)) stop = true;
             }
-            if (o->save_every > 0 && t->step % o->save_every == 0 && !last) save_ckpt(t);
+            if (o->save_every > 0 && t->step % o->save_every == 0 && !last && (st = checkpoint(t)) != CT_OK) break;
         }
         if (st != CT_OK || stop) break;
         if (t->step < t->total_steps) {
             /* end of an epoch: evaluate unless --eval-every picks its own steps */
-            if (o->eval_every == 0 && o->eval_each_epoch) {
+            if (can_eval && o->eval_every == 0 && o->eval_each_epoch) {
                 if ((st = ct_trainer_evaluate(t, &ev)) != CT_OK) break;
                 print_eval(t, &ev, tty, true);
                 if (o->on_eval && !o->on_eval(t, &ev, o->user)) stop = true;
@@ -379,18 +427,21 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         }
     }
     if (st != CT_OK) return st;
-    save_ckpt(t);
+    if ((st = checkpoint(t)) != CT_OK) return st;
+    /* the result itself: never only a warning */
+    if ((st = agree(t, save_weights(t), "writing model.safetensors")) != CT_OK) return st;
     if (t->rank == 0) {
         char p[4200];
-        snprintf(p, sizeof p, "%s/model.safetensors", o->output_dir);
-        ct_status s2 = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
-        if (s2 != CT_OK) CT_LOG_WARN_("train", "%s", ct_last_error());
         snprintf(p, sizeof p, "%s/training.svg", o->output_dir);
         if (t->metrics && ct_metrics_write_svg(t->metrics, p, t->model->describe) != CT_OK)
             CT_LOG_WARN_("train", "%s", ct_last_error());
         if (o->log_every > 0) {
-            printf("done: %" PRId64 " steps in %.1f s | test accuracy %.4f | test loss %.4f | weights %s/model.safetensors\n",
-                   t->step - step0, ct_time_now() - t_start, ev.accuracy, ev.loss, o->output_dir);
+            char evs[160] = "nothing evaluated";
+            if (ev.count > 0) snprintf(evs, sizeof evs, "test accuracy %.4f | test loss %.4f", ev.accuracy, ev.loss);
+            if (t->scaler) snprintf(evs + strlen(evs), sizeof evs - strlen(evs), " | %" PRId64 " steps skipped (overflow), loss scale %g",
+                                    t->skipped, (double)ct_grad_scaler_scale(t->scaler));
+            printf("done: %" PRId64 " steps in %.1f s | %s | weights %s/model.safetensors\n", t->step - step0,
+                   ct_time_now() - t_start, evs, o->output_dir);
             if (t->ddp) {
                 ct_ddp_stats ds = ct_ddp_get_stats(t->ddp);
                 printf("ddp: %d buckets | per step: compute %.1f ms, all-reduce %.1f ms, %.0f%% of it hidden behind backward\n",

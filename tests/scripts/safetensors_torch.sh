@@ -3,7 +3,7 @@
 # tests/torch/st.py, the same layout the Hugging Face library reads). Skips without torch.
 cd "$(dirname "$0")/../.." || exit 1
 PY=/usr/bin/python3
-if ! [ -x "$PY" ] || ! "$PY" -c "import torch" 2>/dev/null; then echo "no PyTorch at $PY"; exit 77; fi
+if ! [ -x "$PY" ] || ! "$PY" -c "import torch" 2>/dev/null; then echo "no PyTorch at $PY (bash scripts/setup-interop.sh installs python3-torch)"; exit 77; fi
 out=$(mktemp /tmp/ct_st_torch_XXXXXX.safetensors)
 trap 'rm -f "$out"' EXIT
 CT_ST_KEEP="$out" build/tests/test_safetensors roundtrip || exit 1

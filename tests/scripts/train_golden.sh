@@ -2,8 +2,10 @@
 # `ctrain train` gives the same bits as the recording in tests/fixtures/train/golden.txt
 # (weights, checkpoint files and printed losses of short MLP, CNN and GPT runs, 1 and 2
 # ranks, a resume, gradient clipping, bf16 gradient traffic), made before the trainer moved
-# into the library. On a CPU other than the recording's the kernels may round differently
-# (OpenBLAS picks its kernels by core type): there only the printed losses are compared.
+# into the library (re-recorded when model.safetensors gained the ctrain.* config metadata:
+# every file was byte-identical to the earlier recording without those header entries).
+# On a CPU other than the recording's the kernels may round differently (OpenBLAS picks its
+# kernels by core type): there only the printed losses are compared.
 # RECORD=1 rewrites the recording.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -124,6 +124,58 @@ CT_TEST(token_shards_validated) {
     CT_EXPECT_EQ(ct_dataset_tokens_open(paths, 1, 10, &d), CT_ERR_NOT_FOUND);
 }
 
+/* Token ids a model cannot take are named by shard and index there, in one pass; only the
+ * tokens a subset's windows read are checked. */
+CT_TEST(token_ids_checked_against_a_vocabulary) {
+    char p0[64], p1[64];
+    snprintf(p0, sizeof p0, "/tmp/ct_shard_a_%d.bin", (int)getpid());
+    snprintf(p1, sizeof p1, "/tmp/ct_shard_b_%d.bin", (int)getpid());
+    write_shard(p0, 20240520, 1, 101, 101); /* tokens i % 50 */
+    write_shard(p1, 20240520, 1, 101, 101);
+    /* token 7 of the second shard becomes 70 (global index 108: window 10 at T = 10) */
+    FILE *f = fopen(p1, "r+b");
+    uint16_t big = 70;
+    CT_ASSERT(f && fseek(f, 1024 + 2 * 7, SEEK_SET) == 0 && fwrite(&big, 2, 1, f) == 1);
+    fclose(f);
+    const char *paths[2] = {p0, p1};
+    ct_dataset *d = NULL, *head = NULL, *tail = NULL;
+    CT_ASSERT(ct_dataset_tokens_open(paths, 2, 10, &d) == CT_OK);
+    CT_EXPECT(strcmp(ct_dataset_source(d), p0) == 0);
+    CT_EXPECT_OK(ct_dataset_check_values(d, 71, 71, -1));
+    CT_EXPECT_EQ(ct_dataset_check_values(d, 64, 64, -1), CT_ERR_FORMAT);
+    CT_EXPECTF(strstr(ct_last_error(), p1) && strstr(ct_last_error(), "token id 70 at token index 7 (window 10)") &&
+               strstr(ct_last_error(), "[0, 64)"), "message: %s", ct_last_error());
+    /* token 108 is read by window 10 alone (input [100, 110), targets [101, 110]) */
+    CT_ASSERT(ct_dataset_subset(d, 0, 10, &head) == CT_OK && ct_dataset_subset(d, 11, 9, &tail) == CT_OK);
+    CT_EXPECT_EQ(ct_dataset_check_values(head, 0, 64, -1), CT_OK);  /* windows 0-9 read targets up to token 100 */
+    CT_EXPECT_EQ(ct_dataset_check_values(tail, 64, 64, -1), CT_OK); /* windows 11- start at token 110 */
+    CT_EXPECT_EQ(ct_dataset_check_values(head, 64, 0, -1), CT_OK);
+    ct_dataset_free(head);
+    CT_ASSERT(ct_dataset_subset(d, 0, 11, &head) == CT_OK);
+    CT_EXPECT_EQ(ct_dataset_check_values(head, 0, 64, -1), CT_ERR_FORMAT);
+    CT_EXPECT(strstr(ct_last_error(), "target token id 70") != NULL);
+    ct_dataset_free(head);
+    ct_dataset_free(tail);
+    ct_dataset_free(d);
+    unlink(p0);
+    unlink(p1);
+}
+
+/* In-memory labels: the ignore index passes, anything else outside the range is named. */
+CT_TEST(labels_checked_against_classes) {
+    float x[8] = {0};
+    int32_t y[8] = {0, 1, 2, -100, 2, 1, 3, -1};
+    ct_dataset *d = NULL;
+    CT_ASSERT(ct_dataset_tensors(x, 1, y, 1, 8, &d) == CT_OK);
+    CT_EXPECT_OK(ct_dataset_check_values(d, 0, 0, -100)); /* no limit: nothing checked */
+    CT_EXPECT_EQ(ct_dataset_check_values(d, 0, 3, -100), CT_ERR_FORMAT);
+    CT_EXPECTF(strstr(ct_last_error(), "target 3 of sample 6") != NULL, "message: %s", ct_last_error());
+    CT_EXPECT_EQ(ct_dataset_check_values(d, 0, 4, -100), CT_ERR_FORMAT); /* -1 is not ignored */
+    CT_EXPECTF(strstr(ct_last_error(), "target -1 of sample 7") != NULL, "message: %s", ct_last_error());
+    CT_EXPECT_EQ(ct_dataset_check_values(d, 0, 4, -1), CT_ERR_FORMAT); /* ... nor -100 then */
+    ct_dataset_free(d);
+}
+
 CT_TEST(fashion_mnist_images_normalised) {
     const char *dir = "/usr/share/datasets/fashion-mnist";
     char ip[256], lp[256];

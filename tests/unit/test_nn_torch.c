@@ -279,9 +279,13 @@ CT_TEST(cnn_forward_backward_and_20_sgd_steps) { model_case(CT_MODEL_CNN); }
 CT_TEST(gpt_forward_backward_and_20_sgd_steps) { model_case(CT_MODEL_GPT); }
 
 /* ---------------------------------------------------------------- ctrain → PyTorch */
+/* Each built-in model with ctrain's own initial weights, saved by ct_model_save (what `ctrain
+ * train` writes as model.safetensors), loads into tests/torch/gen_models.py's definition with
+ * load_state_dict(strict=True), and PyTorch's logits on the fixture's batch match the logits
+ * computed here (max relative error 1e-5 per logit vector). */
 CT_TEST(saved_models_load_in_pytorch) {
     if (access("/usr/bin/python3", X_OK) != 0 || system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-        CT_SKIP("no /usr/bin/python3 with torch");
+        CT_SKIP("no /usr/bin/python3 with torch (bash scripts/setup-interop.sh installs python3-torch)");
     char dir[] = "/tmp/ct_nn_torch_XXXXXX";
     CT_ASSERT(mkdtemp(dir));
     for (int k = CT_MODEL_MLP; k <= CT_MODEL_GPT; k++) {

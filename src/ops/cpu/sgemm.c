@@ -99,6 +99,94 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
     }
 }
 
+/* bf16 x bf16 -> f32 (AVX-512 BF16): a and b hold k in pairs — a[kp][i] is the pair
+ * (A[i][2kp], A[i][2kp+1]), b[kp][j] the pair of column j — and vdpbf16ps adds both
+ * products (exact in f32) to the f32 accumulator, rounding after each add: twice the
+ * multiply-adds of the f32 kernel per instruction. kp2 = pairs. */
+#define CT_AVX512BF16 __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16,fma")))
+CT_AVX512BF16 static void kernel_bf16(int64_t kp2, const uint32_t *restrict a, const uint32_t *restrict b, float *restrict c,
+                                      int64_t ldc, int mr, int nr, float alpha, float beta, int mode) {
+    __m512 acc[MR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kp2; k++) {
+        __m512bh bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = (__m512bh)_mm512_load_si512((const void *)(b + 16 * v));
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+        }
+        a += MR;
+        b += NR;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __mmask16 m[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        int rem = nr - 16 * v;
+        m[v] = rem >= 16 ? (__mmask16)0xFFFF : rem <= 0 ? (__mmask16)0 : (__mmask16)((1u << rem) - 1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+        float *cr = c + i * ldc;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __m512 r = _mm512_mul_ps(acc[i][v], va);
+            if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
+            else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), r);
+            _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
+        }
+    }
+}
+
+/* A packed f32 panel p[k][W] (kc rows, W a multiple of 16) into bf16 pairs in place:
+ * q[kp][j] = (bf16 p[2kp][j], bf16 p[2kp+1][j]), round to nearest even; an odd last k pairs
+ * with 0. Row pair kp is read (into registers) before its 16-column chunk is overwritten,
+ * and later pairs are written below what is still to be read. */
+CT_AVX512BF16 static void panel_to_bf16(float *p, int W, int64_t kc) {
+    /* W = 14 (A panels) or 32 (B panels): masked 16-column chunks */
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                         20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t kp = 0; kp < (kc + 1) / 2; kp++)
+        for (int g = 0; g < W; g += 16) {
+            __mmask16 m = W - g >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (W - g)) - 1);
+            __m512 r0 = _mm512_maskz_loadu_ps(m, p + 2 * kp * W + g);
+            __m512 r1 = 2 * kp + 1 < kc ? _mm512_maskz_loadu_ps(m, p + (2 * kp + 1) * W + g) : _mm512_setzero_ps();
+            /* [bf16 r0 (16) | bf16 r1 (16)] -> (r0[j], r1[j]) pairs */
+            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(r1, r0);
+            _mm512_mask_storeu_epi32((void *)(p + kp * W + g), m, _mm512_permutexvar_epi16(idx, both));
+        }
+}
+
+bool ct_sgemm_bf16_native(void) {
+    static int avail = -1;
+    int a = __atomic_load_n(&avail, __ATOMIC_RELAXED);
+    if (a < 0) {
+        __builtin_cpu_init();
+        a = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? 1 : 0;
+        __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
+    }
+    return a == 1;
+}
+
+/* Without AVX-512 BF16: round the packed f32 values to bf16 in place (to nearest even) and
+ * run the f32 kernel — the same products, summed in another order. */
+static void panel_round_bf16(float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], 4);
+        if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        else if (u & 0xffffu) u |= 0x00400000u; /* NaN stays NaN */
+        memcpy(&p[i], &u, 4);
+    }
+}
+
 /* ---------------------------------------------------------------- packing ---- */
 
 /* in-place transpose of 16 rows of 16 floats */
@@ -175,11 +263,25 @@ typedef struct {
     const float *A, *B;
     float *C;
     float *pa, *pb;
+    bool bf16;  /* operands rounded to bf16, vdpbf16ps kernel */
 } job;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* the vdpbf16ps kernel only when asked: measured slower than rounded operands on the f32
+ * kernel (docs/benchmarks.md), and the two sum in different orders (other bits) */
+static bool use_native_bf16(void) {
+    static int use = -1;
+    int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
+    if (u < 0) {
+        u = ct_sgemm_bf16_native() && ct_config_choice(CT_CFG_GEMM_BF16) == 1 /* native */ ? 1 : 0;
+        __atomic_store_n(&use, u, __ATOMIC_RELAXED);
+    }
+    return u == 1;
+}
+
 CT_AVX512 static void run(const job *j) {
+    const bool native = j->bf16 && use_native_bf16();
     /* op(A)(i, k) = A[i * ars + k * aks]; op(B)(k, n) = B[k * bks + n * brs] */
     const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
     const int64_t brs = j->tb ? j->ldb : 1, bks = j->tb ? 1 : j->ldb;
@@ -191,18 +293,27 @@ CT_AVX512 static void run(const job *j) {
             for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + p * NR;
                 pack_panel(j->pb + p * NR * kc, j->B + n0 * brs + pc * bks, brs, bks, (int)imin(NR, j->N - n0), NR, kc);
+                if (j->bf16 && native) panel_to_bf16(j->pb + p * NR * kc, NR, kc);
+                else if (j->bf16) panel_round_bf16(j->pb + p * NR * kc, NR * kc);
             }
             for (int64_t ic = 0; ic < j->M; ic += MC) {
                 int64_t mc = imin(MC, j->M - ic), mpan = (mc + MR - 1) / MR;
                 for (int64_t p = 0; p < mpan; p++) {
                     int64_t m0 = ic + p * MR;
                     pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
+                    if (j->bf16 && native) panel_to_bf16(j->pa + p * MR * kc, MR, kc);
+                    else if (j->bf16) panel_round_bf16(j->pa + p * MR * kc, MR * kc);
                 }
                 for (int64_t jr = 0; jr < npan; jr++) /* B micro-panel stays in L1, A panels stream from L2 */
                     for (int64_t ir = 0; ir < mpan; ir++) {
                         int64_t i0 = ic + ir * MR, n0 = jc + jr * NR;
-                        kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, j->ldc,
-                               (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
+                        if (j->bf16 && native)
+                            kernel_bf16((kc + 1) / 2, (const uint32_t *)(j->pa + ir * MR * kc), (const uint32_t *)(j->pb + jr * NR * kc),
+                                        j->C + i0 * j->ldc + n0, j->ldc, (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0),
+                                        j->alpha, j->beta, mode);
+                        else
+                            kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, j->ldc,
+                                   (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
                     }
             }
         }
@@ -278,8 +389,8 @@ static void buffers(job *j, int id) {
     j->pb = pool[id].pb;
 }
 
-void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         for (int64_t i = 0; i < M; i++) {
@@ -290,7 +401,7 @@ void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
         }
         return;
     }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL};
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL, bf16};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
@@ -334,6 +445,17 @@ void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
         }
     }
     release(ids, nt);
+}
+
+void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    gemm(false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
+    gemm(true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

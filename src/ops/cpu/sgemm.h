@@ -22,6 +22,15 @@ ct_status ct_kernels_reserve(int nthreads);
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* The same product with A and B rounded to bf16 (to nearest even): products exact, sums in
+ * f32 — torch.autocast(bfloat16)'s GEMM. By default the operands are rounded while packed
+ * and the f32 kernel runs; CTRAIN_GEMM_BF16=native uses AVX-512 BF16 (vdpbf16ps, two
+ * multiply-adds per lane and instruction) where the CPU has it (ct_sgemm_bf16_native) —
+ * measured slower here, see docs/benchmarks.md. Needs ct_sgemm_own_available(). */
+bool ct_sgemm_bf16_native(void);
+void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 /* The dispatch policy used by ct_sgemm / ct_sgemm_ld (blas.h): runs the own kernel and
  * returns true, or returns false (caller uses OpenBLAS) when there is no AVX-512, when
  * CTRAIN_GEMM=openblas is set, or when the product is too small for packing to pay. */

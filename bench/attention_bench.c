@@ -1,0 +1,60 @@
+/* bench/attention_bench.c — plain vs fused (flash) attention, forward + backward, the GPT's
+ * head shape (8 heads of 32 or 64), causal, at several context lengths:
+ *
+ *   attention_bench THREADS [D]     one line per T: ms per forward+backward, best of 5, and
+ *                                   the bytes forward keeps for backward
+ * Interleaved (plain, flash, plain, flash...) so a disturbed moment hits both alike. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ctrain/ctrain.h"
+
+static void fill(ct_tensor *t, uint64_t s) {
+    float *p = t->data;
+    for (int64_t i = 0; i < ct_numel(t); i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        p[i] = (float)((s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    }
+}
+
+/* seconds for one forward + backward; *kept = arena bytes forward added beyond its output */
+static double once(ct_ctx *c, int64_t T, int64_t D, bool flash, size_t *kept) {
+    const int64_t B = 1, H = 8;
+    ct_ctx_reset(c);
+    ct_tensor *q = ct_new(c, CT_F32, 4, (int64_t[]){B, H, T, D}), *k = ct_new(c, CT_F32, 4, (int64_t[]){B, H, T, D});
+    ct_tensor *v = ct_new(c, CT_F32, 4, (int64_t[]){B, H, T, D});
+    fill(q, 1), fill(k, 2), fill(v, 3);
+    ct_requires_grad(q), ct_requires_grad(k), ct_requires_grad(v);
+    ct_tensor *g = ct_new(c, CT_F32, 4, (int64_t[]){B, H, T, D});
+    fill(g, 4);
+    size_t before = ct_ctx_used_bytes(c);
+    double t0 = ct_time_now();
+    ct_tensor *y = flash ? ct_flash_attention(c, q, k, v, true) : ct_attention(c, q, k, v, true);
+    *kept = ct_ctx_used_bytes(c) - before - ct_nbytes(y);
+    ct_backward_seed(c, y, g);
+    return ct_time_now() - t0;
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 1;
+    int64_t D = argc > 2 ? atoll(argv[2]) : 32;
+    ct_set_num_threads(threads);
+    ct_ctx *c;
+    if (ct_ctx_create(NULL, &c) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
+    const int64_t Ts[] = {256, 1024, 2048};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        double best[2] = {1e30, 1e30};
+        size_t kept[2];
+        for (int rep = 0; rep < 5; rep++)
+            for (int f = 0; f < 2; f++) {
+                double t = once(c, Ts[i], D, f, &kept[f]);
+                if (t < best[f]) best[f] = t;
+            }
+        printf("RESULT attention T=%lld D=%lld heads=8 threads=%d plain_ms=%.2f flash_ms=%.2f flash_vs_plain=%.2f "
+               "plain_kept_mb=%.2f flash_kept_mb=%.3f\n",
+               (long long)Ts[i], (long long)D, threads, 1e3 * best[0], 1e3 * best[1], best[0] / best[1], kept[0] / 1048576.0,
+               kept[1] / 1048576.0);
+    }
+    ct_ctx_free(c);
+    return 0;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the real tools the interop tests check ctrain against (idempotent):
+#   - Debian's python3-torch (PyTorch 1.13, into /usr/bin/python3): PyTorch loads ctrain's
+#     weights with load_state_dict(strict=True) and reproduces its logits;
+#   - TensorBoard from PyPI into a virtual environment, build/venv-tb (Debian ships no
+#     TensorBoard): its EventAccumulator reads ctrain's event files.
+# Without them those tests skip, saying what is missing. CI (.ci/run) runs this after
+# scripts/setup.sh so that they always run there.
+# `make clean` removes build/ and the venv with it: run this again after one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=build/venv-tb  # where tests/scripts/metrics_tensorboard.sh looks
+# Pinned so that a CI run tests against the same reader every time.
+TB_VERSION=2.21.0
+
+pkgs=(python3-torch python3-venv python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup-interop: installing ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    echo "setup-interop: Debian packages present"
+fi
+/usr/bin/python3 -c "import torch" || { echo "setup-interop: /usr/bin/python3 cannot import torch"; exit 1; }
+
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tensorboard" 2>/dev/null; then
+    echo "setup-interop: tensorboard present in $venv"
+else
+    echo "setup-interop: tensorboard $TB_VERSION into $venv"
+    rm -rf "$venv"
+    # Debian's interpreter, not whatever python3 comes first on PATH: the venv must outlive
+    # a user's shell setup.
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "tensorboard==$TB_VERSION"
+fi
+echo "setup-interop: torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')," \
+     "tensorboard $("$venv/bin/python" -c 'import tensorboard; print(tensorboard.__version__)') in $venv"

@@ -1,0 +1,141 @@
+/* ctrain eval --checkpoint DIR|FILE — a trained model on its test data: loss and accuracy
+ * for mlp/cnn, loss, perplexity and next-token accuracy for gpt. The model's shape comes from
+ * the file (ctrain's metadata, or a GPT-2 checkpoint's layout and config.json). */
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/train_opts.h"
+#include "ctrain/ctrain.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrain eval --checkpoint DIR|FILE [options]\n"
+            "Evaluates a trained model: test loss and accuracy (mlp, cnn); loss, perplexity and\n"
+            "next-token accuracy (gpt).\n\n"
+            "  --checkpoint DIR|FILE  model.safetensors, an output directory (its model.safetensors or newest\n"
+            "                         checkpoint) or a checkpoint directory; a GPT-2 checkpoint works too\n"
+            "  --data-dir DIR         mlp/cnn: IDX files (default $CTRAIN_DATA_DIR or /usr/share/datasets/fashion-mnist)\n"
+            "  --text FILE            gpt: a text file (bytes are tokens)\n"
+            "  --shards GLOB          gpt: llm.c token shards (.bin)\n"
+            "  --split test|train|all which part: test (default: the IDX test files, or the held-out last 5%%\n"
+            "                         of a text as `ctrain train` evaluates), train, or all (gpt)\n"
+            "  --block-size T         gpt: sequence length (default the model's)\n"
+            "  --batch-size B         (default 64)   --eval-max N  at most N samples (default all)\n"
+            "  --threads N            (default OMP_NUM_THREADS or the cores)\n");
+}
+
+static int fail(const char *msg) {
+    fprintf(stderr, "ctrain eval: %s\n", msg);
+    return 1;
+}
+
+static int badv(const char *flag, const char *v, const char *want) {
+    fprintf(stderr, "ctrain eval: %s expects %s, got '%s'\n", flag, want, v ? v : "(nothing)");
+    return 2;
+}
+
+static ct_status open_tokens(const char *text, const char *shards, int T, ct_dataset **out) {
+    if (text) return ct_dataset_text_open(text, T, out);
+    glob_t g;
+    if (glob(shards, 0, NULL, &g) != 0 || g.gl_pathc == 0) return ct_error(CT_ERR_NOT_FOUND, "--shards %s matches no file", shards);
+    ct_status st = ct_dataset_tokens_open((const char *const *)g.gl_pathv, (int)g.gl_pathc, T, out);
+    globfree(&g);
+    return st;
+}
+
+int cli_eval(int argc, char **argv) {
+    const char *ckpt = NULL, *text = NULL, *shards = NULL, *split = "test";
+    const char *env_data = ct_config_str(CT_CFG_DATA_DIR);
+    const char *data_dir = env_data && *env_data ? env_data : "/usr/share/datasets/fashion-mnist";
+    int64_t batch = 64, eval_max = 0, threads = 0, block = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
+        bool takes = !strcmp(f, "--checkpoint") || !strcmp(f, "--data-dir") || !strcmp(f, "--text") || !strcmp(f, "--shards") ||
+                     !strcmp(f, "--split") || !strcmp(f, "--batch-size") || !strcmp(f, "--eval-max") || !strcmp(f, "--threads") ||
+                     !strcmp(f, "--block-size");
+        if (!takes) {
+            fprintf(stderr, "ctrain eval: unknown option '%s' (see ctrain eval --help)\n", f);
+            return 2;
+        }
+        if (!v) return badv(f, NULL, "a value");
+        i++;
+        if (!strcmp(f, "--checkpoint")) ckpt = v;
+        else if (!strcmp(f, "--data-dir")) data_dir = v;
+        else if (!strcmp(f, "--text")) text = v;
+        else if (!strcmp(f, "--shards")) shards = v;
+        else if (!strcmp(f, "--split")) {
+            if (strcmp(v, "test") && strcmp(v, "train") && strcmp(v, "all")) return badv(f, v, "test, train or all");
+            split = v;
+        } else if (!strcmp(f, "--batch-size")) { if (!cli_to_i64(v, 1, 1048576, &batch)) return badv(f, v, "an integer in [1, 1048576]"); }
+        else if (!strcmp(f, "--eval-max")) { if (!cli_to_i64(v, 0, 1000000000, &eval_max)) return badv(f, v, "an integer in [0, 1000000000]"); }
+        else if (!strcmp(f, "--threads")) { if (!cli_to_i64(v, 1, 1024, &threads)) return badv(f, v, "an integer in [1, 1024]"); }
+        else if (!cli_to_i64(v, 1, 65536, &block)) return badv(f, v, "an integer in [1, 65536]");
+    }
+    if (!ckpt) { usage(stderr); return 2; }
+    if (text && shards) return badv("--text", text, "either --text or --shards, not both");
+    ct_set_num_threads(threads > 0 ? (int)threads : ct_default_num_threads());
+
+    char path[4400];
+    ct_model *m = NULL;
+    ct_dataset *all = NULL, *train = NULL, *test = NULL;
+    const ct_dataset *d = NULL;
+    ct_status st = cli_open_model(ckpt, &m, path, sizeof path);
+    if (st != CT_OK) return fail(ct_last_error());
+    const ct_model_config *c = ct_model_config_of(m);
+    bool gpt = c->kind == CT_MODEL_GPT;
+    if (gpt) {
+        if (!text && !shards) { ct_model_free(m); return fail("a gpt needs --text FILE or --shards GLOB"); }
+        if (block > c->gpt.block_size) {
+            fprintf(stderr, "ctrain eval: --block-size %lld is longer than the model's context (%d)\n", (long long)block, c->gpt.block_size);
+            ct_model_free(m);
+            return 2;
+        }
+        st = open_tokens(text, shards, block > 0 ? (int)block : c->gpt.block_size, &all);
+        if (st == CT_OK && ct_dataset_num_classes(all) > c->gpt.vocab_size)
+            st = ct_error(CT_ERR_INVALID, "the data has token ids up to %d but the model's vocabulary is %d", ct_dataset_num_classes(all) - 1,
+                          c->gpt.vocab_size);
+        if (st == CT_OK && strcmp(split, "all")) st = ct_dataset_split_holdout(all, &train, &test);
+        d = !strcmp(split, "all") ? all : !strcmp(split, "train") ? train : test;
+    } else {
+        if (text || shards) { ct_model_free(m); return fail("--text and --shards are for a gpt; this model takes --data-dir"); }
+        if (!strcmp(split, "all")) { ct_model_free(m); return badv("--split", split, "test or train for an image model"); }
+        st = ct_dataset_idx_open_dir(data_dir, !strcmp(split, "train"), &test);
+        d = test;
+        if (st == CT_OK) {
+            /* the model's input shape against the data's, before a forward could abort on it */
+            int64_t dims[CT_MAX_DIMS], n = ct_dataset_x_numel(test);
+            int nd = ct_dataset_x_shape(test, dims);
+            bool ok = c->kind == CT_MODEL_MLP ? n == c->mlp.in
+                                              : nd == 3 && dims[0] == c->cnn.in_channels && dims[1] == c->cnn.height && dims[2] == c->cnn.width;
+            if (!ok) st = ct_error(CT_ERR_INVALID, "the data in %s has samples of %lld values that %s does not take", data_dir, (long long)n, ct_model_describe(m));
+        }
+    }
+    ct_eval_report r;
+    if (st == CT_OK) {
+        ct_train_model tm = ct_train_model_builtin(m);
+        ct_eval_opts eo = ct_eval_default_opts();
+        eo.batch_size = (int)batch;
+        eo.max_samples = eval_max;
+        double t0 = ct_time_now();
+        st = ct_evaluate(&tm, d, &eo, NULL, &r);
+        double s = ct_time_now() - t0;
+        if (st == CT_OK) {
+            printf("%s\n%s\n", path, ct_model_describe(m));
+            if (gpt)
+                printf("%s split: %lld tokens | loss %.4f | perplexity %.3f | next-token accuracy %.4f | %.1f s\n", split, (long long)r.count, r.loss,
+                       exp(r.loss), r.accuracy, s);
+            else
+                printf("%s split: %lld samples | loss %.4f | accuracy %.4f | %.1f s\n", split, (long long)r.count, r.loss, r.accuracy, s);
+        }
+    }
+    int rc = st == CT_OK ? 0 : fail(ct_last_error());
+    ct_dataset_free(train);
+    ct_dataset_free(test);
+    ct_dataset_free(all);
+    ct_model_free(m);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* --checkpoint DIR|FILE for eval and generate: a weights file, an output directory (its
+ * model.safetensors, else its newest valid checkpoint) or a checkpoint directory. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "ctrain/ctrain.h"
+
+static bool is_file(const char *p) {
+    struct stat s;
+    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+ct_status cli_open_model(const char *arg, ct_model **out, char *path, size_t n) {
+    *out = NULL;
+    struct stat s;
+    if (!arg || !*arg) return ct_error(CT_ERR_INVALID, "--checkpoint DIR|FILE is required");
+    if (stat(arg, &s) != 0) return ct_error(CT_ERR_NOT_FOUND, "--checkpoint %s: %s", arg, strerror(errno));
+    if (S_ISREG(s.st_mode)) {
+        snprintf(path, n, "%s", arg);
+    } else {
+        char dir[4200], root[4300];
+        snprintf(path, n, "%s/model.safetensors", arg);
+        if (!is_file(path)) {
+            snprintf(root, sizeof root, "%s/checkpoints", arg);
+            ct_status st = ct_checkpoint_find_latest(root, dir, sizeof dir);
+            if (st != CT_OK) st = ct_checkpoint_find_latest(arg, dir, sizeof dir);
+            if (st != CT_OK)
+                return ct_error(CT_ERR_NOT_FOUND, "--checkpoint %s: no model.safetensors in it and no valid checkpoint under it", arg);
+            snprintf(path, n, "%s/model.safetensors", dir);
+        }
+    }
+    return ct_model_open(path, out);
+}

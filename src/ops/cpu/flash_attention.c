@@ -1,0 +1,180 @@
+/* Fused ("flash") scaled-dot-product attention: the same result as ct_attention without ever
+ * holding the [Tq, Tk] score matrix.
+ *
+ * Forward, per head and tile of BR query rows: walk the visible key tiles of BC keys,
+ *   S = q k^T * scale (BR x BC), m' = max(m, rowmax S), P = exp(S - m'),
+ *   l = l exp(m - m') + rowsum P, O = O exp(m - m') + P v,
+ * and finish with O /= l (the online softmax). Saved for backward: the output and one
+ * log-sum-exp per row, lse = m + log l — O(T) memory instead of the plain version's O(T^2).
+ * Backward recomputes each tile's P = exp(S - lse) and, with Dr = rowsum(dO * O),
+ *   dV += P^T dO, dP = dO v^T, dS = P (dP - Dr) scale, dQ += dS k, dK += dS^T q.
+ * Cost: forward 2 tile GEMMs per tile pair (as plain), backward 5 (plain: 4, it keeps P).
+ *
+ * Threads take whole heads (forward: heads x query tiles), each tile GEMM single-threaded
+ * on ctrain's own sgemm; every output element is accumulated by one thread in a fixed
+ * order, so the result does not depend on the thread count. Without the own kernel (no
+ * AVX-512, CTRAIN_GEMM=openblas) heads run one after the other on the threaded BLAS
+ * (OpenBLAS is not entered from several OpenMP threads at once).
+ * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
+ * diagonal are skipped. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "ctrain/config.h"
+#include "ctrain/ops.h"
+#include "ops/cpu/blas.h"
+#include "ops/cpu/vmath.h"
+#include "ops/op_table.h"
+
+enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
+
+static bool own_gemm(void) {
+    return ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
+}
+/* C = alpha op(A) op(B) + beta C on one thread (own kernel) or the threaded BLAS */
+static void tile_gemm(bool own, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (own) ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else ct_sgemm_ld(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+/* keys [0, n) that query row i sees */
+static inline int64_t visible(bool causal, int64_t i, int64_t Tk) { return causal ? min64(i + 1, Tk) : Tk; }
+
+typedef struct {
+    const float *Q, *K, *V;
+    int64_t Tq, Tk, D, Dv;
+    float scale;
+    bool causal, own;
+} att;
+
+/* Rows [i0, i1) of head h: O (rows of Y) and lse. S is BR x BC scratch. */
+static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, float *lse, float *S) {
+    const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, rows = i1 - i0;
+    const float *Qh = a->Q + (h * Tq + i0) * D, *Kh = a->K + h * Tk * D, *Vh = a->V + h * Tk * Dv;
+    float *O = Y + (h * Tq + i0) * Dv;
+    float m[BR], l[BR];
+    for (int64_t r = 0; r < rows; r++) { m[r] = -INFINITY; l[r] = 0; }
+    memset(O, 0, (size_t)(rows * Dv) * sizeof(float));
+    int64_t kv = a->causal ? min64(i1, Tk) : Tk;
+    for (int64_t j0 = 0; j0 < kv; j0 += BC) {
+        int64_t cols = min64(BC, kv - j0);
+        tile_gemm(a->own, false, true, rows, cols, D, a->scale, Qh, D, Kh + j0 * D, D, 0.0f, S, BC);
+        for (int64_t r = 0; r < rows; r++) {
+            float *s = S + r * BC, *o = O + r * Dv;
+            int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
+            if (n <= 0) { memset(s, 0, (size_t)cols * sizeof(float)); continue; }
+            float mt = -INFINITY;
+#pragma omp simd reduction(max : mt)
+            for (int64_t c = 0; c < n; c++) mt = s[c] > mt ? s[c] : mt;
+            float mn = mt > m[r] ? mt : m[r], alpha = ct_vexpf(m[r] - mn); /* first tile: exp(-inf) = 0 */
+            l[r] = l[r] * alpha + ct_vexp_sub_sum(s, s, mn, n);
+            if (n < cols) memset(s + n, 0, (size_t)(cols - n) * sizeof(float));
+            if (alpha != 1.0f) {
+#pragma omp simd
+                for (int64_t c = 0; c < Dv; c++) o[c] *= alpha;
+            }
+            m[r] = mn;
+        }
+        tile_gemm(a->own, false, false, rows, Dv, cols, 1.0f, S, BC, Vh + j0 * Dv, Dv, 1.0f, O, Dv);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
+        float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f, *o = O + r * Dv;
+#pragma omp simd
+        for (int64_t c = 0; c < Dv; c++) o[c] *= inv;
+        lse[h * Tq + i0 + r] = m[r] + logf(l[r]);
+    }
+}
+
+ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
+    ct_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) { CT_CHECK_F32("flash_attention", in[i]); CT_CHECK_CONTIG("flash_attention", in[i]); }
+    char s1[96], s2[96], s3[96];
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1] ||
+        q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
+        CT_FATAL("flash_attention: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", ct_shape_str(q, s1, sizeof s1),
+                 ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
+    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], 1.0f, causal, own_gemm()};
+    a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
+    int64_t BH = q->shape[0] * q->shape[1], ntile = (a.Tq + BR - 1) / BR;
+    ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
+    float *lse = ct_ctx_alloc(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
+    int nt = a.own ? ct_get_num_threads() : 1;
+    float *S = ct_ctx_alloc(ctx, (size_t)nt * BR * BC * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH * ntile > 1)
+    for (int64_t w = 0; w < BH * ntile; w++) {
+        int64_t h = w / ntile, i0 = w % ntile * BR;
+        fwd_tile(&a, h, i0, min64(i0 + BR, a.Tq), y->data, lse, S + (size_t)omp_get_thread_num() * BR * BC);
+    }
+    ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, in);
+    if (nd) {
+        nd->saved = lse;
+        nd->i[0] = causal;
+        nd->f[0] = a.scale;
+    }
+    return y;
+}
+
+/* One head's gradients: key tiles outer (dK, dV of a tile complete in one pass), query
+ * tiles inner; dQ rows accumulate over key tiles in ascending order. */
+static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, const float *lse, const float *Dr, float *dq,
+                     float *dk, float *dv, float *P, float *dP) {
+    const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
+    const float *Qh = a->Q + h * Tq * D, *Kh = a->K + h * Tk * D, *Vh = a->V + h * Tk * Dv, *dOh = dO + h * Tq * Dv;
+    (void)O;
+    for (int64_t j0 = 0; j0 < Tk; j0 += BC) {
+        int64_t cols = min64(BC, Tk - j0);
+        for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < Tq; i0 += BR) {
+            int64_t rows = min64(BR, Tq - i0);
+            tile_gemm(a->own, false, true, rows, cols, D, a->scale, Qh + i0 * D, D, Kh + j0 * D, D, 0.0f, P, BC);
+            tile_gemm(a->own, false, true, rows, cols, Dv, 1.0f, dOh + i0 * Dv, Dv, Vh + j0 * Dv, Dv, 0.0f, dP, BC);
+            for (int64_t r = 0; r < rows; r++) {
+                float *p = P + r * BC, *d = dP + r * BC;
+                int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
+                if (n < 0) n = 0;
+                const float L = lse[h * Tq + i0 + r], dr = Dr[h * Tq + i0 + r], sc = a->scale;
+#pragma omp simd
+                for (int64_t c = 0; c < n; c++) {
+                    p[c] = ct_vexpf(p[c] - L);
+                    d[c] = p[c] * (d[c] - dr) * sc;
+                }
+                if (n < cols) {
+                    memset(p + n, 0, (size_t)(cols - n) * sizeof(float));
+                    memset(d + n, 0, (size_t)(cols - n) * sizeof(float));
+                }
+            }
+            if (dv) tile_gemm(a->own, true, false, cols, Dv, rows, 1.0f, P, BC, dOh + i0 * Dv, Dv, 1.0f, dv + (h * Tk + j0) * Dv, Dv);
+            if (dq) tile_gemm(a->own, false, false, rows, D, cols, 1.0f, dP, BC, Kh + j0 * D, D, 1.0f, dq + (h * Tq + i0) * D, D);
+            if (dk) tile_gemm(a->own, true, false, cols, D, rows, 1.0f, dP, BC, Qh + i0 * D, D, 1.0f, dk + (h * Tk + j0) * D, D);
+        }
+    }
+}
+
+void ct_bw_flash_attention(ct_ctx *ctx, ct_node *n) {
+    ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], (float)n->f[0], n->i[0] != 0,
+             own_gemm()};
+    int64_t BH = q->shape[0] * q->shape[1];
+    const float *O = n->out->data, *dO = n->out->grad->data, *lse = n->saved;
+    float *dq = ct_grad_acc(ctx, q), *dk = ct_grad_acc(ctx, k), *dv = ct_grad_acc(ctx, v);
+    if (!dq && !dk && !dv) return;
+    /* Dr = rowsum(dO * O): the softmax backward's row term, computed once per row */
+    float *Dr = ct_ctx_alloc(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
+#pragma omp parallel for if (BH * a.Tq * a.Dv >= (1 << 15))
+    for (int64_t r = 0; r < BH * a.Tq; r++) {
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t c = 0; c < a.Dv; c++) s += dO[r * a.Dv + c] * O[r * a.Dv + c];
+        Dr[r] = s;
+    }
+    int nt = a.own ? ct_get_num_threads() : 1;
+    float *scratch = ct_ctx_alloc(ctx, (size_t)nt * 2 * BR * BC * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
+    for (int64_t h = 0; h < BH; h++) {
+        float *P = scratch + (size_t)omp_get_thread_num() * 2 * BR * BC;
+        bwd_head(&a, h, O, dO, lse, Dr, dq, dk, dv, P, P + BR * BC);
+    }
+}

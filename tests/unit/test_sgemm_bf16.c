@@ -1,0 +1,108 @@
+/* The bf16 GEMM (ct_sgemm_bf16): operands rounded to bf16 to nearest even, products exact,
+ * f32 sums. Exact where every partial sum is representable (small integers, halfway
+ * values that must round to even); within f32 summation error of a double reference on
+ * bf16-rounded operands elsewhere, for every transpose, odd K (the pair padding), edges of
+ * the 14 x 32 tile, alpha/beta; the same bits with 1 and 2 threads. */
+#include <omp.h>
+#include <stdint.h>
+
+#include "ct_test.h"
+#include "ctrain/tensor.h"
+#include "ops/cpu/sgemm.h"
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static void fill(float *p, int64_t n, uint64_t s, bool ints) {
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        p[i] = ints ? (float)((int)(s % 17) - 8) : (float)((s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    }
+}
+
+/* C = alpha op(A) op(B) + beta C0 in double on rounded operands; bound = sum |a b| */
+static void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B, float beta,
+                      const float *C0, double *ref, double *bound) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0, b = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = bf16_round(ta ? A[k * M + i] : A[i * K + k]), c = bf16_round(tb ? B[j * K + k] : B[k * N + j]);
+                s += a * c;
+                b += fabs(a * c);
+            }
+            ref[i * N + j] = alpha * s + (beta != 0 ? beta * C0[i * N + j] : 0);
+            bound[i * N + j] = fabs(alpha) * b + fabs(beta * C0[i * N + j]);
+        }
+}
+
+static double check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, bool ints, int threads) {
+    float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
+    float *C = malloc(sizeof(float) * (size_t)(M * N)), *C0 = malloc(sizeof(float) * (size_t)(M * N));
+    double *ref = malloc(sizeof(double) * (size_t)(M * N)), *bound = malloc(sizeof(double) * (size_t)(M * N));
+    fill(A, M * K, 1 + (uint64_t)M, ints);
+    fill(B, K * N, 2 + (uint64_t)N, ints);
+    fill(C0, M * N, 3, ints);
+    memcpy(C, C0, sizeof(float) * (size_t)(M * N));
+    omp_set_num_threads(threads);
+    ct_sgemm_bf16(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+    reference(ta, tb, M, N, K, alpha, A, B, beta, C0, ref, bound);
+    double worst = 0; /* error in units of the f32 summation bound K eps sum|ab| */
+    for (int64_t i = 0; i < M * N; i++) {
+        double e = fabs(C[i] - ref[i]), lim = (double)(K + 2) * 0x1p-24 * bound[i] + 1e-30;
+        if (ints && e != 0) worst = INFINITY;
+        if (!ints && e / lim > worst) worst = e / lim;
+    }
+    free(A), free(B), free(C), free(C0), free(ref), free(bound);
+    return worst;
+}
+
+CT_TEST(bf16_gemm_exact_on_small_integers) {
+    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    CT_ASSERT(ct_kernels_reserve(2) == CT_OK); /* the packing buffers a context would reserve */
+    printf("  AVX-512 BF16 on this CPU: %s\n", ct_sgemm_bf16_native() ? "yes" : "no");
+    for (int t = 0; t < 4; t++) CT_EXPECT(check(t & 1, t & 2, 37, 45, 255, 1.0f, 0.0f, true, 2) == 0);
+    CT_EXPECT(check(false, false, 14, 32, 1, 1.0f, 1.0f, true, 1) == 0);
+    CT_EXPECT(check(false, true, 1, 1, 3, 1.0f, 0.0f, true, 1) == 0);
+    /* halfway cases round to even: 1 + 2^-8 -> 1, 1 + 3 * 2^-8 -> 1 + 2^-6 */
+    float a[2] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f}, b[2] = {1.0f, 1.0f}, c = 0;
+    ct_sgemm_bf16(false, false, 1, 1, 2, 1.0f, a, 2, b, 1, 0.0f, &c, 1);
+    CT_EXPECT(c == 2.0f + 0x1p-6f);
+}
+
+CT_TEST(bf16_gemm_within_f32_summation_error) {
+    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    CT_ASSERT(ct_kernels_reserve(2) == CT_OK); /* the packing buffers a context would reserve */
+    const int64_t sizes[][3] = {{1, 1, 1}, {13, 31, 17}, {14, 32, 256}, {15, 33, 257}, {100, 70, 513}, {200, 300, 129}};
+    double worst = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (int t = 0; t < 4; t++) {
+            double e = check(t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2], 0.75f, t == 3 ? 0.5f : 0.0f, false, 2);
+            if (e > worst) worst = e;
+        }
+    printf("  worst error: %.3f of the f32 summation bound\n", worst);
+    CT_EXPECT(worst <= 1.0);
+}
+
+CT_TEST(bf16_gemm_same_bits_any_thread_count) {
+    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    CT_ASSERT(ct_kernels_reserve(2) == CT_OK); /* the packing buffers a context would reserve */
+    const int64_t M = 300, N = 200, K = 150;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *C1 = malloc(sizeof(float) * M * N),
+          *C2 = malloc(sizeof(float) * M * N);
+    fill(A, M * K, 5, false);
+    fill(B, K * N, 6, false);
+    for (int t = 1; t <= 2; t++) {
+        omp_set_num_threads(t);
+        ct_sgemm_bf16(false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, t == 1 ? C1 : C2, N);
+    }
+    CT_EXPECT(memcmp(C1, C2, sizeof(float) * M * N) == 0);
+    free(A), free(B), free(C1), free(C2);
+}
+
+CT_TEST_MAIN()

@@ -557,8 +557,9 @@ struct ct_store {
 static int recv_all(int fd, void *d, size_t n, double deadline) {
     uint8_t *p = d;
     while (n) {
-        int ms = (int)((deadline - ct_time_now()) * 1000);
-        if (ms <= 0) return -2;
+        double left = (deadline - ct_time_now()) * 1000; /* deadline may be +inf */
+        if (!(left >= 1)) return -2;
+        int ms = left > 1e9 ? 1000000000 : (int)left;
         struct pollfd pf = {fd, POLLIN, 0};
         int r = poll(&pf, 1, ms);
         if (r < 0 && errno == EINTR) continue;
@@ -720,8 +721,11 @@ ct_status ct_store_get(ct_store *c, const char *key, double timeout_s, void **va
     if (check_key(key)) return CT_ERR_INVALID;
     buf_t req = {0}, resp = {0};
     req_start(&req, CMD_GET, key);
+    /* a double outside [0, 2^32) cast to uint32_t is undefined: NaN and negative mean "now",
+     * inf and huge values the longest wait the protocol carries (46 days) */
     double ms = timeout_s * 1000;
-    buf_u32(&req, ms > 4e9 ? 4000000000u : (uint32_t)ms);
+    buf_u32(&req, !(ms > 0) ? 0u : ms > 4e9 ? 4000000000u : (uint32_t)ms);
+    if (!(timeout_s >= 0)) timeout_s = 0;
     ct_status st = call(c, &req, timeout_s + 10, &resp, "get", key);
     if (st != CT_OK) { free(resp.p); return st; }
     rd_t r = {resp.p, resp.n, 0, 0};

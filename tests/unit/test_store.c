@@ -273,6 +273,24 @@ CT_TEST(store_add_overflow_is_an_error) {
     teardown();
 }
 
+/* Timeouts outside what the protocol carries: NaN and negative used to be cast to uint32_t
+ * (undefined; on x86 a negative became a 49-day wait), inf overflowed the poll() timeout. */
+CT_TEST(store_get_odd_timeouts) {
+    setup();
+    void *v = NULL;
+    double t0 = ct_time_now();
+    CT_EXPECT_EQ(ct_store_get(cli, "missing", -5, &v, NULL), CT_ERR_TIMEOUT);
+    CT_EXPECT_EQ(ct_store_get(cli, "missing", NAN, &v, NULL), CT_ERR_TIMEOUT);
+    CT_EXPECT_EQ(ct_store_get(cli, "missing", -INFINITY, &v, NULL), CT_ERR_TIMEOUT);
+    CT_EXPECTF(ct_time_now() - t0 < 2, "odd timeouts took %.1f s", ct_time_now() - t0);
+    CT_EXPECT_OK(ct_store_set(cli, "k", "v", 1));
+    CT_EXPECT_OK(ct_store_get(cli, "k", INFINITY, &v, NULL));
+    free(v);
+    CT_EXPECT_OK(ct_store_get(cli, "k", 1e300, &v, NULL));
+    free(v);
+    teardown();
+}
+
 /* Is fd still open at the server's end? (a read that times out: yes; EOF/reset: no) */
 static int still_open(int fd, int ms) {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};

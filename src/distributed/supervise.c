@@ -265,20 +265,30 @@ static unsigned long long proc_start(pid_t pid) {
 /* Takes the pid file (*fdp) and kills what a dead supervisor left. */
 static ct_status pid_file_take(const char *path, const char *who, int *fdp) {
     *fdp = -1;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return ct_error(CT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     char buf[8192];
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    buf[n > 0 ? n : 0] = 0;
-    if (flock(fd, LOCK_EX | LOCK_NB)) {
-        int e = errno;
+    ssize_t n;
+    int fd;
+    /* The holder unlinks the file when it is done: a lock taken on a file that was unlinked
+     * meanwhile is on the wrong inode, so take it again on the file the path names now. */
+    for (int tries = 0;; tries++) {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) return ct_error(CT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        n = pread(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = 0;
+        if (flock(fd, LOCK_EX | LOCK_NB)) {
+            int e = errno;
+            close(fd);
+            int other = 0;
+            sscanf(buf, "supervisor %d", &other);
+            if (e == EWOULDBLOCK)
+                return ct_error(CT_ERR_INVALID, "another %s (pid %d) is running with the same %s: wait for it or stop it",
+                                who, other, path);
+            return ct_error(CT_ERR_IO, "cannot lock %s: %s", path, strerror(e));
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) break;
         close(fd);
-        int other = 0;
-        sscanf(buf, "supervisor %d", &other);
-        if (e == EWOULDBLOCK)
-            return ct_error(CT_ERR_INVALID, "another %s (pid %d) is running with the same %s: wait for it or stop it",
-                            who, other, path);
-        return ct_error(CT_ERR_IO, "cannot lock %s: %s", path, strerror(e));
+        if (tries == 10) return ct_error(CT_ERR_IO, "%s keeps being replaced", path);
     }
     n = pread(fd, buf, sizeof buf - 1, 0); /* again: the previous holder may have just finished */
     buf[n > 0 ? n : 0] = 0;
@@ -526,7 +536,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     }
     cleanup_shm(o->runid);
     if (pidfd >= 0) { /* every worker is reaped: nothing left to kill next time */
-        if (ftruncate(pidfd, 0)) {}
+        unlink(o->pid_file); /* while locked: see pid_file_take */
         close(pidfd);
     }
     restore_signals(&old);

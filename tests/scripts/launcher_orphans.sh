@@ -49,6 +49,7 @@ mkdir -p "$tmp/logs"
 printf 'supervisor 999999\nworker %d %s\nworker %d 12345\n' $left "$start" $reused >"$tmp/logs/.ctrain-run.pid"
 out=$($B run --standalone --nproc-per-node 2 --log-dir "$tmp/logs" $B worker init 2>&1) || die "run after a dead launcher: $out"
 echo "$out" | grep -q "killed 1 leftover worker process group" || die "no cleanup message: $out"
+[ -e "$tmp/logs/.ctrain-run.pid" ] && die "the pid file outlived its launcher"
 for _ in $(seq 50); do alive $left || break; sleep 0.02; done
 alive $left && { kill -9 $left $reused; die "the leftover worker of the dead launcher survived"; }
 alive $reused || die "a process whose pid matched but start time did not was killed"

@@ -43,6 +43,7 @@ typedef enum {
 #define CT_CFG_LAUNCHER 1u  /* set by `ctrain run` / ct_spawn for the workers */
 #define CT_CFG_LIST 2u      /* int: a trailing ",..." or "(...)" is ignored (OpenMP lists, Slurm's 2(x3)) */
 #define CT_CFG_ABOVE_MIN 4u /* float: min itself is not allowed */
+#define CT_CFG_SECRET 8u    /* never printed (ctrain env --vars shows "(hidden)") */
 
 typedef enum {
     /* logging */
@@ -56,7 +57,7 @@ typedef enum {
     /* kernels and threads */
     CT_CFG_GEMM, CT_CFG_GEMM_BF16, CT_CFG_OMP_NUM_THREADS,
     /* paths */
-    CT_CFG_DATA_DIR, CT_CFG_OUTPUT_DIR, CT_CFG_PATH,
+    CT_CFG_DATA_DIR, CT_CFG_OUTPUT_DIR, CT_CFG_PATH, CT_CFG_XDG_RUNTIME_DIR,
     /* torchrun's worker environment */
     CT_CFG_RANK, CT_CFG_WORLD_SIZE, CT_CFG_LOCAL_RANK, CT_CFG_LOCAL_WORLD_SIZE, CT_CFG_MASTER_ADDR,
     CT_CFG_MASTER_PORT, CT_CFG_GROUP_RANK, CT_CFG_GROUP_WORLD_SIZE, CT_CFG_ROLE_RANK, CT_CFG_ROLE_WORLD_SIZE,
@@ -76,7 +77,7 @@ typedef struct ct_config_info {
     double min, max;      /* int, float, bytes */
     const char *choices;  /* choice: "ERROR|WARN|INFO|TRACE" */
     const char *unit;     /* float: "seconds", "MiB"; NULL: none */
-    unsigned flags;       /* CT_CFG_LAUNCHER | CT_CFG_LIST | CT_CFG_ABOVE_MIN */
+    unsigned flags;       /* CT_CFG_LAUNCHER | CT_CFG_LIST | CT_CFG_ABOVE_MIN | CT_CFG_SECRET */
     const char *help;     /* one line */
 } ct_config_info;
 

@@ -32,7 +32,10 @@ extern "C" {
 /* ------------------------------------------------------------------ store */
 /* A TCP key-value store for rendezvous. The server runs on a thread of the process that
  * starts it (the launcher, ct_spawn's parent, or rank 0). Every client must present the
- * server's token (empty token = no check). Values are at most CT_STORE_MAX_VALUE bytes. */
+ * server's token (empty token = no check) before anything else. Values are at most
+ * CT_STORE_MAX_VALUE bytes. A connection that has not authenticated is closed after 1 s, and
+ * at most 32 per peer address (256 in all) are kept, the oldest evicted first; an evicted
+ * client's ct_store_connect reconnects. ADD past the int64 range is CT_ERR_INVALID. */
 #define CT_STORE_MAX_KEY 1024
 #define CT_STORE_MAX_VALUE (16u << 20)
 
@@ -89,7 +92,8 @@ typedef struct ct_dist_opts {
     const char *master_addr;          /* NULL = MASTER_ADDR or 127.0.0.1 */
     int master_port;                  /* 0 = MASTER_PORT or 29500 */
     const char *backend;              /* "shm", "mpi" or NULL = CTRAIN_BACKEND or automatic */
-    const char *token;                /* store token; NULL = CTRAIN_STORE_TOKEN or none */
+    const char *token;                /* store token; NULL = CTRAIN_STORE_TOKEN, else rank 0 makes one up and
+                                         shares it through a 0600 file (see XDG_RUNTIME_DIR) */
     double timeout_s;                 /* 0 = CTRAIN_TIMEOUT or 300 */
     int fingerprint;                  /* -1 = CTRAIN_FINGERPRINT or on; 0 off; 1 on */
 } ct_dist_opts;
@@ -97,7 +101,7 @@ typedef struct ct_dist_opts {
 ct_dist_opts ct_dist_default_opts(void);
 /* Creates the world group. Rank and size come from opts, else RANK/WORLD_SIZE (torchrun,
  * `ctrain run`, ct_spawn), OMPI_COMM_WORLD_* (mpirun) or SLURM_PROCID/SLURM_NTASKS.
- * The store is the launcher's (CTRAIN_STORE_HOSTED=1) or is hosted by rank 0. */
+ * The store is the launcher's (CTRAIN_STORE_HOSTED=1) or is hosted by rank 0 on MASTER_ADDR. */
 ct_status ct_dist_init(const ct_dist_opts *opts, ct_pg **out);
 /* Collective over every rank of parent (all must call, in the same order). Members get a
  * new group whose ranks are numbered in the order of `ranks`; non-members get *out = NULL. */

@@ -54,6 +54,11 @@ typedef struct ct_sup_opts {
      * A failure stops the workers and is returned by ct_sup_run. NULL = none. */
     ct_status (*after_fork)(void *ctx);
     void *after_fork_ctx;
+    /* NULL = none. A file held (flock) while the workers run, with the supervisor's pid and
+     * each worker's process group: a second supervisor with the same file is refused while
+     * this one lives, and one that finds the file left by a dead supervisor first kills the
+     * process groups listed there (checked against their start time, never a reused pid). */
+    const char *pid_file;
 } ct_sup_opts;
 
 typedef struct ct_sup_result {
@@ -76,6 +81,11 @@ void ct_sup_restore_signals(const ct_sup_sigmask *old);
  * failure (SIGTERM, SIGKILL after grace_s), forwards SIGINT/SIGTERM, and writes a
  * root-cause-first report. Returns CT_OK unless supervision itself failed. */
 ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res);
+
+/* A directory private to this user for small run files (store tokens, launcher pid files):
+ * $XDG_RUNTIME_DIR/ctrain, else /tmp/ctrain-<uid>; created 0700, refused when it is not a
+ * directory of this user closed to others. */
+ct_status ct_private_dir(char *out, size_t n);
 
 /* 2*nbytes random hex characters and a NUL (getrandom; time and pid without entropy):
  * store tokens, run ids, segment names. */

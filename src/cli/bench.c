@@ -7,6 +7,7 @@
  *
  * busbw = algbw * 2(n-1)/n for all-reduce (the nccl-tests convention: the bandwidth each
  * link would need for a ring algorithm; comparable across rank counts). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +25,14 @@ typedef struct {
     const char *backend;
 } bench_opts;
 
+/* Sizes up to 1 TiB: beyond that the buffer size (size + 4095) wrapped around, a tiny buffer
+ * was allocated and filled (a segfault with -e 18446744073709549568), and a double over
+ * SIZE_MAX (-e 1e30) cast to size_t is undefined. */
+#define MAX_BENCH_BYTES 1099511627776.0
 static int parse_size(const char *s, size_t *out) {
     char *e;
     double v = strtod(s, &e);
-    if (e == s || v < 0) return -1;
+    if (e == s || !(v >= 0) || !isfinite(v)) return -1;
     switch (*e) {
     case 0: break;
     case 'k': case 'K': v *= 1024; e++; break;
@@ -36,7 +41,7 @@ static int parse_size(const char *s, size_t *out) {
     default: return -1;
     }
     if (*e == 'B' || *e == 'b') e++;
-    if (*e) return -1;
+    if (*e || v > MAX_BENCH_BYTES) return -1;
     *out = (size_t)v;
     return 0;
 }
@@ -212,7 +217,11 @@ int cli_bench(int argc, char **argv) {
         i++;
         if (!strcmp(a, "-b") || !strcmp(a, "--minbytes")) { if (parse_size(v, &o.b)) goto bad; }
         else if (!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) { if (parse_size(v, &o.e)) goto bad; }
-        else if (!strcmp(a, "-f") || !strcmp(a, "--stepfactor")) { o.f = atof(v); if (o.f <= 1) goto bad; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--stepfactor")) {
+            char *end;
+            o.f = strtod(v, &end);
+            if (end == v || *end || !(o.f > 1) || o.f > 1e6) goto bad; /* NaN and inf too */
+        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--iters")) { o.iters = atoi(v); if (o.iters < 1) goto bad; }
         else if (!strcmp(a, "-w") || !strcmp(a, "--warmup_iters")) { o.warmup = atoi(v); if (o.warmup < 0) goto bad; }
         else if (!strcmp(a, "--np")) { o.np = atoi(v); if (o.np < 1) goto bad; }
@@ -223,7 +232,9 @@ int cli_bench(int argc, char **argv) {
         else { fprintf(stderr, "ctrain bench: unknown option '%s' (see ctrain bench --help)\n", a); return 2; }
         continue;
     bad:
-        fprintf(stderr, "ctrain bench: bad value '%s' for %s\n", v, a);
+        fprintf(stderr, "ctrain bench: bad value '%s' for %s%s\n", v, a,
+                !strcmp(a, "-b") || !strcmp(a, "-e") || !strcmp(a, "--minbytes") || !strcmp(a, "--maxbytes")
+                    ? " (a size from 0 to 1T, k/M/G suffixes allowed)" : "");
         return 2;
     }
     if (o.b > o.e) { fprintf(stderr, "ctrain bench: -b is larger than -e\n"); return 2; }

@@ -36,6 +36,7 @@ static void print_vars(bool markdown) {
     for (int k = 0; k < CT_CFG_COUNT_; k++) {
         const ct_config_info *c = ct_config_info_of((ct_config_var)k);
         const char *v = ct_config_is_set((ct_config_var)k) ? ct_config_str((ct_config_var)k) : "-";
+        if (c->flags & CT_CFG_SECRET && strcmp(v, "-")) v = "(hidden)"; /* the store token must not reach a log */
         size_t n = strlen(v);
         printf("%-27s %-6s %-10s %-14.*s%s %s%s\n", c->name, ct_config_type_name(c->type), c->dflt ? c->dflt : "-",
                n > 40 ? 37 : (int)n, v, n > 40 ? "..." : "", c->help, c->flags & CT_CFG_LAUNCHER ? " (set by ctrain run)" : "");

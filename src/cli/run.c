@@ -3,6 +3,7 @@
  * report, restarts the group up to --max-restarts times, forwards SIGINT/SIGTERM.
  *
  *   ctrain run --standalone --nproc-per-node 4 ./train --epochs 3
+ *   CTRAIN_STORE_TOKEN=<same secret on every node> \
  *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -- ./train
  */
 #include <errno.h>
@@ -27,6 +28,7 @@ typedef struct {
     /* filled in */
     int port, attempt;
     char token[40], runid[40];
+    char pid_file[PATH_MAX + 32]; /* empty: none */
 } run_opts;
 
 static void usage(FILE *f) {
@@ -44,7 +46,9 @@ static void usage(FILE *f) {
             "  --tee N, -t N            with --log-dir: 1 stdout, 2 stderr, 3 both go to files and console\n"
             "  --timeout S              collective timeout for the workers (CTRAIN_TIMEOUT)\n"
             "  --grace-period S         SIGTERM -> SIGKILL delay when stopping workers (default 5)\n"
-            "  --run-id ID              job id (TORCHELASTIC_RUN_ID; default random)\n\n"
+            "  --run-id ID, --rdzv-id ID  job id (TORCHELASTIC_RUN_ID; default random). With --nnodes > 1 and no\n"
+            "                           CTRAIN_STORE_TOKEN, an ID of 16+ characters is the store's secret: give\n"
+            "                           every node the same one (it is then never printed or used in names)\n\n"
             "Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR,\n"
             "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, CTRAIN_RESTART_COUNT and OMP_NUM_THREADS (cores / workers\n"
             "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 128+N after signal N.\n");
@@ -111,7 +115,15 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(name, "--master-addr")) o->master_addr = val;
         else if (!strcmp(name, "--master-port")) bad = parse_int(val, 1, 65535, &o->master_port);
         else if (!strcmp(name, "--max-restarts")) bad = parse_int(val, 0, 1000, &o->max_restarts);
-        else if (!strcmp(name, "--log-dir")) o->log_dir = val;
+        else if (!strcmp(name, "--log-dir")) {
+            o->log_dir = val;
+            /* room for /attempt_<k>/<rank>/stderr.log: a longer name would be cut, not used */
+            if (strlen(val) > PATH_MAX - 64) {
+                fprintf(stderr, "ctrain run: --log-dir of %zu characters is too long (at most %d)\n", strlen(val),
+                        PATH_MAX - 64);
+                return 2;
+            }
+        }
         else if (!strcmp(name, "--redirects") || !strcmp(name, "-r")) bad = parse_int(val, 0, 3, &o->redirects);
         else if (!strcmp(name, "--tee") || !strcmp(name, "-t")) bad = parse_int(val, 0, 3, &o->tee);
         else if (!strcmp(name, "--timeout")) bad = parse_secs(val, &o->timeout) || !(o->timeout > 0);
@@ -203,11 +215,23 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "ctrain run: cannot find program '%s'\n", o.argv[0]);
         return 2;
     }
+    /* The store's token. One machine: made up here. Several: every node must know it
+     * without it travelling in the clear, so it comes from CTRAIN_STORE_TOKEN or from the
+     * --rdzv-id/--run-id every node is given; the run id that names segments and goes into
+     * the logs is then a random one, so the secret appears in neither. */
     const char *tok = ct_config_str(CT_CFG_STORE_TOKEN);
+    int id_is_token = 0;
     if (tok) snprintf(o.token, sizeof o.token, "%.39s", tok);
     else if (o.nnodes == 1) ct_random_hex(o.token, 16);
-    /* multi-node without a shared token: every launcher must agree, so none is used */
-    if (o.run_id) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
+    else if (o.run_id && strlen(o.run_id) >= 16) {
+        snprintf(o.token, sizeof o.token, "%.39s", o.run_id);
+        id_is_token = 1;
+    } else {
+        fprintf(stderr, "ctrain run: a multi-node job needs a shared secret for its store: set CTRAIN_STORE_TOKEN to the "
+                        "same value on every node, or give every node the same --rdzv-id of at least 16 characters\n");
+        return 2;
+    }
+    if (o.run_id && !id_is_token) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
     else ct_random_hex(o.runid, 6);
 
     /* signals are blocked before the store thread starts so that only the supervisor sees them */
@@ -217,7 +241,8 @@ int cli_run(int argc, char **argv) {
     o.port = o.master_port;
     if (o.node_rank == 0) {
         /* listening only: the thread starts after each attempt's fork()s (store_resume) */
-        const char *bind = o.nnodes > 1 ? "0.0.0.0" : "127.0.0.1";
+        /* several nodes: the address the others were given, never all interfaces by default */
+        const char *bind = o.nnodes > 1 && o.master_addr ? o.master_addr : "127.0.0.1";
         ct_status st = ct_store_server_listen(bind, o.standalone ? 0 : o.master_port, o.token, &srv);
         if (st) {
             ct_sup_restore_signals(&old);
@@ -231,13 +256,25 @@ int cli_run(int argc, char **argv) {
     }
     CT_LOG_INFO("launcher", "%d worker(s) on node %d of %d, store port %d, run id %s", o.nproc, o.node_rank, o.nnodes,
                 o.port, o.runid);
+    /* The pid file identifies "the same run" for cleanup after a killed launcher: the log
+     * directory, else a run id the user chose (not the secret one), else a fixed port. */
+    char pdir[600];
+    if (o.log_dir) snprintf(o.pid_file, sizeof o.pid_file, "%s/.ctrain-run.pid", o.log_dir);
+    else if ((o.run_id && !id_is_token) || !o.standalone) {
+        int ok = ct_private_dir(pdir, sizeof pdir) == CT_OK;
+        for (const char *c = o.run_id; ok && c && !id_is_token && *c; c++)
+            ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c);
+        if (ok && o.run_id && !id_is_token) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s.pid", pdir, o.runid);
+        else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d.pid", pdir, o.port);
+    }
     int exit_code = 1;
     ct_sup_result *res = calloc(1, sizeof *res);
     for (o.attempt = 0; o.attempt <= o.max_restarts; o.attempt++) {
         ct_sup_opts so = {.n = o.nproc, .fn = child_main, .ctx = &o, .rank_base = o.node_rank * o.nproc,
                           .grace_s = o.grace, .log_dir = o.log_dir, .redirects = o.redirects, .tee = o.tee,
                           .attempt = o.attempt, .runid = o.runid, .who = "ctrain run",
-                          .after_fork = store_resume, .after_fork_ctx = srv};
+                          .after_fork = store_resume, .after_fork_ctx = srv,
+                          .pid_file = o.pid_file[0] ? o.pid_file : NULL};
         /* workers are fork()ed with no other thread alive; keys and connections survive */
         ct_store_server_pause(srv);
         ct_status st = ct_sup_run(&so, res);

@@ -6,7 +6,8 @@
  *   ctrain worker exit R CODE   rank R writes to stderr and exits with CODE; others wait
  *   ctrain worker signal R SIG  rank R kills itself with SIG; others wait
  *   ctrain worker fail-once R   rank R fails on the first attempt (CTRAIN_RESTART_COUNT=0)
- *   ctrain worker sleep SECS    every rank sleeps (writes its pid to stdout first) */
+ *   ctrain worker sleep SECS    every rank sleeps (writes its pid to stdout first)
+ *   ctrain worker stall R       rank R stops itself (SIGSTOP) after init; the others all-reduce */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static int do_allreduce(void) {
 
 int cli_worker(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: ctrain worker init|allreduce|env|exit R CODE|signal R SIG|fail-once R|sleep SECS\n");
+        fprintf(stderr, "usage: ctrain worker init|allreduce|env|exit R CODE|signal R SIG|fail-once R|sleep SECS|stall R\n");
         return 2;
     }
     const char *m = argv[1];
@@ -86,6 +87,16 @@ int cli_worker(int argc, char **argv) {
             return 1;
         }
         return do_allreduce();
+    }
+    if (!strcmp(m, "stall") && argc >= 3) {
+        ct_pg *pg;
+        if (ct_dist_init(NULL, &pg)) { fprintf(stderr, "ctrain worker: %s\n", ct_last_error()); return 1; }
+        if (rank == atoi(argv[2])) raise(SIGSTOP); /* a hung rank: alive, never arriving */
+        float v[256] = {0};
+        ct_status st = ct_all_reduce_sync(pg, v, 256, CT_F32, CT_RED_SUM);
+        if (st) fprintf(stderr, "rank %d: %s\n", rank, ct_last_error());
+        ct_pg_free(pg);
+        return st ? 1 : 0;
     }
     if (!strcmp(m, "sleep") && argc >= 3) {
         printf("pid %d\n", (int)getpid());

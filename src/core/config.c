@@ -27,8 +27,10 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                             "check that all ranks issue the same collective (sequence, op, dtype, count)"},
     [CT_CFG_BIND] = {"CTRAIN_BIND", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
                      "pin each local rank to its own share of the CPUs (shm backend)"},
-    [CT_CFG_STORE_TOKEN] = {"CTRAIN_STORE_TOKEN", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
-                            "secret the store asks of every client (ctrain run picks a random one)"},
+    [CT_CFG_STORE_TOKEN] = {"CTRAIN_STORE_TOKEN", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L | CT_CFG_SECRET,
+                            "secret the store asks of every client: ctrain run makes one up for a single machine; set it on every node "
+                            "of a multi-node job (or give them the same --rdzv-id); without it, ranks started from RANK/"
+                            "WORLD_SIZE share a random one through a 0600 file (see XDG_RUNTIME_DIR)"},
     [CT_CFG_STORE_HOSTED] = {"CTRAIN_STORE_HOSTED", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, L,
                              "1: the launcher hosts the store; 0: rank 0 does"},
     [CT_CFG_RUN_ID] = {"CTRAIN_RUN_ID", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
@@ -62,6 +64,9 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                            "default of ctrain train --output-dir"},
     [CT_CFG_PATH] = {"PATH", CT_CFG_STRING, "/usr/bin:/bin", 0, 0, NULL, NULL, 0,
                      "where ctrain run looks for a program named without a slash"},
+    [CT_CFG_XDG_RUNTIME_DIR] = {"XDG_RUNTIME_DIR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
+                                "private per-user directory; holds the store token of jobs started from RANK/WORLD_SIZE "
+                                "(default /tmp/ctrain-<uid>)"},
     [CT_CFG_RANK] = {"RANK", CT_CFG_INT, "0", 0, INT_MAX, NULL, NULL, L, "this process's global rank"},
     [CT_CFG_WORLD_SIZE] = {"WORLD_SIZE", CT_CFG_INT, "1", 1, INT_MAX, NULL, NULL, L, "number of ranks in the job"},
     [CT_CFG_LOCAL_RANK] = {"LOCAL_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,

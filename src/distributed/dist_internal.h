@@ -60,6 +60,7 @@ struct ct_pg {
     ct_store_server *server; /* hosted here (rank 0 without a launcher) */
     char prefix[64];         /* store key prefix for this run attempt */
     char runid[40];
+    char token_file[600];    /* published by this rank (rank 0 without a token): removed at the end */
     double timeout;
     int fingerprint;
     int local_size;
@@ -74,6 +75,13 @@ struct ct_pg {
     ct_status broken;
     char broken_msg[640];
 };
+
+/* The store token of a job started from the environment (token_file.c). Rank 0 publishes a
+ * new random token (32 hex characters) for `port` and gets the file's path; the others read
+ * it (CT_ERR_NOT_FOUND, with no message set, while the file does not exist yet). */
+ct_status ct_token_file_path(int port, char *path, size_t n);
+ct_status ct_token_file_publish(int port, char *token, size_t n, char *path, size_t pn);
+ct_status ct_token_file_read(int port, char *token, size_t n);
 
 /* Backends. */
 extern const ct_backend ct_shm_backend;

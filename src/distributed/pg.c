@@ -451,6 +451,7 @@ void ct_pg_free(ct_pg *pg) {
         world_finalize_store(pg);
         ct_store_free(pg->store);
         ct_store_server_stop(pg->server);
+        if (pg->token_file[0]) unlink(pg->token_file);
     }
     pg_release(pg);
 }
@@ -530,6 +531,33 @@ static const ct_config_var ENV_LWORLD[] = {CT_CFG_LOCAL_WORLD_SIZE, CT_CFG_OMPI_
 static const ct_config_var ENV_LRANK[] = {CT_CFG_LOCAL_RANK, CT_CFG_OMPI_LOCAL_RANK, CT_CFG_SLURM_LOCALID,
                                           CT_CFG_COUNT_};
 
+/* A rank other than 0 of a job without CTRAIN_STORE_TOKEN: the token is in rank 0's file.
+ * The file may not exist yet, or still hold the token of an earlier job on the same port
+ * (rank 0 replaces it before it listens), so a rejection is retried once the file changed. */
+static ct_status connect_with_token_file(const char *addr, int port, double timeout, ct_store **out) {
+    double deadline = ct_time_now() + timeout;
+    char tok[128], tried[128] = "";
+    for (;;) {
+        ct_status st = ct_token_file_read(port, tok, sizeof tok);
+        if (st && st != CT_ERR_NOT_FOUND) return st;
+        if (st == CT_OK && strcmp(tok, tried)) {
+            double left = deadline - ct_time_now();
+            st = ct_store_connect(addr, port, tok, left > 0.1 ? left : 0.1, out);
+            if (st != CT_ERR_PEER || !strstr(ct_last_error(), "rejected")) return st;
+            snprintf(tried, sizeof tried, "%s", tok);
+        }
+        if (ct_time_now() > deadline) {
+            char path[600] = "";
+            ct_token_file_path(port, path, sizeof path);
+            return ct_error(CT_ERR_TIMEOUT,
+                            "no store token for port %d after %.0f s: rank 0 writes it to %s (is rank 0 running as the "
+                            "same user on this machine? otherwise set CTRAIN_STORE_TOKEN on every rank)",
+                            port, timeout, path);
+        }
+        usleep(20 * 1000);
+    }
+}
+
 ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     *out = NULL;
     ct_dist_opts o = opts_in ? *opts_in : ct_dist_default_opts();
@@ -589,17 +617,30 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
             }
             if (port <= 0) port = (int)ct_config_int(CT_CFG_MASTER_PORT);
             const char *token = o.token ? o.token : ct_config_str(CT_CFG_STORE_TOKEN);
-            if (rank == 0 && !ct_config_bool(CT_CFG_STORE_HOSTED)) {
-                int local = !strcmp(addr, "127.0.0.1") || !strcmp(addr, "localhost");
-                st = ct_store_server_start(local ? "127.0.0.1" : "0.0.0.0", port, token, &pg->server);
+            int hosted = ct_config_bool(CT_CFG_STORE_HOSTED);
+            char made[64];
+            if (rank == 0 && !hosted) {
+                if (!token) { /* ranks from the environment: a token of our own, shared through a 0600 file */
+                    st = ct_token_file_publish(port, made, sizeof made, pg->token_file, sizeof pg->token_file);
+                    if (st) {
+                        pg_release(pg);
+                        return ct_error(st, "rank 0 cannot share a store token: %s", ct_last_error());
+                    }
+                    token = made;
+                }
+                /* the address the others were told, never all interfaces */
+                st = ct_store_server_start(addr, port, token, &pg->server);
                 if (st) {
+                    if (pg->token_file[0]) unlink(pg->token_file);
                     pg_release(pg);
                     return ct_error(st, "rank 0 cannot host the store: %s", ct_last_error());
                 }
             }
-            st = ct_store_connect(addr, port, token, timeout, &pg->store);
+            if (token) st = ct_store_connect(addr, port, token, timeout, &pg->store);
+            else st = connect_with_token_file(addr, port, timeout, &pg->store);
             if (st) {
                 ct_store_server_stop(pg->server);
+                if (pg->token_file[0]) unlink(pg->token_file);
                 pg_release(pg);
                 return st;
             }
@@ -628,6 +669,7 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
         snprintf(msg, sizeof msg, "%s", ct_last_error());
         ct_store_free(pg->store);
         ct_store_server_stop(pg->server);
+        if (pg->token_file[0]) unlink(pg->token_file);
         pg_release(pg);
         return ct_error(st, "%s", msg);
     }

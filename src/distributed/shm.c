@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -237,6 +238,11 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
     s->subgroup = gid != 0;
     s->fingerprint = fingerprint;
     s->H = (size_t)ct_config_int(CT_CFG_SHM_CHUNK) & ~(size_t)4095;
+    /* a round splits a chunk into n parts of at least one 64-byte line; a smaller chunk gave
+     * rounds of zero elements and a loop that never advanced (a false timeout with 66 ranks
+     * and CTRAIN_SHM_CHUNK=4096). Same n and variable on every rank: the same H everywhere. */
+    size_t minH = ((size_t)n * 64 + 4095) & ~(size_t)4095;
+    if (s->H < minH) s->H = minH;
     s->P = 128 << 10;
     s->small_max = (size_t)ct_config_int(CT_CFG_SHM_SMALL);
     if (s->small_max > s->H) s->small_max = s->H;
@@ -259,16 +265,38 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
         char hex[40];
         ct_random_hex(hex, 12);
         snprintf(s->name, sizeof s->name, "/ctrain-%s-%s", pg->runid, hex);
+        /* A segment larger than /dev/shm maps fine and then kills the rank with SIGBUS at the
+         * first page that does not fit: check the free space, then reserve every page. */
+        struct statvfs vs;
+        if (!statvfs("/dev/shm", &vs) && (double)vs.f_bavail * (double)vs.f_frsize < (double)total) {
+            st = ct_error(CT_ERR_SYSTEM,
+                          "/dev/shm has %.1f MiB free, the shm backend needs %.1f MiB for %d ranks (CTRAIN_SHM_CHUNK %zu "
+                          "KiB): enlarge /dev/shm (docker run --shm-size) or lower CTRAIN_SHM_CHUNK",
+                          (double)vs.f_bavail * (double)vs.f_frsize / 1048576.0, (double)total / 1048576.0, n,
+                          s->H >> 10);
+            goto fail_tell;
+        }
         fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        if (fd < 0) { st = ct_error(CT_ERR_SYSTEM, "shm_open %s: %s", s->name, strerror(errno)); goto fail; }
+        if (fd < 0) { st = ct_error(CT_ERR_SYSTEM, "shm_open %s: %s", s->name, strerror(errno)); goto fail_tell; }
+        int e = 0;
         if (ftruncate(fd, (off_t)total)) {
             st = ct_error(CT_ERR_SYSTEM, "ftruncate %s to %zu bytes: %s", s->name, total, strerror(errno));
-            goto fail;
+            goto fail_tell;
+        }
+        if ((e = posix_fallocate(fd, 0, (off_t)total))) {
+            st = ct_error(CT_ERR_SYSTEM, "cannot reserve %.1f MiB in /dev/shm for %d ranks: %s: enlarge /dev/shm (docker "
+                          "run --shm-size) or lower CTRAIN_SHM_CHUNK", (double)total / 1048576.0, n, strerror(e));
+            goto fail_tell;
         }
     } else {
         void *v = NULL;
         st = ct_store_get(pg->world->store, key, timeout, &v, NULL);
         if (st) { st = ct_error(st, "rendezvous: %s (is rank 0 of group %d running?)", ct_last_error(), gid); goto fail; }
+        if (((char *)v)[0] == '!') { /* rank 0 could not create it: its reason, not a timeout */
+            st = ct_error(CT_ERR_PEER, "rank 0 of group %d could not create the shared segment: %s", gid, (char *)v + 1);
+            free(v);
+            goto fail;
+        }
         snprintf(s->name, sizeof s->name, "%s", (char *)v);
         free(v);
         fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0600);
@@ -329,6 +357,13 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
                 gid, s->name, total >> 10, s->H >> 10, s->small_max, s->spin_s * 1e6);
     *out = s;
     return CT_OK;
+fail_tell:
+    if (n > 1) { /* the others wait for the segment's name: give them the reason instead */
+        char msg[700];
+        snprintf(msg, sizeof msg, "!%s", ct_last_error());
+        ct_store_set(pg->world->store, key, msg, strlen(msg));
+        ct_error(st, "%s", msg + 1);
+    }
 fail:
     if (fd >= 0) close(fd);
     if (rank == 0 && s->name[0]) shm_unlink(s->name);

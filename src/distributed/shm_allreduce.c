@@ -75,6 +75,8 @@ ct_status shm_allreduce(shm_pg *s, ct_work *w, double deadline) {
     size_t cap = s->H / esz;
     size_t align = 64 / esz;
     cap = cap / ((size_t)n * align) * ((size_t)n * align);
+    if (cap == 0) /* shm_setup sizes H for n parts of a line each: never here, but never a loop that cannot advance */
+        return ct_error(CT_ERR_INVALID, "shm all-reduce: chunk of %zu bytes too small for %d ranks", s->H, n);
     int first = 1;
     for (size_t off = 0; off < w->count; off += cap) {
         size_t ce = w->count - off < cap ? w->count - off : cap;

@@ -4,13 +4,20 @@
  * Request body: u8 command, then fields; strings are u32 length + bytes.
  * Response body: u8 status (ct_status), then fields.
  * The first request of a connection must be HELLO with the server's token; anything else,
- * a frame over the limit or a malformed body closes that connection only. */
+ * a frame over the limit or a malformed body closes that connection only.
+ *
+ * Before HELLO a connection costs the server a descriptor and a slot but proves nothing, so
+ * strangers must not be able to hold either: an unauthenticated connection lives at most
+ * AUTH_DEADLINE_S, at most MAX_UNAUTH_PER_ADDR of them per peer address and MAX_UNAUTH in
+ * all (a new one evicts the oldest), and at the descriptor limit the server evicts one and
+ * stops accepting for a moment instead of spinning on a listening socket that stays
+ * readable. Legitimate clients send HELLO right after connecting, and ct_store_connect
+ * reconnects when it was evicted before its HELLO was read. */
 #include "ctrain/dist.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +32,10 @@
 enum { CMD_HELLO = 1, CMD_SET, CMD_GET, CMD_ADD, CMD_CAS, CMD_DEL, CMD_NKEYS, CMD_CHECK };
 #define MAX_FRAME (CT_STORE_MAX_VALUE * 2u + 2 * CT_STORE_MAX_KEY + 64u)
 #define MAX_CLIENTS 4096
+#define MAX_UNAUTH 256
+#define MAX_UNAUTH_PER_ADDR 32
+#define AUTH_DEADLINE_S 1.0
+#define ACCEPT_PAUSE_S 0.1 /* after EMFILE with nobody to evict */
 
 /* ------------------------------------------------------------------ byte buffers */
 typedef struct { uint8_t *p; size_t n, cap; } buf_t;
@@ -74,6 +85,8 @@ typedef struct { char *key; uint8_t *val; size_t len; } kv_t;
 typedef struct {
     int fd;
     int authed;
+    uint32_t peer;   /* IPv4 address, network order */
+    double t_conn;   /* accept time: unauthenticated connections expire AUTH_DEADLINE_S after it */
     buf_t in;
     char *wait_key; /* pending GET */
     double wait_deadline;
@@ -230,13 +243,18 @@ static int handle(ct_store_server *s, client_t *c, const uint8_t *body, size_t n
         kv_t *e = kv_find(s, key, klen);
         int64_t v = 0;
         if (e) {
-            char tmp[32];
+            char tmp[32], *end = NULL;
             size_t m = e->len < sizeof tmp - 1 ? e->len : sizeof tmp - 1;
             memcpy(tmp, e->val, m);
             tmp[m] = 0;
-            v = strtoll(tmp, NULL, 10);
+            errno = 0;
+            long long x = strtoll(tmp, &end, 10);
+            /* a counter that is not a number, or out of range, stays as it is */
+            if (end == tmp || *end || errno || m != e->len) return reply(c, CT_ERR_INVALID, NULL);
+            v = x;
         }
-        v += d;
+        /* int64 overflow is an error for the caller, never wrap-around (undefined in C) */
+        if (__builtin_add_overflow(v, d, &v)) return reply(c, CT_ERR_INVALID, NULL);
         char num[32];
         int m = snprintf(num, sizeof num, "%lld", (long long)v);
         e = kv_set(s, key, klen, num, (size_t)m);
@@ -320,10 +338,69 @@ static void client_read(ct_store_server *s, client_t *c) {
     }
 }
 
+static size_t count_unauth(const ct_store_server *s, const uint32_t *peer) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->ncl; i++)
+        n += s->cl[i].fd >= 0 && !s->cl[i].authed && (!peer || s->cl[i].peer == *peer);
+    return n;
+}
+
+/* Closes the oldest unauthenticated connection (from `peer` when not NULL); 0 if none. */
+static int evict_oldest_unauth(ct_store_server *s, const uint32_t *peer) {
+    client_t *old = NULL;
+    for (size_t i = 0; i < s->ncl; i++) {
+        client_t *c = &s->cl[i];
+        if (c->fd >= 0 && !c->authed && (!peer || c->peer == *peer) && (!old || c->t_conn < old->t_conn)) old = c;
+    }
+    if (!old) return 0;
+    client_close(old);
+    return 1;
+}
+
+/* Accepts what the backlog holds (bounded per round so that clients are served too).
+ * Returns the time until which the listening socket must not be polled (0: no pause). */
+static double accept_clients(ct_store_server *s, double now) {
+    for (int k = 0; k < 64; k++) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof sa;
+        int fd = accept4(s->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* out of descriptors: free one held by a stranger, else wait (no busy loop) */
+                if (evict_oldest_unauth(s, NULL)) continue;
+                CT_LOG_INFO("store", "out of descriptors (%s): accepting again in %.0f ms", strerror(errno),
+                            ACCEPT_PAUSE_S * 1000);
+                return now + ACCEPT_PAUSE_S;
+            }
+            return 0; /* EAGAIN: backlog empty */
+        }
+        uint32_t peer = sl >= sizeof sa && sa.sin_family == AF_INET ? sa.sin_addr.s_addr : 0;
+        if (count_unauth(s, &peer) >= MAX_UNAUTH_PER_ADDR) {
+            /* a burst of real ranks looks the same: read what they sent before evicting anyone,
+             * those whose HELLO is already there leave the unauthenticated count */
+            for (size_t i = 0; i < s->ncl; i++)
+                if (s->cl[i].fd >= 0 && !s->cl[i].authed && s->cl[i].peer == peer) client_read(s, &s->cl[i]);
+            if (count_unauth(s, &peer) >= MAX_UNAUTH_PER_ADDR) evict_oldest_unauth(s, &peer);
+        } else if (count_unauth(s, NULL) >= MAX_UNAUTH) evict_oldest_unauth(s, NULL);
+        size_t live = 0;
+        for (size_t i = 0; i < s->ncl; i++) live += s->cl[i].fd >= 0;
+        if (live >= MAX_CLIENTS) { close(fd); continue; } /* only authenticated clients left */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        client_t *q = realloc(s->cl, (s->ncl + 1) * sizeof *q);
+        if (!q) { close(fd); continue; }
+        s->cl = q;
+        s->cl[s->ncl++] = (client_t){.fd = fd, .peer = peer, .t_conn = now};
+    }
+    return 0;
+}
+
 static void *server_main(void *arg) {
     ct_store_server *s = arg;
     struct pollfd *pf = NULL;
     size_t cap = 0;
+    double accept_pause_until = 0;
     for (;;) {
         /* compact closed clients */
         size_t j = 0;
@@ -332,15 +409,20 @@ static void *server_main(void *arg) {
         s->ncl = j;
         if (cap < s->ncl + 2) {
             cap = s->ncl + 64;
-            pf = realloc(pf, cap * sizeof *pf);
-            if (!pf) return NULL;
+            struct pollfd *q = realloc(pf, cap * sizeof *pf);
+            if (!q) break;
+            pf = q;
         }
-        pf[0] = (struct pollfd){s->wake[0], POLLIN, 0};
-        pf[1] = (struct pollfd){s->lfd, s->ncl < MAX_CLIENTS ? POLLIN : 0, 0};
         double now = ct_time_now(), next = now + 3600;
+        int accepting = now >= accept_pause_until;
+        if (!accepting) next = accept_pause_until;
+        pf[0] = (struct pollfd){s->wake[0], POLLIN, 0};
+        pf[1] = (struct pollfd){s->lfd, accepting ? POLLIN : 0, 0};
         for (size_t i = 0; i < s->ncl; i++) {
-            pf[2 + i] = (struct pollfd){s->cl[i].fd, POLLIN, 0};
-            if (s->cl[i].wait_key && s->cl[i].wait_deadline < next) next = s->cl[i].wait_deadline;
+            client_t *c = &s->cl[i];
+            pf[2 + i] = (struct pollfd){c->fd, POLLIN, 0};
+            if (c->wait_key && c->wait_deadline < next) next = c->wait_deadline;
+            if (!c->authed && c->t_conn + AUTH_DEADLINE_S < next) next = c->t_conn + AUTH_DEADLINE_S;
         }
         int ms = (int)((next - now) * 1000) + 1;
         if (ms < 0) ms = 0;
@@ -348,27 +430,20 @@ static void *server_main(void *arg) {
         if (n < 0 && errno != EINTR) break;
         if (pf[0].revents) break;
         size_t npolled = s->ncl; /* clients accepted below have no pollfd yet */
-        if (pf[1].revents & POLLIN) {
-            int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd >= 0) {
-                int one = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                client_t *q = realloc(s->cl, (s->ncl + 1) * sizeof *q);
-                if (!q) close(fd);
-                else {
-                    s->cl = q;
-                    s->cl[s->ncl++] = (client_t){.fd = fd};
-                }
-            }
-        }
         for (size_t i = 0; i < npolled; i++) {
             client_t *c = &s->cl[i];
             if (c->fd >= 0 && pf[2 + i].fd == c->fd && (pf[2 + i].revents & (POLLIN | POLLHUP | POLLERR)))
                 client_read(s, c);
         }
+        if (pf[1].revents & POLLIN) accept_pause_until = accept_clients(s, ct_time_now());
         now = ct_time_now();
         for (size_t i = 0; i < s->ncl; i++) {
             client_t *c = &s->cl[i];
+            if (c->fd >= 0 && !c->authed && c->t_conn + AUTH_DEADLINE_S <= now) {
+                CT_LOG_INFO("store", "dropping a client that did not authenticate within %.0f s", AUTH_DEADLINE_S);
+                client_close(c);
+                continue;
+            }
             if (c->fd >= 0 && c->wait_key && c->wait_deadline <= now) {
                 free(c->wait_key);
                 c->wait_key = NULL;
@@ -399,7 +474,8 @@ ct_status ct_store_server_listen(const char *bind_addr, int port, const char *to
         sa.sin_addr = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
         freeaddrinfo(ai);
     }
-    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* non-blocking: the server drains the backlog until EAGAIN */
+    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     int one = 1;
     setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&sa, sizeof sa) || listen(s->lfd, 512)) {
@@ -481,11 +557,9 @@ struct ct_store {
 static int recv_all(int fd, void *d, size_t n, double deadline) {
     uint8_t *p = d;
     while (n) {
-        /* poll() takes int milliseconds: a deadline beyond that (CTRAIN_TIMEOUT=1e300) waits in
-         * steps of 24 days rather than converting out of range, which is undefined */
-        double left = (deadline - ct_time_now()) * 1000;
-        int ms = left >= INT_MAX ? INT_MAX : (int)left;
-        if (ms <= 0) return -2;
+        double left = (deadline - ct_time_now()) * 1000; /* deadline may be +inf */
+        if (!(left >= 1)) return -2;
+        int ms = left > 1e9 ? 1000000000 : (int)left;
         struct pollfd pf = {fd, POLLIN, 0};
         int r = poll(&pf, 1, ms);
         if (r < 0 && errno == EINTR) continue;
@@ -547,42 +621,56 @@ static int connect_once(const char *addr, int port) {
     return fd;
 }
 
+/* Connects and authenticates. A connection closed before the HELLO reply (the server
+ * evicted it while strangers crowded the unauthenticated slots) is retried until the
+ * deadline; an explicit rejection (wrong token) is final. */
 ct_status ct_store_connect(const char *addr, int port, const char *token, double timeout_s, ct_store **out) {
     *out = NULL;
     if (!addr) addr = "127.0.0.1";
     if (port <= 0 || port > 65535) return ct_error(CT_ERR_INVALID, "store port %d out of range", port);
+    if (token && strlen(token) > 255) return ct_error(CT_ERR_INVALID, "store token longer than 255 bytes");
     double deadline = ct_time_now() + timeout_s;
-    int fd, delay_us = 1000;
+    int delay_us = 1000;
     for (;;) {
-        fd = connect_once(addr, port);
+        int fd = connect_once(addr, port);
         if (fd == -2) return ct_error(CT_ERR_INVALID, "store: cannot resolve '%s'", addr);
-        if (fd >= 0) break;
-        if (ct_time_now() > deadline)
-            return ct_error(CT_ERR_TIMEOUT, "store %s:%d: nobody listening after %.0f s", addr, port, timeout_s);
+        if (fd < 0) {
+            if (ct_time_now() > deadline)
+                return ct_error(CT_ERR_TIMEOUT, "store %s:%d: nobody listening after %.0f s", addr, port, timeout_s);
+            usleep((useconds_t)delay_us);
+            if (delay_us < 100000) delay_us *= 2;
+            continue;
+        }
+        ct_store *c = calloc(1, sizeof *c);
+        if (!c) { close(fd); return ct_error(CT_ERR_NOMEM, "store client"); }
+        c->fd = fd;
+        c->port = port;
+        snprintf(c->addr, sizeof c->addr, "%s", addr);
+        pthread_mutex_init(&c->mu, NULL);
+        buf_t req = {0}, resp = {0};
+        uint8_t cmd = CMD_HELLO;
+        buf_put(&req, &cmd, 1);
+        buf_str(&req, token ? token : "", token ? strlen(token) : 0);
+        double left = deadline - ct_time_now();
+        ct_status st = CT_OK, rs = rpc(c, &req, left > 5 ? left : 5, &st, &resp);
+        free(req.p);
+        free(resp.p);
+        if (rs == CT_OK && st == CT_OK) {
+            *out = c;
+            return CT_OK;
+        }
+        ct_store_free(c);
+        if (rs == CT_OK)
+            return ct_error(CT_ERR_PEER, "store %s:%d rejected this process (wrong CTRAIN_STORE_TOKEN?)", addr, port);
+        if (rs != CT_ERR_PEER || ct_time_now() > deadline) {
+            if (rs == CT_ERR_PEER)
+                return ct_error(CT_ERR_PEER, "store %s:%d closed every connection before authentication for %.0f s",
+                                addr, port, timeout_s);
+            return rs;
+        }
         usleep((useconds_t)delay_us);
         if (delay_us < 100000) delay_us *= 2;
     }
-    ct_store *c = calloc(1, sizeof *c);
-    if (!c) { close(fd); return ct_error(CT_ERR_NOMEM, "store client"); }
-    c->fd = fd;
-    c->port = port;
-    snprintf(c->addr, sizeof c->addr, "%s", addr);
-    pthread_mutex_init(&c->mu, NULL);
-    buf_t req = {0}, resp = {0};
-    uint8_t cmd = CMD_HELLO;
-    buf_put(&req, &cmd, 1);
-    buf_str(&req, token ? token : "", token ? strlen(token) : 0);
-    ct_status st = CT_OK, rs = rpc(c, &req, timeout_s > 5 ? timeout_s : 5, &st, &resp);
-    free(req.p);
-    free(resp.p);
-    if (rs != CT_OK || st != CT_OK) {
-        ct_store_free(c);
-        if (rs == CT_OK || rs == CT_ERR_PEER)
-            return ct_error(CT_ERR_PEER, "store %s:%d rejected this process (wrong CTRAIN_STORE_TOKEN?)", addr, port);
-        return rs;
-    }
-    *out = c;
-    return CT_OK;
 }
 
 void ct_store_free(ct_store *c) {
@@ -633,8 +721,11 @@ ct_status ct_store_get(ct_store *c, const char *key, double timeout_s, void **va
     if (check_key(key)) return CT_ERR_INVALID;
     buf_t req = {0}, resp = {0};
     req_start(&req, CMD_GET, key);
+    /* a double outside [0, 2^32) cast to uint32_t is undefined: NaN and negative mean "now",
+     * inf and huge values the longest wait the protocol carries (46 days) */
     double ms = timeout_s * 1000;
-    buf_u32(&req, ms > 4e9 ? 4000000000u : (uint32_t)ms);
+    buf_u32(&req, !(ms > 0) ? 0u : ms > 4e9 ? 4000000000u : (uint32_t)ms);
+    if (!(timeout_s >= 0)) timeout_s = 0;
     ct_status st = call(c, &req, timeout_s + 10, &resp, "get", key);
     if (st != CT_OK) { free(resp.p); return st; }
     rd_t r = {resp.p, resp.n, 0, 0};

@@ -1,17 +1,27 @@
 /* Worker supervision for `ctrain run` and ct_spawn (see ctrain/launch.h). One poll() loop over
  * the workers' output pipes and a signalfd; each worker runs in its own process group so a
- * stop signal reaches its children too, and dies with the supervisor (PR_SET_PDEATHSIG). */
+ * stop signal reaches its children too.
+ *
+ * Dying with the supervisor: PR_SET_PDEATHSIG only reaches the direct child, so when the
+ * program is a wrapper script, a SIGKILLed supervisor used to leave the script's children
+ * training. Each worker is therefore a small keeper process (the direct child, with the
+ * parent-death signal) that runs the program as its own child in the same process group:
+ * when the supervisor dies, the keeper kills the whole group; when the program ends, the
+ * keeper ends the same way, so the supervisor sees the program's exit code or signal. */
 #include "ctrain/launch.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -25,6 +35,7 @@ typedef struct {
     int out, err;       /* pipe read ends, -1 when closed or inherited */
     int logo, loge;     /* log files, -1 if none */
     int alive, status, stopped_by_us;
+    char state_at_fail;  /* the program's /proc state when the first failure was seen ('T' stopped...) */
     double t_exit;
     char tail[TAIL];    /* ring of the last stderr bytes */
     size_t tail_n, tail_pos;
@@ -75,8 +86,8 @@ static void write_all(int fd, const char *p, size_t n) {
 }
 
 static int mkdirs(const char *path) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) { errno = ENAMETOOLONG; return -1; }
     for (char *p = tmp + 1; *p; p++)
         if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
     return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
@@ -163,6 +174,196 @@ static void signal_all(worker_t *ws, int n, int sig) {
         }
 }
 
+
+/* State letter of the program a keeper runs (its only child), '?' when unknown. */
+static char program_state(pid_t keeper) {
+    char path[96], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)keeper, (int)keeper);
+    FILE *f = fopen(path, "r");
+    int child = 0;
+    if (f) {
+        if (fscanf(f, "%d", &child) != 1) child = 0;
+        fclose(f);
+    }
+    if (child <= 0) return '?';
+    snprintf(path, sizeof path, "/proc/%d/stat", child);
+    f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
+static const char *state_name(char c) {
+    switch (c) {
+    case 'T': case 't': return "stopped (SIGSTOP or a debugger)";
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'D': return "in uninterruptible I/O";
+    case 'Z': return "already dead";
+    default: return NULL;
+    }
+}
+
+/* A collective timeout names the ranks that never arrived ("... rank(s) 1, 3 never reached
+ * it", shm.c): the rank that timed out is healthy, the first of those on this node is the
+ * root cause. Returns its worker index, or -1. */
+static int stalled_worker(const worker_t *w, int rank_base, int n, char *what, size_t wn) {
+    char buf[TAIL + 1];
+    size_t start = (w->tail_pos + TAIL - w->tail_n) % TAIL;
+    for (size_t i = 0; i < w->tail_n; i++) buf[i] = w->tail[(start + i) % TAIL];
+    buf[w->tail_n] = 0;
+    char *end = NULL;
+    for (char *p = strstr(buf, " never reached it"); p; p = strstr(p + 1, " never reached it")) end = p;
+    if (!end) return -1;
+    *end = 0;
+    char *list = NULL;
+    for (char *p = strstr(buf, "rank(s) "); p && p < end; p = strstr(p + 1, "rank(s) ")) list = p + 8;
+    if (!list) return -1;
+    /* the operation: the text before " timed out on rank" on that line */
+    char *line = list;
+    while (line > buf && line[-1] != '\n') line--;
+    char *to = strstr(line, " timed out on rank");
+    what[0] = 0;
+    if (to) {
+        char *op = to;
+        while (op > line && !(op[-1] == ' ' && op[-2] == ':')) op--; /* after the last ": " before it */
+        snprintf(what, wn, "%.*s", (int)(to - op), op);
+    }
+    for (char *p = list; *p;) {
+        char *e;
+        long r = strtol(p, &e, 10);
+        if (e == p) break;
+        if (r >= rank_base && r < rank_base + n) return (int)(r - rank_base);
+        p = e;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------ pid file */
+/* Start time of a process (clock ticks since boot, field 22 of /proc/<pid>/stat), 0 if gone. */
+static unsigned long long proc_start(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    if (!p) return 0;
+    unsigned long long v = 0;
+    int field = 2;
+    for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " "))
+        if (++field == 22) { v = strtoull(tok, NULL, 10); break; }
+    return v;
+}
+
+/* Takes the pid file (*fdp) and kills what a dead supervisor left. */
+static ct_status pid_file_take(const char *path, const char *who, int *fdp) {
+    *fdp = -1;
+    char buf[8192];
+    ssize_t n;
+    int fd;
+    /* The holder unlinks the file when it is done: a lock taken on a file that was unlinked
+     * meanwhile is on the wrong inode, so take it again on the file the path names now. */
+    for (int tries = 0;; tries++) {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) return ct_error(CT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        n = pread(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = 0;
+        if (flock(fd, LOCK_EX | LOCK_NB)) {
+            int e = errno;
+            close(fd);
+            int other = 0;
+            sscanf(buf, "supervisor %d", &other);
+            if (e == EWOULDBLOCK)
+                return ct_error(CT_ERR_INVALID, "another %s (pid %d) is running with the same %s: wait for it or stop it",
+                                who, other, path);
+            return ct_error(CT_ERR_IO, "cannot lock %s: %s", path, strerror(e));
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) break;
+        close(fd);
+        if (tries == 10) return ct_error(CT_ERR_IO, "%s keeps being replaced", path);
+    }
+    n = pread(fd, buf, sizeof buf - 1, 0); /* again: the previous holder may have just finished */
+    buf[n > 0 ? n : 0] = 0;
+    int prev = 0, killed = 0;
+    sscanf(buf, "supervisor %d", &prev);
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        int pg;
+        unsigned long long start;
+        if (sscanf(line, "worker %d %llu", &pg, &start) != 2 || pg <= 1) continue;
+        if (proc_start(pg) == start && start && !kill(-pg, SIGKILL)) killed++;
+    }
+    if (killed)
+        CT_LOG_WARN_("launcher", "killed %d leftover worker process group(s) of a previous %s (pid %d) listed in %s",
+                    killed, who, prev, path);
+    *fdp = fd;
+    return CT_OK;
+}
+
+static void pid_file_write(int fd, const worker_t *ws, int n) {
+    char buf[8192];
+    size_t o = (size_t)snprintf(buf, sizeof buf, "supervisor %d\n", (int)getpid());
+    for (int i = 0; i < n && o < sizeof buf - 64; i++)
+        if (ws[i].pid > 0)
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "worker %d %llu\n", (int)ws[i].pid, proc_start(ws[i].pid));
+    if (ftruncate(fd, 0) || pwrite(fd, buf, o, 0) != (ssize_t)o)
+        CT_LOG_WARN_("launcher", "cannot write the pid file: %s", strerror(errno));
+}
+
+/* The keeper (see the top of the file). Runs in the direct child, already in its own process
+ * group with its output redirected; never returns. */
+static void keeper_run(const ct_sup_opts *o, int idx, pid_t supervisor) {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, NULL);
+    /* SIGUSR2 as the parent-death signal: blocked, so it is read below like SIGCHLD */
+    prctl(PR_SET_PDEATHSIG, SIGUSR2);
+    if (getppid() != supervisor) _exit(1); /* the supervisor died before prctl */
+    pid_t prog = fork();
+    if (prog < 0) _exit(127);
+    if (prog == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        int rc = o->fn(idx, o->ctx);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    /* SIGINT/SIGTERM/SIGHUP were sent to the whole group: the program has them too, and
+     * the keeper waits for its answer. */
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&all, &si);
+        if (sig == SIGUSR2 || getppid() != supervisor) {
+            kill(-getpgrp(), SIGKILL); /* the program and everything it started, this keeper too */
+            _exit(137);
+        }
+        int status;
+        pid_t r = waitpid(prog, &status, WNOHANG);
+        if (r != prog) continue;
+        if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+        int ts = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+        /* end by the same signal; the core, if any, was the program's */
+        struct rlimit nocore = {0, 0};
+        setrlimit(RLIMIT_CORE, &nocore);
+        signal(ts, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, ts);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        raise(ts);
+        _exit(128 + ts);
+    }
+}
+
 ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     memset(res, 0, sizeof *res);
     res->root = -1;
@@ -170,6 +371,19 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     int n = o->n;
     worker_t *ws = calloc((size_t)n, sizeof *ws);
     if (!ws) return ct_error(CT_ERR_NOMEM, "workers");
+    int pidfd = -1;
+    if (o->pid_file && o->log_dir) { /* the pid file lives in the log directory: create it first */
+        char dir[PATH_MAX];
+        if (snprintf(dir, sizeof dir, "%s/attempt_%d/%d", o->log_dir, o->attempt, o->rank_base) < (int)sizeof dir &&
+            mkdirs(dir)) {
+            free(ws);
+            return ct_error(CT_ERR_IO, "cannot create log directory %s: %s", dir, strerror(errno));
+        }
+    }
+    if (o->pid_file) {
+        ct_status pst = pid_file_take(o->pid_file, o->who ? o->who : "launcher", &pidfd);
+        if (pst) { free(ws); return pst; }
+    }
     sigset_t old;
     block_signals(&old);
     sigset_t sset;
@@ -191,8 +405,13 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         w->out = w->err = w->logo = w->loge = -1;
         int po[2] = {-1, -1}, pe[2] = {-1, -1};
         if (o->log_dir) {
-            char dir[1024], path[1100];
-            snprintf(dir, sizeof dir, "%s/attempt_%d/%d", o->log_dir, o->attempt, o->rank_base + i);
+            /* a name that does not fit is an error: a truncated one would put the logs elsewhere */
+            char dir[PATH_MAX], path[PATH_MAX + 16];
+            if (snprintf(dir, sizeof dir, "%s/attempt_%d/%d", o->log_dir, o->attempt, o->rank_base + i) >= (int)sizeof dir - 16) {
+                st = ct_error(CT_ERR_INVALID, "log directory name of %zu characters is too long (at most %d)",
+                              strlen(o->log_dir), PATH_MAX - 64);
+                break;
+            }
             if (mkdirs(dir)) { st = ct_error(CT_ERR_IO, "cannot create log directory %s: %s", dir, strerror(errno)); break; }
             snprintf(path, sizeof path, "%s/stdout.log", dir);
             w->logo = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -206,22 +425,16 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         pid_t pid = fork();
         if (pid < 0) { st = ct_error(CT_ERR_SYSTEM, "fork: %s", strerror(errno)); close(pe[0]); close(pe[1]); break; }
         if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* until the keeper takes over */
             if (getppid() != parent) _exit(1); /* the supervisor died before prctl */
+            if (pidfd >= 0) close(pidfd); /* the lock is the supervisor's alone */
             setpgid(0, 0);
             if (po[1] >= 0) dup2(po[1], 1);
             dup2(pe[1], 2);
             signal(SIGPIPE, SIG_DFL);
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
-            sigset_t none;
-            sigemptyset(&none);
-            sigprocmask(SIG_SETMASK, &none, NULL);
-            int rc = o->fn(i, o->ctx);
-            fflush(stdout);
-            fflush(stderr);
-            _exit(rc);
+            keeper_run(o, i, parent);
         }
         setpgid(pid, pid); /* also here, so signal_all cannot race the child */
         started++;
@@ -232,6 +445,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         w->out = po[0];
         w->err = pe[0];
     }
+    if (pidfd >= 0) pid_file_write(pidfd, ws, started);
     if (st == CT_OK && o->after_fork) st = o->after_fork(o->after_fork_ctx);
     if (st != CT_OK) {
         signal_all(ws, started, SIGKILL);
@@ -301,6 +515,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
                 res->root = i;
                 res->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
                 res->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+                for (int j = 0; j < n; j++) ws[j].state_at_fail = ws[j].alive ? program_state(ws[j].pid) : 0;
                 if (!stopping) {
                     stopping = 1;
                     stop_deadline = ct_time_now() + o->grace_s;
@@ -320,6 +535,10 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         if (ws[i].loge >= 0) close(ws[i].loge);
     }
     cleanup_shm(o->runid);
+    if (pidfd >= 0) { /* every worker is reaped: nothing left to kill next time */
+        unlink(o->pid_file); /* while locked: see pid_file_take */
+        close(pidfd);
+    }
     restore_signals(&old);
 
     /* report: root cause first */
@@ -327,7 +546,37 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         size_t off = 0;
         char *r = res->report;
         size_t cap = sizeof res->report;
-        if (res->failed) {
+        char what[200];
+        int stalled = res->failed ? stalled_worker(&ws[res->root], o->rank_base, n, what, sizeof what) : -1;
+        if (stalled >= 0 && stalled != res->root) {
+            /* the first to fail timed out waiting for `stalled`: name that one first */
+            worker_t *w = &ws[res->root], *sw = &ws[stalled];
+            char how[160], tl[3000], tbuf[32], st_txt[96] = "";
+            describe_status(w->status, how, sizeof how);
+            time_t now = time(NULL) - (time_t)(ct_time_now() - w->t_exit);
+            struct tm tm;
+            localtime_r(&now, &tm);
+            strftime(tbuf, sizeof tbuf, "%H:%M:%S", &tm);
+            const char *sn = state_name(sw->state_at_fail);
+            if (sn) snprintf(st_txt, sizeof st_txt, "; it was %s at that time", sn);
+            snprintf(res->summary, sizeof res->summary, "rank %d (pid %d) never reached %s (rank %d timed out)",
+                     o->rank_base + stalled, (int)sw->pid, what[0] ? what : "a collective", o->rank_base + res->root);
+            tail_lines(w, tl, sizeof tl, 12);
+            off += (size_t)snprintf(r + off, cap - off,
+                                    "%s: worker failure (attempt %d)\n  root cause: rank %d (local rank %d, pid %d) never "
+                                    "reached %s: rank %d (pid %d) timed out waiting for it and %s at %s, %.2f s after "
+                                    "start%s\n  last lines of rank %d's stderr:\n%s",
+                                    o->who, o->attempt + 1, o->rank_base + stalled, stalled, (int)sw->pid,
+                                    what[0] ? what : "a collective", o->rank_base + res->root, (int)w->pid, how, tbuf,
+                                    w->t_exit - t0, st_txt, o->rank_base + res->root, tl);
+            describe_status(sw->status, how, sizeof how);
+            off += (size_t)snprintf(r + off, cap - off, "  rank %d itself: %s%s\n", o->rank_base + stalled, how,
+                                    sw->stopped_by_us ? " (stopped by the launcher)" : "");
+            /* the rank that timed out is listed with the others below */
+            res->root = stalled;
+            res->exit_code = WIFEXITED(sw->status) ? WEXITSTATUS(sw->status) : -1;
+            res->signal = WIFSIGNALED(sw->status) ? WTERMSIG(sw->status) : 0;
+        } else if (res->failed) {
             worker_t *w = &ws[res->root];
             char how[160], tl[3000], tbuf[32];
             describe_status(w->status, how, sizeof how);

@@ -12,6 +12,7 @@
 
 #include "ctrain/metrics.h"
 #include "ctrain/train.h"
+#include "train/output_lock.h"
 
 struct ct_trainer {
     ct_trainer_opts o;
@@ -34,6 +35,7 @@ struct ct_trainer {
     ct_train_batch one;        /* grad_accum == 1: a view of the loader's batch */
     ct_grad_scaler *scaler;    /* loss scaling, or NULL */
     int64_t skipped;           /* steps skipped for overflowing gradients */
+    int lock_fd;               /* rank 0: output_dir/.lock, -1 elsewhere */
 };
 
 ct_trainer_opts ct_trainer_default_opts(void) {
@@ -92,13 +94,16 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     t->train = train_data;
     t->eval = eval_data;
     t->world = 1;
+    t->lock_fd = -1;
     if (o.pg && ct_pg_size(o.pg) > 1) {
         t->pg = o.pg;
         t->rank = ct_pg_rank(o.pg);
         t->world = ct_pg_size(o.pg);
     }
     ct_status st = CT_OK;
-    if (t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
+    /* before any collective: a refused rank 0 exits at once and the launcher stops the rest */
+    if (t->rank == 0) st = ct_output_lock(o.output_dir, &t->lock_fd);
+    if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
     if (st == CT_OK) {
         ct_sampler_opts so = ct_sampler_default_opts();
         so.n = ct_dataset_len(train_data);
@@ -162,6 +167,7 @@ void ct_trainer_free(ct_trainer *t) {
     free(t->xbuf);
     free(t->ybuf);
     free(t->micro);
+    ct_output_unlock(t->lock_fd);
     free(t);
 }
 

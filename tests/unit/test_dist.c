@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ct_test.h"
+#include "ctrain/config.h"
 #include "ctrain/dist.h"
 #include "dist_pattern.h"
 
@@ -56,6 +57,37 @@ static int w_allreduce(int rank, int n, void *arg) {
 CT_TEST(allreduce_2_ranks) { CT_EXPECT(spawn_ok(w_allreduce, 2, NULL)); }
 CT_TEST(allreduce_3_ranks) { CT_EXPECT(spawn_ok(w_allreduce, 3, NULL)); }
 CT_TEST(allreduce_4_ranks) { CT_EXPECT(spawn_ok(w_allreduce, 4, NULL)); }
+
+/* CTRAIN_SHM_CHUNK=4096 with more than 64 ranks gave rounds of zero elements: the large
+ * path never advanced and ended in a false timeout. */
+static int w_many_small_chunk(int rank, int n, void *arg) {
+    (void)arg;
+    ct_pg *pg;
+    WOK(ct_dist_init(NULL, &pg));
+    enum { CNT = 3000 }; /* 12 KB of f32: over CTRAIN_SHM_SMALL, the chunked path */
+    float *b = malloc(CNT * sizeof *b);
+    for (int i = 0; i < CNT; i++) b[i] = (float)(rank + i % 7);
+    WOK(ct_all_reduce_sync(pg, b, CNT, CT_F32, CT_RED_SUM));
+    for (int i = 0; i < CNT; i++)
+        if (b[i] != (float)(n * (n - 1) / 2 + n * (i % 7))) WFAIL("element %d: %g", i, (double)b[i]);
+    free(b);
+    ct_pg_free(pg);
+    return 0;
+}
+
+CT_TEST(allreduce_65_ranks_4k_chunk) {
+    CT_EXPECT_OK(ct_config_set("CTRAIN_SHM_CHUNK", "4096"));
+    CT_EXPECT_OK(ct_config_set("CTRAIN_SHM_SMALL", "4096"));
+    CT_EXPECT_OK(ct_config_set("CTRAIN_TIMEOUT", "60"));
+    CT_EXPECT_OK(ct_config_set("CTRAIN_BIND", "0"));
+    double t0 = ct_time_now();
+    CT_EXPECT(spawn_ok(w_many_small_chunk, 65, NULL));
+    printf("  65 ranks, 4 KiB chunk: %.1f s\n", ct_time_now() - t0);
+    ct_config_unset("CTRAIN_SHM_CHUNK");
+    ct_config_unset("CTRAIN_SHM_SMALL");
+    ct_config_unset("CTRAIN_TIMEOUT");
+    ct_config_unset("CTRAIN_BIND");
+}
 
 /* ------------------------------------------------------------------ the other collectives */
 static int w_collectives(int rank, int n, void *arg) {

@@ -2,7 +2,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ct_test.h"
@@ -246,6 +251,146 @@ CT_TEST(store_listen_then_run_and_pause) {
     /* stop without ever running */
     CT_EXPECT_OK(ct_store_server_listen(NULL, 0, NULL, &s));
     ct_store_server_stop(s);
+}
+
+/* Two ADDs past INT64_MAX were signed overflow (undefined); now the second is an error and
+ * the counter keeps its value. */
+CT_TEST(store_add_overflow_is_an_error) {
+    setup();
+    int64_t v = 0;
+    CT_EXPECT_OK(ct_store_add(cli, "n", INT64_MAX - 1, &v));
+    CT_EXPECT_EQ(v, INT64_MAX - 1);
+    CT_EXPECT_EQ(ct_store_add(cli, "n", 5, &v), CT_ERR_INVALID);
+    CT_EXPECT_OK(ct_store_add(cli, "n", 1, &v));
+    CT_EXPECT_EQ(v, INT64_MAX);
+    CT_EXPECT_OK(ct_store_add(cli, "m", INT64_MIN, &v));
+    CT_EXPECT_EQ(ct_store_add(cli, "m", -1, &v), CT_ERR_INVALID);
+    CT_EXPECT_OK(ct_store_add(cli, "m", 0, &v));
+    CT_EXPECT_EQ(v, INT64_MIN);
+    /* a value that is not a number is not a counter */
+    CT_EXPECT_OK(ct_store_set(cli, "s", "12abc", 5));
+    CT_EXPECT_EQ(ct_store_add(cli, "s", 1, &v), CT_ERR_INVALID);
+    teardown();
+}
+
+/* Timeouts outside what the protocol carries: NaN and negative used to be cast to uint32_t
+ * (undefined; on x86 a negative became a 49-day wait), inf overflowed the poll() timeout. */
+CT_TEST(store_get_odd_timeouts) {
+    setup();
+    void *v = NULL;
+    double t0 = ct_time_now();
+    CT_EXPECT_EQ(ct_store_get(cli, "missing", -5, &v, NULL), CT_ERR_TIMEOUT);
+    CT_EXPECT_EQ(ct_store_get(cli, "missing", NAN, &v, NULL), CT_ERR_TIMEOUT);
+    CT_EXPECT_EQ(ct_store_get(cli, "missing", -INFINITY, &v, NULL), CT_ERR_TIMEOUT);
+    CT_EXPECTF(ct_time_now() - t0 < 2, "odd timeouts took %.1f s", ct_time_now() - t0);
+    CT_EXPECT_OK(ct_store_set(cli, "k", "v", 1));
+    CT_EXPECT_OK(ct_store_get(cli, "k", INFINITY, &v, NULL));
+    free(v);
+    CT_EXPECT_OK(ct_store_get(cli, "k", 1e300, &v, NULL));
+    free(v);
+    teardown();
+}
+
+/* Is fd still open at the server's end? (a read that times out: yes; EOF/reset: no) */
+static int still_open(int fd, int ms) {
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[8];
+    return read(fd, b, sizeof b) < 0;
+}
+
+/* A connection that never says HELLO is closed after about a second, and one address cannot
+ * hold more than a few dozen of them: idle strangers cannot fill the table. */
+CT_TEST(store_drops_idle_strangers) {
+    setup();
+    int port = ct_store_server_port(srv);
+    enum { N = 100 };
+    int fds[N];
+    double t0 = ct_time_now();
+    for (int i = 0; i < N; i++) fds[i] = raw_connect(port);
+    usleep(300 * 1000);
+    int open_now = 0;
+    for (int i = 0; i < N; i++) open_now += fds[i] >= 0 && still_open(fds[i], 1);
+    CT_EXPECTF(open_now <= 32, "%d of %d idle connections held by the store", open_now, N);
+    /* a client with the token gets in while strangers crowd the port */
+    ct_store *c2 = NULL;
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", port, "secret", 5, &c2));
+    CT_EXPECT_OK(ct_store_set(c2, "k", "v", 1));
+    ct_store_free(c2);
+    int last_open = -1;
+    for (int i = N - 1; i >= 0 && last_open < 0; i--)
+        if (fds[i] >= 0 && still_open(fds[i], 1)) last_open = i;
+    if (last_open >= 0) {
+        CT_EXPECT(!still_open(fds[last_open], 2000)); /* closed by the deadline */
+        double dt = ct_time_now() - t0;
+        CT_EXPECTF(dt < 2.5, "an idle stranger lived %.2f s", dt);
+    }
+    for (int i = 0; i < N; i++) if (fds[i] >= 0) close(fds[i]);
+    /* an authenticated client may stay idle as long as it likes */
+    usleep(1300 * 1000);
+    CT_EXPECT_OK(ct_store_set(cli, "late", "1", 1));
+    teardown();
+}
+
+static int count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d) return -1;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the directory's own descriptor */
+}
+
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* At the descriptor limit accept() fails with EMFILE while the listening socket stays
+ * readable: the store thread used to poll/accept in a loop at 98% CPU. Here the server
+ * runs with a few descriptors to spare while another process holds 100 idle connections. */
+CT_TEST(store_no_busy_loop_at_descriptor_limit) {
+    setup();
+    int port = ct_store_server_port(srv);
+    int nfd = count_fds();
+    CT_ASSERT(nfd > 0);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_NOFILE, &old);
+    int go[2];
+    CT_ASSERT(pipe(go) == 0);
+    pid_t pid = fork();
+    CT_ASSERT(pid >= 0);
+    if (pid == 0) { /* the stranger: 100 connections that never speak */
+        char b;
+        if (read(go[0], &b, 1) != 1) _exit(1);
+        int fds[100];
+        for (int i = 0; i < 100; i++) fds[i] = raw_connect(port);
+        sleep(3);
+        for (int i = 0; i < 100; i++) if (fds[i] >= 0) close(fds[i]);
+        _exit(0);
+    }
+    lim = old;
+    lim.rlim_cur = (rlim_t)nfd + 10;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    CT_EXPECT(write(go[1], "g", 1) == 1);
+    usleep(200 * 1000);
+    double c0 = cpu_seconds(), t0 = ct_time_now();
+    usleep(1500 * 1000);
+    double cpu = cpu_seconds() - c0, wall = ct_time_now() - t0;
+    CT_EXPECTF(cpu < 0.2 * wall, "store used %.2f s of CPU in %.2f s with 100 idle connections at the limit", cpu, wall);
+    /* the good client still gets through (the descriptor limit still in force) */
+    ct_store *c2 = NULL;
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", port, "secret", 5, &c2));
+    if (c2) CT_EXPECT_OK(ct_store_set(c2, "k", "v", 1));
+    ct_store_free(c2);
+    setrlimit(RLIMIT_NOFILE, &old);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(go[0]);
+    close(go[1]);
+    CT_EXPECT_OK(ct_store_set(cli, "after", "1", 1));
+    teardown();
 }
 
 CT_TEST_MAIN()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Issue 12.5: a /dev/shm too small for the segment killed the ranks with SIGBUS at the first
+# page that did not fit. Now rank 0 checks the free space and reserves the pages, and every
+# rank fails at rendezvous with a message saying what to do. Runs in a mount namespace with
+# a 2 MiB tmpfs on /dev/shm (needs root).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+B=$PWD/build/ctrain
+[ "$(id -u)" = 0 ] || { echo "skip: needs root for a private /dev/shm"; exit 77; }
+unshare -m true 2>/dev/null || { echo "skip: unshare -m not permitted here"; exit 77; }
+die() { echo "FAIL: $*"; exit 1; }
+out=$(timeout 60 unshare -m sh -c "mount -t tmpfs -o size=2M tmpfs /dev/shm &&
+    CTRAIN_SHM_CHUNK=1M CTRAIN_TIMEOUT=30 $B run --standalone --nproc-per-node 2 $B worker allreduce" 2>&1); rc=$?
+[ $rc = 1 ] || die "exit $rc (want 1): $out"
+echo "$out" | grep -q "Bus error\|signal 7" && die "SIGBUS: $out"
+echo "$out" | grep -q "/dev/shm has .* MiB free, the shm backend needs .* MiB for 2 ranks" || die "message: $out"
+echo "$out" | grep -q "rank 1.*could not create the shared segment\|rank 0 .*exited with code 1" || die "rank 1: $out"
+# fits: 2 ranks with the default chunk need about 2 MiB... the small chunk fits in 2 MiB
+out=$(timeout 60 unshare -m sh -c "mount -t tmpfs -o size=2M tmpfs /dev/shm &&
+    CTRAIN_SHM_CHUNK=64k $B run --standalone --nproc-per-node 2 $B worker allreduce" 2>&1) || die "64k chunk in 2 MiB: $out"
+exit 0

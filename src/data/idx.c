@@ -82,11 +82,14 @@ ct_status ct_idx_load(const char *path, ct_idx *out) {
     }
     if (!gz_read_all(gz, h + 4, 4 * (size_t)nd)) { st = gz_fail(gz, path, "dimension sizes"); goto done; }
     size_t itemsize = ct_dtype_size(dt), nbytes = itemsize;
+    int64_t span = (int64_t)itemsize; /* product of the non-zero dimensions, in bytes */
     for (int i = 0; i < nd; i++) {
         const unsigned char *q = h + 4 + 4 * i;
         uint32_t d = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
         out->dims[i] = d;
-        if (__builtin_mul_overflow(nbytes, (size_t)d, &nbytes)) {
+        /* every product of dimensions (numel, sample sizes) must fit int64_t, also in an empty
+         * file where another dimension is 0: [0xf9fffffd, 0xeeffffff, 0] overflowed numel */
+        if (__builtin_mul_overflow(nbytes, (size_t)d, &nbytes) || (d && __builtin_mul_overflow(span, (int64_t)d, &span))) {
             st = ct_error(CT_ERR_FORMAT, "%s: dimensions overflow", path);
             goto done;
         }

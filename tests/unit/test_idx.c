@@ -206,4 +206,21 @@ CT_TEST(truncated_real_file) {
     unlink(g);
 }
 
+CT_TEST(empty_file_with_huge_dimensions) {
+    /* found by fuzz_idx: u8 [0xf9fffffd, 0xeeffffff, 0] holds 0 bytes, so its size checked out,
+     * but the product of the first two dimensions overflowed int64_t in ct_idx_numel */
+    static const unsigned char f[] = {0, 0, 8, 3, 0xf9, 0xff, 0xff, 0xfd, 0xee, 0xff, 0xff, 0xff, 0, 0, 0, 0};
+    const char *p = ct_test_tmp_path("huge_dims.idx");
+    ct_test_write_file(p, f, sizeof f);
+    ct_idx x;
+    CT_EXPECT_EQ(ct_idx_load(p, &x), CT_ERR_FORMAT);
+    CT_EXPECT(strstr(ct_last_error(), "overflow") != NULL);
+    /* the same with the empty dimension first is a valid empty array */
+    static const unsigned char g[] = {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28};
+    ct_test_write_file(p, g, sizeof g);
+    CT_EXPECT_OK(ct_idx_load(p, &x));
+    CT_EXPECT_EQ(ct_idx_numel(&x), 0);
+    ct_idx_free(&x);
+}
+
 CT_TEST_MAIN()

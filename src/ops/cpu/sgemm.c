@@ -56,6 +56,30 @@ bool ct_sgemm_own_available(void) {
 
 /* ---------------------------------------------------------------- micro-kernel ---- */
 
+/* C tile (rows < mr, columns < nr, row stride ldc) from the accumulators, per mode:
+ * 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C (both kernels) */
+CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 acc[MR][NV], float *restrict c, int64_t ldc,
+                                                                      int mr, int nr, float alpha, float beta, int mode) {
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __mmask16 m[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        int rem = nr - 16 * v;
+        m[v] = rem >= 16 ? (__mmask16)0xFFFF : rem <= 0 ? (__mmask16)0 : (__mmask16)((1u << rem) - 1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+        float *cr = c + i * ldc;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __m512 r = _mm512_mul_ps(acc[i][v], va);
+            if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
+            else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), r);
+            _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
+        }
+    }}
+
 /* c[0:mr, 0:nr] (row stride ldc) = alpha * a-panel . b-panel (+ C per mode):
  * mode 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C */
 CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int64_t ldc,
@@ -78,25 +102,7 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
         a += MR;
         b += NR;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    __mmask16 m[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) {
-        int rem = nr - 16 * v;
-        m[v] = rem >= 16 ? (__mmask16)0xFFFF : rem <= 0 ? (__mmask16)0 : (__mmask16)((1u << rem) - 1);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
-        if (i >= mr) break;
-        float *cr = c + i * ldc;
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __m512 r = _mm512_mul_ps(acc[i][v], va);
-            if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
-            else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), r);
-            _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
-        }
-    }
+    store_tile(acc, c, ldc, mr, nr, alpha, beta, mode);
 }
 
 /* bf16 x bf16 -> f32 (AVX-512 BF16): a and b hold k in pairs — a[kp][i] is the pair
@@ -124,25 +130,7 @@ CT_AVX512BF16 static void kernel_bf16(int64_t kp2, const uint32_t *restrict a, c
         a += MR;
         b += NR;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    __mmask16 m[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) {
-        int rem = nr - 16 * v;
-        m[v] = rem >= 16 ? (__mmask16)0xFFFF : rem <= 0 ? (__mmask16)0 : (__mmask16)((1u << rem) - 1);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
-        if (i >= mr) break;
-        float *cr = c + i * ldc;
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __m512 r = _mm512_mul_ps(acc[i][v], va);
-            if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
-            else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), r);
-            _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
-        }
-    }
+    store_tile(acc, c, ldc, mr, nr, alpha, beta, mode);
 }
 
 /* A packed f32 panel p[k][W] (kc rows, W a multiple of 16) into bf16 pairs in place:

@@ -32,10 +32,7 @@ static int fail(const char *msg) {
     return 1;
 }
 
-static int badv(const char *flag, const char *v, const char *want) {
-    fprintf(stderr, "ctrain eval: %s expects %s, got '%s'\n", flag, want, v ? v : "(nothing)");
-    return 2;
-}
+static int badv(const char *flag, const char *v, const char *want) { return cli_bad_value("eval", flag, v, want); }
 
 static ct_status open_tokens(const char *text, const char *shards, int T, ct_dataset **out) {
     if (text) return ct_dataset_text_open(text, T, out);

@@ -52,10 +52,7 @@ static ct_status dump_logits(ct_model *m, const int32_t *ids, int n, const char 
     return st;
 }
 
-static int badv(const char *flag, const char *v, const char *want) {
-    fprintf(stderr, "ctrain generate: %s expects %s, got '%s'\n", flag, want, v ? v : "(nothing)");
-    return 2;
-}
+static int badv(const char *flag, const char *v, const char *want) { return cli_bad_value("generate", flag, v, want); }
 
 typedef struct {
     bool text;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/train_opts.h"
 #include "ctrain/ctrain.h"
 
 static void usage(FILE *f) {
@@ -27,15 +28,12 @@ static void usage(FILE *f) {
             "  --threads N          (default OMP_NUM_THREADS or all cores)\n");
 }
 
-static int bad(const char *flag, const char *val, const char *want) {
-    fprintf(stderr, "ctrain quantize: %s expects %s, got '%s'\n", flag, want, val ? val : "(nothing)");
-    return 2;
-}
+static int bad(const char *flag, const char *v, const char *want) { return cli_bad_value("quantize", flag, v, want); }
 
+/* cli_to_i64 into the int fields of the model config */
 static bool to_int(const char *s, long lo, long hi, int *out) {
-    char *e;
-    long v = s && *s ? strtol(s, &e, 10) : lo - 1;
-    if (!s || !*s || *e || v < lo || v > hi) return false;
+    int64_t v;
+    if (!cli_to_i64(s, lo, hi, &v)) return false;
     *out = (int)v;
     return true;
 }

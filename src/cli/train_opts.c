@@ -53,10 +53,12 @@ static void usage(FILE *f) {
             "  --workers N          data loader threads (default 1)\n");
 }
 
-static int bad(const char *flag, const char *val, const char *want) {
-    fprintf(stderr, "ctrain train: %s expects %s, got '%s'\n", flag, want, val ? val : "(nothing)");
+int cli_bad_value(const char *cmd, const char *flag, const char *val, const char *want) {
+    fprintf(stderr, "ctrain %s: %s expects %s, got '%s'\n", cmd, flag, want, val ? val : "(nothing)");
     return 2;
 }
+
+static int bad(const char *flag, const char *val, const char *want) { return cli_bad_value("train", flag, val, want); }
 
 bool cli_to_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     if (!s || !*s) return false;

@@ -27,6 +27,8 @@ typedef struct {
 } train_opts;
 
 /* s is a whole number (integer / finite float) in [lo, hi]: for every subcommand's flags */
+/* One line "ctrain CMD: FLAG expects WANT, got 'VAL'" on stderr; returns exit code 2. */
+int cli_bad_value(const char *cmd, const char *flag, const char *val, const char *want);
 bool cli_to_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool cli_to_f(const char *s, double lo, double hi, double *out);
 

@@ -61,6 +61,12 @@ void ct_store_server_stop(ct_store_server *s);
 
 /* Connects, retrying until timeout_s (the server may not be up yet). */
 ct_status ct_store_connect(const char *addr, int port, const char *token, double timeout_s, ct_store **out);
+/* Connects to PyTorch's c10d TCPStore (torchrun's agent store, torch.distributed.TCPStore)
+ * instead of a ctrain store: no token; the ct_store_* calls below work on it unchanged.
+ * Speaks the layouts of PyTorch 1.13 and 2.x with the validation handshake (2.15 tested),
+ * found on connect. ct_store_protocol: "ctrain", "c10d-v1" or "c10d-v2". */
+ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct_store **out);
+const char *ct_store_protocol(const ct_store *c);
 void ct_store_free(ct_store *c);
 ct_status ct_store_set(ct_store *c, const char *key, const void *val, size_t len);
 /* Waits until key exists (up to timeout_s), then returns a malloc'd copy (free() it). */

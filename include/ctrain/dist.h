@@ -107,7 +107,8 @@ typedef struct ct_dist_opts {
 ct_dist_opts ct_dist_default_opts(void);
 /* Creates the world group. Rank and size come from opts, else RANK/WORLD_SIZE (torchrun,
  * `ctrain run`, ct_spawn), OMPI_COMM_WORLD_* (mpirun) or SLURM_PROCID/SLURM_NTASKS.
- * The store is the launcher's (CTRAIN_STORE_HOSTED=1) or is hosted by rank 0 on MASTER_ADDR. */
+ * The store is the launcher's (CTRAIN_STORE_HOSTED=1), torchrun's PyTorch c10d TCPStore
+ * (TORCHELASTIC_USE_AGENT_STORE=True, see docs/multinode.md) or is hosted by rank 0 on MASTER_ADDR. */
 ct_status ct_dist_init(const ct_dist_opts *opts, ct_pg **out);
 /* Collective over every rank of parent (all must call, in the same order). Members get a
  * new group whose ranks are numbered in the order of `ranks`; non-members get *out = NULL. */

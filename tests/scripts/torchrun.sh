@@ -58,6 +58,14 @@ check_launcher() { # NAME PYTHON
     grep -q "2 ranks × batch 64" "$d/$name.log" || { cat "$d/$name.log"; die "$name: not a 2-rank job"; }
     grep -q "launcher's, c10d-v[12] protocol" "$d/$name.log" || { cat "$d/$name.log"; die "$name: not torchrun's store"; }
     same "$d/ref/model.safetensors" "$d/$name/model.safetensors" || die "$name: weights differ from ctrain run's"
+    # --standalone: c10d rendezvous on a free port (2.x shares its store with the workers,
+    # 1.13 does not and rank 0 hosts a ctrain store)
+    port=$((port + 1))
+    CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=pg timeout 300 "$py" -m torch.distributed.run --no_python --redirects 2 \
+        --tee 2 --standalone --nproc_per_node 2 "$C" train "${common[@]}" --steps 10 --eval-max 100 \
+        --output-dir "$d/$name-sa" > "$d/$name-sa.log" 2>&1 || { cat "$d/$name-sa.log"; die "$name: --standalone failed"; }
+    grep -q "^done: 10 steps" "$d/$name-sa.log" && grep -q "rendezvous through store" "$d/$name-sa.log" ||
+        { cat "$d/$name-sa.log"; die "$name: --standalone did not train"; }
     # restart: rank 1 killed after the step-10 checkpoint; the group restarts and resumes
     torchrun "$py" "$d/$name-restart" 60 --max_restarts 1 > "$d/$name-restart.log" 2>&1 &
     local agent=$!
@@ -81,6 +89,7 @@ check_launcher() { # NAME PYTHON
         { cat "$d/$name-restart.log"; die "$name: the restart did not resume"; }
     same "$d/ref60/model.safetensors" "$d/$name-restart/model.safetensors" ||
         die "$name: the restarted run differs from the uninterrupted one"
+    echo "$name: --standalone: $(grep -o '([^)]* protocol)' "$d/$name-sa.log" | head -1)"
     echo "$name: 2 ranks equal to ctrain run; restart after kill -9 of rank 1 $(grep -o 'resumed from [^ ]*' "$d/$name-restart.log" | sed 's|.*/||') and matched"
 }
 check_launcher "torchrun-$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" /usr/bin/python3

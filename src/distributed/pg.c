@@ -646,9 +646,14 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
                     return ct_error(st, "rank 0 cannot host the store: %s", ct_last_error());
                 }
             }
-            if (agent) st = ct_store_connect_c10d(addr, port, timeout, &pg->store);
-            else if (token) st = ct_store_connect(addr, port, token, timeout, &pg->store);
-            else st = connect_with_token_file(addr, port, timeout, &pg->store);
+            if (agent) {
+                st = ct_store_connect_c10d(addr, port, timeout, &pg->store);
+                if (st) st = ct_error(st, "%s (torchrun's agent store, as TORCHELASTIC_USE_AGENT_STORE says)", ct_last_error());
+            } else if (token) {
+                st = ct_store_connect(addr, port, token, timeout, &pg->store);
+            } else {
+                st = connect_with_token_file(addr, port, timeout, &pg->store);
+            }
             if (st) {
                 ct_store_server_stop(pg->server);
                 if (pg->token_file[0]) unlink(pg->token_file);

@@ -46,6 +46,12 @@ for k in x:
     if r > 1e-5: sys.exit(f"{k}: relative difference {r:.3g}")
 PY
 }
+# bad input: a clear one-line error each
+out=$(TORCHELASTIC_USE_AGENT_STORE=maybe RANK=0 WORLD_SIZE=2 MASTER_PORT=47929 "$C" worker init 2>&1) && die "bad value accepted"
+echo "$out" | grep -q "TORCHELASTIC_USE_AGENT_STORE='maybe': expected" || die "bad value: $out"
+out=$(TORCHELASTIC_USE_AGENT_STORE=True CTRAIN_TIMEOUT=1 RANK=1 WORLD_SIZE=2 MASTER_PORT=47929 "$C" worker init 2>&1) &&
+    die "no agent store accepted"
+echo "$out" | grep -q "nobody listening after 1 s (torchrun's agent store" || die "no agent store: $out"
 "$C" run --nproc-per-node 2 --standalone "$C" train "${common[@]}" --steps 40 --output-dir "$d/ref" > "$d/ref.log" 2>&1 ||
     { cat "$d/ref.log"; die "ctrain run reference"; }
 "$C" run --nproc-per-node 2 --standalone "$C" train "${common[@]}" --steps 60 --output-dir "$d/ref60" > "$d/ref60.log" 2>&1 ||

@@ -38,7 +38,7 @@ enum { Q_SET, Q_CAS, Q_GET, Q_ADD, Q_CHECK, Q_WAIT, Q_NKEYS, Q_DEL, Q_CANCEL_WAI
 static const uint8_t code_v1[Q_N_] = {0, 1, 2, 3, 4, 5, 6, 8, 0xff, 0xff, 0xff};
 static const uint8_t code_v2[Q_N_] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 0};
 #define MAGIC 0x3C85F7CEu
-#define PROBE_S 5.0 /* a v2 server answers PING at once; a v1 one hangs up at once */
+#define PROBE_S 5.0 /* least wait for a reply on connect (a v2 server answers PING at once, v1 hangs up) */
 
 struct ct_c10d {
     int fd;
@@ -153,9 +153,12 @@ ct_status ct_c10d_connect(const char *addr, int port, double timeout_s, ct_c10d 
     double deadline = ct_time_now() + timeout_s;
     int delay_us = 1000;
     for (;;) {
-        int fd = open_fd(c, 1, PROBE_S);
+        /* a server that answers neither way within the whole timeout is hung, not foreign */
+        double left = deadline - ct_time_now();
+        if (left < PROBE_S) left = PROBE_S;
+        int fd = open_fd(c, 1, left);
         if (fd == -3) { /* hung up on the handshake: a v1 server */
-            fd = open_fd(c, 0, PROBE_S);
+            fd = open_fd(c, 0, left);
             if (fd >= 0) c->v2 = 0;
         } else if (fd >= 0) {
             c->v2 = 1;

@@ -95,7 +95,7 @@ CUDA_PTX   := $(lastword $(CUDA_ARCHS))
 CUDA_C_SRC := $(shell find src/cuda -name '*.c' 2>/dev/null | sort) src/distributed/nccl.c
 CUDA_CU_SRC := $(shell find src/cuda -name '*.cu' 2>/dev/null | sort)
 ifeq ($(CUDA),1)
-CUDA_DEFS := -DCT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_DEFS := -DCT_HAVE_CUDA=1 -DCT_CUDA_ARCHS='"$(subst $() $(),/,$(CUDA_ARCHS))"' -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart -lstdc++
 NVFLAGS  := -std=c++17 -O3 -g -lineinfo -Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -136,11 +136,17 @@ info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
 	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), sm_$(subst $() $(),/,$(CUDA_ARCHS)) + PTX),no (no nvcc found; make CUDA=1 NVCC=... to force))"
 
-$(BUILD)/obj/%.o: %.c
+# Objects depend on the CUDA setting: switching between CUDA=0 and CUDA=1 rebuilds them
+# instead of linking objects compiled for the other setting.
+CUDA_STAMP := $(BUILD)/cuda-$(CUDA).stamp
+$(CUDA_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/cuda-*.stamp && touch $@
+
+$(BUILD)/obj/%.o: %.c $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 

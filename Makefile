@@ -76,6 +76,8 @@ endif
 # the sanitizer and fuzz builds always do). Every .cu file is compiled for each listed real
 # architecture plus PTX of the newest, with warnings as errors in nvcc and in the host
 # compiler it drives. `make CUDA_ARCHS="89"` narrows that for a quicker local build.
+# Links cudart and NCCL; cuBLASLt is opened on first use (src/cuda/gemm.c), as linking it
+# costs every process, CPU-only ones included, ~70 ms at start.
 CUDA_HOME ?= /usr/local/cuda
 CUDA      ?= auto
 ifneq ($(SAN)$(FUZZ),)
@@ -95,8 +97,9 @@ CUDA_PTX   := $(lastword $(CUDA_ARCHS))
 CUDA_C_SRC := $(shell find src/cuda -name '*.c' 2>/dev/null | sort) src/distributed/nccl.c
 CUDA_CU_SRC := $(shell find src/cuda -name '*.cu' 2>/dev/null | sort)
 ifeq ($(CUDA),1)
-CUDA_DEFS := -DCT_HAVE_CUDA=1 -DCT_CUDA_ARCHS='"$(subst $() $(),/,$(CUDA_ARCHS))"' -I$(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_DEFS := -DCT_HAVE_CUDA=1 -DCT_CUDA_ARCHS='"$(subst $() $(),/,$(CUDA_ARCHS))"' -DCT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
+             -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++ -ldl
 NVFLAGS  := -std=c++17 -O3 -g -lineinfo -Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
             -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX) -Iinclude -Isrc -DCT_HAVE_CUDA=1

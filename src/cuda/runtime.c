@@ -3,7 +3,7 @@
  * ("CUDA driver version is insufficient for CUDA runtime version"), without a GPU with
  * cudaErrorNoDevice: both are reported as CT_ERR_UNSUPPORTED, and nothing is loaded that
  * would stop a CPU-only run of the same binary. */
-#include <cublasLt.h>
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #include <cudnn_version.h>
 #include <nccl.h>
@@ -12,6 +12,7 @@
 
 #include "cuda/check.h"
 #include "cuda/cuda.h"
+#include "cuda/cuda_internal.h"
 
 /* "cuda:N" of the current device, "cuda:?" when there is none */
 static void cur_dev(char *buf, size_t n) {
@@ -45,7 +46,7 @@ ct_status ct_gpu_check_cublas(int code, const char *call, const char *op) {
                    : (e == CUBLAS_STATUS_NOT_SUPPORTED || e == CUBLAS_STATUS_ARCH_MISMATCH) ? CT_ERR_UNSUPPORTED
                    : e == CUBLAS_STATUS_INVALID_VALUE                                       ? CT_ERR_INVALID
                                                                                             : CT_ERR_SYSTEM;
-    return ct_error(st, "%s on %s: %s failed: %s", op, dev, call, cublasGetStatusString(e));
+    return ct_error(st, "%s on %s: %s failed: %s", op, dev, call, ct_cuda_cublaslt_status(code));
 }
 
 ct_status ct_gpu_check_nccl(int code, const char *call, const char *op) {
@@ -96,7 +97,7 @@ void ct_cuda_versions(char *buf, size_t n) {
     if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) snprintf(d, sizeof d, "%d.%d", drv / 1000, drv % 1000 / 10);
     (void)cudaRuntimeGetVersion(&rt);
     (void)ncclGetVersion(&nc);
-    size_t lt = cublasLtGetVersion();
+    size_t lt = ct_cuda_cublaslt_version();
     snprintf(buf, n, "driver %s, runtime %d.%d, cuBLASLt %zu.%zu.%zu, NCCL %d.%d.%d, cuDNN %d.%d.%d (headers; no op uses it yet)",
              d, rt / 1000, rt % 1000 / 10, lt / 10000, lt / 100 % 100, lt % 100, nc / 10000, nc / 100 % 100, nc % 100,
              CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);

@@ -139,9 +139,9 @@ info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
 	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), sm_$(subst $() $(),/,$(CUDA_ARCHS)) + PTX),no (no nvcc found; make CUDA=1 NVCC=... to force))"
 
-# Objects depend on the CUDA setting: switching between CUDA=0 and CUDA=1 rebuilds them
+# Objects depend on the CUDA setting: switching CUDA=0/1 or CUDA_ARCHS rebuilds them
 # instead of linking objects compiled for the other setting.
-CUDA_STAMP := $(BUILD)/cuda-$(CUDA).stamp
+CUDA_STAMP := $(BUILD)/cuda-$(CUDA)-$(subst $() $(),_,$(CUDA_ARCHS)).stamp
 $(CUDA_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/cuda-*.stamp && touch $@
 

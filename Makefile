@@ -80,10 +80,13 @@ endif
 # costs every process, CPU-only ones included, ~70 ms at start.
 CUDA_HOME ?= /usr/local/cuda
 CUDA      ?= auto
-ifneq ($(SAN)$(FUZZ),)
-CUDA := 0
+CUDA_WHY  := CUDA=0
+ifneq ($(filter 1,$(SAN) $(FUZZ)),)
+override CUDA := 0
+CUDA_WHY  := left out of sanitizer and fuzz builds
 endif
 ifeq ($(CUDA),auto)
+CUDA_WHY   := no nvcc on the PATH or in $(CUDA_HOME)/bin
 NVCC_FOUND := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
 CUDA := $(if $(NVCC_FOUND),1,0)
 ifneq ($(NVCC_FOUND),)
@@ -137,7 +140,7 @@ all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN)
 
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
-	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), sm_$(subst $() $(),/,$(CUDA_ARCHS)) + PTX),no (no nvcc found; make CUDA=1 NVCC=... to force))"
+	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), sm_$(subst $() $(),/,$(CUDA_ARCHS)) + PTX),no ($(CUDA_WHY)))"
 
 # Objects depend on the CUDA setting: switching CUDA=0/1 or CUDA_ARCHS rebuilds them
 # instead of linking objects compiled for the other setting.

@@ -100,6 +100,16 @@ static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
     char op[256];
     snprintf(op, sizeof op, "nccl %s on rank %d", what, m->granks[m->rank]);
     CT_GPU_TRY(cuda, op, cudaSetDevice(m->dev));
+    /* host memory would make NCCL fail late and obscurely: name the mistake instead */
+    const void *bufs[2] = {w->sbuf, w->rbuf};
+    for (int i = 0; i < 2 && w->kind != CT_OP_BARRIER && w->count; i++) {
+        struct cudaPointerAttributes pa;
+        if (!bufs[i]) continue;
+        if (cudaPointerGetAttributes(&pa, bufs[i]) != cudaSuccess) (void)cudaGetLastError();
+        else if (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged) continue;
+        return ct_error(CT_ERR_INVALID, "%s: buffer %p is not device memory (the nccl backend reduces GPU buffers)", op,
+                        bufs[i]);
+    }
     size_t esz = ct_dtype_size(w->dt);
     ncclDataType_t t = ntype(w->dt);
     ncclResult_t r = ncclSuccess;

@@ -84,6 +84,28 @@ CT_TEST(nccl_backend_without_gpu_fails_cleanly) {
     CT_EXPECTF(strstr(ct_last_error(), "nccl backend needs a GPU") != NULL, "message: %s", ct_last_error());
 }
 
+/* Without a GPU every entry point returns an error naming the op and the call; none crashes
+ * (a launch without a driver fails at the launch check, cuBLASLt still loads). */
+CT_TEST(calls_without_gpu_fail_cleanly) {
+    if (have_gpu()) CT_SKIP("a CUDA GPU is present: the other tests run the real thing");
+    void *p = (void *)1;
+    ct_status st = ct_cuda_alloc(0, 1024, &p);
+    CT_EXPECTF(st == CT_ERR_UNSUPPORTED && p == NULL && strstr(ct_last_error(), "alloc on cuda:?"), "alloc: %d %s", (int)st,
+               ct_last_error());
+    st = ct_cuda_gelu(NULL, NULL, NULL, 10, false);
+    CT_EXPECTF(st == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "gelu on cuda:?: cudaGetLastError()"), "gelu: %d %s",
+               (int)st, ct_last_error());
+    ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, 4, 4, 4, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL};
+    st = ct_cuda_gemm(NULL, 0, &d, NULL, NULL, NULL);
+    CT_EXPECTF(st == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "cuda:?"), "gemm: %d %s", (int)st, ct_last_error());
+    char v[512];
+    ct_cuda_versions(v, sizeof v);
+    CT_EXPECTF(strstr(v, "driver none") && !strstr(v, "cuBLASLt 0.0.0"), "versions: %s", v);
+    ct_cuda_mem_stats ms;
+    ct_cuda_mem_stats_get(0, &ms);
+    CT_EXPECT(ms.current == 0 && ms.mallocs == 0);
+}
+
 CT_TEST(elementwise) {
     NEED_GPU();
     ct_ctx *c;

@@ -11,7 +11,7 @@ for k in "^ctrain [0-9]" "^cpu:" "^simd:" "^cores:" "^memory:" "^blas: .*OpenBLA
 done
 if echo "$out" | grep -q "nccl (yes"; then
     want=("^cuda: +([0-9]+ GPUs? visible|built with CUDA \(sm_[0-9/]+ \+ PTX\), but no GPU is usable here: .+)" \
-          "^versions: .*runtime [0-9]+\.[0-9]+.*NCCL [0-9]")
+          "^versions: .*runtime [0-9]+\.[0-9]+, cuBLASLt [1-9][0-9]*\.[0-9]+.*NCCL [0-9]")
     echo "$out" | grep -qE "^cuda: +[0-9]+ GPU" && want+=("^gpu 0: .*GiB, compute capability [0-9]+\.[0-9]+")
 else
     want=("nccl \(not built" "^cuda: +not built")

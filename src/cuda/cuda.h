@@ -82,7 +82,8 @@ ct_status ct_cuda_layer_norm_bwd(cudaStream_t s, const float *x, const float *g,
 
 /* ---- softmax + cross-entropy, fused: logits [N, C], targets i32 or i64 ----
  * out[0] = mean loss over targets != ignore (NaN when all are ignored), out[1] = that count;
- * lse [N] saved for backward. */
+ * lse [N] saved for backward. A target outside [0, C) counts as ignored (the CPU op aborts;
+ * a kernel cannot, and the caller checks targets on the host when it has them there). */
 ct_status ct_cuda_cross_entropy(cudaStream_t s, const float *logits, const void *target, bool target_i64, int64_t N,
                                  int64_t C, int64_t ignore, float *lse, float *out);
 /* dlogits written: dloss (device scalar) * (softmax - onehot) / count, 0 on ignored rows */
@@ -127,6 +128,7 @@ typedef struct {
     ct_gemm_epilogue epi;
     const void *bias; /* dtype of C; with BIAS epilogues */
 } ct_cuda_gemm_desc;
+/* dev: the current device, whose stream s is (its cuBLASLt handle and workspace are used) */
 ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C);
 /* Releases the cuBLASLt handles and workspaces (at exit; the allocator keeps the memory). */
 void ct_cuda_gemm_shutdown(void);

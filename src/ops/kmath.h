@@ -151,7 +151,7 @@ CT_HD static inline void ct_k_online_add(float *m, float *s, float x) {
     if (x > *m) {
         *s = *s * ct_vexpf(*m - x) + 1.0f;
         *m = x;
-    } else {
+    } else if (x != -INFINITY) { /* -inf - -inf would be NaN: a masked value adds nothing */
         *s += ct_vexpf(x - *m);
     }
 }

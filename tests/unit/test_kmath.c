@@ -140,6 +140,17 @@ CT_TEST(cross_entropy_rows) {
     ct_ctx_free(c);
 }
 
+/* masked (-inf) logits before the first finite one add nothing, as in the two-pass form */
+CT_TEST(online_lse_masked) {
+    const float row[5] = {-INFINITY, -INFINITY, 1.5f, -INFINITY, -0.25f};
+    float m = -INFINITY, s = 0;
+    for (int j = 0; j < 5; j++) ct_k_online_add(&m, &s, row[j]);
+    CT_EXPECT_NEAR(ct_k_attn_lse(m, s), ct_k_xent_row_lse(row, 5), 1e-6);
+    float m2 = -INFINITY, s2 = 0;
+    ct_k_online_merge(&m2, &s2, -INFINITY, 0); /* two empty states stay empty */
+    CT_EXPECT(m2 == -INFINITY && s2 == 0);
+}
+
 CT_TEST(embedding_rows) {
     ct_ctx *c;
     CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);

@@ -241,7 +241,7 @@ install: all
 	install -m 644 $(BUILD)/libctrain.a $(PREFIX)/lib/
 	install -m 755 $(BUILD)/libctrain.so $(PREFIX)/lib/
 	install -m 755 $(BUILD)/ctrain $(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' -e 's|@CUDA_LIBS@|$(CUDA_LIBS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
 
 clean:
 	rm -rf $(BUILD) build-san build-fuzz

@@ -2,14 +2,17 @@
  * f32, 1e-2 in bf16 (inputs rounded to bf16 for both sides). Built only with CUDA; on a
  * machine without a GPU each test skips with "no CUDA GPU" except the ones that check the
  * clean failure there (device count, NCCL backend). scripts/gpu-check.sh runs this on a GPU. */
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <nccl.h>
 #include <stdint.h>
 
 #include "ct_test.h"
 #include "ctrain/dist.h"
 #include "ctrain/ops.h"
 #include "ctrain/optim.h"
+#include "cuda/check.h"
 #include "cuda/cuda.h"
 
 static char no_gpu[600];
@@ -63,6 +66,26 @@ static double err_f32(const float *d, const float *ref, int64_t n) {
 }
 #define EXPECT_CLOSE(what, e, tol) CT_EXPECTF((e) <= (tol), "%s: error %g > %g", what, (double)(e), (double)(tol))
 #define OK(call) CT_EXPECTF((call) == CT_OK, "%s: %s", #call, ct_last_error())
+
+/* the error conversion of CT_GPU_CHECK: statuses by kind, messages naming op and call */
+CT_TEST(check_macro_statuses_and_messages) {
+    CT_EXPECT(CT_GPU_CHECK(cuda, "x", cudaSuccess) == CT_OK);
+    CT_EXPECT(CT_GPU_CHECK(nccl, "x", ncclInProgress) == CT_OK); /* non-blocking communicators */
+    ct_status st = CT_GPU_CHECK(cuda, "layer_norm", cudaErrorMemoryAllocation);
+    CT_EXPECTF(st == CT_ERR_NOMEM && strstr(ct_last_error(), "layer_norm on cuda:") &&
+                   strstr(ct_last_error(), "cudaErrorMemoryAllocation failed: out of memory (cudaErrorMemoryAllocation)"),
+               "%d %s", (int)st, ct_last_error());
+    st = CT_GPU_CHECK(cuda, "x", cudaErrorLaunchFailure);
+    CT_EXPECT(st == CT_ERR_SYSTEM && strstr(ct_last_error(), "unspecified launch failure"));
+    st = CT_GPU_CHECK(cublas, "gemm", CUBLAS_STATUS_ALLOC_FAILED);
+    CT_EXPECTF(st == CT_ERR_NOMEM && strstr(ct_last_error(), "gemm on cuda:"), "%d %s", (int)st, ct_last_error());
+    CT_EXPECT(CT_GPU_CHECK(cublas, "gemm", CUBLAS_STATUS_NOT_SUPPORTED) == CT_ERR_UNSUPPORTED);
+    st = CT_GPU_CHECK(nccl, "all_reduce #3 on rank 1", ncclRemoteError);
+    CT_EXPECTF(st == CT_ERR_PEER && strstr(ct_last_error(), "all_reduce #3 on rank 1 on cuda:") &&
+                   strstr(ct_last_error(), "ncclRemoteError failed"),
+               "%d %s", (int)st, ct_last_error());
+    CT_EXPECT(CT_GPU_CHECK(nccl, "x", ncclInvalidUsage) == CT_ERR_INVALID);
+}
 
 CT_TEST(device_count_is_clean) {
     int n = -1;

@@ -72,21 +72,63 @@ ifeq ($(PKG_ZLIB),)
 $(error zlib not found: apt-get install zlib1g-dev)
 endif
 
+# CUDA: on when nvcc is on the PATH or in $(CUDA_HOME)/bin (`make CUDA=0` leaves it out;
+# the sanitizer and fuzz builds always do). Every .cu file is compiled for each listed real
+# architecture plus PTX of the newest, with warnings as errors in nvcc and in the host
+# compiler it drives. `make CUDA_ARCHS="89"` narrows that for a quicker local build.
+# Links cudart and NCCL; cuBLASLt is opened on first use (src/cuda/gemm.c), as linking it
+# costs every process, CPU-only ones included, ~70 ms at start.
+CUDA_HOME ?= /usr/local/cuda
+CUDA      ?= auto
+CUDA_WHY  := CUDA=0
+ifneq ($(filter 1,$(SAN) $(FUZZ)),)
+override CUDA := 0
+CUDA_WHY  := left out of sanitizer and fuzz builds
+endif
+ifeq ($(CUDA),auto)
+CUDA_WHY   := no nvcc on the PATH or in $(CUDA_HOME)/bin
+NVCC_FOUND := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
+CUDA := $(if $(NVCC_FOUND),1,0)
+ifneq ($(NVCC_FOUND),)
+NVCC := $(NVCC_FOUND)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(realpath $(NVCC_FOUND)))
+endif
+endif
+CUDA_ARCHS ?= 80 86 89 90
+CUDA_PTX   := $(lastword $(CUDA_ARCHS))
+# sources that need the toolkit: everything under src/cuda and the NCCL backend
+CUDA_C_SRC := $(shell find src/cuda -name '*.c' 2>/dev/null | sort) src/distributed/nccl.c
+CUDA_CU_SRC := $(shell find src/cuda -name '*.cu' 2>/dev/null | sort)
+ifeq ($(CUDA),1)
+CUDA_DEFS := -DCT_HAVE_CUDA=1 -DCT_CUDA_ARCHS='"$(subst $() $(),/,$(CUDA_ARCHS))"' -DCT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
+             -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++ -ldl
+NVFLAGS  := -std=c++17 -O3 -g -lineinfo -Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
+            $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+            -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX) -Iinclude -Isrc -DCT_HAVE_CUDA=1
+endif
+
 PKGS     := $(PKG_BLAS) $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
 LPKGS    := $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
-DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,)
+DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,) $(CUDA_DEFS)
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -fopenmp -Wall -Wextra -Werror $(SANFLAGS) \
             -Iinclude -Isrc $(DEFS) $(BLAS_CFLAGS) $(shell pkg-config --cflags $(LPKGS))
-LDLIBS   := $(SANFLAGS) $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) -fopenmp -lpthread -lm -lrt
+LDLIBS   := $(SANFLAGS) $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) $(CUDA_LIBS) -fopenmp -lpthread -lm -lrt
 
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+LIB_SRC  := $(filter-out $(CUDA_C_SRC),$(shell find src -name '*.c' -not -path 'src/cli/*' | sort))
+ifeq ($(CUDA),1)
+LIB_SRC  += $(CUDA_C_SRC)
+endif
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
 MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
 EX_SRC   := $(wildcard examples/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(if $(filter 1,$(CUDA)),$(CUDA_CU_SRC:%.cu=$(BUILD)/obj/%.cu.o))
+# GPU tests (tests/gpu/*.c): built only with CUDA; each skips with "no CUDA GPU" where none is
+GPU_TEST_SRC := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/*.c))
+GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/%)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # programs run under mpirun by tests/scripts (outside build/tests, which tests/run.sh runs directly)
@@ -94,15 +136,25 @@ MPI_TEST_BIN := $(MPI_TEST_SRC:tests/mpi/%.c=$(BUILD)/mpi/%)
 EX_BIN   := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(MPI_TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(GPU_TEST_BIN) $(MPI_TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
-	      "cuda=no (CUDA backend not part of this build)"
+	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), sm_$(subst $() $(),/,$(CUDA_ARCHS)) + PTX),no ($(CUDA_WHY)))"
 
-$(BUILD)/obj/%.o: %.c
+# Objects depend on the CUDA setting: switching CUDA=0/1 or CUDA_ARCHS rebuilds them
+# instead of linking objects compiled for the other setting.
+CUDA_STAMP := $(BUILD)/cuda-$(CUDA)-$(subst $() $(),_,$(CUDA_ARCHS)).stamp
+$(CUDA_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/cuda-*.stamp && touch $@
+
+$(BUILD)/obj/%.o: %.c $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu $(CUDA_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(BUILD)/libctrain.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -115,6 +167,10 @@ $(BUILD)/ctrain: $(CLI_OBJ) $(BUILD)/libctrain.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libctrain.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/ct_test.h tests/dist_pattern.h $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/gpu/%.c tests/ct_test.h $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
 
@@ -141,7 +197,7 @@ SAN_ENV := OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_lea
            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/asan.supp:print_suppressions=0 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # what the suite runs (everything but the benchmarks)
-test-bins: $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(MPI_TEST_BIN) $(EX_BIN)
+test-bins: $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(GPU_TEST_BIN) $(MPI_TEST_BIN) $(EX_BIN)
 test-asan:
 	@$(MAKE) --no-print-directory SAN=1 test-bins
 	@$(SAN_ENV) CT_BUILD=build-san bash tests/run.sh $(TESTS)
@@ -185,7 +241,7 @@ install: all
 	install -m 644 $(BUILD)/libctrain.a $(PREFIX)/lib/
 	install -m 755 $(BUILD)/libctrain.so $(PREFIX)/lib/
 	install -m 755 $(BUILD)/ctrain $(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' -e 's|@CUDA_LIBS@|$(CUDA_LIBS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
 
 clean:
 	rm -rf $(BUILD) build-san build-fuzz

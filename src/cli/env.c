@@ -8,6 +8,9 @@
 #include "cli/cli.h"
 #include "ctrain/core.h"
 #include "ctrain/dist.h"
+#if CT_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 /* --vars: the configuration table, with the values set now; --markdown: the same table as
  * docs/environment.md (no current values, so the file does not depend on who makes it). */
@@ -42,6 +45,33 @@ static void print_vars(bool markdown) {
                n > 40 ? 37 : (int)n, v, n > 40 ? "..." : "", c->help, c->flags & CT_CFG_LAUNCHER ? " (set by ctrain run)" : "");
     }
 }
+
+#if CT_HAVE_CUDA
+/* One line per GPU, or one line saying plainly why none can be used. */
+static void print_gpus(void) {
+    char ver[512];
+    ct_cuda_versions(ver, sizeof ver);
+    int n = 0;
+    ct_status st = ct_cuda_device_count(&n);
+    if (st != CT_OK || n == 0)
+        printf("cuda:      built with CUDA (sm_%s + PTX), but no GPU is usable here: %s\n", CT_CUDA_ARCHS,
+               st != CT_OK ? ct_last_error() : "no CUDA device is visible");
+    else
+        printf("cuda:      %d GPU%s visible (build: sm_%s + PTX)\n", n, n > 1 ? "s" : "", CT_CUDA_ARCHS);
+    for (int d = 0; d < n; d++) {
+        ct_cuda_device_info in;
+        if (ct_cuda_device_info_get(d, &in) != CT_OK) {
+            printf("gpu %d:     %s\n", d, ct_last_error());
+            continue;
+        }
+        const double gib = 1024.0 * 1024 * 1024;
+        printf("gpu %d:     %s, %.1f GiB, compute capability %d.%d, %d SMs, %.1f GiB in use (all processes)\n", d, in.name,
+               (double)in.total_bytes / gib, in.cc_major, in.cc_minor, in.sm_count,
+               (double)(in.total_bytes - in.free_bytes) / gib);
+    }
+    printf("versions:  %s\n", ver);
+}
+#endif
 
 static void mem_total(char *buf, size_t n) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
@@ -96,8 +126,13 @@ int cli_env(int argc, char **argv) {
 #else
     printf(", mpi (not built: apt-get install libopenmpi-dev, then make)");
 #endif
-    printf(", nccl (not built: no CUDA backend in this build)\n");
-    printf("cuda:      no devices usable by this build\n");
+#if CT_HAVE_CUDA
+    printf(", nccl (yes: CTRAIN_BACKEND=nccl)\n");
+    print_gpus();
+#else
+    printf(", nccl (not built: no CUDA toolkit found at build time)\n");
+    printf("cuda:      not built (no nvcc on the PATH or in /usr/local/cuda when this was built)\n");
+#endif
     if (check) {
         double bw = 0;
         char report[512] = "";

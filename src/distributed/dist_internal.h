@@ -112,6 +112,11 @@ ct_status ct_shm_create(ct_pg *pg, void **impl_out);
 extern const ct_backend ct_mpi_backend;
 ct_status ct_mpi_create(ct_pg *pg, void **impl_out);
 #endif
+#if CT_HAVE_CUDA
+extern const ct_backend ct_nccl_backend;
+/* device: local_rank modulo the visible GPUs */
+ct_status ct_nccl_create(ct_pg *pg, int local_rank, void **impl_out);
+#endif
 
 /* Reduction kernels (reduce.c): o1[i] = a[i] op b[i] (and o2 too when not NULL), any
  * aliasing of outputs with inputs at the same index is allowed. `divisor` > 0 divides the

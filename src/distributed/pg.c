@@ -604,8 +604,9 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     ct_log_set_rank(rank);
 
     ct_status st;
-    if (!strcmp(backend, "shm")) {
-        if (lworld < world) {
+    bool nccl = !strcmp(backend, "nccl"); /* rendezvous through the store as shm; may span machines */
+    if (!strcmp(backend, "shm") || nccl) {
+        if (lworld < world && !nccl) {
             pg_release(pg);
             return ct_error(CT_ERR_UNSUPPORTED, "the shm backend works on one machine (%d of %d ranks are local); "
                             "launch with mpirun and CTRAIN_BACKEND=mpi", lworld, world);
@@ -669,8 +670,17 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
             return st;
         }
         bind_local_rank(lrank, lworld);
-        pg->be = &ct_shm_backend;
-        st = ct_shm_create(pg, &pg->impl);
+        if (nccl) {
+#if CT_HAVE_CUDA
+            pg->be = &ct_nccl_backend;
+            st = ct_nccl_create(pg, lrank, &pg->impl);
+#else
+            st = ct_error(CT_ERR_UNSUPPORTED, "this build has no NCCL backend (build with the CUDA toolkit installed)");
+#endif
+        } else {
+            pg->be = &ct_shm_backend;
+            st = ct_shm_create(pg, &pg->impl);
+        }
     } else if (!strcmp(backend, "mpi")) {
 #if CT_HAVE_MPI
         pg->be = &ct_mpi_backend;
@@ -679,7 +689,7 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
         st = ct_error(CT_ERR_UNSUPPORTED, "this build has no MPI backend (install libopenmpi-dev and rebuild)");
 #endif
     } else {
-        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm or mpi)", backend);
+        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm, mpi or nccl)", backend);
     }
     if (st) {
         char msg[1024];

@@ -68,7 +68,8 @@ export LD_LIBRARY_PATH="$p/lib"
 [ "$("$d/bin/u")" = 12 ]
 "$p/bin/ctrain" --version | grep -q "ctrain "
 # the programs use the installed shared library
-ldd "$d/bin/custom_model" | grep -q "libctrain.so => $p/lib/libctrain.so" || { ldd "$d/bin/custom_model"; exit 1; }
+# (grep reads all of ldd's output: with -q it may stop early, and pipefail then sees ldd's SIGPIPE)
+ldd "$d/bin/custom_model" | grep "libctrain.so => $p/lib/libctrain.so" >/dev/null || { ldd "$d/bin/custom_model"; exit 1; }
 
 data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then

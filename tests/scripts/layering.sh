@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The layers only point down (DESIGN.md §3): core <- ops <- nn <- models;
-# core <- distributed <- ddp <- train <- cli; io, data and optim rest on core alone.
+# core <- distributed <- ddp <- train <- cli; io, data and optim rest on core alone;
+# cuda (kernels, allocator) rests on core and ops' per-element math, under distributed and cli.
 # Checked three ways: the public headers each file includes, the private headers (a
 # module's src/<module>/*.h are its own), and the symbols each module's objects call (nm).
 # Also: only the configuration table reads or sets the environment.
@@ -8,15 +9,18 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 declare -A allow=(
     [core]="core" [ops]="core ops" [nn]="core ops nn" [models]="core ops nn io models"
-    [optim]="core optim" [io]="core io" [data]="core data" [distributed]="core distributed"
+    [optim]="core optim" [io]="core io" [data]="core data" [distributed]="core distributed cuda"
     [ddp]="core distributed ddp" [train]="core ops nn models optim io data distributed ddp train"
-    [cli]="core ops nn models optim io data distributed ddp train cli")
+    [cli]="core ops nn models optim io data distributed ddp train cli cuda"
+    [cuda]="core ops cuda")
 declare -A header=(
     [core.h]=core [tensor.h]=core [autograd.h]=core [config.h]=core [ops.h]=ops [nn.h]=nn [models.h]=models
     [optim.h]=optim [io.h]=io [metrics.h]=io [data.h]=data [loader.h]=data [dist.h]=distributed
     [launch.h]=distributed [ddp.h]=ddp [train.h]=train [ctrain.h]=cli)
 # the interface core gives its kernels: the op table, tape recording, the arena, the RNG
 kernel_api="core/kernel.h"
+# the CUDA layer (src/cuda, built with CUDA only) under the NCCL backend and `ctrain env`
+cuda_api="cuda/cuda.h cuda/check.h"
 mod_of_path() { # src/<module>/... or include/ctrain/<header>
     case "$1" in
     src/*) local m=${1#src/}; echo "${m%%/*}" ;;
@@ -38,6 +42,10 @@ for f in $(find src include -name '*.[ch]' | sort); do
             im=${inc%%/*}
             [ "$im" = "$m" ] && continue
             [ "$m" = ops ] && [[ " $kernel_api " == *" $inc "* ]] && continue
+            # the CUDA kernels share the CPU ops' per-element math; cuda's C interface is
+            # its two headers, for the modules allowed to use it
+            [ "$m" = cuda ] && [ "$inc" = ops/kmath.h ] && continue
+            [[ " $cuda_api " == *" $inc "* && " ${allow[$m]} " == *" cuda "* ]] && continue
             say "$f ($m) includes $inc, private to src/$im" ;;
         esac
     done < <(sed -n 's/^#include "\(.*\)".*/\1/p' "$f")

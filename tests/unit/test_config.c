@@ -105,7 +105,7 @@ CT_TEST(bad_values_name_the_variable) {
         {"MASTER_PORT", "65536", "MASTER_PORT='65536': expected an integer between 1 and 65535"},
         {"CTRAIN_DDP_ZERO_COPY", "maybe", "CTRAIN_DDP_ZERO_COPY='maybe': expected 1, true, on, yes or 0, false, off, no"},
         {"CTRAIN_DEBUG", "loud", "CTRAIN_DEBUG='loud': expected one of ERROR, WARN, INFO, TRACE"},
-        {"CTRAIN_BACKEND", "nccl", "CTRAIN_BACKEND='nccl': expected one of shm, mpi"},
+        {"CTRAIN_BACKEND", "bogus", "CTRAIN_BACKEND='bogus': expected one of shm, mpi"},
         {"CTRAIN_SHM_CHUNK", "1k", "CTRAIN_SHM_CHUNK='1k': expected a size in bytes between 4096"},
         {"CTRAIN_SHM_CHUNK", "64q", "expected a size in bytes"},
     };

@@ -478,7 +478,7 @@ CT_TEST(init_rejects_bad_env) {
     setenv("RANK", "x", 1);
     CT_EXPECT_EQ(ct_dist_init(NULL, &pg), CT_ERR_INVALID);
     setenv("RANK", "0", 1);
-    setenv("CTRAIN_BACKEND", "nccl", 1);
+    setenv("CTRAIN_BACKEND", "bogus", 1);
     CT_EXPECT_EQ(ct_dist_init(NULL, &pg), CT_ERR_INVALID);
     unsetenv("CTRAIN_BACKEND");
     unsetenv("RANK");

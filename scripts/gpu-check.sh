@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with an NVIDIA GPU and the CUDA toolkit, build ctrain with CUDA
+# and run what cannot run without a GPU, in under 8 minutes. Exit status 0 only when every
+# step passed; the log is also written to build/gpu-check.log.
+#
+#   scripts/gpu-check.sh            # all steps
+#   GPU_CHECK_STEPS="env kernels" scripts/gpu-check.sh
+#
+# Steps (each prints its time; a failed step does not stop the later ones):
+#   env      nvidia-smi and `ctrain env`: the GPU, driver, runtime and library versions
+#   kernels  tests/gpu: every CUDA kernel against the CPU op on random inputs
+#            (<= 1e-5 relative in f32, <= 1e-2 in bf16), the allocator, NCCL at world size 1
+#   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
+# Only the GPU's own architecture is compiled (CUDA_ARCHS), which keeps the build short.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+t0=$SECONDS
+BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
+steps=${GPU_CHECK_STEPS:-env kernels units}
+mkdir -p build
+log=build/gpu-check.log
+: >"$log"
+say() { echo "$*" | tee -a "$log"; }
+failed=()
+
+# prerequisites: what the build needs, named instead of a compiler error later
+missing=()
+command -v nvidia-smi >/dev/null || missing+=("nvidia-smi (NVIDIA driver)")
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || missing+=("nvcc (CUDA toolkit)")
+for p in openblas libcjson zlib; do pkg-config --exists "$p" 2>/dev/null || missing+=("$p (scripts/setup.sh installs it)"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "gpu-check: cannot build here, missing: ${missing[*]}"
+    exit 2
+fi
+
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+archs=${CUDA_ARCHS:-${cc:-80 86 89 90}}
+say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), building for sm_$archs"
+tb=$SECONDS
+if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_kmath >>"$log" 2>&1; then
+    tail -30 "$log"
+    say "gpu-check: FAIL build ($((SECONDS - tb)) s)"
+    exit 1
+fi
+say "gpu-check: build $((SECONDS - tb)) s"
+
+# run_step NAME SCRIPT: runs SCRIPT with bash, bounded by what is left of the budget
+run_step() {
+    local name=$1 script=$2
+    local left=$((BUDGET - (SECONDS - t0)))
+    if [ $left -le 10 ]; then
+        say "gpu-check: SKIP $name (time budget spent)"
+        failed+=("$name")
+        return
+    fi
+    local ts=$SECONDS
+    if timeout "$left" bash -c "$script" 2>&1 | tee -a "$log"; then
+        say "gpu-check: ok   $name ($((SECONDS - ts)) s)"
+    else
+        say "gpu-check: FAIL $name ($((SECONDS - ts)) s)"
+        failed+=("$name")
+    fi
+}
+# a test binary passes only with no failure and no skip, except the no-GPU checks, which
+# skip because a GPU is present
+tests_pass() {
+    echo "out=\$($1 2>&1); rc=\$?; echo \"\$out\"; [ \$rc -eq 0 ] && ! echo \"\$out\" | grep '^skip ' | grep -qv 'a CUDA GPU is present'"
+}
+
+for s in $steps; do
+    case "$s" in
+    env) run_step env 'nvidia-smi && build/ctrain env' ;;
+    kernels) run_step kernels "$(tests_pass build/tests/test_gpu_kernels)" ;;
+    units) run_step units "$(tests_pass build/tests/test_kmath)" ;;
+    *) say "gpu-check: unknown step '$s'"; failed+=("$s") ;;
+    esac
+done
+say "gpu-check: total $((SECONDS - t0)) s; ${#failed[@]} step(s) failed${failed:+: ${failed[*]}}"
+[ ${#failed[@]} -eq 0 ]

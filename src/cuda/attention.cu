@@ -1,0 +1,129 @@
+/* Flash-style attention, forward and backward, in f32 and bf16 (f32 arithmetic). One thread
+ * runs one query row (forward, dQ) or one key row (dK, dV) through the row functions of
+ * ops/kmath.h: the online softmax over key tiles, then backward from the saved log-sum-exp
+ * per row, so memory beyond inputs and outputs is O(T) (lse and Dr) and no [T, T] matrix is
+ * formed. dK/dV by key rows and dQ by query rows need no atomics: every gradient element is
+ * summed by one thread in a fixed order. The threads of a block take consecutive rows of one
+ * head and read the same K/V (or Q/dO) rows at the same time, which the cache broadcasts;
+ * this is the simple form of the algorithm, not a tensor-core kernel. */
+#include <cuda_bf16.h>
+
+#include "cuda/launch.cuh"
+
+#define CT_K_BF16_LD(x) __bfloat162float(x)
+#define CT_K_BF16_ST(x) __float2bfloat16(x)
+CT_K_DEFINE_ATTN(bf16, __nv_bfloat16, CT_K_BF16_LD, CT_K_BF16_ST)
+
+namespace {
+enum { ROWS = 64 };
+
+template <typename T> struct rows;
+template <> struct rows<float> {
+    __device__ static void fwd(const float *q, const float *K, const float *V, int64_t nk, int D, float sc, float *o, float *l) {
+        ct_k_attn_fwd_row_f32(q, K, V, nk, D, D, sc, o, l);
+    }
+    __device__ static void dq(const float *q, const float *g, const float *K, const float *V, int64_t nk, int D, float sc,
+                              float l, float dr, float *dq) {
+        ct_k_attn_dq_row_f32(q, g, K, V, nk, D, D, sc, l, dr, dq);
+    }
+    __device__ static void dkv(const float *k, const float *v, const float *Q, const float *G, const float *l, const float *dr,
+                               int64_t i0, int64_t nq, int D, float sc, float *dk, float *dv) {
+        ct_k_attn_dkv_row_f32(k, v, Q, G, l, dr, i0, nq, D, D, sc, dk, dv);
+    }
+    __device__ static float ld(float x) { return x; }
+};
+template <> struct rows<__nv_bfloat16> {
+    typedef __nv_bfloat16 B;
+    __device__ static void fwd(const B *q, const B *K, const B *V, int64_t nk, int D, float sc, B *o, float *l) {
+        ct_k_attn_fwd_row_bf16(q, K, V, nk, D, D, sc, o, l);
+    }
+    __device__ static void dq(const B *q, const B *g, const B *K, const B *V, int64_t nk, int D, float sc, float l, float dr,
+                              B *dq) {
+        ct_k_attn_dq_row_bf16(q, g, K, V, nk, D, D, sc, l, dr, dq);
+    }
+    __device__ static void dkv(const B *k, const B *v, const B *Q, const B *G, const float *l, const float *dr, int64_t i0,
+                               int64_t nq, int D, float sc, B *dk, B *dv) {
+        ct_k_attn_dkv_row_bf16(k, v, Q, G, l, dr, i0, nq, D, D, sc, dk, dv);
+    }
+    __device__ static float ld(B x) { return __bfloat162float(x); }
+};
+
+template <typename T>
+__global__ void fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t T_, int D, bool causal, float sc) {
+    int64_t h = blockIdx.y, i = (int64_t)blockIdx.x * ROWS + threadIdx.x;
+    if (i >= T_) return;
+    const int64_t base = h * T_ * D;
+    rows<T>::fwd(q + base + i * D, k + base, v + base, causal ? i + 1 : T_, D, sc, o + base + i * D, lse + h * T_ + i);
+}
+template <typename T> __global__ void dr_k(const T *o, const T *g, float *dr, int64_t n, int D) {
+    CT_GRID_STRIDE(r, n) {
+        float s = 0;
+        for (int c = 0; c < D; c++) s = fmaf(rows<T>::ld(g[r * D + c]), rows<T>::ld(o[r * D + c]), s);
+        dr[r] = s;
+    }
+}
+template <typename T>
+__global__ void dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr, T *dq, int64_t T_,
+                     int D, bool causal, float sc) {
+    int64_t h = blockIdx.y, i = (int64_t)blockIdx.x * ROWS + threadIdx.x;
+    if (i >= T_) return;
+    const int64_t base = h * T_ * D;
+    rows<T>::dq(q + base + i * D, g + base + i * D, k + base, v + base, causal ? i + 1 : T_, D, sc, lse[h * T_ + i],
+                dr[h * T_ + i], dq + base + i * D);
+}
+template <typename T>
+__global__ void dkv_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr, T *dk, T *dv,
+                      int64_t T_, int D, bool causal, float sc) {
+    int64_t h = blockIdx.y, j = (int64_t)blockIdx.x * ROWS + threadIdx.x;
+    if (j >= T_) return;
+    const int64_t base = h * T_ * D;
+    rows<T>::dkv(k + base + j * D, v + base + j * D, q + base, g + base, lse + h * T_, dr + h * T_, causal ? j : 0, T_, D, sc,
+                 dk + base + j * D, dv + base + j * D);
+}
+
+ct_status check_shape(const char *op, int64_t BH, int64_t T, int D) {
+    if (D <= 0 || D > CT_K_ATTN_MAX_D || BH > 65535 || BH < 0 || T < 0)
+        return ct_error(CT_ERR_INVALID, "cuda %s: head dim %d (1..%d), %lld heads (<= 65535), T %lld not supported", op, D,
+                        CT_K_ATTN_MAX_D, (long long)BH, (long long)T);
+    return CT_OK;
+}
+
+template <typename T>
+ct_status attn_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t T_,
+                   int D, bool causal) {
+    dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
+    fwd_k<T><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, T_, D, causal, 1.0f / sqrtf((float)D));
+    CT_LAUNCHED("attention");
+    return CT_OK;
+}
+template <typename T>
+ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *o, const void *g, const float *lse,
+                   float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T_, int D, bool causal) {
+    dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
+    float sc = 1.0f / sqrtf((float)D);
+    dr_k<T><<<ct_grid(BH * T_, 256), 256, 0, s>>>((const T *)o, (const T *)g, dr, BH * T_, D);
+    dq_k<T><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dq, T_, D, causal, sc);
+    dkv_k<T><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dk, (T *)dv, T_, D,
+                                    causal, sc);
+    CT_LAUNCHED("attention backward");
+    return CT_OK;
+}
+} // namespace
+
+extern "C" {
+ct_status ct_cuda_attention(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
+                            float *lse, int64_t BH, int64_t T, int D, bool causal) {
+    ct_status st = check_shape("attention", BH, T, D);
+    if (st != CT_OK || BH == 0 || T == 0) return st;
+    return dt == CT_CUDA_BF16 ? attn_fwd<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal)
+                              : attn_fwd<float>(s, q, k, v, o, lse, BH, T, D, causal);
+}
+ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
+                                const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
+                                int64_t BH, int64_t T, int D, bool causal) {
+    ct_status st = check_shape("attention backward", BH, T, D);
+    if (st != CT_OK || BH == 0 || T == 0) return st;
+    return dt == CT_CUDA_BF16 ? attn_bwd<__nv_bfloat16>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
+                              : attn_bwd<float>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
+}
+}

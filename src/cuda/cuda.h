@@ -1,0 +1,139 @@
+/* src/cuda/cuda.h — ctrain's CUDA layer for the rest of the library (C linkage; built only
+ * with CUDA, CT_HAVE_CUDA). Devices, a caching allocator, kernels and cuBLASLt GEMMs.
+ *
+ *   int n;
+ *   if (ct_cuda_device_count(&n) != CT_OK) ...     // no driver / no GPU: a clean error
+ *   float *x, *y;
+ *   if (ct_cuda_alloc(0, bytes, (void **)&x) != CT_OK) ...   // cached: no cudaMalloc per step
+ *   ct_status st = ct_cuda_gelu(stream, x, y, n, true);       // error names call, device, op
+ *   ct_cuda_free(x);
+ *
+ * Every function returns ct_status; on failure the message (ct_last_error) names the failed
+ * CUDA / cuBLAS call, the device and the op. Kernels are launched on `stream` (NULL: the
+ * legacy default stream) and return without waiting. Pointers are device memory unless
+ * said otherwise; sizes are element counts. Backward kernels write input gradients (dx =)
+ * and accumulate parameter gradients (dw +=), as parameters accumulate over micro-batches. */
+#ifndef CT_CUDA_CUDA_H
+#define CT_CUDA_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/core.h"
+#include "ops/kmath.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- devices ---- */
+/* Number of visible GPUs. No driver or no device: CT_ERR_UNSUPPORTED with the runtime's
+ * reason ("CUDA driver version is insufficient..." / "no CUDA-capable device"). */
+ct_status ct_cuda_device_count(int *n);
+typedef struct {
+    char name[256];
+    size_t total_bytes, free_bytes; /* free: as nvidia-smi would show it, all processes */
+    int cc_major, cc_minor, sm_count;
+} ct_cuda_device_info;
+ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out);
+/* "driver 13.0, runtime 13.0, cuBLAS 13.0.2, NCCL 2.27.7, cuDNN 9.x (headers; not linked)";
+ * a missing driver reads "driver none". Never fails. */
+void ct_cuda_versions(char *buf, size_t n);
+/* Makes dev current on this thread. */
+ct_status ct_cuda_set_device(int dev, const char *op);
+
+/* ---- caching allocator ----
+ * Freed blocks stay cached per device and are reused for requests of up to twice their
+ * size or less; cudaMalloc is called only when no cached block fits, and on out-of-memory
+ * the cache is released and the allocation tried once more. Blocks are for use on one
+ * stream (the compute stream): a block freed while kernels on another stream still use it
+ * must be synchronised by the caller first. Thread-safe. */
+ct_status ct_cuda_alloc(int dev, size_t bytes, void **out);
+void ct_cuda_free(void *p); /* NULL is fine */
+typedef struct {
+    size_t current;  /* bytes handed out and not freed (rounded sizes) */
+    size_t peak;     /* maximum of current since start or ct_cuda_mem_reset_peak */
+    size_t reserved; /* bytes held from cudaMalloc: current + cached */
+    int64_t mallocs; /* cudaMalloc calls so far */
+} ct_cuda_mem_stats;
+void ct_cuda_mem_stats_get(int dev, ct_cuda_mem_stats *s);
+void ct_cuda_mem_reset_peak(int dev);
+/* Returns every cached (free) block of dev to the driver. */
+void ct_cuda_empty_cache(int dev);
+
+/* ---- elementwise (f32) ---- */
+ct_status ct_cuda_relu(cudaStream_t s, const float *x, float *y, int64_t n);
+ct_status ct_cuda_relu_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n);
+ct_status ct_cuda_gelu(cudaStream_t s, const float *x, float *y, int64_t n, bool tanh_approx);
+ct_status ct_cuda_gelu_bwd(cudaStream_t s, const float *x, const float *g, float *dx, int64_t n, bool tanh_approx);
+/* y = a + b, b of length m broadcast over a's leading dims (n a multiple of m) */
+ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n, int64_t m);
+/* y = a * alpha (y may be a) */
+ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n);
+
+/* ---- layer norm over rows of D: mean and rstd per row saved for backward ---- */
+ct_status ct_cuda_layer_norm(cudaStream_t s, const float *x, const float *w, const float *b, float *y, float *mean,
+                             float *rstd, int64_t R, int64_t D, float eps);
+/* dx written; dw, db (either may be NULL, as w) accumulated */
+ct_status ct_cuda_layer_norm_bwd(cudaStream_t s, const float *x, const float *g, const float *w, const float *mean,
+                                 const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D);
+
+/* ---- softmax + cross-entropy, fused: logits [N, C], targets i32 or i64 ----
+ * out[0] = mean loss over targets != ignore (NaN when all are ignored), out[1] = that count;
+ * lse [N] saved for backward. A target outside [0, C) counts as ignored (the CPU op aborts;
+ * a kernel cannot, and the caller checks targets on the host when it has them there). */
+ct_status ct_cuda_cross_entropy(cudaStream_t s, const float *logits, const void *target, bool target_i64, int64_t N,
+                                 int64_t C, int64_t ignore, float *lse, float *out);
+/* dlogits written: dloss (device scalar) * (softmax - onehot) / count, 0 on ignored rows */
+ct_status ct_cuda_cross_entropy_bwd(cudaStream_t s, const float *logits, const void *target, bool target_i64, int64_t N,
+                                    int64_t C, int64_t ignore, const float *lse, const float *out, const float *dloss,
+                                    float *dlogits);
+
+/* ---- embedding: w [V, D], idx [n] → y [n, D]; an index outside [0, V) gives a zero row
+ * and sets *bad (device int, may be NULL) to 1 ---- */
+ct_status ct_cuda_embedding(cudaStream_t s, const float *w, const void *idx, bool idx_i64, int64_t n, int64_t V,
+                            int64_t D, float *y, int *bad);
+/* dw += scatter of g rows, each element summed in index order (deterministic) */
+ct_status ct_cuda_embedding_bwd(cudaStream_t s, const float *g, const void *idx, bool idx_i64, int64_t n, int64_t V,
+                                int64_t D, float *dw);
+
+/* ---- optimizers: one pass over the flat buffers (ops/kmath.h gives the constants) ---- */
+ct_status ct_cuda_adamw(cudaStream_t s, const ct_k_adamw *k, float *p, const float *g, float *m, float *v, float *vmax,
+                        int64_t n);
+ct_status ct_cuda_sgd(cudaStream_t s, const ct_k_sgd *k, float *p, const float *g, float *buf, int64_t n);
+
+/* ---- flash attention, causal or not: q, k, v, o [BH, T, D] (D <= CT_K_ATTN_MAX_D),
+ * f32 or bf16 (bf16: __nv_bfloat16 elements, f32 arithmetic); lse [BH, T] f32 saved ----
+ * Memory: O(T) per head beyond inputs and outputs (lse, and Dr in backward). */
+typedef enum { CT_CUDA_F32 = 0, CT_CUDA_BF16 = 1 } ct_cuda_dtype;
+ct_status ct_cuda_attention(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
+                            float *lse, int64_t BH, int64_t T, int D, bool causal);
+/* dq, dk, dv written; dr: scratch of BH * T floats */
+ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
+                                const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
+                                int64_t BH, int64_t T, int D, bool causal);
+
+/* ---- GEMM on cuBLASLt, row-major like ct_matmul: C [M, N] = alpha op(A) op(B) + beta C,
+ * A [M, K] (or [K, M] if ta), B [K, N] (or [N, K] if tb), `batch` products at strides of
+ * one matrix each. f32: f32 compute (no TF32); bf16: bf16 in and out, f32 accumulation
+ * (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
+typedef enum { CT_GEMM_EPI_NONE = 0, CT_GEMM_EPI_BIAS, CT_GEMM_EPI_GELU, CT_GEMM_EPI_BIAS_GELU } ct_gemm_epilogue;
+typedef struct {
+    ct_cuda_dtype dt;
+    bool ta, tb;
+    int64_t M, N, K, batch;
+    float alpha, beta;
+    ct_gemm_epilogue epi;
+    const void *bias; /* dtype of C; with BIAS epilogues */
+} ct_cuda_gemm_desc;
+/* dev: the current device, whose stream s is (its cuBLASLt handle and workspace are used) */
+ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C);
+/* Releases the cuBLASLt handles and workspaces (at exit; the allocator keeps the memory). */
+void ct_cuda_gemm_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,10 @@
+/* Private to src/cuda: cuBLASLt, loaded on first use by gemm.c. */
+#ifndef CT_CUDA_INTERNAL_H
+#define CT_CUDA_INTERNAL_H
+#include <stddef.h>
+
+/* cublasLtGetVersion(), or 0 when cuBLASLt cannot be loaded */
+size_t ct_cuda_cublaslt_version(void);
+/* cublasLtGetStatusString(code), or a generic text when cuBLASLt cannot be loaded */
+const char *ct_cuda_cublaslt_status(int code);
+#endif

@@ -1,0 +1,56 @@
+/* Elementwise kernels: one grid-stride pass each over the ops/kmath.h functions. */
+#include "cuda/launch.cuh"
+
+namespace {
+enum { THREADS = 256 };
+
+__global__ void relu_k(const float *x, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = ct_k_relu(x[i]); }
+__global__ void relu_bwd_k(const float *y, const float *g, float *dx, int64_t n) {
+    CT_GRID_STRIDE(i, n) dx[i] = ct_k_relu_bwd(y[i], g[i]);
+}
+__global__ void gelu_k(const float *x, float *y, int64_t n, bool th) {
+    CT_GRID_STRIDE(i, n) y[i] = th ? ct_k_gelu_tanh(x[i]) : ct_k_gelu(x[i]);
+}
+__global__ void gelu_bwd_k(const float *x, const float *g, float *dx, int64_t n, bool th) {
+    CT_GRID_STRIDE(i, n) dx[i] = th ? ct_k_gelu_tanh_bwd(x[i], g[i]) : ct_k_gelu_bwd(x[i], g[i]);
+}
+__global__ void add_k(const float *a, const float *b, float *y, int64_t n, int64_t m) {
+    CT_GRID_STRIDE(i, n) y[i] = a[i] + b[i % m];
+}
+__global__ void scale_k(const float *a, float s, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * s; }
+} // namespace
+
+extern "C" {
+ct_status ct_cuda_relu(cudaStream_t s, const float *x, float *y, int64_t n) {
+    if (n > 0) relu_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, y, n);
+    CT_LAUNCHED("relu");
+    return CT_OK;
+}
+ct_status ct_cuda_relu_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n) {
+    if (n > 0) relu_bwd_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(y, g, dx, n);
+    CT_LAUNCHED("relu backward");
+    return CT_OK;
+}
+ct_status ct_cuda_gelu(cudaStream_t s, const float *x, float *y, int64_t n, bool tanh_approx) {
+    if (n > 0) gelu_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, y, n, tanh_approx);
+    CT_LAUNCHED("gelu");
+    return CT_OK;
+}
+ct_status ct_cuda_gelu_bwd(cudaStream_t s, const float *x, const float *g, float *dx, int64_t n, bool tanh_approx) {
+    if (n > 0) gelu_bwd_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, g, dx, n, tanh_approx);
+    CT_LAUNCHED("gelu backward");
+    return CT_OK;
+}
+ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n, int64_t m) {
+    if (m <= 0 || n % m) return ct_error(CT_ERR_INVALID, "cuda add: %lld elements do not repeat a %lld-element operand",
+                                         (long long)n, (long long)m);
+    if (n > 0) add_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(a, b, y, n, m);
+    CT_LAUNCHED("add");
+    return CT_OK;
+}
+ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n) {
+    if (n > 0) scale_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(a, alpha, y, n);
+    CT_LAUNCHED("scale");
+    return CT_OK;
+}
+}

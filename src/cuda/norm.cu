@@ -1,0 +1,101 @@
+/* Layer norm: one warp per row (lanes stride the row, shuffles reduce), the per-element
+ * math from ops/kmath.h. The weight and bias gradients are column sums: fixed chunks of
+ * rows write partial sums, then one pass adds the chunks in order (no atomics, so the
+ * result is the same on every run). */
+#include "cuda/launch.cuh"
+
+namespace {
+enum { WARPS = 8, CHUNKS = 64 };
+
+__global__ void ln_fwd_k(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t R,
+                         int64_t D, float eps) {
+    int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *xr = x + r * D;
+    float s = 0;
+    for (int64_t j = lane; j < D; j += 32) s += xr[j];
+    float mu = ct_warp_sum(s) / (float)D, v = 0;
+    for (int64_t j = lane; j < D; j += 32) v += (xr[j] - mu) * (xr[j] - mu);
+    float rs = ct_k_ln_rstd(ct_warp_sum(v), D, eps);
+    for (int64_t j = lane; j < D; j += 32) y[r * D + j] = ct_k_ln_out(xr[j], mu, rs, w ? w[j] : 1.0f, b ? b[j] : 0.0f);
+    if (lane == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+__global__ void ln_dx_k(const float *x, const float *g, const float *w, const float *mean, const float *rstd, float *dx,
+                        int64_t R, int64_t D) {
+    int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *xr = x + r * D, *gr = g + r * D;
+    float mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+    for (int64_t j = lane; j < D; j += 32) {
+        float gw = w ? gr[j] * w[j] : gr[j];
+        s1 += gw;
+        s2 += gw * ((xr[j] - mu) * rs);
+    }
+    s1 = ct_warp_sum(s1) / (float)D;
+    s2 = ct_warp_sum(s2) / (float)D;
+    for (int64_t j = lane; j < D; j += 32) dx[r * D + j] = ct_k_ln_dx(w ? gr[j] * w[j] : gr[j], xr[j], mu, rs, s1, s2);
+}
+
+/* part [CHUNKS][2][D]: per chunk of rows, sums of g * xhat and g per column */
+__global__ void ln_dwb_part_k(const float *x, const float *g, const float *mean, const float *rstd, float *part, int64_t R,
+                              int64_t D) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int k = blockIdx.y;
+    if (j >= D) return;
+    int64_t per = (R + CHUNKS - 1) / CHUNKS, r0 = k * per, r1 = r0 + per < R ? r0 + per : R;
+    float sw = 0, sb = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        float gv = g[r * D + j];
+        sw += gv * ((x[r * D + j] - mean[r]) * rstd[r]);
+        sb += gv;
+    }
+    part[(2 * k) * D + j] = sw;
+    part[(2 * k + 1) * D + j] = sb;
+}
+__global__ void ln_dwb_sum_k(const float *part, float *dw, float *db, int64_t D) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= D) return;
+    float sw = 0, sb = 0;
+    for (int k = 0; k < CHUNKS; k++) {
+        sw += part[(2 * k) * D + j];
+        sb += part[(2 * k + 1) * D + j];
+    }
+    if (dw) dw[j] += sw;
+    if (db) db[j] += sb;
+}
+} // namespace
+
+extern "C" {
+ct_status ct_cuda_layer_norm(cudaStream_t s, const float *x, const float *w, const float *b, float *y, float *mean,
+                             float *rstd, int64_t R, int64_t D, float eps) {
+    if (R <= 0 || D <= 0) return CT_OK;
+    ln_fwd_k<<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, w, b, y, mean, rstd, R, D, eps);
+    CT_LAUNCHED("layer_norm");
+    return CT_OK;
+}
+
+ct_status ct_cuda_layer_norm_bwd(cudaStream_t s, const float *x, const float *g, const float *w, const float *mean,
+                                 const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D) {
+    if (R <= 0 || D <= 0) return CT_OK;
+    if (dx) ln_dx_k<<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, g, w, mean, rstd, dx, R, D);
+    CT_LAUNCHED("layer_norm backward");
+    if (!dw && !db) return CT_OK;
+    int dev = 0;
+    CT_GPU_TRY(cuda, "layer_norm backward", cudaGetDevice(&dev));
+    float *part;
+    ct_status st = ct_cuda_alloc(dev, (size_t)(2 * CHUNKS * D) * sizeof(float), (void **)&part);
+    if (st != CT_OK) return st;
+    unsigned cols = (unsigned)((D + 255) / 256);
+    ln_dwb_part_k<<<dim3(cols, CHUNKS), 256, 0, s>>>(x, g, mean, rstd, part, R, D);
+    ln_dwb_sum_k<<<cols, 256, 0, s>>>(part, dw, db, D);
+    st = CT_GPU_CHECK(cuda, "layer_norm backward", cudaGetLastError());
+    ct_cuda_free(part); /* reused only by later work on the same stream */
+    return st;
+}
+}

@@ -1,0 +1,323 @@
+/* Per-element math shared by the CPU ops and the CUDA kernels (the .cu files in src/cuda).
+ *
+ *   y[i] = ct_k_gelu_tanh(x[i]);                         // one element, host or device
+ *   float lse = ct_k_xent_row_lse(logits + r * C, C);     // one row
+ *
+ * Every function is CT_HD: __host__ __device__ under nvcc, plain static inline under gcc,
+ * so the arithmetic of each kernel is compiled into the CPU build too and checked there
+ * against the CPU ops (tests/unit/test_kmath.c) without a GPU. The exp, tanh and normal CDF
+ * are the CPU kernels' own: branch-free (selects only) Cephes-style polynomials, ~2 ulp,
+ * which gcc vectorises under `omp simd` (libm's calls it cannot without -ffast-math).
+ * Horner steps are explicit fmaf: -std=c11 turns off FMA contraction, and a chain of
+ * separate mul/add doubles both the work and the latency. */
+#ifndef CT_OPS_KMATH_H
+#define CT_OPS_KMATH_H
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define CT_HD __host__ __device__
+#else
+#define CT_HD
+#endif
+
+CT_HD static inline float ct_k_bits_to_float(int32_t e) {
+#ifdef __CUDA_ARCH__
+    return __int_as_float(e);
+#else
+    float s;
+    memcpy(&s, &e, sizeof s);
+    return s;
+#endif
+}
+
+CT_HD static inline float ct_vexpf(float x) {
+    float xc = x < -87.33654f ? -87.33654f : x; /* 2^-126: keep the exponent field normal */
+    xc = xc > 88.72283f ? 88.72283f : xc;
+    /* round to nearest by the 1.5 * 2^23 trick: floorf would be a libm call, not a vector op */
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r); /* ln2 split in two: n * ln2_hi is exact */
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r) + 1.0f;
+    float y = p * ct_k_bits_to_float(((int32_t)n + 127) << 23);
+    y = x < -87.33654f ? 0.0f : y;   /* underflow: 0 (PyTorch gives a denormal below 1e-38) */
+    return x > 88.72283f ? INFINITY : y; /* a NaN stays NaN through p without a select */
+}
+
+CT_HD static inline float ct_vtanhf(float x) {
+    float a = fabsf(x);
+    /* small |x|: odd polynomial (no cancellation); large: 1 - 2/(e^{2|x|} + 1) */
+    float z = x * x;
+    float q = fmaf(-5.70498872745e-3f, z, 2.06390887954e-2f);
+    q = fmaf(q, z, -5.37397155531e-2f);
+    q = fmaf(q, z, 1.33314422036e-1f);
+    q = fmaf(q, z, -3.33332819422e-1f);
+    float small = fmaf(q * z, x, x);
+    float big = 1.0f - 2.0f / (ct_vexpf(2.0f * a) + 1.0f);
+    big = x < 0 ? -big : big;
+    return a < 0.625f ? small : big;
+}
+
+/* Standard normal CDF Phi(x) = 0.5 erfc(-x / sqrt 2), via the Numerical Recipes erfc
+ * (fractional error < 1.2e-7 everywhere): the left tail keeps its relative accuracy, which
+ * 1 + erf(x) computed from an erf would lose. Exact gelu is x * Phi(x). */
+CT_HD static inline float ct_vnormcdf(float x) {
+    float z = fabsf(x) * 0.70710678118654752f;
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = fmaf(p, t, -0.82215223f);
+    p = fmaf(p, t, 1.48851587f);
+    p = fmaf(p, t, -1.13520398f);
+    p = fmaf(p, t, 0.27886807f);
+    p = fmaf(p, t, -0.18628806f);
+    p = fmaf(p, t, 0.09678418f);
+    p = fmaf(p, t, 0.37409196f);
+    p = fmaf(p, t, 1.00002368f);
+    p = fmaf(p, t, -1.26551223f);
+    float e = 0.5f * t * ct_vexpf(fmaf(-z, z, p)); /* 0.5 erfc(|x| / sqrt 2) */
+    return x >= 0.0f ? 1.0f - e : e;
+}
+
+/* ---- activations: forward from x, backward as dL/dx given dL/dy ---- */
+#define CT_K_SQRT_2_OVER_PI 0.7978845608028654f
+#define CT_K_INV_SQRT_2PI 0.3989422804014327f
+#define CT_K_GELU_C 0.044715f
+
+CT_HD static inline float ct_k_relu(float x) { return x > 0 ? x : 0.0f; }
+/* from the saved output, as the CPU op */
+CT_HD static inline float ct_k_relu_bwd(float y, float g) { return y > 0 ? g : 0.0f; }
+CT_HD static inline float ct_k_gelu(float x) { return x * ct_vnormcdf(x); }
+CT_HD static inline float ct_k_gelu_bwd(float x, float g) {
+    return g * (ct_vnormcdf(x) + x * CT_K_INV_SQRT_2PI * ct_vexpf(-0.5f * x * x));
+}
+CT_HD static inline float ct_k_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + ct_vtanhf(CT_K_SQRT_2_OVER_PI * (x + CT_K_GELU_C * x * x * x)));
+}
+CT_HD static inline float ct_k_gelu_tanh_bwd(float x, float g) {
+    float x2 = x * x, t = ct_vtanhf(CT_K_SQRT_2_OVER_PI * (x + CT_K_GELU_C * x2 * x));
+    return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * CT_K_SQRT_2_OVER_PI * (1.0f + 3.0f * CT_K_GELU_C * x2));
+}
+
+/* ---- layer norm (biased variance; w, b may be NULL in the row functions) ---- */
+CT_HD static inline float ct_k_ln_rstd(float sq_dev_sum, int64_t D, float eps) {
+    return 1.0f / sqrtf(sq_dev_sum / (float)D + eps);
+}
+CT_HD static inline float ct_k_ln_out(float x, float mean, float rstd, float w, float b) {
+    return (x - mean) * rstd * w + b;
+}
+/* dx = rstd (g w - s1 - xhat s2), s1 = mean(g w), s2 = mean(g w xhat) over the row */
+CT_HD static inline float ct_k_ln_dx(float gw, float x, float mean, float rstd, float s1, float s2) {
+    return rstd * (gw - s1 - (x - mean) * rstd * s2);
+}
+/* One row, two passes (no cancellation in the variance); mean and rstd out for backward. */
+CT_HD static inline void ct_k_ln_row_fwd(const float *x, int64_t D, const float *w, const float *b, float eps, float *y,
+                                         float *mean_out, float *rstd_out) {
+    float s = 0, v = 0;
+    for (int64_t j = 0; j < D; j++) s += x[j];
+    float mean = s / (float)D;
+    for (int64_t j = 0; j < D; j++) v += (x[j] - mean) * (x[j] - mean);
+    float rstd = ct_k_ln_rstd(v, D, eps);
+    for (int64_t j = 0; j < D; j++) y[j] = ct_k_ln_out(x[j], mean, rstd, w ? w[j] : 1.0f, b ? b[j] : 0.0f);
+    *mean_out = mean;
+    *rstd_out = rstd;
+}
+/* dx of one row (written, not accumulated); the w/b gradients are column sums of
+ * g * xhat and g, left to the caller. */
+CT_HD static inline void ct_k_ln_row_bwd(const float *x, const float *g, int64_t D, const float *w, float mean, float rstd,
+                                         float *dx) {
+    float s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < D; j++) {
+        float gw = w ? g[j] * w[j] : g[j];
+        s1 += gw;
+        s2 += gw * ((x[j] - mean) * rstd);
+    }
+    s1 /= (float)D;
+    s2 /= (float)D;
+    for (int64_t j = 0; j < D; j++) dx[j] = ct_k_ln_dx(w ? g[j] * w[j] : g[j], x[j], mean, rstd, s1, s2);
+}
+
+/* ---- softmax + cross-entropy ---- */
+/* Online log-sum-exp: (m, s) with s = sum exp(x_j - m); fold one value in, or merge two
+ * partial states (threads of a warp). Start from m = -INFINITY, s = 0. */
+CT_HD static inline void ct_k_online_add(float *m, float *s, float x) {
+    if (x > *m) {
+        *s = *s * ct_vexpf(*m - x) + 1.0f;
+        *m = x;
+    } else if (x != -INFINITY) { /* -inf - -inf would be NaN: a masked value adds nothing */
+        *s += ct_vexpf(x - *m);
+    }
+}
+CT_HD static inline void ct_k_online_merge(float *m, float *s, float m2, float s2) {
+    float mn = m2 > *m ? m2 : *m;
+    if (mn == -INFINITY) return; /* both empty */
+    *s = *s * ct_vexpf(*m - mn) + s2 * ct_vexpf(m2 - mn);
+    *m = mn;
+}
+/* log-sum-exp of a row, as the CPU op: max, then the sum of exp(x - max) */
+CT_HD static inline float ct_k_xent_row_lse(const float *x, int64_t C) {
+    float m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < C; j++) m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < C; j++) s += ct_vexpf(x[j] - m);
+    return m + logf(s);
+}
+/* dL/dx_j of g * (lse - x_t): g softmax_j - g [j == t] */
+CT_HD static inline float ct_k_xent_grad(float x, float lse, float g, bool is_target) {
+    float d = g * ct_vexpf(x - lse);
+    return is_target ? d - g : d;
+}
+/* a class index or token id of an i32 or i64 index tensor */
+CT_HD static inline int64_t ct_k_index_at(const void *idx, bool i64, int64_t r) {
+    return i64 ? ((const int64_t *)idx)[r] : (int64_t)((const int32_t *)idx)[r];
+}
+
+/* ---- optimizers: PyTorch's formulas, operation for operation as src/optim/optim.c ---- */
+typedef struct {
+    float gsign, decay, b1, omb1, b2, omb2, nstep, bc2s, eps;
+} ct_k_adamw;
+/* step: the step number after incrementing (1 on the first step) */
+static inline ct_k_adamw ct_k_adamw_consts(double beta1, double beta2, double eps, double wd, double lr, int64_t step,
+                                           bool maximize) {
+    const double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
+    ct_k_adamw k = {maximize ? -1.0f : 1.0f, (float)(1.0 - lr * wd), (float)beta1, (float)(1.0 - beta1), (float)beta2,
+                    (float)(1.0 - beta2), (float)-(lr / bc1), (float)sqrt(bc2), (float)eps};
+    return k;
+}
+/* vm: the amsgrad running maximum, NULL without amsgrad */
+CT_HD static inline void ct_k_adamw_elem(const ct_k_adamw *k, float *p, float g, float *m, float *v, float *vm) {
+    g *= k->gsign;
+    float pd = *p * k->decay;
+    float mn = fmaf(g, k->omb1, *m * k->b1);
+    float vn = fmaf(k->omb2 * g, g, *v * k->b2);
+    *m = mn;
+    *v = vn;
+    if (vm) {
+        float mx = *vm;
+        mx = (vn > mx || vn != vn) ? vn : mx; /* torch.maximum: NaN wins */
+        *vm = mx;
+        vn = mx;
+    }
+    *p = pd + (k->nstep * mn) / (sqrtf(vn) / k->bc2s + k->eps);
+}
+typedef struct {
+    float wd, mom, omd, nlr, gsign;
+    bool first, nesterov, use_wd;
+} ct_k_sgd;
+/* first: no step taken yet (the momentum buffer starts as the gradient) */
+static inline ct_k_sgd ct_k_sgd_consts(double momentum, double dampening, double wd, bool nesterov, bool maximize,
+                                       double lr, bool first) {
+    ct_k_sgd k = {(float)wd, (float)momentum, (float)(1.0 - dampening), (float)-lr, maximize ? -1.0f : 1.0f,
+                  first, nesterov, wd != 0};
+    return k;
+}
+/* buf: the momentum buffer, NULL without momentum */
+CT_HD static inline void ct_k_sgd_elem(const ct_k_sgd *k, float *p, float g, float *buf) {
+    g *= k->gsign;
+    g = k->use_wd ? fmaf(*p, k->wd, g) : g; /* PyTorch skips the add when wd == 0 */
+    if (buf) {
+        float b = k->first ? g : fmaf(g, k->omd, *buf * k->mom);
+        *buf = b;
+        g = k->nesterov ? fmaf(b, k->mom, g) : b;
+    }
+    *p = fmaf(g, k->nlr, *p);
+}
+
+/* ---- flash attention: the online softmax over one query row ----
+ * Keys come in tiles of CT_K_ATTN_TILE scores; per tile: m' = max(m, tile max),
+ * alpha = exp(m - m'), l = l alpha + sum exp(s - m'), O = O alpha + sum exp(s - m') v.
+ * After the last tile O /= l and lse = m + log l (saved: O(T) memory). Backward recomputes
+ * p = exp(s - lse) and, with Dr = rowsum(dO * O), ds = p (dO.v - Dr) scale. */
+#define CT_K_ATTN_TILE 32
+#define CT_K_ATTN_MAX_D 128 /* head dims up to this (per-thread accumulators) */
+/* m' from the tile's max; returns alpha and rescales l (the caller rescales O) */
+CT_HD static inline float ct_k_attn_rescale(float *m, float *l, float tile_max) {
+    float mn = tile_max > *m ? tile_max : *m;
+    float alpha = ct_vexpf(*m - mn); /* first tile: exp(-inf) = 0 */
+    *l *= alpha;
+    *m = mn;
+    return alpha;
+}
+CT_HD static inline float ct_k_attn_lse(float m, float l) { return m + logf(l); }
+CT_HD static inline float ct_k_attn_ds(float p, float dp, float dr, float scale) { return p * (dp - dr) * scale; }
+
+/* Whole-row versions for one element type: q, o, dq ... are one row; K, V, dO, Q the
+ * head's [T, D] matrices. LD converts an element to float, ST stores a float. One GPU
+ * thread runs one row (src/cuda/attention.cu instantiates f32 and bf16); the f32 instance
+ * below is what the CPU test runs. Query i of a causal head sees keys j <= i. */
+#define CT_K_DEFINE_ATTN(SUF, T, LD, ST)                                                                              \
+    /* O and lse of query row i over keys [0, nk) */                                                                 \
+    CT_HD static inline void ct_k_attn_fwd_row_##SUF(const T *q, const T *K, const T *V, int64_t nk, int D, int Dv,   \
+                                                     float scale, T *o, float *lse) {                                \
+        float acc[CT_K_ATTN_MAX_D], qf[CT_K_ATTN_MAX_D], s[CT_K_ATTN_TILE], m = -INFINITY, l = 0;                    \
+        for (int c = 0; c < Dv; c++) acc[c] = 0;                                                                     \
+        for (int c = 0; c < D; c++) qf[c] = LD(q[c]);                                                                \
+        for (int64_t j0 = 0; j0 < nk; j0 += CT_K_ATTN_TILE) {                                                        \
+            int n = nk - j0 < CT_K_ATTN_TILE ? (int)(nk - j0) : CT_K_ATTN_TILE;                                      \
+            float mt = -INFINITY;                                                                                    \
+            for (int t = 0; t < n; t++) {                                                                            \
+                const T *k = K + (j0 + t) * D;                                                                       \
+                float d = 0;                                                                                         \
+                for (int c = 0; c < D; c++) d = fmaf(qf[c], LD(k[c]), d);                                            \
+                s[t] = d * scale;                                                                                    \
+                mt = s[t] > mt ? s[t] : mt;                                                                          \
+            }                                                                                                        \
+            float alpha = ct_k_attn_rescale(&m, &l, mt);                                                             \
+            for (int c = 0; c < Dv; c++) acc[c] *= alpha;                                                            \
+            for (int t = 0; t < n; t++) {                                                                            \
+                float p = ct_vexpf(s[t] - m);                                                                        \
+                const T *v = V + (j0 + t) * Dv;                                                                      \
+                l += p;                                                                                              \
+                for (int c = 0; c < Dv; c++) acc[c] = fmaf(p, LD(v[c]), acc[c]);                                     \
+            }                                                                                                        \
+        }                                                                                                            \
+        float inv = l > 0 ? 1.0f / l : 0.0f; /* no visible key: 0, as the CPU op */                                 \
+        for (int c = 0; c < Dv; c++) o[c] = ST(acc[c] * inv);                                                        \
+        *lse = ct_k_attn_lse(m, l);                                                                                  \
+    }                                                                                                                \
+    /* dQ of query row i (written) from its lse and dr = rowsum(dO_i * O_i) */                                      \
+    CT_HD static inline void ct_k_attn_dq_row_##SUF(const T *q, const T *dO, const T *K, const T *V, int64_t nk, int D, \
+                                                    int Dv, float scale, float lse, float dr, T *dq) {               \
+        float acc[CT_K_ATTN_MAX_D], qf[CT_K_ATTN_MAX_D], gf[CT_K_ATTN_MAX_D];                                        \
+        for (int c = 0; c < D; c++) { acc[c] = 0; qf[c] = LD(q[c]); }                                                \
+        for (int c = 0; c < Dv; c++) gf[c] = LD(dO[c]);                                                              \
+        for (int64_t j = 0; j < nk; j++) {                                                                           \
+            const T *k = K + j * D, *v = V + j * Dv;                                                                 \
+            float s = 0, dp = 0;                                                                                     \
+            for (int c = 0; c < D; c++) s = fmaf(qf[c], LD(k[c]), s);                                                \
+            for (int c = 0; c < Dv; c++) dp = fmaf(gf[c], LD(v[c]), dp);                                             \
+            float ds = ct_k_attn_ds(ct_vexpf(s * scale - lse), dp, dr, scale);                                       \
+            for (int c = 0; c < D; c++) acc[c] = fmaf(ds, LD(k[c]), acc[c]);                                         \
+        }                                                                                                            \
+        for (int c = 0; c < D; c++) dq[c] = ST(acc[c]);                                                              \
+    }                                                                                                                \
+    /* dK, dV of key row j (written) over query rows [i0, nq): Q, dO, lse, Dr of the head */                        \
+    CT_HD static inline void ct_k_attn_dkv_row_##SUF(const T *k, const T *v, const T *Q, const T *dO, const float *lse, \
+                                                     const float *Dr, int64_t i0, int64_t nq, int D, int Dv,         \
+                                                     float scale, T *dk, T *dv) {                                    \
+        float ak[CT_K_ATTN_MAX_D], av[CT_K_ATTN_MAX_D], kf[CT_K_ATTN_MAX_D], vf[CT_K_ATTN_MAX_D];                    \
+        for (int c = 0; c < D; c++) { ak[c] = 0; kf[c] = LD(k[c]); }                                                 \
+        for (int c = 0; c < Dv; c++) { av[c] = 0; vf[c] = LD(v[c]); }                                                \
+        for (int64_t i = i0; i < nq; i++) {                                                                          \
+            const T *q = Q + i * D, *g = dO + i * Dv;                                                                \
+            float s = 0, dp = 0;                                                                                     \
+            for (int c = 0; c < D; c++) s = fmaf(LD(q[c]), kf[c], s);                                                \
+            for (int c = 0; c < Dv; c++) dp = fmaf(LD(g[c]), vf[c], dp);                                             \
+            float p = ct_vexpf(s * scale - lse[i]), ds = ct_k_attn_ds(p, dp, Dr[i], scale);                          \
+            for (int c = 0; c < Dv; c++) av[c] = fmaf(p, LD(g[c]), av[c]);                                           \
+            for (int c = 0; c < D; c++) ak[c] = fmaf(ds, LD(q[c]), ak[c]);                                           \
+        }                                                                                                            \
+        for (int c = 0; c < D; c++) dk[c] = ST(ak[c]);                                                               \
+        for (int c = 0; c < Dv; c++) dv[c] = ST(av[c]);                                                              \
+    }
+
+#define CT_K_F32_LD(x) (x)
+CT_K_DEFINE_ATTN(f32, float, CT_K_F32_LD, CT_K_F32_LD)
+
+#endif

@@ -1,0 +1,258 @@
+/* The per-element math of the CUDA kernels (src/ops/kmath.h), run on the CPU against the
+ * CPU ops on random inputs: bit-equal where the operations are the same (activations,
+ * cross-entropy gradient, embedding, AdamW, SGD), within 1e-6 (normwise relative) where only
+ * the order of a row's sums differs (layer norm, log-sum-exp), 1e-5 for attention, whose
+ * dot products run in another order and tile size than the CPU's GEMM tiles. */
+#include <math.h>
+#include <stdint.h>
+
+#include "ct_test.h"
+#include "ctrain/ops.h"
+#include "ctrain/optim.h"
+#include "ops/kmath.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float urand(float scale) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return ((float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f) * scale;
+}
+static ct_tensor *rnd(ct_ctx *c, int nd, const int64_t *shape, float scale) {
+    ct_tensor *t = ct_new(c, CT_F32, nd, shape);
+    for (int64_t i = 0; i < ct_numel(t); i++) ct_f32(t)[i] = urand(scale);
+    return t;
+}
+/* max |a - b| / max |b| */
+static double normwise(const float *a, const float *b, int64_t n) {
+    double d = 0, m = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        d = e > d || e != e ? e : d;
+        m = fabs(b[i]) > m ? fabs(b[i]) : m;
+    }
+    return d / m;
+}
+/* elements not bit-equal; +0 and -0 count as equal (the CPU ops accumulate into a zeroed
+ * gradient, and 0 + -0 is +0) */
+static int64_t bit_diffs(const float *a, const float *b, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += memcmp(a + i, b + i, sizeof(float)) != 0 && !(a[i] == 0 && b[i] == 0);
+    return k;
+}
+
+/* unary op forward and backward (seed g) against f and its gradient */
+static void check_unary(const char *name, int which) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t n = 4099;
+    ct_tensor *x = rnd(c, 1, &n, 6.0f), *g = rnd(c, 1, &n, 1.0f);
+    ct_requires_grad(x);
+    ct_tensor *y = which == 0 ? ct_gelu(c, x, false) : which == 1 ? ct_gelu(c, x, true) : ct_relu(c, x);
+    ct_backward_seed(c, y, g);
+    float *ky = malloc(2 * n * sizeof(float)), *kg = ky + n;
+    for (int64_t i = 0; i < n; i++) {
+        float xi = ct_f32(x)[i], gi = ct_f32(g)[i];
+        ky[i] = which == 0 ? ct_k_gelu(xi) : which == 1 ? ct_k_gelu_tanh(xi) : ct_k_relu(xi);
+        kg[i] = which == 0 ? ct_k_gelu_bwd(xi, gi) : which == 1 ? ct_k_gelu_tanh_bwd(xi, gi) : ct_k_relu_bwd(ky[i], gi);
+    }
+    CT_EXPECTF(bit_diffs(ky, ct_f32(y), n) == 0, "%s forward: %lld elements differ", name, (long long)bit_diffs(ky, ct_f32(y), n));
+    CT_EXPECTF(bit_diffs(kg, ct_f32(x->grad), n) == 0, "%s backward: %lld elements differ", name,
+               (long long)bit_diffs(kg, ct_f32(x->grad), n));
+    free(ky);
+    ct_ctx_free(c);
+}
+CT_TEST(gelu_erf_bit_equal) { check_unary("gelu", 0); }
+CT_TEST(gelu_tanh_bit_equal) { check_unary("gelu_tanh", 1); }
+CT_TEST(relu_bit_equal) { check_unary("relu", 2); }
+
+CT_TEST(layer_norm_rows) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t R = 37, D = 768;
+    ct_tensor *x = rnd(c, 2, (int64_t[]){R, D}, 3.0f), *w = rnd(c, 1, &D, 1.5f), *b = rnd(c, 1, &D, 0.5f);
+    ct_tensor *g = rnd(c, 2, (int64_t[]){R, D}, 1.0f);
+    for (int64_t j = 0; j < R * D; j++) ct_f32(x)[j] += 2.0f; /* a mean away from 0 */
+    ct_tensor *ts[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) ct_requires_grad(ts[i]);
+    ct_tensor *y = ct_layer_norm(c, x, w, b, 1e-5f);
+    ct_backward_seed(c, y, g);
+    float *ky = calloc((size_t)(2 * R * D + 2 * D), sizeof(float)), *kdx = ky + R * D, *kdw = kdx + R * D, *kdb = kdw + D;
+    for (int64_t r = 0; r < R; r++) {
+        float mean, rstd;
+        const float *xr = ct_f32(x) + r * D, *gr = ct_f32(g) + r * D;
+        ct_k_ln_row_fwd(xr, D, ct_f32(w), ct_f32(b), 1e-5f, ky + r * D, &mean, &rstd);
+        ct_k_ln_row_bwd(xr, gr, D, ct_f32(w), mean, rstd, kdx + r * D);
+        for (int64_t j = 0; j < D; j++) {
+            kdw[j] += gr[j] * ((xr[j] - mean) * rstd);
+            kdb[j] += gr[j];
+        }
+    }
+    double e[4] = {normwise(ky, ct_f32(y), R * D), normwise(kdx, ct_f32(x->grad), R * D), normwise(kdw, ct_f32(w->grad), D),
+                   normwise(kdb, ct_f32(b->grad), D)};
+    for (int i = 0; i < 4; i++) CT_EXPECTF(e[i] <= 1e-6, "layer norm part %d: error %g > 1e-6", i, e[i]);
+    free(ky);
+    ct_ctx_free(c);
+}
+
+CT_TEST(cross_entropy_rows) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t N = 23, C = 1000;
+    ct_tensor *x = rnd(c, 2, (int64_t[]){N, C}, 8.0f), *t = ct_new(c, CT_I64, 1, &N);
+    for (int64_t r = 0; r < N; r++) ((int64_t *)t->data)[r] = r == 5 ? -100 : (r * 7919) % C;
+    ct_requires_grad(x);
+    ct_tensor *loss = ct_cross_entropy(c, x, t, -100);
+    ct_backward(c, loss);
+    double s = 0;
+    int64_t cnt = 0;
+    float *kg = calloc((size_t)(N * C), sizeof(float));
+    for (int64_t r = 0; r < N; r++) {
+        int64_t tr = ct_k_index_at(t->data, true, r);
+        if (tr == -100) continue;
+        const float *xr = ct_f32(x) + r * C;
+        float lse = ct_k_xent_row_lse(xr, C), m = -INFINITY, os = 0;
+        for (int64_t j = 0; j < C; j++) ct_k_online_add(&m, &os, xr[j]);
+        /* the online form the kernel's lanes use, merged from two halves */
+        float m1 = -INFINITY, s1 = 0;
+        for (int64_t j = C / 2; j < C; j++) ct_k_online_add(&m1, &s1, xr[j]);
+        float m0 = -INFINITY, s0 = 0;
+        for (int64_t j = 0; j < C / 2; j++) ct_k_online_add(&m0, &s0, xr[j]);
+        ct_k_online_merge(&m0, &s0, m1, s1);
+        CT_EXPECTF(fabsf(ct_k_attn_lse(m, os) - lse) <= 1e-6f * fabsf(lse), "row %lld: online lse %.9g vs %.9g", (long long)r,
+                   ct_k_attn_lse(m, os), lse);
+        CT_EXPECTF(fabsf(ct_k_attn_lse(m0, s0) - lse) <= 1e-6f * fabsf(lse), "row %lld: merged lse %.9g vs %.9g",
+                   (long long)r, ct_k_attn_lse(m0, s0), lse);
+        s += (double)lse - xr[tr];
+        cnt++;
+    }
+    CT_EXPECT_NEAR(s / (double)cnt, ct_f32(loss)[0], 1e-6 * fabs(ct_f32(loss)[0]));
+    /* the gradient from the CPU's own lse: the same operations, so the same bits */
+    float g = 1.0f / (float)cnt;
+    for (int64_t r = 0; r < N; r++) {
+        int64_t tr = ct_k_index_at(t->data, true, r);
+        if (tr == -100) continue;
+        const float *xr = ct_f32(x) + r * C;
+        float lse = ct_k_xent_row_lse(xr, C);
+        for (int64_t j = 0; j < C; j++) kg[r * C + j] = ct_k_xent_grad(xr[j], lse, g, j == tr);
+    }
+    CT_EXPECTF(normwise(kg, ct_f32(x->grad), N * C) <= 1e-6, "cross-entropy gradient: error %g",
+               normwise(kg, ct_f32(x->grad), N * C));
+    free(kg);
+    ct_ctx_free(c);
+}
+
+/* masked (-inf) logits before the first finite one add nothing, as in the two-pass form */
+CT_TEST(online_lse_masked) {
+    const float row[5] = {-INFINITY, -INFINITY, 1.5f, -INFINITY, -0.25f};
+    float m = -INFINITY, s = 0;
+    for (int j = 0; j < 5; j++) ct_k_online_add(&m, &s, row[j]);
+    CT_EXPECT_NEAR(ct_k_attn_lse(m, s), ct_k_xent_row_lse(row, 5), 1e-6);
+    float m2 = -INFINITY, s2 = 0;
+    ct_k_online_merge(&m2, &s2, -INFINITY, 0); /* two empty states stay empty */
+    CT_EXPECT(m2 == -INFINITY && s2 == 0);
+}
+
+CT_TEST(embedding_rows) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t V = 50, D = 16, n = 40;
+    ct_tensor *w = rnd(c, 2, (int64_t[]){V, D}, 1.0f), *idx = ct_new(c, CT_I32, 1, &n);
+    for (int64_t r = 0; r < n; r++) ((int32_t *)idx->data)[r] = (int32_t)((r * 13) % V);
+    ct_tensor *y = ct_embedding(c, w, idx);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < n; r++)
+        bad += memcmp(ct_f32(y) + r * D, ct_f32(w) + ct_k_index_at(idx->data, false, r) * D, D * sizeof(float)) != 0;
+    CT_EXPECT_EQ(bad, 0);
+    ct_ctx_free(c);
+}
+
+/* a store of two parameters with random gradients; the CPU optimizer and the kmath element
+ * function step copies of the same state */
+static void check_optim(bool adamw, bool variant) {
+    ct_params *P;
+    CT_ASSERT(ct_params_create(&P) == CT_OK);
+    ct_param(P, "w", 2, (int64_t[]){33, 17}, CT_INIT_NORMAL, 0.5);
+    ct_param(P, "b", 1, (int64_t[]){17}, CT_INIT_NORMAL, 0.5);
+    CT_ASSERT(ct_params_finalize(P, 7) == CT_OK);
+    size_t n = ct_params_numel(P);
+    float *p = malloc(4 * n * sizeof(float)), *s1 = p + n, *s2 = s1 + n, *s3 = s2 + n;
+    memcpy(p, ct_params_data(P), n * sizeof(float));
+    memset(s1, 0, 3 * n * sizeof(float));
+    ct_optim *o;
+    ct_adamw_opts ao = ct_adamw_default_opts();
+    ao.amsgrad = variant;
+    ao.weight_decay = 0.1;
+    ct_sgd_opts so = ct_sgd_default_opts();
+    so.momentum = 0.9;
+    so.weight_decay = 1e-3;
+    so.nesterov = variant;
+    CT_ASSERT((adamw ? ct_optim_create_adamw(P, &ao, &o) : ct_optim_create_sgd(P, &so, &o)) == CT_OK);
+    for (int step = 1; step <= 3; step++) {
+        float *G = ct_params_grad(P);
+        for (size_t i = 0; i < n; i++) G[i] = urand(1.0f);
+        double lr = 1e-2 * step;
+        ct_optim_step(o, lr);
+        if (adamw) {
+            ct_k_adamw k = ct_k_adamw_consts(ao.beta1, ao.beta2, ao.eps, ao.weight_decay, lr, step, false);
+            for (size_t i = 0; i < n; i++) ct_k_adamw_elem(&k, p + i, G[i], s1 + i, s2 + i, variant ? s3 + i : NULL);
+        } else {
+            ct_k_sgd k = ct_k_sgd_consts(so.momentum, so.dampening, so.weight_decay, so.nesterov, false, lr, step == 1);
+            for (size_t i = 0; i < n; i++) ct_k_sgd_elem(&k, p + i, G[i], s1 + i);
+        }
+    }
+    int64_t d = bit_diffs(p, ct_params_data(P), (int64_t)n);
+    CT_EXPECTF(d == 0, "%s%s: %lld of %zu parameters differ after 3 steps", adamw ? "adamw" : "sgd",
+               variant ? (adamw ? " amsgrad" : " nesterov") : "", (long long)d, n);
+    ct_optim_free(o);
+    ct_params_free(P);
+    free(p);
+}
+CT_TEST(adamw_bit_equal) { check_optim(true, false); check_optim(true, true); }
+CT_TEST(sgd_bit_equal) { check_optim(false, false); check_optim(false, true); }
+
+/* The attention rows the GPU threads run, over whole heads, against ct_flash_attention's
+ * output and gradients (the CPU op is checked against PyTorch elsewhere). */
+static void check_attention(int64_t T, int D, bool causal) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t H = 2, sh[4] = {1, H, T, D};
+    ct_tensor *q = rnd(c, 4, sh, 2.0f), *k = rnd(c, 4, sh, 2.0f), *v = rnd(c, 4, sh, 1.0f), *g = rnd(c, 4, sh, 1.0f);
+    ct_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
+    ct_tensor *y = ct_flash_attention(c, q, k, v, causal);
+    ct_backward_seed(c, y, g);
+    int64_t n = H * T * D;
+    float *o = malloc((size_t)(4 * n + 2 * H * T) * sizeof(float)), *dq = o + n, *dk = dq + n, *dv = dk + n;
+    float *lse = dv + n, *dr = lse + H * T;
+    float scale = 1.0f / sqrtf((float)D);
+    for (int64_t h = 0; h < H; h++) {
+        const float *Q = ct_f32(q) + h * T * D, *K = ct_f32(k) + h * T * D, *V = ct_f32(v) + h * T * D;
+        const float *dO = ct_f32(g) + h * T * D;
+        for (int64_t i = 0; i < T; i++) {
+            ct_k_attn_fwd_row_f32(Q + i * D, K, V, causal ? i + 1 : T, D, D, scale, o + (h * T + i) * D, lse + h * T + i);
+            float s = 0;
+            for (int cc = 0; cc < D; cc++) s += dO[i * D + cc] * o[(h * T + i) * D + cc];
+            dr[h * T + i] = s;
+        }
+        for (int64_t i = 0; i < T; i++)
+            ct_k_attn_dq_row_f32(Q + i * D, dO + i * D, K, V, causal ? i + 1 : T, D, D, scale, lse[h * T + i], dr[h * T + i],
+                                 dq + (h * T + i) * D);
+        for (int64_t j = 0; j < T; j++)
+            ct_k_attn_dkv_row_f32(K + j * D, V + j * D, Q, dO, lse + h * T, dr + h * T, causal ? j : 0, T, D, D, scale,
+                                  dk + (h * T + j) * D, dv + (h * T + j) * D);
+    }
+    const float *ref[4] = {ct_f32(y), ct_f32(q->grad), ct_f32(k->grad), ct_f32(v->grad)};
+    const char *nm[4] = {"O", "dQ", "dK", "dV"};
+    for (int p = 0; p < 4; p++) {
+        double e = normwise(o + p * n, ref[p], n);
+        CT_EXPECTF(e <= 1e-5, "attention T=%lld D=%d causal=%d %s: error %g > 1e-5", (long long)T, D, causal, nm[p], e);
+    }
+    free(o);
+    ct_ctx_free(c);
+}
+CT_TEST(flash_attention_rows) {
+    check_attention(100, 64, true);
+    check_attention(77, 32, false);
+    check_attention(33, 128, true);
+}
+
+CT_TEST_MAIN()

@@ -1,4 +1,5 @@
-/* conv2d (im2col + sgemm), max_pool2d, avg_pool2d (count_include_pad=True), NCHW.
+/* conv2d (im2col + sgemm), max_pool2d (and fused relu_max_pool2d), avg_pool2d
+ * (count_include_pad=True), NCHW.
  *
  * conv2d unfolds a chunk of samples at once into col [C*kh*kw, nb*OH*OW] so one GEMM
  * covers the chunk (bigger GEMMs than one per sample: small images give tiny per-sample
@@ -53,9 +54,13 @@ static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, f
                 }
                 const float *xr = xp + ih * g->W - g->p + kj; /* xr[ow * s] is input column ow*s - p + kj */
                 for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
-                if (g->s == 1) memcpy(d + o0, xr + o0, (size_t)(o1 - o0) * sizeof(float));
-                else
+                /* rows are short (14..28 floats): an inline copy, not a memcpy call per row */
+                if (g->s == 1) {
+#pragma omp simd
+                    for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow];
+                } else {
                     for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow * g->s];
+                }
                 for (int64_t ow = o1; ow < g->OW; ow++) d[ow] = 0.0f;
             }
         }
@@ -63,13 +68,36 @@ static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, f
 }
 
 /* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
- * owning its plane of dx, kernel offsets in fixed order: deterministic. */
+ * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule). */
+#define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
 static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx) {
     int64_t P = g->OH * g->OW, ld = nb * P, KK = g->kh * g->kw;
-#pragma omp parallel for collapse(2) if (g->C * KK * ld >= (1 << 15))
+    int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    bool padded = g->s == 1 && Hp * Wp <= PAD_PLANE;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (g->C * KK * ld >= (1 << 15))
     for (int64_t j = 0; j < nb; j++)
         for (int64_t c = 0; c < g->C; c++) {
             float *xp = dx + ((n0 + j) * g->C + c) * g->H * g->W;
+            if (padded) {
+                /* the plane with its padding border in a local buffer: every kernel offset is a
+                 * plain shifted add, no clipping; the border (padding) is dropped. Each element
+                 * still gets its terms in kernel-offset order, starting from dx: same bits. */
+                float buf[PAD_PLANE];
+                memset(buf, 0, (size_t)(Hp * Wp) * sizeof(float));
+                for (int64_t h = 0; h < g->H; h++) memcpy(buf + (h + g->p) * Wp + g->p, xp + h * g->W, (size_t)g->W * sizeof(float));
+                for (int64_t kk = 0; kk < KK; kk++) {
+                    int64_t ki = kk / g->kw, kj = kk % g->kw;
+                    const float *src = dcol + (c * KK + kk) * ld + j * P;
+                    for (int64_t oh = 0; oh < g->OH; oh++) {
+                        float *br = buf + (oh + ki) * Wp + kj;
+                        const float *sr = src + oh * g->OW;
+#pragma omp simd
+                        for (int64_t ow = 0; ow < g->OW; ow++) br[ow] += sr[ow];
+                    }
+                }
+                for (int64_t h = 0; h < g->H; h++) memcpy(xp + h * g->W, buf + (h + g->p) * Wp + g->p, (size_t)g->W * sizeof(float));
+                continue;
+            }
             for (int64_t kk = 0; kk < KK; kk++) {
                 int64_t ki = kk / g->kw, kj = kk % g->kw, o0, o1;
                 valid_cols(g, kj, &o0, &o1);
@@ -227,49 +255,102 @@ static pool_geom pool_setup(const char *op, const ct_tensor *x, int kernel, int 
     return g;
 }
 
-ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
-    pool_geom g = pool_setup("max_pool2d", x, kernel, stride, padding);
+/* Max over each window of one plane (relu: of max(x, 0), ctrain's ReLU, which maps NaN to
+ * 0), first maximum in scan order wins; without relu a NaN wins and stays (PyTorch's rule).
+ * arg: the winner's offset in the plane, for backward. */
+static void max_pool_plane(const pool_geom *g, const float *xp, float *yp, int32_t *ap, bool relu) {
+    if (g->k == 2 && g->s == 2 && g->p == 0) {
+        /* the CNN's pooling: branch-free selects over the four values (vectorises) */
+        for (int64_t oh = 0; oh < g->OH; oh++) {
+            const float *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;
+            float *y = yp + oh * g->OW;
+            int32_t *a = ap + oh * g->OW, base = (int32_t)(2 * oh * g->W), w = (int32_t)g->W;
+            for (int64_t ow = 0; ow < g->OW; ow++) {
+                float v0 = r0[2 * ow], v1 = r0[2 * ow + 1], v2 = r1[2 * ow], v3 = r1[2 * ow + 1];
+                if (relu) {
+                    v0 = v0 > 0 ? v0 : 0.0f; v1 = v1 > 0 ? v1 : 0.0f;
+                    v2 = v2 > 0 ? v2 : 0.0f; v3 = v3 > 0 ? v3 : 0.0f;
+                }
+                int32_t i = (int32_t)(2 * ow);
+                float m = v0;
+                int32_t am = i;
+                /* take v when larger, or when v is NaN and m is not yet */
+                bool t1 = v1 > m || (v1 != v1 && m == m); m = t1 ? v1 : m; am = t1 ? i + 1 : am;
+                bool t2 = v2 > m || (v2 != v2 && m == m); m = t2 ? v2 : m; am = t2 ? i + w : am;
+                bool t3 = v3 > m || (v3 != v3 && m == m); m = t3 ? v3 : m; am = t3 ? i + w + 1 : am;
+                y[ow] = m;
+                a[ow] = base + am;
+            }
+        }
+        return;
+    }
+    for (int64_t oh = 0; oh < g->OH; oh++)
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t h0, h1, w0, w1;
+            pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
+            float m = -INFINITY;
+            int64_t am = h0 * g->W + w0;
+            for (int64_t ih = h0; ih < h1; ih++)
+                for (int64_t iw = w0; iw < w1; iw++) {
+                    float v = xp[ih * g->W + iw];
+                    if (relu) v = v > 0 ? v : 0.0f;
+                    if (v > m || isnan(v)) { m = v; am = ih * g->W + iw; if (isnan(v)) goto done; }
+                }
+        done:
+            yp[oh * g->OW + ow] = m;
+            ap[oh * g->OW + ow] = (int32_t)am;
+        }
+}
+
+static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int stride, int padding) {
+    pool_geom g = pool_setup(ct_op_table[op].name, x, kernel, stride, padding);
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.C, g.OH, g.OW});
     int64_t planes = g.N * g.C, HW = g.H * g.W, OP = g.OH * g.OW;
     /* argmax (offset in the input plane) per output, for backward */
     int32_t *arg = ct_ctx_alloc(ctx, (size_t)(planes * OP + 1) * sizeof(int32_t));
     const float *X = x->data;
     float *Y = y->data;
-#pragma omp parallel for if (planes * OP * g.k * g.k >= (1 << 15))
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *xp = X + pl * HW;
-        for (int64_t oh = 0; oh < g.OH; oh++)
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                int64_t h0, h1, w0, w1;
-                pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
-                float m = -INFINITY;
-                int64_t am = h0 * g.W + w0;
-                /* first maximum in scan order wins; NaN propagates (PyTorch's rule) */
-                for (int64_t ih = h0; ih < h1; ih++)
-                    for (int64_t iw = w0; iw < w1; iw++) {
-                        float v = xp[ih * g.W + iw];
-                        if (v > m || isnan(v)) { m = v; am = ih * g.W + iw; if (isnan(v)) goto done; }
-                    }
-            done:
-                Y[pl * OP + oh * g.OW + ow] = m;
-                arg[pl * OP + oh * g.OW + ow] = (int32_t)am;
-            }
-    }
-    ct_node *nd = ct_record(ctx, CT_OP_MAX_POOL2D, y, 1, &x);
+    bool relu = op == CT_OP_RELU_MAX_POOL2D;
+    /* planes are independent: any schedule gives the same bits; dynamic so a core taken
+     * by another process does not hold the other thread at the join */
+#pragma omp parallel for schedule(dynamic, 16) if (planes * OP * g.k * g.k >= (1 << 15))
+    for (int64_t pl = 0; pl < planes; pl++) max_pool_plane(&g, X + pl * HW, Y + pl * OP, arg + pl * OP, relu);
+    ct_node *nd = ct_record(ctx, op, y, 1, &x);
     if (nd) nd->saved = arg;
     return y;
 }
-void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) {
+
+ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
+    return max_pool(ctx, CT_OP_MAX_POOL2D, x, kernel, stride, padding);
+}
+ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
+    return max_pool(ctx, CT_OP_RELU_MAX_POOL2D, x, kernel, stride, padding);
+}
+
+/* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
+ * would pass it; everything else gets nothing, as it would get +0 there) */
+static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     float *gx = ct_grad_acc(ctx, n->in[0]);
     if (!gx) return;
     const ct_tensor *x = n->in[0], *y = n->out;
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
-    const float *G = y->grad->data;
+    const float *G = y->grad->data, *Y = y->data;
     const int32_t *arg = n->saved;
-#pragma omp parallel for if (planes * OP >= (1 << 15))
-    for (int64_t pl = 0; pl < planes; pl++)
-        for (int64_t q = 0; q < OP; q++) gx[pl * HW + arg[pl * OP + q]] += G[pl * OP + q];
+#pragma omp parallel for schedule(dynamic, 16) if (planes * OP >= (1 << 15))
+    for (int64_t pl = 0; pl < planes; pl++) {
+        float *gp = gx + pl * HW;
+        const float *gy = G + pl * OP, *yy = Y + pl * OP;
+        const int32_t *ap = arg + pl * OP;
+        if (relu) {
+            for (int64_t q = 0; q < OP; q++)
+                if (yy[q] > 0) gp[ap[q]] += gy[q];
+        } else {
+            for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
+        }
+    }
 }
+void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }
+void ct_bw_relu_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, true); }
 
 ct_tensor *ct_avg_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
     pool_geom g = pool_setup("avg_pool2d", x, kernel, stride, padding);

@@ -7,6 +7,9 @@
  * gradient — and hence every bit of the result — is the same for any thread count.
  * Backward recomputes col rather than keeping it (it is kh*kw times the input). */
 #include <math.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include <string.h>
 
 #include "ops/op_table.h"
@@ -255,6 +258,40 @@ static pool_geom pool_setup(const char *op, const ct_tensor *x, int kernel, int 
     return g;
 }
 
+#ifdef __AVX512F__
+static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+/* One output row of 2x2 / stride 2 pooling, 16 outputs a vector: the same selections as
+ * the scalar loop in max_pool_plane, lane by lane. */
+static void pool2x2_row(const float *r0, const float *r1, float *y, int32_t *a, int64_t OW, int32_t base, int32_t w, bool relu) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t o = 0; o < OW; o += 16) {
+        int64_t rem = OW - o;
+        __mmask16 m = lanes16(rem), m0 = lanes16(2 * rem), m1 = lanes16(2 * rem - 16);
+        __m512 a0 = _mm512_maskz_loadu_ps(m0, r0 + 2 * o), a1 = _mm512_maskz_loadu_ps(m1, r0 + 2 * o + 16);
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, r1 + 2 * o), b1 = _mm512_maskz_loadu_ps(m1, r1 + 2 * o + 16);
+        __m512 v[4] = {_mm512_permutex2var_ps(a0, ie, a1), _mm512_permutex2var_ps(a0, io, a1),
+                       _mm512_permutex2var_ps(b0, ie, b1), _mm512_permutex2var_ps(b0, io, b1)};
+        if (relu) /* max_ps(v, 0) is v > 0 ? v : 0, NaN included */
+            for (int i = 0; i < 4; i++) v[i] = _mm512_max_ps(v[i], zero);
+        __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32(base + (int32_t)(2 * o)), ie);
+        __m512i off[4] = {i0, _mm512_add_epi32(i0, _mm512_set1_epi32(1)), _mm512_add_epi32(i0, _mm512_set1_epi32(w)),
+                          _mm512_add_epi32(i0, _mm512_set1_epi32(w + 1))};
+        __m512 mx = v[0];
+        __m512i am = off[0];
+        for (int i = 1; i < 4; i++) {
+            __mmask16 t = _mm512_cmp_ps_mask(v[i], mx, _CMP_GT_OQ) |
+                          (_mm512_cmp_ps_mask(v[i], v[i], _CMP_UNORD_Q) & _mm512_cmp_ps_mask(mx, mx, _CMP_ORD_Q));
+            mx = _mm512_mask_mov_ps(mx, t, v[i]);
+            am = _mm512_mask_mov_epi32(am, t, off[i]);
+        }
+        _mm512_mask_storeu_ps(y + o, m, mx);
+        _mm512_mask_storeu_epi32(a + o, m, am);
+    }
+}
+#endif
+
 /* Max over each window of one plane (relu: of max(x, 0), ctrain's ReLU, which maps NaN to
  * 0), first maximum in scan order wins; without relu a NaN wins and stays (PyTorch's rule).
  * arg: the winner's offset in the plane, for backward. */
@@ -265,6 +302,10 @@ static void max_pool_plane(const pool_geom *g, const float *xp, float *yp, int32
             const float *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;
             float *y = yp + oh * g->OW;
             int32_t *a = ap + oh * g->OW, base = (int32_t)(2 * oh * g->W), w = (int32_t)g->W;
+#ifdef __AVX512F__
+            pool2x2_row(r0, r1, y, a, g->OW, base, w, relu);
+            continue;
+#endif
             for (int64_t ow = 0; ow < g->OW; ow++) {
                 float v0 = r0[2 * ow], v1 = r0[2 * ow + 1], v2 = r1[2 * ow], v3 = r1[2 * ow + 1];
                 if (relu) {

@@ -12,8 +12,8 @@
  * transposed, B transposed: rows contiguous in k) are packed through 16x16 in-register
  * transposes. The micro-kernel loads two B vectors and broadcasts 14 A values per k.
  *
- * Threads: each takes a contiguous range of whole micro-panels of the larger of M and N
- * and runs the serial algorithm on it with its own packing buffers (no barriers). K is
+ * Threads: take chunks of whole micro-panels of the larger of M and N in turn (a shared
+ * counter) and run the serial algorithm on each with their own packing buffers (no barriers). K is
  * never split and the blocking does not depend on the thread count, so every C element is
  * computed by the same instructions in the same order: bit-identical for any thread count.
  * Packing buffers come from a pool reserved ahead (see "packing buffers" below): a GEMM
@@ -394,10 +394,10 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
     if (nt > 1 && flops < 2e6 * nt) nt = (int)(flops / 2e6) > 1 ? (int)(flops / 2e6) : 1;
-    /* Each thread takes a contiguous range of whole micro-panels of the larger of M and N
-     * and runs the serial algorithm on it (its own packing, no barriers): the smaller
-     * operand is packed by every thread, which costs little next to its share of the
-     * product. An element's arithmetic does not depend on which range it is in. */
+    /* Threads take ranges of whole micro-panels of the larger of M and N and run the serial
+     * algorithm on each (their own packing, no barriers): the smaller operand is packed for
+     * every range, which costs little next to the range's share of the product. An
+     * element's arithmetic does not depend on which range it is in, nor on the thread. */
     bool split_n = N >= M;
     int64_t unit = split_n ? NR : MR, units = ((split_n ? N : M) + unit - 1) / unit;
     if (nt > units) nt = (int)units;
@@ -411,25 +411,34 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         release(ids, nt);
         return;
     }
+    /* Chunks of whole micro-panels, about 4 per thread, handed out in order from a shared
+     * counter: a thread whose core is taken by another process (a shared machine) takes
+     * fewer chunks instead of holding the other at the join. */
+    int64_t per = (units + 4 * nt - 1) / (4 * nt), nchunks = (units + per - 1) / per;
+    atomic_llong next = 0;
 #pragma omp parallel num_threads(nt)
     {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t lo = units * t / T * unit, hi = units * (t + 1) / T * unit;
-        job s = j;
-        if (split_n) {
-            hi = imin(hi, N);
-            s.N = hi - lo;
-            s.B = B + (tb ? lo * ldb : lo);
-            s.C = C + lo;
-        } else {
-            hi = imin(hi, M);
-            s.M = hi - lo;
-            s.A = A + (ta ? lo : lo * lda);
-            s.C = C + lo * ldc;
-        }
-        if (hi > lo) {
-            buffers(&s, ids[t]);
-            run(&s);
+        int t = omp_get_thread_num();
+        for (;;) {
+            int64_t ch = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
+            if (ch >= nchunks) break;
+            int64_t lo = ch * per * unit, hi = (ch + 1) * per * unit;
+            job s = j;
+            if (split_n) {
+                hi = imin(hi, N);
+                s.N = hi - lo;
+                s.B = B + (tb ? lo * ldb : lo);
+                s.C = C + lo;
+            } else {
+                hi = imin(hi, M);
+                s.M = hi - lo;
+                s.A = A + (ta ? lo : lo * lda);
+                s.C = C + lo * ldc;
+            }
+            if (hi > lo) {
+                buffers(&s, ids[t]);
+                run(&s);
+            }
         }
     }
     release(ids, nt);

@@ -38,6 +38,35 @@ static inline void valid_cols(const conv_geom *g, int64_t kj, int64_t *o0, int64
     if (*o1 < *o0) *o1 = *o0;
 }
 
+#ifdef __AVX512F__
+static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+#endif
+
+/* d[ow] = xr[ow] for ow in [o0, o1), 0 for the rest of [0, n): one image row of im2col at
+ * stride 1. xr may point before its row: only [o0, o1) is read (masked lanes are not). */
+static inline void row_take(float *d, const float *xr, int64_t n, int64_t o0, int64_t o1) {
+#ifdef __AVX512F__
+    for (int64_t i = 0; i < n; i += 16)
+        _mm512_mask_storeu_ps(d + i, lanes16(n - i), _mm512_maskz_loadu_ps(lanes16(o1 - i) & (__mmask16)~lanes16(o0 - i), xr + i));
+#else
+    for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
+    for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow];
+    for (int64_t ow = o1; ow < n; ow++) d[ow] = 0.0f;
+#endif
+}
+
+/* d[0, n) += s[0, n) */
+static inline void row_add(float *d, const float *s, int64_t n) {
+#ifdef __AVX512F__
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        _mm512_mask_storeu_ps(d + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + i), _mm512_maskz_loadu_ps(m, s + i)));
+    }
+#else
+    for (int64_t i = 0; i < n; i++) d[i] += s[i];
+#endif
+}
+
 /* col[k][j*P + oh*OW + ow] = x[n0+j][c][oh*s - p + ki][ow*s - p + kj] (0 outside), k = (c, ki, kj) */
 static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, float *col) {
     int64_t K = g->C * g->kh * g->kw, P = g->OH * g->OW, ld = nb * P;
@@ -56,14 +85,13 @@ static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, f
                     continue;
                 }
                 const float *xr = xp + ih * g->W - g->p + kj; /* xr[ow * s] is input column ow*s - p + kj */
-                for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
-                /* rows are short (14..28 floats): an inline copy, not a memcpy call per row */
+                /* rows are short (14..28 floats): masked vectors, not a memcpy call per row */
                 if (g->s == 1) {
-#pragma omp simd
-                    for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow];
-                } else {
-                    for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow * g->s];
+                    row_take(d, xr, g->OW, o0, o1);
+                    continue;
                 }
+                for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
+                for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow * g->s];
                 for (int64_t ow = o1; ow < g->OW; ow++) d[ow] = 0.0f;
             }
         }
@@ -91,12 +119,7 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
                 for (int64_t kk = 0; kk < KK; kk++) {
                     int64_t ki = kk / g->kw, kj = kk % g->kw;
                     const float *src = dcol + (c * KK + kk) * ld + j * P;
-                    for (int64_t oh = 0; oh < g->OH; oh++) {
-                        float *br = buf + (oh + ki) * Wp + kj;
-                        const float *sr = src + oh * g->OW;
-#pragma omp simd
-                        for (int64_t ow = 0; ow < g->OW; ow++) br[ow] += sr[ow];
-                    }
+                    for (int64_t oh = 0; oh < g->OH; oh++) row_add(buf + (oh + ki) * Wp + kj, src + oh * g->OW, g->OW);
                 }
                 for (int64_t h = 0; h < g->H; h++) memcpy(xp + h * g->W, buf + (h + g->p) * Wp + g->p, (size_t)g->W * sizeof(float));
                 continue;
@@ -259,7 +282,6 @@ static pool_geom pool_setup(const char *op, const ct_tensor *x, int kernel, int 
 }
 
 #ifdef __AVX512F__
-static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 /* One output row of 2x2 / stride 2 pooling, 16 outputs a vector: the same selections as
  * the scalar loop in max_pool_plane, lane by lane. */
 static void pool2x2_row(const float *r0, const float *r1, float *y, int32_t *a, int64_t OW, int32_t base, int32_t w, bool relu) {

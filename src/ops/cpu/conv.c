@@ -98,6 +98,53 @@ static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, f
     }
 }
 
+/* The im2col matrix of samples [n0, ...) one B micro-panel at a time, for
+ * ct_sgemm_implicit_b (stride 1): dst[k][c] = col[k0 + k][q0 + c]. The panel's columns
+ * are cut into runs along one output row (at most NR of them), found once per call. */
+typedef struct {
+    const conv_geom *g;
+    const float *x;
+    int64_t n0;
+} col_src;
+static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0, int64_t kc) {
+    const col_src *cs = arg;
+    const conv_geom *g = cs->g;
+    int64_t P = g->OH * g->OW, KK = g->kh * g->kw, HW = g->H * g->W;
+    struct { const float *x; int64_t oh, ow; int cnt, at; } run[CT_SGEMM_NR];
+    int nr = 0;
+    for (int c = 0; c < n;) {
+        int64_t q = q0 + c, j = q / P, r = q - j * P, oh = r / g->OW, ow = r - oh * g->OW;
+        int cnt = (int)(g->OW - ow < n - c ? g->OW - ow : n - c);
+        run[nr].x = cs->x + (cs->n0 + j) * g->C * HW;
+        run[nr].oh = oh;
+        run[nr].ow = ow;
+        run[nr].cnt = cnt;
+        run[nr++].at = c;
+        c += cnt;
+    }
+    /* (channel, ki, kj) of row k0, then stepped: no divisions per row */
+    int64_t ch = k0 / KK, ki = (k0 / g->kw) % g->kh, kj = k0 % g->kw;
+    for (int64_t k = 0; k < kc; k++) {
+        /* stride 1: output column ow reads input column ow - p + kj, valid for ow in [o0, o1) */
+        int64_t o0 = g->p - kj > 0 ? g->p - kj : 0, o1 = g->W + g->p - kj < g->OW ? g->W + g->p - kj : g->OW;
+        float *d = dst + k * CT_SGEMM_NR;
+        for (int r = 0; r < nr; r++) {
+            int64_t ih = run[r].oh - g->p + ki;
+            if (ih < 0 || ih >= g->H) {
+                memset(d + run[r].at, 0, (size_t)run[r].cnt * sizeof(float));
+                continue;
+            }
+            const float *xr = run[r].x + ch * HW + ih * g->W - g->p + kj + run[r].ow;
+            row_take(d + run[r].at, xr, run[r].cnt, o0 - run[r].ow, o1 - run[r].ow);
+        }
+        if (n < CT_SGEMM_NR) memset(d + n, 0, (size_t)(CT_SGEMM_NR - n) * sizeof(float));
+        if (++kj == g->kw) {
+            kj = 0;
+            if (++ki == g->kh) { ki = 0; ch++; }
+        }
+    }
+}
+
 /* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
  * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule). */
 #define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
@@ -174,18 +221,27 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
     float *Y = y->data;
     const float *Wt = w->data, *B = b ? b->data : NULL;
     /* scratch: col and (when several samples share a GEMM) its [O, nb*P] result */
-    float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
+    /* stride 1 where the own GEMM runs: its B micro-panels are packed straight from x
+     * (the same values and products as through col, so the same bits) */
+    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
+    bool imp_full = g.s == 1 && ct_sgemm_own_takes(g.O, nbmax * P, K), imp_last = g.s == 1 && ct_sgemm_own_takes(g.O, nblast * P, K);
+    float *col = imp_full && imp_last ? NULL : ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
     float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
-        im2col(&g, x->data, n0, nb, col);
+        float *out = nb == 1 ? Y + n0 * g.O * P : tmp;
+        if (nb == nbmax ? imp_full : imp_last) {
+            col_src cs = {&g, x->data, n0};
+            ct_sgemm_implicit_b(false, g.O, nb * P, K, Wt, K, pack_col, &cs, 0.0f, out, nb * P);
+        } else {
+            im2col(&g, x->data, n0, nb, col);
+            gemm(false, false, g.O, nb * P, K, Wt, col, out, 0.0f);
+        }
         if (nb == 1) {
-            gemm(false, false, g.O, P, K, Wt, col, Y + n0 * g.O * P, 0.0f);
             if (B)
                 for (int64_t o = 0; o < g.O; o++)
                     for (int64_t q = 0; q < P; q++) Y[(n0 * g.O + o) * P + q] += B[o];
         } else {
-            gemm(false, false, g.O, nb * P, K, Wt, col, tmp, 0.0f);
 #pragma omp parallel for collapse(2) if (nb * g.O * P >= (1 << 15))
             for (int64_t j = 0; j < nb; j++)
                 for (int64_t o = 0; o < g.O; o++) {

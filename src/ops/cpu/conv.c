@@ -70,7 +70,7 @@ static inline void row_add(float *d, const float *s, int64_t n) {
 /* col[k][j*P + oh*OW + ow] = x[n0+j][c][oh*s - p + ki][ow*s - p + kj] (0 outside), k = (c, ki, kj) */
 static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, float *col) {
     int64_t K = g->C * g->kh * g->kw, P = g->OH * g->OW, ld = nb * P;
-#pragma omp parallel for if (K * ld >= (1 << 15))
+#pragma omp parallel for schedule(dynamic, 8) if (K * ld >= (1 << 15))
     for (int64_t k = 0; k < K; k++) {
         int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw, o0, o1;
         valid_cols(g, kj, &o0, &o1);
@@ -242,7 +242,7 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
                 for (int64_t o = 0; o < g.O; o++)
                     for (int64_t q = 0; q < P; q++) Y[(n0 * g.O + o) * P + q] += B[o];
         } else {
-#pragma omp parallel for collapse(2) if (nb * g.O * P >= (1 << 15))
+#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g.O * P >= (1 << 15))
             for (int64_t j = 0; j < nb; j++)
                 for (int64_t o = 0; o < g.O; o++) {
                     float *dst = Y + ((n0 + j) * g.O + o) * P;
@@ -269,7 +269,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     float *dx = ct_grad_acc(ctx, x), *dw = ct_grad_acc(ctx, w);
     float *db = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (db)
-#pragma omp parallel for if (g.N * g.O * P >= (1 << 15))
+#pragma omp parallel for schedule(dynamic, 4) if (g.N * g.O * P >= (1 << 15))
         for (int64_t o = 0; o < g.O; o++) {
             double s = 0;
             for (int64_t i = 0; i < g.N; i++) {
@@ -289,7 +289,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
         const float *gy = G + n0 * g.O * P; /* [O, P] when nb == 1 */
         if (nb > 1) {
             /* gather dY of the chunk into [O, nb*P], the layout of the forward GEMM */
-#pragma omp parallel for collapse(2) if (nb * g.O * P >= (1 << 15))
+#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g.O * P >= (1 << 15))
             for (int64_t o = 0; o < g.O; o++)
                 for (int64_t j = 0; j < nb; j++)
                     memcpy(tmp + o * nb * P + j * P, G + ((n0 + j) * g.O + o) * P, (size_t)P * sizeof(float));

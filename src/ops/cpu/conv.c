@@ -145,6 +145,47 @@ static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0,
     }
 }
 
+/* The transposed im2col matrix, for the weight gradient dW += dY col^T (stride 1):
+ * dst[k][c] = col[n0 + c][k0 + k], rows of col (kernel offsets) built along runs of one
+ * output row into a local block, then transposed into the panel. */
+static void pack_col_t(const void *arg, float *dst, int64_t n0, int n, int64_t k0, int64_t kc) {
+    const col_src *cs = arg;
+    const conv_geom *g = cs->g;
+    int64_t P = g->OH * g->OW, KK = g->kh * g->kw, HW = g->H * g->W;
+    struct { const float *x; int64_t oh, ow; int cnt, at; } run[CT_SGEMM_KC];
+    float rows[CT_SGEMM_NR * CT_SGEMM_KC];
+    int nr = 0;
+    for (int c = 0; c < kc;) {
+        int64_t q = k0 + c, j = q / P, r = q - j * P, oh = r / g->OW, ow = r - oh * g->OW;
+        int cnt = (int)(g->OW - ow < kc - c ? g->OW - ow : kc - c);
+        run[nr].x = cs->x + (cs->n0 + j) * g->C * HW;
+        run[nr].oh = oh;
+        run[nr].ow = ow;
+        run[nr].cnt = cnt;
+        run[nr++].at = c;
+        c += cnt;
+    }
+    int64_t ch = n0 / KK, ki = (n0 / g->kw) % g->kh, kj = n0 % g->kw;
+    for (int i = 0; i < n; i++) {
+        int64_t o0 = g->p - kj > 0 ? g->p - kj : 0, o1 = g->W + g->p - kj < g->OW ? g->W + g->p - kj : g->OW;
+        float *d = rows + i * kc;
+        for (int r = 0; r < nr; r++) {
+            int64_t ih = run[r].oh - g->p + ki;
+            if (ih < 0 || ih >= g->H) {
+                memset(d + run[r].at, 0, (size_t)run[r].cnt * sizeof(float));
+                continue;
+            }
+            row_take(d + run[r].at, run[r].x + ch * HW + ih * g->W - g->p + kj + run[r].ow, run[r].cnt, o0 - run[r].ow,
+                     o1 - run[r].ow);
+        }
+        if (++kj == g->kw) {
+            kj = 0;
+            if (++ki == g->kh) { ki = 0; ch++; }
+        }
+    }
+    ct_sgemm_pack_rows(dst, rows, kc, n, kc);
+}
+
 /* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
  * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule). */
 #define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
@@ -295,9 +336,14 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
                     memcpy(tmp + o * nb * P + j * P, G + ((n0 + j) * g.O + o) * P, (size_t)P * sizeof(float));
             gy = tmp;
         }
-        if (dw) {
-            im2col(&g, x->data, n0, nb, col);
-            gemm(false, true, g.O, K, nb * P, gy, col, dw, 1.0f); /* dW += dY col^T */
+        if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
+            if (g.s == 1 && ct_sgemm_own_takes(g.O, K, nb * P)) {
+                col_src cs = {&g, x->data, n0};
+                ct_sgemm_implicit_b(false, g.O, K, nb * P, gy, nb * P, pack_col_t, &cs, 1.0f, dw, K);
+            } else {
+                im2col(&g, x->data, n0, nb, col);
+                gemm(false, true, g.O, K, nb * P, gy, col, dw, 1.0f);
+            }
         }
         if (dx) {
             gemm(true, false, K, nb * P, g.O, Wt, gy, col, 0.0f); /* dcol = W^T dY */

@@ -40,7 +40,7 @@
 #define NV 2
 #define NR (16 * NV)
 #define KC 256
-_Static_assert(NR == CT_SGEMM_NR, "sgemm.h publishes the B micro-panel width");
+_Static_assert(NR == CT_SGEMM_NR && KC == CT_SGEMM_KC, "sgemm.h publishes the B micro-panel shape");
 #define MC (MR * 12)
 #define NC (NR * 64)
 
@@ -242,6 +242,8 @@ CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, i
         }
     }
 }
+
+CT_AVX512 void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n, int64_t kc) { pack_panel(dst, x, rs, 1, n, NR, kc); }
 
 /* ---------------------------------------------------------------- driver ---- */
 

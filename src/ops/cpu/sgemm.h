@@ -37,9 +37,14 @@ void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
  * called from several threads at once (distinct dst). Same bits as ct_sgemm_own on the
  * explicit B. Needs ct_sgemm_own_available() and the pool; callers ask ct_sgemm_own_takes. */
 #define CT_SGEMM_NR 32
+#define CT_SGEMM_KC 256 /* kc never exceeds it */
 typedef void (*ct_sgemm_pack_b_fn)(const void *arg, float *dst, int64_t n0, int n, int64_t k0, int64_t kc);
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc);
+
+/* For packers whose B rows are contiguous in k: dst[k * CT_SGEMM_NR + c] = x[c * rs + k] for
+ * c < n (zeros up to CT_SGEMM_NR), k < kc — through in-register transposes. */
+void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n, int64_t kc);
 
 /* true when ct_sgemm_dispatch runs the own kernel for an M x N x K product (a shape-only rule) */
 bool ct_sgemm_own_takes(int64_t M, int64_t N, int64_t K);

@@ -1,11 +1,14 @@
-/* conv2d (im2col + sgemm), max_pool2d (and fused relu_max_pool2d), avg_pool2d
- * (count_include_pad=True), NCHW.
+/* conv2d (implicit GEMM or im2col + sgemm), max_pool2d (and fused relu_max_pool2d),
+ * avg_pool2d (count_include_pad=True), NCHW.
  *
- * conv2d unfolds a chunk of samples at once into col [C*kh*kw, nb*OH*OW] so one GEMM
- * covers the chunk (bigger GEMMs than one per sample: small images give tiny per-sample
- * GEMMs). The chunk size depends only on the shapes, so the summation order of the weight
- * gradient — and hence every bit of the result — is the same for any thread count.
- * Backward recomputes col rather than keeping it (it is kh*kw times the input). */
+ * conv2d is a GEMM over a chunk of samples at once, col [C*kh*kw, nb*OH*OW] (bigger GEMMs
+ * than one per sample: small images give tiny per-sample GEMMs). At stride 1 on the own
+ * AVX-512 GEMM, col is never stored: the forward and weight-gradient GEMMs pack their B
+ * micro-panels straight from x (pack_col, pack_col_t), which saves writing and re-reading
+ * kh*kw times the input; elsewhere im2col materialises it. Both give the same values to
+ * the same kernels, hence the same bits. The chunk size depends only on the shapes, so
+ * the summation order of the weight gradient — and every bit of the result — is the same
+ * for any thread count. The input gradient goes through col (dcol = W^T dY, col2im). */
 #include <math.h>
 #ifdef __AVX512F__
 #include <immintrin.h>

@@ -94,7 +94,10 @@ if [ $core -eq 1 ]; then
     for r in $(seq "$REPEAT"); do
         for m in mlp gpt cnn; do
             for t in 1 2; do
-                record "" "$CT" single $m $t "$(secs $m)"
+                # both OpenMP wait policies, as for PyTorch: on a loaded machine libgomp's default
+                # spinning makes 2-thread runs collapse (docs/benchmarks.md, CNN section)
+                record "omp_wait=default" env -u OMP_WAIT_POLICY "$CT" single $m $t "$(secs $m)"
+                [ $t -gt 1 ] && record "omp_wait=passive" env OMP_WAIT_POLICY=passive "$CT" single $m $t "$(secs $m)"
                 if [ $have_torch -eq 1 ]; then
                     # OPENBLAS_NUM_THREADS=t: where torch calls OpenBLAS (Debian's), torch.set_num_threads
                     # does not limit it (at "1 thread" its GEMMs would run on both cores)

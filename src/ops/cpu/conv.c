@@ -20,6 +20,7 @@
 #include "ops/cpu/blas.h"
 
 #define COL_BUDGET (1 << 20) /* floats per im2col chunk (4 MiB) */
+#define DCOL_BUDGET (1 << 18) /* floats per dcol block of the input gradient (1 MiB: an L2) */
 
 /* C = op(A) op(B) + beta C */
 static inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
@@ -328,6 +329,10 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     if (!dx && !dw) return;
     float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
     float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
+    /* samples per dcol block: about DCOL_BUDGET floats, but at least 256 columns */
+    int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
+    if (sub * P < 256) sub = (256 + P - 1) / P;
+    if (sub < 1) sub = 1;
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         const float *gy = G + n0 * g.O * P; /* [O, P] when nb == 1 */
@@ -348,10 +353,14 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
                 gemm(false, true, g.O, K, nb * P, gy, col, dw, 1.0f);
             }
         }
-        if (dx) {
-            gemm(true, false, K, nb * P, g.O, Wt, gy, col, 0.0f); /* dcol = W^T dY */
-            col2im_add(&g, col, n0, nb, dx);
-        }
+        if (dx) /* dcol = W^T dY, a few samples at a time so dcol is still in cache for col2im
+                 * (each dcol element sums over O alone, and col2im works per sample: any split
+                 * gives the same bits) */
+            for (int64_t s0 = 0; s0 < nb; s0 += sub) {
+                int64_t sb = nb - s0 < sub ? nb - s0 : sub;
+                ct_sgemm_ld(true, false, K, sb * P, g.O, 1.0f, Wt, K, gy + s0 * P, nb * P, 0.0f, col, sb * P);
+                col2im_add(&g, col, n0 + s0, sb, dx);
+            }
     }
 }
 

@@ -17,10 +17,10 @@
 # torch`: a large download, once), or the interpreter given by PYTHON=.
 # Environment: PYTHON (reference interpreter; default build/venv-bench/bin/python), REPEAT
 # (default 2), SECS_MLP / SECS_GPT / SECS_CNN (measured seconds per run, default 5 / 10 / 5),
-# BENCH_OUT (results file), TORCH_PIP_SPEC (default torch).
+# BENCH_OUT (results file), TORCH_PIP_SPEC (default torch), BENCH_VENV (default build/venv-bench).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-VENV=build/venv-bench
+VENV=${BENCH_VENV:-build/venv-bench}
 PY=${PYTHON:-$VENV/bin/python}
 DEB_PY=/usr/bin/python3
 REPEAT=${REPEAT:-2}

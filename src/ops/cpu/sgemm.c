@@ -12,7 +12,7 @@
  * transposed, B transposed: rows contiguous in k) are packed through 16x16 in-register
  * transposes. The micro-kernel loads two B vectors and broadcasts 14 A values per k.
  *
- * Threads: take chunks of whole micro-panels of the larger of M and N in turn (a shared
+ * Threads: take ranges of whole micro-panels of the larger of M and N in turn (a shared
  * counter) and run the serial algorithm on each with their own packing buffers (no barriers). K is
  * never split and the blocking does not depend on the thread count, so every C element is
  * computed by the same instructions in the same order: bit-identical for any thread count.
@@ -450,10 +450,14 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         release(ids, nt);
         return;
     }
-    /* Chunks of whole micro-panels, about 4 per thread, handed out in order from a shared
-     * counter: a thread whose core is taken by another process (a shared machine) takes
-     * fewer chunks instead of holding the other at the join. */
-    int64_t per = (units + 4 * nt - 1) / (4 * nt), nchunks = (units + per - 1) / per;
+    /* Ranges handed out in order from a shared counter: a thread whose core is taken by
+     * another process (a shared machine) takes fewer instead of holding the other at the
+     * join. Every range repacks the smaller operand, so there are two per thread only where
+     * each still spans >= 16 micro-panels (the repacking then stays ~1-2 % of the work);
+     * otherwise one per thread, as a static split. */
+    int64_t per = (units + 2 * nt - 1) / (2 * nt);
+    if (per < 16) per = (units + nt - 1) / nt;
+    int64_t nchunks = (units + per - 1) / per;
     atomic_llong next = 0;
 #pragma omp parallel num_threads(nt)
     {

@@ -10,32 +10,70 @@
 #   bash bench/run.sh --accuracy    also Fashion-MNIST accuracy, CNN and MLP, 2 ranks, default
 #                                   settings (slow: tens of minutes)
 #   bash bench/run.sh --only-accuracy
-# Environment: PYTHON (default /usr/bin/python3, Debian's PyTorch), REPEAT (default 2),
-# SECS_MLP / SECS_GPT (measured seconds per run, default 5 / 10), BENCH_OUT (results file).
+#   bash bench/run.sh --debian-torch  also Debian's PyTorch (/usr/bin/python3) as a second column
+#   bash bench/run.sh --setup-dry-run print how the reference PyTorch would be installed, run nothing
+# The reference is the current `torch` from PyPI (what a user installs today), in a virtual
+# environment build/venv-bench created on first use (`python3 -m venv` + `pip install
+# torch`: a large download, once), or the interpreter given by PYTHON=.
+# Environment: PYTHON (reference interpreter; default build/venv-bench/bin/python), REPEAT
+# (default 2), SECS_MLP / SECS_GPT / SECS_CNN (measured seconds per run, default 5 / 10 / 5),
+# BENCH_OUT (results file), TORCH_PIP_SPEC (default torch), BENCH_VENV (default build/venv-bench).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-PY=${PYTHON:-/usr/bin/python3}
+VENV=${BENCH_VENV:-build/venv-bench}
+PY=${PYTHON:-$VENV/bin/python}
+DEB_PY=/usr/bin/python3
 REPEAT=${REPEAT:-2}
 SECS_MLP=${SECS_MLP:-5}
 SECS_GPT=${SECS_GPT:-10}
+SECS_CNN=${SECS_CNN:-5}
 OUT=${BENCH_OUT:-build/bench/results.txt}
 CT=build/bench/train_bench
-core=1; acc=0; coll=1
+core=1; acc=0; coll=1; deb=0; dry=0
 for a in "$@"; do
     case "$a" in
-    --quick) REPEAT=1; SECS_MLP=3; SECS_GPT=6 ;;
+    --quick) REPEAT=1; SECS_MLP=3; SECS_GPT=6; SECS_CNN=3 ;;
     --accuracy) acc=1 ;;
     --only-accuracy) acc=1; core=0; coll=0 ;;
     --no-collectives) coll=0 ;;
+    --debian-torch) deb=1 ;;
+    --setup-dry-run) dry=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
+
+# the reference PyTorch: PYTHON= as given, else the venv, created and filled on first use
+setup_torch() {
+    local run=()
+    [ $dry -eq 1 ] && run=(echo "would run:")
+    if [ -n "${PYTHON:-}" ]; then
+        if "$PY" -c 'import torch' 2>/dev/null; then
+            [ $dry -eq 1 ] && echo "reference PyTorch: PYTHON=$PY ($("$PY" -c 'import torch; print(torch.__version__)'))"
+            return 0
+        fi
+        echo "bench: PYTHON=$PY cannot import torch" >&2; return 1
+    fi
+    if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+        [ $dry -eq 1 ] && echo "reference PyTorch present: $VENV ($("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
+        return 0
+    fi
+    echo "bench: installing the current torch from PyPI into $VENV (first use; a large download)" >&2
+    [ -x "$VENV/bin/python" ] || "${run[@]}" /usr/bin/python3 -m venv "$VENV" || return 1
+    "${run[@]}" "$VENV/bin/python" -m pip install --quiet --upgrade pip || return 1
+    "${run[@]}" "$VENV/bin/python" -m pip install --quiet "${TORCH_PIP_SPEC:-torch}" || return 1
+    [ $dry -eq 1 ] && return 0
+    "$PY" -c 'import torch' 2>/dev/null
+}
+if [ $dry -eq 1 ]; then setup_torch; exit $?; fi
 [ -x "$CT" ] || { echo "build first: make -j2" >&2; exit 1; }
 have_torch=1
-$PY -c 'import torch' 2>/dev/null || { have_torch=0; echo "bench: no PyTorch at $PY (apt-get install python3-torch); ctrain only" >&2; }
+setup_torch || { have_torch=0; echo "bench: no reference PyTorch ($PY); ctrain only" >&2; }
+if [ $deb -eq 1 ] && ! $DEB_PY -c 'import torch' 2>/dev/null; then
+    deb=0; echo "bench: no Debian PyTorch at $DEB_PY (apt-get install python3-torch); no second column" >&2
+fi
 mkdir -p "$(dirname "$OUT")"
 
-secs() { [ "$1" = gpt ] && echo "$SECS_GPT" || echo "$SECS_MLP"; }
+secs() { case "$1" in gpt) echo "$SECS_GPT" ;; cnn) echo "$SECS_CNN" ;; *) echo "$SECS_MLP" ;; esac; }
 record() { # runs a command, keeps its RESULT lines (tagged with the extra fields in $1)
     local tag="$1"; shift
     local o
@@ -48,26 +86,34 @@ record() { # runs a command, keeps its RESULT lines (tagged with the extra field
 
 if [ $core -eq 1 ]; then
     : >"$OUT"
-    echo "== machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+    cpu=$(lscpu | sed -n 's/^Model name: *//p')
+    fam=$(lscpu | sed -n 's/^CPU family: *//p'); mod=$(lscpu | sed -n 's/^Model: *//p')
+    echo "MACHINE cpu=\"$cpu\" family=$fam model=$mod cores=$(nproc) load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" date=$(date -u +%FT%TZ)" | tee -a "$OUT"
+    # the arithmetic peak of this run: ctrain's GEMM at 1024^3 per thread count
     for t in 1 2; do record "" "$CT" sgemm $t; done
     for r in $(seq "$REPEAT"); do
-        for m in mlp gpt; do
+        for m in mlp gpt cnn; do
             for t in 1 2; do
-                record "" "$CT" single $m $t "$(secs $m)"
+                # both OpenMP wait policies, as for PyTorch: on a loaded machine libgomp's default
+                # spinning makes 2-thread runs collapse (docs/benchmarks.md, CNN section)
+                record "omp_wait=default" env -u OMP_WAIT_POLICY "$CT" single $m $t "$(secs $m)"
+                [ $t -gt 1 ] && record "omp_wait=passive" env OMP_WAIT_POLICY=passive "$CT" single $m $t "$(secs $m)"
                 if [ $have_torch -eq 1 ]; then
-                    # OPENBLAS_NUM_THREADS=t: Debian's PyTorch calls the pthread OpenBLAS, whose
-                    # thread count torch.set_num_threads does not limit (at "1 thread" its GEMMs
-                    # would run on both cores)
+                    # OPENBLAS_NUM_THREADS=t: where torch calls OpenBLAS (Debian's), torch.set_num_threads
+                    # does not limit it (at "1 thread" its GEMMs would run on both cores)
                     record "" env -u OMP_WAIT_POLICY OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
                     record "" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
                 fi
+                [ $deb -eq 1 ] && record "ref=debian" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $DEB_PY bench/torch_train.py single $m $t "$(secs $m)"
             done
             record "" "$CT" ddp $m 2 "$(secs $m)"
             [ $have_torch -eq 1 ] && record "" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $PY bench/torch_train.py ddp $m 2 "$(secs $m)"
+            [ $deb -eq 1 ] && record "ref=debian" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $DEB_PY bench/torch_train.py ddp $m 2 "$(secs $m)"
         done
     done
+    echo "MACHINE_END load=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" | tee -a "$OUT"
     echo
-    $PY bench/report.py "$OUT"
+    python3 bench/report.py "$OUT"
 fi
 
 if [ $coll -eq 1 ]; then

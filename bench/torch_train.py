@@ -63,12 +63,13 @@ def flops_per_step(kind, model, items):
 def train(kind, seconds, rank=0, ddp_model=None, model=None, opt=None, batches=None, items=0, barrier=None):
     net = ddp_model if ddp_model is not None else model
     warmup = 3 if kind == "gpt" else 10
-    step, measured, t0 = 0, 0, 0.0
+    step, measured, t0, c0 = 0, 0, 0.0, 0.0
     while True:
         if step == warmup:
             if barrier:
                 barrier()
             t0 = time.perf_counter()
+            c0 = time.process_time()
         x, y = batches[step % len(batches)]
         out = net(x)
         loss = gm.gpt_loss(out, y) if kind == "gpt" else F.cross_entropy(out, y)
@@ -86,9 +87,14 @@ def train(kind, seconds, rank=0, ddp_model=None, model=None, opt=None, batches=N
             if done:
                 break
         step += 1
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     assert lv == lv, "loss is nan"
+    global CPU_STEP_MS
+    CPU_STEP_MS = 1e3 * dc / measured  # process CPU time per step (all threads), as train_bench's
     return measured * items / dt, 1e3 * dt / measured, measured
+
+
+CPU_STEP_MS = float("nan")
 
 
 def peak_mb():
@@ -100,7 +106,7 @@ def line(kind, threads, ranks, rate, step_ms, steps, rss, flops):
     wait = os.environ.get("OMP_WAIT_POLICY", "default").lower()
     print(f"RESULT impl=pytorch model={kind} threads={threads} ranks={ranks} rate={rate:.1f} unit={unit} "
           f"step_ms={step_ms:.2f} steps={steps} peak_rss_mb={rss:.1f} flops_per_step={flops:.4g} "
-          f"omp_wait={wait} torch={torch.__version__}", flush=True)
+          f"omp_wait={wait} torch={torch.__version__} cpu_step_ms={CPU_STEP_MS:.2f}", flush=True)
 
 
 def ddp_worker(rank, nranks, kind, seconds, port, q):

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "ctrain/ctrain.h"
 #include "ctrain/models.h"
@@ -43,6 +44,14 @@ static int batch_of(const bench_cfg *bc) {
     if (bc->kind != CT_MODEL_GPT) return 128;
     int T = bc->T > 0 ? bc->T : 256;
     return 2048 / T > 1 ? 2048 / T : 1;
+}
+
+/* CPU time of the whole process (all threads): on a loaded machine, 1-thread CPU time per
+ * step moves much less than wall time */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
 static double peak_rss_mb(void) {
@@ -72,7 +81,7 @@ static double flops_per_step(ct_model *m, int B) {
 }
 
 typedef struct {
-    double rate, step_ms, flops, hidden, arena_mb;
+    double rate, step_ms, flops, hidden, arena_mb, cpu_step_ms;
     int steps;
 } bench_out;
 
@@ -150,13 +159,14 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     ct_train_model tm = ct_train_model_builtin(m);
     ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = lr};
     int warmup = bc->kind == CT_MODEL_GPT ? 3 : 10;
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
     int measured = 0;
     double loss_v = 0;
     for (int step = 0;; step++) {
         if (step == warmup) {
             if (pg) ct_barrier_sync(pg);
             t0 = ct_time_now();
+            c0 = cpu_now();
         }
         int b = step % NB;
         ct_train_batch tb = bc->kind == CT_MODEL_GPT ? ct_train_batch_of(CT_I32, xi[b], xnd, xshape, yi[b], ynd, yshape)
@@ -176,10 +186,11 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
             if (done) break;
         }
     }
-    double dt = ct_time_now() - t0;
+    double dt = ct_time_now() - t0, dc = cpu_now() - c0;
     double per_step_items = bc->kind == CT_MODEL_GPT ? (double)B * cfg.gpt.block_size : B;
     out->rate = measured * per_step_items / dt;
     out->step_ms = 1e3 * dt / measured;
+    out->cpu_step_ms = 1e3 * dc / measured;
     out->flops = flops_per_step(m, B);
     out->steps = measured;
     out->hidden = -1;
@@ -201,7 +212,7 @@ static void print_result(const bench_cfg *bc, int threads, int ranks, const benc
     printf("RESULT impl=ctrain model=%s threads=%d ranks=%d rate=%.1f unit=%s step_ms=%.2f steps=%d peak_rss_mb=%.1f flops_per_step=%.4g",
            ct_model_kind_name(bc->kind), threads, ranks, o->rate,
            bc->kind == CT_MODEL_GPT ? "tokens/s" : "samples/s", o->step_ms, o->steps, rss, o->flops);
-    printf(" arena_peak_mb=%.1f", o->arena_mb);
+    printf(" arena_peak_mb=%.1f cpu_step_ms=%.2f", o->arena_mb, o->cpu_step_ms);
     if (bc->kind == CT_MODEL_GPT) printf(" T=%d attention=%s ckpt=%d", bc->T > 0 ? bc->T : 256, bc->flash ? "flash" : "plain", bc->ckpt);
     if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
     printf("\n");

@@ -67,6 +67,8 @@ ct_tensor *ct_embedding(ct_ctx *ctx, ct_tensor *w, ct_tensor *idx);
 /* x [N,C,H,W], w [O,C,kh,kw], b [O] or NULL; im2col + GEMM. */
 ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding);
 ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding);
+/* max_pool2d(relu(x)) in one pass, the same bits as the two ops (conv -> ReLU -> pool blocks) */
+ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding);
 ct_tensor *ct_avg_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding); /* count_include_pad=True */
 
 /* ---- attention ---- */

@@ -4,6 +4,7 @@
  *   classifier = Sequential(Linear(c2*H/4*W/4, fc), ReLU(), Dropout(p), Linear(fc, classes))
  *   forward(x) = classifier(flatten(features(x), 1))                                     */
 #include <stdio.h>
+#include <string.h>
 
 #include <stddef.h>
 
@@ -45,8 +46,23 @@ static void cnn_describe(const ct_model_config *c, char *arch, size_t n) {
 }
 
 
+/* features: each ReLU followed by a MaxPool2d runs as one relu_max_pool2d op (the same bits,
+ * one pass over the conv output instead of three, and no ReLU output kept for backward) */
+static ct_tensor *features_fw(ct_ctx *ctx, ct_module *f, ct_tensor *h) {
+    for (int i = 0; i < f->nchildren; i++) {
+        ct_module *c = f->children[i];
+        if (i + 1 < f->nchildren && !strcmp(ct_module_type(c), "ReLU") && !strcmp(ct_module_type(f->children[i + 1]), "MaxPool2d")) {
+            const ct_module *p = f->children[++i];
+            h = ct_relu_max_pool2d(ctx, h, (int)p->hp[0], (int)p->hp[1], (int)p->hp[2]);
+        } else {
+            h = ct_module_forward(ctx, c, h);
+        }
+    }
+    return h;
+}
+
 static ct_tensor *cnn_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
-    ct_tensor *h = ct_module_forward(ctx, m->children[0], x);
+    ct_tensor *h = features_fw(ctx, m->children[0], x);
     return ct_module_forward(ctx, m->children[1], ct_flatten(ctx, h, 1));
 }
 static const ct_module_ops cnn_ops = {"CNN", cnn_fw, NULL};

@@ -35,6 +35,7 @@
     X(EMBEDDING,      embedding,      CT_AC_PROMOTE)    \
     X(CONV2D,         conv2d,         CT_AC_LOWP)       \
     X(MAX_POOL2D,     max_pool2d,     CT_AC_PROMOTE)    \
+    X(RELU_MAX_POOL2D, relu_max_pool2d, CT_AC_PROMOTE)  \
     X(AVG_POOL2D,     avg_pool2d,     CT_AC_PROMOTE)    \
     X(SPLIT_HEADS,    split_heads,    CT_AC_PROMOTE)    \
     X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \

@@ -97,6 +97,9 @@ static ct_tensor *f_conv(ct_ctx *c, ct_tensor **in) { return ct_conv2d(c, in[0],
 static ct_tensor *f_pool(ct_ctx *c, ct_tensor **in) {
     return ct_add(c, ct_max_pool2d(c, in[0], 3, 2, 1), ct_avg_pool2d(c, in[0], 3, 2, 1));
 }
+static ct_tensor *f_pool2(ct_ctx *c, ct_tensor **in) {
+    return ct_add(c, ct_max_pool2d(c, in[0], 2, 2, 0), ct_relu_max_pool2d(c, in[0], 2, 2, 0));
+}
 static ct_tensor *f_attn(ct_ctx *c, ct_tensor **in) { return ct_attention(c, in[0], in[1], in[2], true); }
 static ct_tensor *f_heads(ct_ctx *c, ct_tensor **in) { return ct_merge_heads(c, ct_split_heads(c, in[0], 8)); }
 static ct_tensor *f_linear(ct_ctx *c, ct_tensor **in) { return ct_linear(c, in[0], in[1], in[2]); }
@@ -113,6 +116,7 @@ CT_TEST(same_results_for_1_and_2_threads) {
     same_bits("embedding", f_emb, 1, (ct_tensor_spec_[]){{2, {97, 256}, 1}});
     close_enough("conv2d", f_conv, 3, (ct_tensor_spec_[]){{4, {8, 16, 28, 28}, 1}, {4, {32, 16, 3, 3}, 0.3f}, {1, {32}, 1}});
     same_bits("pools", f_pool, 1, (ct_tensor_spec_[]){{4, {8, 16, 28, 28}, 1}});
+    same_bits("pools 2x2", f_pool2, 1, (ct_tensor_spec_[]){{4, {16, 32, 28, 28}, 1}});
     close_enough("attention", f_attn, 3, (ct_tensor_spec_[]){{4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}});
     same_bits("split_merge_heads", f_heads, 1, (ct_tensor_spec_[]){{3, {4, 256, 256}, 1}});
     close_enough("linear", f_linear, 3, (ct_tensor_spec_[]){{2, {256, 784}, 1}, {2, {1024, 784}, 0.05f}, {1, {1024}, 1}});
@@ -162,5 +166,68 @@ CT_TEST(conv2d_large_image_matches_direct) {
     CT_EXPECT(ey / my < 1e-5 && ex / mx < 1e-5 && ew / mw < 1e-5 && eb / mb < 1e-5);
     free(dx); free(dw); free(db);
     ct_ctx_free(c);
+}
+/* relu_max_pool2d gives the bits of max_pool2d(relu(x)), forward and backward, and the 2x2
+ * fast path the bits of a plain scan (first maximum wins, NaN wins and stays): inputs with
+ * ties, zeros, negative zeros, NaN and widths that leave partial vectors. */
+static void pool_ref(const float *x, int64_t planes, int64_t H, int64_t W, float *y) {
+    int64_t OH = H / 2, OW = W / 2;
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                float m = -INFINITY;
+                for (int i = 0; i < 2; i++)
+                    for (int j = 0; j < 2; j++) {
+                        float v = x[(pl * H + 2 * oh + i) * W + 2 * ow + j];
+                        if (isnan(m)) continue;
+                        if (v > m || isnan(v)) m = v;
+                    }
+                y[(pl * OH + oh) * OW + ow] = m;
+            }
+}
+CT_TEST(relu_max_pool2d_is_max_pool_of_relu) {
+    const int64_t shapes[][4] = {{3, 5, 14, 30}, {2, 3, 28, 28}, {1, 2, 6, 66}, {2, 2, 9, 7}};
+    for (int si = 0; si < 4; si++) {
+        const int64_t *sh = shapes[si];
+        for (int kind = 0; kind < 2; kind++) { /* 0: 2x2 stride 2; 1: 3x3 stride 2 padding 1 */
+            int k = kind ? 3 : 2, st = 2, pad = kind;
+            float *res[2][2];
+            int64_t ny = 0, nx = sh[0] * sh[1] * sh[2] * sh[3];
+            for (int fused = 0; fused < 2; fused++) {
+                ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
+                ct_tensor *x = ct_new(c, CT_F32, 4, sh);
+                fill(x, 7, 1);
+                float *X = x->data;
+                for (int64_t i = 0; i < nx; i++) {
+                    if (i % 5 == 0) X[i] = X[i + 1 < nx ? i + 1 : i];  /* ties */
+                    if (i % 11 == 0) X[i] = 0.0f;
+                    if (i % 13 == 0) X[i] = -0.0f;
+                    if (i % 97 == 3) X[i] = NAN;
+                }
+                ct_requires_grad(x);
+                ct_tensor *y = fused ? ct_relu_max_pool2d(c, x, k, st, pad) : ct_max_pool2d(c, ct_relu(c, x), k, st, pad);
+                ny = ct_numel(y);
+                if (kind == 0) { /* the unfused pooling of raw x against the scan */
+                    ct_tensor *yr = ct_max_pool2d(c, x, 2, 2, 0);
+                    float *ref = malloc((size_t)ny * sizeof(float));
+                    pool_ref(X, sh[0] * sh[1], sh[2], sh[3], ref);
+                    CT_EXPECT(memcmp(ref, yr->data, (size_t)ny * sizeof(float)) == 0);
+                    free(ref);
+                }
+                ct_tensor *g = ct_new_like(c, y);
+                fill(g, 5, 1);
+                ct_backward_seed(c, y, g);
+                res[fused][0] = malloc((size_t)ny * sizeof(float));
+                res[fused][1] = malloc((size_t)nx * sizeof(float));
+                memcpy(res[fused][0], y->data, (size_t)ny * sizeof(float));
+                memcpy(res[fused][1], x->grad->data, (size_t)nx * sizeof(float));
+                ct_ctx_free(c);
+            }
+            if (memcmp(res[0][0], res[1][0], (size_t)ny * sizeof(float)) || memcmp(res[0][1], res[1][1], (size_t)nx * sizeof(float)))
+                CT_FAILF("relu_max_pool2d k%d on [%lld,%lld,%lld,%lld] differs from max_pool2d(relu)", k, (long long)sh[0],
+                         (long long)sh[1], (long long)sh[2], (long long)sh[3]);
+            for (int i = 0; i < 2; i++) { free(res[i][0]); free(res[i][1]); }
+        }
+    }
 }
 CT_TEST_MAIN()

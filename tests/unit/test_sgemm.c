@@ -158,6 +158,42 @@ CT_TEST(thread_count_bit_identity) {
     ct_set_num_threads(ct_default_num_threads());
 }
 
+/* implicit B (conv2d's path): the packer hands out the micro-panels of an explicit B, and
+ * the product has the bits of ct_sgemm_own on that B, for 1 and 2 threads, at sizes off the
+ * tile and across the KC and MC blocks, beta 0 (over NaN) and 1 */
+typedef struct { const float *B; int64_t ldb; } explicit_b;
+static void pack_explicit(const void *arg, float *dst, int64_t n0, int n, int64_t k0, int64_t kc) {
+    const explicit_b *e = arg;
+    for (int64_t k = 0; k < kc; k++)
+        for (int c = 0; c < CT_SGEMM_NR; c++) dst[k * CT_SGEMM_NR + c] = c < n ? e->B[(k0 + k) * e->ldb + n0 + c] : 0.0f;
+}
+CT_TEST(implicit_b_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][3] = {{64, 1176, 800}, {32, 2509, 25}, {200, 77, 300}, {7, 40, 16}, {170, 33, 513}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int beta = 0; beta < 2; beta++) {
+                int64_t M = sh[s][0], N = sh[s][1], K = sh[s][2];
+                float *A = rnd(M * K), *B = rnd(K * N), *R = rnd(M * N), *C = malloc((size_t)(M * N) * sizeof(float));
+                if (!beta)
+                    for (int64_t i = 0; i < M * N; i++) R[i] = NAN;
+                explicit_b e = {B, N};
+                for (int t = 1; t <= 2; t++) {
+                    memcpy(C, R, (size_t)(M * N) * sizeof(float));
+                    ct_set_num_threads(t);
+                    ct_sgemm_implicit_b(ta, M, N, K, A, ta ? M : K, pack_explicit, &e, (float)beta, C, N);
+                    float *E = malloc((size_t)(M * N) * sizeof(float));
+                    memcpy(E, R, (size_t)(M * N) * sizeof(float));
+                    ct_sgemm_own(ta, false, M, N, K, 1.0f, A, ta ? M : K, B, N, (float)beta, E, N);
+                    CT_EXPECTF(!memcmp(C, E, (size_t)(M * N) * sizeof(float)), "%lldx%lldx%lld ta=%d beta=%d threads=%d: implicit B differs",
+                               (long long)M, (long long)N, (long long)K, ta, beta, t);
+                    free(E);
+                }
+                free(A); free(B); free(R); free(C);
+            }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
 /* the dispatching wrapper (what linear/matmul/conv/attention call) agrees with the reference too */
 CT_TEST(dispatch_wrapper) {
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK);

@@ -1,11 +1,18 @@
-/* conv2d (im2col + sgemm), max_pool2d, avg_pool2d (count_include_pad=True), NCHW.
+/* conv2d (implicit GEMM or im2col + sgemm), max_pool2d (and fused relu_max_pool2d),
+ * avg_pool2d (count_include_pad=True), NCHW.
  *
- * conv2d unfolds a chunk of samples at once into col [C*kh*kw, nb*OH*OW] so one GEMM
- * covers the chunk (bigger GEMMs than one per sample: small images give tiny per-sample
- * GEMMs). The chunk size depends only on the shapes, so the summation order of the weight
- * gradient — and hence every bit of the result — is the same for any thread count.
- * Backward recomputes col rather than keeping it (it is kh*kw times the input). */
+ * conv2d is a GEMM over a chunk of samples at once, col [C*kh*kw, nb*OH*OW] (bigger GEMMs
+ * than one per sample: small images give tiny per-sample GEMMs). At stride 1 on the own
+ * AVX-512 GEMM, col is never stored: the forward and weight-gradient GEMMs pack their B
+ * micro-panels straight from x (pack_col, pack_col_t), which saves writing and re-reading
+ * kh*kw times the input; elsewhere im2col materialises it. Both give the same values to
+ * the same kernels, hence the same bits. The chunk size depends only on the shapes, so
+ * the summation order of the weight gradient — and every bit of the result — is the same
+ * for any thread count. The input gradient goes through col (dcol = W^T dY, col2im). */
 #include <math.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include <string.h>
 
 #include "ops/op_table.h"
@@ -13,6 +20,7 @@
 #include "ops/cpu/blas.h"
 
 #define COL_BUDGET (1 << 20) /* floats per im2col chunk (4 MiB) */
+#define DCOL_BUDGET (1 << 18) /* floats per dcol block of the input gradient (1 MiB: an L2) */
 
 /* C = op(A) op(B) + beta C */
 static inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
@@ -34,10 +42,39 @@ static inline void valid_cols(const conv_geom *g, int64_t kj, int64_t *o0, int64
     if (*o1 < *o0) *o1 = *o0;
 }
 
+#ifdef __AVX512F__
+static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+#endif
+
+/* d[ow] = xr[ow] for ow in [o0, o1), 0 for the rest of [0, n): one image row of im2col at
+ * stride 1. xr may point before its row: only [o0, o1) is read (masked lanes are not). */
+static inline void row_take(float *d, const float *xr, int64_t n, int64_t o0, int64_t o1) {
+#ifdef __AVX512F__
+    for (int64_t i = 0; i < n; i += 16)
+        _mm512_mask_storeu_ps(d + i, lanes16(n - i), _mm512_maskz_loadu_ps(lanes16(o1 - i) & (__mmask16)~lanes16(o0 - i), xr + i));
+#else
+    for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
+    for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow];
+    for (int64_t ow = o1; ow < n; ow++) d[ow] = 0.0f;
+#endif
+}
+
+/* d[0, n) += s[0, n) */
+static inline void row_add(float *d, const float *s, int64_t n) {
+#ifdef __AVX512F__
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes16(n - i);
+        _mm512_mask_storeu_ps(d + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + i), _mm512_maskz_loadu_ps(m, s + i)));
+    }
+#else
+    for (int64_t i = 0; i < n; i++) d[i] += s[i];
+#endif
+}
+
 /* col[k][j*P + oh*OW + ow] = x[n0+j][c][oh*s - p + ki][ow*s - p + kj] (0 outside), k = (c, ki, kj) */
 static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, float *col) {
     int64_t K = g->C * g->kh * g->kw, P = g->OH * g->OW, ld = nb * P;
-#pragma omp parallel for if (K * ld >= (1 << 15))
+#pragma omp parallel for schedule(dynamic, 8) if (K * ld >= (1 << 15))
     for (int64_t k = 0; k < K; k++) {
         int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw, o0, o1;
         valid_cols(g, kj, &o0, &o1);
@@ -52,24 +89,133 @@ static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, f
                     continue;
                 }
                 const float *xr = xp + ih * g->W - g->p + kj; /* xr[ow * s] is input column ow*s - p + kj */
+                /* rows are short (14..28 floats): masked vectors, not a memcpy call per row */
+                if (g->s == 1) {
+                    row_take(d, xr, g->OW, o0, o1);
+                    continue;
+                }
                 for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
-                if (g->s == 1) memcpy(d + o0, xr + o0, (size_t)(o1 - o0) * sizeof(float));
-                else
-                    for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow * g->s];
+                for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow * g->s];
                 for (int64_t ow = o1; ow < g->OW; ow++) d[ow] = 0.0f;
             }
         }
     }
 }
 
+/* The im2col matrix of samples [n0, ...) one B micro-panel at a time, for
+ * ct_sgemm_implicit_b (stride 1): dst[k][c] = col[k0 + k][q0 + c]. The panel's columns
+ * are cut into runs along one output row (at most NR of them), found once per call. */
+typedef struct {
+    const conv_geom *g;
+    const float *x;
+    int64_t n0;
+} col_src;
+static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0, int64_t kc) {
+    const col_src *cs = arg;
+    const conv_geom *g = cs->g;
+    int64_t P = g->OH * g->OW, KK = g->kh * g->kw, HW = g->H * g->W;
+    struct { const float *x; int64_t oh, ow; int cnt, at; } run[CT_SGEMM_NR];
+    int nr = 0;
+    for (int c = 0; c < n;) {
+        int64_t q = q0 + c, j = q / P, r = q - j * P, oh = r / g->OW, ow = r - oh * g->OW;
+        int cnt = (int)(g->OW - ow < n - c ? g->OW - ow : n - c);
+        run[nr].x = cs->x + (cs->n0 + j) * g->C * HW;
+        run[nr].oh = oh;
+        run[nr].ow = ow;
+        run[nr].cnt = cnt;
+        run[nr++].at = c;
+        c += cnt;
+    }
+    /* (channel, ki, kj) of row k0, then stepped: no divisions per row */
+    int64_t ch = k0 / KK, ki = (k0 / g->kw) % g->kh, kj = k0 % g->kw;
+    for (int64_t k = 0; k < kc; k++) {
+        /* stride 1: output column ow reads input column ow - p + kj, valid for ow in [o0, o1) */
+        int64_t o0 = g->p - kj > 0 ? g->p - kj : 0, o1 = g->W + g->p - kj < g->OW ? g->W + g->p - kj : g->OW;
+        float *d = dst + k * CT_SGEMM_NR;
+        for (int r = 0; r < nr; r++) {
+            int64_t ih = run[r].oh - g->p + ki;
+            if (ih < 0 || ih >= g->H) {
+                memset(d + run[r].at, 0, (size_t)run[r].cnt * sizeof(float));
+                continue;
+            }
+            const float *xr = run[r].x + ch * HW + ih * g->W - g->p + kj + run[r].ow;
+            row_take(d + run[r].at, xr, run[r].cnt, o0 - run[r].ow, o1 - run[r].ow);
+        }
+        if (n < CT_SGEMM_NR) memset(d + n, 0, (size_t)(CT_SGEMM_NR - n) * sizeof(float));
+        if (++kj == g->kw) {
+            kj = 0;
+            if (++ki == g->kh) { ki = 0; ch++; }
+        }
+    }
+}
+
+/* The transposed im2col matrix, for the weight gradient dW += dY col^T (stride 1):
+ * dst[k][c] = col[n0 + c][k0 + k], rows of col (kernel offsets) built along runs of one
+ * output row into a local block, then transposed into the panel. */
+static void pack_col_t(const void *arg, float *dst, int64_t n0, int n, int64_t k0, int64_t kc) {
+    const col_src *cs = arg;
+    const conv_geom *g = cs->g;
+    int64_t P = g->OH * g->OW, KK = g->kh * g->kw, HW = g->H * g->W;
+    struct { const float *x; int64_t oh, ow; int cnt, at; } run[CT_SGEMM_KC];
+    float rows[CT_SGEMM_NR * CT_SGEMM_KC];
+    int nr = 0;
+    for (int c = 0; c < kc;) {
+        int64_t q = k0 + c, j = q / P, r = q - j * P, oh = r / g->OW, ow = r - oh * g->OW;
+        int cnt = (int)(g->OW - ow < kc - c ? g->OW - ow : kc - c);
+        run[nr].x = cs->x + (cs->n0 + j) * g->C * HW;
+        run[nr].oh = oh;
+        run[nr].ow = ow;
+        run[nr].cnt = cnt;
+        run[nr++].at = c;
+        c += cnt;
+    }
+    int64_t ch = n0 / KK, ki = (n0 / g->kw) % g->kh, kj = n0 % g->kw;
+    for (int i = 0; i < n; i++) {
+        int64_t o0 = g->p - kj > 0 ? g->p - kj : 0, o1 = g->W + g->p - kj < g->OW ? g->W + g->p - kj : g->OW;
+        float *d = rows + i * kc;
+        for (int r = 0; r < nr; r++) {
+            int64_t ih = run[r].oh - g->p + ki;
+            if (ih < 0 || ih >= g->H) {
+                memset(d + run[r].at, 0, (size_t)run[r].cnt * sizeof(float));
+                continue;
+            }
+            row_take(d + run[r].at, run[r].x + ch * HW + ih * g->W - g->p + kj + run[r].ow, run[r].cnt, o0 - run[r].ow,
+                     o1 - run[r].ow);
+        }
+        if (++kj == g->kw) {
+            kj = 0;
+            if (++ki == g->kh) { ki = 0; ch++; }
+        }
+    }
+    ct_sgemm_pack_rows(dst, rows, kc, n, kc);
+}
+
 /* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
- * owning its plane of dx, kernel offsets in fixed order: deterministic. */
+ * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule). */
+#define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
 static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx) {
     int64_t P = g->OH * g->OW, ld = nb * P, KK = g->kh * g->kw;
-#pragma omp parallel for collapse(2) if (g->C * KK * ld >= (1 << 15))
+    int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    bool padded = g->s == 1 && Hp * Wp <= PAD_PLANE;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (g->C * KK * ld >= (1 << 15))
     for (int64_t j = 0; j < nb; j++)
         for (int64_t c = 0; c < g->C; c++) {
             float *xp = dx + ((n0 + j) * g->C + c) * g->H * g->W;
+            if (padded) {
+                /* the plane with its padding border in a local buffer: every kernel offset is a
+                 * plain shifted add, no clipping; the border (padding) is dropped. Each element
+                 * still gets its terms in kernel-offset order, starting from dx: same bits. */
+                float buf[PAD_PLANE];
+                memset(buf, 0, (size_t)(Hp * Wp) * sizeof(float));
+                for (int64_t h = 0; h < g->H; h++) memcpy(buf + (h + g->p) * Wp + g->p, xp + h * g->W, (size_t)g->W * sizeof(float));
+                for (int64_t kk = 0; kk < KK; kk++) {
+                    int64_t ki = kk / g->kw, kj = kk % g->kw;
+                    const float *src = dcol + (c * KK + kk) * ld + j * P;
+                    for (int64_t oh = 0; oh < g->OH; oh++) row_add(buf + (oh + ki) * Wp + kj, src + oh * g->OW, g->OW);
+                }
+                for (int64_t h = 0; h < g->H; h++) memcpy(xp + h * g->W, buf + (h + g->p) * Wp + g->p, (size_t)g->W * sizeof(float));
+                continue;
+            }
             for (int64_t kk = 0; kk < KK; kk++) {
                 int64_t ki = kk / g->kw, kj = kk % g->kw, o0, o1;
                 valid_cols(g, kj, &o0, &o1);
@@ -120,19 +266,28 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
     float *Y = y->data;
     const float *Wt = w->data, *B = b ? b->data : NULL;
     /* scratch: col and (when several samples share a GEMM) its [O, nb*P] result */
-    float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
+    /* stride 1 where the own GEMM runs: its B micro-panels are packed straight from x
+     * (the same values and products as through col, so the same bits) */
+    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
+    bool imp_full = g.s == 1 && ct_sgemm_own_takes(g.O, nbmax * P, K), imp_last = g.s == 1 && ct_sgemm_own_takes(g.O, nblast * P, K);
+    float *col = imp_full && imp_last ? NULL : ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
     float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
-        im2col(&g, x->data, n0, nb, col);
+        float *out = nb == 1 ? Y + n0 * g.O * P : tmp;
+        if (nb == nbmax ? imp_full : imp_last) {
+            col_src cs = {&g, x->data, n0};
+            ct_sgemm_implicit_b(false, g.O, nb * P, K, Wt, K, pack_col, &cs, 0.0f, out, nb * P);
+        } else {
+            im2col(&g, x->data, n0, nb, col);
+            gemm(false, false, g.O, nb * P, K, Wt, col, out, 0.0f);
+        }
         if (nb == 1) {
-            gemm(false, false, g.O, P, K, Wt, col, Y + n0 * g.O * P, 0.0f);
             if (B)
                 for (int64_t o = 0; o < g.O; o++)
                     for (int64_t q = 0; q < P; q++) Y[(n0 * g.O + o) * P + q] += B[o];
         } else {
-            gemm(false, false, g.O, nb * P, K, Wt, col, tmp, 0.0f);
-#pragma omp parallel for collapse(2) if (nb * g.O * P >= (1 << 15))
+#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g.O * P >= (1 << 15))
             for (int64_t j = 0; j < nb; j++)
                 for (int64_t o = 0; o < g.O; o++) {
                     float *dst = Y + ((n0 + j) * g.O + o) * P;
@@ -159,7 +314,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     float *dx = ct_grad_acc(ctx, x), *dw = ct_grad_acc(ctx, w);
     float *db = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (db)
-#pragma omp parallel for if (g.N * g.O * P >= (1 << 15))
+#pragma omp parallel for schedule(dynamic, 4) if (g.N * g.O * P >= (1 << 15))
         for (int64_t o = 0; o < g.O; o++) {
             double s = 0;
             for (int64_t i = 0; i < g.N; i++) {
@@ -174,25 +329,38 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     if (!dx && !dw) return;
     float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
     float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
+    /* samples per dcol block: about DCOL_BUDGET floats, but at least 256 columns */
+    int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
+    if (sub * P < 256) sub = (256 + P - 1) / P;
+    if (sub < 1) sub = 1;
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         const float *gy = G + n0 * g.O * P; /* [O, P] when nb == 1 */
         if (nb > 1) {
             /* gather dY of the chunk into [O, nb*P], the layout of the forward GEMM */
-#pragma omp parallel for collapse(2) if (nb * g.O * P >= (1 << 15))
+#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g.O * P >= (1 << 15))
             for (int64_t o = 0; o < g.O; o++)
                 for (int64_t j = 0; j < nb; j++)
                     memcpy(tmp + o * nb * P + j * P, G + ((n0 + j) * g.O + o) * P, (size_t)P * sizeof(float));
             gy = tmp;
         }
-        if (dw) {
-            im2col(&g, x->data, n0, nb, col);
-            gemm(false, true, g.O, K, nb * P, gy, col, dw, 1.0f); /* dW += dY col^T */
+        if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
+            if (g.s == 1 && ct_sgemm_own_takes(g.O, K, nb * P)) {
+                col_src cs = {&g, x->data, n0};
+                ct_sgemm_implicit_b(false, g.O, K, nb * P, gy, nb * P, pack_col_t, &cs, 1.0f, dw, K);
+            } else {
+                im2col(&g, x->data, n0, nb, col);
+                gemm(false, true, g.O, K, nb * P, gy, col, dw, 1.0f);
+            }
         }
-        if (dx) {
-            gemm(true, false, K, nb * P, g.O, Wt, gy, col, 0.0f); /* dcol = W^T dY */
-            col2im_add(&g, col, n0, nb, dx);
-        }
+        if (dx) /* dcol = W^T dY, a few samples at a time so dcol is still in cache for col2im
+                 * (each dcol element sums over O alone, and col2im works per sample: any split
+                 * gives the same bits) */
+            for (int64_t s0 = 0; s0 < nb; s0 += sub) {
+                int64_t sb = nb - s0 < sub ? nb - s0 : sub;
+                ct_sgemm_ld(true, false, K, sb * P, g.O, 1.0f, Wt, K, gy + s0 * P, nb * P, 0.0f, col, sb * P);
+                col2im_add(&g, col, n0 + s0, sb, dx);
+            }
     }
 }
 
@@ -227,49 +395,139 @@ static pool_geom pool_setup(const char *op, const ct_tensor *x, int kernel, int 
     return g;
 }
 
-ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
-    pool_geom g = pool_setup("max_pool2d", x, kernel, stride, padding);
+#ifdef __AVX512F__
+/* One output row of 2x2 / stride 2 pooling, 16 outputs a vector: the same selections as
+ * the scalar loop in max_pool_plane, lane by lane. */
+static void pool2x2_row(const float *r0, const float *r1, float *y, int32_t *a, int64_t OW, int32_t base, int32_t w, bool relu) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t o = 0; o < OW; o += 16) {
+        int64_t rem = OW - o;
+        __mmask16 m = lanes16(rem), m0 = lanes16(2 * rem), m1 = lanes16(2 * rem - 16);
+        __m512 a0 = _mm512_maskz_loadu_ps(m0, r0 + 2 * o), a1 = _mm512_maskz_loadu_ps(m1, r0 + 2 * o + 16);
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, r1 + 2 * o), b1 = _mm512_maskz_loadu_ps(m1, r1 + 2 * o + 16);
+        __m512 v[4] = {_mm512_permutex2var_ps(a0, ie, a1), _mm512_permutex2var_ps(a0, io, a1),
+                       _mm512_permutex2var_ps(b0, ie, b1), _mm512_permutex2var_ps(b0, io, b1)};
+        if (relu) /* max_ps(v, 0) is v > 0 ? v : 0, NaN included */
+            for (int i = 0; i < 4; i++) v[i] = _mm512_max_ps(v[i], zero);
+        __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32(base + (int32_t)(2 * o)), ie);
+        __m512i off[4] = {i0, _mm512_add_epi32(i0, _mm512_set1_epi32(1)), _mm512_add_epi32(i0, _mm512_set1_epi32(w)),
+                          _mm512_add_epi32(i0, _mm512_set1_epi32(w + 1))};
+        __m512 mx = v[0];
+        __m512i am = off[0];
+        for (int i = 1; i < 4; i++) {
+            __mmask16 t = _mm512_cmp_ps_mask(v[i], mx, _CMP_GT_OQ) |
+                          (_mm512_cmp_ps_mask(v[i], v[i], _CMP_UNORD_Q) & _mm512_cmp_ps_mask(mx, mx, _CMP_ORD_Q));
+            mx = _mm512_mask_mov_ps(mx, t, v[i]);
+            am = _mm512_mask_mov_epi32(am, t, off[i]);
+        }
+        _mm512_mask_storeu_ps(y + o, m, mx);
+        _mm512_mask_storeu_epi32(a + o, m, am);
+    }
+}
+#endif
+
+/* Max over each window of one plane (relu: of max(x, 0), ctrain's ReLU, which maps NaN to
+ * 0), first maximum in scan order wins; without relu a NaN wins and stays (PyTorch's rule).
+ * arg: the winner's offset in the plane, for backward. */
+static void max_pool_plane(const pool_geom *g, const float *xp, float *yp, int32_t *ap, bool relu) {
+    if (g->k == 2 && g->s == 2 && g->p == 0) {
+        /* the CNN's pooling: branch-free selects over the four values (vectorises) */
+        for (int64_t oh = 0; oh < g->OH; oh++) {
+            const float *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;
+            float *y = yp + oh * g->OW;
+            int32_t *a = ap + oh * g->OW, base = (int32_t)(2 * oh * g->W), w = (int32_t)g->W;
+#ifdef __AVX512F__
+            pool2x2_row(r0, r1, y, a, g->OW, base, w, relu);
+            continue;
+#endif
+            for (int64_t ow = 0; ow < g->OW; ow++) {
+                float v0 = r0[2 * ow], v1 = r0[2 * ow + 1], v2 = r1[2 * ow], v3 = r1[2 * ow + 1];
+                if (relu) {
+                    v0 = v0 > 0 ? v0 : 0.0f; v1 = v1 > 0 ? v1 : 0.0f;
+                    v2 = v2 > 0 ? v2 : 0.0f; v3 = v3 > 0 ? v3 : 0.0f;
+                }
+                int32_t i = (int32_t)(2 * ow);
+                float m = v0;
+                int32_t am = i;
+                /* take v when larger, or when v is NaN and m is not yet */
+                bool t1 = v1 > m || (v1 != v1 && m == m); m = t1 ? v1 : m; am = t1 ? i + 1 : am;
+                bool t2 = v2 > m || (v2 != v2 && m == m); m = t2 ? v2 : m; am = t2 ? i + w : am;
+                bool t3 = v3 > m || (v3 != v3 && m == m); m = t3 ? v3 : m; am = t3 ? i + w + 1 : am;
+                y[ow] = m;
+                a[ow] = base + am;
+            }
+        }
+        return;
+    }
+    for (int64_t oh = 0; oh < g->OH; oh++)
+        for (int64_t ow = 0; ow < g->OW; ow++) {
+            int64_t h0, h1, w0, w1;
+            pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
+            float m = -INFINITY;
+            int64_t am = h0 * g->W + w0;
+            for (int64_t ih = h0; ih < h1; ih++)
+                for (int64_t iw = w0; iw < w1; iw++) {
+                    float v = xp[ih * g->W + iw];
+                    if (relu) v = v > 0 ? v : 0.0f;
+                    if (v > m || isnan(v)) { m = v; am = ih * g->W + iw; if (isnan(v)) goto done; }
+                }
+        done:
+            yp[oh * g->OW + ow] = m;
+            ap[oh * g->OW + ow] = (int32_t)am;
+        }
+}
+
+static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int stride, int padding) {
+    pool_geom g = pool_setup(ct_op_table[op].name, x, kernel, stride, padding);
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.C, g.OH, g.OW});
     int64_t planes = g.N * g.C, HW = g.H * g.W, OP = g.OH * g.OW;
     /* argmax (offset in the input plane) per output, for backward */
     int32_t *arg = ct_ctx_alloc(ctx, (size_t)(planes * OP + 1) * sizeof(int32_t));
     const float *X = x->data;
     float *Y = y->data;
-#pragma omp parallel for if (planes * OP * g.k * g.k >= (1 << 15))
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *xp = X + pl * HW;
-        for (int64_t oh = 0; oh < g.OH; oh++)
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                int64_t h0, h1, w0, w1;
-                pool_window(&g, oh, ow, &h0, &h1, &w0, &w1);
-                float m = -INFINITY;
-                int64_t am = h0 * g.W + w0;
-                /* first maximum in scan order wins; NaN propagates (PyTorch's rule) */
-                for (int64_t ih = h0; ih < h1; ih++)
-                    for (int64_t iw = w0; iw < w1; iw++) {
-                        float v = xp[ih * g.W + iw];
-                        if (v > m || isnan(v)) { m = v; am = ih * g.W + iw; if (isnan(v)) goto done; }
-                    }
-            done:
-                Y[pl * OP + oh * g.OW + ow] = m;
-                arg[pl * OP + oh * g.OW + ow] = (int32_t)am;
-            }
-    }
-    ct_node *nd = ct_record(ctx, CT_OP_MAX_POOL2D, y, 1, &x);
+    bool relu = op == CT_OP_RELU_MAX_POOL2D;
+    /* planes are independent: any schedule gives the same bits; dynamic so a core taken
+     * by another process does not hold the other thread at the join */
+#pragma omp parallel for schedule(dynamic, 16) if (planes * OP * g.k * g.k >= (1 << 15))
+    for (int64_t pl = 0; pl < planes; pl++) max_pool_plane(&g, X + pl * HW, Y + pl * OP, arg + pl * OP, relu);
+    ct_node *nd = ct_record(ctx, op, y, 1, &x);
     if (nd) nd->saved = arg;
     return y;
 }
-void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) {
+
+ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
+    return max_pool(ctx, CT_OP_MAX_POOL2D, x, kernel, stride, padding);
+}
+ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
+    return max_pool(ctx, CT_OP_RELU_MAX_POOL2D, x, kernel, stride, padding);
+}
+
+/* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
+ * would pass it; everything else gets nothing, as it would get +0 there) */
+static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     float *gx = ct_grad_acc(ctx, n->in[0]);
     if (!gx) return;
     const ct_tensor *x = n->in[0], *y = n->out;
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
-    const float *G = y->grad->data;
+    const float *G = y->grad->data, *Y = y->data;
     const int32_t *arg = n->saved;
-#pragma omp parallel for if (planes * OP >= (1 << 15))
-    for (int64_t pl = 0; pl < planes; pl++)
-        for (int64_t q = 0; q < OP; q++) gx[pl * HW + arg[pl * OP + q]] += G[pl * OP + q];
+#pragma omp parallel for schedule(dynamic, 16) if (planes * OP >= (1 << 15))
+    for (int64_t pl = 0; pl < planes; pl++) {
+        float *gp = gx + pl * HW;
+        const float *gy = G + pl * OP, *yy = Y + pl * OP;
+        const int32_t *ap = arg + pl * OP;
+        if (relu) {
+            for (int64_t q = 0; q < OP; q++)
+                if (yy[q] > 0) gp[ap[q]] += gy[q];
+        } else {
+            for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
+        }
+    }
 }
+void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }
+void ct_bw_relu_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, true); }
 
 ct_tensor *ct_avg_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
     pool_geom g = pool_setup("avg_pool2d", x, kernel, stride, padding);

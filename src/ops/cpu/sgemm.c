@@ -12,8 +12,8 @@
  * transposed, B transposed: rows contiguous in k) are packed through 16x16 in-register
  * transposes. The micro-kernel loads two B vectors and broadcasts 14 A values per k.
  *
- * Threads: each takes a contiguous range of whole micro-panels of the larger of M and N
- * and runs the serial algorithm on it with its own packing buffers (no barriers). K is
+ * Threads: take ranges of whole micro-panels of the larger of M and N in turn (a shared
+ * counter) and run the serial algorithm on each with their own packing buffers (no barriers). K is
  * never split and the blocking does not depend on the thread count, so every C element is
  * computed by the same instructions in the same order: bit-identical for any thread count.
  * Packing buffers come from a pool reserved ahead (see "packing buffers" below): a GEMM
@@ -40,6 +40,7 @@
 #define NV 2
 #define NR (16 * NV)
 #define KC 256
+_Static_assert(NR == CT_SGEMM_NR && KC == CT_SGEMM_KC, "sgemm.h publishes the B micro-panel shape");
 #define MC (MR * 12)
 #define NC (NR * 64)
 
@@ -242,6 +243,8 @@ CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, i
     }
 }
 
+CT_AVX512 void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n, int64_t kc) { pack_panel(dst, x, rs, 1, n, NR, kc); }
+
 /* ---------------------------------------------------------------- driver ---- */
 
 typedef struct {
@@ -252,6 +255,9 @@ typedef struct {
     float *C;
     float *pa, *pb;
     bool bf16;  /* operands rounded to bf16, vdpbf16ps kernel */
+    ct_sgemm_pack_b_fn packb; /* B from a packer (implicit B), not from memory */
+    const void *packb_arg;
+    int64_t noff;             /* the packer's column of this job's column 0 */
 } job;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -268,7 +274,40 @@ static bool use_native_bf16(void) {
     return u == 1;
 }
 
+/* Implicit B: each B micro-panel is packed by the caller's packer right before the MR-row
+ * kernels that use it (it stays in L1; no B matrix in memory, no packed B block). The
+ * kernels, K blocks and modes are those of run(): the same bits as the explicit product. */
+CT_AVX512 static void run_implicit_b(const job *j) {
+    const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
+    int64_t npan = (j->N + NR - 1) / NR;
+    for (int64_t pc = 0; pc < j->K; pc += KC) {
+        int64_t kc = imin(KC, j->K - pc);
+        int mode = pc > 0 ? 1 : j->beta == 0.0f ? 0 : j->beta == 1.0f ? 1 : 2;
+        for (int64_t ic = 0; ic < j->M; ic += MC) {
+            int64_t mc = imin(MC, j->M - ic), mpan = (mc + MR - 1) / MR;
+            for (int64_t p = 0; p < mpan; p++) {
+                int64_t m0 = ic + p * MR;
+                pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
+            }
+            for (int64_t jr = 0; jr < npan; jr++) {
+                int64_t n0 = jr * NR;
+                int nr = (int)imin(NR, j->N - n0);
+                j->packb(j->packb_arg, j->pb, j->noff + n0, nr, pc, kc);
+                for (int64_t ir = 0; ir < mpan; ir++) {
+                    int64_t i0 = ic + ir * MR;
+                    kernel(kc, j->pa + ir * MR * kc, j->pb, j->C + i0 * j->ldc + n0, j->ldc, (int)imin(MR, j->M - i0), nr,
+                           j->alpha, j->beta, mode);
+                }
+            }
+        }
+    }
+}
+
 CT_AVX512 static void run(const job *j) {
+    if (j->packb) {
+        run_implicit_b(j);
+        return;
+    }
     const bool native = j->bf16 && use_native_bf16();
     /* op(A)(i, k) = A[i * ars + k * aks]; op(B)(k, n) = B[k * bks + n * brs] */
     const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
@@ -378,7 +417,7 @@ static void buffers(job *j, int id) {
 }
 
 static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc, ct_sgemm_pack_b_fn packb, const void *parg) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         for (int64_t i = 0; i < M; i++) {
@@ -389,16 +428,16 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         }
         return;
     }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL, bf16};
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL, bf16, packb, parg, 0};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
     if (nt > 1 && flops < 2e6 * nt) nt = (int)(flops / 2e6) > 1 ? (int)(flops / 2e6) : 1;
-    /* Each thread takes a contiguous range of whole micro-panels of the larger of M and N
-     * and runs the serial algorithm on it (its own packing, no barriers): the smaller
-     * operand is packed by every thread, which costs little next to its share of the
-     * product. An element's arithmetic does not depend on which range it is in. */
-    bool split_n = N >= M;
+    /* Threads take ranges of whole micro-panels of the larger of M and N and run the serial
+     * algorithm on each (their own packing, no barriers): the smaller operand is packed for
+     * every range, which costs little next to the range's share of the product. An
+     * element's arithmetic does not depend on which range it is in, nor on the thread. */
+    bool split_n = N >= M || packb; /* a packer's B is split by columns */
     int64_t unit = split_n ? NR : MR, units = ((split_n ? N : M) + unit - 1) / unit;
     if (nt > units) nt = (int)units;
     if (nt > MAX_SLOTS) nt = MAX_SLOTS;
@@ -411,25 +450,39 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         release(ids, nt);
         return;
     }
+    /* Ranges handed out in order from a shared counter: a thread whose core is taken by
+     * another process (a shared machine) takes fewer instead of holding the other at the
+     * join. Every range repacks the smaller operand, so there are two per thread only where
+     * each still spans >= 16 micro-panels (the repacking then stays ~1-2 % of the work);
+     * otherwise one per thread, as a static split. */
+    int64_t per = (units + 2 * nt - 1) / (2 * nt);
+    if (per < 16) per = (units + nt - 1) / nt;
+    int64_t nchunks = (units + per - 1) / per;
+    atomic_llong next = 0;
 #pragma omp parallel num_threads(nt)
     {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t lo = units * t / T * unit, hi = units * (t + 1) / T * unit;
-        job s = j;
-        if (split_n) {
-            hi = imin(hi, N);
-            s.N = hi - lo;
-            s.B = B + (tb ? lo * ldb : lo);
-            s.C = C + lo;
-        } else {
-            hi = imin(hi, M);
-            s.M = hi - lo;
-            s.A = A + (ta ? lo : lo * lda);
-            s.C = C + lo * ldc;
-        }
-        if (hi > lo) {
-            buffers(&s, ids[t]);
-            run(&s);
+        int t = omp_get_thread_num();
+        for (;;) {
+            int64_t ch = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
+            if (ch >= nchunks) break;
+            int64_t lo = ch * per * unit, hi = (ch + 1) * per * unit;
+            job s = j;
+            if (split_n) {
+                hi = imin(hi, N);
+                s.N = hi - lo;
+                if (packb) s.noff = lo;
+                else s.B = B + (tb ? lo * ldb : lo);
+                s.C = C + lo;
+            } else {
+                hi = imin(hi, M);
+                s.M = hi - lo;
+                s.A = A + (ta ? lo : lo * lda);
+                s.C = C + lo * ldc;
+            }
+            if (hi > lo) {
+                buffers(&s, ids[t]);
+                run(&s);
+            }
         }
     }
     release(ids, nt);
@@ -437,13 +490,19 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm(false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
+}
+
+void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
+                         const void *arg, float beta, float *C, int64_t ldc) {
+    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
+    gemm(false, ta, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm(true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm(true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */
@@ -460,6 +519,12 @@ static int own_enabled(void) {
 
 bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (!ct_sgemm_own_takes(M, N, K)) return false;
+    ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return true;
+}
+
+bool ct_sgemm_own_takes(int64_t M, int64_t N, int64_t K) {
     if (!own_enabled()) return false;
     /* no context created yet, hence no packing buffers (ops always have one) */
     if (!atomic_load_explicit(&pool_n, memory_order_acquire)) return false;
@@ -468,7 +533,5 @@ bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
      * dominates: 128x1024x10 0.5x), N < 16 (the 32-wide tile mostly padding: 128x10x1024
      * 0.8x) and M < 8 (the 14-row tile mostly padding). Shape-only rules: the choice, and
      * hence the bits, never depend on the thread count. */
-    if (K < 16 || N < 16 || M < 8 || (double)M * (double)N * (double)K < 13824.0) return false;
-    ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return true;
+    return !(K < 16 || N < 16 || M < 8 || (double)M * (double)N * (double)K < 13824.0);
 }

@@ -31,6 +31,24 @@ bool ct_sgemm_bf16_native(void);
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* Implicit B (convolution without an im2col matrix): C = op(A) B + beta C where B exists
+ * only as a packer: pack(arg, dst, n0, n, k0, kc) writes B(k0 + k, n0 + c) to
+ * dst[k * CT_SGEMM_NR + c] for k < kc, c < n, and zeros for n <= c < CT_SGEMM_NR. It is
+ * called from several threads at once (distinct dst). Same bits as ct_sgemm_own on the
+ * explicit B. Needs ct_sgemm_own_available() and the pool; callers ask ct_sgemm_own_takes. */
+#define CT_SGEMM_NR 32
+#define CT_SGEMM_KC 256 /* kc never exceeds it */
+typedef void (*ct_sgemm_pack_b_fn)(const void *arg, float *dst, int64_t n0, int n, int64_t k0, int64_t kc);
+void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
+                         const void *arg, float beta, float *C, int64_t ldc);
+
+/* For packers whose B rows are contiguous in k: dst[k * CT_SGEMM_NR + c] = x[c * rs + k] for
+ * c < n (zeros up to CT_SGEMM_NR), k < kc — through in-register transposes. */
+void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n, int64_t kc);
+
+/* true when ct_sgemm_dispatch runs the own kernel for an M x N x K product (a shape-only rule) */
+bool ct_sgemm_own_takes(int64_t M, int64_t N, int64_t K);
+
 /* The dispatch policy used by ct_sgemm / ct_sgemm_ld (blas.h): runs the own kernel and
  * returns true, or returns false (caller uses OpenBLAS) when there is no AVX-512, when
  * CTRAIN_GEMM=openblas is set, or when the product is too small for packing to pay. */

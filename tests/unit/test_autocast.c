@@ -244,3 +244,31 @@ CT_TEST(activations_saved_in_low_precision) {
 }
 
 CT_TEST_MAIN()
+
+/* the vectorised bulk conversions give the scalar ones' bits (NaN, inf, ties, subnormals) */
+CT_TEST(bulk_bf16_conversion_matches_scalar) {
+    enum { N = 1 << 16 };
+    static uint32_t u[N];
+    static uint16_t h[N];
+    static float back[N];
+    uint32_t s = 12345;
+    for (int i = 0; i < N; i++) { s = s * 1664525u + 1013904223u; u[i] = s; }
+    const uint32_t special[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x00000001u,
+                                0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x80000000u};
+    memcpy(u, special, sizeof special);
+    ct_convert(h, CT_BF16, u, CT_F32, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        float f;
+        memcpy(&f, &u[i], 4);
+        bad += h[i] != ct_f32_to_bf16(f);
+    }
+    CT_EXPECT_EQ(bad, 0);
+    ct_convert(back, CT_F32, h, CT_BF16, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        float want = ct_bf16_to_f32(h[i]);
+        bad += memcmp(&back[i], &want, 4) != 0;
+    }
+    CT_EXPECT_EQ(bad, 0);
+}

@@ -1,9 +1,9 @@
 /* Autocast and low-precision tensors: the cast op, PyTorch's CPU autocast policy applied at
  * each op's entry (CT_AUTOCAST, op_table.h), and the way an op runs on bf16/f16 tensors.
  *
- * A low-precision op runs its f32 kernel on f32 copies of its inputs made in temporary
+ * An op with low-precision inputs runs its f32 kernel on f32 copies of its inputs made in temporary
  * memory (exact: every bf16/f16 value is an f32), then rounds the result to nearest even
- * into a bf16/f16 output in the arena — per element f32 math and a rounded store, PyTorch's
+ * into a bf16/f16 output in the arena (f32 ops and promoted mixed inputs: an f32 output) — per element f32 math and a rounded store, PyTorch's
  * CPU behaviour; for a GEMM, products of rounded operands are exact in f32 and the sums are
  * f32 (the bf16 GEMM's contract, ct_sgemm_bf16). What the node keeps is the low-precision
  * input/output; its backward (ct_bw_lowp) makes f32 copies again, in backward scratch.
@@ -104,12 +104,12 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
     } else if (!any_lp) {
         return false;
     } else if (cls == CT_AC_FP32 || any_f32 || mixed) {
-        /* f32 ops, and promotion of mixed inputs to the widest (f32) */
-        for (int i = 0; i < n; i++)
-            if (is_lowp(*args[i])) *args[i] = ct_cast(ctx, *args[i], CT_F32);
-        return false;
+        /* f32 ops, and promotion of mixed inputs to the widest (f32): the same run on f32
+         * copies, with an f32 result; the node keeps the low-precision inputs (an up-cast
+         * node would keep an f32 copy of each for the whole step) */
+        lp = CT_F32;
     }
-    /* run in lp: every float argument is lp now; contiguous before the temporaries start */
+    /* run on f32 copies of the lp inputs; contiguous before the temporaries start */
     f->dt = lp;
     f->n = n;
     for (int i = 0; i < n; i++) {
@@ -160,10 +160,12 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     ct_node s = *n;
     s.op = row;
     ct_tensor *o = n->out;
-    round_to(o->grad->data, ct_numel(o), o->dtype);
-    s.out = f32_copy(ctx, o);
-    s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;
-    s.out->grad = o->grad;
+    if (is_lowp(o)) {
+        round_to(o->grad->data, ct_numel(o), o->dtype);
+        s.out = f32_copy(ctx, o);
+        s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;
+        s.out->grad = o->grad;
+    }
     for (int i = 0; i < n->nin; i++) {
         ct_tensor *t = n->in[i];
         if (!is_lowp(t)) continue;

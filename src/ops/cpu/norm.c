@@ -27,7 +27,7 @@ ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, 
     check_affine("weight", w, x, D);
     check_affine("bias", b, x, D);
     ct_tensor *y = ct_new_like(ctx, x);
-    float *stats = ct_ctx_alloc(ctx, (size_t)(2 * R + 1) * sizeof(float)); /* mean, rstd per row */
+    float *stats = ct_ctx_alloc_keep(ctx, (size_t)(2 * R + 1) * sizeof(float)); /* mean, rstd per row */
     const float *X = x->data, *W = w ? w->data : NULL, *B = b ? b->data : NULL;
     float *Y = y->data;
 #pragma omp parallel for if (R * D >= (1 << 14))

@@ -118,7 +118,7 @@ ct_tensor *ct_cross_entropy(ct_ctx *ctx, ct_tensor *logits, ct_tensor *target, i
                      (long long)r, (long long)C, ct_shape_str(logits, sl, sizeof sl));
     }
     /* per-row log-sum-exp, kept for backward */
-    float *lse = ct_ctx_alloc(ctx, (size_t)(N ? N : 1) * sizeof(float));
+    float *lse = ct_ctx_alloc_keep(ctx, (size_t)(N ? N : 1) * sizeof(float));
     const float *X = logits->data;
 #pragma omp parallel for if (N * C >= (1 << 13))
     for (int64_t r = 0; r < N; r++) {

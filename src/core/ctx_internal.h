@@ -55,6 +55,7 @@ struct ct_ctx {
     size_t tused;
     int temp_depth;
     bool no_temp;        /* allocating a node or saved state: never a temporary */
+    ct_dtype lowp_run;   /* the dtype of the low-precision op running now (CT_F32: none) */
 };
 
 /* Stream key for the next dropout call: a pure function of (seed, step, call number in

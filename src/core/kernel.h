@@ -42,6 +42,10 @@ typedef struct { void *cur; size_t cur_used, used; } ct_temp_mark;
 ct_temp_mark ct_ctx_temp_begin_(ct_ctx *ctx);
 void ct_ctx_temp_end_(ct_ctx *ctx, ct_temp_mark m);
 int ct_ctx_temp_depth_(const ct_ctx *ctx);
+/* The low-precision dtype an op is running in on f32 copies (forward or backward; CT_F32
+ * when none): GEMMs then take the bf16 path. set returns the previous one. */
+ct_dtype ct_ctx_lowp_run_(const ct_ctx *ctx);
+ct_dtype ct_ctx_set_lowp_run_(ct_ctx *ctx, ct_dtype dt);
 /* The autocast weight cache of the current region (autograd.c): the cast of `param` to dt
  * made with (grad) or without gradient, or NULL; put remembers one (ignored when full). */
 ct_tensor *ct_autocast_cache_get_(ct_ctx *ctx, const ct_tensor *param, ct_dtype dt, bool grad);

@@ -140,6 +140,12 @@ void ct_ctx_temp_end_(ct_ctx *c, ct_temp_mark m) {
     c->temp_depth--;
 }
 int ct_ctx_temp_depth_(const ct_ctx *c) { return c->temp_depth; }
+ct_dtype ct_ctx_lowp_run_(const ct_ctx *c) { return c->lowp_run; }
+ct_dtype ct_ctx_set_lowp_run_(ct_ctx *c, ct_dtype dt) {
+    ct_dtype prev = c->lowp_run;
+    c->lowp_run = dt;
+    return prev;
+}
 
 ct_arena_mark ct_ctx_mark_(ct_ctx *c) {
     return (ct_arena_mark){c->cur, c->cur ? c->cur->used : 0, c->used};

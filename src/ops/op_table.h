@@ -65,7 +65,7 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *node);
  * inputs. All-f32 arguments outside a region: false at once (the f32 path is unchanged). */
 typedef struct {
     ct_temp_mark mark;
-    ct_dtype dt;
+    ct_dtype dt, prev_run;
     int n;
     ct_tensor *orig[CT_NODE_MAX_IN], *tmp[CT_NODE_MAX_IN];
 } ct_ac_frame;

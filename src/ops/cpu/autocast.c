@@ -118,6 +118,7 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
         f->orig[i] = f->tmp[i] = t;
     }
     f->mark = ct_ctx_temp_begin_(ctx);
+    f->prev_run = ct_ctx_set_lowp_run_(ctx, lp);
     for (int i = 0; i < n; i++) {
         ct_tensor *t = f->orig[i];
         if (!is_lowp(t)) continue;
@@ -129,6 +130,7 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
 }
 
 ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
+    ct_ctx_set_lowp_run_(ctx, f->prev_run);
     for (int i = 0; i < f->n; i++)
         if (y == f->tmp[i]) { ct_ctx_temp_end_(ctx, f->mark); return f->orig[i]; } /* identity (dropout off) */
     CT_CHECK(y->dtype == CT_F32 && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies", ct_dtype_name(y->dtype));
@@ -178,5 +180,7 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     }
     for (int j = 0; j < 2; j++)
         if (n->saved_t[j] == o) s.saved_t[j] = s.out;
+    ct_dtype prev = ct_ctx_set_lowp_run_(ctx, o->dtype);
     row->backward(ctx, &s);
+    ct_ctx_set_lowp_run_(ctx, prev);
 }

@@ -10,6 +10,7 @@
  * Gradient buffers stay f32; a low-precision tensor's gradient is rounded to its dtype
  * before the op that produced it consumes it, which is the value PyTorch's bf16/f16
  * gradient would hold. */
+#include <stdint.h>
 #include <string.h>
 
 #include "ops/op_table.h"
@@ -140,7 +141,10 @@ ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
     ct_tensor *out = ct_new(ctx, f->dt, y->ndim, y->shape);
     ct_convert(out->data, f->dt, y->data, CT_F32, (size_t)ct_numel(y));
     ct_node *nd = y->node;
-    if (nd && nd->out == y && nd->op >= ct_op_table && nd->op < ct_op_table + CT_OP_COUNT) {
+    /* an op-table row (not, say, a checkpoint node): compared as addresses, the rows being
+     * one array */
+    uintptr_t row = nd ? (uintptr_t)nd->op : 0, t0 = (uintptr_t)ct_op_table;
+    if (nd && nd->out == y && row >= t0 && row < t0 + sizeof ct_op_table) {
         nd->op = &ct_op_table_lp[nd->op - ct_op_table];
         nd->out = out;
         for (int j = 0; j < nd->nin; j++)

@@ -221,10 +221,10 @@ static inline float dropout_factor(uint64_t key, int64_t i, float p, float scale
 }
 
 ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
+    CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
+    if (!ct_ctx_training(ctx) || p == 0.0f) return x; /* any dtype: nothing to compute */
     CT_AUTOCAST(ctx, CT_OP_DROPOUT, 1, ((ct_tensor **[]){&x}), ct_dropout(ctx, x, p));
     check_unary("dropout", x);
-    CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
-    if (!ct_ctx_training(ctx) || p == 0.0f) return x;
     uint64_t key = ct_ctx_dropout_key(ctx);
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* p == 1: everything dropped, as PyTorch */
     ct_tensor *y = ct_new_like(ctx, x);

@@ -6,8 +6,8 @@
  *
  * Inputs must be contiguous unless an op says otherwise (ct_contiguous makes a copy).
  * Float ops compute in f32; bf16/f16 tensors (ct_cast, or autocast regions: autograd.h)
- * are accepted by every op and computed on in f32 per element, the result rounded to
- * nearest even. Shape errors abort with the op, file:line and both shapes.
+ * are accepted by the differentiable ops and computed on in f32 per element, the result
+ * rounded to nearest even. Shape errors abort with the op, file:line and both shapes.
  * All reductions over "the last dim" treat the tensor as [rows, last].
  */
 #ifndef CTRAIN_OPS_H

@@ -1,9 +1,10 @@
 """PyTorch side of the GPT memory-saver benchmark (bench/train_bench.c `single gpt ... VARIANT`):
 the same GPT (6 layers, width 256, 8 heads, vocabulary 256), 2048 tokens a step, AdamW.
 
-    PYTHON bench/torch_gpt_savers.py THREADS SECONDS VARIANT    # VARIANT: plain|flash|ckpt, ",T=N"
+    PYTHON bench/torch_gpt_savers.py THREADS SECONDS VARIANT    # VARIANT: plain|flash|ckpt, ",T=N", ",amp=bf16"
 flash: F.scaled_dot_product_attention(is_causal=True) (PyTorch >= 2); ckpt:
-torch.utils.checkpoint per block (use_reentrant=False). One RESULT line in train_bench's format.
+torch.utils.checkpoint per block (use_reentrant=False); amp=bf16: torch.autocast("cpu", bfloat16)
+around forward and loss. One RESULT line in train_bench's format.
 """
 import math
 import os
@@ -59,7 +60,8 @@ def main():
         if step == 3:
             t0 = time.perf_counter()
         x, y = batches[step % 4]
-        loss = gm.gpt_loss(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled="amp=bf16" in variant):
+            loss = gm.gpt_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -72,7 +74,8 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"RESULT impl=pytorch-{torch.__version__} model=gpt threads={threads} ranks=1 rate={measured * B * T / dt:.1f} "
           f"unit=tokens/s step_ms={1e3 * dt / measured:.2f} steps={measured} peak_rss_mb={rss:.1f} T={T} "
-          f"attention={'flash' if 'flash' in variant else 'plain'} ckpt={int('ckpt' in variant)}")
+          f"attention={'flash' if 'flash' in variant else 'plain'} ckpt={int('ckpt' in variant)} "
+          f"amp={'bf16' if 'amp=bf16' in variant else 'off'}")
     assert math.isfinite(loss.item())
 
 

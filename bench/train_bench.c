@@ -4,7 +4,8 @@
  *   train_bench ddp    mlp|gpt|cnn NRANKS  [SECONDS]   NRANKS ranks x 1 thread (ct_spawn, shm)
  *   train_bench sgemm  THREADS                         OpenBLAS sgemm GFLOP/s (the GEMM ceiling)
  *   train_bench single gpt THREADS SECONDS VARIANT      VARIANT: comma list of flash (fused attention),
- *                                                      ckpt (activation checkpointing), T=N (context)
+ *                                                      ckpt (activation checkpointing), T=N (context),
+ *                                                      amp=bf16|fp16 (autocast, any model)
  *
  * Sizes are those of the benchmark issue: MLP 784-1024-1024-10, batch 128, SGD momentum 0.9;
  * GPT 6 layers, width 256, 8 heads, context 256, vocab 256, batch 8, AdamW; CNN (defaults)
@@ -37,6 +38,7 @@ typedef struct {
     int nranks;
     bool flash, ckpt;   /* GPT memory savers */
     int T;              /* GPT context (0: the default 256) */
+    ct_dtype amp;       /* CT_F32, or autocast bf16 / f16 (variant amp=bf16|fp16) */
 } bench_cfg;
 
 /* GPT: 2048 tokens a step whatever the context (batch 8 at 256, 2 at 1024, 1 at 2048) */
@@ -157,7 +159,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
 #undef RNG
 
     ct_train_model tm = ct_train_model_builtin(m);
-    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = lr};
+    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = lr, .amp = bc->amp};
     int warmup = bc->kind == CT_MODEL_GPT ? 3 : 10;
     double t0 = 0, c0 = 0;
     int measured = 0;
@@ -212,7 +214,8 @@ static void print_result(const bench_cfg *bc, int threads, int ranks, const benc
     printf("RESULT impl=ctrain model=%s threads=%d ranks=%d rate=%.1f unit=%s step_ms=%.2f steps=%d peak_rss_mb=%.1f flops_per_step=%.4g",
            ct_model_kind_name(bc->kind), threads, ranks, o->rate,
            bc->kind == CT_MODEL_GPT ? "tokens/s" : "samples/s", o->step_ms, o->steps, rss, o->flops);
-    printf(" arena_peak_mb=%.1f cpu_step_ms=%.2f", o->arena_mb, o->cpu_step_ms);
+    printf(" arena_peak_mb=%.1f cpu_step_ms=%.2f amp=%s", o->arena_mb, o->cpu_step_ms,
+           bc->amp == CT_F32 ? "off" : ct_dtype_name(bc->amp));
     if (bc->kind == CT_MODEL_GPT) printf(" T=%d attention=%s ckpt=%d", bc->T > 0 ? bc->T : 256, bc->flash ? "flash" : "plain", bc->ckpt);
     if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
     printf("\n");
@@ -285,7 +288,9 @@ int main(int argc, char **argv) {
             if (!strcmp(tok, "flash")) bc.flash = true;
             else if (!strcmp(tok, "ckpt")) bc.ckpt = true;
             else if (!strncmp(tok, "T=", 2) && atoi(tok + 2) > 0) bc.T = atoi(tok + 2);
-            else if (strcmp(tok, "plain")) { fprintf(stderr, "unknown variant '%s' (flash, ckpt, T=N, plain)\n", tok); return 2; }
+            else if (!strcmp(tok, "amp=bf16")) bc.amp = CT_BF16;
+            else if (!strcmp(tok, "amp=fp16")) bc.amp = CT_F16;
+            else if (strcmp(tok, "plain")) { fprintf(stderr, "unknown variant '%s' (flash, ckpt, T=N, amp=bf16, amp=fp16, plain)\n", tok); return 2; }
         }
     }
     if (!strcmp(argv[1], "single")) {

@@ -7,6 +7,11 @@
  *   ... evaluation ...
  *   ct_set_grad_enabled(ctx, prev);
  *
+ *   ct_autocast_begin(ctx, CT_BF16);            // like torch.autocast("cpu", torch.bfloat16)
+ *   ct_tensor *loss = ct_cross_entropy(ctx, ct_linear(ctx, x, W, b), labels, -100);
+ *   ct_autocast_end(ctx);                        // linear ran in bf16, the loss in f32
+ *   ct_backward(ctx, loss);                      // W's gradient is f32, in its store
+ *
  * Parameter gradients accumulate across backward calls until ct_params_zero_grad.
  * Intermediate gradients live in the arena. When backward has delivered the last
  * contribution to a parameter, the store's grad hook fires (see ct_params_set_grad_hook).
@@ -46,6 +51,22 @@ typedef struct ct_node {
  * pure function of x, arg and the parameters (called twice). Under no_grad: just fn. */
 typedef ct_tensor *(*ct_checkpoint_fn)(ct_ctx *ctx, ct_tensor *x, void *arg);
 ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor *x);
+
+/* Autocast regions, PyTorch's CPU policy (each op's class is in src/ops/op_table.h):
+ * matmul, linear, conv2d and attention cast their f32 inputs to dt (bf16 or f16) and
+ * produce dt, computing in f32 on the rounded values (f32 accumulation); softmax,
+ * log-softmax, layer norm, losses and reductions cast low-precision inputs up and produce
+ * f32; every other op runs in its inputs' dtype, promoting mixed inputs to the widest.
+ * Parameters are cast through a recorded cast node, once per region (cached), so their
+ * gradients arrive in f32 in the store; tensors saved for backward stay in dt. Gradient
+ * buffers are f32, rounded to dt before a low-precision op consumes them (the values of a
+ * dt gradient). The region applies to the ops called inside it; an activation-checkpointed
+ * segment is recomputed in the region it first ran in. Regions nest (up to 8).
+ * begin: CT_ERR_INVALID for a dtype other than CT_BF16 / CT_F16. */
+ct_status ct_autocast_begin(ct_ctx *ctx, ct_dtype dt);
+void ct_autocast_end(ct_ctx *ctx);
+/* The current region's dtype, CT_F32 outside any region. */
+ct_dtype ct_autocast_dtype(const ct_ctx *ctx);
 
 /* Reverse pass from a scalar (seed gradient 1). */
 void ct_backward(ct_ctx *ctx, ct_tensor *loss);

@@ -5,7 +5,9 @@
  *   ct_tensor *loss = ct_cross_entropy(ctx, ct_linear(ctx, h, W2, b2), y, -100);
  *
  * Inputs must be contiguous unless an op says otherwise (ct_contiguous makes a copy).
- * Float ops compute in f32. Shape errors abort with the op, file:line and both shapes.
+ * Float ops compute in f32; bf16/f16 tensors (ct_cast, or autocast regions: autograd.h)
+ * are accepted by the differentiable ops and computed on in f32 per element, the result
+ * rounded to nearest even. Shape errors abort with the op, file:line and both shapes.
  * All reductions over "the last dim" treat the tensor as [rows, last].
  */
 #ifndef CTRAIN_OPS_H
@@ -23,6 +25,9 @@ ct_tensor *ct_flatten(ct_ctx *ctx, ct_tensor *x, int start_dim);                
 ct_tensor *ct_transpose(ct_ctx *ctx, ct_tensor *x, int d0, int d1);               /* non-contiguous view */
 ct_tensor *ct_slice(ct_ctx *ctx, ct_tensor *x, int dim, int64_t start, int64_t len); /* view */
 ct_tensor *ct_contiguous(ct_ctx *ctx, ct_tensor *x);                              /* x itself if contiguous */
+/* x converted to dt (f32, bf16, f16; x itself when already dt), rounding to nearest even;
+ * the gradient flows back converted to x's precision (f32 buffers, see autograd.h). */
+ct_tensor *ct_cast(ct_ctx *ctx, ct_tensor *x, ct_dtype dt);
 
 /* ---- linear algebra (transposes are GEMM flags, never copies) ----
  * Every GEMM goes through ctrain's own AVX-512 sgemm (bit-identical for any thread count);

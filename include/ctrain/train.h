@@ -104,6 +104,8 @@ typedef struct ct_step_args {
     ct_grad_scaler *scaler; /* NULL, or dynamic loss scaling (torch.amp.GradScaler): the loss is
                                multiplied by the scale, gradients unscaled before clipping, the
                                optimizer step skipped when any gradient is inf/NaN */
+    ct_dtype amp;        /* CT_F32 (zero: off), CT_BF16 or CT_F16: forward and loss run in an
+                            autocast region (ct_autocast_begin); backward and the step in f32 */
 } ct_step_args;
 
 typedef struct ct_step_result {
@@ -223,6 +225,9 @@ typedef struct ct_trainer_opts {
     bool metrics;            /* true: metrics.jsonl, TensorBoard events and training.svg (rank 0) */
     bool loss_scaling;       /* false; true: dynamic loss scaling with `scaler` (fp16 training) */
     ct_grad_scaler_opts scaler; /* ct_grad_scaler_default_opts(); state saved in checkpoints */
+    ct_dtype amp;            /* CT_F32 (default): off; CT_BF16 / CT_F16: mixed precision, the
+                              * forward and loss under ct_autocast_begin (see ct_step_args);
+                              * CT_F16 turns loss_scaling on. Evaluation stays f32. */
     /* Called on every rank after each optimizer step / evaluation; return false to stop
      * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
      * (decide from the report, which is the same on every rank except the step's loss). */

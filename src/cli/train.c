@@ -133,6 +133,7 @@ static ct_status fit(job *j) {
     to.warmup_steps = o->warmup;
     to.clip_norm = o->clip;
     to.loss_scaling = o->loss_scaling;
+    to.amp = o->amp;
     to.seed = o->seed;
     to.workers = o->workers;
     to.eval_every = o->eval_every;

@@ -29,6 +29,9 @@ static void usage(FILE *f) {
             "  --clip NORM          clip the global gradient norm (default off)\n"
             "  --loss-scaling       dynamic loss scaling (GradScaler: 2^16, x2 per 2000 clean steps, x0.5 and\n"
             "                       the step skipped on inf/NaN gradients, floor 1)\n"
+            "  --amp [bf16|fp16]    mixed precision: forward and loss under autocast (matmul, linear, conv,\n"
+            "                       attention in the low precision; master weights, optimizer f32); fp16\n"
+            "                       turns --loss-scaling on (default off; --amp alone: bf16)\n"
             "  --dropout P          (default 0)\n"
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
@@ -134,6 +137,15 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         }
         else if (!strcmp(f, "--checkpoint-activations")) o->ckpt = true;
         else if (!strcmp(f, "--loss-scaling")) o->loss_scaling = true;
+        else if (!strcmp(f, "--amp")) {
+            /* the type is optional: bf16 when the next word is another option or missing */
+            o->amp = CT_BF16;
+            if (v && strncmp(v, "--", 2)) {
+                i++;
+                if (!strcmp(v, "fp16") || !strcmp(v, "f16")) o->amp = CT_F16;
+                else if (strcmp(v, "bf16")) return bad(f, v, "bf16 or fp16 (or nothing: bf16)");
+            }
+        }
         else if (!strcmp(f, "--keep-going-on-save-error")) o->keep_going_on_save_error = true;
         else if (!strcmp(f, "--schedule")) {
             NEEDV();

@@ -24,6 +24,7 @@ typedef struct {
     int n_hidden, hidden[CT_MLP_MAX_HIDDEN];
     ct_dtype comm_dtype;
     bool flash, ckpt, loss_scaling;
+    ct_dtype amp;          /* --amp: CT_F32 (off), CT_BF16, CT_F16 */
 } train_opts;
 
 /* s is a whole number (integer / finite float) in [lo, hi]: for every subcommand's flags */

@@ -28,7 +28,7 @@ ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin,
     for (int i = 0; i < nin; i++)
         if (in[i] && (in[i]->flags & CT_TF_REQUIRES_GRAD)) any = true;
     if (!any) return NULL;
-    ct_node *n = ct_ctx_alloc(ctx, sizeof *n);
+    ct_node *n = ct_ctx_alloc_keep(ctx, sizeof *n);
     memset(n, 0, sizeof *n);
     n->op = op;
     n->out = out;
@@ -162,7 +162,14 @@ static void ckpt_backward(ct_ctx *ctx, ct_node *n) {
     ct_ctx_set_dropout_calls_(ctx, s->calls);
     ctx->grad_enabled = true;
     ctx->ckpt_recompute++;
+    /* the recompute runs in the autocast region the segment ran in, like PyTorch's */
+    int ac_depth = ctx->ac_depth;
+    ct_dtype ac_top = ac_depth ? ctx->ac_stack[ac_depth - 1] : CT_F32;
+    if (s->autocast != CT_F32) ctx->ac_stack[ctx->ac_depth++] = s->autocast;
+    else if (ac_depth) ctx->ac_stack[ac_depth - 1] = CT_F32;
     ct_tensor *y = s->fn(ctx, xd, s->arg);
+    ctx->ac_depth = ac_depth;
+    if (ac_depth) ctx->ac_stack[ac_depth - 1] = ac_top;
     ctx->ckpt_recompute--;
     ctx->grad_enabled = false;
     ctx->step = step;
@@ -218,6 +225,7 @@ ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor 
     s->arg = arg;
     s->step = step;
     s->calls = calls;
+    s->autocast = ct_autocast_dtype(ctx);
     s->nparams = np;
     s->params = ct_ctx_alloc(ctx, sizeof *s->params * (size_t)(np ? np : 1));
     memcpy(s->params, ctx->ckpt_params + first, sizeof *s->params * (size_t)np);
@@ -238,4 +246,42 @@ ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor 
     out->node = n;
     out->flags |= CT_TF_REQUIRES_GRAD;
     return out;
+}
+
+/* ---- autocast regions (the policy itself is in src/ops/cpu/autocast.c) ---- */
+
+ct_status ct_autocast_begin(ct_ctx *ctx, ct_dtype dt) {
+    if (dt != CT_BF16 && dt != CT_F16)
+        return ct_error(CT_ERR_INVALID, "autocast: dtype %s is not a low-precision float (expected bf16 or f16)", ct_dtype_name(dt));
+    int cap = (int)(sizeof ctx->ac_stack / sizeof ctx->ac_stack[0]);
+    if (ctx->ac_depth >= cap) return ct_error(CT_ERR_INVALID, "autocast: more than %d nested regions", cap);
+    ctx->ac_stack[ctx->ac_depth++] = dt;
+    return CT_OK;
+}
+
+void ct_autocast_end(ct_ctx *ctx) {
+    CT_CHECK(ctx->ac_depth > 0, "ct_autocast_end without ct_autocast_begin");
+    ctx->ac_depth--;
+    /* like PyTorch, the weight casts live as long as the outermost region */
+    if (ctx->ac_depth == 0) ctx->ac_ncache = 0;
+}
+
+ct_dtype ct_autocast_dtype(const ct_ctx *ctx) { return ctx->ac_depth ? ctx->ac_stack[ctx->ac_depth - 1] : CT_F32; }
+
+bool ct_ckpt_active_(const ct_ctx *ctx) { return ctx->ckpt_counting > 0 || ctx->ckpt_recompute > 0; }
+
+ct_tensor *ct_autocast_cache_get_(ct_ctx *ctx, const ct_tensor *param, ct_dtype dt, bool grad) {
+    for (int i = 0; i < ctx->ac_ncache; i++)
+        if (ctx->ac_cache[i].param == param && ctx->ac_cache[i].dt == dt && ctx->ac_cache[i].grad == grad) return ctx->ac_cache[i].cast;
+    return NULL;
+}
+
+void ct_autocast_cache_put_(ct_ctx *ctx, ct_tensor *param, ct_tensor *cast, ct_dtype dt, bool grad) {
+    int cap = (int)(sizeof ctx->ac_cache / sizeof ctx->ac_cache[0]);
+    if (ctx->ac_ncache == cap) return; /* more parameters than slots: cast again (correct, slower) */
+    ctx->ac_cache[ctx->ac_ncache].param = param;
+    ctx->ac_cache[ctx->ac_ncache].cast = cast;
+    ctx->ac_cache[ctx->ac_ncache].dt = dt;
+    ctx->ac_cache[ctx->ac_ncache].grad = grad;
+    ctx->ac_ncache++;
 }

@@ -42,6 +42,20 @@ struct ct_ctx {
     int ckpt_counting, ckpt_recompute;
     struct ct_tensor **ckpt_params; /* parameters counted by the segment running now */
     int ckpt_nparams, ckpt_cap;
+    /* autocast (ct_autocast_begin): the low-precision dtype per nested region, CT_F32 when
+     * off; the f32 -> low-precision casts of parameters made in the region, reused by every
+     * later use of that parameter (PyTorch's weight cast cache) */
+    ct_dtype ac_stack[8];
+    int ac_depth;
+    struct { struct ct_tensor *param, *cast; ct_dtype dt; bool grad; } ac_cache[64];
+    int ac_ncache;
+    /* temporaries of an op running on f32 copies of low-precision tensors: a third block
+     * list, rewound when the op returns (ct_ctx_temp_begin_/end_ in kernel.h) */
+    ct_block *thead, *tcur;
+    size_t tused;
+    int temp_depth;
+    bool no_temp;        /* allocating a node or saved state: never a temporary */
+    ct_dtype lowp_run;   /* the dtype of the low-precision op running now (CT_F32: none) */
 };
 
 /* Stream key for the next dropout call: a pure function of (seed, step, call number in
@@ -71,6 +85,7 @@ typedef struct {
     ct_tensor *(*fn)(struct ct_ctx *, ct_tensor *, void *);
     void *arg;
     uint64_t step, calls;      /* dropout stream position before the segment */
+    ct_dtype autocast;         /* the region it ran in: the recompute runs in the same one */
     ct_tensor **params;        /* parameters the segment uses, counted once per use */
     int nparams;
 } ct_ckpt_saved;

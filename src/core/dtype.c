@@ -125,13 +125,18 @@ void ct_convert(void *dst, ct_dtype ddt, const void *src, ct_dtype sdt, size_t n
     if (sdt == CT_F32 && ddt == CT_F16 && have_f16c()) { f32_to_f16_f16c(dst, src, n); return; }
     if (sdt == CT_F16 && ddt == CT_F32 && have_f16c()) { f16_to_f32_f16c(dst, src, n); return; }
     if (sdt == CT_F32 && ddt == CT_BF16) {
-        const float *s = src; uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = ct_f32_to_bf16(s[i]);
+        /* ct_f32_to_bf16 inline and branch-free, so that the loop vectorises (autocast
+         * converts every low-precision op's output) */
+        const uint32_t *s = src; uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = s[i], r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+            d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+        }
         return;
     }
     if (sdt == CT_BF16 && ddt == CT_F32) {
-        const uint16_t *s = src; float *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = ct_bf16_to_f32(s[i]);
+        const uint16_t *s = src; uint32_t *d = dst;
+        for (size_t i = 0; i < n; i++) d[i] = (uint32_t)s[i] << 16;
         return;
     }
     if (sdt == CT_I64 && ddt == CT_I32) {

@@ -32,6 +32,27 @@ void ct_check_same_shape(const char *op, const char *file, int line, const ct_te
 #define CT_CHECK_F32(op, t) do { if ((t)->dtype != CT_F32) { char b_[96]; \
     ct_fatal(__FILE__, __LINE__, "%s: expected f32 input, got %s", op, ct_shape_str(t, b_, sizeof b_)); } } while (0)
 
+/* Memory an op keeps past its return (saved state for backward) while it may be running
+ * on temporaries (below): like ct_ctx_alloc, never a temporary. */
+void *ct_ctx_alloc_keep(ct_ctx *ctx, size_t bytes);
+/* Temporaries: between begin and end every ct_ctx_alloc / ct_new (except nodes and
+ * ct_ctx_alloc_keep) comes from a separate block list that end rewinds. Autocast runs an op
+ * on f32 copies of its low-precision inputs this way (src/ops/cpu/autocast.c). */
+typedef struct { void *cur; size_t cur_used, used; } ct_temp_mark;
+ct_temp_mark ct_ctx_temp_begin_(ct_ctx *ctx);
+void ct_ctx_temp_end_(ct_ctx *ctx, ct_temp_mark m);
+int ct_ctx_temp_depth_(const ct_ctx *ctx);
+/* The low-precision dtype an op is running in on f32 copies (forward or backward; CT_F32
+ * when none): GEMMs then take the bf16 path. set returns the previous one. */
+ct_dtype ct_ctx_lowp_run_(const ct_ctx *ctx);
+ct_dtype ct_ctx_set_lowp_run_(ct_ctx *ctx, ct_dtype dt);
+/* The autocast weight cache of the current region (autograd.c): the cast of `param` to dt
+ * made with (grad) or without gradient, or NULL; put remembers one (ignored when full). */
+ct_tensor *ct_autocast_cache_get_(ct_ctx *ctx, const ct_tensor *param, ct_dtype dt, bool grad);
+void ct_autocast_cache_put_(ct_ctx *ctx, ct_tensor *param, ct_tensor *cast, ct_dtype dt, bool grad);
+/* > 0 while an activation-checkpointed segment runs (counting or recomputing): no caching */
+bool ct_ckpt_active_(const ct_ctx *ctx);
+
 /* Stream key for the next dropout call: a pure function of (seed, step, call number in the
  * step), so masks are reproducible, thread-count independent and exact on resume. */
 uint64_t ct_ctx_dropout_key(ct_ctx *ctx);

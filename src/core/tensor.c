@@ -33,6 +33,7 @@ void ct_ctx_free(ct_ctx *c) {
     if (!c) return;
     for (ct_block *b = c->head, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     for (ct_block *b = c->shead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
+    for (ct_block *b = c->thead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     free(c->gfree);
     free(c->ckpt_params);
     free(c);
@@ -54,6 +55,7 @@ void ct_ctx_reset(ct_ctx *c) {
     ct_ctx_scratch_rewind_(c);
     c->gfree_n = 0;
     c->bw_depth = 0;
+    c->ac_ncache = 0;
     c->tape = NULL;
     c->tape_len = 0;
 }
@@ -73,7 +75,7 @@ static void *arena_alloc(ct_ctx *c, ct_block **head, ct_block **cur, size_t *use
             void *p = b->mem + b->used;
             b->used += need;
             *used += need;
-            if (c->used + c->sused > c->peak) c->peak = c->used + c->sused;
+            if (c->used + c->sused + c->tused > c->peak) c->peak = c->used + c->sused + c->tused;
             return p;
         }
         if (b && b->next) { /* move to the next kept block; the rest of this one is waste */
@@ -86,7 +88,7 @@ static void *arena_alloc(ct_ctx *c, ct_block **head, ct_block **cur, size_t *use
         ct_block *nb = calloc(1, sizeof *nb);
         if (!nb || posix_memalign((void **)&nb->mem, ARENA_ALIGN, sz)) {
             ct_fatal(__FILE__, __LINE__, "out of memory: activation arena needs %zu more bytes (%zu in use, peak %zu)",
-                     sz, c->used + c->sused, c->peak);
+                     sz, c->used + c->sused + c->tused, c->peak);
         }
         nb->size = sz;
         c->reserved += sz;
@@ -106,8 +108,43 @@ static void *arena_alloc(ct_ctx *c, ct_block **head, ct_block **cur, size_t *use
 void *ct_ctx_alloc(ct_ctx *c, size_t bytes) {
     size_t need = (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     if (need == 0) need = ARENA_ALIGN;
+    if (c->temp_depth > 0 && !c->no_temp && !c->grad_alloc) return arena_alloc(c, &c->thead, &c->tcur, &c->tused, need);
     if (c->bw_depth > 0 && !c->grad_alloc) return arena_alloc(c, &c->shead, &c->scur, &c->sused, need);
     return arena_alloc(c, &c->head, &c->cur, &c->used, need);
+}
+
+void *ct_ctx_alloc_keep(ct_ctx *c, size_t bytes) {
+    bool prev = c->no_temp;
+    c->no_temp = true;
+    void *p = ct_ctx_alloc(c, bytes);
+    c->no_temp = prev;
+    return p;
+}
+
+/* Temporaries: what the op allocates until ct_ctx_temp_end_ goes to the temp block list;
+ * regions nest (the mark is the list's position). */
+ct_temp_mark ct_ctx_temp_begin_(ct_ctx *c) {
+    ct_temp_mark m = {c->tcur, c->tcur ? c->tcur->used : 0, c->tused};
+    c->temp_depth++;
+    return m;
+}
+void ct_ctx_temp_end_(ct_ctx *c, ct_temp_mark m) {
+    ct_block *mc = m.cur;
+    for (ct_block *b = mc ? mc->next : c->thead; b; b = b->next) {
+        b->used = 0;
+        if (b == c->tcur) break;
+    }
+    if (mc) mc->used = m.cur_used;
+    c->tcur = mc ? mc : c->thead;
+    c->tused = m.used;
+    c->temp_depth--;
+}
+int ct_ctx_temp_depth_(const ct_ctx *c) { return c->temp_depth; }
+ct_dtype ct_ctx_lowp_run_(const ct_ctx *c) { return c->lowp_run; }
+ct_dtype ct_ctx_set_lowp_run_(ct_ctx *c, ct_dtype dt) {
+    ct_dtype prev = c->lowp_run;
+    c->lowp_run = dt;
+    return prev;
 }
 
 ct_arena_mark ct_ctx_mark_(ct_ctx *c) {

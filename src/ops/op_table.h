@@ -40,7 +40,8 @@
     X(SPLIT_HEADS,    split_heads,    CT_AC_PROMOTE)    \
     X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \
     X(ATTENTION,      attention,      CT_AC_LOWP)       \
-    X(FLASH_ATTENTION, flash_attention, CT_AC_LOWP)
+    X(FLASH_ATTENTION, flash_attention, CT_AC_LOWP) \
+    X(CAST,           cast,           CT_AC_PROMOTE)
 
 #define CT_OP_ENUM_(N, n, ac) CT_OP_##N,
 enum { CT_OP_LIST(CT_OP_ENUM_) CT_OP_COUNT };
@@ -51,6 +52,30 @@ CT_OP_LIST(CT_OP_DECL_)
 #undef CT_OP_DECL_
 
 extern const ct_op_def ct_op_table[CT_OP_COUNT];
+
+/* The same rows for nodes whose op ran on low-precision tensors (autocast.c): their
+ * backward, ct_bw_lowp, hands the row's f32 backward f32 copies of what the node saved. */
+extern const ct_op_def ct_op_table_lp[CT_OP_COUNT];
+void ct_bw_lowp(ct_ctx *ctx, ct_node *node);
+
+/* Autocast at an op's entry (autocast.c), by the op's class in the table: casts the
+ * arguments (pointers to the op's own parameters) as the policy says and returns false
+ * (the op goes on in f32), or, when the op is to run in bf16/f16, swaps them for f32
+ * temporaries and returns true: the op is then called again on those (`call`) and
+ * ct_ac_leave rounds its result to the low precision and points the node at the real
+ * inputs. All-f32 arguments outside a region: false at once (the f32 path is unchanged). */
+typedef struct {
+    ct_temp_mark mark;
+    ct_dtype dt, prev_run;
+    int n;
+    ct_tensor *orig[CT_NODE_MAX_IN], *tmp[CT_NODE_MAX_IN];
+} ct_ac_frame;
+bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *args);
+ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y);
+#define CT_AUTOCAST(ctx, op, n, args, call) do {                              \
+        ct_ac_frame ac_;                                                      \
+        if (ct_ac_enter(ctx, op, &ac_, n, args)) return ct_ac_leave(ctx, &ac_, call); \
+    } while (0)
 
 /* the node carries its row, so core's backward walk calls the kernel without knowing it */
 static inline ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in) {

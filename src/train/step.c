@@ -136,7 +136,13 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         const ct_train_batch *b = &micro[k];
         ct_tensor *x = ct_wrap(a->ctx, b->x.dtype, b->x.data, b->x.ndim, b->x.shape);
         ct_tensor *y = ct_wrap(a->ctx, CT_I32, b->y.data, b->y.ndim, b->y.shape);
+        /* like `with torch.autocast(...)`: forward and loss only */
+        if (a->amp != CT_F32) {
+            ct_status as = ct_autocast_begin(a->ctx, a->amp);
+            if (as != CT_OK) return as;
+        }
         ct_tensor *loss = m->loss ? m->loss(a->ctx, m->self, x, y) : default_loss(a->ctx, m, x, y);
+        if (a->amp != CT_F32) ct_autocast_end(a->ctx);
         loss_sum += ct_item(loss);
         /* the mean over the micro-batches: d(sum_k loss_k / K) */
         if (n_micro > 1) loss = ct_scale(a->ctx, loss, 1.0f / (float)n_micro);

@@ -146,6 +146,9 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         co.seed = o.seed;
         st = ct_ctx_create(&co, &t->ctx);
     }
+    if (o.amp == CT_F16) o.loss_scaling = true; /* f16's range needs it; bf16's does not */
+    if (st == CT_OK && o.amp != CT_F32 && o.amp != CT_BF16 && o.amp != CT_F16)
+        st = ct_error(CT_ERR_INVALID, "trainer: amp must be f32 (off), bf16 or f16, not %s", ct_dtype_name(o.amp));
     if (st == CT_OK && o.loss_scaling) st = ct_grad_scaler_create(&o.scaler, &t->scaler);
     if (st == CT_OK && t->rank == 0 && o.metrics) st = ct_metrics_open(o.output_dir, &t->metrics);
     if (st != CT_OK) {
@@ -337,9 +340,11 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     if (talk) {
         char acc[48] = "";
         if (o->grad_accum > 1) snprintf(acc, sizeof acc, " × %d micro-batches", o->grad_accum);
-        printf("%s | %d rank%s × batch %d%s = global batch %" PRId64 " | %" PRId64 " steps/epoch, %" PRId64 " steps | %s lr %g | %d threads/rank\n",
+        char amp[48] = "";
+        if (o->amp != CT_F32) snprintf(amp, sizeof amp, " | autocast %s%s", ct_dtype_name(o->amp), t->scaler ? " + loss scaling" : "");
+        printf("%s | %d rank%s × batch %d%s = global batch %" PRId64 " | %" PRId64 " steps/epoch, %" PRId64 " steps | %s lr %g | %d threads/rank%s\n",
                t->model->describe ? t->model->describe : "model", t->world, t->world > 1 ? "s" : "", o->batch_size, acc,
-               global_batch, t->steps_per_epoch, t->total_steps, ct_optim_kind(t->opt), o->lr, ct_get_num_threads());
+               global_batch, t->steps_per_epoch, t->total_steps, ct_optim_kind(t->opt), o->lr, ct_get_num_threads(), amp);
         fflush(stdout);
     }
     bool can_eval = ct_dataset_len(eval_set(t)) > 0;
@@ -349,7 +354,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     ct_eval_report ev = {.loss = NAN, .accuracy = NAN};
     bool stop = false;
     ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .clip_norm = o->clip_norm,
-                       .scaler = t->scaler};
+                       .scaler = t->scaler, .amp = o->amp};
     while (t->step < t->total_steps && st == CT_OK && !stop) {
         ct_loader_start_epoch(t->loader, t->epoch);
         while (t->step < t->total_steps && !stop) {

@@ -145,6 +145,10 @@ CT_TEST(bad_options_are_errors) {
     CT_EXPECT_EQ(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t), CT_ERR_INVALID);
     CT_EXPECT(strstr(ct_last_error(), "--grad-accum") != NULL);
     o.grad_accum = 1;
+    o.amp = CT_I8; /* mixed precision in a type that is no low-precision float */
+    CT_EXPECT_EQ(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t), CT_ERR_INVALID);
+    CT_EXPECT(strstr(ct_last_error(), "amp must be") != NULL);
+    o.amp = CT_F32;
     CT_EXPECT_OK(ct_trainer_create(&o, &tm, m.opt, train, NULL, &t));
     ct_trainer_free(t);
     free_model(&m);

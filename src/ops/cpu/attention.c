@@ -35,6 +35,7 @@ static void permute_heads(float *dst, const float *src, int64_t B, int64_t T, in
 }
 
 ct_tensor *ct_split_heads(ct_ctx *ctx, ct_tensor *x, int heads) {
+    CT_AUTOCAST(ctx, CT_OP_SPLIT_HEADS, 1, ((ct_tensor **[]){&x}), ct_split_heads(ctx, x, heads));
     CT_CHECK_F32("split_heads", x); CT_CHECK_CONTIG("split_heads", x);
     char sx[96];
     if (x->ndim != 3 || heads < 1 || x->shape[2] % heads)
@@ -53,6 +54,7 @@ void ct_bw_split_heads(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x) {
+    CT_AUTOCAST(ctx, CT_OP_MERGE_HEADS, 1, ((ct_tensor **[]){&x}), ct_merge_heads(ctx, x));
     CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x);
     char sx[96];
     if (x->ndim != 4) CT_FATAL("merge_heads: input %s must be [B, H, T, D]", ct_shape_str(x, sx, sizeof sx));
@@ -82,6 +84,7 @@ static inline int64_t row_block(bool causal, int64_t Tq, int64_t Tk) {
 }
 
 ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
+    CT_AUTOCAST(ctx, CT_OP_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) { CT_CHECK_F32("attention", in[i]); CT_CHECK_CONTIG("attention", in[i]); }
     char s1[96], s2[96], s3[96];
@@ -92,7 +95,7 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
     int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
     float scale = D ? 1.0f / sqrtf((float)D) : 1.0f;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], Tq, Dv});
-    float *P = ct_ctx_alloc(ctx, (size_t)(BH * Tq * Tk + 1) * sizeof(float));
+    float *P = ct_ctx_alloc_keep(ctx, (size_t)(BH * Tq * Tk + 1) * sizeof(float));
     const float *Q = q->data, *K = k->data, *V = v->data;
     int64_t RB = row_block(causal, Tq, Tk);
     for (int64_t h = 0; h < BH; h++)

@@ -20,6 +20,7 @@ static void check_unary(const char *op, const ct_tensor *x) {
 
 /* ---- mul ---- */
 ct_tensor *ct_mul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    CT_AUTOCAST(ctx, CT_OP_MUL, 2, ((ct_tensor **[]){&a, &b}), ct_mul(ctx, a, b));
     check_unary("mul", a); check_unary("mul", b);
     CT_CHECK_SAME_SHAPE("mul", a, b);
     ct_tensor *y = ct_new_like(ctx, a);
@@ -47,6 +48,7 @@ void ct_bw_mul(ct_ctx *ctx, ct_node *n) {
 
 /* ---- scale ---- */
 ct_tensor *ct_scale(ct_ctx *ctx, ct_tensor *a, float s) {
+    CT_AUTOCAST(ctx, CT_OP_SCALE, 1, ((ct_tensor **[]){&a}), ct_scale(ctx, a, s));
     check_unary("scale", a);
     ct_tensor *y = ct_new_like(ctx, a);
     int64_t n = ct_numel(a);
@@ -70,6 +72,7 @@ void ct_bw_scale(ct_ctx *ctx, ct_node *n) {
 
 /* ---- bias_add: x [N, C, ...] + b[C] ---- */
 ct_tensor *ct_bias_add(ct_ctx *ctx, ct_tensor *x, ct_tensor *b) {
+    CT_AUTOCAST(ctx, CT_OP_BIAS_ADD, 2, ((ct_tensor **[]){&x, &b}), ct_bias_add(ctx, x, b));
     check_unary("bias_add", x); check_unary("bias_add", b);
     if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
         char sx[96], sb[96];
@@ -123,6 +126,7 @@ void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
 #define GELU_C 0.044715f
 
 ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
+    CT_AUTOCAST(ctx, CT_OP_GELU, 1, ((ct_tensor **[]){&x}), ct_gelu(ctx, x, tanh_approx));
     check_unary("gelu", x);
     ct_tensor *y = ct_new_like(ctx, x);
     int64_t n = ct_numel(x);
@@ -167,6 +171,7 @@ void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
 
 /* ---- tanh, sigmoid: backward from the saved output ---- */
 ct_tensor *ct_tanh(ct_ctx *ctx, ct_tensor *x) {
+    CT_AUTOCAST(ctx, CT_OP_TANH, 1, ((ct_tensor **[]){&x}), ct_tanh(ctx, x));
     check_unary("tanh", x);
     ct_tensor *y = ct_new_like(ctx, x);
     int64_t n = ct_numel(x);
@@ -187,6 +192,7 @@ void ct_bw_tanh(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x) {
+    CT_AUTOCAST(ctx, CT_OP_SIGMOID, 1, ((ct_tensor **[]){&x}), ct_sigmoid(ctx, x));
     check_unary("sigmoid", x);
     ct_tensor *y = ct_new_like(ctx, x);
     int64_t n = ct_numel(x);
@@ -215,9 +221,10 @@ static inline float dropout_factor(uint64_t key, int64_t i, float p, float scale
 }
 
 ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
-    check_unary("dropout", x);
     CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
-    if (!ct_ctx_training(ctx) || p == 0.0f) return x;
+    if (!ct_ctx_training(ctx) || p == 0.0f) return x; /* any dtype: nothing to compute */
+    CT_AUTOCAST(ctx, CT_OP_DROPOUT, 1, ((ct_tensor **[]){&x}), ct_dropout(ctx, x, p));
+    check_unary("dropout", x);
     uint64_t key = ct_ctx_dropout_key(ctx);
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* p == 1: everything dropped, as PyTorch */
     ct_tensor *y = ct_new_like(ctx, x);

@@ -90,6 +90,7 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
 }
 
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
+    CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_flash_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) { CT_CHECK_F32("flash_attention", in[i]); CT_CHECK_CONTIG("flash_attention", in[i]); }
     char s1[96], s2[96], s3[96];
@@ -101,7 +102,7 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
     a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
     int64_t BH = q->shape[0] * q->shape[1], ntile = (a.Tq + BR - 1) / BR;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
-    float *lse = ct_ctx_alloc(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
+    float *lse = ct_ctx_alloc_keep(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
     int nt = a.own ? ct_get_num_threads() : 1;
     float *S = ct_ctx_alloc(ctx, (size_t)nt * BR * BC * sizeof(float));
 #pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH * ntile > 1)

@@ -7,12 +7,19 @@
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
 
-/* C = op(A) op(B) + beta C, through the shared wrapper (own AVX-512 sgemm or OpenBLAS) */
-static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
-    ct_sgemm(ta, tb, M, N, K, 1.0f, A, B, beta, C);
+/* C = op(A) op(B) + beta C, through the shared wrapper (own AVX-512 sgemm or OpenBLAS); in a
+ * bf16 autocast run (operands already bf16 values) through the bf16 GEMM, whose
+ * CTRAIN_GEMM_BF16=native mode uses the CPU's bf16 dot products */
+static void gemm_(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
+    if (bf16 && M > 0 && N > 0 && K > 0 && ct_sgemm_own_available())
+        ct_sgemm_bf16(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+    else
+        ct_sgemm(ta, tb, M, N, K, 1.0f, A, B, beta, C);
 }
+#define gemm(...) gemm_(bf16, __VA_ARGS__)
 
 ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) {
+    CT_AUTOCAST(ctx, CT_OP_MATMUL, 2, ((ct_tensor **[]){&a, &b}), ct_matmul(ctx, a, b, ta, tb));
     CT_CHECK_F32("matmul", a);
     CT_CHECK_F32("matmul", b);
     CT_CHECK_CONTIG("matmul", a);
@@ -28,6 +35,7 @@ ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) 
         CT_FATAL("matmul: inner dimensions differ (%lld vs %lld): %s%s @ %s%s", (long long)Ka, (long long)Kb,
                  ct_shape_str(a, sa, sizeof sa), ta ? "^T" : "", ct_shape_str(b, sb, sizeof sb), tb ? "^T" : "");
     int64_t shape[3] = {batch, M, N};
+    bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     ct_tensor *c = ct_new(ctx, CT_F32, a->ndim, a->ndim == 3 ? shape : shape + 1);
     for (int64_t i = 0; i < batch; i++)
         gemm(ta, tb, M, N, Ka, ct_f32(a) + i * M * Ka, ct_f32(b) + i * Ka * N, ct_f32(c) + i * M * N, 0.0f);
@@ -39,6 +47,7 @@ ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) 
 void ct_bw_matmul(ct_ctx *ctx, ct_node *n) {
     bool ta = n->i[0], tb = n->i[1];
     int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
+    bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
     float *dA = ct_grad_acc(ctx, n->in[0]), *dB = ct_grad_acc(ctx, n->in[1]);
     for (int64_t i = 0; i < batch; i++) {
@@ -55,6 +64,7 @@ void ct_bw_matmul(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
+    CT_AUTOCAST(ctx, CT_OP_LINEAR, 3, ((ct_tensor **[]){&x, &w, &b}), ct_linear(ctx, x, w, b));
     CT_CHECK_F32("linear", x);
     CT_CHECK_CONTIG("linear", x);
     char sx[96], sw[96];
@@ -69,6 +79,7 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out;
     ct_tensor *y = ct_new(ctx, CT_F32, x->ndim, shape);
+    bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     float *Y = y->data;
     if (b) {
         const float *B = b->data;
@@ -83,6 +94,7 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
 void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
     const float *dY = n->out->grad->data;
+    bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     float *dX = ct_grad_acc(ctx, n->in[0]), *dW = ct_grad_acc(ctx, n->in[1]);
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (dX) gemm(false, false, rows, in, out, dY, n->in[1]->data, dX, 1.0f);

@@ -20,13 +20,14 @@ static void check_affine(const char *what, const ct_tensor *p, const ct_tensor *
 }
 
 ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps) {
+    CT_AUTOCAST(ctx, CT_OP_LAYER_NORM, 3, ((ct_tensor **[]){&x, &w, &b}), ct_layer_norm(ctx, x, w, b, eps));
     CT_CHECK_F32("layer_norm", x); CT_CHECK_CONTIG("layer_norm", x);
     CT_CHECK(x->ndim >= 1, "layer_norm: input must have at least one dim");
     int64_t D = x->shape[x->ndim - 1], R = D ? ct_numel(x) / D : 0;
     check_affine("weight", w, x, D);
     check_affine("bias", b, x, D);
     ct_tensor *y = ct_new_like(ctx, x);
-    float *stats = ct_ctx_alloc(ctx, (size_t)(2 * R + 1) * sizeof(float)); /* mean, rstd per row */
+    float *stats = ct_ctx_alloc_keep(ctx, (size_t)(2 * R + 1) * sizeof(float)); /* mean, rstd per row */
     const float *X = x->data, *W = w ? w->data : NULL, *B = b ? b->data : NULL;
     float *Y = y->data;
 #pragma omp parallel for if (R * D >= (1 << 14))

@@ -1,0 +1,190 @@
+/* Autocast and low-precision tensors: the cast op, PyTorch's CPU autocast policy applied at
+ * each op's entry (CT_AUTOCAST, op_table.h), and the way an op runs on bf16/f16 tensors.
+ *
+ * An op with low-precision inputs runs its f32 kernel on f32 copies of its inputs made in temporary
+ * memory (exact: every bf16/f16 value is an f32), then rounds the result to nearest even
+ * into a bf16/f16 output in the arena (f32 ops and promoted mixed inputs: an f32 output) — per element f32 math and a rounded store, PyTorch's
+ * CPU behaviour; for a GEMM, products of rounded operands are exact in f32 and the sums are
+ * f32 (the bf16 GEMM's contract, ct_sgemm_bf16). What the node keeps is the low-precision
+ * input/output; its backward (ct_bw_lowp) makes f32 copies again, in backward scratch.
+ * Gradient buffers stay f32; a low-precision tensor's gradient is rounded to its dtype
+ * before the op that produced it consumes it, which is the value PyTorch's bf16/f16
+ * gradient would hold. */
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/op_table.h"
+#include "ctrain/ops.h"
+
+static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t->dtype == CT_F16); }
+
+/* Round f32 values to dt's precision in place (nearest even), keeping them f32. */
+static void round_to(float *x, int64_t n, ct_dtype dt) {
+    if (dt == CT_BF16) {
+#pragma omp parallel for if (n >= (1 << 16))
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            if ((u & 0x7fffffffu) > 0x7f800000u) continue; /* NaN stays NaN */
+            u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            memcpy(&x[i], &u, 4);
+        }
+    } else if (dt == CT_F16) {
+        uint16_t buf[1024];
+        for (int64_t i = 0; i < n; i += 1024) {
+            size_t m = (size_t)(n - i < 1024 ? n - i : 1024);
+            ct_convert(buf, CT_F16, x + i, CT_F32, m);
+            ct_convert(x + i, CT_F32, buf, CT_F16, m);
+        }
+    }
+}
+
+/* ---- cast ---- */
+ct_tensor *ct_cast(ct_ctx *ctx, ct_tensor *x, ct_dtype dt) {
+    if (x->dtype == dt) return x;
+    CT_CHECK(ct_dtype_is_float(x->dtype) && (dt == CT_F32 || dt == CT_BF16 || dt == CT_F16),
+             "cast: %s -> %s is not a float conversion ctrain supports (f32, bf16, f16)", ct_dtype_name(x->dtype), ct_dtype_name(dt));
+    x = ct_contiguous(ctx, x);
+    ct_tensor *y = ct_new(ctx, dt, x->ndim, x->shape);
+    ct_convert(y->data, dt, x->data, x->dtype, (size_t)ct_numel(x));
+    ct_record(ctx, CT_OP_CAST, y, 1, &x);
+    return y;
+}
+void ct_bw_cast(ct_ctx *ctx, ct_node *n) {
+    float *gi = ct_grad_acc(ctx, n->in[0]);
+    if (!gi) return;
+    int64_t N = ct_numel(n->out);
+    float *g = n->out->grad->data;
+    round_to(g, N, n->out->dtype); /* the low-precision gradient's value */
+#pragma omp parallel for if (N >= (1 << 16))
+    for (int64_t i = 0; i < N; i++) gi[i] += g[i];
+}
+
+/* an f32 copy of x (contiguous) in whatever memory ct_new hands out now */
+static ct_tensor *f32_copy(ct_ctx *ctx, const ct_tensor *x) {
+    ct_tensor *c = ct_new(ctx, CT_F32, x->ndim, x->shape);
+    ct_convert(c->data, CT_F32, x->data, x->dtype, (size_t)ct_numel(x));
+    return c;
+}
+
+/* An input cast for an op: parameters once per region (the weight cast cache), with a node
+ * so their gradients reach the f32 master copy. */
+static ct_tensor *cast_arg(ct_ctx *ctx, ct_tensor *t, ct_dtype dt) {
+    bool cacheable = (t->flags & CT_TF_PARAM) && !ct_ckpt_active_(ctx) && ct_autocast_dtype(ctx) != CT_F32;
+    if (!cacheable) return ct_cast(ctx, t, dt);
+    bool grad = ct_grad_enabled(ctx) && (t->flags & CT_TF_REQUIRES_GRAD);
+    ct_tensor *c = ct_autocast_cache_get_(ctx, t, dt, grad);
+    if (c) return c;
+    c = ct_cast(ctx, t, dt);
+    ct_autocast_cache_put_(ctx, t, c, dt, grad);
+    return c;
+}
+
+bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *args) {
+    if (ct_ctx_temp_depth_(ctx) > 0) return false; /* already running on f32 copies */
+    ct_dtype ac = ct_autocast_dtype(ctx), lp = CT_F32;
+    bool any_lp = false, any_f32 = false, mixed = false;
+    for (int i = 0; i < n; i++) {
+        const ct_tensor *t = *args[i];
+        if (!t || !ct_dtype_is_float(t->dtype)) continue;
+        if (is_lowp(t)) {
+            if (any_lp && lp != t->dtype) mixed = true;
+            lp = t->dtype;
+            any_lp = true;
+        } else {
+            any_f32 = true;
+        }
+    }
+    ct_autocast_class cls = ct_op_table[op].autocast;
+    if (ac != CT_F32 && cls == CT_AC_LOWP) {
+        for (int i = 0; i < n; i++) {
+            ct_tensor *t = *args[i];
+            if (t && ct_dtype_is_float(t->dtype) && t->dtype != ac) *args[i] = cast_arg(ctx, t, ac);
+        }
+        lp = ac;
+    } else if (!any_lp) {
+        return false;
+    } else if (cls == CT_AC_FP32 || any_f32 || mixed) {
+        /* f32 ops, and promotion of mixed inputs to the widest (f32): the same run on f32
+         * copies, with an f32 result; the node keeps the low-precision inputs (an up-cast
+         * node would keep an f32 copy of each for the whole step) */
+        lp = CT_F32;
+    }
+    /* run on f32 copies of the lp inputs; contiguous before the temporaries start */
+    f->dt = lp;
+    f->n = n;
+    for (int i = 0; i < n; i++) {
+        ct_tensor *t = *args[i];
+        if (is_lowp(t) && !ct_is_contiguous(t)) *args[i] = t = ct_contiguous(ctx, t);
+        f->orig[i] = f->tmp[i] = t;
+    }
+    f->mark = ct_ctx_temp_begin_(ctx);
+    f->prev_run = ct_ctx_set_lowp_run_(ctx, lp);
+    for (int i = 0; i < n; i++) {
+        ct_tensor *t = f->orig[i];
+        if (!is_lowp(t)) continue;
+        ct_tensor *c = f32_copy(ctx, t);
+        c->flags = t->flags & CT_TF_REQUIRES_GRAD;
+        f->tmp[i] = *args[i] = c;
+    }
+    return true;
+}
+
+ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
+    ct_ctx_set_lowp_run_(ctx, f->prev_run);
+    for (int i = 0; i < f->n; i++)
+        if (y == f->tmp[i]) { ct_ctx_temp_end_(ctx, f->mark); return f->orig[i]; } /* identity (dropout off) */
+    CT_CHECK(y->dtype == CT_F32 && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies", ct_dtype_name(y->dtype));
+    /* the temporaries are released first so that the output lands in the arena; y's bytes
+     * stay where they are until the next temporary is allocated, after the conversion */
+    ct_ctx_temp_end_(ctx, f->mark);
+    ct_tensor *out = ct_new(ctx, f->dt, y->ndim, y->shape);
+    ct_convert(out->data, f->dt, y->data, CT_F32, (size_t)ct_numel(y));
+    ct_node *nd = y->node;
+    /* an op-table row (not, say, a checkpoint node): compared as addresses, the rows being
+     * one array */
+    uintptr_t row = nd ? (uintptr_t)nd->op : 0, t0 = (uintptr_t)ct_op_table;
+    if (nd && nd->out == y && row >= t0 && row < t0 + sizeof ct_op_table) {
+        nd->op = &ct_op_table_lp[nd->op - ct_op_table];
+        nd->out = out;
+        for (int j = 0; j < nd->nin; j++)
+            for (int i = 0; i < f->n; i++)
+                if (nd->in[j] && nd->in[j] == f->tmp[i]) nd->in[j] = f->orig[i];
+        for (int j = 0; j < 2; j++) {
+            for (int i = 0; i < f->n; i++)
+                if (nd->saved_t[j] && nd->saved_t[j] == f->tmp[i]) nd->saved_t[j] = f->orig[i];
+            if (nd->saved_t[j] == y) nd->saved_t[j] = out;
+        }
+        out->node = nd;
+        out->flags |= y->flags & CT_TF_REQUIRES_GRAD;
+    }
+    return out;
+}
+
+void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
+    const ct_op_def *row = &ct_op_table[n->op - ct_op_table_lp];
+    ct_node s = *n;
+    s.op = row;
+    ct_tensor *o = n->out;
+    if (is_lowp(o)) {
+        round_to(o->grad->data, ct_numel(o), o->dtype);
+        s.out = f32_copy(ctx, o);
+        s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;
+        s.out->grad = o->grad;
+    }
+    for (int i = 0; i < n->nin; i++) {
+        ct_tensor *t = n->in[i];
+        if (!is_lowp(t)) continue;
+        ct_tensor *c = f32_copy(ctx, t);
+        c->flags = t->flags & CT_TF_REQUIRES_GRAD;
+        if (c->flags) { ct_grad_acc(ctx, t); c->grad = t->grad; }
+        s.in[i] = c;
+        for (int j = 0; j < 2; j++)
+            if (n->saved_t[j] == t) s.saved_t[j] = c;
+    }
+    for (int j = 0; j < 2; j++)
+        if (n->saved_t[j] == o) s.saved_t[j] = s.out;
+    ct_dtype prev = ct_ctx_set_lowp_run_(ctx, o->dtype);
+    row->backward(ctx, &s);
+    ct_ctx_set_lowp_run_(ctx, prev);
+}

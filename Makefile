@@ -61,6 +61,13 @@ endif
 PKG_CJSON := $(shell pkg-config --exists libcjson 2>/dev/null && echo libcjson)
 PKG_ZLIB  := $(shell pkg-config --exists zlib 2>/dev/null && echo zlib)
 PKG_MPI   := $(shell pkg-config --exists ompi-c 2>/dev/null && echo ompi-c)
+# Gloo (Debian libgloo-dev; no pkg-config file): the gloo backend when its headers and library
+# link. Its API is C++, so src/distributed/gloo.cc is built with g++ and libstdc++ is linked.
+CXX      ?= g++
+HAVE_GLOO := $(shell echo 'int main(){}' | $(CXX) -std=c++17 -include gloo/allreduce.h -x c++ - -lgloo \
+               -o /dev/null 2>/dev/null && echo yes)
+GLOO_SRC  := $(if $(HAVE_GLOO),src/distributed/gloo.cc,)
+GLOO_LIBS := $(if $(HAVE_GLOO),-lgloo -lstdc++,)
 
 ifeq ($(BLAS_KIND),)
 $(error OpenBLAS not found: apt-get install libopenblas-dev)
@@ -74,10 +81,11 @@ endif
 
 PKGS     := $(PKG_BLAS) $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
 LPKGS    := $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
-DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,)
+DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,) $(if $(HAVE_GLOO),-DCT_HAVE_GLOO=1,)
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -fopenmp -Wall -Wextra -Werror $(SANFLAGS) \
             -Iinclude -Isrc $(DEFS) $(BLAS_CFLAGS) $(shell pkg-config --cflags $(LPKGS))
-LDLIBS   := $(SANFLAGS) $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) -fopenmp -lpthread -lm -lrt
+LDLIBS   := $(SANFLAGS) $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) $(GLOO_LIBS) -fopenmp -lpthread -lm -lrt
+CXXFLAGS := -std=c++17 -D_GNU_SOURCE $(OPT) -g -fPIC -Wall -Wextra -Werror $(SANFLAGS) -Iinclude -Isrc $(DEFS)
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -86,7 +94,7 @@ MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
 EX_SRC   := $(wildcard examples/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GLOO_SRC:%.cc=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # programs run under mpirun by tests/scripts (outside build/tests, which tests/run.sh runs directly)
@@ -98,11 +106,16 @@ all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN)
 
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
+	      "gloo=$(if $(HAVE_GLOO),yes,no (apt-get install libgloo-dev))" \
 	      "cuda=no (CUDA backend not part of this build)"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libctrain.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -185,7 +198,7 @@ install: all
 	install -m 644 $(BUILD)/libctrain.a $(PREFIX)/lib/
 	install -m 755 $(BUILD)/libctrain.so $(PREFIX)/lib/
 	install -m 755 $(BUILD)/ctrain $(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' -e 's|@GLOO_LIBS@|$(GLOO_LIBS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
 
 clean:
 	rm -rf $(BUILD) build-san build-fuzz

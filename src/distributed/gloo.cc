@@ -1,0 +1,325 @@
+// gloo backend, C++ half: Gloo's collectives over its TCP transport, bootstrapped through
+// ctrain's store, behind the C interface of distributed/gloo.h. Gloo reports failures (a
+// dead peer, a timeout, a bad argument) by throwing; every entry point catches everything,
+// so no exception crosses into C and a failure is a ct_status with a message naming the
+// operation and, where Gloo's message carries its address, the peer's rank and host.
+#include "distributed/gloo.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+// A ct_store failure inside Gloo's rendezvous, with its status (Gloo only sees the throw).
+struct StoreError : std::exception {
+    ct_status st;
+    std::string msg;
+    StoreError(ct_status s, const char *m) : st(s), msg(m) {}
+    const char *what() const noexcept override { return msg.c_str(); }
+};
+
+std::chrono::milliseconds to_ms(double s) {
+    double ms = s * 1e3;
+    if (!(ms >= 1)) ms = 1;       // Gloo rejects a zero timeout
+    if (ms > 1e12) ms = 1e12;     // "never" without overflowing the clock arithmetic
+    return std::chrono::milliseconds(static_cast<long long>(ms));
+}
+
+// Gloo's rendezvous over ctrain's store; every key under the group's prefix.
+class CtStore : public gloo::rendezvous::Store {
+  public:
+    CtStore(ct_store *s, std::string ns, double timeout) : s_(s), ns_(std::move(ns)), timeout_(timeout) {}
+    void set(const std::string &key, const std::vector<char> &data) override {
+        ct_status st = ct_store_set(s_, (ns_ + key).c_str(), data.data(), data.size());
+        if (st) throw StoreError(st, ct_last_error());
+    }
+    std::vector<char> get(const std::string &key) override {
+        void *v = nullptr;
+        size_t len = 0;
+        ct_status st = ct_store_get(s_, (ns_ + key).c_str(), timeout_, &v, &len);
+        if (st) throw StoreError(st, ct_last_error());
+        std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + len);
+        free(v);
+        return out;
+    }
+    void wait(const std::vector<std::string> &keys) override { wait(keys, to_ms(timeout_)); }
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout) override {
+        std::vector<std::string> full;
+        std::vector<const char *> ptrs;
+        for (const auto &k : keys) full.push_back(ns_ + k);
+        for (const auto &k : full) ptrs.push_back(k.c_str());
+        double t = timeout.count() > 0 ? static_cast<double>(timeout.count()) / 1e3 : timeout_;
+        ct_status st = ct_store_wait(s_, ptrs.data(), static_cast<int>(ptrs.size()), t);
+        if (st) throw StoreError(st, ct_last_error());
+    }
+
+  private:
+    ct_store *s_;
+    std::string ns_;
+    double timeout_;
+};
+
+// Send/recv slots: a prefix none of Gloo's collectives uses (they take 0x01-0x08).
+constexpr uint8_t kP2PSlotPrefix = 0x40;
+
+}  // namespace
+
+struct ct_gloo_comm {
+    ct_store *store = nullptr;
+    std::string ns, ifaddr;
+    int rank = 0, size = 1;
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::vector<unsigned char> scratch;
+};
+
+namespace {
+
+unsigned char *scratch(ct_gloo_comm *c, size_t bytes) {
+    if (c->scratch.size() < bytes) c->scratch.resize(bytes);
+    return c->scratch.data();
+}
+
+template <typename T>
+void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds to) {
+    const auto &ctx = c->ctx;
+    const size_t n = op->count, bytes = n * sizeof(T), all = bytes * static_cast<size_t>(c->size);
+    T *r = static_cast<T *>(op->rbuf);
+    const T *s = static_cast<const T *>(op->sbuf);
+    auto fn = [op](void *o, const void *a, const void *b, size_t k) { op->reduce(o, a, b, k, op->reduce_arg); };
+    switch (op->kind) {
+    case CT_GLOO_ALLREDUCE: {
+        gloo::AllreduceOptions o(ctx);
+        o.setOutput(r, n);
+        o.setReduceFunction(fn);
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::allreduce(o);
+        break;
+    }
+    case CT_GLOO_BROADCAST: {
+        gloo::BroadcastOptions o(ctx);
+        o.setOutput(r, n);
+        o.setRoot(op->peer);
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::broadcast(o);
+        break;
+    }
+    case CT_GLOO_REDUCE: {
+        // Gloo's ring leaves partial sums in every rank's output: only the root's may be the caller's
+        gloo::ReduceOptions o(ctx);
+        o.setInput(r, n);
+        o.setOutput(c->rank == op->peer ? r : reinterpret_cast<T *>(scratch(c, bytes)), n);
+        o.setRoot(op->peer);
+        o.setReduceFunction(fn);
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::reduce(o);
+        break;
+    }
+    case CT_GLOO_ALLGATHER: {
+        gloo::AllgatherOptions o(ctx);
+        if (s != r + static_cast<size_t>(c->rank) * n) o.setInput(const_cast<T *>(s), n);  // else in place
+        o.setOutput(r, n * static_cast<size_t>(c->size));
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::allgather(o);
+        break;
+    }
+    case CT_GLOO_ALLTOALL: {
+        const unsigned char *sb = reinterpret_cast<const unsigned char *>(s), *rb = reinterpret_cast<unsigned char *>(r);
+        if (sb < rb + all && rb < sb + all) {  // overlapping: Gloo reads the input while it writes the output
+            unsigned char *t = scratch(c, all);
+            memcpy(t, sb, all);
+            s = reinterpret_cast<const T *>(t);
+        }
+        gloo::AlltoallOptions o(ctx);
+        o.setInput(const_cast<T *>(s), n * static_cast<size_t>(c->size));
+        o.setOutput(r, n * static_cast<size_t>(c->size));
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::alltoall(o);
+        break;
+    }
+    case CT_GLOO_BARRIER: {
+        gloo::BarrierOptions o(ctx);
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::barrier(o);
+        break;
+    }
+    case CT_GLOO_SEND: {
+        auto b = ctx->createUnboundBuffer(const_cast<T *>(s), bytes);
+        b->send(op->peer, gloo::Slot::build(kP2PSlotPrefix, op->tag));
+        b->waitSend(to);
+        break;
+    }
+    case CT_GLOO_RECV: {
+        auto b = ctx->createUnboundBuffer(r, bytes);
+        b->recv(op->peer, gloo::Slot::build(kP2PSlotPrefix, op->tag));
+        b->waitRecv(to);
+        break;
+    }
+    }
+}
+
+// One rank: nothing to exchange (Gloo itself insists on a pair to each neighbour).
+void run_alone(const ct_gloo_op *op) {
+    size_t bytes = op->count * op->esize;
+    if ((op->kind == CT_GLOO_ALLGATHER || op->kind == CT_GLOO_ALLTOALL || op->kind == CT_GLOO_SEND) && op->rbuf &&
+        op->sbuf != op->rbuf)
+        memmove(op->rbuf, op->sbuf, bytes);
+}
+
+// "[10.0.0.2]:40151" of a pair's address, without what may follow (a sequence number).
+std::string listen_addr(const std::string &a) {
+    size_t e = a.find("]:");
+    if (e == std::string::npos) return a;
+    size_t p = e + 2;
+    while (p < a.size() && a[p] >= '0' && a[p] <= '9') p++;
+    return a.substr(0, p);
+}
+
+// "[/build/gloo/transport/tcp/pair.cc:589] Connection closed by peer [10.0.0.2]:40151": the
+// source position means nothing to a user.
+const char *strip_position(const char *m) {
+    if (m[0] == '[') {
+        const char *e = strstr(m, "] ");
+        if (e) return e + 2;
+    }
+    return m;
+}
+
+// The rank whose listening address ("[10.0.0.2]:40151", published at connection time) appears
+// in Gloo's message, with its host; -1 when none does. Asks the store: only after a failure.
+int peer_in_message(ct_gloo_comm *c, const char *msg, std::string *host) {
+    double give_up = ct_time_now() + 2;  // the store may be gone with the peer
+    for (int r = 0; r < c->size && ct_time_now() < give_up; r++) {
+        if (r == c->rank) continue;
+        void *v = nullptr;
+        size_t len = 0;
+        std::string key = c->ns + "host/" + std::to_string(r);
+        if (ct_store_get(c->store, key.c_str(), 1.0, &v, &len) != CT_OK) break;
+        std::string label(static_cast<char *>(v), len);  // "HOSTNAME IFADDR [IP]:PORT"
+        free(v);
+        size_t sp = label.rfind(' ');
+        if (sp != std::string::npos && strstr(msg, label.c_str() + sp + 1)) {
+            *host = label.substr(0, sp);
+            return r;
+        }
+    }
+    return -1;
+}
+
+ct_status op_failed(ct_gloo_comm *c, const ct_gloo_op *op, const char *what) {
+    const char *m = strip_position(what);
+    if (strstr(m, "imed out") || strstr(m, "imeout"))
+        return ct_error(CT_ERR_TIMEOUT, "%s timed out after %.0f s (gloo backend: some rank never reached it): %s",
+                        op->what, op->timeout_s, m);
+    std::string host;
+    int r = peer_in_message(c, m, &host);
+    if (r >= 0)
+        return ct_error(CT_ERR_PEER, "%s failed: lost rank %d of %d on %s (gloo backend: %s)", op->what, r, c->size,
+                        host.c_str(), m);
+    return ct_error(CT_ERR_PEER, "%s failed (gloo backend): %s", op->what, m);
+}
+
+}  // namespace
+
+extern "C" ct_status ct_gloo_comm_run(ct_gloo_comm *c, const ct_gloo_op *op) {
+    if (c->size == 1 || (op->count == 0 && op->kind != CT_GLOO_BARRIER)) {
+        if (c->size == 1) run_alone(op);
+        return CT_OK;
+    }
+    try {
+        auto to = to_ms(op->timeout_s);
+        switch (op->esize) {
+        case 1: run_typed<uint8_t>(c, op, to); break;
+        case 2: run_typed<uint16_t>(c, op, to); break;
+        case 4: run_typed<uint32_t>(c, op, to); break;
+        case 8: run_typed<uint64_t>(c, op, to); break;
+        default: return ct_error(CT_ERR_UNSUPPORTED, "%s: gloo backend: no %zu-byte elements", op->what, op->esize);
+        }
+        return CT_OK;
+    } catch (const std::exception &e) {
+        return op_failed(c, op, e.what());
+    } catch (...) {
+        return op_failed(c, op, "unknown exception");
+    }
+}
+
+extern "C" ct_status ct_gloo_comm_create(ct_store *store, const char *ns, int rank, int size, double timeout_s,
+                                         const char *ifaddr, ct_gloo_comm **out) {
+    *out = nullptr;
+    ct_gloo_comm *c = nullptr;
+    try {
+        c = new ct_gloo_comm();
+        c->store = store;
+        c->ns = ns;
+        c->ifaddr = ifaddr;
+        c->rank = rank;
+        c->size = size;
+        if (size > 1) {
+            // A peer that dies mid-write must be an error here, not SIGPIPE killing this process
+            // (Gloo writes with writev, which has no MSG_NOSIGNAL). Only the default is replaced.
+            struct sigaction sa;
+            if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+            gloo::transport::tcp::attr a;
+            a.hostname = ifaddr;
+            c->dev = gloo::transport::tcp::CreateDevice(a);
+            c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+            c->ctx->setTimeout(to_ms(timeout_s));
+            CtStore s(store, c->ns, timeout_s);
+            c->ctx->connectFullMesh(s, c->dev);
+            // who this is, for the others' error messages: Gloo names a lost peer by the
+            // address it listens on, which every pair of this rank carries
+            char host[256] = "";
+            gethostname(host, sizeof host - 1);
+            std::string label = std::string(host) + " " + ifaddr + " " +
+                                listen_addr(c->ctx->getPair(rank == 0 ? 1 : 0)->address().str());
+            std::string key = c->ns + "host/" + std::to_string(rank);
+            ct_status st = ct_store_set(store, key.c_str(), label.data(), label.size());
+            if (st) throw StoreError(st, ct_last_error());
+        }
+        *out = c;
+        return CT_OK;
+    } catch (const StoreError &e) {
+        delete c;
+        return ct_error(e.st, "gloo backend: rendezvous of %d ranks through the store failed: %s", size, e.what());
+    } catch (const std::exception &e) {
+        delete c;
+        return ct_error(CT_ERR_PEER, "gloo backend: rank %d of %d cannot connect from %s: %s", rank, size, ifaddr,
+                        strip_position(e.what()));
+    } catch (...) {
+        delete c;
+        return ct_error(CT_ERR_PEER, "gloo backend: rank %d of %d cannot connect from %s", rank, size, ifaddr);
+    }
+}
+
+extern "C" void ct_gloo_comm_free(ct_gloo_comm *c) {
+    try {
+        if (c) c->ctx.reset();  // the pairs before the device they run on
+        delete c;
+    } catch (...) {  // closing sockets of a dead peer: nothing left to report to
+    }
+}

@@ -258,14 +258,17 @@ int cli_run(int argc, char **argv) {
                 o.port, o.runid);
     /* The pid file identifies "the same run" for cleanup after a killed launcher: the log
      * directory, else a run id the user chose (not the secret one), else a fixed port. */
-    char pdir[600];
-    if (o.log_dir) snprintf(o.pid_file, sizeof o.pid_file, "%s/.ctrain-run.pid", o.log_dir);
+    char pdir[600], node[32] = "";
+    if (o.nnodes > 1) /* one launcher per node, each with its own file: a log directory or /tmp may be shared */
+        snprintf(node, sizeof node, "-node%d", o.node_rank);
+    if (o.log_dir) snprintf(o.pid_file, sizeof o.pid_file, "%s/.ctrain-run%s.pid", o.log_dir, node);
     else if ((o.run_id && !id_is_token) || !o.standalone) {
         int ok = ct_private_dir(pdir, sizeof pdir) == CT_OK;
         for (const char *c = o.run_id; ok && c && !id_is_token && *c; c++)
             ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c);
-        if (ok && o.run_id && !id_is_token) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s.pid", pdir, o.runid);
-        else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d.pid", pdir, o.port);
+        if (ok && o.run_id && !id_is_token)
+            snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s%s.pid", pdir, o.runid, node);
+        else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d%s.pid", pdir, o.port, node);
     }
     int exit_code = 1;
     ct_sup_result *res = calloc(1, sizeof *res);

@@ -6,11 +6,9 @@
 #include "distributed/gloo.h"
 
 #include <gloo/allgather.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -105,17 +103,7 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
     const size_t n = op->count, bytes = n * sizeof(T), all = bytes * static_cast<size_t>(c->size);
     T *r = static_cast<T *>(op->rbuf);
     const T *s = static_cast<const T *>(op->sbuf);
-    auto fn = [op](void *o, const void *a, const void *b, size_t k) { op->reduce(o, a, b, k, op->reduce_arg); };
     switch (op->kind) {
-    case CT_GLOO_ALLREDUCE: {
-        gloo::AllreduceOptions o(ctx);
-        o.setOutput(r, n);
-        o.setReduceFunction(fn);
-        o.setTag(op->tag);
-        o.setTimeout(to);
-        gloo::allreduce(o);
-        break;
-    }
     case CT_GLOO_BROADCAST: {
         gloo::BroadcastOptions o(ctx);
         o.setOutput(r, n);
@@ -123,18 +111,6 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
         o.setTag(op->tag);
         o.setTimeout(to);
         gloo::broadcast(o);
-        break;
-    }
-    case CT_GLOO_REDUCE: {
-        // Gloo's ring leaves partial sums in every rank's output: only the root's may be the caller's
-        gloo::ReduceOptions o(ctx);
-        o.setInput(r, n);
-        o.setOutput(c->rank == op->peer ? r : reinterpret_cast<T *>(scratch(c, bytes)), n);
-        o.setRoot(op->peer);
-        o.setReduceFunction(fn);
-        o.setTag(op->tag);
-        o.setTimeout(to);
-        gloo::reduce(o);
         break;
     }
     case CT_GLOO_ALLGATHER: {

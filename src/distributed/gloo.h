@@ -4,8 +4,8 @@
  *
  *   ct_gloo_comm *c;
  *   if (ct_gloo_comm_create(store, "ctrain/0/gloo/", rank, size, 300, "10.0.0.2", &c)) ...
- *   ct_gloo_op op = {.kind = CT_GLOO_ALLREDUCE, .rbuf = buf, .count = n, .esize = 4,
- *                    .reduce = fn, .timeout_s = 300, .what = "all_reduce #1"};
+ *   ct_gloo_op op = {.kind = CT_GLOO_BROADCAST, .rbuf = buf, .count = n, .esize = 4, .peer = 0,
+ *                    .timeout_s = 300, .what = "broadcast #1"};
  *   ct_gloo_comm_run(c, &op);
  *   ct_gloo_comm_free(c);
  */
@@ -23,24 +23,20 @@ extern "C" {
 
 typedef struct ct_gloo_comm ct_gloo_comm;
 
+/* The data movements the backend is built from; reductions happen on the C side, in rank
+ * order (see gloo_pg.c). */
 typedef enum {
-    CT_GLOO_ALLREDUCE, CT_GLOO_BROADCAST, CT_GLOO_REDUCE, CT_GLOO_ALLGATHER, CT_GLOO_ALLTOALL, CT_GLOO_BARRIER,
-    CT_GLOO_SEND, CT_GLOO_RECV
+    CT_GLOO_BROADCAST, CT_GLOO_ALLGATHER, CT_GLOO_ALLTOALL, CT_GLOO_BARRIER, CT_GLOO_SEND, CT_GLOO_RECV
 } ct_gloo_kind;
-
-/* out[i] = a[i] op b[i] for n elements (out may alias a or b). */
-typedef void (*ct_gloo_reduce_fn)(void *out, const void *a, const void *b, size_t n, const void *arg);
 
 typedef struct ct_gloo_op {
     ct_gloo_kind kind;
     const void *sbuf;  /* all-gather, all-to-all, send: the input */
-    void *rbuf;        /* in place for all-reduce, broadcast, reduce; the output otherwise */
+    void *rbuf;        /* in place for broadcast; the output otherwise */
     size_t count;      /* elements (per rank for all-gather and all-to-all) */
     size_t esize;      /* bytes per element: 1, 2, 4 or 8 */
     int peer;          /* root, destination or source (group rank) */
     uint32_t tag;      /* send/recv: matched with the same tag; collectives: the sequence number */
-    ct_gloo_reduce_fn reduce;
-    const void *reduce_arg;
     double timeout_s;  /* time left until the group's deadline */
     const char *what;  /* "all_reduce #5 (f32 x 1000, sum)": starts every error message */
 } ct_gloo_op;

@@ -4,10 +4,14 @@
  * Rendezvous: Gloo's address exchange goes through the job's store, under pg->prefix + "gloo/"
  * (a subgroup adds its number). Connections start from this host's address on the interface
  * that reaches MASTER_ADDR, or CTRAIN_GLOO_IFADDR.
- * Reductions run ctrain's own kernels (ct_reduce2) inside Gloo's ring, so every dtype and op is
- * supported; AVG is SUM then a division. Reduce-scatter is an all-reduce of the whole buffer
- * keeping this rank's block (Gloo's own reduce-scatter is only in its older algorithm API):
- * twice the traffic of a ring reduce-scatter. Fingerprints are one extra 24-byte all-gather
+ * Reductions are computed here, not in Gloo's ring: all-reduce is an all-to-all of the parts
+ * (Gloo), each rank summing its part over ranks 0..n-1 in that order, then an all-gather
+ * (Gloo). That is the shm backend's order, so a job gets the same bits on one machine (shm) as
+ * across several (Gloo's ring would add in a rotating order: last-bit differences that 200
+ * SGD steps grow into visibly different weights). The traffic equals the ring's: (n-1)/n of
+ * the buffer out and in, twice. Every dtype and op (ct_reduce2), AVG dividing in the last pass
+ * as shm does. Reduce is an all-reduce whose result only the root keeps; reduce-scatter is
+ * the all-to-all and the ordered sum. Fingerprints are one extra 24-byte all-gather
  * per operation, as in the mpi backend. */
 #if CT_HAVE_GLOO
 #include "distributed/dist_internal.h"
@@ -30,8 +34,8 @@ typedef struct {
     unsigned ngroups; /* subgroups made from this one: names their keys */
     double timeout;
     char ns[160], ifaddr[INET6_ADDRSTRLEN];
-    void *tmp;
-    size_t cap;
+    void *stage, *pad; /* all-to-all output; a padded or private copy of the buffer */
+    size_t stage_cap, pad_cap;
 } gloo_pg;
 
 typedef struct {
@@ -42,20 +46,69 @@ typedef struct {
     uint64_t count;
 } gloo_fp;
 
-static void reduce_cb(void *o, const void *a, const void *b, size_t n, const void *arg) {
-    const ct_work *w = arg;
-    ct_reduce2(w->dt, w->rop == CT_RED_AVG ? CT_RED_SUM : w->rop, o, NULL, a, b, n, 0);
+static void *grow(void **p, size_t *cap, size_t bytes) {
+    if (*cap < bytes) {
+        void *q = realloc(*p, bytes);
+        if (!q) return NULL;
+        *p = q;
+        *cap = bytes;
+    }
+    return *p;
 }
 
-static ct_status check_fp(gloo_pg *g, ct_work *w, double timeout, const char *what) {
+/* Gloo's tag for step `phase` (0-3) of collective w: no two messages in flight share a slot. */
+static uint32_t tag_of(const ct_work *w, uint32_t phase) { return w->seq * 4u + phase; }
+
+/* root: broadcast's; the rest ignore it */
+static ct_status run_op(gloo_pg *g, ct_gloo_kind kind, const void *s, void *r, size_t count, size_t esz, int root,
+                        uint32_t tag, double deadline, const char *what) {
+    double left = deadline - ct_time_now();
+    ct_gloo_op op = {.kind = kind, .sbuf = s, .rbuf = r, .count = count, .esize = esz, .peer = root, .tag = tag,
+                     .timeout_s = left > 0.001 ? left : 0.001, .what = what};
+    return ct_gloo_comm_run(g->comm, &op);
+}
+
+/* in: n blocks of `part` elements, block p for rank p. out (may alias in): the reduction of
+ * this rank's block over every rank, in rank order, AVG dividing in the last pass. */
+static ct_status reduce_scatter_ordered(gloo_pg *g, const ct_work *w, const void *in, void *out, size_t part,
+                                        double deadline, const char *what) {
+    size_t esz = ct_dtype_size(w->dt), blk = part * esz;
+    uint8_t *st = grow(&g->stage, &g->stage_cap, blk * (size_t)g->n);
+    if (!st) return ct_error(CT_ERR_NOMEM, "%s: gloo backend: %zu bytes of staging", what, blk * (size_t)g->n);
+    ct_status rc = run_op(g, CT_GLOO_ALLTOALL, in, st, part, esz, 0, tag_of(w, 1), deadline, what);
+    if (rc) return rc;
+    const void *prev = st;
+    for (int r = 1; r < g->n; r++) { /* out is the accumulator: no source aliases it */
+        ct_reduce2(w->dt, w->rop, out, NULL, prev, st + (size_t)r * blk, part, r == g->n - 1 ? g->n : 0);
+        prev = out;
+    }
+    return CT_OK;
+}
+
+/* buf gets the all-reduce of every rank's buf. */
+static ct_status allreduce_ordered(gloo_pg *g, const ct_work *w, void *buf, double deadline, const char *what) {
+    size_t esz = ct_dtype_size(w->dt), n = (size_t)g->n, part = (w->count + n - 1) / n;
+    uint8_t *all = buf;
+    if (part * n != w->count) { /* Gloo's all-to-all wants equal blocks: pad */
+        all = grow(&g->pad, &g->pad_cap, part * n * esz);
+        if (!all) return ct_error(CT_ERR_NOMEM, "%s: gloo backend: %zu bytes of staging", what, part * n * esz);
+        memcpy(all, buf, w->count * esz);
+        memset(all + w->count * esz, 0, (part * n - w->count) * esz);
+    }
+    uint8_t *mine = all + (size_t)g->rank * part * esz;
+    ct_status rc = reduce_scatter_ordered(g, w, all, mine, part, deadline, what);
+    if (!rc) rc = run_op(g, CT_GLOO_ALLGATHER, mine, all, part, esz, 0, tag_of(w, 2), deadline, what);
+    if (!rc && all != buf) memcpy(buf, all, w->count * esz);
+    return rc;
+}
+
+static ct_status check_fp(gloo_pg *g, ct_work *w, double deadline, const char *what) {
     gloo_fp mine = {w->seq, (uint8_t)w->kind, (uint8_t)w->dt, (uint8_t)w->rop, 0, w->peer, 0, w->count};
     if (w->kind != CT_OP_ALLREDUCE && w->kind != CT_OP_REDUCE && w->kind != CT_OP_REDUCE_SCATTER) mine.rop = 0;
     if (w->kind != CT_OP_BROADCAST && w->kind != CT_OP_REDUCE) mine.root = 0;
     gloo_fp *all = malloc(sizeof(gloo_fp) * (size_t)g->n);
     if (!all) return ct_error(CT_ERR_NOMEM, "fingerprint exchange");
-    ct_gloo_op op = {.kind = CT_GLOO_ALLGATHER, .sbuf = &mine, .rbuf = all, .count = sizeof mine, .esize = 1,
-                     .tag = w->seq, .timeout_s = timeout, .what = what};
-    ct_status st = ct_gloo_comm_run(g->comm, &op);
+    ct_status st = run_op(g, CT_GLOO_ALLGATHER, &mine, all, sizeof mine, 1, 0, tag_of(w, 0), deadline, what);
     for (int p = 0; p < g->n && st == CT_OK; p++) {
         gloo_fp *f = &all[p];
         if (memcmp(f, &mine, sizeof mine)) {
@@ -75,60 +128,55 @@ static ct_status gloo_run(void *impl, ct_work *w, double deadline) {
     gloo_pg *g = impl;
     char what[200];
     ct_work_describe(w, what, sizeof what);
-    double left = deadline - ct_time_now();
-    if (left < 0.001) left = 0.001;
     int collective = w->kind != CT_OP_SEND && w->kind != CT_OP_RECV;
     if (g->fingerprint && collective && g->n > 1) {
-        ct_status st = check_fp(g, w, left, what);
+        ct_status st = check_fp(g, w, deadline, what);
         if (st) return st;
-        left = deadline - ct_time_now();
-        if (left < 0.001) left = 0.001;
     }
     size_t esz = ct_dtype_size(w->dt);
-    ct_gloo_op op = {.sbuf = w->sbuf, .rbuf = w->rbuf, .count = w->count, .esize = esz, .peer = w->peer,
-                     .tag = collective ? w->seq : (uint32_t)w->tag, .reduce = reduce_cb, .reduce_arg = w,
-                     .timeout_s = left, .what = what};
-    void *out = w->rbuf; /* where a reduction's result is, for AVG's division */
-    switch (w->kind) {
-    case CT_OP_ALLREDUCE: op.kind = CT_GLOO_ALLREDUCE; break;
-    case CT_OP_BROADCAST: op.kind = CT_GLOO_BROADCAST; break;
-    case CT_OP_REDUCE: op.kind = CT_GLOO_REDUCE; break;
-    case CT_OP_ALLGATHER: op.kind = CT_GLOO_ALLGATHER; break;
-    case CT_OP_ALLTOALL: op.kind = CT_GLOO_ALLTOALL; break;
-    case CT_OP_BARRIER: op.kind = CT_GLOO_BARRIER; break;
-    case CT_OP_SEND: op.kind = CT_GLOO_SEND; break;
-    case CT_OP_RECV: op.kind = CT_GLOO_RECV; break;
-    case CT_OP_REDUCE_SCATTER: {
-        size_t bytes = w->count * esz * (size_t)g->n;
-        if (g->cap < bytes) {
-            void *p = realloc(g->tmp, bytes);
-            if (!p) return ct_error(CT_ERR_NOMEM, "%s: gloo backend: %zu bytes of staging", what, bytes);
-            g->tmp = p;
-            g->cap = bytes;
+    if (g->n == 1 || (w->count == 0 && w->kind != CT_OP_BARRIER)) {
+        if (w->kind == CT_OP_REDUCE_SCATTER || w->kind == CT_OP_ALLGATHER || w->kind == CT_OP_ALLTOALL) {
+            if (w->rbuf != w->sbuf) memmove(w->rbuf, w->sbuf, w->count * esz);
         }
-        memcpy(g->tmp, w->sbuf, bytes);
-        op.kind = CT_GLOO_ALLREDUCE;
-        op.rbuf = g->tmp;
-        op.count = w->count * (size_t)g->n;
-        out = (uint8_t *)g->tmp + (size_t)g->rank * w->count * esz;
-        break;
+        if (g->n == 1 && w->rop == CT_RED_AVG &&
+            (w->kind == CT_OP_ALLREDUCE || w->kind == CT_OP_REDUCE || w->kind == CT_OP_REDUCE_SCATTER))
+            ct_reduce_scale(w->dt, w->rbuf, w->count, 1);
+        if (g->n == 1 && (w->kind == CT_OP_SEND || w->kind == CT_OP_RECV))
+            return ct_error(CT_ERR_INVALID, "%s: no other rank in a group of 1", what);
+        return CT_OK;
+    }
+    switch (w->kind) {
+    case CT_OP_ALLREDUCE: return allreduce_ordered(g, w, w->rbuf, deadline, what);
+    case CT_OP_REDUCE: {
+        /* the root's rank-order sum; the others' buffers stay as they were */
+        if (g->rank == w->peer) return allreduce_ordered(g, w, w->rbuf, deadline, what);
+        void *copy = grow(&g->pad, &g->pad_cap, w->count * esz);
+        if (!copy) return ct_error(CT_ERR_NOMEM, "%s: gloo backend: %zu bytes of staging", what, w->count * esz);
+        memcpy(copy, w->rbuf, w->count * esz);
+        return allreduce_ordered(g, w, copy, deadline, what);
+    }
+    case CT_OP_REDUCE_SCATTER: return reduce_scatter_ordered(g, w, w->sbuf, w->rbuf, w->count, deadline, what);
+    case CT_OP_BROADCAST: return run_op(g, CT_GLOO_BROADCAST, NULL, w->rbuf, w->count, esz, w->peer, tag_of(w, 1), deadline, what);
+    case CT_OP_ALLGATHER: return run_op(g, CT_GLOO_ALLGATHER, w->sbuf, w->rbuf, w->count, esz, 0, tag_of(w, 1), deadline, what);
+    case CT_OP_ALLTOALL: return run_op(g, CT_GLOO_ALLTOALL, w->sbuf, w->rbuf, w->count, esz, 0, tag_of(w, 1), deadline, what);
+    case CT_OP_BARRIER: return run_op(g, CT_GLOO_BARRIER, NULL, NULL, 0, 1, 0, tag_of(w, 1), deadline, what);
+    case CT_OP_SEND: case CT_OP_RECV: {
+        double left = deadline - ct_time_now();
+        ct_gloo_op op = {.kind = w->kind == CT_OP_SEND ? CT_GLOO_SEND : CT_GLOO_RECV, .sbuf = w->sbuf, .rbuf = w->rbuf,
+                         .count = w->count, .esize = esz, .peer = w->peer, .tag = (uint32_t)w->tag,
+                         .timeout_s = left > 0.001 ? left : 0.001, .what = what};
+        return ct_gloo_comm_run(g->comm, &op);
     }
     default: return ct_error(CT_ERR_UNSUPPORTED, "gloo backend: %s is not supported", what);
     }
-    ct_status st = ct_gloo_comm_run(g->comm, &op);
-    if (st) return st;
-    int reduced = w->kind == CT_OP_ALLREDUCE || w->kind == CT_OP_REDUCE_SCATTER ||
-                  (w->kind == CT_OP_REDUCE && g->rank == w->peer);
-    if (reduced && w->rop == CT_RED_AVG) ct_reduce_scale(w->dt, out, w->count, g->n);
-    if (w->kind == CT_OP_REDUCE_SCATTER) memcpy(w->rbuf, out, w->count * esz);
-    return CT_OK;
 }
 
 static void gloo_destroy(void *impl) {
     gloo_pg *g = impl;
     if (!g) return;
     ct_gloo_comm_free(g->comm);
-    free(g->tmp);
+    free(g->stage);
+    free(g->pad);
     free(g);
 }
 

@@ -48,7 +48,8 @@ static void usage(FILE *f) {
             "  --grace-period S         SIGTERM -> SIGKILL delay when stopping workers (default 5)\n"
             "  --run-id ID, --rdzv-id ID  job id (TORCHELASTIC_RUN_ID; default random). With --nnodes > 1 and no\n"
             "                           CTRAIN_STORE_TOKEN, an ID of 16+ characters is the store's secret: give\n"
-            "                           every node the same one (it is then never printed or used in names)\n\n"
+            "                           every node the same one (it is then never printed or used in names);\n"
+            "                           node 0 started with neither makes one up and prints it\n\n"
             "Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR,\n"
             "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, CTRAIN_RESTART_COUNT and OMP_NUM_THREADS (cores / workers\n"
             "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 128+N after signal N.\n");
@@ -141,6 +142,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         return 2;
     }
     if (o->standalone && o->nnodes > 1) return fail("%s", "--standalone runs on one machine; drop --nnodes");
+    if (o->nnodes > 1 && !o->master_addr) /* 127.0.0.1 would be unreachable from the other machines */
+        return fail("%s", "--nnodes > 1 needs --master-addr: node 0's address that every node can reach");
     if (o->redirects && !o->log_dir) o->redirects = 0; /* nowhere else to put the output */
     return 0;
 }
@@ -226,9 +229,16 @@ int cli_run(int argc, char **argv) {
     else if (o.run_id && strlen(o.run_id) >= 16) {
         snprintf(o.token, sizeof o.token, "%.39s", o.run_id);
         id_is_token = 1;
+    } else if (o.node_rank == 0 && !o.run_id) {
+        /* node 0 makes the secret up; the user hands it to the other nodes */
+        ct_random_hex(o.token, 16);
+        id_is_token = 1;
+        fprintf(stderr, "ctrain run: this job's store secret is %s: start the other nodes with --rdzv-id %s "
+                        "(or CTRAIN_STORE_TOKEN=%s)\n", o.token, o.token, o.token);
     } else {
         fprintf(stderr, "ctrain run: a multi-node job needs a shared secret for its store: set CTRAIN_STORE_TOKEN to the "
-                        "same value on every node, or give every node the same --rdzv-id of at least 16 characters\n");
+                        "same value on every node, or give every node the same --rdzv-id of at least 16 characters "
+                        "(node 0 prints one when it is started with neither)\n");
         return 2;
     }
     if (o.run_id && !id_is_token) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);

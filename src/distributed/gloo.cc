@@ -186,8 +186,9 @@ const char *strip_position(const char *m) {
     return m;
 }
 
-// The rank whose listening address ("[10.0.0.2]:40151", published at connection time) appears
-// in Gloo's message, with its host; -1 when none does. Asks the store: only after a failure.
+// The rank one of whose listening addresses ("[10.0.0.2]:40151", published at connection
+// time) appears in Gloo's message, with its host; -1 when none does. Asks the store: only
+// after a failure.
 int peer_in_message(ct_gloo_comm *c, const char *msg, std::string *host) {
     double give_up = ct_time_now() + 2;  // the store may be gone with the peer
     for (int r = 0; r < c->size && ct_time_now() < give_up; r++) {
@@ -196,12 +197,18 @@ int peer_in_message(ct_gloo_comm *c, const char *msg, std::string *host) {
         size_t len = 0;
         std::string key = c->ns + "host/" + std::to_string(r);
         if (ct_store_get(c->store, key.c_str(), 1.0, &v, &len) != CT_OK) break;
-        std::string label(static_cast<char *>(v), len);  // "HOSTNAME IFADDR [IP]:PORT"
+        std::string label(static_cast<char *>(v), len);  // "HOSTNAME IFADDR|[IP]:PORT [IP]:PORT..."
         free(v);
-        size_t sp = label.rfind(' ');
-        if (sp != std::string::npos && strstr(msg, label.c_str() + sp + 1)) {
-            *host = label.substr(0, sp);
-            return r;
+        size_t bar = label.find('|');
+        if (bar == std::string::npos) continue;
+        for (size_t p = bar + 1; p < label.size();) {
+            size_t e = label.find(' ', p);
+            if (e == std::string::npos) e = label.size();
+            if (e > p && strstr(msg, label.substr(p, e - p).c_str())) {
+                *host = label.substr(0, bar);
+                return r;
+            }
+            p = e + 1;
         }
     }
     return -1;
@@ -268,11 +275,12 @@ extern "C" ct_status ct_gloo_comm_create(ct_store *store, const char *ns, int ra
             CtStore s(store, c->ns, timeout_s);
             c->ctx->connectFullMesh(s, c->dev);
             // who this is, for the others' error messages: Gloo names a lost peer by the
-            // address it listens on, which every pair of this rank carries
+            // address its end of the connection listened on (one per pair)
             char host[256] = "";
             gethostname(host, sizeof host - 1);
-            std::string label = std::string(host) + " " + ifaddr + " " +
-                                listen_addr(c->ctx->getPair(rank == 0 ? 1 : 0)->address().str());
+            std::string label = std::string(host) + " " + ifaddr + "|";
+            for (int r = 0; r < size; r++)
+                if (r != rank) label += listen_addr(c->ctx->getPair(r)->address().str()) + " ";
             std::string key = c->ns + "host/" + std::to_string(rank);
             ct_status st = ct_store_set(store, key.c_str(), label.data(), label.size());
             if (st) throw StoreError(st, ct_last_error());

@@ -145,6 +145,7 @@ static ct_status gloo_run(void *impl, ct_work *w, double deadline) {
             return ct_error(CT_ERR_INVALID, "%s: no other rank in a group of 1", what);
         return CT_OK;
     }
+    uint32_t t = tag_of(w, 1);
     switch (w->kind) {
     case CT_OP_ALLREDUCE: return allreduce_ordered(g, w, w->rbuf, deadline, what);
     case CT_OP_REDUCE: {
@@ -156,10 +157,10 @@ static ct_status gloo_run(void *impl, ct_work *w, double deadline) {
         return allreduce_ordered(g, w, copy, deadline, what);
     }
     case CT_OP_REDUCE_SCATTER: return reduce_scatter_ordered(g, w, w->sbuf, w->rbuf, w->count, deadline, what);
-    case CT_OP_BROADCAST: return run_op(g, CT_GLOO_BROADCAST, NULL, w->rbuf, w->count, esz, w->peer, tag_of(w, 1), deadline, what);
-    case CT_OP_ALLGATHER: return run_op(g, CT_GLOO_ALLGATHER, w->sbuf, w->rbuf, w->count, esz, 0, tag_of(w, 1), deadline, what);
-    case CT_OP_ALLTOALL: return run_op(g, CT_GLOO_ALLTOALL, w->sbuf, w->rbuf, w->count, esz, 0, tag_of(w, 1), deadline, what);
-    case CT_OP_BARRIER: return run_op(g, CT_GLOO_BARRIER, NULL, NULL, 0, 1, 0, tag_of(w, 1), deadline, what);
+    case CT_OP_BROADCAST: return run_op(g, CT_GLOO_BROADCAST, NULL, w->rbuf, w->count, esz, w->peer, t, deadline, what);
+    case CT_OP_ALLGATHER: return run_op(g, CT_GLOO_ALLGATHER, w->sbuf, w->rbuf, w->count, esz, 0, t, deadline, what);
+    case CT_OP_ALLTOALL: return run_op(g, CT_GLOO_ALLTOALL, w->sbuf, w->rbuf, w->count, esz, 0, t, deadline, what);
+    case CT_OP_BARRIER: return run_op(g, CT_GLOO_BARRIER, NULL, NULL, 0, 1, 0, t, deadline, what);
     case CT_OP_SEND: case CT_OP_RECV: {
         double left = deadline - ct_time_now();
         ct_gloo_op op = {.kind = w->kind == CT_OP_SEND ? CT_GLOO_SEND : CT_GLOO_RECV, .sbuf = w->sbuf, .rbuf = w->rbuf,

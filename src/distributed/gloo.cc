@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -67,10 +68,25 @@ class CtStore : public gloo::rendezvous::Store {
         for (const auto &k : full) ptrs.push_back(k.c_str());
         double t = timeout.count() > 0 ? static_cast<double>(timeout.count()) / 1e3 : timeout_;
         ct_status st = ct_store_wait(s_, ptrs.data(), static_cast<int>(ptrs.size()), t);
+        if (st == CT_ERR_TIMEOUT) throw StoreError(st, missing(keys, t).c_str());
         if (st) throw StoreError(st, ct_last_error());
     }
 
   private:
+    // Gloo's keys are the ranks' numbers: name the ranks that never came.
+    std::string missing(const std::vector<std::string> &keys, double t) {
+        std::string list;
+        for (const auto &k : keys) {
+            bool there = false;
+            if (ct_store_check(s_, (ns_ + k).c_str(), &there) == CT_OK && !there) list += (list.empty() ? "" : ", ") + k;
+        }
+        char m[200];
+        snprintf(m, sizeof m, "no address from rank(s) %.120s after %.0f s (not started, or cannot reach the store)",
+                 list.empty() ? "?" : list.c_str(), t);
+        return m;
+    }
+
+
     ct_store *s_;
     std::string ns_;
     double timeout_;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The gloo backend on one machine under `ctrain run` (CTRAIN_BACKEND=gloo): 2 and 3 ranks run
 # build/mpi/mpi_collectives (every collective, async work, subgroups; every dtype; exact
-# integer patterns), `ctrain bench allreduce --backend gloo -c` checks every dtype and op, and
+# integer patterns), `ctrain bench allreduce --backend gloo -c` checks its sums, and
 # the CNN trained on gloo ends with the same bits as on shm (the same summation order).
 # A bad CTRAIN_GLOO_IFADDR is one clear error.
 set -u
@@ -13,19 +13,19 @@ nm ${CT_BUILD:-build}/libctrain.a 2>/dev/null | grep -q "T ct_gloo_create" || sk
 [ -x ${CT_BUILD:-build}/mpi/mpi_collectives ] || skip "${CT_BUILD:-build}/mpi/mpi_collectives not built (needs libopenmpi-dev)"
 export CTRAIN_BACKEND=gloo CTRAIN_TIMEOUT=60
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-for np in 2 3; do
+nps="2 3"; [ "${CT_BUILD:-build}" = build-san ] && nps=2 # under ASan: 3 ranks take minutes (as mpi_collectives)
+for np in $nps; do
     out=$(timeout 120 $B run --standalone --nproc-per-node $np ${CT_BUILD:-build}/mpi/mpi_collectives 2>&1) ||
         die "collectives np=$np: $out"
     [ "$(echo "$out" | grep -c 'gloo collectives ok')" = $np ] || die "collectives np=$np: $out"
 done
-for dt in f32 f16 bf16 f64 i32 i64; do
-    for op in sum avg min prod; do
-        out=$(timeout 60 $B bench allreduce --backend gloo --np 3 -c -b 2 -e 200K -f 23 --dtype $dt --op $op -n 2 -w 1 2>&1) ||
-            die "bench $dt $op: $out"
-        rows=$(echo "$out" | grep -E '^ *[0-9]+ ')
-        [ "$(echo "$rows" | wc -l)" -ge 3 ] && echo "$rows" | awk '$8 != 0 { bad = 1 } END { exit bad }' ||
-            die "bench $dt $op: $out"
-    done
+# (mpi_collectives covers every dtype and op; here the command's own check, sizes not divisible by 3)
+for dtop in "f32 sum" "bf16 avg" "i64 min"; do
+    set -- $dtop
+    out=$(timeout 60 $B bench allreduce --backend gloo --np 3 -c -b 2 -e 200K -f 23 --dtype $1 --op $2 -n 2 -w 1 2>&1) ||
+        die "bench $dtop: $out"
+    rows=$(echo "$out" | grep -E '^ *[0-9]+ ')
+    [ "$(echo "$rows" | wc -l)" -ge 3 ] && echo "$rows" | awk '$8 != 0 { bad = 1 } END { exit bad }' || die "bench $dtop: $out"
 done
 data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 if [ -r "$data/train-images-idx3-ubyte.gz" ] || [ -r "$data/train-images-idx3-ubyte" ]; then
@@ -42,4 +42,4 @@ fi
 out=$(CTRAIN_GLOO_IFADDR=10.255.255.254 timeout 60 $B bench allreduce --backend gloo -n 1 -b 8 -e 8 2>&1) &&
     die "an address not on this host was accepted: $out"
 echo "$out" | grep -q "gloo backend: rank 0 of 2 cannot connect from 10.255.255.254" || die "bad CTRAIN_GLOO_IFADDR: $out"
-echo "gloo: collectives 2 and 3 ranks, bench 6 dtypes x 4 ops$cnn_note; bad address refused"
+echo "gloo: collectives on $nps ranks, bench checks$cnn_note; bad address refused"

@@ -3,8 +3,10 @@
  * report, restarts the group up to --max-restarts times, forwards SIGINT/SIGTERM.
  *
  *   ctrain run --standalone --nproc-per-node 4 ./train --epochs 3
- *   CTRAIN_STORE_TOKEN=<same secret on every node> \
- *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -- ./train
+ *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 -- ./train    # prints the store secret
+ *   ctrain run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --rdzv-id <secret> -- ./train
+ * (or CTRAIN_STORE_TOKEN=<same secret> on every node). Across machines without mpirun the
+ * workers pick the gloo backend.
  */
 #include <errno.h>
 #include <limits.h>

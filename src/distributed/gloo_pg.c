@@ -85,11 +85,13 @@ static ct_status reduce_scatter_ordered(gloo_pg *g, const ct_work *w, const void
     return CT_OK;
 }
 
-/* buf gets the all-reduce of every rank's buf. */
-static ct_status allreduce_ordered(gloo_pg *g, const ct_work *w, void *buf, double deadline, const char *what) {
+/* buf gets the all-reduce of every rank's buf, or (keep: reduce on a rank other than the
+ * root) stays as it was. */
+static ct_status allreduce_ordered(gloo_pg *g, const ct_work *w, void *buf, int keep, double deadline,
+                                   const char *what) {
     size_t esz = ct_dtype_size(w->dt), n = (size_t)g->n, part = (w->count + n - 1) / n;
     uint8_t *all = buf;
-    if (part * n != w->count) { /* Gloo's all-to-all wants equal blocks: pad */
+    if (keep || part * n != w->count) { /* Gloo's all-to-all wants equal blocks: pad */
         all = grow(&g->pad, &g->pad_cap, part * n * esz);
         if (!all) return ct_error(CT_ERR_NOMEM, "%s: gloo backend: %zu bytes of staging", what, part * n * esz);
         memcpy(all, buf, w->count * esz);
@@ -98,7 +100,7 @@ static ct_status allreduce_ordered(gloo_pg *g, const ct_work *w, void *buf, doub
     uint8_t *mine = all + (size_t)g->rank * part * esz;
     ct_status rc = reduce_scatter_ordered(g, w, all, mine, part, deadline, what);
     if (!rc) rc = run_op(g, CT_GLOO_ALLGATHER, mine, all, part, esz, 0, tag_of(w, 2), deadline, what);
-    if (!rc && all != buf) memcpy(buf, all, w->count * esz);
+    if (!rc && all != buf && !keep) memcpy(buf, all, w->count * esz);
     return rc;
 }
 
@@ -147,15 +149,9 @@ static ct_status gloo_run(void *impl, ct_work *w, double deadline) {
     }
     uint32_t t = tag_of(w, 1);
     switch (w->kind) {
-    case CT_OP_ALLREDUCE: return allreduce_ordered(g, w, w->rbuf, deadline, what);
-    case CT_OP_REDUCE: {
-        /* the root's rank-order sum; the others' buffers stay as they were */
-        if (g->rank == w->peer) return allreduce_ordered(g, w, w->rbuf, deadline, what);
-        void *copy = grow(&g->pad, &g->pad_cap, w->count * esz);
-        if (!copy) return ct_error(CT_ERR_NOMEM, "%s: gloo backend: %zu bytes of staging", what, w->count * esz);
-        memcpy(copy, w->rbuf, w->count * esz);
-        return allreduce_ordered(g, w, copy, deadline, what);
-    }
+    case CT_OP_ALLREDUCE: return allreduce_ordered(g, w, w->rbuf, 0, deadline, what);
+    /* the root's rank-order sum; the others' buffers stay as they were */
+    case CT_OP_REDUCE: return allreduce_ordered(g, w, w->rbuf, g->rank != w->peer, deadline, what);
     case CT_OP_REDUCE_SCATTER: return reduce_scatter_ordered(g, w, w->sbuf, w->rbuf, w->count, deadline, what);
     case CT_OP_BROADCAST: return run_op(g, CT_GLOO_BROADCAST, NULL, w->rbuf, w->count, esz, w->peer, t, deadline, what);
     case CT_OP_ALLGATHER: return run_op(g, CT_GLOO_ALLGATHER, w->sbuf, w->rbuf, w->count, esz, 0, t, deadline, what);

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -172,7 +173,75 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
         b->waitRecv(to);
         break;
     }
+    case CT_GLOO_ALLREDUCE_ORDERED: break;  // allreduce_ordered: not by element type
     }
+}
+
+// All-reduce whose every element is summed in rank order (op->combine over ranks 0..n-1):
+// rank p reduces part p of the n parts of rbuf and sends the result to all (a reduce-scatter
+// and an all-gather, each peer to peer). Parts go in segments of kSeg bytes, two in flight: the
+// next segment travels while this one is reduced. Each role has its own buffer object per
+// segment parity, so that a count of completions on it is exactly one segment's.
+constexpr size_t kSeg = 1 << 20;
+constexpr uint8_t kRsSlotPrefix = 0x41, kAgSlotPrefix = 0x42;
+
+void allreduce_ordered(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds to) {
+    const auto &ctx = c->ctx;
+    const int n = c->size, me = c->rank;
+    const size_t es = op->esize, part = op->count / static_cast<size_t>(n) * es;  // bytes per part
+    const size_t seg = kSeg / es * es, nseg = (part + seg - 1) / seg;
+    unsigned char *buf = static_cast<unsigned char *>(op->rbuf);
+    unsigned char *stage = scratch(c, 2 * static_cast<size_t>(n) * seg);  // [parity][rank] segment
+    const uint64_t rs = gloo::Slot::build(kRsSlotPrefix, op->tag), ag = gloo::Slot::build(kAgSlotPrefix, op->tag);
+    std::unique_ptr<gloo::transport::UnboundBuffer> st[2], rs_send[2], ag_send[2], ag_recv[2];
+    for (int h = 0; h < 2; h++) {
+        st[h] = ctx->createUnboundBuffer(stage + h * static_cast<size_t>(n) * seg, static_cast<size_t>(n) * seg);
+        rs_send[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
+        ag_send[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
+        ag_recv[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
+    }
+    auto len = [&](size_t j) { return std::min(seg, part - j * seg); };
+    auto post_rs = [&](size_t j) {  // segment j of every part to its owner; mine from everyone
+        int h = static_cast<int>(j & 1);
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            st[h]->recv(q, rs, static_cast<size_t>(q) * seg, len(j));
+            rs_send[h]->send(q, rs, static_cast<size_t>(q) * part + j * seg, len(j));
+        }
+    };
+    post_rs(0);
+    if (nseg > 1) post_rs(1);
+    for (size_t j = 0; j < nseg; j++) {
+        int h = static_cast<int>(j & 1);
+        for (int q = 1; q < n; q++) st[h]->waitRecv(to);
+        unsigned char *mine = buf + static_cast<size_t>(me) * part + j * seg;
+        unsigned char *acc = stage + h * static_cast<size_t>(n) * seg + static_cast<size_t>(me) * seg;  // unused slot
+        const size_t k = len(j) / es;
+        const void *prev = me == 0 ? mine : stage + h * static_cast<size_t>(n) * seg;
+        for (int r = 1; r < n; r++) {
+            const void *src = r == me ? mine : stage + h * static_cast<size_t>(n) * seg + static_cast<size_t>(r) * seg;
+            bool last = r == n - 1;
+            op->combine(last ? mine : acc, prev, src, k, last, op->combine_arg);
+            prev = acc;
+        }
+        for (int q = 1; q < n; q++) rs_send[h]->waitSend(to);  // the peers' parts of j may be overwritten now
+        if (j >= 2)
+            for (int q = 1; q < n; q++) {
+                ag_send[h]->waitSend(to);
+                ag_recv[h]->waitRecv(to);
+            }
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            ag_recv[h]->recv(q, ag, static_cast<size_t>(q) * part + j * seg, len(j));
+            ag_send[h]->send(q, ag, static_cast<size_t>(me) * part + j * seg, len(j));
+        }
+        if (j + 2 < nseg) post_rs(j + 2);
+    }
+    for (size_t j = nseg >= 2 ? nseg - 2 : 0; j < nseg; j++)
+        for (int q = 1; q < n; q++) {
+            ag_send[j & 1]->waitSend(to);
+            ag_recv[j & 1]->waitRecv(to);
+        }
 }
 
 // One rank: nothing to exchange (Gloo itself insists on a pair to each neighbour).
@@ -252,6 +321,10 @@ extern "C" ct_status ct_gloo_comm_run(ct_gloo_comm *c, const ct_gloo_op *op) {
     }
     try {
         auto to = to_ms(op->timeout_s);
+        if (op->kind == CT_GLOO_ALLREDUCE_ORDERED) {
+            allreduce_ordered(c, op, to);
+            return CT_OK;
+        }
         switch (op->esize) {
         case 1: run_typed<uint8_t>(c, op, to); break;
         case 2: run_typed<uint16_t>(c, op, to); break;

@@ -26,8 +26,13 @@ typedef struct ct_gloo_comm ct_gloo_comm;
 /* The data movements the backend is built from; reductions happen on the C side, in rank
  * order (see gloo_pg.c). */
 typedef enum {
-    CT_GLOO_BROADCAST, CT_GLOO_ALLGATHER, CT_GLOO_ALLTOALL, CT_GLOO_BARRIER, CT_GLOO_SEND, CT_GLOO_RECV
+    CT_GLOO_BROADCAST, CT_GLOO_ALLGATHER, CT_GLOO_ALLTOALL, CT_GLOO_BARRIER, CT_GLOO_SEND, CT_GLOO_RECV,
+    CT_GLOO_ALLREDUCE_ORDERED /* rbuf: count = n * part elements, part p reduced on rank p (below) */
 } ct_gloo_kind;
+
+/* dst = a op b for n elements (dst may alias a or b at the same index); `last`: the final
+ * pass of a reduction (AVG divides there). */
+typedef void (*ct_gloo_combine_fn)(void *dst, const void *a, const void *b, size_t n, int last, const void *arg);
 
 typedef struct ct_gloo_op {
     ct_gloo_kind kind;
@@ -39,6 +44,8 @@ typedef struct ct_gloo_op {
     uint32_t tag;      /* send/recv: matched with the same tag; collectives: the sequence number */
     double timeout_s;  /* time left until the group's deadline */
     const char *what;  /* "all_reduce #5 (f32 x 1000, sum)": starts every error message */
+    ct_gloo_combine_fn combine; /* CT_GLOO_ALLREDUCE_ORDERED: folds rank 0's part, then 1's... */
+    const void *combine_arg;
 } ct_gloo_op;
 
 /* Connects `size` ranks into a full mesh of TCP connections from `ifaddr` (this host's

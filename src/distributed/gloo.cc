@@ -14,6 +14,8 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -261,6 +263,40 @@ std::string listen_addr(const std::string &a) {
     return a.substr(0, p);
 }
 
+// "[IP]:PORT" of every established IPv4 TCP connection of this process (its descriptors'
+// socket inodes looked up in /proc/self/net/tcp): where this rank connected, the peer's Gloo
+// names it by that ephemeral port, which no listening address gives away.
+std::string local_tcp_addrs() {
+    std::vector<unsigned long> inodes;
+    if (DIR *d = opendir("/proc/self/fd")) {
+        while (struct dirent *e = readdir(d)) {
+            char path[300], target[64];
+            snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+            ssize_t n = readlink(path, target, sizeof target - 1);
+            unsigned long ino;
+            if (n > 0 && (target[n] = 0, sscanf(target, "socket:[%lu]", &ino) == 1)) inodes.push_back(ino);
+        }
+        closedir(d);
+    }
+    std::string out;
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    if (!f) return out;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long ip, port, state, ino;
+        if (sscanf(line, " %*u: %lx:%lx %*x:%*x %lx %*x:%*x %*x:%*x %*x %*u %*u %lu", &ip, &port, &state, &ino) != 4 ||
+            state != 1 /* ESTABLISHED */ || std::find(inodes.begin(), inodes.end(), ino) == inodes.end())
+            continue;
+        struct in_addr a;
+        a.s_addr = static_cast<uint32_t>(ip);  // the kernel prints the address as stored
+        char txt[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &a, txt, sizeof txt);
+        out += "[" + std::string(txt) + "]:" + std::to_string(port) + " ";
+    }
+    fclose(f);
+    return out;
+}
+
 // "[/build/gloo/transport/tcp/pair.cc:589] Connection closed by peer [10.0.0.2]:40151": the
 // source position means nothing to a user.
 const char *strip_position(const char *m) {
@@ -271,10 +307,15 @@ const char *strip_position(const char *m) {
     return m;
 }
 
-// The rank one of whose listening addresses ("[10.0.0.2]:40151", published at connection
-// time) appears in Gloo's message, with its host; -1 when none does. Asks the store: only
-// after a failure.
-int peer_in_message(ct_gloo_comm *c, const char *msg, std::string *host) {
+// Who Gloo's message is about, from the labels the ranks published ("HOSTNAME IFADDR|[IP]:PORT
+// ..."): "rank 2 of 4 on HOST IFADDR" when one of a rank's listening addresses appears in it;
+// when only the IP does, the ranks on that host. Empty when nothing matches. Asks the store: only after a failure.
+std::string peer_in_message(ct_gloo_comm *c, const char *msg) {
+    std::string ip, on_ip, host;
+    if (const char *b = strchr(msg, '[')) {
+        const char *e = strstr(b, "]:");
+        if (e) ip = std::string(b + 1, e);
+    }
     double give_up = ct_time_now() + 2;  // the store may be gone with the peer
     for (int r = 0; r < c->size && ct_time_now() < give_up; r++) {
         if (r == c->rank) continue;
@@ -282,21 +323,26 @@ int peer_in_message(ct_gloo_comm *c, const char *msg, std::string *host) {
         size_t len = 0;
         std::string key = c->ns + "host/" + std::to_string(r);
         if (ct_store_get(c->store, key.c_str(), 1.0, &v, &len) != CT_OK) break;
-        std::string label(static_cast<char *>(v), len);  // "HOSTNAME IFADDR|[IP]:PORT [IP]:PORT..."
+        std::string label(static_cast<char *>(v), len);
         free(v);
         size_t bar = label.find('|');
         if (bar == std::string::npos) continue;
+        std::string who = label.substr(0, bar);
         for (size_t p = bar + 1; p < label.size();) {
             size_t e = label.find(' ', p);
             if (e == std::string::npos) e = label.size();
-            if (e > p && strstr(msg, label.substr(p, e - p).c_str())) {
-                *host = label.substr(0, bar);
-                return r;
-            }
+            if (e > p && strstr(msg, label.substr(p, e - p).c_str()))
+                return "rank " + std::to_string(r) + " of " + std::to_string(c->size) + " on " + who;
             p = e + 1;
         }
+        size_t sp = who.rfind(' ');
+        if (!ip.empty() && sp != std::string::npos && who.compare(sp + 1, std::string::npos, ip) == 0) {
+            on_ip += (on_ip.empty() ? "" : " or ") + std::to_string(r);
+            host = who;
+        }
     }
-    return -1;
+    if (on_ip.empty()) return "";
+    return "rank " + on_ip + " of " + std::to_string(c->size) + " on " + host;
 }
 
 ct_status op_failed(ct_gloo_comm *c, const ct_gloo_op *op, const char *what) {
@@ -304,11 +350,8 @@ ct_status op_failed(ct_gloo_comm *c, const ct_gloo_op *op, const char *what) {
     if (strstr(m, "imed out") || strstr(m, "imeout"))
         return ct_error(CT_ERR_TIMEOUT, "%s timed out after %.0f s (gloo backend: some rank never reached it): %s",
                         op->what, op->timeout_s, m);
-    std::string host;
-    int r = peer_in_message(c, m, &host);
-    if (r >= 0)
-        return ct_error(CT_ERR_PEER, "%s failed: lost rank %d of %d on %s (gloo backend: %s)", op->what, r, c->size,
-                        host.c_str(), m);
+    std::string who = peer_in_message(c, m);
+    if (!who.empty()) return ct_error(CT_ERR_PEER, "%s failed: lost %s (gloo backend: %s)", op->what, who.c_str(), m);
     return ct_error(CT_ERR_PEER, "%s failed (gloo backend): %s", op->what, m);
 }
 
@@ -370,6 +413,7 @@ extern "C" ct_status ct_gloo_comm_create(ct_store *store, const char *ns, int ra
             std::string label = std::string(host) + " " + ifaddr + "|";
             for (int r = 0; r < size; r++)
                 if (r != rank) label += listen_addr(c->ctx->getPair(r)->address().str()) + " ";
+            label += local_tcp_addrs();
             std::string key = c->ns + "host/" + std::to_string(rank);
             ct_status st = ct_store_set(store, key.c_str(), label.data(), label.size());
             if (st) throw StoreError(st, ct_last_error());

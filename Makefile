@@ -61,6 +61,14 @@ endif
 PKG_CJSON := $(shell pkg-config --exists libcjson 2>/dev/null && echo libcjson)
 PKG_ZLIB  := $(shell pkg-config --exists zlib 2>/dev/null && echo zlib)
 PKG_MPI   := $(shell pkg-config --exists ompi-c 2>/dev/null && echo ompi-c)
+# Gloo (Debian libgloo-dev; no pkg-config file): the gloo backend when its headers and library
+# link. Its API is C++, so src/distributed/gloo.cc is built with g++ and libstdc++ is linked.
+# Not in the fuzz build (clang's fuzzer flags; the targets use no process group).
+CXX      ?= g++
+HAVE_GLOO := $(if $(filter 1,$(FUZZ)),,$(shell echo 'int main(){}' | $(CXX) -std=c++17 -include gloo/allreduce.h \
+               -x c++ - -lgloo -o /dev/null 2>/dev/null && echo yes))
+GLOO_SRC  := $(if $(HAVE_GLOO),src/distributed/gloo.cc,)
+GLOO_LIBS := $(if $(HAVE_GLOO),-lgloo -lstdc++,)
 
 ifeq ($(BLAS_KIND),)
 $(error OpenBLAS not found: apt-get install libopenblas-dev)
@@ -110,10 +118,11 @@ endif
 
 PKGS     := $(PKG_BLAS) $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
 LPKGS    := $(PKG_CJSON) $(PKG_ZLIB) $(PKG_MPI)
-DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,) $(CUDA_DEFS)
+DEFS     := $(if $(PKG_MPI),-DCT_HAVE_MPI=1,) $(if $(HAVE_GLOO),-DCT_HAVE_GLOO=1,) $(CUDA_DEFS)
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC -fopenmp -Wall -Wextra -Werror $(SANFLAGS) \
             -Iinclude -Isrc $(DEFS) $(BLAS_CFLAGS) $(shell pkg-config --cflags $(LPKGS))
-LDLIBS   := $(SANFLAGS) $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) $(CUDA_LIBS) -fopenmp -lpthread -lm -lrt
+LDLIBS   := $(SANFLAGS) $(BLAS_LIBS) $(shell pkg-config --libs $(LPKGS)) $(GLOO_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm -lrt
+CXXFLAGS := -std=c++17 -D_GNU_SOURCE $(OPT) -g -fPIC -Wall -Wextra -Werror $(SANFLAGS) -Iinclude -Isrc $(DEFS)
 
 LIB_SRC  := $(filter-out $(CUDA_C_SRC),$(shell find src -name '*.c' -not -path 'src/cli/*' | sort))
 ifeq ($(CUDA),1)
@@ -125,7 +134,7 @@ MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
 EX_SRC   := $(wildcard examples/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(if $(filter 1,$(CUDA)),$(CUDA_CU_SRC:%.cu=$(BUILD)/obj/%.cu.o))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GLOO_SRC:%.cc=$(BUILD)/obj/%.o) $(if $(filter 1,$(CUDA)),$(CUDA_CU_SRC:%.cu=$(BUILD)/obj/%.cu.o))
 # GPU tests (tests/gpu/*.c): built only with CUDA; each skips with "no CUDA GPU" where none is
 GPU_TEST_SRC := $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/*.c))
 GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/%)
@@ -140,6 +149,7 @@ all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN)
 
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
+	      "gloo=$(if $(HAVE_GLOO),yes,no (apt-get install libgloo-dev))" \
 	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), sm_$(subst $() $(),/,$(CUDA_ARCHS)) + PTX),no ($(CUDA_WHY)))"
 
 # Objects depend on the CUDA setting: switching CUDA=0/1 or CUDA_ARCHS rebuilds them
@@ -155,6 +165,10 @@ $(BUILD)/obj/%.o: %.c $(CUDA_STAMP)
 $(BUILD)/obj/%.cu.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cc $(CUDA_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libctrain.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -241,7 +255,7 @@ install: all
 	install -m 644 $(BUILD)/libctrain.a $(PREFIX)/lib/
 	install -m 755 $(BUILD)/libctrain.so $(PREFIX)/lib/
 	install -m 755 $(BUILD)/ctrain $(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' -e 's|@CUDA_LIBS@|$(CUDA_LIBS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' -e 's|@CUDA_LIBS@|$(CUDA_LIBS)|' -e 's|@GLOO_LIBS@|$(GLOO_LIBS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
 
 clean:
 	rm -rf $(BUILD) build-san build-fuzz

@@ -97,7 +97,7 @@ typedef struct ct_dist_opts {
     int local_rank, local_world_size; /* -1 = from the environment (default: = rank / world) */
     const char *master_addr;          /* NULL = MASTER_ADDR or 127.0.0.1 */
     int master_port;                  /* 0 = MASTER_PORT or 29500 */
-    const char *backend;              /* "shm", "mpi" or NULL = CTRAIN_BACKEND or automatic */
+    const char *backend;              /* "shm", "mpi", "gloo" or NULL = CTRAIN_BACKEND or automatic */
     const char *token;                /* store token; NULL = CTRAIN_STORE_TOKEN, else rank 0 makes one up and
                                          shares it through a 0600 file (see XDG_RUNTIME_DIR) */
     double timeout_s;                 /* 0 = CTRAIN_TIMEOUT or 300 */

@@ -3,6 +3,7 @@
  *   ctrain bench allreduce -b 8 -e 256M -f 2 -c          # spawns 2 ranks on the shm backend
  *   ctrain run --nproc-per-node 4 -- ctrain bench allreduce -b 1M -e 64M
  *   mpirun -np 2 ctrain bench allreduce --backend mpi
+ *   ctrain bench allreduce --backend gloo -b 16M -e 64M     # 2 ranks, Gloo over TCP
  *   ctrain bench copy                                      # single-core memcpy bandwidth
  *
  * busbw = algbw * 2(n-1)/n for all-reduce (the nccl-tests convention: the bandwidth each
@@ -58,7 +59,7 @@ static void usage(FILE *f) {
             "  -c              check results (#wrong column)\n"
             "  --op OP         sum, avg, min, max, prod (default sum)\n"
             "  --dtype DT      f32, f16, bf16, f64, i32, i64 (default f32)\n"
-            "  --backend B     shm or mpi (default: automatic)\n"
+            "  --backend B     shm, mpi or gloo (default: automatic)\n"
             "  --np N          ranks to spawn when not started by a launcher (default 2)\n"
             "  --no-fingerprint  turn the desync check off (to measure its cost)\n"
             "  --async         issue through the comm thread (ct_all_reduce + ct_work_wait)\n");

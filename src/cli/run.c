@@ -3,8 +3,10 @@
  * report, restarts the group up to --max-restarts times, forwards SIGINT/SIGTERM.
  *
  *   ctrain run --standalone --nproc-per-node 4 ./train --epochs 3
- *   CTRAIN_STORE_TOKEN=<same secret on every node> \
- *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -- ./train
+ *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 -- ./train    # prints the store secret
+ *   ctrain run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --rdzv-id <secret> -- ./train
+ * (or CTRAIN_STORE_TOKEN=<same secret> on every node). Across machines without mpirun the
+ * workers pick the gloo backend.
  */
 #include <errno.h>
 #include <limits.h>
@@ -48,7 +50,8 @@ static void usage(FILE *f) {
             "  --grace-period S         SIGTERM -> SIGKILL delay when stopping workers (default 5)\n"
             "  --run-id ID, --rdzv-id ID  job id (TORCHELASTIC_RUN_ID; default random). With --nnodes > 1 and no\n"
             "                           CTRAIN_STORE_TOKEN, an ID of 16+ characters is the store's secret: give\n"
-            "                           every node the same one (it is then never printed or used in names)\n\n"
+            "                           every node the same one (it is then never printed or used in names);\n"
+            "                           node 0 started with neither makes one up and prints it\n\n"
             "Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR,\n"
             "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, CTRAIN_RESTART_COUNT and OMP_NUM_THREADS (cores / workers\n"
             "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 128+N after signal N.\n");
@@ -141,6 +144,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         return 2;
     }
     if (o->standalone && o->nnodes > 1) return fail("%s", "--standalone runs on one machine; drop --nnodes");
+    if (o->nnodes > 1 && !o->master_addr) /* 127.0.0.1 would be unreachable from the other machines */
+        return fail("%s", "--nnodes > 1 needs --master-addr: node 0's address that every node can reach");
     if (o->redirects && !o->log_dir) o->redirects = 0; /* nowhere else to put the output */
     return 0;
 }
@@ -226,9 +231,16 @@ int cli_run(int argc, char **argv) {
     else if (o.run_id && strlen(o.run_id) >= 16) {
         snprintf(o.token, sizeof o.token, "%.39s", o.run_id);
         id_is_token = 1;
+    } else if (o.node_rank == 0 && !o.run_id) {
+        /* node 0 makes the secret up; the user hands it to the other nodes */
+        ct_random_hex(o.token, 16);
+        id_is_token = 1;
+        fprintf(stderr, "ctrain run: this job's store secret is %s: start the other nodes with --rdzv-id %s "
+                        "(or CTRAIN_STORE_TOKEN=%s)\n", o.token, o.token, o.token);
     } else {
         fprintf(stderr, "ctrain run: a multi-node job needs a shared secret for its store: set CTRAIN_STORE_TOKEN to the "
-                        "same value on every node, or give every node the same --rdzv-id of at least 16 characters\n");
+                        "same value on every node, or give every node the same --rdzv-id of at least 16 characters "
+                        "(node 0 prints one when it is started with neither)\n");
         return 2;
     }
     if (o.run_id && !id_is_token) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
@@ -258,14 +270,17 @@ int cli_run(int argc, char **argv) {
                 o.port, o.runid);
     /* The pid file identifies "the same run" for cleanup after a killed launcher: the log
      * directory, else a run id the user chose (not the secret one), else a fixed port. */
-    char pdir[600];
-    if (o.log_dir) snprintf(o.pid_file, sizeof o.pid_file, "%s/.ctrain-run.pid", o.log_dir);
+    char pdir[600], node[32] = "";
+    if (o.nnodes > 1) /* one launcher per node, each with its own file: a log directory or /tmp may be shared */
+        snprintf(node, sizeof node, "-node%d", o.node_rank);
+    if (o.log_dir) snprintf(o.pid_file, sizeof o.pid_file, "%s/.ctrain-run%s.pid", o.log_dir, node);
     else if ((o.run_id && !id_is_token) || !o.standalone) {
         int ok = ct_private_dir(pdir, sizeof pdir) == CT_OK;
         for (const char *c = o.run_id; ok && c && !id_is_token && *c; c++)
             ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c);
-        if (ok && o.run_id && !id_is_token) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s.pid", pdir, o.runid);
-        else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d.pid", pdir, o.port);
+        if (ok && o.run_id && !id_is_token)
+            snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s%s.pid", pdir, o.runid, node);
+        else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d%s.pid", pdir, o.port, node);
     }
     int exit_code = 1;
     ct_sup_result *res = calloc(1, sizeof *res);

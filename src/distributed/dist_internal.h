@@ -117,6 +117,12 @@ extern const ct_backend ct_nccl_backend;
 /* device: local_rank modulo the visible GPUs */
 ct_status ct_nccl_create(ct_pg *pg, int local_rank, void **impl_out);
 #endif
+#if CT_HAVE_GLOO
+/* Uses only pg->rank, size, store, prefix (its keys go under prefix + "gloo/"), timeout and
+ * fingerprint: a group that another backend builds (one leader per machine) can run on it. */
+extern const ct_backend ct_gloo_backend;
+ct_status ct_gloo_create(ct_pg *pg, void **impl_out);
+#endif
 
 /* Reduction kernels (reduce.c): o1[i] = a[i] op b[i] (and o2 too when not NULL), any
  * aliasing of outputs with inputs at the same index is allowed. `divisor` > 0 divides the

@@ -522,6 +522,12 @@ static void bind_local_rank(int lrank, int lsize) {
         CT_LOG_INFO("pg", "local rank %d bound to %d CPU(s) from %d (CTRAIN_BIND=0 to disable)", lrank, per, first);
 }
 
+#if CT_HAVE_GLOO
+#define CROSS_MACHINE_BACKEND "gloo"
+#else
+#define CROSS_MACHINE_BACKEND "mpi"
+#endif
+
 static const ct_config_var ENV_RANK[] = {CT_CFG_RANK, CT_CFG_OMPI_RANK, CT_CFG_PMI_RANK, CT_CFG_SLURM_PROCID,
                                          CT_CFG_COUNT_};
 static const ct_config_var ENV_WORLD[] = {CT_CFG_WORLD_SIZE, CT_CFG_OMPI_SIZE, CT_CFG_PMI_SIZE, CT_CFG_SLURM_NTASKS,
@@ -578,8 +584,9 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     }
     if (backend && !*backend) backend = NULL;
     if (!backend) {
+        /* across machines without mpirun there is no MPI world: gloo meets through the store */
         int launched_by_mpi = ct_config_is_set(CT_CFG_OMPI_SIZE) && !ct_config_is_set(CT_CFG_MASTER_PORT);
-        backend = (launched_by_mpi || lworld < world) ? "mpi" : "shm";
+        backend = launched_by_mpi ? "mpi" : lworld == world ? "shm" : CROSS_MACHINE_BACKEND;
     }
     double timeout = o.timeout_s;
     if (!(timeout > 0)) { /* a misspelt timeout must not silently become 300 s */
@@ -605,11 +612,12 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
 
     ct_status st;
     bool nccl = !strcmp(backend, "nccl"); /* rendezvous through the store as shm; may span machines */
-    if (!strcmp(backend, "shm") || nccl) {
-        if (lworld < world && !nccl) {
+    bool gloo = !strcmp(backend, "gloo");
+    if (!strcmp(backend, "shm") || nccl || gloo) {
+        if (lworld < world && !nccl && !gloo) {
             pg_release(pg);
             return ct_error(CT_ERR_UNSUPPORTED, "the shm backend works on one machine (%d of %d ranks are local); "
-                            "launch with mpirun and CTRAIN_BACKEND=mpi", lworld, world);
+                            "use CTRAIN_BACKEND=gloo, or launch with mpirun and CTRAIN_BACKEND=mpi", lworld, world);
         }
         if (world > 1) {
             const char *addr = o.master_addr ? o.master_addr : ct_config_str(CT_CFG_MASTER_ADDR);
@@ -677,6 +685,13 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
 #else
             st = ct_error(CT_ERR_UNSUPPORTED, "this build has no NCCL backend (build with the CUDA toolkit installed)");
 #endif
+        } else if (gloo) {
+#if CT_HAVE_GLOO
+            pg->be = &ct_gloo_backend;
+            st = ct_gloo_create(pg, &pg->impl);
+#else
+            st = ct_error(CT_ERR_UNSUPPORTED, "this build has no gloo backend (install libgloo-dev and rebuild)");
+#endif
         } else {
             pg->be = &ct_shm_backend;
             st = ct_shm_create(pg, &pg->impl);
@@ -689,7 +704,7 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
         st = ct_error(CT_ERR_UNSUPPORTED, "this build has no MPI backend (install libopenmpi-dev and rebuild)");
 #endif
     } else {
-        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm, mpi or nccl)", backend);
+        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm, mpi, gloo or nccl)", backend);
     }
     if (st) {
         char msg[1024];

@@ -1,12 +1,14 @@
 /* Every collective of the API on the mpi backend, run under mpirun by
- * tests/scripts/mpi_collectives.sh (2 and 3 ranks). Not a unit test: the programs in build/tests run
+ * tests/scripts/mpi_collectives.sh (2 and 3 ranks); on the backend CTRAIN_BACKEND names when
+ * it is set (the gloo backend: tests/scripts/gloo_collectives.sh, under `ctrain run`). Not a unit test: the programs in build/tests run
  * without mpirun, so this builds to build/mpi/. Values come from the integer patterns of
  * tests/dist_pattern.h (shared with test_dist.c on shm), so every dtype compares exactly.
- * Prints "rank R of N: mpi collectives ok" and exits 0 when everything matched. */
+ * Prints "rank R of N: <backend> collectives ok" and exits 0 when everything matched. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrain/config.h"
 #include "ctrain/dist.h"
 #include "dist_pattern.h"
 
@@ -17,6 +19,7 @@ static const size_t SIZES[] = {0, 1, 7, 4096, 100003};
 #define BIG 5000 /* sizes above this run for a subset of ops/dtypes, to keep the script fast */
 
 static uint8_t *A, *B; /* n * 100003 elements of 8 bytes each */
+static const char *BACKEND = "mpi";
 
 static double bval(int root, size_t i) { return (double)((i * 3 + (size_t)root) % 17); }
 
@@ -200,7 +203,7 @@ static int t_groups(ct_pg *pg) {
     WOK(ct_dist_new_group(pg, pair, 2, &gp));
     if (!gr || ct_pg_rank(gr) != n - 1 - rank || ct_pg_size(gr) != n) WFAIL("reversed group rank");
     if ((gp != NULL) != (rank >= n - 2)) WFAIL("pair membership");
-    if (strcmp(ct_pg_backend(gr), "mpi")) WFAIL("subgroup backend %s", ct_pg_backend(gr));
+    if (strcmp(ct_pg_backend(gr), BACKEND)) WFAIL("subgroup backend %s", ct_pg_backend(gr));
     for (int r = 0; r < n; r++)
         if (ct_pg_global_rank(gr, r) != n - 1 - r) WFAIL("global rank of group rank %d", r);
     /* the reversed group passes every collective test, with its own rank numbering */
@@ -249,10 +252,11 @@ static int t_groups(ct_pg *pg) {
 int main(void) {
     ct_pg *pg;
     int rank = -1;
-    WOK(ct_dist_init(NULL, &pg)); /* backend chosen from Open MPI's environment */
+    if (ct_config_is_set(CT_CFG_BACKEND)) BACKEND = ct_config_str(CT_CFG_BACKEND);
+    WOK(ct_dist_init(NULL, &pg)); /* backend chosen from Open MPI's environment, or CTRAIN_BACKEND */
     rank = ct_pg_rank(pg);
     int n = ct_pg_size(pg);
-    if (strcmp(ct_pg_backend(pg), "mpi")) WFAIL("backend %s, expected mpi", ct_pg_backend(pg));
+    if (strcmp(ct_pg_backend(pg), BACKEND)) WFAIL("backend %s, expected %s", ct_pg_backend(pg), BACKEND);
     if (n > 3) WFAIL("written for 2 or 3 ranks");
     A = malloc(100003 * 8 * (size_t)n);
     B = malloc(100003 * 8 * (size_t)n);
@@ -262,6 +266,6 @@ int main(void) {
     ct_pg_free(pg);
     free(A);
     free(B);
-    printf("rank %d of %d: mpi collectives ok (%.2f s)\n", rank, n, ct_time_now() - t0);
+    printf("rank %d of %d: %s collectives ok (%.2f s)\n", rank, n, BACKEND, ct_time_now() - t0);
     return 0;
 }

@@ -59,10 +59,13 @@ wait "${pids[0]}" || die "rank 0: $(cat "$tmp/r0")"
 grep -q "all-reduce ok" "$tmp/r0" && grep -q "all-reduce ok" "$tmp/r1" || die "$(cat "$tmp/r0" "$tmp/r1")"
 [ -e "$tf" ] && die "token file left behind"
 
-# a launcher for several nodes: no secret, no job; with one, the master address only
-out=$($B run --nnodes 2 --node-rank 0 --master-port $port $B worker init 2>&1); rc=$?
+# a launcher for several nodes: no address or (beyond node 0, which makes one up) no secret,
+# no job; with one, the master address only
+out=$($B run --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port $port $B worker init 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q "needs a shared secret" || die "multi-node without a token: rc $rc: $out"
-out=$($B run --nnodes 2 --node-rank 0 --rdzv-id short --master-port $port $B worker init 2>&1)
+out=$($B run --nnodes 2 --node-rank 0 --master-port $port $B worker init 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "needs --master-addr" || die "multi-node without an address: rc $rc: $out"
+out=$($B run --nnodes 2 --node-rank 0 --rdzv-id short --master-addr 127.0.0.1 --master-port $port $B worker init 2>&1)
 echo "$out" | grep -q "needs a shared secret" || die "a short --rdzv-id accepted: $out"
 CTRAIN_DEBUG=INFO $B run --nnodes 2 --node-rank 0 --rdzv-id 0123456789abcdef-job --master-addr 127.0.0.2 \
     --master-port $port $B worker sleep 2 >"$tmp/l" 2>&1 &

@@ -1,0 +1,442 @@
+// gloo backend, C++ half: Gloo's collectives over its TCP transport, bootstrapped through
+// ctrain's store, behind the C interface of distributed/gloo.h. Gloo reports failures (a
+// dead peer, a timeout, a bad argument) by throwing; every entry point catches everything,
+// so no exception crosses into C and a failure is a ct_status with a message naming the
+// operation and, where Gloo's message carries its address, the peer's rank and host.
+#include "distributed/gloo.h"
+
+#include <gloo/allgather.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+// A ct_store failure inside Gloo's rendezvous, with its status (Gloo only sees the throw).
+struct StoreError : std::exception {
+    ct_status st;
+    std::string msg;
+    StoreError(ct_status s, const char *m) : st(s), msg(m) {}
+    const char *what() const noexcept override { return msg.c_str(); }
+};
+
+std::chrono::milliseconds to_ms(double s) {
+    double ms = s * 1e3;
+    if (!(ms >= 1)) ms = 1;       // Gloo rejects a zero timeout
+    if (ms > 1e12) ms = 1e12;     // "never" without overflowing the clock arithmetic
+    return std::chrono::milliseconds(static_cast<long long>(ms));
+}
+
+// Gloo's rendezvous over ctrain's store; every key under the group's prefix.
+class CtStore : public gloo::rendezvous::Store {
+  public:
+    CtStore(ct_store *s, std::string ns, double timeout) : s_(s), ns_(std::move(ns)), timeout_(timeout) {}
+    void set(const std::string &key, const std::vector<char> &data) override {
+        ct_status st = ct_store_set(s_, (ns_ + key).c_str(), data.data(), data.size());
+        if (st) throw StoreError(st, ct_last_error());
+    }
+    std::vector<char> get(const std::string &key) override {
+        void *v = nullptr;
+        size_t len = 0;
+        ct_status st = ct_store_get(s_, (ns_ + key).c_str(), timeout_, &v, &len);
+        if (st) throw StoreError(st, ct_last_error());
+        std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + len);
+        free(v);
+        return out;
+    }
+    void wait(const std::vector<std::string> &keys) override { wait(keys, to_ms(timeout_)); }
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout) override {
+        std::vector<std::string> full;
+        std::vector<const char *> ptrs;
+        for (const auto &k : keys) full.push_back(ns_ + k);
+        for (const auto &k : full) ptrs.push_back(k.c_str());
+        double t = timeout.count() > 0 ? static_cast<double>(timeout.count()) / 1e3 : timeout_;
+        ct_status st = ct_store_wait(s_, ptrs.data(), static_cast<int>(ptrs.size()), t);
+        if (st == CT_ERR_TIMEOUT) throw StoreError(st, missing(keys, t).c_str());
+        if (st) throw StoreError(st, ct_last_error());
+    }
+
+  private:
+    // Gloo's keys are the ranks' numbers: name the ranks that never came.
+    std::string missing(const std::vector<std::string> &keys, double t) {
+        std::string list;
+        for (const auto &k : keys) {
+            bool there = false;
+            if (ct_store_check(s_, (ns_ + k).c_str(), &there) == CT_OK && !there) list += (list.empty() ? "" : ", ") + k;
+        }
+        char m[200];
+        snprintf(m, sizeof m, "no address from rank(s) %.120s after %.0f s (not started, or cannot reach the store)",
+                 list.empty() ? "?" : list.c_str(), t);
+        return m;
+    }
+
+
+    ct_store *s_;
+    std::string ns_;
+    double timeout_;
+};
+
+// Send/recv slots: a prefix none of Gloo's collectives uses (they take 0x01-0x08).
+constexpr uint8_t kP2PSlotPrefix = 0x40;
+
+}  // namespace
+
+struct ct_gloo_comm {
+    ct_store *store = nullptr;
+    std::string ns, ifaddr;
+    int rank = 0, size = 1;
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::vector<unsigned char> scratch;
+};
+
+namespace {
+
+unsigned char *scratch(ct_gloo_comm *c, size_t bytes) {
+    if (c->scratch.size() < bytes) c->scratch.resize(bytes);
+    return c->scratch.data();
+}
+
+template <typename T>
+void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds to) {
+    const auto &ctx = c->ctx;
+    const size_t n = op->count, bytes = n * sizeof(T), all = bytes * static_cast<size_t>(c->size);
+    T *r = static_cast<T *>(op->rbuf);
+    const T *s = static_cast<const T *>(op->sbuf);
+    switch (op->kind) {
+    case CT_GLOO_BROADCAST: {
+        gloo::BroadcastOptions o(ctx);
+        o.setOutput(r, n);
+        o.setRoot(op->peer);
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::broadcast(o);
+        break;
+    }
+    case CT_GLOO_ALLGATHER: {
+        gloo::AllgatherOptions o(ctx);
+        if (s != r + static_cast<size_t>(c->rank) * n) o.setInput(const_cast<T *>(s), n);  // else in place
+        o.setOutput(r, n * static_cast<size_t>(c->size));
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::allgather(o);
+        break;
+    }
+    case CT_GLOO_ALLTOALL: {
+        const unsigned char *sb = reinterpret_cast<const unsigned char *>(s), *rb = reinterpret_cast<unsigned char *>(r);
+        if (sb < rb + all && rb < sb + all) {  // overlapping: Gloo reads the input while it writes the output
+            unsigned char *t = scratch(c, all);
+            memcpy(t, sb, all);
+            s = reinterpret_cast<const T *>(t);
+        }
+        gloo::AlltoallOptions o(ctx);
+        o.setInput(const_cast<T *>(s), n * static_cast<size_t>(c->size));
+        o.setOutput(r, n * static_cast<size_t>(c->size));
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::alltoall(o);
+        break;
+    }
+    case CT_GLOO_BARRIER: {
+        gloo::BarrierOptions o(ctx);
+        o.setTag(op->tag);
+        o.setTimeout(to);
+        gloo::barrier(o);
+        break;
+    }
+    case CT_GLOO_SEND: {
+        auto b = ctx->createUnboundBuffer(const_cast<T *>(s), bytes);
+        b->send(op->peer, gloo::Slot::build(kP2PSlotPrefix, op->tag));
+        b->waitSend(to);
+        break;
+    }
+    case CT_GLOO_RECV: {
+        auto b = ctx->createUnboundBuffer(r, bytes);
+        b->recv(op->peer, gloo::Slot::build(kP2PSlotPrefix, op->tag));
+        b->waitRecv(to);
+        break;
+    }
+    case CT_GLOO_ALLREDUCE_ORDERED: break;  // allreduce_ordered: not by element type
+    }
+}
+
+// All-reduce whose every element is summed in rank order (op->combine over ranks 0..n-1):
+// rank p reduces part p of the n parts of rbuf and sends the result to all (a reduce-scatter
+// and an all-gather, each peer to peer). Parts go in segments of kSeg bytes, two in flight: the
+// next segment travels while this one is reduced. Each role has its own buffer object per
+// segment parity, so that a count of completions on it is exactly one segment's.
+constexpr size_t kSeg = 1 << 20;
+constexpr uint8_t kRsSlotPrefix = 0x41, kAgSlotPrefix = 0x42;
+
+void allreduce_ordered(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds to) {
+    const auto &ctx = c->ctx;
+    const int n = c->size, me = c->rank;
+    const size_t es = op->esize, part = op->count / static_cast<size_t>(n) * es;  // bytes per part
+    const size_t seg = kSeg / es * es, nseg = (part + seg - 1) / seg;
+    unsigned char *buf = static_cast<unsigned char *>(op->rbuf);
+    unsigned char *stage = scratch(c, 2 * static_cast<size_t>(n) * seg);  // [parity][rank] segment
+    const uint64_t rs = gloo::Slot::build(kRsSlotPrefix, op->tag), ag = gloo::Slot::build(kAgSlotPrefix, op->tag);
+    std::unique_ptr<gloo::transport::UnboundBuffer> st[2], rs_send[2], ag_send[2], ag_recv[2];
+    for (int h = 0; h < 2; h++) {
+        st[h] = ctx->createUnboundBuffer(stage + h * static_cast<size_t>(n) * seg, static_cast<size_t>(n) * seg);
+        rs_send[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
+        ag_send[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
+        ag_recv[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
+    }
+    auto len = [&](size_t j) { return std::min(seg, part - j * seg); };
+    auto post_rs = [&](size_t j) {  // segment j of every part to its owner; mine from everyone
+        int h = static_cast<int>(j & 1);
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            st[h]->recv(q, rs, static_cast<size_t>(q) * seg, len(j));
+            rs_send[h]->send(q, rs, static_cast<size_t>(q) * part + j * seg, len(j));
+        }
+    };
+    post_rs(0);
+    if (nseg > 1) post_rs(1);
+    for (size_t j = 0; j < nseg; j++) {
+        int h = static_cast<int>(j & 1);
+        for (int q = 1; q < n; q++) st[h]->waitRecv(to);
+        unsigned char *mine = buf + static_cast<size_t>(me) * part + j * seg;
+        unsigned char *acc = stage + h * static_cast<size_t>(n) * seg + static_cast<size_t>(me) * seg;  // unused slot
+        const size_t k = len(j) / es;
+        const void *prev = me == 0 ? mine : stage + h * static_cast<size_t>(n) * seg;
+        for (int r = 1; r < n; r++) {
+            const void *src = r == me ? mine : stage + h * static_cast<size_t>(n) * seg + static_cast<size_t>(r) * seg;
+            bool last = r == n - 1;
+            op->combine(last ? mine : acc, prev, src, k, last, op->combine_arg);
+            prev = acc;
+        }
+        for (int q = 1; q < n; q++) rs_send[h]->waitSend(to);  // the peers' parts of j may be overwritten now
+        if (j >= 2)
+            for (int q = 1; q < n; q++) {
+                ag_send[h]->waitSend(to);
+                ag_recv[h]->waitRecv(to);
+            }
+        for (int q = 0; q < n; q++) {
+            if (q == me) continue;
+            ag_recv[h]->recv(q, ag, static_cast<size_t>(q) * part + j * seg, len(j));
+            ag_send[h]->send(q, ag, static_cast<size_t>(me) * part + j * seg, len(j));
+        }
+        if (j + 2 < nseg) post_rs(j + 2);
+    }
+    for (size_t j = nseg >= 2 ? nseg - 2 : 0; j < nseg; j++)
+        for (int q = 1; q < n; q++) {
+            ag_send[j & 1]->waitSend(to);
+            ag_recv[j & 1]->waitRecv(to);
+        }
+}
+
+// One rank: nothing to exchange (Gloo itself insists on a pair to each neighbour).
+void run_alone(const ct_gloo_op *op) {
+    size_t bytes = op->count * op->esize;
+    if ((op->kind == CT_GLOO_ALLGATHER || op->kind == CT_GLOO_ALLTOALL || op->kind == CT_GLOO_SEND) && op->rbuf &&
+        op->sbuf != op->rbuf)
+        memmove(op->rbuf, op->sbuf, bytes);
+}
+
+// "[10.0.0.2]:40151" of a pair's address, without what may follow (a sequence number).
+std::string listen_addr(const std::string &a) {
+    size_t e = a.find("]:");
+    if (e == std::string::npos) return a;
+    size_t p = e + 2;
+    while (p < a.size() && a[p] >= '0' && a[p] <= '9') p++;
+    return a.substr(0, p);
+}
+
+// "[IP]:PORT" of every established IPv4 TCP connection of this process (its descriptors'
+// socket inodes looked up in /proc/self/net/tcp): where this rank connected, the peer's Gloo
+// names it by that ephemeral port, which no listening address gives away.
+std::string local_tcp_addrs() {
+    std::vector<unsigned long> inodes;
+    if (DIR *d = opendir("/proc/self/fd")) {
+        while (struct dirent *e = readdir(d)) {
+            char path[300], target[64];
+            snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+            ssize_t n = readlink(path, target, sizeof target - 1);
+            unsigned long ino;
+            if (n > 0 && (target[n] = 0, sscanf(target, "socket:[%lu]", &ino) == 1)) inodes.push_back(ino);
+        }
+        closedir(d);
+    }
+    std::string out;
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    if (!f) return out;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long ip, port, state, ino;
+        if (sscanf(line, " %*u: %lx:%lx %*x:%*x %lx %*x:%*x %*x:%*x %*x %*u %*u %lu", &ip, &port, &state, &ino) != 4 ||
+            state != 1 /* ESTABLISHED */ || std::find(inodes.begin(), inodes.end(), ino) == inodes.end())
+            continue;
+        struct in_addr a;
+        a.s_addr = static_cast<uint32_t>(ip);  // the kernel prints the address as stored
+        char txt[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &a, txt, sizeof txt);
+        out += "[" + std::string(txt) + "]:" + std::to_string(port) + " ";
+    }
+    fclose(f);
+    return out;
+}
+
+// "[/build/gloo/transport/tcp/pair.cc:589] Connection closed by peer [10.0.0.2]:40151": the
+// source position means nothing to a user.
+const char *strip_position(const char *m) {
+    if (m[0] == '[') {
+        const char *e = strstr(m, "] ");
+        if (e) return e + 2;
+    }
+    return m;
+}
+
+// Who Gloo's message is about, from the labels the ranks published ("HOSTNAME IFADDR|[IP]:PORT
+// ..."): "rank 2 of 4 on HOST IFADDR" when one of a rank's listening addresses appears in it;
+// when only the IP does, the ranks on that host. Empty when nothing matches. Asks the store: only after a failure.
+std::string peer_in_message(ct_gloo_comm *c, const char *msg) {
+    std::string ip, on_ip, host;
+    if (const char *b = strchr(msg, '[')) {
+        const char *e = strstr(b, "]:");
+        if (e) ip = std::string(b + 1, e);
+    }
+    double give_up = ct_time_now() + 2;  // the store may be gone with the peer
+    for (int r = 0; r < c->size && ct_time_now() < give_up; r++) {
+        if (r == c->rank) continue;
+        void *v = nullptr;
+        size_t len = 0;
+        std::string key = c->ns + "host/" + std::to_string(r);
+        if (ct_store_get(c->store, key.c_str(), 1.0, &v, &len) != CT_OK) break;
+        std::string label(static_cast<char *>(v), len);
+        free(v);
+        size_t bar = label.find('|');
+        if (bar == std::string::npos) continue;
+        std::string who = label.substr(0, bar);
+        for (size_t p = bar + 1; p < label.size();) {
+            size_t e = label.find(' ', p);
+            if (e == std::string::npos) e = label.size();
+            if (e > p && strstr(msg, label.substr(p, e - p).c_str()))
+                return "rank " + std::to_string(r) + " of " + std::to_string(c->size) + " on " + who;
+            p = e + 1;
+        }
+        size_t sp = who.rfind(' ');
+        if (!ip.empty() && sp != std::string::npos && who.compare(sp + 1, std::string::npos, ip) == 0) {
+            on_ip += (on_ip.empty() ? "" : " or ") + std::to_string(r);
+            host = who;
+        }
+    }
+    if (on_ip.empty()) return "";
+    return "rank " + on_ip + " of " + std::to_string(c->size) + " on " + host;
+}
+
+ct_status op_failed(ct_gloo_comm *c, const ct_gloo_op *op, const char *what) {
+    const char *m = strip_position(what);
+    if (strstr(m, "imed out") || strstr(m, "imeout"))
+        return ct_error(CT_ERR_TIMEOUT, "%s timed out after %.0f s (gloo backend: some rank never reached it): %s",
+                        op->what, op->timeout_s, m);
+    std::string who = peer_in_message(c, m);
+    if (!who.empty()) return ct_error(CT_ERR_PEER, "%s failed: lost %s (gloo backend: %s)", op->what, who.c_str(), m);
+    return ct_error(CT_ERR_PEER, "%s failed (gloo backend): %s", op->what, m);
+}
+
+}  // namespace
+
+extern "C" ct_status ct_gloo_comm_run(ct_gloo_comm *c, const ct_gloo_op *op) {
+    if (c->size == 1 || (op->count == 0 && op->kind != CT_GLOO_BARRIER)) {
+        if (c->size == 1) run_alone(op);
+        return CT_OK;
+    }
+    try {
+        auto to = to_ms(op->timeout_s);
+        if (op->kind == CT_GLOO_ALLREDUCE_ORDERED) {
+            allreduce_ordered(c, op, to);
+            return CT_OK;
+        }
+        switch (op->esize) {
+        case 1: run_typed<uint8_t>(c, op, to); break;
+        case 2: run_typed<uint16_t>(c, op, to); break;
+        case 4: run_typed<uint32_t>(c, op, to); break;
+        case 8: run_typed<uint64_t>(c, op, to); break;
+        default: return ct_error(CT_ERR_UNSUPPORTED, "%s: gloo backend: no %zu-byte elements", op->what, op->esize);
+        }
+        return CT_OK;
+    } catch (const std::exception &e) {
+        return op_failed(c, op, e.what());
+    } catch (...) {
+        return op_failed(c, op, "unknown exception");
+    }
+}
+
+extern "C" ct_status ct_gloo_comm_create(ct_store *store, const char *ns, int rank, int size, double timeout_s,
+                                         const char *ifaddr, ct_gloo_comm **out) {
+    *out = nullptr;
+    ct_gloo_comm *c = nullptr;
+    try {
+        c = new ct_gloo_comm();
+        c->store = store;
+        c->ns = ns;
+        c->ifaddr = ifaddr;
+        c->rank = rank;
+        c->size = size;
+        if (size > 1) {
+            // A peer that dies mid-write must be an error here, not SIGPIPE killing this process
+            // (Gloo writes with writev, which has no MSG_NOSIGNAL). Only the default is replaced.
+            struct sigaction sa;
+            if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+            gloo::transport::tcp::attr a;
+            a.hostname = ifaddr;
+            c->dev = gloo::transport::tcp::CreateDevice(a);
+            c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+            c->ctx->setTimeout(to_ms(timeout_s));
+            CtStore s(store, c->ns, timeout_s);
+            c->ctx->connectFullMesh(s, c->dev);
+            // who this is, for the others' error messages: Gloo names a lost peer by the
+            // address its end of the connection listened on (one per pair)
+            char host[256] = "";
+            gethostname(host, sizeof host - 1);
+            std::string label = std::string(host) + " " + ifaddr + "|";
+            for (int r = 0; r < size; r++)
+                if (r != rank) label += listen_addr(c->ctx->getPair(r)->address().str()) + " ";
+            label += local_tcp_addrs();
+            std::string key = c->ns + "host/" + std::to_string(rank);
+            ct_status st = ct_store_set(store, key.c_str(), label.data(), label.size());
+            if (st) throw StoreError(st, ct_last_error());
+        }
+        *out = c;
+        return CT_OK;
+    } catch (const StoreError &e) {
+        delete c;
+        return ct_error(e.st, "gloo backend: rendezvous of %d ranks through the store failed: %s", size, e.what());
+    } catch (const std::exception &e) {
+        delete c;
+        return ct_error(CT_ERR_PEER, "gloo backend: rank %d of %d cannot connect from %s: %s", rank, size, ifaddr,
+                        strip_position(e.what()));
+    } catch (...) {
+        delete c;
+        return ct_error(CT_ERR_PEER, "gloo backend: rank %d of %d cannot connect from %s", rank, size, ifaddr);
+    }
+}
+
+extern "C" void ct_gloo_comm_free(ct_gloo_comm *c) {
+    try {
+        if (c) c->ctx.reset();  // the pairs before the device they run on
+        delete c;
+    } catch (...) {  // closing sockets of a dead peer: nothing left to report to
+    }
+}

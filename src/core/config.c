@@ -19,8 +19,8 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                       "log level; lines carry the time and the rank"},
     [CT_CFG_DEBUG_SUBSYS] = {"CTRAIN_DEBUG_SUBSYS", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                              "comma list of subsystems shown at INFO and TRACE (store, pg, shm, ddp, launcher...; default all)"},
-    [CT_CFG_BACKEND] = {"CTRAIN_BACKEND", CT_CFG_CHOICE, NULL, 0, 0, "shm|mpi", NULL, 0,
-                        "process-group backend (default: mpi under mpirun or across machines, else shm)"},
+    [CT_CFG_BACKEND] = {"CTRAIN_BACKEND", CT_CFG_CHOICE, NULL, 0, 0, "shm|mpi|hier", NULL, 0,
+                        "process-group backend (default under mpirun: hier when some machine has several ranks and there are several machines, else mpi; shm on one machine)"},
     [CT_CFG_TIMEOUT] = {"CTRAIN_TIMEOUT", CT_CFG_FLOAT, "300", 0, NOMAX, NULL, "seconds", CT_CFG_ABOVE_MIN,
                         "how long a collective or the rendezvous may wait before failing"},
     [CT_CFG_FINGERPRINT] = {"CTRAIN_FINGERPRINT", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
@@ -111,6 +111,8 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                       "Slurm's ranks per machine"},
     [CT_CFG_SLURM_LOCALID] = {"SLURM_LOCALID", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                               "Slurm's rank on this machine"},
+    [CT_CFG_PMIX_RANK] = {"PMIX_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
+                          "PMIx's rank (a PMIx launcher started this process as one of several)"},
 };
 #undef L
 

@@ -234,9 +234,28 @@ ct_status ct_mpi_create(ct_pg *pg, void **impl_out) {
     m->comm = MPI_COMM_WORLD;
     m->owns_init = !inited;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(m->comm, &m->rank);
-    MPI_Comm_size(m->comm, &m->n);
+    int wn = 0, rc = MPI_SUCCESS;
+    MPI_Comm_size(MPI_COMM_WORLD, &wn);
+    if (pg->size < wn && pg->world && pg->world != pg) {
+        /* a group of some world ranks (pg->granks), e.g. hier's one leader per machine: only
+         * its members call this, so the communicator is made with MPI_Comm_create_group */
+        MPI_Group wg, g;
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        rc = MPI_Group_incl(wg, pg->size, pg->granks, &g);
+        if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, 0x6374, &m->comm);
+        if (rc == MPI_SUCCESS) MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+        if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    }
+    if (rc == MPI_SUCCESS) {
+        MPI_Comm_rank(m->comm, &m->rank);
+        MPI_Comm_size(m->comm, &m->n);
+    }
     pthread_mutex_unlock(&mpi_mu);
+    if (rc != MPI_SUCCESS) {
+        free(m);
+        return merr(rc, "Comm_create_group");
+    }
     if (provided < MPI_THREAD_SERIALIZED) /* MPI_Init by the caller: works in practice with Open MPI */
         CT_LOG_WARN_("mpi", "MPI provides thread level %d, below MPI_THREAD_SERIALIZED; ctrain calls MPI from its "
                     "comm threads (one at a time): initialise MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED)",
@@ -251,7 +270,8 @@ ct_status ct_mpi_create(ct_pg *pg, void **impl_out) {
     m->granks = pg->granks;
     char host[256] = "";
     gethostname(host, sizeof host);
-    CT_LOG_INFO("mpi", "rank %d of %d on %s (MPI initialised %s)", m->rank, m->n, host, inited ? "by the caller" : "here");
+    CT_LOG_INFO("mpi", "rank %d of %d on %s (MPI initialised %s%s)", m->rank, m->n, host, inited ? "by the caller" : "here",
+                m->comm == MPI_COMM_WORLD ? "" : ", a group of the world's ranks");
     *impl_out = m;
     return CT_OK;
 }

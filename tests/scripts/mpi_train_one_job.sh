@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Regression: `mpirun -np 2 ctrain train` without WORLD_SIZE ran two independent one-rank
+# jobs writing one output directory. Now it is one 2-rank job (ct_dist_detect reads
+# OMPI_COMM_WORLD_*) with the same weights as `ctrain run --nproc-per-node 2` (within 1e-5
+# relative), and a world of one under a 2-process mpirun is refused with a clear message.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+C=$PWD/${CT_BUILD:-build}/ctrain
+skip() { echo "$*"; exit 77; }
+die() { echo "FAIL: $*"; exit 1; }
+command -v mpirun >/dev/null || skip "mpirun not installed"
+data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+[ -r "$data/train-images-idx3-ubyte.gz" ] || [ -r "$data/train-images-idx3-ubyte" ] ||
+    skip "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+unset WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE CTRAIN_BACKEND
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+cnn=(cnn --steps 20 --batch-size 16 --threads 1 --eval-max 256 --log-every 10)
+timeout 120 mpirun -np 2 --oversubscribe "$C" train "${cnn[@]}" --output-dir "$d/mpi" >"$d/mpi.log" 2>&1 ||
+    die "mpirun -np 2 ctrain train failed: $(cat "$d/mpi.log")"
+grep -q "| 2 ranks × batch 16 = global batch 32 |" "$d/mpi.log" || die "not one 2-rank job: $(cat "$d/mpi.log")"
+[ "$(grep -c '^done:' "$d/mpi.log")" = 1 ] || die "more than one job reported: $(cat "$d/mpi.log")"
+timeout 120 "$C" run --nproc-per-node 2 --standalone "$C" train "${cnn[@]}" --output-dir "$d/run" >"$d/run.log" 2>&1 ||
+    die "ctrain run failed: $(cat "$d/run.log")"
+python3 tests/tools/weights_close.py "$d/mpi/model.safetensors" "$d/run/model.safetensors" 1e-5 ||
+    die "mpirun's weights differ from ctrain run's"
+# an explicit world of one under a 2-process launcher: refused at once, naming both variables
+out=$(timeout 60 mpirun -np 2 --oversubscribe -x WORLD_SIZE=1 "$C" train "${cnn[@]}" --output-dir "$d/one" 2>&1) &&
+    die "WORLD_SIZE=1 under mpirun -np 2 ran: $out"
+echo "$out" | grep -q "WORLD_SIZE=1 but OMPI_COMM_WORLD_SIZE=2" || die "unclear refusal: $out"
+[ ! -e "$d/one/model.safetensors" ] || die "a refused job wrote weights"
+echo ok

@@ -45,6 +45,9 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                           "shm backend: chunk of a large all-reduce (must agree on all ranks)"},
     [CT_CFG_SHM_SMALL] = {"CTRAIN_SHM_SMALL", CT_CFG_BYTES, "16k", 4096, (double)(1L << 30), NULL, NULL, 0,
                           "shm backend: largest message reduced in one copy-in step"},
+    [CT_CFG_HIER_ALLREDUCE] = {"CTRAIN_HIER_ALLREDUCE", CT_CFG_CHOICE, "ordered", 0, 0, "ordered|tree", NULL, 0,
+                               "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
+                               "machine; machines in turn), tree reduces every machine at once"},
     [CT_CFG_DDP_BUCKET_MB] = {"CTRAIN_DDP_BUCKET_MB", CT_CFG_FLOAT, "25", 0, 1e6, NULL, "MiB", CT_CFG_ABOVE_MIN,
                               "DDP gradient bucket size (PyTorch's bucket_cap_mb)"},
     [CT_CFG_DDP_FIRST_BUCKET_MB] = {"CTRAIN_DDP_FIRST_BUCKET_MB", CT_CFG_FLOAT, "1", 0, 1e6, NULL, "MiB",

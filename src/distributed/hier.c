@@ -56,7 +56,7 @@ ct_status hier_step(hier_pg *h, hier_sub *g, const char *what, int kind, const v
     w.dt = dt;
     w.rop = op;
     w.peer = peer;
-    w.seq = ++g->seq;
+    if (kind != CT_OP_SEND && kind != CT_OP_RECV) w.seq = ++g->seq; /* as pg.c: p2p is not numbered */
     ct_status st = g->be->run(g->impl, &w, deadline);
     if (st)
         return ct_error(st, "%s step failed on rank %d (host %s, node %d of %d): %s", what, h->world->rank, h->host,
@@ -146,6 +146,11 @@ static ct_status map_nodes(hier_pg *h, const boot_rec *all) {
     h->lsize = count[h->node];
     h->maxlocal = 0;
     for (int k = 0; k < h->nnodes; k++) h->maxlocal = count[k] > h->maxlocal ? count[k] : h->maxlocal;
+    /* the ordered all-reduce needs each machine's ranks to be one block (nodes are numbered
+     * by first appearance, so that is a non-decreasing node_of) */
+    int contiguous = 1;
+    for (int r = 1; r < n; r++) contiguous &= h->node_of[r] >= h->node_of[r - 1];
+    h->ordered = contiguous && ct_config_choice(CT_CFG_HIER_ALLREDUCE) == 0;
     free(count);
     return CT_OK;
 }
@@ -273,7 +278,8 @@ ct_status ct_hier_init(ct_pg *pg, const ct_backend *flat_be, ct_flat_create_fn c
     }
     pg->be = &ct_hier_backend;
     pg->impl = h;
-    CT_LOG_INFO("pg", "hier: rank %d is local rank %d of %d on node %d of %d (%s); shm inside, %s between %d leaders",
-                pg->rank, h->lrank, h->lsize, h->node, h->nnodes, h->host, flat_be->name, h->nnodes);
+    CT_LOG_INFO("pg", "hier: rank %d is local rank %d of %d on node %d of %d (%s); shm inside, %s between %d leaders, "
+                "%s all-reduce", pg->rank, h->lrank, h->lsize, h->node, h->nnodes, h->host, flat_be->name, h->nnodes,
+                h->ordered ? "ordered" : "tree");
     return CT_OK;
 }

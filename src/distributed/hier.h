@@ -24,6 +24,7 @@ typedef struct {
 typedef struct {
     ct_pg *world;
     int nnodes, node, lrank, lsize, maxlocal;
+    int ordered;             /* all-reduce in world rank order (hier_allreduce.c) */
     int *node_of, *lrank_of; /* by world rank */
     int *leader_of;          /* by node: the world rank of its local rank 0 */
     char host[64];           /* this machine's name, for messages */

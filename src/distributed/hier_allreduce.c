@@ -1,40 +1,72 @@
-/* Hierarchical all-reduce of B bytes, L ranks on this machine, N machines, W = N*L ranks:
+/* Hierarchical all-reduce of B bytes, L ranks on this machine, N machines, W = N*L ranks.
  *
- *   1. reduce to local rank 0 over shm                  memory only, ~2B per rank
- *   2. all-reduce among the N leaders (flat backend)    network ~2B(N-1)/N per machine (ring)
- *   3. broadcast from local rank 0 over shm             memory only, B per rank
+ * ordered (default when every machine holds a contiguous block of world ranks, as mpirun's
+ * default mapping and ctrain run --nnodes give): the sum in world rank order, so the same
+ * bits as a one-machine run of W ranks (shm folds ranks 0..W-1 left to right):
+ *   1. leader k > 0 receives the running sum S of machines 0..k-1 and sets buf = S + buf
+ *                                                         network: B in per machine
+ *   2. shm reduce to local rank 0, folding local ranks in order onto it   memory, ~2B/rank
+ *   3. leader k < N-1 sends the running sum on            network: B out per machine
+ *   4. the last leader divides (AVG) and broadcasts among the leaders     network: ~B
+ *   5. shm broadcast from local rank 0                                   memory, B/rank
+ *   Machines take turns in step 2 (time ~N shm reductions); a flat ring all-reduce of all W
+ *   ranks would move ~2B(W-1)/W per rank, L times that per machine, through the network.
  *
- * A flat ring all-reduce of all W ranks moves ~2B(W-1)/W per rank, L times that per machine,
- * through the network: the leaders' step moves 1/L of it. AVG is SUM in steps 1-2 and one
- * division by W on the leader before step 3. f16/bf16 travel as f32 (converted on every
- * rank first), so the only rounding to the half type is the last one.
- * Same bits run to run: shm reduces in local rank order, and the leaders' backend picks
- * the same algorithm for the same N and size every time. */
+ * tree (CTRAIN_HIER_ALLREDUCE=tree, or ranks interleaved across machines): every machine
+ * reduces at once (shm), the leaders all-reduce (flat backend, ~2B(N-1)/N each), shm
+ * broadcast. Faster with many machines; sums in another order than one machine would.
+ *
+ * AVG is SUM, then one division by W on a leader. Both orders are fixed, so the result is
+ * the same bits run to run (for f16/bf16 with AVG it may differ from a one-machine run by
+ * one rounding: that run divides before its last rounding). */
 #include "distributed/hier.h"
 
-ct_status hier_allreduce(hier_pg *h, ct_work *w, double deadline) {
-    ct_dtype dt = w->dt;
+static ct_status tree(hier_pg *h, ct_work *w, ct_reduce_op op, double deadline) {
     void *buf = w->rbuf;
-    int half = dt == CT_F16 || dt == CT_BF16;
-    if (half) {
-        if (!(buf = hier_scratch(h, 0, w->count * 4))) return ct_error(CT_ERR_NOMEM, "hier all_reduce staging");
-        ct_convert(buf, CT_F32, w->rbuf, dt, w->count);
-        dt = CT_F32;
-    }
-    ct_reduce_op op = w->rop == CT_RED_AVG ? CT_RED_SUM : w->rop;
     ct_status st = CT_OK;
     if (h->lsize > 1)
-        st = hier_step(h, &h->local, "intra-node reduce", CT_OP_REDUCE, buf, buf, w->count, dt, op, 0, deadline);
+        st = hier_step(h, &h->local, "intra-node reduce", CT_OP_REDUCE, buf, buf, w->count, w->dt, op, 0, deadline);
     if (!st && h->lrank == 0) {
-        if (h->nnodes > 1 &&
-            (st = hier_step(h, &h->leaders, "inter-node all_reduce", CT_OP_ALLREDUCE, buf, buf, w->count, dt, op, 0,
-                            deadline)))
+        if (h->nnodes > 1 && (st = hier_step(h, &h->leaders, "inter-node all_reduce", CT_OP_ALLREDUCE, buf, buf,
+                                             w->count, w->dt, op, 0, deadline)))
             return hier_fail_local(h, st);
-        if (w->rop == CT_RED_AVG) ct_reduce_scale(dt, buf, w->count, h->world->size);
+        if (w->rop == CT_RED_AVG) ct_reduce_scale(w->dt, buf, w->count, h->world->size);
     }
+    return st;
+}
+
+static ct_status ordered(hier_pg *h, ct_work *w, ct_reduce_op op, double deadline) {
+    void *buf = w->rbuf;
+    int last = h->nnodes - 1;
+    ct_status st = CT_OK;
+    if (h->lrank == 0 && h->node > 0) {
+        void *prev = hier_scratch(h, 0, w->count * ct_dtype_size(w->dt));
+        if (!prev) return hier_fail_local(h, ct_error(CT_ERR_NOMEM, "hier all_reduce staging"));
+        if ((st = hier_step(h, &h->leaders, "running sum from the previous node", CT_OP_RECV, NULL, prev, w->count,
+                            w->dt, CT_RED_SUM, h->node - 1, deadline)))
+            return hier_fail_local(h, st);
+        ct_reduce2(w->dt, op, buf, NULL, prev, buf, w->count, 0);
+    }
+    if (h->lsize > 1)
+        st = hier_step(h, &h->local, "intra-node reduce", CT_OP_REDUCE, buf, buf, w->count, w->dt, op, 0, deadline);
+    if (!st && h->lrank == 0) {
+        if (h->node < last)
+            st = hier_step(h, &h->leaders, "running sum to the next node", CT_OP_SEND, buf, NULL, w->count, w->dt,
+                           CT_RED_SUM, h->node + 1, deadline);
+        if (!st && h->node == last && w->rop == CT_RED_AVG) ct_reduce_scale(w->dt, buf, w->count, h->world->size);
+        if (!st && h->nnodes > 1)
+            st = hier_step(h, &h->leaders, "inter-node broadcast of the sum", CT_OP_BROADCAST, buf, buf, w->count,
+                           w->dt, CT_RED_SUM, last, deadline);
+        if (st) return hier_fail_local(h, st);
+    }
+    return st;
+}
+
+ct_status hier_allreduce(hier_pg *h, ct_work *w, double deadline) {
+    ct_reduce_op op = w->rop == CT_RED_AVG ? CT_RED_SUM : w->rop;
+    ct_status st = h->ordered ? ordered(h, w, op, deadline) : tree(h, w, op, deadline);
     if (!st && h->lsize > 1)
-        st = hier_step(h, &h->local, "intra-node broadcast", CT_OP_BROADCAST, buf, buf, w->count, dt, CT_RED_SUM, 0,
-                       deadline);
-    if (!st && half) ct_convert(w->rbuf, w->dt, buf, CT_F32, w->count);
+        st = hier_step(h, &h->local, "intra-node broadcast", CT_OP_BROADCAST, w->rbuf, w->rbuf, w->count, w->dt,
+                       CT_RED_SUM, 0, deadline);
     return st;
 }

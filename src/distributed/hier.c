@@ -36,7 +36,7 @@ _Static_assert(sizeof(boot_rec) == BOOT_BYTES, "boot record size");
 void *hier_scratch(hier_pg *h, int which, size_t bytes) {
     void **p = which ? &h->tmp2 : &h->tmp;
     size_t *cap = which ? &h->cap2 : &h->cap;
-    if (*cap < bytes) {
+    if (!*p || *cap < bytes) {
         free(*p);
         *p = malloc(bytes ? bytes : 64);
         *cap = *p ? bytes : 0;

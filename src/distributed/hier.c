@@ -58,10 +58,19 @@ ct_status hier_step(hier_pg *h, hier_sub *g, const char *what, int kind, const v
     w.peer = peer;
     if (kind != CT_OP_SEND && kind != CT_OP_RECV) w.seq = ++g->seq; /* as pg.c: p2p is not numbered */
     ct_status st = g->be->run(g->impl, &w, deadline);
-    if (st)
+    if (!st) return CT_OK;
+    if (g != &h->leaders || !h->keys)
         return ct_error(st, "%s step failed on rank %d (host %s, node %d of %d): %s", what, h->world->rank, h->host,
                         h->node, h->nnodes, ct_last_error());
-    return CT_OK;
+    /* between machines: name the other machines' leaders (host names alone may repeat) */
+    char others[400] = "";
+    size_t o = 0;
+    for (int k = 0; k < h->nnodes && o < sizeof others - 1; k++)
+        if (k != h->node)
+            o += (size_t)snprintf(others + o, sizeof others - o, "%snode %d: rank %d on %s", o ? "; " : "", k,
+                                  h->leader_of[k], h->keys[k]);
+    return ct_error(st, "%s step failed on rank %d (host %s, node %d of %d; other machines' leaders: %s): %s", what,
+                    h->world->rank, h->host, h->node, h->nnodes, others, ct_last_error());
 }
 
 ct_status hier_fail_local(hier_pg *h, ct_status st) {
@@ -112,8 +121,11 @@ static void hier_destroy(void *impl) {
     hier_pg *h = impl;
     if (!h) return;
     if (h->local.impl) h->local.be->destroy(h->local.impl);
-    if (h->leaders.impl) h->leaders.be->destroy(h->leaders.impl);
-    if (h->flat.impl) h->flat.be->destroy(h->flat.impl); /* last: MPI_Finalize when it initialised MPI */
+    /* after a failure a flat backend's teardown may wait for the lost ranks (MPI_Finalize
+     * does): left to the process exit, which tells the launcher to end the job */
+    if (h->leaders.impl && !h->failed) h->leaders.be->destroy(h->leaders.impl);
+    if (h->flat.impl && !h->failed) h->flat.be->destroy(h->flat.impl); /* last: MPI_Finalize when it initialised MPI */
+    free(h->keys);
     shell_free(h->local_pg);
     shell_free(h->leaders_pg);
     free(h->node_of);
@@ -130,14 +142,22 @@ static ct_status map_nodes(hier_pg *h, const boot_rec *all) {
     h->node_of = malloc(sizeof(int) * (size_t)n);
     h->lrank_of = malloc(sizeof(int) * (size_t)n);
     h->leader_of = malloc(sizeof(int) * (size_t)n);
+    h->keys = malloc(sizeof *h->keys * (size_t)n);
     int *count = calloc((size_t)n, sizeof(int));
-    if (!h->node_of || !h->lrank_of || !h->leader_of || !count) { free(count); return ct_error(CT_ERR_NOMEM, "hier node map"); }
+    if (!h->node_of || !h->lrank_of || !h->leader_of || !h->keys || !count) {
+        free(count);
+        return ct_error(CT_ERR_NOMEM, "hier node map");
+    }
     h->nnodes = 0;
     for (int r = 0; r < n; r++) {
         int k = -1;
         for (int q = 0; q < r && k < 0; q++)
             if (!strcmp(all[q].key, all[r].key)) k = h->node_of[q];
-        if (k < 0) { k = h->nnodes++; h->leader_of[k] = r; }
+        if (k < 0) {
+            k = h->nnodes++;
+            h->leader_of[k] = r;
+            memcpy(h->keys[k], all[r].key, sizeof h->keys[k]);
+        }
         h->node_of[r] = k;
         h->lrank_of[r] = count[k]++;
     }
@@ -215,14 +235,17 @@ static ct_status make_leaders(hier_pg *h, ct_flat_create_fn create) {
 
 static ct_status hier_run(void *impl, ct_work *w, double deadline) {
     hier_pg *h = impl;
+    ct_status st;
     switch (w->kind) {
-    case CT_OP_ALLREDUCE: return hier_allreduce(h, w, deadline);
-    case CT_OP_BROADCAST: return hier_broadcast(h, w, deadline);
-    case CT_OP_ALLGATHER: return hier_allgather(h, w, deadline);
-    case CT_OP_BARRIER: return hier_barrier(h, w, deadline);
+    case CT_OP_ALLREDUCE: st = hier_allreduce(h, w, deadline); break;
+    case CT_OP_BROADCAST: st = hier_broadcast(h, w, deadline); break;
+    case CT_OP_ALLGATHER: st = hier_allgather(h, w, deadline); break;
+    case CT_OP_BARRIER: st = hier_barrier(h, w, deadline); break;
     default: /* reduce, reduce_scatter, all_to_all, send, recv: the flat group as they are */
-        return h->flat.be->run(h->flat.impl, w, deadline);
+        st = h->flat.be->run(h->flat.impl, w, deadline);
     }
+    if (st == CT_ERR_TIMEOUT || st == CT_ERR_PEER || st == CT_ERR_MISMATCH) h->failed = 1;
+    return st;
 }
 
 /* Subgroups live on the flat backend alone. */

@@ -25,6 +25,8 @@ typedef struct {
     ct_pg *world;
     int nnodes, node, lrank, lsize, maxlocal;
     int ordered;             /* all-reduce in world rank order (hier_allreduce.c) */
+    int failed;              /* an operation timed out or lost a peer: no collective teardown */
+    char (*keys)[128];       /* by node: its key (host/netns), for messages */
     int *node_of, *lrank_of; /* by world rank */
     int *leader_of;          /* by node: the world rank of its local rank 0 */
     char host[64];           /* this machine's name, for messages */

@@ -117,7 +117,7 @@ static ct_status check_fp(mpi_pg *m, ct_work *w, double deadline) {
     return st;
 }
 
-static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
+static ct_status mpi_run_op(void *impl, ct_work *w, double deadline) {
     mpi_pg *m = impl;
     size_t esz = ct_dtype_size(w->dt);
     int half = w->dt == CT_F16 || w->dt == CT_BF16;
@@ -202,9 +202,27 @@ static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
     return CT_OK;
 }
 
+/* Set once an operation timed out or lost a peer: MPI_Finalize (and MPI_Comm_free) would
+ * then wait forever for the ranks that are gone or stuck, so they are skipped and the
+ * process exits unfinalised, which makes mpirun end the whole job. */
+static _Atomic int job_failed;
+
+static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
+    ct_status st = mpi_run_op(impl, w, deadline);
+    if (st == CT_ERR_TIMEOUT || st == CT_ERR_PEER || st == CT_ERR_MISMATCH) job_failed = 1;
+    return st;
+}
+
 static void mpi_destroy(void *impl) {
     mpi_pg *m = impl;
     if (!m) return;
+    if (job_failed) {
+        CT_LOG_INFO("mpi", "not finalising MPI after a failed operation (the launcher ends the job)");
+        free(m->tmp);
+        free(m->tmp2);
+        free(m);
+        return;
+    }
     pthread_mutex_lock(&mpi_mu);
     /* a subgroup freed after the world that finalized MPI: its communicator is gone already */
     int fin = 0;

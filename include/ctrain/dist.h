@@ -122,7 +122,8 @@ int ct_pg_size(const ct_pg *pg);
 const char *ct_pg_backend(const ct_pg *pg);
 /* Global rank (in the world group) of group rank r. */
 int ct_pg_global_rank(const ct_pg *pg, int r);
-/* Store shared by the job (NULL for the mpi backend or a 1-rank world). */
+/* Store shared by the job (NULL under mpirun, where the mpi or hier backend bootstraps
+ * through MPI, or in a 1-rank world). */
 ct_store *ct_pg_store(ct_pg *pg);
 /* Drains the queue and frees. Freeing the world group also frees its subgroups' store. */
 void ct_pg_free(ct_pg *pg);

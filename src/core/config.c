@@ -98,7 +98,7 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_OMPI_RANK] = {"OMPI_COMM_WORLD_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                           "Open MPI's rank (used when RANK is unset)"},
     [CT_CFG_OMPI_SIZE] = {"OMPI_COMM_WORLD_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,
-                          "Open MPI's world size; without MASTER_PORT it selects the mpi backend"},
+                          "Open MPI's world size; without MASTER_PORT it selects the mpi or hier backend"},
     [CT_CFG_OMPI_LOCAL_RANK] = {"OMPI_COMM_WORLD_LOCAL_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                                 "Open MPI's local rank (used when LOCAL_RANK is unset)"},
     [CT_CFG_OMPI_LOCAL_SIZE] = {"OMPI_COMM_WORLD_LOCAL_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,

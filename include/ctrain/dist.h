@@ -61,6 +61,12 @@ void ct_store_server_stop(ct_store_server *s);
 
 /* Connects, retrying until timeout_s (the server may not be up yet). */
 ct_status ct_store_connect(const char *addr, int port, const char *token, double timeout_s, ct_store **out);
+/* Connects to PyTorch's c10d TCPStore (torchrun's agent store, torch.distributed.TCPStore)
+ * instead of a ctrain store: no token; the ct_store_* calls below work on it unchanged.
+ * Speaks the layouts of PyTorch 1.13 and 2.x with the validation handshake (2.15 tested),
+ * found on connect. ct_store_protocol: "ctrain", "c10d-v1" or "c10d-v2". */
+ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct_store **out);
+const char *ct_store_protocol(const ct_store *c);
 void ct_store_free(ct_store *c);
 ct_status ct_store_set(ct_store *c, const char *key, const void *val, size_t len);
 /* Waits until key exists (up to timeout_s), then returns a malloc'd copy (free() it). */
@@ -112,7 +118,8 @@ typedef struct ct_dist_world {
 } ct_dist_world;
 ct_status ct_dist_detect(ct_dist_world *out);
 /* Creates the world group. Rank and size come from opts, else ct_dist_detect.
- * The store is the launcher's (CTRAIN_STORE_HOSTED=1) or is hosted by rank 0 on MASTER_ADDR. */
+ * The store is the launcher's (CTRAIN_STORE_HOSTED=1), torchrun's PyTorch c10d TCPStore
+ * (TORCHELASTIC_USE_AGENT_STORE=True, see docs/multinode.md) or is hosted by rank 0 on MASTER_ADDR. */
 ct_status ct_dist_init(const ct_dist_opts *opts, ct_pg **out);
 /* Collective over every rank of parent (all must call, in the same order). Members get a
  * new group whose ranks are numbered in the order of `ranks`; non-members get *out = NULL. */

@@ -143,6 +143,8 @@ static ct_status fit(job *j) {
     to.keep = o->keep;
     to.keep_going_on_save_error = o->keep_going_on_save_error;
     to.resume = o->resume;
+    /* a launcher's restart (torchrun --max-restarts, ctrain run) continues the run */
+    if (!to.resume && ct_config_int(CT_CFG_TORCHELASTIC_RESTART_COUNT) > 0) to.resume = "auto";
     to.log_every = o->log_every;
     to.output_dir = o->output_dir;
     ct_train_model tm = ct_train_model_builtin(j->model);

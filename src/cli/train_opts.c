@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "  --keep-going-on-save-error  a checkpoint that cannot be written is a warning, not the\n"
             "                       end of the job (the final weights must still be written)\n"
             "  --resume PATH|auto   continue from a checkpoint directory, or the newest valid one\n"
+            "                       (auto when TORCHELASTIC_RESTART_COUNT > 0: a launcher's restart)\n"
             "  --eval-every N       evaluate every N steps (default: mlp/cnn after each epoch, gpt at the end)\n"
             "  --eval-max N         evaluate on at most N samples (default all)\n"
             "  --log-every N        progress line every N steps (default 50)\n"

@@ -90,11 +90,15 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_ROLE_NAME] = {"ROLE_NAME", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
                           "worker role, always default (torchrun's; ctrain does not read it)"},
     [CT_CFG_TORCHELASTIC_RESTART_COUNT] = {"TORCHELASTIC_RESTART_COUNT", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,
-                                           "restart attempt (torchrun's; ctrain reads CTRAIN_RESTART_COUNT)"},
+                                           "restart attempt (torchrun's): above 0, ctrain train resumes from the newest "
+                                           "checkpoint; stands for CTRAIN_RESTART_COUNT when that is unset"},
     [CT_CFG_TORCHELASTIC_MAX_RESTARTS] = {"TORCHELASTIC_MAX_RESTARTS", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,
                                           "--max-restarts (torchrun's; ctrain does not read it)"},
     [CT_CFG_TORCHELASTIC_RUN_ID] = {"TORCHELASTIC_RUN_ID", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,
                                     "job id (torchrun's; ctrain reads CTRAIN_RUN_ID)"},
+    [CT_CFG_TORCHELASTIC_USE_AGENT_STORE] = {"TORCHELASTIC_USE_AGENT_STORE", CT_CFG_BOOL, NULL, 0, 0, NULL, NULL, L,
+                                             "True: torchrun's agent hosts a PyTorch c10d TCPStore on MASTER_ADDR:"
+                                             "MASTER_PORT and every rank joins it as a client (no token)"},
     [CT_CFG_OMPI_RANK] = {"OMPI_COMM_WORLD_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                           "Open MPI's rank (used when RANK is unset)"},
     [CT_CFG_OMPI_SIZE] = {"OMPI_COMM_WORLD_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,

@@ -573,7 +573,10 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     pg->timeout = timeout;
     pg->fingerprint = fp;
     pg->local_size = lworld;
-    snprintf(pg->prefix, sizeof pg->prefix, "ctrain/%ld/", ct_config_int(CT_CFG_RESTART_COUNT));
+    /* torchrun's store outlives a restart: the attempt keeps the keys apart */
+    long attempt = ct_config_is_set(CT_CFG_RESTART_COUNT) ? ct_config_int(CT_CFG_RESTART_COUNT)
+                                                          : ct_config_int(CT_CFG_TORCHELASTIC_RESTART_COUNT);
+    snprintf(pg->prefix, sizeof pg->prefix, "ctrain/%ld/", attempt);
     const char *rid = ct_config_str(CT_CFG_RUN_ID);
     snprintf(pg->runid, sizeof pg->runid, "%.32s", rid ? rid : "x");
     ct_log_set_rank(rank);
@@ -596,8 +599,15 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
             if (port <= 0) port = (int)ct_config_int(CT_CFG_MASTER_PORT);
             const char *token = o.token ? o.token : ct_config_str(CT_CFG_STORE_TOKEN);
             int hosted = ct_config_bool(CT_CFG_STORE_HOSTED);
+            if ((st = ct_config_check(CT_CFG_TORCHELASTIC_USE_AGENT_STORE))) {
+                pg_release(pg);
+                return st;
+            }
+            int agent = ct_config_bool(CT_CFG_TORCHELASTIC_USE_AGENT_STORE); /* torchrun's c10d TCPStore */
             char made[64];
-            if (rank == 0 && !hosted) {
+            if (agent) {
+                token = NULL;
+            } else if (rank == 0 && !hosted) {
                 if (!token) { /* ranks from the environment: a token of our own, shared through a 0600 file */
                     st = ct_token_file_publish(port, made, sizeof made, pg->token_file, sizeof pg->token_file);
                     if (st) {
@@ -614,15 +624,22 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
                     return ct_error(st, "rank 0 cannot host the store: %s", ct_last_error());
                 }
             }
-            if (token) st = ct_store_connect(addr, port, token, timeout, &pg->store);
-            else st = connect_with_token_file(addr, port, timeout, &pg->store);
+            if (agent) {
+                st = ct_store_connect_c10d(addr, port, timeout, &pg->store);
+                if (st) st = ct_error(st, "%s (torchrun's agent store, as TORCHELASTIC_USE_AGENT_STORE says)", ct_last_error());
+            } else if (token) {
+                st = ct_store_connect(addr, port, token, timeout, &pg->store);
+            } else {
+                st = connect_with_token_file(addr, port, timeout, &pg->store);
+            }
             if (st) {
                 ct_store_server_stop(pg->server);
                 if (pg->token_file[0]) unlink(pg->token_file);
                 pg_release(pg);
                 return st;
             }
-            CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s)", addr, port, pg->server ? "hosted by rank 0" : "launcher's");
+            CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s, %s protocol)", addr, port,
+                        pg->server ? "hosted by rank 0" : "launcher's", ct_store_protocol(pg->store));
         }
         bind_local_rank(o.local_rank >= 0 ? o.local_rank : env.local_rank, lworld);
         pg->be = &ct_shm_backend;

@@ -14,6 +14,7 @@
  * readable. Legitimate clients send HELLO right after connecting, and ct_store_connect
  * reconnects when it was evicted before its HELLO was read. */
 #include "ctrain/dist.h"
+#include "dist_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -133,8 +134,8 @@ static kv_t *kv_set(ct_store_server *s, const char *key, size_t klen, const void
     return e;
 }
 
-/* Sends a whole frame; a client that does not read for 2 s is dropped. */
-static int send_all(int fd, const void *d, size_t n) {
+/* Sends a whole frame; a peer that does not read for 2 s is dropped. */
+int ct_sock_send_all(int fd, const void *d, size_t n) {
     const uint8_t *p = d;
     while (n) {
         ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
@@ -154,8 +155,8 @@ static int reply(client_t *c, ct_status st, const buf_t *payload) {
     uint8_t hdr[5];
     memcpy(hdr, &len, 4);
     hdr[4] = (uint8_t)st;
-    if (send_all(c->fd, hdr, 5)) return -1;
-    if (payload && payload->n && send_all(c->fd, payload->p, payload->n)) return -1;
+    if (ct_sock_send_all(c->fd, hdr, 5)) return -1;
+    if (payload && payload->n && ct_sock_send_all(c->fd, payload->p, payload->n)) return -1;
     return 0;
 }
 
@@ -548,13 +549,14 @@ void ct_store_server_stop(ct_store_server *s) {
 
 /* ------------------------------------------------------------------ client */
 struct ct_store {
+    ct_c10d *c10d; /* PyTorch's store: every call goes to store_c10d.c */
     int fd;
     pthread_mutex_t mu;
     char addr[256];
     int port;
 };
 
-static int recv_all(int fd, void *d, size_t n, double deadline) {
+int ct_sock_recv_all(int fd, void *d, size_t n, double deadline) {
     uint8_t *p = d;
     while (n) {
         double left = (deadline - ct_time_now()) * 1000; /* deadline may be +inf */
@@ -579,10 +581,10 @@ static int recv_all(int fd, void *d, size_t n, double deadline) {
 static ct_status rpc(ct_store *c, const buf_t *req, double timeout_s, ct_status *st, buf_t *resp) {
     uint32_t len = (uint32_t)req->n;
     double deadline = ct_time_now() + timeout_s;
-    if (send_all(c->fd, &len, 4) || send_all(c->fd, req->p, req->n))
+    if (ct_sock_send_all(c->fd, &len, 4) || ct_sock_send_all(c->fd, req->p, req->n))
         return ct_error(CT_ERR_PEER, "store %s:%d: connection lost (send)", c->addr, c->port);
     uint8_t hdr[5];
-    int r = recv_all(c->fd, hdr, 5, deadline);
+    int r = ct_sock_recv_all(c->fd, hdr, 5, deadline);
     if (r == -2) return ct_error(CT_ERR_TIMEOUT, "store %s:%d: no reply within %.0f s", c->addr, c->port, timeout_s);
     if (r) return ct_error(CT_ERR_PEER, "store %s:%d: connection closed by the server", c->addr, c->port);
     memcpy(&len, hdr, 4);
@@ -592,7 +594,7 @@ static ct_status rpc(ct_store *c, const buf_t *req, double timeout_s, ct_status 
     if (len > 1) {
         uint8_t *p = malloc(len - 1);
         if (!p) return ct_error(CT_ERR_NOMEM, "store reply");
-        if (recv_all(c->fd, p, len - 1, deadline)) {
+        if (ct_sock_recv_all(c->fd, p, len - 1, deadline)) {
             free(p);
             return ct_error(CT_ERR_PEER, "store: connection lost (reply)");
         }
@@ -603,7 +605,7 @@ static ct_status rpc(ct_store *c, const buf_t *req, double timeout_s, ct_status 
     return CT_OK;
 }
 
-static int connect_once(const char *addr, int port) {
+int ct_sock_connect(const char *addr, int port) {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -632,7 +634,7 @@ ct_status ct_store_connect(const char *addr, int port, const char *token, double
     double deadline = ct_time_now() + timeout_s;
     int delay_us = 1000;
     for (;;) {
-        int fd = connect_once(addr, port);
+        int fd = ct_sock_connect(addr, port);
         if (fd == -2) return ct_error(CT_ERR_INVALID, "store: cannot resolve '%s'", addr);
         if (fd < 0) {
             if (ct_time_now() > deadline)
@@ -673,9 +675,29 @@ ct_status ct_store_connect(const char *addr, int port, const char *token, double
     }
 }
 
+ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct_store **out) {
+    *out = NULL;
+    ct_store *c = calloc(1, sizeof *c);
+    if (!c) return ct_error(CT_ERR_NOMEM, "store client");
+    ct_status st = ct_c10d_connect(addr, port, timeout_s, &c->c10d);
+    if (st) { free(c); return st; }
+    c->fd = -1;
+    c->port = port;
+    snprintf(c->addr, sizeof c->addr, "%s", addr ? addr : "127.0.0.1");
+    pthread_mutex_init(&c->mu, NULL);
+    *out = c;
+    return CT_OK;
+}
+
+const char *ct_store_protocol(const ct_store *c) {
+    if (!c) return NULL;
+    return !c->c10d ? "ctrain" : ct_c10d_version(c->c10d) == 2 ? "c10d-v2" : "c10d-v1";
+}
+
 void ct_store_free(ct_store *c) {
     if (!c) return;
-    close(c->fd);
+    ct_c10d_free(c->c10d);
+    if (c->fd >= 0) close(c->fd);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -707,6 +729,7 @@ static void req_start(buf_t *b, int cmd, const char *key) {
 ct_status ct_store_set(ct_store *c, const char *key, const void *val, size_t len) {
     if (check_key(key)) return CT_ERR_INVALID;
     if (len > CT_STORE_MAX_VALUE) return ct_error(CT_ERR_INVALID, "store value of %zu bytes is over the limit", len);
+    if (c->c10d) return ct_c10d_set(c->c10d, key, val, len);
     buf_t req = {0}, resp = {0};
     req_start(&req, CMD_SET, key);
     buf_str(&req, val, len);
@@ -719,6 +742,7 @@ ct_status ct_store_get(ct_store *c, const char *key, double timeout_s, void **va
     *val = NULL;
     if (len) *len = 0;
     if (check_key(key)) return CT_ERR_INVALID;
+    if (c->c10d) return ct_c10d_get(c->c10d, key, timeout_s, val, len);
     buf_t req = {0}, resp = {0};
     req_start(&req, CMD_GET, key);
     /* a double outside [0, 2^32) cast to uint32_t is undefined: NaN and negative mean "now",
@@ -756,6 +780,7 @@ ct_status ct_store_wait(ct_store *c, const char *const *keys, int nkeys, double 
 
 ct_status ct_store_add(ct_store *c, const char *key, int64_t delta, int64_t *out) {
     if (check_key(key)) return CT_ERR_INVALID;
+    if (c->c10d) return ct_c10d_add(c->c10d, key, delta, out);
     buf_t req = {0}, resp = {0};
     req_start(&req, CMD_ADD, key);
     buf_put(&req, &delta, 8);
@@ -775,6 +800,7 @@ ct_status ct_store_compare_set(ct_store *c, const char *key, const void *expecte
     if (cur) *cur = NULL;
     if (check_key(key)) return CT_ERR_INVALID;
     if (elen > CT_STORE_MAX_VALUE || dlen > CT_STORE_MAX_VALUE) return ct_error(CT_ERR_INVALID, "store value too large");
+    if (c->c10d) return ct_c10d_compare_set(c->c10d, key, expected, elen, desired, dlen, cur, curlen);
     buf_t req = {0}, resp = {0};
     req_start(&req, CMD_CAS, key);
     buf_u32(&req, expected != NULL);
@@ -805,10 +831,17 @@ static ct_status flag_call(ct_store *c, int cmd, const char *key, bool *flag) {
     free(resp.p);
     return st;
 }
-ct_status ct_store_delete(ct_store *c, const char *key, bool *existed) { return flag_call(c, CMD_DEL, key, existed); }
-ct_status ct_store_check(ct_store *c, const char *key, bool *exists) { return flag_call(c, CMD_CHECK, key, exists); }
+ct_status ct_store_delete(ct_store *c, const char *key, bool *existed) {
+    if (c->c10d && !check_key(key)) return ct_c10d_delete(c->c10d, key, existed);
+    return flag_call(c, CMD_DEL, key, existed);
+}
+ct_status ct_store_check(ct_store *c, const char *key, bool *exists) {
+    if (c->c10d && !check_key(key)) return ct_c10d_check(c->c10d, key, exists);
+    return flag_call(c, CMD_CHECK, key, exists);
+}
 
 ct_status ct_store_num_keys(ct_store *c, int64_t *out) {
+    if (c->c10d) return ct_c10d_num_keys(c->c10d, out);
     buf_t req = {0}, resp = {0};
     req_start(&req, CMD_NKEYS, NULL);
     ct_status st = call(c, &req, 60, &resp, "num_keys", "");

@@ -193,7 +193,8 @@ static ct_status make_local(hier_pg *h) {
     boot_rec mine, *all = malloc(sizeof(boot_rec) * (size_t)w->size);
     if (!all) return ct_error(CT_ERR_NOMEM, "hier bootstrap");
     memset(&mine, 0, sizeof mine);
-    char name[96];
+    snprintf(mine.host, sizeof mine.host, "%s", h->host);
+    char name[96] = "";
     ct_status st = CT_OK;
     if (h->lrank == 0) { /* 1. the leader creates the segment */
         char hex[32];
@@ -206,7 +207,11 @@ static ct_status make_local(hier_pg *h) {
     }
     /* 2. its name (or failure) to the others */
     ct_status bst = boot_allgather(h, &mine, all);
-    if (bst) { free(all); return bst; }
+    if (bst) {
+        if (h->lrank == 0) shm_unlink(name);
+        free(all);
+        return bst;
+    }
     const boot_rec *lead = &all[h->leader_of[h->node]];
     if (h->lrank > 0) {
         if (!lead->ok) st = ct_error(CT_ERR_PEER, "rank %d could not create the shared segment: %s", h->leader_of[h->node], lead->msg);

@@ -7,7 +7,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_ba
 A=cth$$a; Bn=cth$$b
 two_hosts_cleanup() {
     for n in $A $Bn; do ip netns pids $n 2>/dev/null | xargs -r kill -9 2>/dev/null; done # a job left by a failure
-    [ -n "${KEEP:-}" ] && return
+    [ -n "${KEEP:-}" ] && { echo "kept $tmp and namespaces $A $Bn"; return; }
     ip netns del $A 2>/dev/null; ip netns del $Bn 2>/dev/null; rm -rf "$tmp"
 }
 trap two_hosts_cleanup EXIT

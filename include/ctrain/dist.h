@@ -97,7 +97,7 @@ typedef struct ct_dist_opts {
     int local_rank, local_world_size; /* -1 = from the environment (default: = rank / world) */
     const char *master_addr;          /* NULL = MASTER_ADDR or 127.0.0.1 */
     int master_port;                  /* 0 = MASTER_PORT or 29500 */
-    const char *backend;              /* "shm", "mpi", "gloo" or NULL = CTRAIN_BACKEND or automatic */
+    const char *backend;              /* "shm", "mpi", "gloo", "hier", "nccl" or NULL = CTRAIN_BACKEND or automatic */
     const char *token;                /* store token; NULL = CTRAIN_STORE_TOKEN, else rank 0 makes one up and
                                          shares it through a 0600 file (see XDG_RUNTIME_DIR) */
     double timeout_s;                 /* 0 = CTRAIN_TIMEOUT or 300 */
@@ -105,8 +105,19 @@ typedef struct ct_dist_opts {
 } ct_dist_opts;
 
 ct_dist_opts ct_dist_default_opts(void);
-/* Creates the world group. Rank and size come from opts, else RANK/WORLD_SIZE (torchrun,
- * `ctrain run`, ct_spawn), OMPI_COMM_WORLD_* (mpirun) or SLURM_PROCID/SLURM_NTASKS.
+
+/* Who started this process, as every entry point sees it: rank and size from one launcher's
+ * pair of variables (RANK/WORLD_SIZE, else OMPI_COMM_WORLD_*, else PMI_RANK/PMI_SIZE, else
+ * SLURM_PROCID/SLURM_NTASKS), and its local rank and size (default: the whole world).
+ * Distributed means world_size > 1. A world of one while a multi-process launcher's
+ * variables say otherwise (mpirun -np 2 with WORLD_SIZE=1) is CT_ERR_INVALID. */
+typedef struct ct_dist_world {
+    int rank, world_size, local_rank, local_world_size;
+    const char *launcher;              /* "none", "env", "mpirun", "pmi" or "slurm" */
+    const char *rank_var, *world_var;  /* the variables read ("OMPI_COMM_WORLD_RANK"...), NULL for none */
+} ct_dist_world;
+ct_status ct_dist_detect(ct_dist_world *out);
+/* Creates the world group. Rank and size come from opts, else ct_dist_detect.
  * The store is the launcher's (CTRAIN_STORE_HOSTED=1), torchrun's PyTorch c10d TCPStore
  * (TORCHELASTIC_USE_AGENT_STORE=True, see docs/multinode.md) or is hosted by rank 0 on MASTER_ADDR. */
 ct_status ct_dist_init(const ct_dist_opts *opts, ct_pg **out);
@@ -118,7 +129,8 @@ int ct_pg_size(const ct_pg *pg);
 const char *ct_pg_backend(const ct_pg *pg);
 /* Global rank (in the world group) of group rank r. */
 int ct_pg_global_rank(const ct_pg *pg, int r);
-/* Store shared by the job (NULL for the mpi backend or a 1-rank world). */
+/* Store shared by the job (NULL under mpirun, where the mpi or hier backend bootstraps
+ * through MPI, or in a 1-rank world). */
 ct_store *ct_pg_store(ct_pg *pg);
 /* Drains the queue and frees. Freeing the world group also frees its subgroups' store. */
 void ct_pg_free(ct_pg *pg);

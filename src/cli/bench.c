@@ -59,7 +59,7 @@ static void usage(FILE *f) {
             "  -c              check results (#wrong column)\n"
             "  --op OP         sum, avg, min, max, prod (default sum)\n"
             "  --dtype DT      f32, f16, bf16, f64, i32, i64 (default f32)\n"
-            "  --backend B     shm, mpi or gloo (default: automatic)\n"
+            "  --backend B     shm, mpi, gloo, hier or nccl (default: automatic)\n"
             "  --np N          ranks to spawn when not started by a launcher (default 2)\n"
             "  --no-fingerprint  turn the desync check off (to measure its cost)\n"
             "  --async         issue through the comm thread (ct_all_reduce + ct_work_wait)\n");
@@ -240,8 +240,9 @@ int cli_bench(int argc, char **argv) {
     }
     if (o.b > o.e) { fprintf(stderr, "ctrain bench: -b is larger than -e\n"); return 2; }
     /* started by a launcher: be one rank; otherwise spawn the ranks */
-    if (ct_config_is_set(CT_CFG_RANK) || ct_config_is_set(CT_CFG_OMPI_RANK) || ct_config_is_set(CT_CFG_SLURM_PROCID))
-        return bench_body(&o);
+    ct_dist_world dw;
+    if (ct_dist_detect(&dw)) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 2; }
+    if (strcmp(dw.launcher, "none")) return bench_body(&o);
     ct_status st = ct_spawn(bench_child, o.np, &o);
     if (st) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 1; }
     return 0;

@@ -1,6 +1,6 @@
 /* ctrain train mlp|cnn|gpt — the main job: flags in, a built-in model, its data and the
- * library's trainer out. Alone it trains in one process; under `ctrain run` (WORLD_SIZE > 1)
- * every rank trains its share of each global batch with DDP (src/train/trainer.c). */
+ * library's trainer out. Alone it trains in one process; under a launcher (ctrain run, mpirun,
+ * srun: ct_dist_detect) every rank trains its share of each global batch with DDP (src/train/trainer.c). */
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,7 +183,9 @@ int cli_train(int argc, char **argv) {
     }
     ct_set_num_threads(j.o.threads > 0 ? j.o.threads : ct_default_num_threads());
     ct_status st = CT_OK;
-    if (ct_config_int(CT_CFG_WORLD_SIZE) > 1) st = ct_dist_init(NULL, &j.pg);
+    ct_dist_world dw; /* the same rule as ct_dist_init: mpirun/srun alone make a job distributed */
+    st = ct_dist_detect(&dw);
+    if (st == CT_OK && dw.world_size > 1) st = ct_dist_init(NULL, &j.pg);
     if (st == CT_OK && j.o.init_from) st = read_init(&j);
     if (st == CT_OK) st = open_data(&j);
     if (st == CT_OK) st = build(&j);

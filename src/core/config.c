@@ -19,8 +19,9 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                       "log level; lines carry the time and the rank"},
     [CT_CFG_DEBUG_SUBSYS] = {"CTRAIN_DEBUG_SUBSYS", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                              "comma list of subsystems shown at INFO and TRACE (store, pg, shm, ddp, launcher...; default all)"},
-    [CT_CFG_BACKEND] = {"CTRAIN_BACKEND", CT_CFG_CHOICE, NULL, 0, 0, "shm|mpi|gloo|nccl", NULL, 0,
-                        "process-group backend (default: mpi under mpirun, gloo across machines without it, else shm; nccl: GPUs, CUDA builds)"},
+    [CT_CFG_BACKEND] = {"CTRAIN_BACKEND", CT_CFG_CHOICE, NULL, 0, 0, "shm|mpi|gloo|hier|nccl", NULL, 0,
+                        "process-group backend (default: shm on one machine; across machines hier when some machine has "
+                        "several ranks, with mpi between machines under mpirun, else gloo; nccl: GPUs, CUDA builds)"},
     [CT_CFG_TIMEOUT] = {"CTRAIN_TIMEOUT", CT_CFG_FLOAT, "300", 0, NOMAX, NULL, "seconds", CT_CFG_ABOVE_MIN,
                         "how long a collective or the rendezvous may wait before failing"},
     [CT_CFG_FINGERPRINT] = {"CTRAIN_FINGERPRINT", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
@@ -48,6 +49,9 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_GLOO_IFADDR] = {"CTRAIN_GLOO_IFADDR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                             "gloo backend: this host's address for its connections (default: the one that reaches "
                             "MASTER_ADDR)"},
+    [CT_CFG_HIER_ALLREDUCE] = {"CTRAIN_HIER_ALLREDUCE", CT_CFG_CHOICE, "ordered", 0, 0, "ordered|tree", NULL, 0,
+                               "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
+                               "machine; machines in turn), tree reduces every machine at once"},
     [CT_CFG_DDP_BUCKET_MB] = {"CTRAIN_DDP_BUCKET_MB", CT_CFG_FLOAT, "25", 0, 1e6, NULL, "MiB", CT_CFG_ABOVE_MIN,
                               "DDP gradient bucket size (PyTorch's bucket_cap_mb)"},
     [CT_CFG_DDP_FIRST_BUCKET_MB] = {"CTRAIN_DDP_FIRST_BUCKET_MB", CT_CFG_FLOAT, "1", 0, 1e6, NULL, "MiB",
@@ -102,7 +106,7 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_OMPI_RANK] = {"OMPI_COMM_WORLD_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                           "Open MPI's rank (used when RANK is unset)"},
     [CT_CFG_OMPI_SIZE] = {"OMPI_COMM_WORLD_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,
-                          "Open MPI's world size; without MASTER_PORT it selects the mpi backend"},
+                          "Open MPI's world size; without MASTER_PORT it selects the mpi or hier backend"},
     [CT_CFG_OMPI_LOCAL_RANK] = {"OMPI_COMM_WORLD_LOCAL_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                                 "Open MPI's local rank (used when LOCAL_RANK is unset)"},
     [CT_CFG_OMPI_LOCAL_SIZE] = {"OMPI_COMM_WORLD_LOCAL_SIZE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,
@@ -118,6 +122,8 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                       "Slurm's ranks per machine"},
     [CT_CFG_SLURM_LOCALID] = {"SLURM_LOCALID", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                               "Slurm's rank on this machine"},
+    [CT_CFG_PMIX_RANK] = {"PMIX_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
+                          "PMIx's rank (a PMIx launcher started this process as one of several)"},
 };
 #undef L
 

@@ -65,7 +65,11 @@ int ct_default_num_threads(void) {
     long e = ct_config_int(CT_CFG_OMP_NUM_THREADS); /* 0 when unset */
     if (e > 0) return (int)e;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long local = ct_config_int(CT_CFG_LOCAL_WORLD_SIZE);
+    /* ranks on this machine, from the launcher that set them (the order of ct_dist_detect) */
+    static const ct_config_var LOCAL[] = {CT_CFG_LOCAL_WORLD_SIZE, CT_CFG_OMPI_LOCAL_SIZE, CT_CFG_MPI_LOCALNRANKS,
+                                          CT_CFG_SLURM_NTASKS_PER_NODE};
+    long local = 0;
+    for (size_t i = 0; i < sizeof LOCAL / sizeof LOCAL[0] && local < 1; i++) local = ct_config_int(LOCAL[i]);
     if (local < 1) local = 1;
     long n = cores / local;
     return n < 1 ? 1 : (int)n;

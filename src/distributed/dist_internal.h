@@ -108,6 +108,24 @@ ct_status ct_c10d_num_keys(ct_c10d *c, int64_t *out);
 /* Backends. */
 extern const ct_backend ct_shm_backend;
 ct_status ct_shm_create(ct_pg *pg, void **impl_out);
+/* A shm group bootstrapped by the caller instead of the store: group rank 0 creates the
+ * segment `name` (the caller then tells the others, lets them open it, and shm_unlink()s
+ * it); the others open it. Uses pg's rank, size, granks, gid, timeout, fingerprint and
+ * local_size. */
+ct_status ct_shm_create_named(ct_pg *pg, const char *name, void **impl_out);
+/* Fails every rank of the shm group at once with msg (a step outside shm failed here). */
+void ct_shm_abort(void *impl, ct_status st, const char *msg);
+
+/* A flat backend's constructor, the shape hier.c plugs in between machines: ct_mpi_create,
+ * and a Gloo one the same way. It is given a group of some world ranks (the whole world
+ * for the bootstrap group, one leader per machine after that) and may use its rank, size,
+ * granks, store, prefix (unique per group), timeout and fingerprint. */
+typedef ct_status (*ct_flat_create_fn)(ct_pg *pg, void **impl_out);
+extern const ct_backend ct_hier_backend;
+/* Sets pg->be and pg->impl: hierarchical (shm per machine + flat_be between machines), or
+ * flat_be alone when the job is on one machine or has one rank per machine, unless force.
+ * Collective over the whole world. */
+ct_status ct_hier_init(ct_pg *pg, const ct_backend *flat_be, ct_flat_create_fn create, int force);
 #if CT_HAVE_MPI
 extern const ct_backend ct_mpi_backend;
 ct_status ct_mpi_create(ct_pg *pg, void **impl_out);

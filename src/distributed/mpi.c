@@ -117,7 +117,7 @@ static ct_status check_fp(mpi_pg *m, ct_work *w, double deadline) {
     return st;
 }
 
-static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
+static ct_status mpi_run_op(void *impl, ct_work *w, double deadline) {
     mpi_pg *m = impl;
     size_t esz = ct_dtype_size(w->dt);
     int half = w->dt == CT_F16 || w->dt == CT_BF16;
@@ -202,9 +202,27 @@ static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
     return CT_OK;
 }
 
+/* Set once an operation timed out or lost a peer: MPI_Finalize (and MPI_Comm_free) would
+ * then wait forever for the ranks that are gone or stuck, so they are skipped and the
+ * process exits unfinalised, which makes mpirun end the whole job. */
+static _Atomic int job_failed;
+
+static ct_status mpi_run(void *impl, ct_work *w, double deadline) {
+    ct_status st = mpi_run_op(impl, w, deadline);
+    if (st == CT_ERR_TIMEOUT || st == CT_ERR_PEER || st == CT_ERR_MISMATCH) job_failed = 1;
+    return st;
+}
+
 static void mpi_destroy(void *impl) {
     mpi_pg *m = impl;
     if (!m) return;
+    if (job_failed) {
+        CT_LOG_INFO("mpi", "not finalising MPI after a failed operation (the launcher ends the job)");
+        free(m->tmp);
+        free(m->tmp2);
+        free(m);
+        return;
+    }
     pthread_mutex_lock(&mpi_mu);
     /* a subgroup freed after the world that finalized MPI: its communicator is gone already */
     int fin = 0;
@@ -234,9 +252,28 @@ ct_status ct_mpi_create(ct_pg *pg, void **impl_out) {
     m->comm = MPI_COMM_WORLD;
     m->owns_init = !inited;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(m->comm, &m->rank);
-    MPI_Comm_size(m->comm, &m->n);
+    int wn = 0, rc = MPI_SUCCESS;
+    MPI_Comm_size(MPI_COMM_WORLD, &wn);
+    if (pg->size < wn && pg->world && pg->world != pg) {
+        /* a group of some world ranks (pg->granks), e.g. hier's one leader per machine: only
+         * its members call this, so the communicator is made with MPI_Comm_create_group */
+        MPI_Group wg, g;
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        rc = MPI_Group_incl(wg, pg->size, pg->granks, &g);
+        if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, 0x6374, &m->comm);
+        if (rc == MPI_SUCCESS) MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+        if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    }
+    if (rc == MPI_SUCCESS) {
+        MPI_Comm_rank(m->comm, &m->rank);
+        MPI_Comm_size(m->comm, &m->n);
+    }
     pthread_mutex_unlock(&mpi_mu);
+    if (rc != MPI_SUCCESS) {
+        free(m);
+        return merr(rc, "Comm_create_group");
+    }
     if (provided < MPI_THREAD_SERIALIZED) /* MPI_Init by the caller: works in practice with Open MPI */
         CT_LOG_WARN_("mpi", "MPI provides thread level %d, below MPI_THREAD_SERIALIZED; ctrain calls MPI from its "
                     "comm threads (one at a time): initialise MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED)",
@@ -251,7 +288,8 @@ ct_status ct_mpi_create(ct_pg *pg, void **impl_out) {
     m->granks = pg->granks;
     char host[256] = "";
     gethostname(host, sizeof host);
-    CT_LOG_INFO("mpi", "rank %d of %d on %s (MPI initialised %s)", m->rank, m->n, host, inited ? "by the caller" : "here");
+    CT_LOG_INFO("mpi", "rank %d of %d on %s (MPI initialised %s%s)", m->rank, m->n, host, inited ? "by the caller" : "here",
+                m->comm == MPI_COMM_WORLD ? "" : ", a group of the world's ranks");
     *impl_out = m;
     return CT_OK;
 }

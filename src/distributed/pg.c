@@ -83,22 +83,6 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-/* ------------------------------------------------------------------ environment */
-/* The first of vars that is set gives *out (and *which, its name); a bad value is an error
- * naming it. None set: dflt. */
-static ct_status env_int(const ct_config_var *vars, int dflt, int *out, const char **which) {
-    for (int i = 0; vars[i] != CT_CFG_COUNT_; i++) {
-        if (!ct_config_is_set(vars[i])) continue;
-        if (which) *which = ct_config_info_of(vars[i])->name;
-        ct_status st = ct_config_check(vars[i]);
-        if (st) return st;
-        *out = (int)ct_config_int(vars[i]);
-        return CT_OK;
-    }
-    *out = dflt;
-    return CT_OK;
-}
-
 ct_dist_opts ct_dist_default_opts(void) {
     ct_dist_opts o = {.rank = -1, .world_size = -1, .local_rank = -1, .local_world_size = -1, .fingerprint = -1};
     return o;
@@ -522,20 +506,14 @@ static void bind_local_rank(int lrank, int lsize) {
         CT_LOG_INFO("pg", "local rank %d bound to %d CPU(s) from %d (CTRAIN_BIND=0 to disable)", lrank, per, first);
 }
 
+#ifndef CT_HAVE_GLOO
+#define CT_HAVE_GLOO 0
+#endif
 #if CT_HAVE_GLOO
 #define CROSS_MACHINE_BACKEND "gloo"
 #else
 #define CROSS_MACHINE_BACKEND "mpi"
 #endif
-
-static const ct_config_var ENV_RANK[] = {CT_CFG_RANK, CT_CFG_OMPI_RANK, CT_CFG_PMI_RANK, CT_CFG_SLURM_PROCID,
-                                         CT_CFG_COUNT_};
-static const ct_config_var ENV_WORLD[] = {CT_CFG_WORLD_SIZE, CT_CFG_OMPI_SIZE, CT_CFG_PMI_SIZE, CT_CFG_SLURM_NTASKS,
-                                          CT_CFG_COUNT_};
-static const ct_config_var ENV_LWORLD[] = {CT_CFG_LOCAL_WORLD_SIZE, CT_CFG_OMPI_LOCAL_SIZE, CT_CFG_MPI_LOCALNRANKS,
-                                           CT_CFG_SLURM_NTASKS_PER_NODE, CT_CFG_COUNT_};
-static const ct_config_var ENV_LRANK[] = {CT_CFG_LOCAL_RANK, CT_CFG_OMPI_LOCAL_RANK, CT_CFG_SLURM_LOCALID,
-                                          CT_CFG_COUNT_};
 
 /* A rank other than 0 of a job without CTRAIN_STORE_TOKEN: the token is in rank 0's file.
  * The file may not exist yet, or still hold the token of an earlier job on the same port
@@ -567,14 +545,12 @@ static ct_status connect_with_token_file(const char *addr, int port, double time
 ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     *out = NULL;
     ct_dist_opts o = opts_in ? *opts_in : ct_dist_default_opts();
-    const char *wr = "RANK", *ww = "WORLD_SIZE";
-    int rank = o.rank, world = o.world_size, lworld = o.local_world_size;
-    ct_status est = CT_OK;
-    if (rank < 0) est = env_int(ENV_RANK, 0, &rank, &wr);
-    if (!est && world < 1) est = env_int(ENV_WORLD, 1, &world, &ww);
-    if (!est && lworld < 1) est = env_int(ENV_LWORLD, world, &lworld, NULL);
+    ct_dist_world env;
+    ct_status est = ct_dist_detect(&env);
     if (est) return est;
-    if (rank >= world) return ct_error(CT_ERR_INVALID, "%s=%d is not below %s=%d", wr, rank, ww, world);
+    int rank = o.rank >= 0 ? o.rank : env.rank, world = o.world_size >= 1 ? o.world_size : env.world_size;
+    int lworld = o.local_world_size >= 1 ? o.local_world_size : env.local_world_size;
+    if (rank >= world) return ct_error(CT_ERR_INVALID, "rank %d is not below the world size %d", rank, world);
     if (lworld < 1 || lworld > world) lworld = world;
 
     const char *backend = o.backend;
@@ -583,10 +559,21 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
         backend = ct_config_str(CT_CFG_BACKEND);
     }
     if (backend && !*backend) backend = NULL;
+    int launched_by_mpi = (!strcmp(env.launcher, "mpirun") || !strcmp(env.launcher, "pmi")) &&
+                          !ct_config_is_set(CT_CFG_MASTER_PORT);
+    int auto_hier = 0, auto_hier_gloo = 0, hier_gloo = 0;
+    if (backend && !strcmp(backend, "hier") && !launched_by_mpi && CT_HAVE_GLOO) {
+        backend = "gloo"; /* a store-based launch: hier's leaders meet through gloo */
+        hier_gloo = 1;
+    }
     if (!backend) {
-        /* across machines without mpirun there is no MPI world: gloo meets through the store */
-        int launched_by_mpi = ct_config_is_set(CT_CFG_OMPI_SIZE) && !ct_config_is_set(CT_CFG_MASTER_PORT);
-        backend = launched_by_mpi ? "mpi" : lworld == world ? "shm" : CROSS_MACHINE_BACKEND;
+        /* under mpirun there is no store: the MPI world bootstraps, and hier decides (the same
+         * way on every rank, from the exchanged node keys) whether to stay flat. Across machines
+         * without mpirun (ctrain run --nnodes, torchrun) gloo meets through the store, with hier
+         * on top when a machine has several ranks. */
+        auto_hier = launched_by_mpi && world > 1;
+        auto_hier_gloo = !launched_by_mpi && lworld < world && CT_HAVE_GLOO;
+        backend = auto_hier ? "hier" : lworld == world ? "shm" : launched_by_mpi ? "mpi" : CROSS_MACHINE_BACKEND;
     }
     double timeout = o.timeout_s;
     if (!(timeout > 0)) { /* a misspelt timeout must not silently become 300 s */
@@ -672,23 +659,23 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
             CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s, %s protocol)", addr, port,
                         pg->server ? "hosted by rank 0" : "launcher's", ct_store_protocol(pg->store));
         }
-        int lrank = o.local_rank;
-        if (lrank < 0 && (st = env_int(ENV_LRANK, rank, &lrank, NULL))) {
-            pg_release(pg);
-            return st;
-        }
-        bind_local_rank(lrank, lworld);
+        bind_local_rank(o.local_rank >= 0 ? o.local_rank : env.local_rank, lworld);
         if (nccl) {
 #if CT_HAVE_CUDA
             pg->be = &ct_nccl_backend;
-            st = ct_nccl_create(pg, lrank, &pg->impl);
+            st = ct_nccl_create(pg, o.local_rank >= 0 ? o.local_rank : env.local_rank, &pg->impl);
 #else
             st = ct_error(CT_ERR_UNSUPPORTED, "this build has no NCCL backend (build with the CUDA toolkit installed)");
 #endif
         } else if (gloo) {
 #if CT_HAVE_GLOO
-            pg->be = &ct_gloo_backend;
-            st = ct_gloo_create(pg, &pg->impl);
+            /* shm on each machine and gloo between one leader per machine where that splits
+             * the job (hier.c decides the same way on every rank); flat gloo otherwise */
+            if (auto_hier_gloo || hier_gloo) st = ct_hier_init(pg, &ct_gloo_backend, ct_gloo_create, hier_gloo);
+            else {
+                pg->be = &ct_gloo_backend;
+                st = ct_gloo_create(pg, &pg->impl);
+            }
 #else
             st = ct_error(CT_ERR_UNSUPPORTED, "this build has no gloo backend (install libgloo-dev and rebuild)");
 #endif
@@ -703,8 +690,15 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
 #else
         st = ct_error(CT_ERR_UNSUPPORTED, "this build has no MPI backend (install libopenmpi-dev and rebuild)");
 #endif
+    } else if (!strcmp(backend, "hier")) {
+#if CT_HAVE_MPI
+        /* shm on each machine, MPI between one leader per machine (hier.c) */
+        st = ct_hier_init(pg, &ct_mpi_backend, ct_mpi_create, !auto_hier);
+#else
+        st = ct_error(CT_ERR_UNSUPPORTED, "this build has no MPI backend for hier (install libopenmpi-dev and rebuild)");
+#endif
     } else {
-        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm, mpi, gloo or nccl)", backend);
+        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm, mpi, gloo, hier or nccl)", backend);
     }
     if (st) {
         char msg[1024];

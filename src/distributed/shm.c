@@ -225,9 +225,10 @@ static void shm_destroy(void *impl) {
 }
 
 /* Creates (leader) or opens the segment and publishes/reads its name through the store.
- * key_base names the group ("ctrain/0/g3/"). */
+ * key_base names the group ("ctrain/0/g3/"). With `given` (ct_shm_create_named) the caller
+ * chose the name and does the rendezvous: no store is used. */
 static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gid, double timeout, int fingerprint,
-                           int local_size, void **out) {
+                           int local_size, const char *given, void **out) {
     *out = NULL;
     shm_pg *s = calloc(1, sizeof *s);
     if (!s) return ct_error(CT_ERR_NOMEM, "shm group");
@@ -264,7 +265,8 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
     if (rank == 0) {
         char hex[40];
         ct_random_hex(hex, 12);
-        snprintf(s->name, sizeof s->name, "/ctrain-%s-%s", pg->runid, hex);
+        if (given) snprintf(s->name, sizeof s->name, "%s", given);
+        else snprintf(s->name, sizeof s->name, "/ctrain-%s-%s", pg->runid, hex);
         /* A segment larger than /dev/shm maps fine and then kills the rank with SIGBUS at the
          * first page that does not fit: check the free space, then reserve every page. */
         struct statvfs vs;
@@ -290,14 +292,14 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
         }
     } else {
         void *v = NULL;
-        st = ct_store_get(pg->world->store, key, timeout, &v, NULL);
+        st = given ? CT_OK : ct_store_get(pg->world->store, key, timeout, &v, NULL);
         if (st) { st = ct_error(st, "rendezvous: %s (is rank 0 of group %d running?)", ct_last_error(), gid); goto fail; }
-        if (((char *)v)[0] == '!') { /* rank 0 could not create it: its reason, not a timeout */
+        if (v && ((char *)v)[0] == '!') { /* rank 0 could not create it: its reason, not a timeout */
             st = ct_error(CT_ERR_PEER, "rank 0 of group %d could not create the shared segment: %s", gid, (char *)v + 1);
             free(v);
             goto fail;
         }
-        snprintf(s->name, sizeof s->name, "%s", (char *)v);
+        snprintf(s->name, sizeof s->name, "%s", given ? given : (char *)v);
         free(v);
         fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0) { st = ct_error(CT_ERR_SYSTEM, "shm_open %s: %s", s->name, strerror(errno)); goto fail; }
@@ -325,6 +327,7 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
         s->hdr->H = s->H;
         s->hdr->P = s->P;
         s->hdr->total = total;
+        if (given) goto done; /* the caller unlinks once every rank attached */
         if (n > 1) {
             st = ct_store_set(pg->world->store, key, s->name, strlen(s->name));
             if (st) goto fail;
@@ -342,6 +345,7 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
             st = ct_error(CT_ERR_MISMATCH, "segment %s is for %u ranks, this group has %d", s->name, s->hdr->nranks, n);
             goto fail;
         }
+        if (given) goto done;
         char k2[170];
         int64_t v = 0;
         snprintf(k2, sizeof k2, "%sn", key);
@@ -353,12 +357,13 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
             if (st) goto fail;
         }
     }
+done:
     CT_LOG_INFO("shm", "group %d: segment %s, %zu KiB (staging %zu KiB x 2 per rank, small path <= %zu B), spin %.0f us",
                 gid, s->name, total >> 10, s->H >> 10, s->small_max, s->spin_s * 1e6);
     *out = s;
     return CT_OK;
 fail_tell:
-    if (n > 1) { /* the others wait for the segment's name: give them the reason instead */
+    if (n > 1 && !given) { /* the others wait for the segment's name: give them the reason instead */
         char msg[700];
         snprintf(msg, sizeof msg, "!%s", ct_last_error());
         ct_store_set(pg->world->store, key, msg, strlen(msg));
@@ -366,13 +371,18 @@ fail_tell:
     }
 fail:
     if (fd >= 0) close(fd);
-    if (rank == 0 && s->name[0]) shm_unlink(s->name);
+    if (rank == 0 && s->name[0] && !given) shm_unlink(s->name);
     shm_destroy(s);
     return st;
 }
 
 ct_status ct_shm_create(ct_pg *pg, void **impl_out) {
-    return shm_setup(pg, pg->rank, pg->size, pg->granks, 0, pg->timeout, pg->fingerprint, pg->local_size, impl_out);
+    return shm_setup(pg, pg->rank, pg->size, pg->granks, 0, pg->timeout, pg->fingerprint, pg->local_size, NULL, impl_out);
+}
+
+ct_status ct_shm_create_named(ct_pg *pg, const char *name, void **impl_out) {
+    return shm_setup(pg, pg->rank, pg->size, pg->granks, pg->gid, pg->timeout, pg->fingerprint, pg->local_size, name,
+                     impl_out);
 }
 
 static ct_status shm_new_group(ct_pg *parent, ct_pg *child, const int *ranks, int n, int my_rank, void **impl_out) {
@@ -381,8 +391,12 @@ static ct_status shm_new_group(ct_pg *parent, ct_pg *child, const int *ranks, in
     *impl_out = NULL;
     if (my_rank < 0) return CT_OK;
     return shm_setup(parent, my_rank, child->size, child->granks, child->gid, child->timeout, child->fingerprint,
-                     child->local_size, impl_out);
+                     child->local_size, NULL, impl_out);
 }
 
 const ct_backend ct_shm_backend = {"shm", shm_run, shm_new_group, shm_destroy, shm_alloc_shared, shm_free_shared,
                                   shm_shared_peer};
+
+void ct_shm_abort(void *impl, ct_status st, const char *msg) {
+    if (impl) shm_fail(impl, st, "%s", msg);
+}

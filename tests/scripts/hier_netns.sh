@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The hierarchical backend across two "hosts" (network namespaces joined by a veth pair,
+# 10.76.0.0/24), 2 ranks in each, launched by mpirun with no ctrain variables: `ctrain train
+# cnn` picks hier (shm inside a namespace, MPI between the two leaders) by itself. Checks:
+# final weights within 1e-5 relative of a one-host 4-rank `ctrain run`, the same bits on a
+# second run, the leaders' gradients crossed the veth, and killing one namespace's workers
+# fails the job within CTRAIN_TIMEOUT + 5 s with a message naming the host and rank.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+C=$PWD/${CT_BUILD:-build}/ctrain
+skip() { echo "$*"; exit 77; }
+die() { echo "FAIL: $*"; exit 1; }
+command -v mpirun >/dev/null || skip "mpirun not installed"
+data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+[ -r "$data/train-images-idx3-ubyte.gz" ] || [ -r "$data/train-images-idx3-ubyte" ] ||
+    skip "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+unset WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE CTRAIN_BACKEND MASTER_PORT
+tmp=$(mktemp -d)
+. tests/tools/two_hosts.sh
+t0=$(date +%s)
+# every collective and dtype (build/mpi/mpi_collectives): 2+1 ranks (ordered all-reduce,
+# uneven machines), and 2+2 interleaved by --map-by node (tree all-reduce, all-gather reorder)
+# (not in sanitizer builds: as mpi_collectives, left out of CI's ASan run, it takes minutes there)
+M=$PWD/${CT_BUILD:-build}/mpi/mpi_collectives
+if [ "${CT_BUILD:-build}" = build ]; then
+    [ -x "$M" ] || die "$M not built (run make)"
+    out=$(mpi_on 10.76.0.1:2,10.76.0.2:1 3 "$M" 2>&1) && [ "$(echo "$out" | grep -c 'collectives ok')" = 3 ] ||
+        die "collectives on 2+1 ranks: $out"
+    out=$(mpi_2x2 --map-by node -x CTRAIN_DEBUG=INFO -x CTRAIN_DEBUG_SUBSYS=pg "$M" 2>&1) &&
+        [ "$(echo "$out" | grep -c 'collectives ok')" = 4 ] || die "collectives on 2+2 interleaved ranks: $out"
+    echo "$out" | grep -q "rank 1 is local rank 0 of 2 on node 1 of 2.*tree all-reduce" || die "interleaved ranks not on the tree: $out"
+fi
+# 200 steps; 20 in a sanitizer build (CT_BUILD=build-san), whose kernels are ~10x slower
+steps=200
+[ "${CT_BUILD:-build}" = build ] || steps=20
+cnn=(cnn --steps $steps --batch-size 4 --threads 1 --eval-max 64 --log-every 100)
+for i in 1 2; do
+    tx0=$(tx_bytes)
+    CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=pg mpi_2x2 -x CTRAIN_DEBUG -x CTRAIN_DEBUG_SUBSYS \
+        "$C" train "${cnn[@]}" --output-dir "$tmp/h$i" >"$tmp/h$i.log" 2>&1 || die "mpirun run $i failed: $(tail -20 "$tmp/h$i.log")"
+    echo "run $i: $(($(tx_bytes) - tx0)) bytes sent from the second namespace"
+    echo $(($(tx_bytes) - tx0)) >"$tmp/tx$i"
+done
+log=$tmp/h1.log
+grep -q "| 4 ranks × batch 4 = global batch 16 |" "$log" || die "not one 4-rank job: $(head -20 "$log")"
+[ "$(grep -c 'hier: rank . is local rank . of 2 on node . of 2' "$log")" = 4 ] ||
+    die "not 2 nodes x 2 local ranks on the hier backend: $(grep -E 'hier|backend' "$log")"
+cmp "$tmp/h1/model.safetensors" "$tmp/h2/model.safetensors" || die "two runs of the same job differ"
+timeout 120 "$C" run --nproc-per-node 4 --standalone "$C" train "${cnn[@]}" --output-dir "$tmp/ref" >"$tmp/ref.log" 2>&1 ||
+    die "ctrain run failed: $(tail "$tmp/ref.log")"
+python3 tests/tools/weights_close.py "$tmp/h1/model.safetensors" "$tmp/ref/model.safetensors" 1e-5 ||
+    die "mpirun 2x2 weights differ from the one-host 4-rank run's"
+# the leaders' all-reduces: 454,922 f32 gradients a step, about one copy per step each way
+grad=$((steps * 454922 * 4))
+moved=$(cat "$tmp/tx1")
+[ "$moved" -gt $((grad * 9 / 10)) ] || die "only $moved bytes crossed the veth (gradients: $grad per direction)"
+echo "veth: $moved bytes from the second namespace for $grad bytes of gradients ($(($(date +%s) - t0)) s so far)"
+# one namespace's workers killed (mpirun notices), or stopped (only ctrain's timeout notices):
+# the job fails within CTRAIN_TIMEOUT + 5 s, naming host and rank
+workers() { for p in $(ip netns pids $Bn); do [ "$(cat /proc/$p/comm 2>/dev/null)" = ctrain ] && echo $p; done; }
+lose_workers() { # signal, then the pattern the log must show
+    CTRAIN_TIMEOUT=5 mpi_2x2 -x CTRAIN_TIMEOUT "$C" train cnn --steps 100000 --batch-size 4 --threads 1 --log-every 5 \
+        --output-dir "$tmp/k$1" >"$tmp/k$1.log" 2>&1 &
+    local job=$! victims start rc took
+    for _ in $(seq 1 300); do [ "$(workers | wc -l)" = 2 ] && break; sleep 0.1; done
+    sleep 3 # past the rendezvous
+    victims=$(workers)
+    [ "$(echo $victims | wc -w)" = 2 ] || die "not 2 ctrain processes in $Bn: $victims"
+    start=$(date +%s.%N)
+    kill -$1 $victims
+    wait $job; rc=$?
+    took=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    echo "SIG$1 to the workers in $Bn: the job exited with $rc after $took s"
+    [ $rc -ne 0 ] || die "the job succeeded after losing two ranks"
+    awk -v t="$took" 'BEGIN { exit !(t < 10) }' || die "took $took s to fail (CTRAIN_TIMEOUT=5)"
+    grep -Eq "$2" "$tmp/k$1.log" || die "the failure does not name the host and rank: $(tail -20 "$tmp/k$1.log")"
+    grep -Eo "$2" "$tmp/k$1.log" | head -1
+}
+lose_workers KILL "process rank [23] with PID [0-9]+ on node 10\.76\.0\.2"
+lose_workers STOP "other machines' leaders: node 1: rank 2 on [^ ]*/netns:[0-9]+"
+echo ok

@@ -677,6 +677,7 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
                 st = ct_gloo_create(pg, &pg->impl);
             }
 #else
+            (void)auto_hier_gloo, (void)hier_gloo;
             st = ct_error(CT_ERR_UNSUPPORTED, "this build has no gloo backend (install libgloo-dev and rebuild)");
 #endif
         } else {

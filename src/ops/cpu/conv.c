@@ -191,9 +191,10 @@ static void pack_col_t(const void *arg, float *dst, int64_t n0, int n, int64_t k
 }
 
 /* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
- * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule). */
+ * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule).
+ * fresh: dx is not zeroed yet; each plane is visited once, so it starts from +0 here. */
 #define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
-static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx) {
+static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx, bool fresh) {
     int64_t P = g->OH * g->OW, ld = nb * P, KK = g->kh * g->kw;
     int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
     bool padded = g->s == 1 && Hp * Wp <= PAD_PLANE;
@@ -207,7 +208,8 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
                  * still gets its terms in kernel-offset order, starting from dx: same bits. */
                 float buf[PAD_PLANE];
                 memset(buf, 0, (size_t)(Hp * Wp) * sizeof(float));
-                for (int64_t h = 0; h < g->H; h++) memcpy(buf + (h + g->p) * Wp + g->p, xp + h * g->W, (size_t)g->W * sizeof(float));
+                if (!fresh)
+                    for (int64_t h = 0; h < g->H; h++) memcpy(buf + (h + g->p) * Wp + g->p, xp + h * g->W, (size_t)g->W * sizeof(float));
                 for (int64_t kk = 0; kk < KK; kk++) {
                     int64_t ki = kk / g->kw, kj = kk % g->kw;
                     const float *src = dcol + (c * KK + kk) * ld + j * P;
@@ -216,6 +218,7 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
                 for (int64_t h = 0; h < g->H; h++) memcpy(xp + h * g->W, buf + (h + g->p) * Wp + g->p, (size_t)g->W * sizeof(float));
                 continue;
             }
+            if (fresh) memset(xp, 0, (size_t)(g->H * g->W) * sizeof(float));
             for (int64_t kk = 0; kk < KK; kk++) {
                 int64_t ki = kk / g->kw, kj = kk % g->kw, o0, o1;
                 valid_cols(g, kj, &o0, &o1);
@@ -311,7 +314,8 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
                    n->out->shape[2], n->out->shape[3], n->i[0], n->i[1]};
     int64_t K = g.C * g.kh * g.kw, P = g.OH * g.OW, nbmax = chunk_of(&g);
     const float *G = n->out->grad->data, *Wt = w->data;
-    float *dx = ct_grad_acc(ctx, x), *dw = ct_grad_acc(ctx, w);
+    bool dx_fresh;
+    float *dx = ct_grad_acc_fresh(ctx, x, &dx_fresh), *dw = ct_grad_acc(ctx, w);
     float *db = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (db)
 #pragma omp parallel for schedule(dynamic, 4) if (g.N * g.O * P >= (1 << 15))
@@ -359,7 +363,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
             for (int64_t s0 = 0; s0 < nb; s0 += sub) {
                 int64_t sb = nb - s0 < sub ? nb - s0 : sub;
                 ct_sgemm_ld(true, false, K, sb * P, g.O, 1.0f, Wt, K, gy + s0 * P, nb * P, 0.0f, col, sb * P);
-                col2im_add(&g, col, n0 + s0, sb, dx);
+                col2im_add(&g, col, n0 + s0, sb, dx, dx_fresh);
             }
     }
 }
@@ -507,7 +511,8 @@ ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride,
 /* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
  * would pass it; everything else gets nothing, as it would get +0 there) */
 static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
-    float *gx = ct_grad_acc(ctx, n->in[0]);
+    bool fresh; /* then each plane is zeroed right before its scatter, while in cache */
+    float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     const ct_tensor *x = n->in[0], *y = n->out;
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
@@ -518,6 +523,7 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
         float *gp = gx + pl * HW;
         const float *gy = G + pl * OP, *yy = Y + pl * OP;
         const int32_t *ap = arg + pl * OP;
+        if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
         if (relu) {
             for (int64_t q = 0; q < OP; q++)
                 if (yy[q] > 0) gp[ap[q]] += gy[q];

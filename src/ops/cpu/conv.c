@@ -21,6 +21,7 @@
 
 #define COL_BUDGET (1 << 20) /* floats per im2col chunk (4 MiB) */
 #define DCOL_BUDGET (1 << 18) /* floats per dcol block of the input gradient (1 MiB: an L2) */
+#define OUT_BUDGET (1 << 17)  /* floats of [O, nb*P] forward result per implicit-GEMM chunk (512 KiB) */
 
 /* C = op(A) op(B) + beta C */
 static inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
@@ -265,6 +266,14 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
     g.OH = (g.H + 2 * g.p - g.kh) / g.s + 1;
     g.OW = (g.W + 2 * g.p - g.kw) / g.s + 1;
     int64_t K = g.C * g.kh * g.kw, P = g.OH * g.OW, nbmax = chunk_of(&g);
+    if (g.s == 1 && g.N > 0 && g.O * P > 0) {
+        /* no col to hold: chunks small enough that the GEMM's [O, nb*P] result is still in
+         * cache when it is copied out (each output sums over K alone, so the chunking of
+         * the forward does not change any bit) */
+        int64_t nbo = OUT_BUDGET / (g.O * P);
+        nbo = nbo < 1 ? 1 : nbo < g.N ? nbo : g.N;
+        if (ct_sgemm_own_takes(g.O, nbo * P, K) && ct_sgemm_own_takes(g.O, ((g.N - 1) % nbo + 1) * P, K)) nbmax = nbo;
+    }
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.O, g.OH, g.OW});
     float *Y = y->data;
     const float *Wt = w->data, *B = b ? b->data : NULL;

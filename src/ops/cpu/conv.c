@@ -240,6 +240,15 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
         }
 }
 
+/* dst [O, nb*P] = dY of samples [n0, n0 + nb) (stored [nb, O, P]): the layout of the
+ * forward GEMM, for the explicit GEMMs of backward */
+static void gather_dy(const conv_geom *g, const float *G, int64_t n0, int64_t nb, float *dst) {
+    int64_t P = g->OH * g->OW;
+#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g->O * P >= (1 << 15))
+    for (int64_t o = 0; o < g->O; o++)
+        for (int64_t j = 0; j < nb; j++) memcpy(dst + o * nb * P + j * P, G + ((n0 + j) * g->O + o) * P, (size_t)P * sizeof(float));
+}
+
 static int64_t chunk_of(const conv_geom *g) {
     int64_t per = g->C * g->kh * g->kw * g->OH * g->OW;
     int64_t nb = per ? COL_BUDGET / per : g->N;
@@ -341,26 +350,26 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
         }
     if (!dx && !dw) return;
     float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
-    float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
+    float *tmp = NULL, *dtmp = NULL;
     /* samples per dcol block: about DCOL_BUDGET floats, but at least 256 columns */
     int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
     if (sub * P < 256) sub = (256 + P - 1) / P;
     if (sub < 1) sub = 1;
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
-        const float *gy = G + n0 * g.O * P; /* [O, P] when nb == 1 */
-        if (nb > 1) {
-            /* gather dY of the chunk into [O, nb*P], the layout of the forward GEMM */
-#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g.O * P >= (1 << 15))
-            for (int64_t o = 0; o < g.O; o++)
-                for (int64_t j = 0; j < nb; j++)
-                    memcpy(tmp + o * nb * P + j * P, G + ((n0 + j) * g.O + o) * P, (size_t)P * sizeof(float));
+        /* dY of the chunk as the GEMMs' [O, nb*P]: read in place where the GEMM takes it in
+         * segments (the implicit weight gradient) or where nb == 1, else gathered */
+        const float *gy = G + n0 * g.O * P;
+        bool dw_imp = dw && g.s == 1 && ct_sgemm_own_takes(g.O, K, nb * P);
+        if (nb > 1 && dw && !dw_imp) {
+            if (!tmp) tmp = ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float));
+            gather_dy(&g, G, n0, nb, tmp);
             gy = tmp;
         }
         if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
-            if (g.s == 1 && ct_sgemm_own_takes(g.O, K, nb * P)) {
+            if (dw_imp) {
                 col_src cs = {&g, x->data, n0};
-                ct_sgemm_implicit_b(false, g.O, K, nb * P, gy, nb * P, pack_col_t, &cs, 1.0f, dw, K);
+                ct_sgemm_implicit_b_seg(g.O, K, nb * P, gy, P, P, g.O * P, pack_col_t, &cs, 1.0f, dw, K);
             } else {
                 im2col(&g, x->data, n0, nb, col);
                 gemm(false, true, g.O, K, nb * P, gy, col, dw, 1.0f);
@@ -368,10 +377,21 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
         }
         if (dx) /* dcol = W^T dY, a few samples at a time so dcol is still in cache for col2im
                  * (each dcol element sums over O alone, and col2im works per sample: any split
-                 * gives the same bits) */
+                 * gives the same bits, as does where the block's dY is read from) */
             for (int64_t s0 = 0; s0 < nb; s0 += sub) {
                 int64_t sb = nb - s0 < sub ? nb - s0 : sub;
-                ct_sgemm_ld(true, false, K, sb * P, g.O, 1.0f, Wt, K, gy + s0 * P, nb * P, 0.0f, col, sb * P);
+                const float *bs = gy + s0 * P;
+                int64_t ldb = nb * P;
+                if (gy != tmp && sb == 1) {
+                    bs = G + (n0 + s0) * g.O * P;
+                    ldb = P;
+                } else if (gy != tmp) {
+                    if (!dtmp) dtmp = ct_ctx_alloc(ctx, (size_t)(g.O * sub * P) * sizeof(float));
+                    gather_dy(&g, G, n0 + s0, sb, dtmp);
+                    bs = dtmp;
+                    ldb = sb * P;
+                }
+                ct_sgemm_ld(true, false, K, sb * P, g.O, 1.0f, Wt, K, bs, ldb, 0.0f, col, sb * P);
                 col2im_add(&g, col, n0 + s0, sb, dx, dx_fresh);
             }
     }

@@ -46,19 +46,29 @@ ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin,
     return n;
 }
 
-float *ct_grad_acc(ct_ctx *ctx, ct_tensor *t) {
+static float *grad_buffer(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
+    *fresh = false;
     if (!t || !(t->flags & CT_TF_REQUIRES_GRAD)) return NULL;
     if (!t->grad) {
         /* header and buffer in the main arena (they outlive the backward that asks); the
          * buffer may be one released by an already-processed node */
         bool prev = ctx->grad_alloc;
         ctx->grad_alloc = true;
-        void *buf = ct_ctx_grad_buffer_(ctx, (size_t)ct_numel(t) * sizeof(float));
+        size_t bytes = (size_t)ct_numel(t) * sizeof(float);
+        void *buf = zero ? ct_ctx_grad_buffer_(ctx, bytes) : ct_ctx_grad_buffer_raw_(ctx, bytes);
         t->grad = ct_wrap(ctx, CT_F32, buf, t->ndim, t->shape);
         ctx->grad_alloc = prev;
+        *fresh = !zero;
     }
     return t->grad->data;
 }
+
+float *ct_grad_acc(ct_ctx *ctx, ct_tensor *t) {
+    bool fresh;
+    return grad_buffer(ctx, t, true, &fresh);
+}
+
+float *ct_grad_acc_fresh(ct_ctx *ctx, ct_tensor *t, bool *fresh) { return grad_buffer(ctx, t, false, fresh); }
 
 void ct_check_same_shape(const char *op, const char *file, int line, const ct_tensor *a, const ct_tensor *b) {
     if (ct_same_shape(a, b)) return;

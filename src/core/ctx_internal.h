@@ -73,6 +73,7 @@ static inline uint64_t ct_ctx_dropout_calls_(const struct ct_ctx *c) { return c-
 static inline void ct_ctx_set_dropout_calls_(struct ct_ctx *c, uint64_t n) { c->dropout_step = c->step; c->dropout_calls = n; }
 /* Backward memory (tensor.c): gradients of intermediates are recycled once consumed. */
 void *ct_ctx_grad_buffer_(struct ct_ctx *c, size_t bytes);  /* zeroed; reuses a freed one */
+void *ct_ctx_grad_buffer_raw_(struct ct_ctx *c, size_t bytes); /* the same, contents undefined */
 void ct_ctx_grad_release_(struct ct_ctx *c, void *p, size_t bytes);
 void ct_ctx_scratch_rewind_(struct ct_ctx *c);
 /* A position in the main arena, and going back to it (everything allocated since is gone). */

@@ -24,6 +24,10 @@ ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin,
 /* Gradient buffer of t for accumulation during backward: the persistent one for
  * parameters, a zeroed arena tensor otherwise. NULL if t does not require grad. */
 float *ct_grad_acc(ct_ctx *ctx, ct_tensor *t);
+/* The same, except that a buffer allocated by this call is not zeroed and *fresh says so:
+ * then the caller must write every element, as if adding to +0 (an op that writes its
+ * gradient piecewise saves a pass over memory by zeroing each piece as it goes). */
+float *ct_grad_acc_fresh(ct_ctx *ctx, ct_tensor *t, bool *fresh);
 /* Shape check that aborts naming the op and both shapes. */
 void ct_check_same_shape(const char *op, const char *file, int line, const ct_tensor *a, const ct_tensor *b);
 #define CT_CHECK_SAME_SHAPE(op, a, b) ct_check_same_shape(op, __FILE__, __LINE__, a, b)

@@ -167,7 +167,7 @@ void ct_ctx_scratch_rewind_(ct_ctx *c) {
     c->sused = 0;
 }
 
-void *ct_ctx_grad_buffer_(ct_ctx *c, size_t bytes) {
+void *ct_ctx_grad_buffer_raw_(ct_ctx *c, size_t bytes) {
     /* best fit among the released buffers: in a network the same shapes recur layer after
      * layer, so this is nearly always an exact fit */
     int best = -1;
@@ -183,6 +183,11 @@ void *ct_ctx_grad_buffer_(ct_ctx *c, size_t bytes) {
         p = ct_ctx_alloc(c, bytes);
         c->grad_alloc = prev;
     }
+    return p;
+}
+
+void *ct_ctx_grad_buffer_(ct_ctx *c, size_t bytes) {
+    void *p = ct_ctx_grad_buffer_raw_(c, bytes);
     memset(p, 0, bytes);
     return p;
 }

@@ -194,6 +194,32 @@ CT_TEST(implicit_b_same_bits) {
     ct_set_num_threads(ct_default_num_threads());
 }
 
+/* segmented A (dY of NCHW samples read as [M, nseg*seg]) gives the bits of the gathered A,
+ * segments shorter and longer than a K block, any thread count */
+CT_TEST(implicit_b_seg_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][4] = {{64, 800, 6, 196}, {32, 25, 53, 784}, {20, 40, 7, 13}, {15, 33, 3, 300}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        int64_t M = sh[s][0], N = sh[s][1], nseg = sh[s][2], seg = sh[s][3], K = nseg * seg, stride = M * seg + 5;
+        float *As = rnd(nseg * stride), *A = malloc((size_t)(M * K) * sizeof(float)), *B = rnd(K * N), *R = rnd(M * N);
+        float *C = malloc((size_t)(M * N) * sizeof(float)), *E = malloc((size_t)(M * N) * sizeof(float));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t k = 0; k < K; k++) A[i * K + k] = As[(k / seg) * stride + i * seg + k % seg];
+        explicit_b e = {B, N};
+        memcpy(E, R, (size_t)(M * N) * sizeof(float));
+        ct_sgemm_implicit_b(false, M, N, K, A, K, pack_explicit, &e, 1.0f, E, N);
+        for (int t = 1; t <= 2; t++) {
+            memcpy(C, R, (size_t)(M * N) * sizeof(float));
+            ct_set_num_threads(t);
+            ct_sgemm_implicit_b_seg(M, N, K, As, seg, seg, stride, pack_explicit, &e, 1.0f, C, N);
+            CT_EXPECTF(!memcmp(C, E, (size_t)(M * N) * sizeof(float)), "%lldx%lld, %lld segments of %lld, threads=%d: segmented A differs",
+                       (long long)M, (long long)N, (long long)nseg, (long long)seg, t);
+        }
+        free(As); free(A); free(B); free(R); free(C); free(E);
+    }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
 /* the dispatching wrapper (what linear/matmul/conv/attention call) agrees with the reference too */
 CT_TEST(dispatch_wrapper) {
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK);

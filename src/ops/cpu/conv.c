@@ -21,6 +21,7 @@
 
 #define COL_BUDGET (1 << 20) /* floats per im2col chunk (4 MiB) */
 #define DCOL_BUDGET (1 << 18) /* floats per dcol block of the input gradient (1 MiB: an L2) */
+#define OUT_BUDGET (1 << 17)  /* floats of [O, nb*P] forward result per implicit-GEMM chunk (512 KiB) */
 
 /* C = op(A) op(B) + beta C */
 static inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
@@ -191,9 +192,10 @@ static void pack_col_t(const void *arg, float *dst, int64_t n0, int n, int64_t k
 }
 
 /* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
- * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule). */
+ * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule).
+ * fresh: dx is not zeroed yet; each plane is visited once, so it starts from +0 here. */
 #define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
-static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx) {
+static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx, bool fresh) {
     int64_t P = g->OH * g->OW, ld = nb * P, KK = g->kh * g->kw;
     int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
     bool padded = g->s == 1 && Hp * Wp <= PAD_PLANE;
@@ -207,7 +209,8 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
                  * still gets its terms in kernel-offset order, starting from dx: same bits. */
                 float buf[PAD_PLANE];
                 memset(buf, 0, (size_t)(Hp * Wp) * sizeof(float));
-                for (int64_t h = 0; h < g->H; h++) memcpy(buf + (h + g->p) * Wp + g->p, xp + h * g->W, (size_t)g->W * sizeof(float));
+                if (!fresh)
+                    for (int64_t h = 0; h < g->H; h++) memcpy(buf + (h + g->p) * Wp + g->p, xp + h * g->W, (size_t)g->W * sizeof(float));
                 for (int64_t kk = 0; kk < KK; kk++) {
                     int64_t ki = kk / g->kw, kj = kk % g->kw;
                     const float *src = dcol + (c * KK + kk) * ld + j * P;
@@ -216,6 +219,7 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
                 for (int64_t h = 0; h < g->H; h++) memcpy(xp + h * g->W, buf + (h + g->p) * Wp + g->p, (size_t)g->W * sizeof(float));
                 continue;
             }
+            if (fresh) memset(xp, 0, (size_t)(g->H * g->W) * sizeof(float));
             for (int64_t kk = 0; kk < KK; kk++) {
                 int64_t ki = kk / g->kw, kj = kk % g->kw, o0, o1;
                 valid_cols(g, kj, &o0, &o1);
@@ -234,6 +238,15 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
                 }
             }
         }
+}
+
+/* dst [O, nb*P] = dY of samples [n0, n0 + nb) (stored [nb, O, P]): the layout of the
+ * forward GEMM, for the explicit GEMMs of backward */
+static void gather_dy(const conv_geom *g, const float *G, int64_t n0, int64_t nb, float *dst) {
+    int64_t P = g->OH * g->OW;
+#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g->O * P >= (1 << 15))
+    for (int64_t o = 0; o < g->O; o++)
+        for (int64_t j = 0; j < nb; j++) memcpy(dst + o * nb * P + j * P, G + ((n0 + j) * g->O + o) * P, (size_t)P * sizeof(float));
 }
 
 static int64_t chunk_of(const conv_geom *g) {
@@ -263,6 +276,14 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
     g.OH = (g.H + 2 * g.p - g.kh) / g.s + 1;
     g.OW = (g.W + 2 * g.p - g.kw) / g.s + 1;
     int64_t K = g.C * g.kh * g.kw, P = g.OH * g.OW, nbmax = chunk_of(&g);
+    if (g.s == 1 && g.N > 0 && g.O * P > 0) {
+        /* no col to hold: chunks small enough that the GEMM's [O, nb*P] result is still in
+         * cache when it is copied out (each output sums over K alone, so the chunking of
+         * the forward does not change any bit) */
+        int64_t nbo = OUT_BUDGET / (g.O * P);
+        nbo = nbo < 1 ? 1 : nbo < g.N ? nbo : g.N;
+        if (ct_sgemm_own_takes(g.O, nbo * P, K) && ct_sgemm_own_takes(g.O, ((g.N - 1) % nbo + 1) * P, K)) nbmax = nbo;
+    }
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.O, g.OH, g.OW});
     float *Y = y->data;
     const float *Wt = w->data, *B = b ? b->data : NULL;
@@ -312,7 +333,8 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
                    n->out->shape[2], n->out->shape[3], n->i[0], n->i[1]};
     int64_t K = g.C * g.kh * g.kw, P = g.OH * g.OW, nbmax = chunk_of(&g);
     const float *G = n->out->grad->data, *Wt = w->data;
-    float *dx = ct_grad_acc(ctx, x), *dw = ct_grad_acc(ctx, w);
+    bool dx_fresh;
+    float *dx = ct_grad_acc_fresh(ctx, x, &dx_fresh), *dw = ct_grad_acc(ctx, w);
     float *db = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (db)
 #pragma omp parallel for schedule(dynamic, 4) if (g.N * g.O * P >= (1 << 15))
@@ -329,26 +351,26 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
         }
     if (!dx && !dw) return;
     float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
-    float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
+    float *tmp = NULL, *dtmp = NULL;
     /* samples per dcol block: about DCOL_BUDGET floats, but at least 256 columns */
     int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
     if (sub * P < 256) sub = (256 + P - 1) / P;
     if (sub < 1) sub = 1;
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
-        const float *gy = G + n0 * g.O * P; /* [O, P] when nb == 1 */
-        if (nb > 1) {
-            /* gather dY of the chunk into [O, nb*P], the layout of the forward GEMM */
-#pragma omp parallel for collapse(2) schedule(dynamic, 16) if (nb * g.O * P >= (1 << 15))
-            for (int64_t o = 0; o < g.O; o++)
-                for (int64_t j = 0; j < nb; j++)
-                    memcpy(tmp + o * nb * P + j * P, G + ((n0 + j) * g.O + o) * P, (size_t)P * sizeof(float));
+        /* dY of the chunk as the GEMMs' [O, nb*P]: read in place where the GEMM takes it in
+         * segments (the implicit weight gradient) or where nb == 1, else gathered */
+        const float *gy = G + n0 * g.O * P;
+        bool dw_imp = dw && g.s == 1 && ct_sgemm_own_takes(g.O, K, nb * P);
+        if (nb > 1 && dw && !dw_imp) {
+            if (!tmp) tmp = ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float));
+            gather_dy(&g, G, n0, nb, tmp);
             gy = tmp;
         }
         if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
-            if (g.s == 1 && ct_sgemm_own_takes(g.O, K, nb * P)) {
+            if (dw_imp) {
                 col_src cs = {&g, x->data, n0};
-                ct_sgemm_implicit_b(false, g.O, K, nb * P, gy, nb * P, pack_col_t, &cs, 1.0f, dw, K);
+                ct_sgemm_implicit_b_seg(g.O, K, nb * P, gy, P, P, g.O * P, pack_col_t, &cs, 1.0f, dw, K);
             } else {
                 im2col(&g, x->data, n0, nb, col);
                 gemm(false, true, g.O, K, nb * P, gy, col, dw, 1.0f);
@@ -356,11 +378,22 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
         }
         if (dx) /* dcol = W^T dY, a few samples at a time so dcol is still in cache for col2im
                  * (each dcol element sums over O alone, and col2im works per sample: any split
-                 * gives the same bits) */
+                 * gives the same bits, as does where the block's dY is read from) */
             for (int64_t s0 = 0; s0 < nb; s0 += sub) {
                 int64_t sb = nb - s0 < sub ? nb - s0 : sub;
-                ct_sgemm_ld(true, false, K, sb * P, g.O, 1.0f, Wt, K, gy + s0 * P, nb * P, 0.0f, col, sb * P);
-                col2im_add(&g, col, n0 + s0, sb, dx);
+                const float *bs = gy + s0 * P;
+                int64_t ldb = nb * P;
+                if (gy != tmp && sb == 1) {
+                    bs = G + (n0 + s0) * g.O * P;
+                    ldb = P;
+                } else if (gy != tmp) {
+                    if (!dtmp) dtmp = ct_ctx_alloc(ctx, (size_t)(g.O * sub * P) * sizeof(float));
+                    gather_dy(&g, G, n0 + s0, sb, dtmp);
+                    bs = dtmp;
+                    ldb = sb * P;
+                }
+                ct_sgemm_ld(true, false, K, sb * P, g.O, 1.0f, Wt, K, bs, ldb, 0.0f, col, sb * P);
+                col2im_add(&g, col, n0 + s0, sb, dx, dx_fresh);
             }
     }
 }
@@ -511,7 +544,8 @@ ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride,
 /* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
  * would pass it; everything else gets nothing, as it would get +0 there) */
 static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
-    float *gx = ct_grad_acc(ctx, n->in[0]);
+    bool fresh; /* then each plane is zeroed right before its scatter, while in cache */
+    float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     const ct_tensor *x = n->in[0], *y = n->out;
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
@@ -522,6 +556,7 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
         float *gp = gx + pl * HW;
         const float *gy = G + pl * OP, *yy = Y + pl * OP;
         const int32_t *ap = arg + pl * OP;
+        if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
         if (relu) {
             for (int64_t q = 0; q < OP; q++)
                 if (yy[q] > 0) gp[ap[q]] += gy[q];

@@ -258,6 +258,7 @@ typedef struct {
     ct_sgemm_pack_b_fn packb; /* B from a packer (implicit B), not from memory */
     const void *packb_arg;
     int64_t noff;             /* the packer's column of this job's column 0 */
+    int64_t aseg, aseg_stride; /* aseg > 0: A(i, k) = A[(k / aseg) * aseg_stride + i * lda + k % aseg] */
 } job;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -287,7 +288,17 @@ CT_AVX512 static void run_implicit_b(const job *j) {
             int64_t mc = imin(MC, j->M - ic), mpan = (mc + MR - 1) / MR;
             for (int64_t p = 0; p < mpan; p++) {
                 int64_t m0 = ic + p * MR;
-                pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
+                if (!j->aseg) {
+                    pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
+                    continue;
+                }
+                /* segmented A: the panel's k range piece by piece, the same values in place */
+                for (int64_t k = pc; k < pc + kc;) {
+                    int64_t sg = k / j->aseg, q = k - sg * j->aseg, len = imin(j->aseg - q, pc + kc - k);
+                    pack_panel(j->pa + p * MR * kc + (k - pc) * MR, j->A + sg * j->aseg_stride + m0 * j->lda + q, j->lda, 1,
+                               (int)imin(MR, j->M - m0), MR, len);
+                    k += len;
+                }
             }
             for (int64_t jr = 0; jr < npan; jr++) {
                 int64_t n0 = jr * NR;
@@ -417,7 +428,8 @@ static void buffers(job *j, int id) {
 }
 
 static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc, ct_sgemm_pack_b_fn packb, const void *parg) {
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc, ct_sgemm_pack_b_fn packb, const void *parg,
+                 int64_t aseg, int64_t aseg_stride) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         for (int64_t i = 0; i < M; i++) {
@@ -428,7 +440,7 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         }
         return;
     }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL, bf16, packb, parg, 0};
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL, bf16, packb, parg, 0, aseg, aseg_stride};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
@@ -490,19 +502,26 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
+    gemm(false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
-    gemm(false, ta, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg);
+    gemm(false, ta, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, 0, 0);
+}
+
+void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
+                             ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc) {
+    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b_seg needs an AVX-512 CPU");
+    CT_CHECK(seg > 0, "ct_sgemm_implicit_b_seg: segment length %lld", (long long)seg);
+    gemm(false, false, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, seg, seg_stride);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm(true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
+    gemm(true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

@@ -41,6 +41,11 @@ void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
 typedef void (*ct_sgemm_pack_b_fn)(const void *arg, float *dst, int64_t n0, int n, int64_t k0, int64_t kc);
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc);
+/* The same with A (not transposed) stored in segments of seg columns, seg_stride floats
+ * apart: A(i, k) = A[(k / seg) * seg_stride + i * lda + k % seg] — a chunk of NCHW samples
+ * read as one [O, nb*P] matrix without gathering it. Same bits as on the gathered A. */
+void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
+                             ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc);
 
 /* For packers whose B rows are contiguous in k: dst[k * CT_SGEMM_NR + c] = x[c * rs + k] for
  * c < n (zeros up to CT_SGEMM_NR), k < kc — through in-register transposes. */

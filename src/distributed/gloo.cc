@@ -104,6 +104,8 @@ struct ct_gloo_comm {
     ct_store *store = nullptr;
     std::string ns, ifaddr;
     int rank = 0, size = 1;
+    std::vector<int> granks; // world rank of each group rank, for messages (empty: the world)
+    int world_size = 0;
     std::shared_ptr<gloo::transport::Device> dev;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<unsigned char> scratch;
@@ -310,6 +312,11 @@ const char *strip_position(const char *m) {
 // Who Gloo's message is about, from the labels the ranks published ("HOSTNAME IFADDR|[IP]:PORT
 // ..."): "rank 2 of 4 on HOST IFADDR" when one of a rank's listening addresses appears in it;
 // when only the IP does, the ranks on that host. Empty when nothing matches. Asks the store: only after a failure.
+int world_rank(const ct_gloo_comm *c, int r) { return c->granks.empty() ? r : c->granks[(size_t)r]; }
+std::string world_rank_name(const ct_gloo_comm *c, const std::string &ranks) {
+    return "rank " + ranks + " of " + std::to_string(c->granks.empty() ? c->size : c->world_size);
+}
+
 std::string peer_in_message(ct_gloo_comm *c, const char *msg) {
     std::string ip, on_ip, host;
     if (const char *b = strchr(msg, '[')) {
@@ -332,17 +339,17 @@ std::string peer_in_message(ct_gloo_comm *c, const char *msg) {
             size_t e = label.find(' ', p);
             if (e == std::string::npos) e = label.size();
             if (e > p && strstr(msg, label.substr(p, e - p).c_str()))
-                return "rank " + std::to_string(r) + " of " + std::to_string(c->size) + " on " + who;
+                return world_rank_name(c, std::to_string(world_rank(c, r))) + " on " + who;
             p = e + 1;
         }
         size_t sp = who.rfind(' ');
         if (!ip.empty() && sp != std::string::npos && who.compare(sp + 1, std::string::npos, ip) == 0) {
-            on_ip += (on_ip.empty() ? "" : " or ") + std::to_string(r);
+            on_ip += (on_ip.empty() ? "" : " or ") + std::to_string(world_rank(c, r));
             host = who;
         }
     }
     if (on_ip.empty()) return "";
-    return "rank " + on_ip + " of " + std::to_string(c->size) + " on " + host;
+    return world_rank_name(c, on_ip) + " on " + host;
 }
 
 ct_status op_failed(ct_gloo_comm *c, const ct_gloo_op *op, const char *what) {
@@ -433,7 +440,17 @@ extern "C" ct_status ct_gloo_comm_create(ct_store *store, const char *ns, int ra
     }
 }
 
-extern "C" void ct_gloo_comm_free(ct_gloo_comm *c) {
+extern "C" ct_status ct_gloo_comm_name_world_ranks(ct_gloo_comm *c, const int *granks, int world_size) {
+    try {
+        c->granks.assign(granks, granks + c->size);
+        c->world_size = world_size;
+        return CT_OK;
+    } catch (const std::bad_alloc &) {
+        return ct_error(CT_ERR_NOMEM, "gloo backend: rank names");
+    }
+}
+
+void ct_gloo_comm_free(ct_gloo_comm *c) {
     try {
         if (c) c->ctx.reset();  // the pairs before the device they run on
         delete c;

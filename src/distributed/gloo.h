@@ -53,6 +53,9 @@ typedef struct ct_gloo_op {
  * group may use). Collective over the ranks; waits up to timeout_s for all of them. */
 ct_status ct_gloo_comm_create(ct_store *store, const char *ns, int rank, int size, double timeout_s,
                               const char *ifaddr, ct_gloo_comm **out);
+/* Error messages name a lost peer r as world rank granks[r] of world_size (a group that
+ * holds some of the world's ranks, e.g. one leader per machine) instead of its group rank. */
+ct_status ct_gloo_comm_name_world_ranks(ct_gloo_comm *c, const int *granks, int world_size);
 /* Runs one operation to completion; a dead peer or the timeout is an error naming op->what,
  * the peer's rank and host where Gloo reports them. */
 ct_status ct_gloo_comm_run(ct_gloo_comm *c, const ct_gloo_op *op);

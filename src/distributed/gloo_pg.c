@@ -245,6 +245,12 @@ ct_status ct_gloo_create(ct_pg *pg, void **impl_out) {
     if (st) return st;
     snprintf(ns, sizeof ns, "%sgloo/", pg->prefix);
     st = make(pg->store, ns, pg->rank, pg->size, pg->timeout, addr, pg->fingerprint, impl_out);
+    /* a group of some of the world's ranks (hier's leaders): messages name world ranks */
+    if (st == CT_OK && pg->world && pg->world != pg && pg->granks &&
+        (st = ct_gloo_comm_name_world_ranks(((gloo_pg *)*impl_out)->comm, pg->granks, pg->world->size))) {
+        gloo_destroy(*impl_out);
+        *impl_out = NULL;
+    }
     if (st == CT_OK)
         CT_LOG_INFO("gloo", "rank %d of %d connected from %s (keys %s)", pg->rank, pg->size, addr, ns);
     return st;

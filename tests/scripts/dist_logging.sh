@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.." || exit 1
 B=${CT_BUILD:-build}/ctrain
 die() { echo "FAIL: $*"; exit 1; }
 out=$(CTRAIN_DEBUG=INFO timeout 30 $B run --standalone --nproc-per-node 2 $B worker allreduce 2>&1) || die "$out"
-echo "$out" | grep -q "INFO pg: rendezvous through store 127.0.0.1:[0-9]* (launcher's)" || die "rendezvous: $out"
+echo "$out" | grep -q "INFO pg: rendezvous through store 127.0.0.1:[0-9]* (launcher's, ctrain protocol)" || die "rendezvous: $out"
 echo "$out" | grep -q "backend shm, timeout 300 s, fingerprints on" || die "backend: $out"
 echo "$out" | grep -q "INFO shm: group 0: segment /ctrain-.*KiB" || die "segment: $out"
 out=$(CTRAIN_DEBUG=TRACE CTRAIN_DEBUG_SUBSYS=shm timeout 30 $B bench allreduce -b 8 -e 1M -f 131072 -n 1 -w 0 2>&1) || die "$out"

@@ -54,6 +54,9 @@ static inline void row_take(float *d, const float *xr, int64_t n, int64_t o0, in
     for (int64_t i = 0; i < n; i += 16)
         _mm512_mask_storeu_ps(d + i, lanes16(n - i), _mm512_maskz_loadu_ps(lanes16(o1 - i) & (__mmask16)~lanes16(o0 - i), xr + i));
 #else
+    /* o0, o1 may lie outside [0, n) (a run wholly in the padding): clamp, as the masks do */
+    o0 = o0 < 0 ? 0 : o0 > n ? n : o0;
+    o1 = o1 < o0 ? o0 : o1 > n ? n : o1;
     for (int64_t ow = 0; ow < o0; ow++) d[ow] = 0.0f;
     for (int64_t ow = o0; ow < o1; ow++) d[ow] = xr[ow];
     for (int64_t ow = o1; ow < n; ow++) d[ow] = 0.0f;

@@ -1,6 +1,7 @@
 """PyTorch gloo baseline for bench/allreduce.sh: 2 ranks, in-place all_reduce (f32 sum),
 max time over ranks. Prints "gloo BYTES TIME_US BUSBW_GBS" per size.
-Usage: /usr/bin/python3 bench/gloo_allreduce.py PORT BYTES...   (or: PORT init)"""
+Usage: /usr/bin/python3 bench/gloo_allreduce.py PORT BYTES...   (or: PORT init)
+Under torchrun (RANK/WORLD_SIZE set, bench/multinode.sh): PORT is ignored, one rank per process."""
 import os
 import sys
 import time
@@ -11,7 +12,8 @@ import torch.multiprocessing as mp
 
 
 def worker(rank, n, port, sizes):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+    init = "env://" if "RANK" in os.environ else f"tcp://127.0.0.1:{port}"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=n)
     torch.set_num_threads(1)
     for b in sizes:
         x = torch.zeros(max(b // 4, 1))
@@ -33,4 +35,7 @@ def worker(rank, n, port, sizes):
 if __name__ == "__main__":
     port = int(sys.argv[1])
     sizes = [int(s) for s in sys.argv[2:]]
-    mp.spawn(worker, args=(2, port, sizes), nprocs=2)
+    if "RANK" in os.environ:
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), port, sizes)
+    else:
+        mp.spawn(worker, args=(2, port, sizes), nprocs=2)

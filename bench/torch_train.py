@@ -3,6 +3,7 @@ bench/train_bench.c, one line per result in the same format.
 
     /usr/bin/python3 bench/torch_train.py single mlp|gpt|cnn THREADS [SECONDS]
     /usr/bin/python3 bench/torch_train.py ddp    mlp|gpt|cnn NRANKS  [SECONDS]   # gloo, 1 thread/rank
+    torchrun ... bench/torch_train.py torchrun mlp|gpt|cnn 0 [SECONDS]   # ranks from torchrun (bench/multinode.sh)
 
 Models: tests/torch/gen_models.py (nanoGPT's GPT without flash attention, which PyTorch 1.13
 lacks; MLP as nn.Sequential; the CNN). Warmup steps are excluded; steps then run until
@@ -112,8 +113,9 @@ def line(kind, threads, ranks, rate, step_ms, steps, rss, flops):
 def ddp_worker(rank, nranks, kind, seconds, port, q):
     import torch.distributed as dist
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    if port:  # else torchrun set MASTER_ADDR/MASTER_PORT (its agent's store)
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=nranks)
     model, opt, batches, items = setup(kind, rank)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -148,6 +150,14 @@ def main():
             p.join()
         r0 = res[0]
         line(kind, 1, n, r0[1], r0[2], r0[3], max(r[4] for r in res), r0[5])
+    elif mode == "torchrun":  # one process per rank, started by torchrun; rank 0 prints
+        class Q:
+            def put(self, r):
+                self.r = r
+        q, rank, nranks = Q(), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        ddp_worker(rank, nranks, kind, seconds, 0, q)
+        if rank == 0:
+            line(kind, 1, nranks, q.r[1], q.r[2], q.r[3], q.r[4], q.r[5])
     else:
         sys.exit(f"unknown mode {mode}")
 

@@ -1,10 +1,12 @@
 # Sourced by tests/scripts/hier_netns.sh and bench/hier_netns.sh: two "hosts" made of
-# network namespaces $A and $Bn joined by a veth pair on 10.76.0.0/24 (10.76.0.1, .2), each
+# network namespaces $A and $Bn joined by a veth pair on $net.0/24 ($net.1, .2; net is
+# 10.76.0 unless TWO_HOSTS_NET names another /24), each
 # with its own /dev/shm, and mpi_2x2 CMD... running CMD as 4 ranks, 2 per host, under
 # mpirun with a launch agent that enters the namespace instead of ssh.
 # Needs skip, die and $tmp from the caller; sets the EXIT trap.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
 A=cth$$a; Bn=cth$$b
+net=${TWO_HOSTS_NET:-10.76.0} # another subnet for a caller that may run beside the tests
 two_hosts_cleanup() {
     for n in $A $Bn; do ip netns pids $n 2>/dev/null | xargs -r kill -9 2>/dev/null; done # a job left by a failure
     [ -n "${KEEP:-}" ] && { echo "kept $tmp and namespaces $A $Bn"; return; }
@@ -15,26 +17,26 @@ ip netns add $A 2>"$tmp/err" || skip "cannot create network namespaces here ($(h
 ip netns add $Bn || skip "cannot create a second namespace"
 ip link add v$A type veth peer name v$Bn || skip "cannot create a veth pair"
 ip link set v$A netns $A && ip link set v$Bn netns $Bn || die "moving veth"
-ip -n $A addr add 10.76.0.1/24 dev v$A && ip -n $Bn addr add 10.76.0.2/24 dev v$Bn || die "addresses"
+ip -n $A addr add $net.1/24 dev v$A && ip -n $Bn addr add $net.2/24 dev v$Bn || die "addresses"
 for n in $A $Bn; do ip -n $n link set lo up; done
 ip -n $A link set v$A up && ip -n $Bn link set v$Bn up || die "link up"
 cat >"$tmp/agent" <<AG
 #!/bin/sh
 # rsh-style launch agent: "agent HOST CMD..." runs CMD in the namespace that owns HOST
 host=\$1; shift
-case "\$host" in 10.76.0.1) ns=$A ;; 10.76.0.2) ns=$Bn ;; *) echo "agent: unknown host \$host" >&2; exit 1 ;; esac
+case "\$host" in $net.1) ns=$A ;; $net.2) ns=$Bn ;; *) echo "agent: unknown host \$host" >&2; exit 1 ;; esac
 # each "host" gets its own /dev/shm (ip netns exec runs in a private mount namespace): with
 # one host name in both, Open MPI's shared-memory files would collide there
 exec ip netns exec \$ns sh -c "mount -t tmpfs ctshm /dev/shm && \$*"
 AG
 chmod +x "$tmp/agent"
-# mpi_on HOSTS NP [mpirun options] CMD...: HOSTS as mpirun's --host (10.76.0.1:2,10.76.0.2:1)
+# mpi_on HOSTS NP [mpirun options] CMD...: HOSTS as mpirun's --host (NET.1:2,NET.2:1)
 mpi_on() {
     local hosts=$1 np=$2; shift 2
     timeout 120 ip netns exec $A sh -c 'mount -t tmpfs ctshm /dev/shm && exec "$@"' sh mpirun \
         --host "$hosts" -np "$np" --mca plm_rsh_agent "$tmp/agent" --mca btl vader,tcp,self \
-        --mca btl_tcp_if_include 10.76.0.0/24 --mca oob_tcp_if_include 10.76.0.0/24 "$@"
+        --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24 "$@"
 }
-mpi_2x2() { mpi_on 10.76.0.1:2,10.76.0.2:2 4 "$@"; }
+mpi_2x2() { mpi_on $net.1:2,$net.2:2 4 "$@"; }
 # bytes sent by the second host over the veth
 tx_bytes() { ip netns exec $Bn cat /sys/class/net/v$Bn/statistics/tx_bytes; }

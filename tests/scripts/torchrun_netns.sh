@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# PENDING (kept out of tests/scripts): needs a cross-machine backend chosen automatically for
-# a job whose ranks span machines (issue 8, Gloo). Until then each worker stops in
-# ct_dist_init ("the shm backend works on one machine" / mpi without mpirun).
-#
 # torchrun --nnodes 2 across two "hosts" (network namespaces joined by a veth pair, subnet
 # 10.79.0.0/24), 2 workers per host, `ctrain train cnn` for 200 steps: the ranks of node 1
 # join the c10d store of node 0's agent at 10.79.0.1, and the final weights equal a one-host
-# 4-rank `ctrain run` within 1e-5 relative. Debian's torchrun (PyTorch 1.13) always; a
+# 4-rank `ctrain run` within 1e-5 relative (the ranks meet through the hier backend: shm on each
+# host, gloo between the two). Debian's torchrun (PyTorch 1.13) always; a
 # PyTorch >= 2 (PYTHON=, else /tmp/gpt2-venv) where installed.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1

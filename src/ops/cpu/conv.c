@@ -106,50 +106,76 @@ static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, f
     }
 }
 
-/* The im2col matrix of samples [n0, ...) one B micro-panel at a time, for
- * ct_sgemm_implicit_b (stride 1): dst[k][c] = col[k0 + k][q0 + c]. The panel's columns
- * are cut into runs along one output row (at most NR of them), found once per call. */
 typedef struct {
     const conv_geom *g;
     const float *x;
     int64_t n0;
 } col_src;
-static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0, int64_t kc) {
-    const col_src *cs = arg;
+
+/* A stretch of im2col columns along one output row of one sample: cnt columns from (oh, ow),
+ * landing at offset `at` of the row being built. */
+typedef struct {
+    const float *x;
+    int64_t oh, ow;
+    int cnt, at;
+} col_run;
+
+/* Cuts columns [q0, q0 + n) into runs along output rows; returns how many. */
+static int col_runs(const col_src *cs, int64_t q0, int n, col_run *run) {
     const conv_geom *g = cs->g;
-    int64_t P = g->OH * g->OW, KK = g->kh * g->kw, HW = g->H * g->W;
-    struct { const float *x; int64_t oh, ow; int cnt, at; } run[CT_SGEMM_NR];
+    int64_t P = g->OH * g->OW, HW = g->H * g->W;
     int nr = 0;
     for (int c = 0; c < n;) {
         int64_t q = q0 + c, j = q / P, r = q - j * P, oh = r / g->OW, ow = r - oh * g->OW;
         int cnt = (int)(g->OW - ow < n - c ? g->OW - ow : n - c);
-        run[nr].x = cs->x + (cs->n0 + j) * g->C * HW;
-        run[nr].oh = oh;
-        run[nr].ow = ow;
-        run[nr].cnt = cnt;
-        run[nr++].at = c;
+        run[nr++] = (col_run){cs->x + (cs->n0 + j) * g->C * HW, oh, ow, cnt, c};
         c += cnt;
     }
-    /* (channel, ki, kj) of row k0, then stepped: no divisions per row */
-    int64_t ch = k0 / KK, ki = (k0 / g->kw) % g->kh, kj = k0 % g->kw;
+    return nr;
+}
+
+/* One im2col row (kernel offset ch, ki, kj) over the runs into d, at stride 1: output column
+ * ow reads input column ow - p + kj, valid for ow in [o0, o1); zeros elsewhere. */
+static void col_row(const conv_geom *g, const col_run *run, int nr, int64_t ch, int64_t ki, int64_t kj, float *d) {
+    int64_t HW = g->H * g->W;
+    int64_t o0 = g->p - kj > 0 ? g->p - kj : 0, o1 = g->W + g->p - kj < g->OW ? g->W + g->p - kj : g->OW;
+    for (int r = 0; r < nr; r++) {
+        int64_t ih = run[r].oh - g->p + ki;
+        if (ih < 0 || ih >= g->H) {
+            memset(d + run[r].at, 0, (size_t)run[r].cnt * sizeof(float));
+            continue;
+        }
+        const float *xr = run[r].x + ch * HW + ih * g->W - g->p + kj + run[r].ow;
+        row_take(d + run[r].at, xr, run[r].cnt, o0 - run[r].ow, o1 - run[r].ow);
+    }
+}
+
+/* (channel, ki, kj) of kernel offset k0, stepped by next_offset: no divisions per row */
+static void offset_of(const conv_geom *g, int64_t k0, int64_t *ch, int64_t *ki, int64_t *kj) {
+    int64_t KK = g->kh * g->kw;
+    *ch = k0 / KK, *ki = (k0 / g->kw) % g->kh, *kj = k0 % g->kw;
+}
+static void next_offset(const conv_geom *g, int64_t *ch, int64_t *ki, int64_t *kj) {
+    if (++*kj == g->kw) {
+        *kj = 0;
+        if (++*ki == g->kh) { *ki = 0; ++*ch; }
+    }
+}
+
+/* The im2col matrix of samples [n0, ...) one B micro-panel at a time, for
+ * ct_sgemm_implicit_b (stride 1): dst[k][c] = col[k0 + k][q0 + c]. The panel's columns
+ * are cut into runs along one output row (at most NR of them), found once per call. */
+static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0, int64_t kc) {
+    const col_src *cs = arg;
+    col_run run[CT_SGEMM_NR];
+    int nr = col_runs(cs, q0, n, run);
+    int64_t ch, ki, kj;
+    offset_of(cs->g, k0, &ch, &ki, &kj);
     for (int64_t k = 0; k < kc; k++) {
-        /* stride 1: output column ow reads input column ow - p + kj, valid for ow in [o0, o1) */
-        int64_t o0 = g->p - kj > 0 ? g->p - kj : 0, o1 = g->W + g->p - kj < g->OW ? g->W + g->p - kj : g->OW;
         float *d = dst + k * CT_SGEMM_NR;
-        for (int r = 0; r < nr; r++) {
-            int64_t ih = run[r].oh - g->p + ki;
-            if (ih < 0 || ih >= g->H) {
-                memset(d + run[r].at, 0, (size_t)run[r].cnt * sizeof(float));
-                continue;
-            }
-            const float *xr = run[r].x + ch * HW + ih * g->W - g->p + kj + run[r].ow;
-            row_take(d + run[r].at, xr, run[r].cnt, o0 - run[r].ow, o1 - run[r].ow);
-        }
+        col_row(cs->g, run, nr, ch, ki, kj, d);
         if (n < CT_SGEMM_NR) memset(d + n, 0, (size_t)(CT_SGEMM_NR - n) * sizeof(float));
-        if (++kj == g->kw) {
-            kj = 0;
-            if (++ki == g->kh) { ki = 0; ch++; }
-        }
+        next_offset(cs->g, &ch, &ki, &kj);
     }
 }
 
@@ -158,38 +184,14 @@ static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0,
  * output row into a local block, then transposed into the panel. */
 static void pack_col_t(const void *arg, float *dst, int64_t n0, int n, int64_t k0, int64_t kc) {
     const col_src *cs = arg;
-    const conv_geom *g = cs->g;
-    int64_t P = g->OH * g->OW, KK = g->kh * g->kw, HW = g->H * g->W;
-    struct { const float *x; int64_t oh, ow; int cnt, at; } run[CT_SGEMM_KC];
+    col_run run[CT_SGEMM_KC];
     float rows[CT_SGEMM_NR * CT_SGEMM_KC];
-    int nr = 0;
-    for (int c = 0; c < kc;) {
-        int64_t q = k0 + c, j = q / P, r = q - j * P, oh = r / g->OW, ow = r - oh * g->OW;
-        int cnt = (int)(g->OW - ow < kc - c ? g->OW - ow : kc - c);
-        run[nr].x = cs->x + (cs->n0 + j) * g->C * HW;
-        run[nr].oh = oh;
-        run[nr].ow = ow;
-        run[nr].cnt = cnt;
-        run[nr++].at = c;
-        c += cnt;
-    }
-    int64_t ch = n0 / KK, ki = (n0 / g->kw) % g->kh, kj = n0 % g->kw;
+    int nr = col_runs(cs, k0, (int)kc, run);
+    int64_t ch, ki, kj;
+    offset_of(cs->g, n0, &ch, &ki, &kj);
     for (int i = 0; i < n; i++) {
-        int64_t o0 = g->p - kj > 0 ? g->p - kj : 0, o1 = g->W + g->p - kj < g->OW ? g->W + g->p - kj : g->OW;
-        float *d = rows + i * kc;
-        for (int r = 0; r < nr; r++) {
-            int64_t ih = run[r].oh - g->p + ki;
-            if (ih < 0 || ih >= g->H) {
-                memset(d + run[r].at, 0, (size_t)run[r].cnt * sizeof(float));
-                continue;
-            }
-            row_take(d + run[r].at, run[r].x + ch * HW + ih * g->W - g->p + kj + run[r].ow, run[r].cnt, o0 - run[r].ow,
-                     o1 - run[r].ow);
-        }
-        if (++kj == g->kw) {
-            kj = 0;
-            if (++ki == g->kh) { ki = 0; ch++; }
-        }
+        col_row(cs->g, run, nr, ch, ki, kj, rows + i * kc);
+        next_offset(cs->g, &ch, &ki, &kj);
     }
     ct_sgemm_pack_rows(dst, rows, kc, n, kc);
 }

@@ -11,6 +11,7 @@
 #include "ct_test.h"
 #include "ctrain/dist.h"
 #include "ctrain/ops.h"
+#include "kernel_check.h"
 #include "ctrain/optim.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
@@ -26,25 +27,6 @@ static bool have_gpu(void) {
 }
 #define NEED_GPU() do { if (!have_gpu()) CT_SKIP(no_gpu); } while (0)
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float urand(float scale) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return ((float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f) * scale;
-}
-static ct_tensor *rnd(ct_ctx *c, int nd, const int64_t *shape, float scale) {
-    ct_tensor *t = ct_new(c, CT_F32, nd, shape);
-    for (int64_t i = 0; i < ct_numel(t); i++) ct_f32(t)[i] = urand(scale);
-    return t;
-}
-static double normwise(const float *a, const float *b, int64_t n) {
-    double d = 0, m = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || e != e ? e : d;
-        m = fabs(b[i]) > m ? fabs(b[i]) : m;
-    }
-    return d / m;
-}
 
 /* device copies through the caching allocator; every test frees what it uploads */
 static void *up(const void *h, size_t bytes) {

@@ -27,25 +27,8 @@ torchrun() { # PYTHON OUTDIR STEPS [torchrun options...]
     timeout 300 "$py" -m torch.distributed.run --no_python --redirects 2 --tee 2 --monitor_interval 1 --nnodes 1 --nproc_per_node 2 \
         --master_port $port "$@" "$C" train "${common[@]}" --steps "$steps" --output-dir "$out"
 }
-# 1e-5 relative per tensor (max |a-b| / max |a|), reading safetensors' f32 tensors directly
-same() {
-    cmp -s "$1" "$2" && return 0
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, struct, sys, array
-def load(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
-    for k, v in h.items():
-        if k == "__metadata__": continue
-        s, e = v["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + s:8 + n + e]); out[k] = a
-    return out
-x, y = load(sys.argv[1]), load(sys.argv[2])
-assert x.keys() == y.keys(), "different tensors"
-for k in x:
-    m = max(abs(v) for v in x[k]) or 1.0
-    r = max(abs(a - b) for a, b in zip(x[k], y[k])) / m
-    if r > 1e-5: sys.exit(f"{k}: relative difference {r:.3g}")
-PY
-}
+# 1e-5 relative per tensor (max |a-b| / max |a|, tests/tools/weights_close.py)
+same() { cmp -s "$1" "$2" || /usr/bin/python3 tests/tools/weights_close.py "$1" "$2" 1e-5; }
 # bad input: a clear one-line error each
 out=$(TORCHELASTIC_USE_AGENT_STORE=maybe RANK=0 WORLD_SIZE=2 MASTER_PORT=47929 "$C" worker init 2>&1) && die "bad value accepted"
 echo "$out" | grep -q "TORCHELASTIC_USE_AGENT_STORE='maybe': expected" || die "bad value: $out"

@@ -30,24 +30,7 @@ export CTRAIN_BIND=0 OMP_NUM_THREADS=1
 common=(cnn --steps ${STEPS:-200} --log-every 50 --eval-max 500 --threads 1)
 "$C" run --nproc-per-node 4 --standalone "$C" train "${common[@]}" --output-dir "$d/ref" > "$d/ref.log" 2>&1 ||
     { cat "$d/ref.log"; die "one-host 4-rank reference"; }
-same() {
-    cmp -s "$1" "$2" && return 0
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, struct, sys, array
-def load(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
-    for k, v in h.items():
-        if k == "__metadata__": continue
-        s, e = v["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + s:8 + n + e]); out[k] = a
-    return out
-x, y = load(sys.argv[1]), load(sys.argv[2])
-assert x.keys() == y.keys(), "different tensors"
-for k in x:
-    m = max(abs(v) for v in x[k]) or 1.0
-    r = max(abs(a - b) for a, b in zip(x[k], y[k])) / m
-    if r > 1e-5: sys.exit(f"{k}: relative difference {r:.3g}")
-PY
-}
+same() { cmp -s "$1" "$2" || /usr/bin/python3 tests/tools/weights_close.py "$1" "$2" 1e-5; }
 port=47960
 two_nodes() { # NAME PYTHON
     local name=$1 py=$2 k pids=()

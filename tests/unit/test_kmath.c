@@ -8,29 +8,10 @@
 
 #include "ct_test.h"
 #include "ctrain/ops.h"
+#include "kernel_check.h"
 #include "ctrain/optim.h"
 #include "ops/kmath.h"
 
-static uint64_t rng = 88172645463325252ull;
-static float urand(float scale) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return ((float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f) * scale;
-}
-static ct_tensor *rnd(ct_ctx *c, int nd, const int64_t *shape, float scale) {
-    ct_tensor *t = ct_new(c, CT_F32, nd, shape);
-    for (int64_t i = 0; i < ct_numel(t); i++) ct_f32(t)[i] = urand(scale);
-    return t;
-}
-/* max |a - b| / max |b| */
-static double normwise(const float *a, const float *b, int64_t n) {
-    double d = 0, m = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || e != e ? e : d;
-        m = fabs(b[i]) > m ? fabs(b[i]) : m;
-    }
-    return d / m;
-}
 /* elements not bit-equal; +0 and -0 count as equal (the CPU ops accumulate into a zeroed
  * gradient, and 0 + -0 is +0) */
 static int64_t bit_diffs(const float *a, const float *b, int64_t n) {

@@ -10,6 +10,7 @@
 #include "ct_test.h"
 #include "ctrain/io.h"
 #include "ctrain/models.h"
+#include "model_fixture.h"
 
 #define FIX "tests/fixtures/models/"
 /* bf16 keeps 8 significant bits (relative rounding 2^-9 = 2e-3): ctrain and PyTorch round
@@ -20,23 +21,6 @@
 #define TOL_BF16_GRAD 2e-2
 #define TOL_F16 2e-3
 
-static ct_model_config config_from_fixture(ct_model_kind kind, ct_st_file *f) {
-    ct_st_tensor t;
-    CT_CHECK(ct_st_get(f, "config", &t) == CT_OK && t.dtype == CT_I64, "fixture config");
-    const int64_t *v = t.data;
-    ct_model_config c = ct_model_default_config(kind);
-    if (kind == CT_MODEL_MLP) {
-        c.mlp.in = (int)v[0]; c.mlp.out = (int)v[1]; c.mlp.n_hidden = (int)v[2];
-        for (int i = 0; i < c.mlp.n_hidden; i++) c.mlp.hidden[i] = (int)v[3 + i];
-    } else if (kind == CT_MODEL_CNN) {
-        c.cnn.in_channels = (int)v[0]; c.cnn.height = (int)v[1]; c.cnn.width = (int)v[2]; c.cnn.c1 = (int)v[3];
-        c.cnn.c2 = (int)v[4]; c.cnn.kernel = (int)v[5]; c.cnn.fc = (int)v[6]; c.cnn.classes = (int)v[7];
-    } else {
-        c.gpt.n_layer = (int)v[0]; c.gpt.n_embd = (int)v[1]; c.gpt.n_head = (int)v[2];
-        c.gpt.block_size = (int)v[3]; c.gpt.vocab_size = (int)v[4];
-    }
-    return c;
-}
 
 static ct_tensor *fix_tensor(ct_ctx *ctx, ct_st_file *f, const char *name) {
     ct_st_tensor t;

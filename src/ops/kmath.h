@@ -178,7 +178,7 @@ CT_HD static inline int64_t ct_k_index_at(const void *idx, bool i64, int64_t r) 
     return i64 ? ((const int64_t *)idx)[r] : (int64_t)((const int32_t *)idx)[r];
 }
 
-/* ---- optimizers: PyTorch's formulas, operation for operation as src/optim/optim.c ---- */
+/* ---- optimizers: PyTorch's formulas, operation for operation (src/optim/optim.c runs these) ---- */
 typedef struct {
     float gsign, decay, b1, omb1, b2, omb2, nstep, bc2s, eps;
 } ct_k_adamw;

@@ -8,6 +8,7 @@
  * compiled with -std=c11 (no implicit contraction), so the fmaf() calls below are exactly
  * where PyTorch fuses and nowhere else. */
 #include "ctrain/optim.h"
+#include "ops/kmath.h" /* the per-element updates, shared with the CUDA kernels */
 
 #include <math.h>
 #include <omp.h>
@@ -170,44 +171,21 @@ static void build_segs(ct_optim *o) {
     o->segs_dirty = false;
 }
 
-/* SGD's per-step scalars, computed once per weight-decay run. */
-typedef struct {
-    float wd, mom, omd, nlr, gsign;
-    bool first, nesterov, use_wd;
-} sgd_k;
-
-static sgd_k sgd_consts(const ct_optim *o, double wd, double lr) {
-    return (sgd_k){.wd = (float)wd, .mom = (float)o->sgd.momentum, .omd = (float)(1.0 - o->sgd.dampening),
-                   .nlr = (float)-lr, .gsign = o->sgd.maximize ? -1.0f : 1.0f, /* exact negation */
-                   .first = o->step == 0, .nesterov = o->sgd.nesterov, .use_wd = wd != 0};
-}
-
-/* Elements [0, n) of P/G/B (B NULL without momentum). Elementwise and exactly rounded (fmaf),
- * so any split or vectorisation gives the same bits. */
-static void sgd_kernel(const sgd_k *k, float *restrict P, const float *restrict G, float *restrict B, long n) {
-    const float wd_f = k->wd, mom = k->mom, omd = k->omd, nlr = k->nlr, gsign = k->gsign;
-    const bool first = k->first, nesterov = k->nesterov, use_wd = k->use_wd;
+/* Elements [0, n) of P/G/B (B NULL without momentum) by ops/kmath.h's element update, the one
+ * the CUDA kernel runs too. Elementwise and exactly rounded (fmaf), so any split or
+ * vectorisation gives the same bits; the two loops let the compiler drop the buffer test. */
+static void sgd_kernel(const ct_k_sgd *k, float *restrict P, const float *restrict G, float *restrict B, long n) {
     if (!B) {
-        for (long i = 0; i < n; i++) {
-            float g = G[i] * gsign;
-            g = use_wd ? fmaf(P[i], wd_f, g) : g; /* PyTorch skips the add when wd == 0 */
-            P[i] = fmaf(g, nlr, P[i]);
-        }
+        for (long i = 0; i < n; i++) ct_k_sgd_elem(k, P + i, G[i], NULL);
         return;
     }
-    for (long i = 0; i < n; i++) {
-        float g = G[i] * gsign;
-        g = use_wd ? fmaf(P[i], wd_f, g) : g;
-        float buf = first ? g : fmaf(g, omd, B[i] * mom); /* first step: buf = clone(d_p) */
-        B[i] = buf;
-        float d = nesterov ? fmaf(buf, mom, g) : buf;
-        P[i] = fmaf(d, nlr, P[i]);
-    }
+    for (long i = 0; i < n; i++) ct_k_sgd_elem(k, P + i, G[i], B + i);
 }
 
 /* Each thread runs sgd_kernel on a contiguous share (what schedule(static) would give it). */
 static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
-    const sgd_k k = sgd_consts(o, wd, lr);
+    const ct_k_sgd k = ct_k_sgd_consts(o->sgd.momentum, o->sgd.dampening, wd, o->sgd.nesterov, o->sgd.maximize, lr,
+                                       o->step == 0);
     float *P = ct_params_data(o->p) + b;
     const float *G = ct_params_grad(o->p) + b;
     float *B = o->nstate ? o->state[0] + b : NULL;
@@ -220,32 +198,11 @@ static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double l
     }
 }
 
-/* The AdamW update of one element; the AVX2 loop below computes the same operations in
- * the same order (IEEE sqrt, division and FMA are exactly rounded in both), so both paths
- * give the same bits. GCC does not vectorize sqrtf without -fno-math-errno, hence the
- * intrinsics. */
-typedef struct {
-    float gsign, decay, b1, omb1, b2, omb2, nstep, bc2s, eps;
-} adamw_k;
-
-static inline void adamw_elem(const adamw_k *k, float *P, const float *G, float *M, float *V, float *VM) {
-    float g = *G * k->gsign;
-    float p = *P * k->decay;
-    float m = fmaf(g, k->omb1, *M * k->b1);
-    float v = fmaf(k->omb2 * g, g, *V * k->b2);
-    *M = m;
-    *V = v;
-    if (VM) {
-        float mx = *VM;
-        mx = (v > mx || v != v) ? v : mx; /* torch.maximum: NaN wins */
-        *VM = mx;
-        v = mx;
-    }
-    float denom = sqrtf(v) / k->bc2s + k->eps;
-    *P = p + (k->nstep * m) / denom;
-}
-
-static void adamw_kernel(const adamw_k *k, float *restrict P, const float *restrict G, float *restrict M,
+/* The AdamW update: ops/kmath.h's element update (shared with the CUDA kernel); the AVX2 loop
+ * below computes the same operations in the same order (IEEE sqrt, division and FMA are
+ * exactly rounded in both), so both paths give the same bits. GCC does not vectorize sqrtf
+ * without -fno-math-errno, hence the intrinsics. */
+static void adamw_kernel(const ct_k_adamw *k, float *restrict P, const float *restrict G, float *restrict M,
                          float *restrict V, float *restrict VM, long lo, long hi) {
     long i = lo;
 #ifdef HAVE_AVX2_FMA
@@ -270,21 +227,7 @@ static void adamw_kernel(const adamw_k *k, float *restrict P, const float *restr
         _mm256_storeu_ps(P + i, _mm256_add_ps(p, _mm256_div_ps(_mm256_mul_ps(nstep, m), denom)));
     }
 #endif
-    for (; i < hi; i++) adamw_elem(k, P + i, G + i, M + i, V + i, VM ? VM + i : NULL);
-}
-
-static adamw_k adamw_consts(const ct_optim *o, double wd, double lr) {
-    const double t = (double)o->step; /* already incremented */
-    const double bc1 = 1.0 - pow(o->adam.beta1, t), bc2 = 1.0 - pow(o->adam.beta2, t);
-    return (adamw_k){
-        .gsign = o->adam.maximize ? -1.0f : 1.0f, /* exact negation */
-        .decay = (float)(1.0 - lr * wd),
-        .b1 = (float)o->adam.beta1, .omb1 = (float)(1.0 - o->adam.beta1),
-        .b2 = (float)o->adam.beta2, .omb2 = (float)(1.0 - o->adam.beta2),
-        .nstep = (float)-(lr / bc1),
-        .bc2s = (float)sqrt(bc2),
-        .eps = (float)o->adam.eps,
-    };
+    for (; i < hi; i++) ct_k_adamw_elem(k, P + i, G[i], M + i, V + i, VM ? VM + i : NULL);
 }
 
 static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
@@ -292,7 +235,8 @@ static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double
     const float *G = ct_params_grad(o->p) + b;
     float *M = o->state[0] + b, *V = o->state[1] + b;
     float *VM = o->adam.amsgrad ? o->state[2] + b : NULL;
-    const adamw_k k = adamw_consts(o, wd, lr);
+    const ct_k_adamw k = ct_k_adamw_consts(o->adam.beta1, o->adam.beta2, o->adam.eps, wd, lr, o->step,
+                                           o->adam.maximize); /* step already incremented */
     const long n = (long)(e - b);
     if (n <= PAR_MIN) {
         adamw_kernel(&k, P, G, M, V, VM, 0, n);

@@ -105,6 +105,20 @@ ct_status ct_c10d_delete(ct_c10d *c, const char *key, bool *existed);
 ct_status ct_c10d_check(ct_c10d *c, const char *key, bool *exists);
 ct_status ct_c10d_num_keys(ct_c10d *c, int64_t *out);
 
+/* What a rank is about to run, exchanged before a collective by the backends that send it
+ * as a message (fingerprint.c); fields a kind does not use are zero. */
+typedef struct {
+    uint32_t seq;
+    uint8_t kind, dt, rop, pad;
+    int32_t root;
+    uint32_t pad2;
+    uint64_t count;
+} ct_op_fp;
+ct_op_fp ct_op_fp_of(const ct_work *w);
+/* CT_ERR_MISMATCH naming both sides when any of all[0, n) differs from w's own fingerprint;
+ * ranks are named through granks (world ranks), or as group ranks when it is NULL. */
+ct_status ct_op_fp_compare(const ct_work *w, const ct_op_fp *all, int n, int rank, const int *granks);
+
 /* Backends. */
 extern const ct_backend ct_shm_backend;
 ct_status ct_shm_create(ct_pg *pg, void **impl_out);

@@ -38,14 +38,6 @@ typedef struct {
     size_t stage_cap, pad_cap;
 } gloo_pg;
 
-typedef struct {
-    uint32_t seq;
-    uint8_t kind, dt, rop, pad;
-    int32_t root;
-    uint32_t pad2;
-    uint64_t count;
-} gloo_fp;
-
 static void *grow(void **p, size_t *cap, size_t bytes) {
     if (*cap < bytes) {
         void *q = realloc(*p, bytes);
@@ -118,23 +110,11 @@ static ct_status allreduce_ordered(gloo_pg *g, const ct_work *w, void *buf, int 
 }
 
 static ct_status check_fp(gloo_pg *g, ct_work *w, double deadline, const char *what) {
-    gloo_fp mine = {w->seq, (uint8_t)w->kind, (uint8_t)w->dt, (uint8_t)w->rop, 0, w->peer, 0, w->count};
-    if (w->kind != CT_OP_ALLREDUCE && w->kind != CT_OP_REDUCE && w->kind != CT_OP_REDUCE_SCATTER) mine.rop = 0;
-    if (w->kind != CT_OP_BROADCAST && w->kind != CT_OP_REDUCE) mine.root = 0;
-    gloo_fp *all = malloc(sizeof(gloo_fp) * (size_t)g->n);
+    ct_op_fp mine = ct_op_fp_of(w);
+    ct_op_fp *all = malloc(sizeof(ct_op_fp) * (size_t)g->n);
     if (!all) return ct_error(CT_ERR_NOMEM, "fingerprint exchange");
     ct_status st = run_op(g, CT_GLOO_ALLGATHER, &mine, all, sizeof mine, 1, 0, tag_of(w, 0), deadline, what);
-    for (int p = 0; p < g->n && st == CT_OK; p++) {
-        gloo_fp *f = &all[p];
-        if (memcmp(f, &mine, sizeof mine)) {
-            char b[200];
-            ct_work x = {.kind = f->kind, .seq = f->seq, .dt = (ct_dtype)f->dt, .rop = (ct_reduce_op)f->rop,
-                         .count = f->count, .peer = f->root};
-            ct_work_describe(&x, b, sizeof b);
-            st = ct_error(CT_ERR_MISMATCH, "collective mismatch: group rank %d called %s but group rank %d called %s",
-                          g->rank, what, p, b);
-        }
-    }
+    if (st == CT_OK) st = ct_op_fp_compare(w, all, g->n, g->rank, NULL);
     free(all);
     return st;
 }

@@ -27,15 +27,6 @@ typedef struct {
     size_t cap, cap2;
 } mpi_pg;
 
-typedef struct {
-    uint32_t seq;
-    uint8_t kind, dt, rop, pad;
-    int32_t root;
-    uint32_t pad2;
-    uint64_t count;
-} mpi_fp;
-
-
 static MPI_Datatype mtype(ct_dtype dt) {
     switch (dt) {
     case CT_F64: return MPI_DOUBLE;
@@ -92,27 +83,14 @@ static float *stage(void **p, size_t *cap, size_t n) {
 }
 
 static ct_status check_fp(mpi_pg *m, ct_work *w, double deadline) {
-    mpi_fp mine = {w->seq, (uint8_t)w->kind, (uint8_t)w->dt, (uint8_t)w->rop, 0, w->peer, 0, w->count};
-    if (w->kind != CT_OP_ALLREDUCE && w->kind != CT_OP_REDUCE && w->kind != CT_OP_REDUCE_SCATTER) mine.rop = 0;
-    if (w->kind != CT_OP_BROADCAST && w->kind != CT_OP_REDUCE) mine.root = 0;
-    mpi_fp *all = malloc(sizeof(mpi_fp) * (size_t)m->n);
+    ct_op_fp mine = ct_op_fp_of(w);
+    ct_op_fp *all = malloc(sizeof(ct_op_fp) * (size_t)m->n);
     if (!all) return ct_error(CT_ERR_NOMEM, "fingerprint exchange");
     MPI_Request r;
     int mpi_rc_;
     int rc = LOCKED(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, m->comm, &r));
     ct_status st = rc == MPI_SUCCESS ? wait_req(&r, deadline, w, NULL) : merr(rc, "fingerprint exchange");
-    for (int p = 0; p < m->n && st == CT_OK; p++) {
-        mpi_fp *f = &all[p];
-        if (memcmp(f, &mine, sizeof mine)) {
-            char a[200], b[200];
-            ct_work x = {.kind = f->kind, .seq = f->seq, .dt = (ct_dtype)f->dt, .rop = (ct_reduce_op)f->rop,
-                         .count = f->count, .peer = f->root};
-            ct_work_describe(w, a, sizeof a);
-            ct_work_describe(&x, b, sizeof b);
-            st = ct_error(CT_ERR_MISMATCH, "collective mismatch: rank %d called %s but rank %d called %s",
-                          m->granks[m->rank], a, m->granks[p], b);
-        }
-    }
+    if (st == CT_OK) st = ct_op_fp_compare(w, all, m->n, m->rank, m->granks);
     free(all);
     return st;
 }

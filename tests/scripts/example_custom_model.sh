@@ -4,10 +4,7 @@
 # weights as the uninterrupted one, and the loss goes down.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
-    echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
-fi
+. tests/tools/fashion_mnist.sh
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 R=(${CT_BUILD:-build}/ctrain run --standalone --nproc-per-node 2 ${CT_BUILD:-build}/examples/custom_model)
 "${R[@]}" "$d/a" 60 > "$d/a.log" 2>&1 || { cat "$d/a.log"; exit 1; }

@@ -71,10 +71,7 @@ export LD_LIBRARY_PATH="$p/lib"
 # (grep reads all of ldd's output: with -q it may stop early, and pipefail then sees ldd's SIGPIPE)
 ldd "$d/bin/custom_model" | grep "libctrain.so => $p/lib/libctrain.so" >/dev/null || { ldd "$d/bin/custom_model"; exit 1; }
 
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
-    echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
-fi
+. tests/tools/fashion_mnist.sh
 cd "$d"
 "$p/bin/ctrain" run --standalone --nproc-per-node 2 "$d/bin/custom_model" "$d/out" 6 > run.log 2>&1 \
     || { cat run.log; echo "installed custom_model failed under the installed ctrain run"; exit 1; }

@@ -9,10 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 C=$PWD/${CT_BUILD:-build}/ctrain
 die() { echo "FAIL: $*"; exit 1; }
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
-    echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
-fi
+. tests/tools/fashion_mnist.sh
 /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null ||
     { echo "Debian's python3-torch (torchrun) not installed (scripts/setup-interop.sh)"; exit 77; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT

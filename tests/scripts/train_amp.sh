@@ -6,10 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=${CT_BUILD:-build}/ctrain
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
-    echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
-fi
+. tests/tools/fashion_mnist.sh
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cnn=(cnn --steps 60 --batch-size 32 --eval-max 1000 --threads 1 --log-every 20)
 for amp in f32 bf16 fp16; do

@@ -12,10 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=$PWD/${CT_BUILD:-build}/ctrain
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
-    echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
-fi
+. tests/tools/fashion_mnist.sh
 d=$(mktemp -d)
 m=$d/mnt
 mkdir -p "$m"

@@ -12,10 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=${CT_BUILD:-build}/ctrain
 G=tests/fixtures/train/golden.txt
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
-    echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
-fi
+. tests/tools/fashion_mnist.sh
 d=${KEEP_DIR:-$(mktemp -d)}; [ -n "${KEEP_DIR:-}" ] || trap 'rm -rf "$d"' EXIT
 for i in $(seq 1 80); do echo "a golden line number $i, with $((i*13 % 97)) words of $((i*7)) letters."; done > "$d/text.txt"
 R=(run --nproc-per-node 2 --standalone)

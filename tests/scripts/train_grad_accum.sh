@@ -5,10 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=${CT_BUILD:-build}/ctrain
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ] && [ ! -r "$data/train-images-idx3-ubyte" ]; then
-    echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; exit 77
-fi
+. tests/tools/fashion_mnist.sh
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 R=(run --nproc-per-node 2 --standalone)
 common=(mlp --hidden 64 --steps 30 --log-every 5 --eval-max 1000 --threads 1 --save-every 10)

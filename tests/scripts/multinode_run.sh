@@ -11,25 +11,12 @@ cd "$(dirname "$0")/../.." || exit 1
 B=$PWD/${CT_BUILD:-build}/ctrain
 skip() { echo "$*"; exit 77; }
 die() { echo "FAIL: $*"; exit 1; }
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-[ -r "$data/train-images-idx3-ubyte.gz" ] || [ -r "$data/train-images-idx3-ubyte" ] ||
-    skip "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+. tests/tools/fashion_mnist.sh
 nm ${CT_BUILD:-build}/libctrain.a 2>/dev/null | grep -q "T ct_gloo_create" || skip "built without Gloo (apt-get install libgloo-dev)"
 command -v python3 >/dev/null || skip "no python3 to compare the weights with"
-A=ctgl$$a; Bn=ctgl$$b
 tmp=$(mktemp -d)
-cleanup() {
-    for p in $(ip netns pids $A 2>/dev/null) $(ip netns pids $Bn 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del $A 2>/dev/null; ip netns del $Bn 2>/dev/null; rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip netns add $A 2>"$tmp/err" || skip "cannot create network namespaces here ($(head -1 "$tmp/err"))"
-ip netns add $Bn || skip "cannot create a second namespace"
-ip link add vg$$a type veth peer name vg$$b || skip "cannot create a veth pair"
-ip link set vg$$a netns $A && ip link set vg$$b netns $Bn || die "moving veth"
-ip -n $A addr add 10.78.0.1/24 dev vg$$a && ip -n $Bn addr add 10.78.0.2/24 dev vg$$b || die "addresses"
-for n in $A $Bn; do ip -n $n link set lo up; done
-ip -n $A link set vg$$a up && ip -n $Bn link set vg$$b up || die "link up"
+TWO_HOSTS_NET=10.78.0 # beside the other two-host tests
+. tests/tools/two_hosts.sh # namespaces $A and $Bn joined by a veth; tx_bytes
 
 # 200 steps; 3 in the sanitizer build (-O1 and ASan: a CNN step takes seconds there)
 steps=200 ev=256; [ "${CT_BUILD:-build}" = build-san ] && steps=3 ev=16
@@ -49,18 +36,17 @@ secret() {
     done
     return 1
 }
-txb() { ip netns exec $Bn cat /sys/class/net/vg$$b/statistics/tx_bytes; }
 
 $B run --nproc-per-node 4 --standalone $B "${cnn[@]}" --output-dir "$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     die "one-host run: $(tail -5 "$tmp/ref.log")"
 for rep in 1 2; do
-    tx0=$(txb)
+    tx0=$(tx_bytes)
     node 0 "$tmp/n0.$rep" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p0=$!
     tok=$(secret "$tmp/n0.$rep") || die "node 0 printed no store secret: $(cat "$tmp/n0.$rep")"
     node 1 "$tmp/n1.$rep" --rdzv-id "$tok" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p1=$!
     wait $p1 || die "node 1 (run $rep): $(tail -8 "$tmp/n1.$rep")"
     wait $p0 || die "node 0 (run $rep): $(tail -8 "$tmp/n0.$rep")"
-    moved=$(( $(txb) - tx0 ))
+    moved=$(( $(tx_bytes) - tx0 ))
     # steps x 455k f32 gradients: node 1's ranks send over 0.5 MB a step when the traffic is real
     [ $moved -gt $((steps * 500000)) ] || die "only $moved bytes left node 1 over the veth in $steps steps"
     grep -q "4 ranks × batch 8 .* $steps steps" "$tmp/n0.$rep" || die "not a 4-rank job: $(head -3 "$tmp/n0.$rep")"

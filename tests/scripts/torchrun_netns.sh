@@ -10,22 +10,12 @@ cd "$(dirname "$0")/../.." || exit 1
 C=$PWD/${CT_BUILD:-build}/ctrain
 skip() { echo "$*"; exit 77; }
 die() { echo "FAIL: $*"; exit 1; }
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-[ -r "$data/train-images-idx3-ubyte.gz" ] || [ -r "$data/train-images-idx3-ubyte" ] ||
-    skip "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+. tests/tools/fashion_mnist.sh
 /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null ||
     skip "Debian's python3-torch (torchrun) not installed (scripts/setup-interop.sh)"
-A=ctra$$ B=ctrb$$
-d=$(mktemp -d)
-cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$d"; }
-trap cleanup EXIT
-ip netns add $A 2>"$d/err" || skip "cannot create network namespaces here ($(head -1 "$d/err"))"
-ip netns add $B || skip "cannot create a second namespace"
-ip link add v$A type veth peer name v$B || skip "cannot create a veth pair"
-ip link set v$A netns $A && ip link set v$B netns $B || die "moving veth"
-ip -n $A addr add 10.79.0.1/24 dev v$A && ip -n $B addr add 10.79.0.2/24 dev v$B || die "addresses"
-for n in $A $B; do ip -n $n link set lo up; done
-ip -n $A link set v$A up && ip -n $B link set v$B up || die "link up"
+tmp=$(mktemp -d) d=$tmp
+TWO_HOSTS_NET=10.79.0 # beside the other two-host tests
+. tests/tools/two_hosts.sh # namespaces $A and $Bn joined by a veth
 export CTRAIN_BIND=0 OMP_NUM_THREADS=1
 common=(cnn --steps ${STEPS:-200} --log-every 50 --eval-max 500 --threads 1)
 "$C" run --nproc-per-node 4 --standalone "$C" train "${common[@]}" --output-dir "$d/ref" > "$d/ref.log" 2>&1 ||
@@ -36,7 +26,7 @@ two_nodes() { # NAME PYTHON
     local name=$1 py=$2 k pids=()
     port=$((port + 1))
     for k in 0 1; do
-        local ns=$A; [ $k = 1 ] && ns=$B
+        local ns=$A; [ $k = 1 ] && ns=$Bn
         timeout 600 ip netns exec $ns "$py" -m torch.distributed.run --no_python --redirects 2 --tee 2 \
             --nnodes 2 --node_rank $k --master_addr 10.79.0.1 --master_port $port --nproc_per_node 2 \
             "$C" train "${common[@]}" --output-dir "$d/$name-node$k" > "$d/$name-node$k.log" 2>&1 &

@@ -80,11 +80,6 @@ check_launcher() { # NAME PYTHON
 }
 check_launcher "torchrun-$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" /usr/bin/python3
 
-py2=${PYTHON:-/tmp/gpt2-venv/bin/python}
-v2=$("$py2" -c 'import torch, torch.distributed.run; print(torch.__version__)' 2>/dev/null || true)
-if [ -n "$v2" ] && [ "${v2%%.*}" -ge 2 ] 2>/dev/null; then
-    check_launcher "torchrun-$v2" "$py2"
-else
-    echo "PyTorch >= 2 not available (PYTHON=${PYTHON:-unset}, /tmp/gpt2-venv): only Debian's torchrun was run"
-fi
+. tests/tools/torch2.sh
+if [ -n "$v2" ]; then check_launcher "torchrun-$v2" "$py2"; else echo "$no_torch2"; fi
 echo ok

@@ -509,6 +509,9 @@ static void bind_local_rank(int lrank, int lsize) {
 #ifndef CT_HAVE_GLOO
 #define CT_HAVE_GLOO 0
 #endif
+#ifndef CT_HAVE_MPI
+#define CT_HAVE_MPI 0
+#endif
 #if CT_HAVE_GLOO
 #define CROSS_MACHINE_BACKEND "gloo"
 #else
@@ -559,7 +562,12 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
         backend = ct_config_str(CT_CFG_BACKEND);
     }
     if (backend && !*backend) backend = NULL;
-    int launched_by_mpi = (!strcmp(env.launcher, "mpirun") || !strcmp(env.launcher, "pmi")) &&
+    /* MPI's own world when a launcher that MPI_Init can bootstrap from started us: mpirun,
+     * hydra, or srun with PMIx (PMIX_RANK beside SLURM_PROCID). A MASTER_PORT (for srun also a
+     * MASTER_ADDR, which batch scripts written for torchrun export) asks for the store instead. */
+    int srun_pmix = !strcmp(env.launcher, "slurm") && ct_config_is_set(CT_CFG_PMIX_RANK) && CT_HAVE_MPI &&
+                    !ct_config_is_set(CT_CFG_MASTER_ADDR);
+    int launched_by_mpi = (!strcmp(env.launcher, "mpirun") || !strcmp(env.launcher, "pmi") || srun_pmix) &&
                           !ct_config_is_set(CT_CFG_MASTER_PORT);
     int auto_hier = 0, auto_hier_gloo = 0, hier_gloo = 0;
     if (backend && !strcmp(backend, "hier") && !launched_by_mpi && CT_HAVE_GLOO) {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Slurm's srun with PMIx across two "hosts" (network namespaces joined by a veth pair,
+# 10.81.0.0/24), a real slurmctld and one slurmd per namespace (tests/tools/slurm_cluster.sh),
+# 2 tasks on each node, no ctrain variables: `ctrain train cnn` takes MPI's world from PMIx
+# and the hier backend (shm inside a node, MPI between the two leaders). Checks: final weights
+# within 1e-5 relative of a one-host 4-rank `ctrain run`, the same bits on a second run, and
+# that killing one node's workers fails the job within CTRAIN_TIMEOUT + 5 s naming host and rank.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+C=$PWD/${CT_BUILD:-build}/ctrain
+skip() { echo "$*"; exit 77; }
+die() { echo "FAIL: $*"; exit 1; }
+. tests/tools/fashion_mnist.sh
+nm ${CT_BUILD:-build}/libctrain.a 2>/dev/null | grep -q "T ct_mpi_create" || die "built without MPI (scripts/setup.sh installs libopenmpi-dev)"
+command -v python3 >/dev/null || skip "no python3 to compare the weights with"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+unset WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE CTRAIN_BACKEND MASTER_ADDR MASTER_PORT CTRAIN_STORE_TOKEN
+# a test run inside a Slurm job must not hand its own job's variables to this cluster's srun
+for v in $(env | sed -n 's/^\(SLURM_[A-Z_]*\)=.*/\1/p; s/^\(PMIX_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+tmp=$(mktemp -d)
+TWO_HOSTS_NET=10.81.0 # beside the other two-host tests
+. tests/tools/two_hosts.sh
+. tests/tools/slurm_cluster.sh
+t0=$(date +%s.%N)
+slurm_up
+echo "Slurm up (2 nodes) in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+
+# 200 steps; 20 in a sanitizer build (CT_BUILD=build-san), whose kernels are ~10x slower
+steps=200
+[ "${CT_BUILD:-build}" = build ] || steps=20
+cnn=(cnn --steps $steps --batch-size 4 --threads 1 --eval-max 64 --log-every 100)
+for i in 1 2; do
+    CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=pg timeout 120 ip netns exec $A srun --mpi=pmix -N 2 --ntasks-per-node 2 \
+        "$C" train "${cnn[@]}" --output-dir "$tmp/s$i" >"$tmp/s$i.log" 2>&1 || die "srun run $i failed: $(tail -20 "$tmp/s$i.log")"
+done
+log=$tmp/s1.log
+grep -q "| 4 ranks × batch 4 = global batch 16 |" "$log" || die "not one 4-rank job: $(head -20 "$log")"
+[ "$(grep -c 'hier: rank . is local rank . of 2 on node . of 2.*mpi between 2 leaders' "$log")" = 4 ] ||
+    die "not 2 nodes x 2 local ranks on hier(mpi): $(grep -E 'hier|backend|rendezvous' "$log")"
+cmp "$tmp/s1/model.safetensors" "$tmp/s2/model.safetensors" || die "two runs of the same job differ"
+timeout 120 "$C" run --nproc-per-node 4 --standalone "$C" train "${cnn[@]}" --output-dir "$tmp/ref" >"$tmp/ref.log" 2>&1 ||
+    die "ctrain run failed: $(tail "$tmp/ref.log")"
+python3 tests/tools/weights_close.py "$tmp/s1/model.safetensors" "$tmp/ref/model.safetensors" 1e-5 ||
+    die "srun 2x2 weights differ from the one-host 4-rank run's"
+echo "two srun runs and the reference in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+
+# the second node's workers killed: the job fails within CTRAIN_TIMEOUT + 5 s, naming host and rank
+workers() { for p in $(ip netns pids $Bn); do [ "$(cat /proc/$p/comm 2>/dev/null)" = ctrain ] && echo $p; done; }
+CTRAIN_TIMEOUT=5 timeout 120 ip netns exec $A srun --mpi=pmix -N 2 --ntasks-per-node 2 "$C" train cnn --steps 100000 \
+    --batch-size 4 --threads 1 --log-every 5 --output-dir "$tmp/k" >"$tmp/k.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do [ "$(workers | wc -l)" = 2 ] && break; sleep 0.1; done
+sleep 3 # past the rendezvous
+victims=$(workers)
+[ "$(echo $victims | wc -w)" = 2 ] || die "not 2 ctrain processes in $Bn: $victims"
+start=$(date +%s.%N)
+kill -KILL $victims
+wait $job; rc=$?
+took=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+echo "SIGKILL to the workers on node n2: the job exited with $rc after $took s"
+[ $rc -ne 0 ] || die "the job succeeded after losing two ranks"
+awk -v t="$took" 'BEGIN { exit !(t < 10) }' || die "took $took s to fail (CTRAIN_TIMEOUT=5): $(tail -20 "$tmp/k.log")"
+grep -Eq "n2: tasks? [23]" "$tmp/k.log" || die "the failure does not name the host and rank: $(tail -20 "$tmp/k.log")"
+grep -Eo "n2: tasks? [-0-9]+: [A-Za-z ]+" "$tmp/k.log" | head -1
+echo "ok ($(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s)"

@@ -124,6 +124,11 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                               "Slurm's rank on this machine"},
     [CT_CFG_PMIX_RANK] = {"PMIX_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, 0,
                           "PMIx's rank (a PMIx launcher started this process as one of several)"},
+    [CT_CFG_SLURM_STEP_TASKS_PER_NODE] = {"SLURM_STEP_TASKS_PER_NODE", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL,
+                                          CT_CFG_LIST, "srun's ranks on the first machine of the step ('2(x2)': 2 on "
+                                          "each of 2); ranks per machine when SLURM_NTASKS_PER_NODE is unset"},
+    [CT_CFG_SLURM_STEP_NUM_NODES] = {"SLURM_STEP_NUM_NODES", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, 0,
+                                     "srun's machine count; several without PMIx need MASTER_ADDR for the store"},
 };
 #undef L
 

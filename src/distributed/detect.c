@@ -21,6 +21,9 @@ static const source SOURCES[] = {
     {"mpirun", CT_CFG_OMPI_RANK, CT_CFG_OMPI_SIZE, CT_CFG_OMPI_LOCAL_RANK, CT_CFG_OMPI_LOCAL_SIZE},
     {"pmi", CT_CFG_PMI_RANK, CT_CFG_PMI_SIZE, CT_CFG_COUNT_, CT_CFG_MPI_LOCALNRANKS},
     {"slurm", CT_CFG_SLURM_PROCID, CT_CFG_SLURM_NTASKS, CT_CFG_SLURM_LOCALID, CT_CFG_SLURM_NTASKS_PER_NODE},
+    /* only a local size: what srun laid out (also without --ntasks-per-node); never chosen,
+     * having no rank or size */
+    {"slurm", CT_CFG_COUNT_, CT_CFG_COUNT_, CT_CFG_COUNT_, CT_CFG_SLURM_STEP_TASKS_PER_NODE},
 };
 #define NSOURCES (int)(sizeof SOURCES / sizeof SOURCES[0])
 

@@ -569,6 +569,16 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
                     !ct_config_is_set(CT_CFG_MASTER_ADDR);
     int launched_by_mpi = (!strcmp(env.launcher, "mpirun") || !strcmp(env.launcher, "pmi") || srun_pmix) &&
                           !ct_config_is_set(CT_CFG_MASTER_PORT);
+    if (!strcmp(env.launcher, "slurm") && !launched_by_mpi && !ct_config_is_set(CT_CFG_MASTER_ADDR) &&
+        !ct_config_bool(CT_CFG_TORCHELASTIC_USE_AGENT_STORE) && ct_config_is_set(CT_CFG_SLURM_STEP_NUM_NODES) &&
+        ct_config_int(CT_CFG_SLURM_STEP_NUM_NODES) > 1 && (!backend || strcmp(backend, "mpi")))
+        /* the store would be on 127.0.0.1 of every machine: say so now rather than time out */
+        return ct_error(CT_ERR_INVALID,
+                        "srun started %ld machines without PMIx%s and MASTER_ADDR is unset, so the ranks have no "
+                        "common place to meet: use `srun --mpi=pmix` (MPI between machines), or export MASTER_ADDR "
+                        "(the first machine's address), MASTER_PORT and CTRAIN_STORE_TOKEN for ctrain's store",
+                        ct_config_int(CT_CFG_SLURM_STEP_NUM_NODES),
+                        ct_config_is_set(CT_CFG_PMIX_RANK) && !CT_HAVE_MPI ? " support (this build has no MPI)" : "");
     int auto_hier = 0, auto_hier_gloo = 0, hier_gloo = 0;
     if (backend && !strcmp(backend, "hier") && !launched_by_mpi && CT_HAVE_GLOO) {
         backend = "gloo"; /* a store-based launch: hier's leaders meet through gloo */

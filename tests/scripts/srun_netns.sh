@@ -42,7 +42,23 @@ timeout 120 "$C" run --nproc-per-node 4 --standalone "$C" train "${cnn[@]}" --ou
     die "ctrain run failed: $(tail "$tmp/ref.log")"
 python3 tests/tools/weights_close.py "$tmp/s1/model.safetensors" "$tmp/ref/model.safetensors" 1e-5 ||
     die "srun 2x2 weights differ from the one-host 4-rank run's"
-echo "two srun runs and the reference in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+# MASTER_ADDR/MASTER_PORT/CTRAIN_STORE_TOKEN exported: ctrain's store instead of MPI (hier with
+# Gloo between the leaders, where built with Gloo), here without --ntasks-per-node (the layout
+# comes from SLURM_STEP_TASKS_PER_NODE)
+if nm ${CT_BUILD:-build}/libctrain.a 2>/dev/null | grep -q "T ct_gloo_create"; then
+    MASTER_ADDR=$net.1 MASTER_PORT=29581 CTRAIN_STORE_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') \
+        CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=pg timeout 120 ip netns exec $A srun -N 2 -n 4 \
+        "$C" train "${cnn[@]}" --output-dir "$tmp/st" >"$tmp/st.log" 2>&1 || die "srun with a store failed: $(tail -20 "$tmp/st.log")"
+    [ "$(grep -c 'hier: rank . is local rank . of 2 on node . of 2.*gloo between 2 leaders' "$tmp/st.log")" = 4 ] ||
+        die "srun with MASTER_ADDR: not hier(gloo): $(grep -E 'hier|backend|rendezvous' "$tmp/st.log")"
+    python3 tests/tools/weights_close.py "$tmp/st/model.safetensors" "$tmp/ref/model.safetensors" 1e-5 ||
+        die "srun with a store: weights differ from the one-host 4-rank run's"
+fi
+# without PMIx (--mpi=none) and without MASTER_ADDR there is no place to meet: refused at once
+out=$(timeout 60 ip netns exec $A srun --mpi=none -N 2 --ntasks-per-node 2 "$C" train cnn --steps 5 --output-dir "$tmp/np" 2>&1) &&
+    die "srun --mpi=none across 2 machines without MASTER_ADDR succeeded: $out"
+echo "$out" | grep -q "srun started 2 machines without PMIx and MASTER_ADDR is unset" || die "srun --mpi=none: $out"
+echo "srun runs (PMIx twice, store, no PMIx) and the reference in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 
 # the second node's workers killed: the job fails within CTRAIN_TIMEOUT + 5 s, naming host and rank
 workers() { for p in $(ip netns pids $Bn); do [ "$(cat /proc/$p/comm 2>/dev/null)" = ctrain ] && echo $p; done; }

@@ -486,4 +486,29 @@ CT_TEST(init_rejects_bad_env) {
     CT_EXPECT(pg == NULL);
 }
 
+/* srun's variables (no PMIx): the layout from SLURM_STEP_TASKS_PER_NODE when
+ * --ntasks-per-node was not given; a step over several machines with no MASTER_ADDR is
+ * refused before anything waits on a store that only rank 0's machine could reach */
+CT_TEST(srun_layout_and_no_meeting_place) {
+    setenv("SLURM_PROCID", "3", 1);
+    setenv("SLURM_NTASKS", "4", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "2(x2)", 1);
+    ct_dist_world w;
+    CT_EXPECT_OK(ct_dist_detect(&w));
+    CT_EXPECT_EQ(w.rank, 3);
+    CT_EXPECT_EQ(w.world_size, 4);
+    CT_EXPECT_EQ(w.local_rank, 1);
+    CT_EXPECT_EQ(w.local_world_size, 2);
+    CT_EXPECT(!strcmp(w.launcher, "slurm"));
+    setenv("SLURM_STEP_NUM_NODES", "2", 1);
+    ct_pg *pg = NULL;
+    CT_EXPECT_EQ(ct_dist_init(NULL, &pg), CT_ERR_INVALID);
+    CT_EXPECT(strstr(ct_last_error(), "srun started 2 machines without PMIx and MASTER_ADDR is unset") != NULL);
+    CT_EXPECT(pg == NULL);
+    const char *vars[] = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
+                          "SLURM_STEP_NUM_NODES"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
 CT_TEST_MAIN()

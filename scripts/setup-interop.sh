@@ -14,20 +14,8 @@ venv=build/venv-tb  # where tests/scripts/metrics_tensorboard.sh looks
 TB_VERSION=2.21.0
 
 pkgs=(python3-torch python3-venv python3-pip)
-missing=()
-for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup-interop: installing ${missing[*]}"
-    SUDO=""
-    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -q
-    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-    echo "setup-interop: Debian packages present"
-fi
+. scripts/apt-missing.sh
+apt_missing setup-interop "${pkgs[@]}"
 /usr/bin/python3 -c "import torch" || { echo "setup-interop: /usr/bin/python3 cannot import torch"; exit 1; }
 
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tensorboard" 2>/dev/null; then

@@ -7,14 +7,5 @@
 # runs this rather than scripts/setup.sh. The test starts its own private daemons.
 set -euo pipefail
 pkgs=(slurmctld slurmd slurm-client munge libpmix-dev)
-missing=()
-for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then echo "setup-slurm: all packages present"; exit 0; fi
-echo "setup-slurm: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+. "$(dirname "$0")/apt-missing.sh"
+apt_missing setup-slurm "${pkgs[@]}"

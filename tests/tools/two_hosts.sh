@@ -2,7 +2,8 @@
 # network namespaces $A and $Bn joined by a veth pair on $net.0/24 ($net.1, .2; net is
 # 10.76.0 unless TWO_HOSTS_NET names another /24), each
 # with its own /dev/shm, and mpi_2x2 CMD... running CMD as 4 ranks, 2 per host, under
-# mpirun with a launch agent that enters the namespace instead of ssh.
+# mpirun with a launch agent that enters the namespace instead of ssh; checks of a 2 x 2 run
+# against a one-host run (hier_2x2_ok, same_as_one_host).
 # Needs skip, die and $tmp from the caller; sets the EXIT trap.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
 A=cth$$a; Bn=cth$$b
@@ -40,3 +41,20 @@ mpi_on() {
 mpi_2x2() { mpi_on $net.1:2,$net.2:2 4 "$@"; }
 # bytes sent by the second host over the veth
 tx_bytes() { ip netns exec $Bn cat /sys/class/net/v$Bn/statistics/tx_bytes; }
+# hier_2x2_ok LOG ENGINE: LOG (CTRAIN_DEBUG_SUBSYS=pg) shows one 4-rank job of ${cnn[@]}
+# (batch 4), hier with 2 local ranks on each of 2 nodes and ENGINE between the leaders
+hier_2x2_ok() {
+    grep -q "| 4 ranks × batch 4 = global batch 16 |" "$1" || die "not one 4-rank job: $(head -20 "$1")"
+    [ "$(grep -c "hier: rank . is local rank . of 2 on node . of 2.*$2 between 2 leaders" "$1")" = 4 ] ||
+        die "not 2 nodes x 2 local ranks on hier($2): $(grep -E 'hier|backend|rendezvous' "$1")"
+}
+# same_as_one_host WEIGHTS: within 1e-5 relative of a one-host 4-rank `ctrain run` of ${cnn[@]}
+# with $C (run once, into $tmp/ref)
+same_as_one_host() {
+    command -v python3 >/dev/null || skip "no python3 to compare the weights with"
+    [ -f "$tmp/ref/model.safetensors" ] ||
+        timeout 120 "$C" run --nproc-per-node 4 --standalone "$C" train "${cnn[@]}" --output-dir "$tmp/ref" \
+            >"$tmp/ref.log" 2>&1 || die "ctrain run failed: $(tail "$tmp/ref.log")"
+    python3 tests/tools/weights_close.py "$1" "$tmp/ref/model.safetensors" 1e-5 ||
+        die "$1: the weights differ from the one-host 4-rank run's"
+}

@@ -13,6 +13,7 @@ slurm_cleanup() {
     two_hosts_cleanup
 }
 trap slurm_cleanup EXIT
+trap 'exit 143' TERM INT # a timeout (tests/run.sh) must not leave the daemons running
 slurm_up() {
     local s=$tmp/slurm h
     for t in munged slurmctld slurmd srun; do command -v $t >/dev/null || die "$t not installed (scripts/setup-slurm.sh)"; done

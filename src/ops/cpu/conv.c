@@ -1,15 +1,18 @@
-/* conv2d (implicit GEMM or im2col + sgemm), max_pool2d (and fused relu_max_pool2d),
+/* conv2d (direct, implicit GEMM or im2col + sgemm), max_pool2d (and fused relu_max_pool2d),
  * avg_pool2d (count_include_pad=True), NCHW.
  *
  * conv2d is a GEMM over a chunk of samples at once, col [C*kh*kw, nb*OH*OW] (bigger GEMMs
  * than one per sample: small images give tiny per-sample GEMMs). At stride 1 on the own
- * AVX-512 GEMM, col is never stored: the forward and weight-gradient GEMMs pack their B
- * micro-panels straight from x (pack_col, pack_col_t), which saves writing and re-reading
- * kh*kw times the input; elsewhere im2col materialises it. Both give the same values to
- * the same kernels, hence the same bits. The chunk size depends only on the shapes, so
+ * AVX-512 GEMM, col is never stored: the forward runs the direct kernel of conv_direct.c
+ * (the GEMM's products in its order, read in place from a padded copy of the sample), and
+ * the weight-gradient GEMM packs its B micro-panels straight from x (pack_col_t), which
+ * saves writing and re-reading kh*kw times the input; elsewhere im2col materialises it.
+ * All give the same values to the same multiply-adds, hence the same bits. The chunk size
+ * depends only on the shapes, so
  * the summation order of the weight gradient — and every bit of the result — is the same
  * for any thread count. The input gradient goes through col (dcol = W^T dY, col2im). */
 #include <math.h>
+#include <omp.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -18,6 +21,7 @@
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_direct.h"
 
 #define COL_BUDGET (1 << 20) /* floats per im2col chunk (4 MiB) */
 #define DCOL_BUDGET (1 << 18) /* floats per dcol block of the input gradient (1 MiB: an L2) */
@@ -162,23 +166,6 @@ static void next_offset(const conv_geom *g, int64_t *ch, int64_t *ki, int64_t *k
     }
 }
 
-/* The im2col matrix of samples [n0, ...) one B micro-panel at a time, for
- * ct_sgemm_implicit_b (stride 1): dst[k][c] = col[k0 + k][q0 + c]. The panel's columns
- * are cut into runs along one output row (at most NR of them), found once per call. */
-static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0, int64_t kc) {
-    const col_src *cs = arg;
-    col_run run[CT_SGEMM_NR];
-    int nr = col_runs(cs, q0, n, run);
-    int64_t ch, ki, kj;
-    offset_of(cs->g, k0, &ch, &ki, &kj);
-    for (int64_t k = 0; k < kc; k++) {
-        float *d = dst + k * CT_SGEMM_NR;
-        col_row(cs->g, run, nr, ch, ki, kj, d);
-        if (n < CT_SGEMM_NR) memset(d + n, 0, (size_t)(CT_SGEMM_NR - n) * sizeof(float));
-        next_offset(cs->g, &ch, &ki, &kj);
-    }
-}
-
 /* The transposed im2col matrix, for the weight gradient dW += dY col^T (stride 1):
  * dst[k][c] = col[n0 + c][k0 + k], rows of col (kernel offsets) built along runs of one
  * output row into a local block, then transposed into the panel. */
@@ -292,23 +279,31 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.O, g.OH, g.OW});
     float *Y = y->data;
     const float *Wt = w->data, *B = b ? b->data : NULL;
-    /* scratch: col and (when several samples share a GEMM) its [O, nb*P] result */
-    /* stride 1 where the own GEMM runs: its B micro-panels are packed straight from x
-     * (the same values and products as through col, so the same bits) */
+    /* stride 1 where the own GEMM runs: the direct kernel (conv_direct.h); elsewhere col
+     * and (when several samples share a GEMM) its [O, nb*P] result */
     int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
     bool imp_full = g.s == 1 && ct_sgemm_own_takes(g.O, nbmax * P, K), imp_last = g.s == 1 && ct_sgemm_own_takes(g.O, nblast * P, K);
-    float *col = imp_full && imp_last ? NULL : ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
-    float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
-    for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
+    /* where the implicit GEMM would run: the direct kernel, its products in its order */
+    ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
+    int dnt = omp_get_max_threads();
+    float *dsc = NULL;
+    if (imp_full || imp_last) {
+        dsc = ct_ctx_alloc(ctx, ct_conv_direct_scratch(&dg, dnt) * sizeof(float));
+        ct_conv_direct_prep(&dg, Wt, dsc);
+    }
+    bool all_direct = imp_full && imp_last;
+    if (all_direct) ct_conv_direct_fw(&dg, dsc, dnt, x->data, B, g.N, nbmax, Y);
+    float *col = all_direct ? NULL : ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
+    float *tmp = nbmax > 1 && !all_direct ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
+    for (int64_t n0 = 0; n0 < g.N && !all_direct; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         float *out = nb == 1 ? Y + n0 * g.O * P : tmp;
         if (nb == nbmax ? imp_full : imp_last) {
-            col_src cs = {&g, x->data, n0};
-            ct_sgemm_implicit_b(false, g.O, nb * P, K, Wt, K, pack_col, &cs, 0.0f, out, nb * P);
-        } else {
-            im2col(&g, x->data, n0, nb, col);
-            gemm(false, false, g.O, nb * P, K, Wt, col, out, 0.0f);
+            ct_conv_direct_fw(&dg, dsc, dnt, x->data + n0 * g.C * g.H * g.W, B, nb, nb, Y + n0 * g.O * P);
+            continue;
         }
+        im2col(&g, x->data, n0, nb, col);
+        gemm(false, false, g.O, nb * P, K, Wt, col, out, 0.0f);
         if (nb == 1) {
             if (B)
                 for (int64_t o = 0; o < g.O; o++)

@@ -1,0 +1,135 @@
+/* Direct stride-1 conv2d forward on AVX-512: see conv_direct.h. Each 14 x 32 register tile
+ * (one output row's pixels x output channels) runs the K = C*kh*kw products in order, K
+ * blocks of CT_SGEMM_KC as the GEMM kernel does (C = acc for the first block, acc + C after
+ * it), then goes out to NCHW through 16x16 transposes with the bias. The 14 values
+ * broadcast per k are input pixels off[k] + 0..13 of the padded sample (off[k] is kernel
+ * offset k's shift), the 32-wide vectors the packed weights [k][32]. */
+#include "ops/cpu/conv_direct.h"
+
+#include <omp.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "ops/cpu/avx512.h"
+#include "ops/cpu/sgemm.h"
+
+#define TP 14 /* output pixels per tile (along a row) */
+#define TO 32 /* output channels per tile: two vectors */
+#define KB CT_SGEMM_KC
+
+static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
+static int64_t ntiles_o(const ct_conv_direct_geom *g) { return (g->O + TO - 1) / TO; }
+static int64_t k_of(const ct_conv_direct_geom *g) { return g->C * g->kh * g->kw; }
+/* padded sample, plus slack: the last tile of a row reads up to TP - 1 pixels past it */
+static int64_t xpad_floats(const ct_conv_direct_geom *g) {
+    return up16(g->C * (g->H + 2 * g->p) * (g->W + 2 * g->p) + TP + 2);
+}
+
+size_t ct_conv_direct_scratch(const ct_conv_direct_geom *g, int nthreads) {
+    int64_t K = k_of(g);
+    return (size_t)(up16(ntiles_o(g) * K * TO) + up16(K) + (nthreads < 1 ? 1 : nthreads) * xpad_floats(g));
+}
+
+void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *scratch) {
+    int64_t K = k_of(g), nt = ntiles_o(g), Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    float *wp = scratch;
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t c = 0; c < TO; c++) {
+                int64_t o = t * TO + c;
+                wp[(t * K + k) * TO + c] = o < g->O ? w[o * K + k] : 0.0f;
+            }
+    int32_t *off = (int32_t *)(scratch + up16(nt * K * TO));
+    for (int64_t k = 0; k < K; k++) {
+        int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw;
+        off[k] = (int32_t)(c * Hp * Wp + ki * Wp + kj);
+    }
+}
+
+/* T[i][0..TO) = sum_k x[off[k] + i] wp[k][..] for the TP pixels i, in K blocks */
+CT_AVX512 static void tile(const float *xa, const int32_t *off, const float *wp, int64_t K, float *T) {
+    for (int64_t pc = 0; pc < K; pc += KB) {
+        int64_t kc = K - pc < KB ? K - pc : KB;
+        __m512 acc[TP][2];
+#pragma GCC unroll 14
+        for (int i = 0; i < TP; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        for (int64_t k = pc; k < pc + kc; k++) {
+            const float *a = xa + off[k];
+            __m512 b0 = _mm512_loadu_ps(wp + k * TO), b1 = _mm512_loadu_ps(wp + k * TO + 16);
+#pragma GCC unroll 14
+            for (int i = 0; i < TP; i++) {
+                __m512 ai = _mm512_set1_ps(a[i]);
+                acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+            }
+        }
+#pragma GCC unroll 14
+        for (int i = 0; i < TP; i++)
+            for (int v = 0; v < 2; v++) {
+                __m512 r = acc[i][v];
+                if (pc > 0) r = _mm512_add_ps(r, _mm512_loadu_ps(T + i * TO + 16 * v));
+                _mm512_storeu_ps(T + i * TO + 16 * v, r);
+            }
+    }
+}
+
+/* y[c * P + i] = T[i][c] (+ b[c], or + 0.0f where add0) for pixels i < mr, channels c < no:
+ * the additions of conv.c's copy-out, in its operand order */
+CT_AVX512 static void store_tile(const float *T, int mr, int no, float *y, int64_t P, const float *b, bool add0) {
+    __mmask16 m = (__mmask16)((1u << mr) - 1);
+    for (int v = 0; v < 2 && 16 * v < no; v++) {
+        __m512 r[16];
+        for (int i = 0; i < 16; i++) r[i] = i < TP ? _mm512_loadu_ps(T + i * TO + 16 * v) : _mm512_setzero_ps();
+        ct_tr16(r);
+        for (int c = 0; c < 16 && 16 * v + c < no; c++) {
+            __m512 o = r[c];
+            if (b) o = _mm512_add_ps(o, _mm512_set1_ps(b[16 * v + c]));
+            else if (add0) o = _mm512_add_ps(o, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(y + (16 * v + c) * P, m, o);
+        }
+    }
+}
+
+/* the sample into the interior of its zeroed padded copy (the border stays zero) */
+static void pad_sample(const ct_conv_direct_geom *g, const float *xs, float *xp) {
+    int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    for (int64_t c = 0; c < g->C; c++)
+        for (int64_t h = 0; h < g->H; h++)
+            memcpy(xp + c * Hp * Wp + (h + g->p) * Wp + g->p, xs + (c * g->H + h) * g->W, (size_t)g->W * sizeof(float));
+}
+
+void ct_conv_direct_fw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *b, int64_t nb,
+                       int64_t chunk, float *y) {
+    int64_t K = k_of(g), nt = ntiles_o(g), P = g->OH * g->OW, Wp = g->W + 2 * g->p, xsz = xpad_floats(g);
+    const float *wp = scratch;
+    const int32_t *off = (const int32_t *)(scratch + up16(nt * K * TO));
+    float *xbuf = scratch + up16(nt * K * TO) + up16(K);
+    int64_t items = nb * nt;
+    if (nthreads < 1) nthreads = 1;
+    if (chunk < 1) chunk = 1;
+    /* items (sample, channel tile) are independent: any schedule, the same bits */
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
+    {
+        float *xp = xbuf + omp_get_thread_num() * xsz;
+        float T[TP * TO];
+        int64_t have = -1;
+        memset(xp, 0, (size_t)xsz * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t j = it / nt, t = it % nt, c0 = t * TO;
+            if (j != have) {
+                pad_sample(g, x + j * g->C * g->H * g->W, xp);
+                have = j;
+            }
+            int64_t s0 = j - j % chunk;
+            bool add0 = (nb - s0 < chunk ? nb - s0 : chunk) > 1;
+            int no = (int)(g->O - c0 < TO ? g->O - c0 : TO);
+            for (int64_t oh = 0; oh < g->OH; oh++)
+                for (int64_t ow = 0; ow < g->OW; ow += TP) {
+                    int mr = (int)(g->OW - ow < TP ? g->OW - ow : TP);
+                    tile(xp + oh * Wp + ow, off, wp + t * K * TO, K, T);
+                    store_tile(T, mr, no, y + (j * g->O + c0) * P + oh * g->OW + ow, P, b ? b + c0 : NULL, add0);
+                }
+        }
+    }
+}

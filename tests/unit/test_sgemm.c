@@ -267,6 +267,53 @@ CT_TEST(conv_direct_same_bits) {
     ct_set_num_threads(ct_default_num_threads());
 }
 
+/* conv2d's direct weight gradient (conv_direct.c) has the bits of the GEMM dW += dY col^T
+ * over the chunk's pixels (explicit operands), for 1 and 2 threads, accumulated over two
+ * chunks: C on and off the 32-channel tile, O off the 14-row panel (8 and other rests) */
+CT_TEST(conv_direct_dw_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][6] = {{32, 14, 14, 64, 5, 2}, {16, 9, 11, 20, 3, 1}, {40, 7, 6, 22, 3, 0}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        int64_t C = sh[s][0], H = sh[s][1], W = sh[s][2], O = sh[s][3], k = sh[s][4], p = sh[s][5], nb = 3, chunks = 2;
+        const int64_t nbs[2] = {3, 2}; /* a full chunk, then a shorter one */
+        int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, P = OH * OW, K = C * k * k;
+        float *x = rnd(chunks * nb * C * H * W), *dy = rnd(chunks * nb * O * P), *dw0 = rnd(O * K);
+        float *col = malloc((size_t)(K * nb * P) * sizeof(float)), *A = malloc((size_t)(O * nb * P) * sizeof(float));
+        float *E = malloc((size_t)(O * K) * sizeof(float)), *D = malloc((size_t)(O * K) * sizeof(float));
+        ct_conv_direct_geom g = {C, H, W, O, k, k, p, OH, OW};
+        memcpy(E, dw0, (size_t)(O * K) * sizeof(float));
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            const float *xc = x + ch * nb * C * H * W, *dc = dy + ch * nb * O * P;
+            int64_t Q = nbs[ch] * P;
+            for (int64_t kk = 0; kk < K; kk++)
+                for (int64_t q = 0; q < Q; q++) {
+                    int64_t j = q / P, r = q % P, c = kk / (k * k), ih = r / OW - p + (kk / k) % k, iw = r % OW - p + kk % k;
+                    col[kk * Q + q] = ih < 0 || ih >= H || iw < 0 || iw >= W ? 0.0f : xc[((j * C + c) * H + ih) * W + iw];
+                }
+            for (int64_t o = 0; o < O; o++)
+                for (int64_t q = 0; q < Q; q++) A[o * Q + q] = dc[((q / P) * O + o) * P + q % P];
+            ct_sgemm_own(false, true, O, K, Q, 1.0f, A, Q, col, Q, 1.0f, E, K);
+        }
+        for (int t = 1; t <= 2; t++) {
+            ct_set_num_threads(t);
+            float *sc = malloc(ct_conv_direct_dw_scratch(&g, nb) * sizeof(float));
+            memcpy(D, dw0, (size_t)(O * K) * sizeof(float));
+            ct_conv_direct_dw_layout(&g, D, sc, true);
+            for (int64_t ch = 0; ch < chunks; ch++) ct_conv_direct_dw(&g, sc, t, x + ch * nb * C * H * W, dy + ch * nb * O * P, nbs[ch]);
+            ct_conv_direct_dw_layout(&g, D, sc, false);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < O * K && bad < 0; i++)
+                if (memcmp(&D[i], &E[i], sizeof(float))) bad = i;
+            CT_EXPECTF(bad < 0, "C=%lld %lldx%lld O=%lld k=%lld p=%lld threads=%d: direct dW differs at %lld (%g vs %g)", (long long)C,
+                       (long long)H, (long long)W, (long long)O, (long long)k, (long long)p, t, (long long)bad,
+                       bad < 0 ? 0.0 : (double)D[bad], bad < 0 ? 0.0 : (double)E[bad]);
+            free(sc);
+        }
+        free(x); free(dy); free(dw0); free(col); free(A); free(E); free(D);
+    }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
 /* the dispatching wrapper (what linear/matmul/conv/attention call) agrees with the reference too */
 CT_TEST(dispatch_wrapper) {
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK);

@@ -299,7 +299,7 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         float *out = nb == 1 ? Y + n0 * g.O * P : tmp;
         if (nb == nbmax ? imp_full : imp_last) {
-            ct_conv_direct_fw(&dg, dsc, dnt, x->data + n0 * g.C * g.H * g.W, B, nb, nb, Y + n0 * g.O * P);
+            ct_conv_direct_fw(&dg, dsc, dnt, (const float *)x->data + n0 * g.C * g.H * g.W, B, nb, nb, Y + n0 * g.O * P);
             continue;
         }
         im2col(&g, x->data, n0, nb, col);
@@ -356,6 +356,13 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
     if (sub * P < 256) sub = (256 + P - 1) / P;
     if (sub < 1) sub = 1;
+    /* the weight gradient of the implicit GEMM by the direct kernel where it takes every
+     * chunk (its products in its order), into dW laid out [O, kh*kw, C] meanwhile */
+    ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
+    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
+    bool dw_dir = dw && g.s == 1 && g.C >= 16 && ct_sgemm_own_takes(g.O, K, nbmax * P) && ct_sgemm_own_takes(g.O, K, nblast * P);
+    float *dsc = dw_dir ? ct_ctx_alloc(ctx, ct_conv_direct_dw_scratch(&dg, nbmax) * sizeof(float)) : NULL;
+    if (dw_dir) ct_conv_direct_dw_layout(&dg, dw, dsc, true);
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         /* dY of the chunk as the GEMMs' [O, nb*P]: read in place where the GEMM takes it in
@@ -368,7 +375,9 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
             gy = tmp;
         }
         if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
-            if (dw_imp) {
+            if (dw_dir) {
+                ct_conv_direct_dw(&dg, dsc, omp_get_max_threads(), (const float *)x->data + n0 * g.C * g.H * g.W, gy, nb);
+            } else if (dw_imp) {
                 col_src cs = {&g, x->data, n0};
                 ct_sgemm_implicit_b_seg(g.O, K, nb * P, gy, P, P, g.O * P, pack_col_t, &cs, 1.0f, dw, K);
             } else {
@@ -396,6 +405,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
                 col2im_add(&g, col, n0 + s0, sb, dx, dx_fresh);
             }
     }
+    if (dw_dir) ct_conv_direct_dw_layout(&dg, dw, dsc, false);
 }
 
 /* ---- pooling ---- */

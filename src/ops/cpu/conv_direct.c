@@ -133,3 +133,130 @@ void ct_conv_direct_fw(const ct_conv_direct_geom *g, float *scratch, int nthread
         }
     }
 }
+
+/* ---- weight gradient ----
+ * scratch: dW as [O][KK][C] | dY of the chunk packed [o panel][q][TP] | x channels-last
+ * padded [nb][Hp][Wp][C] | each pixel q's offset in it (int32) */
+static int64_t npan_o(const ct_conv_direct_geom *g) { return (g->O + TP - 1) / TP; }
+static int64_t dw_part(const ct_conv_direct_geom *g, int64_t nb, int i) {
+    int64_t Q = nb * g->OH * g->OW, Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    int64_t sz[4] = {up16(g->O * k_of(g)), up16(npan_o(g) * Q * TP), up16(nb * Hp * Wp * g->C), up16(Q)};
+    int64_t at = 0;
+    for (int j = 0; j < i; j++) at += sz[j];
+    return at;
+}
+size_t ct_conv_direct_dw_scratch(const ct_conv_direct_geom *g, int64_t nbmax) { return (size_t)dw_part(g, nbmax, 4); }
+
+void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch) {
+    int64_t KK = g->kh * g->kw;
+    for (int64_t o = 0; o < g->O; o++)
+        for (int64_t c = 0; c < g->C; c++)
+            for (int64_t kk = 0; kk < KK; kk++) {
+                float *a = &dw[(o * g->C + c) * KK + kk], *b = &scratch[(o * KK + kk) * g->C + c];
+                if (to_scratch) *b = *a;
+                else *a = *b;
+            }
+}
+
+/* t[i][c] += sum over the kc pixels q of a[q][i] x[qo[q] + c], i < mr, c < 32 (lanes m0, m1);
+ * each row's block sum added as the GEMM's store does (acc + C) */
+CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, int64_t kc, const float *a, const float *xb,
+                                                                       const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
+                                                                       int64_t ldt) {
+    __m512 acc[TP][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < TP; i++)
+        if (i < mr) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t q = 0; q < kc; q++) {
+        const float *xq = xb + qo[q];
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, xq), b1 = _mm512_maskz_loadu_ps(m1, xq + 16);
+#pragma GCC unroll 14
+        for (int i = 0; i < TP; i++)
+            if (i < mr) {
+                __m512 ai = _mm512_set1_ps(a[q * TP + i]);
+                acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+            }
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < TP; i++)
+        if (i < mr) {
+            _mm512_mask_storeu_ps(t + i * ldt, m0, _mm512_add_ps(acc[i][0], _mm512_maskz_loadu_ps(m0, t + i * ldt)));
+            _mm512_mask_storeu_ps(t + i * ldt + 16, m1, _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, t + i * ldt + 16)));
+        }
+}
+CT_AVX512 static void dw_tile14(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
+                                int64_t ldt) {
+    dw_tile_mr(TP, kc, a, xb, qo, m0, m1, t, ldt);
+}
+CT_AVX512 static void dw_tile8(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
+                               int64_t ldt) {
+    dw_tile_mr(8, kc, a, xb, qo, m0, m1, t, ldt);
+}
+CT_AVX512 static void dw_tile_any(int mr, int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1,
+                                  float *t, int64_t ldt) {
+    dw_tile_mr(mr, kc, a, xb, qo, m0, m1, t, ldt);
+}
+
+/* sample j's dY [O][P] into the panels: dyp[(panel * Q + j * P + p) * TP + i] = dY[o0 + i][p],
+ * 16 pixels at a time through a transpose */
+CT_AVX512 static void pack_dy(const ct_conv_direct_geom *g, const float *dys, int64_t j, int64_t Q, float *dyp) {
+    int64_t P = g->OH * g->OW;
+    for (int64_t pn = 0; pn < npan_o(g); pn++) {
+        int64_t o0 = pn * TP;
+        int rows = (int)(g->O - o0 < TP ? g->O - o0 : TP);
+        for (int64_t p0 = 0; p0 < P; p0 += 16) {
+            int n = (int)(P - p0 < 16 ? P - p0 : 16);
+            __mmask16 m = (__mmask16)((1u << n) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(m, dys + (o0 + i) * P + p0) : _mm512_setzero_ps();
+            ct_tr16(r);
+            float *d = dyp + (pn * Q + j * P + p0) * TP;
+            for (int qq = 0; qq < n; qq++) _mm512_mask_storeu_ps(d + qq * TP, (__mmask16)((1u << TP) - 1), r[qq]);
+        }
+    }
+}
+
+void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb) {
+    int64_t KK = g->kh * g->kw, C = g->C, P = g->OH * g->OW, Q = nb * P, Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    int64_t nct = (C + TO - 1) / TO, items = KK * nct, npan = npan_o(g);
+    float *dwp = scratch, *dyp = scratch + dw_part(g, nb, 1), *xn = scratch + dw_part(g, nb, 2);
+    int32_t *qoff = (int32_t *)(scratch + dw_part(g, nb, 3));
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        /* per sample: the channels-last padded copy, the pixels' offsets, dY into panels */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t j = 0; j < nb; j++) {
+            float *xs = xn + j * Hp * Wp * C;
+            memset(xs, 0, (size_t)(Hp * Wp * C) * sizeof(float));
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t h = 0; h < g->H; h++)
+                    for (int64_t w = 0; w < g->W; w++) xs[((h + g->p) * Wp + w + g->p) * C + c] = x[((j * C + c) * g->H + h) * g->W + w];
+            for (int64_t oh = 0; oh < g->OH; oh++)
+                for (int64_t ow = 0; ow < g->OW; ow++) qoff[j * P + oh * g->OW + ow] = (int32_t)(((j * Hp + oh) * Wp + ow) * C);
+            pack_dy(g, dy + j * g->O * P, j, Q, dyp);
+        }
+        /* items (kernel offset, 32 channels) own disjoint columns of dW: any schedule */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t kk = it / nct, c0 = (it % nct) * TO, ki = kk / g->kw, kj = kk % g->kw;
+            int64_t nc = C - c0 < TO ? C - c0 : TO;
+            __mmask16 m0 = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
+            __mmask16 m1 = (__mmask16)(nc >= 32 ? 0xFFFF : nc <= 16 ? 0 : (1u << (nc - 16)) - 1);
+            const float *xb = xn + (ki * Wp + kj) * C + c0;
+            for (int64_t pc = 0; pc < Q; pc += KB) {
+                int64_t kc = Q - pc < KB ? Q - pc : KB;
+                for (int64_t pn = 0; pn < npan; pn++) {
+                    int64_t o0 = pn * TP;
+                    int mr = (int)(g->O - o0 < TP ? g->O - o0 : TP);
+                    const float *a = dyp + (pn * Q + pc) * TP;
+                    float *t = dwp + (o0 * KK + kk) * C + c0;
+                    if (mr == TP) dw_tile14(kc, a, xb, qoff + pc, m0, m1, t, KK * C);
+                    else if (mr == 8) dw_tile8(kc, a, xb, qoff + pc, m0, m1, t, KK * C);
+                    else dw_tile_any(mr, kc, a, xb, qoff + pc, m0, m1, t, KK * C);
+                }
+            }
+        }
+    }
+}

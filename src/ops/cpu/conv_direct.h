@@ -12,6 +12,7 @@
  *   ct_conv_direct_fw(&g, s, nt, x, b, N, chunk, y);                                  */
 #ifndef CT_OPS_CPU_CONV_DIRECT_H
 #define CT_OPS_CPU_CONV_DIRECT_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,4 +29,19 @@ void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *sc
  * adds +0.0f (turning -0 into +0) in groups of more than one sample, and so does this. */
 void ct_conv_direct_fw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *b, int64_t nb,
                        int64_t chunk, float *y);
+
+/* The weight gradient, as conv.c's GEMM dW += dY col^T sums it (over the chunk's nb*OH*OW
+ * pixels in K blocks of CT_SGEMM_KC, each block's sum added to dW): the same bits. It reads
+ * the input channels-last (a padded [nb, Hp, Wp, C] copy), so 32 channels at one kernel
+ * offset are one vector, and accumulates into dW laid out [O, kh*kw, C] at the start of
+ * scratch (ct_conv_direct_dw_layout converts, before the first and after the last chunk).
+ * For C >= 16: fewer channels leave the vectors mostly empty.
+ *
+ *   float *s = ct_ctx_alloc(ctx, ct_conv_direct_dw_scratch(&g, nbmax) * sizeof(float));
+ *   ct_conv_direct_dw_layout(&g, dw, s, true);
+ *   for each chunk: ct_conv_direct_dw(&g, s, nt, x + n0 * C*H*W, dy + n0 * O*P, nb);
+ *   ct_conv_direct_dw_layout(&g, dw, s, false);                                        */
+size_t ct_conv_direct_dw_scratch(const ct_conv_direct_geom *g, int64_t nbmax); /* floats */
+void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch);
+void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb);
 #endif

@@ -314,6 +314,44 @@ CT_TEST(conv_direct_dw_same_bits) {
     ct_set_num_threads(ct_default_num_threads());
 }
 
+/* conv2d's direct input gradient (conv_direct.c) has the bits of dcol = W^T dY on the own
+ * GEMM followed by col2im's additions (kernel offsets in order, only where the offset lands
+ * inside the output), fresh (from +0) and onto an existing gradient, 1 and 2 threads */
+CT_TEST(conv_direct_dx_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][6] = {{32, 14, 14, 64, 5, 2}, {16, 9, 17, 20, 3, 1}, {40, 7, 30, 22, 3, 0}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        int64_t C = sh[s][0], H = sh[s][1], W = sh[s][2], O = sh[s][3], k = sh[s][4], p = sh[s][5], nb = 3;
+        int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, P = OH * OW, K = C * k * k, HW = H * W;
+        float *w = rnd(O * K), *dy = rnd(nb * O * P), *dx0 = rnd(nb * C * HW), *dcol = malloc((size_t)(K * P) * sizeof(float));
+        float *E = malloc((size_t)(nb * C * HW) * sizeof(float)), *D = malloc((size_t)(nb * C * HW) * sizeof(float));
+        ct_conv_direct_geom g = {C, H, W, O, k, k, p, OH, OW};
+        for (int fresh = 0; fresh < 2; fresh++) {
+            for (int64_t i = 0; i < nb * C * HW; i++) E[i] = fresh ? 0.0f : dx0[i];
+            for (int64_t j = 0; j < nb; j++) {
+                ct_sgemm_own(true, false, K, P, O, 1.0f, w, K, dy + j * O * P, P, 0.0f, dcol, P);
+                for (int64_t kk = 0; kk < K; kk++)
+                    for (int64_t q = 0; q < P; q++) {
+                        int64_t c = kk / (k * k), ih = q / OW - p + (kk / k) % k, iw = q % OW - p + kk % k;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W) E[(j * C + c) * HW + ih * W + iw] += dcol[kk * P + q];
+                    }
+            }
+            for (int t = 1; t <= 2; t++) {
+                ct_set_num_threads(t);
+                float *sc = malloc(ct_conv_direct_dx_scratch(&g, t) * sizeof(float));
+                ct_conv_direct_dx_prep(&g, w, sc);
+                for (int64_t i = 0; i < nb * C * HW; i++) D[i] = fresh ? NAN : dx0[i];
+                ct_conv_direct_dx(&g, sc, t, dy, nb, D, fresh);
+                CT_EXPECTF(!memcmp(D, E, (size_t)(nb * C * HW) * sizeof(float)), "C=%lld %lldx%lld O=%lld k=%lld p=%lld fresh=%d threads=%d: direct dx differs",
+                           (long long)C, (long long)H, (long long)W, (long long)O, (long long)k, (long long)p, fresh, t);
+                free(sc);
+            }
+        }
+        free(w); free(dy); free(dx0); free(dcol); free(E); free(D);
+    }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
 /* the dispatching wrapper (what linear/matmul/conv/attention call) agrees with the reference too */
 CT_TEST(dispatch_wrapper) {
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK);

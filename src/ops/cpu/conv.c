@@ -350,17 +350,27 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
             db[o] += (float)s;
         }
     if (!dx && !dw) return;
-    float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
+    ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
+    int dnt = omp_get_max_threads();
+    /* the input gradient by the direct kernel where the dcol GEMM would run on the own
+     * kernel in one K block (its sums, added as col2im adds them) */
+    bool dx_dir = dx && g.s == 1 && g.C >= 16 && g.O <= CT_SGEMM_KC && ct_sgemm_own_takes(K, P, g.O);
+    if (dx_dir) {
+        float *s = ct_ctx_alloc(ctx, ct_conv_direct_dx_scratch(&dg, dnt) * sizeof(float));
+        ct_conv_direct_dx_prep(&dg, Wt, s);
+        ct_conv_direct_dx(&dg, s, dnt, G, g.N, dx, dx_fresh);
+        dx = NULL;
+    }
+    /* the weight gradient of the implicit GEMM by the direct kernel where it takes every
+     * chunk (its products in its order), into dW laid out [O, kh*kw, C] meanwhile */
+    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
+    bool dw_dir = dw && g.s == 1 && g.C >= 16 && ct_sgemm_own_takes(g.O, K, nbmax * P) && ct_sgemm_own_takes(g.O, K, nblast * P);
+    float *col = dx || (dw && !dw_dir) ? ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float)) : NULL;
     float *tmp = NULL, *dtmp = NULL;
     /* samples per dcol block: about DCOL_BUDGET floats, but at least 256 columns */
     int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
     if (sub * P < 256) sub = (256 + P - 1) / P;
     if (sub < 1) sub = 1;
-    /* the weight gradient of the implicit GEMM by the direct kernel where it takes every
-     * chunk (its products in its order), into dW laid out [O, kh*kw, C] meanwhile */
-    ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
-    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
-    bool dw_dir = dw && g.s == 1 && g.C >= 16 && ct_sgemm_own_takes(g.O, K, nbmax * P) && ct_sgemm_own_takes(g.O, K, nblast * P);
     float *dsc = dw_dir ? ct_ctx_alloc(ctx, ct_conv_direct_dw_scratch(&dg, nbmax) * sizeof(float)) : NULL;
     if (dw_dir) ct_conv_direct_dw_layout(&dg, dw, dsc, true);
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
@@ -376,7 +386,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
         }
         if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
             if (dw_dir) {
-                ct_conv_direct_dw(&dg, dsc, omp_get_max_threads(), (const float *)x->data + n0 * g.C * g.H * g.W, gy, nb);
+                ct_conv_direct_dw(&dg, dsc, dnt, (const float *)x->data + n0 * g.C * g.H * g.W, gy, nb);
             } else if (dw_imp) {
                 col_src cs = {&g, x->data, n0};
                 ct_sgemm_implicit_b_seg(g.O, K, nb * P, gy, P, P, g.O * P, pack_col_t, &cs, 1.0f, dw, K);

@@ -260,3 +260,95 @@ void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthread
         }
     }
 }
+
+/* ---- input gradient ----
+ * scratch: W packed [channel tile][kk][O][32] | per thread dY of a sample padded by kh-1
+ * rows and kw-1 columns each side, so every shifted read stays inside */
+static int64_t dyq_floats(const ct_conv_direct_geom *g) {
+    return up16(g->O * (g->OH + 2 * (g->kh - 1)) * (g->OW + 2 * (g->kw - 1)) + TP + 2);
+}
+static int64_t nct_of(const ct_conv_direct_geom *g) { return (g->C + TO - 1) / TO; }
+size_t ct_conv_direct_dx_scratch(const ct_conv_direct_geom *g, int nthreads) {
+    return (size_t)(up16(nct_of(g) * g->kh * g->kw * g->O * TO) + (nthreads < 1 ? 1 : nthreads) * dyq_floats(g));
+}
+void ct_conv_direct_dx_prep(const ct_conv_direct_geom *g, const float *w, float *scratch) {
+    int64_t KK = g->kh * g->kw;
+    for (int64_t t = 0; t < nct_of(g); t++)
+        for (int64_t kk = 0; kk < KK; kk++)
+            for (int64_t o = 0; o < g->O; o++)
+                for (int64_t c = 0; c < TO; c++) {
+                    int64_t ch = t * TO + c;
+                    scratch[((t * KK + kk) * g->O + o) * TO + c] = ch < g->C ? w[(o * g->C + ch) * KK + kk] : 0.0f;
+                }
+}
+
+/* T[i] += sum_o a[o * os + i] wv[o][..] for the pixels i in `valid` (one kernel offset's
+ * dcol values, summed over o as the GEMM does, then added as col2im adds: T + dcol) */
+CT_AVX512 static void dx_tile(const float *a, int64_t os, const float *wv, int64_t O, float *T, unsigned valid) {
+    __m512 acc[TP][2];
+#pragma GCC unroll 14
+    for (int i = 0; i < TP; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t o = 0; o < O; o++) {
+        const float *ao = a + o * os;
+        __m512 b0 = _mm512_loadu_ps(wv + o * TO), b1 = _mm512_loadu_ps(wv + o * TO + 16);
+#pragma GCC unroll 14
+        for (int i = 0; i < TP; i++) {
+            __m512 ai = _mm512_set1_ps(ao[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < TP; i++)
+        if (valid >> i & 1u)
+            for (int v = 0; v < 2; v++)
+                _mm512_storeu_ps(T + i * TO + 16 * v, _mm512_add_ps(_mm512_loadu_ps(T + i * TO + 16 * v), acc[i][v]));
+}
+
+void ct_conv_direct_dx(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *dy, int64_t nb, float *dx, bool fresh) {
+    int64_t KK = g->kh * g->kw, nct = nct_of(g), P = g->OH * g->OW, HW = g->H * g->W;
+    int64_t Hq = g->OH + 2 * (g->kh - 1), Wq = g->OW + 2 * (g->kw - 1), dsz = dyq_floats(g), items = nb * nct;
+    const float *wq = scratch;
+    float *dbuf = scratch + up16(nct * KK * g->O * TO);
+    if (nthreads < 1) nthreads = 1;
+    /* items (sample, 32 input channels) own disjoint parts of dx: any schedule */
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
+    {
+        float *dq = dbuf + omp_get_thread_num() * dsz;
+        float T[TP * TO];
+        int64_t have = -1;
+        memset(dq, 0, (size_t)dsz * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t j = it / nct, c0 = (it % nct) * TO;
+            int nc = (int)(g->C - c0 < TO ? g->C - c0 : TO);
+            if (j != have) {
+                for (int64_t o = 0; o < g->O; o++)
+                    for (int64_t oh = 0; oh < g->OH; oh++)
+                        memcpy(dq + (o * Hq + oh + g->kh - 1) * Wq + g->kw - 1, dy + (j * g->O + o) * P + oh * g->OW,
+                               (size_t)g->OW * sizeof(float));
+                have = j;
+            }
+            float *dxs = dx + (j * g->C + c0) * HW;
+            for (int64_t ih = 0; ih < g->H; ih++)
+                for (int64_t iw = 0; iw < g->W; iw += TP) {
+                    int mr = (int)(g->W - iw < TP ? g->W - iw : TP);
+                    for (int i = 0; i < TP; i++)
+                        for (int c = 0; c < TO; c++) T[i * TO + c] = fresh || i >= mr || c >= nc ? 0.0f : dxs[c * HW + ih * g->W + iw + i];
+                    for (int64_t kk = 0; kk < KK; kk++) {
+                        int64_t ki = kk / g->kw, kj = kk % g->kw, oh = ih + g->p - ki;
+                        if (oh < 0 || oh >= g->OH) continue;
+                        unsigned valid = 0;
+                        for (int i = 0; i < mr; i++) {
+                            int64_t ow = iw + i + g->p - kj;
+                            if (ow >= 0 && ow < g->OW) valid |= 1u << i;
+                        }
+                        if (!valid) continue;
+                        dx_tile(dq + (oh + g->kh - 1) * Wq + iw + g->p - kj + g->kw - 1, Hq * Wq, wq + (it % nct * KK + kk) * g->O * TO, g->O,
+                                T, valid);
+                    }
+                    store_tile(T, mr, nc, dxs + ih * g->W + iw, HW, NULL, false);
+                }
+        }
+    }
+}

@@ -44,4 +44,16 @@ void ct_conv_direct_fw(const ct_conv_direct_geom *g, float *scratch, int nthread
 size_t ct_conv_direct_dw_scratch(const ct_conv_direct_geom *g, int64_t nbmax); /* floats */
 void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch);
 void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb);
+
+/* The input gradient as conv.c's dcol = W^T dY (one K block: O <= CT_SGEMM_KC) and col2im
+ * sum it: each kernel offset's sum over output channels, in order, added to dx offset by
+ * offset (only where the offset lands inside the output, as col2im adds), from dx (or +0
+ * where fresh): the same bits, without dcol. Per sample, so any chunking is the same.
+ *
+ *   float *s = ct_ctx_alloc(ctx, ct_conv_direct_dx_scratch(&g, nt) * sizeof(float));
+ *   ct_conv_direct_dx_prep(&g, w, s);
+ *   ct_conv_direct_dx(&g, s, nt, dy, N, dx, fresh);                                     */
+size_t ct_conv_direct_dx_scratch(const ct_conv_direct_geom *g, int nthreads);
+void ct_conv_direct_dx_prep(const ct_conv_direct_geom *g, const float *w, float *scratch);
+void ct_conv_direct_dx(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *dy, int64_t nb, float *dx, bool fresh);
 #endif

@@ -547,7 +547,10 @@ static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int st
 #pragma omp parallel for schedule(dynamic, 16) if (planes * OP * g.k * g.k >= (1 << 15))
     for (int64_t pl = 0; pl < planes; pl++) max_pool_plane(&g, X + pl * HW, Y + pl * OP, arg + pl * OP, relu);
     ct_node *nd = ct_record(ctx, op, y, 1, &x);
-    if (nd) nd->saved = arg;
+    if (nd) {
+        nd->saved = arg;
+        nd->i[0] = g.k; nd->i[1] = g.s; nd->i[2] = g.p; /* backward's 2x2 fast path looks */
+    }
     return y;
 }
 
@@ -561,6 +564,37 @@ ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride,
     return max_pool(ctx, CT_OP_RELU_MAX_POOL2D, x, kernel, stride, padding);
 }
 
+#ifdef __AVX512F__
+/* A fresh plane's gradient under 2x2 / stride 2 pooling that covers it exactly: each input
+ * gets at most one output's gradient, so it is written whole, row pair by row pair, without
+ * zeroing first: 0.0f + g where it won (the memset-then-add of the scalar loop), else +0. */
+static void pool2x2_bw_plane(const float *gy, const float *yy, const int32_t *ap, float *gp, int64_t OH, int64_t OW, bool relu) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const __m512i two = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512 zero = _mm512_setzero_ps();
+    int32_t W = (int32_t)(2 * OW);
+    for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t o = 0; o < OW; o += 16) {
+            int64_t rem = OW - o;
+            __mmask16 m = lanes16(rem), m0 = lanes16(2 * rem), m1 = lanes16(2 * rem - 16);
+            int64_t q = oh * OW + o;
+            __m512 g = _mm512_maskz_loadu_ps(m, gy + q);
+            __m512i a = _mm512_maskz_loadu_epi32(m, ap + q);
+            if (relu) m &= _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, yy + q), zero, _CMP_GT_OQ);
+            __m512i p0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(2 * oh) * W + (int32_t)(2 * o)), two);
+            for (int r = 0; r < 2; r++) {
+                __m512i pr = _mm512_add_epi32(p0, _mm512_set1_epi32(r * W));
+                __m512 v0 = _mm512_maskz_add_ps(m & _mm512_cmpeq_epi32_mask(a, pr), zero, g);
+                __m512 v1 = _mm512_maskz_add_ps(m & _mm512_cmpeq_epi32_mask(a, _mm512_add_epi32(pr, _mm512_set1_epi32(1))), zero, g);
+                float *row = gp + (2 * oh + r) * W + 2 * o;
+                _mm512_mask_storeu_ps(row, m0, _mm512_permutex2var_ps(v0, lo, v1));
+                _mm512_mask_storeu_ps(row + 16, m1, _mm512_permutex2var_ps(v0, hi, v1));
+            }
+        }
+}
+#endif
+
 /* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
  * would pass it; everything else gets nothing, as it would get +0 there) */
 static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
@@ -571,11 +605,20 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
     const float *G = y->grad->data, *Y = y->data;
     const int32_t *arg = n->saved;
+    /* non-overlapping 2x2 windows covering the input exactly */
+    bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * y->shape[2] && x->shape[3] == 2 * y->shape[3];
+    (void)exact2x2;
 #pragma omp parallel for schedule(dynamic, 16) if (planes * OP >= (1 << 15))
     for (int64_t pl = 0; pl < planes; pl++) {
         float *gp = gx + pl * HW;
         const float *gy = G + pl * OP, *yy = Y + pl * OP;
         const int32_t *ap = arg + pl * OP;
+#ifdef __AVX512F__
+        if (fresh && exact2x2) {
+            pool2x2_bw_plane(gy, yy, ap, gp, y->shape[2], y->shape[3], relu);
+            continue;
+        }
+#endif
         if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
         if (relu) {
             for (int64_t q = 0; q < OP; q++)

@@ -46,23 +46,30 @@ void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *sc
     }
 }
 
+/* acc[i][..] = sum over steps s < n of a_s[i] w[s][0..TO), a_s = a + off[s] (or a + s * os
+ * without off), in order: the GEMM kernel's multiply-adds with the roles of its operands
+ * swapped (the same products) */
+CT_AVX512 static inline __attribute__((always_inline)) void tile_sum(const float *a, const int32_t *off, int64_t os, const float *w,
+                                                                     int64_t n, __m512 acc[TP][2]) {
+#pragma GCC unroll 14
+    for (int i = 0; i < TP; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < n; s++) {
+        const float *as = a + (off ? off[s] : s * os);
+        __m512 b0 = _mm512_loadu_ps(w + s * TO), b1 = _mm512_loadu_ps(w + s * TO + 16);
+#pragma GCC unroll 14
+        for (int i = 0; i < TP; i++) {
+            __m512 ai = _mm512_set1_ps(as[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+    }
+}
+
 /* T[i][0..TO) = sum_k x[off[k] + i] wp[k][..] for the TP pixels i, in K blocks */
 CT_AVX512 static void tile(const float *xa, const int32_t *off, const float *wp, int64_t K, float *T) {
     for (int64_t pc = 0; pc < K; pc += KB) {
-        int64_t kc = K - pc < KB ? K - pc : KB;
         __m512 acc[TP][2];
-#pragma GCC unroll 14
-        for (int i = 0; i < TP; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-        for (int64_t k = pc; k < pc + kc; k++) {
-            const float *a = xa + off[k];
-            __m512 b0 = _mm512_loadu_ps(wp + k * TO), b1 = _mm512_loadu_ps(wp + k * TO + 16);
-#pragma GCC unroll 14
-            for (int i = 0; i < TP; i++) {
-                __m512 ai = _mm512_set1_ps(a[i]);
-                acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
-            }
-        }
+        tile_sum(xa, off + pc, 0, wp + pc * TO, K - pc < KB ? K - pc : KB, acc);
 #pragma GCC unroll 14
         for (int i = 0; i < TP; i++)
             for (int v = 0; v < 2; v++) {
@@ -286,18 +293,7 @@ void ct_conv_direct_dx_prep(const ct_conv_direct_geom *g, const float *w, float 
  * dcol values, summed over o as the GEMM does, then added as col2im adds: T + dcol) */
 CT_AVX512 static void dx_tile(const float *a, int64_t os, const float *wv, int64_t O, float *T, unsigned valid) {
     __m512 acc[TP][2];
-#pragma GCC unroll 14
-    for (int i = 0; i < TP; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t o = 0; o < O; o++) {
-        const float *ao = a + o * os;
-        __m512 b0 = _mm512_loadu_ps(wv + o * TO), b1 = _mm512_loadu_ps(wv + o * TO + 16);
-#pragma GCC unroll 14
-        for (int i = 0; i < TP; i++) {
-            __m512 ai = _mm512_set1_ps(ao[i]);
-            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
-        }
-    }
+    tile_sum(a, NULL, os, wv, O, acc);
 #pragma GCC unroll 14
     for (int i = 0; i < TP; i++)
         if (valid >> i & 1u)

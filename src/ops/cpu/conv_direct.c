@@ -97,48 +97,65 @@ CT_AVX512 static void store_tile(const float *T, int mr, int no, float *y, int64
     }
 }
 
-/* the sample into the interior of its zeroed padded copy (the border stays zero) */
-static void pad_sample(const ct_conv_direct_geom *g, const float *xs, float *xp) {
-    int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
-    for (int64_t c = 0; c < g->C; c++)
-        for (int64_t h = 0; h < g->H; h++)
-            memcpy(xp + c * Hp * Wp + (h + g->p) * Wp + g->p, xs + (c * g->H + h) * g->W, (size_t)g->W * sizeof(float));
+/* n planes h x w into the interior of zeroed planes Hd x Wd at (top, left) (the border
+ * stays zero) */
+static void pad_planes(const float *src, int64_t n, int64_t h, int64_t w, float *dst, int64_t Hd, int64_t Wd, int64_t top, int64_t left) {
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t r = 0; r < h; r++) memcpy(dst + (c * Hd + r + top) * Wd + left, src + (c * h + r) * w, (size_t)w * sizeof(float));
+}
+
+/* Runs fn(arg, item, buf, &have) for items [0, n) on up to nthreads threads (dynamic: any
+ * schedule gives the same bits, the items writing disjoint outputs), each thread with its
+ * own zeroed buffer of bsz floats at bufs; have (-1 at first) is fn's note of which sample
+ * the buffer holds. */
+typedef void (*item_fn)(const void *arg, int64_t item, float *buf, int64_t *have);
+static void run_items(int nthreads, int64_t n, float *bufs, int64_t bsz, item_fn fn, const void *arg) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && n > 1)
+    {
+        float *buf = bufs + omp_get_thread_num() * bsz;
+        int64_t have = -1;
+        memset(buf, 0, (size_t)bsz * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < n; it++) fn(arg, it, buf, &have);
+    }
+}
+
+typedef struct {
+    const ct_conv_direct_geom *g;
+    const float *wp, *x, *b;
+    const int32_t *off;
+    int64_t nb, chunk;
+    float *y;
+} fw_args;
+
+/* item (sample j, channel tile t): every output row's tiles */
+static void fw_item(const void *arg, int64_t it, float *xp, int64_t *have) {
+    const fw_args *f = arg;
+    const ct_conv_direct_geom *g = f->g;
+    int64_t K = k_of(g), nt = ntiles_o(g), P = g->OH * g->OW, Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    int64_t j = it / nt, t = it % nt, c0 = t * TO;
+    if (j != *have) {
+        pad_planes(f->x + j * g->C * g->H * g->W, g->C, g->H, g->W, xp, Hp, Wp, g->p, g->p);
+        *have = j;
+    }
+    int64_t s0 = j - j % f->chunk;
+    bool add0 = (f->nb - s0 < f->chunk ? f->nb - s0 : f->chunk) > 1;
+    int no = (int)(g->O - c0 < TO ? g->O - c0 : TO);
+    float T[TP * TO];
+    for (int64_t oh = 0; oh < g->OH; oh++)
+        for (int64_t ow = 0; ow < g->OW; ow += TP) {
+            int mr = (int)(g->OW - ow < TP ? g->OW - ow : TP);
+            tile(xp + oh * Wp + ow, f->off, f->wp + t * K * TO, K, T);
+            store_tile(T, mr, no, f->y + (j * g->O + c0) * P + oh * g->OW + ow, P, f->b ? f->b + c0 : NULL, add0);
+        }
 }
 
 void ct_conv_direct_fw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *b, int64_t nb,
                        int64_t chunk, float *y) {
-    int64_t K = k_of(g), nt = ntiles_o(g), P = g->OH * g->OW, Wp = g->W + 2 * g->p, xsz = xpad_floats(g);
-    const float *wp = scratch;
-    const int32_t *off = (const int32_t *)(scratch + up16(nt * K * TO));
-    float *xbuf = scratch + up16(nt * K * TO) + up16(K);
-    int64_t items = nb * nt;
-    if (nthreads < 1) nthreads = 1;
-    if (chunk < 1) chunk = 1;
-    /* items (sample, channel tile) are independent: any schedule, the same bits */
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
-    {
-        float *xp = xbuf + omp_get_thread_num() * xsz;
-        float T[TP * TO];
-        int64_t have = -1;
-        memset(xp, 0, (size_t)xsz * sizeof(float));
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < items; it++) {
-            int64_t j = it / nt, t = it % nt, c0 = t * TO;
-            if (j != have) {
-                pad_sample(g, x + j * g->C * g->H * g->W, xp);
-                have = j;
-            }
-            int64_t s0 = j - j % chunk;
-            bool add0 = (nb - s0 < chunk ? nb - s0 : chunk) > 1;
-            int no = (int)(g->O - c0 < TO ? g->O - c0 : TO);
-            for (int64_t oh = 0; oh < g->OH; oh++)
-                for (int64_t ow = 0; ow < g->OW; ow += TP) {
-                    int mr = (int)(g->OW - ow < TP ? g->OW - ow : TP);
-                    tile(xp + oh * Wp + ow, off, wp + t * K * TO, K, T);
-                    store_tile(T, mr, no, y + (j * g->O + c0) * P + oh * g->OW + ow, P, b ? b + c0 : NULL, add0);
-                }
-        }
-    }
+    int64_t K = k_of(g), nt = ntiles_o(g);
+    fw_args f = {g, scratch, x, b, (const int32_t *)(scratch + up16(nt * K * TO)), nb, chunk < 1 ? 1 : chunk, y};
+    run_items(nthreads, nb * nt, scratch + up16(nt * K * TO) + up16(K), xpad_floats(g), fw_item, &f);
 }
 
 /* ---- weight gradient ----
@@ -301,50 +318,49 @@ CT_AVX512 static void dx_tile(const float *a, int64_t os, const float *wv, int64
                 _mm512_storeu_ps(T + i * TO + 16 * v, _mm512_add_ps(_mm512_loadu_ps(T + i * TO + 16 * v), acc[i][v]));
 }
 
-void ct_conv_direct_dx(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *dy, int64_t nb, float *dx, bool fresh) {
+typedef struct {
+    const ct_conv_direct_geom *g;
+    const float *wq, *dy;
+    float *dx;
+    bool fresh;
+} dx_args;
+
+/* item (sample j, 32 input channels): every input row's tiles, kernel offsets in order */
+static void dx_item(const void *arg, int64_t it, float *dq, int64_t *have) {
+    const dx_args *d = arg;
+    const ct_conv_direct_geom *g = d->g;
     int64_t KK = g->kh * g->kw, nct = nct_of(g), P = g->OH * g->OW, HW = g->H * g->W;
-    int64_t Hq = g->OH + 2 * (g->kh - 1), Wq = g->OW + 2 * (g->kw - 1), dsz = dyq_floats(g), items = nb * nct;
-    const float *wq = scratch;
-    float *dbuf = scratch + up16(nct * KK * g->O * TO);
-    if (nthreads < 1) nthreads = 1;
-    /* items (sample, 32 input channels) own disjoint parts of dx: any schedule */
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
-    {
-        float *dq = dbuf + omp_get_thread_num() * dsz;
-        float T[TP * TO];
-        int64_t have = -1;
-        memset(dq, 0, (size_t)dsz * sizeof(float));
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < items; it++) {
-            int64_t j = it / nct, c0 = (it % nct) * TO;
-            int nc = (int)(g->C - c0 < TO ? g->C - c0 : TO);
-            if (j != have) {
-                for (int64_t o = 0; o < g->O; o++)
-                    for (int64_t oh = 0; oh < g->OH; oh++)
-                        memcpy(dq + (o * Hq + oh + g->kh - 1) * Wq + g->kw - 1, dy + (j * g->O + o) * P + oh * g->OW,
-                               (size_t)g->OW * sizeof(float));
-                have = j;
-            }
-            float *dxs = dx + (j * g->C + c0) * HW;
-            for (int64_t ih = 0; ih < g->H; ih++)
-                for (int64_t iw = 0; iw < g->W; iw += TP) {
-                    int mr = (int)(g->W - iw < TP ? g->W - iw : TP);
-                    for (int i = 0; i < TP; i++)
-                        for (int c = 0; c < TO; c++) T[i * TO + c] = fresh || i >= mr || c >= nc ? 0.0f : dxs[c * HW + ih * g->W + iw + i];
-                    for (int64_t kk = 0; kk < KK; kk++) {
-                        int64_t ki = kk / g->kw, kj = kk % g->kw, oh = ih + g->p - ki;
-                        if (oh < 0 || oh >= g->OH) continue;
-                        unsigned valid = 0;
-                        for (int i = 0; i < mr; i++) {
-                            int64_t ow = iw + i + g->p - kj;
-                            if (ow >= 0 && ow < g->OW) valid |= 1u << i;
-                        }
-                        if (!valid) continue;
-                        dx_tile(dq + (oh + g->kh - 1) * Wq + iw + g->p - kj + g->kw - 1, Hq * Wq, wq + (it % nct * KK + kk) * g->O * TO, g->O,
-                                T, valid);
-                    }
-                    store_tile(T, mr, nc, dxs + ih * g->W + iw, HW, NULL, false);
-                }
-        }
+    int64_t Hq = g->OH + 2 * (g->kh - 1), Wq = g->OW + 2 * (g->kw - 1);
+    int64_t j = it / nct, c0 = (it % nct) * TO;
+    int nc = (int)(g->C - c0 < TO ? g->C - c0 : TO);
+    if (j != *have) {
+        pad_planes(d->dy + j * g->O * P, g->O, g->OH, g->OW, dq, Hq, Wq, g->kh - 1, g->kw - 1);
+        *have = j;
     }
+    float *dxs = d->dx + (j * g->C + c0) * HW, T[TP * TO];
+    for (int64_t ih = 0; ih < g->H; ih++)
+        for (int64_t iw = 0; iw < g->W; iw += TP) {
+            int mr = (int)(g->W - iw < TP ? g->W - iw : TP);
+            for (int i = 0; i < TP; i++)
+                for (int c = 0; c < TO; c++) T[i * TO + c] = d->fresh || i >= mr || c >= nc ? 0.0f : dxs[c * HW + ih * g->W + iw + i];
+            for (int64_t kk = 0; kk < KK; kk++) {
+                int64_t ki = kk / g->kw, kj = kk % g->kw, oh = ih + g->p - ki;
+                if (oh < 0 || oh >= g->OH) continue;
+                unsigned valid = 0;
+                for (int i = 0; i < mr; i++) {
+                    int64_t ow = iw + i + g->p - kj;
+                    if (ow >= 0 && ow < g->OW) valid |= 1u << i;
+                }
+                if (!valid) continue;
+                dx_tile(dq + (oh + g->kh - 1) * Wq + iw + g->p - kj + g->kw - 1, Hq * Wq, d->wq + (it % nct * KK + kk) * g->O * TO, g->O,
+                        T, valid);
+            }
+            store_tile(T, mr, nc, dxs + ih * g->W + iw, HW, NULL, false);
+        }
+}
+
+void ct_conv_direct_dx(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *dy, int64_t nb, float *dx, bool fresh) {
+    dx_args d = {g, scratch, dy, dx, fresh};
+    int64_t nct = nct_of(g);
+    run_items(nthreads, nb * nct, scratch + up16(nct * g->kh * g->kw * g->O * TO), dyq_floats(g), dx_item, &d);
 }

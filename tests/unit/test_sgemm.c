@@ -10,6 +10,7 @@
 #include "ct_test.h"
 #include "ctrain/core.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_direct.h"
 #include "ops/cpu/sgemm.h"
 
 static uint64_t rng_s = 12345;
@@ -216,6 +217,137 @@ CT_TEST(implicit_b_seg_same_bits) {
                        (long long)M, (long long)N, (long long)nseg, (long long)seg, t);
         }
         free(As); free(A); free(B); free(R); free(C); free(E);
+    }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
+/* conv2d's direct forward (conv_direct.c) has the bits of the explicit GEMM on im2col with
+ * conv.c's bias copy-out, for 1 and 2 threads: O off the 32-channel tile, rows shorter and
+ * longer than the 14-pixel tile, K across a KC block, no padding; without a bias, the +0.0f
+ * of the copy-out only for groups (chunk) of more than one sample */
+CT_TEST(conv_direct_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][6] = {{1, 28, 28, 32, 5, 2}, {32, 14, 14, 64, 5, 2}, {3, 9, 11, 20, 3, 1}, {16, 17, 30, 40, 3, 0},
+                             {11, 8, 20, 70, 5, 2}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        int64_t C = sh[s][0], H = sh[s][1], W = sh[s][2], O = sh[s][3], k = sh[s][4], p = sh[s][5], nb = 3;
+        int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, P = OH * OW, K = C * k * k;
+        float *x = rnd(nb * C * H * W), *w = rnd(O * K), *b = rnd(O), *col = malloc((size_t)(K * P) * sizeof(float));
+        float *E = malloc((size_t)(nb * O * P) * sizeof(float)), *Y = malloc((size_t)(nb * O * P) * sizeof(float));
+        for (int64_t i = 0; i < nb * C * H * W; i += 7) x[i] = 0.0f; /* zero products: signs of zero */
+        ct_conv_direct_geom g = {C, H, W, O, k, k, p, OH, OW};
+        for (int bias = 0; bias < 2; bias++)
+            for (int64_t chunk = 1; chunk <= nb; chunk += nb - 1) {
+                for (int64_t j = 0; j < nb; j++) {
+                    for (int64_t kk = 0; kk < K; kk++)
+                        for (int64_t q = 0; q < P; q++) {
+                            int64_t c = kk / (k * k), ih = q / OW - p + (kk / k) % k, iw = q % OW - p + kk % k;
+                            col[kk * P + q] = ih < 0 || ih >= H || iw < 0 || iw >= W ? 0.0f : x[((j * C + c) * H + ih) * W + iw];
+                        }
+                    float *e = E + j * O * P;
+                    ct_sgemm_own(false, false, O, P, K, 1.0f, w, K, col, P, 0.0f, e, P);
+                    for (int64_t o = 0; o < O; o++)
+                        for (int64_t q = 0; q < P; q++)
+                            if (bias || chunk > 1) e[o * P + q] = e[o * P + q] + (bias ? b[o] : 0.0f);
+                }
+                for (int t = 1; t <= 2; t++) {
+                    ct_set_num_threads(t);
+                    float *sc = malloc(ct_conv_direct_scratch(&g, t) * sizeof(float));
+                    ct_conv_direct_prep(&g, w, sc);
+                    for (int64_t i = 0; i < nb * O * P; i++) Y[i] = NAN;
+                    ct_conv_direct_fw(&g, sc, t, x, bias ? b : NULL, nb, chunk, Y);
+                    CT_EXPECTF(!memcmp(Y, E, (size_t)(nb * O * P) * sizeof(float)),
+                               "C=%lld %lldx%lld O=%lld k=%lld p=%lld bias=%d chunk=%lld threads=%d: direct conv differs", (long long)C,
+                               (long long)H, (long long)W, (long long)O, (long long)k, (long long)p, bias, (long long)chunk, t);
+                    free(sc);
+                }
+            }
+        free(x); free(w); free(b); free(col); free(E); free(Y);
+    }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
+/* conv2d's direct weight gradient (conv_direct.c) has the bits of the GEMM dW += dY col^T
+ * over the chunk's pixels (explicit operands), for 1 and 2 threads, accumulated over two
+ * chunks: C on and off the 32-channel tile, O off the 14-row panel (8 and other rests) */
+CT_TEST(conv_direct_dw_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][6] = {{32, 14, 14, 64, 5, 2}, {16, 9, 11, 20, 3, 1}, {40, 7, 6, 22, 3, 0}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        int64_t C = sh[s][0], H = sh[s][1], W = sh[s][2], O = sh[s][3], k = sh[s][4], p = sh[s][5], nb = 3, chunks = 2;
+        const int64_t nbs[2] = {3, 2}; /* a full chunk, then a shorter one */
+        int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, P = OH * OW, K = C * k * k;
+        float *x = rnd(chunks * nb * C * H * W), *dy = rnd(chunks * nb * O * P), *dw0 = rnd(O * K);
+        float *col = malloc((size_t)(K * nb * P) * sizeof(float)), *A = malloc((size_t)(O * nb * P) * sizeof(float));
+        float *E = malloc((size_t)(O * K) * sizeof(float)), *D = malloc((size_t)(O * K) * sizeof(float));
+        ct_conv_direct_geom g = {C, H, W, O, k, k, p, OH, OW};
+        memcpy(E, dw0, (size_t)(O * K) * sizeof(float));
+        for (int64_t ch = 0; ch < chunks; ch++) {
+            const float *xc = x + ch * nb * C * H * W, *dc = dy + ch * nb * O * P;
+            int64_t Q = nbs[ch] * P;
+            for (int64_t kk = 0; kk < K; kk++)
+                for (int64_t q = 0; q < Q; q++) {
+                    int64_t j = q / P, r = q % P, c = kk / (k * k), ih = r / OW - p + (kk / k) % k, iw = r % OW - p + kk % k;
+                    col[kk * Q + q] = ih < 0 || ih >= H || iw < 0 || iw >= W ? 0.0f : xc[((j * C + c) * H + ih) * W + iw];
+                }
+            for (int64_t o = 0; o < O; o++)
+                for (int64_t q = 0; q < Q; q++) A[o * Q + q] = dc[((q / P) * O + o) * P + q % P];
+            ct_sgemm_own(false, true, O, K, Q, 1.0f, A, Q, col, Q, 1.0f, E, K);
+        }
+        for (int t = 1; t <= 2; t++) {
+            ct_set_num_threads(t);
+            float *sc = malloc(ct_conv_direct_dw_scratch(&g, nb) * sizeof(float));
+            memcpy(D, dw0, (size_t)(O * K) * sizeof(float));
+            ct_conv_direct_dw_layout(&g, D, sc, true);
+            for (int64_t ch = 0; ch < chunks; ch++) ct_conv_direct_dw(&g, sc, t, x + ch * nb * C * H * W, dy + ch * nb * O * P, nbs[ch]);
+            ct_conv_direct_dw_layout(&g, D, sc, false);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < O * K && bad < 0; i++)
+                if (memcmp(&D[i], &E[i], sizeof(float))) bad = i;
+            CT_EXPECTF(bad < 0, "C=%lld %lldx%lld O=%lld k=%lld p=%lld threads=%d: direct dW differs at %lld (%g vs %g)", (long long)C,
+                       (long long)H, (long long)W, (long long)O, (long long)k, (long long)p, t, (long long)bad,
+                       bad < 0 ? 0.0 : (double)D[bad], bad < 0 ? 0.0 : (double)E[bad]);
+            free(sc);
+        }
+        free(x); free(dy); free(dw0); free(col); free(A); free(E); free(D);
+    }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
+/* conv2d's direct input gradient (conv_direct.c) has the bits of dcol = W^T dY on the own
+ * GEMM followed by col2im's additions (kernel offsets in order, only where the offset lands
+ * inside the output), fresh (from +0) and onto an existing gradient, 1 and 2 threads */
+CT_TEST(conv_direct_dx_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][6] = {{32, 14, 14, 64, 5, 2}, {16, 9, 17, 20, 3, 1}, {40, 7, 30, 22, 3, 0}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        int64_t C = sh[s][0], H = sh[s][1], W = sh[s][2], O = sh[s][3], k = sh[s][4], p = sh[s][5], nb = 3;
+        int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, P = OH * OW, K = C * k * k, HW = H * W;
+        float *w = rnd(O * K), *dy = rnd(nb * O * P), *dx0 = rnd(nb * C * HW), *dcol = malloc((size_t)(K * P) * sizeof(float));
+        float *E = malloc((size_t)(nb * C * HW) * sizeof(float)), *D = malloc((size_t)(nb * C * HW) * sizeof(float));
+        ct_conv_direct_geom g = {C, H, W, O, k, k, p, OH, OW};
+        for (int fresh = 0; fresh < 2; fresh++) {
+            for (int64_t i = 0; i < nb * C * HW; i++) E[i] = fresh ? 0.0f : dx0[i];
+            for (int64_t j = 0; j < nb; j++) {
+                ct_sgemm_own(true, false, K, P, O, 1.0f, w, K, dy + j * O * P, P, 0.0f, dcol, P);
+                for (int64_t kk = 0; kk < K; kk++)
+                    for (int64_t q = 0; q < P; q++) {
+                        int64_t c = kk / (k * k), ih = q / OW - p + (kk / k) % k, iw = q % OW - p + kk % k;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W) E[(j * C + c) * HW + ih * W + iw] += dcol[kk * P + q];
+                    }
+            }
+            for (int t = 1; t <= 2; t++) {
+                ct_set_num_threads(t);
+                float *sc = malloc(ct_conv_direct_dx_scratch(&g, t) * sizeof(float));
+                ct_conv_direct_dx_prep(&g, w, sc);
+                for (int64_t i = 0; i < nb * C * HW; i++) D[i] = fresh ? NAN : dx0[i];
+                ct_conv_direct_dx(&g, sc, t, dy, nb, D, fresh);
+                CT_EXPECTF(!memcmp(D, E, (size_t)(nb * C * HW) * sizeof(float)), "C=%lld %lldx%lld O=%lld k=%lld p=%lld fresh=%d threads=%d: direct dx differs",
+                           (long long)C, (long long)H, (long long)W, (long long)O, (long long)k, (long long)p, fresh, t);
+                free(sc);
+            }
+        }
+        free(w); free(dy); free(dx0); free(dcol); free(E); free(D);
     }
     ct_set_num_threads(ct_default_num_threads());
 }

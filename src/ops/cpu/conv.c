@@ -1,15 +1,18 @@
-/* conv2d (implicit GEMM or im2col + sgemm), max_pool2d (and fused relu_max_pool2d),
+/* conv2d (direct, implicit GEMM or im2col + sgemm), max_pool2d (and fused relu_max_pool2d),
  * avg_pool2d (count_include_pad=True), NCHW.
  *
  * conv2d is a GEMM over a chunk of samples at once, col [C*kh*kw, nb*OH*OW] (bigger GEMMs
  * than one per sample: small images give tiny per-sample GEMMs). At stride 1 on the own
- * AVX-512 GEMM, col is never stored: the forward and weight-gradient GEMMs pack their B
- * micro-panels straight from x (pack_col, pack_col_t), which saves writing and re-reading
- * kh*kw times the input; elsewhere im2col materialises it. Both give the same values to
- * the same kernels, hence the same bits. The chunk size depends only on the shapes, so
- * the summation order of the weight gradient — and every bit of the result — is the same
- * for any thread count. The input gradient goes through col (dcol = W^T dY, col2im). */
+ * AVX-512 GEMM, col is never stored: the forward, and for C >= 16 the weight and input
+ * gradients, run the direct kernels of conv_direct.c (each GEMM's products in its order,
+ * read in place from padded copies); the weight-gradient GEMM for fewer channels packs
+ * its B micro-panels straight from x (pack_col_t); elsewhere im2col materialises col and
+ * the input gradient goes through it (dcol = W^T dY, col2im). All give the same values to
+ * the same multiply-adds, hence the same bits. The chunk size depends only on the shapes,
+ * so the summation order of the weight gradient — and every bit of the result — is the
+ * same for any thread count. */
 #include <math.h>
+#include <omp.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -18,6 +21,7 @@
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_direct.h"
 
 #define COL_BUDGET (1 << 20) /* floats per im2col chunk (4 MiB) */
 #define DCOL_BUDGET (1 << 18) /* floats per dcol block of the input gradient (1 MiB: an L2) */
@@ -162,23 +166,6 @@ static void next_offset(const conv_geom *g, int64_t *ch, int64_t *ki, int64_t *k
     }
 }
 
-/* The im2col matrix of samples [n0, ...) one B micro-panel at a time, for
- * ct_sgemm_implicit_b (stride 1): dst[k][c] = col[k0 + k][q0 + c]. The panel's columns
- * are cut into runs along one output row (at most NR of them), found once per call. */
-static void pack_col(const void *arg, float *dst, int64_t q0, int n, int64_t k0, int64_t kc) {
-    const col_src *cs = arg;
-    col_run run[CT_SGEMM_NR];
-    int nr = col_runs(cs, q0, n, run);
-    int64_t ch, ki, kj;
-    offset_of(cs->g, k0, &ch, &ki, &kj);
-    for (int64_t k = 0; k < kc; k++) {
-        float *d = dst + k * CT_SGEMM_NR;
-        col_row(cs->g, run, nr, ch, ki, kj, d);
-        if (n < CT_SGEMM_NR) memset(d + n, 0, (size_t)(CT_SGEMM_NR - n) * sizeof(float));
-        next_offset(cs->g, &ch, &ki, &kj);
-    }
-}
-
 /* The transposed im2col matrix, for the weight gradient dW += dY col^T (stride 1):
  * dst[k][c] = col[n0 + c][k0 + k], rows of col (kernel offsets) built along runs of one
  * output row into a local block, then transposed into the panel. */
@@ -292,23 +279,31 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.O, g.OH, g.OW});
     float *Y = y->data;
     const float *Wt = w->data, *B = b ? b->data : NULL;
-    /* scratch: col and (when several samples share a GEMM) its [O, nb*P] result */
-    /* stride 1 where the own GEMM runs: its B micro-panels are packed straight from x
-     * (the same values and products as through col, so the same bits) */
+    /* stride 1 where the own GEMM runs: the direct kernel (conv_direct.h); elsewhere col
+     * and (when several samples share a GEMM) its [O, nb*P] result */
     int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
     bool imp_full = g.s == 1 && ct_sgemm_own_takes(g.O, nbmax * P, K), imp_last = g.s == 1 && ct_sgemm_own_takes(g.O, nblast * P, K);
-    float *col = imp_full && imp_last ? NULL : ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
-    float *tmp = nbmax > 1 ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
-    for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
+    /* where the implicit GEMM would run: the direct kernel, its products in its order */
+    ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
+    int dnt = omp_get_max_threads();
+    float *dsc = NULL;
+    if (imp_full || imp_last) {
+        dsc = ct_ctx_alloc(ctx, ct_conv_direct_scratch(&dg, dnt) * sizeof(float));
+        ct_conv_direct_prep(&dg, Wt, dsc);
+    }
+    bool all_direct = imp_full && imp_last;
+    if (all_direct) ct_conv_direct_fw(&dg, dsc, dnt, x->data, B, g.N, nbmax, Y);
+    float *col = all_direct ? NULL : ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
+    float *tmp = nbmax > 1 && !all_direct ? ct_ctx_alloc(ctx, (size_t)(g.O * nbmax * P) * sizeof(float)) : NULL;
+    for (int64_t n0 = 0; n0 < g.N && !all_direct; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         float *out = nb == 1 ? Y + n0 * g.O * P : tmp;
         if (nb == nbmax ? imp_full : imp_last) {
-            col_src cs = {&g, x->data, n0};
-            ct_sgemm_implicit_b(false, g.O, nb * P, K, Wt, K, pack_col, &cs, 0.0f, out, nb * P);
-        } else {
-            im2col(&g, x->data, n0, nb, col);
-            gemm(false, false, g.O, nb * P, K, Wt, col, out, 0.0f);
+            ct_conv_direct_fw(&dg, dsc, dnt, (const float *)x->data + n0 * g.C * g.H * g.W, B, nb, nb, Y + n0 * g.O * P);
+            continue;
         }
+        im2col(&g, x->data, n0, nb, col);
+        gemm(false, false, g.O, nb * P, K, Wt, col, out, 0.0f);
         if (nb == 1) {
             if (B)
                 for (int64_t o = 0; o < g.O; o++)
@@ -355,12 +350,29 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
             db[o] += (float)s;
         }
     if (!dx && !dw) return;
-    float *col = ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
+    ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
+    int dnt = omp_get_max_threads();
+    /* the input gradient by the direct kernel where the dcol GEMM would run on the own
+     * kernel in one K block (its sums, added as col2im adds them) */
+    bool dx_dir = dx && g.s == 1 && g.C >= 16 && g.O <= CT_SGEMM_KC && ct_sgemm_own_takes(K, P, g.O);
+    if (dx_dir) {
+        float *s = ct_ctx_alloc(ctx, ct_conv_direct_dx_scratch(&dg, dnt) * sizeof(float));
+        ct_conv_direct_dx_prep(&dg, Wt, s);
+        ct_conv_direct_dx(&dg, s, dnt, G, g.N, dx, dx_fresh);
+        dx = NULL;
+    }
+    /* the weight gradient of the implicit GEMM by the direct kernel where it takes every
+     * chunk (its products in its order), into dW laid out [O, kh*kw, C] meanwhile */
+    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
+    bool dw_dir = dw && g.s == 1 && g.C >= 16 && ct_sgemm_own_takes(g.O, K, nbmax * P) && ct_sgemm_own_takes(g.O, K, nblast * P);
+    float *col = dx || (dw && !dw_dir) ? ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float)) : NULL;
     float *tmp = NULL, *dtmp = NULL;
     /* samples per dcol block: about DCOL_BUDGET floats, but at least 256 columns */
     int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
     if (sub * P < 256) sub = (256 + P - 1) / P;
     if (sub < 1) sub = 1;
+    float *dsc = dw_dir ? ct_ctx_alloc(ctx, ct_conv_direct_dw_scratch(&dg, nbmax) * sizeof(float)) : NULL;
+    if (dw_dir) ct_conv_direct_dw_layout(&dg, dw, dsc, true);
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         /* dY of the chunk as the GEMMs' [O, nb*P]: read in place where the GEMM takes it in
@@ -373,7 +385,9 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
             gy = tmp;
         }
         if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
-            if (dw_imp) {
+            if (dw_dir) {
+                ct_conv_direct_dw(&dg, dsc, dnt, (const float *)x->data + n0 * g.C * g.H * g.W, gy, nb);
+            } else if (dw_imp) {
                 col_src cs = {&g, x->data, n0};
                 ct_sgemm_implicit_b_seg(g.O, K, nb * P, gy, P, P, g.O * P, pack_col_t, &cs, 1.0f, dw, K);
             } else {
@@ -401,6 +415,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
                 col2im_add(&g, col, n0 + s0, sb, dx, dx_fresh);
             }
     }
+    if (dw_dir) ct_conv_direct_dw_layout(&dg, dw, dsc, false);
 }
 
 /* ---- pooling ---- */
@@ -532,7 +547,10 @@ static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int st
 #pragma omp parallel for schedule(dynamic, 16) if (planes * OP * g.k * g.k >= (1 << 15))
     for (int64_t pl = 0; pl < planes; pl++) max_pool_plane(&g, X + pl * HW, Y + pl * OP, arg + pl * OP, relu);
     ct_node *nd = ct_record(ctx, op, y, 1, &x);
-    if (nd) nd->saved = arg;
+    if (nd) {
+        nd->saved = arg;
+        nd->i[0] = g.k; nd->i[1] = g.s; nd->i[2] = g.p; /* backward's 2x2 fast path looks */
+    }
     return y;
 }
 
@@ -546,6 +564,37 @@ ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride,
     return max_pool(ctx, CT_OP_RELU_MAX_POOL2D, x, kernel, stride, padding);
 }
 
+#ifdef __AVX512F__
+/* A fresh plane's gradient under 2x2 / stride 2 pooling that covers it exactly: each input
+ * gets at most one output's gradient, so it is written whole, row pair by row pair, without
+ * zeroing first: 0.0f + g where it won (the memset-then-add of the scalar loop), else +0. */
+static void pool2x2_bw_plane(const float *gy, const float *yy, const int32_t *ap, float *gp, int64_t OH, int64_t OW, bool relu) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const __m512i two = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512 zero = _mm512_setzero_ps();
+    int32_t W = (int32_t)(2 * OW);
+    for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t o = 0; o < OW; o += 16) {
+            int64_t rem = OW - o;
+            __mmask16 m = lanes16(rem), m0 = lanes16(2 * rem), m1 = lanes16(2 * rem - 16);
+            int64_t q = oh * OW + o;
+            __m512 g = _mm512_maskz_loadu_ps(m, gy + q);
+            __m512i a = _mm512_maskz_loadu_epi32(m, ap + q);
+            if (relu) m &= _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, yy + q), zero, _CMP_GT_OQ);
+            __m512i p0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(2 * oh) * W + (int32_t)(2 * o)), two);
+            for (int r = 0; r < 2; r++) {
+                __m512i pr = _mm512_add_epi32(p0, _mm512_set1_epi32(r * W));
+                __m512 v0 = _mm512_maskz_add_ps(m & _mm512_cmpeq_epi32_mask(a, pr), zero, g);
+                __m512 v1 = _mm512_maskz_add_ps(m & _mm512_cmpeq_epi32_mask(a, _mm512_add_epi32(pr, _mm512_set1_epi32(1))), zero, g);
+                float *row = gp + (2 * oh + r) * W + 2 * o;
+                _mm512_mask_storeu_ps(row, m0, _mm512_permutex2var_ps(v0, lo, v1));
+                _mm512_mask_storeu_ps(row + 16, m1, _mm512_permutex2var_ps(v0, hi, v1));
+            }
+        }
+}
+#endif
+
 /* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
  * would pass it; everything else gets nothing, as it would get +0 there) */
 static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
@@ -556,11 +605,20 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
     const float *G = y->grad->data, *Y = y->data;
     const int32_t *arg = n->saved;
+    /* non-overlapping 2x2 windows covering the input exactly */
+    bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * y->shape[2] && x->shape[3] == 2 * y->shape[3];
+    (void)exact2x2;
 #pragma omp parallel for schedule(dynamic, 16) if (planes * OP >= (1 << 15))
     for (int64_t pl = 0; pl < planes; pl++) {
         float *gp = gx + pl * HW;
         const float *gy = G + pl * OP, *yy = Y + pl * OP;
         const int32_t *ap = arg + pl * OP;
+#ifdef __AVX512F__
+        if (fresh && exact2x2) {
+            pool2x2_bw_plane(gy, yy, ap, gp, y->shape[2], y->shape[3], relu);
+            continue;
+        }
+#endif
         if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
         if (relu) {
             for (int64_t q = 0; q < OP; q++)

@@ -32,8 +32,8 @@
 #include <string.h>
 
 #include "core/kernel.h"
+#include "ops/cpu/avx512.h"
 
-#define CT_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
 
 /* micro-tile and cache blocking (L1 48 KiB, L2 1 MiB on Zen 5) */
 #define MR 14
@@ -178,36 +178,6 @@ static void panel_round_bf16(float *p, int64_t n) {
 
 /* ---------------------------------------------------------------- packing ---- */
 
-/* in-place transpose of 16 rows of 16 floats */
-CT_AVX512 static inline void tr16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
-        __m512d a2 = _mm512_castps_pd(t[4 * i + 2]), a3 = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-    }
-    /* r[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c */
-    for (int c = 0; c < 4; c++) {
-        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-    }
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
-        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
-    }
-}
-
 static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
 /* Packs rows [0, n) (n <= W, W <= 16 or a multiple of 16) x k in [0, kc) of a matrix X
@@ -237,7 +207,7 @@ CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, i
             __m512 r[16];
             for (int i = 0; i < 16; i++)
                 r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + (g + i) * rs + k0) : _mm512_setzero_ps();
-            tr16(r);
+            ct_tr16(r);
             for (int64_t kk = 0; kk < kr; kk++) _mm512_mask_storeu_ps(dst + (k0 + kk) * W + g, wm, r[kk]);
         }
     }

@@ -1,0 +1,42 @@
+/* AVX-512 helpers shared by the CPU kernels that pick AVX-512 at run time (sgemm.c,
+ * conv_direct.c): functions carry CT_AVX512 so the files build without -mavx512f, and run
+ * only where ct_sgemm_own_available() says the CPU has it.
+ *
+ *   CT_AVX512 static void f(float *p) { __m512 r[16]; ...; ct_tr16(r); ... }          */
+#ifndef CT_OPS_CPU_AVX512_H
+#define CT_OPS_CPU_AVX512_H
+#include <immintrin.h>
+
+#define CT_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
+
+/* in-place transpose of 16 rows of 16 floats */
+CT_AVX512 static inline void ct_tr16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d a2 = _mm512_castps_pd(t[4 * i + 2]), a3 = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+    }
+    /* r[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c */
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+    }
+}
+
+#endif

@@ -21,6 +21,7 @@
  * target("avx512f,avx512vl,fma") so the file builds without -mavx512f;
  * ct_sgemm_own_available is the runtime check. */
 #include "ops/cpu/sgemm.h"
+#include "ops/cpu/sgemm_amx.h"
 #include "ctrain/config.h"
 
 #include <immintrin.h>
@@ -43,6 +44,7 @@
 _Static_assert(NR == CT_SGEMM_NR && KC == CT_SGEMM_KC, "sgemm.h publishes the B micro-panel shape");
 #define MC (MR * 12)
 #define NC (NR * 64)
+_Static_assert(MC * KC * 4 == CT_SGEMM_PA_BYTES && NC * KC * 4 == CT_SGEMM_PB_BYTES, "sgemm_amx.h knows the buffers");
 
 bool ct_sgemm_own_available(void) {
     static int avail = -1;
@@ -243,6 +245,11 @@ CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, i
     }
 }
 
+CT_AVX512 void ct_sgemm_pack_panel_(float *dst, const float *x, int64_t rs, int64_t ks, int n, int W, int64_t kc) {
+    pack_panel(dst, x, rs, ks, n, W, kc);
+}
+CT_AVX512BF16 void ct_sgemm_panel_to_bf16_(float *p, int W, int64_t kc) { panel_to_bf16(p, W, kc); }
+
 CT_AVX512 void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n, int64_t kc) { pack_panel(dst, x, rs, 1, n, NR, kc); }
 
 /* ---------------------------------------------------------------- driver ---- */
@@ -254,7 +261,7 @@ typedef struct {
     const float *A, *B;
     float *C;
     float *pa, *pb;
-    bool bf16;  /* operands rounded to bf16, vdpbf16ps kernel */
+    int bf16;   /* 0 (f32) or the bf16 path: a ct_gemm_bf16_path */
     ct_sgemm_pack_b_fn packb; /* B from a packer (implicit B), not from memory */
     const void *packb_arg;
     int64_t noff;             /* the packer's column of this job's column 0 */
@@ -262,18 +269,6 @@ typedef struct {
 } job;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* the vdpbf16ps kernel only when asked: measured slower than rounded operands on the f32
- * kernel (docs/benchmarks.md), and the two sum in different orders (other bits) */
-static bool use_native_bf16(void) {
-    static int use = -1;
-    int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
-    if (u < 0) {
-        u = ct_sgemm_bf16_native() && ct_config_choice(CT_CFG_GEMM_BF16) == 1 /* native */ ? 1 : 0;
-        __atomic_store_n(&use, u, __ATOMIC_RELAXED);
-    }
-    return u == 1;
-}
 
 /* Implicit B: each B micro-panel is packed by the caller's packer right before the MR-row
  * kernels that use it (it stays in L1; no B matrix in memory, no packed B block). The
@@ -319,7 +314,11 @@ CT_AVX512 static void run(const job *j) {
         run_implicit_b(j);
         return;
     }
-    const bool native = j->bf16 && use_native_bf16();
+    if (j->bf16 == CT_GEMM_BF16_AMX) {
+        ct_sgemm_amx_run_(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A, j->lda, j->B, j->ldb, j->beta, j->C, j->ldc, j->pa, j->pb);
+        return;
+    }
+    const bool native = j->bf16 == CT_GEMM_BF16_NATIVE;
     /* op(A)(i, k) = A[i * ars + k * aks]; op(B)(k, n) = B[k * bks + n * brs] */
     const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
     const int64_t brs = j->tb ? j->ldb : 1, bks = j->tb ? 1 : j->ldb;
@@ -427,7 +426,7 @@ static void buffers(job *j, int id) {
     j->pb = pool[id].pb;
 }
 
-static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, ct_sgemm_pack_b_fn packb, const void *parg,
                  int64_t aseg, int64_t aseg_stride) {
     if (M <= 0 || N <= 0) return;
@@ -450,7 +449,7 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
      * every range, which costs little next to the range's share of the product. An
      * element's arithmetic does not depend on which range it is in, nor on the thread. */
     bool split_n = N >= M || packb; /* a packer's B is split by columns */
-    int64_t unit = split_n ? NR : MR, units = ((split_n ? N : M) + unit - 1) / unit;
+    int64_t unit = split_n ? NR : bf16 == CT_GEMM_BF16_AMX ? 32 : MR, units = ((split_n ? N : M) + unit - 1) / unit;
     if (nt > units) nt = (int)units;
     if (nt > MAX_SLOTS) nt = MAX_SLOTS;
     if (nt < 1) nt = 1;
@@ -502,26 +501,49 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm(0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
-    gemm(false, ta, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, 0, 0);
+    gemm(0, ta, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, 0, 0);
 }
 
 void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
                              ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b_seg needs an AVX-512 CPU");
     CT_CHECK(seg > 0, "ct_sgemm_implicit_b_seg: segment length %lld", (long long)seg);
-    gemm(false, false, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, seg, seg_stride);
+    gemm(0, false, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, seg, seg_stride);
+}
+
+/* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
+ * present (measured fastest, docs/benchmarks.md), else rounding on the f32 kernel (faster than
+ * vdpbf16ps on the CPUs measured); a path the CPU lacks falls back to rounding. Read per call
+ * (no cache), so a program or test may switch paths between GEMMs. */
+ct_gemm_bf16_path ct_sgemm_bf16_path(void) {
+    int c = ct_config_choice(CT_CFG_GEMM_BF16);
+    if ((c == 0 || c == 3) && ct_sgemm_amx_available()) return CT_GEMM_BF16_AMX;
+    if (c == 2 && ct_sgemm_bf16_native()) return CT_GEMM_BF16_NATIVE;
+    return CT_GEMM_BF16_ROUNDED;
+}
+
+bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path) {
+    if (!ct_sgemm_own_available()) return false;
+    return path == CT_GEMM_BF16_ROUNDED || (path == CT_GEMM_BF16_NATIVE && ct_sgemm_bf16_native()) ||
+           (path == CT_GEMM_BF16_AMX && ct_sgemm_amx_available());
+}
+
+void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    CT_CHECK(ct_sgemm_bf16_path_available(path), "ct_sgemm_bf16_on: bf16 GEMM path %d is not available on this CPU", (int)path);
+    gemm((int)path, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm(true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

@@ -135,6 +135,36 @@ CT_TEST(bf16_gemm_same_bits_any_thread_count) {
     }
 }
 
+/* operands stored as bf16 (ct_sgemm_bf16_ex) give the bits of their f32 copies, for each
+ * transpose and each mix of storage, odd K included */
+CT_TEST(bf16_gemm_reads_bf16_storage) {
+    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    CT_ASSERT(ct_kernels_reserve(2) == CT_OK);
+    const int64_t M = 45, N = 70, K = 91;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *C1 = malloc(sizeof(float) * M * N),
+          *C2 = malloc(sizeof(float) * M * N);
+    uint16_t *Ah = malloc(2 * M * K), *Bh = malloc(2 * K * N);
+    fill(A, M * K, 11, false);
+    fill(B, K * N, 12, false);
+    for (int64_t i = 0; i < M * K; i++) A[i] = bf16_round(A[i]);
+    for (int64_t i = 0; i < K * N; i++) B[i] = bf16_round(B[i]);
+    ct_convert(Ah, CT_BF16, A, CT_F32, (size_t)(M * K));
+    ct_convert(Bh, CT_BF16, B, CT_F32, (size_t)(K * N));
+    omp_set_num_threads(2);
+    for (int t = 0; t < 4; t++)
+        for (int h = 1; h < 4; h++) {
+            bool ta = t & 1, tb = t & 2;
+            int64_t lda = ta ? M : K, ldb = tb ? K : N;
+            fill(C1, M * N, 13, false);
+            memcpy(C2, C1, sizeof(float) * M * N);
+            ct_sgemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C1, N);
+            ct_sgemm_bf16_ex(ta, tb, M, N, K, 1.0f, h & 1 ? (const void *)Ah : A, h & 1, lda, h & 2 ? (const void *)Bh : B, h & 2, ldb, 1.0f,
+                             C2, N);
+            CT_EXPECTF(memcmp(C1, C2, sizeof(float) * M * N) == 0, "ta %d tb %d, bf16 A %d B %d", ta, tb, h & 1, h >> 1);
+        }
+    free(A), free(B), free(C1), free(C2), free(Ah), free(Bh);
+}
+
 /* CTRAIN_GEMM_BF16 picks the path, read at each call; a path the CPU lacks falls back to
  * rounded, and ct_sgemm_bf16 gives that path's bits */
 CT_TEST(bf16_gemm_path_from_environment) {

@@ -10,7 +10,7 @@
 
 #include "ctrain/core.h"
 
-/* true when the CPU (and OS) support AVX-512F, i.e. ct_sgemm_own can run */
+/* true when the CPU (and OS) support AVX-512 F and BW, i.e. ct_sgemm_own can run */
 bool ct_sgemm_own_available(void);
 
 /* Packing buffers for up to nthreads GEMM threads (registered with core, which calls it from
@@ -40,6 +40,10 @@ void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* The same with A and/or B stored as bf16 (uint16_t, a_bf16 / b_bf16; lda, ldb in elements):
+ * read as they are, no f32 copy — the same bits as ct_sgemm_bf16 on f32 copies */
+void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
+                      const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* Implicit B (convolution without an im2col matrix): C = op(A) B + beta C where B exists
  * only as a packer: pack(arg, dst, n0, n, k0, kc) writes B(k0 + k, n0 + c) to

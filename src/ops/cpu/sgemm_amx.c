@@ -56,7 +56,7 @@ static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 /* A rows [m0, m0 + mc) x k [pc, pc + kc) into dst: per 16-row group t and 32-k chunk kb,
  * a 16 x 32 bf16 tile at dst + (t * nkb + kb) * 512; zeros past M (up to mc rounded to 32)
  * and past kc */
-CT_AMX static void pack_a(uint16_t *dst, const float *A, int64_t ars, int64_t aks, int64_t rows, int64_t mcp, int64_t kc, int64_t nkb) {
+CT_AMX static void pack_a(uint16_t *dst, const void *A, bool ah, int64_t aoff, int64_t ars, int64_t aks, int64_t rows, int64_t mcp, int64_t kc, int64_t nkb) {
     _Alignas(64) float tmp[16][32];
     for (int64_t t = 0; t < mcp / 16; t++) {
         int r = (int)imin(16, rows - 16 * t);
@@ -64,7 +64,7 @@ CT_AMX static void pack_a(uint16_t *dst, const float *A, int64_t ars, int64_t ak
             int kn = (int)imin(32, kc - 32 * kb);
             uint16_t *d = dst + (t * nkb + kb) * 512;
             if (r > 0 && kn > 0) /* element (row i, k) is tmp[i][k]: pack_panel's rows are our k */
-                ct_sgemm_pack_panel_(&tmp[0][0], A + 16 * t * ars + 32 * kb * aks, aks, ars, kn, 32, r);
+                ct_sgemm_pack_panel_(&tmp[0][0], A, ah, aoff + 16 * t * ars + 32 * kb * aks, aks, ars, kn, 32, r);
             for (int i = 0; i < 16; i++) {
                 __m512i v = _mm512_setzero_si512();
                 if (i < r && kn > 0) v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(&tmp[i][16]), _mm512_load_ps(&tmp[i][0]));
@@ -110,8 +110,8 @@ CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, c
     _tile_stored(3, &t[16][16], 128);
 }
 
-CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                              const float *B, int64_t ldb, float beta, float *C, int64_t ldc, void *pa_, void *pb_) {
+CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
+                              const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, void *pa_, void *pb_) {
     uint16_t *pa = pa_;
     float *pb = pb_;
     const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
@@ -130,14 +130,14 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
             for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + 32 * p;
                 float *bp = pb + p * 32 * kcp;
-                ct_sgemm_pack_panel_(bp, B + n0 * brs + pc * bks, brs, bks, (int)imin(32, N - n0), 32, kc);
+                ct_sgemm_pack_panel_(bp, B, bh, n0 * brs + pc * bks, brs, bks, (int)imin(32, N - n0), 32, kc);
                 ct_sgemm_panel_to_bf16_(bp, 32, kc);
                 for (int64_t kp = (kc + 1) / 2; kp < kcp / 2; kp++) _mm512_storeu_si512((void *)(bp + kp * 32), _mm512_setzero_si512()),
                                                                      _mm512_storeu_si512((void *)(bp + kp * 32 + 16), _mm512_setzero_si512());
             }
             for (int64_t ic = 0; ic < M; ic += MCA) {
                 int64_t mc = imin(MCA, M - ic), mcp = (mc + 31) / 32 * 32;
-                pack_a(pa, A + ic * ars + pc * aks, ars, aks, mc, mcp, kc, nkb);
+                pack_a(pa, A, ah, ic * ars + pc * aks, ars, aks, mc, mcp, kc, nkb);
                 for (int64_t jr = 0; jr < npan; jr++) /* the B panel (<= 32 KiB) stays in L1 */
                     for (int64_t ir = 0; ir < mcp / 32; ir++) {
                         int64_t i0 = ic + 32 * ir, n0 = jc + 32 * jr;

@@ -9,12 +9,17 @@
  * input/output; its backward (ct_bw_lowp) makes f32 copies again, in backward scratch.
  * Gradient buffers stay f32; a low-precision tensor's gradient is rounded to its dtype
  * before the op that produced it consumes it, which is the value PyTorch's bf16/f16
- * gradient would hold. */
+ * gradient would hold.
+ *
+ * Matmul and linear in a bf16 run skip the copies (ct_ac_reads_bf16): the bf16 GEMM reads
+ * bf16 storage itself, widening it in its packers, so they see the same values (the same
+ * bits) without the f32 copies' memory traffic, forward and backward. */
 #include <stdint.h>
 #include <string.h>
 
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
+#include "ops/cpu/sgemm.h"
 
 static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t->dtype == CT_F16); }
 
@@ -37,6 +42,13 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
             ct_convert(x + i, CT_F32, buf, CT_F16, m);
         }
     }
+}
+
+bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
+
+/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16 */
+static bool direct(int op, ct_dtype run) {
+    return run == CT_BF16 && (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16();
 }
 
 /* ---- cast ---- */
@@ -120,7 +132,7 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
     }
     f->mark = ct_ctx_temp_begin_(ctx);
     f->prev_run = ct_ctx_set_lowp_run_(ctx, lp);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !direct(op, lp); i++) {
         ct_tensor *t = f->orig[i];
         if (!is_lowp(t)) continue;
         ct_tensor *c = f32_copy(ctx, t);
@@ -166,6 +178,13 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     ct_node s = *n;
     s.op = row;
     ct_tensor *o = n->out;
+    if (direct((int)(row - ct_op_table), o->dtype)) { /* reads its bf16 inputs; never its output's values */
+        round_to(o->grad->data, ct_numel(o), o->dtype);
+        ct_dtype prev = ct_ctx_set_lowp_run_(ctx, o->dtype);
+        row->backward(ctx, &s);
+        ct_ctx_set_lowp_run_(ctx, prev);
+        return;
+    }
     if (is_lowp(o)) {
         round_to(o->grad->data, ct_numel(o), o->dtype);
         s.out = f32_copy(ctx, o);

@@ -63,6 +63,13 @@ CT_AMX static void pack_a(uint16_t *dst, const void *A, bool ah, int64_t aoff, i
         for (int64_t kb = 0; kb < nkb; kb++) {
             int kn = (int)imin(32, kc - 32 * kb);
             uint16_t *d = dst + (t * nkb + kb) * 512;
+            if (ah && aks == 1) { /* bf16 rows contiguous in k: already the tile's rows */
+                const uint16_t *src = (const uint16_t *)A + aoff + 16 * t * ars + 32 * kb;
+                __mmask32 km = kn >= 32 ? (__mmask32)~0u : (__mmask32)((1u << kn) - 1);
+                for (int i = 0; i < 16; i++)
+                    _mm512_store_si512((void *)(d + 32 * i), i < r ? _mm512_maskz_loadu_epi16(km, src + i * ars) : _mm512_setzero_si512());
+                continue;
+            }
             if (r > 0 && kn > 0) /* element (row i, k) is tmp[i][k]: pack_panel's rows are our k */
                 ct_sgemm_pack_panel_(&tmp[0][0], A, ah, aoff + 16 * t * ars + 32 * kb * aks, aks, ars, kn, 32, r);
             for (int i = 0; i < 16; i++) {
@@ -72,6 +79,30 @@ CT_AMX static void pack_a(uint16_t *dst, const void *A, bool ah, int64_t aoff, i
             }
         }
     }
+}
+
+/* B panel [kp][32] of bf16 pairs straight from bf16 storage, or false (the caller packs
+ * through f32): op(B)(k, n) = B[off + k * bks + n * brs], columns [0, nv), k [0, kc) */
+CT_AMX static bool pack_b_bf16(uint32_t *dst, const uint16_t *B, int64_t off, int64_t brs, int64_t bks, int nv, int64_t kc) {
+    if (brs == 1) { /* rows k contiguous in n: interleave rows 2kp and 2kp + 1 */
+        const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35,
+                                            3, 34, 2, 33, 1, 32, 0);
+        const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+        __mmask32 nm = nv >= 32 ? (__mmask32)~0u : (__mmask32)((1u << nv) - 1);
+        for (int64_t kp = 0; kp < (kc + 1) / 2; kp++) {
+            __m512i r0 = _mm512_maskz_loadu_epi16(nm, B + off + 2 * kp * bks);
+            __m512i r1 = 2 * kp + 1 < kc ? _mm512_maskz_loadu_epi16(nm, B + off + (2 * kp + 1) * bks) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(dst + 32 * kp), _mm512_permutex2var_epi16(r0, lo, r1));
+            _mm512_storeu_si512((void *)(dst + 32 * kp + 16), _mm512_permutex2var_epi16(r0, hi, r1));
+        }
+        return true;
+    }
+    /* rows n contiguous in k: each pair (2kp, 2kp + 1) is one 32-bit word, so the panel is
+     * the transpose of a 32-bit matrix (sgemm.c's f32 transposing packer moves bits only);
+     * needs whole pairs: even kc, row stride and offset */
+    if (bks != 1 || kc % 2 || brs % 2 || off % 2) return false;
+    ct_sgemm_pack_panel_((float *)dst, (const float *)B, false, off / 2, brs / 2, 1, nv, 32, kc / 2);
+    return true;
 }
 
 /* C[0:mr, 0:nr] from the 32 x 32 sums t per mode (0: alpha t; 1: alpha t + C; 2: alpha t + beta C) */
@@ -130,8 +161,11 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
             for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + 32 * p;
                 float *bp = pb + p * 32 * kcp;
-                ct_sgemm_pack_panel_(bp, B, bh, n0 * brs + pc * bks, brs, bks, (int)imin(32, N - n0), 32, kc);
-                ct_sgemm_panel_to_bf16_(bp, 32, kc);
+                int nv = (int)imin(32, N - n0);
+                if (!bh || !pack_b_bf16((uint32_t *)bp, B, n0 * brs + pc * bks, brs, bks, nv, kc)) {
+                    ct_sgemm_pack_panel_(bp, B, bh, n0 * brs + pc * bks, brs, bks, nv, 32, kc);
+                    ct_sgemm_panel_to_bf16_(bp, 32, kc);
+                }
                 for (int64_t kp = (kc + 1) / 2; kp < kcp / 2; kp++) _mm512_storeu_si512((void *)(bp + kp * 32), _mm512_setzero_si512()),
                                                                      _mm512_storeu_si512((void *)(bp + kp * 32 + 16), _mm512_setzero_si512());
             }

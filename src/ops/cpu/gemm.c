@@ -1,6 +1,8 @@
 /* matmul and linear on sgemm (ops/cpu/blas.h: ctrain's AVX-512 kernel or OpenBLAS). Transposes
  * are GEMM flags: nothing is copied, forward or backward. Backward accumulates with beta = 1 straight into the gradients
- * (for a parameter that is its slice of the flat gradient buffer). */
+ * (for a parameter that is its slice of the flat gradient buffer); an input gradient the
+ * GEMM creates (ct_grad_acc_fresh) is written with beta = 0 instead of zeroed first and
+ * read back (the same bits: the GEMM's sums are never -0, so adding them to +0 changes nothing). */
 #include <string.h>
 
 #include "ops/op_table.h"
@@ -69,16 +71,18 @@ void ct_bw_matmul(ct_ctx *ctx, ct_node *n) {
     int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     const float *dC = n->out->grad->data;
-    float *dA = ct_grad_acc(ctx, n->in[0]), *dB = ct_grad_acc(ctx, n->in[1]);
+    bool fa, fb;
+    float *dA = ct_grad_acc_fresh(ctx, n->in[0], &fa), *dB = ct_grad_acc_fresh(ctx, n->in[1], &fb);
+    const float ba = fa ? 0.0f : 1.0f, bb = fb ? 0.0f : 1.0f;
     for (int64_t i = 0; i < batch; i++) {
         operand Ai = opnd(n->in[0], i * M * K), Bi = opnd(n->in[1], i * K * N), dCi = f32op(dC + i * M * N);
         if (dA) {
-            if (!ta) gemm(false, !tb, M, K, N, dCi, Bi, dA + i * M * K, 1.0f);  /* dA = dC op(B)^T */
-            else gemm(tb, true, K, M, N, Bi, dCi, dA + i * M * K, 1.0f);        /* dA = op(B) dC^T */
+            if (!ta) gemm(false, !tb, M, K, N, dCi, Bi, dA + i * M * K, ba);  /* dA = dC op(B)^T */
+            else gemm(tb, true, K, M, N, Bi, dCi, dA + i * M * K, ba);        /* dA = op(B) dC^T */
         }
         if (dB) {
-            if (!tb) gemm(!ta, false, K, N, M, Ai, dCi, dB + i * K * N, 1.0f);  /* dB = op(A)^T dC */
-            else gemm(true, ta, N, K, M, dCi, Ai, dB + i * K * N, 1.0f);        /* dB = dC^T op(A) */
+            if (!tb) gemm(!ta, false, K, N, M, Ai, dCi, dB + i * K * N, bb);  /* dB = op(A)^T dC */
+            else gemm(true, ta, N, K, M, dCi, Ai, dB + i * K * N, bb);        /* dB = dC^T op(A) */
         }
     }
 }
@@ -117,10 +121,11 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
     const float *dY = n->out->grad->data;
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
-    float *dX = ct_grad_acc(ctx, n->in[0]), *dW = ct_grad_acc(ctx, n->in[1]);
+    bool fx, fw;
+    float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
-    if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, 1.0f);
-    if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, 1.0f);
+    if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
+    if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
     if (dB)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < out; j++) dB[j] += dY[r * out + j];

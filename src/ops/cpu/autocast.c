@@ -27,11 +27,11 @@ static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t-
 static void round_to(float *x, int64_t n, ct_dtype dt) {
     if (dt == CT_BF16) {
 #pragma omp parallel for if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n; i++) { /* branch-free, so that it vectorises */
             uint32_t u;
             memcpy(&u, &x[i], 4);
-            if ((u & 0x7fffffffu) > 0x7f800000u) continue; /* NaN stays NaN */
-            u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            u = (u & 0x7fffffffu) > 0x7f800000u ? u : r; /* NaN stays NaN */
             memcpy(&x[i], &u, 4);
         }
     } else if (dt == CT_F16) {
@@ -49,6 +49,21 @@ bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 /* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16 */
 static bool direct(int op, ct_dtype run) {
     return run == CT_BF16 && (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16();
+}
+
+/* Which values an op's backward reads (bit i: input i, READS_OUT: the output), beyond shapes
+ * and gradients: ct_bw_lowp copies only those to f32; the others it hands over as the
+ * low-precision tensors they are. Ops not listed read everything. */
+#define READS_OUT (1u << 31)
+static unsigned bw_reads(int op) {
+    switch (op) {
+    case CT_OP_ADD: case CT_OP_SCALE: case CT_OP_RESHAPE: case CT_OP_CONTIGUOUS: case CT_OP_SPLIT_HEADS: case CT_OP_MERGE_HEADS:
+        return 0;
+    case CT_OP_GELU:
+        return 1u; /* its input */
+    default:
+        return ~0u;
+    }
 }
 
 /* ---- cast ---- */
@@ -178,22 +193,17 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     ct_node s = *n;
     s.op = row;
     ct_tensor *o = n->out;
-    if (direct((int)(row - ct_op_table), o->dtype)) { /* reads its bf16 inputs; never its output's values */
-        round_to(o->grad->data, ct_numel(o), o->dtype);
-        ct_dtype prev = ct_ctx_set_lowp_run_(ctx, o->dtype);
-        row->backward(ctx, &s);
-        ct_ctx_set_lowp_run_(ctx, prev);
-        return;
-    }
-    if (is_lowp(o)) {
-        round_to(o->grad->data, ct_numel(o), o->dtype);
+    int op = (int)(row - ct_op_table);
+    unsigned reads = direct(op, o->dtype) ? 0 : bw_reads(op); /* direct: reads the bf16 tensors themselves */
+    if (is_lowp(o)) round_to(o->grad->data, ct_numel(o), o->dtype);
+    if (is_lowp(o) && (reads & READS_OUT)) {
         s.out = f32_copy(ctx, o);
         s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;
         s.out->grad = o->grad;
     }
     for (int i = 0; i < n->nin; i++) {
         ct_tensor *t = n->in[i];
-        if (!is_lowp(t)) continue;
+        if (!is_lowp(t) || !(reads >> i & 1u)) continue;
         ct_tensor *c = f32_copy(ctx, t);
         c->flags = t->flags & CT_TF_REQUIRES_GRAD;
         if (c->flags) { ct_grad_acc(ctx, t); c->grad = t->grad; }

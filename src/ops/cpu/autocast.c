@@ -194,8 +194,10 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     s.op = row;
     ct_tensor *o = n->out;
     int op = (int)(row - ct_op_table);
-    unsigned reads = direct(op, o->dtype) ? 0 : bw_reads(op); /* direct: reads the bf16 tensors themselves */
-    if (is_lowp(o)) round_to(o->grad->data, ct_numel(o), o->dtype);
+    bool dir = direct(op, o->dtype);
+    unsigned reads = dir ? 0 : bw_reads(op); /* direct: reads the bf16 tensors themselves */
+    /* a direct op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum) */
+    if (is_lowp(o) && !dir) round_to(o->grad->data, ct_numel(o), o->dtype);
     if (is_lowp(o) && (reads & READS_OUT)) {
         s.out = f32_copy(ctx, o);
         s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;

@@ -126,7 +126,19 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
     if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
-    if (dB)
+    if (dB && bf16) /* dY as the bf16 gradient it stands for (autocast leaves the rounding to this op) */
+        for (int64_t r = 0; r < rows; r++)
+#pragma omp simd
+            for (int64_t j = 0; j < out; j++) {
+                uint32_t u;
+                memcpy(&u, &dY[r * out + j], 4);
+                uint32_t q = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+                u = (u & 0x7fffffffu) > 0x7f800000u ? u : q;
+                float v;
+                memcpy(&v, &u, 4);
+                dB[j] += v;
+            }
+    else if (dB)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < out; j++) dB[j] += dY[r * out + j];
 }

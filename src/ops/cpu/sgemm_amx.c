@@ -70,6 +70,18 @@ CT_AMX static void pack_a(uint16_t *dst, const void *A, bool ah, int64_t aoff, i
                     _mm512_store_si512((void *)(d + 32 * i), i < r ? _mm512_maskz_loadu_epi16(km, src + i * ars) : _mm512_setzero_si512());
                 continue;
             }
+            if (!ah && aks == 1) { /* f32 rows contiguous in k: round 32 at a time */
+                const float *src = (const float *)A + aoff + 16 * t * ars + 32 * kb;
+                __mmask16 m0 = kn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << kn) - 1);
+                __mmask16 m1 = kn >= 32 ? (__mmask16)0xFFFF : kn <= 16 ? 0 : (__mmask16)((1u << (kn - 16)) - 1);
+                for (int i = 0; i < 16; i++) {
+                    __m512i v = _mm512_setzero_si512();
+                    if (i < r)
+                        v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, src + i * ars + 16), _mm512_maskz_loadu_ps(m0, src + i * ars));
+                    _mm512_store_si512((void *)(d + 32 * i), v);
+                }
+                continue;
+            }
             if (r > 0 && kn > 0) /* element (row i, k) is tmp[i][k]: pack_panel's rows are our k */
                 ct_sgemm_pack_panel_(&tmp[0][0], A, ah, aoff + 16 * t * ars + 32 * kb * aks, aks, ars, kn, 32, r);
             for (int i = 0; i < 16; i++) {

@@ -15,9 +15,10 @@
  * order, so the result does not depend on the thread count. Without the own kernel (no
  * AVX-512, CTRAIN_GEMM=openblas) heads run one after the other on the threaded BLAS
  * (OpenBLAS is not entered from several OpenMP threads at once).
- * In a bf16 run (autocast) the tile GEMMs are bf16 GEMMs (ct_sgemm_bf16: AMX where present):
- * q, k, v, dO hold bf16 values already, and P, dS are rounded to bf16 as they enter their
- * products, as PyTorch's CPU flash kernel does for bf16; sums stay f32.
+ * In a bf16 run (autocast) on a CPU with AMX-BF16 the tile GEMMs are AMX bf16 GEMMs: q, k,
+ * v, dO hold bf16 values already, and P, dS are rounded to bf16 as they enter their
+ * products, as PyTorch's CPU flash kernel does for bf16; sums stay f32. Elsewhere the bf16
+ * GEMM is no faster than the f32 one, so the tiles stay f32.
  * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
  * diagonal are skipped. */
 #include <math.h>
@@ -34,7 +35,7 @@ enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
 
 static int own_gemm(const ct_ctx *ctx) {
     if (!ct_sgemm_own_available() || ct_config_choice(CT_CFG_GEMM) == 1 /* openblas */) return 0;
-    return ct_ctx_lowp_run_(ctx) == CT_BF16 ? 2 : 1;
+    return ct_ctx_lowp_run_(ctx) == CT_BF16 && ct_sgemm_bf16_path() == CT_GEMM_BF16_AMX ? 2 : 1;
 }
 /* C = alpha op(A) op(B) + beta C on one thread (own kernel; the bf16 GEMM in a bf16 run, own
  * == 2) or the threaded BLAS */

@@ -22,9 +22,9 @@
 
 #define CT_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512bf16,fma")))
 
-#define KCA 512  /* multiple of 32 (one tile's k) */
-#define MCA 128  /* multiple of 32; MCA x KCA bf16 within sgemm.c's A buffer */
-#define NCA 1024 /* NCA x KCA f32 within sgemm.c's B buffer (packed as f32 first) */
+#define KCA 256  /* multiple of 32 (one tile's k) */
+#define MCA 256  /* multiple of 32; MCA x KCA bf16 within sgemm.c's A buffer */
+#define NCA 2048 /* NCA x KCA f32 within sgemm.c's B buffer (packed as f32 first) */
 _Static_assert(KCA % 32 == 0 && MCA % 32 == 0 && NCA % 32 == 0, "tile multiples");
 _Static_assert(MCA * KCA * 2 <= CT_SGEMM_PA_BYTES && NCA * KCA * 4 <= CT_SGEMM_PB_BYTES, "AMX blocks fit the packing buffers");
 

@@ -126,19 +126,17 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
     if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
-    if (dB && bf16) /* dY as the bf16 gradient it stands for (autocast leaves the rounding to this op) */
+    if (dB && bf16) { /* dY as the bf16 gradient it stands for (autocast leaves the rounding to this op) */
+        uint16_t h[512];
+        float v[512];
         for (int64_t r = 0; r < rows; r++)
-#pragma omp simd
-            for (int64_t j = 0; j < out; j++) {
-                uint32_t u;
-                memcpy(&u, &dY[r * out + j], 4);
-                uint32_t q = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-                u = (u & 0x7fffffffu) > 0x7f800000u ? u : q;
-                float v;
-                memcpy(&v, &u, 4);
-                dB[j] += v;
+            for (int64_t j0 = 0; j0 < out; j0 += 512) {
+                size_t m = (size_t)(out - j0 < 512 ? out - j0 : 512);
+                ct_convert(h, CT_BF16, dY + r * out + j0, CT_F32, m); /* vectorised round trip */
+                ct_convert(v, CT_F32, h, CT_BF16, m);
+                for (size_t j = 0; j < m; j++) dB[j0 + j] += v[j];
             }
-    else if (dB)
+    } else if (dB)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < out; j++) dB[j] += dY[r * out + j];
 }

@@ -4,7 +4,9 @@
  *
  *   build/bench/gemm_bench            model shapes, 1 and 2 threads
  *   build/bench/gemm_bench small      small cubes (the dispatch crossover), 1 thread
- *   build/bench/gemm_bench THREADS    model shapes, that thread count only */
+ *   build/bench/gemm_bench THREADS    model shapes, that thread count only
+ *   build/bench/gemm_bench bf16 [THREADS]  the bf16 GEMM's paths (ct_sgemm_bf16_on: rounded,
+ *                                     AVX-512 BF16, AMX) next to the f32 kernel: cubes and GPT shapes */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,9 +57,12 @@ static float *rnd(size_t n) {
     return p;
 }
 
+static int bf16_path; /* > 0: call() runs ct_sgemm_bf16_on(bf16_path) instead of the f32 kernel */
+
 static void call(int own, const shape *s, const float *A, const float *B, float *C) {
     int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
-    if (own) ct_sgemm_own(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 1.0f, C, s->N);
+    if (bf16_path) ct_sgemm_bf16_on((ct_gemm_bf16_path)bf16_path, s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 1.0f, C, s->N);
+    else if (own) ct_sgemm_own(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 1.0f, C, s->N);
     else
         cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M, s->N, s->K, 1.0f, A,
                     lda, B, ldb, 1.0f, C, s->N);
@@ -103,6 +108,28 @@ int main(int argc, char **argv) {
                 double o = gflops(1, &s), b = gflops(0, &s);
                 printf("%-6d %c%c       %9.1f %9.1f %6.2fx\n", ns[i], t & 1 ? 'T' : 'N', t >> 1 ? 'T' : 'N', o, b, o / b);
             }
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "bf16")) {
+        ct_set_num_threads(argc > 2 ? atoi(argv[2]) : 1);
+        const shape cubes[] = {{"cube 768", 0, 0, 768, 768, 768},     {"cube 1024", 0, 0, 1024, 1024, 1024},
+                               {"cube 1024 NT", 0, 1, 1024, 1024, 1024}, {"GPT qkv fwd", 0, 1, 2048, 768, 256},
+                               {"GPT mlp proj fwd", 0, 1, 2048, 256, 1024}, {"GPT mlp fc dW", 1, 0, 1024, 256, 2048},
+                               {"attn S = Q K^T", 0, 1, 256, 256, 32}};
+        printf("%d thread(s); GFLOP/s, best of 3\n%-18s %-2s %5s %5s %5s %8s %8s %8s %8s %6s\n", ct_get_num_threads(), "shape", "op", "M",
+               "N", "K", "f32", "rounded", "native", "amx", "amx/f32");
+        for (size_t i = 0; i < sizeof cubes / sizeof cubes[0]; i++) {
+            const shape *s = &cubes[i];
+            double g[4];
+            for (int p = 0; p < 4; p++) {
+                bf16_path = p;
+                g[p] = p == 0 || ct_sgemm_bf16_path_available((ct_gemm_bf16_path)p) ? gflops(1, s) : 0;
+            }
+            bf16_path = 0;
+            printf("%-18s %c%c %5d %5d %5d %8.1f %8.1f %8.1f %8.1f %5.2fx\n", s->what, s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->M, s->N,
+                   s->K, g[0], g[1], g[2], g[3], g[3] / g[0]);
+            fflush(stdout);
+        }
         return 0;
     }
     int t0 = 1, t1 = 2;

@@ -60,9 +60,11 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                               "0: reduce gradients through staging slots instead of in place in shared memory"},
     [CT_CFG_GEMM] = {"CTRAIN_GEMM", CT_CFG_CHOICE, "auto", 0, 0, "auto|openblas", NULL, 0,
                      "openblas: every GEMM through OpenBLAS instead of ctrain's AVX-512 kernel"},
-    [CT_CFG_GEMM_BF16] = {"CTRAIN_GEMM_BF16", CT_CFG_CHOICE, "rounded", 0, 0, "rounded|native", NULL, 0,
-                          "bf16 GEMMs: operands rounded to bf16 on the f32 kernel, or native: AVX-512 BF16 vdpbf16ps "
-                          "(other bits; slower than rounded on the machines measured, docs/benchmarks.md)"},
+    [CT_CFG_GEMM_BF16] = {"CTRAIN_GEMM_BF16", CT_CFG_CHOICE, "auto", 0, 0, "auto|rounded|native|amx", NULL, 0,
+                          "bf16 GEMMs: auto takes AMX-BF16 tiles where the CPU has them, else rounded: operands "
+                          "rounded to bf16 on the f32 kernel; native: AVX-512 BF16 vdpbf16ps (slower than rounded "
+                          "on the machines measured); amx forces AMX (rounded where absent). Each path sums in its "
+                          "own order (other bits); docs/benchmarks.md"},
     [CT_CFG_OMP_NUM_THREADS] = {"OMP_NUM_THREADS", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, L | CT_CFG_LIST,
                                 "threads per rank (default cores / local ranks; ctrain run sets that when unset)"},
     [CT_CFG_DATA_DIR] = {"CTRAIN_DATA_DIR", CT_CFG_STRING, "/usr/share/datasets/fashion-mnist", 0, 0, NULL, NULL, 0,

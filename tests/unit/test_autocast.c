@@ -42,7 +42,9 @@ static double norm_err(const ct_tensor *a, const ct_tensor *b) {
     return d / mx;
 }
 
-static void autocast_case(ct_model_kind kind, ct_dtype dt) {
+/* flash: the GPT with fused attention (its bf16 tile GEMMs round P and dS) against the same
+ * PyTorch fixture */
+static void autocast_case(ct_model_kind kind, ct_dtype dt, bool flash) {
     char name[64], p[256];
     const char *kn = ct_model_kind_name(kind);
     snprintf(name, sizeof name, "autocast_%s_%s", kn, ct_dtype_name(dt));
@@ -52,6 +54,10 @@ static void autocast_case(ct_model_kind kind, ct_dtype dt) {
     snprintf(p, sizeof p, FIX "model_%s.ref.safetensors", kn);
     CT_ASSERT(ct_st_open(p, &mf) == CT_OK);
     ct_model_config cfg = config_from_fixture(kind, mf);
+    if (flash) {
+        cfg.gpt.flash_attention = true;
+        strcat(name, "_flash");
+    }
     ct_model *m;
     CT_ASSERT(ct_model_create(&cfg, 7, &m) == CT_OK);
     snprintf(p, sizeof p, FIX "model_%s.weights.safetensors", kn);
@@ -94,10 +100,11 @@ static void autocast_case(ct_model_kind kind, ct_dtype dt) {
     ct_st_close(mf);
 }
 
-CT_TEST(mlp_bf16_vs_torch_autocast) { autocast_case(CT_MODEL_MLP, CT_BF16); }
-CT_TEST(cnn_bf16_vs_torch_autocast) { autocast_case(CT_MODEL_CNN, CT_BF16); }
-CT_TEST(gpt_bf16_vs_torch_autocast) { autocast_case(CT_MODEL_GPT, CT_BF16); }
-CT_TEST(mlp_f16_vs_torch_autocast) { autocast_case(CT_MODEL_MLP, CT_F16); }
+CT_TEST(mlp_bf16_vs_torch_autocast) { autocast_case(CT_MODEL_MLP, CT_BF16, false); }
+CT_TEST(cnn_bf16_vs_torch_autocast) { autocast_case(CT_MODEL_CNN, CT_BF16, false); }
+CT_TEST(gpt_bf16_vs_torch_autocast) { autocast_case(CT_MODEL_GPT, CT_BF16, false); }
+CT_TEST(gpt_flash_bf16_vs_torch_autocast) { autocast_case(CT_MODEL_GPT, CT_BF16, true); }
+CT_TEST(mlp_f16_vs_torch_autocast) { autocast_case(CT_MODEL_MLP, CT_F16, false); }
 
 static ct_tensor *randn(ct_ctx *ctx, int nd, const int64_t *shape, uint32_t seed) {
     ct_tensor *t = ct_new(ctx, CT_F32, nd, shape);

@@ -9,12 +9,17 @@
  * input/output; its backward (ct_bw_lowp) makes f32 copies again, in backward scratch.
  * Gradient buffers stay f32; a low-precision tensor's gradient is rounded to its dtype
  * before the op that produced it consumes it, which is the value PyTorch's bf16/f16
- * gradient would hold. */
+ * gradient would hold.
+ *
+ * Matmul and linear in a bf16 run skip the copies (ct_ac_reads_bf16): the bf16 GEMM reads
+ * bf16 storage itself, widening it in its packers, so they see the same values (the same
+ * bits) without the f32 copies' memory traffic, forward and backward. */
 #include <stdint.h>
 #include <string.h>
 
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
+#include "ops/cpu/sgemm.h"
 
 static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t->dtype == CT_F16); }
 
@@ -22,11 +27,11 @@ static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t-
 static void round_to(float *x, int64_t n, ct_dtype dt) {
     if (dt == CT_BF16) {
 #pragma omp parallel for if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n; i++) { /* branch-free, so that it vectorises */
             uint32_t u;
             memcpy(&u, &x[i], 4);
-            if ((u & 0x7fffffffu) > 0x7f800000u) continue; /* NaN stays NaN */
-            u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            u = (u & 0x7fffffffu) > 0x7f800000u ? u : r; /* NaN stays NaN */
             memcpy(&x[i], &u, 4);
         }
     } else if (dt == CT_F16) {
@@ -36,6 +41,28 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
             ct_convert(buf, CT_F16, x + i, CT_F32, m);
             ct_convert(x + i, CT_F32, buf, CT_F16, m);
         }
+    }
+}
+
+bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
+
+/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16 */
+static bool direct(int op, ct_dtype run) {
+    return run == CT_BF16 && (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16();
+}
+
+/* Which values an op's backward reads (bit i: input i, READS_OUT: the output), beyond shapes
+ * and gradients: ct_bw_lowp copies only those to f32; the others it hands over as the
+ * low-precision tensors they are. Ops not listed read everything. */
+#define READS_OUT (1u << 31)
+static unsigned bw_reads(int op) {
+    switch (op) {
+    case CT_OP_ADD: case CT_OP_SCALE: case CT_OP_RESHAPE: case CT_OP_CONTIGUOUS: case CT_OP_SPLIT_HEADS: case CT_OP_MERGE_HEADS:
+        return 0;
+    case CT_OP_GELU:
+        return 1u; /* its input */
+    default:
+        return ~0u;
     }
 }
 
@@ -120,7 +147,7 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
     }
     f->mark = ct_ctx_temp_begin_(ctx);
     f->prev_run = ct_ctx_set_lowp_run_(ctx, lp);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !direct(op, lp); i++) {
         ct_tensor *t = f->orig[i];
         if (!is_lowp(t)) continue;
         ct_tensor *c = f32_copy(ctx, t);
@@ -166,15 +193,19 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     ct_node s = *n;
     s.op = row;
     ct_tensor *o = n->out;
-    if (is_lowp(o)) {
-        round_to(o->grad->data, ct_numel(o), o->dtype);
+    int op = (int)(row - ct_op_table);
+    bool dir = direct(op, o->dtype);
+    unsigned reads = dir ? 0 : bw_reads(op); /* direct: reads the bf16 tensors themselves */
+    /* a direct op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum) */
+    if (is_lowp(o) && !dir) round_to(o->grad->data, ct_numel(o), o->dtype);
+    if (is_lowp(o) && (reads & READS_OUT)) {
         s.out = f32_copy(ctx, o);
         s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;
         s.out->grad = o->grad;
     }
     for (int i = 0; i < n->nin; i++) {
         ct_tensor *t = n->in[i];
-        if (!is_lowp(t)) continue;
+        if (!is_lowp(t) || !(reads >> i & 1u)) continue;
         ct_tensor *c = f32_copy(ctx, t);
         c->flags = t->flags & CT_TF_REQUIRES_GRAD;
         if (c->flags) { ct_grad_acc(ctx, t); c->grad = t->grad; }

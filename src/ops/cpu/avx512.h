@@ -7,7 +7,7 @@
 #define CT_OPS_CPU_AVX512_H
 #include <immintrin.h>
 
-#define CT_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
+#define CT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,fma")))
 
 /* in-place transpose of 16 rows of 16 floats */
 CT_AVX512 static inline void ct_tr16(__m512 r[16]) {

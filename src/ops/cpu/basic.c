@@ -30,8 +30,12 @@ ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
 void ct_bw_add(ct_ctx *ctx, ct_node *n) {
     const float *g = n->out->grad->data;
     int64_t N = ct_numel(n->out), m = ct_numel(n->in[1]);
-    float *ga = ct_grad_acc(ctx, n->in[0]), *gb = ct_grad_acc(ctx, n->in[1]);
-    if (ga)
+    bool fa;
+    float *ga = ct_grad_acc_fresh(ctx, n->in[0], &fa), *gb = ct_grad_acc(ctx, n->in[1]);
+    if (ga && fa) /* a new buffer: written, not zeroed and added to (g + 0: the same bits) */
+#pragma omp parallel for if (N >= (1 << 16))
+        for (int64_t i = 0; i < N; i++) ga[i] = g[i] + 0.0f;
+    else if (ga)
 #pragma omp parallel for if (N >= (1 << 16))
         for (int64_t i = 0; i < N; i++) ga[i] += g[i];
     if (gb && m > 0)

@@ -15,6 +15,10 @@
  * order, so the result does not depend on the thread count. Without the own kernel (no
  * AVX-512, CTRAIN_GEMM=openblas) heads run one after the other on the threaded BLAS
  * (OpenBLAS is not entered from several OpenMP threads at once).
+ * In a bf16 run (autocast) on a CPU with AMX-BF16 the tile GEMMs are AMX bf16 GEMMs: q, k,
+ * v, dO hold bf16 values already, and P, dS are rounded to bf16 as they enter their
+ * products, as PyTorch's CPU flash kernel does for bf16; sums stay f32. Elsewhere the bf16
+ * GEMM is no faster than the f32 one, so the tiles stay f32.
  * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
  * diagonal are skipped. */
 #include <math.h>
@@ -29,14 +33,17 @@
 
 enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
 
-static bool own_gemm(void) {
-    return ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
+static int own_gemm(const ct_ctx *ctx) {
+    if (!ct_sgemm_own_available() || ct_config_choice(CT_CFG_GEMM) == 1 /* openblas */) return 0;
+    return ct_ctx_lowp_run_(ctx) == CT_BF16 && ct_sgemm_bf16_path() == CT_GEMM_BF16_AMX ? 2 : 1;
 }
-/* C = alpha op(A) op(B) + beta C on one thread (own kernel) or the threaded BLAS */
-static void tile_gemm(bool own, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+/* C = alpha op(A) op(B) + beta C on one thread (own kernel; the bf16 GEMM in a bf16 run, own
+ * == 2) or the threaded BLAS */
+static void tile_gemm(int own, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
-    if (own) ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (own == 2) ct_sgemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else if (own) ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     else ct_sgemm_ld(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -47,7 +54,8 @@ typedef struct {
     const float *Q, *K, *V;
     int64_t Tq, Tk, D, Dv;
     float scale;
-    bool causal, own;
+    bool causal;
+    int own; /* 0 BLAS, 1 own kernel, 2 the bf16 GEMM */
 } att;
 
 /* Rows [i0, i1) of head h: O (rows of Y) and lse. S is BR x BC scratch. */
@@ -98,7 +106,7 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
         q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
         CT_FATAL("flash_attention: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", ct_shape_str(q, s1, sizeof s1),
                  ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
-    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], 1.0f, causal, own_gemm()};
+    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], 1.0f, causal, own_gemm(ctx)};
     a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
     int64_t BH = q->shape[0] * q->shape[1], ntile = (a.Tq + BR - 1) / BR;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
@@ -157,7 +165,7 @@ static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, c
 void ct_bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
     att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], (float)n->f[0], n->i[0] != 0,
-             own_gemm()};
+             own_gemm(ctx)};
     int64_t BH = q->shape[0] * q->shape[1];
     const float *O = n->out->data, *dO = n->out->grad->data, *lse = n->saved;
     float *dq = ct_grad_acc(ctx, q), *dk = ct_grad_acc(ctx, k), *dv = ct_grad_acc(ctx, v);

@@ -1,27 +1,49 @@
 /* matmul and linear on sgemm (ops/cpu/blas.h: ctrain's AVX-512 kernel or OpenBLAS). Transposes
  * are GEMM flags: nothing is copied, forward or backward. Backward accumulates with beta = 1 straight into the gradients
- * (for a parameter that is its slice of the flat gradient buffer). */
+ * (for a parameter that is its slice of the flat gradient buffer); an input gradient the
+ * GEMM creates (ct_grad_acc_fresh) is written with beta = 0 instead of zeroed first and
+ * read back (the same bits: the GEMM's sums are never -0, so adding them to +0 changes nothing). */
 #include <string.h>
 
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
 
+/* An operand: f32, or bf16 storage (h) — in a bf16 run autocast hands matmul and linear their
+ * bf16 tensors as they are (autocast.c, ct_ac_reads_bf16) */
+typedef struct {
+    const void *p;
+    bool h;
+} operand;
+static operand opnd(const ct_tensor *t, int64_t off) {
+    bool h = t->dtype == CT_BF16;
+    return (operand){(const char *)t->data + off * (h ? 2 : 4), h};
+}
+static operand f32op(const float *p) { return (operand){p, false}; }
+
 /* C = op(A) op(B) + beta C, through the shared wrapper (own AVX-512 sgemm or OpenBLAS); in a
- * bf16 autocast run (operands already bf16 values) through the bf16 GEMM, whose
- * CTRAIN_GEMM_BF16=native mode uses the CPU's bf16 dot products */
-static void gemm_(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, float beta) {
+ * bf16 run through the bf16 GEMM (AMX, AVX-512 BF16 or rounded operands by CTRAIN_GEMM_BF16),
+ * which reads bf16 storage directly */
+static void gemm_(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, operand A, operand B, float *C, float beta) {
     if (bf16 && M > 0 && N > 0 && K > 0 && ct_sgemm_own_available())
-        ct_sgemm_bf16(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, N);
-    else
-        ct_sgemm(ta, tb, M, N, K, 1.0f, A, B, beta, C);
+        ct_sgemm_bf16_ex(ta, tb, M, N, K, 1.0f, A.p, A.h, ta ? M : K, B.p, B.h, tb ? K : N, beta, C, N);
+    else {
+        CT_CHECK(!A.h && !B.h, "matmul/linear: bf16 operands without the bf16 GEMM");
+        ct_sgemm(ta, tb, M, N, K, 1.0f, A.p, B.p, beta, C);
+    }
 }
 #define gemm(...) gemm_(bf16, __VA_ARGS__)
 
+/* f32, or bf16 in a bf16 run whose operands the GEMM reads as they are */
+static void check_operand(ct_ctx *ctx, const char *op, const ct_tensor *t) {
+    if (t->dtype == CT_BF16 && ct_ctx_lowp_run_(ctx) == CT_BF16 && ct_ac_reads_bf16()) return;
+    CT_CHECK_F32(op, t);
+}
+
 ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) {
     CT_AUTOCAST(ctx, CT_OP_MATMUL, 2, ((ct_tensor **[]){&a, &b}), ct_matmul(ctx, a, b, ta, tb));
-    CT_CHECK_F32("matmul", a);
-    CT_CHECK_F32("matmul", b);
+    check_operand(ctx, "matmul", a);
+    check_operand(ctx, "matmul", b);
     CT_CHECK_CONTIG("matmul", a);
     CT_CHECK_CONTIG("matmul", b);
     char sa[96], sb[96];
@@ -38,7 +60,7 @@ ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) 
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     ct_tensor *c = ct_new(ctx, CT_F32, a->ndim, a->ndim == 3 ? shape : shape + 1);
     for (int64_t i = 0; i < batch; i++)
-        gemm(ta, tb, M, N, Ka, ct_f32(a) + i * M * Ka, ct_f32(b) + i * Ka * N, ct_f32(c) + i * M * N, 0.0f);
+        gemm(ta, tb, M, N, Ka, opnd(a, i * M * Ka), opnd(b, i * Ka * N), ct_f32(c) + i * M * N, 0.0f);
     ct_node *n = ct_record(ctx, CT_OP_MATMUL, c, 2, (ct_tensor *[]){a, b});
     if (n) { n->i[0] = ta; n->i[1] = tb; n->i[2] = M; n->i[3] = N; n->i[4] = Ka; n->i[5] = batch; }
     return c;
@@ -48,24 +70,27 @@ void ct_bw_matmul(ct_ctx *ctx, ct_node *n) {
     bool ta = n->i[0], tb = n->i[1];
     int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
-    const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
-    float *dA = ct_grad_acc(ctx, n->in[0]), *dB = ct_grad_acc(ctx, n->in[1]);
+    const float *dC = n->out->grad->data;
+    bool fa, fb;
+    float *dA = ct_grad_acc_fresh(ctx, n->in[0], &fa), *dB = ct_grad_acc_fresh(ctx, n->in[1], &fb);
+    const float ba = fa ? 0.0f : 1.0f, bb = fb ? 0.0f : 1.0f;
     for (int64_t i = 0; i < batch; i++) {
-        const float *Ai = A + i * M * K, *Bi = B + i * K * N, *dCi = dC + i * M * N;
+        operand Ai = opnd(n->in[0], i * M * K), Bi = opnd(n->in[1], i * K * N), dCi = f32op(dC + i * M * N);
         if (dA) {
-            if (!ta) gemm(false, !tb, M, K, N, dCi, Bi, dA + i * M * K, 1.0f);  /* dA = dC op(B)^T */
-            else gemm(tb, true, K, M, N, Bi, dCi, dA + i * M * K, 1.0f);        /* dA = op(B) dC^T */
+            if (!ta) gemm(false, !tb, M, K, N, dCi, Bi, dA + i * M * K, ba);  /* dA = dC op(B)^T */
+            else gemm(tb, true, K, M, N, Bi, dCi, dA + i * M * K, ba);        /* dA = op(B) dC^T */
         }
         if (dB) {
-            if (!tb) gemm(!ta, false, K, N, M, Ai, dCi, dB + i * K * N, 1.0f);  /* dB = op(A)^T dC */
-            else gemm(true, ta, N, K, M, dCi, Ai, dB + i * K * N, 1.0f);        /* dB = dC^T op(A) */
+            if (!tb) gemm(!ta, false, K, N, M, Ai, dCi, dB + i * K * N, bb);  /* dB = op(A)^T dC */
+            else gemm(true, ta, N, K, M, dCi, Ai, dB + i * K * N, bb);        /* dB = dC^T op(A) */
         }
     }
 }
 
 ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     CT_AUTOCAST(ctx, CT_OP_LINEAR, 3, ((ct_tensor **[]){&x, &w, &b}), ct_linear(ctx, x, w, b));
-    CT_CHECK_F32("linear", x);
+    check_operand(ctx, "linear", x);
+    check_operand(ctx, "linear", w);
     CT_CHECK_CONTIG("linear", x);
     char sx[96], sw[96];
     int64_t in = x->shape[x->ndim - 1];
@@ -81,11 +106,12 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     ct_tensor *y = ct_new(ctx, CT_F32, x->ndim, shape);
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     float *Y = y->data;
-    if (b) {
-        const float *B = b->data;
-        for (int64_t r = 0; r < rows; r++) memcpy(Y + r * out, B, (size_t)out * sizeof(float));
+    if (b && rows > 0) {
+        if (b->dtype != CT_F32) check_operand(ctx, "linear", b);
+        ct_convert(Y, CT_F32, b->data, b->dtype, (size_t)out);
+        for (int64_t r = 1; r < rows; r++) memcpy(Y + r * out, Y, (size_t)out * sizeof(float));
     }
-    gemm(false, true, rows, out, in, x->data, w->data, Y, b ? 1.0f : 0.0f);
+    gemm(false, true, rows, out, in, opnd(x, 0), opnd(w, 0), Y, b ? 1.0f : 0.0f);
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
     return y;
@@ -95,11 +121,22 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
     const float *dY = n->out->grad->data;
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
-    float *dX = ct_grad_acc(ctx, n->in[0]), *dW = ct_grad_acc(ctx, n->in[1]);
+    bool fx, fw;
+    float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
-    if (dX) gemm(false, false, rows, in, out, dY, n->in[1]->data, dX, 1.0f);
-    if (dW) gemm(true, false, out, in, rows, dY, n->in[0]->data, dW, 1.0f);
-    if (dB)
+    if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
+    if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
+    if (dB && bf16) { /* dY as the bf16 gradient it stands for (autocast leaves the rounding to this op) */
+        uint16_t h[512];
+        float v[512];
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j0 = 0; j0 < out; j0 += 512) {
+                size_t m = (size_t)(out - j0 < 512 ? out - j0 : 512);
+                ct_convert(h, CT_BF16, dY + r * out + j0, CT_F32, m); /* vectorised round trip */
+                ct_convert(v, CT_F32, h, CT_BF16, m);
+                for (size_t j = 0; j < m; j++) dB[j0 + j] += v[j];
+            }
+    } else if (dB)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < out; j++) dB[j] += dY[r * out + j];
 }

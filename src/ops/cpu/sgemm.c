@@ -18,9 +18,13 @@
  * computed by the same instructions in the same order: bit-identical for any thread count.
  * Packing buffers come from a pool reserved ahead (see "packing buffers" below): a GEMM
  * never allocates. Kernel functions carry
- * target("avx512f,avx512vl,fma") so the file builds without -mavx512f;
- * ct_sgemm_own_available is the runtime check. */
+ * target("avx512f,avx512vl,avx512bw,fma") so the file builds without -mavx512f;
+ * ct_sgemm_own_available is the runtime check (AVX-512 F and BW: every AVX-512 CPU but the
+ * Xeon Phi). The bf16 GEMM also reads operands stored as bf16 (ct_sgemm_bf16_ex): the packers
+ * widen them to f32 in registers, so the packed panels, hence the bits, are those of f32
+ * copies. */
 #include "ops/cpu/sgemm.h"
+#include "ops/cpu/sgemm_amx.h"
 #include "ctrain/config.h"
 
 #include <immintrin.h>
@@ -43,13 +47,14 @@
 _Static_assert(NR == CT_SGEMM_NR && KC == CT_SGEMM_KC, "sgemm.h publishes the B micro-panel shape");
 #define MC (MR * 12)
 #define NC (NR * 64)
+_Static_assert(MC * KC * 4 == CT_SGEMM_PA_BYTES && NC * KC * 4 == CT_SGEMM_PB_BYTES, "sgemm_amx.h knows the buffers");
 
 bool ct_sgemm_own_available(void) {
     static int avail = -1;
     int a = __atomic_load_n(&avail, __ATOMIC_RELAXED);
     if (a < 0) {
         __builtin_cpu_init();
-        a = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        a = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 1 : 0;
         __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
     }
     return a == 1;
@@ -180,19 +185,25 @@ static void panel_round_bf16(float *p, int64_t n) {
 
 static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
+/* 16 elements (lanes m) of x from element i on: f32, or bf16 (h) widened exactly to f32 */
+CT_AVX512 static inline __attribute__((always_inline)) __m512 load16(const void *x, bool h, int64_t i, __mmask16 m) {
+    if (!h) return _mm512_maskz_loadu_ps(m, (const float *)x + i);
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)x + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
 /* Packs rows [0, n) (n <= W, W <= 16 or a multiple of 16) x k in [0, kc) of a matrix X
- * whose element (row r, k) is at x[r * rs + k * ks] into dst[k][W], zero padding rows
- * n..W-1. Either ks == 1 (rows contiguous in k: transposed through registers) or rs == 1
- * (contiguous across rows: copied). */
-CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, int64_t rs, int64_t ks, int n, int W,
-                                 int64_t kc) {
+ * whose element (row r, k) is element r * rs + k * ks of x (f32, or bf16 when h) into
+ * dst[k][W] (f32), zero padding rows n..W-1. Either ks == 1 (rows contiguous in k:
+ * transposed through registers) or rs == 1 (contiguous across rows: copied). */
+CT_AVX512 static inline __attribute__((always_inline)) void pack_any(float *restrict dst, const void *restrict x, bool h, int64_t rs,
+                                                                    int64_t ks, int n, int W, int64_t kc) {
     if (rs == 1) {
         for (int64_t k = 0; k < kc; k++) {
-            const float *src = x + k * ks;
             float *d = dst + k * W;
             for (int g = 0; g < W; g += 16) {
                 __mmask16 wm = lanes(W - g);
-                _mm512_mask_storeu_ps(d + g, wm, _mm512_maskz_loadu_ps(lanes(n - g), src + g));
+                _mm512_mask_storeu_ps(d + g, wm, load16(x, h, k * ks + g, lanes(n - g)));
             }
         }
         return;
@@ -206,12 +217,29 @@ CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, i
             __mmask16 km = lanes(kr);
             __m512 r[16];
             for (int i = 0; i < 16; i++)
-                r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + (g + i) * rs + k0) : _mm512_setzero_ps();
+                r[i] = i < rows ? load16(x, h, (g + i) * rs + k0, km) : _mm512_setzero_ps();
             ct_tr16(r);
             for (int64_t kk = 0; kk < kr; kk++) _mm512_mask_storeu_ps(dst + (k0 + kk) * W + g, wm, r[kk]);
         }
     }
 }
+
+CT_AVX512 static void pack_panel(float *restrict dst, const float *restrict x, int64_t rs, int64_t ks, int n, int W, int64_t kc) {
+    pack_any(dst, x, false, rs, ks, n, W, kc);
+}
+CT_AVX512 static void pack_panel_h(float *restrict dst, const uint16_t *restrict x, int64_t rs, int64_t ks, int n, int W, int64_t kc) {
+    pack_any(dst, x, true, rs, ks, n, W, kc);
+}
+/* the panel of x at element offset off (f32, or bf16 when h) */
+static inline void pack_from(float *dst, const void *x, bool h, int64_t off, int64_t rs, int64_t ks, int n, int W, int64_t kc) {
+    if (h) pack_panel_h(dst, (const uint16_t *)x + off, rs, ks, n, W, kc);
+    else pack_panel(dst, (const float *)x + off, rs, ks, n, W, kc);
+}
+
+void ct_sgemm_pack_panel_(float *dst, const void *x, bool h, int64_t off, int64_t rs, int64_t ks, int n, int W, int64_t kc) {
+    pack_from(dst, x, h, off, rs, ks, n, W, kc);
+}
+CT_AVX512BF16 void ct_sgemm_panel_to_bf16_(float *p, int W, int64_t kc) { panel_to_bf16(p, W, kc); }
 
 CT_AVX512 void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n, int64_t kc) { pack_panel(dst, x, rs, 1, n, NR, kc); }
 
@@ -221,10 +249,11 @@ typedef struct {
     bool ta, tb;
     int64_t M, N, K, lda, ldb, ldc;
     float alpha, beta;
-    const float *A, *B;
+    const void *A, *B; /* f32, or bf16 where ah / bh (bf16 GEMM only) */
+    bool ah, bh;
     float *C;
     float *pa, *pb;
-    bool bf16;  /* operands rounded to bf16, vdpbf16ps kernel */
+    int bf16;   /* 0 (f32) or the bf16 path: a ct_gemm_bf16_path */
     ct_sgemm_pack_b_fn packb; /* B from a packer (implicit B), not from memory */
     const void *packb_arg;
     int64_t noff;             /* the packer's column of this job's column 0 */
@@ -232,18 +261,6 @@ typedef struct {
 } job;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* the vdpbf16ps kernel only when asked: measured slower than rounded operands on the f32
- * kernel (docs/benchmarks.md), and the two sum in different orders (other bits) */
-static bool use_native_bf16(void) {
-    static int use = -1;
-    int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
-    if (u < 0) {
-        u = ct_sgemm_bf16_native() && ct_config_choice(CT_CFG_GEMM_BF16) == 1 /* native */ ? 1 : 0;
-        __atomic_store_n(&use, u, __ATOMIC_RELAXED);
-    }
-    return u == 1;
-}
 
 /* Implicit B: each B micro-panel is packed by the caller's packer right before the MR-row
  * kernels that use it (it stays in L1; no B matrix in memory, no packed B block). The
@@ -259,13 +276,13 @@ CT_AVX512 static void run_implicit_b(const job *j) {
             for (int64_t p = 0; p < mpan; p++) {
                 int64_t m0 = ic + p * MR;
                 if (!j->aseg) {
-                    pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
+                    pack_panel(j->pa + p * MR * kc, (const float *)j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
                     continue;
                 }
                 /* segmented A: the panel's k range piece by piece, the same values in place */
                 for (int64_t k = pc; k < pc + kc;) {
                     int64_t sg = k / j->aseg, q = k - sg * j->aseg, len = imin(j->aseg - q, pc + kc - k);
-                    pack_panel(j->pa + p * MR * kc + (k - pc) * MR, j->A + sg * j->aseg_stride + m0 * j->lda + q, j->lda, 1,
+                    pack_panel(j->pa + p * MR * kc + (k - pc) * MR, (const float *)j->A + sg * j->aseg_stride + m0 * j->lda + q, j->lda, 1,
                                (int)imin(MR, j->M - m0), MR, len);
                     k += len;
                 }
@@ -289,7 +306,12 @@ CT_AVX512 static void run(const job *j) {
         run_implicit_b(j);
         return;
     }
-    const bool native = j->bf16 && use_native_bf16();
+    if (j->bf16 == CT_GEMM_BF16_AMX) {
+        ct_sgemm_amx_run_(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A, j->ah, j->lda, j->B, j->bh, j->ldb, j->beta, j->C, j->ldc,
+                          j->pa, j->pb);
+        return;
+    }
+    const bool native = j->bf16 == CT_GEMM_BF16_NATIVE;
     /* op(A)(i, k) = A[i * ars + k * aks]; op(B)(k, n) = B[k * bks + n * brs] */
     const int64_t ars = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
     const int64_t brs = j->tb ? j->ldb : 1, bks = j->tb ? 1 : j->ldb;
@@ -300,7 +322,7 @@ CT_AVX512 static void run(const job *j) {
             int mode = pc > 0 ? 1 : j->beta == 0.0f ? 0 : j->beta == 1.0f ? 1 : 2;
             for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + p * NR;
-                pack_panel(j->pb + p * NR * kc, j->B + n0 * brs + pc * bks, brs, bks, (int)imin(NR, j->N - n0), NR, kc);
+                pack_from(j->pb + p * NR * kc, j->B, j->bh, n0 * brs + pc * bks, brs, bks, (int)imin(NR, j->N - n0), NR, kc);
                 if (j->bf16 && native) panel_to_bf16(j->pb + p * NR * kc, NR, kc);
                 else if (j->bf16) panel_round_bf16(j->pb + p * NR * kc, NR * kc);
             }
@@ -308,7 +330,7 @@ CT_AVX512 static void run(const job *j) {
                 int64_t mc = imin(MC, j->M - ic), mpan = (mc + MR - 1) / MR;
                 for (int64_t p = 0; p < mpan; p++) {
                     int64_t m0 = ic + p * MR;
-                    pack_panel(j->pa + p * MR * kc, j->A + m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
+                    pack_from(j->pa + p * MR * kc, j->A, j->ah, m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
                     if (j->bf16 && native) panel_to_bf16(j->pa + p * MR * kc, MR, kc);
                     else if (j->bf16) panel_round_bf16(j->pa + p * MR * kc, MR * kc);
                 }
@@ -397,8 +419,11 @@ static void buffers(job *j, int id) {
     j->pb = pool[id].pb;
 }
 
-static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc, ct_sgemm_pack_b_fn packb, const void *parg,
+/* p advanced by n elements of f32, or of bf16 when h */
+static inline const void *advance(const void *p, bool h, int64_t n) { return (const char *)p + n * (h ? 2 : 4); }
+
+static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
+                 const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, ct_sgemm_pack_b_fn packb, const void *parg,
                  int64_t aseg, int64_t aseg_stride) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
@@ -410,7 +435,7 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         }
         return;
     }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL, NULL, bf16, packb, parg, 0, aseg, aseg_stride};
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, NULL, NULL, bf16, packb, parg, 0, aseg, aseg_stride};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
@@ -420,7 +445,7 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
      * every range, which costs little next to the range's share of the product. An
      * element's arithmetic does not depend on which range it is in, nor on the thread. */
     bool split_n = N >= M || packb; /* a packer's B is split by columns */
-    int64_t unit = split_n ? NR : MR, units = ((split_n ? N : M) + unit - 1) / unit;
+    int64_t unit = split_n ? NR : bf16 == CT_GEMM_BF16_AMX ? 32 : MR, units = ((split_n ? N : M) + unit - 1) / unit;
     if (nt > units) nt = (int)units;
     if (nt > MAX_SLOTS) nt = MAX_SLOTS;
     if (nt < 1) nt = 1;
@@ -453,12 +478,12 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
                 hi = imin(hi, N);
                 s.N = hi - lo;
                 if (packb) s.noff = lo;
-                else s.B = B + (tb ? lo * ldb : lo);
+                else s.B = advance(B, bh, tb ? lo * ldb : lo);
                 s.C = C + lo;
             } else {
                 hi = imin(hi, M);
                 s.M = hi - lo;
-                s.A = A + (ta ? lo : lo * lda);
+                s.A = advance(A, ah, ta ? lo : lo * lda);
                 s.C = C + lo * ldc;
             }
             if (hi > lo) {
@@ -472,26 +497,55 @@ static void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
-    gemm(false, ta, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, 0, 0);
+    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, pack, arg, 0, 0);
 }
 
 void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
                              ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b_seg needs an AVX-512 CPU");
     CT_CHECK(seg > 0, "ct_sgemm_implicit_b_seg: segment length %lld", (long long)seg);
-    gemm(false, false, false, M, N, K, 1.0f, A, lda, NULL, 0, beta, C, ldc, pack, arg, seg, seg_stride);
+    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, pack, arg, seg, seg_stride);
+}
+
+/* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
+ * present (measured fastest, docs/benchmarks.md), else rounding on the f32 kernel (faster than
+ * vdpbf16ps on the CPUs measured); a path the CPU lacks falls back to rounding. Read per call
+ * (no cache), so a program or test may switch paths between GEMMs. */
+ct_gemm_bf16_path ct_sgemm_bf16_path(void) {
+    int c = ct_config_choice(CT_CFG_GEMM_BF16);
+    if ((c == 0 || c == 3) && ct_sgemm_amx_available()) return CT_GEMM_BF16_AMX;
+    if (c == 2 && ct_sgemm_bf16_native()) return CT_GEMM_BF16_NATIVE;
+    return CT_GEMM_BF16_ROUNDED;
+}
+
+bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path) {
+    if (!ct_sgemm_own_available()) return false;
+    return path == CT_GEMM_BF16_ROUNDED || (path == CT_GEMM_BF16_NATIVE && ct_sgemm_bf16_native()) ||
+           (path == CT_GEMM_BF16_AMX && ct_sgemm_amx_available());
+}
+
+void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    CT_CHECK(ct_sgemm_bf16_path_available(path), "ct_sgemm_bf16_on: bf16 GEMM path %d is not available on this CPU", (int)path);
+    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm(true, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+}
+
+void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
+                      const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc) {
+    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_ex needs an AVX-512 CPU");
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, NULL, 0, 0);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

@@ -10,7 +10,7 @@
 
 #include "ctrain/core.h"
 
-/* true when the CPU (and OS) support AVX-512F, i.e. ct_sgemm_own can run */
+/* true when the CPU (and OS) support AVX-512 F and BW, i.e. ct_sgemm_own can run */
 bool ct_sgemm_own_available(void);
 
 /* Packing buffers for up to nthreads GEMM threads (registered with core, which calls it from
@@ -23,13 +23,27 @@ void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* The same product with A and B rounded to bf16 (to nearest even): products exact, sums in
- * f32 — torch.autocast(bfloat16)'s GEMM. By default the operands are rounded while packed
- * and the f32 kernel runs; CTRAIN_GEMM_BF16=native uses AVX-512 BF16 (vdpbf16ps, two
- * multiply-adds per lane and instruction) where the CPU has it (ct_sgemm_bf16_native) —
- * measured slower here, see docs/benchmarks.md. Needs ct_sgemm_own_available(). */
+ * f32 — torch.autocast(bfloat16)'s GEMM. Three paths, each summing in its own fixed order
+ * (other bits from one another, the same bits for any thread count):
+ *   CT_GEMM_BF16_ROUNDED  operands rounded while packed, the f32 kernel (any AVX-512 CPU)
+ *   CT_GEMM_BF16_NATIVE   AVX-512 BF16 vdpbf16ps (ct_sgemm_bf16_native) — measured slower
+ *   CT_GEMM_BF16_AMX      AMX-BF16 tiles (ct_sgemm_amx_available: Intel Sapphire Rapids on)
+ * ct_sgemm_bf16 takes ct_sgemm_bf16_path(): CTRAIN_GEMM_BF16=auto (AMX where present, else
+ * rounded), rounded, native or amx, falling back to rounded where the CPU lacks the path.
+ * Needs ct_sgemm_own_available(). */
+typedef enum { CT_GEMM_BF16_ROUNDED = 1, CT_GEMM_BF16_NATIVE = 2, CT_GEMM_BF16_AMX = 3 } ct_gemm_bf16_path;
 bool ct_sgemm_bf16_native(void);
+ct_gemm_bf16_path ct_sgemm_bf16_path(void);
+bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path);
+/* a given path (ct_sgemm_bf16_path_available), whatever CTRAIN_GEMM_BF16 says */
+void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* The same with A and/or B stored as bf16 (uint16_t, a_bf16 / b_bf16; lda, ldb in elements):
+ * read as they are, no f32 copy — the same bits as ct_sgemm_bf16 on f32 copies */
+void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
+                      const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* Implicit B (convolution without an im2col matrix): C = op(A) B + beta C where B exists
  * only as a packer: pack(arg, dst, n0, n, k0, kc) writes B(k0 + k, n0 + c) to

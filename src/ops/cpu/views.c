@@ -31,7 +31,9 @@ static void strided_copy(char *dst, const char *src, const int64_t *shape, const
 }
 
 /* dst (strided, f32) += src (contiguous, same shape) */
-static void strided_add(float *dst, const int64_t *dstride, const float *src, const int64_t *shape, int ndim) {
+/* dst (strided) += src; fresh: dst is an unzeroed buffer this call covers whole, written as
+ * src + 0, the bits of adding to a zeroed one (-0 becomes +0) without the zeroing pass */
+static void strided_add(float *dst, const int64_t *dstride, const float *src, const int64_t *shape, int ndim, bool fresh) {
     int64_t idx[CT_MAX_DIMS] = {0}, n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     if (n == 0) return;
@@ -39,7 +41,10 @@ static void strided_add(float *dst, const int64_t *dstride, const float *src, co
     for (int64_t o = 0; o < n; o += inner) {
         int64_t off = 0;
         for (int d = 0; d < ndim - 1; d++) off += idx[d] * dstride[d];
-        for (int64_t j = 0; j < inner; j++) dst[off + j * ds] += src[o + j];
+        if (fresh)
+            for (int64_t j = 0; j < inner; j++) dst[off + j * ds] = src[o + j] + 0.0f;
+        else
+            for (int64_t j = 0; j < inner; j++) dst[off + j * ds] += src[o + j];
         for (int d = ndim - 2; d >= 0; d--) {
             if (++idx[d] < shape[d]) break;
             idx[d] = 0;
@@ -47,9 +52,21 @@ static void strided_add(float *dst, const int64_t *dstride, const float *src, co
     }
 }
 
-static void add_inplace(float *d, const float *s, int64_t n) {
+static void add_inplace(float *d, const float *s, int64_t n, bool fresh) {
+    if (fresh) {
+#pragma omp parallel for if (n >= (1 << 16))
+        for (int64_t i = 0; i < n; i++) d[i] = s[i] + 0.0f; /* as strided_add's fresh */
+        return;
+    }
 #pragma omp parallel for if (n >= (1 << 16))
     for (int64_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+/* the input's gradient += the output's, same layout (reshape, contiguous) */
+static void bw_same_layout(ct_ctx *ctx, ct_node *n) {
+    bool fresh;
+    float *gi = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
+    if (gi) add_inplace(gi, n->out->grad->data, ct_numel(n->out), fresh);
 }
 
 static ct_tensor *view_of(ct_ctx *ctx, ct_tensor *x) {
@@ -72,10 +89,7 @@ ct_tensor *ct_contiguous(ct_ctx *ctx, ct_tensor *x) {
     ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);
     return y;
 }
-void ct_bw_contiguous(ct_ctx *ctx, ct_node *n) {
-    float *gi = ct_grad_acc(ctx, n->in[0]);
-    if (gi) add_inplace(gi, n->out->grad->data, ct_numel(n->out));
-}
+void ct_bw_contiguous(ct_ctx *ctx, ct_node *n) { bw_same_layout(ctx, n); }
 
 ct_tensor *ct_reshape(ct_ctx *ctx, ct_tensor *x, int ndim, const int64_t *shape) {
     CT_CHECK(ndim >= 0 && ndim <= CT_MAX_DIMS, "reshape to %d dims", ndim);
@@ -102,10 +116,7 @@ ct_tensor *ct_reshape(ct_ctx *ctx, ct_tensor *x, int ndim, const int64_t *shape)
     ct_record(ctx, CT_OP_RESHAPE, y, 1, &x);
     return y;
 }
-void ct_bw_reshape(ct_ctx *ctx, ct_node *n) {
-    float *gi = ct_grad_acc(ctx, n->in[0]);
-    if (gi) add_inplace(gi, n->out->grad->data, ct_numel(n->out));
-}
+void ct_bw_reshape(ct_ctx *ctx, ct_node *n) { bw_same_layout(ctx, n); }
 
 ct_tensor *ct_flatten(ct_ctx *ctx, ct_tensor *x, int start_dim) {
     CT_CHECK(start_dim >= 0 && start_dim < x->ndim, "flatten: start_dim %d for %d-d tensor", start_dim, x->ndim);
@@ -127,14 +138,15 @@ ct_tensor *ct_transpose(ct_ctx *ctx, ct_tensor *x, int d0, int d1) {
 }
 void ct_bw_transpose(ct_ctx *ctx, ct_node *n) {
     ct_tensor *x = n->in[0];
-    float *gi = ct_grad_acc(ctx, x);
+    bool fresh;
+    float *gi = ct_grad_acc_fresh(ctx, x, &fresh);
     if (!gi) return;
     /* x's gradient is contiguous in x's shape; view it with the transposed strides */
     int64_t st[CT_MAX_DIMS], s = 1;
     for (int i = x->ndim - 1; i >= 0; i--) { st[i] = s; s *= x->shape[i]; }
     int d0 = (int)n->i[0], d1 = (int)n->i[1];
     int64_t t = st[d0]; st[d0] = st[d1]; st[d1] = t;
-    strided_add(gi, st, n->out->grad->data, n->out->shape, n->out->ndim);
+    strided_add(gi, st, n->out->grad->data, n->out->shape, n->out->ndim, fresh);
 }
 
 ct_tensor *ct_slice(ct_ctx *ctx, ct_tensor *x, int dim, int64_t start, int64_t len) {
@@ -157,5 +169,5 @@ void ct_bw_slice(ct_ctx *ctx, ct_node *n) {
     int64_t st[CT_MAX_DIMS], s = 1;
     for (int i = x->ndim - 1; i >= 0; i--) { st[i] = s; s *= x->shape[i]; }
     int dim = (int)n->i[0];
-    strided_add(gi + n->i[1] * st[dim], st, n->out->grad->data, n->out->shape, n->out->ndim);
+    strided_add(gi + n->i[1] * st[dim], st, n->out->grad->data, n->out->shape, n->out->ndim, false);
 }

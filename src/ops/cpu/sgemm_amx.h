@@ -1,0 +1,31 @@
+/* Internal to the CPU GEMM (sgemm.c, sgemm_amx.c): the AMX-BF16 path of ct_sgemm_bf16 and
+ * the packers it shares with the AVX-512 kernels.
+ *
+ *   if (ct_sgemm_amx_available())   // CPUID AMX-TILE + AMX-BF16 and the OS granted tile state
+ *       ct_sgemm_amx_run_(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pa, pb);
+ */
+#ifndef CT_OPS_CPU_SGEMM_AMX_H
+#define CT_OPS_CPU_SGEMM_AMX_H
+#include <stdbool.h>
+#include <stdint.h>
+
+/* sizes of one thread's packing buffers (sgemm.c's pool) */
+#define CT_SGEMM_PA_BYTES (168 * 256 * 4)
+#define CT_SGEMM_PB_BYTES (2048 * 256 * 4)
+
+/* true when the CPU has AMX-TILE, AMX-BF16 and AVX-512 BF16 and Linux granted this process
+ * the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; a refusal is a false) */
+bool ct_sgemm_amx_available(void);
+
+/* One serial range of the bf16 GEMM on AMX (ct_sgemm_bf16's contract) with the packing
+ * buffers pa, pb (CT_SGEMM_PA_BYTES, CT_SGEMM_PB_BYTES). Needs ct_sgemm_amx_available(). */
+void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
+                       const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, void *pa, void *pb);
+
+/* sgemm.c's packers: rows [0, n) x k [0, kc) of X (element (r, k) is element
+ * off + r * rs + k * ks of x: f32, or bf16 when h; rs == 1 or ks == 1) into dst[k][W] (f32)
+ * zero padded to W; and a packed panel p[k][W] into bf16
+ * pairs in place, q[kp][j] = (p[2kp][j], p[2kp+1][j]), an odd last k paired with 0 */
+void ct_sgemm_pack_panel_(float *dst, const void *x, bool h, int64_t off, int64_t rs, int64_t ks, int n, int W, int64_t kc);
+void ct_sgemm_panel_to_bf16_(float *p, int W, int64_t kc);
+#endif

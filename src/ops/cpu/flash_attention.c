@@ -10,11 +10,11 @@
  *   dV += P^T dO, dP = dO v^T, dS = P (dP - Dr) scale, dQ += dS k, dK += dS^T q.
  * Cost: forward 2 tile GEMMs per tile pair (as plain), backward 5 (plain: 4, it keeps P).
  *
- * Threads take whole heads (forward: heads x query tiles), each tile GEMM single-threaded
- * on ctrain's own sgemm; every output element is accumulated by one thread in a fixed
- * order, so the result does not depend on the thread count. Without the own kernel (no
- * AVX-512, CTRAIN_GEMM=openblas) heads run one after the other on the threaded BLAS
- * (OpenBLAS is not entered from several OpenMP threads at once).
+ * With AVX-512 (and CTRAIN_GEMM != openblas) threads take whole heads and run the kernels of
+ * flash_simd.c, written for these tile shapes; every output element is accumulated by one
+ * thread in a fixed order, so the result does not depend on the thread count. Elsewhere the
+ * tiles below go through BLAS, heads one after the other on the threaded BLAS (OpenBLAS is
+ * not entered from several OpenMP threads at once).
  * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
  * diagonal are skipped. */
 #include <math.h>
@@ -24,6 +24,7 @@
 #include "ctrain/config.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/flash_simd.h"
 #include "ops/cpu/vmath.h"
 #include "ops/op_table.h"
 
@@ -32,23 +33,18 @@ enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
 static bool own_gemm(void) {
     return ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
 }
-/* C = alpha op(A) op(B) + beta C on one thread (own kernel) or the threaded BLAS */
+/* C = alpha op(A) op(B) + beta C on the threaded BLAS (the path without AVX-512) */
 static void tile_gemm(bool own, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    (void)own;
     if (M <= 0 || N <= 0) return;
-    if (own) ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else ct_sgemm_ld(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    ct_sgemm_ld(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* keys [0, n) that query row i sees */
 static inline int64_t visible(bool causal, int64_t i, int64_t Tk) { return causal ? min64(i + 1, Tk) : Tk; }
 
-typedef struct {
-    const float *Q, *K, *V;
-    int64_t Tq, Tk, D, Dv;
-    float scale;
-    bool causal, own;
-} att;
+typedef ct_flash_args att;
 
 /* Rows [i0, i1) of head h: O (rows of Y) and lse. S is BR x BC scratch. */
 static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, float *lse, float *S) {
@@ -103,13 +99,21 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
     int64_t BH = q->shape[0] * q->shape[1], ntile = (a.Tq + BR - 1) / BR;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
     float *lse = ct_ctx_alloc_keep(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
-    int nt = a.own ? ct_get_num_threads() : 1;
-    float *S = ct_ctx_alloc(ctx, (size_t)nt * BR * BC * sizeof(float));
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH * ntile > 1)
-    for (int64_t w = 0; w < BH * ntile; w++) {
-        int64_t h = w / ntile, i0 = w % ntile * BR;
-        fwd_tile(&a, h, i0, min64(i0 + BR, a.Tq), y->data, lse, S + (size_t)omp_get_thread_num() * BR * BC);
+    ct_temp_mark mark = ct_ctx_temp_begin_(ctx); /* the scratch goes when forward returns */
+    if (a.own) {
+        int nt = ct_get_num_threads();
+        size_t w = ct_flash_simd_work(&a, false);
+        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
+        for (int64_t h = 0; h < BH; h++) ct_flash_simd_fwd_head(&a, h, y->data, lse, work + (size_t)omp_get_thread_num() * w);
+    } else {
+        float *S = ct_ctx_alloc(ctx, (size_t)BR * BC * sizeof(float));
+        for (int64_t w = 0; w < BH * ntile; w++) {
+            int64_t h = w / ntile, i0 = w % ntile * BR;
+            fwd_tile(&a, h, i0, min64(i0 + BR, a.Tq), y->data, lse, S);
+        }
     }
+    ct_ctx_temp_end_(ctx, mark);
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, in);
     if (nd) {
         nd->saved = lse;
@@ -171,11 +175,15 @@ void ct_bw_flash_attention(ct_ctx *ctx, ct_node *n) {
         for (int64_t c = 0; c < a.Dv; c++) s += dO[r * a.Dv + c] * O[r * a.Dv + c];
         Dr[r] = s;
     }
-    int nt = a.own ? ct_get_num_threads() : 1;
-    float *scratch = ct_ctx_alloc(ctx, (size_t)nt * 2 * BR * BC * sizeof(float));
+    if (a.own) {
+        int nt = ct_get_num_threads();
+        size_t w = ct_flash_simd_work(&a, true);
+        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
 #pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
-    for (int64_t h = 0; h < BH; h++) {
-        float *P = scratch + (size_t)omp_get_thread_num() * 2 * BR * BC;
-        bwd_head(&a, h, O, dO, lse, Dr, dq, dk, dv, P, P + BR * BC);
+        for (int64_t h = 0; h < BH; h++)
+            ct_flash_simd_bwd_head(&a, h, dO, lse, Dr, dq, dk, dv, work + (size_t)omp_get_thread_num() * w);
+        return;
     }
+    float *P = ct_ctx_alloc(ctx, (size_t)2 * BR * BC * sizeof(float));
+    for (int64_t h = 0; h < BH; h++) bwd_head(&a, h, O, dO, lse, Dr, dq, dk, dv, P, P + BR * BC);
 }

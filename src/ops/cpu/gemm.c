@@ -81,13 +81,23 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     ct_tensor *y = ct_new(ctx, CT_F32, x->ndim, shape);
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     float *Y = y->data;
-    if (b) {
-        const float *B = b->data;
-        for (int64_t r = 0; r < rows; r++) memcpy(Y + r * out, B, (size_t)out * sizeof(float));
+    if (ct_ctx_values_unread_(ctx)) memset(Y, 0, ct_nbytes(y));
+    else {
+        if (b) {
+            const float *B = b->data;
+            for (int64_t r = 0; r < rows; r++) memcpy(Y + r * out, B, (size_t)out * sizeof(float));
+        }
+        gemm(false, true, rows, out, in, x->data, w->data, Y, b ? 1.0f : 0.0f);
     }
-    gemm(false, true, rows, out, in, x->data, w->data, Y, b ? 1.0f : 0.0f);
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
+    return y;
+}
+
+ct_tensor *ct_linear_unevaluated(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
+    bool prev = ct_ctx_set_values_unread_(ctx, true);
+    ct_tensor *y = ct_linear(ctx, x, w, b);
+    ct_ctx_set_values_unread_(ctx, prev);
     return y;
 }
 

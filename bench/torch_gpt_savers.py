@@ -4,7 +4,8 @@ the same GPT (6 layers, width 256, 8 heads, vocabulary 256), 2048 tokens a step,
     PYTHON bench/torch_gpt_savers.py THREADS SECONDS VARIANT    # VARIANT: plain|flash|ckpt, ",T=N", ",amp=bf16"
 flash: F.scaled_dot_product_attention(is_causal=True) (PyTorch >= 2); ckpt:
 torch.utils.checkpoint per block (use_reentrant=False); amp=bf16: torch.autocast("cpu", bfloat16)
-around forward and loss. One RESULT line in train_bench's format.
+around forward and loss. One RESULT line in train_bench's format
+(cpu_step_ms: process CPU time per step, what a loaded machine disturbs least).
 """
 import math
 import os
@@ -55,10 +56,10 @@ def main():
     B = max(1, 2048 // T)
     g = torch.Generator().manual_seed(4321)
     batches = [(torch.randint(0, 256, (B, T), generator=g), torch.randint(0, 256, (B, T), generator=g)) for _ in range(4)]
-    step, measured, t0 = 0, 0, 0.0
+    step, measured, t0, c0 = 0, 0, 0.0, 0.0
     while True:
         if step == 3:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         x, y = batches[step % 4]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled="amp=bf16" in variant):
             loss = gm.gpt_loss(model(x), y)
@@ -70,10 +71,10 @@ def main():
             if measured >= 5 and time.perf_counter() - t0 >= seconds:
                 break
         step += 1
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"RESULT impl=pytorch-{torch.__version__} model=gpt threads={threads} ranks=1 rate={measured * B * T / dt:.1f} "
-          f"unit=tokens/s step_ms={1e3 * dt / measured:.2f} steps={measured} peak_rss_mb={rss:.1f} T={T} "
+          f"unit=tokens/s step_ms={1e3 * dt / measured:.2f} steps={measured} peak_rss_mb={rss:.1f} cpu_step_ms={1e3 * dc / measured:.2f} T={T} "
           f"attention={'flash' if 'flash' in variant else 'plain'} ckpt={int('ckpt' in variant)} "
           f"amp={'bf16' if 'amp=bf16' in variant else 'off'}")
     assert math.isfinite(loss.item())

@@ -71,16 +71,25 @@ CT_AVX512 INL void mk(int MR, int NV, int64_t as, int64_t ak, int64_t K, const f
 /* register block per vector count: MR x NV accumulators, MR dividing the 64-row tiles where it can */
 #define MR_OF(NV) ((NV) == 1 ? 16 : (NV) == 4 ? 6 : 8)
 
-/* C[M][N] (+)= A B with A(i, k) = At[k * lda + i] ("T") or A(i, k) = At[i * BR + k] ("N"). */
+static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* C[M][N] (+)= A B with A(i, k) = At[k * lda + i] ("T") or A(i, k) = At[i * BR + k] ("N").
+ * trim: A is a P or dS tile (rows r see keys c where r >= lim0 + c, zeros elsewhere), and the
+ * k range of each row block stops (T: k = key) or starts (N: k = query row) where A turns 0. */
 CT_AVX512 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb,
-                        float *C, int64_t ldc, bool acc) {
+                        float *C, int64_t ldc, bool acc, bool trim, int64_t lim0) {
     for (int64_t j = 0; j < N; j += 64) {
         int n = (int)min64(64, N - j), nv = (n + 15) / 16;
 #define RUN(NV)                                                                                                            \
     for (int64_t i = 0; i < M; i += MR_OF(NV)) {                                                                           \
         int mr = (int)min64(MR_OF(NV), M - i);                                                                             \
-        if (tform) mk(MR_OF(NV), NV, 1, lda, K, At + i, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                     \
-        else mk(MR_OF(NV), NV, BR, 1, K, At + i * BR, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                       \
+        if (tform) {                                                                                                       \
+            int64_t kk = trim ? clamp64(i + mr - lim0, 0, K) : K;                                                          \
+            mk(MR_OF(NV), NV, 1, lda, kk, At + i, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                           \
+        } else {                                                                                                           \
+            int64_t k0 = trim ? clamp64(lim0 + i, 0, K) : 0;                                                               \
+            mk(MR_OF(NV), NV, BR, 1, K - k0, At + i * BR + k0, B + k0 * ldb + j, ldb, C + i * ldc + j, ldc, mr, n, acc);   \
+        }                                                                                                                  \
     }
         switch (nv) {
         case 1: RUN(1) break;
@@ -91,13 +100,17 @@ CT_AVX512 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float
 #undef RUN
     }
 }
-/* the two forms as separate functions: each call site gets one copy of the kernels */
-CT_AVX512 static void gemm_t(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C,
-                             int64_t ldc, bool acc) {
-    gemm(true, M, N, K, At, lda, B, ldb, C, ldc, acc);
+/* the three uses as separate functions: each call site gets one copy of the kernels */
+CT_AVX512 static void gemm_s(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C) {
+    gemm(true, M, N, K, At, lda, B, ldb, C, BR, false, false, 0); /* a transposed score tile */
 }
-CT_AVX512 static void gemm_n(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc) {
-    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, true);
+CT_AVX512 static void gemm_t(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc,
+                             int64_t lim0) {
+    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, true, true, lim0);
+}
+CT_AVX512 static void gemm_n(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,
+                             int64_t lim0) {
+    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, true, true, lim0);
 }
 
 /* dst[c * ldd + r] = scale src[r * cols + c] for r < rows (zeros up to ldd): one head's [rows][cols] */
@@ -210,15 +223,16 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *
         const int64_t kv = a->causal ? min64(i0 + rows, Tk) : Tk;
         for (int64_t j0 = 0; j0 < kv; j0 += BC) {
             const int64_t cols = min64(BC, kv - j0);
-            gemm_t(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St, BR, false); /* St = scale K Q^T */
-            const bool rescale = softmax_tile(St, cols, lim_of(a->causal, j0, 0, i0), m, l, al);
+            gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St); /* St = scale K Q^T */
+            const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
+            const bool rescale = softmax_tile(St, cols, lim0, m, l, al);
             if (rescale)
                 for (int64_t r = 0; r < rows; r++)
                     if (al[r] != 1.0f) {
 #pragma omp simd
                         for (int64_t e = 0; e < Dv; e++) O[r * Dv + e] *= al[r];
                     }
-            gemm_t(rows, Dv, cols, St, BR, Vh + j0 * Dv, Dv, O, Dv, true); /* O += P V */
+            gemm_t(rows, Dv, cols, St, Vh + j0 * Dv, Dv, O, Dv, lim0); /* O += P V */
         }
         for (int64_t r = 0; r < rows; r++) {
             /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
@@ -251,12 +265,13 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
                 L[r] = r < rows ? lse[h * Tq + i0 + r] : 0.0f;
                 R[r] = r < rows ? Dr[h * Tq + i0 + r] : 0.0f;
             }
-            gemm_t(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St, BR, false);    /* scale S^T */
-            gemm_t(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt, BR, false); /* dP^T */
-            grad_tile(St, dSt, cols, lim_of(a->causal, j0, 0, i0), L, R, sc);
-            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * Dv, Dv, dv + (h * Tk + j0) * Dv, Dv);      /* dV += P^T dO */
-            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * D, D, dk + (h * Tk + j0) * D, D);           /* dK += dS^T Q */
-            if (dq) gemm_t(rows, D, cols, dSt, BR, Kh + j0 * D, D, dq + (h * Tq + i0) * D, D, true); /* dQ += dS K */
+            gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St);    /* scale S^T */
+            gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
+            const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
+            grad_tile(St, dSt, cols, lim0, L, R, sc);
+            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * Dv, Dv, dv + (h * Tk + j0) * Dv, Dv, lim0);      /* dV += P^T dO */
+            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * D, D, dk + (h * Tk + j0) * D, D, lim0);           /* dK += dS^T Q */
+            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * D, D, dq + (h * Tq + i0) * D, D, lim0); /* dQ += dS K */
         }
     }
 }

@@ -34,9 +34,8 @@ static bool own_gemm(void) {
     return ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
 }
 /* C = alpha op(A) op(B) + beta C on the threaded BLAS (the path without AVX-512) */
-static void tile_gemm(bool own, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+static void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    (void)own;
     if (M <= 0 || N <= 0) return;
     ct_sgemm_ld(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -57,7 +56,7 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
     int64_t kv = a->causal ? min64(i1, Tk) : Tk;
     for (int64_t j0 = 0; j0 < kv; j0 += BC) {
         int64_t cols = min64(BC, kv - j0);
-        tile_gemm(a->own, false, true, rows, cols, D, a->scale, Qh, D, Kh + j0 * D, D, 0.0f, S, BC);
+        tile_gemm(false, true, rows, cols, D, a->scale, Qh, D, Kh + j0 * D, D, 0.0f, S, BC);
         for (int64_t r = 0; r < rows; r++) {
             float *s = S + r * BC, *o = O + r * Dv;
             int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
@@ -74,7 +73,7 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
             }
             m[r] = mn;
         }
-        tile_gemm(a->own, false, false, rows, Dv, cols, 1.0f, S, BC, Vh + j0 * Dv, Dv, 1.0f, O, Dv);
+        tile_gemm(false, false, rows, Dv, cols, 1.0f, S, BC, Vh + j0 * Dv, Dv, 1.0f, O, Dv);
     }
     for (int64_t r = 0; r < rows; r++) {
         /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
@@ -134,8 +133,8 @@ static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, c
         int64_t cols = min64(BC, Tk - j0);
         for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < Tq; i0 += BR) {
             int64_t rows = min64(BR, Tq - i0);
-            tile_gemm(a->own, false, true, rows, cols, D, a->scale, Qh + i0 * D, D, Kh + j0 * D, D, 0.0f, P, BC);
-            tile_gemm(a->own, false, true, rows, cols, Dv, 1.0f, dOh + i0 * Dv, Dv, Vh + j0 * Dv, Dv, 0.0f, dP, BC);
+            tile_gemm(false, true, rows, cols, D, a->scale, Qh + i0 * D, D, Kh + j0 * D, D, 0.0f, P, BC);
+            tile_gemm(false, true, rows, cols, Dv, 1.0f, dOh + i0 * Dv, Dv, Vh + j0 * Dv, Dv, 0.0f, dP, BC);
             for (int64_t r = 0; r < rows; r++) {
                 float *p = P + r * BC, *d = dP + r * BC;
                 int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
@@ -151,9 +150,9 @@ static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, c
                     memset(d + n, 0, (size_t)(cols - n) * sizeof(float));
                 }
             }
-            if (dv) tile_gemm(a->own, true, false, cols, Dv, rows, 1.0f, P, BC, dOh + i0 * Dv, Dv, 1.0f, dv + (h * Tk + j0) * Dv, Dv);
-            if (dq) tile_gemm(a->own, false, false, rows, D, cols, 1.0f, dP, BC, Kh + j0 * D, D, 1.0f, dq + (h * Tq + i0) * D, D);
-            if (dk) tile_gemm(a->own, true, false, cols, D, rows, 1.0f, dP, BC, Qh + i0 * D, D, 1.0f, dk + (h * Tk + j0) * D, D);
+            if (dv) tile_gemm(true, false, cols, Dv, rows, 1.0f, P, BC, dOh + i0 * Dv, Dv, 1.0f, dv + (h * Tk + j0) * Dv, Dv);
+            if (dq) tile_gemm(false, false, rows, D, cols, 1.0f, dP, BC, Kh + j0 * D, D, 1.0f, dq + (h * Tq + i0) * D, D);
+            if (dk) tile_gemm(true, false, cols, D, rows, 1.0f, dP, BC, Qh + i0 * D, D, 1.0f, dk + (h * Tk + j0) * D, D);
         }
     }
 }

@@ -4,7 +4,8 @@ the same GPT (6 layers, width 256, 8 heads, vocabulary 256), 2048 tokens a step,
     PYTHON bench/torch_gpt_savers.py THREADS SECONDS VARIANT    # VARIANT: plain|flash|ckpt, ",T=N", ",amp=bf16"
 flash: F.scaled_dot_product_attention(is_causal=True) (PyTorch >= 2); ckpt:
 torch.utils.checkpoint per block (use_reentrant=False); amp=bf16: torch.autocast("cpu", bfloat16)
-around forward and loss. One RESULT line in train_bench's format.
+around forward and loss. One RESULT line in train_bench's format
+(cpu_step_ms: process CPU time per step, what a loaded machine disturbs least).
 """
 import math
 import os

@@ -51,6 +51,10 @@ typedef struct ct_node {
  * pure function of x, arg and the parameters (called twice). Under no_grad: just fn. */
 typedef ct_tensor *(*ct_checkpoint_fn)(ct_ctx *ctx, ct_tensor *x, void *arg);
 ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor *x);
+/* True while fn runs again in backward: then nothing reads the value of fn's result (the
+ * forward's copy is kept), so fn may skip computing values that reach only its result
+ * through ops whose gradients do not read them (ct_linear_unevaluated). */
+bool ct_checkpoint_recomputing(const ct_ctx *ctx);
 
 /* Autocast regions, PyTorch's CPU policy (each op's class is in src/ops/op_table.h):
  * matmul, linear, conv2d and attention cast their f32 inputs to dt (bf16 or f16) and

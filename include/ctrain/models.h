@@ -75,7 +75,7 @@ typedef struct ct_model_config {
          * approximation OpenAI's GPT-2 uses (Hugging Face "gelu_new") */
         bool gelu_tanh;
         float ln_eps;                    /* LayerNorm epsilon: 1e-5 (GPT-2's layer_norm_epsilon) */
-        bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention); false: plain */
+        bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention; the default); false: plain */
         bool checkpoint_activations;     /* recompute each block in backward instead of keeping its activations */
     } gpt;
 } ct_model_config;
@@ -83,7 +83,7 @@ typedef struct ct_model_config {
 typedef struct ct_model ct_model;
 
 /* Defaults: MLP 784-1024-1024-10; CNN above with c1=32, c2=64, k=5, fc=128, 10 classes;
- * GPT 6 layers, width 256, 8 heads, context 256, vocabulary 256, no dropout, biases. */
+ * GPT 6 layers, width 256, 8 heads, context 256, vocabulary 256, no dropout, biases, fused attention. */
 ct_model_config ct_model_default_config(ct_model_kind kind);
 /* Checks the config: CT_ERR_INVALID naming the bad field. */
 ct_status ct_model_config_check(const ct_model_config *cfg);

@@ -38,6 +38,10 @@ ct_tensor *ct_cast(ct_ctx *ctx, ct_tensor *x, ct_dtype dt);
 ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb);
 /* x [..., in] @ w[out,in]^T + b[out] (b may be NULL) → [..., out] — nn.Linear. */
 ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b);
+/* The same node (gradients alike) with the output left at 0 instead of computed: for values
+ * nobody reads, e.g. the last projection of a segment being recomputed
+ * (ct_checkpoint_recomputing) that reaches the result only through dropout and adds. */
+ct_tensor *ct_linear_unevaluated(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b);
 
 /* ---- elementwise ---- */
 /* a + b; b's shape must equal a's or a suffix of it (broadcast over leading dims). */

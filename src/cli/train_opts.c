@@ -36,7 +36,7 @@ static void usage(FILE *f) {
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
             "model (gpt): --n-layer 4 --n-embd 128 --n-head 4 --block-size 64 --vocab-size 256\n"
-            "             --attention plain|flash  (flash: fused, O(T) memory; default plain)\n"
+            "             --attention plain|flash  (flash: fused, O(T) memory, the default)\n"
             "             --checkpoint-activations  recompute each block in backward (less memory)\n"
             "  --init-from FILE     start from these weights: a model ctrain saved or a Hugging Face GPT-2\n"
             "                       (GPT2LMHeadModel model.safetensors, config.json beside it); the file's\n"
@@ -91,6 +91,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     o->epochs = 1;
     o->batch_size = 64;
     o->grad_accum = 1;
+    o->flash = true; /* --attention flash */
     o->lr = -1;
     o->momentum = 0.9;
     o->weight_decay = -1;

@@ -278,6 +278,8 @@ void ct_autocast_end(ct_ctx *ctx) {
 
 ct_dtype ct_autocast_dtype(const ct_ctx *ctx) { return ctx->ac_depth ? ctx->ac_stack[ctx->ac_depth - 1] : CT_F32; }
 
+bool ct_checkpoint_recomputing(const ct_ctx *ctx) { return ctx->ckpt_recompute > 0 && ctx->ckpt_counting == 0; }
+
 bool ct_ckpt_active_(const ct_ctx *ctx) { return ctx->ckpt_counting > 0 || ctx->ckpt_recompute > 0; }
 
 ct_tensor *ct_autocast_cache_get_(ct_ctx *ctx, const ct_tensor *param, ct_dtype dt, bool grad) {

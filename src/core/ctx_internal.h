@@ -40,6 +40,8 @@ struct ct_ctx {
      * grad (its parameters' uses are still counted, for the grad-ready hooks) / is being
      * recomputed in backward (uses already counted: not again) */
     int ckpt_counting, ckpt_recompute;
+    /* ct_linear_unevaluated: the op records its node and leaves its output's values at 0 */
+    bool values_unread;
     struct ct_tensor **ckpt_params; /* parameters counted by the segment running now */
     int ckpt_nparams, ckpt_cap;
     /* autocast (ct_autocast_begin): the low-precision dtype per nested region, CT_F32 when

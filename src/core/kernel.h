@@ -50,6 +50,10 @@ int ct_ctx_temp_depth_(const ct_ctx *ctx);
  * when none): GEMMs then take the bf16 path. set returns the previous one. */
 ct_dtype ct_ctx_lowp_run_(const ct_ctx *ctx);
 ct_dtype ct_ctx_set_lowp_run_(ct_ctx *ctx, ct_dtype dt);
+/* Set while an op runs for a node whose output values nobody reads (ct_linear_unevaluated):
+ * it records as usual and may leave the output zero. set returns the previous state. */
+bool ct_ctx_values_unread_(const ct_ctx *ctx);
+bool ct_ctx_set_values_unread_(ct_ctx *ctx, bool on);
 /* The autocast weight cache of the current region (autograd.c): the cast of `param` to dt
  * made with (grad) or without gradient, or NULL; put remembers one (ignored when full). */
 ct_tensor *ct_autocast_cache_get_(ct_ctx *ctx, const ct_tensor *param, ct_dtype dt, bool grad);

@@ -147,6 +147,13 @@ ct_dtype ct_ctx_set_lowp_run_(ct_ctx *c, ct_dtype dt) {
     return prev;
 }
 
+bool ct_ctx_values_unread_(const ct_ctx *c) { return c->values_unread; }
+bool ct_ctx_set_values_unread_(ct_ctx *c, bool on) {
+    bool prev = c->values_unread;
+    c->values_unread = on;
+    return prev;
+}
+
 ct_arena_mark ct_ctx_mark_(ct_ctx *c) {
     return (ct_arena_mark){c->cur, c->cur ? c->cur->used : 0, c->used};
 }

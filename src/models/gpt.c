@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "models/model_internal.h"
 
@@ -16,6 +17,7 @@ static void gpt_defaults(ct_model_config *c) {
     c->gpt.bias = true;
     c->gpt.gelu_tanh = false;
     c->gpt.ln_eps = 1e-5f;
+    c->gpt.flash_attention = true; /* fused: O(T) memory and faster at every context (docs/benchmarks.md) */
 }
 
 static ct_status gpt_check(const ct_model_config *c) {
@@ -39,21 +41,35 @@ static void gpt_describe(const ct_model_config *c, char *arch, size_t n) {
              c->gpt.bias ? "" : ", bias=False", c->gpt.gelu_tanh ? ", gelu=tanh" : "", eps);
 }
 
-/* MLP: c_fc (C → 4C), GELU (hp[0]: tanh approximation), c_proj (4C → C), dropout */
-static ct_tensor *mlp_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
+/* MLP: c_fc (C → 4C), GELU (hp[0]: tanh approximation), c_proj (4C → C), dropout.
+ * unread: c_proj's output values are never read (see block_segment) */
+static ct_tensor *mlp_run(ct_ctx *ctx, ct_module *m, ct_tensor *x, bool unread) {
+    ct_module *proj = m->children[1];
     ct_tensor *h = ct_gelu(ctx, ct_module_forward(ctx, m->children[0], x), m->hp[0] != 0);
-    h = ct_module_forward(ctx, m->children[1], h);
+    h = unread ? ct_linear_unevaluated(ctx, h, proj->w, proj->b) : ct_module_forward(ctx, proj, h);
     return m->fp[0] > 0 ? ct_dropout(ctx, h, m->fp[0]) : h;
 }
+static ct_tensor *mlp_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return mlp_run(ctx, m, x, false); }
 static const ct_module_ops mlp_ops = {"MLP", mlp_fw, NULL};
 
 /* Block: children ln_1, attn, ln_2, mlp */
-static ct_tensor *block_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
+static ct_tensor *block_run(ct_ctx *ctx, ct_module *m, ct_tensor *x, bool unread) {
     ct_module **c = m->children;
     x = ct_add(ctx, x, ct_module_forward(ctx, c[1], ct_module_forward(ctx, c[0], x)));
-    return ct_add(ctx, x, ct_module_forward(ctx, c[3], ct_module_forward(ctx, c[2], x)));
+    return ct_add(ctx, x, mlp_run(ctx, c[3], ct_module_forward(ctx, c[2], x), unread));
 }
+static ct_tensor *block_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return block_run(ctx, m, x, false); }
 static const ct_module_ops block_ops = {"Block", block_fw, NULL};
+
+/* A block as a checkpointed segment. On the recompute nothing reads the block's output, and
+ * the MLP's c_proj output reaches it only through dropout and the residual add, whose
+ * gradients read no values: c_proj records its node without its GEMM (a third of the
+ * block's forward FLOPs at width 256, context 256). Gradients are the same bits. */
+static ct_tensor *block_segment(ct_ctx *ctx, ct_tensor *x, void *arg) {
+    ct_module *m = arg;
+    bool linear = !strcmp(ct_module_type(m->children[3]->children[1]), "Linear"); /* not a quantized one */
+    return block_run(ctx, m, x, linear && ct_checkpoint_recomputing(ctx));
+}
 
 /* GPT: children wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head (a Linear over wte); hp[0] = block_size, hp[1] = checkpoint the
  * blocks, fp[0] = dropout */
@@ -68,7 +84,7 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     ct_tensor *x = ct_add(ctx, ct_embedding(ctx, wte, idx), ct_embedding(ctx, wpe, pos)); /* [B,T,C] + [T,C] */
     if (m->fp[0] > 0) x = ct_dropout(ctx, x, m->fp[0]);
     for (int i = 2; i < m->nchildren - 2; i++) /* blocks: checkpointed one by one when hp[1] */
-        x = m->hp[1] ? ct_checkpoint_module(ctx, m->children[i], x) : ct_module_forward(ctx, m->children[i], x);
+        x = m->hp[1] ? ct_checkpoint(ctx, block_segment, m->children[i], x) : ct_module_forward(ctx, m->children[i], x);
     x = ct_module_forward(ctx, m->children[m->nchildren - 2], x); /* ln_f */
     /* LM head tied to wte; a module of its own so that ct_quantize_dynamic finds it, as
      * PyTorch's quantize_dynamic finds nanoGPT's lm_head */

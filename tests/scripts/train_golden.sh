@@ -19,7 +19,7 @@ R=(run --nproc-per-node 2 --standalone)
 q=(--threads 1 --log-every 5)
 mlp=(mlp --hidden 64,32 --steps 30 --batch-size 32 --eval-max 512 --save-every 10 --keep 5)
 cnn=(cnn --steps 12 --batch-size 16 --eval-max 256 --clip 1.0 --grad-compression bf16 --save-every 6)
-gpt=(gpt --text "$d/text.txt" --n-layer 2 --n-embd 32 --n-head 2 --block-size 16 --batch-size 4 --steps 24 --eval-every 12 --save-every 12 --warmup 4)
+gpt=(gpt --attention plain --text "$d/text.txt" --n-layer 2 --n-embd 32 --n-head 2 --block-size 16 --batch-size 4 --steps 24 --eval-every 12 --save-every 12 --warmup 4)
 run() { # name, then the command
     local n=$1; shift
     "$@" --output-dir "$d/$n" > "$d/$n.log" 2>&1 || { cat "$d/$n.log"; echo "$n failed"; exit 1; }

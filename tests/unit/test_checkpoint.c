@@ -2,7 +2,8 @@
  * same loss and bit-identical gradients as the plain one, dropout on; parameters inside a
  * segment whose input needs no gradient still get theirs; grad-ready hooks fire once per
  * parameter and only when its gradient is complete; a forward without backward leaves no
- * stale counts; checkpoint_sequential splits as PyTorch; and the activation memory drops. */
+ * stale counts; checkpoint_sequential splits as PyTorch; and the activation memory drops.
+ * ct_linear_unevaluated (the GPT block's last GEMM on the recompute) gives ct_linear's gradients. */
 #include "ct_test.h"
 #include "ctrain/ctrain.h"
 
@@ -161,6 +162,32 @@ CT_TEST(checkpointing_saves_activation_memory) {
     free(g);
     ct_model_free(a);
     ct_model_free(b);
+}
+
+/* the same node without the GEMM: output 0, every gradient the same bits as ct_linear's */
+CT_TEST(linear_unevaluated_gives_the_same_gradients) {
+    float grads[2][3][24] = {{{0}}};
+    for (int u = 0; u < 2; u++) {
+        ct_ctx *c;
+        CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+        ct_tensor *x = ct_new(c, CT_F32, 2, (int64_t[]){4, 6}), *w = ct_new(c, CT_F32, 2, (int64_t[]){4, 6});
+        ct_tensor *b = ct_new(c, CT_F32, 1, (int64_t[]){4}), *g = ct_new(c, CT_F32, 2, (int64_t[]){4, 4});
+        ct_tensor *in[3] = {x, w, b};
+        for (int i = 0; i < 24; i++) {
+            ((float *)x->data)[i] = (float)(i % 7) * 0.25f - 0.5f;
+            ((float *)w->data)[i] = (float)(i % 5) * 0.125f - 0.3f;
+        }
+        for (int i = 0; i < 16; i++) ((float *)g->data)[i] = (float)(i % 3) - 1.0f;
+        for (int i = 0; i < 4; i++) ((float *)b->data)[i] = 0.1f * (float)i;
+        for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
+        ct_tensor *y = u ? ct_linear_unevaluated(c, x, w, b) : ct_linear(c, x, w, b);
+        if (u)
+            for (int i = 0; i < 16; i++) CT_EXPECT(((float *)y->data)[i] == 0.0f);
+        ct_backward_seed(c, y, g);
+        for (int i = 0; i < 3; i++) memcpy(grads[u][i], in[i]->grad->data, ct_nbytes(in[i]));
+        ct_ctx_free(c);
+    }
+    CT_EXPECT(memcmp(grads[0], grads[1], sizeof grads[0]) == 0);
 }
 
 CT_TEST_MAIN()

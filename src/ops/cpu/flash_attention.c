@@ -10,15 +10,11 @@
  *   dV += P^T dO, dP = dO v^T, dS = P (dP - Dr) scale, dQ += dS k, dK += dS^T q.
  * Cost: forward 2 tile GEMMs per tile pair (as plain), backward 5 (plain: 4, it keeps P).
  *
- * Threads take whole heads (forward: heads x query tiles), each tile GEMM single-threaded
- * on ctrain's own sgemm; every output element is accumulated by one thread in a fixed
- * order, so the result does not depend on the thread count. Without the own kernel (no
- * AVX-512, CTRAIN_GEMM=openblas) heads run one after the other on the threaded BLAS
- * (OpenBLAS is not entered from several OpenMP threads at once).
- * In a bf16 run (autocast) on a CPU with AMX-BF16 the tile GEMMs are AMX bf16 GEMMs: q, k,
- * v, dO hold bf16 values already, and P, dS are rounded to bf16 as they enter their
- * products, as PyTorch's CPU flash kernel does for bf16; sums stay f32. Elsewhere the bf16
- * GEMM is no faster than the f32 one, so the tiles stay f32.
+ * With AVX-512 (and CTRAIN_GEMM != openblas) threads take whole heads and run the kernels of
+ * flash_simd.c, written for these tile shapes; every output element is accumulated by one
+ * thread in a fixed order, so the result does not depend on the thread count. Elsewhere the
+ * tiles below go through BLAS, heads one after the other on the threaded BLAS (OpenBLAS is
+ * not entered from several OpenMP threads at once).
  * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
  * diagonal are skipped. */
 #include <math.h>
@@ -28,35 +24,26 @@
 #include "ctrain/config.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/flash_simd.h"
 #include "ops/cpu/vmath.h"
 #include "ops/op_table.h"
 
 enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
 
-static int own_gemm(const ct_ctx *ctx) {
-    if (!ct_sgemm_own_available() || ct_config_choice(CT_CFG_GEMM) == 1 /* openblas */) return 0;
-    return ct_ctx_lowp_run_(ctx) == CT_BF16 && ct_sgemm_bf16_path() == CT_GEMM_BF16_AMX ? 2 : 1;
+static bool own_gemm(void) {
+    return ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
 }
-/* C = alpha op(A) op(B) + beta C on one thread (own kernel; the bf16 GEMM in a bf16 run, own
- * == 2) or the threaded BLAS */
-static void tile_gemm(int own, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+/* C = alpha op(A) op(B) + beta C on the threaded BLAS (the path without AVX-512) */
+static void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
-    if (own == 2) ct_sgemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else if (own) ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else ct_sgemm_ld(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    ct_sgemm_ld(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* keys [0, n) that query row i sees */
 static inline int64_t visible(bool causal, int64_t i, int64_t Tk) { return causal ? min64(i + 1, Tk) : Tk; }
 
-typedef struct {
-    const float *Q, *K, *V;
-    int64_t Tq, Tk, D, Dv;
-    float scale;
-    bool causal;
-    int own; /* 0 BLAS, 1 own kernel, 2 the bf16 GEMM */
-} att;
+typedef ct_flash_args att;
 
 /* Rows [i0, i1) of head h: O (rows of Y) and lse. S is BR x BC scratch. */
 static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, float *lse, float *S) {
@@ -69,7 +56,7 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
     int64_t kv = a->causal ? min64(i1, Tk) : Tk;
     for (int64_t j0 = 0; j0 < kv; j0 += BC) {
         int64_t cols = min64(BC, kv - j0);
-        tile_gemm(a->own, false, true, rows, cols, D, a->scale, Qh, D, Kh + j0 * D, D, 0.0f, S, BC);
+        tile_gemm(false, true, rows, cols, D, a->scale, Qh, D, Kh + j0 * D, D, 0.0f, S, BC);
         for (int64_t r = 0; r < rows; r++) {
             float *s = S + r * BC, *o = O + r * Dv;
             int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
@@ -86,7 +73,7 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
             }
             m[r] = mn;
         }
-        tile_gemm(a->own, false, false, rows, Dv, cols, 1.0f, S, BC, Vh + j0 * Dv, Dv, 1.0f, O, Dv);
+        tile_gemm(false, false, rows, Dv, cols, 1.0f, S, BC, Vh + j0 * Dv, Dv, 1.0f, O, Dv);
     }
     for (int64_t r = 0; r < rows; r++) {
         /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
@@ -106,18 +93,26 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
         q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
         CT_FATAL("flash_attention: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", ct_shape_str(q, s1, sizeof s1),
                  ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
-    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], 1.0f, causal, own_gemm(ctx)};
+    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], 1.0f, causal, own_gemm()};
     a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
     int64_t BH = q->shape[0] * q->shape[1], ntile = (a.Tq + BR - 1) / BR;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
     float *lse = ct_ctx_alloc_keep(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
-    int nt = a.own ? ct_get_num_threads() : 1;
-    float *S = ct_ctx_alloc(ctx, (size_t)nt * BR * BC * sizeof(float));
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH * ntile > 1)
-    for (int64_t w = 0; w < BH * ntile; w++) {
-        int64_t h = w / ntile, i0 = w % ntile * BR;
-        fwd_tile(&a, h, i0, min64(i0 + BR, a.Tq), y->data, lse, S + (size_t)omp_get_thread_num() * BR * BC);
+    ct_temp_mark mark = ct_ctx_temp_begin_(ctx); /* the scratch goes when forward returns */
+    if (a.own) {
+        int nt = ct_get_num_threads();
+        size_t w = ct_flash_simd_work(&a, false);
+        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
+        for (int64_t h = 0; h < BH; h++) ct_flash_simd_fwd_head(&a, h, y->data, lse, work + (size_t)omp_get_thread_num() * w);
+    } else {
+        float *S = ct_ctx_alloc(ctx, (size_t)BR * BC * sizeof(float));
+        for (int64_t w = 0; w < BH * ntile; w++) {
+            int64_t h = w / ntile, i0 = w % ntile * BR;
+            fwd_tile(&a, h, i0, min64(i0 + BR, a.Tq), y->data, lse, S);
+        }
     }
+    ct_ctx_temp_end_(ctx, mark);
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, in);
     if (nd) {
         nd->saved = lse;
@@ -138,8 +133,8 @@ static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, c
         int64_t cols = min64(BC, Tk - j0);
         for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < Tq; i0 += BR) {
             int64_t rows = min64(BR, Tq - i0);
-            tile_gemm(a->own, false, true, rows, cols, D, a->scale, Qh + i0 * D, D, Kh + j0 * D, D, 0.0f, P, BC);
-            tile_gemm(a->own, false, true, rows, cols, Dv, 1.0f, dOh + i0 * Dv, Dv, Vh + j0 * Dv, Dv, 0.0f, dP, BC);
+            tile_gemm(false, true, rows, cols, D, a->scale, Qh + i0 * D, D, Kh + j0 * D, D, 0.0f, P, BC);
+            tile_gemm(false, true, rows, cols, Dv, 1.0f, dOh + i0 * Dv, Dv, Vh + j0 * Dv, Dv, 0.0f, dP, BC);
             for (int64_t r = 0; r < rows; r++) {
                 float *p = P + r * BC, *d = dP + r * BC;
                 int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
@@ -155,9 +150,9 @@ static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, c
                     memset(d + n, 0, (size_t)(cols - n) * sizeof(float));
                 }
             }
-            if (dv) tile_gemm(a->own, true, false, cols, Dv, rows, 1.0f, P, BC, dOh + i0 * Dv, Dv, 1.0f, dv + (h * Tk + j0) * Dv, Dv);
-            if (dq) tile_gemm(a->own, false, false, rows, D, cols, 1.0f, dP, BC, Kh + j0 * D, D, 1.0f, dq + (h * Tq + i0) * D, D);
-            if (dk) tile_gemm(a->own, true, false, cols, D, rows, 1.0f, dP, BC, Qh + i0 * D, D, 1.0f, dk + (h * Tk + j0) * D, D);
+            if (dv) tile_gemm(true, false, cols, Dv, rows, 1.0f, P, BC, dOh + i0 * Dv, Dv, 1.0f, dv + (h * Tk + j0) * Dv, Dv);
+            if (dq) tile_gemm(false, false, rows, D, cols, 1.0f, dP, BC, Kh + j0 * D, D, 1.0f, dq + (h * Tq + i0) * D, D);
+            if (dk) tile_gemm(true, false, cols, D, rows, 1.0f, dP, BC, Qh + i0 * D, D, 1.0f, dk + (h * Tk + j0) * D, D);
         }
     }
 }
@@ -165,7 +160,7 @@ static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, c
 void ct_bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
     att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], (float)n->f[0], n->i[0] != 0,
-             own_gemm(ctx)};
+             own_gemm()};
     int64_t BH = q->shape[0] * q->shape[1];
     const float *O = n->out->data, *dO = n->out->grad->data, *lse = n->saved;
     float *dq = ct_grad_acc(ctx, q), *dk = ct_grad_acc(ctx, k), *dv = ct_grad_acc(ctx, v);
@@ -179,11 +174,15 @@ void ct_bw_flash_attention(ct_ctx *ctx, ct_node *n) {
         for (int64_t c = 0; c < a.Dv; c++) s += dO[r * a.Dv + c] * O[r * a.Dv + c];
         Dr[r] = s;
     }
-    int nt = a.own ? ct_get_num_threads() : 1;
-    float *scratch = ct_ctx_alloc(ctx, (size_t)nt * 2 * BR * BC * sizeof(float));
+    if (a.own) {
+        int nt = ct_get_num_threads();
+        size_t w = ct_flash_simd_work(&a, true);
+        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
 #pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
-    for (int64_t h = 0; h < BH; h++) {
-        float *P = scratch + (size_t)omp_get_thread_num() * 2 * BR * BC;
-        bwd_head(&a, h, O, dO, lse, Dr, dq, dk, dv, P, P + BR * BC);
+        for (int64_t h = 0; h < BH; h++)
+            ct_flash_simd_bwd_head(&a, h, dO, lse, Dr, dq, dk, dv, work + (size_t)omp_get_thread_num() * w);
+        return;
     }
+    float *P = ct_ctx_alloc(ctx, (size_t)2 * BR * BC * sizeof(float));
+    for (int64_t h = 0; h < BH; h++) bwd_head(&a, h, O, dO, lse, Dr, dq, dk, dv, P, P + BR * BC);
 }

@@ -106,14 +106,24 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     ct_tensor *y = ct_new(ctx, CT_F32, x->ndim, shape);
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     float *Y = y->data;
-    if (b && rows > 0) {
-        if (b->dtype != CT_F32) check_operand(ctx, "linear", b);
-        ct_convert(Y, CT_F32, b->data, b->dtype, (size_t)out);
-        for (int64_t r = 1; r < rows; r++) memcpy(Y + r * out, Y, (size_t)out * sizeof(float));
+    if (ct_ctx_values_unread_(ctx)) memset(Y, 0, ct_nbytes(y));
+    else {
+        if (b && rows > 0) {
+            if (b->dtype != CT_F32) check_operand(ctx, "linear", b);
+            ct_convert(Y, CT_F32, b->data, b->dtype, (size_t)out);
+            for (int64_t r = 1; r < rows; r++) memcpy(Y + r * out, Y, (size_t)out * sizeof(float));
+        }
+        gemm(false, true, rows, out, in, opnd(x, 0), opnd(w, 0), Y, b ? 1.0f : 0.0f);
     }
-    gemm(false, true, rows, out, in, opnd(x, 0), opnd(w, 0), Y, b ? 1.0f : 0.0f);
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
+    return y;
+}
+
+ct_tensor *ct_linear_unevaluated(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
+    bool prev = ct_ctx_set_values_unread_(ctx, true);
+    ct_tensor *y = ct_linear(ctx, x, w, b);
+    ct_ctx_set_values_unread_(ctx, prev);
     return y;
 }
 

@@ -1,0 +1,277 @@
+/* AVX-512 fused attention, one head per call (see flash_attention.c for the algorithm).
+ *
+ * Why not the general sgemm: a tile product here is 64 x 64 x D with D = 32 or 64; packing
+ * both operands for each of them costs as much as the product. Instead every operand is laid
+ * out once per head so that all five tile products are the same register-blocked kernel,
+ *   C[i][0:n] (+)= sum_k A(i, k) B[k][0:n]   (A broadcast, B rows as vectors),
+ * reading A and B where they lie:
+ *   - K, V, Q (times scale) and dO are transposed once per head (Kt [D][Tk], ...);
+ *   - the score tile is kept transposed, St[c][r] (key c, query r) = Kt^T-panel x Qt-panel,
+ *     so the online softmax runs down the columns: per query lane, no horizontal sums;
+ *   - O += P V reads P as St (A(r, c) = St[c][r]), dQ += dS K likewise; dV += P^T dO and
+ *     dK += dS^T Q read St's rows (A(c, r) = St[c][r]).
+ * Every output element is summed by one thread in a fixed order (keys ascending for O and
+ * dQ, query tiles ascending for dK, dV): the same bits for any thread count. */
+#include "ops/cpu/flash_simd.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops/cpu/vmath.h"
+
+#define CT_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
+#define INL static inline __attribute__((always_inline))
+
+enum { BR = 64, BC = 64, PAD = 16 * BR }; /* query rows x keys per tile; PAD: reads past a tile's last row */
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t ld_of(int64_t T) { return (T + 15) / 16 * 16 + 16; } /* transposed row length */
+
+/* C[0:mr][0:n] = (acc ? C : 0) + sum_{k < K} A[i*as + k*ak] B[k*ldb + 0:n], n <= 16 NV.
+ * Rows mr..MR-1 are computed from whatever A holds there and dropped (callers pad A). */
+CT_AVX512 INL void mk(int MR, int NV, int64_t as, int64_t ak, int64_t K, const float *restrict A, const float *restrict B,
+                      int64_t ldb, float *restrict C, int64_t ldc, int mr, int n, bool acc) {
+    __m512 c[16][4];
+    __mmask16 m[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        int rem = n - 16 * v;
+        m[v] = rem >= 16 ? (__mmask16)0xFFFF : rem <= 0 ? (__mmask16)0 : (__mmask16)((1u << rem) - 1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[i][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        __m512 b[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) b[v] = _mm512_maskz_loadu_ps(m[v], B + 16 * v);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512 a = _mm512_set1_ps(A[i * as]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(a, b[v], c[i][v]);
+        }
+        A += ak;
+        B += ldb;
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __m512 r = c[i][v];
+            if (acc) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], C + i * ldc + 16 * v));
+            _mm512_mask_storeu_ps(C + i * ldc + 16 * v, m[v], r);
+        }
+    }
+}
+
+/* register block per vector count: MR x NV accumulators, MR dividing the 64-row tiles where it can */
+#define MR_OF(NV) ((NV) == 1 ? 16 : (NV) == 4 ? 6 : 8)
+
+static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* C[M][N] (+)= A B with A(i, k) = At[k * lda + i] ("T") or A(i, k) = At[i * BR + k] ("N").
+ * trim: A is a P or dS tile (rows r see keys c where r >= lim0 + c, zeros elsewhere), and the
+ * k range of each row block stops (T: k = key) or starts (N: k = query row) where A turns 0. */
+CT_AVX512 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb,
+                        float *C, int64_t ldc, bool acc, bool trim, int64_t lim0) {
+    for (int64_t j = 0; j < N; j += 64) {
+        int n = (int)min64(64, N - j), nv = (n + 15) / 16;
+#define RUN(NV)                                                                                                            \
+    for (int64_t i = 0; i < M; i += MR_OF(NV)) {                                                                           \
+        int mr = (int)min64(MR_OF(NV), M - i);                                                                             \
+        if (tform) {                                                                                                       \
+            int64_t kk = trim ? clamp64(i + mr - lim0, 0, K) : K;                                                          \
+            mk(MR_OF(NV), NV, 1, lda, kk, At + i, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                           \
+        } else {                                                                                                           \
+            int64_t k0 = trim ? clamp64(lim0 + i, 0, K) : 0;                                                               \
+            mk(MR_OF(NV), NV, BR, 1, K - k0, At + i * BR + k0, B + k0 * ldb + j, ldb, C + i * ldc + j, ldc, mr, n, acc);   \
+        }                                                                                                                  \
+    }
+        switch (nv) {
+        case 1: RUN(1) break;
+        case 2: RUN(2) break;
+        case 3: RUN(3) break;
+        default: RUN(4) break;
+        }
+#undef RUN
+    }
+}
+/* the three uses as separate functions: each call site gets one copy of the kernels */
+CT_AVX512 static void gemm_s(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C) {
+    gemm(true, M, N, K, At, lda, B, ldb, C, BR, false, false, 0); /* a transposed score tile */
+}
+CT_AVX512 static void gemm_t(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc,
+                             int64_t lim0) {
+    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, true, true, lim0);
+}
+CT_AVX512 static void gemm_n(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,
+                             int64_t lim0) {
+    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, true, true, lim0);
+}
+
+/* dst[c * ldd + r] = scale src[r * cols + c] for r < rows (zeros up to ldd): one head's [rows][cols] */
+static void transpose(float *restrict dst, int64_t ldd, const float *restrict src, int64_t rows, int64_t cols, float scale) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t r1 = min64(r0 + 16, rows);
+            for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * cols + c] * scale;
+        }
+    for (int64_t c = 0; c < cols; c++) memset(dst + c * ldd + rows, 0, (size_t)(ldd - rows) * sizeof(float));
+}
+
+size_t ct_flash_simd_work(const ct_flash_args *a, bool backward) {
+    size_t kq = (size_t)(a->D * ld_of(a->Tk) + a->D * ld_of(a->Tq)), tile = (size_t)BC * BR + PAD;
+    if (!backward) return kq + tile + 16;
+    return kq + (size_t)(a->Dv * ld_of(a->Tk) + a->Dv * ld_of(a->Tq)) + 2 * tile + 16;
+}
+
+/* row r of the query tile at i0 sees key c of the tile at j0 where r >= lim_of(.., c, ..) */
+static inline int64_t lim_of(bool causal, int64_t j0, int64_t c, int64_t i0) { return causal ? j0 + c - i0 : -(int64_t)BC; }
+
+/* ct_vexpf (ops/kmath.h) on 16 lanes, the same operations in the same order */
+CT_AVX512 INL __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f), big = _mm512_set1_ps(12582912.0f);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), big), big);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+}
+
+/* lanes r of vector v of a transposed tile's row c that may be used: r >= lim0 + c (causal) */
+CT_AVX512 INL __mmask16 seen(int64_t lim0, int64_t c, int v) {
+    int64_t lim = lim0 + c - 16 * v;
+    if (lim <= 0) return (__mmask16)0xFFFF;
+    if (lim >= 16) return 0;
+    return (__mmask16)(0xFFFFu << lim);
+}
+
+/* Online softmax over the tile St[c][r] (c < cols; key c seen by row r where r >= lim0 + c):
+ * m, l the running row max and sum, P = exp(S - m') in place, al[r] = exp(m - m') the factor
+ * for O. Returns whether some al != 1. */
+CT_AVX512 static bool softmax_tile(float *St, int64_t cols, int64_t lim0, float *m, float *l, float *al) {
+    enum { NV = BR / 16 };
+    __m512 mt[NV], mn[NV], sum[NV];
+    for (int v = 0; v < NV; v++) mt[v] = _mm512_set1_ps(-INFINITY);
+    for (int64_t c = 0; c < cols; c++)
+        for (int v = 0; v < NV; v++) mt[v] = _mm512_mask_max_ps(mt[v], seen(lim0, c, v), mt[v], _mm512_loadu_ps(St + c * BR + 16 * v));
+    __mmask16 changed = 0;
+    for (int v = 0; v < NV; v++) {
+        __m512 mo = _mm512_loadu_ps(m + 16 * v);
+        mn[v] = _mm512_max_ps(mo, mt[v]);
+        /* a row with no key yet keeps -inf and the factor 1; the first tile's exp(-inf) = 0 */
+        __mmask16 none = _mm512_cmp_ps_mask(mn[v], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+        __m512 a = _mm512_mask_mov_ps(exp16(_mm512_sub_ps(mo, mn[v])), none, _mm512_set1_ps(1.0f));
+        changed |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+        _mm512_storeu_ps(al + 16 * v, a);
+        _mm512_storeu_ps(m + 16 * v, mn[v]);
+        sum[v] = _mm512_setzero_ps();
+    }
+    for (int64_t c = 0; c < cols; c++)
+        for (int v = 0; v < NV; v++) {
+            float *s = St + c * BR + 16 * v;
+            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v), exp16(_mm512_sub_ps(_mm512_loadu_ps(s), mn[v])));
+            _mm512_storeu_ps(s, p);
+            sum[v] = _mm512_add_ps(sum[v], p);
+        }
+    for (int v = 0; v < NV; v++)
+        _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * v), _mm512_loadu_ps(al + 16 * v), sum[v]));
+    return changed != 0;
+}
+
+/* P = exp(S - lse) into St and dS = P (dP - Dr) scale into dSt, over the seen lanes */
+CT_AVX512 static void grad_tile(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc) {
+    enum { NV = BR / 16 };
+    for (int64_t c = 0; c < cols; c++)
+        for (int v = 0; v < NV; v++) {
+            float *s = St + c * BR + 16 * v, *d = dSt + c * BR + 16 * v;
+            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v),
+                                           exp16(_mm512_sub_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(L + 16 * v))));
+            _mm512_storeu_ps(s, p);
+            __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(d), _mm512_loadu_ps(R + 16 * v));
+            _mm512_storeu_ps(d, _mm512_mul_ps(_mm512_mul_ps(p, dp), _mm512_set1_ps(sc)));
+        }
+}
+
+CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *Y, float *lse, float *work) {
+    const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
+    float *Kt = work, *Qt = Kt + D * ldk, *St = Qt + D * ldq;
+    memset(St, 0, ((size_t)BC * BR + PAD) * sizeof(float));
+    transpose(Kt, ldk, a->K + h * Tk * D, Tk, D, 1.0f);
+    transpose(Qt, ldq, a->Q + h * Tq * D, Tq, D, a->scale);
+    const float *Vh = a->V + h * Tk * Dv;
+    for (int64_t i0 = 0; i0 < Tq; i0 += BR) {
+        const int64_t rows = min64(BR, Tq - i0);
+        float *O = Y + (h * Tq + i0) * Dv;
+        float m[BR], l[BR], al[BR];
+        for (int r = 0; r < BR; r++) { m[r] = -INFINITY; l[r] = 0; }
+        memset(O, 0, (size_t)(rows * Dv) * sizeof(float));
+        const int64_t kv = a->causal ? min64(i0 + rows, Tk) : Tk;
+        for (int64_t j0 = 0; j0 < kv; j0 += BC) {
+            const int64_t cols = min64(BC, kv - j0);
+            gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St); /* St = scale K Q^T */
+            const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
+            const bool rescale = softmax_tile(St, cols, lim0, m, l, al);
+            if (rescale)
+                for (int64_t r = 0; r < rows; r++)
+                    if (al[r] != 1.0f) {
+#pragma omp simd
+                        for (int64_t e = 0; e < Dv; e++) O[r * Dv + e] *= al[r];
+                    }
+            gemm_t(rows, Dv, cols, St, Vh + j0 * Dv, Dv, O, Dv, lim0); /* O += P V */
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
+            float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+#pragma omp simd
+            for (int64_t e = 0; e < Dv; e++) O[r * Dv + e] *= inv;
+            lse[h * Tq + i0 + r] = m[r] + logf(l[r]);
+        }
+    }
+}
+
+CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr,
+                                      float *dq, float *dk, float *dv, float *work) {
+    const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
+    const float *Qh = a->Q + h * Tq * D, *Kh = a->K + h * Tk * D, *dOh = dO + h * Tq * Dv;
+    float *Kt = work, *Qt = Kt + D * ldk, *Vt = Qt + D * ldq, *dOt = Vt + Dv * ldk, *St = dOt + Dv * ldq;
+    float *dSt = St + BC * BR + PAD;
+    memset(St, 0, 2 * ((size_t)BC * BR + PAD) * sizeof(float));
+    transpose(Kt, ldk, Kh, Tk, D, 1.0f);
+    transpose(Qt, ldq, Qh, Tq, D, a->scale);
+    transpose(Vt, ldk, a->V + h * Tk * Dv, Tk, Dv, 1.0f);
+    transpose(dOt, ldq, dOh, Tq, Dv, 1.0f);
+    const float sc = a->scale;
+    for (int64_t j0 = 0; j0 < Tk; j0 += BC) {
+        const int64_t cols = min64(BC, Tk - j0);
+        for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < Tq; i0 += BR) {
+            const int64_t rows = min64(BR, Tq - i0);
+            float L[BR], R[BR];
+            for (int r = 0; r < BR; r++) {
+                L[r] = r < rows ? lse[h * Tq + i0 + r] : 0.0f;
+                R[r] = r < rows ? Dr[h * Tq + i0 + r] : 0.0f;
+            }
+            gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St);    /* scale S^T */
+            gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
+            const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
+            grad_tile(St, dSt, cols, lim0, L, R, sc);
+            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * Dv, Dv, dv + (h * Tk + j0) * Dv, Dv, lim0);      /* dV += P^T dO */
+            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * D, D, dk + (h * Tk + j0) * D, D, lim0);           /* dK += dS^T Q */
+            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * D, D, dq + (h * Tq + i0) * D, D, lim0); /* dQ += dS K */
+        }
+    }
+}

@@ -36,7 +36,8 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrain run [options] [--] PROGRAM [ARGS...]\n\n"
-            "  --nproc-per-node N|auto  workers on this machine (auto: one per core; default 1)\n"
+            "  --nproc-per-node N|auto|gpu  workers on this machine (auto: one per core; gpu: one per visible\n"
+            "                           GPU, LOCAL_RANK picks the device; default 1)\n"
             "  --nnodes N               machines in the job (default 1)\n"
             "  --node-rank K            this machine's index (default 0)\n"
             "  --master-addr HOST       where node 0's store listens (default 127.0.0.1)\n"
@@ -110,7 +111,17 @@ static int parse(int argc, char **argv, run_opts *o) {
         int bad = 0;
         if (!strcmp(name, "--nproc-per-node")) {
             if (!strcmp(val, "auto") || !strcmp(val, "cpu")) o->nproc = (int)sysconf(_SC_NPROCESSORS_ONLN);
-            else bad = parse_int(val, 1, 4096, &o->nproc);
+            else if (!strcmp(val, "gpu")) {
+                /* torchrun's "gpu": one worker per visible GPU; none is an error, not one CPU worker */
+                int n = 0;
+                ct_status st = ct_device_count(CT_DEV_CUDA, &n);
+                if (st != CT_OK || n < 1) {
+                    fprintf(stderr, "ctrain run: --nproc-per-node gpu: no CUDA GPU usable here (%s)\n",
+                            st != CT_OK ? ct_last_error() : "the runtime sees 0 devices");
+                    return 2;
+                }
+                o->nproc = n;
+            } else bad = parse_int(val, 1, 4096, &o->nproc);
         } else if (!strcmp(name, "--nnodes")) {
             char *colon = strchr(val, ':'); /* torchrun's MIN:MAX: elastic ranges are not supported, use MAX */
             bad = parse_int(colon ? colon + 1 : val, 1, 65536, &o->nnodes);

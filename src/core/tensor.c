@@ -34,6 +34,8 @@ void ct_ctx_free(ct_ctx *c) {
     for (ct_block *b = c->head, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     for (ct_block *b = c->shead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     for (ct_block *b = c->thead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
+    ct_ctx_dev_release_(c);
+    free(c->dev_bufs);
     free(c->gfree);
     free(c->ckpt_params);
     free(c);
@@ -58,6 +60,7 @@ void ct_ctx_reset(ct_ctx *c) {
     c->ac_ncache = 0;
     c->tape = NULL;
     c->tape_len = 0;
+    ct_ctx_dev_release_(c);
 }
 
 size_t ct_ctx_peak_bytes(const ct_ctx *c) { return c->peak; }
@@ -293,6 +296,7 @@ void ct_fill(ct_tensor *t, float v) {
 double ct_item(const ct_tensor *t) {
     CT_CHECK(ct_numel(t) == 1, "ct_item on a tensor with %lld elements", (long long)ct_numel(t));
     double v;
+    if (ct_device_item_(t, &v)) return v;
     ct_convert(&v, CT_F64, t->data, t->dtype, 1);
     return v;
 }

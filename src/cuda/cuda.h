@@ -72,6 +72,21 @@ ct_status ct_cuda_gelu_bwd(cudaStream_t s, const float *x, const float *g, float
 ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n, int64_t m);
 /* y = a * alpha (y may be a) */
 ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n);
+/* y[i] = v */
+ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n);
+
+/* ---- streams: one compute and one communication stream per device, created on first use
+ * (non-blocking: the legacy default stream would serialise them). Kernels of the op table's
+ * device column and the host<->device copies run on the compute stream; NCCL on the
+ * communication stream, ordered after the compute stream by events. ---- */
+typedef enum { CT_CUDA_COMPUTE = 0, CT_CUDA_COMM = 1 } ct_cuda_stream_kind;
+ct_status ct_cuda_stream(int dev, ct_cuda_stream_kind kind, cudaStream_t *out);
+/* One NCCL all-reduce (sum, 64 MiB f32) across every visible GPU from this process,
+ * checked; report: a line with the result and its bus bandwidth (`ctrain env --check`). */
+ct_status ct_cuda_nccl_check(char *report, size_t len);
+/* Registers the CUDA backend with core (device hooks) and the op table's device column;
+ * done once when the program starts (device.c), exposed for programs linking statically. */
+void ct_cuda_register(void);
 
 /* ---- layer norm over rows of D: mean and rstd per row saved for backward ---- */
 ct_status ct_cuda_layer_norm(cudaStream_t s, const float *x, const float *w, const float *b, float *y, float *mean,

@@ -18,6 +18,7 @@ __global__ void add_k(const float *a, const float *b, float *y, int64_t n, int64
     CT_GRID_STRIDE(i, n) y[i] = a[i] + b[i % m];
 }
 __global__ void scale_k(const float *a, float s, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * s; }
+__global__ void fill_k(float *y, float v, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = v; }
 } // namespace
 
 extern "C" {
@@ -51,6 +52,11 @@ ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, 
 ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n) {
     if (n > 0) scale_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(a, alpha, y, n);
     CT_LAUNCHED("scale");
+    return CT_OK;
+}
+ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n) {
+    if (n > 0) fill_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(y, v, n);
+    CT_LAUNCHED("fill");
     return CT_OK;
 }
 }

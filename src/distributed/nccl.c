@@ -7,8 +7,13 @@
  * communicator is aborted (ncclCommAbort), so a dead or stuck peer fails this rank within
  * CTRAIN_TIMEOUT with the operation and the ranks named, and later operations fail at once.
  * Collectives run on the backend's own communication stream, a blocking stream: it waits
- * for work queued earlier on the legacy default stream (where callers' kernels run unless
- * they use streams of their own, which they must then synchronise first).
+ * for work queued earlier on the legacy default stream, and, through an event recorded
+ * before each collective, for the device's compute stream (src/cuda: where the op table's
+ * kernels and so backward's gradients are computed). DDP's bucket all-reduces, launched
+ * from the grad-ready hooks while backward is still queuing kernels, thus start once the
+ * bucket's gradients exist and overlap the rest of backward. The event is recorded when
+ * the comm thread issues the call: at worst later than the launch, which orders
+ * correctly and only overlaps less.
  * AVG is ncclAvg. Fingerprints (CTRAIN_FINGERPRINT) are not checked on this backend, and
  * send/recv ignore tags (NCCL has none: matching is by order). */
 #include "distributed/dist_internal.h"
@@ -21,10 +26,12 @@
 #include <unistd.h>
 
 #include "cuda/check.h"
+#include "cuda/cuda.h"
 
 typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
+    cudaEvent_t after_compute; /* recorded on the compute stream, waited for by `stream` */
     int dev, rank, n, aborted;
     int *one; /* device int for barriers */
     const int *granks;
@@ -110,6 +117,11 @@ static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
         return ct_error(CT_ERR_INVALID, "%s: buffer %p is not device memory (the nccl backend reduces GPU buffers)", op,
                         bufs[i]);
     }
+    cudaStream_t cs;
+    ct_status sst = ct_cuda_stream(m->dev, CT_CUDA_COMPUTE, &cs);
+    if (sst != CT_OK) return sst;
+    CT_GPU_TRY(cuda, op, cudaEventRecord(m->after_compute, cs));
+    CT_GPU_TRY(cuda, op, cudaStreamWaitEvent(m->stream, m->after_compute, 0));
     size_t esz = ct_dtype_size(w->dt);
     ncclDataType_t t = ntype(w->dt);
     ncclResult_t r = ncclSuccess;
@@ -161,6 +173,7 @@ static void nccl_destroy(void *impl) {
     }
     if (m->one) (void)cudaFree(m->one);
     if (m->stream) (void)cudaStreamDestroy(m->stream);
+    if (m->after_compute) (void)cudaEventDestroy(m->after_compute);
     free(m);
 }
 
@@ -178,6 +191,7 @@ static ct_status make_comm(ct_pg *pg, int me, int n, int dev, nccl_pg **out) {
     snprintf(op, sizeof op, "nccl setup of group %d on rank %d", pg->gid, pg->world->rank);
     ct_status st = CT_GPU_CHECK(cuda, op, cudaSetDevice(dev));
     if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaStreamCreate(&m->stream));
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaEventCreateWithFlags(&m->after_compute, cudaEventDisableTiming));
     if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaMalloc((void **)&m->one, sizeof(int)));
     if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaMemset(m->one, 0, sizeof(int)));
     ncclUniqueId id;

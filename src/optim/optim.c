@@ -66,6 +66,9 @@ static bool is_trainable(const ct_params *p, int i) {
 static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int nstate, const char *const *names,
                            ct_optim **out) {
     if (!p || !ct_params_data(p)) return ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
+    if (ct_params_device(p).type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "optimizer: parameters on a GPU: the optimizers run on the CPU only so far "
+                                            "(the fused CUDA kernels ct_cuda_adamw/ct_cuda_sgd are not wired in yet)");
     ct_optim *o = calloc(1, sizeof *o);
     int np = ct_params_count(p);
     if (!o || !(o->wd = calloc((size_t)(np ? np : 1), sizeof(double)))) goto oom;
@@ -253,6 +256,8 @@ static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double
 }
 
 void ct_optim_step(ct_optim *o, double lr) {
+    CT_CHECK(ct_params_device(o->p).type == CT_DEV_CPU, "ct_optim_step: the parameters were moved to a GPU after the "
+             "optimizer was created; optimizers run on the CPU only so far");
     if (o->segs_dirty) build_segs(o);
     if (o->kind == K_ADAMW) {
         o->step++;

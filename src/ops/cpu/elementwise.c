@@ -20,6 +20,7 @@ static void check_unary(const char *op, const ct_tensor *x) {
 
 /* ---- mul ---- */
 ct_tensor *ct_mul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MUL, .in = {a, b});
     CT_AUTOCAST(ctx, CT_OP_MUL, 2, ((ct_tensor **[]){&a, &b}), ct_mul(ctx, a, b));
     check_unary("mul", a); check_unary("mul", b);
     CT_CHECK_SAME_SHAPE("mul", a, b);
@@ -48,6 +49,7 @@ void ct_bw_mul(ct_ctx *ctx, ct_node *n) {
 
 /* ---- scale ---- */
 ct_tensor *ct_scale(ct_ctx *ctx, ct_tensor *a, float s) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SCALE, .in = {a}, .f = {s});
     CT_AUTOCAST(ctx, CT_OP_SCALE, 1, ((ct_tensor **[]){&a}), ct_scale(ctx, a, s));
     check_unary("scale", a);
     ct_tensor *y = ct_new_like(ctx, a);
@@ -72,6 +74,7 @@ void ct_bw_scale(ct_ctx *ctx, ct_node *n) {
 
 /* ---- bias_add: x [N, C, ...] + b[C] ---- */
 ct_tensor *ct_bias_add(ct_ctx *ctx, ct_tensor *x, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_BIAS_ADD, .in = {x, b});
     CT_AUTOCAST(ctx, CT_OP_BIAS_ADD, 2, ((ct_tensor **[]){&x, &b}), ct_bias_add(ctx, x, b));
     check_unary("bias_add", x); check_unary("bias_add", b);
     if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
@@ -126,6 +129,7 @@ void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
 #define GELU_C 0.044715f
 
 ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
+    CT_DEV_DISPATCH(ctx, CT_OP_GELU, .in = {x}, .i = {tanh_approx});
     CT_AUTOCAST(ctx, CT_OP_GELU, 1, ((ct_tensor **[]){&x}), ct_gelu(ctx, x, tanh_approx));
     check_unary("gelu", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -171,6 +175,7 @@ void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
 
 /* ---- tanh, sigmoid: backward from the saved output ---- */
 ct_tensor *ct_tanh(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_TANH, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_TANH, 1, ((ct_tensor **[]){&x}), ct_tanh(ctx, x));
     check_unary("tanh", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -192,6 +197,7 @@ void ct_bw_tanh(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SIGMOID, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_SIGMOID, 1, ((ct_tensor **[]){&x}), ct_sigmoid(ctx, x));
     check_unary("sigmoid", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -221,6 +227,7 @@ static inline float dropout_factor(uint64_t key, int64_t i, float p, float scale
 }
 
 ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
+    CT_DEV_DISPATCH(ctx, CT_OP_DROPOUT, .in = {x}, .f = {p});
     CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
     if (!ct_ctx_training(ctx) || p == 0.0f) return x; /* any dtype: nothing to compute */
     CT_AUTOCAST(ctx, CT_OP_DROPOUT, 1, ((ct_tensor **[]){&x}), ct_dropout(ctx, x, p));

@@ -19,6 +19,7 @@ static void gemm_(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 #define gemm(...) gemm_(bf16, __VA_ARGS__)
 
 ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MATMUL, .in = {a, b}, .i = {ta, tb});
     CT_AUTOCAST(ctx, CT_OP_MATMUL, 2, ((ct_tensor **[]){&a, &b}), ct_matmul(ctx, a, b, ta, tb));
     CT_CHECK_F32("matmul", a);
     CT_CHECK_F32("matmul", b);
@@ -64,6 +65,7 @@ void ct_bw_matmul(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_LINEAR, .in = {x, w, b});
     CT_AUTOCAST(ctx, CT_OP_LINEAR, 3, ((ct_tensor **[]){&x, &w, &b}), ct_linear(ctx, x, w, b));
     CT_CHECK_F32("linear", x);
     CT_CHECK_CONTIG("linear", x);

@@ -14,6 +14,8 @@
  * bucket's gradients exist and overlap the rest of backward. The event is recorded when
  * the comm thread issues the call: at worst later than the launch, which orders
  * correctly and only overlaps less.
+ * Host buffers of in-place all-reduce, broadcast and reduce (metadata: DDP's parameter check,
+ * timings) are staged through device memory; other collectives need device buffers.
  * AVG is ncclAvg. Fingerprints (CTRAIN_FINGERPRINT) are not checked on this backend, and
  * send/recv ignore tags (NCCL has none: matching is by order). */
 #include "distributed/dist_internal.h"
@@ -97,6 +99,29 @@ static ct_status poll_done(nccl_pg *m, bool stream, double deadline, const char 
     }
 }
 
+static ct_status nccl_run(void *impl, ct_work *w, double deadline);
+
+/* An in-place collective on host memory: copied to a device buffer, run there, copied back
+ * (synchronous copies on the legacy stream, which the backend's stream waits for). */
+static ct_status staged(nccl_pg *m, ct_work *w, double deadline, const char *op) {
+    size_t bytes = w->count * ct_dtype_size(w->dt);
+    const void *sb = w->sbuf;
+    void *d = NULL, *rb = w->rbuf;
+    ct_status st = ct_cuda_alloc(m->dev, bytes, &d);
+    if (st != CT_OK) return st;
+    st = CT_GPU_CHECK(cuda, op, cudaMemcpy(d, sb ? sb : rb, bytes, cudaMemcpyHostToDevice));
+    if (st == CT_OK) {
+        w->sbuf = sb ? d : NULL;
+        w->rbuf = d;
+        st = nccl_run(m, w, deadline);
+        w->sbuf = sb;
+        w->rbuf = rb;
+    }
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaMemcpy(rb, d, bytes, cudaMemcpyDeviceToHost));
+    ct_cuda_free(d);
+    return st;
+}
+
 static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
     nccl_pg *m = impl;
     char what[200];
@@ -107,13 +132,17 @@ static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
     char op[256];
     snprintf(op, sizeof op, "nccl %s on rank %d", what, m->granks[m->rank]);
     CT_GPU_TRY(cuda, op, cudaSetDevice(m->dev));
-    /* host memory would make NCCL fail late and obscurely: name the mistake instead */
+    /* host memory would make NCCL fail late and obscurely: the in-place collectives that
+     * callers use for host-side metadata (DDP's parameter check, a benchmark's timings) are
+     * staged through device memory; anything else names the mistake */
     const void *bufs[2] = {w->sbuf, w->rbuf};
     for (int i = 0; i < 2 && w->kind != CT_OP_BARRIER && w->count; i++) {
         struct cudaPointerAttributes pa;
         if (!bufs[i]) continue;
         if (cudaPointerGetAttributes(&pa, bufs[i]) != cudaSuccess) (void)cudaGetLastError();
         else if (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged) continue;
+        if (w->kind == CT_OP_ALLREDUCE || w->kind == CT_OP_BROADCAST || w->kind == CT_OP_REDUCE)
+            return staged(m, w, deadline, op);
         return ct_error(CT_ERR_INVALID, "%s: buffer %p is not device memory (the nccl backend reduces GPU buffers)", op,
                         bufs[i]);
     }

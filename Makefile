@@ -185,7 +185,7 @@ $(BUILD)/tests/%: tests/unit/%.c tests/ct_test.h tests/dist_pattern.h $(BUILD)/l
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/gpu/%.c tests/ct_test.h $(BUILD)/libctrain.a
+$(BUILD)/tests/%: tests/gpu/%.c tests/ct_test.h $(wildcard tests/gpu/*.h) $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
 

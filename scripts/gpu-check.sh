@@ -10,7 +10,7 @@
 #   env      nvidia-smi and `ctrain env`: the GPU, driver, runtime and library versions
 #   kernels  tests/gpu: every CUDA kernel against the CPU op on random inputs
 #            (<= 1e-5 relative in f32, <= 1e-2 in bf16), the allocator, NCCL at world size 1
-#   train    tests/gpu/test_gpu_train: an MLP step (forward, backward, SGD) on cuda:0 against the
+#   train    tests/gpu/test_gpu_train: an MLP step (forward, backward, AdamW) on cuda:0 against the
 #            CPU loss and gradients, the GPT ops through the op table's device column, an op
 #            without a CUDA kernel failing cleanly, DDP at world size 1 on NCCL
 #   device   the CPU-side tests of the device plumbing (test_device) in this build

@@ -63,6 +63,14 @@ static ct_status h_sync(int dev) {
     return st != CT_OK ? st : CT_GPU_CHECK(cuda, "sync", cudaStreamSynchronize(s));
 }
 
+static ct_status h_optim(int dev, ct_device_optim kind, const void *k, float *p, const float *g, float *s0, float *s1,
+                         float *s2, int64_t n) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "optimizer", &s);
+    if (st != CT_OK || n == 0) return st;
+    return kind == CT_DEV_OPTIM_SGD ? ct_cuda_sgd(s, k, p, g, s0, n) : ct_cuda_adamw(s, k, p, g, s0, s1, s2, n);
+}
+
 static const ct_device_hooks hooks = {
     .count = ct_cuda_device_count,
     .alloc = ct_cuda_alloc,
@@ -70,6 +78,7 @@ static const ct_device_hooks hooks = {
     .copy = h_copy,
     .zero = h_zero,
     .sync = h_sync,
+    .optim = h_optim,
 };
 
 void ct_cuda_register(void) {

@@ -85,14 +85,8 @@ static void acc_colsum(run *r, ct_tensor *t, const float *g, int64_t rows, int64
 /* ---- linear: y = x W^T + b ---- */
 static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
-    CT_CHECK_F32("linear", x); CT_CHECK_CONTIG("linear", x);
-    char sx[96], sw[96];
-    int64_t in = x->shape[x->ndim - 1];
-    if (w->ndim != 2 || w->shape[1] != in || x->ndim < 1)
-        CT_FATAL("linear: input %s does not match weight %s", ct_shape_str(x, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
-    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
-        CT_FATAL("linear: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
-    int64_t out = w->shape[0], rows = in ? ct_numel(x) / in : 0, shape[CT_MAX_DIMS];
+    int64_t rows, in, out, shape[CT_MAX_DIMS];
+    ct_check_linear(x, w, b, &rows, &in, &out);
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out;
     run r;
@@ -119,16 +113,8 @@ static void bw_linear(ct_ctx *ctx, ct_node *n) {
 static ct_tensor *fwd_matmul(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *A = a->in[0], *B = a->in[1];
     bool ta = a->i[0], tb = a->i[1];
-    CT_CHECK_F32("matmul", A); CT_CHECK_F32("matmul", B);
-    CT_CHECK_CONTIG("matmul", A); CT_CHECK_CONTIG("matmul", B);
-    char sa[96], sb[96];
-    if (!((A->ndim == 2 && B->ndim == 2) || (A->ndim == 3 && B->ndim == 3 && A->shape[0] == B->shape[0])))
-        CT_FATAL("matmul: need two 2-d or two 3-d (same batch) tensors, got %s and %s", ct_shape_str(A, sa, sizeof sa), ct_shape_str(B, sb, sizeof sb));
-    int d = A->ndim - 2;
-    int64_t batch = A->ndim == 3 ? A->shape[0] : 1;
-    int64_t M = ta ? A->shape[d + 1] : A->shape[d], K = ta ? A->shape[d] : A->shape[d + 1];
-    int64_t Kb = tb ? B->shape[d + 1] : B->shape[d], N = tb ? B->shape[d] : B->shape[d + 1];
-    if (K != Kb) CT_FATAL("matmul: inner dimensions differ (%lld vs %lld)", (long long)K, (long long)Kb);
+    int64_t M, N, K, batch;
+    ct_check_matmul(A, B, ta, tb, &M, &N, &K, &batch);
     int64_t shape[3] = {batch, M, N};
     run r;
     bool go = begin(ctx, A->device, "matmul", &r);
@@ -158,14 +144,7 @@ static void bw_matmul(ct_ctx *ctx, ct_node *n) {
 /* ---- add with trailing broadcast ---- */
 static ct_tensor *fwd_add(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *b = a->in[1];
-    CT_CHECK_F32("add", x); CT_CHECK_F32("add", b);
-    CT_CHECK_CONTIG("add", x); CT_CHECK_CONTIG("add", b);
-    bool fits = b->ndim <= x->ndim;
-    for (int i = 0; fits && i < b->ndim; i++) fits = b->shape[b->ndim - 1 - i] == x->shape[x->ndim - 1 - i];
-    if (!fits) {
-        char sa[96], sb[96];
-        CT_FATAL("add: shape %s cannot broadcast to %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(x, sa, sizeof sa));
-    }
+    ct_check_add(x, b);
     run r;
     bool go = begin(ctx, x->device, "add", &r);
     ct_tensor *y = out_like(&r, x, x->ndim, NULL, "add");

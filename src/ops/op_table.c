@@ -57,3 +57,47 @@ ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a) {
     y->device = x->device;
     return y;
 }
+
+void ct_check_matmul(const ct_tensor *a, const ct_tensor *b, bool ta, bool tb, int64_t *M, int64_t *N, int64_t *K,
+                     int64_t *batch) {
+    CT_CHECK_F32("matmul", a);
+    CT_CHECK_F32("matmul", b);
+    CT_CHECK_CONTIG("matmul", a);
+    CT_CHECK_CONTIG("matmul", b);
+    char sa[96], sb[96];
+    if (!((a->ndim == 2 && b->ndim == 2) || (a->ndim == 3 && b->ndim == 3 && a->shape[0] == b->shape[0])))
+        CT_FATAL("matmul: need two 2-d or two 3-d (same batch) tensors, got %s and %s", ct_shape_str(a, sa, sizeof sa), ct_shape_str(b, sb, sizeof sb));
+    int r = a->ndim - 2;
+    *batch = a->ndim == 3 ? a->shape[0] : 1;
+    *M = ta ? a->shape[r + 1] : a->shape[r];
+    *K = ta ? a->shape[r] : a->shape[r + 1];
+    int64_t Kb = tb ? b->shape[r + 1] : b->shape[r];
+    *N = tb ? b->shape[r] : b->shape[r + 1];
+    if (*K != Kb)
+        CT_FATAL("matmul: inner dimensions differ (%lld vs %lld): %s%s @ %s%s", (long long)*K, (long long)Kb,
+                 ct_shape_str(a, sa, sizeof sa), ta ? "^T" : "", ct_shape_str(b, sb, sizeof sb), tb ? "^T" : "");
+}
+
+void ct_check_add(const ct_tensor *a, const ct_tensor *b) {
+    CT_CHECK_F32("add", a); CT_CHECK_F32("add", b);
+    CT_CHECK_CONTIG("add", a); CT_CHECK_CONTIG("add", b);
+    bool ok = b->ndim <= a->ndim;
+    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
+    if (!ok) {
+        char sa[96], sb[96];
+        CT_FATAL("add: shape %s cannot broadcast to %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(a, sa, sizeof sa));
+    }
+}
+
+void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int64_t *rows, int64_t *in, int64_t *out) {
+    CT_CHECK_F32("linear", x);
+    CT_CHECK_CONTIG("linear", x);
+    char sx[96], sw[96];
+    *in = x->shape[x->ndim - 1];
+    if (w->ndim != 2 || w->shape[1] != *in || x->ndim < 1)
+        CT_FATAL("linear: input %s does not match weight %s", ct_shape_str(x, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+    *out = w->shape[0];
+    *rows = *in ? ct_numel(x) / *in : 0;
+    if (b && (b->ndim != 1 || b->shape[0] != *out))
+        CT_FATAL("linear: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+}

@@ -113,6 +113,14 @@ ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a);
         if (ct_op_on_device(&a_)) return ct_op_dispatch(ctx, op, &a_);          \
     } while (0)
 
+/* Argument checks shared by an op's CPU and device forwards (abort naming the op and the
+ * shapes: programmer errors). matmul: two 2-d or two 3-d (same batch) f32 contiguous tensors;
+ * add: b's shape a trailing part of a's; linear: x [..., in], w [out, in], b [out] or NULL. */
+void ct_check_matmul(const ct_tensor *a, const ct_tensor *b, bool ta, bool tb, int64_t *M, int64_t *N, int64_t *K,
+                     int64_t *batch);
+void ct_check_add(const ct_tensor *a, const ct_tensor *b);
+void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int64_t *rows, int64_t *in, int64_t *out);
+
 /* the node carries its row, so core's backward walk calls the kernel without knowing it */
 static inline ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in) {
     return ct_record_op(ctx, out->device.type == CT_DEV_CPU ? &ct_op_table[op] : &ct_op_table_dev[op].row, out, nin, in);

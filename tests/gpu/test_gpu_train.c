@@ -1,5 +1,5 @@
 /* Training on cuda:0 through the op table's device column, against the same steps on the
- * CPU: an MLP (linear, relu, cross-entropy) forward, backward and SGD step; a chain of the
+ * CPU: an MLP (linear, relu, cross-entropy) forward, backward and AdamW step; a chain of the
  * GPT ops (embedding, layer norm, linear, reshape, flash attention, add, gelu, scale, a tied
  * matmul, cross-entropy); an op without a device kernel failing the context; DDP at world
  * size 1 on NCCL with the buckets reduced on the GPU. Built only with CUDA; without a GPU
@@ -18,22 +18,28 @@
 #include "ctrain/ops.h"
 #include "ctrain/optim.h"
 #include "cuda/cuda.h"
+#include "gpu/gpu_test.h"
 #include "kernel_check.h"
 
-static char no_gpu[600];
-static bool have_gpu(void) {
-    int n = 0;
-    ct_status st = ct_cuda_device_count(&n);
-    if (st == CT_OK && n > 0) return true;
-    snprintf(no_gpu, sizeof no_gpu, "no CUDA GPU (%s)", st != CT_OK ? ct_last_error() : "none visible");
-    return false;
-}
-#define NEED_GPU() do { if (!have_gpu()) { CT_SKIP(no_gpu); return; } } while (0)
 #define OK(call) CT_ASSERT((call) == CT_OK || (fprintf(stderr, "%s: %s\n", #call, ct_last_error()), 0))
 
 static double rel(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-12 ? fabs(b) : 1e-12); }
 
 /* the store's gradients, wherever they are, into host memory */
+static void grads_to_host(ct_params *P, float *out);
+/* normwise error of Pg's gradients against Pc's: all of them (i < 0) or parameter i's */
+static double grad_err(ct_params *Pc, ct_params *Pg, int i) {
+    size_t n = ct_params_numel(Pc);
+    float *gc = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
+    if (!gc || !gg) abort();
+    grads_to_host(Pc, gc);
+    grads_to_host(Pg, gg);
+    size_t off = i < 0 ? 0 : ct_params_offset(Pc, i);
+    double e = normwise(gg + off, gc + off, i < 0 ? (int64_t)n : ct_numel(ct_params_get(Pc, i)));
+    free(gc);
+    free(gg);
+    return e;
+}
 static void grads_to_host(ct_params *P, float *out) {
     size_t bytes = ct_params_numel(P) * sizeof(float);
     /* backward's kernels run on the compute stream, which cudaMemcpy's stream does not wait for */
@@ -79,20 +85,16 @@ CT_TEST(mlp_step_on_cuda_matches_cpu) {
     double lc = step(c, mc, x, y), lg = step(c, mg, xd, yd), lg0 = lg;
     CT_EXPECTF(ct_ctx_status(c) == CT_OK, "step: %s", ct_last_error());
     CT_EXPECTF(rel(lg, lc) <= 1e-5, "loss cuda %.9g cpu %.9g", lg, lc);
-    size_t n = ct_params_numel(Pc);
-    float *gc = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
-    grads_to_host(Pc, gc);
-    grads_to_host(Pg, gg);
-    double e = normwise(gg, gc, (int64_t)n);
+    double e = grad_err(Pc, Pg, -1);
     CT_EXPECTF(e <= 1e-5, "gradients: normwise error %g", e);
-    /* SGD: the CPU optimizer, and the fused CUDA kernel on the flat device buffers */
-    ct_optim *o;
-    OK(ct_optim_create_sgd(Pc, NULL, &o));
-    ct_optim_step(o, 0.1);
-    ct_k_sgd k = ct_k_sgd_consts(0, 0, 0, false, false, 0.1, true);
-    cudaStream_t s;
-    OK(ct_cuda_stream(0, CT_CUDA_COMPUTE, &s)); /* after backward, before the next zero_grad */
-    OK(ct_cuda_sgd(s, &k, ct_params_data(Pg), ct_params_grad(Pg), NULL, (int64_t)n));
+    /* AdamW with momentum state: on the CPU, and on the GPU (the fused kernel on the flat
+     * device buffers, queued after backward on the compute stream) */
+    ct_optim *o, *og;
+    OK(ct_optim_create_adamw(Pc, NULL, &o));
+    OK(ct_optim_create_adamw(Pg, NULL, &og));
+    ct_optim_step(o, 1e-2);
+    ct_optim_step(og, 1e-2);
+    CT_EXPECTF(ct_optim_status(og) == CT_OK, "optimizer on cuda:0: %s", ct_last_error());
     ct_params_zero_grad(Pc);
     ct_params_zero_grad(Pg);
     ct_ctx_reset(c);
@@ -101,15 +103,14 @@ CT_TEST(mlp_step_on_cuda_matches_cpu) {
     OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
     lc = step(c, mc, x, y);
     lg = step(c, mg, xd, yd);
-    CT_EXPECTF(ct_ctx_status(c) == CT_OK && rel(lg, lc) <= 1e-5, "loss after a step: cuda %.9g cpu %.9g (%s)", lg, lc,
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK && rel(lg, lc) <= 1e-5, "loss after an AdamW step: cuda %.9g cpu %.9g (%s)", lg, lc,
                ct_ctx_status(c) ? ct_last_error() : "ok");
     printf("    MLP on cuda:0: loss %.7f then %.7f (cpu %.7f), gradient error %.2e\n", lg0, lg, lc, e);
     ct_cuda_mem_stats ms;
     ct_cuda_mem_stats_get(0, &ms);
     printf("    cuda:0 memory: %zu B in use, peak %zu B, %lld cudaMalloc calls\n", ms.current, ms.peak, (long long)ms.mallocs);
-    free(gc);
-    free(gg);
     ct_optim_free(o);
+    ct_optim_free(og);
     ct_ctx_free(c);
     ct_model_free(mc);
     ct_model_free(mg);
@@ -161,18 +162,10 @@ CT_TEST(gpt_ops_chain_on_cuda_matches_cpu) {
     double lc = gpt_chain(c, Pc, idx, tgt), lg = gpt_chain(c, Pg, idxd, tgtd);
     CT_EXPECTF(ct_ctx_status(c) == CT_OK, "chain: %s", ct_last_error());
     CT_EXPECTF(rel(lg, lc) <= 1e-5, "loss cuda %.9g cpu %.9g", lg, lc);
-    size_t n = ct_params_numel(Pc);
-    float *gc = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
-    grads_to_host(Pc, gc);
-    grads_to_host(Pg, gg);
     for (int i = 0; i < ct_params_count(Pc); i++) {
-        size_t off = ct_params_offset(Pc, i);
-        int64_t m = ct_numel(ct_params_get(Pc, i));
-        double e = normwise(gg + off, gc + off, m);
+        double e = grad_err(Pc, Pg, i);
         CT_EXPECTF(e <= 1e-4, "gradient of %s: normwise error %g", ct_params_get(Pc, i)->name, e);
     }
-    free(gc);
-    free(gg);
     ct_ctx_free(c);
     ct_params_free(Pc);
     ct_params_free(Pg);
@@ -194,13 +187,8 @@ CT_TEST(op_without_cuda_kernel_fails_the_step) {
 
 CT_TEST(ddp_world1_on_nccl_matches_cpu) {
     NEED_GPU();
-    ct_dist_opts o = ct_dist_default_opts();
-    o.rank = 0;
-    o.world_size = 1;
-    o.backend = "nccl";
-    o.timeout_s = 60;
     ct_pg *pg = NULL;
-    OK(ct_dist_init(&o, &pg));
+    OK(nccl_world1(&pg));
     ct_model *mc = mlp(), *mg = mlp();
     OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
     ct_ddp_opts dopts = ct_ddp_default_opts();
@@ -220,14 +208,8 @@ CT_TEST(ddp_world1_on_nccl_matches_cpu) {
     double lc = step(c, mc, x, y), lg = step(c, mg, xd, yd);
     OK(ct_ddp_finish(ddp));
     CT_EXPECTF(ct_ctx_status(c) == CT_OK && rel(lg, lc) <= 1e-5, "loss cuda %.9g cpu %.9g", lg, lc);
-    size_t n = ct_params_numel(ct_model_params(mc));
-    float *gc = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
-    grads_to_host(ct_model_params(mc), gc);
-    grads_to_host(ct_model_params(mg), gg);
-    double e = normwise(gg, gc, (int64_t)n);
+    double e = grad_err(ct_model_params(mc), ct_model_params(mg), -1);
     CT_EXPECTF(e <= 1e-5, "gradients after the NCCL all-reduce (avg, world 1): normwise error %g", e);
-    free(gc);
-    free(gg);
     ct_ctx_free(c);
     ct_ddp_free(ddp);
     ct_model_free(mc);

@@ -41,7 +41,8 @@ for f in $(find src include -name '*.[ch]' | sort); do
         */*)
             im=${inc%%/*}
             [ "$im" = "$m" ] && continue
-            [ "$m" = ops ] && [[ " $kernel_api " == *" $inc "* ]] && continue
+            # ...and the optimizers (its device hooks: the fused pass on a GPU)
+            [[ "$m" = ops || "$m" = optim ]] && [[ " $kernel_api " == *" $inc "* ]] && continue
             # the CUDA kernels and the optimizers share the CPU ops' per-element math (a
             # header of inline functions); cuda's C interface is its two headers, for the
             # modules allowed to use it

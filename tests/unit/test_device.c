@@ -10,6 +10,7 @@
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
 #include "ctrain/optim.h"
+#include "ops/kmath.h"
 #include "ops/op_table.h"
 
 CT_TEST(parse_and_print) {
@@ -66,7 +67,17 @@ static ct_status f_copy(int dev, void *dst, const void *src, size_t bytes, ct_co
 }
 static ct_status f_zero(int dev, void *p, size_t bytes) { (void)dev; memset(p, 0, bytes); return CT_OK; }
 static ct_status f_sync(int dev) { (void)dev; return CT_OK; }
-static const ct_device_hooks fake = {f_count, f_alloc, f_free, f_copy, f_zero, f_sync};
+/* the optimizer pass with ops/kmath.h's element updates, as the CUDA kernels run them */
+static ct_status f_optim(int dev, ct_device_optim kind, const void *k, float *p, const float *g, float *s0, float *s1,
+                         float *s2, int64_t n) {
+    (void)dev;
+    for (int64_t i = 0; i < n; i++) {
+        if (kind == CT_DEV_OPTIM_SGD) ct_k_sgd_elem(k, p + i, g[i], s0 ? s0 + i : NULL);
+        else ct_k_adamw_elem(k, p + i, g[i], s0 + i, s1 + i, s2 ? s2 + i : NULL);
+    }
+    return CT_OK;
+}
+static const ct_device_hooks fake = {f_count, f_alloc, f_free, f_copy, f_zero, f_sync, f_optim};
 
 /* a device sum: forward and backward on the stand-in's (host) memory */
 static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
@@ -112,7 +123,6 @@ CT_TEST(copies_and_params_to) {
     CT_EXPECT(lin->w->grad->device.type == CT_DEV_CUDA && lin->w->data == ct_params_data(P));
     CT_EXPECT(live_bufs == 3); /* data, grad, buffers */
     ct_params_zero_grad(P);
-    CT_EXPECT(ct_optim_create_sgd(P, NULL, &(ct_optim *){NULL}) == CT_ERR_UNSUPPORTED);
     CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
     CT_EXPECT(live_bufs == 0 && lin->w->device.type == CT_DEV_CPU);
     CT_EXPECT(!memcmp(lin->w->data, w, sizeof w) && ct_f32(lin->w->grad)[5] == 0.0f);
@@ -175,6 +185,53 @@ CT_TEST(backward_into_device_parameters) {
     ct_ctx_free(c);
     ct_params_free(P);
     CT_EXPECT(live_bufs == 0);
+}
+
+/* The optimizers on a device store: the same bits as on the CPU (AdamW with amsgrad and
+ * weight decay on matrices only, so several runs; SGD with Nesterov momentum), state there. */
+CT_TEST(optimizers_on_device_match_cpu) {
+    use_fake();
+    for (int kind = 0; kind < 2; kind++) {
+        ct_params *P[2];
+        for (int j = 0; j < 2; j++) {
+            CT_ASSERT(ct_params_create(&P[j]) == CT_OK);
+            ct_param(P[j], "a.w", 2, (int64_t[]){5, 7}, CT_INIT_KAIMING_UNIFORM, 7);
+            ct_param(P[j], "a.b", 1, (int64_t[]){5}, CT_INIT_KAIMING_UNIFORM, 7);
+            ct_param(P[j], "c.w", 2, (int64_t[]){3, 5}, CT_INIT_KAIMING_UNIFORM, 5);
+            CT_ASSERT(ct_params_finalize(P[j], 3) == CT_OK);
+        }
+        CT_ASSERT(ct_params_to(P[1], CT_CUDA(0)) == CT_OK);
+        ct_optim *o[2];
+        for (int j = 0; j < 2; j++) {
+            if (kind == 0) {
+                ct_adamw_opts a = ct_adamw_default_opts();
+                a.amsgrad = true;
+                a.decay_only_ndim_ge2 = true;
+                CT_ASSERT(ct_optim_create_adamw(P[j], &a, &o[j]) == CT_OK);
+            } else {
+                ct_sgd_opts g = ct_sgd_default_opts();
+                g.momentum = 0.9;
+                g.nesterov = true;
+                g.weight_decay = 1e-3;
+                CT_ASSERT(ct_optim_create_sgd(P[j], &g, &o[j]) == CT_OK);
+            }
+        }
+        size_t n = ct_params_numel(P[0]);
+        for (int step = 0; step < 3; step++) {
+            float *g0 = ct_params_grad(P[0]), *g1 = ct_params_grad(P[1]); /* fake device memory is host memory */
+            for (size_t i = 0; i < n; i++) g0[i] = g1[i] = (float)sin((double)(i * 7 + step));
+            ct_optim_step(o[0], 0.01);
+            ct_optim_step(o[1], 0.01);
+        }
+        CT_EXPECT(ct_optim_status(o[1]) == CT_OK);
+        CT_EXPECT(live_bufs == 3 + ct_optim_state_count(o[1])); /* store + state on the device */
+        CT_ASSERT(ct_params_to(P[1], CT_CPU) == CT_OK);
+        CT_EXPECTF(!memcmp(ct_params_data(P[0]), ct_params_data(P[1]), n * sizeof(float)), "%s: parameters differ",
+                   kind ? "sgd" : "adamw");
+        for (int j = 0; j < 2; j++) ct_optim_free(o[j]);
+        for (int j = 0; j < 2; j++) ct_params_free(P[j]);
+        CT_EXPECT(live_bufs == 0);
+    }
 }
 
 CT_TEST_MAIN()

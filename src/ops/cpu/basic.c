@@ -5,14 +5,7 @@
 ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
     CT_DEV_DISPATCH(ctx, CT_OP_ADD, .in = {a, b});
     CT_AUTOCAST(ctx, CT_OP_ADD, 2, ((ct_tensor **[]){&a, &b}), ct_add(ctx, a, b));
-    CT_CHECK_F32("add", a); CT_CHECK_F32("add", b);
-    CT_CHECK_CONTIG("add", a); CT_CHECK_CONTIG("add", b);
-    bool ok = b->ndim <= a->ndim;
-    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
-    if (!ok) {
-        char sa[96], sb[96];
-        CT_FATAL("add: shape %s cannot broadcast to %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(a, sa, sizeof sa));
-    }
+    ct_check_add(a, b);
     ct_tensor *y = ct_new_like(ctx, a);
     int64_t n = ct_numel(a), m = ct_numel(b);
     const float *A = a->data, *B = b->data;

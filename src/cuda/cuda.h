@@ -74,6 +74,12 @@ ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, 
 ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n);
 /* y[i] = v */
 ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n);
+/* Views: a shape and strides (in elements), up to 5 dims, of 4-byte elements (f32, i32).
+ * strided_copy: dst (contiguous in l's shape) = src viewed through l; strided_add: dst viewed
+ * through l += src (contiguous); the view must not map two elements to one. */
+typedef struct { int ndim; int64_t shape[5], stride[5]; } ct_cuda_layout;
+ct_status ct_cuda_strided_copy(cudaStream_t s, float *dst, const float *src, const ct_cuda_layout *l);
+ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *l, const float *src);
 
 /* ---- streams: one compute and one communication stream per device, created on first use
  * (non-blocking: the legacy default stream would serialise them). Kernels of the op table's

@@ -19,6 +19,28 @@ __global__ void add_k(const float *a, const float *b, float *y, int64_t n, int64
 }
 __global__ void scale_k(const float *a, float s, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * s; }
 __global__ void fill_k(float *y, float v, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = v; }
+/* offset under l's strides of the i-th element in row-major order over l's shape */
+__device__ inline int64_t strided_off(const ct_cuda_layout &l, int64_t i) {
+    int64_t off = 0;
+    for (int d = l.ndim - 1; d >= 0; d--) {
+        off += (i % l.shape[d]) * l.stride[d];
+        i /= l.shape[d];
+    }
+    return off;
+}
+/* 4-byte elements: f32, and i32 bit for bit */
+__global__ void strided_copy_k(float *dst, const float *src, ct_cuda_layout l, int64_t n) {
+    CT_GRID_STRIDE(i, n) dst[i] = src[strided_off(l, i)];
+}
+/* the view is one-to-one (transpose, slice, permutation): no two i write one element */
+__global__ void strided_add_k(float *dst, ct_cuda_layout l, const float *src, int64_t n) {
+    CT_GRID_STRIDE(i, n) dst[strided_off(l, i)] += src[i];
+}
+int64_t numel(const ct_cuda_layout *l) {
+    int64_t n = 1;
+    for (int d = 0; d < l->ndim; d++) n *= l->shape[d];
+    return n;
+}
 } // namespace
 
 extern "C" {
@@ -57,6 +79,18 @@ ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, i
 ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n) {
     if (n > 0) fill_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(y, v, n);
     CT_LAUNCHED("fill");
+    return CT_OK;
+}
+ct_status ct_cuda_strided_copy(cudaStream_t s, float *dst, const float *src, const ct_cuda_layout *l) {
+    int64_t n = numel(l);
+    if (n > 0) strided_copy_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(dst, src, *l, n);
+    CT_LAUNCHED("strided copy");
+    return CT_OK;
+}
+ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *l, const float *src) {
+    int64_t n = numel(l);
+    if (n > 0) strided_add_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(dst, *l, src, n);
+    CT_LAUNCHED("strided add");
     return CT_OK;
 }
 }

@@ -1,6 +1,7 @@
 /* The op table's device column for CUDA: forwards and backwards of the ops that have
  * kernels here (linear, matmul, add, relu, gelu, scale, cross-entropy, layer norm,
- * embedding, flash attention, and reshape's backward). Each checks shapes like its CPU op,
+ * embedding, flash attention, contiguous, split/merge heads, and the backwards of the
+ * views reshape, transpose and slice). Each checks shapes like its CPU op,
  * launches on the device's compute stream and records the same node fields; a failed call
  * fails the context (ct_ctx_status) and the op returns a placeholder. The autograd walk is
  * core's: these are rows of the same table, not a second engine.
@@ -204,6 +205,108 @@ static void bw_reshape(ct_ctx *ctx, ct_node *n) {
     if (begin(ctx, n->out->device, "reshape backward", &r)) acc_add(&r, n->in[0], n->out->grad->data);
 }
 
+/* ---- views and copies: contiguous, transpose and slice (backward), split/merge heads ----
+ * Gradients are contiguous in their tensor's shape (as on the CPU), so a view's backward adds
+ * its gradient through the view's strides; the kernels move 4-byte elements. */
+static ct_cuda_layout layout(int ndim, const int64_t *shape, const int64_t *stride) {
+    ct_cuda_layout l = {.ndim = ndim};
+    for (int d = 0; d < ndim; d++) { l.shape[d] = shape[d]; l.stride[d] = stride[d]; }
+    return l;
+}
+/* contiguous strides of a shape */
+static void dense(int ndim, const int64_t *shape, int64_t *st) {
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) { st[d] = s; s *= shape[d]; }
+}
+/* the gradient of x (zeroed when new) += g seen through l */
+static void acc_strided(run *r, ct_tensor *x, ct_cuda_layout l, int64_t offset, const float *g) {
+    float *gx = ct_grad_acc(r->ctx, x);
+    if (gx) ok(r, ct_cuda_strided_add(r->s, gx + offset, &l, g));
+}
+
+static ct_tensor *fwd_contiguous(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK(ct_dtype_size(x->dtype) == 4, "contiguous on cuda:%d: %s elements (the copy kernel moves 4-byte ones)",
+             x->device.index, ct_dtype_name(x->dtype));
+    run r;
+    bool go = begin(ctx, x->device, "contiguous", &r);
+    ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, x->ndim, x->shape, "contiguous");
+    ct_cuda_layout l = layout(x->ndim, x->shape, x->stride);
+    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);
+    return y;
+}
+static void bw_contiguous(ct_ctx *ctx, ct_node *n) { bw_reshape(ctx, n); } /* same: add back */
+
+static void bw_transpose(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "transpose backward", &r)) return;
+    ct_tensor *x = n->in[0];
+    int64_t st[CT_MAX_DIMS], t;
+    dense(x->ndim, x->shape, st);
+    int d0 = (int)n->i[0], d1 = (int)n->i[1];
+    t = st[d0]; st[d0] = st[d1]; st[d1] = t;
+    acc_strided(&r, x, layout(n->out->ndim, n->out->shape, st), 0, n->out->grad->data);
+}
+
+static void bw_slice(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "slice backward", &r)) return;
+    ct_tensor *x = n->in[0];
+    int64_t st[CT_MAX_DIMS];
+    dense(x->ndim, x->shape, st);
+    acc_strided(&r, x, layout(n->out->ndim, n->out->shape, st), n->i[1] * st[n->i[0]], n->out->grad->data);
+}
+
+/* split_heads: x [B, T, H*D] -> [B, H, T, D]; merge_heads the inverse. `heads` is the 4-d
+ * side; the permutation is the 4-d view [B, H, T, D] of the 3-d side's memory. */
+static ct_cuda_layout heads_view(int64_t B, int64_t H, int64_t T, int64_t D) {
+    return layout(4, (int64_t[]){B, H, T, D}, (int64_t[]){T * H * D, D, H * D, 1});
+}
+/* the 3-d [B, T, H*D] side read as [B, T, H, D] in the 4-d [B, H, T, D] side's memory */
+static ct_cuda_layout tokens_view(int64_t B, int64_t H, int64_t T, int64_t D) {
+    return layout(4, (int64_t[]){B, T, H, D}, (int64_t[]){H * T * D, D, T * D, 1});
+}
+static ct_tensor *fwd_split_heads(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK_F32("split_heads", x); CT_CHECK_CONTIG("split_heads", x);
+    int64_t H = a->i[0];
+    CT_CHECK(x->ndim == 3 && H >= 1 && x->shape[2] % H == 0, "split_heads: input must be [B, T, H*D] with H = %lld dividing the last dim", (long long)H);
+    int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2] / H;
+    run r;
+    bool go = begin(ctx, x->device, "split_heads", &r);
+    ct_tensor *y = out_like(&r, x, 4, (int64_t[]){B, H, T, D}, "split_heads");
+    ct_cuda_layout l = heads_view(B, H, T, D);
+    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    ct_record(ctx, CT_OP_SPLIT_HEADS, y, 1, &x);
+    return y;
+}
+static void bw_split_heads(ct_ctx *ctx, ct_node *n) {
+    run r;
+    const int64_t *s = n->out->shape; /* [B, H, T, D] */
+    if (begin(ctx, n->out->device, "split_heads backward", &r))
+        acc_strided(&r, n->in[0], heads_view(s[0], s[1], s[2], s[3]), 0, n->out->grad->data);
+}
+static ct_tensor *fwd_merge_heads(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x);
+    CT_CHECK(x->ndim == 4, "merge_heads: input must be [B, H, T, D]");
+    int64_t B = x->shape[0], H = x->shape[1], T = x->shape[2], D = x->shape[3];
+    run r;
+    bool go = begin(ctx, x->device, "merge_heads", &r);
+    ct_tensor *y = out_like(&r, x, 3, (int64_t[]){B, T, H * D}, "merge_heads");
+    ct_cuda_layout l = tokens_view(B, H, T, D);
+    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    ct_record(ctx, CT_OP_MERGE_HEADS, y, 1, &x);
+    return y;
+}
+static void bw_merge_heads(ct_ctx *ctx, ct_node *n) {
+    run r;
+    const int64_t *s = n->in[0]->shape; /* [B, H, T, D] */
+    if (begin(ctx, n->out->device, "merge_heads backward", &r))
+        acc_strided(&r, n->in[0], tokens_view(s[0], s[1], s[2], s[3]), 0, n->out->grad->data);
+}
+
 /* ---- softmax + cross-entropy: logits [N, C], target [N] i32/i64, both on the device ---- */
 static ct_tensor *fwd_cross_entropy(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *t = a->in[1];
@@ -355,6 +458,11 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_GELU, fwd_gelu, bw_unary},
         {CT_OP_SCALE, fwd_scale, bw_unary},
         {CT_OP_RESHAPE, NULL, bw_reshape},
+        {CT_OP_CONTIGUOUS, fwd_contiguous, bw_contiguous},
+        {CT_OP_TRANSPOSE, NULL, bw_transpose},
+        {CT_OP_SLICE, NULL, bw_slice},
+        {CT_OP_SPLIT_HEADS, fwd_split_heads, bw_split_heads},
+        {CT_OP_MERGE_HEADS, fwd_merge_heads, bw_merge_heads},
         {CT_OP_CROSS_ENTROPY, fwd_cross_entropy, bw_cross_entropy},
         {CT_OP_LAYER_NORM, fwd_layer_norm, bw_layer_norm},
         {CT_OP_EMBEDDING, fwd_embedding, bw_embedding},

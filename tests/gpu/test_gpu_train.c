@@ -1,7 +1,8 @@
 /* Training on cuda:0 through the op table's device column, against the same steps on the
  * CPU: an MLP (linear, relu, cross-entropy) forward, backward and AdamW step; a chain of the
  * GPT ops (embedding, layer norm, linear, reshape, flash attention, add, gelu, scale, a tied
- * matmul, cross-entropy); an op without a device kernel failing the context; DDP at world
+ * matmul, cross-entropy); a small GPT model (views, copies, split of q, k, v, merge_heads);
+ * an op without a device kernel failing the context; DDP at world
  * size 1 on NCCL with the buckets reduced on the GPU. Built only with CUDA; without a GPU
  * every test skips with "no CUDA GPU" (scripts/gpu-check.sh runs them on one). Tolerances:
  * 1e-5 relative for the MLP (f32 GEMMs, no TF32), 1e-4 normwise for the GPT-op chain,
@@ -169,6 +170,50 @@ CT_TEST(gpt_ops_chain_on_cuda_matches_cpu) {
     ct_ctx_free(c);
     ct_params_free(Pc);
     ct_params_free(Pg);
+}
+
+/* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
+ * transposes, a copy and slices, merge_heads, the tied LM head */
+static ct_model *small_gpt(void) {
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
+    cfg.gpt.n_layer = 2;
+    cfg.gpt.n_embd = 32;
+    cfg.gpt.n_head = 2;
+    cfg.gpt.block_size = 16;
+    cfg.gpt.vocab_size = 64;
+    cfg.gpt.flash_attention = true;
+    ct_model *m = NULL;
+    if (ct_model_create(&cfg, 9, &m) != CT_OK) abort();
+    return m;
+}
+
+CT_TEST(gpt_model_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_model *mc = small_gpt(), *mg = small_gpt();
+    OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    int32_t tok[2 * 16], tgt[2 * 16];
+    for (int i = 0; i < 32; i++) { tok[i] = (i * 11 + 5) % 64; tgt[i] = (i * 7 + 1) % 64; }
+    int64_t shape[2] = {2, 16};
+    ct_tensor *x = ct_from_data(c, CT_I32, tok, 2, shape), *y = ct_from_data(c, CT_I32, tgt, 2, shape), *xd, *yd;
+    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+    OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
+    ct_tensor *lc = ct_model_loss(c, mc, x, y), *lg = ct_model_loss(c, mg, xd, yd);
+    double vc = ct_item(lc), vg = ct_item(lg);
+    ct_backward(c, lc);
+    ct_backward(c, lg);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "GPT on cuda:0: %s", ct_last_error());
+    CT_EXPECTF(rel(vg, vc) <= 1e-5, "loss cuda %.9g cpu %.9g", vg, vc);
+    ct_params *Pc = ct_model_params(mc);
+    for (int i = 0; i < ct_params_count(Pc); i++) {
+        if (ct_params_is_buffer(Pc, i)) continue;
+        double e = grad_err(Pc, ct_model_params(mg), i);
+        CT_EXPECTF(e <= 1e-4, "gradient of %s: normwise error %g", ct_params_get(Pc, i)->name, e);
+    }
+    ct_ctx_free(c);
+    ct_model_free(mc);
+    ct_model_free(mg);
 }
 
 CT_TEST(op_without_cuda_kernel_fails_the_step) {

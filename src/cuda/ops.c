@@ -267,44 +267,38 @@ static ct_cuda_layout heads_view(int64_t B, int64_t H, int64_t T, int64_t D) {
 static ct_cuda_layout tokens_view(int64_t B, int64_t H, int64_t T, int64_t D) {
     return layout(4, (int64_t[]){B, T, H, D}, (int64_t[]){H * T * D, D, T * D, 1});
 }
+/* y (ndim, shape) = x seen through l: a permuting copy recorded as op */
+static ct_tensor *permute(ct_ctx *ctx, ct_tensor *x, int op, const char *name, int ndim, const int64_t *shape,
+                          ct_cuda_layout l) {
+    run r;
+    bool go = begin(ctx, x->device, name, &r);
+    ct_tensor *y = out_like(&r, x, ndim, shape, name);
+    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    ct_record(ctx, op, y, 1, &x);
+    return y;
+}
 static ct_tensor *fwd_split_heads(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
     CT_CHECK_F32("split_heads", x); CT_CHECK_CONTIG("split_heads", x);
     int64_t H = a->i[0];
     CT_CHECK(x->ndim == 3 && H >= 1 && x->shape[2] % H == 0, "split_heads: input must be [B, T, H*D] with H = %lld dividing the last dim", (long long)H);
     int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2] / H;
-    run r;
-    bool go = begin(ctx, x->device, "split_heads", &r);
-    ct_tensor *y = out_like(&r, x, 4, (int64_t[]){B, H, T, D}, "split_heads");
-    ct_cuda_layout l = heads_view(B, H, T, D);
-    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
-    ct_record(ctx, CT_OP_SPLIT_HEADS, y, 1, &x);
-    return y;
-}
-static void bw_split_heads(ct_ctx *ctx, ct_node *n) {
-    run r;
-    const int64_t *s = n->out->shape; /* [B, H, T, D] */
-    if (begin(ctx, n->out->device, "split_heads backward", &r))
-        acc_strided(&r, n->in[0], heads_view(s[0], s[1], s[2], s[3]), 0, n->out->grad->data);
+    return permute(ctx, x, CT_OP_SPLIT_HEADS, "split_heads", 4, (int64_t[]){B, H, T, D}, heads_view(B, H, T, D));
 }
 static ct_tensor *fwd_merge_heads(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
     CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x);
     CT_CHECK(x->ndim == 4, "merge_heads: input must be [B, H, T, D]");
     int64_t B = x->shape[0], H = x->shape[1], T = x->shape[2], D = x->shape[3];
-    run r;
-    bool go = begin(ctx, x->device, "merge_heads", &r);
-    ct_tensor *y = out_like(&r, x, 3, (int64_t[]){B, T, H * D}, "merge_heads");
-    ct_cuda_layout l = tokens_view(B, H, T, D);
-    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
-    ct_record(ctx, CT_OP_MERGE_HEADS, y, 1, &x);
-    return y;
+    return permute(ctx, x, CT_OP_MERGE_HEADS, "merge_heads", 3, (int64_t[]){B, T, H * D}, tokens_view(B, H, T, D));
 }
-static void bw_merge_heads(ct_ctx *ctx, ct_node *n) {
+/* the backwards add through the same views; the [B, H, T, D] side gives the sizes */
+static void bw_heads(ct_ctx *ctx, ct_node *n) {
     run r;
-    const int64_t *s = n->in[0]->shape; /* [B, H, T, D] */
-    if (begin(ctx, n->out->device, "merge_heads backward", &r))
-        acc_strided(&r, n->in[0], tokens_view(s[0], s[1], s[2], s[3]), 0, n->out->grad->data);
+    bool split = n->op == &ct_op_table_dev[CT_OP_SPLIT_HEADS].row;
+    const int64_t *s = split ? n->out->shape : n->in[0]->shape;
+    ct_cuda_layout l = split ? heads_view(s[0], s[1], s[2], s[3]) : tokens_view(s[0], s[1], s[2], s[3]);
+    if (begin(ctx, n->out->device, n->op->name, &r)) acc_strided(&r, n->in[0], l, 0, n->out->grad->data);
 }
 
 /* ---- softmax + cross-entropy: logits [N, C], target [N] i32/i64, both on the device ---- */
@@ -461,8 +455,8 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_CONTIGUOUS, fwd_contiguous, bw_contiguous},
         {CT_OP_TRANSPOSE, NULL, bw_transpose},
         {CT_OP_SLICE, NULL, bw_slice},
-        {CT_OP_SPLIT_HEADS, fwd_split_heads, bw_split_heads},
-        {CT_OP_MERGE_HEADS, fwd_merge_heads, bw_merge_heads},
+        {CT_OP_SPLIT_HEADS, fwd_split_heads, bw_heads},
+        {CT_OP_MERGE_HEADS, fwd_merge_heads, bw_heads},
         {CT_OP_CROSS_ENTROPY, fwd_cross_entropy, bw_cross_entropy},
         {CT_OP_LAYER_NORM, fwd_layer_norm, bw_layer_norm},
         {CT_OP_EMBEDDING, fwd_embedding, bw_embedding},

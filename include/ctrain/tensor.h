@@ -54,7 +54,8 @@ typedef struct { ct_device_type type; int index; } ct_device;
  * Ops run where their inputs are. An op on a device fails (it cannot return a status) by
  * recording the first error in the context: ct_ctx_status returns it, and from then on
  * every device op of the step returns a placeholder without data and does nothing, until
- * ct_ctx_reset. CPU ops never take this path. */
+ * ct_ctx_reset (ct_backward then does nothing, ct_item of a placeholder is NaN). CPU ops
+ * never take this path. */
 /* "cpu", "cuda" (= cuda:0) or "cuda:N"; CT_ERR_INVALID otherwise. Does not check the device exists. */
 ct_status ct_device_parse(const char *s, ct_device *out);
 /* "cpu" / "cuda:N" into buf; returns buf */

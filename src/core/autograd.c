@@ -123,6 +123,8 @@ static void run_backward(ct_ctx *ctx) {
 }
 
 void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
+    /* after a device failure the loss may be a placeholder: nothing to compute (reset clears) */
+    if (ctx->dev_status != CT_OK) return;
     if (ct_numel(loss) != 1) {
         char b[96];
         CT_FATAL("ct_backward: loss must have one element, got %s (use ct_backward_seed)", ct_shape_str(loss, b, sizeof b));

@@ -1,7 +1,8 @@
 /* Training on cuda:0 through the op table's device column, against the same steps on the
  * CPU: an MLP (linear, relu, cross-entropy) forward, backward and AdamW step; a chain of the
  * GPT ops (embedding, layer norm, linear, reshape, flash attention, add, gelu, scale, a tied
- * matmul, cross-entropy); a small GPT model (views, copies, split of q, k, v, merge_heads);
+ * matmul, cross-entropy); ct_train_step on cuda:0; a small GPT model (views, copies, split of
+ * q, k, v, merge_heads);
  * an op without a device kernel failing the context; DDP at world
  * size 1 on NCCL with the buckets reduced on the GPU. Built only with CUDA; without a GPU
  * every test skips with "no CUDA GPU" (scripts/gpu-check.sh runs them on one). Tolerances:
@@ -18,6 +19,7 @@
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
 #include "ctrain/optim.h"
+#include "ctrain/train.h"
 #include "cuda/cuda.h"
 #include "gpu/gpu_test.h"
 #include "kernel_check.h"
@@ -170,6 +172,40 @@ CT_TEST(gpt_ops_chain_on_cuda_matches_cpu) {
     ct_ctx_free(c);
     ct_params_free(Pc);
     ct_params_free(Pg);
+}
+
+/* ct_train_step (the loop every trainer uses) with the model on cuda:0: three AdamW steps,
+ * each loss against the CPU's */
+CT_TEST(train_step_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_model *m[2] = {mlp(), mlp()};
+    OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
+    ct_optim *o[2];
+    ct_ctx *c[2];
+    ct_train_model tm[2];
+    for (int j = 0; j < 2; j++) {
+        OK(ct_optim_create_adamw(ct_model_params(m[j]), NULL, &o[j]));
+        OK(ct_ctx_create(NULL, &c[j]));
+        tm[j] = ct_train_model_builtin(m[j]);
+    }
+    float x[8 * 32];
+    int32_t y[8];
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 8 * 32; i++) x[i] = (float)sin(0.37 * i + step);
+        for (int i = 0; i < 8; i++) y[i] = (i * 3 + step) % 10;
+        ct_train_batch b = ct_train_batch_of(CT_F32, x, 2, (int64_t[]){8, 32}, y, 1, (int64_t[]){8});
+        ct_step_result r[2];
+        for (int j = 0; j < 2; j++) {
+            ct_step_args sa = {.ctx = c[j], .model = &tm[j], .opt = o[j], .lr = 1e-2, .step = step};
+            OK(ct_train_step(&sa, &b, 1, &r[j]));
+        }
+        CT_EXPECTF(rel(r[1].loss, r[0].loss) <= 1e-5, "step %d: loss cuda %.9g cpu %.9g", step, r[1].loss, r[0].loss);
+    }
+    for (int j = 0; j < 2; j++) {
+        ct_optim_free(o[j]);
+        ct_ctx_free(c[j]);
+        ct_model_free(m[j]);
+    }
 }
 
 /* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by

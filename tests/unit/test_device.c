@@ -10,6 +10,7 @@
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
 #include "ctrain/optim.h"
+#include "ctrain/train.h"
 #include "ops/kmath.h"
 #include "ops/op_table.h"
 
@@ -232,6 +233,52 @@ CT_TEST(optimizers_on_device_match_cpu) {
         for (int j = 0; j < 2; j++) ct_params_free(P[j]);
         CT_EXPECT(live_bufs == 0);
     }
+}
+
+/* ct_train_step with the parameters on a device: the batch is copied there, backward and the
+ * optimizer run there (a loss of sum(w): every gradient 1, SGD moves each weight by -lr);
+ * an op that fails on the device comes back as the step's status, clipping is refused */
+static ct_tensor *sum_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) {
+    CT_CHECK(x->device.type == CT_DEV_CUDA && y->device.type == CT_DEV_CUDA, "the batch was not moved to the device");
+    return ct_sum(ctx, ((ct_module *)self)->w);
+}
+static ct_tensor *lin_forward(ct_ctx *ctx, void *self, ct_tensor *x) { return ct_module_forward(ctx, self, x); }
+
+CT_TEST(train_step_on_device) {
+    use_fake();
+    ct_params *P;
+    CT_ASSERT(ct_params_create(&P) == CT_OK);
+    ct_module *lin = ct_nn_linear(P, "fc", 4, 3, true);
+    CT_ASSERT(ct_params_finalize(P, 2) == CT_OK);
+    float w0[12];
+    memcpy(w0, lin->w->data, sizeof w0);
+    CT_ASSERT(ct_module_to(lin, CT_CUDA(0)) == CT_OK);
+    ct_optim *o;
+    CT_ASSERT(ct_optim_create_sgd(P, NULL, &o) == CT_OK);
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    float x[8] = {0};
+    int32_t y[2] = {0, 1};
+    ct_train_batch b = ct_train_batch_of(CT_F32, x, 2, (int64_t[]){2, 4}, y, 1, (int64_t[]){2});
+    ct_train_model tm = {.params = P, .forward = lin_forward, .loss = sum_loss, .self = lin, .kind = "linear"};
+    ct_step_args sa = {.ctx = c, .model = &tm, .opt = o, .lr = 0.5};
+    ct_step_result res;
+    CT_ASSERT(ct_train_step(&sa, &b, 1, &res) == CT_OK);
+    bool moved = true;
+    for (int i = 0; i < 12; i++) moved = moved && ct_f32(lin->w)[i] == w0[i] - 0.5f; /* fake device memory is host memory */
+    CT_EXPECTF(moved && res.loss != 0, "loss %g", res.loss);
+    /* the default loss (cross-entropy of the Linear's output) has no working kernel here */
+    tm.loss = NULL;
+    ct_status st = ct_train_step(&sa, &b, 1, &res);
+    CT_EXPECTF(st != CT_OK && strstr(ct_last_error(), "on cuda:"), "status %d: %s", st, ct_last_error());
+    CT_EXPECT(ct_ctx_status(c) == CT_OK); /* reset for the next step */
+    sa.clip_norm = 1.0;
+    CT_EXPECT(ct_train_step(&sa, &b, 1, &res) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "clipping"));
+    ct_ctx_free(c);
+    ct_optim_free(o);
+    ct_module_free(lin);
+    ct_params_free(P);
+    CT_EXPECT(live_bufs == 0);
 }
 
 CT_TEST_MAIN()

@@ -9,11 +9,12 @@
  * Collectives run on the backend's own communication stream, a blocking stream: it waits
  * for work queued earlier on the legacy default stream, and, through an event recorded
  * before each collective, for the device's compute stream (src/cuda: where the op table's
- * kernels and so backward's gradients are computed). DDP's bucket all-reduces, launched
- * from the grad-ready hooks while backward is still queuing kernels, thus start once the
- * bucket's gradients exist and overlap the rest of backward. The event is recorded when
- * the comm thread issues the call: at worst later than the launch, which orders
- * correctly and only overlaps less.
+ * kernels and so backward's gradients are computed). The event is recorded, and the
+ * communication stream made to wait for it, on the caller's thread when the collective is
+ * issued (the backend's `issued` hook), so DDP's bucket all-reduces, launched from the
+ * grad-ready hooks while backward is still queuing kernels, wait for the kernels queued so
+ * far (the bucket's gradients) and overlap the rest of backward. A wait is captured when it
+ * is enqueued, so one event serves every collective.
  * Host buffers of in-place all-reduce, broadcast and reduce (metadata: DDP's parameter check,
  * timings) are staged through device memory; other collectives need device buffers.
  * AVG is ncclAvg. Fingerprints (CTRAIN_FINGERPRINT) are not checked on this backend, and
@@ -34,6 +35,8 @@ typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
     cudaEvent_t after_compute; /* recorded on the compute stream, waited for by `stream` */
+    ct_status issue_st;        /* a failure of that at issue, reported by the run */
+    char issue_msg[512];
     int dev, rank, n, aborted;
     int *one; /* device int for barriers */
     const int *granks;
@@ -101,6 +104,23 @@ static ct_status poll_done(nccl_pg *m, bool stream, double deadline, const char 
 
 static ct_status nccl_run(void *impl, ct_work *w, double deadline);
 
+/* At issue, on the caller's thread: the communication stream waits for what the compute
+ * stream has queued now (see the top of the file) */
+static void nccl_issued(void *impl, ct_work *w) {
+    (void)w;
+    nccl_pg *m = impl;
+    if (!m || m->aborted) return;
+    cudaStream_t cs;
+    ct_status st = ct_cuda_set_device(m->dev, "nccl issue");
+    if (st == CT_OK) st = ct_cuda_stream(m->dev, CT_CUDA_COMPUTE, &cs);
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "nccl issue", cudaEventRecord(m->after_compute, cs));
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "nccl issue", cudaStreamWaitEvent(m->stream, m->after_compute, 0));
+    if (st != CT_OK && m->issue_st == CT_OK) {
+        m->issue_st = st;
+        snprintf(m->issue_msg, sizeof m->issue_msg, "%s", ct_last_error());
+    }
+}
+
 /* An in-place collective on host memory: copied to a device buffer, run there, copied back
  * (synchronous copies on the legacy stream, which the backend's stream waits for). */
 static ct_status staged(nccl_pg *m, ct_work *w, double deadline, const char *op) {
@@ -146,11 +166,11 @@ static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
         return ct_error(CT_ERR_INVALID, "%s: buffer %p is not device memory (the nccl backend reduces GPU buffers)", op,
                         bufs[i]);
     }
-    cudaStream_t cs;
-    ct_status sst = ct_cuda_stream(m->dev, CT_CUDA_COMPUTE, &cs);
-    if (sst != CT_OK) return sst;
-    CT_GPU_TRY(cuda, op, cudaEventRecord(m->after_compute, cs));
-    CT_GPU_TRY(cuda, op, cudaStreamWaitEvent(m->stream, m->after_compute, 0));
+    if (m->issue_st != CT_OK) { /* ordering after the compute stream failed when issued */
+        ct_status st = m->issue_st;
+        m->issue_st = CT_OK;
+        return ct_error(st, "%s: %s", op, m->issue_msg);
+    }
     size_t esz = ct_dtype_size(w->dt);
     ncclDataType_t t = ntype(w->dt);
     ncclResult_t r = ncclSuccess;
@@ -282,4 +302,4 @@ static ct_status nccl_new_group(ct_pg *parent, ct_pg *child, const int *ranks, i
     return st;
 }
 
-const ct_backend ct_nccl_backend = {"nccl", nccl_run, nccl_new_group, nccl_destroy, NULL, NULL, NULL};
+const ct_backend ct_nccl_backend = {"nccl", nccl_run, nccl_new_group, nccl_destroy, NULL, NULL, NULL, nccl_issued};

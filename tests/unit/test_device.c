@@ -14,6 +14,15 @@
 #include "ops/kmath.h"
 #include "ops/op_table.h"
 
+/* a Linear(4, 3) in a store of its own (*P), initialised with seed; its weights into w0 */
+static ct_module *small_linear(ct_params **P, uint64_t seed, float w0[12]) {
+    if (ct_params_create(P) != CT_OK) abort();
+    ct_module *lin = ct_nn_linear(*P, "fc", 4, 3, true);
+    if (!lin || ct_params_finalize(*P, seed) != CT_OK) abort();
+    memcpy(w0, lin->w->data, 12 * sizeof(float));
+    return lin;
+}
+
 CT_TEST(parse_and_print) {
     ct_device d;
     char b[32];
@@ -31,10 +40,9 @@ CT_TEST(real_backend_refuses_without_gpu) {
     int n = 0;
     if (ct_device_count(CT_DEV_CUDA, &n) == CT_OK && n > 0) { CT_SKIP("a CUDA GPU is present (tests/gpu covers it)"); return; }
     ct_params *P;
-    CT_ASSERT(ct_params_create(&P) == CT_OK);
-    ct_module *lin = ct_nn_linear(P, "fc", 4, 3, true);
-    CT_ASSERT(ct_params_finalize(P, 1) == CT_OK);
-    float w0 = ct_f32(lin->w)[0];
+    float w[12];
+    ct_module *lin = small_linear(&P, 1, w);
+    float w0 = w[0];
     ct_status st = ct_module_to(lin, CT_CUDA(0));
     CT_EXPECTF(st == CT_ERR_UNSUPPORTED, "ct_module_to: %d (%s)", st, ct_last_error());
     CT_EXPECTF(strstr(ct_last_error(), "CUDA") || strstr(ct_last_error(), "driver") || strstr(ct_last_error(), "device"),
@@ -113,11 +121,8 @@ CT_TEST(copies_and_params_to) {
     CT_EXPECTF(live_bufs == 0, "%d device buffers left after reset", live_bufs);
 
     ct_params *P;
-    CT_ASSERT(ct_params_create(&P) == CT_OK);
-    ct_module *lin = ct_nn_linear(P, "fc", 4, 3, true);
-    CT_ASSERT(ct_params_finalize(P, 7) == CT_OK);
     float w[12];
-    memcpy(w, lin->w->data, sizeof w);
+    ct_module *lin = small_linear(&P, 7, w);
     ct_f32(lin->w->grad)[5] = 2.5f;
     CT_ASSERT(ct_module_to(lin, CT_CUDA(0)) == CT_OK);
     CT_EXPECT(ct_params_device(P).type == CT_DEV_CUDA && lin->w->device.type == CT_DEV_CUDA && lin->b->device.type == CT_DEV_CUDA);
@@ -247,11 +252,8 @@ static ct_tensor *lin_forward(ct_ctx *ctx, void *self, ct_tensor *x) { return ct
 CT_TEST(train_step_on_device) {
     use_fake();
     ct_params *P;
-    CT_ASSERT(ct_params_create(&P) == CT_OK);
-    ct_module *lin = ct_nn_linear(P, "fc", 4, 3, true);
-    CT_ASSERT(ct_params_finalize(P, 2) == CT_OK);
     float w0[12];
-    memcpy(w0, lin->w->data, sizeof w0);
+    ct_module *lin = small_linear(&P, 2, w0);
     CT_ASSERT(ct_module_to(lin, CT_CUDA(0)) == CT_OK);
     ct_optim *o;
     CT_ASSERT(ct_optim_create_sgd(P, NULL, &o) == CT_OK);

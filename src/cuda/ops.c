@@ -1,5 +1,5 @@
 /* The op table's device column for CUDA: forwards and backwards of the ops that have
- * kernels here (linear, matmul, add, relu, gelu, scale, cross-entropy, layer norm,
+ * kernels here (linear, matmul, add, relu, gelu, scale, sum, mean, cross-entropy, layer norm,
  * embedding, flash attention, contiguous, split/merge heads, and the backwards of the
  * views reshape, transpose and slice). Each checks shapes like its CPU op,
  * launches on the device's compute stream and records the same node fields; a failed call
@@ -197,6 +197,40 @@ static void bw_unary(ct_ctx *ctx, ct_node *n) {
     else if (n->op == &ct_op_table_dev[CT_OP_GELU].row) ok(&r, ct_cuda_gelu_bwd(r.s, x->data, g, w, N, n->i[0] != 0));
     else ok(&r, ct_cuda_scale(r.s, g, (float)n->f[0], w, N));
     acc_end(&r, x, w, direct);
+}
+
+/* ---- sum and mean of all elements: a GEMM with a row of ones (f32 accumulation, where the
+ * CPU op sums in double), then the scale; backward adds the scaled scalar everywhere ---- */
+static ct_tensor *reduce_all(ct_ctx *ctx, ct_tensor *x, int op, double scale) {
+    const char *name = ct_op_table_dev[op].row.name;
+    CT_CHECK_F32(name, x); CT_CHECK_CONTIG(name, x);
+    int64_t n = ct_numel(x);
+    run r;
+    bool go = begin(ctx, x->device, name, &r);
+    ct_tensor *y = out_like(&r, x, 0, NULL, name);
+    float *ones = scratch(&r, n, name);
+    if (go && y->data && ones) {
+        if (n == 0) ok(&r, ct_cuda_fill(r.s, y->data, 0.0f, 1));
+        else if (ok(&r, ct_cuda_fill(r.s, ones, 1.0f, n)) && gemm(&r, false, false, 1, 1, n, 1, ones, x->data, y->data, 0.0f, NULL) &&
+                 scale != 1.0)
+            ok(&r, ct_cuda_scale(r.s, y->data, (float)scale, y->data, 1));
+    }
+    ct_node *nd = ct_record(ctx, op, y, 1, &x);
+    if (nd) nd->f[0] = scale;
+    return y;
+}
+static ct_tensor *fwd_sum(ct_ctx *ctx, const ct_op_args *a) { return reduce_all(ctx, a->in[0], CT_OP_SUM, 1.0); }
+static ct_tensor *fwd_mean(ct_ctx *ctx, const ct_op_args *a) {
+    int64_t n = ct_numel(a->in[0]);
+    return reduce_all(ctx, a->in[0], CT_OP_MEAN, n ? 1.0 / (double)n : 0.0);
+}
+static void bw_reduce(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, n->op->name, &r)) return;
+    int64_t N = ct_numel(n->in[0]);
+    float *gx = ct_grad_acc(ctx, n->in[0]), *g = scratch(&r, 1, n->op->name);
+    if (!gx || !g || N == 0) return;
+    if (ok(&r, ct_cuda_scale(r.s, n->out->grad->data, (float)n->f[0], g, 1))) ok(&r, ct_cuda_add(r.s, gx, g, gx, N, 1));
 }
 
 /* ---- reshape: the CPU forward re-describes; the gradient is added back ---- */
@@ -451,6 +485,8 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_RELU, fwd_relu, bw_unary},
         {CT_OP_GELU, fwd_gelu, bw_unary},
         {CT_OP_SCALE, fwd_scale, bw_unary},
+        {CT_OP_SUM, fwd_sum, bw_reduce},
+        {CT_OP_MEAN, fwd_mean, bw_reduce},
         {CT_OP_RESHAPE, NULL, bw_reshape},
         {CT_OP_CONTIGUOUS, fwd_contiguous, bw_contiguous},
         {CT_OP_TRANSPOSE, NULL, bw_transpose},

@@ -74,6 +74,11 @@ ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, 
 ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n);
 /* y[i] = v */
 ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n);
+/* y = a * b elementwise (y may be a or b) */
+ct_status ct_cuda_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
+/* tanh, or with `sigmoid` the logistic function; backward from the output y: dx written */
+ct_status ct_cuda_tanh(cudaStream_t s, const float *x, float *y, int64_t n, bool sigmoid);
+ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n, bool sigmoid);
 /* Views: a shape and strides (in elements), up to 5 dims, of 4-byte elements (f32, i32).
  * strided_copy: dst (contiguous in l's shape) = src viewed through l; strided_add: dst viewed
  * through l += src (contiguous); the view must not map two elements to one. */

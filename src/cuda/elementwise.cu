@@ -18,6 +18,13 @@ __global__ void add_k(const float *a, const float *b, float *y, int64_t n, int64
     CT_GRID_STRIDE(i, n) y[i] = a[i] + b[i % m];
 }
 __global__ void scale_k(const float *a, float s, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * s; }
+__global__ void mul_k(const float *a, const float *b, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * b[i]; }
+__global__ void tanh_k(const float *x, float *y, int64_t n, bool sig) {
+    CT_GRID_STRIDE(i, n) y[i] = sig ? ct_k_sigmoid(x[i]) : ct_k_tanh(x[i]);
+}
+__global__ void tanh_bwd_k(const float *y, const float *g, float *dx, int64_t n, bool sig) {
+    CT_GRID_STRIDE(i, n) dx[i] = sig ? ct_k_sigmoid_bwd(y[i], g[i]) : ct_k_tanh_bwd(y[i], g[i]);
+}
 __global__ void fill_k(float *y, float v, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = v; }
 /* offset under l's strides of the i-th element in row-major order over l's shape */
 __device__ inline int64_t strided_off(const ct_cuda_layout &l, int64_t i) {
@@ -91,6 +98,21 @@ ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *
     int64_t n = numel(l);
     if (n > 0) strided_add_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(dst, *l, src, n);
     CT_LAUNCHED("strided add");
+    return CT_OK;
+}
+ct_status ct_cuda_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n) {
+    if (n > 0) mul_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(a, b, y, n);
+    CT_LAUNCHED("mul");
+    return CT_OK;
+}
+ct_status ct_cuda_tanh(cudaStream_t s, const float *x, float *y, int64_t n, bool sigmoid) {
+    if (n > 0) tanh_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, y, n, sigmoid);
+    CT_LAUNCHED(sigmoid ? "sigmoid" : "tanh");
+    return CT_OK;
+}
+ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n, bool sigmoid) {
+    if (n > 0) tanh_bwd_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(y, g, dx, n, sigmoid);
+    CT_LAUNCHED(sigmoid ? "sigmoid backward" : "tanh backward");
     return CT_OK;
 }
 }

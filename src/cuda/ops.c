@@ -1,5 +1,6 @@
 /* The op table's device column for CUDA: forwards and backwards of the ops that have
- * kernels here (linear, matmul, add, relu, gelu, scale, sum, mean, cross-entropy, layer norm,
+ * kernels here (linear, matmul, add, mul, relu, gelu, tanh, sigmoid, scale, sum, mean,
+ * cross-entropy, layer norm,
  * embedding, flash attention, contiguous, split/merge heads, and the backwards of the
  * views reshape, transpose and slice). Each checks shapes like its CPU op,
  * launches on the device's compute stream and records the same node fields; a failed call
@@ -175,6 +176,7 @@ static ct_tensor *unary(ct_ctx *ctx, const ct_op_args *a, int op, const char *na
     if (go && y->data) {
         if (op == CT_OP_RELU) ok(&r, ct_cuda_relu(r.s, x->data, y->data, n));
         else if (op == CT_OP_GELU) ok(&r, ct_cuda_gelu(r.s, x->data, y->data, n, a->i[0] != 0));
+        else if (op == CT_OP_TANH || op == CT_OP_SIGMOID) ok(&r, ct_cuda_tanh(r.s, x->data, y->data, n, op == CT_OP_SIGMOID));
         else ok(&r, ct_cuda_scale(r.s, x->data, (float)a->f[0], y->data, n));
     }
     ct_node *nd = ct_record(ctx, op, y, 1, &x);
@@ -184,6 +186,8 @@ static ct_tensor *unary(ct_ctx *ctx, const ct_op_args *a, int op, const char *na
 static ct_tensor *fwd_relu(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_RELU, "relu"); }
 static ct_tensor *fwd_gelu(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_GELU, "gelu"); }
 static ct_tensor *fwd_scale(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SCALE, "scale"); }
+static ct_tensor *fwd_tanh(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_TANH, "tanh"); }
+static ct_tensor *fwd_sigmoid(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SIGMOID, "sigmoid"); }
 static void bw_unary(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, n->op->name, &r)) return;
@@ -195,8 +199,37 @@ static void bw_unary(ct_ctx *ctx, ct_node *n) {
     int64_t N = ct_numel(n->out);
     if (n->op == &ct_op_table_dev[CT_OP_RELU].row) ok(&r, ct_cuda_relu_bwd(r.s, n->out->data, g, w, N));
     else if (n->op == &ct_op_table_dev[CT_OP_GELU].row) ok(&r, ct_cuda_gelu_bwd(r.s, x->data, g, w, N, n->i[0] != 0));
+    else if (n->op == &ct_op_table_dev[CT_OP_TANH].row || n->op == &ct_op_table_dev[CT_OP_SIGMOID].row)
+        ok(&r, ct_cuda_tanh_bwd(r.s, n->out->data, g, w, N, n->op == &ct_op_table_dev[CT_OP_SIGMOID].row));
     else ok(&r, ct_cuda_scale(r.s, g, (float)n->f[0], w, N));
     acc_end(&r, x, w, direct);
+}
+
+/* ---- mul: same shapes ---- */
+static ct_tensor *fwd_mul(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *b = a->in[1];
+    CT_CHECK_F32("mul", x); CT_CHECK_F32("mul", b); CT_CHECK_CONTIG("mul", x); CT_CHECK_CONTIG("mul", b);
+    CT_CHECK_SAME_SHAPE("mul", x, b);
+    run r;
+    bool go = begin(ctx, x->device, "mul", &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "mul");
+    if (go && y->data) ok(&r, ct_cuda_mul(r.s, x->data, b->data, y->data, ct_numel(x)));
+    ct_record(ctx, CT_OP_MUL, y, 2, (ct_tensor *[]){x, b});
+    return y;
+}
+static void bw_mul(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "mul backward", &r)) return;
+    const float *g = n->out->grad->data;
+    int64_t N = ct_numel(n->out);
+    /* one input at a time: mul(x, x) gives both contributions to one gradient */
+    for (int k = 0; k < 2; k++) {
+        bool direct;
+        float *w = acc_begin(&r, n->in[k], &direct);
+        if (!w) continue;
+        ok(&r, ct_cuda_mul(r.s, g, n->in[1 - k]->data, w, N));
+        acc_end(&r, n->in[k], w, direct);
+    }
 }
 
 /* ---- sum and mean of all elements: a GEMM with a row of ones (f32 accumulation, where the
@@ -486,6 +519,9 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_GELU, fwd_gelu, bw_unary},
         {CT_OP_SCALE, fwd_scale, bw_unary},
         {CT_OP_SUM, fwd_sum, bw_reduce},
+        {CT_OP_TANH, fwd_tanh, bw_unary},
+        {CT_OP_SIGMOID, fwd_sigmoid, bw_unary},
+        {CT_OP_MUL, fwd_mul, bw_mul},
         {CT_OP_MEAN, fwd_mean, bw_reduce},
         {CT_OP_RESHAPE, NULL, bw_reshape},
         {CT_OP_CONTIGUOUS, fwd_contiguous, bw_contiguous},

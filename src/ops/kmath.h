@@ -94,6 +94,10 @@ CT_HD static inline float ct_vnormcdf(float x) {
 CT_HD static inline float ct_k_relu(float x) { return x > 0 ? x : 0.0f; }
 /* from the saved output, as the CPU op */
 CT_HD static inline float ct_k_relu_bwd(float y, float g) { return y > 0 ? g : 0.0f; }
+CT_HD static inline float ct_k_tanh(float x) { return ct_vtanhf(x); }
+CT_HD static inline float ct_k_tanh_bwd(float y, float g) { return g * (1.0f - y * y); } /* from the output */
+CT_HD static inline float ct_k_sigmoid(float x) { return 1.0f / (1.0f + ct_vexpf(-x)); }
+CT_HD static inline float ct_k_sigmoid_bwd(float y, float g) { return g * y * (1.0f - y); }
 CT_HD static inline float ct_k_gelu(float x) { return x * ct_vnormcdf(x); }
 CT_HD static inline float ct_k_gelu_bwd(float x, float g) {
     return g * (ct_vnormcdf(x) + x * CT_K_INV_SQRT_2PI * ct_vexpf(-0.5f * x * x));

@@ -183,7 +183,7 @@ ct_tensor *ct_tanh(ct_ctx *ctx, ct_tensor *x) {
     const float *X = x->data;
     float *Y = y->data;
 #pragma omp parallel for simd if (n >= PAR_EXP)
-    for (int64_t i = 0; i < n; i++) Y[i] = ct_vtanhf(X[i]);
+    for (int64_t i = 0; i < n; i++) Y[i] = ct_k_tanh(X[i]);
     ct_record(ctx, CT_OP_TANH, y, 1, &x);
     return y;
 }
@@ -193,7 +193,7 @@ void ct_bw_tanh(ct_ctx *ctx, ct_node *n) {
     int64_t N = ct_numel(n->out);
     const float *g = n->out->grad->data, *Y = n->out->data;
 #pragma omp parallel for simd if (N >= PAR_CHEAP)
-    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * (1.0f - Y[i] * Y[i]);
+    for (int64_t i = 0; i < N; i++) gx[i] += ct_k_tanh_bwd(Y[i], g[i]);
 }
 
 ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x) {
@@ -205,7 +205,7 @@ ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x) {
     const float *X = x->data;
     float *Y = y->data;
 #pragma omp parallel for simd if (n >= PAR_EXP)
-    for (int64_t i = 0; i < n; i++) Y[i] = 1.0f / (1.0f + ct_vexpf(-X[i]));
+    for (int64_t i = 0; i < n; i++) Y[i] = ct_k_sigmoid(X[i]);
     ct_record(ctx, CT_OP_SIGMOID, y, 1, &x);
     return y;
 }
@@ -215,7 +215,7 @@ void ct_bw_sigmoid(ct_ctx *ctx, ct_node *n) {
     int64_t N = ct_numel(n->out);
     const float *g = n->out->grad->data, *Y = n->out->data;
 #pragma omp parallel for simd if (N >= PAR_CHEAP)
-    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * Y[i] * (1.0f - Y[i]);
+    for (int64_t i = 0; i < N; i++) gx[i] += ct_k_sigmoid_bwd(Y[i], g[i]);
 }
 
 /* ---- dropout ----

@@ -50,69 +50,53 @@ int64_t numel(const ct_cuda_layout *l) {
 }
 } // namespace
 
+/* a grid-stride kernel over n elements on stream s, checked; returns from the wrapper */
+#define LAUNCH(op, kernel, n, ...)                                                   \
+    do {                                                                             \
+        if ((n) > 0) kernel<<<ct_grid(n, THREADS), THREADS, 0, s>>>(__VA_ARGS__);    \
+        CT_LAUNCHED(op);                                                             \
+        return CT_OK;                                                                \
+    } while (0)
+
 extern "C" {
 ct_status ct_cuda_relu(cudaStream_t s, const float *x, float *y, int64_t n) {
-    if (n > 0) relu_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, y, n);
-    CT_LAUNCHED("relu");
-    return CT_OK;
+    LAUNCH("relu", relu_k, n, x, y, n);
 }
 ct_status ct_cuda_relu_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n) {
-    if (n > 0) relu_bwd_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(y, g, dx, n);
-    CT_LAUNCHED("relu backward");
-    return CT_OK;
+    LAUNCH("relu backward", relu_bwd_k, n, y, g, dx, n);
 }
 ct_status ct_cuda_gelu(cudaStream_t s, const float *x, float *y, int64_t n, bool tanh_approx) {
-    if (n > 0) gelu_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, y, n, tanh_approx);
-    CT_LAUNCHED("gelu");
-    return CT_OK;
+    LAUNCH("gelu", gelu_k, n, x, y, n, tanh_approx);
 }
 ct_status ct_cuda_gelu_bwd(cudaStream_t s, const float *x, const float *g, float *dx, int64_t n, bool tanh_approx) {
-    if (n > 0) gelu_bwd_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, g, dx, n, tanh_approx);
-    CT_LAUNCHED("gelu backward");
-    return CT_OK;
+    LAUNCH("gelu backward", gelu_bwd_k, n, x, g, dx, n, tanh_approx);
 }
 ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n, int64_t m) {
     if (m <= 0 || n % m) return ct_error(CT_ERR_INVALID, "cuda add: %lld elements do not repeat a %lld-element operand",
                                          (long long)n, (long long)m);
-    if (n > 0) add_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(a, b, y, n, m);
-    CT_LAUNCHED("add");
-    return CT_OK;
+    LAUNCH("add", add_k, n, a, b, y, n, m);
 }
 ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n) {
-    if (n > 0) scale_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(a, alpha, y, n);
-    CT_LAUNCHED("scale");
-    return CT_OK;
+    LAUNCH("scale", scale_k, n, a, alpha, y, n);
 }
 ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n) {
-    if (n > 0) fill_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(y, v, n);
-    CT_LAUNCHED("fill");
-    return CT_OK;
+    LAUNCH("fill", fill_k, n, y, v, n);
 }
 ct_status ct_cuda_strided_copy(cudaStream_t s, float *dst, const float *src, const ct_cuda_layout *l) {
     int64_t n = numel(l);
-    if (n > 0) strided_copy_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(dst, src, *l, n);
-    CT_LAUNCHED("strided copy");
-    return CT_OK;
+    LAUNCH("strided copy", strided_copy_k, n, dst, src, *l, n);
 }
 ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *l, const float *src) {
     int64_t n = numel(l);
-    if (n > 0) strided_add_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(dst, *l, src, n);
-    CT_LAUNCHED("strided add");
-    return CT_OK;
+    LAUNCH("strided add", strided_add_k, n, dst, *l, src, n);
 }
 ct_status ct_cuda_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n) {
-    if (n > 0) mul_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(a, b, y, n);
-    CT_LAUNCHED("mul");
-    return CT_OK;
+    LAUNCH("mul", mul_k, n, a, b, y, n);
 }
 ct_status ct_cuda_tanh(cudaStream_t s, const float *x, float *y, int64_t n, bool sigmoid) {
-    if (n > 0) tanh_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(x, y, n, sigmoid);
-    CT_LAUNCHED(sigmoid ? "sigmoid" : "tanh");
-    return CT_OK;
+    LAUNCH(sigmoid ? "sigmoid" : "tanh", tanh_k, n, x, y, n, sigmoid);
 }
 ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n, bool sigmoid) {
-    if (n > 0) tanh_bwd_k<<<ct_grid(n, THREADS), THREADS, 0, s>>>(y, g, dx, n, sigmoid);
-    CT_LAUNCHED(sigmoid ? "sigmoid backward" : "tanh backward");
-    return CT_OK;
+    LAUNCH(sigmoid ? "sigmoid backward" : "tanh backward", tanh_bwd_k, n, y, g, dx, n, sigmoid);
 }
 }

@@ -143,17 +143,24 @@ static void bw_matmul(ct_ctx *ctx, ct_node *n) {
     }
 }
 
+/* y = x + b (b repeating over x's leading dims) or x * b (same shapes), recorded as op */
+static ct_tensor *binary(ct_ctx *ctx, ct_tensor *x, ct_tensor *b, int op, const char *name) {
+    run r;
+    bool go = begin(ctx, x->device, name, &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, NULL, name);
+    int64_t n = ct_numel(x);
+    if (go && y->data && n > 0)
+        ok(&r, op == CT_OP_ADD ? ct_cuda_add(r.s, x->data, b->data, y->data, n, ct_numel(b))
+                               : ct_cuda_mul(r.s, x->data, b->data, y->data, n));
+    ct_record(ctx, op, y, 2, (ct_tensor *[]){x, b});
+    return y;
+}
+
 /* ---- add with trailing broadcast ---- */
 static ct_tensor *fwd_add(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *b = a->in[1];
     ct_check_add(x, b);
-    run r;
-    bool go = begin(ctx, x->device, "add", &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "add");
-    int64_t n = ct_numel(x), m = ct_numel(b);
-    if (go && y->data && n > 0) ok(&r, ct_cuda_add(r.s, x->data, b->data, y->data, n, m));
-    ct_record(ctx, CT_OP_ADD, y, 2, (ct_tensor *[]){x, b});
-    return y;
+    return binary(ctx, x, b, CT_OP_ADD, "add");
 }
 static void bw_add(ct_ctx *ctx, ct_node *n) {
     run r;
@@ -210,12 +217,7 @@ static ct_tensor *fwd_mul(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *b = a->in[1];
     CT_CHECK_F32("mul", x); CT_CHECK_F32("mul", b); CT_CHECK_CONTIG("mul", x); CT_CHECK_CONTIG("mul", b);
     CT_CHECK_SAME_SHAPE("mul", x, b);
-    run r;
-    bool go = begin(ctx, x->device, "mul", &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "mul");
-    if (go && y->data) ok(&r, ct_cuda_mul(r.s, x->data, b->data, y->data, ct_numel(x)));
-    ct_record(ctx, CT_OP_MUL, y, 2, (ct_tensor *[]){x, b});
-    return y;
+    return binary(ctx, x, b, CT_OP_MUL, "mul");
 }
 static void bw_mul(ct_ctx *ctx, ct_node *n) {
     run r;

@@ -4,7 +4,7 @@
  *   ctrain run --nproc-per-node 4 -- ctrain bench allreduce -b 1M -e 64M
  *   mpirun -np 2 ctrain bench allreduce --backend mpi
  *   ctrain bench allreduce --backend gloo -b 16M -e 64M     # 2 ranks, Gloo over TCP
- *   ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl   # GPU buffers
+ *   ctrain bench allreduce --backend nccl -c                # one rank per GPU, device buffers
  *   ctrain bench copy                                      # single-core memcpy bandwidth
  *
  * busbw = algbw * 2(n-1)/n for all-reduce (the nccl-tests convention: the bandwidth each
@@ -65,7 +65,7 @@ static void usage(FILE *f) {
             "  --op OP         sum, avg, min, max, prod (default sum)\n"
             "  --dtype DT      f32, f16, bf16, f64, i32, i64 (default f32)\n"
             "  --backend B     shm, mpi, gloo, hier or nccl (default: automatic)\n"
-            "  --np N          ranks to spawn when not started by a launcher (default 2)\n"
+            "  --np N          ranks to spawn when not started by a launcher (default 2; nccl: one per GPU)\n"
             "  --no-fingerprint  turn the desync check off (to measure its cost)\n"
             "  --async         issue through the comm thread (ct_all_reduce + ct_work_wait)\n");
 }
@@ -257,6 +257,7 @@ int cli_bench(int argc, char **argv) {
     }
     bench_opts o = {.b = 8, .e = 64u << 20, .f = 2, .iters = 0, .warmup = 5, .np = 2, .fingerprint = 1,
                     .op = CT_RED_SUM, .dt = CT_F32};
+    int np_set = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -277,7 +278,7 @@ int cli_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "-n") || !strcmp(a, "--iters")) { o.iters = atoi(v); if (o.iters < 1) goto bad; }
         else if (!strcmp(a, "-w") || !strcmp(a, "--warmup_iters")) { o.warmup = atoi(v); if (o.warmup < 0) goto bad; }
-        else if (!strcmp(a, "--np")) { o.np = atoi(v); if (o.np < 1) goto bad; }
+        else if (!strcmp(a, "--np")) { o.np = atoi(v); np_set = 1; if (o.np < 1) goto bad; }
         else if (!strcmp(a, "--op") || !strcmp(a, "-o")) { if (ct_reduce_op_parse(v, &o.op)) goto bad; }
         else if (!strcmp(a, "--dtype") || !strcmp(a, "-d")) {
             if (ct_dtype_parse(v, &o.dt) || (unsigned)o.dt > CT_I64) goto bad;
@@ -295,6 +296,17 @@ int cli_bench(int argc, char **argv) {
     ct_dist_world dw;
     if (ct_dist_detect(&dw)) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 2; }
     if (strcmp(dw.launcher, "none")) return bench_body(&o);
+    if (o.backend && !strcmp(o.backend, "nccl") && !np_set) {
+        /* one rank per GPU (NCCL takes one GPU per rank), as nccl-tests' -g */
+        int n = 0;
+        ct_status cs = ct_device_count(CT_DEV_CUDA, &n);
+        if (cs != CT_OK || n < 1) {
+            fprintf(stderr, "ctrain bench: --backend nccl: no CUDA GPU usable here (%s)\n",
+                    cs != CT_OK ? ct_last_error() : "the runtime sees 0 devices");
+            return 1;
+        }
+        o.np = n;
+    }
     ct_status st = ct_spawn(bench_child, o.np, &o);
     if (st) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 1; }
     return 0;

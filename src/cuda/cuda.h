@@ -76,6 +76,9 @@ ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, i
 ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n);
 /* y = a * b elementwise (y may be a or b) */
 ct_status ct_cuda_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
+/* y = x * ct_k_dropout(key, i, p, scale): the CPU op's mask (forward on x, backward on the
+ * gradient with the same key) */
+ct_status ct_cuda_dropout(cudaStream_t s, const float *x, float *y, int64_t n, uint64_t key, float p, float scale);
 /* tanh, or with `sigmoid` the logistic function; backward from the output y: dx written */
 ct_status ct_cuda_tanh(cudaStream_t s, const float *x, float *y, int64_t n, bool sigmoid);
 ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n, bool sigmoid);

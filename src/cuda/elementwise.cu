@@ -19,6 +19,9 @@ __global__ void add_k(const float *a, const float *b, float *y, int64_t n, int64
 }
 __global__ void scale_k(const float *a, float s, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * s; }
 __global__ void mul_k(const float *a, const float *b, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * b[i]; }
+__global__ void dropout_k(const float *x, float *y, int64_t n, uint64_t key, float p, float scale) {
+    CT_GRID_STRIDE(i, n) y[i] = x[i] * ct_k_dropout(key, i, p, scale);
+}
 __global__ void tanh_k(const float *x, float *y, int64_t n, bool sig) {
     CT_GRID_STRIDE(i, n) y[i] = sig ? ct_k_sigmoid(x[i]) : ct_k_tanh(x[i]);
 }
@@ -98,5 +101,8 @@ ct_status ct_cuda_tanh(cudaStream_t s, const float *x, float *y, int64_t n, bool
 }
 ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n, bool sigmoid) {
     LAUNCH(sigmoid ? "sigmoid backward" : "tanh backward", tanh_bwd_k, n, y, g, dx, n, sigmoid);
+}
+ct_status ct_cuda_dropout(cudaStream_t s, const float *x, float *y, int64_t n, uint64_t key, float p, float scale) {
+    LAUNCH("dropout", dropout_k, n, x, y, n, key, p, scale);
 }
 }

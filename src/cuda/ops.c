@@ -1,5 +1,5 @@
 /* The op table's device column for CUDA: forwards and backwards of the ops that have
- * kernels here (linear, matmul, add, mul, relu, gelu, tanh, sigmoid, scale, sum, mean,
+ * kernels here (linear, matmul, add, mul, relu, gelu, tanh, sigmoid, dropout, scale, sum, mean,
  * cross-entropy, layer norm,
  * embedding, flash attention, contiguous, split/merge heads, and the backwards of the
  * views reshape, transpose and slice). Each checks shapes like its CPU op,
@@ -210,6 +210,30 @@ static void bw_unary(ct_ctx *ctx, ct_node *n) {
         ok(&r, ct_cuda_tanh_bwd(r.s, n->out->data, g, w, N, n->op == &ct_op_table_dev[CT_OP_SIGMOID].row));
     else ok(&r, ct_cuda_scale(r.s, g, (float)n->f[0], w, N));
     acc_end(&r, x, w, direct);
+}
+
+/* ---- dropout (training, p > 0: the CPU entry returns x otherwise): the CPU op's mask ---- */
+static ct_tensor *fwd_dropout(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK_F32("dropout", x); CT_CHECK_CONTIG("dropout", x);
+    float p = (float)a->f[0], scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU op */
+    uint64_t key = ct_ctx_dropout_key(ctx);
+    run r;
+    bool go = begin(ctx, x->device, "dropout", &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "dropout");
+    if (go && y->data) ok(&r, ct_cuda_dropout(r.s, x->data, y->data, ct_numel(x), key, p, scale));
+    ct_node *nd = ct_record(ctx, CT_OP_DROPOUT, y, 1, &x);
+    if (nd) { nd->i[0] = (int64_t)key; nd->f[0] = p; nd->f[1] = scale; }
+    return y;
+}
+static void bw_dropout(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "dropout backward", &r)) return;
+    bool direct;
+    float *w = acc_begin(&r, n->in[0], &direct);
+    if (!w) return;
+    ok(&r, ct_cuda_dropout(r.s, n->out->grad->data, w, ct_numel(n->out), (uint64_t)n->i[0], (float)n->f[0], (float)n->f[1]));
+    acc_end(&r, n->in[0], w, direct);
 }
 
 /* ---- mul: same shapes ---- */
@@ -524,6 +548,7 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_TANH, fwd_tanh, bw_unary},
         {CT_OP_SIGMOID, fwd_sigmoid, bw_unary},
         {CT_OP_MUL, fwd_mul, bw_mul},
+        {CT_OP_DROPOUT, fwd_dropout, bw_dropout},
         {CT_OP_MEAN, fwd_mean, bw_reduce},
         {CT_OP_RESHAPE, NULL, bw_reshape},
         {CT_OP_CONTIGUOUS, fwd_contiguous, bw_contiguous},

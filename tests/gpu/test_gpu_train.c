@@ -1,7 +1,7 @@
 /* Training on cuda:0 through the op table's device column, against the same steps on the
  * CPU: an MLP (linear, relu, cross-entropy) forward, backward and AdamW step; a chain of the
  * GPT ops (embedding, layer norm, linear, reshape, flash attention, add, gelu, scale, a tied
- * matmul, cross-entropy); mul, tanh, sigmoid, sum and mean; ct_train_step on cuda:0; a small GPT model (views, copies, split of
+ * matmul, cross-entropy); mul, tanh, sigmoid, sum and mean; dropout; ct_train_step on cuda:0; a small GPT model (views, copies, split of
  * q, k, v, merge_heads);
  * an op without a device kernel failing the context; DDP at world
  * size 1 on NCCL with the buckets reduced on the GPU. Built only with CUDA; without a GPU
@@ -276,6 +276,36 @@ CT_TEST(elementwise_and_reductions_on_cuda_match_cpu) {
     CT_EXPECTF(normwise(gh->data, x->grad->data, ct_numel(x)) <= 1e-5, "gradient: %g",
                normwise(gh->data, x->grad->data, ct_numel(x)));
     ct_ctx_free(c);
+}
+
+/* dropout on the device: the CPU's mask (same seed, step and call: the same key), forward
+ * and backward */
+CT_TEST(dropout_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_ctx *c[2];
+    ct_tensor *y[2], *x[2], *gy = NULL, *gx = NULL;
+    for (int j = 0; j < 2; j++) {
+        ct_ctx_opts co = ct_ctx_default_opts();
+        co.seed = 77;
+        OK(ct_ctx_create(&co, &c[j]));
+        ct_ctx_set_step(c[j], 5);
+        x[j] = rnd(c[j], 2, (int64_t[]){33, 70}, 1.0f);
+    }
+    memcpy(x[1]->data, x[0]->data, ct_nbytes(x[0]));
+    OK(ct_tensor_to(c[1], x[1], CT_CUDA(0), &x[1]));
+    for (int j = 0; j < 2; j++) {
+        ct_requires_grad(x[j]);
+        y[j] = ct_dropout(c[j], x[j], 0.25f);
+        ct_backward(c[j], ct_sum(c[j], ct_mul(c[j], y[j], y[j])));
+    }
+    CT_EXPECTF(ct_ctx_status(c[1]) == CT_OK, "dropout on cuda:0: %s", ct_last_error());
+    OK(ct_tensor_to(c[1], y[1], CT_CPU, &gy));
+    OK(ct_tensor_to(c[1], x[1]->grad, CT_CPU, &gx));
+    CT_EXPECTF(normwise(gy->data, y[0]->data, ct_numel(y[0])) == 0, "dropout forward differs: %g",
+               normwise(gy->data, y[0]->data, ct_numel(y[0])));
+    CT_EXPECTF(normwise(gx->data, x[0]->grad->data, ct_numel(x[0])) <= 1e-6, "dropout backward: %g",
+               normwise(gx->data, x[0]->grad->data, ct_numel(x[0])));
+    for (int j = 0; j < 2; j++) ct_ctx_free(c[j]);
 }
 
 CT_TEST(op_without_cuda_kernel_fails_the_step) {

@@ -18,7 +18,7 @@ declare -A header=(
     [optim.h]=optim [io.h]=io [metrics.h]=io [data.h]=data [loader.h]=data [dist.h]=distributed
     [launch.h]=distributed [ddp.h]=ddp [train.h]=train [ctrain.h]=cli)
 # the interface core gives its kernels: the op table, tape recording, the arena, the RNG
-kernel_api="core/kernel.h"
+kernel_api="core/kernel.h core/rng.h"
 # the CUDA layer (src/cuda, built with CUDA only) under the NCCL backend and `ctrain env`
 cuda_api="cuda/cuda.h cuda/check.h"
 mod_of_path() { # src/<module>/... or include/ctrain/<header>

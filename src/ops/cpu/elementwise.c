@@ -222,14 +222,11 @@ void ct_bw_sigmoid(ct_ctx *ctx, ct_node *n) {
  * Element i is kept when u(key, i) >= p, u uniform in [0,1) with 24 bits. The key comes
  * from (seed, step, call number in the step), so the mask is a pure function of the
  * element index; backward regenerates it from the saved key instead of storing it. */
-static inline float dropout_factor(uint64_t key, int64_t i, float p, float scale) {
-    return ct_rand_uniform(key, (uint64_t)i) >= p ? scale : 0.0f;
-}
 
 ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
-    CT_DEV_DISPATCH(ctx, CT_OP_DROPOUT, .in = {x}, .f = {p});
     CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
-    if (!ct_ctx_training(ctx) || p == 0.0f) return x; /* any dtype: nothing to compute */
+    if (!ct_ctx_training(ctx) || p == 0.0f) return x; /* any dtype and device: nothing to compute */
+    CT_DEV_DISPATCH(ctx, CT_OP_DROPOUT, .in = {x}, .f = {p});
     CT_AUTOCAST(ctx, CT_OP_DROPOUT, 1, ((ct_tensor **[]){&x}), ct_dropout(ctx, x, p));
     check_unary("dropout", x);
     uint64_t key = ct_ctx_dropout_key(ctx);
@@ -239,7 +236,7 @@ ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
     const float *X = x->data;
     float *Y = y->data;
 #pragma omp parallel for simd if (n >= PAR_EXP)
-    for (int64_t i = 0; i < n; i++) Y[i] = X[i] * dropout_factor(key, i, p, scale);
+    for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_k_dropout(key, i, p, scale);
     ct_node *nd = ct_record(ctx, CT_OP_DROPOUT, y, 1, &x);
     if (nd) { nd->i[0] = (int64_t)key; nd->f[0] = p; nd->f[1] = scale; }
     return y;
@@ -252,5 +249,5 @@ void ct_bw_dropout(ct_ctx *ctx, ct_node *n) {
     uint64_t key = (uint64_t)n->i[0];
     float p = (float)n->f[0], scale = (float)n->f[1];
 #pragma omp parallel for simd if (N >= PAR_EXP)
-    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * dropout_factor(key, i, p, scale);
+    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * ct_k_dropout(key, i, p, scale);
 }

@@ -298,14 +298,7 @@ int cli_bench(int argc, char **argv) {
     if (strcmp(dw.launcher, "none")) return bench_body(&o);
     if (o.backend && !strcmp(o.backend, "nccl") && !np_set) {
         /* one rank per GPU (NCCL takes one GPU per rank), as nccl-tests' -g */
-        int n = 0;
-        ct_status cs = ct_device_count(CT_DEV_CUDA, &n);
-        if (cs != CT_OK || n < 1) {
-            fprintf(stderr, "ctrain bench: --backend nccl: no CUDA GPU usable here (%s)\n",
-                    cs != CT_OK ? ct_last_error() : "the runtime sees 0 devices");
-            return 1;
-        }
-        o.np = n;
+        if ((o.np = cli_gpu_count("ctrain bench: --backend nccl")) < 1) return 1;
     }
     ct_status st = ct_spawn(bench_child, o.np, &o);
     if (st) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 1; }

@@ -22,6 +22,14 @@
 #include "ctrain/dist.h"
 #include "ctrain/launch.h"
 
+int cli_gpu_count(const char *who) {
+    int n = 0;
+    ct_status st = ct_device_count(CT_DEV_CUDA, &n);
+    if (st == CT_OK && n >= 1) return n;
+    fprintf(stderr, "%s: no CUDA GPU usable here (%s)\n", who, st != CT_OK ? ct_last_error() : "the runtime sees 0 devices");
+    return -1;
+}
+
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
     double timeout, grace;
@@ -113,14 +121,7 @@ static int parse(int argc, char **argv, run_opts *o) {
             if (!strcmp(val, "auto") || !strcmp(val, "cpu")) o->nproc = (int)sysconf(_SC_NPROCESSORS_ONLN);
             else if (!strcmp(val, "gpu")) {
                 /* torchrun's "gpu": one worker per visible GPU; none is an error, not one CPU worker */
-                int n = 0;
-                ct_status st = ct_device_count(CT_DEV_CUDA, &n);
-                if (st != CT_OK || n < 1) {
-                    fprintf(stderr, "ctrain run: --nproc-per-node gpu: no CUDA GPU usable here (%s)\n",
-                            st != CT_OK ? ct_last_error() : "the runtime sees 0 devices");
-                    return 2;
-                }
-                o->nproc = n;
+                if ((o->nproc = cli_gpu_count("ctrain run: --nproc-per-node gpu")) < 1) return 2;
             } else bad = parse_int(val, 1, 4096, &o->nproc);
         } else if (!strcmp(name, "--nnodes")) {
             char *colon = strchr(val, ':'); /* torchrun's MIN:MAX: elastic ranges are not supported, use MAX */

@@ -110,7 +110,8 @@ CUDA_CU_SRC := $(shell find src/cuda -name '*.cu' 2>/dev/null | sort)
 ifeq ($(CUDA),1)
 CUDA_DEFS := -DCT_HAVE_CUDA=1 -DCT_CUDA_ARCHS='"$(subst $() $(),/,$(CUDA_ARCHS))"' -DCT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
              -I$(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++ -ldl
+# -u keeps src/cuda/device.o in static links: it registers the CUDA backend at start
+CUDA_LIBS := -Wl,-u,ct_cuda_register -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++ -ldl
 NVFLAGS  := -std=c++17 -O3 -g -lineinfo -Werror all-warnings -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
             -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX) -Iinclude -Isrc -DCT_HAVE_CUDA=1
@@ -184,7 +185,7 @@ $(BUILD)/tests/%: tests/unit/%.c tests/ct_test.h tests/dist_pattern.h $(BUILD)/l
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/gpu/%.c tests/ct_test.h $(BUILD)/libctrain.a
+$(BUILD)/tests/%: tests/gpu/%.c tests/ct_test.h $(wildcard tests/gpu/*.h) $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libctrain.a $(LDLIBS)
 

@@ -10,13 +10,19 @@
 #   env      nvidia-smi and `ctrain env`: the GPU, driver, runtime and library versions
 #   kernels  tests/gpu: every CUDA kernel against the CPU op on random inputs
 #            (<= 1e-5 relative in f32, <= 1e-2 in bf16), the allocator, NCCL at world size 1
+#   train    tests/gpu/test_gpu_train: an MLP step (forward, backward, AdamW) on cuda:0 against the
+#            CPU loss and gradients, the GPT ops through the op table's device column, an op
+#            without a CUDA kernel failing cleanly, DDP at world size 1 on NCCL
+#   device   the CPU-side tests of the device plumbing (test_device) in this build
+#   cli      `ctrain env --check` (the NCCL all-reduce across the visible GPUs) and
+#            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
 # Only the GPU's own architecture is compiled (CUDA_ARCHS), which keeps the build short.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
-steps=${GPU_CHECK_STEPS:-env kernels units}
+steps=${GPU_CHECK_STEPS:-env kernels train device cli units}
 mkdir -p build
 log=build/gpu-check.log
 : >"$log"
@@ -37,7 +43,8 @@ cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head
 archs=${CUDA_ARCHS:-${cc:-80 86 89 90}}
 say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), building for sm_$archs"
 tb=$SECONDS
-if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_kmath >>"$log" 2>&1; then
+if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_train build/tests/test_device \
+    build/tests/test_kmath >>"$log" 2>&1; then
     tail -30 "$log"
     say "gpu-check: FAIL build ($((SECONDS - tb)) s)"
     exit 1
@@ -71,6 +78,10 @@ for s in $steps; do
     case "$s" in
     env) run_step env 'nvidia-smi && build/ctrain env' ;;
     kernels) run_step kernels "$(tests_pass build/tests/test_gpu_kernels)" ;;
+    train) run_step train "$(tests_pass build/tests/test_gpu_train)" ;;
+    device) run_step device "$(tests_pass build/tests/test_device)" ;;
+    cli) run_step cli 'build/ctrain env --check | grep -E "^(check|gpu check):" && ! build/ctrain env --check | grep -q "^gpu check: not run" &&
+                       CTRAIN_BACKEND=nccl build/ctrain run --nproc-per-node gpu -- build/ctrain bench allreduce --backend nccl -b 1M -e 64M -f 4 -c' ;;
     units) run_step units "$(tests_pass build/tests/test_kmath)" ;;
     *) say "gpu-check: unknown step '$s'"; failed+=("$s") ;;
     esac

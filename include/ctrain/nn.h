@@ -81,6 +81,10 @@ ct_module *ct_module_add_child(ct_module *parent, ct_module *child);
 /* CT_OK, or CT_ERR_NOMEM when m is NULL or a module in its tree lacks a child that could
  * not be built. */
 ct_status ct_module_status(const ct_module *m);
+/* Moves the parameters of m's tree (and their gradients) to `dev`: the whole store they
+ * live in moves (stores are flat, see ct_params_to), so modules sharing a store move together.
+ * CT_OK when the tree has no parameters; CT_ERR_INVALID when they span several stores. */
+ct_status ct_module_to(ct_module *m, ct_device dev);
 /* `prefix + "." + leaf` (or leaf alone when prefix is empty) into buf; returns buf. */
 const char *ct_nn_join(char *buf, size_t n, const char *prefix, const char *leaf);
 /* One line per module, PyTorch-like ("(0): Linear(in_features=784, out_features=512, bias=True)"),

@@ -81,6 +81,10 @@ ct_params *ct_optim_params(const ct_optim *o);
 /* Steps taken so far (AdamW's bias-correction t; for SGD it says whether the momentum
  * buffer exists yet). */
 int64_t ct_optim_steps(const ct_optim *o);
+/* Parameters on a GPU: the step is one fused kernel per run of equal weight decay, queued on
+ * the device's compute stream, and the state buffers (ct_optim_state_buffer) are device
+ * memory. CT_OK, or the first failure of such a step (a CPU step cannot fail). */
+ct_status ct_optim_status(const ct_optim *o);
 void ct_optim_set_steps(ct_optim *o, int64_t steps);
 
 /* Weight decay of parameter i (PyTorch's param groups, reduced to what training uses):

@@ -33,9 +33,39 @@ extern "C" {
 
 #define CT_MAX_DIMS 5
 
-typedef enum { CT_DEV_CPU = 0, CT_DEV_CUDA = 1 } ct_device_type;
+typedef enum { CT_DEV_CPU = 0, CT_DEV_CUDA = 1, CT_DEV_TYPES } ct_device_type;
 typedef struct { ct_device_type type; int index; } ct_device;
 #define CT_CPU ((ct_device){CT_DEV_CPU, 0})
+#define CT_CUDA(i) ((ct_device){CT_DEV_CUDA, (i)})
+
+/* ---- devices ----
+ * Tensors live on the CPU or on a GPU ("cuda:N"). The GPU backend exists in builds with
+ * CUDA (it registers itself); elsewhere, and without a driver or a GPU, moving anything to
+ * cuda:N fails with CT_ERR_UNSUPPORTED naming the reason.
+ *
+ *   ct_device dev;
+ *   if (ct_device_parse("cuda:0", &dev) != CT_OK) ...
+ *   if (ct_module_to(net, dev) != CT_OK) ...            // parameters and gradients (nn.h)
+ *   ct_tensor *xd; ct_tensor_to(ctx, x, dev, &xd);       // inputs: a copy on the device
+ *   ct_tensor *loss = ct_cross_entropy(ctx, ct_module_forward(ctx, net, xd), yd, -100);
+ *   ct_backward(ctx, loss);
+ *   if (ct_ctx_status(ctx) != CT_OK) ...                 // an op without a kernel there, OOM
+ *
+ * Ops run where their inputs are. An op on a device fails (it cannot return a status) by
+ * recording the first error in the context: ct_ctx_status returns it, and from then on
+ * every device op of the step returns a placeholder without data and does nothing, until
+ * ct_ctx_reset (ct_backward then does nothing, ct_item of a placeholder is NaN). CPU ops
+ * never take this path. */
+/* "cpu", "cuda" (= cuda:0) or "cuda:N"; CT_ERR_INVALID otherwise. Does not check the device exists. */
+ct_status ct_device_parse(const char *s, ct_device *out);
+/* "cpu" / "cuda:N" into buf; returns buf */
+const char *ct_device_str(ct_device d, char *buf, size_t n);
+static inline bool ct_device_eq(ct_device a, ct_device b) { return a.type == b.type && (a.type == CT_DEV_CPU || a.index == b.index); }
+/* Number of usable devices of a type (CPU: 1); CT_ERR_UNSUPPORTED with the reason when there
+ * are none (no CUDA in this build, no driver, no GPU). */
+ct_status ct_device_count(ct_device_type type, int *n);
+/* Waits for everything queued on the device (its compute stream). */
+ct_status ct_device_sync(ct_device d);
 
 enum {
     CT_TF_REQUIRES_GRAD = 1u << 0, /* gradients flow into this tensor */
@@ -105,8 +135,14 @@ ct_tensor *ct_from_data(ct_ctx *ctx, ct_dtype dt, const void *src, int ndim, con
 /* Wrap external memory (not copied; caller keeps it alive). */
 ct_tensor *ct_wrap(ct_ctx *ctx, ct_dtype dt, void *data, int ndim, const int64_t *shape);
 void ct_fill(ct_tensor *t, float v);
-/* Scalar value of a one-element tensor as double. */
+/* Scalar value of a one-element tensor as double (copied from a device: waits for it;
+ * NaN for a placeholder of a failed device op). */
 double ct_item(const ct_tensor *t);
+/* A copy of t (contiguous) on `dev`, in the context (valid until reset). The copy
+ * is not recorded for autograd: it is for data (inputs, targets, results). */
+ct_status ct_tensor_to(ct_ctx *ctx, const ct_tensor *t, ct_device dev, ct_tensor **out);
+/* CT_OK, or the first failure of a device op in this step (kept until ct_ctx_reset). */
+ct_status ct_ctx_status(const ct_ctx *ctx);
 
 /* ---- parameter stores: one flat data buffer + one flat f32 grad buffer ---- */
 typedef enum {
@@ -147,6 +183,12 @@ void ct_params_zero_grad(ct_params *p);
  * re-pointed. NULL moves them back to storage owned by the store. DDP uses it to place
  * gradients in memory shared by the ranks. Cached ct_params_grad() pointers become stale. */
 ct_status ct_params_set_grad_storage(ct_params *p, float *buf);
+/* Moves the store (parameters, gradients, buffers) to `dev`: the flat buffers are copied
+ * and the tensors re-pointed; ct_params_data/ct_params_grad then return device pointers.
+ * CT_ERR_UNSUPPORTED when the device cannot be used, CT_ERR_NOMEM when out of memory (the
+ * store then stays where it was), CT_ERR_INVALID for external gradient storage. */
+ct_status ct_params_to(ct_params *p, ct_device dev);
+ct_device ct_params_device(const ct_params *p);
 /* Buffers (ct_param_buffer) share a separate flat f32 buffer. */
 float *ct_params_buffer_data(const ct_params *p);
 size_t ct_params_buffer_numel(const ct_params *p);

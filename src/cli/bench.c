@@ -4,6 +4,7 @@
  *   ctrain run --nproc-per-node 4 -- ctrain bench allreduce -b 1M -e 64M
  *   mpirun -np 2 ctrain bench allreduce --backend mpi
  *   ctrain bench allreduce --backend gloo -b 16M -e 64M     # 2 ranks, Gloo over TCP
+ *   ctrain bench allreduce --backend nccl -c                # one rank per GPU, device buffers
  *   ctrain bench copy                                      # single-core memcpy bandwidth
  *
  * busbw = algbw * 2(n-1)/n for all-reduce (the nccl-tests convention: the bandwidth each
@@ -16,6 +17,10 @@
 
 #include "cli/cli.h"
 #include "ctrain/dist.h"
+#if CT_HAVE_CUDA
+#include "cuda/check.h"
+#include "cuda/cuda.h"
+#endif
 
 typedef struct {
     size_t b, e;
@@ -60,7 +65,7 @@ static void usage(FILE *f) {
             "  --op OP         sum, avg, min, max, prod (default sum)\n"
             "  --dtype DT      f32, f16, bf16, f64, i32, i64 (default f32)\n"
             "  --backend B     shm, mpi, gloo, hier or nccl (default: automatic)\n"
-            "  --np N          ranks to spawn when not started by a launcher (default 2)\n"
+            "  --np N          ranks to spawn when not started by a launcher (default 2; nccl: one per GPU)\n"
             "  --no-fingerprint  turn the desync check off (to measure its cost)\n"
             "  --async         issue through the comm thread (ct_all_reduce + ct_work_wait)\n");
 }
@@ -93,6 +98,42 @@ static size_t count_wrong(const bench_opts *o, const void *b, size_t n, int rank
     return wrong;
 }
 
+/* The buffer the collectives reduce: the host one, or with the nccl backend device memory on
+ * the rank's GPU (the backend's current device), with copies for the correctness check. */
+static ct_status coll_buf(ct_pg *pg, void *host, size_t bytes, void **out) {
+    *out = host;
+#if CT_HAVE_CUDA
+    if (!strcmp(ct_pg_backend(pg), "nccl")) {
+        int d = 0;
+        CT_GPU_TRY(cuda, "bench allreduce", cudaGetDevice(&d));
+        ct_status st = ct_cuda_alloc(d, bytes, out);
+        if (st != CT_OK) return st;
+        return CT_GPU_CHECK(cuda, "bench allreduce", cudaMemset(*out, 0, bytes));
+    }
+#else
+    (void)pg; (void)bytes;
+#endif
+    return CT_OK;
+}
+/* to_dev: host -> collective buffer, else back; nothing when they are the same */
+static ct_status coll_copy(void *host, void *coll, size_t bytes, bool to_dev) {
+    if (host == coll) return CT_OK;
+#if CT_HAVE_CUDA
+    return CT_GPU_CHECK(cuda, "bench allreduce", to_dev ? cudaMemcpy(coll, host, bytes, cudaMemcpyHostToDevice)
+                                                        : cudaMemcpy(host, coll, bytes, cudaMemcpyDeviceToHost));
+#else
+    (void)bytes; (void)to_dev;
+    return CT_OK;
+#endif
+}
+static void coll_free(void *host, void *coll) {
+#if CT_HAVE_CUDA
+    if (coll != host) ct_cuda_free(coll);
+#else
+    (void)host; (void)coll;
+#endif
+}
+
 static int bench_body(bench_opts *o) {
     ct_dist_opts d = ct_dist_default_opts();
     d.backend = o->backend;
@@ -107,6 +148,13 @@ static int bench_body(bench_opts *o) {
     void *buf = aligned_alloc(4096, (o->e + 4095) / 4096 * 4096 + 4096);
     if (!buf) { fprintf(stderr, "ctrain bench: out of memory\n"); return 1; }
     memset(buf, 0, o->e);
+    void *cb;
+    if (coll_buf(pg, buf, o->e ? o->e : 1, &cb) != CT_OK) {
+        fprintf(stderr, "ctrain bench: rank %d: %s\n", rank, ct_last_error());
+        free(buf);
+        ct_pg_free(pg);
+        return 1;
+    }
     if (rank == 0) {
         printf("# ctrain bench allreduce: %d ranks, backend %s, %s %s, fingerprints %s, %s calls\n", n, ct_pg_backend(pg),
                ct_dtype_name(o->dt), ct_reduce_op_name(o->op), o->fingerprint ? "on" : "off",
@@ -122,16 +170,16 @@ static int bench_body(bench_opts *o) {
         int iters = o->iters > 0 ? o->iters : (int)(((64u << 20) / (cnt * esz)) < 20 ? 20 : ((64u << 20) / (cnt * esz)));
         if (o->iters <= 0 && iters > 20000) iters = 20000;
         ct_status st = CT_OK;
-        for (int i = 0; i < o->warmup && !st; i++) st = ct_all_reduce_sync(pg, buf, cnt, o->dt, o->op);
+        for (int i = 0; i < o->warmup && !st; i++) st = ct_all_reduce_sync(pg, cb, cnt, o->dt, o->op);
         if (!st) st = ct_barrier_sync(pg);
         double t0 = ct_time_now();
         for (int i = 0; i < iters && !st; i++) {
             if (o->async_mode) {
-                ct_work *w = ct_all_reduce(pg, buf, cnt, o->dt, o->op);
+                ct_work *w = ct_all_reduce(pg, cb, cnt, o->dt, o->op);
                 st = ct_work_wait(w);
                 ct_work_free(w);
             } else {
-                st = ct_all_reduce_sync(pg, buf, cnt, o->dt, o->op);
+                st = ct_all_reduce_sync(pg, cb, cnt, o->dt, o->op);
             }
         }
         double t = (ct_time_now() - t0) / iters;
@@ -139,12 +187,15 @@ static int bench_body(bench_opts *o) {
         size_t wrong = 0;
         if (!st && o->check) {
             fill(o->dt, buf, cnt, rank);
-            st = ct_all_reduce_sync(pg, buf, cnt, o->dt, o->op);
+            st = coll_copy(buf, cb, cnt * esz, true);
+            if (!st) st = ct_all_reduce_sync(pg, cb, cnt, o->dt, o->op);
+            if (!st) st = coll_copy(buf, cb, cnt * esz, false);
             if (!st) wrong = count_wrong(o, buf, cnt, n);
             double wf = (double)wrong;
             if (!st) st = ct_all_reduce_sync(pg, &wf, 1, CT_F64, CT_RED_SUM);
             wrong = (size_t)wf;
             memset(buf, 0, cnt * esz); /* keep values small for prod/sum in the next size */
+            if (!st) st = coll_copy(buf, cb, cnt * esz, true);
         }
         if (st) {
             fprintf(stderr, "ctrain bench: rank %d: %s\n", rank, ct_last_error());
@@ -162,6 +213,7 @@ static int bench_body(bench_opts *o) {
             fflush(stdout);
         }
     }
+    coll_free(buf, cb);
     free(buf);
     ct_pg_free(pg);
     return rc;
@@ -205,6 +257,7 @@ int cli_bench(int argc, char **argv) {
     }
     bench_opts o = {.b = 8, .e = 64u << 20, .f = 2, .iters = 0, .warmup = 5, .np = 2, .fingerprint = 1,
                     .op = CT_RED_SUM, .dt = CT_F32};
+    int np_set = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -225,7 +278,7 @@ int cli_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "-n") || !strcmp(a, "--iters")) { o.iters = atoi(v); if (o.iters < 1) goto bad; }
         else if (!strcmp(a, "-w") || !strcmp(a, "--warmup_iters")) { o.warmup = atoi(v); if (o.warmup < 0) goto bad; }
-        else if (!strcmp(a, "--np")) { o.np = atoi(v); if (o.np < 1) goto bad; }
+        else if (!strcmp(a, "--np")) { o.np = atoi(v); np_set = 1; if (o.np < 1) goto bad; }
         else if (!strcmp(a, "--op") || !strcmp(a, "-o")) { if (ct_reduce_op_parse(v, &o.op)) goto bad; }
         else if (!strcmp(a, "--dtype") || !strcmp(a, "-d")) {
             if (ct_dtype_parse(v, &o.dt) || (unsigned)o.dt > CT_I64) goto bad;
@@ -243,6 +296,10 @@ int cli_bench(int argc, char **argv) {
     ct_dist_world dw;
     if (ct_dist_detect(&dw)) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 2; }
     if (strcmp(dw.launcher, "none")) return bench_body(&o);
+    if (o.backend && !strcmp(o.backend, "nccl") && !np_set) {
+        /* one rank per GPU (NCCL takes one GPU per rank), as nccl-tests' -g */
+        if ((o.np = cli_gpu_count("ctrain bench: --backend nccl")) < 1) return 1;
+    }
     ct_status st = ct_spawn(bench_child, o.np, &o);
     if (st) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 1; }
     return 0;

@@ -11,6 +11,8 @@ int cli_bench(int argc, char **argv);  /* ctrain bench allreduce|...   (bench.c)
 int cli_worker(int argc, char **argv); /* ctrain worker MODE: launcher test programs (worker.c) */
 int cli_eval(int argc, char **argv);   /* ctrain eval --checkpoint ...  (eval.c)     */
 int cli_generate(int argc, char **argv); /* ctrain generate --checkpoint ... --prompt ... (generate.c) */
+/* The visible CUDA GPUs, or -1 after one line on stderr: "<who>: no CUDA GPU usable here (why)" (run.c) */
+int cli_gpu_count(const char *who);
 
 /* --checkpoint DIR|FILE: the weights file it names (path, n bytes) opened as a model
  * (model_file.c); a status with one line in ct_last_error() otherwise */

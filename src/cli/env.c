@@ -1,6 +1,7 @@
 /* ctrain env: what this build and machine can do (the tutorial's §2.1 check):
  * version, build options, CPU and SIMD level, cores, memory, BLAS, backends.
- * --check runs a real 2-rank all-reduce and reports correctness and bandwidth. */
+ * --check runs a real 2-rank all-reduce and reports correctness and bandwidth, and in CUDA
+ * builds an NCCL all-reduce across the visible GPUs (or says why none ran). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -86,7 +87,8 @@ int cli_env(int argc, char **argv) {
         else if (!strcmp(argv[i], "--markdown")) markdown = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: ctrain env [--check] [--vars [--markdown]]\n"
-                   "  --check     run a 2-rank all-reduce on the shm backend and report its bandwidth\n"
+                   "  --check     run a 2-rank all-reduce on the shm backend and report its bandwidth, and an NCCL\n"
+                   "              all-reduce across the visible GPUs (CUDA builds)\n"
                    "  --vars      list the environment variables ctrain reads: type, default, value now, meaning\n"
                    "  --markdown  with --vars: as docs/environment.md (without the values now)\n");
             return 0;
@@ -142,6 +144,19 @@ int cli_env(int argc, char **argv) {
             fprintf(stderr, "ctrain env: check failed: %s: %s\n", ct_status_str(st), ct_last_error());
             return 1;
         }
+#if CT_HAVE_CUDA
+        /* GPUs: an NCCL all-reduce across the visible ones; none here is not a failure of
+         * what exists (the line says why nothing ran) */
+        st = ct_cuda_nccl_check(report, sizeof report);
+        if (st == CT_ERR_UNSUPPORTED) printf("gpu check: not run: no CUDA GPU usable here (%s)\n", ct_last_error());
+        else if (st != CT_OK) {
+            printf("gpu check: FAILED: %s\n", ct_last_error());
+            fprintf(stderr, "ctrain env: gpu check failed: %s: %s\n", ct_status_str(st), ct_last_error());
+            return 1;
+        } else printf("gpu check: %s\n", report);
+#else
+        printf("gpu check: not run: this build has no CUDA\n");
+#endif
     }
     return 0;
 }

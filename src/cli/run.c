@@ -22,6 +22,14 @@
 #include "ctrain/dist.h"
 #include "ctrain/launch.h"
 
+int cli_gpu_count(const char *who) {
+    int n = 0;
+    ct_status st = ct_device_count(CT_DEV_CUDA, &n);
+    if (st == CT_OK && n >= 1) return n;
+    fprintf(stderr, "%s: no CUDA GPU usable here (%s)\n", who, st != CT_OK ? ct_last_error() : "the runtime sees 0 devices");
+    return -1;
+}
+
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
     double timeout, grace;
@@ -36,7 +44,8 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrain run [options] [--] PROGRAM [ARGS...]\n\n"
-            "  --nproc-per-node N|auto  workers on this machine (auto: one per core; default 1)\n"
+            "  --nproc-per-node N|auto|gpu  workers on this machine (auto: one per core; gpu: one per visible\n"
+            "                           GPU, LOCAL_RANK picks the device; default 1)\n"
             "  --nnodes N               machines in the job (default 1)\n"
             "  --node-rank K            this machine's index (default 0)\n"
             "  --master-addr HOST       where node 0's store listens (default 127.0.0.1)\n"
@@ -110,7 +119,10 @@ static int parse(int argc, char **argv, run_opts *o) {
         int bad = 0;
         if (!strcmp(name, "--nproc-per-node")) {
             if (!strcmp(val, "auto") || !strcmp(val, "cpu")) o->nproc = (int)sysconf(_SC_NPROCESSORS_ONLN);
-            else bad = parse_int(val, 1, 4096, &o->nproc);
+            else if (!strcmp(val, "gpu")) {
+                /* torchrun's "gpu": one worker per visible GPU; none is an error, not one CPU worker */
+                if ((o->nproc = cli_gpu_count("ctrain run: --nproc-per-node gpu")) < 1) return 2;
+            } else bad = parse_int(val, 1, 4096, &o->nproc);
         } else if (!strcmp(name, "--nnodes")) {
             char *colon = strchr(val, ':'); /* torchrun's MIN:MAX: elastic ranges are not supported, use MAX */
             bad = parse_int(colon ? colon + 1 : val, 1, 65536, &o->nnodes);

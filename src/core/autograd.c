@@ -46,9 +46,26 @@ ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin,
     return n;
 }
 
+/* A gradient on a device: device memory of the step, zeroed on the device's stream when
+ * asked (NULL data when the context has failed: the backward functions then do nothing). */
+static float *device_grad(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
+    bool prev = ctx->grad_alloc;
+    ctx->grad_alloc = true;
+    t->grad = ct_new_on(ctx, t->device, CT_F32, t->ndim, t->shape, "backward");
+    ctx->grad_alloc = prev;
+    size_t bytes = ct_nbytes(t->grad);
+    if (t->grad->data && zero && bytes) {
+        const ct_device_hooks *h = ct_device_hooks_get(t->device, "backward");
+        ct_ctx_fail(ctx, h ? h->zero(t->device.index, t->grad->data, bytes) : CT_ERR_UNSUPPORTED);
+    }
+    *fresh = !zero;
+    return t->grad->data;
+}
+
 static float *grad_buffer(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
     *fresh = false;
     if (!t || !(t->flags & CT_TF_REQUIRES_GRAD)) return NULL;
+    if (!t->grad && t->device.type != CT_DEV_CPU) return device_grad(ctx, t, zero, fresh);
     if (!t->grad) {
         /* header and buffer in the main arena (they outlive the backward that asks); the
          * buffer may be one released by an already-processed node */
@@ -81,7 +98,8 @@ static void run_backward(ct_ctx *ctx) {
     ctx->grad_enabled = false; /* backward itself records nothing */
     for (ct_node *n = ctx->tape; n; n = n->prev) {
         ct_tensor *o = n->out;
-        if (o->grad) {
+        /* after a device failure nothing more is computed; the uses are still counted down */
+        if (o->grad && ctx->dev_status == CT_OK) {
             ctx->bw_depth++; /* what the backward allocates besides gradients is scratch */
             n->op->backward(ctx, n);
             if (--ctx->bw_depth == 0) ct_ctx_scratch_rewind_(ctx);
@@ -92,6 +110,7 @@ static void run_backward(ct_ctx *ctx) {
         }
         /* o's gradient is consumed (only nodes after n on the tape feed it, and they have
          * run): recycle its buffer. Like PyTorch, intermediates keep no .grad afterwards. */
+        if (o->grad && o->node == n && !(o->flags & CT_TF_PARAM) && o->device.type != CT_DEV_CPU) o->grad = NULL;
         if (o->grad && o->node == n && !(o->flags & CT_TF_PARAM)) {
             ct_ctx_grad_release_(ctx, o->grad->data, (size_t)ct_numel(o) * sizeof(float));
             o->grad = NULL;
@@ -104,11 +123,23 @@ static void run_backward(ct_ctx *ctx) {
 }
 
 void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
+    /* after a device failure the loss may be a placeholder: nothing to compute (reset clears) */
+    if (ctx->dev_status != CT_OK) return;
     if (ct_numel(loss) != 1) {
         char b[96];
         CT_FATAL("ct_backward: loss must have one element, got %s (use ct_backward_seed)", ct_shape_str(loss, b, sizeof b));
     }
     CT_CHECK(loss->flags & CT_TF_REQUIRES_GRAD, "ct_backward: loss does not require grad (no parameter reached it, or grad mode was off)");
+    if (loss->device.type != CT_DEV_CPU) {
+        /* dloss = 1 written into a fresh device gradient (a loss has none before backward) */
+        CT_CHECK(!loss->grad, "ct_backward: the device loss already has a gradient");
+        bool fresh;
+        float *g = ct_grad_acc_fresh(ctx, loss, &fresh), one = 1.0f;
+        const ct_device_hooks *h = ct_device_hooks_get(loss->device, "backward");
+        if (g && h) ct_ctx_fail(ctx, h->copy(loss->device.index, g, &one, sizeof one, CT_COPY_H2D));
+        run_backward(ctx);
+        return;
+    }
     float *g = ct_grad_acc(ctx, loss);
     g[0] += 1.0f;
     run_backward(ctx);
@@ -118,6 +149,7 @@ void ct_backward_seed(ct_ctx *ctx, ct_tensor *out, const ct_tensor *seed) {
     CT_CHECK_SAME_SHAPE("ct_backward_seed", out, seed);
     CT_CHECK(seed->dtype == CT_F32 && ct_is_contiguous(seed), "ct_backward_seed: seed must be contiguous f32");
     CT_CHECK(out->flags & CT_TF_REQUIRES_GRAD, "ct_backward_seed: output does not require grad");
+    CT_CHECK(out->device.type == CT_DEV_CPU, "ct_backward_seed: not supported for device tensors yet");
     float *g = ct_grad_acc(ctx, out);
     const float *s = seed->data;
     int64_t n = ct_numel(out);
@@ -201,6 +233,8 @@ const ct_op_def ct_checkpoint_def_ = {"checkpoint", ckpt_backward, CT_AC_PROMOTE
 
 ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor *x) {
     if (!ctx->grad_enabled || ctx->ckpt_counting) return fn(ctx, x, arg); /* nothing to save, or nested */
+    /* on a device the segment runs as is (correct, no memory saved): not built there yet */
+    if (x->device.type != CT_DEV_CPU) return fn(ctx, x, arg);
     uint64_t step = ctx->step, calls = ct_ctx_dropout_calls_(ctx);
     int first = ctx->ckpt_nparams;
     ct_arena_mark mark = ct_ctx_mark_(ctx);

@@ -58,6 +58,11 @@ struct ct_ctx {
     int temp_depth;
     bool no_temp;        /* allocating a node or saved state: never a temporary */
     ct_dtype lowp_run;   /* the dtype of the low-precision op running now (CT_F32: none) */
+    /* device memory of the step (device.c): tensors on a GPU are not in the arena but in
+     * the device's caching allocator, returned at ct_ctx_reset; first device failure */
+    struct { void *p; int type; } *dev_bufs;
+    int dev_n, dev_cap;
+    ct_status dev_status;
 };
 
 /* Stream key for the next dropout call: a pure function of (seed, step, call number in
@@ -73,6 +78,10 @@ static inline uint64_t ct_ctx_dropout_key_(struct ct_ctx *c) {
 }
 static inline uint64_t ct_ctx_dropout_calls_(const struct ct_ctx *c) { return c->dropout_step == c->step ? c->dropout_calls : 0; }
 static inline void ct_ctx_set_dropout_calls_(struct ct_ctx *c, uint64_t n) { c->dropout_step = c->step; c->dropout_calls = n; }
+/* Returns the step's device buffers to their allocators (device.c). */
+void ct_ctx_dev_release_(struct ct_ctx *c);
+/* ct_item of a device tensor: false for CPU tensors (device.c) */
+bool ct_device_item_(const struct ct_tensor *t, double *v);
 /* Backward memory (tensor.c): gradients of intermediates are recycled once consumed. */
 void *ct_ctx_grad_buffer_(struct ct_ctx *c, size_t bytes);  /* zeroed; reuses a freed one */
 void *ct_ctx_grad_buffer_raw_(struct ct_ctx *c, size_t bytes); /* the same, contents undefined */

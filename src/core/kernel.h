@@ -73,6 +73,34 @@ typedef ct_status (*ct_kernel_reserve_fn)(int nthreads);
 void ct_kernel_register_reserve(ct_kernel_reserve_fn fn);
 ct_status ct_kernel_reserve(int nthreads);
 
+/* ---- device backends (device.c) ----
+ * What core needs from a device's runtime to hold tensors there. A backend (src/cuda)
+ * registers its hooks when the program starts; core never calls it otherwise. Copies and
+ * fills are queued on the device's compute stream; a copy to the host waits for it. */
+typedef enum { CT_COPY_H2D, CT_COPY_D2H, CT_COPY_D2D } ct_copy_kind;
+typedef enum { CT_DEV_OPTIM_SGD, CT_DEV_OPTIM_ADAMW } ct_device_optim;
+typedef struct ct_device_hooks {
+    ct_status (*count)(int *n);
+    ct_status (*alloc)(int dev, size_t bytes, void **out);
+    void (*free)(void *p);
+    ct_status (*copy)(int dev, void *dst, const void *src, size_t bytes, ct_copy_kind kind);
+    ct_status (*zero)(int dev, void *p, size_t bytes);
+    ct_status (*sync)(int dev);
+    /* one fused optimizer pass over n elements (src/optim): consts is the ops/kmath.h
+     * struct of the kind (ct_k_sgd, ct_k_adamw); s0..s2 its state buffers (NULL if unused) */
+    ct_status (*optim)(int dev, ct_device_optim kind, const void *consts, float *p, const float *g, float *s0, float *s1,
+                       float *s2, int64_t n);
+} ct_device_hooks;
+void ct_device_register(ct_device_type type, const ct_device_hooks *h);
+/* The hooks of d's type, or NULL with CT_ERR_UNSUPPORTED set ("no cuda backend in this build") */
+const ct_device_hooks *ct_device_hooks_get(ct_device d, const char *op);
+/* Device memory for the step (freed at ct_ctx_reset); NULL and the context failed on error */
+void *ct_ctx_dev_alloc(ct_ctx *ctx, ct_device d, size_t bytes, const char *op);
+/* A tensor on d (contiguous, uninitialised); a placeholder without data when the context
+ * has failed or allocation fails (which fails the context) */
+ct_tensor *ct_new_on(ct_ctx *ctx, ct_device d, ct_dtype dt, int ndim, const int64_t *shape, const char *op);
+/* Records st as the context's failure (the first one is kept); returns st */
+ct_status ct_ctx_fail(ct_ctx *ctx, ct_status st);
 /* Fires the store's grad hook for parameter i (params.c). */
 void ct_params_fire_hook_(struct ct_params *p, int i);
 

@@ -20,6 +20,7 @@ struct ct_params {
     int n, cap;
     float *data, *grad, *bufdata;
     bool grad_external; /* grad points at caller-owned storage (ct_params_set_grad_storage) */
+    ct_device device;   /* where data, grad and bufdata are (ct_params_to) */
     size_t numel, bufnumel;
     bool finalized;
     ct_grad_hook hook;
@@ -40,6 +41,14 @@ void ct_params_free(ct_params *p) {
         free(p->recs[i].t);
     }
     free(p->recs);
+    if (p->device.type != CT_DEV_CPU) {
+        const ct_device_hooks *h = ct_device_hooks_get(p->device, "ct_params_free");
+        h->free(p->data);
+        h->free(p->grad);
+        h->free(p->bufdata);
+        free(p);
+        return;
+    }
     free(p->data);
     if (!p->grad_external) free(p->grad);
     free(p->bufdata);
@@ -178,6 +187,7 @@ bool ct_params_is_buffer(const ct_params *p, int i) {
 }
 ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
     CT_CHECK(p->finalized, "ct_params_set_grad_storage before ct_params_finalize");
+    if (p->device.type != CT_DEV_CPU) return ct_error(CT_ERR_INVALID, "ct_params_set_grad_storage: the store is on a device");
     float *own = NULL;
     if (!buf) {
         if (!p->grad_external) return CT_OK;
@@ -196,7 +206,67 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
     return CT_OK;
 }
 
-void ct_params_zero_grad(ct_params *p) { memset(p->grad, 0, p->numel * sizeof(float)); }
+void ct_params_zero_grad(ct_params *p) {
+    if (p->device.type == CT_DEV_CPU) { memset(p->grad, 0, p->numel * sizeof(float)); return; }
+    /* a failure here is the device's sticky error: the next op or copy reports it */
+    (void)ct_device_hooks_get(p->device, "zero_grad")->zero(p->device.index, p->grad, p->numel * sizeof(float));
+}
+
+ct_device ct_params_device(const ct_params *p) { return p->device; }
+
+/* n floats of src (on `from`) copied into new storage on `to` (host: 64-byte aligned) */
+static ct_status move_buf(ct_device from, ct_device to, const float *src, size_t n, float **out) {
+    size_t bytes = (n ? n : 16) * sizeof(float);
+    *out = NULL;
+    if (to.type == CT_DEV_CPU) {
+        if (posix_memalign((void **)out, 64, bytes)) { *out = NULL; return ct_error(CT_ERR_NOMEM, "ct_params_to: cannot allocate %zu floats", n); }
+        ct_status st = ct_device_hooks_get(from, "ct_params_to")->copy(from.index, *out, src, n * sizeof(float), CT_COPY_D2H);
+        if (st != CT_OK) { free(*out); *out = NULL; }
+        return st;
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(to, "ct_params_to");
+    ct_status st = h->alloc(to.index, bytes, (void **)out);
+    if (st == CT_OK && n) st = h->copy(to.index, *out, src, n * sizeof(float), CT_COPY_H2D);
+    if (st != CT_OK && *out) { h->free(*out); *out = NULL; }
+    return st;
+}
+
+static void free_buf(ct_device d, float *b) {
+    if (d.type == CT_DEV_CPU) free(b);
+    else ct_device_hooks_get(d, "ct_params_to")->free(b);
+}
+
+ct_status ct_params_to(ct_params *p, ct_device dev) {
+    char b1[32], b2[32];
+    CT_CHECK(p->finalized, "ct_params_to before ct_params_finalize");
+    if (ct_device_eq(p->device, dev)) return CT_OK;
+    if (p->device.type != CT_DEV_CPU && dev.type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "ct_params_to: %s to %s: move through the CPU", ct_device_str(p->device, b1, sizeof b1),
+                        ct_device_str(dev, b2, sizeof b2));
+    if (p->grad_external)
+        return ct_error(CT_ERR_INVALID, "ct_params_to %s: the gradients are in external storage (ct_params_set_grad_storage)",
+                        ct_device_str(dev, b2, sizeof b2));
+    ct_device gpu = dev.type == CT_DEV_CPU ? p->device : dev;
+    if (!ct_device_hooks_get(gpu, "ct_params_to")) return CT_ERR_UNSUPPORTED;
+    float *nd = NULL, *ng = NULL, *nb = NULL;
+    ct_status st = move_buf(p->device, dev, p->data, p->numel, &nd);
+    if (st == CT_OK) st = move_buf(p->device, dev, p->grad, p->numel, &ng);
+    if (st == CT_OK) st = move_buf(p->device, dev, p->bufdata, p->bufnumel, &nb);
+    if (st != CT_OK) { /* the store stays where it was */
+        free_buf(dev, nd); free_buf(dev, ng); free_buf(dev, nb);
+        return st;
+    }
+    free_buf(p->device, p->data); free_buf(p->device, p->grad); free_buf(p->device, p->bufdata);
+    p->data = nd; p->grad = ng; p->bufdata = nb;
+    p->device = dev;
+    for (int i = 0; i < p->n; i++) {
+        param_rec *r = &p->recs[i];
+        r->t->device = dev;
+        r->t->data = (r->is_buffer ? p->bufdata : p->data) + r->offset;
+        if (r->t->grad) { r->t->grad->device = dev; r->t->grad->data = p->grad + r->offset; }
+    }
+    return CT_OK;
+}
 size_t ct_params_bytes(const ct_params *p) { return (2 * p->numel + p->bufnumel) * sizeof(float); }
 void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user) { p->hook = fn; p->hook_user = user; }
 

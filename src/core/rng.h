@@ -5,13 +5,20 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline uint64_t ct_mix64(uint64_t z) { /* splitmix64 finaliser */
+/* host and device (CUDA kernels draw the same streams, ops/kmath.h) */
+#ifdef __CUDACC__
+#define CT_RNG_HD __host__ __device__
+#else
+#define CT_RNG_HD
+#endif
+
+CT_RNG_HD static inline uint64_t ct_mix64(uint64_t z) { /* splitmix64 finaliser */
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 /* Uniform in [0,1) with 24 random bits, for element `i` of stream `key`. */
-static inline float ct_rand_uniform(uint64_t key, uint64_t i) {
+CT_RNG_HD static inline float ct_rand_uniform(uint64_t key, uint64_t i) {
     return (float)(ct_mix64(key + 0x9e3779b97f4a7c15ull * (i + 1)) >> 40) * (1.0f / 16777216.0f);
 }
 static inline double ct_rand_uniform_d(uint64_t key, uint64_t i) {

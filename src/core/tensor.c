@@ -1,6 +1,7 @@
 /* Tensors and the per-step context. The context's arena hands out activation memory
  * in 64-byte aligned pieces from large blocks; ct_ctx_reset rewinds it in O(blocks), so the
  * training loop does no malloc after the first step and the peak is exact. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,8 @@ void ct_ctx_free(ct_ctx *c) {
     for (ct_block *b = c->head, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     for (ct_block *b = c->shead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
     for (ct_block *b = c->thead, *n; b; b = n) { n = b->next; free(b->mem); free(b); }
+    ct_ctx_dev_release_(c);
+    free(c->dev_bufs);
     free(c->gfree);
     free(c->ckpt_params);
     free(c);
@@ -58,6 +61,7 @@ void ct_ctx_reset(ct_ctx *c) {
     c->ac_ncache = 0;
     c->tape = NULL;
     c->tape_len = 0;
+    ct_ctx_dev_release_(c);
 }
 
 size_t ct_ctx_peak_bytes(const ct_ctx *c) { return c->peak; }
@@ -298,8 +302,10 @@ void ct_fill(ct_tensor *t, float v) {
 }
 
 double ct_item(const ct_tensor *t) {
-    CT_CHECK(ct_numel(t) == 1, "ct_item on a tensor with %lld elements", (long long)ct_numel(t));
     double v;
+    if (t->device.type != CT_DEV_CPU && !t->data) return NAN; /* a failed device op's placeholder */
+    CT_CHECK(ct_numel(t) == 1, "ct_item on a tensor with %lld elements", (long long)ct_numel(t));
+    if (ct_device_item_(t, &v)) return v;
     ct_convert(&v, CT_F64, t->data, t->dtype, 1);
     return v;
 }

@@ -72,6 +72,35 @@ ct_status ct_cuda_gelu_bwd(cudaStream_t s, const float *x, const float *g, float
 ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n, int64_t m);
 /* y = a * alpha (y may be a) */
 ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n);
+/* y[i] = v */
+ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n);
+/* y = a * b elementwise (y may be a or b) */
+ct_status ct_cuda_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
+/* y = x * ct_k_dropout(key, i, p, scale): the CPU op's mask (forward on x, backward on the
+ * gradient with the same key) */
+ct_status ct_cuda_dropout(cudaStream_t s, const float *x, float *y, int64_t n, uint64_t key, float p, float scale);
+/* tanh, or with `sigmoid` the logistic function; backward from the output y: dx written */
+ct_status ct_cuda_tanh(cudaStream_t s, const float *x, float *y, int64_t n, bool sigmoid);
+ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n, bool sigmoid);
+/* Views: a shape and strides (in elements), up to 5 dims, of 4-byte elements (f32, i32).
+ * strided_copy: dst (contiguous in l's shape) = src viewed through l; strided_add: dst viewed
+ * through l += src (contiguous); the view must not map two elements to one. */
+typedef struct { int ndim; int64_t shape[5], stride[5]; } ct_cuda_layout;
+ct_status ct_cuda_strided_copy(cudaStream_t s, float *dst, const float *src, const ct_cuda_layout *l);
+ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *l, const float *src);
+
+/* ---- streams: one compute and one communication stream per device, created on first use
+ * (non-blocking: the legacy default stream would serialise them). Kernels of the op table's
+ * device column and the host<->device copies run on the compute stream; NCCL on the
+ * communication stream, ordered after the compute stream by events. ---- */
+typedef enum { CT_CUDA_COMPUTE = 0, CT_CUDA_COMM = 1 } ct_cuda_stream_kind;
+ct_status ct_cuda_stream(int dev, ct_cuda_stream_kind kind, cudaStream_t *out);
+/* One NCCL all-reduce (sum, 64 MiB f32) across every visible GPU from this process,
+ * checked; report: a line with the result and its bus bandwidth (`ctrain env --check`). */
+ct_status ct_cuda_nccl_check(char *report, size_t len);
+/* Registers the CUDA backend with core (device hooks) and the op table's device column;
+ * done once when the program starts (device.c), exposed for programs linking statically. */
+void ct_cuda_register(void);
 
 /* ---- layer norm over rows of D: mean and rstd per row saved for backward ---- */
 ct_status ct_cuda_layer_norm(cudaStream_t s, const float *x, const float *w, const float *b, float *y, float *mean,

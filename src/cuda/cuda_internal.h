@@ -1,4 +1,4 @@
-/* Private to src/cuda: cuBLASLt, loaded on first use by gemm.c. */
+/* Private to src/cuda: cuBLASLt, loaded on first use by gemm.c; the op entries (ops.c). */
 #ifndef CT_CUDA_INTERNAL_H
 #define CT_CUDA_INTERNAL_H
 #include <stddef.h>
@@ -7,4 +7,6 @@
 size_t ct_cuda_cublaslt_version(void);
 /* cublasLtGetStatusString(code), or a generic text when cuBLASLt cannot be loaded */
 const char *ct_cuda_cublaslt_status(int code);
+/* fills the op table's device column with the CUDA forwards and backwards (ops.c) */
+void ct_cuda_register_ops_(void);
 #endif

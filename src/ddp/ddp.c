@@ -152,6 +152,18 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
         return ct_error(CT_ERR_INVALID, "DDP: gradient compression dtype must be f32, bf16 or f16, not %s", ct_dtype_name(o.comm_dtype));
     if (o.bucket_cap_bytes < 4) o.bucket_cap_bytes = 4;
     if (o.first_bucket_bytes < 4) o.first_bucket_bytes = 4;
+    if (ct_params_device(P).type != CT_DEV_CPU) {
+        /* gradients on a GPU: NCCL reduces them in place, on its stream ordered after the
+         * compute stream (src/distributed/nccl.c); compression converts on the host */
+        char dv[32];
+        ct_device_str(ct_params_device(P), dv, sizeof dv);
+        if (strcmp(ct_pg_backend(pg), "nccl"))
+            return ct_error(CT_ERR_INVALID, "DDP: parameters on %s need the nccl backend (CTRAIN_BACKEND=nccl), not %s", dv,
+                            ct_pg_backend(pg));
+        if (o.comm_dtype != CT_F32)
+            return ct_error(CT_ERR_UNSUPPORTED, "DDP: gradient compression (%s) is not supported for parameters on %s yet",
+                            ct_dtype_name(o.comm_dtype), dv);
+    }
     ct_status st = check_same_params(pg, P);
     if (st != CT_OK) return st;
     /* same starting point everywhere: rank 0's weights */

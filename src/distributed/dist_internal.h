@@ -48,6 +48,9 @@ typedef struct ct_backend {
     void (*free_shared)(void *impl, void *mine);
     /* ct_pg_shared_peer: rank r's counterpart of p (inside this rank's region), or NULL */
     void *(*shared_peer)(void *impl, void *p, int rank);
+    /* NULL, or called on the caller's thread when w is issued, before it is queued: what w
+     * must be ordered after at that moment (nccl: the compute stream's work, by an event) */
+    void (*issued)(void *impl, ct_work *w);
 } ct_backend;
 
 struct ct_pg {

@@ -247,7 +247,7 @@ static ct_status gloo_new_group(ct_pg *parent, ct_pg *child, const int *ranks, i
     return make(p->store, ns, my_rank, n, child->timeout, p->ifaddr, child->fingerprint, impl_out);
 }
 
-const ct_backend ct_gloo_backend = {"gloo", gloo_run, gloo_new_group, gloo_destroy, NULL, NULL, NULL};
+const ct_backend ct_gloo_backend = {"gloo", gloo_run, gloo_new_group, gloo_destroy, NULL, NULL, NULL, NULL};
 #else
 typedef int ct_gloo_backend_not_built;
 #endif

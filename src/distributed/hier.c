@@ -263,7 +263,7 @@ static ct_status hier_new_group(ct_pg *parent, ct_pg *child, const int *ranks, i
     return h->flat.be->new_group(&flat, child, ranks, n, my_rank, impl_out);
 }
 
-const ct_backend ct_hier_backend = {"hier", hier_run, hier_new_group, hier_destroy, NULL, NULL, NULL};
+const ct_backend ct_hier_backend = {"hier", hier_run, hier_new_group, hier_destroy, NULL, NULL, NULL, NULL};
 
 ct_status ct_hier_init(ct_pg *pg, const ct_backend *flat_be, ct_flat_create_fn create, int force) {
     pg->be = flat_be;

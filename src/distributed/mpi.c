@@ -297,7 +297,7 @@ static ct_status mpi_new_group(ct_pg *parent, ct_pg *child, const int *ranks, in
     return CT_OK;
 }
 
-const ct_backend ct_mpi_backend = {"mpi", mpi_run, mpi_new_group, mpi_destroy, NULL, NULL, NULL}; /* no shared allocations */
+const ct_backend ct_mpi_backend = {"mpi", mpi_run, mpi_new_group, mpi_destroy, NULL, NULL, NULL, NULL}; /* no shared allocations */
 #else
 typedef int ct_mpi_backend_not_built;
 #endif

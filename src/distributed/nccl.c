@@ -7,8 +7,16 @@
  * communicator is aborted (ncclCommAbort), so a dead or stuck peer fails this rank within
  * CTRAIN_TIMEOUT with the operation and the ranks named, and later operations fail at once.
  * Collectives run on the backend's own communication stream, a blocking stream: it waits
- * for work queued earlier on the legacy default stream (where callers' kernels run unless
- * they use streams of their own, which they must then synchronise first).
+ * for work queued earlier on the legacy default stream, and, through an event recorded
+ * before each collective, for the device's compute stream (src/cuda: where the op table's
+ * kernels and so backward's gradients are computed). The event is recorded, and the
+ * communication stream made to wait for it, on the caller's thread when the collective is
+ * issued (the backend's `issued` hook), so DDP's bucket all-reduces, launched from the
+ * grad-ready hooks while backward is still queuing kernels, wait for the kernels queued so
+ * far (the bucket's gradients) and overlap the rest of backward. A wait is captured when it
+ * is enqueued, so one event serves every collective.
+ * Host buffers of in-place all-reduce, broadcast and reduce (metadata: DDP's parameter check,
+ * timings) are staged through device memory; other collectives need device buffers.
  * AVG is ncclAvg. Fingerprints (CTRAIN_FINGERPRINT) are not checked on this backend, and
  * send/recv ignore tags (NCCL has none: matching is by order). */
 #include "distributed/dist_internal.h"
@@ -21,10 +29,14 @@
 #include <unistd.h>
 
 #include "cuda/check.h"
+#include "cuda/cuda.h"
 
 typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
+    cudaEvent_t after_compute; /* recorded on the compute stream, waited for by `stream` */
+    ct_status issue_st;        /* a failure of that at issue, reported by the run */
+    char issue_msg[512];
     int dev, rank, n, aborted;
     int *one; /* device int for barriers */
     const int *granks;
@@ -90,6 +102,46 @@ static ct_status poll_done(nccl_pg *m, bool stream, double deadline, const char 
     }
 }
 
+static ct_status nccl_run(void *impl, ct_work *w, double deadline);
+
+/* At issue, on the caller's thread: the communication stream waits for what the compute
+ * stream has queued now (see the top of the file) */
+static void nccl_issued(void *impl, ct_work *w) {
+    (void)w;
+    nccl_pg *m = impl;
+    if (!m || m->aborted) return;
+    cudaStream_t cs;
+    ct_status st = ct_cuda_set_device(m->dev, "nccl issue");
+    if (st == CT_OK) st = ct_cuda_stream(m->dev, CT_CUDA_COMPUTE, &cs);
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "nccl issue", cudaEventRecord(m->after_compute, cs));
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "nccl issue", cudaStreamWaitEvent(m->stream, m->after_compute, 0));
+    if (st != CT_OK && m->issue_st == CT_OK) {
+        m->issue_st = st;
+        snprintf(m->issue_msg, sizeof m->issue_msg, "%s", ct_last_error());
+    }
+}
+
+/* An in-place collective on host memory: copied to a device buffer, run there, copied back
+ * (synchronous copies on the legacy stream, which the backend's stream waits for). */
+static ct_status staged(nccl_pg *m, ct_work *w, double deadline, const char *op) {
+    size_t bytes = w->count * ct_dtype_size(w->dt);
+    const void *sb = w->sbuf;
+    void *d = NULL, *rb = w->rbuf;
+    ct_status st = ct_cuda_alloc(m->dev, bytes, &d);
+    if (st != CT_OK) return st;
+    st = CT_GPU_CHECK(cuda, op, cudaMemcpy(d, sb ? sb : rb, bytes, cudaMemcpyHostToDevice));
+    if (st == CT_OK) {
+        w->sbuf = sb ? d : NULL;
+        w->rbuf = d;
+        st = nccl_run(m, w, deadline);
+        w->sbuf = sb;
+        w->rbuf = rb;
+    }
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaMemcpy(rb, d, bytes, cudaMemcpyDeviceToHost));
+    ct_cuda_free(d);
+    return st;
+}
+
 static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
     nccl_pg *m = impl;
     char what[200];
@@ -100,15 +152,24 @@ static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
     char op[256];
     snprintf(op, sizeof op, "nccl %s on rank %d", what, m->granks[m->rank]);
     CT_GPU_TRY(cuda, op, cudaSetDevice(m->dev));
-    /* host memory would make NCCL fail late and obscurely: name the mistake instead */
+    /* host memory would make NCCL fail late and obscurely: the in-place collectives that
+     * callers use for host-side metadata (DDP's parameter check, a benchmark's timings) are
+     * staged through device memory; anything else names the mistake */
     const void *bufs[2] = {w->sbuf, w->rbuf};
     for (int i = 0; i < 2 && w->kind != CT_OP_BARRIER && w->count; i++) {
         struct cudaPointerAttributes pa;
         if (!bufs[i]) continue;
         if (cudaPointerGetAttributes(&pa, bufs[i]) != cudaSuccess) (void)cudaGetLastError();
         else if (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged) continue;
+        if (w->kind == CT_OP_ALLREDUCE || w->kind == CT_OP_BROADCAST || w->kind == CT_OP_REDUCE)
+            return staged(m, w, deadline, op);
         return ct_error(CT_ERR_INVALID, "%s: buffer %p is not device memory (the nccl backend reduces GPU buffers)", op,
                         bufs[i]);
+    }
+    if (m->issue_st != CT_OK) { /* ordering after the compute stream failed when issued */
+        ct_status st = m->issue_st;
+        m->issue_st = CT_OK;
+        return ct_error(st, "%s: %s", op, m->issue_msg);
     }
     size_t esz = ct_dtype_size(w->dt);
     ncclDataType_t t = ntype(w->dt);
@@ -161,6 +222,7 @@ static void nccl_destroy(void *impl) {
     }
     if (m->one) (void)cudaFree(m->one);
     if (m->stream) (void)cudaStreamDestroy(m->stream);
+    if (m->after_compute) (void)cudaEventDestroy(m->after_compute);
     free(m);
 }
 
@@ -178,6 +240,7 @@ static ct_status make_comm(ct_pg *pg, int me, int n, int dev, nccl_pg **out) {
     snprintf(op, sizeof op, "nccl setup of group %d on rank %d", pg->gid, pg->world->rank);
     ct_status st = CT_GPU_CHECK(cuda, op, cudaSetDevice(dev));
     if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaStreamCreate(&m->stream));
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaEventCreateWithFlags(&m->after_compute, cudaEventDisableTiming));
     if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaMalloc((void **)&m->one, sizeof(int)));
     if (st == CT_OK) st = CT_GPU_CHECK(cuda, op, cudaMemset(m->one, 0, sizeof(int)));
     ncclUniqueId id;
@@ -239,4 +302,4 @@ static ct_status nccl_new_group(ct_pg *parent, ct_pg *child, const int *ranks, i
     return st;
 }
 
-const ct_backend ct_nccl_backend = {"nccl", nccl_run, nccl_new_group, nccl_destroy, NULL, NULL, NULL};
+const ct_backend ct_nccl_backend = {"nccl", nccl_run, nccl_new_group, nccl_destroy, NULL, NULL, NULL, nccl_issued};

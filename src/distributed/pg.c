@@ -138,6 +138,7 @@ static void *comm_main(void *arg) {
 
 /* Queues w, or runs it right here when the queue is idle and `inline_ok` (sync wrappers). */
 static void submit(ct_pg *pg, ct_work *w, int inline_ok) {
+    if (pg->be->issued) pg->be->issued(pg->impl, w);
     pthread_mutex_lock(&pg->mu);
     if (inline_ok && !pg->head && !pg->busy) {
         pg->busy = 1;

@@ -395,7 +395,7 @@ static ct_status shm_new_group(ct_pg *parent, ct_pg *child, const int *ranks, in
 }
 
 const ct_backend ct_shm_backend = {"shm", shm_run, shm_new_group, shm_destroy, shm_alloc_shared, shm_free_shared,
-                                  shm_shared_peer};
+                                  shm_shared_peer, NULL};
 
 void ct_shm_abort(void *impl, ct_status st, const char *msg) {
     if (impl) shm_fail(impl, st, "%s", msg);

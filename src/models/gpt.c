@@ -81,6 +81,10 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     ct_tensor *wte = m->children[0]->w, *wpe = m->children[1]->w;
     ct_tensor *pos = ct_new(ctx, CT_I32, 1, &T);
     for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+    /* on a GPU the positions go where the table is (a failure shows in ct_ctx_status: the
+     * embedding then sees a CPU index and fails the step naming it) */
+    ct_tensor *pos_dev;
+    if (wpe->device.type != CT_DEV_CPU && ct_tensor_to(ctx, pos, wpe->device, &pos_dev) == CT_OK) pos = pos_dev;
     ct_tensor *x = ct_add(ctx, ct_embedding(ctx, wte, idx), ct_embedding(ctx, wpe, pos)); /* [B,T,C] + [T,C] */
     if (m->fp[0] > 0) x = ct_dropout(ctx, x, m->fp[0]);
     for (int i = 2; i < m->nchildren - 2; i++) /* blocks: checkpointed one by one when hp[1] */

@@ -22,6 +22,27 @@ ct_module *ct_module_new(const ct_module_ops *ops, const char *name) {
 
 ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return m->ops->forward(ctx, m, x); }
 
+/* the one store of m's tree's parameters into *P (NULL: none yet); false when there are two */
+static bool find_store(const ct_module *m, ct_params **P) {
+    const ct_tensor *ts[6] = {m->w, m->b, m->p[0], m->p[1], m->p[2], m->p[3]};
+    for (int i = 0; i < 6; i++) {
+        if (!ts[i] || !ts[i]->params) continue;
+        if (*P && *P != ts[i]->params) return false;
+        *P = ts[i]->params;
+    }
+    for (int i = 0; i < m->nchildren; i++)
+        if (!find_store(m->children[i], P)) return false;
+    return true;
+}
+
+ct_status ct_module_to(ct_module *m, ct_device dev) {
+    ct_params *P = NULL;
+    if (!find_store(m, &P))
+        return ct_error(CT_ERR_INVALID, "ct_module_to: %s '%s' has parameters in more than one store (move them with ct_params_to)",
+                        m->ops->type, m->name);
+    return P ? ct_params_to(P, dev) : CT_OK;
+}
+
 void ct_module_free(ct_module *m) {
     if (!m) return;
     for (int i = 0; i < m->nchildren; i++) ct_module_free(m->children[i]);

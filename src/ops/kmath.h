@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/rng.h" /* the counter-based streams of dropout */
+
 #ifdef __CUDACC__
 #define CT_HD __host__ __device__
 #else
@@ -94,6 +96,15 @@ CT_HD static inline float ct_vnormcdf(float x) {
 CT_HD static inline float ct_k_relu(float x) { return x > 0 ? x : 0.0f; }
 /* from the saved output, as the CPU op */
 CT_HD static inline float ct_k_relu_bwd(float y, float g) { return y > 0 ? g : 0.0f; }
+/* dropout: element i of stream `key` kept (times scale = 1/(1-p)) when its uniform draw is
+ * >= p; backward applies the same factor to the gradient */
+CT_HD static inline float ct_k_dropout(uint64_t key, int64_t i, float p, float scale) {
+    return ct_rand_uniform(key, (uint64_t)i) >= p ? scale : 0.0f;
+}
+CT_HD static inline float ct_k_tanh(float x) { return ct_vtanhf(x); }
+CT_HD static inline float ct_k_tanh_bwd(float y, float g) { return g * (1.0f - y * y); } /* from the output */
+CT_HD static inline float ct_k_sigmoid(float x) { return 1.0f / (1.0f + ct_vexpf(-x)); }
+CT_HD static inline float ct_k_sigmoid_bwd(float y, float g) { return g * y * (1.0f - y); }
 CT_HD static inline float ct_k_gelu(float x) { return x * ct_vnormcdf(x); }
 CT_HD static inline float ct_k_gelu_bwd(float x, float g) {
     return g * (ct_vnormcdf(x) + x * CT_K_INV_SQRT_2PI * ct_vexpf(-0.5f * x * x));

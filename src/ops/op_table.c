@@ -1,4 +1,5 @@
-/* The rows of the op table (op_table.h): name, backward function, autocast class. */
+/* The rows of the op table (op_table.h): name, backward function, autocast class; the
+ * device column and its dispatch. */
 #include "ops/op_table.h"
 
 #define CT_OP_ROW_(N, n, ac) [CT_OP_##N] = {#n, ct_bw_##n, ac},
@@ -8,3 +9,92 @@ const ct_op_def ct_op_table[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_)};
 #define CT_OP_ROW_LP_(N, n, ac) [CT_OP_##N] = {#n, ct_bw_lowp, ac},
 const ct_op_def ct_op_table_lp[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_LP_)};
 #undef CT_OP_ROW_LP_
+
+/* A device backward the backend did not provide: the context fails (no host access to
+ * device memory), naming the op and the device. */
+static void bw_no_kernel(ct_ctx *ctx, ct_node *n) {
+    char b[32];
+    ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "%s backward on %s: no kernel for this op on the device yet", n->op->name,
+                              ct_device_str(n->out->device, b, sizeof b)));
+}
+
+#define CT_OP_ROW_DEV_(N, n, ac) [CT_OP_##N] = {NULL, {#n, bw_no_kernel, ac}},
+ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_DEV_)};
+#undef CT_OP_ROW_DEV_
+
+void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_backward_fn bwd) {
+    CT_CHECK(type == CT_DEV_CUDA && op >= 0 && op < CT_OP_COUNT, "ct_op_register_device: device type %d, op %d", (int)type, op);
+    ct_op_table_dev[op].forward = fwd;
+    if (bwd) ct_op_table_dev[op].row.backward = bwd;
+}
+
+ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a) {
+    const char *name = ct_op_table_dev[op].row.name;
+    ct_device d = CT_CPU;
+    char b1[32], b2[32];
+    ct_status st = ct_ctx_status(ctx);
+    for (int i = 0; i < 4 && st == CT_OK; i++) {
+        const ct_tensor *t = a->in[i];
+        if (!t) continue;
+        if (t->device.type != CT_DEV_CPU && d.type == CT_DEV_CPU) d = t->device;
+        else if (!ct_device_eq(t->device, d) && t->device.type != CT_DEV_CPU)
+            st = ct_error(CT_ERR_INVALID, "%s: inputs on %s and %s", name, ct_device_str(d, b1, sizeof b1),
+                          ct_device_str(t->device, b2, sizeof b2));
+    }
+    for (int i = 0; i < 4 && st == CT_OK; i++)
+        if (a->in[i] && a->in[i]->device.type == CT_DEV_CPU)
+            st = ct_error(CT_ERR_INVALID, "%s: input %d is on cpu, another on %s (move it with ct_tensor_to)", name, i,
+                          ct_device_str(d, b1, sizeof b1));
+    if (st == CT_OK && !ct_op_table_dev[op].forward)
+        st = ct_error(CT_ERR_UNSUPPORTED, "%s on %s: no kernel for this op on the device yet", name, ct_device_str(d, b1, sizeof b1));
+    if (st == CT_OK) return ct_op_table_dev[op].forward(ctx, a);
+    ct_ctx_fail(ctx, st);
+    /* the placeholder: the first device input's shape, no data; the step is lost anyway */
+    const ct_tensor *x = NULL;
+    for (int i = 0; i < 4 && !x; i++)
+        if (a->in[i] && a->in[i]->device.type != CT_DEV_CPU) x = a->in[i];
+    ct_tensor *y = ct_wrap(ctx, x->dtype, NULL, x->ndim, x->shape);
+    y->device = x->device;
+    return y;
+}
+
+void ct_check_matmul(const ct_tensor *a, const ct_tensor *b, bool ta, bool tb, int64_t *M, int64_t *N, int64_t *K,
+                     int64_t *batch) {
+    CT_CHECK_CONTIG("matmul", a);
+    CT_CHECK_CONTIG("matmul", b);
+    char sa[96], sb[96];
+    if (!((a->ndim == 2 && b->ndim == 2) || (a->ndim == 3 && b->ndim == 3 && a->shape[0] == b->shape[0])))
+        CT_FATAL("matmul: need two 2-d or two 3-d (same batch) tensors, got %s and %s", ct_shape_str(a, sa, sizeof sa), ct_shape_str(b, sb, sizeof sb));
+    int r = a->ndim - 2;
+    *batch = a->ndim == 3 ? a->shape[0] : 1;
+    *M = ta ? a->shape[r + 1] : a->shape[r];
+    *K = ta ? a->shape[r] : a->shape[r + 1];
+    int64_t Kb = tb ? b->shape[r + 1] : b->shape[r];
+    *N = tb ? b->shape[r] : b->shape[r + 1];
+    if (*K != Kb)
+        CT_FATAL("matmul: inner dimensions differ (%lld vs %lld): %s%s @ %s%s", (long long)*K, (long long)Kb,
+                 ct_shape_str(a, sa, sizeof sa), ta ? "^T" : "", ct_shape_str(b, sb, sizeof sb), tb ? "^T" : "");
+}
+
+void ct_check_add(const ct_tensor *a, const ct_tensor *b) {
+    CT_CHECK_F32("add", a); CT_CHECK_F32("add", b);
+    CT_CHECK_CONTIG("add", a); CT_CHECK_CONTIG("add", b);
+    bool ok = b->ndim <= a->ndim;
+    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
+    if (!ok) {
+        char sa[96], sb[96];
+        CT_FATAL("add: shape %s cannot broadcast to %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(a, sa, sizeof sa));
+    }
+}
+
+void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int64_t *rows, int64_t *in, int64_t *out) {
+    CT_CHECK_CONTIG("linear", x);
+    char sx[96], sw[96];
+    *in = x->shape[x->ndim - 1];
+    if (w->ndim != 2 || w->shape[1] != *in || x->ndim < 1)
+        CT_FATAL("linear: input %s does not match weight %s", ct_shape_str(x, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+    *out = w->shape[0];
+    *rows = *in ? ct_numel(x) / *in : 0;
+    if (b && (b->ndim != 1 || b->shape[0] != *out))
+        CT_FATAL("linear: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+}

@@ -80,8 +80,53 @@ ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y);
         if (ct_ac_enter(ctx, op, &ac_, n, args)) return ct_ac_leave(ctx, &ac_, call); \
     } while (0)
 
+/* ---- the device column ----
+ * Every op's row has a second half for tensors on a GPU: its forward and its backward
+ * there. A device backend (src/cuda) fills the column when the program starts
+ * (ct_op_register_device); an op it leaves empty fails on the device with a status naming
+ * the op and the device (ct_ctx_status) instead of touching device memory on the host.
+ * The forwards take their arguments in one struct, so one dispatch serves every op: the
+ * op's tensors in `in` (in the order of the CPU function), its integer and float arguments
+ * in i[] and f[]. The backward is recorded on the node like the CPU one: the autograd walk
+ * is the same for every device. */
+typedef struct {
+    ct_tensor *in[4];
+    int64_t i[4];
+    double f[2];
+} ct_op_args;
+typedef ct_tensor *(*ct_op_dev_fwd)(ct_ctx *ctx, const ct_op_args *a);
+typedef struct {
+    ct_op_dev_fwd forward; /* NULL: no kernel (views: the CPU forward, which only re-describes) */
+    ct_op_def row;         /* name, backward on the device, autocast class */
+} ct_op_dev_entry;
+extern ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT];
+void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_backward_fn bwd);
+
+/* the device of the op's tensor arguments: true when one is not on the CPU */
+static inline bool ct_op_on_device(const ct_op_args *a) {
+    for (int i = 0; i < 4; i++)
+        if (a->in[i] && a->in[i]->device.type != CT_DEV_CPU) return true;
+    return false;
+}
+/* runs the op's device forward, or fails the context and returns a placeholder */
+ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a);
+/* At an op's entry, before anything touches data: tensors on a device go to the column. */
+#define CT_DEV_DISPATCH(ctx, op, ...) do {                                      \
+        const ct_op_args a_ = {__VA_ARGS__};                                    \
+        if (ct_op_on_device(&a_)) return ct_op_dispatch(ctx, op, &a_);          \
+    } while (0)
+
+/* Argument checks shared by an op's CPU and device forwards (abort naming the op and the
+ * shapes: programmer errors). matmul: two 2-d or two 3-d (same batch) contiguous tensors;
+ * add: b's shape a trailing part of a's; linear: x [..., in], w [out, in], b [out] or NULL.
+ * matmul's and linear's dtypes are the caller's to check: the CPU GEMMs also read bf16. */
+void ct_check_matmul(const ct_tensor *a, const ct_tensor *b, bool ta, bool tb, int64_t *M, int64_t *N, int64_t *K,
+                     int64_t *batch);
+void ct_check_add(const ct_tensor *a, const ct_tensor *b);
+void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int64_t *rows, int64_t *in, int64_t *out);
+
 /* the node carries its row, so core's backward walk calls the kernel without knowing it */
 static inline ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in) {
-    return ct_record_op(ctx, &ct_op_table[op], out, nin, in);
+    return ct_record_op(ctx, out->device.type == CT_DEV_CPU ? &ct_op_table[op] : &ct_op_table_dev[op].row, out, nin, in);
 }
 #endif

@@ -19,6 +19,7 @@ static double sumsq(const float *G, size_t b, size_t e) {
 }
 
 double ct_grad_norm(const ct_params *p) {
+    CT_CHECK(ct_params_device(p).type == CT_DEV_CPU, "ct_grad_norm: gradients on a GPU are not supported yet");
     const float *G = ct_params_grad(p);
     size_t n = ct_params_numel(p);
     long nch = (long)((n + CHUNK - 1) / CHUNK);

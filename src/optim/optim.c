@@ -8,7 +8,8 @@
  * compiled with -std=c11 (no implicit contraction), so the fmaf() calls below are exactly
  * where PyTorch fuses and nowhere else. */
 #include "ctrain/optim.h"
-#include "ops/kmath.h" /* the per-element updates, shared with the CUDA kernels */
+#include "core/kernel.h" /* device hooks: the fused pass on a GPU */
+#include "ops/kmath.h"   /* the per-element updates, shared with the CUDA kernels */
 
 #include <math.h>
 #include <omp.h>
@@ -43,6 +44,9 @@ struct ct_optim {
     float *state[MAX_STATE];
     const char *state_name[MAX_STATE];
     int64_t step;
+    ct_device dev;                /* the store's device at creation: state buffers live there */
+    const ct_device_hooks *hooks; /* its backend; NULL on the CPU */
+    ct_status status;             /* first failure of a step on a device */
 };
 
 ct_sgd_opts ct_sgd_default_opts(void) {
@@ -66,6 +70,10 @@ static bool is_trainable(const ct_params *p, int i) {
 static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int nstate, const char *const *names,
                            ct_optim **out) {
     if (!p || !ct_params_data(p)) return ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
+    const ct_device_hooks *h = NULL;
+    if (ct_params_device(p).type != CT_DEV_CPU && !(h = ct_device_hooks_get(ct_params_device(p), "optimizer")))
+        return CT_ERR_UNSUPPORTED;
+    if (h && !h->optim) return ct_error(CT_ERR_UNSUPPORTED, "optimizer: the device backend has no optimizer pass");
     ct_optim *o = calloc(1, sizeof *o);
     int np = ct_params_count(p);
     if (!o || !(o->wd = calloc((size_t)(np ? np : 1), sizeof(double)))) goto oom;
@@ -74,16 +82,25 @@ static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int
     o->kind = kind;
     o->p = p;
     o->n = ct_params_numel(p);
+    o->dev = ct_params_device(p);
+    o->hooks = h;
     for (int i = 0; i < np; i++)
         o->wd[i] = (only_ge2 && ct_params_get(p, i)->ndim < 2) ? 0.0 : wd;
     o->segs_dirty = true;
     for (int k = 0; k < nstate; k++) {
-        /* state buffers in the parameters' layout, 64-byte aligned like them; zero padding */
-        if (posix_memalign((void **)&o->state[k], 64, (o->n ? o->n : 16) * sizeof(float))) {
-            o->state[k] = NULL;
-            goto oom;
+        size_t bytes = (o->n ? o->n : 16) * sizeof(float);
+        if (h) { /* on the parameters' GPU, zeroed there */
+            ct_status st = h->alloc(o->dev.index, bytes, (void **)&o->state[k]);
+            if (st == CT_OK) st = h->zero(o->dev.index, o->state[k], bytes);
+            if (st != CT_OK) { o->nstate = k + 1; ct_optim_free(o); return st; }
+        } else {
+            /* state buffers in the parameters' layout, 64-byte aligned like them; zero padding */
+            if (posix_memalign((void **)&o->state[k], 64, bytes)) {
+                o->state[k] = NULL;
+                goto oom;
+            }
+            memset(o->state[k], 0, o->n * sizeof(float));
         }
-        memset(o->state[k], 0, o->n * sizeof(float));
         o->state_name[k] = names[k];
         o->nstate = k + 1;
     }
@@ -123,7 +140,10 @@ ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_opti
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
-    for (int k = 0; k < MAX_STATE; k++) free(o->state[k]);
+    for (int k = 0; k < MAX_STATE; k++) {
+        if (o->hooks) o->hooks->free(o->state[k]);
+        else free(o->state[k]);
+    }
     free(o->wd);
     free(o->segs);
     free(o);
@@ -132,6 +152,7 @@ void ct_optim_free(ct_optim *o) {
 const char *ct_optim_kind(const ct_optim *o) { return o->kind == K_SGD ? "sgd" : "adamw"; }
 ct_params *ct_optim_params(const ct_optim *o) { return o->p; }
 int64_t ct_optim_steps(const ct_optim *o) { return o->step; }
+ct_status ct_optim_status(const ct_optim *o) { return o->status; }
 void ct_optim_set_steps(ct_optim *o, int64_t steps) {
     CT_CHECK(steps >= 0, "ct_optim_set_steps: negative step count %lld", (long long)steps);
     o->step = steps;
@@ -171,6 +192,14 @@ static void build_segs(ct_optim *o) {
     o->segs_dirty = false;
 }
 
+/* A segment on the parameters' GPU: one fused kernel (the same element update); a failure
+ * is kept for ct_optim_status (the step itself returns nothing) */
+static void device_pass(ct_optim *o, ct_device_optim kind, const void *k, float *P, const float *G, float *s0, float *s1,
+                        float *s2, long n) {
+    ct_status st = o->hooks->optim(o->dev.index, kind, k, P, G, s0, s1, s2, n);
+    if (st != CT_OK && o->status == CT_OK) o->status = st;
+}
+
 /* Elements [0, n) of P/G/B (B NULL without momentum) by ops/kmath.h's element update, the one
  * the CUDA kernel runs too. Elementwise and exactly rounded (fmaf), so any split or
  * vectorisation gives the same bits; the two loops let the compiler drop the buffer test. */
@@ -183,13 +212,14 @@ static void sgd_kernel(const ct_k_sgd *k, float *restrict P, const float *restri
 }
 
 /* Each thread runs sgd_kernel on a contiguous share (what schedule(static) would give it). */
-static void sgd_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
+static void sgd_range(ct_optim *o, size_t b, size_t e, double wd, double lr) {
     const ct_k_sgd k = ct_k_sgd_consts(o->sgd.momentum, o->sgd.dampening, wd, o->sgd.nesterov, o->sgd.maximize, lr,
                                        o->step == 0);
     float *P = ct_params_data(o->p) + b;
     const float *G = ct_params_grad(o->p) + b;
     float *B = o->nstate ? o->state[0] + b : NULL;
     long n = (long)(e - b);
+    if (o->hooks) { device_pass(o, CT_DEV_OPTIM_SGD, &k, P, G, B, NULL, NULL, n); return; }
 #pragma omp parallel if (n > PAR_MIN)
     {
         long nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -230,7 +260,7 @@ static void adamw_kernel(const ct_k_adamw *k, float *restrict P, const float *re
     for (; i < hi; i++) ct_k_adamw_elem(k, P + i, G[i], M + i, V + i, VM ? VM + i : NULL);
 }
 
-static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double lr) {
+static void adamw_range(ct_optim *o, size_t b, size_t e, double wd, double lr) {
     float *P = ct_params_data(o->p) + b;
     const float *G = ct_params_grad(o->p) + b;
     float *M = o->state[0] + b, *V = o->state[1] + b;
@@ -238,6 +268,7 @@ static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double
     const ct_k_adamw k = ct_k_adamw_consts(o->adam.beta1, o->adam.beta2, o->adam.eps, wd, lr, o->step,
                                            o->adam.maximize); /* step already incremented */
     const long n = (long)(e - b);
+    if (o->hooks) { device_pass(o, CT_DEV_OPTIM_ADAMW, &k, P, G, M, V, VM, n); return; }
     if (n <= PAR_MIN) {
         adamw_kernel(&k, P, G, M, V, VM, 0, n);
         return;
@@ -253,6 +284,8 @@ static void adamw_range(const ct_optim *o, size_t b, size_t e, double wd, double
 }
 
 void ct_optim_step(ct_optim *o, double lr) {
+    CT_CHECK(ct_device_eq(ct_params_device(o->p), o->dev), "ct_optim_step: the parameters moved to another device after "
+             "the optimizer was created (create it after ct_module_to / ct_params_to)");
     if (o->segs_dirty) build_segs(o);
     if (o->kind == K_ADAMW) {
         o->step++;

@@ -41,6 +41,8 @@ ct_status ct_evaluate(const ct_train_model *m, const ct_dataset *d, const ct_eva
         return ct_error(CT_ERR_NOMEM, "out of memory for evaluation");
     }
     double sums[3] = {0, 0, 0}; /* loss * count, correct, count */
+    ct_device dev = m->params ? ct_params_device(m->params) : CT_CPU;
+    ct_status st = CT_OK;
     bool was = ct_set_grad_enabled(ctx, false), training = ct_ctx_training(ctx);
     ct_ctx_set_training(ctx, false);
     int64_t i = rank;
@@ -48,11 +50,17 @@ ct_status ct_evaluate(const ct_train_model *m, const ct_dataset *d, const ct_eva
         int64_t n = 0;
         for (; n < B && i < last; n++, i += world) ct_dataset_get(d, i, (char *)x + (size_t)(n * xn) * xs, y + n * yn);
         xd[0] = n;
-        ct_tensor *logits = m->forward(ctx, m->self, ct_wrap(ctx, ct_dataset_x_dtype(d), x, xnd, xd));
+        ct_tensor *xt = ct_wrap(ctx, ct_dataset_x_dtype(d), x, xnd, xd);
+        if (dev.type != CT_DEV_CPU && (st = ct_tensor_to(ctx, xt, dev, &xt)) != CT_OK) break;
+        ct_tensor *logits = m->forward(ctx, m->self, xt);
         int64_t V = logits->shape[logits->ndim - 1], rows = ct_numel(logits) / V;
         ct_tensor *l2 = ct_reshape(ctx, logits, 2, (int64_t[]){rows, V});
         ct_tensor *tg = ct_wrap(ctx, CT_I32, y, 1, (int64_t[]){rows});
+        if (dev.type != CT_DEV_CPU && (st = ct_tensor_to(ctx, tg, dev, &tg)) != CT_OK) break;
         sums[0] += ct_item(ct_cross_entropy(ctx, l2, tg, -100)) * (double)rows;
+        /* the arg-max on the host: the logits come back from a GPU */
+        if (dev.type != CT_DEV_CPU && ((st = ct_ctx_status(ctx)) != CT_OK || (st = ct_tensor_to(ctx, l2, CT_CPU, &l2)) != CT_OK))
+            break;
         const float *L = l2->data;
         for (int64_t k = 0; k < rows; k++) {
             int64_t best = 0;
@@ -63,12 +71,14 @@ ct_status ct_evaluate(const ct_train_model *m, const ct_dataset *d, const ct_eva
         sums[2] += (double)rows;
         ct_ctx_reset(ctx);
     }
+    if (st != CT_OK) ct_ctx_reset(ctx);
     ct_set_grad_enabled(ctx, was);
     ct_ctx_set_training(ctx, training);
     free(x);
     free(y);
     ct_ctx_free(own);
-    ct_status st = world > 1 ? ct_all_reduce_sync(o.pg, sums, 3, CT_F64, CT_RED_SUM) : CT_OK;
+    if (st != CT_OK) return st;
+    st = world > 1 ? ct_all_reduce_sync(o.pg, sums, 3, CT_F64, CT_RED_SUM) : CT_OK;
     r->loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
     r->accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
     r->count = (int64_t)sums[2];

@@ -128,6 +128,10 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
     CT_CHECK(a->ctx && a->model && a->opt && micro && n_micro >= 1, "ct_train_step: ctx, model, optimizer and %d micro-batches",
              n_micro);
     const ct_train_model *m = a->model;
+    ct_device dev = ct_params_device(m->params);
+    if (dev.type != CT_DEV_CPU && (a->clip_norm > 0 || a->scaler || a->amp != CT_F32))
+        return ct_error(CT_ERR_UNSUPPORTED, "training step on cuda:%d: gradient clipping, loss scaling and autocast are "
+                                            "not built for GPUs yet", dev.index);
     double loss_sum = 0;
     for (int k = 0; k < n_micro; k++) {
         /* DDP all-reduces only during the last backward; the others accumulate locally */
@@ -136,6 +140,11 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         const ct_train_batch *b = &micro[k];
         ct_tensor *x = ct_wrap(a->ctx, b->x.dtype, b->x.data, b->x.ndim, b->x.shape);
         ct_tensor *y = ct_wrap(a->ctx, CT_I32, b->y.data, b->y.ndim, b->y.shape);
+        if (dev.type != CT_DEV_CPU) { /* the batch goes where the parameters are */
+            ct_status cs = ct_tensor_to(a->ctx, x, dev, &x);
+            if (cs == CT_OK) cs = ct_tensor_to(a->ctx, y, dev, &y);
+            if (cs != CT_OK) { ct_ctx_reset(a->ctx); return cs; }
+        }
         /* like `with torch.autocast(...)`: forward and loss only */
         if (a->amp != CT_F32) {
             ct_status as = ct_autocast_begin(a->ctx, a->amp);
@@ -148,6 +157,13 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         if (n_micro > 1) loss = ct_scale(a->ctx, loss, 1.0f / (float)n_micro);
         if (a->scaler) loss = ct_scale(a->ctx, loss, ct_grad_scaler_scale(a->scaler));
         ct_backward(a->ctx, loss);
+        ct_status ds = ct_ctx_status(a->ctx); /* a device op without a kernel, out of memory */
+        if (ds != CT_OK) { /* the step is lost; DDP's collectives still end, so that ranks stay matched */
+            if (a->ddp) { ct_ddp_set_no_sync(a->ddp, false); (void)ct_ddp_finish(a->ddp); }
+            ct_params_zero_grad(m->params);
+            ct_ctx_reset(a->ctx);
+            return ds;
+        }
         /* activations of one micro-batch at a time: that is what accumulation saves */
         if (k < n_micro - 1) ct_ctx_reset(a->ctx);
     }
@@ -160,6 +176,7 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         if (a->clip_norm > 0 && !skip) norm = ct_clip_grad_norm(m->params, (float)a->clip_norm);
         if (!skip) ct_optim_step(a->opt, a->lr);
         if (a->scaler) ct_grad_scaler_update(a->scaler, skip);
+        st = ct_optim_status(a->opt);
     }
     ct_params_zero_grad(m->params);
     ct_ctx_reset(a->ctx);

@@ -78,6 +78,9 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: a model with parameters and forward, an optimizer and training data are needed");
     if (ct_optim_params(opt) != model->params)
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: the optimizer updates another parameter store than the model's");
+    if (ct_params_device(model->params).type != CT_DEV_CPU) /* they read parameters and state on the host */
+        return ct_error(CT_ERR_UNSUPPORTED, "ct_trainer_create: parameters on cuda:%d: the trainer's checkpoints and saves "
+                        "are not built for GPUs yet (step with ct_train_step)", ct_params_device(model->params).index);
     if (o.batch_size < 1 || o.grad_accum < 1 || o.epochs < 1 || o.max_steps < 0 || o.log_every < 0 || o.keep < 0 ||
         o.eval_every < 0 || o.save_every < 0 || o.eval_max < 0 || o.workers < 0 || !(o.lr > 0) || !o.output_dir)
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: batch_size %d, grad_accum %d, epochs %" PRId64 " must be >= 1, lr %g > 0, "

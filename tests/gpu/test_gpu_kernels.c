@@ -15,17 +15,8 @@
 #include "ctrain/optim.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
+#include "gpu/gpu_test.h"
 
-static char no_gpu[600];
-/* true when a GPU is usable; otherwise no_gpu holds the reason for the skip */
-static bool have_gpu(void) {
-    int n = 0;
-    ct_status st = ct_cuda_device_count(&n);
-    if (st == CT_OK && n > 0) return true;
-    snprintf(no_gpu, sizeof no_gpu, "no CUDA GPU (%s)", st != CT_OK ? ct_last_error() : "none visible");
-    return false;
-}
-#define NEED_GPU() do { if (!have_gpu()) CT_SKIP(no_gpu); } while (0)
 
 
 /* device copies through the caching allocator; every test frees what it uploads */
@@ -398,13 +389,8 @@ CT_TEST(allocator_caches) {
 
 CT_TEST(nccl_world1) {
     NEED_GPU();
-    ct_dist_opts o = ct_dist_default_opts();
-    o.rank = 0;
-    o.world_size = 1;
-    o.backend = "nccl";
-    o.timeout_s = 60;
     ct_pg *pg = NULL;
-    ct_status st = ct_dist_init(&o, &pg);
+    ct_status st = nccl_world1(&pg);
     CT_ASSERT(st == CT_OK || (fprintf(stderr, "%s\n", ct_last_error()), 0));
     CT_EXPECT(!strcmp(ct_pg_backend(pg), "nccl"));
     float h[1000];

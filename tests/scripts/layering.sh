@@ -18,7 +18,7 @@ declare -A header=(
     [optim.h]=optim [io.h]=io [metrics.h]=io [data.h]=data [loader.h]=data [dist.h]=distributed
     [launch.h]=distributed [ddp.h]=ddp [train.h]=train [ctrain.h]=cli)
 # the interface core gives its kernels: the op table, tape recording, the arena, the RNG
-kernel_api="core/kernel.h"
+kernel_api="core/kernel.h core/rng.h"
 # the CUDA layer (src/cuda, built with CUDA only) under the NCCL backend and `ctrain env`
 cuda_api="cuda/cuda.h cuda/check.h"
 mod_of_path() { # src/<module>/... or include/ctrain/<header>
@@ -41,11 +41,14 @@ for f in $(find src include -name '*.[ch]' | sort); do
         */*)
             im=${inc%%/*}
             [ "$im" = "$m" ] && continue
-            [ "$m" = ops ] && [[ " $kernel_api " == *" $inc "* ]] && continue
+            # ...and the optimizers (its device hooks: the fused pass on a GPU)
+            [[ "$m" = ops || "$m" = optim ]] && [[ " $kernel_api " == *" $inc "* ]] && continue
             # the CUDA kernels and the optimizers share the CPU ops' per-element math (a
             # header of inline functions); cuda's C interface is its two headers, for the
             # modules allowed to use it
             [[ "$m" = cuda || "$m" = optim ]] && [ "$inc" = ops/kmath.h ] && continue
+            # the CUDA backend fills core's device hooks and the op table's device column
+            [ "$m" = cuda ] && [[ " $kernel_api ops/op_table.h " == *" $inc "* ]] && continue
             [[ " $cuda_api " == *" $inc "* && " ${allow[$m]} " == *" cuda "* ]] && continue
             say "$f ($m) includes $inc, private to src/$im" ;;
         esac

@@ -27,13 +27,16 @@ static void check_unary(const char *name, int which) {
     const int64_t n = 4099;
     ct_tensor *x = rnd(c, 1, &n, 6.0f), *g = rnd(c, 1, &n, 1.0f);
     ct_requires_grad(x);
-    ct_tensor *y = which == 0 ? ct_gelu(c, x, false) : which == 1 ? ct_gelu(c, x, true) : ct_relu(c, x);
+    ct_tensor *y = which == 0 ? ct_gelu(c, x, false) : which == 1 ? ct_gelu(c, x, true) : which == 2 ? ct_relu(c, x)
+                 : which == 3 ? ct_tanh(c, x) : ct_sigmoid(c, x);
     ct_backward_seed(c, y, g);
     float *ky = malloc(2 * n * sizeof(float)), *kg = ky + n;
     for (int64_t i = 0; i < n; i++) {
         float xi = ct_f32(x)[i], gi = ct_f32(g)[i];
-        ky[i] = which == 0 ? ct_k_gelu(xi) : which == 1 ? ct_k_gelu_tanh(xi) : ct_k_relu(xi);
-        kg[i] = which == 0 ? ct_k_gelu_bwd(xi, gi) : which == 1 ? ct_k_gelu_tanh_bwd(xi, gi) : ct_k_relu_bwd(ky[i], gi);
+        ky[i] = which == 0 ? ct_k_gelu(xi) : which == 1 ? ct_k_gelu_tanh(xi) : which == 2 ? ct_k_relu(xi)
+              : which == 3 ? ct_k_tanh(xi) : ct_k_sigmoid(xi);
+        kg[i] = which == 0 ? ct_k_gelu_bwd(xi, gi) : which == 1 ? ct_k_gelu_tanh_bwd(xi, gi) : which == 2 ? ct_k_relu_bwd(ky[i], gi)
+              : which == 3 ? ct_k_tanh_bwd(ky[i], gi) : ct_k_sigmoid_bwd(ky[i], gi);
     }
     CT_EXPECTF(bit_diffs(ky, ct_f32(y), n) == 0, "%s forward: %lld elements differ", name, (long long)bit_diffs(ky, ct_f32(y), n));
     CT_EXPECTF(bit_diffs(kg, ct_f32(x->grad), n) == 0, "%s backward: %lld elements differ", name,
@@ -44,6 +47,9 @@ static void check_unary(const char *name, int which) {
 CT_TEST(gelu_erf_bit_equal) { check_unary("gelu", 0); }
 CT_TEST(gelu_tanh_bit_equal) { check_unary("gelu_tanh", 1); }
 CT_TEST(relu_bit_equal) { check_unary("relu", 2); }
+CT_TEST(tanh_bit_equal) { check_unary("tanh", 3); }
+
+CT_TEST(sigmoid_bit_equal) { check_unary("sigmoid", 4); }
 
 CT_TEST(layer_norm_rows) {
     ct_ctx *c;
@@ -234,6 +240,30 @@ CT_TEST(flash_attention_rows) {
     check_attention(100, 64, true);
     check_attention(77, 32, false);
     check_attention(33, 128, true);
+}
+
+/* dropout: the CPU op's mask and scale are ct_k_dropout's, forward and backward (last: the
+ * earlier tests keep their random inputs) */
+CT_TEST(dropout_bit_equal) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t n = 4099;
+    ct_tensor *x = rnd(c, 1, &n, 2.0f), *g = rnd(c, 1, &n, 1.0f);
+    ct_requires_grad(x);
+    ct_tensor *y = ct_dropout(c, x, 0.3f);
+    uint64_t key = (uint64_t)y->node->i[0];
+    ct_backward_seed(c, y, g);
+    int64_t fwd = 0, bwd = 0, dropped = 0;
+    float scale = 1.0f / (1.0f - 0.3f);
+    for (int64_t i = 0; i < n; i++) {
+        float f = ct_k_dropout(key, i, 0.3f, scale), ky = ct_f32(x)[i] * f, kg = ct_f32(g)[i] * f;
+        fwd += memcmp(&ky, ct_f32(y) + i, sizeof ky) != 0;
+        bwd += memcmp(&kg, ct_f32(x->grad) + i, sizeof kg) != 0 && !(kg == 0 && ct_f32(x->grad)[i] == 0);
+        dropped += f == 0;
+    }
+    CT_EXPECTF(fwd == 0 && bwd == 0, "dropout: %lld forward, %lld backward elements differ", (long long)fwd, (long long)bwd);
+    CT_EXPECTF(dropped > n / 5 && dropped < n * 2 / 5, "dropped %lld of %lld at p = 0.3", (long long)dropped, (long long)n);
+    ct_ctx_free(c);
 }
 
 CT_TEST_MAIN()

@@ -35,6 +35,7 @@ static void permute_heads(float *dst, const float *src, int64_t B, int64_t T, in
 }
 
 ct_tensor *ct_split_heads(ct_ctx *ctx, ct_tensor *x, int heads) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SPLIT_HEADS, .in = {x}, .i = {heads});
     CT_AUTOCAST(ctx, CT_OP_SPLIT_HEADS, 1, ((ct_tensor **[]){&x}), ct_split_heads(ctx, x, heads));
     CT_CHECK_F32("split_heads", x); CT_CHECK_CONTIG("split_heads", x);
     char sx[96];
@@ -54,6 +55,7 @@ void ct_bw_split_heads(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MERGE_HEADS, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_MERGE_HEADS, 1, ((ct_tensor **[]){&x}), ct_merge_heads(ctx, x));
     CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x);
     char sx[96];
@@ -84,6 +86,7 @@ static inline int64_t row_block(bool causal, int64_t Tq, int64_t Tk) {
 }
 
 ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
+    CT_DEV_DISPATCH(ctx, CT_OP_ATTENTION, .in = {q, k, v}, .i = {causal});
     CT_AUTOCAST(ctx, CT_OP_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) { CT_CHECK_F32("attention", in[i]); CT_CHECK_CONTIG("attention", in[i]); }

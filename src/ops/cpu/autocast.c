@@ -68,6 +68,7 @@ static unsigned bw_reads(int op) {
 
 /* ---- cast ---- */
 ct_tensor *ct_cast(ct_ctx *ctx, ct_tensor *x, ct_dtype dt) {
+    CT_DEV_DISPATCH(ctx, CT_OP_CAST, .in = {x}, .i = {dt});
     if (x->dtype == dt) return x;
     CT_CHECK(ct_dtype_is_float(x->dtype) && (dt == CT_F32 || dt == CT_BF16 || dt == CT_F16),
              "cast: %s -> %s is not a float conversion ctrain supports (f32, bf16, f16)", ct_dtype_name(x->dtype), ct_dtype_name(dt));

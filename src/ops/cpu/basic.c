@@ -3,15 +3,9 @@
 #include "ctrain/ops.h"
 
 ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_ADD, .in = {a, b});
     CT_AUTOCAST(ctx, CT_OP_ADD, 2, ((ct_tensor **[]){&a, &b}), ct_add(ctx, a, b));
-    CT_CHECK_F32("add", a); CT_CHECK_F32("add", b);
-    CT_CHECK_CONTIG("add", a); CT_CHECK_CONTIG("add", b);
-    bool ok = b->ndim <= a->ndim;
-    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
-    if (!ok) {
-        char sa[96], sb[96];
-        CT_FATAL("add: shape %s cannot broadcast to %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(a, sa, sizeof sa));
-    }
+    ct_check_add(a, b);
     ct_tensor *y = ct_new_like(ctx, a);
     int64_t n = ct_numel(a), m = ct_numel(b);
     const float *A = a->data, *B = b->data;
@@ -44,6 +38,7 @@ void ct_bw_add(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_relu(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_RELU, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_RELU, 1, ((ct_tensor **[]){&x}), ct_relu(ctx, x));
     CT_CHECK_F32("relu", x); CT_CHECK_CONTIG("relu", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -88,10 +83,12 @@ static ct_tensor *reduce_all(ct_ctx *ctx, ct_tensor *x, int op, double scale) {
     return y;
 }
 ct_tensor *ct_sum(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SUM, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_SUM, 1, ((ct_tensor **[]){&x}), ct_sum(ctx, x));
     return reduce_all(ctx, x, CT_OP_SUM, 1.0);
 }
 ct_tensor *ct_mean(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MEAN, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_MEAN, 1, ((ct_tensor **[]){&x}), ct_mean(ctx, x));
     int64_t n = ct_numel(x);
     return reduce_all(ctx, x, CT_OP_MEAN, n ? 1.0 / (double)n : 0.0);

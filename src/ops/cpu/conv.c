@@ -249,6 +249,7 @@ static int64_t chunk_of(const conv_geom *g) {
 }
 
 ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
+    CT_DEV_DISPATCH(ctx, CT_OP_CONV2D, .in = {x, w, b}, .i = {stride, padding});
     CT_AUTOCAST(ctx, CT_OP_CONV2D, 3, ((ct_tensor **[]){&x, &w, &b}), ct_conv2d(ctx, x, w, b, stride, padding));
     CT_CHECK_F32("conv2d", x); CT_CHECK_F32("conv2d", w);
     CT_CHECK_CONTIG("conv2d", x); CT_CHECK_CONTIG("conv2d", w);
@@ -555,10 +556,12 @@ static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int st
 }
 
 ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MAX_POOL2D, .in = {x}, .i = {kernel, stride, padding});
     CT_AUTOCAST(ctx, CT_OP_MAX_POOL2D, 1, ((ct_tensor **[]){&x}), ct_max_pool2d(ctx, x, kernel, stride, padding));
     return max_pool(ctx, CT_OP_MAX_POOL2D, x, kernel, stride, padding);
 }
 ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
+    CT_DEV_DISPATCH(ctx, CT_OP_RELU_MAX_POOL2D, .in = {x}, .i = {kernel, stride, padding});
     CT_AUTOCAST(ctx, CT_OP_RELU_MAX_POOL2D, 1, ((ct_tensor **[]){&x}),
                 ct_relu_max_pool2d(ctx, x, kernel, stride, padding));
     return max_pool(ctx, CT_OP_RELU_MAX_POOL2D, x, kernel, stride, padding);
@@ -632,6 +635,7 @@ void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }
 void ct_bw_relu_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, true); }
 
 ct_tensor *ct_avg_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding) {
+    CT_DEV_DISPATCH(ctx, CT_OP_AVG_POOL2D, .in = {x}, .i = {kernel, stride, padding});
     CT_AUTOCAST(ctx, CT_OP_AVG_POOL2D, 1, ((ct_tensor **[]){&x}), ct_avg_pool2d(ctx, x, kernel, stride, padding));
     pool_geom g = pool_setup("avg_pool2d", x, kernel, stride, padding);
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.C, g.OH, g.OW});

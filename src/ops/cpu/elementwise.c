@@ -20,6 +20,7 @@ static void check_unary(const char *op, const ct_tensor *x) {
 
 /* ---- mul ---- */
 ct_tensor *ct_mul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MUL, .in = {a, b});
     CT_AUTOCAST(ctx, CT_OP_MUL, 2, ((ct_tensor **[]){&a, &b}), ct_mul(ctx, a, b));
     check_unary("mul", a); check_unary("mul", b);
     CT_CHECK_SAME_SHAPE("mul", a, b);
@@ -48,6 +49,7 @@ void ct_bw_mul(ct_ctx *ctx, ct_node *n) {
 
 /* ---- scale ---- */
 ct_tensor *ct_scale(ct_ctx *ctx, ct_tensor *a, float s) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SCALE, .in = {a}, .f = {s});
     CT_AUTOCAST(ctx, CT_OP_SCALE, 1, ((ct_tensor **[]){&a}), ct_scale(ctx, a, s));
     check_unary("scale", a);
     ct_tensor *y = ct_new_like(ctx, a);
@@ -72,6 +74,7 @@ void ct_bw_scale(ct_ctx *ctx, ct_node *n) {
 
 /* ---- bias_add: x [N, C, ...] + b[C] ---- */
 ct_tensor *ct_bias_add(ct_ctx *ctx, ct_tensor *x, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_BIAS_ADD, .in = {x, b});
     CT_AUTOCAST(ctx, CT_OP_BIAS_ADD, 2, ((ct_tensor **[]){&x, &b}), ct_bias_add(ctx, x, b));
     check_unary("bias_add", x); check_unary("bias_add", b);
     if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
@@ -126,6 +129,7 @@ void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
 #define GELU_C 0.044715f
 
 ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
+    CT_DEV_DISPATCH(ctx, CT_OP_GELU, .in = {x}, .i = {tanh_approx});
     CT_AUTOCAST(ctx, CT_OP_GELU, 1, ((ct_tensor **[]){&x}), ct_gelu(ctx, x, tanh_approx));
     check_unary("gelu", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -171,6 +175,7 @@ void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
 
 /* ---- tanh, sigmoid: backward from the saved output ---- */
 ct_tensor *ct_tanh(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_TANH, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_TANH, 1, ((ct_tensor **[]){&x}), ct_tanh(ctx, x));
     check_unary("tanh", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -178,7 +183,7 @@ ct_tensor *ct_tanh(ct_ctx *ctx, ct_tensor *x) {
     const float *X = x->data;
     float *Y = y->data;
 #pragma omp parallel for simd if (n >= PAR_EXP)
-    for (int64_t i = 0; i < n; i++) Y[i] = ct_vtanhf(X[i]);
+    for (int64_t i = 0; i < n; i++) Y[i] = ct_k_tanh(X[i]);
     ct_record(ctx, CT_OP_TANH, y, 1, &x);
     return y;
 }
@@ -188,10 +193,11 @@ void ct_bw_tanh(ct_ctx *ctx, ct_node *n) {
     int64_t N = ct_numel(n->out);
     const float *g = n->out->grad->data, *Y = n->out->data;
 #pragma omp parallel for simd if (N >= PAR_CHEAP)
-    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * (1.0f - Y[i] * Y[i]);
+    for (int64_t i = 0; i < N; i++) gx[i] += ct_k_tanh_bwd(Y[i], g[i]);
 }
 
 ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SIGMOID, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_SIGMOID, 1, ((ct_tensor **[]){&x}), ct_sigmoid(ctx, x));
     check_unary("sigmoid", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -199,7 +205,7 @@ ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x) {
     const float *X = x->data;
     float *Y = y->data;
 #pragma omp parallel for simd if (n >= PAR_EXP)
-    for (int64_t i = 0; i < n; i++) Y[i] = 1.0f / (1.0f + ct_vexpf(-X[i]));
+    for (int64_t i = 0; i < n; i++) Y[i] = ct_k_sigmoid(X[i]);
     ct_record(ctx, CT_OP_SIGMOID, y, 1, &x);
     return y;
 }
@@ -209,20 +215,18 @@ void ct_bw_sigmoid(ct_ctx *ctx, ct_node *n) {
     int64_t N = ct_numel(n->out);
     const float *g = n->out->grad->data, *Y = n->out->data;
 #pragma omp parallel for simd if (N >= PAR_CHEAP)
-    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * Y[i] * (1.0f - Y[i]);
+    for (int64_t i = 0; i < N; i++) gx[i] += ct_k_sigmoid_bwd(Y[i], g[i]);
 }
 
 /* ---- dropout ----
  * Element i is kept when u(key, i) >= p, u uniform in [0,1) with 24 bits. The key comes
  * from (seed, step, call number in the step), so the mask is a pure function of the
  * element index; backward regenerates it from the saved key instead of storing it. */
-static inline float dropout_factor(uint64_t key, int64_t i, float p, float scale) {
-    return ct_rand_uniform(key, (uint64_t)i) >= p ? scale : 0.0f;
-}
 
 ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
     CT_CHECK(p >= 0.0f && p <= 1.0f, "dropout: probability %g outside [0, 1]", (double)p);
-    if (!ct_ctx_training(ctx) || p == 0.0f) return x; /* any dtype: nothing to compute */
+    if (!ct_ctx_training(ctx) || p == 0.0f) return x; /* any dtype and device: nothing to compute */
+    CT_DEV_DISPATCH(ctx, CT_OP_DROPOUT, .in = {x}, .f = {p});
     CT_AUTOCAST(ctx, CT_OP_DROPOUT, 1, ((ct_tensor **[]){&x}), ct_dropout(ctx, x, p));
     check_unary("dropout", x);
     uint64_t key = ct_ctx_dropout_key(ctx);
@@ -232,7 +236,7 @@ ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p) {
     const float *X = x->data;
     float *Y = y->data;
 #pragma omp parallel for simd if (n >= PAR_EXP)
-    for (int64_t i = 0; i < n; i++) Y[i] = X[i] * dropout_factor(key, i, p, scale);
+    for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_k_dropout(key, i, p, scale);
     ct_node *nd = ct_record(ctx, CT_OP_DROPOUT, y, 1, &x);
     if (nd) { nd->i[0] = (int64_t)key; nd->f[0] = p; nd->f[1] = scale; }
     return y;
@@ -245,5 +249,5 @@ void ct_bw_dropout(ct_ctx *ctx, ct_node *n) {
     uint64_t key = (uint64_t)n->i[0];
     float p = (float)n->f[0], scale = (float)n->f[1];
 #pragma omp parallel for simd if (N >= PAR_EXP)
-    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * dropout_factor(key, i, p, scale);
+    for (int64_t i = 0; i < N; i++) gx[i] += g[i] * ct_k_dropout(key, i, p, scale);
 }

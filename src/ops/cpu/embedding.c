@@ -12,6 +12,7 @@ static inline int64_t idx_at(const ct_tensor *t, int64_t r) {
 }
 
 ct_tensor *ct_embedding(ct_ctx *ctx, ct_tensor *w, ct_tensor *idx) {
+    CT_DEV_DISPATCH(ctx, CT_OP_EMBEDDING, .in = {w, idx});
     CT_AUTOCAST(ctx, CT_OP_EMBEDDING, 1, ((ct_tensor **[]){&w}), ct_embedding(ctx, w, idx));
     char sw[96], si[96];
     CT_CHECK_F32("embedding", w); CT_CHECK_CONTIG("embedding", w); CT_CHECK_CONTIG("embedding", idx);

@@ -85,6 +85,7 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
 }
 
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
+    CT_DEV_DISPATCH(ctx, CT_OP_FLASH_ATTENTION, .in = {q, k, v}, .i = {causal});
     CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_flash_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) { CT_CHECK_F32("flash_attention", in[i]); CT_CHECK_CONTIG("flash_attention", in[i]); }

@@ -41,21 +41,12 @@ static void check_operand(ct_ctx *ctx, const char *op, const ct_tensor *t) {
 }
 
 ct_tensor *ct_matmul(ct_ctx *ctx, ct_tensor *a, ct_tensor *b, bool ta, bool tb) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MATMUL, .in = {a, b}, .i = {ta, tb});
     CT_AUTOCAST(ctx, CT_OP_MATMUL, 2, ((ct_tensor **[]){&a, &b}), ct_matmul(ctx, a, b, ta, tb));
     check_operand(ctx, "matmul", a);
     check_operand(ctx, "matmul", b);
-    CT_CHECK_CONTIG("matmul", a);
-    CT_CHECK_CONTIG("matmul", b);
-    char sa[96], sb[96];
-    if (!((a->ndim == 2 && b->ndim == 2) || (a->ndim == 3 && b->ndim == 3 && a->shape[0] == b->shape[0])))
-        CT_FATAL("matmul: need two 2-d or two 3-d (same batch) tensors, got %s and %s", ct_shape_str(a, sa, sizeof sa), ct_shape_str(b, sb, sizeof sb));
-    int r = a->ndim - 2;
-    int64_t batch = a->ndim == 3 ? a->shape[0] : 1;
-    int64_t M = ta ? a->shape[r + 1] : a->shape[r], Ka = ta ? a->shape[r] : a->shape[r + 1];
-    int64_t Kb = tb ? b->shape[r + 1] : b->shape[r], N = tb ? b->shape[r] : b->shape[r + 1];
-    if (Ka != Kb)
-        CT_FATAL("matmul: inner dimensions differ (%lld vs %lld): %s%s @ %s%s", (long long)Ka, (long long)Kb,
-                 ct_shape_str(a, sa, sizeof sa), ta ? "^T" : "", ct_shape_str(b, sb, sizeof sb), tb ? "^T" : "");
+    int64_t M, N, Ka, batch;
+    ct_check_matmul(a, b, ta, tb, &M, &N, &Ka, &batch);
     int64_t shape[3] = {batch, M, N};
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
     ct_tensor *c = ct_new(ctx, CT_F32, a->ndim, a->ndim == 3 ? shape : shape + 1);
@@ -88,18 +79,12 @@ void ct_bw_matmul(ct_ctx *ctx, ct_node *n) {
 }
 
 ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_LINEAR, .in = {x, w, b});
     CT_AUTOCAST(ctx, CT_OP_LINEAR, 3, ((ct_tensor **[]){&x, &w, &b}), ct_linear(ctx, x, w, b));
     check_operand(ctx, "linear", x);
     check_operand(ctx, "linear", w);
-    CT_CHECK_CONTIG("linear", x);
-    char sx[96], sw[96];
-    int64_t in = x->shape[x->ndim - 1];
-    if (w->ndim != 2 || w->shape[1] != in || x->ndim < 1)
-        CT_FATAL("linear: input %s does not match weight %s", ct_shape_str(x, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
-    int64_t out = w->shape[0], rows = ct_numel(x) / (in ? in : 1);
-    if (in == 0) rows = 0;
-    if (b && (b->ndim != 1 || b->shape[0] != out))
-        CT_FATAL("linear: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+    int64_t rows, in, out;
+    ct_check_linear(x, w, b, &rows, &in, &out);
     int64_t shape[CT_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out;

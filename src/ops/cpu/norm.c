@@ -20,6 +20,7 @@ static void check_affine(const char *what, const ct_tensor *p, const ct_tensor *
 }
 
 ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps) {
+    CT_DEV_DISPATCH(ctx, CT_OP_LAYER_NORM, .in = {x, w, b}, .f = {eps});
     CT_AUTOCAST(ctx, CT_OP_LAYER_NORM, 3, ((ct_tensor **[]){&x, &w, &b}), ct_layer_norm(ctx, x, w, b, eps));
     CT_CHECK_F32("layer_norm", x); CT_CHECK_CONTIG("layer_norm", x);
     CT_CHECK(x->ndim >= 1, "layer_norm: input must have at least one dim");

@@ -19,6 +19,7 @@ static inline float row_max(const float *x, int64_t D) {
 
 /* ---- softmax ---- */
 ct_tensor *ct_softmax(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SOFTMAX, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_SOFTMAX, 1, ((ct_tensor **[]){&x}), ct_softmax(ctx, x));
     CT_CHECK_F32("softmax", x); CT_CHECK_CONTIG("softmax", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -59,6 +60,7 @@ void ct_bw_softmax(ct_ctx *ctx, ct_node *n) {
 
 /* ---- log_softmax ---- */
 ct_tensor *ct_log_softmax(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_LOG_SOFTMAX, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_LOG_SOFTMAX, 1, ((ct_tensor **[]){&x}), ct_log_softmax(ctx, x));
     CT_CHECK_F32("log_softmax", x); CT_CHECK_CONTIG("log_softmax", x);
     ct_tensor *y = ct_new_like(ctx, x);
@@ -101,6 +103,7 @@ static inline int64_t target_at(const ct_tensor *t, int64_t r) {
 }
 
 ct_tensor *ct_cross_entropy(ct_ctx *ctx, ct_tensor *logits, ct_tensor *target, int64_t ignore_index) {
+    CT_DEV_DISPATCH(ctx, CT_OP_CROSS_ENTROPY, .in = {logits, target}, .i = {ignore_index});
     CT_AUTOCAST(ctx, CT_OP_CROSS_ENTROPY, 1, ((ct_tensor **[]){&logits}), ct_cross_entropy(ctx, logits, target, ignore_index));
     CT_CHECK_F32("cross_entropy", logits); CT_CHECK_CONTIG("cross_entropy", logits);
     CT_CHECK_CONTIG("cross_entropy", target);
@@ -165,6 +168,7 @@ void ct_bw_cross_entropy(ct_ctx *ctx, ct_node *n) {
 
 /* ---- mse_loss (mean) ---- */
 ct_tensor *ct_mse_loss(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    CT_DEV_DISPATCH(ctx, CT_OP_MSE_LOSS, .in = {a, b});
     CT_AUTOCAST(ctx, CT_OP_MSE_LOSS, 2, ((ct_tensor **[]){&a, &b}), ct_mse_loss(ctx, a, b));
     CT_CHECK_F32("mse_loss", a); CT_CHECK_F32("mse_loss", b);
     CT_CHECK_CONTIG("mse_loss", a); CT_CHECK_CONTIG("mse_loss", b);

@@ -84,6 +84,7 @@ static ct_tensor *view_of(ct_ctx *ctx, ct_tensor *x) {
 
 ct_tensor *ct_contiguous(ct_ctx *ctx, ct_tensor *x) {
     if (ct_is_contiguous(x)) return x;
+    CT_DEV_DISPATCH(ctx, CT_OP_CONTIGUOUS, .in = {x});
     ct_tensor *y = ct_new(ctx, x->dtype, x->ndim, x->shape);
     strided_copy(y->data, x->data, x->shape, x->stride, x->ndim, ct_dtype_size(x->dtype));
     ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);

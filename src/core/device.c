@@ -1,0 +1,135 @@
+/* Devices: the registry of device backends (src/cuda registers itself when built), device
+ * memory of a step, copies between host and device, and the context's sticky failure.
+ * Activations on a device cannot sit in the host arena; they come from the backend's
+ * caching allocator and go back to it at ct_ctx_reset, so a steady training loop does not
+ * allocate from the driver. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx_internal.h"
+#include "core/kernel.h"
+
+static const ct_device_hooks *backends[CT_DEV_TYPES];
+
+void ct_device_register(ct_device_type type, const ct_device_hooks *h) {
+    CT_CHECK(type > CT_DEV_CPU && type < CT_DEV_TYPES, "ct_device_register: bad device type %d", (int)type);
+    backends[type] = h;
+}
+
+ct_status ct_device_parse(const char *s, ct_device *out) {
+    *out = CT_CPU;
+    if (!s) return ct_error(CT_ERR_INVALID, "device: NULL name");
+    if (!strcmp(s, "cpu")) return CT_OK;
+    if (!strcmp(s, "cuda")) { *out = CT_CUDA(0); return CT_OK; }
+    if (!strncmp(s, "cuda:", 5) && s[5] >= '0' && s[5] <= '9') {
+        char *end;
+        long i = strtol(s + 5, &end, 10);
+        if (*end == '\0' && i < 1024) { *out = CT_CUDA((int)i); return CT_OK; }
+    }
+    return ct_error(CT_ERR_INVALID, "device '%s': expected cpu, cuda or cuda:N", s);
+}
+
+const char *ct_device_str(ct_device d, char *buf, size_t n) {
+    if (d.type == CT_DEV_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "cuda:%d", d.index);
+    return buf;
+}
+
+const ct_device_hooks *ct_device_hooks_get(ct_device d, const char *op) {
+    char b[32];
+    if (d.type <= CT_DEV_CPU || d.type >= CT_DEV_TYPES || !backends[d.type]) {
+        ct_error(CT_ERR_UNSUPPORTED, "%s on %s: this build of ctrain has no CUDA support (built without nvcc)", op,
+                 ct_device_str(d, b, sizeof b));
+        return NULL;
+    }
+    return backends[d.type];
+}
+
+ct_status ct_device_count(ct_device_type type, int *n) {
+    *n = type == CT_DEV_CPU ? 1 : 0;
+    if (type == CT_DEV_CPU) return CT_OK;
+    const ct_device_hooks *h = ct_device_hooks_get((ct_device){type, 0}, "device count");
+    return h ? h->count(n) : CT_ERR_UNSUPPORTED;
+}
+
+ct_status ct_device_sync(ct_device d) {
+    if (d.type == CT_DEV_CPU) return CT_OK;
+    const ct_device_hooks *h = ct_device_hooks_get(d, "device sync");
+    return h ? h->sync(d.index) : CT_ERR_UNSUPPORTED;
+}
+
+ct_status ct_ctx_fail(ct_ctx *c, ct_status st) {
+    if (st != CT_OK && c->dev_status == CT_OK) c->dev_status = st;
+    return st;
+}
+ct_status ct_ctx_status(const ct_ctx *c) { return c->dev_status; }
+
+void *ct_ctx_dev_alloc(ct_ctx *c, ct_device d, size_t bytes, const char *op) {
+    if (c->dev_status != CT_OK) return NULL;
+    const ct_device_hooks *h = ct_device_hooks_get(d, op);
+    if (!h) { ct_ctx_fail(c, CT_ERR_UNSUPPORTED); return NULL; }
+    if (c->dev_n == c->dev_cap) {
+        int cap = c->dev_cap ? 2 * c->dev_cap : 256;
+        void *nb = realloc(c->dev_bufs, (size_t)cap * sizeof *c->dev_bufs);
+        if (!nb) { ct_ctx_fail(c, ct_error(CT_ERR_NOMEM, "%s: out of host memory listing device buffers", op)); return NULL; }
+        c->dev_bufs = nb;
+        c->dev_cap = cap;
+    }
+    void *p = NULL;
+    ct_status st = h->alloc(d.index, bytes ? bytes : 1, &p);
+    if (st != CT_OK) { ct_ctx_fail(c, st); return NULL; }
+    c->dev_bufs[c->dev_n].p = p;
+    c->dev_bufs[c->dev_n].type = d.type;
+    c->dev_n++;
+    return p;
+}
+
+void ct_ctx_dev_release_(ct_ctx *c) {
+    /* blocks go back to the caching allocator in stream order: the next step's kernels,
+     * queued on the same stream, run after the last use of this one's */
+    for (int i = 0; i < c->dev_n; i++) backends[c->dev_bufs[i].type]->free(c->dev_bufs[i].p);
+    c->dev_n = 0;
+    c->dev_status = CT_OK;
+}
+
+ct_tensor *ct_new_on(ct_ctx *c, ct_device d, ct_dtype dt, int ndim, const int64_t *shape, const char *op) {
+    if (d.type == CT_DEV_CPU) return ct_new(c, dt, ndim, shape);
+    ct_tensor *t = ct_wrap(c, dt, NULL, ndim, shape);
+    t->device = d;
+    t->data = ct_ctx_dev_alloc(c, d, ct_nbytes(t), op);
+    return t;
+}
+
+ct_status ct_tensor_to(ct_ctx *c, const ct_tensor *t, ct_device dev, ct_tensor **out) {
+    *out = NULL;
+    char b1[32], b2[32];
+    if (!ct_is_contiguous(t)) return ct_error(CT_ERR_INVALID, "ct_tensor_to: tensor is not contiguous (use ct_contiguous)");
+    if (ct_device_eq(t->device, dev)) { *out = (ct_tensor *)t; return CT_OK; }
+    if (t->device.type != CT_DEV_CPU && dev.type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "ct_tensor_to: %s to %s: copies between devices are not supported",
+                        ct_device_str(t->device, b1, sizeof b1), ct_device_str(dev, b2, sizeof b2));
+    ct_device gpu = dev.type == CT_DEV_CPU ? t->device : dev;
+    const ct_device_hooks *h = ct_device_hooks_get(gpu, "ct_tensor_to");
+    if (!h) return CT_ERR_UNSUPPORTED;
+    if (c->dev_status != CT_OK) return c->dev_status;
+    if (!t->data && ct_nbytes(t)) return ct_error(CT_ERR_INVALID, "ct_tensor_to: a placeholder of a failed device op has no data");
+    ct_tensor *y = ct_new_on(c, dev, t->dtype, t->ndim, t->shape, "ct_tensor_to");
+    if (c->dev_status != CT_OK) return c->dev_status;
+    ct_status st = h->copy(gpu.index, y->data, t->data, ct_nbytes(t), dev.type == CT_DEV_CPU ? CT_COPY_D2H : CT_COPY_H2D);
+    if (st != CT_OK) return st;
+    *out = y;
+    return CT_OK;
+}
+
+/* ct_item of a device tensor: one element copied back (waits for the device) */
+bool ct_device_item_(const ct_tensor *t, double *v) {
+    if (t->device.type == CT_DEV_CPU) return false;
+    *v = NAN;
+    const ct_device_hooks *h = t->data ? ct_device_hooks_get(t->device, "ct_item") : NULL;
+    char buf[16];
+    if (h && h->copy(t->device.index, buf, t->data, ct_dtype_size(t->dtype), CT_COPY_D2H) == CT_OK)
+        ct_convert(v, CT_F64, buf, t->dtype, 1);
+    return true;
+}

@@ -1,0 +1,89 @@
+/* The CUDA backend of core's device layer: streams per device, the device hooks (memory
+ * from the caching allocator, copies and fills on the compute stream), and registration
+ * with core and the op table when the program starts. Registering calls nothing in the
+ * CUDA runtime, so a CPU-only run of the same binary never loads a GPU or needs a driver.
+ * Static links keep this object through `-Wl,-u,ct_cuda_register` (Makefile, ctrain.pc). */
+#include <pthread.h>
+
+#include "core/kernel.h"
+#include "cuda/check.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_internal.h"
+
+#define MAX_DEV 64
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t streams[MAX_DEV][2];
+
+ct_status ct_cuda_stream(int dev, ct_cuda_stream_kind kind, cudaStream_t *out) {
+    *out = NULL;
+    if (dev < 0 || dev >= MAX_DEV) return ct_error(CT_ERR_INVALID, "cuda stream: device %d out of range", dev);
+    pthread_mutex_lock(&mu);
+    ct_status st = CT_OK;
+    if (!streams[dev][kind]) {
+        int prev = 0;
+        st = CT_GPU_CHECK(cuda, "stream", cudaGetDevice(&prev));
+        if (st == CT_OK) st = CT_GPU_CHECK(cuda, "stream", cudaSetDevice(dev));
+        if (st == CT_OK) st = CT_GPU_CHECK(cuda, "stream", cudaStreamCreateWithFlags(&streams[dev][kind], cudaStreamNonBlocking));
+        if (st == CT_OK) (void)cudaSetDevice(prev);
+    }
+    *out = streams[dev][kind];
+    pthread_mutex_unlock(&mu);
+    return st;
+}
+
+static ct_status compute(int dev, const char *op, cudaStream_t *s) {
+    CT_GPU_TRY(cuda, op, cudaSetDevice(dev));
+    return ct_cuda_stream(dev, CT_CUDA_COMPUTE, s);
+}
+
+static ct_status h_copy(int dev, void *dst, const void *src, size_t bytes, ct_copy_kind kind) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "copy", &s);
+    if (st != CT_OK || bytes == 0) return st;
+    enum cudaMemcpyKind k = kind == CT_COPY_H2D ? cudaMemcpyHostToDevice : kind == CT_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                                                               : cudaMemcpyDeviceToDevice;
+    CT_GPU_TRY(cuda, "copy", cudaMemcpyAsync(dst, src, bytes, k, s));
+    /* the host reads what it asked for: wait (host-to-device from pageable memory is staged
+     * before the call returns, so the caller's buffer may be reused at once) */
+    if (kind == CT_COPY_D2H) CT_GPU_TRY(cuda, "copy to host", cudaStreamSynchronize(s));
+    return CT_OK;
+}
+
+static ct_status h_zero(int dev, void *p, size_t bytes) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "zero", &s);
+    if (st != CT_OK || bytes == 0) return st;
+    return CT_GPU_CHECK(cuda, "zero", cudaMemsetAsync(p, 0, bytes, s));
+}
+
+static ct_status h_sync(int dev) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "sync", &s);
+    return st != CT_OK ? st : CT_GPU_CHECK(cuda, "sync", cudaStreamSynchronize(s));
+}
+
+static ct_status h_optim(int dev, ct_device_optim kind, const void *k, float *p, const float *g, float *s0, float *s1,
+                         float *s2, int64_t n) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "optimizer", &s);
+    if (st != CT_OK || n == 0) return st;
+    return kind == CT_DEV_OPTIM_SGD ? ct_cuda_sgd(s, k, p, g, s0, n) : ct_cuda_adamw(s, k, p, g, s0, s1, s2, n);
+}
+
+static const ct_device_hooks hooks = {
+    .count = ct_cuda_device_count,
+    .alloc = ct_cuda_alloc,
+    .free = ct_cuda_free,
+    .copy = h_copy,
+    .zero = h_zero,
+    .sync = h_sync,
+    .optim = h_optim,
+};
+
+void ct_cuda_register(void) {
+    ct_device_register(CT_DEV_CUDA, &hooks);
+    ct_cuda_register_ops_();
+}
+
+__attribute__((constructor)) static void register_at_start(void) { ct_cuda_register(); }

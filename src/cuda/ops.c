@@ -1,0 +1,569 @@
+/* The op table's device column for CUDA: forwards and backwards of the ops that have
+ * kernels here (linear, matmul, add, mul, relu, gelu, tanh, sigmoid, dropout, scale, sum, mean,
+ * cross-entropy, layer norm,
+ * embedding, flash attention, contiguous, split/merge heads, and the backwards of the
+ * views reshape, transpose and slice). Each checks shapes like its CPU op,
+ * launches on the device's compute stream and records the same node fields; a failed call
+ * fails the context (ct_ctx_status) and the op returns a placeholder. The autograd walk is
+ * core's: these are rows of the same table, not a second engine.
+ *
+ * Gradients: GEMMs accumulate into an existing gradient with beta = 1; kernels that write
+ * their result (dx =) write a fresh gradient directly, otherwise a scratch buffer that is
+ * then added. Scratch lives until ct_ctx_reset (like the step's activations). */
+#include <string.h>
+
+#include "core/kernel.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_internal.h"
+#include "ops/op_table.h"
+
+typedef struct {
+    ct_ctx *ctx;
+    ct_device dev;
+    cudaStream_t s;
+} run;
+
+/* false when the context has failed already or the device cannot be used */
+static bool begin(ct_ctx *ctx, ct_device d, const char *op, run *r) {
+    r->ctx = ctx;
+    r->dev = d;
+    r->s = NULL;
+    if (ct_ctx_status(ctx) != CT_OK) return false;
+    ct_status st = ct_cuda_set_device(d.index, op);
+    if (st == CT_OK) st = ct_cuda_stream(d.index, CT_CUDA_COMPUTE, &r->s);
+    return ct_ctx_fail(ctx, st) == CT_OK;
+}
+static bool ok(run *r, ct_status st) { return ct_ctx_fail(r->ctx, st) == CT_OK; }
+
+static ct_tensor *out_like(run *r, const ct_tensor *x, int ndim, const int64_t *shape, const char *op) {
+    return ct_new_on(r->ctx, r->dev, CT_F32, ndim, shape ? shape : x->shape, op);
+}
+static float *scratch(run *r, int64_t n, const char *op) {
+    return ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * sizeof(float), op);
+}
+
+/* row-major GEMM on cuBLASLt (f32, no TF32): C = op(A) op(B) + beta C */
+static bool gemm(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, const float *A, const float *B,
+                 float *C, float beta, const float *bias) {
+    if (M == 0 || N == 0) return true;
+    ct_cuda_gemm_desc d = {.dt = CT_CUDA_F32, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch, .alpha = 1.0f,
+                           .beta = beta, .epi = bias ? CT_GEMM_EPI_BIAS : CT_GEMM_EPI_NONE, .bias = bias};
+    return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, C));
+}
+
+/* ---- gradient accumulation ---- */
+/* Where a kernel that writes (dx =) puts t's gradient: t's fresh buffer, or scratch added
+ * by acc_end. NULL: t needs none (or the context failed). */
+static float *acc_begin(run *r, ct_tensor *t, bool *direct) {
+    bool fresh;
+    *direct = false;
+    float *g = ct_grad_acc_fresh(r->ctx, t, &fresh);
+    if (!g) return NULL;
+    if (fresh) { *direct = true; return g; }
+    return scratch(r, ct_numel(t), "backward");
+}
+static void acc_end(run *r, ct_tensor *t, float *w, bool direct) {
+    int64_t n = ct_numel(t);
+    if (w && !direct && n > 0) ok(r, ct_cuda_add(r->s, t->grad->data, w, t->grad->data, n, n));
+}
+/* t.grad += g (same number of elements) */
+static void acc_add(run *r, ct_tensor *t, const float *g) {
+    bool fresh;
+    float *gt = ct_grad_acc_fresh(r->ctx, t, &fresh);
+    int64_t n = ct_numel(t);
+    if (!gt || n == 0) return;
+    ok(r, fresh ? ct_cuda_scale(r->s, g, 1.0f, gt, n) : ct_cuda_add(r->s, gt, g, gt, n, n));
+}
+/* t.grad [cols] += column sums of g [rows, cols]: a GEMM with a row of ones */
+static void acc_colsum(run *r, ct_tensor *t, const float *g, int64_t rows, int64_t cols) {
+    bool fresh;
+    float *gt = ct_grad_acc_fresh(r->ctx, t, &fresh);
+    if (!gt || cols == 0) return;
+    float *ones = scratch(r, rows, "backward");
+    if (!ones || !ok(r, ct_cuda_fill(r->s, ones, 1.0f, rows))) return;
+    gemm(r, false, false, 1, cols, rows, 1, ones, g, gt, fresh ? 0.0f : 1.0f, NULL);
+}
+
+/* ---- linear: y = x W^T + b ---- */
+static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+    int64_t rows, in, out, shape[CT_MAX_DIMS];
+    CT_CHECK_F32("linear", x);
+    CT_CHECK_F32("linear", w);
+    ct_check_linear(x, w, b, &rows, &in, &out);
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = out;
+    run r;
+    bool go = begin(ctx, x->device, "linear", &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, shape, "linear");
+    if (go && y->data) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
+    ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
+    if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
+    return y;
+}
+static void bw_linear(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "linear backward", &r)) return;
+    int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
+    const float *dY = n->out->grad->data;
+    bool fx, fw;
+    float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
+    if (dX) gemm(&r, false, false, rows, in, out, 1, dY, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
+    if (dW) gemm(&r, true, false, out, in, rows, 1, dY, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
+    if (n->nin > 2) acc_colsum(&r, n->in[2], dY, rows, out);
+}
+
+/* ---- matmul: two 2-d, or two 3-d with the same batch (as the CPU op) ---- */
+static ct_tensor *fwd_matmul(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *A = a->in[0], *B = a->in[1];
+    bool ta = a->i[0], tb = a->i[1];
+    int64_t M, N, K, batch;
+    CT_CHECK_F32("matmul", A);
+    CT_CHECK_F32("matmul", B);
+    ct_check_matmul(A, B, ta, tb, &M, &N, &K, &batch);
+    int64_t shape[3] = {batch, M, N};
+    run r;
+    bool go = begin(ctx, A->device, "matmul", &r);
+    ct_tensor *c = out_like(&r, A, A->ndim, A->ndim == 3 ? shape : shape + 1, "matmul");
+    if (go && c->data) gemm(&r, ta, tb, M, N, K, batch, A->data, B->data, c->data, 0.0f, NULL);
+    ct_node *n = ct_record(ctx, CT_OP_MATMUL, c, 2, (ct_tensor *[]){A, B});
+    if (n) { n->i[0] = ta; n->i[1] = tb; n->i[2] = M; n->i[3] = N; n->i[4] = K; n->i[5] = batch; }
+    return c;
+}
+static void bw_matmul(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "matmul backward", &r)) return;
+    bool ta = n->i[0], tb = n->i[1], fa, fb;
+    int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
+    const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
+    float *dA = ct_grad_acc_fresh(ctx, n->in[0], &fa), *dB = ct_grad_acc_fresh(ctx, n->in[1], &fb);
+    if (dA) { /* the CPU op's formulas (src/ops/cpu/gemm.c), batched */
+        if (!ta) gemm(&r, false, !tb, M, K, N, batch, dC, B, dA, fa ? 0.0f : 1.0f, NULL);
+        else gemm(&r, tb, true, K, M, N, batch, B, dC, dA, fa ? 0.0f : 1.0f, NULL);
+    }
+    if (dB) {
+        if (!tb) gemm(&r, !ta, false, K, N, M, batch, A, dC, dB, fb ? 0.0f : 1.0f, NULL);
+        else gemm(&r, true, ta, N, K, M, batch, dC, A, dB, fb ? 0.0f : 1.0f, NULL);
+    }
+}
+
+/* y = x + b (b repeating over x's leading dims) or x * b (same shapes), recorded as op */
+static ct_tensor *binary(ct_ctx *ctx, ct_tensor *x, ct_tensor *b, int op, const char *name) {
+    run r;
+    bool go = begin(ctx, x->device, name, &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, NULL, name);
+    int64_t n = ct_numel(x);
+    if (go && y->data && n > 0)
+        ok(&r, op == CT_OP_ADD ? ct_cuda_add(r.s, x->data, b->data, y->data, n, ct_numel(b))
+                               : ct_cuda_mul(r.s, x->data, b->data, y->data, n));
+    ct_record(ctx, op, y, 2, (ct_tensor *[]){x, b});
+    return y;
+}
+
+/* ---- add with trailing broadcast ---- */
+static ct_tensor *fwd_add(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *b = a->in[1];
+    ct_check_add(x, b);
+    return binary(ctx, x, b, CT_OP_ADD, "add");
+}
+static void bw_add(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "add backward", &r)) return;
+    const float *g = n->out->grad->data;
+    int64_t N = ct_numel(n->out), m = ct_numel(n->in[1]);
+    acc_add(&r, n->in[0], g);
+    if (m == N) acc_add(&r, n->in[1], g);
+    else if (m > 0) acc_colsum(&r, n->in[1], g, N / m, m);
+}
+
+/* ---- relu, gelu, scale ---- */
+static ct_tensor *unary(ct_ctx *ctx, const ct_op_args *a, int op, const char *name) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK_F32(name, x); CT_CHECK_CONTIG(name, x);
+    run r;
+    bool go = begin(ctx, x->device, name, &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, NULL, name);
+    int64_t n = ct_numel(x);
+    if (go && y->data) {
+        if (op == CT_OP_RELU) ok(&r, ct_cuda_relu(r.s, x->data, y->data, n));
+        else if (op == CT_OP_GELU) ok(&r, ct_cuda_gelu(r.s, x->data, y->data, n, a->i[0] != 0));
+        else if (op == CT_OP_TANH || op == CT_OP_SIGMOID) ok(&r, ct_cuda_tanh(r.s, x->data, y->data, n, op == CT_OP_SIGMOID));
+        else ok(&r, ct_cuda_scale(r.s, x->data, (float)a->f[0], y->data, n));
+    }
+    ct_node *nd = ct_record(ctx, op, y, 1, &x);
+    if (nd) { nd->i[0] = a->i[0]; nd->f[0] = a->f[0]; }
+    return y;
+}
+static ct_tensor *fwd_relu(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_RELU, "relu"); }
+static ct_tensor *fwd_gelu(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_GELU, "gelu"); }
+static ct_tensor *fwd_scale(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SCALE, "scale"); }
+static ct_tensor *fwd_tanh(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_TANH, "tanh"); }
+static ct_tensor *fwd_sigmoid(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SIGMOID, "sigmoid"); }
+static void bw_unary(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, n->op->name, &r)) return;
+    bool direct;
+    ct_tensor *x = n->in[0];
+    float *w = acc_begin(&r, x, &direct);
+    if (!w) return;
+    const float *g = n->out->grad->data;
+    int64_t N = ct_numel(n->out);
+    if (n->op == &ct_op_table_dev[CT_OP_RELU].row) ok(&r, ct_cuda_relu_bwd(r.s, n->out->data, g, w, N));
+    else if (n->op == &ct_op_table_dev[CT_OP_GELU].row) ok(&r, ct_cuda_gelu_bwd(r.s, x->data, g, w, N, n->i[0] != 0));
+    else if (n->op == &ct_op_table_dev[CT_OP_TANH].row || n->op == &ct_op_table_dev[CT_OP_SIGMOID].row)
+        ok(&r, ct_cuda_tanh_bwd(r.s, n->out->data, g, w, N, n->op == &ct_op_table_dev[CT_OP_SIGMOID].row));
+    else ok(&r, ct_cuda_scale(r.s, g, (float)n->f[0], w, N));
+    acc_end(&r, x, w, direct);
+}
+
+/* ---- dropout (training, p > 0: the CPU entry returns x otherwise): the CPU op's mask ---- */
+static ct_tensor *fwd_dropout(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK_F32("dropout", x); CT_CHECK_CONTIG("dropout", x);
+    float p = (float)a->f[0], scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU op */
+    uint64_t key = ct_ctx_dropout_key(ctx);
+    run r;
+    bool go = begin(ctx, x->device, "dropout", &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "dropout");
+    if (go && y->data) ok(&r, ct_cuda_dropout(r.s, x->data, y->data, ct_numel(x), key, p, scale));
+    ct_node *nd = ct_record(ctx, CT_OP_DROPOUT, y, 1, &x);
+    if (nd) { nd->i[0] = (int64_t)key; nd->f[0] = p; nd->f[1] = scale; }
+    return y;
+}
+static void bw_dropout(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "dropout backward", &r)) return;
+    bool direct;
+    float *w = acc_begin(&r, n->in[0], &direct);
+    if (!w) return;
+    ok(&r, ct_cuda_dropout(r.s, n->out->grad->data, w, ct_numel(n->out), (uint64_t)n->i[0], (float)n->f[0], (float)n->f[1]));
+    acc_end(&r, n->in[0], w, direct);
+}
+
+/* ---- mul: same shapes ---- */
+static ct_tensor *fwd_mul(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *b = a->in[1];
+    CT_CHECK_F32("mul", x); CT_CHECK_F32("mul", b); CT_CHECK_CONTIG("mul", x); CT_CHECK_CONTIG("mul", b);
+    CT_CHECK_SAME_SHAPE("mul", x, b);
+    return binary(ctx, x, b, CT_OP_MUL, "mul");
+}
+static void bw_mul(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "mul backward", &r)) return;
+    const float *g = n->out->grad->data;
+    int64_t N = ct_numel(n->out);
+    /* one input at a time: mul(x, x) gives both contributions to one gradient */
+    for (int k = 0; k < 2; k++) {
+        bool direct;
+        float *w = acc_begin(&r, n->in[k], &direct);
+        if (!w) continue;
+        ok(&r, ct_cuda_mul(r.s, g, n->in[1 - k]->data, w, N));
+        acc_end(&r, n->in[k], w, direct);
+    }
+}
+
+/* ---- sum and mean of all elements: a GEMM with a row of ones (f32 accumulation, where the
+ * CPU op sums in double), then the scale; backward adds the scaled scalar everywhere ---- */
+static ct_tensor *reduce_all(ct_ctx *ctx, ct_tensor *x, int op, double scale) {
+    const char *name = ct_op_table_dev[op].row.name;
+    CT_CHECK_F32(name, x); CT_CHECK_CONTIG(name, x);
+    int64_t n = ct_numel(x);
+    run r;
+    bool go = begin(ctx, x->device, name, &r);
+    ct_tensor *y = out_like(&r, x, 0, NULL, name);
+    float *ones = scratch(&r, n, name);
+    if (go && y->data && ones) {
+        if (n == 0) ok(&r, ct_cuda_fill(r.s, y->data, 0.0f, 1));
+        else if (ok(&r, ct_cuda_fill(r.s, ones, 1.0f, n)) && gemm(&r, false, false, 1, 1, n, 1, ones, x->data, y->data, 0.0f, NULL) &&
+                 scale != 1.0)
+            ok(&r, ct_cuda_scale(r.s, y->data, (float)scale, y->data, 1));
+    }
+    ct_node *nd = ct_record(ctx, op, y, 1, &x);
+    if (nd) nd->f[0] = scale;
+    return y;
+}
+static ct_tensor *fwd_sum(ct_ctx *ctx, const ct_op_args *a) { return reduce_all(ctx, a->in[0], CT_OP_SUM, 1.0); }
+static ct_tensor *fwd_mean(ct_ctx *ctx, const ct_op_args *a) {
+    int64_t n = ct_numel(a->in[0]);
+    return reduce_all(ctx, a->in[0], CT_OP_MEAN, n ? 1.0 / (double)n : 0.0);
+}
+static void bw_reduce(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, n->op->name, &r)) return;
+    int64_t N = ct_numel(n->in[0]);
+    float *gx = ct_grad_acc(ctx, n->in[0]), *g = scratch(&r, 1, n->op->name);
+    if (!gx || !g || N == 0) return;
+    if (ok(&r, ct_cuda_scale(r.s, n->out->grad->data, (float)n->f[0], g, 1))) ok(&r, ct_cuda_add(r.s, gx, g, gx, N, 1));
+}
+
+/* ---- reshape: the CPU forward re-describes; the gradient is added back ---- */
+static void bw_reshape(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (begin(ctx, n->out->device, "reshape backward", &r)) acc_add(&r, n->in[0], n->out->grad->data);
+}
+
+/* ---- views and copies: contiguous, transpose and slice (backward), split/merge heads ----
+ * Gradients are contiguous in their tensor's shape (as on the CPU), so a view's backward adds
+ * its gradient through the view's strides; the kernels move 4-byte elements. */
+static ct_cuda_layout layout(int ndim, const int64_t *shape, const int64_t *stride) {
+    ct_cuda_layout l = {.ndim = ndim};
+    for (int d = 0; d < ndim; d++) { l.shape[d] = shape[d]; l.stride[d] = stride[d]; }
+    return l;
+}
+/* contiguous strides of a shape */
+static void dense(int ndim, const int64_t *shape, int64_t *st) {
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) { st[d] = s; s *= shape[d]; }
+}
+/* the gradient of x (zeroed when new) += g seen through l */
+static void acc_strided(run *r, ct_tensor *x, ct_cuda_layout l, int64_t offset, const float *g) {
+    float *gx = ct_grad_acc(r->ctx, x);
+    if (gx) ok(r, ct_cuda_strided_add(r->s, gx + offset, &l, g));
+}
+
+static ct_tensor *fwd_contiguous(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK(ct_dtype_size(x->dtype) == 4, "contiguous on cuda:%d: %s elements (the copy kernel moves 4-byte ones)",
+             x->device.index, ct_dtype_name(x->dtype));
+    run r;
+    bool go = begin(ctx, x->device, "contiguous", &r);
+    ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, x->ndim, x->shape, "contiguous");
+    ct_cuda_layout l = layout(x->ndim, x->shape, x->stride);
+    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);
+    return y;
+}
+static void bw_contiguous(ct_ctx *ctx, ct_node *n) { bw_reshape(ctx, n); } /* same: add back */
+
+static void bw_transpose(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "transpose backward", &r)) return;
+    ct_tensor *x = n->in[0];
+    int64_t st[CT_MAX_DIMS], t;
+    dense(x->ndim, x->shape, st);
+    int d0 = (int)n->i[0], d1 = (int)n->i[1];
+    t = st[d0]; st[d0] = st[d1]; st[d1] = t;
+    acc_strided(&r, x, layout(n->out->ndim, n->out->shape, st), 0, n->out->grad->data);
+}
+
+static void bw_slice(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "slice backward", &r)) return;
+    ct_tensor *x = n->in[0];
+    int64_t st[CT_MAX_DIMS];
+    dense(x->ndim, x->shape, st);
+    acc_strided(&r, x, layout(n->out->ndim, n->out->shape, st), n->i[1] * st[n->i[0]], n->out->grad->data);
+}
+
+/* split_heads: x [B, T, H*D] -> [B, H, T, D]; merge_heads the inverse. `heads` is the 4-d
+ * side; the permutation is the 4-d view [B, H, T, D] of the 3-d side's memory. */
+static ct_cuda_layout heads_view(int64_t B, int64_t H, int64_t T, int64_t D) {
+    return layout(4, (int64_t[]){B, H, T, D}, (int64_t[]){T * H * D, D, H * D, 1});
+}
+/* the 3-d [B, T, H*D] side read as [B, T, H, D] in the 4-d [B, H, T, D] side's memory */
+static ct_cuda_layout tokens_view(int64_t B, int64_t H, int64_t T, int64_t D) {
+    return layout(4, (int64_t[]){B, T, H, D}, (int64_t[]){H * T * D, D, T * D, 1});
+}
+/* y (ndim, shape) = x seen through l: a permuting copy recorded as op */
+static ct_tensor *permute(ct_ctx *ctx, ct_tensor *x, int op, const char *name, int ndim, const int64_t *shape,
+                          ct_cuda_layout l) {
+    run r;
+    bool go = begin(ctx, x->device, name, &r);
+    ct_tensor *y = out_like(&r, x, ndim, shape, name);
+    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    ct_record(ctx, op, y, 1, &x);
+    return y;
+}
+static ct_tensor *fwd_split_heads(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK_F32("split_heads", x); CT_CHECK_CONTIG("split_heads", x);
+    int64_t H = a->i[0];
+    CT_CHECK(x->ndim == 3 && H >= 1 && x->shape[2] % H == 0, "split_heads: input must be [B, T, H*D] with H = %lld dividing the last dim", (long long)H);
+    int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2] / H;
+    return permute(ctx, x, CT_OP_SPLIT_HEADS, "split_heads", 4, (int64_t[]){B, H, T, D}, heads_view(B, H, T, D));
+}
+static ct_tensor *fwd_merge_heads(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x);
+    CT_CHECK(x->ndim == 4, "merge_heads: input must be [B, H, T, D]");
+    int64_t B = x->shape[0], H = x->shape[1], T = x->shape[2], D = x->shape[3];
+    return permute(ctx, x, CT_OP_MERGE_HEADS, "merge_heads", 3, (int64_t[]){B, T, H * D}, tokens_view(B, H, T, D));
+}
+/* the backwards add through the same views; the [B, H, T, D] side gives the sizes */
+static void bw_heads(ct_ctx *ctx, ct_node *n) {
+    run r;
+    bool split = n->op == &ct_op_table_dev[CT_OP_SPLIT_HEADS].row;
+    const int64_t *s = split ? n->out->shape : n->in[0]->shape;
+    ct_cuda_layout l = split ? heads_view(s[0], s[1], s[2], s[3]) : tokens_view(s[0], s[1], s[2], s[3]);
+    if (begin(ctx, n->out->device, n->op->name, &r)) acc_strided(&r, n->in[0], l, 0, n->out->grad->data);
+}
+
+/* ---- softmax + cross-entropy: logits [N, C], target [N] i32/i64, both on the device ---- */
+static ct_tensor *fwd_cross_entropy(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *t = a->in[1];
+    CT_CHECK_F32("cross_entropy", x); CT_CHECK_CONTIG("cross_entropy", x); CT_CHECK_CONTIG("cross_entropy", t);
+    char sl[96], st[96];
+    if ((t->dtype != CT_I32 && t->dtype != CT_I64) || x->ndim != 2 || t->ndim != 1 || t->shape[0] != x->shape[0])
+        CT_FATAL("cross_entropy: logits %s and target %s: need [N, C] and [N] i32/i64", ct_shape_str(x, sl, sizeof sl),
+                 ct_shape_str(t, st, sizeof st));
+    int64_t N = x->shape[0], C = x->shape[1], ign = a->i[0];
+    run r;
+    bool go = begin(ctx, x->device, "cross_entropy", &r);
+    /* out[0] the loss, out[1] the count of targets that are not ignored */
+    ct_tensor *y = ct_new_on(ctx, x->device, CT_F32, 1, (int64_t[]){2}, "cross_entropy");
+    y->ndim = 0;
+    float *lse = scratch(&r, N, "cross_entropy");
+    if (go && y->data && lse)
+        ok(&r, ct_cuda_cross_entropy(r.s, x->data, t->data, t->dtype == CT_I64, N, C, ign, lse, y->data));
+    ct_node *nd = ct_record(ctx, CT_OP_CROSS_ENTROPY, y, 1, &x);
+    if (nd) {
+        nd->saved = lse;
+        nd->saved_t[0] = t;
+        nd->i[0] = N; nd->i[1] = C; nd->i[3] = ign;
+    }
+    return y;
+}
+static void bw_cross_entropy(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "cross_entropy backward", &r)) return;
+    bool direct;
+    ct_tensor *x = n->in[0];
+    const ct_tensor *t = n->saved_t[0];
+    float *w = acc_begin(&r, x, &direct);
+    if (!w) return;
+    ok(&r, ct_cuda_cross_entropy_bwd(r.s, x->data, t->data, t->dtype == CT_I64, n->i[0], n->i[1], n->i[3], n->saved,
+                                     n->out->data, n->out->grad->data, w));
+    acc_end(&r, x, w, direct);
+}
+
+/* ---- layer norm over the last dim; w, b optional ---- */
+static ct_tensor *fwd_layer_norm(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+    CT_CHECK_F32("layer_norm", x); CT_CHECK_CONTIG("layer_norm", x);
+    CT_CHECK(x->ndim >= 1, "layer_norm: input must have at least one dim");
+    int64_t D = x->shape[x->ndim - 1], R = D ? ct_numel(x) / D : 0;
+    CT_CHECK(!w || ct_numel(w) == D, "layer_norm: weight of %lld elements for rows of %lld", (long long)ct_numel(w), (long long)D);
+    CT_CHECK(!b || ct_numel(b) == D, "layer_norm: bias of %lld elements for rows of %lld", (long long)ct_numel(b), (long long)D);
+    run r;
+    bool go = begin(ctx, x->device, "layer_norm", &r);
+    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "layer_norm");
+    float *stats = scratch(&r, 2 * R, "layer_norm"); /* mean [R], then rstd [R] */
+    if (go && y->data && stats && R > 0)
+        ok(&r, ct_cuda_layer_norm(r.s, x->data, w ? w->data : NULL, b ? b->data : NULL, y->data, stats, stats + R, R, D,
+                                  (float)a->f[0]));
+    ct_node *nd = ct_record(ctx, CT_OP_LAYER_NORM, y, 3, (ct_tensor *[]){x, w, b});
+    if (nd) { nd->saved = stats; nd->i[0] = R; nd->i[1] = D; }
+    return y;
+}
+static void bw_layer_norm(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "layer_norm backward", &r)) return;
+    int64_t R = n->i[0], D = n->i[1];
+    ct_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    bool direct;
+    float *dx = acc_begin(&r, x, &direct);
+    if (!dx) dx = scratch(&r, R * D, "layer_norm backward"); /* the kernel always writes dx */
+    float *dw = w ? ct_grad_acc(ctx, w) : NULL, *db = b ? ct_grad_acc(ctx, b) : NULL;
+    const float *st = n->saved;
+    if (!dx || R == 0) return;
+    ok(&r, ct_cuda_layer_norm_bwd(r.s, x->data, n->out->grad->data, w ? w->data : NULL, st, st + R, dx, dw, db, R, D));
+    if (x->grad) acc_end(&r, x, dx, direct);
+}
+
+/* ---- embedding: w [V, D] (on the device), idx i32/i64 (on the device) ---- */
+static ct_tensor *fwd_embedding(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *w = a->in[0], *idx = a->in[1];
+    char sw[96], si[96];
+    CT_CHECK_F32("embedding", w); CT_CHECK_CONTIG("embedding", w); CT_CHECK_CONTIG("embedding", idx);
+    if (w->ndim != 2 || (idx->dtype != CT_I32 && idx->dtype != CT_I64) || idx->ndim >= CT_MAX_DIMS)
+        CT_FATAL("embedding: weight %s, indices %s: need [V, D] and i32/i64", ct_shape_str(w, sw, sizeof sw), ct_shape_str(idx, si, sizeof si));
+    int64_t V = w->shape[0], D = w->shape[1], n = ct_numel(idx), shape[CT_MAX_DIMS];
+    memcpy(shape, idx->shape, (size_t)idx->ndim * sizeof *shape);
+    shape[idx->ndim] = D;
+    run r;
+    bool go = begin(ctx, w->device, "embedding", &r);
+    ct_tensor *y = out_like(&r, w, idx->ndim + 1, shape, "embedding");
+    /* an index out of range gives a zero row (the CPU op aborts; checking here would wait
+     * for the device every step) */
+    if (go && y->data) ok(&r, ct_cuda_embedding(r.s, w->data, idx->data, idx->dtype == CT_I64, n, V, D, y->data, NULL));
+    ct_node *nd = ct_record(ctx, CT_OP_EMBEDDING, y, 1, &w);
+    if (nd) { nd->saved_t[0] = idx; nd->i[0] = n; nd->i[1] = D; nd->i[2] = V; }
+    return y;
+}
+static void bw_embedding(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "embedding backward", &r)) return;
+    float *gw = ct_grad_acc(ctx, n->in[0]);
+    const ct_tensor *idx = n->saved_t[0];
+    if (gw)
+        ok(&r, ct_cuda_embedding_bwd(r.s, n->out->grad->data, idx->data, idx->dtype == CT_I64, n->i[0], n->i[2], n->i[1], gw));
+}
+
+/* ---- flash attention: q, k, v [B, H, T, D] of one shape (self-attention), D <= 128 ---- */
+static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
+    for (int i = 0; i < 3; i++) { CT_CHECK_F32("flash_attention", a->in[i]); CT_CHECK_CONTIG("flash_attention", a->in[i]); }
+    run r;
+    bool go = begin(ctx, q->device, "flash_attention", &r);
+    ct_tensor *y = out_like(&r, q, q->ndim, NULL, "flash_attention");
+    if (q->ndim != 4 || !ct_same_shape(q, k) || !ct_same_shape(q, v)) {
+        char s1[96];
+        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "flash_attention on cuda:%d: q %s: the kernel takes q, k, v of one shape [B, H, T, D]",
+                                  q->device.index, ct_shape_str(q, s1, sizeof s1)));
+        return y;
+    }
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2];
+    int D = (int)q->shape[3];
+    float *lse = scratch(&r, BH * T, "flash_attention");
+    if (go && y->data && lse)
+        ok(&r, ct_cuda_attention(r.s, CT_CUDA_F32, q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0));
+    ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){q, k, v});
+    if (nd) { nd->saved = lse; nd->i[0] = a->i[0]; }
+    return y;
+}
+static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
+    run r;
+    if (!begin(ctx, n->out->device, "flash_attention backward", &r)) return;
+    ct_tensor *q = n->in[0];
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2];
+    bool direct[3];
+    float *d[3];
+    for (int i = 0; i < 3; i++) {
+        d[i] = acc_begin(&r, n->in[i], &direct[i]);
+        if (!d[i]) d[i] = scratch(&r, ct_numel(q), "flash_attention backward"); /* the kernel writes all three */
+    }
+    float *dr = scratch(&r, BH * T, "flash_attention backward");
+    if (!d[0] || !d[1] || !d[2] || !dr) return;
+    ok(&r, ct_cuda_attention_bwd(r.s, CT_CUDA_F32, q->data, n->in[1]->data, n->in[2]->data, n->out->data,
+                                 n->out->grad->data, n->saved, dr, d[0], d[1], d[2], BH, T, (int)q->shape[3], n->i[0] != 0));
+    for (int i = 0; i < 3; i++)
+        if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]);
+}
+
+void ct_cuda_register_ops_(void) {
+    static const struct { int op; ct_op_dev_fwd fwd; ct_backward_fn bwd; } rows[] = {
+        {CT_OP_LINEAR, fwd_linear, bw_linear},
+        {CT_OP_MATMUL, fwd_matmul, bw_matmul},
+        {CT_OP_ADD, fwd_add, bw_add},
+        {CT_OP_RELU, fwd_relu, bw_unary},
+        {CT_OP_GELU, fwd_gelu, bw_unary},
+        {CT_OP_SCALE, fwd_scale, bw_unary},
+        {CT_OP_SUM, fwd_sum, bw_reduce},
+        {CT_OP_TANH, fwd_tanh, bw_unary},
+        {CT_OP_SIGMOID, fwd_sigmoid, bw_unary},
+        {CT_OP_MUL, fwd_mul, bw_mul},
+        {CT_OP_DROPOUT, fwd_dropout, bw_dropout},
+        {CT_OP_MEAN, fwd_mean, bw_reduce},
+        {CT_OP_RESHAPE, NULL, bw_reshape},
+        {CT_OP_CONTIGUOUS, fwd_contiguous, bw_contiguous},
+        {CT_OP_TRANSPOSE, NULL, bw_transpose},
+        {CT_OP_SLICE, NULL, bw_slice},
+        {CT_OP_SPLIT_HEADS, fwd_split_heads, bw_heads},
+        {CT_OP_MERGE_HEADS, fwd_merge_heads, bw_heads},
+        {CT_OP_CROSS_ENTROPY, fwd_cross_entropy, bw_cross_entropy},
+        {CT_OP_LAYER_NORM, fwd_layer_norm, bw_layer_norm},
+        {CT_OP_EMBEDDING, fwd_embedding, bw_embedding},
+        {CT_OP_FLASH_ATTENTION, fwd_flash_attention, bw_flash_attention},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) ct_op_register_device(CT_DEV_CUDA, rows[i].op, rows[i].fwd, rows[i].bwd);
+}

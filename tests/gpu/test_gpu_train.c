@@ -1,0 +1,357 @@
+/* Training on cuda:0 through the op table's device column, against the same steps on the
+ * CPU: an MLP (linear, relu, cross-entropy) forward, backward and AdamW step; a chain of the
+ * GPT ops (embedding, layer norm, linear, reshape, flash attention, add, gelu, scale, a tied
+ * matmul, cross-entropy); mul, tanh, sigmoid, sum and mean; dropout; ct_train_step on cuda:0; a small GPT model (views, copies, split of
+ * q, k, v, merge_heads);
+ * an op without a device kernel failing the context; DDP at world
+ * size 1 on NCCL with the buckets reduced on the GPU. Built only with CUDA; without a GPU
+ * every test skips with "no CUDA GPU" (scripts/gpu-check.sh runs them on one). Tolerances:
+ * 1e-5 relative for the MLP (f32 GEMMs, no TF32), 1e-4 normwise for the GPT-op chain,
+ * whose attention sums in another order than the CPU's tiles. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ct_test.h"
+#include "ctrain/ddp.h"
+#include "ctrain/dist.h"
+#include "ctrain/models.h"
+#include "ctrain/nn.h"
+#include "ctrain/ops.h"
+#include "ctrain/optim.h"
+#include "ctrain/train.h"
+#include "cuda/cuda.h"
+#include "gpu/gpu_test.h"
+#include "kernel_check.h"
+
+#define OK(call) CT_ASSERT((call) == CT_OK || (fprintf(stderr, "%s: %s\n", #call, ct_last_error()), 0))
+
+static double rel(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-12 ? fabs(b) : 1e-12); }
+
+/* the store's gradients, wherever they are, into host memory */
+static void grads_to_host(ct_params *P, float *out);
+/* normwise error of Pg's gradients against Pc's: all of them (i < 0) or parameter i's */
+static double grad_err(ct_params *Pc, ct_params *Pg, int i) {
+    size_t n = ct_params_numel(Pc);
+    float *gc = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
+    if (!gc || !gg) abort();
+    grads_to_host(Pc, gc);
+    grads_to_host(Pg, gg);
+    size_t off = i < 0 ? 0 : ct_params_offset(Pc, i);
+    double e = normwise(gg + off, gc + off, i < 0 ? (int64_t)n : ct_numel(ct_params_get(Pc, i)));
+    free(gc);
+    free(gg);
+    return e;
+}
+static void grads_to_host(ct_params *P, float *out) {
+    size_t bytes = ct_params_numel(P) * sizeof(float);
+    /* backward's kernels run on the compute stream, which cudaMemcpy's stream does not wait for */
+    if (ct_device_sync(ct_params_device(P)) != CT_OK) abort();
+    if (ct_params_device(P).type == CT_DEV_CPU) memcpy(out, ct_params_grad(P), bytes);
+    else if (cudaMemcpy(out, ct_params_grad(P), bytes, cudaMemcpyDeviceToHost) != cudaSuccess) abort();
+}
+
+static ct_model *mlp(void) {
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_MLP);
+    cfg.mlp.in = 32;
+    cfg.mlp.n_hidden = 2;
+    cfg.mlp.hidden[0] = 64;
+    cfg.mlp.hidden[1] = 48;
+    cfg.mlp.out = 10;
+    ct_model *m = NULL;
+    if (ct_model_create(&cfg, 5, &m) != CT_OK) abort();
+    return m;
+}
+
+/* one forward + backward; x and y on the model's device; returns the loss */
+static double step(ct_ctx *c, ct_model *m, ct_tensor *x, ct_tensor *y) {
+    ct_tensor *loss = ct_cross_entropy(c, ct_model_forward(c, m, x), y, -100);
+    double l = ct_item(loss);
+    ct_backward(c, loss);
+    return l;
+}
+
+CT_TEST(mlp_step_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_model *mc = mlp(), *mg = mlp();
+    ct_params *Pc = ct_model_params(mc), *Pg = ct_model_params(mg);
+    OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    const int64_t B = 16;
+    ct_tensor *x = rnd(c, 2, (int64_t[]){B, 32}, 1.0f), *xd, *yd;
+    int32_t lab[16];
+    for (int i = 0; i < B; i++) lab[i] = (i * 7) % 10;
+    ct_tensor *y = ct_from_data(c, CT_I32, lab, 1, &B);
+    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+    OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
+    double lc = step(c, mc, x, y), lg = step(c, mg, xd, yd), lg0 = lg;
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "step: %s", ct_last_error());
+    CT_EXPECTF(rel(lg, lc) <= 1e-5, "loss cuda %.9g cpu %.9g", lg, lc);
+    double e = grad_err(Pc, Pg, -1);
+    CT_EXPECTF(e <= 1e-5, "gradients: normwise error %g", e);
+    /* AdamW with momentum state: on the CPU, and on the GPU (the fused kernel on the flat
+     * device buffers, queued after backward on the compute stream) */
+    ct_optim *o, *og;
+    OK(ct_optim_create_adamw(Pc, NULL, &o));
+    OK(ct_optim_create_adamw(Pg, NULL, &og));
+    ct_optim_step(o, 1e-2);
+    ct_optim_step(og, 1e-2);
+    CT_EXPECTF(ct_optim_status(og) == CT_OK, "optimizer on cuda:0: %s", ct_last_error());
+    ct_params_zero_grad(Pc);
+    ct_params_zero_grad(Pg);
+    ct_ctx_reset(c);
+    OK(ct_tensor_to(c, x = rnd(c, 2, (int64_t[]){B, 32}, 1.0f), CT_CUDA(0), &xd));
+    y = ct_from_data(c, CT_I32, lab, 1, &B);
+    OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
+    lc = step(c, mc, x, y);
+    lg = step(c, mg, xd, yd);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK && rel(lg, lc) <= 1e-5, "loss after an AdamW step: cuda %.9g cpu %.9g (%s)", lg, lc,
+               ct_ctx_status(c) ? ct_last_error() : "ok");
+    printf("    MLP on cuda:0: loss %.7f then %.7f (cpu %.7f), gradient error %.2e\n", lg0, lg, lc, e);
+    ct_cuda_mem_stats ms;
+    ct_cuda_mem_stats_get(0, &ms);
+    printf("    cuda:0 memory: %zu B in use, peak %zu B, %lld cudaMalloc calls\n", ms.current, ms.peak, (long long)ms.mallocs);
+    ct_optim_free(o);
+    ct_optim_free(og);
+    ct_ctx_free(c);
+    ct_model_free(mc);
+    ct_model_free(mg);
+}
+
+/* the GPT ops in one chain: returns the loss; grads in P */
+static double gpt_chain(ct_ctx *c, ct_params *P, ct_tensor *idx, ct_tensor *tgt) {
+    ct_tensor *E = ct_params_find(P, "wte"), *lw = ct_params_find(P, "ln.w"), *lb = ct_params_find(P, "ln.b");
+    ct_tensor *Wq = ct_params_find(P, "q"), *Wk = ct_params_find(P, "k"), *Wv = ct_params_find(P, "v");
+    ct_tensor *W1 = ct_params_find(P, "fc.w"), *b1 = ct_params_find(P, "fc.b");
+    ct_tensor *x = ct_layer_norm(c, ct_embedding(c, E, idx), lw, lb, 1e-5f); /* [16, 32] */
+    int64_t heads[4] = {2, 1, 8, 32};
+    ct_tensor *q = ct_reshape(c, ct_linear(c, x, Wq, NULL), 4, heads), *k = ct_reshape(c, ct_linear(c, x, Wk, NULL), 4, heads);
+    ct_tensor *v = ct_reshape(c, ct_linear(c, x, Wv, NULL), 4, heads);
+    ct_tensor *a = ct_reshape(c, ct_flash_attention(c, q, k, v, true), 2, (int64_t[]){16, 32});
+    ct_tensor *h = ct_scale(c, ct_gelu(c, ct_linear(c, ct_add(c, a, x), W1, b1), true), 0.5f);
+    ct_tensor *logits = ct_matmul(c, h, E, false, true); /* tied: E's gradient accumulates twice */
+    ct_tensor *loss = ct_cross_entropy(c, logits, tgt, -100);
+    double l = ct_item(loss);
+    ct_backward(c, loss);
+    return l;
+}
+
+static ct_params *gpt_params(void) {
+    ct_params *P;
+    if (ct_params_create(&P) != CT_OK) abort();
+    ct_param(P, "wte", 2, (int64_t[]){50, 32}, CT_INIT_NORMAL, 0.1);
+    ct_param(P, "ln.w", 1, (int64_t[]){32}, CT_INIT_UNIFORM, 1.0);
+    ct_param(P, "ln.b", 1, (int64_t[]){32}, CT_INIT_UNIFORM, 0.1);
+    const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) ct_param(P, names[i], 2, (int64_t[]){32, 32}, CT_INIT_KAIMING_UNIFORM, 32);
+    ct_param(P, "fc.w", 2, (int64_t[]){32, 32}, CT_INIT_KAIMING_UNIFORM, 32);
+    ct_param(P, "fc.b", 1, (int64_t[]){32}, CT_INIT_KAIMING_UNIFORM, 32);
+    if (ct_params_finalize(P, 11) != CT_OK) abort();
+    return P;
+}
+
+CT_TEST(gpt_ops_chain_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_params *Pc = gpt_params(), *Pg = gpt_params();
+    OK(ct_params_to(Pg, CT_CUDA(0)));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    int64_t ids[16], tg[16], n16 = 16;
+    for (int i = 0; i < 16; i++) { ids[i] = (i * 13) % 50; tg[i] = (i * 17 + 3) % 50; }
+    ct_tensor *idx = ct_from_data(c, CT_I64, ids, 1, &n16), *tgt = ct_from_data(c, CT_I64, tg, 1, &n16), *idxd, *tgtd;
+    OK(ct_tensor_to(c, idx, CT_CUDA(0), &idxd));
+    OK(ct_tensor_to(c, tgt, CT_CUDA(0), &tgtd));
+    double lc = gpt_chain(c, Pc, idx, tgt), lg = gpt_chain(c, Pg, idxd, tgtd);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "chain: %s", ct_last_error());
+    CT_EXPECTF(rel(lg, lc) <= 1e-5, "loss cuda %.9g cpu %.9g", lg, lc);
+    for (int i = 0; i < ct_params_count(Pc); i++) {
+        double e = grad_err(Pc, Pg, i);
+        CT_EXPECTF(e <= 1e-4, "gradient of %s: normwise error %g", ct_params_get(Pc, i)->name, e);
+    }
+    ct_ctx_free(c);
+    ct_params_free(Pc);
+    ct_params_free(Pg);
+}
+
+/* ct_train_step (the loop every trainer uses) with the model on cuda:0: three AdamW steps,
+ * each loss against the CPU's */
+CT_TEST(train_step_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_model *m[2] = {mlp(), mlp()};
+    OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
+    ct_optim *o[2];
+    ct_ctx *c[2];
+    ct_train_model tm[2];
+    for (int j = 0; j < 2; j++) {
+        OK(ct_optim_create_adamw(ct_model_params(m[j]), NULL, &o[j]));
+        OK(ct_ctx_create(NULL, &c[j]));
+        tm[j] = ct_train_model_builtin(m[j]);
+    }
+    float x[8 * 32];
+    int32_t y[8];
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 8 * 32; i++) x[i] = (float)sin(0.37 * i + step);
+        for (int i = 0; i < 8; i++) y[i] = (i * 3 + step) % 10;
+        ct_train_batch b = ct_train_batch_of(CT_F32, x, 2, (int64_t[]){8, 32}, y, 1, (int64_t[]){8});
+        ct_step_result r[2];
+        for (int j = 0; j < 2; j++) {
+            ct_step_args sa = {.ctx = c[j], .model = &tm[j], .opt = o[j], .lr = 1e-2, .step = step};
+            OK(ct_train_step(&sa, &b, 1, &r[j]));
+        }
+        CT_EXPECTF(rel(r[1].loss, r[0].loss) <= 1e-5, "step %d: loss cuda %.9g cpu %.9g", step, r[1].loss, r[0].loss);
+    }
+    for (int j = 0; j < 2; j++) {
+        ct_optim_free(o[j]);
+        ct_ctx_free(c[j]);
+        ct_model_free(m[j]);
+    }
+}
+
+/* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
+ * transposes, a copy and slices, merge_heads, the tied LM head */
+static ct_model *small_gpt(void) {
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
+    cfg.gpt.n_layer = 2;
+    cfg.gpt.n_embd = 32;
+    cfg.gpt.n_head = 2;
+    cfg.gpt.block_size = 16;
+    cfg.gpt.vocab_size = 64;
+    cfg.gpt.flash_attention = true;
+    ct_model *m = NULL;
+    if (ct_model_create(&cfg, 9, &m) != CT_OK) abort();
+    return m;
+}
+
+CT_TEST(gpt_model_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_model *mc = small_gpt(), *mg = small_gpt();
+    OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    int32_t tok[2 * 16], tgt[2 * 16];
+    for (int i = 0; i < 32; i++) { tok[i] = (i * 11 + 5) % 64; tgt[i] = (i * 7 + 1) % 64; }
+    int64_t shape[2] = {2, 16};
+    ct_tensor *x = ct_from_data(c, CT_I32, tok, 2, shape), *y = ct_from_data(c, CT_I32, tgt, 2, shape), *xd, *yd;
+    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+    OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
+    ct_tensor *lc = ct_model_loss(c, mc, x, y), *lg = ct_model_loss(c, mg, xd, yd);
+    double vc = ct_item(lc), vg = ct_item(lg);
+    ct_backward(c, lc);
+    ct_backward(c, lg);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "GPT on cuda:0: %s", ct_last_error());
+    CT_EXPECTF(rel(vg, vc) <= 1e-5, "loss cuda %.9g cpu %.9g", vg, vc);
+    ct_params *Pc = ct_model_params(mc);
+    for (int i = 0; i < ct_params_count(Pc); i++) {
+        if (ct_params_is_buffer(Pc, i)) continue;
+        double e = grad_err(Pc, ct_model_params(mg), i);
+        CT_EXPECTF(e <= 1e-4, "gradient of %s: normwise error %g", ct_params_get(Pc, i)->name, e);
+    }
+    ct_ctx_free(c);
+    ct_model_free(mc);
+    ct_model_free(mg);
+}
+
+/* mul, tanh, sigmoid (kmath.h's functions), sum and mean of all elements (a GEMM with ones on
+ * the device), forward and backward */
+CT_TEST(elementwise_and_reductions_on_cuda_match_cpu) {
+    NEED_GPU();
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    ct_tensor *x = rnd(c, 2, (int64_t[]){37, 29}, 1.0f), *xd;
+    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+    ct_requires_grad(x);
+    ct_requires_grad(xd);
+    double v[2];
+    ct_tensor *t[2] = {x, xd}, *gh = NULL;
+    for (int j = 0; j < 2; j++) {
+        ct_tensor *m = ct_mul(c, ct_tanh(c, t[j]), ct_sigmoid(c, t[j]));
+        ct_tensor *loss = ct_add(c, ct_mean(c, ct_mul(c, m, m)), ct_scale(c, ct_sum(c, t[j]), 0.25f));
+        v[j] = ct_item(loss);
+        ct_backward(c, loss);
+    }
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "reductions on cuda:0: %s", ct_last_error());
+    CT_EXPECTF(rel(v[1], v[0]) <= 1e-5, "mean((tanh x sigmoid)^2) + sum / 4: cuda %.9g cpu %.9g", v[1], v[0]);
+    OK(ct_tensor_to(c, xd->grad, CT_CPU, &gh));
+    CT_EXPECTF(normwise(gh->data, x->grad->data, ct_numel(x)) <= 1e-5, "gradient: %g",
+               normwise(gh->data, x->grad->data, ct_numel(x)));
+    ct_ctx_free(c);
+}
+
+/* dropout on the device: the CPU's mask (same seed, step and call: the same key), forward
+ * and backward */
+CT_TEST(dropout_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_ctx *c[2];
+    ct_tensor *y[2], *x[2], *gy = NULL, *gx = NULL;
+    for (int j = 0; j < 2; j++) {
+        ct_ctx_opts co = ct_ctx_default_opts();
+        co.seed = 77;
+        OK(ct_ctx_create(&co, &c[j]));
+        ct_ctx_set_step(c[j], 5);
+        x[j] = rnd(c[j], 2, (int64_t[]){33, 70}, 1.0f);
+    }
+    memcpy(x[1]->data, x[0]->data, ct_nbytes(x[0]));
+    OK(ct_tensor_to(c[1], x[1], CT_CUDA(0), &x[1]));
+    for (int j = 0; j < 2; j++) {
+        ct_requires_grad(x[j]);
+        y[j] = ct_dropout(c[j], x[j], 0.25f);
+        ct_backward(c[j], ct_sum(c[j], ct_mul(c[j], y[j], y[j])));
+    }
+    CT_EXPECTF(ct_ctx_status(c[1]) == CT_OK, "dropout on cuda:0: %s", ct_last_error());
+    OK(ct_tensor_to(c[1], y[1], CT_CPU, &gy));
+    OK(ct_tensor_to(c[1], x[1]->grad, CT_CPU, &gx));
+    CT_EXPECTF(normwise(gy->data, y[0]->data, ct_numel(y[0])) == 0, "dropout forward differs: %g",
+               normwise(gy->data, y[0]->data, ct_numel(y[0])));
+    CT_EXPECTF(normwise(gx->data, x[0]->grad->data, ct_numel(x[0])) <= 1e-6, "dropout backward: %g",
+               normwise(gx->data, x[0]->grad->data, ct_numel(x[0])));
+    for (int j = 0; j < 2; j++) ct_ctx_free(c[j]);
+}
+
+CT_TEST(op_without_cuda_kernel_fails_the_step) {
+    NEED_GPU();
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    ct_tensor *x = rnd(c, 1, (int64_t[]){8}, 1.0f), *xd;
+    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+    ct_tensor *y = ct_softmax(c, xd);
+    CT_EXPECTF(ct_ctx_status(c) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "softmax on cuda:0"), "%s", ct_last_error());
+    CT_EXPECT(y->data == NULL);
+    ct_ctx_reset(c);
+    CT_EXPECT(ct_ctx_status(c) == CT_OK);
+    ct_ctx_free(c);
+}
+
+CT_TEST(ddp_world1_on_nccl_matches_cpu) {
+    NEED_GPU();
+    ct_pg *pg = NULL;
+    OK(nccl_world1(&pg));
+    ct_model *mc = mlp(), *mg = mlp();
+    OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
+    ct_ddp_opts dopts = ct_ddp_default_opts();
+    dopts.bucket_cap_bytes = 4096; /* several buckets: launched from the hooks during backward */
+    dopts.first_bucket_bytes = 1024;
+    ct_ddp *ddp;
+    OK(ct_ddp_create(pg, ct_model_params(mg), &dopts, &ddp));
+    CT_EXPECT(ct_ddp_num_buckets(ddp) > 1);
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    const int64_t B = 8;
+    ct_tensor *x = rnd(c, 2, (int64_t[]){B, 32}, 1.0f), *xd, *yd;
+    int32_t lab[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ct_tensor *y = ct_from_data(c, CT_I32, lab, 1, &B);
+    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+    OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
+    double lc = step(c, mc, x, y), lg = step(c, mg, xd, yd);
+    OK(ct_ddp_finish(ddp));
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK && rel(lg, lc) <= 1e-5, "loss cuda %.9g cpu %.9g", lg, lc);
+    double e = grad_err(ct_model_params(mc), ct_model_params(mg), -1);
+    CT_EXPECTF(e <= 1e-5, "gradients after the NCCL all-reduce (avg, world 1): normwise error %g", e);
+    ct_ctx_free(c);
+    ct_ddp_free(ddp);
+    ct_model_free(mc);
+    ct_model_free(mg);
+    ct_pg_free(pg);
+}
+
+CT_TEST_MAIN()

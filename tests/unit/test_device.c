@@ -1,0 +1,286 @@
+/* Device tensors without a GPU: parsing device names, the real backend refusing cleanly
+ * where there is no GPU (or no CUDA in the build), and the device plumbing of core and the
+ * op table run against a stand-in backend whose "device memory" is host memory: copies,
+ * moving a parameter store, an op without a device kernel failing the context, mixed
+ * devices, and backward through a device op into parameter gradients on the device. */
+#include <stdint.h>
+
+#include "core/kernel.h"
+#include "ct_test.h"
+#include "ctrain/nn.h"
+#include "ctrain/ops.h"
+#include "ctrain/optim.h"
+#include "ctrain/train.h"
+#include "ops/kmath.h"
+#include "ops/op_table.h"
+
+/* a Linear(4, 3) in a store of its own (*P), initialised with seed; its weights into w0 */
+static ct_module *small_linear(ct_params **P, uint64_t seed, float w0[12]) {
+    if (ct_params_create(P) != CT_OK) abort();
+    ct_module *lin = ct_nn_linear(*P, "fc", 4, 3, true);
+    if (!lin || ct_params_finalize(*P, seed) != CT_OK) abort();
+    memcpy(w0, lin->w->data, 12 * sizeof(float));
+    return lin;
+}
+
+CT_TEST(parse_and_print) {
+    ct_device d;
+    char b[32];
+    CT_EXPECT(ct_device_parse("cpu", &d) == CT_OK && d.type == CT_DEV_CPU);
+    CT_EXPECT(ct_device_parse("cuda", &d) == CT_OK && d.type == CT_DEV_CUDA && d.index == 0);
+    CT_EXPECT(ct_device_parse("cuda:3", &d) == CT_OK && d.type == CT_DEV_CUDA && d.index == 3);
+    CT_EXPECT(!strcmp(ct_device_str(d, b, sizeof b), "cuda:3"));
+    CT_EXPECT(ct_device_parse("cuda:", &d) == CT_ERR_INVALID);
+    CT_EXPECT(ct_device_parse("cuda:1x", &d) == CT_ERR_INVALID);
+    CT_EXPECT(ct_device_parse("gpu", &d) == CT_ERR_INVALID && strstr(ct_last_error(), "cuda:N"));
+}
+
+/* must run before the stand-in replaces the real backend */
+CT_TEST(real_backend_refuses_without_gpu) {
+    int n = 0;
+    if (ct_device_count(CT_DEV_CUDA, &n) == CT_OK && n > 0) { CT_SKIP("a CUDA GPU is present (tests/gpu covers it)"); return; }
+    ct_params *P;
+    float w[12];
+    ct_module *lin = small_linear(&P, 1, w);
+    float w0 = w[0];
+    ct_status st = ct_module_to(lin, CT_CUDA(0));
+    CT_EXPECTF(st == CT_ERR_UNSUPPORTED, "ct_module_to: %d (%s)", st, ct_last_error());
+    CT_EXPECTF(strstr(ct_last_error(), "CUDA") || strstr(ct_last_error(), "driver") || strstr(ct_last_error(), "device"),
+               "message: %s", ct_last_error());
+    /* the store stayed on the CPU, intact */
+    CT_EXPECT(ct_params_device(P).type == CT_DEV_CPU && lin->w->device.type == CT_DEV_CPU && ct_f32(lin->w)[0] == w0);
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    ct_tensor *x = ct_zeros(c, CT_F32, 2, (int64_t[]){2, 4}), *xd = NULL;
+    CT_EXPECT(ct_tensor_to(c, x, CT_CUDA(0), &xd) == CT_ERR_UNSUPPORTED && xd == NULL);
+    ct_ctx_free(c);
+    ct_module_free(lin);
+    ct_params_free(P);
+}
+
+/* ---- the stand-in backend: device memory is host memory, counted ---- */
+static int live_bufs;
+static ct_status f_count(int *n) { *n = 1; return CT_OK; }
+static ct_status f_alloc(int dev, size_t bytes, void **out) {
+    (void)dev;
+    *out = NULL;
+    if (posix_memalign(out, 64, bytes)) return ct_error(CT_ERR_NOMEM, "fake alloc");
+    live_bufs++;
+    return CT_OK;
+}
+static void f_free(void *p) { if (p) { live_bufs--; free(p); } }
+static ct_status f_copy(int dev, void *dst, const void *src, size_t bytes, ct_copy_kind k) {
+    (void)dev; (void)k;
+    memcpy(dst, src, bytes);
+    return CT_OK;
+}
+static ct_status f_zero(int dev, void *p, size_t bytes) { (void)dev; memset(p, 0, bytes); return CT_OK; }
+static ct_status f_sync(int dev) { (void)dev; return CT_OK; }
+/* the optimizer pass with ops/kmath.h's element updates, as the CUDA kernels run them */
+static ct_status f_optim(int dev, ct_device_optim kind, const void *k, float *p, const float *g, float *s0, float *s1,
+                         float *s2, int64_t n) {
+    (void)dev;
+    for (int64_t i = 0; i < n; i++) {
+        if (kind == CT_DEV_OPTIM_SGD) ct_k_sgd_elem(k, p + i, g[i], s0 ? s0 + i : NULL);
+        else ct_k_adamw_elem(k, p + i, g[i], s0 + i, s1 + i, s2 ? s2 + i : NULL);
+    }
+    return CT_OK;
+}
+static const ct_device_hooks fake = {f_count, f_alloc, f_free, f_copy, f_zero, f_sync, f_optim};
+
+/* a device sum: forward and backward on the stand-in's (host) memory */
+static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    ct_tensor *y = ct_new_on(ctx, x->device, CT_F32, 0, NULL, "sum");
+    float s = 0;
+    for (int64_t i = 0; i < ct_numel(x); i++) s += ct_f32(x)[i];
+    ct_f32(y)[0] = s;
+    ct_record(ctx, CT_OP_SUM, y, 1, &x);
+    return y;
+}
+static void fake_sum_bw(ct_ctx *ctx, ct_node *n) {
+    float *g = ct_grad_acc(ctx, n->in[0]);
+    for (int64_t i = 0; g && i < ct_numel(n->in[0]); i++) g[i] += ct_f32(n->out->grad)[0];
+}
+static void use_fake(void) {
+    ct_device_register(CT_DEV_CUDA, &fake);
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_SUM, fake_sum, fake_sum_bw);
+}
+
+CT_TEST(copies_and_params_to) {
+    use_fake();
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    float v[6] = {1, -2, 3, -4, 5, -6};
+    ct_tensor *x = ct_from_f32(c, v, 2, (int64_t[]){2, 3}), *xd, *xh;
+    CT_ASSERT(ct_tensor_to(c, x, CT_CUDA(0), &xd) == CT_OK);
+    CT_EXPECT(xd->device.type == CT_DEV_CUDA && xd->data != x->data && ct_same_shape(x, xd));
+    CT_ASSERT(ct_tensor_to(c, xd, CT_CPU, &xh) == CT_OK);
+    CT_EXPECT(xh->device.type == CT_DEV_CPU && !memcmp(xh->data, v, sizeof v));
+    ct_ctx_reset(c);
+    CT_EXPECTF(live_bufs == 0, "%d device buffers left after reset", live_bufs);
+
+    ct_params *P;
+    float w[12];
+    ct_module *lin = small_linear(&P, 7, w);
+    ct_f32(lin->w->grad)[5] = 2.5f;
+    CT_ASSERT(ct_module_to(lin, CT_CUDA(0)) == CT_OK);
+    CT_EXPECT(ct_params_device(P).type == CT_DEV_CUDA && lin->w->device.type == CT_DEV_CUDA && lin->b->device.type == CT_DEV_CUDA);
+    CT_EXPECT(lin->w->grad->device.type == CT_DEV_CUDA && lin->w->data == ct_params_data(P));
+    CT_EXPECT(live_bufs == 3); /* data, grad, buffers */
+    ct_params_zero_grad(P);
+    CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+    CT_EXPECT(live_bufs == 0 && lin->w->device.type == CT_DEV_CPU);
+    CT_EXPECT(!memcmp(lin->w->data, w, sizeof w) && ct_f32(lin->w->grad)[5] == 0.0f);
+    ct_module_free(lin);
+    ct_params_free(P);
+    ct_ctx_free(c);
+}
+
+CT_TEST(op_without_kernel_fails_the_context) {
+    use_fake();
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    ct_tensor *x = ct_zeros(c, CT_F32, 1, (int64_t[]){5}), *xd;
+    CT_ASSERT(ct_tensor_to(c, x, CT_CUDA(0), &xd) == CT_OK);
+    ct_tensor *y = ct_softmax(c, xd);
+    CT_EXPECTF(ct_ctx_status(c) == CT_ERR_UNSUPPORTED, "status %d", ct_ctx_status(c));
+    CT_EXPECTF(strstr(ct_last_error(), "softmax on cuda:0") && strstr(ct_last_error(), "no kernel"), "message: %s", ct_last_error());
+    CT_EXPECT(y->data == NULL && y->device.type == CT_DEV_CUDA && ct_same_shape(y, xd));
+    /* later device ops of the step do nothing; reading the placeholder gives NaN */
+    ct_tensor *z = ct_sum(c, ct_tanh(c, y)), *x1 = ct_zeros(c, CT_F32, 1, (int64_t[]){1}), *x1d;
+    CT_EXPECT(z->data == NULL);
+    CT_EXPECT(ct_tensor_to(c, x1, CT_CUDA(0), &x1d) == CT_ERR_UNSUPPORTED); /* the failure sticks */
+    CT_EXPECT(ct_ctx_status(c) == CT_ERR_UNSUPPORTED);
+    ct_ctx_reset(c);
+    CT_EXPECT(ct_ctx_status(c) == CT_OK);
+    /* a placeholder reads as NaN */
+    CT_ASSERT(ct_tensor_to(c, x1 = ct_zeros(c, CT_F32, 1, (int64_t[]){1}), CT_CUDA(0), &x1d) == CT_OK);
+    CT_EXPECT(isnan(ct_item(ct_softmax(c, x1d))));
+    ct_ctx_reset(c);
+    /* mixed devices: named */
+    x = ct_zeros(c, CT_F32, 1, (int64_t[]){5});
+    CT_ASSERT(ct_tensor_to(c, x, CT_CUDA(0), &xd) == CT_OK);
+    (void)ct_add(c, xd, x);
+    CT_EXPECTF(ct_ctx_status(c) == CT_ERR_INVALID && strstr(ct_last_error(), "is on cpu"), "message: %s", ct_last_error());
+    ct_ctx_free(c);
+    CT_EXPECT(live_bufs == 0);
+}
+
+CT_TEST(backward_into_device_parameters) {
+    use_fake();
+    ct_params *P;
+    CT_ASSERT(ct_params_create(&P) == CT_OK);
+    ct_tensor *W = ct_param(P, "w", 2, (int64_t[]){2, 3}, CT_INIT_ONES, 0);
+    CT_ASSERT(ct_params_finalize(P, 1) == CT_OK);
+    CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    for (int step = 0; step < 2; step++) { /* gradients accumulate over two backwards */
+        ct_tensor *loss = ct_sum(c, W);
+        CT_EXPECT(loss->device.type == CT_DEV_CUDA && ct_item(loss) == 6.0);
+        ct_backward(c, loss);
+        CT_EXPECT(ct_ctx_status(c) == CT_OK);
+        ct_ctx_reset(c);
+    }
+    CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+    const float *g = ct_params_grad(P);
+    bool ok = true;
+    for (int i = 0; i < 6; i++) ok = ok && g[i] == 2.0f;
+    CT_EXPECT(ok);
+    ct_ctx_free(c);
+    ct_params_free(P);
+    CT_EXPECT(live_bufs == 0);
+}
+
+/* The optimizers on a device store: the same bits as on the CPU (AdamW with amsgrad and
+ * weight decay on matrices only, so several runs; SGD with Nesterov momentum), state there. */
+CT_TEST(optimizers_on_device_match_cpu) {
+    use_fake();
+    for (int kind = 0; kind < 2; kind++) {
+        ct_params *P[2];
+        for (int j = 0; j < 2; j++) {
+            CT_ASSERT(ct_params_create(&P[j]) == CT_OK);
+            ct_param(P[j], "a.w", 2, (int64_t[]){5, 7}, CT_INIT_KAIMING_UNIFORM, 7);
+            ct_param(P[j], "a.b", 1, (int64_t[]){5}, CT_INIT_KAIMING_UNIFORM, 7);
+            ct_param(P[j], "c.w", 2, (int64_t[]){3, 5}, CT_INIT_KAIMING_UNIFORM, 5);
+            CT_ASSERT(ct_params_finalize(P[j], 3) == CT_OK);
+        }
+        CT_ASSERT(ct_params_to(P[1], CT_CUDA(0)) == CT_OK);
+        ct_optim *o[2];
+        for (int j = 0; j < 2; j++) {
+            if (kind == 0) {
+                ct_adamw_opts a = ct_adamw_default_opts();
+                a.amsgrad = true;
+                a.decay_only_ndim_ge2 = true;
+                CT_ASSERT(ct_optim_create_adamw(P[j], &a, &o[j]) == CT_OK);
+            } else {
+                ct_sgd_opts g = ct_sgd_default_opts();
+                g.momentum = 0.9;
+                g.nesterov = true;
+                g.weight_decay = 1e-3;
+                CT_ASSERT(ct_optim_create_sgd(P[j], &g, &o[j]) == CT_OK);
+            }
+        }
+        size_t n = ct_params_numel(P[0]);
+        for (int step = 0; step < 3; step++) {
+            float *g0 = ct_params_grad(P[0]), *g1 = ct_params_grad(P[1]); /* fake device memory is host memory */
+            for (size_t i = 0; i < n; i++) g0[i] = g1[i] = (float)sin((double)(i * 7 + step));
+            ct_optim_step(o[0], 0.01);
+            ct_optim_step(o[1], 0.01);
+        }
+        CT_EXPECT(ct_optim_status(o[1]) == CT_OK);
+        CT_EXPECT(live_bufs == 3 + ct_optim_state_count(o[1])); /* store + state on the device */
+        CT_ASSERT(ct_params_to(P[1], CT_CPU) == CT_OK);
+        CT_EXPECTF(!memcmp(ct_params_data(P[0]), ct_params_data(P[1]), n * sizeof(float)), "%s: parameters differ",
+                   kind ? "sgd" : "adamw");
+        for (int j = 0; j < 2; j++) ct_optim_free(o[j]);
+        for (int j = 0; j < 2; j++) ct_params_free(P[j]);
+        CT_EXPECT(live_bufs == 0);
+    }
+}
+
+/* ct_train_step with the parameters on a device: the batch is copied there, backward and the
+ * optimizer run there (a loss of sum(w): every gradient 1, SGD moves each weight by -lr);
+ * an op that fails on the device comes back as the step's status, clipping is refused */
+static ct_tensor *sum_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) {
+    CT_CHECK(x->device.type == CT_DEV_CUDA && y->device.type == CT_DEV_CUDA, "the batch was not moved to the device");
+    return ct_sum(ctx, ((ct_module *)self)->w);
+}
+static ct_tensor *lin_forward(ct_ctx *ctx, void *self, ct_tensor *x) { return ct_module_forward(ctx, self, x); }
+
+CT_TEST(train_step_on_device) {
+    use_fake();
+    ct_params *P;
+    float w0[12];
+    ct_module *lin = small_linear(&P, 2, w0);
+    CT_ASSERT(ct_module_to(lin, CT_CUDA(0)) == CT_OK);
+    ct_optim *o;
+    CT_ASSERT(ct_optim_create_sgd(P, NULL, &o) == CT_OK);
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    float x[8] = {0};
+    int32_t y[2] = {0, 1};
+    ct_train_batch b = ct_train_batch_of(CT_F32, x, 2, (int64_t[]){2, 4}, y, 1, (int64_t[]){2});
+    ct_train_model tm = {.params = P, .forward = lin_forward, .loss = sum_loss, .self = lin, .kind = "linear"};
+    ct_step_args sa = {.ctx = c, .model = &tm, .opt = o, .lr = 0.5};
+    ct_step_result res;
+    CT_ASSERT(ct_train_step(&sa, &b, 1, &res) == CT_OK);
+    bool moved = true;
+    for (int i = 0; i < 12; i++) moved = moved && ct_f32(lin->w)[i] == w0[i] - 0.5f; /* fake device memory is host memory */
+    CT_EXPECTF(moved && res.loss != 0, "loss %g", res.loss);
+    /* the default loss (cross-entropy of the Linear's output) has no working kernel here */
+    tm.loss = NULL;
+    ct_status st = ct_train_step(&sa, &b, 1, &res);
+    CT_EXPECTF(st != CT_OK && strstr(ct_last_error(), "on cuda:"), "status %d: %s", st, ct_last_error());
+    CT_EXPECT(ct_ctx_status(c) == CT_OK); /* reset for the next step */
+    sa.clip_norm = 1.0;
+    CT_EXPECT(ct_train_step(&sa, &b, 1, &res) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "clipping"));
+    ct_ctx_free(c);
+    ct_optim_free(o);
+    ct_module_free(lin);
+    ct_params_free(P);
+    CT_EXPECT(live_bufs == 0);
+}
+
+CT_TEST_MAIN()

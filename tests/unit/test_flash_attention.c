@@ -1,10 +1,12 @@
 /* Fused (flash) attention against the plain version, which is checked against PyTorch in
  * test_ops_torch: forward and every gradient within 1e-5 (normwise) on shapes around the
- * tile sizes (64 query rows x 128 keys), causal and not, Tq != Tk, Dv != D; the same bits
- * with 1 and 2 threads; and the memory it promises: no [T, T] matrix. */
+ * tile sizes (64 query rows x 128 keys), causal and not, Tq != Tk, Dv != D; against
+ * PyTorch's F.scaled_dot_product_attention itself (fixtures from tests/torch/gen_sdpa.py);
+ * the same bits with 1 and 2 threads; and the memory it promises: no [T, T] matrix. */
 #include <stdint.h>
 
 #include "ct_test.h"
+#include "ctrain/io.h"
 #include "ctrain/ops.h"
 
 static void fill(ct_tensor *t, uint64_t seed, float scale) {
@@ -116,6 +118,58 @@ CT_TEST(flash_memory_is_linear_in_T) {
     CT_EXPECT(flash - out <= (size_t)(s.B * s.H * s.Tq) * sizeof(float) + (4u << 20)); /* lse + per-thread tiles */
     free(a);
     free(b);
+}
+
+/* ct_flash_attention (and the plain version) vs F.scaled_dot_product_attention, forward and
+ * backward, both with ctrain's default thread count */
+static ct_tensor *sdpa_tensor(ct_ctx *c, ct_st_file *f, int cs, const char *name) {
+    char key[32];
+    snprintf(key, sizeof key, "%d.%s", cs, name);
+    ct_st_tensor t;
+    CT_CHECK(ct_st_get(f, key, &t) == CT_OK && t.dtype == CT_F32, "sdpa fixture lacks f32 '%s'", key);
+    ct_tensor *x = ct_new(c, CT_F32, t.ndim, t.shape);
+    memcpy(x->data, t.data, t.nbytes);
+    return x;
+}
+
+CT_TEST(flash_matches_torch_sdpa) {
+    ct_st_file *f = NULL;
+    CT_ASSERT(ct_st_open("tests/fixtures/ops/sdpa.safetensors", &f) == CT_OK);
+    double worst[2] = {0, 0};
+    for (int cs = 0;; cs++) {
+        char key[32];
+        snprintf(key, sizeof key, "%d.shape", cs);
+        ct_st_tensor sh;
+        if (ct_st_get(f, key, &sh) != CT_OK) { CT_EXPECT(cs >= 4); break; }
+        bool causal = ((const int64_t *)sh.data)[6] != 0;
+        for (int flash = 0; flash < 2; flash++) {
+            ct_ctx *c;
+            CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+            ct_tensor *in[3] = {sdpa_tensor(c, f, cs, "q"), sdpa_tensor(c, f, cs, "k"), sdpa_tensor(c, f, cs, "v")};
+            for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
+            ct_tensor *y = flash ? ct_flash_attention(c, in[0], in[1], in[2], causal) : ct_attention(c, in[0], in[1], in[2], causal);
+            ct_backward_seed(c, y, sdpa_tensor(c, f, cs, "g"));
+            const char *ref[4] = {"y", "dq", "dk", "dv"};
+            const ct_tensor *got[4] = {y, in[0]->grad, in[1]->grad, in[2]->grad};
+            for (int p = 0; p < 4; p++) {
+                const ct_tensor *r = sdpa_tensor(c, f, cs, ref[p]);
+                CT_ASSERT(got[p] && ct_numel(got[p]) == ct_numel(r));
+                const float *a = got[p]->data, *b = r->data;
+                double d = 0, m = 0;
+                for (int64_t i = 0; i < ct_numel(r); i++) {
+                    double e = fabs((double)a[i] - b[i]);
+                    d = e > d || e != e ? e : d;
+                    m = fabs(b[i]) > m ? fabs(b[i]) : m;
+                }
+                double e = d / m;
+                if (e > worst[flash]) worst[flash] = e;
+                if (!(e <= 1e-5)) CT_FAILF("case %d %s %s vs SDPA: %.3g", cs, flash ? "flash" : "plain", ref[p], e);
+            }
+            ct_ctx_free(c);
+        }
+    }
+    printf("  worst normwise difference to F.scaled_dot_product_attention: flash %.2e, plain %.2e\n", worst[1], worst[0]);
+    ct_st_close(f);
 }
 
 CT_TEST_MAIN()

@@ -147,7 +147,8 @@ ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
     return y;
 }
 void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
-    float *gx = ct_grad_acc(ctx, n->in[0]);
+    bool fresh; /* gx unzeroed: written as +0 + g * d, the bits of adding to zeros */
+    float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     int64_t N = ct_numel(n->out);
     const float *g = n->out->grad->data, *X = n->in[0]->data;
@@ -157,14 +158,14 @@ void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
             float v = X[i], v2 = v * v;
             float t = ct_vtanhf(SQRT_2_OVER_PI * (v + GELU_C * v2 * v));
             float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v2);
-            gx[i] += g[i] * d;
+            gx[i] = (fresh ? 0.0f : gx[i]) + g[i] * d;
         }
     } else {
 #pragma omp parallel for simd if (N >= PAR_EXP)
         for (int64_t i = 0; i < N; i++) {
             float v = X[i];
             float d = ct_vnormcdf(v) + v * INV_SQRT_2PI * ct_vexpf(-0.5f * v * v);
-            gx[i] += g[i] * d;
+            gx[i] = (fresh ? 0.0f : gx[i]) + g[i] * d;
         }
     }
 }

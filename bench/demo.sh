@@ -14,17 +14,17 @@ ROUNDS=${ROUNDS:-2}
 EPOCHS=${EPOCHS:-2}
 OUT=${DEMO_OUT:-build/bench/demo}
 PY=${PYTHON:-${BENCH_VENV:-build/venv-bench}/bin/python}
-[ -x build/ctrain ] || { echo "build first: make -j2" >&2; exit 1; }
-data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-[ -r "$data/train-images-idx3-ubyte.gz" ] || [ -r "$data/train-images-idx3-ubyte" ] ||
-    { echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)" >&2; exit 1; }
 if ! "$PY" -c 'import torch' 2>/dev/null; then
     # bench/run.sh owns the installation of the reference PyTorch
     [ -n "${PYTHON:-}" ] && { echo "demo: PYTHON=$PY cannot import torch" >&2; exit 1; }
     bash bench/run.sh --setup-only || exit 1
 fi
-TORCHRUN=$(dirname "$PY")/torchrun
-[ -x "$TORCHRUN" ] || TORCHRUN="$PY -m torch.distributed.run"
+[ -x build/ctrain ] || { echo "build first: make -j2" >&2; exit 1; }
+data=${CTRAIN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+[ -r "$data/train-images-idx3-ubyte.gz" ] || [ -r "$data/train-images-idx3-ubyte" ] ||
+    { echo "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)" >&2; exit 1; }
+TORCHRUN=("$(dirname "$PY")/torchrun")
+[ -x "${TORCHRUN[0]}" ] || TORCHRUN=("$PY" -m torch.distributed.run)
 mkdir -p "$OUT"
 : >"$OUT/results.txt"
 load() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' /; }
@@ -47,6 +47,6 @@ for r in $(seq "$ROUNDS"); do
     rm -rf "$OUT/ctrain-out"
     timed ctrain "$OUT/ctrain.$r.log" build/ctrain run --nproc-per-node 2 build/ctrain train cnn --epochs "$EPOCHS" \
         --data-dir "$data" --output-dir "$OUT/ctrain-out"
-    timed pytorch "$OUT/pytorch.$r.log" env -u OMP_NUM_THREADS $TORCHRUN --standalone --nproc-per-node 2 \
+    timed pytorch "$OUT/pytorch.$r.log" env -u OMP_NUM_THREADS "${TORCHRUN[@]}" --standalone --nproc-per-node 2 \
         bench/demo_torch.py --epochs "$EPOCHS" --data-dir "$data"
 done

@@ -10,8 +10,11 @@
 #   bash bench/run.sh --accuracy    also Fashion-MNIST accuracy, CNN and MLP, 2 ranks, default
 #                                   settings (slow: tens of minutes)
 #   bash bench/run.sh --only-accuracy
+#   bash bench/run.sh --demo        also the README's demo vs the same training under torchrun
+#                                   (bench/demo.sh: 2 rounds each, ~7 min)
 #   bash bench/run.sh --debian-torch  also Debian's PyTorch (/usr/bin/python3) as a second column
 #   bash bench/run.sh --setup-dry-run print how the reference PyTorch would be installed, run nothing
+#   bash bench/run.sh --setup-only    install the reference PyTorch if missing, run nothing
 # The reference is the current `torch` from PyPI (what a user installs today), in a virtual
 # environment build/venv-bench created on first use (`python3 -m venv` + `pip install
 # torch`: a large download, once), or the interpreter given by PYTHON=.
@@ -29,7 +32,7 @@ SECS_GPT=${SECS_GPT:-10}
 SECS_CNN=${SECS_CNN:-5}
 OUT=${BENCH_OUT:-build/bench/results.txt}
 CT=build/bench/train_bench
-core=1; acc=0; coll=1; deb=0; dry=0
+core=1; acc=0; coll=1; deb=0; dry=0; setup_only=0; demo=0
 for a in "$@"; do
     case "$a" in
     --quick) REPEAT=1; SECS_MLP=3; SECS_GPT=6; SECS_CNN=3 ;;
@@ -38,6 +41,8 @@ for a in "$@"; do
     --no-collectives) coll=0 ;;
     --debian-torch) deb=1 ;;
     --setup-dry-run) dry=1 ;;
+    --setup-only) setup_only=1 ;;
+    --demo) demo=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -64,7 +69,7 @@ setup_torch() {
     [ $dry -eq 1 ] && return 0
     "$PY" -c 'import torch' 2>/dev/null
 }
-if [ $dry -eq 1 ]; then setup_torch; exit $?; fi
+if [ $dry -eq 1 ] || [ $setup_only -eq 1 ]; then setup_torch; exit $?; fi
 [ -x "$CT" ] || { echo "build first: make -j2" >&2; exit 1; }
 have_torch=1
 setup_torch || { have_torch=0; echo "bench: no reference PyTorch ($PY); ctrain only" >&2; }
@@ -141,4 +146,10 @@ if [ $acc -eq 1 ]; then
         echo "RESULT impl=ctrain model=$m accuracy=${a:-?} epochs=$ep ranks=2 wall_s=$((t1 - t0))" | tee -a "$ACC_OUT/results.txt"
         grep -iE 'acc' "$ACC_OUT/$m.rank0.log" | tail -4
     done
+fi
+
+if [ $demo -eq 1 ] && [ $have_torch -eq 1 ]; then
+    echo
+    echo "## The README's demo vs PyTorch under torchrun"
+    PYTHON=$PY bash bench/demo.sh
 fi

@@ -120,7 +120,7 @@ def ddp_worker(rank, nranks, kind, seconds, port, q):
     model, opt, batches, items = setup(kind, rank)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     rate, ms, steps = train(kind, seconds, rank, ddp, model, opt, batches, items, barrier=dist.barrier)
-    q.put((rank, rate, ms, steps, peak_mb(), flops_per_step(kind, model, items)))
+    q.put((rank, rate, ms, steps, peak_mb(), flops_per_step(kind, model, items), CPU_STEP_MS))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -149,6 +149,8 @@ def main():
         for p in procs:
             p.join()
         r0 = res[0]
+        global CPU_STEP_MS
+        CPU_STEP_MS = r0[6]  # rank 0's, measured in its process
         line(kind, 1, n, r0[1], r0[2], r0[3], max(r[4] for r in res), r0[5])
     elif mode == "torchrun":  # one process per rank, started by torchrun; rank 0 prints
         class Q:
@@ -157,7 +159,7 @@ def main():
         q, rank, nranks = Q(), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         ddp_worker(rank, nranks, kind, seconds, 0, q)
         if rank == 0:
-            line(kind, 1, nranks, q.r[1], q.r[2], q.r[3], q.r[4], q.r[5])
+            line(kind, 1, nranks, q.r[1], q.r[2], q.r[3], q.r[4], q.r[5])  # CPU_STEP_MS: this process's
     else:
         sys.exit(f"unknown mode {mode}")
 

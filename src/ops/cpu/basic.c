@@ -24,14 +24,11 @@ ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
 void ct_bw_add(ct_ctx *ctx, ct_node *n) {
     const float *g = n->out->grad->data;
     int64_t N = ct_numel(n->out), m = ct_numel(n->in[1]);
-    bool fa;
-    float *ga = ct_grad_acc_fresh(ctx, n->in[0], &fa), *gb = ct_grad_acc(ctx, n->in[1]);
-    if (ga && fa) /* a new buffer: written, not zeroed and added to (g + 0: the same bits) */
+    bool fresh; /* ga unzeroed: written as +0 + g, the bits of adding to zeros */
+    float *ga = ct_grad_acc_fresh(ctx, n->in[0], &fresh), *gb = ct_grad_acc(ctx, n->in[1]);
+    if (ga)
 #pragma omp parallel for if (N >= (1 << 16))
-        for (int64_t i = 0; i < N; i++) ga[i] = g[i] + 0.0f;
-    else if (ga)
-#pragma omp parallel for if (N >= (1 << 16))
-        for (int64_t i = 0; i < N; i++) ga[i] += g[i];
+        for (int64_t i = 0; i < N; i++) ga[i] = (fresh ? 0.0f : ga[i]) + g[i];
     if (gb && m > 0)
         for (int64_t r = 0; r < N / m; r++)
             for (int64_t j = 0; j < m; j++) gb[j] += g[r * m + j];
@@ -51,12 +48,13 @@ ct_tensor *ct_relu(ct_ctx *ctx, ct_tensor *x) {
     return y;
 }
 void ct_bw_relu(ct_ctx *ctx, ct_node *n) {
-    float *gx = ct_grad_acc(ctx, n->in[0]);
+    bool fresh;
+    float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     const float *g = n->out->grad->data, *Y = n->out->data;
     int64_t N = ct_numel(n->out);
 #pragma omp parallel for if (N >= (1 << 16))
-    for (int64_t i = 0; i < N; i++) gx[i] += Y[i] > 0 ? g[i] : 0.0f;
+    for (int64_t i = 0; i < N; i++) gx[i] = (fresh ? 0.0f : gx[i]) + (Y[i] > 0 ? g[i] : 0.0f);
 }
 
 /* Summation in double so long reductions match PyTorch's pairwise sums to f32 rounding;

@@ -125,7 +125,6 @@ void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
 
 /* ---- gelu ---- */
 #define SQRT_2_OVER_PI 0.7978845608028654f
-#define INV_SQRT_2PI 0.3989422804014327f
 #define GELU_C 0.044715f
 
 ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
@@ -150,27 +149,28 @@ ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
     if (nd) nd->i[0] = tanh_approx;
     return y;
 }
+/* gx[i] += expr over the gradient, or gx[i] = +0 + expr into a fresh (unzeroed) buffer: the
+ * bits of adding to zeros without the zeroing pass; two loops, so that both vectorise */
+#define BW_LOOP(expr)                                                                        \
+    do {                                                                                     \
+        if (fresh) {                                                                         \
+            _Pragma("omp parallel for simd if (N >= PAR_EXP)")                               \
+            for (int64_t i = 0; i < N; i++) gx[i] = 0.0f + (expr);                           \
+        } else {                                                                             \
+            _Pragma("omp parallel for simd if (N >= PAR_EXP)")                               \
+            for (int64_t i = 0; i < N; i++) gx[i] += (expr);                                 \
+        }                                                                                    \
+    } while (0)
+
 void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
-    float *gx = ct_grad_acc(ctx, n->in[0]);
+    bool fresh;
+    float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     int64_t N = ct_numel(n->out);
     const float *g = n->out->grad->data, *X = n->in[0]->data;
-    if (n->i[0]) {
-#pragma omp parallel for simd if (N >= PAR_EXP)
-        for (int64_t i = 0; i < N; i++) {
-            float v = X[i], v2 = v * v;
-            float t = ct_vtanhf(SQRT_2_OVER_PI * (v + GELU_C * v2 * v));
-            float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v2);
-            gx[i] += g[i] * d;
-        }
-    } else {
-#pragma omp parallel for simd if (N >= PAR_EXP)
-        for (int64_t i = 0; i < N; i++) {
-            float v = X[i];
-            float d = ct_vnormcdf(v) + v * INV_SQRT_2PI * ct_vexpf(-0.5f * v * v);
-            gx[i] += g[i] * d;
-        }
-    }
+    /* kmath.h's derivatives: the same expressions (and bits) as the forward's constants */
+    if (n->i[0]) BW_LOOP(ct_k_gelu_tanh_bwd(X[i], g[i]));
+    else BW_LOOP(ct_k_gelu_bwd(X[i], g[i]));
 }
 
 /* ---- tanh, sigmoid: backward from the saved output ---- */

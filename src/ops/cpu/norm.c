@@ -75,7 +75,8 @@ void ct_bw_layer_norm(ct_ctx *ctx, ct_node *n) {
     int64_t R = n->i[0], D = n->i[1];
     const float *X = n->in[0]->data, *G = n->out->grad->data, *st = n->saved;
     const float *W = n->in[1] ? n->in[1]->data : NULL;
-    float *gx = ct_grad_acc(ctx, n->in[0]);
+    bool fresh; /* gx unzeroed: written as +0 + value, the bits of adding to zeros */
+    float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     float *gw = ct_grad_acc(ctx, n->in[1]), *gb = ct_grad_acc(ctx, n->in[2]);
     int64_t nblk = (R + LN_ROWS - 1) / LN_ROWS;
     /* per row block: partial sums of g * xhat (weight) and g (bias), reduced in block order below */
@@ -110,7 +111,7 @@ void ct_bw_layer_norm(ct_ctx *ctx, ct_node *n) {
             for (int64_t j = 0; j < D; j++) {
                 float gwj = W ? g[j] * W[j] : g[j];
                 float xh = (xr[j] - mean) * rstd;
-                o[j] += rstd * (gwj - s1 - xh * s2);
+                o[j] = (fresh ? 0.0f : o[j]) + rstd * (gwj - s1 - xh * s2);
             }
         }
     }

@@ -6,16 +6,36 @@
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 
-/* Walk a row-major index over `shape` and call body with the element offset under
- * `stride`; used by the strided copy and scatter below. */
-static void strided_copy(char *dst, const char *src, const int64_t *shape, const int64_t *sstride, int ndim, size_t esz) {
-    int64_t idx[CT_MAX_DIMS] = {0}, n = 1;
+/* Offset under `stride` of row `row` of a row-major walk over shape[0..ndim-2] (rows of
+ * the innermost dimension): each row found on its own, so rows can be split over threads. */
+static int64_t row_offset(int64_t row, const int64_t *shape, const int64_t *stride, int ndim) {
+    int64_t off = 0;
+    for (int d = ndim - 2; d >= 0; d--) {
+        off += (row % shape[d]) * stride[d];
+        row /= shape[d];
+    }
+    return off;
+}
+
+/* Rows (innermost dimension) of `shape` and their length. */
+static int64_t rows_of(const int64_t *shape, int ndim, int64_t *inner) {
+    int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
-    if (n == 0) return;
-    int64_t inner = ndim ? shape[ndim - 1] : 1, is = ndim ? sstride[ndim - 1] : 1;
-    for (int64_t o = 0; o < n; o += inner) {
-        int64_t off = 0;
-        for (int d = 0; d < ndim - 1; d++) off += idx[d] * sstride[d];
+    *inner = ndim ? shape[ndim - 1] : 1;
+    return *inner ? n / *inner : 0;
+}
+
+/* Threshold in elements for splitting a strided pass over threads: a pure copy or add per
+ * element, so the split never changes a bit. */
+#define PAR_STRIDED (1 << 16)
+
+/* dst (contiguous) = src (strided under sstride) */
+static void strided_copy(char *dst, const char *src, const int64_t *shape, const int64_t *sstride, int ndim, size_t esz) {
+    int64_t inner, rows = rows_of(shape, ndim, &inner);
+    int64_t is = ndim ? sstride[ndim - 1] : 1;
+#pragma omp parallel for if (rows * inner >= PAR_STRIDED)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = row_offset(r, shape, sstride, ndim), o = r * inner;
         if (esz == 4) {
             const float *s = (const float *)src + off;
             float *d = (float *)dst + o;
@@ -23,47 +43,39 @@ static void strided_copy(char *dst, const char *src, const int64_t *shape, const
         } else {
             for (int64_t j = 0; j < inner; j++) memcpy(dst + (o + j) * (int64_t)esz, src + (off + j * is) * (int64_t)esz, esz);
         }
-        for (int d = ndim - 2; d >= 0; d--) {
-            if (++idx[d] < shape[d]) break;
-            idx[d] = 0;
-        }
     }
 }
 
-/* dst (strided, f32) += src (contiguous, same shape) */
-/* dst (strided) += src; fresh: dst is an unzeroed buffer this call covers whole, written as
- * src + 0, the bits of adding to a zeroed one (-0 becomes +0) without the zeroing pass */
+/* dst (strided, f32) += src (contiguous, same shape); fresh: dst is unwritten memory that
+ * the walk covers entirely, written as +0 + src (the bits of adding to a zeroed buffer,
+ * without the zeroing pass) */
 static void strided_add(float *dst, const int64_t *dstride, const float *src, const int64_t *shape, int ndim, bool fresh) {
-    int64_t idx[CT_MAX_DIMS] = {0}, n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    if (n == 0) return;
-    int64_t inner = ndim ? shape[ndim - 1] : 1, ds = ndim ? dstride[ndim - 1] : 1;
-    for (int64_t o = 0; o < n; o += inner) {
-        int64_t off = 0;
-        for (int d = 0; d < ndim - 1; d++) off += idx[d] * dstride[d];
+    int64_t inner, rows = rows_of(shape, ndim, &inner);
+    int64_t ds = ndim ? dstride[ndim - 1] : 1;
+#pragma omp parallel for if (rows * inner >= PAR_STRIDED)
+    for (int64_t r = 0; r < rows; r++) {
+        float *d = dst + row_offset(r, shape, dstride, ndim);
+        const float *s = src + r * inner;
         if (fresh)
-            for (int64_t j = 0; j < inner; j++) dst[off + j * ds] = src[o + j] + 0.0f;
+            for (int64_t j = 0; j < inner; j++) d[j * ds] = 0.0f + s[j];
         else
-            for (int64_t j = 0; j < inner; j++) dst[off + j * ds] += src[o + j];
-        for (int d = ndim - 2; d >= 0; d--) {
-            if (++idx[d] < shape[d]) break;
-            idx[d] = 0;
-        }
+            for (int64_t j = 0; j < inner; j++) d[j * ds] += s[j];
     }
 }
 
+/* d += s, or d = +0 + s where d is a fresh (unzeroed) gradient buffer */
 static void add_inplace(float *d, const float *s, int64_t n, bool fresh) {
     if (fresh) {
-#pragma omp parallel for if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) d[i] = s[i] + 0.0f; /* as strided_add's fresh */
-        return;
+#pragma omp parallel for simd if (n >= PAR_STRIDED)
+        for (int64_t i = 0; i < n; i++) d[i] = 0.0f + s[i];
+    } else {
+#pragma omp parallel for simd if (n >= PAR_STRIDED)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
     }
-#pragma omp parallel for if (n >= (1 << 16))
-    for (int64_t i = 0; i < n; i++) d[i] += s[i];
 }
 
-/* the input's gradient += the output's, same layout (reshape, contiguous) */
-static void bw_same_layout(ct_ctx *ctx, ct_node *n) {
+/* The whole gradient of a view's input from its output's (same element count, contiguous) */
+static void bw_same_size(ct_ctx *ctx, ct_node *n) {
     bool fresh;
     float *gi = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (gi) add_inplace(gi, n->out->grad->data, ct_numel(n->out), fresh);
@@ -90,7 +102,7 @@ ct_tensor *ct_contiguous(ct_ctx *ctx, ct_tensor *x) {
     ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);
     return y;
 }
-void ct_bw_contiguous(ct_ctx *ctx, ct_node *n) { bw_same_layout(ctx, n); }
+void ct_bw_contiguous(ct_ctx *ctx, ct_node *n) { bw_same_size(ctx, n); }
 
 ct_tensor *ct_reshape(ct_ctx *ctx, ct_tensor *x, int ndim, const int64_t *shape) {
     CT_CHECK(ndim >= 0 && ndim <= CT_MAX_DIMS, "reshape to %d dims", ndim);
@@ -117,7 +129,7 @@ ct_tensor *ct_reshape(ct_ctx *ctx, ct_tensor *x, int ndim, const int64_t *shape)
     ct_record(ctx, CT_OP_RESHAPE, y, 1, &x);
     return y;
 }
-void ct_bw_reshape(ct_ctx *ctx, ct_node *n) { bw_same_layout(ctx, n); }
+void ct_bw_reshape(ct_ctx *ctx, ct_node *n) { bw_same_size(ctx, n); }
 
 ct_tensor *ct_flatten(ct_ctx *ctx, ct_tensor *x, int start_dim) {
     CT_CHECK(start_dim >= 0 && start_dim < x->ndim, "flatten: start_dim %d for %d-d tensor", start_dim, x->ndim);
@@ -139,7 +151,7 @@ ct_tensor *ct_transpose(ct_ctx *ctx, ct_tensor *x, int d0, int d1) {
 }
 void ct_bw_transpose(ct_ctx *ctx, ct_node *n) {
     ct_tensor *x = n->in[0];
-    bool fresh;
+    bool fresh; /* a transpose covers all of x */
     float *gi = ct_grad_acc_fresh(ctx, x, &fresh);
     if (!gi) return;
     /* x's gradient is contiguous in x's shape; view it with the transposed strides */

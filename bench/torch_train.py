@@ -58,6 +58,13 @@ def flops_per_step(kind, model, items):
         n = sum(p.numel() for p in model.parameters())
         c = GPT_CFG
         return 6.0 * n * items + 12.0 * c["n_layer"] * c["block_size"] * c["n_embd"] * items
+    if kind == "cnn":  # train_bench's count: convolutions by their MACs, not their parameters
+        c = CNN_CFG
+        H, W, k = c["height"], c["width"], c["kernel"]
+        conv1 = H * W * c["c1"] * c["in_channels"] * k * k
+        conv2 = (H // 2) * (W // 2) * c["c2"] * c["c1"] * k * k
+        fc = c["c2"] * (H // 4) * (W // 4) * c["fc"] + c["fc"] * c["classes"]
+        return 6.0 * items * (conv1 + conv2 + fc)
     return 6.0 * sum(p.numel() for p in model.parameters()) * items
 
 

@@ -36,6 +36,10 @@ if [ "${CT_BUILD:-build}" = build ]; then
     out=$(mpi_2x2 -x CTRAIN_HIER_ALLREDUCE=rail -x CTRAIN_DEBUG=INFO -x CTRAIN_DEBUG_SUBSYS=pg "$M" 2>&1) &&
         [ "$(echo "$out" | grep -c 'collectives ok')" = 4 ] || die "collectives on 2+2 ranks, rail all-reduce: $out"
     [ "$(echo "$out" | grep -c "local rank . of 2 on node . of 2.*rail all-reduce")" = 4 ] || die "not on the rails: $out"
+    # (machines of unequal size have no rails: the tree)
+    out=$(mpi_on 10.76.0.1:2,10.76.0.2:1 3 -x CTRAIN_HIER_ALLREDUCE=rail -x CTRAIN_DEBUG=INFO -x CTRAIN_DEBUG_SUBSYS=pg \
+        "$M" 2>&1) && [ "$(echo "$out" | grep -c 'collectives ok')" = 3 ] || die "collectives on 2+1 ranks, rail asked: $out"
+    [ "$(echo "$out" | grep -c "on node . of 2.*tree all-reduce")" = 3 ] || die "2+1 ranks with rail asked: not the tree: $out"
     for op in sum avg; do
         out=$(mpi_2x2 -x CTRAIN_HIER_ALLREDUCE=rail "$C" bench allreduce --backend mpi -c -b 4 -e 1M -f 7 -n 2 -w 1 \
             --op $op 2>&1) || die "rail all-reduce $op: $out"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All-reduce bus bandwidth across two "hosts" (network namespaces joined by a veth pair,
-# tests/tools/two_hosts.sh), 2 ranks on each, under mpirun: ctrain's hier backend (ordered
-# and tree all-reduce) against flat Open MPI (vader inside a host, tcp between them).
+# tests/tools/two_hosts.sh), 2 ranks on each, under mpirun: ctrain's hier backend (ordered,
+# tree and rail all-reduce) against flat Open MPI (vader inside a host, tcp between them).
 # The configurations alternate for ROUNDS rounds (default 3) and the median busbw of each
 # size is printed, so that a busy machine hurts them alike.
 # Both "hosts" share this machine's cores, which the shm backend cannot see from inside a
@@ -19,7 +19,7 @@ tmp=$(mktemp -d)
 . tests/tools/two_hosts.sh
 opts=("$@")
 [ ${#opts[@]} -gt 0 ] || opts=(-b 16M -e 64M -f 2 -n 10 -w 3)
-cfgs=("hier ordered" "hier tree" "mpi flat")
+cfgs=("hier ordered" "hier tree" "hier rail" "mpi flat")
 for r in $(seq 1 "${ROUNDS:-3}"); do
     for i in "${!cfgs[@]}"; do
         set -- ${cfgs[$i]}

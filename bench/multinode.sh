@@ -6,7 +6,8 @@
 #    (`ctrain run --nnodes 2 --nproc-per-node 2 ... ctrain train`, hier backend: shm inside a
 #    host, Gloo between the two leaders) against PyTorch DDP, gloo backend, under its own
 #    `torchrun --nnodes 2` (bench/torch_train.py torchrun);
-#  - all-reduce bus bandwidth at 16, 32, 64 MiB: ctrain hier (ctrain run --nnodes), ctrain flat
+#  - all-reduce bus bandwidth at 16, 32, 64 MiB: ctrain hier (ctrain run --nnodes; its default
+#    ordered all-reduce, and hier-rail: CTRAIN_HIER_ALLREDUCE=rail), ctrain flat
 #    gloo (--backend gloo), ctrain flat Open MPI (mpirun, --backend mpi) and PyTorch's
 #    torch.distributed gloo all_reduce (torchrun --nnodes 2, bench/gloo_allreduce.py).
 # The configurations alternate for ROUNDS rounds (default 1); every result of every round is
@@ -14,7 +15,8 @@
 # after the first log interval (warm-up), PyTorch's is measured after its warm-up steps.
 # Both "hosts" share this machine's cores: CTRAIN_SHM_SPIN_US=2 keeps ctrain's shm waits from
 # spinning on a core a peer needs (as bench/hier_netns.sh).
-# Usage: [PYTHON=/tmp/gpt2-venv/bin/python] [ROUNDS=N] bench/multinode.sh
+# Usage: [PYTHON=/tmp/gpt2-venv/bin/python] [ROUNDS=N] [TRAIN_MODELS="mlp gpt"] bench/multinode.sh
+# (TRAIN_MODELS= : the all-reduce figures alone)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 C=$PWD/${CT_BUILD:-build}/ctrain
@@ -71,7 +73,7 @@ sizes=(16777216 33554432 67108864)
 echo "# $(date -u '+%F %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores |" \
      "load $(cut -d' ' -f1-3 /proc/loadavg) | torch $("$PY" -c 'import torch; print(torch.__version__)')"
 for r in $(seq 1 "${ROUNDS:-1}"); do
-    for m in mlp gpt; do
+    for m in ${TRAIN_MODELS-mlp gpt}; do
         eval "margs=(\"\${$m[@]}\")"
         ctrain_2x2 "$tmp/c$m" "$C" train $m "${margs[@]}" "${common[@]}" --output-dir "$tmp/out-$m-$r" ||
             die "ctrain $m: $(tail -5 "$tmp/c$m.0" "$tmp/c$m.1")"
@@ -86,8 +88,10 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
             "$(awk -v a="$cr" -v b="$tr" 'BEGIN { printf "%.2f", a / b }')" "$(cut -d' ' -f1 /proc/loadavg)"
     done
     ab=(-b 16M -e 64M -f 2 -n ${AR_ITERS:-10} -w 3)
-    for b in hier gloo; do
-        ctrain_2x2 "$tmp/a$b" "$C" bench allreduce --backend $b "${ab[@]}" || die "$b: $(tail -5 "$tmp/a$b.0" "$tmp/a$b.1")"
+    for b in hier hier-rail gloo; do
+        mode=ordered; [ $b = hier-rail ] && mode=rail
+        CTRAIN_HIER_ALLREDUCE=$mode ctrain_2x2 "$tmp/a$b" "$C" bench allreduce --backend ${b%-rail} "${ab[@]}" ||
+            die "$b: $(tail -5 "$tmp/a$b.0" "$tmp/a$b.1")"
         grep -E '^ *[0-9]+ ' "$tmp/a$b.0" | awk -v c="ctrain-$b" -v r=$r '{ print r, c, $1, $7 }' >>"$tmp/ar"
     done
     mpi_2x2 -x CTRAIN_SHM_SPIN_US=2 "$C" bench allreduce --backend mpi "${ab[@]}" >"$tmp/ampi" 2>&1 ||
@@ -97,11 +101,11 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
     grep '^gloo ' "$tmp/atorch.0" | awk -v r=$r '{ print r, "pytorch-gloo", $2, $4 }' >>"$tmp/ar"
 done
 echo "# all-reduce busbw GB/s (f32 sum, 4 ranks, 2 per namespace), round: values | load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%10s" "bytes"; for c in ctrain-hier ctrain-gloo openmpi pytorch-gloo; do printf "%16s" $c; done; echo
+printf "%10s" "bytes"; for c in ctrain-hier ctrain-hier-rail ctrain-gloo openmpi pytorch-gloo; do printf "%20s" $c; done; echo
 for s in "${sizes[@]}"; do
     printf "%10s" $s
-    for c in ctrain-hier ctrain-gloo openmpi pytorch-gloo; do
-        printf "%16s" "$(awk -v c=$c -v s=$s '$2 == c && $3 == s { printf "%s%s", sep, $4; sep = "," }' "$tmp/ar")"
+    for c in ctrain-hier ctrain-hier-rail ctrain-gloo openmpi pytorch-gloo; do
+        printf "%20s" "$(awk -v c=$c -v s=$s '$2 == c && $3 == s { printf "%s%s", sep, $4; sep = "," }' "$tmp/ar")"
     done
     echo
 done

@@ -49,9 +49,10 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_GLOO_IFADDR] = {"CTRAIN_GLOO_IFADDR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                             "gloo backend: this host's address for its connections (default: the one that reaches "
                             "MASTER_ADDR)"},
-    [CT_CFG_HIER_ALLREDUCE] = {"CTRAIN_HIER_ALLREDUCE", CT_CFG_CHOICE, "ordered", 0, 0, "ordered|tree", NULL, 0,
-                               "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
-                               "machine; machines in turn), tree reduces every machine at once"},
+    [CT_CFG_HIER_ALLREDUCE] = {"CTRAIN_HIER_ALLREDUCE", CT_CFG_CHOICE, "ordered", 0, 0, "ordered|tree|rail", NULL,
+                               0, "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
+                               "machine; machines in turn), tree reduces every machine at once, rail splits the "
+                               "buffer over the local ranks and each slice crosses the network on its own connection"},
     [CT_CFG_DDP_BUCKET_MB] = {"CTRAIN_DDP_BUCKET_MB", CT_CFG_FLOAT, "25", 0, 1e6, NULL, "MiB", CT_CFG_ABOVE_MIN,
                               "DDP gradient bucket size (PyTorch's bucket_cap_mb)"},
     [CT_CFG_DDP_FIRST_BUCKET_MB] = {"CTRAIN_DDP_FIRST_BUCKET_MB", CT_CFG_FLOAT, "1", 0, 1e6, NULL, "MiB",

@@ -124,10 +124,12 @@ static void hier_destroy(void *impl) {
     /* after a failure a flat backend's teardown may wait for the lost ranks (MPI_Finalize
      * does): left to the process exit, which tells the launcher to end the job */
     if (h->leaders.impl && !h->failed) h->leaders.be->destroy(h->leaders.impl);
+    if (h->rail_own.impl && !h->failed) h->rail_own.be->destroy(h->rail_own.impl);
     if (h->flat.impl && !h->failed) h->flat.be->destroy(h->flat.impl); /* last: MPI_Finalize when it initialised MPI */
     free(h->keys);
     shell_free(h->local_pg);
     shell_free(h->leaders_pg);
+    shell_free(h->rail_pg);
     free(h->node_of);
     free(h->lrank_of);
     free(h->leader_of);
@@ -168,9 +170,14 @@ static ct_status map_nodes(hier_pg *h, const boot_rec *all) {
     for (int k = 0; k < h->nnodes; k++) h->maxlocal = count[k] > h->maxlocal ? count[k] : h->maxlocal;
     /* the ordered all-reduce needs each machine's ranks to be one block (nodes are numbered
      * by first appearance, so that is a non-decreasing node_of) */
-    int contiguous = 1;
+    int contiguous = 1, even = 1;
     for (int r = 1; r < n; r++) contiguous &= h->node_of[r] >= h->node_of[r - 1];
-    h->ordered = contiguous && ct_config_choice(CT_CFG_HIER_ALLREDUCE) == 0;
+    for (int k = 0; k < h->nnodes; k++) even &= count[k] == h->maxlocal;
+    int mode = ct_config_choice(CT_CFG_HIER_ALLREDUCE);
+    h->ordered = contiguous && mode == 0;
+    /* rail pairs local rank i of every machine: every machine needs the same local size
+     * (else the tree) */
+    h->rail = even && mode == 2;
     free(count);
     return CT_OK;
 }
@@ -238,6 +245,25 @@ static ct_status make_leaders(hier_pg *h, ct_flat_create_fn create) {
     return create(h->leaders_pg, &h->leaders.impl);
 }
 
+/* Rail i (rail all-reduce): local rank i of every machine, group rank = node, on the flat
+ * backend. Rail 0 is the leaders group; every other local rank makes its own, all at once
+ * (disjoint groups, each with its own store prefix). */
+static ct_status make_rail(hier_pg *h, ct_flat_create_fn create) {
+    if (!h->rail || h->lrank == 0) return CT_OK;
+    int *ranks = malloc(sizeof(int) * (size_t)h->nnodes);
+    if (!ranks) return ct_error(CT_ERR_NOMEM, "hier rail group");
+    for (int r = 0; r < h->world->size; r++)
+        if (h->lrank_of[r] == h->lrank) ranks[h->node_of[r]] = r;
+    char tail[32];
+    snprintf(tail, sizeof tail, "hr%d/", h->lrank);
+    h->rail_pg = shell(h->world, h->node, h->nnodes, ranks, tail);
+    free(ranks);
+    if (!h->rail_pg) return ct_error(CT_ERR_NOMEM, "hier rail group");
+    h->rail_own.be = h->flat.be;
+    h->rail_own.pg = h->rail_pg;
+    return create(h->rail_pg, &h->rail_own.impl);
+}
+
 static ct_status hier_run(void *impl, ct_work *w, double deadline) {
     hier_pg *h = impl;
     ct_status st;
@@ -298,6 +324,7 @@ ct_status ct_hier_init(ct_pg *pg, const ct_backend *flat_be, ct_flat_create_fn c
     }
     if (!st) st = make_local(h);
     if (!st) st = make_leaders(h, create);
+    if (!st) st = make_rail(h, create);
     if (st) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ct_last_error());
@@ -308,6 +335,6 @@ ct_status ct_hier_init(ct_pg *pg, const ct_backend *flat_be, ct_flat_create_fn c
     pg->impl = h;
     CT_LOG_INFO("pg", "hier: rank %d is local rank %d of %d on node %d of %d (%s); shm inside, %s between %d leaders, "
                 "%s all-reduce", pg->rank, h->lrank, h->lsize, h->node, h->nnodes, h->host, flat_be->name, h->nnodes,
-                h->ordered ? "ordered" : "tree");
+                h->ordered ? "ordered" : h->rail ? "rail" : "tree");
     return CT_OK;
 }

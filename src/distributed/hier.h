@@ -5,7 +5,9 @@
  *            the shm segment's name), and the operations hier does not split (reduce,
  *            reduce_scatter, all_to_all, send/recv, subgroups);
  *   local    the ranks of this machine, on the shm backend;
- *   leaders  local rank 0 of every machine, on the flat backend (NULL on other ranks).
+ *   leaders  local rank 0 of every machine, on the flat backend (NULL on other ranks);
+ *   rail     local rank i of every machine, on the flat backend (rail all-reduce only; local
+ *            rank 0's rail is the leaders group).
  * Every operation is a fixed sequence of steps on these groups, each group's steps numbered
  * by its own counter (the same on every member), so fingerprints keep working per group and
  * results are the same bits run to run. */
@@ -25,13 +27,14 @@ typedef struct {
     ct_pg *world;
     int nnodes, node, lrank, lsize, maxlocal;
     int ordered;             /* all-reduce in world rank order (hier_allreduce.c) */
+    int rail;                /* all-reduce by slices, one per local rank (hier_allreduce.c) */
     int failed;              /* an operation timed out or lost a peer: no collective teardown */
     char (*keys)[128];       /* by node: its key (host/netns), for messages */
     int *node_of, *lrank_of; /* by world rank */
     int *leader_of;          /* by node: the world rank of its local rank 0 */
     char host[64];           /* this machine's name, for messages */
-    hier_sub flat, local, leaders;
-    ct_pg *local_pg, *leaders_pg; /* shells describing local and leaders (granks...) */
+    hier_sub flat, local, leaders, rail_own; /* rail_own: this rank's rail when lrank > 0 */
+    ct_pg *local_pg, *leaders_pg, *rail_pg; /* shells describing the groups (granks...) */
     void *tmp, *tmp2;
     size_t cap, cap2;
 } hier_pg;

@@ -17,12 +17,22 @@
  * reduces at once (shm), the leaders all-reduce (flat backend, ~2B(N-1)/N each), shm
  * broadcast. Faster with many machines; sums in another order than one machine would.
  *
- * AVG is SUM, then one division by W on a leader. Both orders are fixed, so the result is
+ * rail (CTRAIN_HIER_ALLREDUCE=rail, every machine with the same L): the buffer in L slices
+ * (zero-padded to a multiple of L), as NCCL's rings per NIC:
+ *   1. shm reduce-scatter: local rank i gets its machine's sum of slice i   memory, ~2B/rank
+ *   2. local rank i of every machine all-reduces slice i on rail i (flat backend)
+ *                                               network: L connections of ~2B(N-1)/(NL) each
+ *   3. shm all-gather of the slices                                       memory, ~B/rank
+ *   Every local rank drives its own connection (and core) instead of one leader moving all
+ *   B; sums in another order than one machine would (as tree), so not the default.
+ *
+ * AVG is SUM, then one division by W on a leader (rail: on each slice's ranks). Both orders are fixed, so the result is
  * the same bits run to run (for f16/bf16 with AVG it may differ from a one-machine run by
  * one rounding: that run divides before its last rounding). */
 #include "distributed/hier.h"
 
 #include <stdint.h>
+#include <string.h>
 
 static ct_status tree(hier_pg *h, ct_work *w, ct_reduce_op op, double deadline) {
     void *buf = w->rbuf;
@@ -76,8 +86,32 @@ static ct_status ordered(hier_pg *h, ct_work *w, ct_reduce_op op, double deadlin
     return st;
 }
 
+static ct_status rail(hier_pg *h, ct_work *w, ct_reduce_op op, double deadline) {
+    size_t esz = ct_dtype_size(w->dt), L = (size_t)h->lsize, blk = (w->count + L - 1) / L, bytes = w->count * esz;
+    uint8_t *full = w->rbuf, *slice = hier_scratch(h, 1, blk * esz);
+    if (blk * L != w->count && (full = hier_scratch(h, 0, blk * L * esz))) {
+        memcpy(full, w->rbuf, bytes);
+        memset(full + bytes, 0, blk * L * esz - bytes); /* padding: reduced, never returned */
+    }
+    if (!slice || !full) return hier_fail_local(h, ct_error(CT_ERR_NOMEM, "hier rail all_reduce staging"));
+    ct_status st = hier_step(h, &h->local, "intra-node reduce_scatter", CT_OP_REDUCE_SCATTER, full, slice, blk, w->dt,
+                             op, 0, deadline);
+    if (st) return st;
+    hier_sub *g = h->lrank ? &h->rail_own : &h->leaders;
+    if (h->nnodes > 1 && (st = hier_step(h, g, "inter-node all_reduce of this rank's slice", CT_OP_ALLREDUCE, slice,
+                                         slice, blk, w->dt, op, 0, deadline)))
+        return hier_fail_local(h, st);
+    if (w->rop == CT_RED_AVG) ct_reduce_scale(w->dt, slice, blk, h->world->size);
+    if ((st = hier_step(h, &h->local, "intra-node all_gather", CT_OP_ALLGATHER, slice, full, blk, w->dt, CT_RED_SUM, 0,
+                        deadline)))
+        return st;
+    if (full != w->rbuf) memcpy(w->rbuf, full, bytes);
+    return CT_OK;
+}
+
 ct_status hier_allreduce(hier_pg *h, ct_work *w, double deadline) {
     ct_reduce_op op = w->rop == CT_RED_AVG ? CT_RED_SUM : w->rop;
+    if (h->rail) return rail(h, w, op, deadline);
     ct_status st = h->ordered ? ordered(h, w, op, deadline) : tree(h, w, op, deadline);
     if (!st && h->lsize > 1)
         st = hier_step(h, &h->local, "intra-node broadcast", CT_OP_BROADCAST, w->rbuf, w->rbuf, w->count, w->dt,

@@ -20,7 +20,8 @@ tmp=$(mktemp -d)
 . tests/tools/two_hosts.sh
 t0=$(date +%s)
 # every collective and dtype (build/mpi/mpi_collectives): 2+1 ranks (ordered all-reduce,
-# uneven machines), and 2+2 interleaved by --map-by node (tree all-reduce, all-gather reorder)
+# uneven machines), 2+2 interleaved by --map-by node (tree all-reduce, all-gather reorder),
+# and 2+2 on the rail all-reduce
 # (not in sanitizer builds: as mpi_collectives, left out of CI's ASan run, it takes minutes there)
 M=$PWD/${CT_BUILD:-build}/mpi/mpi_collectives
 if [ "${CT_BUILD:-build}" = build ]; then
@@ -30,6 +31,22 @@ if [ "${CT_BUILD:-build}" = build ]; then
     out=$(mpi_2x2 --map-by node -x CTRAIN_DEBUG=INFO -x CTRAIN_DEBUG_SUBSYS=pg "$M" 2>&1) &&
         [ "$(echo "$out" | grep -c 'collectives ok')" = 4 ] || die "collectives on 2+2 interleaved ranks: $out"
     echo "$out" | grep -q "rank 1 is local rank 0 of 2 on node 1 of 2.*tree all-reduce" || die "interleaved ranks not on the tree: $out"
+    # CTRAIN_HIER_ALLREDUCE=rail (slice i over local rank i's own MPI group): every collective,
+    # and `bench -c` (exact integer data) for sum and avg at odd counts, which 2 ranks do not divide
+    out=$(mpi_2x2 -x CTRAIN_HIER_ALLREDUCE=rail -x CTRAIN_DEBUG=INFO -x CTRAIN_DEBUG_SUBSYS=pg "$M" 2>&1) &&
+        [ "$(echo "$out" | grep -c 'collectives ok')" = 4 ] || die "collectives on 2+2 ranks, rail all-reduce: $out"
+    [ "$(echo "$out" | grep -c "local rank . of 2 on node . of 2.*rail all-reduce")" = 4 ] || die "not on the rails: $out"
+    # (machines of unequal size have no rails: the tree)
+    out=$(mpi_on 10.76.0.1:2,10.76.0.2:1 3 -x CTRAIN_HIER_ALLREDUCE=rail -x CTRAIN_DEBUG=INFO -x CTRAIN_DEBUG_SUBSYS=pg \
+        "$M" 2>&1) && [ "$(echo "$out" | grep -c 'collectives ok')" = 3 ] || die "collectives on 2+1 ranks, rail asked: $out"
+    [ "$(echo "$out" | grep -c "on node . of 2.*tree all-reduce")" = 3 ] || die "2+1 ranks with rail asked: not the tree: $out"
+    for op in sum avg; do
+        out=$(mpi_2x2 -x CTRAIN_HIER_ALLREDUCE=rail "$C" bench allreduce --backend mpi -c -b 4 -e 1M -f 7 -n 2 -w 1 \
+            --op $op 2>&1) || die "rail all-reduce $op: $out"
+        rows=$(echo "$out" | grep -E '^ *[0-9]+ ')
+        [ "$(echo "$rows" | wc -l)" = 7 ] && echo "$rows" | awk '$8 != 0 { bad = 1 } END { exit bad }' ||
+            die "rail all-reduce $op: $out"
+    done
 fi
 # 200 steps; 20 in a sanitizer build (CT_BUILD=build-san), whose kernels are ~10x slower
 steps=200

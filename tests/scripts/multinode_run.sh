@@ -4,7 +4,7 @@
 # backend. Checks: the CNN trained for 200 steps (3 under ASan) ends with the same weights
 # (1e-5 relative) as a one-host 4-rank run on the shm backend, twice with identical bits, with
 # the gradient traffic really on the veth; node 0 makes the store secret up and node 1 joins
-# with it, a node with another secret is refused; when node 1's workers are killed, node 0
+# with it, a node with another secret is refused; the rail all-reduce's sums are exact; when node 1's workers are killed, node 0
 # fails within CTRAIN_TIMEOUT + 5 s naming the lost rank and its host.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -54,6 +54,23 @@ done
 cmp -s "$tmp/mn1/model.safetensors" "$tmp/mn2/model.safetensors" || die "two runs across the namespaces differ"
 rel=$(python3 tests/tools/weights_close.py "$tmp/ref/model.safetensors" "$tmp/mn1/model.safetensors" 1e-5) ||
     die "weights differ from the one-host run: $rel"
+
+# CTRAIN_HIER_ALLREDUCE=rail (slice i over local rank i's own Gloo group): `bench -c` (exact
+# integer data) for sum and avg at odd counts, which the 2 local ranks do not divide
+for op in sum avg; do
+    export CTRAIN_HIER_ALLREDUCE=rail CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=pg
+    ar=(bench allreduce --backend hier -c -b 4 -e 1M -f 7 -n 2 -w 1 --op $op)
+    node 0 "$tmp/r0$op" --rdzv-id 0123456789abcdef-rail $B "${ar[@]}"; p0=$!
+    node 1 "$tmp/r1$op" --rdzv-id 0123456789abcdef-rail $B "${ar[@]}"; p1=$!
+    unset CTRAIN_HIER_ALLREDUCE CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
+    wait $p1 || die "rail all-reduce $op, node 1: $(tail -8 "$tmp/r1$op")"
+    wait $p0 || die "rail all-reduce $op, node 0: $(tail -8 "$tmp/r0$op")"
+    rows=$(grep -E '^ *[0-9]+ ' "$tmp/r0$op")
+    [ "$(echo "$rows" | wc -l)" = 7 ] && echo "$rows" | awk '$8 != 0 { bad = 1 } END { exit bad }' ||
+        die "rail all-reduce $op: $(cat "$tmp/r0$op")"
+    [ "$(cat "$tmp/r0$op" "$tmp/r1$op" | grep -c "local rank . of 2 on node . of 2.*gloo between 2 leaders, rail all-reduce")" = 4 ] ||
+        die "not on the rails: $(grep hier "$tmp/r0$op" "$tmp/r1$op")"
+done
 
 # node 1's workers die: node 0 stops within CTRAIN_TIMEOUT + 5 s and says which rank on which host
 export CTRAIN_TIMEOUT=5

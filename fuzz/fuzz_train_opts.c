@@ -22,7 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     int rc = train_opts_parse(argc, argv, &o);
     if (rc == -1) {
         if (o.batch_size < 1 || o.grad_accum < 1 || o.epochs < 1 || o.lr <= 0 || o.keep < 0 || o.log_every < 1) abort();
-        if (o.kind == CT_MODEL_GPT && (o.n_head < 1 || o.n_embd % o.n_head)) abort();
+        /* with --init-from the model's shape comes from the file, not from these flags */
+        if (o.kind == CT_MODEL_GPT && !o.init_from && (o.n_head < 1 || o.n_embd % o.n_head)) abort();
         if (o.n_hidden > CT_MLP_MAX_HIDDEN) abort();
         for (int i = 0; i < o.n_hidden; i++) if (o.hidden[i] < 1) abort();
     }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/kmath.h"
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 
@@ -110,8 +111,7 @@ void ct_bw_layer_norm(ct_ctx *ctx, ct_node *n) {
 #pragma omp simd
             for (int64_t j = 0; j < D; j++) {
                 float gwj = W ? g[j] * W[j] : g[j];
-                float xh = (xr[j] - mean) * rstd;
-                o[j] = (fresh ? 0.0f : o[j]) + rstd * (gwj - s1 - xh * s2);
+                o[j] = (fresh ? 0.0f : o[j]) + ct_k_ln_dx(gwj, xr[j], mean, rstd, s1, s2);
             }
         }
     }

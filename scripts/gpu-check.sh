@@ -17,44 +17,65 @@
 #   cli      `ctrain env --check` (the NCCL all-reduce across the visible GPUs) and
 #            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
+#   bench    GPT-2 small (124M) training steps, batch 8 x 1024: ctrain (bench/gpu_gpt2) with
+#            its f32 GEMMs in f32 and on bf16 tensor cores, with the tiled attention, and one
+#            per-op profile (CTRAIN_DEVICE_PROFILE); PyTorch eager (bench/gpu_gpt2_torch.py, SDPA)
+#            in bf16 autocast and in f32; tokens/s, peak memory, MFU (needs python3 with torch)
+#
+# GPU_CHECK_PREBUILT=1 skips the build and runs what scripts/gpu-bundle.sh packed (unpacked
+# into build/), for a GPU machine without ctrain's other build dependencies.
 # Only the GPU's own architecture is compiled (CUDA_ARCHS), which keeps the build short.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
-steps=${GPU_CHECK_STEPS:-env kernels train device cli units}
+steps=${GPU_CHECK_STEPS:-env kernels train device cli units bench}
 mkdir -p build
 log=build/gpu-check.log
 : >"$log"
 say() { echo "$*" | tee -a "$log"; }
 failed=()
 
-# prerequisites: what the build needs, named instead of a compiler error later
-missing=()
-command -v nvidia-smi >/dev/null || missing+=("nvidia-smi (NVIDIA driver)")
-command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || missing+=("nvcc (CUDA toolkit)")
-for p in openblas libcjson zlib; do pkg-config --exists "$p" 2>/dev/null || missing+=("$p (scripts/setup.sh installs it)"); done
-if [ ${#missing[@]} -gt 0 ]; then
-    say "gpu-check: cannot build here, missing: ${missing[*]}"
-    exit 2
-fi
+if [ -n "${GPU_CHECK_PREBUILT:-}" ]; then
+    # the bundle's libraries, then NCCL and cuBLAS wherever this machine has them (the CUDA
+    # toolkit's folder, or the Python wheels PyTorch brings)
+    libs=$PWD/build/lib
+    for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia.nccl, nvidia.cublas, os
+for m in (nvidia.nccl, nvidia.cublas): print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null); do
+        [ -d "$d" ] && libs=$libs:$d
+    done
+    export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), prebuilt; libraries from $LD_LIBRARY_PATH"
+    ldd build/ctrain | grep 'not found' | tee -a "$log"
+else
+    # prerequisites: what the build needs, named instead of a compiler error later
+    missing=()
+    command -v nvidia-smi >/dev/null || missing+=("nvidia-smi (NVIDIA driver)")
+    command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || missing+=("nvcc (CUDA toolkit)")
+    for p in openblas libcjson zlib; do pkg-config --exists "$p" 2>/dev/null || missing+=("$p (scripts/setup.sh installs it)"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "gpu-check: cannot build here, missing: ${missing[*]}"
+        exit 2
+    fi
 
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-archs=${CUDA_ARCHS:-${cc:-80 86 89 90}}
-say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), building for sm_$archs"
-tb=$SECONDS
-if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_train build/tests/test_device \
-    build/tests/test_kmath >>"$log" 2>&1; then
-    tail -30 "$log"
-    say "gpu-check: FAIL build ($((SECONDS - tb)) s)"
-    exit 1
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+    archs=${CUDA_ARCHS:-${cc:-80 86 89 90}}
+    say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), building for sm_$archs"
+    tb=$SECONDS
+    if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_train build/tests/test_device \
+        build/tests/test_kmath build/bench/gpu_gpt2 >>"$log" 2>&1; then
+        tail -30 "$log"
+        say "gpu-check: FAIL build ($((SECONDS - tb)) s)"
+        exit 1
+    fi
+    say "gpu-check: build $((SECONDS - tb)) s"
 fi
-say "gpu-check: build $((SECONDS - tb)) s"
 
 # run_step NAME SCRIPT: runs SCRIPT with bash, bounded by what is left of the budget
 run_step() {
     local name=$1 script=$2
     local left=$((BUDGET - (SECONDS - t0)))
+    [ $left -gt "${GPU_CHECK_STEP_MAX:-180}" ] && left=${GPU_CHECK_STEP_MAX:-180} # a hung step leaves time for the rest
     if [ $left -le 10 ]; then
         say "gpu-check: SKIP $name (time budget spent)"
         failed+=("$name")
@@ -83,6 +104,10 @@ for s in $steps; do
     cli) run_step cli 'build/ctrain env --check | grep -E "^(check|gpu check):" && ! build/ctrain env --check | grep -q "^gpu check: not run" &&
                        CTRAIN_BACKEND=nccl build/ctrain run --nproc-per-node gpu -- build/ctrain bench allreduce --backend nccl -b 1M -e 64M -f 4 -c' ;;
     units) run_step units "$(tests_pass build/tests/test_kmath)" ;;
+    bench) run_step bench 'for p in highest medium; do CTRAIN_CUDA_MATMUL=$p build/bench/gpu_gpt2 || exit 1; done
+                           CTRAIN_CUDA_ATTENTION=tiled CTRAIN_CUDA_MATMUL=medium build/bench/gpu_gpt2 || exit 1
+                           CTRAIN_DEVICE_PROFILE=1 CTRAIN_CUDA_ATTENTION=tiled CTRAIN_CUDA_MATMUL=medium build/bench/gpu_gpt2 2 || exit 1
+                           python3 bench/gpu_gpt2_torch.py --amp bf16 && python3 bench/gpu_gpt2_torch.py --amp none' ;;
     *) say "gpu-check: unknown step '$s'"; failed+=("$s") ;;
     esac
 done

@@ -101,7 +101,10 @@ static void run_backward(ct_ctx *ctx) {
         /* after a device failure nothing more is computed; the uses are still counted down */
         if (o->grad && ctx->dev_status == CT_OK) {
             ctx->bw_depth++; /* what the backward allocates besides gradients is scratch */
+            double t0;
+            bool prof = o->device.type != CT_DEV_CPU && ct_devprof_begin(o->device, &t0);
             n->op->backward(ctx, n);
+            if (prof) ct_devprof_end(o->device, n->op->name, true, t0);
             if (--ctx->bw_depth == 0) ct_ctx_scratch_rewind_(ctx);
         }
         for (int i = 0; i < n->nin; i++) {
@@ -122,6 +125,17 @@ static void run_backward(ct_ctx *ctx) {
     ctx->tape_len = 0;
 }
 
+/* A backward consumes the whole tape, other losses' graphs recorded on it too: a loss
+ * whose node is gone from the tape would get no gradients at all, silently. PyTorch refuses
+ * the same ("Trying to backward through the graph a second time"). */
+static void check_on_tape(ct_ctx *ctx, const ct_tensor *loss) {
+    if (!loss->node) return; /* a leaf: its own gradient only */
+    for (const ct_node *n = ctx->tape; n; n = n->prev)
+        if (n == loss->node) return;
+    CT_FATAL("ct_backward: this loss's graph was consumed by an earlier ct_backward on the same context (each "
+             "backward walks the whole tape); run backward after each forward, or add the losses and run it once");
+}
+
 void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
     /* after a device failure the loss may be a placeholder: nothing to compute (reset clears) */
     if (ctx->dev_status != CT_OK) return;
@@ -130,6 +144,7 @@ void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
         CT_FATAL("ct_backward: loss must have one element, got %s (use ct_backward_seed)", ct_shape_str(loss, b, sizeof b));
     }
     CT_CHECK(loss->flags & CT_TF_REQUIRES_GRAD, "ct_backward: loss does not require grad (no parameter reached it, or grad mode was off)");
+    check_on_tape(ctx, loss);
     if (loss->device.type != CT_DEV_CPU) {
         /* dloss = 1 written into a fresh device gradient (a loss has none before backward) */
         CT_CHECK(!loss->grad, "ct_backward: the device loss already has a gradient");

@@ -66,6 +66,17 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                           "rounded to bf16 on the f32 kernel; native: AVX-512 BF16 vdpbf16ps (slower than rounded "
                           "on the machines measured); amx forces AMX (rounded where absent). Each path sums in its "
                           "own order (other bits); docs/benchmarks.md"},
+    [CT_CFG_CUDA_MATMUL] = {"CTRAIN_CUDA_MATMUL", CT_CFG_CHOICE, "highest", 0, 0, "highest|high|medium", NULL, 0,
+                            "f32 GEMMs on a GPU, as torch.set_float32_matmul_precision: highest computes in f32, "
+                            "high on TF32 tensor cores, medium on bf16 tensor cores (f32 in and out, f32 "
+                            "accumulation)"},
+    [CT_CFG_CUDA_ATTENTION] = {"CTRAIN_CUDA_ATTENTION", CT_CFG_CHOICE, "rows", 0, 0, "rows|tiled", NULL, 0,
+                               "fused attention on a GPU: rows runs one thread per query or key row (checked on an "
+                               "H200); tiled takes the shared-memory tile kernels for head dims 32 and 64 (built, "
+                               "not yet run on a GPU)"},
+    [CT_CFG_DEVICE_PROFILE] = {"CTRAIN_DEVICE_PROFILE", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, 0,
+                               "1: wait for the device around every device op, forward and backward, and keep "
+                               "each op's time (slows the step; for finding where a GPU step goes)"},
     [CT_CFG_OMP_NUM_THREADS] = {"OMP_NUM_THREADS", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, L | CT_CFG_LIST,
                                 "threads per rank (default cores / local ranks; ctrain run sets that when unset)"},
     [CT_CFG_DATA_DIR] = {"CTRAIN_DATA_DIR", CT_CFG_STRING, "/usr/share/datasets/fashion-mnist", 0, 0, NULL, NULL, 0,

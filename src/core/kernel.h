@@ -5,6 +5,8 @@
 #ifndef CT_CORE_KERNEL_H
 #define CT_CORE_KERNEL_H
 
+#include <stdio.h>
+
 #include "ctrain/autograd.h"
 #include "core/rng.h"
 
@@ -103,6 +105,15 @@ ct_tensor *ct_new_on(ct_ctx *ctx, ct_device d, ct_dtype dt, int ndim, const int6
 ct_status ct_ctx_fail(ct_ctx *ctx, ct_status st);
 /* Fires the store's grad hook for parameter i (params.c). */
 void ct_params_fire_hook_(struct ct_params *p, int i);
+
+/* ---- per-op device time (CTRAIN_DEVICE_PROFILE=1; devprof.c) ----
+ * The op dispatch and the backward walk wrap each device op: begin waits for the device and
+ * reads the clock, end waits again and adds the time to the op's row (forward or backward).
+ * Off, begin returns false and costs a flag test. */
+bool ct_devprof_begin(ct_device d, double *t0);
+void ct_devprof_end(ct_device d, const char *op, bool backward, double t0);
+/* the rows, most time first: op, calls, milliseconds forward and backward; then clears them */
+void ct_devprof_report(FILE *f);
 
 /* Number of OpenMP threads worth using for n elements of light work. */
 static inline int ct_omp_threads_for(int64_t n) { return n >= (1 << 15) ? 0 : 1; }

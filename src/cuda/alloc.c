@@ -98,7 +98,7 @@ ct_status ct_cuda_alloc(int dev, size_t bytes, void **out) {
                 release_cache(dev);
                 e = cudaMalloc(&k->p, n);
             }
-            st = CT_GPU_CHECK(cuda, "alloc", e);
+            st = ct_gpu_check_cuda(e, "cudaMalloc", "alloc"); /* names the call, not the variable */
             (void)cudaSetDevice(prev);
         }
         if (st != CT_OK) {

@@ -8,6 +8,10 @@
  * this is the simple form of the algorithm, not a tensor-core kernel. */
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
+#include "ctrain/config.h"
+#include "cuda/attention_tiled.cuh"
 #include "cuda/launch.cuh"
 
 #define CT_K_BF16_LD(x) __bfloat162float(x)
@@ -48,8 +52,12 @@ template <> struct rows<__nv_bfloat16> {
     __device__ static float ld(B x) { return __bfloat162float(x); }
 };
 
-template <typename T>
-__global__ void fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t T_, int D, bool causal, float sc) {
+/* DC: the head dim as a compile-time constant (0: D at run time). With it the row
+ * functions' loops over D unroll and their per-thread arrays live in registers; with D at run
+ * time they are indexed memory (local, per thread), several times slower. Same arithmetic. */
+template <typename T, int DC>
+__global__ void fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t T_, int D_, bool causal, float sc) {
+    const int D = DC ? DC : D_;
     int64_t h = blockIdx.y, i = (int64_t)blockIdx.x * ROWS + threadIdx.x;
     if (i >= T_) return;
     const int64_t base = h * T_ * D;
@@ -62,24 +70,30 @@ template <typename T> __global__ void dr_k(const T *o, const T *g, float *dr, in
         dr[r] = s;
     }
 }
-template <typename T>
+template <typename T, int DC>
 __global__ void dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr, T *dq, int64_t T_,
-                     int D, bool causal, float sc) {
+                     int D_, bool causal, float sc) {
+    const int D = DC ? DC : D_;
     int64_t h = blockIdx.y, i = (int64_t)blockIdx.x * ROWS + threadIdx.x;
     if (i >= T_) return;
     const int64_t base = h * T_ * D;
     rows<T>::dq(q + base + i * D, g + base + i * D, k + base, v + base, causal ? i + 1 : T_, D, sc, lse[h * T_ + i],
                 dr[h * T_ + i], dq + base + i * D);
 }
-template <typename T>
+template <typename T, int DC>
 __global__ void dkv_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr, T *dk, T *dv,
-                      int64_t T_, int D, bool causal, float sc) {
+                      int64_t T_, int D_, bool causal, float sc) {
+    const int D = DC ? DC : D_;
     int64_t h = blockIdx.y, j = (int64_t)blockIdx.x * ROWS + threadIdx.x;
     if (j >= T_) return;
     const int64_t base = h * T_ * D;
     rows<T>::dkv(k + base + j * D, v + base + j * D, q + base, g + base, lse + h * T_, dr + h * T_, causal ? j : 0, T_, D, sc,
                  dk + base + j * D, dv + base + j * D);
 }
+
+/* the tiled kernels where they fit when CTRAIN_CUDA_ATTENTION=tiled (opt-in until they have
+ * run on a GPU: scripts/gpu-check.sh tests both) */
+bool tiled(int D) { return ct_cuda_attention_tiled_fits(D) && ct_config_choice(CT_CFG_CUDA_ATTENTION) == 1; }
 
 ct_status check_shape(const char *op, int64_t BH, int64_t T, int D) {
     if (D <= 0 || D > CT_K_ATTN_MAX_D || BH > 65535 || BH < 0 || T < 0)
@@ -92,7 +106,15 @@ template <typename T>
 ct_status attn_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t T_,
                    int D, bool causal) {
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
-    fwd_k<T><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, T_, D, causal, 1.0f / sqrtf((float)D));
+    if (tiled(D)) return ct_cuda_attention_tiled(s, std::is_same<T, float>::value ? CT_CUDA_F32 : CT_CUDA_BF16, q, k, v, o, lse, BH,
+                                                  T_, D, causal);
+    float sc = 1.0f / sqrtf((float)D);
+#define FWD(DC) fwd_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, T_, D, causal, sc)
+    if (D == 64) FWD(64);
+    else if (D == 32) FWD(32);
+    else if (D == 128) FWD(128);
+    else FWD(0);
+#undef FWD
     CT_LAUNCHED("attention");
     return CT_OK;
 }
@@ -102,9 +124,21 @@ ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, 
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
     float sc = 1.0f / sqrtf((float)D);
     dr_k<T><<<ct_grid(BH * T_, 256), 256, 0, s>>>((const T *)o, (const T *)g, dr, BH * T_, D);
-    dq_k<T><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dq, T_, D, causal, sc);
-    dkv_k<T><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dk, (T *)dv, T_, D,
-                                    causal, sc);
+    if (tiled(D))
+        return ct_cuda_attention_tiled_bwd(s, std::is_same<T, float>::value ? CT_CUDA_F32 : CT_CUDA_BF16, q, k, v, g, lse, dr, dq,
+                                           dk, dv, BH, T_, D, causal);
+#define BWD(DC)                                                                                                    \
+    do {                                                                                                           \
+        dq_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dq, T_, D, \
+                                          causal, sc);                                                             \
+        dkv_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dk,       \
+                                           (T *)dv, T_, D, causal, sc);                                            \
+    } while (0)
+    if (D == 64) BWD(64);
+    else if (D == 32) BWD(32);
+    else if (D == 128) BWD(128);
+    else BWD(0);
+#undef BWD
     CT_LAUNCHED("attention backward");
     return CT_OK;
 }

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "ctrain/config.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
@@ -142,6 +143,15 @@ static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, const ct_cuda
                         (long long)d->batch, (int)d->epi);
     return CT_GPU_CHECK(cublas, "gemm",
                         lt.cublasLtMatmul(h, op, &d->alpha, B, la, A, lb, &d->beta, C, lc, C, lc, &res.algo, ws, WORKSPACE, s));
+}
+
+/* f32 operands on tensor cores only when CTRAIN_CUDA_MATMUL asks (PyTorch's
+ * float32_matmul_precision): TF32 keeps 10 mantissa bits, bf16 7; bf16 operands always run on
+ * tensor cores with f32 accumulation. */
+static cublasComputeType_t compute_type(ct_cuda_dtype dt) {
+    if (dt == CT_CUDA_BF16) return CUBLAS_COMPUTE_32F;
+    int c = ct_config_choice(CT_CFG_CUDA_MATMUL);
+    return c == 1 ? CUBLAS_COMPUTE_32F_FAST_TF32 : c == 2 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
 }
 
 ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C) {

@@ -47,7 +47,13 @@ ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a) {
                           ct_device_str(d, b1, sizeof b1));
     if (st == CT_OK && !ct_op_table_dev[op].forward)
         st = ct_error(CT_ERR_UNSUPPORTED, "%s on %s: no kernel for this op on the device yet", name, ct_device_str(d, b1, sizeof b1));
-    if (st == CT_OK) return ct_op_table_dev[op].forward(ctx, a);
+    if (st == CT_OK) {
+        double t0;
+        if (!ct_devprof_begin(d, &t0)) return ct_op_table_dev[op].forward(ctx, a);
+        ct_tensor *y = ct_op_table_dev[op].forward(ctx, a);
+        ct_devprof_end(d, name, false, t0);
+        return y;
+    }
     ct_ctx_fail(ctx, st);
     /* the placeholder: the first device input's shape, no data; the step is lost anyway */
     const ct_tensor *x = NULL;

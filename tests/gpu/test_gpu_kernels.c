@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "ct_test.h"
+#include "ctrain/config.h"
 #include "ctrain/dist.h"
 #include "ctrain/ops.h"
 #include "kernel_check.h"
@@ -356,6 +357,19 @@ CT_TEST(attention_bf16) {
     NEED_GPU();
     check_attention(true, 257, 64, true);
     check_attention(true, 100, 32, false);
+}
+/* the tiled kernels (CTRAIN_CUDA_ATTENTION=tiled): head dims 32 and 64, partial tiles, both
+ * dtypes, against the same CPU op */
+CT_TEST(attention_tiled) {
+    NEED_GPU();
+    CT_ASSERT(ct_config_set("CTRAIN_CUDA_ATTENTION", "tiled") == CT_OK);
+    check_attention(false, 257, 64, true);
+    check_attention(false, 100, 32, false);
+    check_attention(false, 64, 64, false);
+    check_attention(false, 130, 32, true);
+    check_attention(true, 257, 64, true);
+    check_attention(true, 100, 32, false);
+    CT_ASSERT(ct_config_unset("CTRAIN_CUDA_ATTENTION") == CT_OK);
 }
 CT_TEST(attention_bad_head_dim) { /* checked before any launch: runs without a GPU too */
     ct_status st = ct_cuda_attention(NULL, CT_CUDA_F32, NULL, NULL, NULL, NULL, NULL, 1, 4, CT_K_ATTN_MAX_D + 1, true);

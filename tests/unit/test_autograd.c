@@ -1,5 +1,8 @@
 /* Autograd engine: finite-difference checks of the core ops, accumulation, no_grad,
  * and the parameter grad-ready hook order. */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "ct_test.h"
 #include "gradcheck.h"
 
@@ -65,13 +68,21 @@ CT_TEST(grad_hook_fires_once_in_reverse_use_order) {
     ct_params_free(P);
 }
 
+/* w [2, 3] of ones in a store of its own (*P), a context, and x [1, 3] of twos in it */
+static ct_tensor *ones_2x3(ct_params **P, ct_ctx **c, ct_tensor **x) {
+    CT_EXPECT_OK(ct_params_create(P));
+    ct_tensor *w = ct_param(*P, "w", 2, (int64_t[]){2, 3}, CT_INIT_ONES, 0);
+    CT_EXPECT_OK(ct_params_finalize(*P, 1));
+    CT_EXPECT_OK(ct_ctx_create(NULL, c));
+    *x = ct_zeros(*c, CT_F32, 2, (int64_t[]){1, 3});
+    ct_fill(*x, 2.0f);
+    return w;
+}
+
 CT_TEST(grads_accumulate_until_zeroed_and_no_grad_records_nothing) {
-    ct_params *P; CT_EXPECT_OK(ct_params_create(&P));
-    ct_tensor *w = ct_param(P, "w", 2, (int64_t[]){2, 3}, CT_INIT_ONES, 0);
-    CT_EXPECT_OK(ct_params_finalize(P, 1));
-    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
-    ct_tensor *x = ct_zeros(c, CT_F32, 2, (int64_t[]){1, 3});
-    ct_fill(x, 2.0f);
+    ct_params *P;
+    ct_ctx *c;
+    ct_tensor *x, *w = ones_2x3(&P, &c, &x);
     for (int k = 0; k < 2; k++) {
         ct_backward(c, ct_sum(c, ct_linear(c, x, w, NULL)));
         ct_ctx_reset(c);
@@ -86,6 +97,40 @@ CT_TEST(grads_accumulate_until_zeroed_and_no_grad_records_nothing) {
     CT_EXPECT(!(y->flags & CT_TF_REQUIRES_GRAD));
     CT_EXPECT_EQ(ct_tape_len(c), 0);
     ct_set_grad_enabled(c, prev);
+    ct_ctx_free(c);
+    ct_params_free(P);
+}
+
+/* Two losses recorded, then two backwards: the first consumes the tape, so the second
+ * would give no gradient; it aborts naming the cause instead (in a child process). */
+CT_TEST(second_backward_over_a_consumed_tape_aborts) {
+    ct_params *P;
+    ct_ctx *c;
+    ct_tensor *x, *w = ones_2x3(&P, &c, &x);
+    ct_tensor *l1 = ct_sum(c, ct_linear(c, x, w, NULL)), *l2 = ct_sum(c, ct_linear(c, x, w, NULL));
+    int fd[2];
+    CT_ASSERT(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        ct_backward(c, l1);
+        ct_backward(c, l2);
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[1024] = {0};
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof msg - 1 && (r = read(fd[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)r;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CT_EXPECTF(WIFSIGNALED(status) && strstr(msg, "consumed by an earlier ct_backward"), "child status %d, stderr: %s",
+               status, msg);
+    /* one backward per forward is fine */
+    ct_backward(c, l2);
+    CT_EXPECT_NEAR(ct_f32(w->grad)[0], 2.0, 1e-6);
     ct_ctx_free(c);
     ct_params_free(P);
 }

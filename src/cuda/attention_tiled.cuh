@@ -1,0 +1,14 @@
+/* The tiled flash attention kernels (attention_tiled.cu) for attention.cu, which picks them
+ * for head dims they fit with CTRAIN_CUDA_ATTENTION=tiled. Arguments as ct_cuda_attention
+ * and ct_cuda_attention_bwd (dr computed by the caller). */
+#ifndef CT_CUDA_ATTENTION_TILED_CUH
+#define CT_CUDA_ATTENTION_TILED_CUH
+#include "cuda/cuda.h"
+
+bool ct_cuda_attention_tiled_fits(int D);
+ct_status ct_cuda_attention_tiled(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
+                                  float *lse, int64_t BH, int64_t T, int D, bool causal);
+ct_status ct_cuda_attention_tiled_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
+                                      const void *dO, const float *lse, const float *dr, void *dq, void *dk, void *dv,
+                                      int64_t BH, int64_t T, int D, bool causal);
+#endif

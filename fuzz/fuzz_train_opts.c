@@ -26,6 +26,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
         if (o.kind == CT_MODEL_GPT && !o.init_from && (o.n_head < 1 || o.n_embd % o.n_head)) abort();
         if (o.n_hidden > CT_MLP_MAX_HIDDEN) abort();
         for (int i = 0; i < o.n_hidden; i++) if (o.hidden[i] < 1) abort();
+        /* a device the trainer resolves without a second check of the spelling */
+        ct_device dv;
+        if (o.device && strcmp(o.device, "auto") && ct_device_parse(o.device, &dv) != CT_OK) abort();
     }
     free(buf);
     return 0;

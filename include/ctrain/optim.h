@@ -85,6 +85,12 @@ int64_t ct_optim_steps(const ct_optim *o);
  * the device's compute stream, and the state buffers (ct_optim_state_buffer) are device
  * memory. CT_OK, or the first failure of such a step (a CPU step cannot fail). */
 ct_status ct_optim_status(const ct_optim *o);
+/* Moves the state buffers to dev, where the parameters must be moved too before the next
+ * step (ct_params_to; like optimizer.load_state_dict's move to the parameters' device).
+ * Between a device and the CPU only. On error (out of memory) the state stays where it was.
+ * Checkpoints of a GPU model move both to the host and back around the save. */
+ct_status ct_optim_to(ct_optim *o, ct_device dev);
+ct_device ct_optim_device(const ct_optim *o);
 void ct_optim_set_steps(ct_optim *o, int64_t steps);
 
 /* Weight decay of parameter i (PyTorch's param groups, reduced to what training uses):

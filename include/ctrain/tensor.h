@@ -66,6 +66,17 @@ static inline bool ct_device_eq(ct_device a, ct_device b) { return a.type == b.t
 ct_status ct_device_count(ct_device_type type, int *n);
 /* Waits for everything queued on the device (its compute stream). */
 ct_status ct_device_sync(ct_device d);
+/* Memory of a device's caching allocator, in bytes: handed out now, the most handed out at
+ * once, held from the driver (what nvidia-smi shows for this process, less the context).
+ * The CPU, or a device type this build lacks: all zero and CT_ERR_UNSUPPORTED. */
+typedef struct { size_t current, peak, reserved; } ct_device_mem;
+ct_status ct_device_mem_get(ct_device d, ct_device_mem *out);
+/* Page-locked ("pinned") host memory for staging copies to d: a copy from it to the device
+ * is truly asynchronous, so the buffer must not be rewritten until the device has read it
+ * (ct_device_sync, or anything that waits for the compute stream, e.g. ct_item). d on the
+ * CPU: plain malloc. Free with ct_host_free(d, p) (the same d). */
+ct_status ct_host_alloc(ct_device d, size_t bytes, void **out);
+void ct_host_free(ct_device d, void *p);
 
 enum {
     CT_TF_REQUIRES_GRAD = 1u << 0, /* gradients flow into this tensor */

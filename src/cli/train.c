@@ -16,6 +16,7 @@ typedef struct {
     ct_model_config init_cfg; /* --init-from: the file's model */
     ct_weights_layout init_layout;
     ct_pg *pg;
+    ct_device dev;            /* --device, resolved */
     ct_model *model;
     ct_optim *opt;
     ct_dataset *all, *train, *test; /* gpt: all = the whole text, train/test = views of it */
@@ -103,6 +104,8 @@ static ct_status build(job *j) {
         if (!j->pg || ct_pg_rank(j->pg) == 0) printf("initialised from %s: %s\n", o->init_from, ct_model_describe(j->model));
     }
     ct_params *P = ct_model_params(j->model);
+    /* before the optimizer: its state is made where the parameters are */
+    if (j->dev.type != CT_DEV_CPU && (st = ct_params_to(P, j->dev)) != CT_OK) return st;
     if (o->adamw) {
         ct_adamw_opts ao = ct_adamw_default_opts();
         ao.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0.1;
@@ -162,6 +165,32 @@ static ct_status fit(job *j) {
     return st;
 }
 
+/* --device to a device, before anything is loaded: cuda is cuda:LOCAL_RANK (mod the GPUs
+ * seen) as torchrun scripts pick theirs, so that under `ctrain run --nproc-per-node gpu`
+ * each rank trains on its own GPU, the one its NCCL communicator uses; auto falls back to
+ * the CPU. A GPU that is not there is a flag error: -1 to go on, else the exit code. */
+static int resolve_device(const train_opts *o, const ct_dist_world *dw, ct_device *dev) {
+    *dev = CT_CPU;
+    if (!o->device || !strcmp(o->device, "cpu")) return -1;
+    bool automatic = !strcmp(o->device, "auto");
+    int n = 0;
+    if (automatic && (ct_device_count(CT_DEV_CUDA, &n) != CT_OK || n < 1)) return -1;
+    char who[96];
+    snprintf(who, sizeof who, "ctrain train: --device %s", o->device);
+    if ((n = cli_gpu_count(who)) < 1) return 2;
+    if (automatic || !strcmp(o->device, "cuda")) {
+        *dev = CT_CUDA((dw->local_rank > 0 ? dw->local_rank : 0) % n);
+        return -1;
+    }
+    (void)ct_device_parse(o->device, dev); /* the spelling was checked with the flags */
+    if (dev->index >= n) {
+        if (n == 1) fprintf(stderr, "%s: 1 GPU visible here (cuda:0)\n", who);
+        else fprintf(stderr, "%s: %d GPUs visible here (cuda:0 to cuda:%d)\n", who, n, n - 1);
+        return 2;
+    }
+    return -1;
+}
+
 int cli_train(int argc, char **argv) {
     job j = {0};
     int rc = train_opts_parse(argc, argv, &j.o);
@@ -185,7 +214,13 @@ int cli_train(int argc, char **argv) {
     ct_status st = CT_OK;
     ct_dist_world dw; /* the same rule as ct_dist_init: mpirun/srun alone make a job distributed */
     st = ct_dist_detect(&dw);
-    if (st == CT_OK && dw.world_size > 1) st = ct_dist_init(NULL, &j.pg);
+    if (st == CT_OK && (rc = resolve_device(&j.o, &dw, &j.dev)) >= 0) return rc;
+    if (st == CT_OK && dw.world_size > 1) {
+        /* GPUs all-reduce on NCCL unless CTRAIN_BACKEND says otherwise (torch: backend="nccl") */
+        ct_dist_opts dopts = ct_dist_default_opts();
+        if (j.dev.type == CT_DEV_CUDA && !ct_config_is_set(CT_CFG_BACKEND)) dopts.backend = "nccl";
+        st = ct_dist_init(&dopts, &j.pg);
+    }
     if (st == CT_OK && j.o.init_from) st = read_init(&j);
     if (st == CT_OK) st = open_data(&j);
     if (st == CT_OK) st = build(&j);

@@ -34,6 +34,10 @@ static void usage(FILE *f) {
             "                       turns --loss-scaling on (default off; --amp alone: bf16)\n"
             "  --dropout P          (default 0)\n"
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
+            "  --device D           cpu (default), cuda, cuda:N or auto: where the model trains; cuda under\n"
+            "                       `ctrain run` is cuda:LOCAL_RANK (one GPU per rank, DDP over NCCL); auto:\n"
+            "                       cuda if a GPU is usable, else cpu. On a GPU --clip, --loss-scaling and\n"
+            "                       --amp are refused (not built there yet)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
             "model (gpt): --n-layer 4 --n-embd 128 --n-head 4 --block-size 64 --vocab-size 256\n"
             "             --attention plain|flash  (flash: fused, O(T) memory, the default)\n"
@@ -135,6 +139,12 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
             NEEDV();
             if (strcmp(v, "hf")) return bad(f, v, "hf (a Hugging Face GPT-2 directory)");
             o->export_hf = true;
+        }
+        else if (!strcmp(f, "--device")) {
+            NEEDV();
+            ct_device dv;
+            if (strcmp(v, "auto") && ct_device_parse(v, &dv) != CT_OK) return bad(f, v, "cpu, cuda, cuda:N or auto");
+            o->device = v;
         }
         else if (!strcmp(f, "--checkpoint-activations")) o->ckpt = true;
         else if (!strcmp(f, "--loss-scaling")) o->loss_scaling = true;

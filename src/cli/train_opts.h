@@ -25,6 +25,7 @@ typedef struct {
     ct_dtype comm_dtype;
     bool flash, ckpt, loss_scaling;
     ct_dtype amp;          /* --amp: CT_F32 (off), CT_BF16, CT_F16 */
+    const char *device;    /* --device: NULL (cpu), "cpu", "cuda", "cuda:N" or "auto" (syntax checked) */
 } train_opts;
 
 /* s is a whole number (integer / finite float) in [lo, hi]: for every subcommand's flags */

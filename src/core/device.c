@@ -60,6 +60,33 @@ ct_status ct_device_sync(ct_device d) {
     return h ? h->sync(d.index) : CT_ERR_UNSUPPORTED;
 }
 
+ct_status ct_device_mem_get(ct_device d, ct_device_mem *out) {
+    *out = (ct_device_mem){0};
+    if (d.type == CT_DEV_CPU) return ct_error(CT_ERR_UNSUPPORTED, "device memory of the CPU: not tracked");
+    const ct_device_hooks *h = ct_device_hooks_get(d, "device memory");
+    if (!h || !h->mem) return CT_ERR_UNSUPPORTED;
+    h->mem(d.index, &out->current, &out->peak, &out->reserved);
+    return CT_OK;
+}
+
+ct_status ct_host_alloc(ct_device d, size_t bytes, void **out) {
+    *out = NULL;
+    if (d.type == CT_DEV_CPU) {
+        *out = malloc(bytes ? bytes : 1);
+        return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory for %zu bytes of host staging", bytes);
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "pinned host memory");
+    return h ? h->host_alloc(d.index, bytes ? bytes : 1, out) : CT_ERR_UNSUPPORTED;
+}
+
+void ct_host_free(ct_device d, void *p) {
+    if (!p) return;
+    if (d.type == CT_DEV_CPU) { free(p); return; }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "pinned host memory");
+    CT_CHECK(h, "ct_host_free: %p was not allocated by ct_host_alloc on this device type", p);
+    h->host_free(p);
+}
+
 ct_status ct_ctx_fail(ct_ctx *c, ct_status st) {
     if (st != CT_OK && c->dev_status == CT_OK) c->dev_status = st;
     return st;

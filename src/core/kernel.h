@@ -92,6 +92,11 @@ typedef struct ct_device_hooks {
      * struct of the kind (ct_k_sgd, ct_k_adamw); s0..s2 its state buffers (NULL if unused) */
     ct_status (*optim)(int dev, ct_device_optim kind, const void *consts, float *p, const float *g, float *s0, float *s1,
                        float *s2, int64_t n);
+    /* page-locked host memory for asynchronous copies to dev, and its release */
+    ct_status (*host_alloc)(int dev, size_t bytes, void **out);
+    void (*host_free)(void *p);
+    /* the caching allocator's bytes of dev: handed out, peak, reserved */
+    void (*mem)(int dev, size_t *current, size_t *peak, size_t *reserved);
 } ct_device_hooks;
 void ct_device_register(ct_device_type type, const ct_device_hooks *h);
 /* The hooks of d's type, or NULL with CT_ERR_UNSUPPORTED set ("no cuda backend in this build") */

@@ -71,6 +71,24 @@ static ct_status h_optim(int dev, ct_device_optim kind, const void *k, float *p,
     return kind == CT_DEV_OPTIM_SGD ? ct_cuda_sgd(s, k, p, g, s0, n) : ct_cuda_adamw(s, k, p, g, s0, s1, s2, n);
 }
 
+static ct_status h_host_alloc(int dev, size_t bytes, void **out) {
+    *out = NULL;
+    /* dev current first: the allocation would otherwise open a context on GPU 0 in every rank */
+    CT_GPU_TRY(cuda, "pinned host memory", cudaSetDevice(dev));
+    CT_GPU_TRY(cuda, "pinned host memory", cudaHostAlloc(out, bytes, cudaHostAllocPortable));
+    return CT_OK;
+}
+
+static void h_host_free(void *p) { (void)cudaFreeHost(p); }
+
+static void h_mem(int dev, size_t *current, size_t *peak, size_t *reserved) {
+    ct_cuda_mem_stats s;
+    ct_cuda_mem_stats_get(dev, &s);
+    *current = s.current;
+    *peak = s.peak;
+    *reserved = s.reserved;
+}
+
 static const ct_device_hooks hooks = {
     .count = ct_cuda_device_count,
     .alloc = ct_cuda_alloc,
@@ -79,6 +97,9 @@ static const ct_device_hooks hooks = {
     .zero = h_zero,
     .sync = h_sync,
     .optim = h_optim,
+    .host_alloc = h_host_alloc,
+    .host_free = h_host_free,
+    .mem = h_mem,
 };
 
 void ct_cuda_register(void) {

@@ -67,6 +67,22 @@ static bool is_trainable(const ct_params *p, int i) {
     return ct_numel(t) > 0 && x >= d && x < d + n * sizeof(float);
 }
 
+/* a state buffer on d (hooks h, NULL on the CPU): 64-byte aligned on the host, as optim_new's */
+static ct_status state_alloc(ct_device d, const ct_device_hooks *h, size_t bytes, float **out) {
+    *out = NULL;
+    if (h) return h->alloc(d.index, bytes, (void **)out);
+    if (posix_memalign((void **)out, 64, bytes)) {
+        *out = NULL;
+        return ct_error(CT_ERR_NOMEM, "optimizer: cannot allocate %zu bytes of state on the host", bytes);
+    }
+    return CT_OK;
+}
+
+static void state_free(const ct_device_hooks *h, float *p) {
+    if (h) h->free(p);
+    else free(p);
+}
+
 static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int nstate, const char *const *names,
                            ct_optim **out) {
     if (!p || !ct_params_data(p)) return ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
@@ -88,19 +104,12 @@ static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int
         o->wd[i] = (only_ge2 && ct_params_get(p, i)->ndim < 2) ? 0.0 : wd;
     o->segs_dirty = true;
     for (int k = 0; k < nstate; k++) {
+        /* state buffers in the parameters' layout on their device, zeroed */
         size_t bytes = (o->n ? o->n : 16) * sizeof(float);
-        if (h) { /* on the parameters' GPU, zeroed there */
-            ct_status st = h->alloc(o->dev.index, bytes, (void **)&o->state[k]);
-            if (st == CT_OK) st = h->zero(o->dev.index, o->state[k], bytes);
-            if (st != CT_OK) { o->nstate = k + 1; ct_optim_free(o); return st; }
-        } else {
-            /* state buffers in the parameters' layout, 64-byte aligned like them; zero padding */
-            if (posix_memalign((void **)&o->state[k], 64, bytes)) {
-                o->state[k] = NULL;
-                goto oom;
-            }
-            memset(o->state[k], 0, o->n * sizeof(float));
-        }
+        ct_status st = state_alloc(o->dev, h, bytes, &o->state[k]);
+        if (st == CT_OK && h) st = h->zero(o->dev.index, o->state[k], bytes);
+        else if (st == CT_OK) memset(o->state[k], 0, o->n * sizeof(float));
+        if (st != CT_OK) { o->nstate = k + 1; ct_optim_free(o); return st; }
         o->state_name[k] = names[k];
         o->nstate = k + 1;
     }
@@ -140,10 +149,7 @@ ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_opti
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
-    for (int k = 0; k < MAX_STATE; k++) {
-        if (o->hooks) o->hooks->free(o->state[k]);
-        else free(o->state[k]);
-    }
+    for (int k = 0; k < MAX_STATE; k++) state_free(o->hooks, o->state[k]);
     free(o->wd);
     free(o->segs);
     free(o);
@@ -153,6 +159,38 @@ const char *ct_optim_kind(const ct_optim *o) { return o->kind == K_SGD ? "sgd" :
 ct_params *ct_optim_params(const ct_optim *o) { return o->p; }
 int64_t ct_optim_steps(const ct_optim *o) { return o->step; }
 ct_status ct_optim_status(const ct_optim *o) { return o->status; }
+ct_device ct_optim_device(const ct_optim *o) { return o->dev; }
+
+ct_status ct_optim_to(ct_optim *o, ct_device dev) {
+    char b1[32], b2[32];
+    if (ct_device_eq(o->dev, dev)) return CT_OK;
+    if (o->dev.type != CT_DEV_CPU && dev.type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "ct_optim_to: %s to %s: move through the CPU", ct_device_str(o->dev, b1, sizeof b1),
+                        ct_device_str(dev, b2, sizeof b2));
+    const ct_device_hooks *h = NULL;
+    if (dev.type != CT_DEV_CPU && !(h = ct_device_hooks_get(dev, "ct_optim_to"))) return CT_ERR_UNSUPPORTED;
+    if (h && !h->optim) return ct_error(CT_ERR_UNSUPPORTED, "ct_optim_to: the device backend has no optimizer pass");
+    const ct_device_hooks *gpu = h ? h : o->hooks;
+    int gi = h ? dev.index : o->dev.index;
+    size_t bytes = (o->n ? o->n : 16) * sizeof(float);
+    float *ns[MAX_STATE] = {0};
+    ct_status st = CT_OK;
+    for (int k = 0; k < o->nstate && st == CT_OK; k++) {
+        st = state_alloc(dev, h, bytes, &ns[k]);
+        if (st == CT_OK) st = gpu->copy(gi, ns[k], o->state[k], bytes, h ? CT_COPY_H2D : CT_COPY_D2H);
+    }
+    if (st != CT_OK) { /* the state stays where it was */
+        for (int k = 0; k < o->nstate; k++) state_free(h, ns[k]);
+        return st;
+    }
+    for (int k = 0; k < o->nstate; k++) {
+        state_free(o->hooks, o->state[k]);
+        o->state[k] = ns[k];
+    }
+    o->dev = dev;
+    o->hooks = h;
+    return CT_OK;
+}
 void ct_optim_set_steps(ct_optim *o, int64_t steps) {
     CT_CHECK(steps >= 0, "ct_optim_set_steps: negative step count %lld", (long long)steps);
     o->step = steps;

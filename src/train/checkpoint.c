@@ -23,6 +23,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctrain/train.h"
+#include "train/host_trip.h"
 
 static const char *FILES[] = {"model.safetensors", "train_state.safetensors"};
 #define NFILES 2
@@ -218,7 +219,7 @@ static uint64_t ckpt_min_bytes(const ct_train_model *m, ct_optim *o) {
     return n;
 }
 
-ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep) {
+static ct_status ckpt_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep) {
     ct_status st = mkdirs(root);
     if (st != CT_OK) return st;
     char what[64];
@@ -488,7 +489,7 @@ static ct_status read_train_state(const ct_st_file *f, ct_train_state *ts) {
     return CT_OK;
 }
 
-ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts) {
+static ct_status ckpt_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts) {
     ct_status st = ct_checkpoint_verify(dir);
     if (st != CT_OK) return st;
     char path[4200];
@@ -524,4 +525,17 @@ ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim 
     if (st == CT_OK) *ts = loaded;
     ct_st_close(f);
     return st;
+}
+
+/* A model on a GPU: saved and loaded on the host (host_trip.c), then back on its device */
+ct_status ct_checkpoint_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep) {
+    ct_device was;
+    ct_status st = ct_train_to_host_(m, o, &was);
+    return st != CT_OK ? st : ct_train_from_host_(m, o, was, ckpt_save(root, m, o, ts, keep));
+}
+
+ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts) {
+    ct_device was;
+    ct_status st = ct_train_to_host_(m, o, &was);
+    return st != CT_OK ? st : ct_train_from_host_(m, o, was, ckpt_load(dir, m, o, ts));
 }

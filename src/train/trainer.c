@@ -12,6 +12,7 @@
 
 #include "ctrain/metrics.h"
 #include "ctrain/train.h"
+#include "train/host_trip.h"
 #include "train/output_lock.h"
 
 struct ct_trainer {
@@ -28,11 +29,14 @@ struct ct_trainer {
     ct_ctx *ctx;
     ct_lr_schedule sched;
     int64_t steps_per_epoch, total_steps, step, epoch;
-    /* gradient accumulation: the micro-batches of one step, copied out of the loader's ring */
+    ct_device dev;             /* the model's: batches go there */
+    /* staging of one step's micro-batches, copied out of the loader's ring: with gradient
+     * accumulation, and on a GPU (pinned memory there: the copies to the device are
+     * asynchronous on its compute stream) */
     void *xbuf;
     int32_t *ybuf;
-    ct_train_batch *micro;     /* grad_accum entries (grad_accum > 1) */
-    ct_train_batch one;        /* grad_accum == 1: a view of the loader's batch */
+    ct_train_batch *micro;     /* grad_accum entries (staged) */
+    ct_train_batch one;        /* on the CPU with grad_accum == 1: a view of the loader's batch */
     ct_grad_scaler *scaler;    /* loss scaling, or NULL */
     int64_t skipped;           /* steps skipped for overflowing gradients */
     int lock_fd;               /* rank 0: output_dir/.lock, -1 elsewhere */
@@ -49,6 +53,16 @@ static double peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* The model's GPU memory from the caching allocator, in MB (what the process holds there
+ * for tensors, as torch.cuda.memory_allocated / max_memory_allocated): false on the CPU. */
+static bool gpu_mem_mb(const ct_trainer *t, double *cur, double *peak) {
+    ct_device_mem m;
+    if (t->dev.type == CT_DEV_CPU || ct_device_mem_get(t->dev, &m) != CT_OK) return false;
+    *cur = (double)m.current / 1048576.0;
+    *peak = (double)m.peak / 1048576.0;
+    return true;
 }
 
 static void fmt_eta(double s, char *b, size_t n) {
@@ -78,9 +92,21 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: a model with parameters and forward, an optimizer and training data are needed");
     if (ct_optim_params(opt) != model->params)
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: the optimizer updates another parameter store than the model's");
-    if (ct_params_device(model->params).type != CT_DEV_CPU) /* they read parameters and state on the host */
-        return ct_error(CT_ERR_UNSUPPORTED, "ct_trainer_create: parameters on cuda:%d: the trainer's checkpoints and saves "
-                        "are not built for GPUs yet (step with ct_train_step)", ct_params_device(model->params).index);
+    ct_device dev = ct_params_device(model->params);
+    char db[32], ob[32];
+    if (!ct_device_eq(ct_optim_device(opt), dev))
+        return ct_error(CT_ERR_INVALID, "ct_trainer_create: the parameters are on %s, the optimizer's state on %s (create the "
+                        "optimizer after moving the model)", ct_device_str(dev, db, sizeof db),
+                        ct_device_str(ct_optim_device(opt), ob, sizeof ob));
+    if (dev.type != CT_DEV_CPU) {
+        /* they read or scale gradients on the host: refused by name rather than run wrong */
+        const char *what = o.clip_norm > 0 ? "gradient clipping (--clip, clip_norm)"
+                         : o.loss_scaling || o.amp == CT_F16 ? "loss scaling (--loss-scaling, --amp fp16)"
+                         : o.amp != CT_F32 ? "autocast (--amp, amp)" : NULL;
+        if (what)
+            return ct_error(CT_ERR_UNSUPPORTED, "ct_trainer_create: %s is not built for GPUs yet: drop it to train on %s, or "
+                            "train on the CPU (--device cpu)", what, ct_device_str(dev, db, sizeof db));
+    }
     if (o.batch_size < 1 || o.grad_accum < 1 || o.epochs < 1 || o.max_steps < 0 || o.log_every < 0 || o.keep < 0 ||
         o.eval_every < 0 || o.save_every < 0 || o.eval_max < 0 || o.workers < 0 || !(o.lr > 0) || !o.output_dir)
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: batch_size %d, grad_accum %d, epochs %" PRId64 " must be >= 1, lr %g > 0, "
@@ -98,6 +124,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     t->eval = eval_data;
     t->world = 1;
     t->lock_fd = -1;
+    t->dev = dev;
     if (o.pg && ct_pg_size(o.pg) > 1) {
         t->pg = o.pg;
         t->rank = ct_pg_rank(o.pg);
@@ -129,13 +156,13 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
             st = ct_error(CT_ERR_INVALID, "--batch-size %d%s is larger than this rank's %lld samples per epoch", o.batch_size,
                           o.grad_accum > 1 ? " x --grad-accum" : "", (long long)ct_sampler_len(t->sampler));
     }
-    if (st == CT_OK && o.grad_accum > 1) {
+    if (st == CT_OK && (o.grad_accum > 1 || dev.type != CT_DEV_CPU)) {
         size_t xs = ct_dtype_size(ct_dataset_x_dtype(train_data)) * (size_t)ct_dataset_x_numel(train_data);
         size_t ys = sizeof(int32_t) * (size_t)ct_dataset_y_numel(train_data), n = (size_t)o.batch_size * (size_t)o.grad_accum;
-        t->xbuf = malloc(xs * n);
-        t->ybuf = malloc(ys * n);
-        t->micro = malloc(sizeof *t->micro * (size_t)o.grad_accum);
-        if (!t->xbuf || !t->ybuf || !t->micro) st = ct_error(CT_ERR_NOMEM, "out of memory for %d micro-batches", o.grad_accum);
+        st = ct_host_alloc(dev, xs * n, &t->xbuf);
+        if (st == CT_OK) st = ct_host_alloc(dev, ys * n, (void **)&t->ybuf);
+        if (st == CT_OK && !(t->micro = malloc(sizeof *t->micro * (size_t)o.grad_accum)))
+            st = ct_error(CT_ERR_NOMEM, "out of memory for %d micro-batches", o.grad_accum);
     }
     if (st == CT_OK) {
         t->total_steps = o.max_steps > 0 ? o.max_steps : t->steps_per_epoch * o.epochs;
@@ -170,8 +197,8 @@ void ct_trainer_free(ct_trainer *t) {
     ct_ddp_free(t->ddp);
     ct_ctx_free(t->ctx);
     ct_grad_scaler_free(t->scaler);
-    free(t->xbuf);
-    free(t->ybuf);
+    ct_host_free(t->dev, t->xbuf);
+    ct_host_free(t->dev, t->ybuf);
     free(t->micro);
     ct_output_unlock(t->lock_fd);
     free(t);
@@ -252,8 +279,11 @@ static ct_status save_weights(ct_trainer *t) {
     snprintf(p, sizeof p, "%s/model.safetensors", t->o.output_dir);
     ct_status st = ct_checkpoint_free_space(t->o.output_dir, (uint64_t)ct_params_numel(t->model->params) * sizeof(float),
                                             "model.safetensors");
-    if (st == CT_OK) st = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
-    return st;
+    ct_device was;
+    if (st == CT_OK) st = ct_train_to_host_(t->model, NULL, &was);
+    if (st != CT_OK) return st;
+    st = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
+    return ct_train_from_host_(t->model, NULL, was, st);
 }
 
 static ct_status resume(ct_trainer *t) {
@@ -280,8 +310,11 @@ static ct_status resume(ct_trainer *t) {
 }
 
 /* The micro-batches of the next step, or 0 at the end of the epoch (a partial group of
- * micro-batches is dropped, as the loader drops a partial batch). With one micro-batch the
- * loader's own buffers are used; with several they are copied out of its ring. */
+ * micro-batches is dropped, as the loader drops a partial batch). With one micro-batch on
+ * the CPU the loader's own buffers are used; else they are copied out of its ring into the
+ * staging buffers. On a GPU those are pinned and ct_train_step's copies from them run
+ * asynchronously on the compute stream; rewriting them here for the next step is safe
+ * because the step waited for that stream (its ct_item of the loss) after queueing them. */
 static ct_status next_step_batches(ct_trainer *t, ct_train_batch **micro, int *n) {
     *n = 0;
     int K = t->o.grad_accum;
@@ -292,7 +325,7 @@ static ct_status next_step_batches(ct_trainer *t, ct_train_batch **micro, int *n
         ct_status st = ct_loader_next(t->loader, &b);
         if (st != CT_OK) return st;
         if (b.n == 0) return CT_OK;
-        if (K == 1) {
+        if (!t->xbuf) {
             t->one = batch_of(t->train, b.x, b.y, b.n);
         } else {
             char *x = (char *)t->xbuf + xs * (size_t)(k * t->o.batch_size);
@@ -302,7 +335,7 @@ static ct_status next_step_batches(ct_trainer *t, ct_train_batch **micro, int *n
             t->micro[k] = batch_of(t->train, x, y, b.n);
         }
     }
-    *micro = K == 1 ? &t->one : t->micro;
+    *micro = t->xbuf ? t->micro : &t->one;
     *n = K;
     return CT_OK;
 }
@@ -343,11 +376,12 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     if (talk) {
         char acc[48] = "";
         if (o->grad_accum > 1) snprintf(acc, sizeof acc, " × %d micro-batches", o->grad_accum);
-        char amp[48] = "";
+        char amp[48] = "", where[48] = "", dn[32];
         if (o->amp != CT_F32) snprintf(amp, sizeof amp, " | autocast %s%s", ct_dtype_name(o->amp), t->scaler ? " + loss scaling" : "");
-        printf("%s | %d rank%s × batch %d%s = global batch %" PRId64 " | %" PRId64 " steps/epoch, %" PRId64 " steps | %s lr %g | %d threads/rank%s\n",
+        if (t->dev.type != CT_DEV_CPU) snprintf(where, sizeof where, " | on %s", ct_device_str(t->dev, dn, sizeof dn));
+        printf("%s | %d rank%s × batch %d%s = global batch %" PRId64 " | %" PRId64 " steps/epoch, %" PRId64 " steps | %s lr %g | %d threads/rank%s%s\n",
                t->model->describe ? t->model->describe : "model", t->world, t->world > 1 ? "s" : "", o->batch_size, acc,
-               global_batch, t->steps_per_epoch, t->total_steps, ct_optim_kind(t->opt), o->lr, ct_get_num_threads(), amp);
+               global_batch, t->steps_per_epoch, t->total_steps, ct_optim_kind(t->opt), o->lr, ct_get_num_threads(), amp, where);
         fflush(stdout);
     }
     bool can_eval = ct_dataset_len(eval_set(t)) > 0;
@@ -393,11 +427,14 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                 double eta = (double)(t->total_steps - t->step) * (now - t_start) / (double)(t->step - step0);
                 char etas[32];
                 fmt_eta(eta, etas, sizeof etas);
-                double act = (double)ct_ctx_peak_bytes(t->ctx) / 1048576.0;
+                double act = (double)ct_ctx_peak_bytes(t->ctx) / 1048576.0, gcur = 0, gpeak = 0;
+                bool gpu = gpu_mem_mb(t, &gcur, &gpeak);
                 if (talk) {
-                    printf("%sstep %6" PRId64 "/%" PRId64 " | epoch %" PRId64 " | loss %.4f | lr %.3g | %.0f %s/s | ETA %s | peak %.0f MB (activations %.0f MB)%s",
+                    char gm[64] = "";
+                    if (gpu) snprintf(gm, sizeof gm, " | gpu %.0f MB (peak %.0f MB)", gcur, gpeak);
+                    printf("%sstep %6" PRId64 "/%" PRId64 " | epoch %" PRId64 " | loss %.4f | lr %.3g | %.0f %s/s | ETA %s | peak %.0f MB (activations %.0f MB)%s%s",
                            tty ? "\r" : "", t->step, t->total_steps, t->epoch + 1, v[0], sa.lr, sps, T > 1 ? "tokens" : "samples", etas,
-                           peak_rss_mb(), act, tty ? "\033[K" : "\n");
+                           peak_rss_mb(), act, gm, tty ? "\033[K" : "\n");
                     fflush(stdout);
                 }
                 if (t->metrics) {
@@ -406,6 +443,10 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                     ct_metrics_scalar(t->metrics, T > 1 ? "train/tokens_per_s" : "train/samples_per_s", t->step, sps);
                     ct_metrics_scalar(t->metrics, "train/peak_rss_mb", t->step, peak_rss_mb());
                     ct_metrics_scalar(t->metrics, "train/activations_peak_mb", t->step, act);
+                    if (gpu) {
+                        ct_metrics_scalar(t->metrics, "train/gpu_mem_mb", t->step, gcur);
+                        ct_metrics_scalar(t->metrics, "train/gpu_peak_mb", t->step, gpeak);
+                    }
                 }
                 loss_acc = 0;
                 steps_since_log = 0;
@@ -448,6 +489,8 @@ ct_status ct_trainer_fit(ct_trainer *t) {
             if (ev.count > 0) snprintf(evs, sizeof evs, "test accuracy %.4f | test loss %.4f", ev.accuracy, ev.loss);
             if (t->scaler) snprintf(evs + strlen(evs), sizeof evs - strlen(evs), " | %" PRId64 " steps skipped (overflow), loss scale %g",
                                     t->skipped, (double)ct_grad_scaler_scale(t->scaler));
+            double gcur, gpeak;
+            if (gpu_mem_mb(t, &gcur, &gpeak)) snprintf(evs + strlen(evs), sizeof evs - strlen(evs), " | gpu peak %.0f MB", gpeak);
             printf("done: %" PRId64 " steps in %.1f s | %s | weights %s/model.safetensors\n", t->step - step0,
                    ct_time_now() - t_start, evs, o->output_dir);
             if (t->ddp) {

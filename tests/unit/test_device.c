@@ -86,7 +86,8 @@ static ct_status f_optim(int dev, ct_device_optim kind, const void *k, float *p,
     }
     return CT_OK;
 }
-static const ct_device_hooks fake = {f_count, f_alloc, f_free, f_copy, f_zero, f_sync, f_optim};
+static const ct_device_hooks fake = {.count = f_count, .alloc = f_alloc, .free = f_free, .copy = f_copy, .zero = f_zero,
+                                     .sync = f_sync, .optim = f_optim};
 
 /* a device sum: forward and backward on the stand-in's (host) memory */
 static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {

@@ -4,6 +4,7 @@
  * moving a parameter store, an op without a device kernel failing the context, mixed
  * devices, and backward through a device op into parameter gradients on the device. */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/kernel.h"
 #include "ct_test.h"
@@ -86,8 +87,22 @@ static ct_status f_optim(int dev, ct_device_optim kind, const void *k, float *p,
     }
     return CT_OK;
 }
+static int live_pinned;
+static ct_status f_host_alloc(int dev, size_t bytes, void **out) {
+    (void)dev;
+    if (!(*out = malloc(bytes))) return ct_error(CT_ERR_NOMEM, "fake pinned alloc");
+    live_pinned++;
+    return CT_OK;
+}
+static void f_host_free(void *p) { live_pinned--; free(p); }
+static void f_mem(int dev, size_t *current, size_t *peak, size_t *reserved) {
+    (void)dev;
+    *current = (size_t)live_bufs << 20;
+    *peak = *reserved = (size_t)(live_bufs + 1) << 20;
+}
 static const ct_device_hooks fake = {.count = f_count, .alloc = f_alloc, .free = f_free, .copy = f_copy, .zero = f_zero,
-                                     .sync = f_sync, .optim = f_optim};
+                                     .sync = f_sync, .optim = f_optim, .host_alloc = f_host_alloc, .host_free = f_host_free,
+                                     .mem = f_mem};
 
 /* a device sum: forward and backward on the stand-in's (host) memory */
 static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
@@ -282,6 +297,94 @@ CT_TEST(train_step_on_device) {
     ct_module_free(lin);
     ct_params_free(P);
     CT_EXPECT(live_bufs == 0);
+}
+
+/* The trainer with the model on a device: batches staged in pinned memory and copied there,
+ * periodic and final checkpoints and model.safetensors written through the host with the
+ * model back on the device afterwards, a resume loading into the device model, GPU memory
+ * in the metrics; clipping and autocast refused by name, an optimizer made before the move
+ * refused. A loss of sum(w): every step moves each weight by -lr. */
+static ct_trainer_opts device_opts(const char *dir, int64_t steps) {
+    ct_trainer_opts o = ct_trainer_default_opts();
+    o.output_dir = ct_test_tmp_path(dir);
+    o.log_every = 0; /* quiet; the metrics are still written at the last step */
+    o.batch_size = 16;
+    o.lr = 0.5;
+    o.schedule = CT_LR_CONSTANT;
+    o.max_steps = steps;
+    o.save_every = 1;
+    return o;
+}
+
+CT_TEST(trainer_on_device) {
+    use_fake();
+    static float xs[64 * 4];
+    static int32_t ys[64];
+    for (int i = 0; i < 64 * 4; i++) xs[i] = (float)i;
+    for (int i = 0; i < 64; i++) ys[i] = i % 3;
+    ct_dataset *train = NULL, *none = NULL;
+    CT_ASSERT(ct_dataset_tensors(xs, 4, ys, 1, 64, &train) == CT_OK && ct_dataset_subset(train, 64, 0, &none) == CT_OK);
+    float w0[12];
+    ct_params *P[2];
+    ct_module *lin[2];
+    ct_optim *opt[2];
+    ct_train_model tm[2];
+    for (int j = 0; j < 2; j++) {
+        lin[j] = small_linear(&P[j], 5, w0);
+        CT_ASSERT(ct_module_to(lin[j], CT_CUDA(0)) == CT_OK);
+        CT_ASSERT(ct_optim_create_sgd(P[j], NULL, &opt[j]) == CT_OK);
+        tm[j] = (ct_train_model){.params = P[j], .forward = lin_forward, .loss = sum_loss, .self = lin[j], .kind = "linear"};
+    }
+    /* 2 steps, then a second run resuming from its checkpoint to step 4 */
+    ct_trainer_opts o = device_opts("devtrain", 2);
+    ct_trainer *t;
+    CT_ASSERT(ct_trainer_create(&o, &tm[0], opt[0], train, none, &t) == CT_OK);
+    CT_EXPECT(live_pinned == 2); /* x and y staging */
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    ct_trainer_free(t);
+    CT_EXPECT(live_pinned == 0);
+    CT_EXPECT(ct_params_device(P[0]).type == CT_DEV_CUDA && ct_optim_device(opt[0]).type == CT_DEV_CUDA);
+    CT_EXPECT(lin[0]->w->device.type == CT_DEV_CUDA && lin[0]->w->data == ct_params_data(P[0]));
+    o = device_opts("devtrain", 4);
+    o.resume = "auto";
+    CT_ASSERT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    CT_EXPECT_EQ(ct_trainer_step(t), 4);
+    ct_trainer_free(t);
+    bool ok = ct_params_device(P[1]).type == CT_DEV_CUDA;
+    for (int i = 0; i < 12; i++) { /* fake device memory is host memory */
+        float w = w0[i];
+        for (int k = 0; k < 4; k++) w -= 0.5f;
+        ok = ok && ct_f32(lin[1]->w)[i] == w;
+    }
+    CT_EXPECTF(ok, "the resumed device model did not continue from step 2's weights (w[0] %g, from %g)",
+               (double)ct_f32(lin[1]->w)[0], (double)w0[0]);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", o.output_dir);
+    FILE *f = fopen(path, "r");
+    char buf[65536] = "";
+    size_t nr = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[nr] = 0;
+    if (f) fclose(f);
+    CT_EXPECTF(strstr(buf, "train/gpu_mem_mb") && strstr(buf, "train/gpu_peak_mb"), "metrics: %.200s", buf);
+    /* refusals */
+    o = device_opts("devrefuse", 1);
+    o.clip_norm = 1;
+    CT_EXPECT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "--clip"));
+    o.clip_norm = 0;
+    o.amp = CT_BF16;
+    CT_EXPECT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "--amp"));
+    o.amp = CT_F32;
+    CT_ASSERT(ct_optim_to(opt[1], CT_CPU) == CT_OK);
+    CT_EXPECT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_ERR_INVALID && strstr(ct_last_error(), "optimizer"));
+    for (int j = 0; j < 2; j++) {
+        ct_optim_free(opt[j]);
+        ct_module_free(lin[j]);
+        ct_params_free(P[j]);
+    }
+    ct_dataset_free(none);
+    ct_dataset_free(train);
+    CT_EXPECT(live_bufs == 0 && live_pinned == 0);
 }
 
 CT_TEST_MAIN()

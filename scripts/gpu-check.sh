@@ -14,6 +14,9 @@
 #            CPU loss and gradients, the GPT ops through the op table's device column, an op
 #            without a CUDA kernel failing cleanly, DDP at world size 1 on NCCL
 #   device   the CPU-side tests of the device plumbing (test_device) in this build
+#   trainer  tests/scripts/gpu_train.sh: `ctrain train mlp|gpt --device cuda` a few steps against
+#            the CPU run (losses within 2e-3), GPU memory in the progress line and metrics, a
+#            resume on the GPU, --clip refused
 #   cli      `ctrain env --check` (the NCCL all-reduce across the visible GPUs) and
 #            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
@@ -29,7 +32,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
-steps=${GPU_CHECK_STEPS:-env kernels train device cli units bench}
+steps=${GPU_CHECK_STEPS:-env kernels train device trainer cli units bench}
 mkdir -p build
 log=build/gpu-check.log
 : >"$log"
@@ -101,6 +104,7 @@ for s in $steps; do
     kernels) run_step kernels "$(tests_pass build/tests/test_gpu_kernels)" ;;
     train) run_step train "$(tests_pass build/tests/test_gpu_train)" ;;
     device) run_step device "$(tests_pass build/tests/test_device)" ;;
+    trainer) run_step trainer 'bash tests/scripts/gpu_train.sh' ;;
     cli) run_step cli 'build/ctrain env --check | grep -E "^(check|gpu check):" && ! build/ctrain env --check | grep -q "^gpu check: not run" &&
                        CTRAIN_BACKEND=nccl build/ctrain run --nproc-per-node gpu -- build/ctrain bench allreduce --backend nccl -b 1M -e 64M -f 4 -c' ;;
     units) run_step units "$(tests_pass build/tests/test_kmath)" ;;

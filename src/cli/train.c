@@ -158,7 +158,9 @@ static ct_status fit(job *j) {
     if (st == CT_OK && o->export_hf && (!j->pg || ct_pg_rank(j->pg) == 0)) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/hf", o->output_dir);
-        st = ct_gpt_save_hf(j->model, dir);
+        /* the exporter reads the weights on the host; training is over */
+        st = ct_params_to(ct_model_params(j->model), CT_CPU);
+        if (st == CT_OK) st = ct_gpt_save_hf(j->model, dir);
         if (st == CT_OK && o->log_every > 0) printf("exported for transformers: %s/ (model.safetensors, config.json)\n", dir);
     }
     ct_trainer_free(t);

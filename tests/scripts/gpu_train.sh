@@ -3,7 +3,8 @@
 # synthetic IDX set, so no dataset package is needed) and a GPT (on a generated text) train a
 # few steps with the same losses and evaluation within 2e-3 (f32 on both; the GPU's sums run
 # in another order); the progress line and metrics report the GPU memory; a checkpoint
-# written on the GPU resumes there to the same losses; --clip is refused naming the flag.
+# written on the GPU resumes there to the same losses; --export hf works after GPU training;
+# --clip is refused naming the flag.
 # Exits 77 "no CUDA GPU" where there is none (tests/scripts/train_device.sh covers that).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +26,7 @@ PY
 for i in $(seq 1 200); do echo "line $i of a text with $((i*7 % 31)) words and $((i*13 % 17)) commas,"; done > "$d/t.txt"
 mlp=(mlp --data-dir "$d/idx" --hidden 128 --batch-size 32 --steps 12 --log-every 3 --eval-every 6 --lr 0.01)
 gpt=(gpt --text "$d/t.txt" --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --batch-size 8 --steps 12 --log-every 3
-     --eval-every 6 --save-every 6)
+     --eval-every 6 --save-every 6 --export hf)
 nums() { grep -E "^(step|eval)" "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/'; }
 close() { # LOG_A LOG_B WHAT: the same number of progress and eval lines, losses within 2e-3
     paste <(nums "$1") <(nums "$2") > "$d/pairs"
@@ -49,6 +50,8 @@ done
 mkdir -p "$d/res/checkpoints" && cp -r "$d/gpt-cuda/checkpoints/step-00000006" "$d/res/checkpoints/"
 $C train "${gpt[@]}" --device cuda --output-dir "$d/res" --resume auto > "$d/res.log" 2>&1 || { cat "$d/res.log"; fail "resume on cuda"; }
 grep -q "resumed from .*step-00000006 at step 6" "$d/res.log" || { cat "$d/res.log"; fail "did not resume"; }
+[ "$(stat -c %s "$d/gpt-cuda/hf/model.safetensors")" = "$(stat -c %s "$d/gpt-cpu/hf/model.safetensors")" ] ||
+    fail "--export hf after training on cuda: not the CPU run's file size"
 grep -E "^(step|eval)" "$d/gpt-cuda.log" | tail -n "$(grep -cE "^(step|eval)" "$d/res.log")" > "$d/tail.log"
 close "$d/tail.log" "$d/res.log" "gpt resumed on cuda"
 out=$($C train "${gpt[@]}" --device cuda --clip 1 --output-dir "$d/clip" 2>&1); rc=$?

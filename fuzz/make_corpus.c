@@ -248,6 +248,8 @@ static void cli_seeds(void) {
     args("gpt", g, 17);
     const char *c[] = {"cnn", "--save-every", "10", "--resume", "auto", "--seed", "4294967295", "--clip", "1e9", "--dropout", "0.5"};
     args("cnn", c, 11);
+    const char *dv[] = {"mlp", "--device", "cuda:1", "--hidden", "8"};
+    args("device", dv, 5);
     static const struct { const char *var, *val; } cv[] = {
         {"CTRAIN_TIMEOUT", "300"}, {"CTRAIN_DEBUG", "INFO"}, {"CTRAIN_SHM_CHUNK", "4M"}, {"OMP_NUM_THREADS", "4,2"},
         {"SLURM_TASKS_PER_NODE", "2(x3)"}, {"WORLD_SIZE", "2"}, {"CTRAIN_DDP_BUCKET_MB", "25"}, {"CTRAIN_OUTPUT_DIR", "out"}};

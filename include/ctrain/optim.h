@@ -169,14 +169,8 @@ double ct_lr_at(const ct_lr_schedule *s, int64_t step);
  * multiplied by it. Returns the total norm before clipping (inf/nan if a gradient is:
  * then, as PyTorch with error_if_nonfinite=False, the gradients become nan). */
 float ct_clip_grad_norm(ct_params *p, float max_norm);
-/* The global L2 norm alone, in double. Both: gradients on the CPU. */
+/* The global L2 norm alone, in double. */
 double ct_grad_norm(const ct_params *p);
-/* ct_clip_grad_norm for a store on any device, with a status (*total_norm gets the norm):
- * on a GPU the gradients are copied to the host, the norm is the CPU's (the same bits for the
- * same gradients) and, when clipping changes them, they are copied back scaled. Correct, not
- * fast: the gradient buffer crosses to the host every step. Errors: the device's copies,
- * CT_ERR_NOMEM for the host buffer (the gradients are then unchanged). */
-ct_status ct_clip_grad_norm_any(ct_params *p, float max_norm, float *total_norm);
 
 /* ---------------------------------------------------------------- grad scaler ---- */
 

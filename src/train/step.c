@@ -129,9 +129,9 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
              n_micro);
     const ct_train_model *m = a->model;
     ct_device dev = ct_params_device(m->params);
-    if (dev.type != CT_DEV_CPU && (a->scaler || a->amp != CT_F32))
-        return ct_error(CT_ERR_UNSUPPORTED, "training step on cuda:%d: loss scaling and autocast are not built for GPUs yet",
-                        dev.index);
+    if (dev.type != CT_DEV_CPU && (a->clip_norm > 0 || a->scaler || a->amp != CT_F32))
+        return ct_error(CT_ERR_UNSUPPORTED, "training step on cuda:%d: gradient clipping, loss scaling and autocast are "
+                                            "not built for GPUs yet", dev.index);
     double loss_sum = 0;
     for (int k = 0; k < n_micro; k++) {
         /* DDP all-reduces only during the last backward; the others accumulate locally */
@@ -173,14 +173,10 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
     if (st == CT_OK) {
         /* PyTorch's order: unscale, then clip the true gradients, then step unless inf/NaN */
         if (a->scaler) skip = !ct_grad_scaler_unscale_and_check(a->scaler, m->params);
-        if (a->clip_norm > 0 && !skip) {
-            float nf;
-            st = ct_clip_grad_norm_any(m->params, (float)a->clip_norm, &nf);
-            norm = nf;
-        }
-        if (!skip && st == CT_OK) ct_optim_step(a->opt, a->lr);
+        if (a->clip_norm > 0 && !skip) norm = ct_clip_grad_norm(m->params, (float)a->clip_norm);
+        if (!skip) ct_optim_step(a->opt, a->lr);
         if (a->scaler) ct_grad_scaler_update(a->scaler, skip);
-        if (st == CT_OK) st = ct_optim_status(a->opt);
+        st = ct_optim_status(a->opt);
     }
     ct_params_zero_grad(m->params);
     ct_ctx_reset(a->ctx);

@@ -100,7 +100,8 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
                         ct_device_str(ct_optim_device(opt), ob, sizeof ob));
     if (dev.type != CT_DEV_CPU) {
         /* they read or scale gradients on the host: refused by name rather than run wrong */
-        const char *what = o.loss_scaling || o.amp == CT_F16 ? "loss scaling (--loss-scaling, --amp fp16)"
+        const char *what = o.clip_norm > 0 ? "gradient clipping (--clip, clip_norm)"
+                         : o.loss_scaling || o.amp == CT_F16 ? "loss scaling (--loss-scaling, --amp fp16)"
                          : o.amp != CT_F32 ? "autocast (--amp, amp)" : NULL;
         if (what)
             return ct_error(CT_ERR_UNSUPPORTED, "ct_trainer_create: %s is not built for GPUs yet: drop it to train on %s, or "

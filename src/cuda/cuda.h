@@ -146,8 +146,8 @@ ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q,
 
 /* ---- GEMM on cuBLASLt, row-major like ct_matmul: C [M, N] = alpha op(A) op(B) + beta C,
  * A [M, K] (or [K, M] if ta), B [K, N] (or [N, K] if tb), `batch` products at strides of
- * one matrix each. f32: f32 compute (no TF32); bf16: bf16 in and out, f32 accumulation
- * (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
+ * one matrix each. f32: f32 compute, or TF32 / bf16 tensor cores with CTRAIN_CUDA_MATMUL=
+ * high / medium; bf16: bf16 in and out, f32 accumulation (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
 typedef enum { CT_GEMM_EPI_NONE = 0, CT_GEMM_EPI_BIAS, CT_GEMM_EPI_GELU, CT_GEMM_EPI_BIAS_GELU } ct_gemm_epilogue;
 typedef struct {
     ct_cuda_dtype dt;

@@ -132,6 +132,11 @@ ct_status ct_cuda_embedding_bwd(cudaStream_t s, const float *g, const void *idx,
 ct_status ct_cuda_adamw(cudaStream_t s, const ct_k_adamw *k, float *p, const float *g, float *m, float *v, float *vmax,
                         int64_t n);
 ct_status ct_cuda_sgd(cudaStream_t s, const ct_k_sgd *k, float *p, const float *g, float *buf, int64_t n);
+/* gradient clipping and loss scaling: *out (device double) = sum of squares of g[0, n) by
+ * ct_k_sumsq's chunks in order, part: scratch of ceil(n / CT_K_SUMSQ_CHUNK) doubles; g *= coef,
+ * *nonfinite (device int, may be NULL) set to 1 when a value was inf/NaN before scaling */
+ct_status ct_cuda_sumsq(cudaStream_t s, const float *g, int64_t n, double *part, double *out);
+ct_status ct_cuda_scale_check(cudaStream_t s, float *g, float coef, int64_t n, int *nonfinite);
 
 /* ---- flash attention, causal or not: q, k, v, o [BH, T, D] (D <= CT_K_ATTN_MAX_D),
  * f32 or bf16 (bf16: __nv_bfloat16 elements, f32 arithmetic); lse [BH, T] f32 saved ----

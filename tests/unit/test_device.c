@@ -117,9 +117,13 @@ static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
     ct_record(ctx, CT_OP_SUM, y, 1, &x);
     return y;
 }
+static int live_max; /* most stand-in buffers alive at once during a backward */
 static void fake_sum_bw(ct_ctx *ctx, ct_node *n) {
+    /* a scratch buffer, as the CUDA backwards take them: returned after this node */
+    float *scratch = ct_ctx_dev_alloc(ctx, n->out->device, 64, "sum backward");
     float *g = ct_grad_acc(ctx, n->in[0]);
     for (int64_t i = 0; g && i < ct_numel(n->in[0]); i++) g[i] += ct_f32(n->out->grad)[0];
+    if (scratch && live_bufs > live_max) live_max = live_bufs;
 }
 static void use_fake(void) {
     ct_device_register(CT_DEV_CUDA, &fake);
@@ -198,8 +202,14 @@ CT_TEST(backward_into_device_parameters) {
     for (int step = 0; step < 2; step++) { /* gradients accumulate over two backwards */
         ct_tensor *loss = ct_sum(c, W);
         CT_EXPECT(loss->device.type == CT_DEV_CUDA && ct_item(loss) == 6.0);
+        int before = live_bufs;
+        live_max = 0;
         ct_backward(c, loss);
         CT_EXPECT(ct_ctx_status(c) == CT_OK);
+        /* the loss's gradient (consumed) and the node's scratch went back during backward,
+         * not at the reset: what a GPU step's peak memory depends on */
+        CT_EXPECTF(live_max == before + 2 && live_bufs == before, "buffers: %d before, %d at most, %d after", before,
+                   live_max, live_bufs);
         ct_ctx_reset(c);
     }
     CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);

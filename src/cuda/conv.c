@@ -108,9 +108,12 @@ static ct_status pick(const step *r, const cand *c, int n, unsigned plain, const
     return ct_error(CT_ERR_UNSUPPORTED, "%s on cuda:%d: cuDNN offers no plain f32 %s algorithm within %zu MiB of workspace (%d considered)",
                     r->op, r->dev, what, WS_MAX >> 20, n);
 }
-/* runs cuDNN's heuristic query fn into Perf[], then pick; *algo and *mem the choice */
-#define CHOOSE(r, Perf, N, plain, what, fn, algo, mem, ...)                                                           \
-    do {                                                                                                               \
+/* Declares `algo` (AlgoT) and `mem`: cuDNN's heuristic query fn into Perf[], pick's choice,
+ * and the device's workspace grown to it (h, ws); st says whether it worked. */
+#define CHOOSE(r, AlgoT, Perf, N, plain, what, fn, ...)                                                               \
+    AlgoT algo = (AlgoT)0;                                                                                             \
+    size_t mem = 0;                                                                                                    \
+    {                                                                                                                  \
         Perf p_[N];                                                                                                    \
         cand c_[N];                                                                                                    \
         int n_ = 0, k_ = 0;                                                                                            \
@@ -119,7 +122,8 @@ static ct_status pick(const step *r, const cand *c, int n, unsigned plain, const
             c_[i_] = (cand){(int)p_[i_].algo, p_[i_].status, p_[i_].memory, p_[i_].determinism, p_[i_].mathType};       \
         if (st == CT_OK) st = pick(r, c_, n_ < N ? n_ : N, plain, what, &k_);                                          \
         if (st == CT_OK) { algo = p_[k_].algo; mem = p_[k_].memory; }                                                  \
-    } while (0)
+        if (st == CT_OK) st = ct_cudnn_handle((r)->dev, (r)->s, mem, &h, &ws, (r)->op);                               \
+    }
 #define FWD_PLAIN 0xFu  /* implicit GEMM, precomputed implicit GEMM, GEMM, direct */
 #define DATA_PLAIN 0x3u /* algorithms 0 and 1 */
 #define FILT_PLAIN 0xBu /* algorithms 0, 1 and 3 */
@@ -129,15 +133,15 @@ static ct_status conv_fwd(step *r, const ct_tensor *x, const ct_tensor *w, const
     descs d = {0};
     cudnnHandle_t h;
     void *ws;
-    cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    size_t mem = 0;
     const float one = 1.0f, zero = 0.0f;
     ct_status st = ct_cudnn_handle(r->dev, r->s, 0, &h, &ws, r->op);
     if (st == CT_OK) st = conv_descs(r, x, w, y, b != NULL, stride, pad, &d);
-    if (st == CT_OK)
-        CHOOSE(r, cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, FWD_PLAIN, "forward",
-               cudnnGetConvolutionForwardAlgorithm_v7, algo, mem, h, d.x, d.w, d.conv, d.y);
-    if (st == CT_OK) st = ct_cudnn_handle(r->dev, r->s, mem, &h, &ws, r->op);
+    if (st != CT_OK) {
+        descs_free(&d);
+        return st;
+    }
+    CHOOSE(r, cudnnConvolutionFwdAlgo_t, cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, FWD_PLAIN, "forward",
+           cudnnGetConvolutionForwardAlgorithm_v7, h, d.x, d.w, d.conv, d.y);
     if (st == CT_OK)
         st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionForward(h, &one, d.x, x->data, d.w, w->data, d.conv, algo, ws, mem,
                                                                         &zero, d.y, y->data));
@@ -179,21 +183,15 @@ static ct_status conv_bwd(step *r, const ct_node *n, float *dx, bool fx, float *
     if (st == CT_OK && db)
         st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionBackwardBias(h, &one, d.y, dy, &bb, d.b, db));
     if (st == CT_OK && dx) {
-        cudnnConvolutionBwdDataAlgo_t algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-        size_t mem = 0;
-        CHOOSE(r, cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, DATA_PLAIN, "backward-data",
-               cudnnGetConvolutionBackwardDataAlgorithm_v7, algo, mem, h, d.w, d.y, d.conv, d.x);
-        if (st == CT_OK) st = ct_cudnn_handle(r->dev, r->s, mem, &h, &ws, r->op);
+        CHOOSE(r, cudnnConvolutionBwdDataAlgo_t, cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, DATA_PLAIN,
+               "backward-data", cudnnGetConvolutionBackwardDataAlgorithm_v7, h, d.w, d.y, d.conv, d.x);
         if (st == CT_OK)
             st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionBackwardData(h, &one, d.w, w->data, d.y, dy, d.conv, algo, ws, mem,
                                                                                  &bx, d.x, dx));
     }
     if (st == CT_OK && dw) {
-        cudnnConvolutionBwdFilterAlgo_t algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-        size_t mem = 0;
-        CHOOSE(r, cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, FILT_PLAIN, "backward-filter",
-               cudnnGetConvolutionBackwardFilterAlgorithm_v7, algo, mem, h, d.x, d.y, d.conv, d.w);
-        if (st == CT_OK) st = ct_cudnn_handle(r->dev, r->s, mem, &h, &ws, r->op);
+        CHOOSE(r, cudnnConvolutionBwdFilterAlgo_t, cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+               FILT_PLAIN, "backward-filter", cudnnGetConvolutionBackwardFilterAlgorithm_v7, h, d.x, d.y, d.conv, d.w);
         if (st == CT_OK)
             st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionBackwardFilter(h, &one, d.x, x->data, d.y, dy, d.conv, algo, ws,
                                                                                    mem, &bw, d.w, dw));

@@ -39,7 +39,7 @@ typedef struct {
 } ct_cuda_device_info;
 ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out);
 /* "driver 13.0, runtime 13.0, cuBLASLt 13.0.2, NCCL 2.27.7, cuDNN 9.19.0"; cuDNN's is the
- * loaded library's ("cuDNN not loaded: <why> (headers 9.19.0)" when it cannot be loaded);
+ * loaded library's ("cuDNN: cannot load libcudnn.so.9: <why> (headers 9.19.0)" without it);
  * a missing driver reads "driver none". Never fails. */
 void ct_cuda_versions(char *buf, size_t n);
 /* Makes dev current on this thread. */

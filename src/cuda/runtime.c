@@ -114,8 +114,7 @@ void ct_cuda_versions(char *buf, size_t n) {
     size_t lt = ct_cuda_cublaslt_version(), dn = ct_cuda_cudnn_version();
     char cd[400];
     if (dn) snprintf(cd, sizeof cd, "cuDNN %zu.%zu.%zu", dn / 10000, dn / 100 % 100, dn % 100);
-    else snprintf(cd, sizeof cd, "cuDNN not loaded: %s (headers %d.%d.%d)", ct_cuda_cudnn_load_error(), CUDNN_MAJOR,
-                  CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    else snprintf(cd, sizeof cd, "%s (headers %d.%d.%d)", ct_cuda_cudnn_load_error(), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
     snprintf(buf, n, "driver %s, runtime %d.%d, cuBLASLt %zu.%zu.%zu, NCCL %d.%d.%d, %s", d, rt / 1000, rt % 1000 / 10,
              lt / 10000, lt / 100 % 100, lt % 100, nc / 10000, nc / 100 % 100, nc % 100, cd);
 }

@@ -3,13 +3,15 @@
  * each op used twice so its backward both writes a fresh gradient and adds to one. conv2d
  * and avg_pool2d within 1e-5 normwise (cuDNN sums in its own order; FFT and Winograd
  * algorithms are not used, see src/cuda/conv.c); max pooling bit-equal, ties and a NaN
- * included. Without a GPU these skip with "no CUDA GPU"; the cuDNN loader's failure path and
+ * included; the CNN model's loss and gradients. Without a GPU these skip with "no CUDA GPU"; the cuDNN loader's failure path and
  * CT_GPU_CHECK(cudnn, ...) are tested anyway. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <string.h>
 
 #include "ct_test.h"
+#include "ctrain/models.h"
+#include "ctrain/nn.h"
 #include "ctrain/ops.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
@@ -119,6 +121,50 @@ CT_TEST(pooling_on_cuda_matches_cpu) {
         check_pool(op, 9, 7, 3, 1, 1);
         check_pool(op, 7, 10, 2, 2, 1);
     }
+}
+
+/* the CNN model (conv2d, relu_max_pool2d, flatten, linear, relu, cross-entropy) on cuda:0:
+ * the loss within 1e-5 of the CPU's, every gradient within 1e-4 normwise (the errors of
+ * several ops compound; a max-pool window whose two largest values lie within the rounding
+ * difference could route a gradient elsewhere, which random inputs make unlikely) */
+CT_TEST(cnn_model_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_CNN);
+    cfg.cnn.height = cfg.cnn.width = 12;
+    cfg.cnn.c1 = 4;
+    cfg.cnn.c2 = 6;
+    cfg.cnn.kernel = 3;
+    cfg.cnn.fc = 16;
+    cfg.cnn.classes = 5;
+    cfg.cnn.dropout = 0;
+    ct_model *m[2];
+    for (int j = 0; j < 2; j++) OK(ct_model_create(&cfg, 9, &m[j]));
+    OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    int64_t B = 3, lab[3] = {1, 4, 0};
+    ct_tensor *x[2], *y[2];
+    x[0] = rnd(c, 4, (int64_t[]){B, 1, 12, 12}, 1.0f);
+    y[0] = ct_from_data(c, CT_I64, lab, 1, &B);
+    OK(ct_tensor_to(c, x[0], CT_CUDA(0), &x[1]));
+    OK(ct_tensor_to(c, y[0], CT_CUDA(0), &y[1]));
+    double l[2];
+    for (int j = 0; j < 2; j++) {
+        ct_tensor *loss = ct_cross_entropy(c, ct_model_forward(c, m[j], x[j]), y[j], -100);
+        l[j] = ct_item(loss);
+        ct_backward(c, loss);
+    }
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "CNN on cuda:0: %s", ct_last_error());
+    CT_EXPECTF(fabs(l[1] - l[0]) <= 1e-5 * fabs(l[0]), "CNN loss: cuda %.9g cpu %.9g", l[1], l[0]);
+    ct_params *P[2] = {ct_model_params(m[0]), ct_model_params(m[1])};
+    for (int i = 0; i < ct_params_count(P[0]); i++) {
+        ct_tensor *pc = ct_params_get(P[0], i), *pg = ct_params_get(P[1], i);
+        double e = err_of(c, pg->grad, pc->grad);
+        CT_EXPECTF(e <= 1e-4, "CNN gradient of %s: normwise error %g", pc->name, e);
+    }
+    printf("    CNN on cuda:0: loss %.7f (cpu %.7f)\n", l[1], l[0]);
+    ct_ctx_free(c);
+    for (int j = 0; j < 2; j++) ct_model_free(m[j]);
 }
 
 /* Without a GPU: a missing cuDNN is a clean CT_ERR_UNSUPPORTED naming the library; the one

@@ -17,6 +17,7 @@
 #include "cuda/cuda.h"
 #include "cuda/cudnn_lib.h"
 #include "gpu/gpu_test.h"
+#include "ops/op_table.h"
 #include "kernel_check.h"
 
 #define OK(call) CT_ASSERT((call) == CT_OK || (fprintf(stderr, "%s: %s\n", #call, ct_last_error()), 0))
@@ -194,6 +195,14 @@ CT_TEST(cudnn_errors_name_the_call_and_op) {
     CT_EXPECT_EQ(CT_GPU_CHECK(cudnn, "conv2d", CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED), CT_ERR_NOMEM);
     CT_EXPECT_EQ(CT_GPU_CHECK(cudnn, "conv2d", CUDNN_STATUS_EXECUTION_FAILED), CT_ERR_SYSTEM);
     CT_EXPECT_EQ(CT_GPU_CHECK(cudnn, "conv2d", CUDNN_STATUS_SUCCESS), CT_OK);
+}
+
+/* the rows are in the device column (registered at start, without touching the driver) */
+CT_TEST(conv_and_pool_rows_registered) {
+    const int ops[4] = {CT_OP_CONV2D, CT_OP_MAX_POOL2D, CT_OP_RELU_MAX_POOL2D, CT_OP_AVG_POOL2D};
+    for (int i = 0; i < 4; i++)
+        CT_EXPECTF(ct_op_table_dev[ops[i]].forward && ct_op_table_dev[ops[i]].row.backward, "%s has no CUDA row",
+                   ct_op_table[ops[i]].name);
 }
 
 CT_TEST_MAIN()

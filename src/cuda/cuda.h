@@ -38,7 +38,8 @@ typedef struct {
     int cc_major, cc_minor, sm_count;
 } ct_cuda_device_info;
 ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out);
-/* "driver 13.0, runtime 13.0, cuBLAS 13.0.2, NCCL 2.27.7, cuDNN 9.x (headers; not linked)";
+/* "driver 13.0, runtime 13.0, cuBLASLt 13.0.2, NCCL 2.27.7, cuDNN 9.19.0"; cuDNN's is the
+ * loaded library's ("cuDNN: cannot load libcudnn.so.9: <why> (headers 9.19.0)" without it);
  * a missing driver reads "driver none". Never fails. */
 void ct_cuda_versions(char *buf, size_t n);
 /* Makes dev current on this thread. */
@@ -148,6 +149,20 @@ ct_status ct_cuda_attention(cudaStream_t s, ct_cuda_dtype dt, const void *q, con
 ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
                                 const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
                                 int64_t BH, int64_t T, int D, bool causal);
+
+/* ---- max pooling of NCHW planes (ops/kmath.h ct_k_max_pool_at): window k, stride s,
+ * padding p (p <= k/2); relu: of max(x, 0). arg [planes, OH, OW]: each output's winner, as
+ * an offset in its input plane. Backward: dx = (accumulate ? dx : 0) + the gradients routed
+ * to each input, in output order (the CPU op's sums). ---- */
+typedef struct { int64_t planes, H, W, OH, OW, k, s, p; } ct_cuda_pool_geom;
+ct_status ct_cuda_max_pool(cudaStream_t s, const float *x, float *y, int32_t *arg, const ct_cuda_pool_geom *g, bool relu);
+ct_status ct_cuda_max_pool_bwd(cudaStream_t s, const float *gy, const float *y, const int32_t *arg, float *dx,
+                               const ct_cuda_pool_geom *g, bool relu, bool accumulate);
+
+/* ---- convolution and average pooling on cuDNN (cudnn.c, loaded with dlopen on first use;
+ * NCHW f32; src/cuda/conv.c holds the op entries) ---- */
+/* cudnnGetVersion() of the loaded library, or 0 when it cannot be loaded */
+size_t ct_cuda_cudnn_version(void);
 
 /* ---- GEMM on cuBLASLt, row-major like ct_matmul: C [M, N] = alpha op(A) op(B) + beta C,
  * A [M, K] (or [K, M] if ta), B [K, N] (or [N, K] if tb), `batch` products at strides of

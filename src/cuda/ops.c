@@ -566,4 +566,5 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_FLASH_ATTENTION, fwd_flash_attention, bw_flash_attention},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) ct_op_register_device(CT_DEV_CUDA, rows[i].op, rows[i].fwd, rows[i].bwd);
+    ct_cuda_register_conv_ops_();
 }

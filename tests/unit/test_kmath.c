@@ -266,4 +266,46 @@ CT_TEST(dropout_bit_equal) {
     ct_ctx_free(c);
 }
 
+
+/* Max pooling: ct_k_max_pool_at (forward, arg-max) and ct_k_max_pool_dx (the gradient gathered
+ * per input, as the CUDA kernels run them) against the CPU op, bit for bit, on inputs with
+ * many ties (values on a grid of 5) and a NaN: 2x2/2 (the CPU's vector path), overlapping
+ * 3x3/2 windows with padding 1 over odd sizes, 3x3/1, with and without the fused ReLU. */
+static void check_max_pool(int64_t H, int64_t W, int k, int s, int p, bool relu) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t N = 2, C = 3, HW = H * W;
+    ct_tensor *x = rnd(c, 4, (int64_t[]){N, C, H, W}, 1.0f);
+    for (int64_t i = 0; i < ct_numel(x); i++) ct_f32(x)[i] = roundf(ct_f32(x)[i] * 2.0f) * 0.5f;
+    ct_f32(x)[HW + 5] = NAN;
+    ct_requires_grad(x);
+    ct_tensor *y = relu ? ct_relu_max_pool2d(c, x, k, s, p) : ct_max_pool2d(c, x, k, s, p);
+    int64_t OH = y->shape[2], OW = y->shape[3], OP = OH * OW;
+    ct_tensor *g = rnd(c, 4, y->shape, 1.0f);
+    ct_backward_seed(c, y, g);
+    float *ky = malloc((size_t)(N * C * (OP + HW)) * sizeof(float)), *kdx = ky + N * C * OP;
+    int32_t *arg = malloc((size_t)(N * C * OP) * sizeof(int32_t));
+    for (int64_t pl = 0; pl < N * C; pl++)
+        for (int64_t q = 0; q < OP; q++)
+            ky[pl * OP + q] = ct_k_max_pool_at(ct_f32(x) + pl * HW, H, W, k, s, p, q / OW, q % OW, relu, arg + pl * OP + q);
+    for (int64_t pl = 0; pl < N * C; pl++)
+        for (int64_t i = 0; i < HW; i++)
+            kdx[pl * HW + i] = ct_k_max_pool_dx(ct_f32(g) + pl * OP, ky + pl * OP, arg + pl * OP, W, OH, OW, k, s, p, i / W, i % W,
+                                                relu, 0.0f);
+    CT_EXPECTF(bit_diffs(ky, ct_f32(y), N * C * OP) == 0, "max pool %dx%d/%d p%d relu %d: forward differs", k, k, s, p, relu);
+    CT_EXPECTF(bit_diffs(kdx, ct_f32(x->grad), N * C * HW) == 0, "max pool %dx%d/%d p%d relu %d: gradient differs", k, k, s, p,
+               relu);
+    free(ky);
+    free(arg);
+    ct_ctx_free(c);
+}
+CT_TEST(max_pool_bit_equal) {
+    for (int relu = 0; relu < 2; relu++) {
+        check_max_pool(12, 16, 2, 2, 0, relu);
+        check_max_pool(13, 11, 3, 2, 1, relu);
+        check_max_pool(9, 7, 3, 1, 1, relu);
+        check_max_pool(7, 10, 2, 2, 1, relu);
+    }
+}
+
 CT_TEST_MAIN()

@@ -102,7 +102,7 @@ static void bw_mse_loss(ct_ctx *ctx, ct_node *n) {
 /* ---- attention: q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv] ---- */
 static ct_tensor *fwd_attention(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
-    ct_check_attention(q, k, v);
+    ct_check_attention("attention", q, k, v);
     bool causal = a->i[0] != 0;
     int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
     float scale = D ? 1.0f / sqrtf((float)D) : 1.0f; /* as the CPU op */

@@ -89,7 +89,7 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
     CT_DEV_DISPATCH(ctx, CT_OP_ATTENTION, .in = {q, k, v}, .i = {causal});
     CT_AUTOCAST(ctx, CT_OP_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
-    ct_check_attention(q, k, v);
+    ct_check_attention("attention", q, k, v);
     int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
     float scale = D ? 1.0f / sqrtf((float)D) : 1.0f;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], Tq, Dv});

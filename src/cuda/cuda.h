@@ -159,6 +159,11 @@ ct_status ct_cuda_embedding_bwd(cudaStream_t s, const float *g, const void *idx,
 ct_status ct_cuda_adamw(cudaStream_t s, const ct_k_adamw *k, float *p, const float *g, float *m, float *v, float *vmax,
                         int64_t n);
 ct_status ct_cuda_sgd(cudaStream_t s, const ct_k_sgd *k, float *p, const float *g, float *buf, int64_t n);
+/* gradient clipping and loss scaling: *out (device double) = sum of squares of g[0, n) by
+ * ct_k_sumsq's chunks in order, part: scratch of ceil(n / CT_K_SUMSQ_CHUNK) doubles; g *= coef,
+ * *nonfinite (device int, may be NULL) set to 1 when a value was inf/NaN before scaling */
+ct_status ct_cuda_sumsq(cudaStream_t s, const float *g, int64_t n, double *part, double *out);
+ct_status ct_cuda_scale_check(cudaStream_t s, float *g, float coef, int64_t n, int *nonfinite);
 
 /* ---- flash attention, causal or not: q, k, v, o [BH, T, D] (D <= CT_K_ATTN_MAX_D),
  * f32 or bf16 (bf16: __nv_bfloat16 elements, f32 arithmetic); lse [BH, T] f32 saved ----
@@ -173,8 +178,8 @@ ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q,
 
 /* ---- GEMM on cuBLASLt, row-major like ct_matmul: C [M, N] = alpha op(A) op(B) + beta C,
  * A [M, K] (or [K, M] if ta), B [K, N] (or [N, K] if tb), `batch` products at strides of
- * one matrix each. f32: f32 compute (no TF32); bf16: bf16 in and out, f32 accumulation
- * (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
+ * one matrix each. f32: f32 compute, or TF32 / bf16 tensor cores with CTRAIN_CUDA_MATMUL=
+ * high / medium; bf16: bf16 in and out, f32 accumulation (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
 typedef enum { CT_GEMM_EPI_NONE = 0, CT_GEMM_EPI_BIAS, CT_GEMM_EPI_GELU, CT_GEMM_EPI_BIAS_GELU } ct_gemm_epilogue;
 typedef struct {
     ct_cuda_dtype dt;

@@ -71,6 +71,34 @@ static ct_status h_optim(int dev, ct_device_optim kind, const void *k, float *p,
     return kind == CT_DEV_OPTIM_SGD ? ct_cuda_sgd(s, k, p, g, s0, n) : ct_cuda_adamw(s, k, p, g, s0, s1, s2, n);
 }
 
+static ct_status h_sumsq(int dev, const float *g, int64_t n, double *out) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "clip_grad_norm", &s);
+    int64_t nch = (n + CT_K_SUMSQ_CHUNK - 1) / CT_K_SUMSQ_CHUNK;
+    double *part = NULL;
+    if (st == CT_OK) st = ct_cuda_alloc(dev, sizeof(double) * (size_t)(nch + 1), (void **)&part);
+    if (st == CT_OK) st = ct_cuda_sumsq(s, g, n, part + 1, part);
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "clip_grad_norm", cudaMemcpyAsync(out, part, sizeof *out, cudaMemcpyDeviceToHost, s));
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "clip_grad_norm", cudaStreamSynchronize(s));
+    ct_cuda_free(part); /* after the wait: the allocator's blocks are for the compute stream */
+    return st;
+}
+
+static ct_status h_scale(int dev, float *g, float coef, int64_t n, bool *nonfinite) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "scale gradients", &s);
+    int *flag = NULL, host = 0;
+    if (st == CT_OK && nonfinite) st = ct_cuda_alloc(dev, sizeof(int), (void **)&flag);
+    if (st == CT_OK && flag) st = CT_GPU_CHECK(cuda, "scale gradients", cudaMemsetAsync(flag, 0, sizeof(int), s));
+    if (st == CT_OK) st = ct_cuda_scale_check(s, g, coef, n, flag);
+    if (st == CT_OK && flag)
+        st = CT_GPU_CHECK(cuda, "scale gradients", cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s));
+    if (st == CT_OK && flag) st = CT_GPU_CHECK(cuda, "scale gradients", cudaStreamSynchronize(s));
+    ct_cuda_free(flag);
+    if (nonfinite) *nonfinite = st != CT_OK || host != 0;
+    return st;
+}
+
 static const ct_device_hooks hooks = {
     .count = ct_cuda_device_count,
     .alloc = ct_cuda_alloc,
@@ -79,6 +107,8 @@ static const ct_device_hooks hooks = {
     .zero = h_zero,
     .sync = h_sync,
     .optim = h_optim,
+    .sumsq = h_sumsq,
+    .scale = h_scale,
 };
 
 void ct_cuda_register(void) {

@@ -293,6 +293,20 @@ CT_HD static inline void ct_k_sgd_elem(const ct_k_sgd *k, float *p, float g, flo
     *p = fmaf(g, k->nlr, *p);
 }
 
+/* ---- gradient norm (clip_grad_norm_): the sum of squares of G[b, e) in double with 8
+ * interleaved accumulators (a fixed order the CPU keeps in vector registers); the norm sums
+ * chunks of CT_K_SUMSQ_CHUNK in order, on the CPU (src/optim/clip.c) and on a GPU (one chunk
+ * per thread): the same bits for any thread count and either device ---- */
+#define CT_K_SUMSQ_CHUNK 16384
+CT_HD static inline double ct_k_sumsq(const float *G, size_t b, size_t e) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = b;
+    for (; i + 8 <= e; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)G[i + j] * (double)G[i + j];
+    for (int j = 0; i < e; i++, j++) acc[j] += (double)G[i] * (double)G[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 /* ---- flash attention: the online softmax over one query row ----
  * Keys come in tiles of CT_K_ATTN_TILE scores; per tile: m' = max(m, tile max),
  * alpha = exp(m - m'), l = l alpha + sum exp(s - m'), O = O alpha + sum exp(s - m') v.

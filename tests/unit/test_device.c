@@ -3,6 +3,7 @@
  * op table run against a stand-in backend whose "device memory" is host memory: copies,
  * moving a parameter store, an op without a device kernel failing the context, mixed
  * devices, and backward through a device op into parameter gradients on the device. */
+#include <math.h>
 #include <stdint.h>
 
 #include "core/kernel.h"
@@ -86,7 +87,25 @@ static ct_status f_optim(int dev, ct_device_optim kind, const void *k, float *p,
     }
     return CT_OK;
 }
-static const ct_device_hooks fake = {f_count, f_alloc, f_free, f_copy, f_zero, f_sync, f_optim};
+/* the clipping and scaling passes as the CUDA kernels run them: kmath.h's chunks in order */
+static ct_status f_sumsq(int dev, const float *g, int64_t n, double *out) {
+    (void)dev;
+    double t = 0;
+    for (int64_t b = 0; b < n; b += CT_K_SUMSQ_CHUNK) t += ct_k_sumsq(g, (size_t)b, (size_t)(b + CT_K_SUMSQ_CHUNK < n ? b + CT_K_SUMSQ_CHUNK : n));
+    *out = t;
+    return CT_OK;
+}
+static ct_status f_scale(int dev, float *g, float coef, int64_t n, bool *nonfinite) {
+    (void)dev;
+    bool bad = false;
+    for (int64_t i = 0; i < n; i++) {
+        bad |= !isfinite(g[i]);
+        g[i] *= coef;
+    }
+    if (nonfinite) *nonfinite = bad;
+    return CT_OK;
+}
+static const ct_device_hooks fake = {f_count, f_alloc, f_free, f_copy, f_zero, f_sync, f_optim, f_sumsq, f_scale};
 
 /* a device sum: forward and backward on the stand-in's (host) memory */
 static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
@@ -242,9 +261,40 @@ CT_TEST(optimizers_on_device_match_cpu) {
     }
 }
 
+/* gradient clipping and the grad scaler's unscale on a device store: through the backend's
+ * passes, the CPU's bits (norm, clipped gradients, the inf check) */
+CT_TEST(clipping_and_unscale_on_device_match_cpu) {
+    use_fake();
+    ct_params *P[2];
+    for (int j = 0; j < 2; j++) {
+        CT_ASSERT(ct_params_create(&P[j]) == CT_OK);
+        ct_param(P[j], "w", 2, (int64_t[]){300, 111}, CT_INIT_KAIMING_UNIFORM, 111); /* two chunks and a tail */
+        CT_ASSERT(ct_params_finalize(P[j], 4) == CT_OK);
+    }
+    CT_ASSERT(ct_params_to(P[1], CT_CUDA(0)) == CT_OK);
+    size_t n = ct_params_numel(P[0]);
+    float *g0 = ct_params_grad(P[0]), *g1 = ct_params_grad(P[1]); /* fake device memory is host memory */
+    for (size_t i = 0; i < n; i++) g0[i] = g1[i] = (float)sin((double)i * 0.37) * 3.0f;
+    float t0 = ct_clip_grad_norm(P[0], 1.0f), t1 = ct_clip_grad_norm(P[1], 1.0f);
+    CT_EXPECTF(t0 == t1 && t0 > 1.0f, "norm cpu %.9g device %.9g", t0, t1);
+    CT_EXPECT(!memcmp(g0, g1, n * sizeof(float)));
+    ct_grad_scaler *s[2];
+    for (int j = 0; j < 2; j++) CT_ASSERT(ct_grad_scaler_create(NULL, &s[j]) == CT_OK);
+    CT_EXPECT(ct_grad_scaler_unscale_and_check(s[0], P[0]) && ct_grad_scaler_unscale_and_check(s[1], P[1]));
+    CT_EXPECT(!memcmp(g0, g1, n * sizeof(float)));
+    g0[n - 1] = g1[n - 1] = INFINITY;
+    CT_EXPECT(!ct_grad_scaler_unscale_and_check(s[0], P[0]) && !ct_grad_scaler_unscale_and_check(s[1], P[1]));
+    for (int j = 0; j < 2; j++) {
+        ct_grad_scaler_free(s[j]);
+        ct_params_free(P[j]);
+    }
+    CT_EXPECT(live_bufs == 0);
+}
+
 /* ct_train_step with the parameters on a device: the batch is copied there, backward and the
  * optimizer run there (a loss of sum(w): every gradient 1, SGD moves each weight by -lr);
- * an op that fails on the device comes back as the step's status, clipping is refused */
+ * an op that fails on the device comes back as the step's status; clipping runs there,
+ * autocast is refused */
 static ct_tensor *sum_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) {
     CT_CHECK(x->device.type == CT_DEV_CUDA && y->device.type == CT_DEV_CUDA, "the batch was not moved to the device");
     return ct_sum(ctx, ((ct_module *)self)->w);
@@ -276,8 +326,15 @@ CT_TEST(train_step_on_device) {
     ct_status st = ct_train_step(&sa, &b, 1, &res);
     CT_EXPECTF(st != CT_OK && strstr(ct_last_error(), "on cuda:"), "status %d: %s", st, ct_last_error());
     CT_EXPECT(ct_ctx_status(c) == CT_OK); /* reset for the next step */
-    sa.clip_norm = 1.0;
-    CT_EXPECT(ct_train_step(&sa, &b, 1, &res) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "clipping"));
+    tm.loss = sum_loss;
+    sa.clip_norm = 1.0; /* 12 weight gradients of 1 (the bias gets 0): each weight moves by -0.5 / sqrt(12) */
+    float w1[12];
+    memcpy(w1, ct_f32(lin->w), sizeof w1);
+    CT_ASSERT(ct_train_step(&sa, &b, 1, &res) == CT_OK);
+    CT_EXPECTF(fabs(res.grad_norm - sqrt(12.0)) < 1e-6 && fabsf(ct_f32(lin->w)[0] - (w1[0] - 0.5f / sqrtf(12.0f))) < 1e-6f,
+               "norm %g, w %g from %g", res.grad_norm, ct_f32(lin->w)[0], w1[0]);
+    sa.amp = CT_BF16;
+    CT_EXPECT(ct_train_step(&sa, &b, 1, &res) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "autocast"));
     ct_ctx_free(c);
     ct_optim_free(o);
     ct_module_free(lin);

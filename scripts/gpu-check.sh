@@ -10,6 +10,8 @@
 #   env      nvidia-smi and `ctrain env`: the GPU, driver, runtime and library versions
 #   kernels  tests/gpu: every CUDA kernel against the CPU op on random inputs
 #            (<= 1e-5 relative in f32, <= 1e-2 in bf16), the allocator, NCCL at world size 1
+#   ops      tests/gpu/test_gpu_ops: bias_add, softmax, log_softmax, mse_loss, plain attention
+#            and cast through the op table on cuda:0 against the CPU ops (forward and backward)
 #   train    tests/gpu/test_gpu_train: an MLP step (forward, backward, AdamW) on cuda:0 against the
 #            CPU loss and gradients, the GPT ops through the op table's device column, an op
 #            without a CUDA kernel failing cleanly, DDP at world size 1 on NCCL
@@ -31,7 +33,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
-steps=${GPU_CHECK_STEPS:-env kernels train conv device cli units bench}
+steps=${GPU_CHECK_STEPS:-env kernels ops train conv device cli units bench}
 mkdir -p build
 log=build/gpu-check.log
 : >"$log"
@@ -64,7 +66,7 @@ else
     archs=${CUDA_ARCHS:-${cc:-80 86 89 90}}
     say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), building for sm_$archs"
     tb=$SECONDS
-    if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_train build/tests/test_gpu_conv build/tests/test_device \
+    if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_ops build/tests/test_gpu_train build/tests/test_gpu_conv build/tests/test_device \
         build/tests/test_kmath build/bench/gpu_gpt2 >>"$log" 2>&1; then
         tail -30 "$log"
         say "gpu-check: FAIL build ($((SECONDS - tb)) s)"
@@ -108,6 +110,7 @@ for s in $steps; do
     case "$s" in
     env) run_step env 'nvidia-smi && build/ctrain env' ;;
     kernels) run_step kernels "$(tests_pass build/tests/test_gpu_kernels)" ;;
+    ops) run_step ops "$(tests_pass build/tests/test_gpu_ops)" ;;
     train) run_step train "$(tests_pass build/tests/test_gpu_train)" ;;
     conv) run_step conv "$(tests_pass build/tests/test_gpu_conv)" ;;
     device) run_step device "$(tests_pass build/tests/test_device)" ;;

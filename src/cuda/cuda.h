@@ -121,6 +121,33 @@ ct_status ct_cuda_cross_entropy_bwd(cudaStream_t s, const float *logits, const v
                                     int64_t C, int64_t ignore, const float *lse, const float *out, const float *dloss,
                                     float *dlogits);
 
+/* ---- softmax rows (softmax.cu): one warp per row of D; causal_T > 0 makes row r see only
+ * keys j <= r % causal_T (attention's causal mask), the rest of the row written 0. x may be y. */
+ct_status ct_cuda_softmax(cudaStream_t s, const float *x, float *y, int64_t R, int64_t D, bool log_out, int64_t causal_T);
+/* dx written from the output y and its gradient g (softmax: y (g - sum g y), the sum in
+ * double; log-softmax: g - exp(y) sum g) */
+ct_status ct_cuda_softmax_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t R, int64_t D,
+                              bool log_out);
+/* attention's dS = P (dP - rowsum(dP P)) scale in place of dP [R, Tk], rows of Tq queries
+ * per head; masked entries 0 */
+ct_status ct_cuda_attention_ds(cudaStream_t s, const float *P, float *dS, int64_t R, int64_t Tk, int64_t Tq, bool causal,
+                               float scale);
+
+/* ---- bias_add, mean squared error, casts (pointwise.cu) ---- */
+/* y = x + b[channel], x [n / (C inner)] x [C] x [inner] */
+ct_status ct_cuda_bias_add(cudaStream_t s, const float *x, const float *b, float *y, int64_t n, int64_t C, int64_t inner);
+/* out[0] = mean((a - b)^2) over n (NaN for n = 0), summed in double in a fixed order */
+ct_status ct_cuda_mse(cudaStream_t s, const float *a, const float *b, int64_t n, float *out);
+/* da = 2 dloss / n (a - b) and db = -that, written (either may be NULL); dloss a device scalar */
+ct_status ct_cuda_mse_bwd(cudaStream_t s, const float *a, const float *b, int64_t n, const float *dloss, float *da,
+                          float *db);
+/* y (dtype to) = x (dtype from), n elements, f32/bf16/f16 each way (round to nearest even) */
+typedef enum { CT_CUDA_CAST_F32 = 0, CT_CUDA_CAST_BF16, CT_CUDA_CAST_F16 } ct_cuda_cast_type;
+ct_status ct_cuda_cast(cudaStream_t s, const void *x, ct_cuda_cast_type from, void *y, ct_cuda_cast_type to, int64_t n);
+/* cast backward: dx (f32) = g (f32) rounded to `to`'s precision (the low-precision
+ * gradient's value, as the CPU op) */
+ct_status ct_cuda_cast_bwd(cudaStream_t s, const float *g, ct_cuda_cast_type to, float *dx, int64_t n);
+
 /* ---- embedding: w [V, D], idx [n] → y [n, D]; an index outside [0, V) gives a zero row
  * and sets *bad (device int, may be NULL) to 1 ---- */
 ct_status ct_cuda_embedding(cudaStream_t s, const float *w, const void *idx, bool idx_i64, int64_t n, int64_t V,

@@ -1,5 +1,5 @@
 /* Private to src/cuda: cuBLASLt and cuDNN, loaded on first use by gemm.c and cudnn.c; the op
- * entries (ops.c, conv.c). */
+ * entries (ops.c, ops_more.c, conv.c). */
 #ifndef CT_CUDA_INTERNAL_H
 #define CT_CUDA_INTERNAL_H
 #include <stddef.h>
@@ -18,4 +18,6 @@ void ct_cuda_cudnn_shutdown(void);
 void ct_cuda_register_ops_(void);
 /* the conv2d and pooling rows of it (conv.c) */
 void ct_cuda_register_conv_ops_(void);
+/* the rest of the column: bias_add, softmax, log_softmax, mse_loss, attention, cast (ops_more.c) */
+void ct_cuda_register_ops_more_(void);
 #endif

@@ -35,6 +35,12 @@ CT_HD static inline float ct_k_bits_to_float(int32_t e) {
 #endif
 }
 
+CT_HD static inline uint32_t ct_k_float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u); /* device code too: nvcc makes it a register move */
+    return u;
+}
+
 CT_HD static inline float ct_vexpf(float x) {
     float xc = x < -87.33654f ? -87.33654f : x; /* 2^-126: keep the exponent field normal */
     xc = xc > 88.72283f ? 88.72283f : xc;
@@ -172,6 +178,8 @@ CT_HD static inline void ct_k_online_merge(float *m, float *s, float m2, float s
     *s = *s * ct_vexpf(*m - mn) + s2 * ct_vexpf(m2 - mn);
     *m = mn;
 }
+/* the log-sum-exp m + log s of an online state (also flash attention's saved lse) */
+CT_HD static inline float ct_k_attn_lse(float m, float l) { return m + logf(l); }
 /* log-sum-exp of a row, as the CPU op: max, then the sum of exp(x - max) */
 CT_HD static inline float ct_k_xent_row_lse(const float *x, int64_t C) {
     float m = -INFINITY, s = 0;
@@ -188,6 +196,47 @@ CT_HD static inline float ct_k_xent_grad(float x, float lse, float g, bool is_ta
 CT_HD static inline int64_t ct_k_index_at(const void *idx, bool i64, int64_t r) {
     return i64 ? ((const int64_t *)idx)[r] : (int64_t)((const int32_t *)idx)[r];
 }
+
+/* ---- softmax and log-softmax over a row's visible prefix [0, nv) of D (attention's causal
+ * rows see nv < D; the rest is exactly 0), mean squared error, bias_add ---- */
+/* softmax from the row max m and 1 / sum exp(x - m); log-softmax from the row's lse
+ * (ct_k_attn_lse(m, sum)) */
+CT_HD static inline float ct_k_softmax_out(float x, float m, float inv_sum) { return ct_vexpf(x - m) * inv_sum; }
+CT_HD static inline float ct_k_log_softmax_out(float x, float lse) { return x - lse; }
+/* dL/dx from the output y and dL/dy g: softmax with dot = sum_j g_j y_j, log-softmax with
+ * gsum = sum_j g_j */
+CT_HD static inline float ct_k_softmax_bwd(float y, float g, float dot) { return y * (g - dot); }
+CT_HD static inline float ct_k_log_softmax_bwd(float y, float g, float gsum) { return g - ct_vexpf(y) * gsum; }
+/* One row, the two-pass form (max, then sums): the CPU test's reference for the kernels,
+ * whose lanes sum the same terms in another order. Softmax's dot sums in double, as the
+ * CPU op does (g - dot cancels where g is near the row's mean). */
+CT_HD static inline void ct_k_softmax_row(const float *x, int64_t D, int64_t nv, bool log_out, float *y) {
+    float m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < nv; j++) m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < nv; j++) s += ct_vexpf(x[j] - m);
+    float lse = ct_k_attn_lse(m, s), inv = 1.0f / s;
+    for (int64_t j = 0; j < nv; j++) y[j] = log_out ? ct_k_log_softmax_out(x[j], lse) : ct_k_softmax_out(x[j], m, inv);
+    for (int64_t j = nv; j < D; j++) y[j] = 0.0f;
+}
+CT_HD static inline void ct_k_softmax_row_bwd(const float *y, const float *g, int64_t D, bool log_out, float *dx) {
+    double dd = 0;
+    float gs = 0;
+    for (int64_t j = 0; j < D; j++) { dd += (double)g[j] * y[j]; gs += g[j]; }
+    for (int64_t j = 0; j < D; j++)
+        dx[j] = log_out ? ct_k_log_softmax_bwd(y[j], g[j], gs) : ct_k_softmax_bwd(y[j], g[j], (float)dd);
+}
+/* mean((a - b)^2): dL/da = s (a - b) with s = 2 dL / n; dL/db its negative */
+CT_HD static inline float ct_k_mse_scale(float dloss, int64_t n) { return 2.0f * dloss / (float)n; }
+CT_HD static inline float ct_k_mse_grad(float a, float b, float s) { return s * (a - b); }
+/* bias_add on x [N, C, inner...]: the channel of flat element i */
+CT_HD static inline int64_t ct_k_bias_channel(int64_t i, int64_t C, int64_t inner) { return (i / inner) % C; }
+/* f32 -> bf16 bits, round to nearest even, NaN kept NaN (the CPU's conversion) */
+CT_HD static inline uint16_t ct_k_f32_to_bf16(float x) {
+    uint32_t u = ct_k_float_bits(x);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+}
+CT_HD static inline float ct_k_bf16_to_f32(uint16_t h) { return ct_k_bits_to_float((int32_t)((uint32_t)h << 16)); }
 
 /* ---- optimizers: PyTorch's formulas, operation for operation (src/optim/optim.c runs these) ---- */
 typedef struct {
@@ -269,7 +318,6 @@ CT_HD static inline float ct_k_attn_rescale(float *m, float *l, float tile_max) 
     *m = mn;
     return alpha;
 }
-CT_HD static inline float ct_k_attn_lse(float m, float l) { return m + logf(l); }
 CT_HD static inline float ct_k_attn_ds(float p, float dp, float dr, float scale) { return p * (dp - dr) * scale; }
 
 /* Whole-row versions for one element type: q, o, dq ... are one row; K, V, dO, Q the

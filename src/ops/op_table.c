@@ -137,3 +137,25 @@ void ct_check_pool2d(const char *op, const ct_tensor *x, int kernel, int *stride
     *OH = (x->shape[2] + 2 * padding - kernel) / *stride + 1;
     *OW = (x->shape[3] + 2 * padding - kernel) / *stride + 1;
 }
+
+void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner) {
+    CT_CHECK_F32("bias_add", x); CT_CHECK_CONTIG("bias_add", x);
+    CT_CHECK_F32("bias_add", b); CT_CHECK_CONTIG("bias_add", b);
+    if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
+        char sx[96], sb[96];
+        CT_FATAL("bias_add: bias %s does not match dim 1 of %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(x, sx, sizeof sx));
+    }
+    *N = x->shape[0];
+    *C = x->shape[1];
+    *inner = *N * *C > 0 ? ct_numel(x) / (*N * *C) : 0;
+}
+
+void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v) {
+    const ct_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) { CT_CHECK_F32(op, in[i]); CT_CHECK_CONTIG(op, in[i]); }
+    char s1[96], s2[96], s3[96];
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1] ||
+        q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
+        CT_FATAL("%s: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", op, ct_shape_str(q, s1, sizeof s1),
+                 ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
+}

@@ -10,13 +10,17 @@
 #   env      nvidia-smi and `ctrain env`: the GPU, driver, runtime and library versions
 #   kernels  tests/gpu: every CUDA kernel against the CPU op on random inputs
 #            (<= 1e-5 relative in f32, <= 1e-2 in bf16), the allocator, NCCL at world size 1
+#   ops      tests/gpu/test_gpu_ops: bias_add, softmax, log_softmax, mse_loss, plain attention
+#            and cast through the op table on cuda:0 against the CPU ops (forward and backward)
 #   train    tests/gpu/test_gpu_train: an MLP step (forward, backward, AdamW) on cuda:0 against the
 #            CPU loss and gradients, the GPT ops through the op table's device column, an op
 #            without a CUDA kernel failing cleanly, DDP at world size 1 on NCCL
+#   conv     tests/gpu/test_gpu_conv: conv2d (cuDNN), max/relu-max/avg pooling on cuda:0
+#            against the CPU ops, forward and backward (<= 1e-5; max pooling bit-equal)
 #   device   the CPU-side tests of the device plumbing (test_device) in this build
 #   trainer  tests/scripts/gpu_train.sh: `ctrain train mlp|gpt --device cuda` a few steps against
 #            the CPU run (losses within 2e-3), GPU memory in the progress line and metrics, a
-#            resume on the GPU, --clip refused
+#            resume on the GPU, --export hf, --amp refused
 #   cli      `ctrain env --check` (the NCCL all-reduce across the visible GPUs) and
 #            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
@@ -32,7 +36,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
-steps=${GPU_CHECK_STEPS:-env kernels train device trainer cli units bench}
+steps=${GPU_CHECK_STEPS:-env kernels ops train conv device trainer cli units bench}
 mkdir -p build
 log=build/gpu-check.log
 : >"$log"
@@ -65,13 +69,20 @@ else
     archs=${CUDA_ARCHS:-${cc:-80 86 89 90}}
     say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), building for sm_$archs"
     tb=$SECONDS
-    if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_train build/tests/test_device \
+    if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_ops build/tests/test_gpu_train build/tests/test_gpu_conv build/tests/test_device \
         build/tests/test_kmath build/bench/gpu_gpt2 >>"$log" 2>&1; then
         tail -30 "$log"
         say "gpu-check: FAIL build ($((SECONDS - tb)) s)"
         exit 1
     fi
     say "gpu-check: build $((SECONDS - tb)) s"
+fi
+
+# cuDNN is opened with dlopen (the toolkit's lib64 first, then the loader's path): where it
+# came as the nvidia-cudnn-cu13 wheel, put the wheel's lib directory on the loader's path
+if ! ls /usr/local/cuda/lib64/libcudnn.so.9 >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9'; then
+    d=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
+    [ -n "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && say "gpu-check: cuDNN from $d"
 fi
 
 # run_step NAME SCRIPT: runs SCRIPT with bash, bounded by what is left of the budget
@@ -102,7 +113,9 @@ for s in $steps; do
     case "$s" in
     env) run_step env 'nvidia-smi && build/ctrain env' ;;
     kernels) run_step kernels "$(tests_pass build/tests/test_gpu_kernels)" ;;
+    ops) run_step ops "$(tests_pass build/tests/test_gpu_ops)" ;;
     train) run_step train "$(tests_pass build/tests/test_gpu_train)" ;;
+    conv) run_step conv "$(tests_pass build/tests/test_gpu_conv)" ;;
     device) run_step device "$(tests_pass build/tests/test_device)" ;;
     trainer) run_step trainer 'bash tests/scripts/gpu_train.sh' ;;
     cli) run_step cli 'build/ctrain env --check | grep -E "^(check|gpu check):" && ! build/ctrain env --check | grep -q "^gpu check: not run" &&

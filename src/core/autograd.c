@@ -105,7 +105,10 @@ static void run_backward(ct_ctx *ctx) {
             bool prof = o->device.type != CT_DEV_CPU && ct_devprof_begin(o->device, &t0);
             n->op->backward(ctx, n);
             if (prof) ct_devprof_end(o->device, n->op->name, true, t0);
-            if (--ctx->bw_depth == 0) ct_ctx_scratch_rewind_(ctx);
+            if (--ctx->bw_depth == 0) {
+                ct_ctx_scratch_rewind_(ctx);
+                if (o->device.type != CT_DEV_CPU) ct_ctx_dev_scratch_free_(ctx);
+            }
         }
         for (int i = 0; i < n->nin; i++) {
             ct_tensor *p = n->in[i];
@@ -113,7 +116,10 @@ static void run_backward(ct_ctx *ctx) {
         }
         /* o's gradient is consumed (only nodes after n on the tape feed it, and they have
          * run): recycle its buffer. Like PyTorch, intermediates keep no .grad afterwards. */
-        if (o->grad && o->node == n && !(o->flags & CT_TF_PARAM) && o->device.type != CT_DEV_CPU) o->grad = NULL;
+        if (o->grad && o->node == n && !(o->flags & CT_TF_PARAM) && o->device.type != CT_DEV_CPU) {
+            if (o->grad->data) ct_ctx_dev_free_(ctx, o->grad->data);
+            o->grad = NULL;
+        }
         if (o->grad && o->node == n && !(o->flags & CT_TF_PARAM)) {
             ct_ctx_grad_release_(ctx, o->grad->data, (size_t)ct_numel(o) * sizeof(float));
             o->grad = NULL;

@@ -60,7 +60,7 @@ struct ct_ctx {
     ct_dtype lowp_run;   /* the dtype of the low-precision op running now (CT_F32: none) */
     /* device memory of the step (device.c): tensors on a GPU are not in the arena but in
      * the device's caching allocator, returned at ct_ctx_reset; first device failure */
-    struct { void *p; int type; } *dev_bufs;
+    struct { void *p; int type; bool scratch; } *dev_bufs;
     int dev_n, dev_cap;
     ct_status dev_status;
 };
@@ -87,6 +87,10 @@ void *ct_ctx_grad_buffer_(struct ct_ctx *c, size_t bytes);  /* zeroed; reuses a 
 void *ct_ctx_grad_buffer_raw_(struct ct_ctx *c, size_t bytes); /* the same, contents undefined */
 void ct_ctx_grad_release_(struct ct_ctx *c, void *p, size_t bytes);
 void ct_ctx_scratch_rewind_(struct ct_ctx *c);
+/* device.c: returns one device buffer of the step to its allocator now (a consumed
+ * gradient); and every device buffer a backward allocated as scratch (after its node) */
+void ct_ctx_dev_free_(struct ct_ctx *c, void *p);
+void ct_ctx_dev_scratch_free_(struct ct_ctx *c);
 /* A position in the main arena, and going back to it (everything allocated since is gone). */
 typedef struct { ct_block *cur; size_t cur_used, used; } ct_arena_mark;
 ct_arena_mark ct_ctx_mark_(struct ct_ctx *c);

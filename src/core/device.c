@@ -109,8 +109,31 @@ void *ct_ctx_dev_alloc(ct_ctx *c, ct_device d, size_t bytes, const char *op) {
     if (st != CT_OK) { ct_ctx_fail(c, st); return NULL; }
     c->dev_bufs[c->dev_n].p = p;
     c->dev_bufs[c->dev_n].type = d.type;
+    /* what a backward allocates besides gradients is its own scratch (as on the CPU) */
+    c->dev_bufs[c->dev_n].scratch = c->bw_depth > 0 && !c->grad_alloc;
     c->dev_n++;
     return p;
+}
+
+/* Early returns keep the step's peak near what is live, not all the step ever allocated.
+ * Safe in stream order: a block handed out again is written by kernels queued after the
+ * ones that read it (one compute stream per device; NCCL touches parameter gradients only). */
+void ct_ctx_dev_free_(ct_ctx *c, void *p) {
+    for (int i = c->dev_n - 1; i >= 0; i--) /* recent buffers are at the end */
+        if (c->dev_bufs[i].p == p) {
+            backends[c->dev_bufs[i].type]->free(p);
+            c->dev_bufs[i] = c->dev_bufs[--c->dev_n];
+            return;
+        }
+}
+
+void ct_ctx_dev_scratch_free_(ct_ctx *c) {
+    int k = 0;
+    for (int i = 0; i < c->dev_n; i++) {
+        if (c->dev_bufs[i].scratch) backends[c->dev_bufs[i].type]->free(c->dev_bufs[i].p);
+        else c->dev_bufs[k++] = c->dev_bufs[i];
+    }
+    c->dev_n = k;
 }
 
 void ct_ctx_dev_release_(ct_ctx *c) {

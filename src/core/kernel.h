@@ -97,6 +97,11 @@ typedef struct ct_device_hooks {
     void (*host_free)(void *p);
     /* the caching allocator's bytes of dev: handed out, peak, reserved */
     void (*mem)(int dev, size_t *current, size_t *peak, size_t *reserved);
+    /* gradient clipping and loss scaling (src/optim): the sum of squares of g[0, n) by
+     * ops/kmath.h's chunks, in order (the CPU's bits), waited for; and g *= coef, with
+     * *nonfinite (may be NULL) set when a value was inf or NaN before scaling, waited for */
+    ct_status (*sumsq)(int dev, const float *g, int64_t n, double *out);
+    ct_status (*scale)(int dev, float *g, float coef, int64_t n, bool *nonfinite);
 } ct_device_hooks;
 void ct_device_register(ct_device_type type, const ct_device_hooks *h);
 /* The hooks of d's type, or NULL with CT_ERR_UNSUPPORTED set ("no cuda backend in this build") */

@@ -38,7 +38,8 @@ typedef struct {
     int cc_major, cc_minor, sm_count;
 } ct_cuda_device_info;
 ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out);
-/* "driver 13.0, runtime 13.0, cuBLAS 13.0.2, NCCL 2.27.7, cuDNN 9.x (headers; not linked)";
+/* "driver 13.0, runtime 13.0, cuBLASLt 13.0.2, NCCL 2.27.7, cuDNN 9.19.0"; cuDNN's is the
+ * loaded library's ("cuDNN: cannot load libcudnn.so.9: <why> (headers 9.19.0)" without it);
  * a missing driver reads "driver none". Never fails. */
 void ct_cuda_versions(char *buf, size_t n);
 /* Makes dev current on this thread. */
@@ -120,6 +121,33 @@ ct_status ct_cuda_cross_entropy_bwd(cudaStream_t s, const float *logits, const v
                                     int64_t C, int64_t ignore, const float *lse, const float *out, const float *dloss,
                                     float *dlogits);
 
+/* ---- softmax rows (softmax.cu): one warp per row of D; causal_T > 0 makes row r see only
+ * keys j <= r % causal_T (attention's causal mask), the rest of the row written 0. x may be y. */
+ct_status ct_cuda_softmax(cudaStream_t s, const float *x, float *y, int64_t R, int64_t D, bool log_out, int64_t causal_T);
+/* dx written from the output y and its gradient g (softmax: y (g - sum g y), the sum in
+ * double; log-softmax: g - exp(y) sum g) */
+ct_status ct_cuda_softmax_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t R, int64_t D,
+                              bool log_out);
+/* attention's dS = P (dP - rowsum(dP P)) scale in place of dP [R, Tk], rows of Tq queries
+ * per head; masked entries 0 */
+ct_status ct_cuda_attention_ds(cudaStream_t s, const float *P, float *dS, int64_t R, int64_t Tk, int64_t Tq, bool causal,
+                               float scale);
+
+/* ---- bias_add, mean squared error, casts (pointwise.cu) ---- */
+/* y = x + b[channel], x [n / (C inner)] x [C] x [inner] */
+ct_status ct_cuda_bias_add(cudaStream_t s, const float *x, const float *b, float *y, int64_t n, int64_t C, int64_t inner);
+/* out[0] = mean((a - b)^2) over n (NaN for n = 0), summed in double in a fixed order */
+ct_status ct_cuda_mse(cudaStream_t s, const float *a, const float *b, int64_t n, float *out);
+/* da = 2 dloss / n (a - b) and db = -that, written (either may be NULL); dloss a device scalar */
+ct_status ct_cuda_mse_bwd(cudaStream_t s, const float *a, const float *b, int64_t n, const float *dloss, float *da,
+                          float *db);
+/* y (dtype to) = x (dtype from), n elements, f32/bf16/f16 each way (round to nearest even) */
+typedef enum { CT_CUDA_CAST_F32 = 0, CT_CUDA_CAST_BF16, CT_CUDA_CAST_F16 } ct_cuda_cast_type;
+ct_status ct_cuda_cast(cudaStream_t s, const void *x, ct_cuda_cast_type from, void *y, ct_cuda_cast_type to, int64_t n);
+/* cast backward: dx (f32) = g (f32) rounded to `to`'s precision (the low-precision
+ * gradient's value, as the CPU op) */
+ct_status ct_cuda_cast_bwd(cudaStream_t s, const float *g, ct_cuda_cast_type to, float *dx, int64_t n);
+
 /* ---- embedding: w [V, D], idx [n] → y [n, D]; an index outside [0, V) gives a zero row
  * and sets *bad (device int, may be NULL) to 1 ---- */
 ct_status ct_cuda_embedding(cudaStream_t s, const float *w, const void *idx, bool idx_i64, int64_t n, int64_t V,
@@ -132,6 +160,11 @@ ct_status ct_cuda_embedding_bwd(cudaStream_t s, const float *g, const void *idx,
 ct_status ct_cuda_adamw(cudaStream_t s, const ct_k_adamw *k, float *p, const float *g, float *m, float *v, float *vmax,
                         int64_t n);
 ct_status ct_cuda_sgd(cudaStream_t s, const ct_k_sgd *k, float *p, const float *g, float *buf, int64_t n);
+/* gradient clipping and loss scaling: *out (device double) = sum of squares of g[0, n) by
+ * ct_k_sumsq's chunks in order, part: scratch of ceil(n / CT_K_SUMSQ_CHUNK) doubles; g *= coef,
+ * *nonfinite (device int, may be NULL) set to 1 when a value was inf/NaN before scaling */
+ct_status ct_cuda_sumsq(cudaStream_t s, const float *g, int64_t n, double *part, double *out);
+ct_status ct_cuda_scale_check(cudaStream_t s, float *g, float coef, int64_t n, int *nonfinite);
 
 /* ---- flash attention, causal or not: q, k, v, o [BH, T, D] (D <= CT_K_ATTN_MAX_D),
  * f32 or bf16 (bf16: __nv_bfloat16 elements, f32 arithmetic); lse [BH, T] f32 saved ----
@@ -144,10 +177,24 @@ ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q,
                                 const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
                                 int64_t BH, int64_t T, int D, bool causal);
 
+/* ---- max pooling of NCHW planes (ops/kmath.h ct_k_max_pool_at): window k, stride s,
+ * padding p (p <= k/2); relu: of max(x, 0). arg [planes, OH, OW]: each output's winner, as
+ * an offset in its input plane. Backward: dx = (accumulate ? dx : 0) + the gradients routed
+ * to each input, in output order (the CPU op's sums). ---- */
+typedef struct { int64_t planes, H, W, OH, OW, k, s, p; } ct_cuda_pool_geom;
+ct_status ct_cuda_max_pool(cudaStream_t s, const float *x, float *y, int32_t *arg, const ct_cuda_pool_geom *g, bool relu);
+ct_status ct_cuda_max_pool_bwd(cudaStream_t s, const float *gy, const float *y, const int32_t *arg, float *dx,
+                               const ct_cuda_pool_geom *g, bool relu, bool accumulate);
+
+/* ---- convolution and average pooling on cuDNN (cudnn.c, loaded with dlopen on first use;
+ * NCHW f32; src/cuda/conv.c holds the op entries) ---- */
+/* cudnnGetVersion() of the loaded library, or 0 when it cannot be loaded */
+size_t ct_cuda_cudnn_version(void);
+
 /* ---- GEMM on cuBLASLt, row-major like ct_matmul: C [M, N] = alpha op(A) op(B) + beta C,
  * A [M, K] (or [K, M] if ta), B [K, N] (or [N, K] if tb), `batch` products at strides of
- * one matrix each. f32: f32 compute (no TF32); bf16: bf16 in and out, f32 accumulation
- * (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
+ * one matrix each. f32: f32 compute, or TF32 / bf16 tensor cores with CTRAIN_CUDA_MATMUL=
+ * high / medium; bf16: bf16 in and out, f32 accumulation (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
 typedef enum { CT_GEMM_EPI_NONE = 0, CT_GEMM_EPI_BIAS, CT_GEMM_EPI_GELU, CT_GEMM_EPI_BIAS_GELU } ct_gemm_epilogue;
 typedef struct {
     ct_cuda_dtype dt;

@@ -1,4 +1,5 @@
-/* Private to src/cuda: cuBLASLt, loaded on first use by gemm.c; the op entries (ops.c). */
+/* Private to src/cuda: cuBLASLt and cuDNN, loaded on first use by gemm.c and cudnn.c; the op
+ * entries (ops.c, ops_more.c, conv.c). */
 #ifndef CT_CUDA_INTERNAL_H
 #define CT_CUDA_INTERNAL_H
 #include <stddef.h>
@@ -7,6 +8,16 @@
 size_t ct_cuda_cublaslt_version(void);
 /* cublasLtGetStatusString(code), or a generic text when cuBLASLt cannot be loaded */
 const char *ct_cuda_cublaslt_status(int code);
+/* cudnnGetErrorString(code), or a generic text when cuDNN cannot be loaded */
+const char *ct_cuda_cudnn_status(int code);
+/* why cuDNN cannot be loaded ("cuDNN: cannot load libcudnn.so.9: ..."), or NULL once it is */
+const char *ct_cuda_cudnn_load_error(void);
+/* Releases the cuDNN handles and workspaces (the allocator keeps the memory). */
+void ct_cuda_cudnn_shutdown(void);
 /* fills the op table's device column with the CUDA forwards and backwards (ops.c) */
 void ct_cuda_register_ops_(void);
+/* the conv2d and pooling rows of it (conv.c) */
+void ct_cuda_register_conv_ops_(void);
+/* the rest of the column: bias_add, softmax, log_softmax, mse_loss, attention, cast (ops_more.c) */
+void ct_cuda_register_ops_more_(void);
 #endif

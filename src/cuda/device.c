@@ -89,6 +89,34 @@ static void h_mem(int dev, size_t *current, size_t *peak, size_t *reserved) {
     *reserved = s.reserved;
 }
 
+static ct_status h_sumsq(int dev, const float *g, int64_t n, double *out) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "clip_grad_norm", &s);
+    int64_t nch = (n + CT_K_SUMSQ_CHUNK - 1) / CT_K_SUMSQ_CHUNK;
+    double *part = NULL;
+    if (st == CT_OK) st = ct_cuda_alloc(dev, sizeof(double) * (size_t)(nch + 1), (void **)&part);
+    if (st == CT_OK) st = ct_cuda_sumsq(s, g, n, part + 1, part);
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "clip_grad_norm", cudaMemcpyAsync(out, part, sizeof *out, cudaMemcpyDeviceToHost, s));
+    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "clip_grad_norm", cudaStreamSynchronize(s));
+    ct_cuda_free(part); /* after the wait: the allocator's blocks are for the compute stream */
+    return st;
+}
+
+static ct_status h_scale(int dev, float *g, float coef, int64_t n, bool *nonfinite) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "scale gradients", &s);
+    int *flag = NULL, host = 0;
+    if (st == CT_OK && nonfinite) st = ct_cuda_alloc(dev, sizeof(int), (void **)&flag);
+    if (st == CT_OK && flag) st = CT_GPU_CHECK(cuda, "scale gradients", cudaMemsetAsync(flag, 0, sizeof(int), s));
+    if (st == CT_OK) st = ct_cuda_scale_check(s, g, coef, n, flag);
+    if (st == CT_OK && flag)
+        st = CT_GPU_CHECK(cuda, "scale gradients", cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s));
+    if (st == CT_OK && flag) st = CT_GPU_CHECK(cuda, "scale gradients", cudaStreamSynchronize(s));
+    ct_cuda_free(flag);
+    if (nonfinite) *nonfinite = st != CT_OK || host != 0;
+    return st;
+}
+
 static const ct_device_hooks hooks = {
     .count = ct_cuda_device_count,
     .alloc = ct_cuda_alloc,
@@ -100,6 +128,8 @@ static const ct_device_hooks hooks = {
     .host_alloc = h_host_alloc,
     .host_free = h_host_free,
     .mem = h_mem,
+    .sumsq = h_sumsq,
+    .scale = h_scale,
 };
 
 void ct_cuda_register(void) {

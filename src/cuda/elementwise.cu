@@ -53,13 +53,7 @@ int64_t numel(const ct_cuda_layout *l) {
 }
 } // namespace
 
-/* a grid-stride kernel over n elements on stream s, checked; returns from the wrapper */
-#define LAUNCH(op, kernel, n, ...)                                                   \
-    do {                                                                             \
-        if ((n) > 0) kernel<<<ct_grid(n, THREADS), THREADS, 0, s>>>(__VA_ARGS__);    \
-        CT_LAUNCHED(op);                                                             \
-        return CT_OK;                                                                \
-    } while (0)
+#define LAUNCH(op, kernel, n, ...) CT_LAUNCH_N(op, kernel, n, THREADS, __VA_ARGS__)
 
 extern "C" {
 ct_status ct_cuda_relu(cudaStream_t s, const float *x, float *y, int64_t n) {

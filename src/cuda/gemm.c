@@ -5,7 +5,8 @@
  * the call passes B first and swaps M and N; a bias over C's columns is then a bias over
  * C^T's rows, which is what cuBLASLt's BIAS epilogues add. One handle and one 32 MiB
  * workspace (from the caching allocator) per device, created on first use; descriptors
- * are built per call (microseconds, against GEMMs of milliseconds). */
+ * are built per call (microseconds), the heuristic's algorithm is cached per problem
+ * (shape, transposes, epilogue, compute type, operand alignment). */
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -103,9 +104,68 @@ static ct_status layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t row
     return CT_OK;
 }
 
+/* ---- the heuristic's choice, per problem: asking cuBLASLt on every call costs host time
+ * that a step of small GEMMs notices; the answer depends only on what the key holds ---- */
+typedef struct {
+    int dev, dt, compute, ta, tb, epi;
+    int64_t M, N, K, batch;
+    uint32_t align[3]; /* cuBLASLt's A (our B), B (our A), C */
+} algo_key;
+#define CACHE 1024
+static struct {
+    bool used;
+    algo_key k;
+    cublasLtMatmulAlgo_t algo;
+} cache[CACHE];
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint32_t align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al) al /= 2;
+    return al;
+}
+static uint64_t key_hash(const algo_key *k) {
+    uint64_t h = 1469598103934665603ull;
+    const int64_t v[14] = {k->dev, k->dt, k->compute, k->ta, k->tb, k->epi, k->M, k->N, k->K, k->batch, k->align[0],
+                           k->align[1], k->align[2], 0};
+    for (int i = 0; i < 13; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+    return h;
+}
+static bool key_eq(const algo_key *a, const algo_key *b) {
+    return a->dev == b->dev && a->dt == b->dt && a->compute == b->compute && a->ta == b->ta && a->tb == b->tb &&
+           a->epi == b->epi && a->M == b->M && a->N == b->N && a->K == b->K && a->batch == b->batch &&
+           a->align[0] == b->align[0] && a->align[1] == b->align[1] && a->align[2] == b->align[2];
+}
+/* linear probing over a fixed table; when it is full, new problems are simply not cached */
+static bool cache_get(const algo_key *k, cublasLtMatmulAlgo_t *out) {
+    bool hit = false;
+    pthread_mutex_lock(&cache_mu);
+    for (uint64_t i = key_hash(k) % CACHE, n = 0; n < CACHE && cache[i].used; i = (i + 1) % CACHE, n++)
+        if (key_eq(&cache[i].k, k)) {
+            *out = cache[i].algo;
+            hit = true;
+            break;
+        }
+    pthread_mutex_unlock(&cache_mu);
+    return hit;
+}
+static void cache_put(const algo_key *k, const cublasLtMatmulAlgo_t *algo) {
+    pthread_mutex_lock(&cache_mu);
+    for (uint64_t i = key_hash(k) % CACHE, n = 0; n < CACHE; i = (i + 1) % CACHE, n++)
+        if (!cache[i].used) {
+            cache[i].used = true;
+            cache[i].k = *k;
+            cache[i].algo = *algo;
+            break;
+        }
+    pthread_mutex_unlock(&cache_mu);
+}
+
 /* the three layouts are created in *l (freed by the caller, also on failure) */
-static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, const ct_cuda_gemm_desc *d, const void *A, const void *B,
-                     void *C, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t *l) {
+static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, int dev, cublasComputeType_t compute,
+                     const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C, cublasLtMatmulDesc_t op,
+                     cublasLtMatrixLayout_t *l) {
     cudaDataType_t t = d->dt == CT_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     /* column-major operands: first B^T-ish (N x K), then A (K x M); transposes flip */
     cublasOperation_t opa = d->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = d->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -126,23 +186,41 @@ static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, const ct_cuda
     if (st == CT_OK) st = layout(&l[2], t, d->N, d->M, d->batch);
     if (st != CT_OK) return st;
     cublasLtMatrixLayout_t la = l[0], lb = l[1], lc = l[2];
-    cublasLtMatmulPreference_t pref;
-    CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulPreferenceCreate(&pref));
-    size_t wsb = WORKSPACE;
-    st = CT_GPU_CHECK(cublas, "gemm",
-                                lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    if (st == CT_OK)
-        st = CT_GPU_CHECK(cublas, "gemm", lt.cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &found));
-    (void)lt.cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CT_OK) return st;
-    if (found == 0)
-        return ct_error(CT_ERR_UNSUPPORTED, "cuda gemm: cuBLASLt has no algorithm for %s %lldx%lldx%lld (batch %lld, epilogue %d)",
-                        d->dt == CT_CUDA_BF16 ? "bf16" : "f32", (long long)d->M, (long long)d->N, (long long)d->K,
-                        (long long)d->batch, (int)d->epi);
+    /* cuBLASLt's operand A is our B, its B our A */
+    algo_key key = {.dev = dev, .dt = d->dt, .compute = compute, .ta = d->ta, .tb = d->tb, .epi = d->epi, .M = d->M, .N = d->N,
+                    .K = d->K, .batch = d->batch, .align = {align_of(B), align_of(A), align_of(C)}};
+    cublasLtMatmulAlgo_t algo;
+    if (!cache_get(&key, &algo)) {
+        cublasLtMatmulPreference_t pref;
+        CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulPreferenceCreate(&pref));
+        size_t wsb = WORKSPACE;
+        st = CT_GPU_CHECK(cublas, "gemm",
+                          lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+        /* the operands' real alignment: the default (256 bytes) would let the heuristic pick an
+         * algorithm that a view's offset pointer cannot run */
+        const cublasLtMatmulPreferenceAttributes_t at[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4 && st == CT_OK; i++) {
+            uint32_t a = key.align[i < 3 ? i : 2];
+            st = CT_GPU_CHECK(cublas, "gemm", lt.cublasLtMatmulPreferenceSetAttribute(pref, at[i], &a, sizeof a));
+        }
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        if (st == CT_OK)
+            st = CT_GPU_CHECK(cublas, "gemm", lt.cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &found));
+        (void)lt.cublasLtMatmulPreferenceDestroy(pref);
+        if (st != CT_OK) return st;
+        if (found == 0)
+            return ct_error(CT_ERR_UNSUPPORTED,
+                            "cuda gemm: cuBLASLt has no algorithm for %s %lldx%lldx%lld (batch %lld, epilogue %d, alignment %u/%u/%u)",
+                            d->dt == CT_CUDA_BF16 ? "bf16" : "f32", (long long)d->M, (long long)d->N, (long long)d->K,
+                            (long long)d->batch, (int)d->epi, key.align[0], key.align[1], key.align[2]);
+        algo = res.algo;
+        cache_put(&key, &algo);
+    }
     return CT_GPU_CHECK(cublas, "gemm",
-                        lt.cublasLtMatmul(h, op, &d->alpha, B, la, A, lb, &d->beta, C, lc, C, lc, &res.algo, ws, WORKSPACE, s));
+                        lt.cublasLtMatmul(h, op, &d->alpha, B, la, A, lb, &d->beta, C, lc, C, lc, &algo, ws, WORKSPACE, s));
 }
 
 /* f32 operands on tensor cores only when CTRAIN_CUDA_MATMUL asks (PyTorch's
@@ -165,9 +243,10 @@ ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, cons
     if (st == CT_OK) st = handle_of(dev, &h, &ws);
     if (st != CT_OK) return st;
     cublasLtMatmulDesc_t op;
-    CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasComputeType_t compute = compute_type(d->dt);
+    CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
     cublasLtMatrixLayout_t l[3] = {NULL, NULL, NULL};
-    st = run(h, ws, s, d, A, B, C, op, l);
+    st = run(h, ws, s, dev, compute, d, A, B, C, op, l);
     for (int i = 0; i < 3; i++)
         if (l[i]) (void)lt.cublasLtMatrixLayoutDestroy(l[i]);
     (void)lt.cublasLtMatmulDescDestroy(op);

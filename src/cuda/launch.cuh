@@ -15,6 +15,13 @@ static inline unsigned ct_grid(int64_t n, int threads) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 /* a kernel launch's own error (bad configuration) and any earlier asynchronous one */
 #define CT_LAUNCHED(op) CT_GPU_TRY(cuda, op, cudaGetLastError())
+/* a grid-stride kernel over n elements on stream s, checked; returns from the wrapper */
+#define CT_LAUNCH_N(op, kernel, n, threads, ...)                                                \
+    do {                                                                                        \
+        if ((n) > 0) kernel<<<ct_grid(n, threads), threads, 0, s>>>(__VA_ARGS__);               \
+        CT_LAUNCHED(op);                                                                        \
+        return CT_OK;                                                                           \
+    } while (0)
 
 /* warp-wide sum and online log-sum-exp merge (all 32 lanes take part) */
 __device__ static inline float ct_warp_sum(float v) {

@@ -1,8 +1,9 @@
 /* The op table's device column for CUDA: forwards and backwards of the ops that have
  * kernels here (linear, matmul, add, mul, relu, gelu, tanh, sigmoid, dropout, scale, sum, mean,
- * cross-entropy, layer norm,
- * embedding, flash attention, contiguous, split/merge heads, and the backwards of the
- * views reshape, transpose and slice). Each checks shapes like its CPU op,
+ * cross-entropy, layer norm, embedding, flash attention, contiguous, split/merge heads, and
+ * the backwards of the views reshape, transpose and slice) and, through ops_more.c, bias_add,
+ * softmax, log_softmax, mse_loss, plain attention and cast (those six built and compiled but
+ * not yet run on a GPU). Shared helpers: ops_util.h. Each checks shapes like its CPU op,
  * launches on the device's compute stream and records the same node fields; a failed call
  * fails the context (ct_ctx_status) and the op returns a placeholder. The autograd walk is
  * core's: these are rows of the same table, not a second engine.
@@ -15,74 +16,8 @@
 #include "core/kernel.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/ops_util.h"
 #include "ops/op_table.h"
-
-typedef struct {
-    ct_ctx *ctx;
-    ct_device dev;
-    cudaStream_t s;
-} run;
-
-/* false when the context has failed already or the device cannot be used */
-static bool begin(ct_ctx *ctx, ct_device d, const char *op, run *r) {
-    r->ctx = ctx;
-    r->dev = d;
-    r->s = NULL;
-    if (ct_ctx_status(ctx) != CT_OK) return false;
-    ct_status st = ct_cuda_set_device(d.index, op);
-    if (st == CT_OK) st = ct_cuda_stream(d.index, CT_CUDA_COMPUTE, &r->s);
-    return ct_ctx_fail(ctx, st) == CT_OK;
-}
-static bool ok(run *r, ct_status st) { return ct_ctx_fail(r->ctx, st) == CT_OK; }
-
-static ct_tensor *out_like(run *r, const ct_tensor *x, int ndim, const int64_t *shape, const char *op) {
-    return ct_new_on(r->ctx, r->dev, CT_F32, ndim, shape ? shape : x->shape, op);
-}
-static float *scratch(run *r, int64_t n, const char *op) {
-    return ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * sizeof(float), op);
-}
-
-/* row-major GEMM on cuBLASLt (f32, no TF32): C = op(A) op(B) + beta C */
-static bool gemm(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, const float *A, const float *B,
-                 float *C, float beta, const float *bias) {
-    if (M == 0 || N == 0) return true;
-    ct_cuda_gemm_desc d = {.dt = CT_CUDA_F32, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch, .alpha = 1.0f,
-                           .beta = beta, .epi = bias ? CT_GEMM_EPI_BIAS : CT_GEMM_EPI_NONE, .bias = bias};
-    return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, C));
-}
-
-/* ---- gradient accumulation ---- */
-/* Where a kernel that writes (dx =) puts t's gradient: t's fresh buffer, or scratch added
- * by acc_end. NULL: t needs none (or the context failed). */
-static float *acc_begin(run *r, ct_tensor *t, bool *direct) {
-    bool fresh;
-    *direct = false;
-    float *g = ct_grad_acc_fresh(r->ctx, t, &fresh);
-    if (!g) return NULL;
-    if (fresh) { *direct = true; return g; }
-    return scratch(r, ct_numel(t), "backward");
-}
-static void acc_end(run *r, ct_tensor *t, float *w, bool direct) {
-    int64_t n = ct_numel(t);
-    if (w && !direct && n > 0) ok(r, ct_cuda_add(r->s, t->grad->data, w, t->grad->data, n, n));
-}
-/* t.grad += g (same number of elements) */
-static void acc_add(run *r, ct_tensor *t, const float *g) {
-    bool fresh;
-    float *gt = ct_grad_acc_fresh(r->ctx, t, &fresh);
-    int64_t n = ct_numel(t);
-    if (!gt || n == 0) return;
-    ok(r, fresh ? ct_cuda_scale(r->s, g, 1.0f, gt, n) : ct_cuda_add(r->s, gt, g, gt, n, n));
-}
-/* t.grad [cols] += column sums of g [rows, cols]: a GEMM with a row of ones */
-static void acc_colsum(run *r, ct_tensor *t, const float *g, int64_t rows, int64_t cols) {
-    bool fresh;
-    float *gt = ct_grad_acc_fresh(r->ctx, t, &fresh);
-    if (!gt || cols == 0) return;
-    float *ones = scratch(r, rows, "backward");
-    if (!ones || !ok(r, ct_cuda_fill(r->s, ones, 1.0f, rows))) return;
-    gemm(r, false, false, 1, cols, rows, 1, ones, g, gt, fresh ? 0.0f : 1.0f, NULL);
-}
 
 /* ---- linear: y = x W^T + b ---- */
 static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
@@ -566,4 +501,6 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_FLASH_ATTENTION, fwd_flash_attention, bw_flash_attention},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) ct_op_register_device(CT_DEV_CUDA, rows[i].op, rows[i].fwd, rows[i].bwd);
+    ct_cuda_register_conv_ops_();
+    ct_cuda_register_ops_more_();
 }

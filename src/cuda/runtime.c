@@ -5,7 +5,7 @@
  * would stop a CPU-only run of the same binary. */
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
-#include <cudnn_version.h>
+#include <cudnn_graph.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +47,20 @@ ct_status ct_gpu_check_cublas(int code, const char *call, const char *op) {
                    : e == CUBLAS_STATUS_INVALID_VALUE                                       ? CT_ERR_INVALID
                                                                                             : CT_ERR_SYSTEM;
     return ct_error(st, "%s on %s: %s failed: %s", op, dev, call, ct_cuda_cublaslt_status(code));
+}
+
+ct_status ct_gpu_check_cudnn(int code, const char *call, const char *op) {
+    cudnnStatus_t e = (cudnnStatus_t)code;
+    if (e == CUDNN_STATUS_SUCCESS) return CT_OK;
+    char dev[32];
+    cur_dev(dev, sizeof dev);
+    /* cuDNN 9 groups its codes by thousands: 2xxx bad parameter, 3xxx not supported */
+    ct_status st = (e == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED || e == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+                       ? CT_ERR_NOMEM
+                   : code / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000 ? CT_ERR_UNSUPPORTED
+                   : code / 1000 == CUDNN_STATUS_BAD_PARAM / 1000     ? CT_ERR_INVALID
+                                                                      : CT_ERR_SYSTEM;
+    return ct_error(st, "%s on %s: %s failed: %s (%d)", op, dev, call, ct_cuda_cudnn_status(code), code);
 }
 
 ct_status ct_gpu_check_nccl(int code, const char *call, const char *op) {
@@ -97,8 +111,10 @@ void ct_cuda_versions(char *buf, size_t n) {
     if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) snprintf(d, sizeof d, "%d.%d", drv / 1000, drv % 1000 / 10);
     (void)cudaRuntimeGetVersion(&rt);
     (void)ncclGetVersion(&nc);
-    size_t lt = ct_cuda_cublaslt_version();
-    snprintf(buf, n, "driver %s, runtime %d.%d, cuBLASLt %zu.%zu.%zu, NCCL %d.%d.%d, cuDNN %d.%d.%d (headers; no op uses it yet)",
-             d, rt / 1000, rt % 1000 / 10, lt / 10000, lt / 100 % 100, lt % 100, nc / 10000, nc / 100 % 100, nc % 100,
-             CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    size_t lt = ct_cuda_cublaslt_version(), dn = ct_cuda_cudnn_version();
+    char cd[400];
+    if (dn) snprintf(cd, sizeof cd, "cuDNN %zu.%zu.%zu", dn / 10000, dn / 100 % 100, dn % 100);
+    else snprintf(cd, sizeof cd, "%s (headers %d.%d.%d)", ct_cuda_cudnn_load_error(), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    snprintf(buf, n, "driver %s, runtime %d.%d, cuBLASLt %zu.%zu.%zu, NCCL %d.%d.%d, %s", d, rt / 1000, rt % 1000 / 10,
+             lt / 10000, lt / 100 % 100, lt % 100, nc / 10000, nc / 100 % 100, nc % 100, cd);
 }

@@ -35,6 +35,12 @@ CT_HD static inline float ct_k_bits_to_float(int32_t e) {
 #endif
 }
 
+CT_HD static inline uint32_t ct_k_float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u); /* device code too: nvcc makes it a register move */
+    return u;
+}
+
 CT_HD static inline float ct_vexpf(float x) {
     float xc = x < -87.33654f ? -87.33654f : x; /* 2^-126: keep the exponent field normal */
     xc = xc > 88.72283f ? 88.72283f : xc;
@@ -172,6 +178,8 @@ CT_HD static inline void ct_k_online_merge(float *m, float *s, float m2, float s
     *s = *s * ct_vexpf(*m - mn) + s2 * ct_vexpf(m2 - mn);
     *m = mn;
 }
+/* the log-sum-exp m + log s of an online state (also flash attention's saved lse) */
+CT_HD static inline float ct_k_attn_lse(float m, float l) { return m + logf(l); }
 /* log-sum-exp of a row, as the CPU op: max, then the sum of exp(x - max) */
 CT_HD static inline float ct_k_xent_row_lse(const float *x, int64_t C) {
     float m = -INFINITY, s = 0;
@@ -188,6 +196,47 @@ CT_HD static inline float ct_k_xent_grad(float x, float lse, float g, bool is_ta
 CT_HD static inline int64_t ct_k_index_at(const void *idx, bool i64, int64_t r) {
     return i64 ? ((const int64_t *)idx)[r] : (int64_t)((const int32_t *)idx)[r];
 }
+
+/* ---- softmax and log-softmax over a row's visible prefix [0, nv) of D (attention's causal
+ * rows see nv < D; the rest is exactly 0), mean squared error, bias_add ---- */
+/* softmax from the row max m and 1 / sum exp(x - m); log-softmax from the row's lse
+ * (ct_k_attn_lse(m, sum)) */
+CT_HD static inline float ct_k_softmax_out(float x, float m, float inv_sum) { return ct_vexpf(x - m) * inv_sum; }
+CT_HD static inline float ct_k_log_softmax_out(float x, float lse) { return x - lse; }
+/* dL/dx from the output y and dL/dy g: softmax with dot = sum_j g_j y_j, log-softmax with
+ * gsum = sum_j g_j */
+CT_HD static inline float ct_k_softmax_bwd(float y, float g, float dot) { return y * (g - dot); }
+CT_HD static inline float ct_k_log_softmax_bwd(float y, float g, float gsum) { return g - ct_vexpf(y) * gsum; }
+/* One row, the two-pass form (max, then sums): the CPU test's reference for the kernels,
+ * whose lanes sum the same terms in another order. Softmax's dot sums in double, as the
+ * CPU op does (g - dot cancels where g is near the row's mean). */
+CT_HD static inline void ct_k_softmax_row(const float *x, int64_t D, int64_t nv, bool log_out, float *y) {
+    float m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < nv; j++) m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < nv; j++) s += ct_vexpf(x[j] - m);
+    float lse = ct_k_attn_lse(m, s), inv = 1.0f / s;
+    for (int64_t j = 0; j < nv; j++) y[j] = log_out ? ct_k_log_softmax_out(x[j], lse) : ct_k_softmax_out(x[j], m, inv);
+    for (int64_t j = nv; j < D; j++) y[j] = 0.0f;
+}
+CT_HD static inline void ct_k_softmax_row_bwd(const float *y, const float *g, int64_t D, bool log_out, float *dx) {
+    double dd = 0;
+    float gs = 0;
+    for (int64_t j = 0; j < D; j++) { dd += (double)g[j] * y[j]; gs += g[j]; }
+    for (int64_t j = 0; j < D; j++)
+        dx[j] = log_out ? ct_k_log_softmax_bwd(y[j], g[j], gs) : ct_k_softmax_bwd(y[j], g[j], (float)dd);
+}
+/* mean((a - b)^2): dL/da = s (a - b) with s = 2 dL / n; dL/db its negative */
+CT_HD static inline float ct_k_mse_scale(float dloss, int64_t n) { return 2.0f * dloss / (float)n; }
+CT_HD static inline float ct_k_mse_grad(float a, float b, float s) { return s * (a - b); }
+/* bias_add on x [N, C, inner...]: the channel of flat element i */
+CT_HD static inline int64_t ct_k_bias_channel(int64_t i, int64_t C, int64_t inner) { return (i / inner) % C; }
+/* f32 -> bf16 bits, round to nearest even, NaN kept NaN (the CPU's conversion) */
+CT_HD static inline uint16_t ct_k_f32_to_bf16(float x) {
+    uint32_t u = ct_k_float_bits(x);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+}
+CT_HD static inline float ct_k_bf16_to_f32(uint16_t h) { return ct_k_bits_to_float((int32_t)((uint32_t)h << 16)); }
 
 /* ---- optimizers: PyTorch's formulas, operation for operation (src/optim/optim.c runs these) ---- */
 typedef struct {
@@ -240,6 +289,20 @@ CT_HD static inline void ct_k_sgd_elem(const ct_k_sgd *k, float *p, float g, flo
     *p = fmaf(g, k->nlr, *p);
 }
 
+/* ---- gradient norm (clip_grad_norm_): the sum of squares of G[b, e) in double with 8
+ * interleaved accumulators (a fixed order the CPU keeps in vector registers); the norm sums
+ * chunks of CT_K_SUMSQ_CHUNK in order, on the CPU (src/optim/clip.c) and on a GPU (one chunk
+ * per thread): the same bits for any thread count and either device ---- */
+#define CT_K_SUMSQ_CHUNK 16384
+CT_HD static inline double ct_k_sumsq(const float *G, size_t b, size_t e) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = b;
+    for (; i + 8 <= e; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)G[i + j] * (double)G[i + j];
+    for (int j = 0; i < e; i++, j++) acc[j] += (double)G[i] * (double)G[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 /* ---- flash attention: the online softmax over one query row ----
  * Keys come in tiles of CT_K_ATTN_TILE scores; per tile: m' = max(m, tile max),
  * alpha = exp(m - m'), l = l alpha + sum exp(s - m'), O = O alpha + sum exp(s - m') v.
@@ -255,7 +318,6 @@ CT_HD static inline float ct_k_attn_rescale(float *m, float *l, float tile_max) 
     *m = mn;
     return alpha;
 }
-CT_HD static inline float ct_k_attn_lse(float m, float l) { return m + logf(l); }
 CT_HD static inline float ct_k_attn_ds(float p, float dp, float dr, float scale) { return p * (dp - dr) * scale; }
 
 /* Whole-row versions for one element type: q, o, dq ... are one row; K, V, dO, Q the
@@ -330,5 +392,51 @@ CT_HD static inline float ct_k_attn_ds(float p, float dp, float dr, float scale)
 
 #define CT_K_F32_LD(x) (x)
 CT_K_DEFINE_ATTN(f32, float, CT_K_F32_LD, CT_K_F32_LD)
+
+/* ---- max pooling (NCHW planes of H x W; window k, stride s, padding p, p <= k/2 so no
+ * window lies wholly in the padding) ---- */
+/* Output (oh, ow)'s max over the window clipped to the plane (relu: over max(v, 0), ctrain's
+ * ReLU, NaN -> 0): the first maximum in scan order wins; a NaN wins and stays (PyTorch's
+ * rule). *arg: the winner's offset in the plane, which backward routes the gradient to. */
+CT_HD static inline float ct_k_max_pool_at(const float *xp, int64_t H, int64_t W, int64_t k, int64_t s, int64_t p,
+                                           int64_t oh, int64_t ow, bool relu, int32_t *arg) {
+    int64_t hs = oh * s - p, ws = ow * s - p;
+    int64_t h1 = hs + k < H ? hs + k : H, w1 = ws + k < W ? ws + k : W, h0 = hs < 0 ? 0 : hs, w0 = ws < 0 ? 0 : ws;
+    float m = -INFINITY;
+    int64_t am = h0 * W + w0;
+    for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++) {
+            float v = xp[ih * W + iw];
+            if (relu) v = v > 0 ? v : 0.0f;
+            if (v > m || v != v) {
+                m = v;
+                am = ih * W + iw;
+                if (v != v) { *arg = (int32_t)am; return m; }
+            }
+        }
+    *arg = (int32_t)am;
+    return m;
+}
+/* The gradient of input (ih, iw) of a plane: `start` plus gy of every output whose saved
+ * argmax is this input (relu: and whose value is positive, as ReLU's backward passes it),
+ * added in output order — the order in which the CPU op scatters them, hence its bits. */
+CT_HD static inline float ct_k_max_pool_dx(const float *gy, const float *y, const int32_t *arg, int64_t W, int64_t OH,
+                                           int64_t OW, int64_t k, int64_t s, int64_t p, int64_t ih, int64_t iw, bool relu,
+                                           float start) {
+    /* outputs whose window covers ih: oh*s - p <= ih < oh*s - p + k */
+    int64_t a = ih + p - k + 1, b = iw + p - k + 1;
+    int64_t oh0 = a <= 0 ? 0 : (a + s - 1) / s, ow0 = b <= 0 ? 0 : (b + s - 1) / s;
+    int64_t oh1 = (ih + p) / s + 1, ow1 = (iw + p) / s + 1;
+    oh1 = oh1 < OH ? oh1 : OH;
+    ow1 = ow1 < OW ? ow1 : OW;
+    int32_t me = (int32_t)(ih * W + iw);
+    float acc = start;
+    for (int64_t oh = oh0; oh < oh1; oh++)
+        for (int64_t ow = ow0; ow < ow1; ow++) {
+            int64_t q = oh * OW + ow;
+            if (arg[q] == me && (!relu || y[q] > 0)) acc += gy[q];
+        }
+    return acc;
+}
 
 #endif

@@ -104,3 +104,58 @@ void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b,
     if (b && (b->ndim != 1 || b->shape[0] != *out))
         CT_FATAL("linear: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
 }
+
+void ct_check_conv2d(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int stride, int padding, int64_t *OH,
+                     int64_t *OW) {
+    CT_CHECK_F32("conv2d", x); CT_CHECK_F32("conv2d", w);
+    CT_CHECK_CONTIG("conv2d", x); CT_CHECK_CONTIG("conv2d", w);
+    char sx[96], sw[96];
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1])
+        CT_FATAL("conv2d: input %s and weight %s: need [N, C, H, W] and [O, C, kh, kw]", ct_shape_str(x, sx, sizeof sx),
+                 ct_shape_str(w, sw, sizeof sw));
+    CT_CHECK(stride >= 1 && padding >= 0, "conv2d: stride %d, padding %d", stride, padding);
+    if (x->shape[2] + 2 * padding < w->shape[2] || x->shape[3] + 2 * padding < w->shape[3])
+        CT_FATAL("conv2d: kernel of %s larger than padded input %s", ct_shape_str(w, sw, sizeof sw), ct_shape_str(x, sx, sizeof sx));
+    if (b) {
+        CT_CHECK_F32("conv2d", b); CT_CHECK_CONTIG("conv2d", b);
+        if (b->ndim != 1 || b->shape[0] != w->shape[0])
+            CT_FATAL("conv2d: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
+    }
+    *OH = (x->shape[2] + 2 * padding - w->shape[2]) / stride + 1;
+    *OW = (x->shape[3] + 2 * padding - w->shape[3]) / stride + 1;
+}
+
+void ct_check_pool2d(const char *op, const ct_tensor *x, int kernel, int *stride, int padding, int64_t *OH, int64_t *OW) {
+    char sx[96];
+    CT_CHECK_F32(op, x); CT_CHECK_CONTIG(op, x);
+    if (x->ndim != 4) CT_FATAL("%s: input must be [N, C, H, W], got %s", op, ct_shape_str(x, sx, sizeof sx));
+    if (*stride <= 0) *stride = kernel; /* PyTorch: stride defaults to kernel_size */
+    CT_CHECK(kernel >= 1 && padding >= 0 && 2 * padding <= kernel,
+             "%s: kernel %d, padding %d (padding must be at most half the kernel)", op, kernel, padding);
+    if (x->shape[2] + 2 * padding < kernel || x->shape[3] + 2 * padding < kernel)
+        CT_FATAL("%s: kernel %d larger than padded input %s", op, kernel, ct_shape_str(x, sx, sizeof sx));
+    *OH = (x->shape[2] + 2 * padding - kernel) / *stride + 1;
+    *OW = (x->shape[3] + 2 * padding - kernel) / *stride + 1;
+}
+
+void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner) {
+    CT_CHECK_F32("bias_add", x); CT_CHECK_CONTIG("bias_add", x);
+    CT_CHECK_F32("bias_add", b); CT_CHECK_CONTIG("bias_add", b);
+    if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
+        char sx[96], sb[96];
+        CT_FATAL("bias_add: bias %s does not match dim 1 of %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(x, sx, sizeof sx));
+    }
+    *N = x->shape[0];
+    *C = x->shape[1];
+    *inner = *N * *C > 0 ? ct_numel(x) / (*N * *C) : 0;
+}
+
+void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v) {
+    const ct_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) { CT_CHECK_F32(op, in[i]); CT_CHECK_CONTIG(op, in[i]); }
+    char s1[96], s2[96], s3[96];
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1] ||
+        q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
+        CT_FATAL("%s: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", op, ct_shape_str(q, s1, sizeof s1),
+                 ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
+}

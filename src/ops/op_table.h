@@ -124,6 +124,16 @@ void ct_check_matmul(const ct_tensor *a, const ct_tensor *b, bool ta, bool tb, i
                      int64_t *batch);
 void ct_check_add(const ct_tensor *a, const ct_tensor *b);
 void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int64_t *rows, int64_t *in, int64_t *out);
+/* conv2d: x [N, C, H, W], w [O, C, kh, kw], b [O] or NULL, all f32 and contiguous; the
+ * output's height and width. pool2d (op names it): x [N, C, H, W] f32 contiguous, padding at
+ * most half the kernel; *stride <= 0 becomes the kernel (PyTorch's default). */
+void ct_check_conv2d(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int stride, int padding, int64_t *OH,
+                     int64_t *OW);
+void ct_check_pool2d(const char *op, const ct_tensor *x, int kernel, int *stride, int padding, int64_t *OH, int64_t *OW);
+/* bias_add: f32 contiguous x [N, C, ...] and b [C]; inner = the elements per (n, c) */
+void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner);
+/* attention and flash_attention (op): f32 contiguous q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv] */
+void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v);
 
 /* the node carries its row, so core's backward walk calls the kernel without knowing it */
 static inline ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in) {

@@ -4,24 +4,33 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Fixed chunks summed in a fixed order: the norm does not depend on the thread count. */
-#define CHUNK 16384
+#include "core/kernel.h" /* device hooks: the passes on a GPU */
+#include "ops/kmath.h"
 
-/* Sum of squares of G[b..e) in double with 8 interleaved accumulators (a fixed order that
- * the compiler can keep in vector registers; a single running sum would serialise). */
-static double sumsq(const float *G, size_t b, size_t e) {
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    size_t i = b;
-    for (; i + 8 <= e; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += (double)G[i + j] * (double)G[i + j];
-    for (int j = 0; i < e; i++, j++) acc[j] += (double)G[i] * (double)G[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+/* Fixed chunks summed in a fixed order (ops/kmath.h): the norm does not depend on the thread
+ * count, nor on whether the gradients are on a GPU (the device pass sums the same chunks). */
+#define CHUNK CT_K_SUMSQ_CHUNK
+
+/* the store's device backend, for gradients on a GPU (NULL with ct_error set when it has
+ * none) */
+static const ct_device_hooks *dev_hooks(const ct_params *p, const char *op) {
+    const ct_device_hooks *h = ct_device_hooks_get(ct_params_device(p), op);
+    if (h && (!h->sumsq || !h->scale)) {
+        ct_error(CT_ERR_UNSUPPORTED, "%s: the device backend has no gradient norm pass", op);
+        return NULL;
+    }
+    return h;
 }
 
 double ct_grad_norm(const ct_params *p) {
-    CT_CHECK(ct_params_device(p).type == CT_DEV_CPU, "ct_grad_norm: gradients on a GPU are not supported yet");
     const float *G = ct_params_grad(p);
     size_t n = ct_params_numel(p);
+    if (ct_params_device(p).type != CT_DEV_CPU) { /* NaN with ct_error set when the device fails */
+        const ct_device_hooks *h = dev_hooks(p, "clip_grad_norm");
+        double ss = NAN;
+        if (h && h->sumsq(ct_params_device(p).index, G, (int64_t)n, &ss) != CT_OK) ss = NAN;
+        return sqrt(ss);
+    }
     long nch = (long)((n + CHUNK - 1) / CHUNK);
     double part_small[64];
     double *part = nch <= 64 ? part_small : malloc((size_t)nch * sizeof(double));
@@ -29,14 +38,14 @@ double ct_grad_norm(const ct_params *p) {
     if (!part) { /* out of memory: same chunked order, one thread */
         for (long c = 0; c < nch; c++) {
             size_t b = (size_t)c * CHUNK, e = b + CHUNK < n ? b + CHUNK : n;
-            total += sumsq(G, b, e);
+            total += ct_k_sumsq(G, b, e);
         }
         return sqrt(total);
     }
 #pragma omp parallel for schedule(static) if (nch > 2)
     for (long c = 0; c < nch; c++) {
         size_t b = (size_t)c * CHUNK, e = b + CHUNK < n ? b + CHUNK : n;
-        part[c] = sumsq(G, b, e);
+        part[c] = ct_k_sumsq(G, b, e);
     }
     for (long c = 0; c < nch; c++) total += part[c];
     if (part != part_small) free(part);
@@ -52,6 +61,11 @@ float ct_clip_grad_norm(ct_params *p, float max_norm) {
     if (coef != 1.0f) { /* also when nan: the gradients become nan, as in PyTorch */
         float *G = ct_params_grad(p);
         long n = (long)ct_params_numel(p);
+        if (ct_params_device(p).type != CT_DEV_CPU) {
+            const ct_device_hooks *h = dev_hooks(p, "clip_grad_norm");
+            if (!h || h->scale(ct_params_device(p).index, G, coef, n, NULL) != CT_OK) return NAN;
+            return total;
+        }
 #pragma omp parallel for schedule(static) if (n > 32768)
         for (long i = 0; i < n; i++) G[i] *= coef;
     }

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/kernel.h" /* device hooks: the pass on a GPU */
+
 struct ct_grad_scaler {
     ct_grad_scaler_opts o;
     float scale;
@@ -45,6 +47,13 @@ bool ct_grad_scaler_unscale_and_check(ct_grad_scaler *s, ct_params *p) {
     const float inv = (float)(1.0 / (double)s->scale);
     float *G = ct_params_grad(p);
     long n = (long)ct_params_numel(p);
+    if (ct_params_device(p).type != CT_DEV_CPU) { /* the same pass on the device; a failure skips the step */
+        const ct_device_hooks *h = ct_device_hooks_get(ct_params_device(p), "grad_scaler");
+        bool nonfinite = true;
+        if (h && !h->scale) ct_error(CT_ERR_UNSUPPORTED, "grad_scaler: the device backend has no scaling pass");
+        else if (h && h->scale(ct_params_device(p).index, G, inv, n, &nonfinite) != CT_OK) nonfinite = true;
+        return !nonfinite;
+    }
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n > 32768)
     for (long i = 0; i < n; i++) {

@@ -129,9 +129,8 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
              n_micro);
     const ct_train_model *m = a->model;
     ct_device dev = ct_params_device(m->params);
-    if (dev.type != CT_DEV_CPU && (a->clip_norm > 0 || a->scaler || a->amp != CT_F32))
-        return ct_error(CT_ERR_UNSUPPORTED, "training step on cuda:%d: gradient clipping, loss scaling and autocast are "
-                                            "not built for GPUs yet", dev.index);
+    if (dev.type != CT_DEV_CPU && a->amp != CT_F32)
+        return ct_error(CT_ERR_UNSUPPORTED, "training step on cuda:%d: autocast is not built for GPUs yet", dev.index);
     double loss_sum = 0;
     for (int k = 0; k < n_micro; k++) {
         /* DDP all-reduces only during the last backward; the others accumulate locally */

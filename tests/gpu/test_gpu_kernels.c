@@ -305,6 +305,45 @@ CT_TEST(gemm_f32) {
     check_gemm(false, false, true, 1, CT_GEMM_EPI_BIAS);
     check_gemm(false, false, true, 1, CT_GEMM_EPI_BIAS_GELU);
 }
+/* CTRAIN_CUDA_MATMUL on f32 operands: highest computes in f32 (<= 1e-5); high (TF32) and
+ * medium (bf16 tensor cores) must round visibly (> 1e-5) but stay within their precision, so
+ * the switch is seen to take effect. Then operands at a 4-byte offset (a view's pointer):
+ * the heuristic is told the real alignment and the product is right. */
+CT_TEST(gemm_matmul_precision_and_alignment) {
+    NEED_GPU();
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t M = 256, N = 192, K = 320;
+    ct_tensor *a = rnd(c, 2, (int64_t[]){M, K}, 1.0f), *b = rnd(c, 2, (int64_t[]){K, N}, 1.0f);
+    ct_tensor *y = ct_matmul(c, a, b, false, false);
+    float *da = upf(a), *db = upf(b), *dc = zeros(M * N);
+    const char *prec[3] = {"highest", "high", "medium"};
+    const double lo[3] = {0, 1e-5, 1e-5}, hi[3] = {1e-5, 2e-3, 1e-2};
+    for (int i = 0; i < 3; i++) {
+        CT_ASSERT(ct_config_set("CTRAIN_CUDA_MATMUL", prec[i]) == CT_OK);
+        ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, M, N, K, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL};
+        OK(ct_cuda_gemm(NULL, 0, &d, da, db, dc));
+        double e = err_f32(dc, ct_f32(y), M * N);
+        CT_EXPECTF(e > lo[i] && e <= hi[i], "CTRAIN_CUDA_MATMUL=%s: error %g, expected in (%g, %g]", prec[i], e, lo[i], hi[i]);
+        printf("    f32 GEMM %lldx%lldx%lld, CTRAIN_CUDA_MATMUL=%s: normwise error %.2e\n", (long long)M, (long long)N,
+               (long long)K, prec[i], e);
+    }
+    CT_ASSERT(ct_config_unset("CTRAIN_CUDA_MATMUL") == CT_OK);
+    /* A [M-1, K-1] and B [K-1, N] read from the second element of a's and b's data, C written
+     * from its second: every pointer only 4-byte aligned */
+    float *oc = zeros(M * N + 1);
+    ct_tensor *a1 = ct_from_data(c, CT_F32, ct_f32(a) + 1, 2, (int64_t[]){M - 1, K - 1});
+    ct_tensor *b1 = ct_from_data(c, CT_F32, ct_f32(b) + 1, 2, (int64_t[]){K - 1, N});
+    ct_tensor *y1 = ct_matmul(c, a1, b1, false, false);
+    ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, M - 1, N, K - 1, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL};
+    OK(ct_cuda_gemm(NULL, 0, &d, da + 1, db + 1, oc + 1));
+    double e1 = err_f32(oc + 1, ct_f32(y1), (M - 1) * N);
+    CT_EXPECTF(e1 <= 1e-5, "GEMM on 4-byte aligned operands: error %g", e1);
+    void *ps[] = {da, db, dc, oc};
+    for (int i = 0; i < 4; i++) ct_cuda_free(ps[i]);
+    ct_ctx_free(c);
+}
+
 CT_TEST(gemm_bf16) {
     NEED_GPU();
     for (int t = 0; t < 4; t++) check_gemm(true, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);

@@ -3,7 +3,8 @@
  * GPT ops (embedding, layer norm, linear, reshape, flash attention, add, gelu, scale, a tied
  * matmul, cross-entropy); mul, tanh, sigmoid, sum and mean; dropout; ct_train_step on cuda:0; a small GPT model (views, copies, split of
  * q, k, v, merge_heads);
- * an op without a device kernel failing the context; DDP at world
+ * gradient clipping and the grad scaler on the device; an op without a device kernel failing
+ * the context; DDP at world
  * size 1 on NCCL with the buckets reduced on the GPU. Built only with CUDA; without a GPU
  * every test skips with "no CUDA GPU" (scripts/gpu-check.sh runs them on one). Tolerances:
  * 1e-5 relative for the MLP (f32 GEMMs, no TF32), 1e-4 normwise for the GPT-op chain,
@@ -23,6 +24,7 @@
 #include "cuda/cuda.h"
 #include "gpu/gpu_test.h"
 #include "kernel_check.h"
+#include "ops/op_table.h"
 
 #define OK(call) CT_ASSERT((call) == CT_OK || (fprintf(stderr, "%s: %s\n", #call, ct_last_error()), 0))
 
@@ -311,14 +313,49 @@ CT_TEST(dropout_on_cuda_matches_cpu) {
     for (int j = 0; j < 2; j++) ct_ctx_free(c[j]);
 }
 
+/* gradient clipping and the grad scaler's unscale on cuda:0: the same norm (kmath.h's chunks
+ * in order) and the same clipped gradients as on the CPU, and the inf check */
+CT_TEST(clipping_and_unscale_on_cuda_match_cpu) {
+    NEED_GPU();
+    ct_params *P[2];
+    for (int j = 0; j < 2; j++) {
+        if (ct_params_create(&P[j]) != CT_OK) abort();
+        ct_param(P[j], "w", 2, (int64_t[]){1000, 333}, CT_INIT_KAIMING_UNIFORM, 333); /* 20 chunks and a tail */
+        if (ct_params_finalize(P[j], 4) != CT_OK) abort();
+    }
+    OK(ct_params_to(P[1], CT_CUDA(0)));
+    size_t n = ct_params_numel(P[0]);
+    float *g = ct_params_grad(P[0]), *h = malloc(n * sizeof(float));
+    if (!h) abort();
+    for (size_t i = 0; i < n; i++) g[i] = (float)sin((double)i * 0.37) * 3.0f;
+    CT_ASSERT(cudaMemcpy(ct_params_grad(P[1]), g, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    float t0 = ct_clip_grad_norm(P[0], 1.0f), t1 = ct_clip_grad_norm(P[1], 1.0f);
+    CT_EXPECTF(t0 == t1 && t0 > 1.0f, "norm cpu %.9g cuda %.9g (%s)", t0, t1, ct_last_error());
+    grads_to_host(P[1], h);
+    CT_EXPECT(!memcmp(g, h, n * sizeof(float)));
+    ct_grad_scaler *s;
+    OK(ct_grad_scaler_create(NULL, &s));
+    CT_EXPECT(ct_grad_scaler_unscale_and_check(s, P[1]));
+    float inf = INFINITY;
+    CT_ASSERT(cudaMemcpy(ct_params_grad(P[1]) + n - 1, &inf, sizeof inf, cudaMemcpyHostToDevice) == cudaSuccess);
+    CT_EXPECT(!ct_grad_scaler_unscale_and_check(s, P[1]));
+    ct_grad_scaler_free(s);
+    free(h);
+    for (int j = 0; j < 2; j++) ct_params_free(P[j]);
+}
+
 CT_TEST(op_without_cuda_kernel_fails_the_step) {
     NEED_GPU();
     ct_ctx *c;
     OK(ct_ctx_create(NULL, &c));
-    ct_tensor *x = rnd(c, 1, (int64_t[]){8}, 1.0f), *xd;
+    ct_tensor *x = rnd(c, 4, (int64_t[]){1, 2, 8, 8}, 1.0f), *xd;
     OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
-    ct_tensor *y = ct_softmax(c, xd);
-    CT_EXPECTF(ct_ctx_status(c) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "softmax on cuda:0"), "%s", ct_last_error());
+    /* every op has a CUDA entry now: max_pool2d's is taken out for the test, then restored */
+    ct_op_dev_entry saved = ct_op_table_dev[CT_OP_MAX_POOL2D];
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_MAX_POOL2D, NULL, NULL);
+    ct_tensor *y = ct_max_pool2d(c, xd, 2, 2, 0);
+    ct_op_table_dev[CT_OP_MAX_POOL2D] = saved;
+    CT_EXPECTF(ct_ctx_status(c) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "max_pool2d on cuda:0"), "%s", ct_last_error());
     CT_EXPECT(y->data == NULL);
     ct_ctx_reset(c);
     CT_EXPECT(ct_ctx_status(c) == CT_OK);

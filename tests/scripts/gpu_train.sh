@@ -4,7 +4,7 @@
 # few steps with the same losses and evaluation within 2e-3 (f32 on both; the GPU's sums run
 # in another order); the progress line and metrics report the GPU memory; a checkpoint
 # written on the GPU resumes there to the same losses; --export hf works after GPU training;
-# --clip is refused naming the flag.
+# gradient clipping follows the CPU too; --amp is refused naming the flag.
 # Exits 77 "no CUDA GPU" where there is none (tests/scripts/train_device.sh covers that).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +27,7 @@ for i in $(seq 1 200); do echo "line $i of a text with $((i*7 % 31)) words and $
 mlp=(mlp --data-dir "$d/idx" --hidden 128 --batch-size 32 --steps 12 --log-every 3 --eval-every 6 --lr 0.01)
 gpt=(gpt --text "$d/t.txt" --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --batch-size 8 --steps 12 --log-every 3
      --eval-every 6 --save-every 6 --export hf)
+gptclip=("${gpt[@]}" --clip 0.5)
 nums() { grep -E "^(step|eval)" "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/'; }
 close() { # LOG_A LOG_B WHAT: the same number of progress and eval lines, losses within 2e-3
     paste <(nums "$1") <(nums "$2") > "$d/pairs"
@@ -35,7 +36,7 @@ close() { # LOG_A LOG_B WHAT: the same number of progress and eval lines, losses
         { cat "$1" "$2"; fail "$3: the GPU run does not follow the CPU run"; }
     echo "$3: $(tr '\t\n' '= ' < "$d/pairs")"
 }
-for m in mlp gpt; do
+for m in mlp gpt gptclip; do
     eval "args=(\"\${$m[@]}\")"
     for dev in cpu cuda; do
         $C train "${args[@]}" --device $dev --output-dir "$d/$m-$dev" > "$d/$m-$dev.log" 2>&1 ||
@@ -54,7 +55,7 @@ grep -q "resumed from .*step-00000006 at step 6" "$d/res.log" || { cat "$d/res.l
     fail "--export hf after training on cuda: not the CPU run's file size"
 grep -E "^(step|eval)" "$d/gpt-cuda.log" | tail -n "$(grep -cE "^(step|eval)" "$d/res.log")" > "$d/tail.log"
 close "$d/tail.log" "$d/res.log" "gpt resumed on cuda"
-out=$($C train "${gpt[@]}" --device cuda --clip 1 --output-dir "$d/clip" 2>&1); rc=$?
-[ $rc -ne 0 ] && echo "$out" | grep -q -- "--clip" || fail "--clip on cuda: exit $rc: $out"
+out=$($C train "${gpt[@]}" --device cuda --amp --output-dir "$d/amp" 2>&1); rc=$?
+[ $rc -ne 0 ] && echo "$out" | grep -q -- "--amp" || fail "--amp on cuda: exit $rc: $out"
 echo "refused: $(echo "$out" | tail -1)"
 echo ok

@@ -3,6 +3,7 @@
  * op table run against a stand-in backend whose "device memory" is host memory: copies,
  * moving a parameter store, an op without a device kernel failing the context, mixed
  * devices, and backward through a device op into parameter gradients on the device. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -100,9 +101,27 @@ static void f_mem(int dev, size_t *current, size_t *peak, size_t *reserved) {
     *current = (size_t)live_bufs << 20;
     *peak = *reserved = (size_t)(live_bufs + 1) << 20;
 }
+/* the clipping and scaling passes as the CUDA kernels run them: kmath.h's chunks in order */
+static ct_status f_sumsq(int dev, const float *g, int64_t n, double *out) {
+    (void)dev;
+    double t = 0;
+    for (int64_t b = 0; b < n; b += CT_K_SUMSQ_CHUNK) t += ct_k_sumsq(g, (size_t)b, (size_t)(b + CT_K_SUMSQ_CHUNK < n ? b + CT_K_SUMSQ_CHUNK : n));
+    *out = t;
+    return CT_OK;
+}
+static ct_status f_scale(int dev, float *g, float coef, int64_t n, bool *nonfinite) {
+    (void)dev;
+    bool bad = false;
+    for (int64_t i = 0; i < n; i++) {
+        bad |= !isfinite(g[i]);
+        g[i] *= coef;
+    }
+    if (nonfinite) *nonfinite = bad;
+    return CT_OK;
+}
 static const ct_device_hooks fake = {.count = f_count, .alloc = f_alloc, .free = f_free, .copy = f_copy, .zero = f_zero,
-                                     .sync = f_sync, .optim = f_optim, .host_alloc = f_host_alloc, .host_free = f_host_free,
-                                     .mem = f_mem};
+                                     .sync = f_sync, .optim = f_optim, .sumsq = f_sumsq, .scale = f_scale,
+                                     .host_alloc = f_host_alloc, .host_free = f_host_free, .mem = f_mem};
 
 /* a device sum: forward and backward on the stand-in's (host) memory */
 static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
@@ -114,13 +133,19 @@ static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
     ct_record(ctx, CT_OP_SUM, y, 1, &x);
     return y;
 }
+static int live_max; /* most stand-in buffers alive at once during a backward */
 static void fake_sum_bw(ct_ctx *ctx, ct_node *n) {
+    /* a scratch buffer, as the CUDA backwards take them: returned after this node */
+    float *scratch = ct_ctx_dev_alloc(ctx, n->out->device, 64, "sum backward");
     float *g = ct_grad_acc(ctx, n->in[0]);
     for (int64_t i = 0; g && i < ct_numel(n->in[0]); i++) g[i] += ct_f32(n->out->grad)[0];
+    if (scratch && live_bufs > live_max) live_max = live_bufs;
 }
 static void use_fake(void) {
     ct_device_register(CT_DEV_CUDA, &fake);
     ct_op_register_device(CT_DEV_CUDA, CT_OP_SUM, fake_sum, fake_sum_bw);
+    /* softmax plays the op without a device kernel, also in builds where src/cuda has one */
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_SOFTMAX, NULL, NULL);
 }
 
 CT_TEST(copies_and_params_to) {
@@ -195,8 +220,14 @@ CT_TEST(backward_into_device_parameters) {
     for (int step = 0; step < 2; step++) { /* gradients accumulate over two backwards */
         ct_tensor *loss = ct_sum(c, W);
         CT_EXPECT(loss->device.type == CT_DEV_CUDA && ct_item(loss) == 6.0);
+        int before = live_bufs;
+        live_max = 0;
         ct_backward(c, loss);
         CT_EXPECT(ct_ctx_status(c) == CT_OK);
+        /* the loss's gradient (consumed) and the node's scratch went back during backward,
+         * not at the reset: what a GPU step's peak memory depends on */
+        CT_EXPECTF(live_max == before + 2 && live_bufs == before, "buffers: %d before, %d at most, %d after", before,
+                   live_max, live_bufs);
         ct_ctx_reset(c);
     }
     CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
@@ -256,9 +287,40 @@ CT_TEST(optimizers_on_device_match_cpu) {
     }
 }
 
+/* gradient clipping and the grad scaler's unscale on a device store: through the backend's
+ * passes, the CPU's bits (norm, clipped gradients, the inf check) */
+CT_TEST(clipping_and_unscale_on_device_match_cpu) {
+    use_fake();
+    ct_params *P[2];
+    for (int j = 0; j < 2; j++) {
+        CT_ASSERT(ct_params_create(&P[j]) == CT_OK);
+        ct_param(P[j], "w", 2, (int64_t[]){300, 111}, CT_INIT_KAIMING_UNIFORM, 111); /* two chunks and a tail */
+        CT_ASSERT(ct_params_finalize(P[j], 4) == CT_OK);
+    }
+    CT_ASSERT(ct_params_to(P[1], CT_CUDA(0)) == CT_OK);
+    size_t n = ct_params_numel(P[0]);
+    float *g0 = ct_params_grad(P[0]), *g1 = ct_params_grad(P[1]); /* fake device memory is host memory */
+    for (size_t i = 0; i < n; i++) g0[i] = g1[i] = (float)sin((double)i * 0.37) * 3.0f;
+    float t0 = ct_clip_grad_norm(P[0], 1.0f), t1 = ct_clip_grad_norm(P[1], 1.0f);
+    CT_EXPECTF(t0 == t1 && t0 > 1.0f, "norm cpu %.9g device %.9g", t0, t1);
+    CT_EXPECT(!memcmp(g0, g1, n * sizeof(float)));
+    ct_grad_scaler *s[2];
+    for (int j = 0; j < 2; j++) CT_ASSERT(ct_grad_scaler_create(NULL, &s[j]) == CT_OK);
+    CT_EXPECT(ct_grad_scaler_unscale_and_check(s[0], P[0]) && ct_grad_scaler_unscale_and_check(s[1], P[1]));
+    CT_EXPECT(!memcmp(g0, g1, n * sizeof(float)));
+    g0[n - 1] = g1[n - 1] = INFINITY;
+    CT_EXPECT(!ct_grad_scaler_unscale_and_check(s[0], P[0]) && !ct_grad_scaler_unscale_and_check(s[1], P[1]));
+    for (int j = 0; j < 2; j++) {
+        ct_grad_scaler_free(s[j]);
+        ct_params_free(P[j]);
+    }
+    CT_EXPECT(live_bufs == 0);
+}
+
 /* ct_train_step with the parameters on a device: the batch is copied there, backward and the
  * optimizer run there (a loss of sum(w): every gradient 1, SGD moves each weight by -lr);
- * an op that fails on the device comes back as the step's status, clipping is refused */
+ * an op that fails on the device comes back as the step's status; clipping runs there,
+ * autocast is refused */
 static ct_tensor *sum_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) {
     CT_CHECK(x->device.type == CT_DEV_CUDA && y->device.type == CT_DEV_CUDA, "the batch was not moved to the device");
     return ct_sum(ctx, ((ct_module *)self)->w);
@@ -290,8 +352,15 @@ CT_TEST(train_step_on_device) {
     ct_status st = ct_train_step(&sa, &b, 1, &res);
     CT_EXPECTF(st != CT_OK && strstr(ct_last_error(), "on cuda:"), "status %d: %s", st, ct_last_error());
     CT_EXPECT(ct_ctx_status(c) == CT_OK); /* reset for the next step */
-    sa.clip_norm = 1.0;
-    CT_EXPECT(ct_train_step(&sa, &b, 1, &res) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "clipping"));
+    tm.loss = sum_loss;
+    sa.clip_norm = 1.0; /* 12 weight gradients of 1 (the bias gets 0): each weight moves by -0.5 / sqrt(12) */
+    float w1[12];
+    memcpy(w1, ct_f32(lin->w), sizeof w1);
+    CT_ASSERT(ct_train_step(&sa, &b, 1, &res) == CT_OK);
+    CT_EXPECTF(fabs(res.grad_norm - sqrt(12.0)) < 1e-6 && fabsf(ct_f32(lin->w)[0] - (w1[0] - 0.5f / sqrtf(12.0f))) < 1e-6f,
+               "norm %g, w %g from %g", res.grad_norm, ct_f32(lin->w)[0], w1[0]);
+    sa.amp = CT_BF16;
+    CT_EXPECT(ct_train_step(&sa, &b, 1, &res) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "autocast"));
     ct_ctx_free(c);
     ct_optim_free(o);
     ct_module_free(lin);
@@ -302,7 +371,7 @@ CT_TEST(train_step_on_device) {
 /* The trainer with the model on a device: batches staged in pinned memory and copied there,
  * periodic and final checkpoints and model.safetensors written through the host with the
  * model back on the device afterwards, a resume loading into the device model, GPU memory
- * in the metrics; clipping and autocast refused by name, an optimizer made before the move
+ * in the metrics; clipping and loss scaling taken, autocast refused by name, an optimizer made before the move
  * refused. A loss of sum(w): every step moves each weight by -lr. */
 static ct_trainer_opts device_opts(const char *dir, int64_t steps) {
     ct_trainer_opts o = ct_trainer_default_opts();
@@ -370,8 +439,9 @@ CT_TEST(trainer_on_device) {
     /* refusals */
     o = device_opts("devrefuse", 1);
     o.clip_norm = 1;
-    CT_EXPECT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "--clip"));
-    o.clip_norm = 0;
+    o.loss_scaling = true; /* both run on the device */
+    CT_ASSERT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_OK);
+    ct_trainer_free(t);
     o.amp = CT_BF16;
     CT_EXPECT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "--amp"));
     o.amp = CT_F32;

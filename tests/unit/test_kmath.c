@@ -1,8 +1,10 @@
 /* The per-element math of the CUDA kernels (src/ops/kmath.h), run on the CPU against the
  * CPU ops on random inputs: bit-equal where the operations are the same (activations,
  * cross-entropy gradient, embedding, AdamW, SGD), within 1e-6 (normwise relative) where only
- * the order of a row's sums differs (layer norm, log-sum-exp), 1e-5 for attention, whose
- * dot products run in another order and tile size than the CPU's GEMM tiles. */
+ * the order of a row's sums differs (layer norm, log-sum-exp, log-softmax; 5e-6 for softmax), 1e-5 for
+ * attention (flash rows, and plain attention's masked softmax and dS rows), whose dot products
+ * run in another order and tile size than the CPU's GEMM tiles; bit-equal for the mse_loss
+ * gradient, bias_add and the bf16 conversions. */
 #include <math.h>
 #include <stdint.h>
 
@@ -264,6 +266,195 @@ CT_TEST(dropout_bit_equal) {
     CT_EXPECTF(fwd == 0 && bwd == 0, "dropout: %lld forward, %lld backward elements differ", (long long)fwd, (long long)bwd);
     CT_EXPECTF(dropped > n / 5 && dropped < n * 2 / 5, "dropped %lld of %lld at p = 0.3", (long long)dropped, (long long)n);
     ct_ctx_free(c);
+}
+
+
+/* Max pooling: ct_k_max_pool_at (forward, arg-max) and ct_k_max_pool_dx (the gradient gathered
+ * per input, as the CUDA kernels run them) against the CPU op, bit for bit, on inputs with
+ * many ties (values on a grid of 5) and a NaN: 2x2/2 (the CPU's vector path), overlapping
+ * 3x3/2 windows with padding 1 over odd sizes, 3x3/1, with and without the fused ReLU. */
+static void check_max_pool(int64_t H, int64_t W, int k, int s, int p, bool relu) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t N = 2, C = 3, HW = H * W;
+    ct_tensor *x = rnd(c, 4, (int64_t[]){N, C, H, W}, 1.0f);
+    for (int64_t i = 0; i < ct_numel(x); i++) ct_f32(x)[i] = roundf(ct_f32(x)[i] * 2.0f) * 0.5f;
+    ct_f32(x)[HW + 5] = NAN;
+    ct_requires_grad(x);
+    ct_tensor *y = relu ? ct_relu_max_pool2d(c, x, k, s, p) : ct_max_pool2d(c, x, k, s, p);
+    int64_t OH = y->shape[2], OW = y->shape[3], OP = OH * OW;
+    ct_tensor *g = rnd(c, 4, y->shape, 1.0f);
+    ct_backward_seed(c, y, g);
+    float *ky = malloc((size_t)(N * C * (OP + HW)) * sizeof(float)), *kdx = ky + N * C * OP;
+    int32_t *arg = malloc((size_t)(N * C * OP) * sizeof(int32_t));
+    for (int64_t pl = 0; pl < N * C; pl++)
+        for (int64_t q = 0; q < OP; q++)
+            ky[pl * OP + q] = ct_k_max_pool_at(ct_f32(x) + pl * HW, H, W, k, s, p, q / OW, q % OW, relu, arg + pl * OP + q);
+    for (int64_t pl = 0; pl < N * C; pl++)
+        for (int64_t i = 0; i < HW; i++)
+            kdx[pl * HW + i] = ct_k_max_pool_dx(ct_f32(g) + pl * OP, ky + pl * OP, arg + pl * OP, W, OH, OW, k, s, p, i / W, i % W,
+                                                relu, 0.0f);
+    CT_EXPECTF(bit_diffs(ky, ct_f32(y), N * C * OP) == 0, "max pool %dx%d/%d p%d relu %d: forward differs", k, k, s, p, relu);
+    CT_EXPECTF(bit_diffs(kdx, ct_f32(x->grad), N * C * HW) == 0, "max pool %dx%d/%d p%d relu %d: gradient differs", k, k, s, p,
+               relu);
+    free(ky);
+    free(arg);
+    ct_ctx_free(c);
+}
+CT_TEST(max_pool_bit_equal) {
+    for (int relu = 0; relu < 2; relu++) {
+        check_max_pool(12, 16, 2, 2, 0, relu);
+        check_max_pool(13, 11, 3, 2, 1, relu);
+        check_max_pool(9, 7, 3, 1, 1, relu);
+        check_max_pool(7, 10, 2, 2, 1, relu);
+    }
+}
+
+/* softmax and log-softmax rows (softmax.cu's arithmetic) against the CPU ops, forward and
+ * backward: only the order of the row sums differs */
+static void check_softmax(bool log_out) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t R = 29, D = 1000;
+    ct_tensor *x = rnd(c, 2, (int64_t[]){R, D}, 6.0f), *g = rnd(c, 2, (int64_t[]){R, D}, 1.0f);
+    ct_requires_grad(x);
+    ct_tensor *y = log_out ? ct_log_softmax(c, x) : ct_softmax(c, x);
+    ct_backward_seed(c, y, g);
+    float *ky = malloc((size_t)(2 * R * D) * sizeof(float)), *kdx = ky + R * D;
+    for (int64_t r = 0; r < R; r++) {
+        ct_k_softmax_row(ct_f32(x) + r * D, D, D, log_out, ky + r * D);
+        ct_k_softmax_row_bwd(ky + r * D, ct_f32(g) + r * D, D, log_out, kdx + r * D);
+    }
+    double ef = normwise(ky, ct_f32(y), R * D), eb = normwise(kdx, ct_f32(x->grad), R * D);
+    /* 5e-6: every softmax output carries the rounding of its row's f32 sum of 1000 exps,
+     * summed in order here and 16 lanes wide by the CPU op (log-softmax only through a log) */
+    CT_EXPECTF(ef <= 5e-6 && eb <= 5e-6, "%s: forward error %g, backward %g (> 5e-6)", log_out ? "log_softmax" : "softmax", ef, eb);
+    free(ky);
+    ct_ctx_free(c);
+}
+CT_TEST(softmax_rows) { check_softmax(false); }
+CT_TEST(log_softmax_rows) { check_softmax(true); }
+
+/* mean squared error: the gradient is the same operations as the CPU op's, so the same bits */
+CT_TEST(mse_loss_bit_equal_gradient) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t n = 5003;
+    ct_tensor *a = rnd(c, 1, &n, 2.0f), *b = rnd(c, 1, &n, 2.0f);
+    ct_requires_grad(a);
+    ct_requires_grad(b);
+    ct_tensor *loss = ct_mse_loss(c, a, b);
+    ct_tensor *seed = ct_new(c, CT_F32, 0, NULL);
+    ct_f32(seed)[0] = 0.75f;
+    ct_backward_seed(c, loss, seed);
+    float *ka = malloc((size_t)(2 * n) * sizeof(float)), *kb = ka + n, s = ct_k_mse_scale(0.75f, n);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float d = ct_f32(a)[i] - ct_f32(b)[i];
+        sum += (double)(d * d);
+        ka[i] = ct_k_mse_grad(ct_f32(a)[i], ct_f32(b)[i], s);
+        kb[i] = -ka[i];
+    }
+    CT_EXPECT_NEAR(sum / (double)n, ct_f32(loss)[0], 1e-6 * fabs(ct_f32(loss)[0]));
+    CT_EXPECTF(bit_diffs(ka, ct_f32(a->grad), n) == 0 && bit_diffs(kb, ct_f32(b->grad), n) == 0,
+               "mse_loss gradients: %lld and %lld elements differ", (long long)bit_diffs(ka, ct_f32(a->grad), n),
+               (long long)bit_diffs(kb, ct_f32(b->grad), n));
+    free(ka);
+    ct_ctx_free(c);
+}
+
+/* bias_add's channel of each element: the CPU op's result bit for bit */
+CT_TEST(bias_add_channels) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t sh[4] = {3, 5, 4, 7}, C = 5;
+    ct_tensor *x = rnd(c, 4, sh, 1.0f), *b = rnd(c, 1, &C, 1.0f), *y = ct_bias_add(c, x, b);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < ct_numel(x); i++) {
+        float k = ct_f32(x)[i] + ct_f32(b)[ct_k_bias_channel(i, C, 28)];
+        bad += memcmp(&k, ct_f32(y) + i, sizeof k) != 0;
+    }
+    CT_EXPECT_EQ(bad, 0);
+    ct_ctx_free(c);
+}
+
+/* plain attention through the row functions of the CUDA path (softmax.cu: the masked softmax
+ * row and dS = P (dP - rowsum) scale) with the GEMMs as plain loops, against ct_attention */
+static void gemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B, float *C) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < K; p++) s += (double)(ta ? A[p * M + i] : A[i * K + p]) * (tb ? B[j * K + p] : B[p * N + j]);
+            C[i * N + j] = (float)(s * alpha);
+        }
+}
+static void check_plain_attention(int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, bool causal) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t H = 2;
+    ct_tensor *q = rnd(c, 4, (int64_t[]){1, H, Tq, D}, 2.0f), *k = rnd(c, 4, (int64_t[]){1, H, Tk, D}, 2.0f);
+    ct_tensor *v = rnd(c, 4, (int64_t[]){1, H, Tk, Dv}, 1.0f), *g = rnd(c, 4, (int64_t[]){1, H, Tq, Dv}, 1.0f);
+    ct_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
+    ct_tensor *y = ct_attention(c, q, k, v, causal);
+    ct_backward_seed(c, y, g);
+    int64_t nq = Tq * D, nk = Tk * D, nv = Tk * Dv, no = Tq * Dv;
+    float *S = malloc((size_t)(2 * Tq * Tk) * sizeof(float)), *dS = S + Tq * Tk;
+    float *o = malloc((size_t)(H * (no + nq + nk + nv)) * sizeof(float)), *dq = o + H * no, *dk = dq + H * nq, *dv = dk + H * nk;
+    float scale = 1.0f / sqrtf((float)D);
+    for (int64_t h = 0; h < H; h++) {
+        const float *Q = ct_f32(q) + h * nq, *K = ct_f32(k) + h * nk, *V = ct_f32(v) + h * nv, *dO = ct_f32(g) + h * no;
+        gemm_ref(false, true, Tq, Tk, D, scale, Q, K, S);
+        for (int64_t i = 0; i < Tq; i++) {
+            int64_t vis = causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
+            ct_k_softmax_row(S + i * Tk, Tk, vis, false, S + i * Tk);
+        }
+        gemm_ref(false, false, Tq, Dv, Tk, 1.0f, S, V, o + h * no);
+        gemm_ref(true, false, Tk, Dv, Tq, 1.0f, S, dO, dv + h * nv);
+        gemm_ref(false, true, Tq, Tk, Dv, 1.0f, dO, V, dS);
+        for (int64_t i = 0; i < Tq; i++) {
+            float dot = 0;
+            for (int64_t j = 0; j < Tk; j++) dot += dS[i * Tk + j] * S[i * Tk + j];
+            for (int64_t j = 0; j < Tk; j++) dS[i * Tk + j] = ct_k_attn_ds(S[i * Tk + j], dS[i * Tk + j], dot, scale);
+        }
+        gemm_ref(false, false, Tq, D, Tk, 1.0f, dS, K, dq + h * nq);
+        gemm_ref(true, false, Tk, D, Tq, 1.0f, dS, Q, dk + h * nk);
+    }
+    const float *kr[4] = {o, dq, dk, dv}, *ref[4] = {ct_f32(y), ct_f32(q->grad), ct_f32(k->grad), ct_f32(v->grad)};
+    const int64_t len[4] = {H * no, H * nq, H * nk, H * nv};
+    const char *nm[4] = {"O", "dQ", "dK", "dV"};
+    for (int p = 0; p < 4; p++) {
+        double e = normwise(kr[p], ref[p], len[p]);
+        CT_EXPECTF(e <= 1e-5, "attention Tq=%lld Tk=%lld causal=%d %s: error %g > 1e-5", (long long)Tq, (long long)Tk, causal,
+                   nm[p], e);
+    }
+    free(S);
+    free(o);
+    ct_ctx_free(c);
+}
+CT_TEST(plain_attention_rows) {
+    check_plain_attention(45, 45, 16, 16, true);
+    check_plain_attention(30, 41, 24, 8, false);
+    check_plain_attention(50, 20, 8, 12, true); /* more queries than keys: late rows see all */
+}
+
+/* f32 <-> bf16 (the device cast, pointwise.cu) against ct_convert: ties to even, NaN, infinities, subnormals */
+CT_TEST(bf16_conversion_bit_equal) {
+    const float sp[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 3.3895314e38f, INFINITY, -INFINITY, NAN, 1e-40f, -2.5e-39f};
+    float xs[4096 + sizeof sp / sizeof sp[0]];
+    size_t n = sizeof xs / sizeof xs[0];
+    for (size_t i = 0; i < 4096; i++) xs[i] = urand(1000.0f);
+    memcpy(xs + 4096, sp, sizeof sp);
+    uint16_t ref[sizeof xs / sizeof xs[0]];
+    float back[sizeof xs / sizeof xs[0]];
+    ct_convert(ref, CT_BF16, xs, CT_F32, n);
+    ct_convert(back, CT_F32, ref, CT_BF16, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float kb = ct_k_bf16_to_f32(ref[i]);
+        bad += ct_k_f32_to_bf16(xs[i]) != ref[i] || memcmp(&kb, back + i, 4) != 0;
+    }
+    CT_EXPECT_EQ((long long)bad, 0);
 }
 
 CT_TEST_MAIN()

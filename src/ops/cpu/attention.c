@@ -89,12 +89,7 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
     CT_DEV_DISPATCH(ctx, CT_OP_ATTENTION, .in = {q, k, v}, .i = {causal});
     CT_AUTOCAST(ctx, CT_OP_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
-    for (int i = 0; i < 3; i++) { CT_CHECK_F32("attention", in[i]); CT_CHECK_CONTIG("attention", in[i]); }
-    char s1[96], s2[96], s3[96];
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1] ||
-        q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
-        CT_FATAL("attention: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", ct_shape_str(q, s1, sizeof s1),
-                 ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
+    ct_check_attention("attention", q, k, v);
     int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
     float scale = D ? 1.0f / sqrtf((float)D) : 1.0f;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], Tq, Dv});
@@ -171,7 +166,7 @@ void ct_bw_attention(ct_ctx *ctx, ct_node *n) {
 #pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j < nv; j++) dot += d[j] * p[j];
 #pragma omp simd
-        for (int64_t j = 0; j < nv; j++) d[j] = p[j] * (d[j] - dot) * scale;
+        for (int64_t j = 0; j < nv; j++) d[j] = ct_k_attn_ds(p[j], d[j], dot, scale);
         if (nv < Tk) memset(d + nv, 0, (size_t)(Tk - nv) * sizeof(float));
     }
     for (int64_t h = 0; h < BH; h++)

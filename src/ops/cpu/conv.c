@@ -22,6 +22,7 @@
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_direct.h"
+#include "ops/kmath.h"
 
 #define COL_BUDGET (1 << 20) /* floats per im2col chunk (4 MiB) */
 #define DCOL_BUDGET (1 << 18) /* floats per dcol block of the input gradient (1 MiB: an L2) */
@@ -251,23 +252,8 @@ static int64_t chunk_of(const conv_geom *g) {
 ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
     CT_DEV_DISPATCH(ctx, CT_OP_CONV2D, .in = {x, w, b}, .i = {stride, padding});
     CT_AUTOCAST(ctx, CT_OP_CONV2D, 3, ((ct_tensor **[]){&x, &w, &b}), ct_conv2d(ctx, x, w, b, stride, padding));
-    CT_CHECK_F32("conv2d", x); CT_CHECK_F32("conv2d", w);
-    CT_CHECK_CONTIG("conv2d", x); CT_CHECK_CONTIG("conv2d", w);
-    char sx[96], sw[96];
-    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1])
-        CT_FATAL("conv2d: input %s and weight %s: need [N, C, H, W] and [O, C, kh, kw]", ct_shape_str(x, sx, sizeof sx),
-                 ct_shape_str(w, sw, sizeof sw));
-    CT_CHECK(stride >= 1 && padding >= 0, "conv2d: stride %d, padding %d", stride, padding);
     conv_geom g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2], w->shape[3], 0, 0, stride, padding};
-    if (g.H + 2 * g.p < g.kh || g.W + 2 * g.p < g.kw)
-        CT_FATAL("conv2d: kernel of %s larger than padded input %s", ct_shape_str(w, sw, sizeof sw), ct_shape_str(x, sx, sizeof sx));
-    if (b) {
-        CT_CHECK_F32("conv2d", b); CT_CHECK_CONTIG("conv2d", b);
-        if (b->ndim != 1 || b->shape[0] != g.O)
-            CT_FATAL("conv2d: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
-    }
-    g.OH = (g.H + 2 * g.p - g.kh) / g.s + 1;
-    g.OW = (g.W + 2 * g.p - g.kw) / g.s + 1;
+    ct_check_conv2d(x, w, b, stride, padding, &g.OH, &g.OW);
     int64_t K = g.C * g.kh * g.kw, P = g.OH * g.OW, nbmax = chunk_of(&g);
     if (g.s == 1 && g.N > 0 && g.O * P > 0) {
         /* no col to hold: chunks small enough that the GEMM's [O, nb*P] result is still in
@@ -436,17 +422,10 @@ static inline void pool_window(const pool_geom *g, int64_t oh, int64_t ow, int64
 }
 
 static pool_geom pool_setup(const char *op, const ct_tensor *x, int kernel, int stride, int padding) {
-    char sx[96];
-    CT_CHECK_F32(op, x); CT_CHECK_CONTIG(op, x);
-    if (x->ndim != 4) CT_FATAL("%s: input must be [N, C, H, W], got %s", op, ct_shape_str(x, sx, sizeof sx));
-    if (stride <= 0) stride = kernel; /* PyTorch: stride defaults to kernel_size */
-    CT_CHECK(kernel >= 1 && padding >= 0 && 2 * padding <= kernel,
-             "%s: kernel %d, padding %d (padding must be at most half the kernel)", op, kernel, padding);
-    pool_geom g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], 0, 0, kernel, stride, padding};
-    if (g.H + 2 * g.p < g.k || g.W + 2 * g.p < g.k)
-        CT_FATAL("%s: kernel %d larger than padded input %s", op, kernel, ct_shape_str(x, sx, sizeof sx));
-    g.OH = (g.H + 2 * g.p - g.k) / g.s + 1;
-    g.OW = (g.W + 2 * g.p - g.k) / g.s + 1;
+    pool_geom g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], 0, 0, kernel, 0, padding};
+    int s = stride;
+    ct_check_pool2d(op, x, kernel, &s, padding, &g.OH, &g.OW);
+    g.s = s;
     return g;
 }
 
@@ -516,22 +495,10 @@ static void max_pool_plane(const pool_geom *g, const float *xp, float *yp, int32
         }
         return;
     }
+    /* the general window: the CUDA kernel's function (ops/kmath.h) */
     for (int64_t oh = 0; oh < g->OH; oh++)
-        for (int64_t ow = 0; ow < g->OW; ow++) {
-            int64_t h0, h1, w0, w1;
-            pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
-            float m = -INFINITY;
-            int64_t am = h0 * g->W + w0;
-            for (int64_t ih = h0; ih < h1; ih++)
-                for (int64_t iw = w0; iw < w1; iw++) {
-                    float v = xp[ih * g->W + iw];
-                    if (relu) v = v > 0 ? v : 0.0f;
-                    if (v > m || isnan(v)) { m = v; am = ih * g->W + iw; if (isnan(v)) goto done; }
-                }
-        done:
-            yp[oh * g->OW + ow] = m;
-            ap[oh * g->OW + ow] = (int32_t)am;
-        }
+        for (int64_t ow = 0; ow < g->OW; ow++)
+            yp[oh * g->OW + ow] = ct_k_max_pool_at(xp, g->H, g->W, g->k, g->s, g->p, oh, ow, relu, ap + oh * g->OW + ow);
 }
 
 static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int stride, int padding) {

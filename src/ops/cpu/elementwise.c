@@ -76,12 +76,8 @@ void ct_bw_scale(ct_ctx *ctx, ct_node *n) {
 ct_tensor *ct_bias_add(ct_ctx *ctx, ct_tensor *x, ct_tensor *b) {
     CT_DEV_DISPATCH(ctx, CT_OP_BIAS_ADD, .in = {x, b});
     CT_AUTOCAST(ctx, CT_OP_BIAS_ADD, 2, ((ct_tensor **[]){&x, &b}), ct_bias_add(ctx, x, b));
-    check_unary("bias_add", x); check_unary("bias_add", b);
-    if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
-        char sx[96], sb[96];
-        CT_FATAL("bias_add: bias %s does not match dim 1 of %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(x, sx, sizeof sx));
-    }
-    int64_t N = x->shape[0], C = x->shape[1], NC = N * C, inner = NC > 0 ? ct_numel(x) / NC : 0;
+    int64_t N, C, inner;
+    ct_check_bias_add(x, b, &N, &C, &inner);
     ct_tensor *y = ct_new_like(ctx, x);
     const float *X = x->data, *B = b->data;
     float *Y = y->data;

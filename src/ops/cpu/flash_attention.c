@@ -88,12 +88,7 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
     CT_DEV_DISPATCH(ctx, CT_OP_FLASH_ATTENTION, .in = {q, k, v}, .i = {causal});
     CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_flash_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
-    for (int i = 0; i < 3; i++) { CT_CHECK_F32("flash_attention", in[i]); CT_CHECK_CONTIG("flash_attention", in[i]); }
-    char s1[96], s2[96], s3[96];
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1] ||
-        q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
-        CT_FATAL("flash_attention: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", ct_shape_str(q, s1, sizeof s1),
-                 ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
+    ct_check_attention("flash_attention", q, k, v);
     att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], 1.0f, causal, own_gemm()};
     a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
     int64_t BH = q->shape[0] * q->shape[1], ntile = (a.Tq + BR - 1) / BR;

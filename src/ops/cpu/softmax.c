@@ -54,7 +54,7 @@ void ct_bw_softmax(ct_ctx *ctx, ct_node *n) {
         for (int64_t j = 0; j < D; j++) dd += (double)g[j] * y[j];
         float dot = (float)dd;
 #pragma omp simd
-        for (int64_t j = 0; j < D; j++) o[j] += y[j] * (g[j] - dot);
+        for (int64_t j = 0; j < D; j++) o[j] += ct_k_softmax_bwd(y[j], g[j], dot);
     }
 }
 
@@ -73,8 +73,8 @@ ct_tensor *ct_log_softmax(ct_ctx *ctx, ct_tensor *x) {
         float *yr = Y + r * D;
         float m = row_max(xr, D);
         float s = ct_vexp_sub_sum(yr, xr, m, D); /* yr used as scratch */
-        float lse = m + logf(s);
-        for (int64_t j = 0; j < D; j++) yr[j] = xr[j] - lse;
+        float lse = ct_k_attn_lse(m, s);
+        for (int64_t j = 0; j < D; j++) yr[j] = ct_k_log_softmax_out(xr[j], lse);
     }
     ct_node *nd = ct_record(ctx, CT_OP_LOG_SOFTMAX, y, 1, &x);
     if (nd) nd->i[0] = D;
@@ -93,7 +93,7 @@ void ct_bw_log_softmax(ct_ctx *ctx, ct_node *n) {
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j < D; j++) s += g[j];
 #pragma omp simd
-        for (int64_t j = 0; j < D; j++) o[j] += g[j] - ct_vexpf(y[j]) * s;
+        for (int64_t j = 0; j < D; j++) o[j] += ct_k_log_softmax_bwd(y[j], g[j], s);
     }
 }
 
@@ -201,13 +201,13 @@ void ct_bw_mse_loss(ct_ctx *ctx, ct_node *n) {
     int64_t N = n->i[0];
     if (N == 0) return;
     const float *A = n->in[0]->data, *B = n->in[1]->data;
-    float g = 2.0f * ct_f32(n->out->grad)[0] / (float)N;
+    float g = ct_k_mse_scale(ct_f32(n->out->grad)[0], N);
     float *ga = ct_grad_acc(ctx, n->in[0]);
     if (ga)
 #pragma omp parallel for simd if (N >= (1 << 16))
-        for (int64_t i = 0; i < N; i++) ga[i] += g * (A[i] - B[i]);
+        for (int64_t i = 0; i < N; i++) ga[i] += ct_k_mse_grad(A[i], B[i], g);
     float *gb = ct_grad_acc(ctx, n->in[1]);
     if (gb)
 #pragma omp parallel for simd if (N >= (1 << 16))
-        for (int64_t i = 0; i < N; i++) gb[i] -= g * (A[i] - B[i]);
+        for (int64_t i = 0; i < N; i++) gb[i] -= ct_k_mse_grad(A[i], B[i], g);
 }

@@ -1,0 +1,83 @@
+/* Private to src/cuda's op entries (ops.c, ops_more.c): the state of one op's run on a
+ * device, output and scratch buffers, the row-major GEMM and gradient accumulation. Static
+ * inline so that each entry file stays one translation unit of its own. */
+#ifndef CT_CUDA_OPS_UTIL_H
+#define CT_CUDA_OPS_UTIL_H
+#include "core/kernel.h"
+#include "cuda/cuda.h"
+#include "ops/op_table.h"
+
+typedef struct {
+    ct_ctx *ctx;
+    ct_device dev;
+    cudaStream_t s;
+} run;
+
+/* false when the context has failed already or the device cannot be used */
+static inline bool begin(ct_ctx *ctx, ct_device d, const char *op, run *r) {
+    r->ctx = ctx;
+    r->dev = d;
+    r->s = NULL;
+    if (ct_ctx_status(ctx) != CT_OK) return false;
+    ct_status st = ct_cuda_set_device(d.index, op);
+    if (st == CT_OK) st = ct_cuda_stream(d.index, CT_CUDA_COMPUTE, &r->s);
+    return ct_ctx_fail(ctx, st) == CT_OK;
+}
+static inline bool ok(run *r, ct_status st) { return ct_ctx_fail(r->ctx, st) == CT_OK; }
+
+static inline ct_tensor *out_like(run *r, const ct_tensor *x, int ndim, const int64_t *shape, const char *op) {
+    return ct_new_on(r->ctx, r->dev, CT_F32, ndim, shape ? shape : x->shape, op);
+}
+static inline float *scratch(run *r, int64_t n, const char *op) {
+    return ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * sizeof(float), op);
+}
+
+/* row-major GEMM on cuBLASLt (f32, no TF32): C = alpha op(A) op(B) + beta C */
+static inline bool gemm_scaled(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
+                               const float *A, const float *B, float *C, float beta, const float *bias) {
+    if (M == 0 || N == 0) return true;
+    if (K == 0 && !bias) /* an empty sum: C = beta C, without asking cuBLASLt for a K of 0 */
+        return ok(r, beta == 0.0f ? ct_cuda_fill(r->s, C, 0.0f, M * N * batch) : ct_cuda_scale(r->s, C, beta, C, M * N * batch));
+    ct_cuda_gemm_desc d = {.dt = CT_CUDA_F32, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch, .alpha = alpha,
+                           .beta = beta, .epi = bias ? CT_GEMM_EPI_BIAS : CT_GEMM_EPI_NONE, .bias = bias};
+    return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, C));
+}
+static inline bool gemm(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, const float *A,
+                        const float *B, float *C, float beta, const float *bias) {
+    return gemm_scaled(r, ta, tb, M, N, K, batch, 1.0f, A, B, C, beta, bias);
+}
+
+/* ---- gradient accumulation ---- */
+/* Where a kernel that writes (dx =) puts t's gradient: t's fresh buffer, or scratch added
+ * by acc_end. NULL: t needs none (or the context failed). */
+static inline float *acc_begin(run *r, ct_tensor *t, bool *direct) {
+    bool fresh;
+    *direct = false;
+    float *g = ct_grad_acc_fresh(r->ctx, t, &fresh);
+    if (!g) return NULL;
+    if (fresh) { *direct = true; return g; }
+    return scratch(r, ct_numel(t), "backward");
+}
+static inline void acc_end(run *r, ct_tensor *t, float *w, bool direct) {
+    int64_t n = ct_numel(t);
+    if (w && !direct && n > 0) ok(r, ct_cuda_add(r->s, t->grad->data, w, t->grad->data, n, n));
+}
+/* t.grad += g (same number of elements) */
+static inline void acc_add(run *r, ct_tensor *t, const float *g) {
+    bool fresh;
+    float *gt = ct_grad_acc_fresh(r->ctx, t, &fresh);
+    int64_t n = ct_numel(t);
+    if (!gt || n == 0) return;
+    ok(r, fresh ? ct_cuda_scale(r->s, g, 1.0f, gt, n) : ct_cuda_add(r->s, gt, g, gt, n, n));
+}
+/* t.grad [cols] += column sums of g [rows, cols]: a GEMM with a row of ones */
+static inline void acc_colsum(run *r, ct_tensor *t, const float *g, int64_t rows, int64_t cols) {
+    bool fresh;
+    float *gt = ct_grad_acc_fresh(r->ctx, t, &fresh);
+    if (!gt || cols == 0) return;
+    float *ones = scratch(r, rows, "backward");
+    if (!ones || !ok(r, ct_cuda_fill(r->s, ones, 1.0f, rows))) return;
+    gemm(r, false, false, 1, cols, rows, 1, ones, g, gt, fresh ? 0.0f : 1.0f, NULL);
+}
+
+#endif

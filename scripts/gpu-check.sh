@@ -20,7 +20,7 @@
 #   device   the CPU-side tests of the device plumbing (test_device) in this build
 #   trainer  tests/scripts/gpu_train.sh: `ctrain train mlp|gpt --device cuda` a few steps against
 #            the CPU run (losses within 2e-3), GPU memory in the progress line and metrics, a
-#            resume on the GPU, --export hf, --amp refused
+#            resume on the GPU, --clip with --loss-scaling, --export hf, --amp refused
 #   cli      `ctrain env --check` (the NCCL all-reduce across the visible GPUs) and
 #            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build

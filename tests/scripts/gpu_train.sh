@@ -4,7 +4,7 @@
 # few steps with the same losses and evaluation within 2e-3 (f32 on both; the GPU's sums run
 # in another order); the progress line and metrics report the GPU memory; a checkpoint
 # written on the GPU resumes there to the same losses; --export hf works after GPU training;
-# gradient clipping follows the CPU too; --amp is refused naming the flag.
+# gradient clipping with loss scaling follows the CPU too; --amp is refused naming the flag.
 # Exits 77 "no CUDA GPU" where there is none (tests/scripts/train_device.sh covers that).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +27,7 @@ for i in $(seq 1 200); do echo "line $i of a text with $((i*7 % 31)) words and $
 mlp=(mlp --data-dir "$d/idx" --hidden 128 --batch-size 32 --steps 12 --log-every 3 --eval-every 6 --lr 0.01)
 gpt=(gpt --text "$d/t.txt" --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --batch-size 8 --steps 12 --log-every 3
      --eval-every 6 --save-every 6 --export hf)
-gptclip=("${gpt[@]}" --clip 0.5)
+gptclip=("${gpt[@]}" --clip 0.5 --loss-scaling)
 nums() { grep -E "^(step|eval)" "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/'; }
 close() { # LOG_A LOG_B WHAT: the same number of progress and eval lines, losses within 2e-3
     paste <(nums "$1") <(nums "$2") > "$d/pairs"

@@ -143,6 +143,9 @@ ct_status ct_cuda_mse_bwd(cudaStream_t s, const float *a, const float *b, int64_
                           float *db);
 /* y (dtype to) = x (dtype from), n elements, f32/bf16/f16 each way (round to nearest even) */
 typedef enum { CT_CUDA_CAST_F32 = 0, CT_CUDA_CAST_BF16, CT_CUDA_CAST_F16 } ct_cuda_cast_type;
+static inline ct_cuda_cast_type ct_cuda_cast_type_of(ct_dtype dt) {
+    return dt == CT_BF16 ? CT_CUDA_CAST_BF16 : dt == CT_F16 ? CT_CUDA_CAST_F16 : CT_CUDA_CAST_F32;
+}
 ct_status ct_cuda_cast(cudaStream_t s, const void *x, ct_cuda_cast_type from, void *y, ct_cuda_cast_type to, int64_t n);
 /* cast backward: dx (f32) = g (f32) rounded to `to`'s precision (the low-precision
  * gradient's value, as the CPU op) */

@@ -88,6 +88,8 @@ ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float
  * through l += src (contiguous); the view must not map two elements to one. */
 typedef struct { int ndim; int64_t shape[5], stride[5]; } ct_cuda_layout;
 ct_status ct_cuda_strided_copy(cudaStream_t s, float *dst, const float *src, const ct_cuda_layout *l);
+/* the same copy for 2-byte elements (bf16, f16) */
+ct_status ct_cuda_strided_copy16(cudaStream_t s, void *dst, const void *src, const ct_cuda_layout *l);
 ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *l, const float *src);
 
 /* ---- streams: one compute and one communication stream per device, created on first use

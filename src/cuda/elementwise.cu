@@ -42,6 +42,10 @@ __device__ inline int64_t strided_off(const ct_cuda_layout &l, int64_t i) {
 __global__ void strided_copy_k(float *dst, const float *src, ct_cuda_layout l, int64_t n) {
     CT_GRID_STRIDE(i, n) dst[i] = src[strided_off(l, i)];
 }
+/* 2-byte elements: bf16 and f16 bit for bit (autocast's saved activations) */
+__global__ void strided_copy16_k(uint16_t *dst, const uint16_t *src, ct_cuda_layout l, int64_t n) {
+    CT_GRID_STRIDE(i, n) dst[i] = src[strided_off(l, i)];
+}
 /* the view is one-to-one (transpose, slice, permutation): no two i write one element */
 __global__ void strided_add_k(float *dst, ct_cuda_layout l, const float *src, int64_t n) {
     CT_GRID_STRIDE(i, n) dst[strided_off(l, i)] += src[i];
@@ -82,6 +86,10 @@ ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n) {
 ct_status ct_cuda_strided_copy(cudaStream_t s, float *dst, const float *src, const ct_cuda_layout *l) {
     int64_t n = numel(l);
     LAUNCH("strided copy", strided_copy_k, n, dst, src, *l, n);
+}
+ct_status ct_cuda_strided_copy16(cudaStream_t s, void *dst, const void *src, const ct_cuda_layout *l) {
+    int64_t n = numel(l);
+    LAUNCH("strided copy", strided_copy16_k, n, (uint16_t *)dst, (const uint16_t *)src, *l, n);
 }
 ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *l, const float *src) {
     int64_t n = numel(l);

@@ -258,13 +258,15 @@ static void acc_strided(run *r, ct_tensor *x, ct_cuda_layout l, int64_t offset, 
 
 static ct_tensor *fwd_contiguous(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
-    CT_CHECK(ct_dtype_size(x->dtype) == 4, "contiguous on cuda:%d: %s elements (the copy kernel moves 4-byte ones)",
+    size_t es = ct_dtype_size(x->dtype);
+    CT_CHECK(es == 4 || es == 2, "contiguous on cuda:%d: %s elements (the copy kernels move 4- and 2-byte ones)",
              x->device.index, ct_dtype_name(x->dtype));
     run r;
     bool go = begin(ctx, x->device, "contiguous", &r);
     ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, x->ndim, x->shape, "contiguous");
     ct_cuda_layout l = layout(x->ndim, x->shape, x->stride);
-    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    if (go && y->data)
+        ok(&r, es == 4 ? ct_cuda_strided_copy(r.s, y->data, x->data, &l) : ct_cuda_strided_copy16(r.s, y->data, x->data, &l));
     ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);
     return y;
 }

@@ -208,6 +208,7 @@ typedef struct {
     float alpha, beta;
     ct_gemm_epilogue epi;
     const void *bias; /* dtype of C; with BIAS epilogues */
+    bool c_f32;       /* bf16 A and B with an f32 C (and bias): autocast's products, f32 results */
 } ct_cuda_gemm_desc;
 /* dev: the current device, whose stream s is (its cuBLASLt handle and workspace are used) */
 ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C);

@@ -19,19 +19,41 @@
 #include "cuda/ops_util.h"
 #include "ops/op_table.h"
 
+/* Linear and matmul take f32 operands, or all bf16 ones: autocast's bf16 run hands them its
+ * rounded tensors directly (src/ops/cpu/autocast.c) instead of f32 copies. Then the GEMMs read
+ * bf16 with an f32 result (exact products, f32 sums), which autocast rounds to the bf16
+ * output; backward gets the output's gradient already rounded to bf16 values and reads a bf16
+ * copy of it. */
+static bool bf16_operands(const char *op, const ct_tensor *a, const ct_tensor *b, const ct_tensor *c) {
+    if (a->dtype != CT_BF16) {
+        CT_CHECK_F32(op, a);
+        CT_CHECK_F32(op, b);
+        if (c) CT_CHECK_F32(op, c);
+        return false;
+    }
+    CT_CHECK(b->dtype == CT_BF16 && (!c || c->dtype == CT_BF16), "%s on cuda:%d: bf16 and %s operands", op, a->device.index,
+             ct_dtype_name(b->dtype == CT_BF16 && c ? c->dtype : b->dtype));
+    return true;
+}
+
 /* ---- linear: y = x W^T + b ---- */
 static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     int64_t rows, in, out, shape[CT_MAX_DIMS];
-    CT_CHECK_F32("linear", x);
-    CT_CHECK_F32("linear", w);
+    bool lp = bf16_operands("linear", x, w, b);
     ct_check_linear(x, w, b, &rows, &in, &out);
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out;
     run r;
     bool go = begin(ctx, x->device, "linear", &r);
     ct_tensor *y = out_like(&r, x, x->ndim, shape, "linear");
-    if (go && y->data) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
+    if (go && y->data && !lp) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
+    if (go && y->data && lp && gemm_any(&r, true, false, true, rows, out, in, 1, 1.0f, x->data, w->data, y->data, 0.0f, NULL) && b) {
+        /* the bias added to the f32 sums, as the CPU op does (its bf16 values widened exactly) */
+        float *b32 = scratch(&r, out, "linear");
+        if (b32 && ok(&r, ct_cuda_cast(r.s, b->data, CT_CUDA_CAST_BF16, b32, CT_CUDA_CAST_F32, out)))
+            ok(&r, ct_cuda_bias_add(r.s, y->data, b32, y->data, rows * out, out, 1));
+    }
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
     return y;
@@ -40,11 +62,13 @@ static void bw_linear(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "linear backward", &r)) return;
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
+    bool lp = n->in[0]->dtype == CT_BF16, fx, fw;
     const float *dY = n->out->grad->data;
-    bool fx, fw;
+    const void *g = lp ? bf16_copy(&r, dY, rows * out, "linear backward") : dY;
+    if (!g) return;
     float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
-    if (dX) gemm(&r, false, false, rows, in, out, 1, dY, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
-    if (dW) gemm(&r, true, false, out, in, rows, 1, dY, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
+    if (dX) gemm_any(&r, lp, false, false, rows, in, out, 1, 1.0f, g, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
+    if (dW) gemm_any(&r, lp, true, false, out, in, rows, 1, 1.0f, g, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
     if (n->nin > 2) acc_colsum(&r, n->in[2], dY, rows, out);
 }
 
@@ -53,14 +77,13 @@ static ct_tensor *fwd_matmul(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *A = a->in[0], *B = a->in[1];
     bool ta = a->i[0], tb = a->i[1];
     int64_t M, N, K, batch;
-    CT_CHECK_F32("matmul", A);
-    CT_CHECK_F32("matmul", B);
+    bool lp = bf16_operands("matmul", A, B, NULL);
     ct_check_matmul(A, B, ta, tb, &M, &N, &K, &batch);
     int64_t shape[3] = {batch, M, N};
     run r;
     bool go = begin(ctx, A->device, "matmul", &r);
     ct_tensor *c = out_like(&r, A, A->ndim, A->ndim == 3 ? shape : shape + 1, "matmul");
-    if (go && c->data) gemm(&r, ta, tb, M, N, K, batch, A->data, B->data, c->data, 0.0f, NULL);
+    if (go && c->data) gemm_any(&r, lp, ta, tb, M, N, K, batch, 1.0f, A->data, B->data, c->data, 0.0f, NULL);
     ct_node *n = ct_record(ctx, CT_OP_MATMUL, c, 2, (ct_tensor *[]){A, B});
     if (n) { n->i[0] = ta; n->i[1] = tb; n->i[2] = M; n->i[3] = N; n->i[4] = K; n->i[5] = batch; }
     return c;
@@ -70,15 +93,17 @@ static void bw_matmul(ct_ctx *ctx, ct_node *n) {
     if (!begin(ctx, n->out->device, "matmul backward", &r)) return;
     bool ta = n->i[0], tb = n->i[1], fa, fb;
     int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
-    const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
+    bool lp = n->in[0]->dtype == CT_BF16;
+    const void *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
+    if (lp && !(dC = bf16_copy(&r, dC, M * N * batch, "matmul backward"))) return;
     float *dA = ct_grad_acc_fresh(ctx, n->in[0], &fa), *dB = ct_grad_acc_fresh(ctx, n->in[1], &fb);
     if (dA) { /* the CPU op's formulas (src/ops/cpu/gemm.c), batched */
-        if (!ta) gemm(&r, false, !tb, M, K, N, batch, dC, B, dA, fa ? 0.0f : 1.0f, NULL);
-        else gemm(&r, tb, true, K, M, N, batch, B, dC, dA, fa ? 0.0f : 1.0f, NULL);
+        if (!ta) gemm_any(&r, lp, false, !tb, M, K, N, batch, 1.0f, dC, B, dA, fa ? 0.0f : 1.0f, NULL);
+        else gemm_any(&r, lp, tb, true, K, M, N, batch, 1.0f, B, dC, dA, fa ? 0.0f : 1.0f, NULL);
     }
     if (dB) {
-        if (!tb) gemm(&r, !ta, false, K, N, M, batch, A, dC, dB, fb ? 0.0f : 1.0f, NULL);
-        else gemm(&r, true, ta, N, K, M, batch, dC, A, dB, fb ? 0.0f : 1.0f, NULL);
+        if (!tb) gemm_any(&r, lp, !ta, false, K, N, M, batch, 1.0f, A, dC, dB, fb ? 0.0f : 1.0f, NULL);
+        else gemm_any(&r, lp, true, ta, N, K, M, batch, 1.0f, dC, A, dB, fb ? 0.0f : 1.0f, NULL);
     }
 }
 

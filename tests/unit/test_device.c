@@ -154,8 +154,8 @@ static void fake_sum_bw(ct_ctx *ctx, ct_node *n) {
     for (int64_t i = 0; g && i < ct_numel(n->in[0]); i++) g[i] += ct_f32(n->out->grad)[0];
     if (scratch && live_bufs > live_max) live_max = live_bufs;
 }
-/* a device cast and an f32-only device matmul (2-d, no transposes), on host memory: what
- * autocast hands a device op without bf16 kernels */
+/* a device cast and a device matmul (2-d, no transposes) on host memory: f32 operands, or
+ * bf16 ones read as they are with an f32 result, as the CUDA entry takes them from autocast */
 static ct_tensor *fake_cast(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
     ct_dtype dt = (ct_dtype)a->i[0];
@@ -170,16 +170,21 @@ static void fake_cast_bw(ct_ctx *ctx, ct_node *n) {
     f_round(0, go, n->out->dtype, ct_numel(n->out));
     for (int64_t i = 0; g && i < ct_numel(n->out); i++) g[i] += go[i];
 }
+static float ld(const ct_tensor *t, int64_t i) {
+    return t->dtype == CT_BF16 ? ct_k_bf16_to_f32(((const uint16_t *)t->data)[i]) : ((const float *)t->data)[i];
+}
+static int bf16_matmuls; /* forwards and backwards that read bf16 operands */
 static ct_tensor *fake_matmul(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *A = a->in[0], *B = a->in[1];
     int64_t M, N, K, batch;
     ct_check_matmul(A, B, a->i[0], a->i[1], &M, &N, &K, &batch);
-    CT_CHECK(A->dtype == CT_F32 && B->dtype == CT_F32 && batch == 1 && !a->i[0] && !a->i[1], "the stand-in matmul: f32, 2-d, plain");
+    CT_CHECK(A->dtype == B->dtype && batch == 1 && !a->i[0] && !a->i[1], "the stand-in matmul: one dtype, 2-d, plain");
+    bf16_matmuls += A->dtype == CT_BF16;
     ct_tensor *y = ct_new_on(ctx, A->device, CT_F32, 2, (int64_t[]){M, N}, "matmul");
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             float t = 0;
-            for (int64_t k = 0; k < K; k++) t += ct_f32(A)[i * K + k] * ct_f32(B)[k * N + j];
+            for (int64_t k = 0; k < K; k++) t += ld(A, i * K + k) * ld(B, k * N + j);
             ct_f32(y)[i * N + j] = t;
         }
     ct_record(ctx, CT_OP_MATMUL, y, 2, (ct_tensor *[]){A, B});
@@ -187,15 +192,15 @@ static ct_tensor *fake_matmul(ct_ctx *ctx, const ct_op_args *a) {
 }
 static void fake_matmul_bw(ct_ctx *ctx, ct_node *n) {
     ct_tensor *A = n->in[0], *B = n->in[1];
-    CT_CHECK(A->dtype == CT_F32 && B->dtype == CT_F32, "the stand-in matmul's backward: f32 copies");
+    bf16_matmuls += A->dtype == CT_BF16;
     int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
     const float *G = n->out->grad->data;
     float *gA = ct_grad_acc(ctx, A), *gB = ct_grad_acc(ctx, B);
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
             for (int64_t k = 0; k < K; k++) {
-                if (gA) gA[i * K + k] += G[i * N + j] * ct_f32(B)[k * N + j];
-                if (gB) gB[k * N + j] += G[i * N + j] * ct_f32(A)[i * K + k];
+                if (gA) gA[i * K + k] += G[i * N + j] * ld(B, k * N + j);
+                if (gB) gB[k * N + j] += G[i * N + j] * ld(A, i * K + k);
             }
 }
 
@@ -429,9 +434,10 @@ CT_TEST(train_step_on_device) {
 }
 
 /* Autocast on device tensors: the policy applied by the device dispatch (the cast op on the
- * device, the f32-only device matmul given f32 copies made there and its result rounded to a
- * bf16 tensor on the device, the f32-policy sum giving f32), the copies returned to the
- * allocator when each op is done, and the loss and the f32 parameter gradients the CPU's. */
+ * device, the device matmul reading the bf16 casts with its f32 result rounded to a bf16
+ * tensor on the device, forward and backward; the f32-policy sum given an f32 copy made there
+ * and giving f32), the copies returned to the allocator when each op is done, and the loss
+ * and the f32 parameter gradients the CPU's. */
 CT_TEST(autocast_on_device) {
     use_fake();
     ct_op_register_device(CT_DEV_CUDA, CT_OP_CAST, fake_cast, fake_cast_bw);
@@ -448,17 +454,19 @@ CT_TEST(autocast_on_device) {
         ct_ctx *c;
         CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
         int before = live_bufs;
+        bf16_matmuls = 0;
         CT_ASSERT(ct_autocast_begin(c, CT_BF16) == CT_OK);
         ct_tensor *y = ct_matmul(c, W, V, false, false);
         ct_tensor *l = ct_sum(c, y);
         ct_autocast_end(c);
         CT_EXPECTF(y->dtype == CT_BF16 && l->dtype == CT_F32 && y->device.type == (d ? CT_DEV_CUDA : CT_DEV_CPU),
                    "dtypes %s, %s", ct_dtype_name(y->dtype), ct_dtype_name(l->dtype));
-        /* kept on the device: the two bf16 casts, y and the loss; the f32 copies and results are gone */
+        /* kept on the device: the two bf16 casts, y and the loss; the f32 copy and results are gone */
         if (d) CT_EXPECTF(live_bufs == before + 4, "%d device buffers live after the forward, %d before", live_bufs, before);
         loss[d] = ct_item(l);
         ct_backward(c, l);
         CT_EXPECT(ct_ctx_status(c) == CT_OK);
+        if (d) CT_EXPECTF(bf16_matmuls == 2, "%d of the device matmul's forward and backward read bf16", bf16_matmuls);
         ct_ctx_free(c);
         if (d) CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
         memcpy(grad[d], ct_params_grad(P), sizeof grad[d]);

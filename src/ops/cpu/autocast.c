@@ -19,7 +19,8 @@
  * ct_ac_enter/ct_ac_leave around the device forward): the casts are the device's cast op,
  * the f32 copies and the rounded output are made on the device by its conversion hooks
  * (ct_device_hooks.convert/round), and the copies are returned to the allocator when the op
- * is done, as the CPU's temporaries are. Every device op runs on the f32 copies for now. */
+ * is done, as the CPU's temporaries are. Matmul and linear read bf16 on the device (cuBLASLt's
+ * bf16 GEMMs with f32 results); the other device ops run on the f32 copies. */
 #include <stdint.h>
 #include <string.h>
 
@@ -73,10 +74,10 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
 
 bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
-/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16 (the CPU's
- * GEMMs only: the device ops run on f32 copies) */
+/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16: the CPU's bf16
+ * GEMM where the CPU has it, cuBLASLt's bf16 GEMMs on a device (src/cuda/ops.c) */
 static bool direct(int op, ct_dtype run, bool dev) {
-    return !dev && run == CT_BF16 && (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16();
+    return run == CT_BF16 && (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && (dev || ct_ac_reads_bf16());
 }
 
 /* the gradient g of a low-precision tensor t rounded to t's dtype, in place */
@@ -255,8 +256,9 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     ct_tensor *o = n->out;
     bool dir = direct(op, o->dtype, !cpu);
     unsigned reads = dir ? 0 : bw_reads(op); /* direct: reads the bf16 tensors themselves */
-    /* a direct op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum) */
-    if (is_lowp(o) && !dir) round_grad(ctx, o, o->grad->data);
+    /* a direct CPU op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum);
+     * a device one gets it rounded (then read as bf16 by its GEMMs, exactly) */
+    if (is_lowp(o) && (!dir || !cpu)) round_grad(ctx, o, o->grad->data);
     if (is_lowp(o) && (reads & READS_OUT)) {
         s.out = f32_copy(ctx, o);
         s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;

@@ -461,13 +461,21 @@ static void bw_embedding(ct_ctx *ctx, ct_node *n) {
         ok(&r, ct_cuda_embedding_bwd(r.s, n->out->grad->data, idx->data, idx->dtype == CT_I64, n->i[0], n->i[2], n->i[1], gw));
 }
 
-/* ---- flash attention: q, k, v [B, H, T, D] of one shape (self-attention), D <= 128 ---- */
+/* ---- flash attention: q, k, v [B, H, T, D] of one shape (self-attention), D <= 128 ----
+ * f32, or bf16 under autocast (the bf16 kernels: bf16 in and out, f32 arithmetic; autocast
+ * keeps the bf16 output as it is). Backward in bf16 reads a bf16 copy of the output's
+ * gradient (already rounded) and adds the kernel's bf16 dq, dk, dv to the f32 gradients. */
 static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
-    for (int i = 0; i < 3; i++) { CT_CHECK_F32("flash_attention", a->in[i]); CT_CHECK_CONTIG("flash_attention", a->in[i]); }
+    bool lp = q->dtype == CT_BF16;
+    for (int i = 0; i < 3; i++) {
+        CT_CHECK(a->in[i]->dtype == (lp ? CT_BF16 : CT_F32), "flash_attention on cuda:%d: %s and %s inputs", q->device.index,
+                 ct_dtype_name(q->dtype), ct_dtype_name(a->in[i]->dtype));
+        CT_CHECK_CONTIG("flash_attention", a->in[i]);
+    }
     run r;
     bool go = begin(ctx, q->device, "flash_attention", &r);
-    ct_tensor *y = out_like(&r, q, q->ndim, NULL, "flash_attention");
+    ct_tensor *y = ct_new_on(ctx, q->device, q->dtype, q->ndim, q->shape, "flash_attention");
     if (q->ndim != 4 || !ct_same_shape(q, k) || !ct_same_shape(q, v)) {
         char s1[96];
         ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "flash_attention on cuda:%d: q %s: the kernel takes q, k, v of one shape [B, H, T, D]",
@@ -478,7 +486,8 @@ static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     int D = (int)q->shape[3];
     float *lse = scratch(&r, BH * T, "flash_attention");
     if (go && y->data && lse)
-        ok(&r, ct_cuda_attention(r.s, CT_CUDA_F32, q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0));
+        ok(&r, ct_cuda_attention(r.s, lp ? CT_CUDA_BF16 : CT_CUDA_F32, q->data, k->data, v->data, y->data, lse, BH, T, D,
+                                 a->i[0] != 0));
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){q, k, v});
     if (nd) { nd->saved = lse; nd->i[0] = a->i[0]; }
     return y;
@@ -487,19 +496,27 @@ static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "flash_attention backward", &r)) return;
     ct_tensor *q = n->in[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2];
-    bool direct[3];
-    float *d[3];
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], N = ct_numel(q);
+    bool lp = q->dtype == CT_BF16, direct[3] = {false, false, false};
+    void *d[3];
     for (int i = 0; i < 3; i++) {
-        d[i] = acc_begin(&r, n->in[i], &direct[i]);
-        if (!d[i]) d[i] = scratch(&r, ct_numel(q), "flash_attention backward"); /* the kernel writes all three */
+        d[i] = lp ? NULL : acc_begin(&r, n->in[i], &direct[i]);
+        /* the kernel writes all three; bf16 ones to scratch, added to the f32 gradients below */
+        if (!d[i]) d[i] = lp ? ct_ctx_dev_alloc(ctx, r.dev, (size_t)(N > 0 ? N : 1) * 2, "flash_attention backward")
+                             : scratch(&r, N, "flash_attention backward");
     }
     float *dr = scratch(&r, BH * T, "flash_attention backward");
-    if (!d[0] || !d[1] || !d[2] || !dr) return;
-    ok(&r, ct_cuda_attention_bwd(r.s, CT_CUDA_F32, q->data, n->in[1]->data, n->in[2]->data, n->out->data,
-                                 n->out->grad->data, n->saved, dr, d[0], d[1], d[2], BH, T, (int)q->shape[3], n->i[0] != 0));
-    for (int i = 0; i < 3; i++)
-        if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]);
+    const void *dO = lp ? bf16_copy(&r, n->out->grad->data, N, "flash_attention backward") : n->out->grad->data;
+    if (!d[0] || !d[1] || !d[2] || !dr || !dO) return;
+    if (!ok(&r, ct_cuda_attention_bwd(r.s, lp ? CT_CUDA_BF16 : CT_CUDA_F32, q->data, n->in[1]->data, n->in[2]->data,
+                                      n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH, T, (int)q->shape[3], n->i[0] != 0)))
+        return;
+    for (int i = 0; i < 3; i++) {
+        if (!lp) { if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]); continue; }
+        if (!(n->in[i]->flags & CT_TF_REQUIRES_GRAD)) continue;
+        float *w = acc_begin(&r, n->in[i], &direct[i]);
+        if (w && ok(&r, ct_cuda_cast(r.s, d[i], CT_CUDA_CAST_BF16, w, CT_CUDA_CAST_F32, N))) acc_end(&r, n->in[i], w, direct[i]);
+    }
 }
 
 void ct_cuda_register_ops_(void) {

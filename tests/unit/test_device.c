@@ -204,6 +204,22 @@ static void fake_matmul_bw(ct_ctx *ctx, ct_node *n) {
             }
 }
 
+/* a stand-in for a device op with bf16 kernels and a bf16 output (the CUDA flash attention):
+ * here y = v, bf16 in and out; backward dv += dy */
+static ct_tensor *fake_flash(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *v = a->in[2];
+    CT_CHECK(v->dtype == CT_BF16 && a->in[0]->dtype == CT_BF16, "the stand-in flash attention: bf16 under autocast");
+    ct_tensor *y = ct_new_on(ctx, v->device, CT_BF16, v->ndim, v->shape, "flash_attention");
+    memcpy(y->data, v->data, ct_nbytes(v));
+    ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){a->in[0], a->in[1], v});
+    return y;
+}
+static void fake_flash_bw(ct_ctx *ctx, ct_node *n) {
+    CT_CHECK(n->in[2]->dtype == CT_BF16 && n->out->dtype == CT_BF16, "the stand-in flash attention's backward: bf16");
+    float *g = ct_grad_acc(ctx, n->in[2]);
+    for (int64_t i = 0; g && i < ct_numel(n->out); i++) g[i] += ct_f32(n->out->grad)[i];
+}
+
 static void use_fake(void) {
     ct_device_register(CT_DEV_CUDA, &fake);
     ct_op_register_device(CT_DEV_CUDA, CT_OP_SUM, fake_sum, fake_sum_bw);
@@ -477,6 +493,44 @@ CT_TEST(autocast_on_device) {
     for (int i = 0; i < 12; i++) same = same && fabsf(grad[0][i] - grad[1][i]) <= 1e-6f * fabsf(grad[0][i]);
     CT_EXPECT(same);
     ct_op_register_device(CT_DEV_CUDA, CT_OP_MATMUL, NULL, NULL);
+    CT_EXPECT(live_bufs == 0);
+}
+
+/* A device op with its own bf16 kernels (flash attention) keeps its bf16 output: no f32 result
+ * or copies, the output's gradient reaching the f32 master gradient through the cast. */
+CT_TEST(autocast_keeps_a_device_bf16_output) {
+    use_fake();
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_CAST, fake_cast, fake_cast_bw);
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_FLASH_ATTENTION, fake_flash, fake_flash_bw);
+    ct_params *P;
+    CT_ASSERT(ct_params_create(&P) == CT_OK);
+    ct_tensor *V = ct_param(P, "v", 4, (int64_t[]){1, 1, 4, 8}, CT_INIT_KAIMING_UNIFORM, 8);
+    CT_ASSERT(ct_params_finalize(P, 2) == CT_OK);
+    float v0[32];
+    memcpy(v0, V->data, sizeof v0);
+    CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    int before = live_bufs;
+    CT_ASSERT(ct_autocast_begin(c, CT_BF16) == CT_OK);
+    ct_tensor *y = ct_flash_attention(c, V, V, V, true);
+    ct_tensor *l = ct_sum(c, y);
+    ct_autocast_end(c);
+    CT_EXPECTF(y->dtype == CT_BF16 && y->device.type == CT_DEV_CUDA && l->dtype == CT_F32, "y %s, loss %s", ct_dtype_name(y->dtype),
+               ct_dtype_name(l->dtype));
+    CT_EXPECTF(live_bufs == before + 3, "%d device buffers after the forward, %d before (the cast, y, the loss)", live_bufs, before);
+    bool same = true;
+    for (int i = 0; i < 32; i++) same = same && ((uint16_t *)y->data)[i] == ct_k_f32_to_bf16(v0[i]);
+    CT_EXPECT(same);
+    ct_backward(c, l);
+    CT_EXPECT(ct_ctx_status(c) == CT_OK);
+    ct_ctx_free(c);
+    CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+    bool ones = true;
+    for (int i = 0; i < 32; i++) ones = ones && ct_params_grad(P)[i] == 1.0f;
+    CT_EXPECT(ones);
+    ct_params_free(P);
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_FLASH_ATTENTION, NULL, NULL);
     CT_EXPECT(live_bufs == 0);
 }
 

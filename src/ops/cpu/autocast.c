@@ -20,7 +20,8 @@
  * the f32 copies and the rounded output are made on the device by its conversion hooks
  * (ct_device_hooks.convert/round), and the copies are returned to the allocator when the op
  * is done, as the CPU's temporaries are. Matmul and linear read bf16 on the device (cuBLASLt's
- * bf16 GEMMs with f32 results); the other device ops run on the f32 copies. */
+ * bf16 GEMMs with f32 results), flash attention too (its bf16 kernels, bf16 output); the
+ * other device ops run on the f32 copies. */
 #include <stdint.h>
 #include <string.h>
 
@@ -77,7 +78,9 @@ bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 /* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16: the CPU's bf16
  * GEMM where the CPU has it, cuBLASLt's bf16 GEMMs on a device (src/cuda/ops.c) */
 static bool direct(int op, ct_dtype run, bool dev) {
-    return run == CT_BF16 && (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && (dev || ct_ac_reads_bf16());
+    if (run != CT_BF16) return false;
+    if (op == CT_OP_LINEAR || op == CT_OP_MATMUL) return dev || ct_ac_reads_bf16();
+    return dev && op == CT_OP_FLASH_ATTENTION; /* the device's bf16 kernels; bf16 output */
 }
 
 /* the gradient g of a low-precision tensor t rounded to t's dtype, in place */
@@ -221,14 +224,23 @@ ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
             if (on_dev(y)) free_dev_temps(ctx, f, NULL);
             return f->orig[i];
         }
-    CT_CHECK(y->dtype == CT_F32 && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies", ct_dtype_name(y->dtype));
+    /* a device op with low-precision kernels (flash attention) gives its result in the run's dtype */
+    bool own = on_dev(y) && y->dtype == f->dt && f->dt != CT_F32;
+    CT_CHECK((y->dtype == CT_F32 || own) && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies",
+             ct_dtype_name(y->dtype));
     /* the temporaries are released first so that the output lands in the arena; y's bytes
      * stay where they are until the next temporary is allocated, after the conversion */
     ct_ctx_temp_end_(ctx, f->mark);
-    ct_tensor *out = copy_as(ctx, y, f->dt);
+    ct_tensor *out;
+    if (own) { /* y's header was a temporary: a new one for its data */
+        out = ct_wrap(ctx, y->dtype, y->data, y->ndim, y->shape);
+        out->device = y->device;
+    } else {
+        out = copy_as(ctx, y, f->dt);
+    }
     ct_node *nd = y->node;
     const ct_op_def *lp = nd && nd->out == y ? lp_row(nd->op) : NULL;
-    if (on_dev(y) && (!nd || lp)) free_dev_temps(ctx, f, y->data); /* else the node may still read them */
+    if (on_dev(y) && (!nd || lp)) free_dev_temps(ctx, f, own ? NULL : y->data); /* else the node may still read them */
     if (lp) {
         nd->op = lp;
         nd->out = out;

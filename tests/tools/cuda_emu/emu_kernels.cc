@@ -192,6 +192,11 @@ void elementwise(ct_ctx *c) {
         snprintf(w, sizeof w, "%s backward", names[k]);
         expect(w, normwise(dx.data(), ct_f32(x->grad), n), 1e-5);
     }
+    ct_tensor *prod = ct_mul(c, x0, g), *sc = ct_scale(c, x0, -0.37f);
+    RUN(ct_cuda_mul(NULL, ct_f32(x0), ct_f32(g), y.data(), n));
+    expect("mul", normwise(y.data(), ct_f32(prod), n), 0);
+    RUN(ct_cuda_scale(NULL, ct_f32(x0), -0.37f, y.data(), n));
+    expect("scale", normwise(y.data(), ct_f32(sc), n), 0);
     ct_tensor *b = rnd_t(c, 1, &m, 1.0f), *sum = ct_add(c, x0, b);
     RUN(ct_cuda_add(NULL, ct_f32(x0), ct_f32(b), y.data(), n, m));
     expect("add (broadcast)", normwise(y.data(), ct_f32(sum), n), 0);
@@ -329,6 +334,13 @@ void optim(void) {
     RUN(ct_cuda_adamw(NULL, &k, p.data(), g.data(), m.data(), v.data(), NULL, n));
     for (int64_t i = 0; i < n; i++) ct_k_adamw_elem(&k, &p2[i], g[i], &m2[i], &v2[i], NULL);
     expect("adamw (bits)", memcmp(p.data(), p2.data(), n * 4) != 0, 0);
+    std::vector<float> buf(n, 0.0f), buf2(n, 0.0f);
+    for (int step = 0; step < 2; step++) { /* momentum's first step, then the buffer's */
+        ct_k_sgd ks = ct_k_sgd_consts(0.9, 0.0, 1e-3, true, false, 0.05, step == 0);
+        RUN(ct_cuda_sgd(NULL, &ks, p.data(), g.data(), buf.data(), n));
+        for (int64_t i = 0; i < n; i++) ct_k_sgd_elem(&ks, &p2[i], g[i], &buf2[i]);
+    }
+    expect("sgd with Nesterov momentum (bits)", memcmp(p.data(), p2.data(), n * 4) != 0, 0);
     int bad = 0;
     g[n - 1] = INFINITY;
     RUN(ct_cuda_scale_check(NULL, g.data(), 0.5f, n, &bad));

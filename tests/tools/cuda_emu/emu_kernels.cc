@@ -208,6 +208,17 @@ void elementwise(ct_ctx *c) {
     std::vector<float> acc(n, 0.0f);
     RUN(ct_cuda_strided_add(NULL, acc.data(), &l, y.data()));
     expect("strided add (transpose back)", normwise(acc.data(), ct_f32(x0), n), 0);
+    // split heads ([B, T, H, D] -> [B, H, T, D]) and a slice of the last dim (dims merged)
+    ct_tensor *x4 = rnd_t(c, 4, sh({2, 5, 3, 7}), 1.0f);
+    ct_tensor *p4 = ct_contiguous(c, ct_transpose(c, x4, 1, 2)), *s4 = ct_contiguous(c, ct_slice(c, x4, 3, 2, 4));
+    ct_cuda_layout lp = {4, {2, 3, 5, 7}, {105, 7, 21, 1}}, ls = {4, {2, 5, 3, 4}, {105, 21, 7, 1}};
+    std::vector<float> y4(210), a4(210, 0.0f);
+    RUN(ct_cuda_strided_copy(NULL, y4.data(), ct_f32(x4), &lp));
+    expect("strided copy (split heads)", normwise(y4.data(), ct_f32(p4), 210), 0);
+    RUN(ct_cuda_strided_add(NULL, a4.data(), &lp, y4.data()));
+    expect("strided add (merge heads)", normwise(a4.data(), ct_f32(x4), 210), 0);
+    RUN(ct_cuda_strided_copy(NULL, y4.data(), ct_f32(x4) + 2, &ls));
+    expect("strided copy (slice, merged dims)", normwise(y4.data(), ct_f32(s4), 120), 0);
 }
 
 void rows_ops(ct_ctx *c) {

@@ -236,6 +236,17 @@ void rows_ops(ct_ctx *c) {
         expect(lg ? "log_softmax forward" : "softmax forward", normwise(y.data(), ct_f32(r), R * D), 1e-5);
         expect(lg ? "log_softmax backward" : "softmax backward", normwise(dx.data(), ct_f32(xl->grad), R * D), 1e-5);
     }
+    // the causal form plain attention uses: row r sees keys j <= r % T (T = 10 rows a head)
+    {
+        const int64_t T = 10, Rc = 4 * T;
+        ct_tensor *sc = rnd_t(c, 2, sh({Rc, T}), 3.0f), *m = ct_new_like(c, sc);
+        for (int64_t r = 0; r < Rc; r++)
+            for (int64_t j = 0; j < T; j++) ct_f32(m)[r * T + j] = j <= r % T ? ct_f32(sc)[r * T + j] : -INFINITY;
+        ct_tensor *ref = ct_softmax(c, m);
+        std::vector<float> yc(Rc * T);
+        RUN(ct_cuda_softmax(NULL, ct_f32(sc), yc.data(), Rc, T, false, T));
+        expect("softmax, causal mask", normwise(yc.data(), ct_f32(ref), Rc * T), 1e-6);
+    }
     // layer norm, weights and biases accumulated
     ct_tensor *w = rnd_t(c, 1, &D, 1.0f), *bb = rnd_t(c, 1, &D, 1.0f), *xl = ct_new_like(c, x);
     memcpy(xl->data, x->data, ct_nbytes(x));

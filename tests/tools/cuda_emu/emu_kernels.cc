@@ -219,6 +219,12 @@ void elementwise(ct_ctx *c) {
     expect("strided add (merge heads)", normwise(a4.data(), ct_f32(x4), 210), 0);
     RUN(ct_cuda_strided_copy(NULL, y4.data(), ct_f32(x4) + 2, &ls));
     expect("strided copy (slice, merged dims)", normwise(y4.data(), ct_f32(s4), 120), 0);
+    // the 2-byte copy (autocast's bf16 views): split heads of bf16 values, bit for bit
+    std::vector<uint16_t> h4(210), hp(210), hy(210);
+    ct_convert(h4.data(), CT_BF16, ct_f32(x4), CT_F32, 210);
+    ct_convert(hp.data(), CT_BF16, ct_f32(p4), CT_F32, 210);
+    RUN(ct_cuda_strided_copy16(NULL, hy.data(), h4.data(), &lp));
+    expect("strided copy, 2-byte (split heads, bits)", memcmp(hy.data(), hp.data(), 210 * 2) != 0, 0);
 }
 
 void rows_ops(ct_ctx *c) {
@@ -340,6 +346,11 @@ void pointwise(ct_ctx *c) {
         std::vector<float> back(n);
         ct_convert(back.data(), CT_F32, hr.data(), dt, (size_t)n);
         expect(t == 1 ? "cast bf16 -> f32 (bits)" : "cast f16 -> f32 (bits)", memcmp(out.data(), back.data(), n * 4) != 0, 0);
+        // autocast's rounding of a gradient in place (the device's round hook): the same bits
+        std::vector<float> g(ct_f32(x), ct_f32(x) + n);
+        RUN(ct_cuda_cast_bwd(NULL, g.data(), (ct_cuda_cast_type)t, g.data(), n));
+        expect(t == 1 ? "round to bf16 in place (bits)" : "round to f16 in place (bits)",
+               memcmp(g.data(), back.data(), n * 4) != 0, 0);
     }
 }
 

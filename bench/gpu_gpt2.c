@@ -1,7 +1,8 @@
 /* bench/gpu_gpt2.c — GPT-2 small (124M) training steps on cuda:0, the GPU benchmark of
  * scripts/gpu-check.sh (bench/gpu_gpt2_torch.py is PyTorch's side of the same table).
  *
- *   gpu_gpt2 [STEPS [BATCH [SEQ [LAYERS]]]]     defaults 20 steps of 8 x 1024, 12 layers
+ *   gpu_gpt2 [STEPS [BATCH [SEQ [LAYERS [AMP]]]]]  defaults 20 steps of 8 x 1024, 12 layers, f32;
+ *                                              AMP bf16: forward and loss under bf16 autocast
  *   CTRAIN_CUDA_MATMUL=highest|high|medium     f32 GEMMs in f32, TF32 or bf16 tensor cores
  *   CTRAIN_DEVICE_PROFILE=1                    also each op's time (serialised), and AdamW's
  *
@@ -48,8 +49,9 @@ int main(int argc, char **argv) {
 #else
     int steps = argc > 1 ? atoi(argv[1]) : 20, B = argc > 2 ? atoi(argv[2]) : 8, T = argc > 3 ? atoi(argv[3]) : 1024;
     int L = argc > 4 ? atoi(argv[4]) : 12;
-    if (steps < 1 || B < 1 || T < 1 || L < 1) {
-        fprintf(stderr, "usage: gpu_gpt2 [STEPS [BATCH [SEQ [LAYERS]]]]\n");
+    const bool amp = argc > 5 && !strcmp(argv[5], "bf16");
+    if (steps < 1 || B < 1 || T < 1 || L < 1 || (argc > 5 && !amp)) {
+        fprintf(stderr, "usage: gpu_gpt2 [STEPS [BATCH [SEQ [LAYERS [bf16]]]]]\n");
         return 2;
     }
     int n = 0;
@@ -122,7 +124,9 @@ int main(int argc, char **argv) {
         st = ct_tensor_to(c, ct_from_data(c, CT_I32, x, 2, shape), CT_CUDA(0), &xd);
         if (st == CT_OK) st = ct_tensor_to(c, ct_from_data(c, CT_I32, y, 2, shape), CT_CUDA(0), &yd);
         if (st != CT_OK) break;
+        if (amp && ct_autocast_begin(c, CT_BF16) != CT_OK) break; /* like `with torch.autocast(...)` */
         ct_tensor *loss = ct_model_loss(c, m, xd, yd);
+        if (amp) ct_autocast_end(c);
         ct_backward(c, loss);
         double to = 0;
         bool prof = ct_devprof_begin(CT_CUDA(0), &to);
@@ -150,9 +154,10 @@ int main(int argc, char **argv) {
     qsort(ms, (size_t)steps, sizeof(double), cmp_d);
     double med = ms[steps / 2], tps = (double)B * T / (med * 1e-3);
     const char *prec = getenv("CTRAIN_CUDA_MATMUL");
-    printf("RESULT impl=ctrain model=gpt2-124M batch=%d seq=%d layers=%d matmul=%s params=%lld step_ms=%.2f "
+    const char *att = getenv("CTRAIN_CUDA_ATTENTION");
+    printf("RESULT impl=ctrain model=gpt2-124M batch=%d seq=%d layers=%d amp=%s attention=%s matmul=%s params=%lld step_ms=%.2f "
            "min_ms=%.2f tokens_per_s=%.0f peak_alloc_mib=%.0f reserved_mib=%.0f mfu=%.3f loss_first=%.4f loss_last=%.4f\n",
-           B, T, L, prec && *prec ? prec : "highest", (long long)ct_model_num_params(m), med, ms[0], tps,
+           B, T, L, amp ? "bf16" : "none", att && *att ? att : "rows", prec && *prec ? prec : "highest", (long long)ct_model_num_params(m), med, ms[0], tps,
            mst.peak / 1048576.0, mst.reserved / 1048576.0, tps * flops_tok / PEAK_BF16, first, last);
     free(ms);
     free(tok);

@@ -13,13 +13,15 @@
  *
  * Matmul and linear in a bf16 run skip the copies (ct_ac_reads_bf16): the bf16 GEMM reads
  * bf16 storage itself, widening it in its packers, so they see the same values (the same
- * bits) without the f32 copies' memory traffic, forward and backward. */
+ * bits) without the f32 copies' memory traffic, forward and backward. GELU on bf16 does
+ * the same (elementwise.c): it widens each element, runs the f32 math and rounds its output
+ * (and, backward, the gradient) element by element — the bits of the copies without them. */
 #include <stdint.h>
-#include <string.h>
 
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/sgemm.h"
+#include "ops/kmath.h"
 
 static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t->dtype == CT_F16); }
 
@@ -27,13 +29,7 @@ static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t-
 static void round_to(float *x, int64_t n, ct_dtype dt) {
     if (dt == CT_BF16) {
 #pragma omp parallel for if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) { /* branch-free, so that it vectorises */
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-            u = (u & 0x7fffffffu) > 0x7f800000u ? u : r; /* NaN stays NaN */
-            memcpy(&x[i], &u, 4);
-        }
+        for (int64_t i = 0; i < n; i++) x[i] = ct_k_round_bf16(x[i]); /* branch-free: vectorises */
     } else if (dt == CT_F16) {
         uint16_t buf[1024];
         for (int64_t i = 0; i < n; i += 1024) {
@@ -46,9 +42,12 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
 
 bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
-/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16 */
+/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16. GELU reads
+ * and writes bf16 itself (elementwise.c: it never comes through ct_ac_enter with bf16, and
+ * its backward rounds the gradient as it reads it). */
 static bool direct(int op, ct_dtype run) {
-    return run == CT_BF16 && (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16();
+    if (run != CT_BF16) return false;
+    return op == CT_OP_GELU || ((op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16());
 }
 
 /* Which values an op's backward reads (bit i: input i, READS_OUT: the output), beyond shapes

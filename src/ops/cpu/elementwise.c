@@ -120,27 +120,48 @@ void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
 }
 
 /* ---- gelu ---- */
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define GELU_C 0.044715f
+/* Y[i] = gelu(LD(X[i])) stored through ST: kmath.h's expressions, for f32 and for bf16 */
+#define GELU_LOOP(LD, ST)                                                                    \
+    do {                                                                                     \
+        if (tanh_approx) {                                                                   \
+            _Pragma("omp parallel for simd if (n >= PAR_EXP)")                               \
+            for (int64_t i = 0; i < n; i++) Y[i] = ST(ct_k_gelu_tanh(LD(X[i])));             \
+        } else {                                                                             \
+            _Pragma("omp parallel for simd if (n >= PAR_EXP)")                               \
+            for (int64_t i = 0; i < n; i++) Y[i] = ST(ct_k_gelu(LD(X[i])));                  \
+        }                                                                                    \
+    } while (0)
+#define F32_AS_IS(v) (v)
+
+/* bf16 x (autocast: GELU follows its input's dtype): read and written as bf16, the f32 math
+ * between, each output rounded as ct_convert rounds — the bits autocast's f32 copy and
+ * conversion give (autocast.c), without those passes. The output goes where that
+ * conversion would put it: the arena (no temporaries are open here). */
+static ct_tensor *gelu_bf16(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
+    if (!ct_is_contiguous(x)) x = ct_contiguous(ctx, x);
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const uint16_t *X = x->data;
+    uint16_t *Y = y->data;
+    GELU_LOOP(ct_k_bf16_to_f32, ct_k_f32_to_bf16);
+    ct_node *nd = ct_record(ctx, CT_OP_GELU, y, 1, &x);
+    if (nd) {
+        nd->i[0] = tanh_approx;
+        nd->op = &ct_op_table_lp[CT_OP_GELU]; /* a low-precision node, as ct_ac_leave makes */
+    }
+    return y;
+}
 
 ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
     CT_DEV_DISPATCH(ctx, CT_OP_GELU, .in = {x}, .i = {tanh_approx});
+    if (x->dtype == CT_BF16) return gelu_bf16(ctx, x, tanh_approx);
     CT_AUTOCAST(ctx, CT_OP_GELU, 1, ((ct_tensor **[]){&x}), ct_gelu(ctx, x, tanh_approx));
     check_unary("gelu", x);
     ct_tensor *y = ct_new_like(ctx, x);
     int64_t n = ct_numel(x);
     const float *X = x->data;
     float *Y = y->data;
-    if (tanh_approx) {
-#pragma omp parallel for simd if (n >= PAR_EXP)
-        for (int64_t i = 0; i < n; i++) {
-            float v = X[i];
-            Y[i] = 0.5f * v * (1.0f + ct_vtanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
-        }
-    } else {
-#pragma omp parallel for simd if (n >= PAR_EXP)
-        for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_vnormcdf(X[i]);
-    }
+    GELU_LOOP(F32_AS_IS, F32_AS_IS);
     ct_node *nd = ct_record(ctx, CT_OP_GELU, y, 1, &x);
     if (nd) nd->i[0] = tanh_approx;
     return y;
@@ -163,8 +184,17 @@ void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
     float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     int64_t N = ct_numel(n->out);
-    const float *g = n->out->grad->data, *X = n->in[0]->data;
+    const float *g = n->out->grad->data;
     /* kmath.h's derivatives: the same expressions (and bits) as the forward's constants */
+    if (n->in[0]->dtype == CT_BF16) {
+        /* gelu_bf16's node (through ct_bw_lowp): bf16 x read as it is, and the gradient
+         * rounded to bf16 as it is read — what ct_bw_lowp's copy and rounding pass give */
+        const uint16_t *X = n->in[0]->data;
+        if (n->i[0]) BW_LOOP(ct_k_gelu_tanh_bwd(ct_k_bf16_to_f32(X[i]), ct_k_round_bf16(g[i])));
+        else BW_LOOP(ct_k_gelu_bwd(ct_k_bf16_to_f32(X[i]), ct_k_round_bf16(g[i])));
+        return;
+    }
+    const float *X = n->in[0]->data;
     if (n->i[0]) BW_LOOP(ct_k_gelu_tanh_bwd(X[i], g[i]));
     else BW_LOOP(ct_k_gelu_bwd(X[i], g[i]));
 }

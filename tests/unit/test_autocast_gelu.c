@@ -1,0 +1,81 @@
+/* GELU on bf16 tensors (elementwise.c's gelu_bf16 and ct_bw_gelu's bf16 loop) gives the bits
+ * autocast gives by running the f32 op on an f32 copy: the output converted to bf16 as
+ * ct_convert does, and the input gradient computed from the output gradient rounded to bf16
+ * with NaN kept (autocast.c's round_to). Exact and tanh GELU, 1 and 2 threads, an input size
+ * past the threading threshold, and special values (NaN, infinities, signed zeros, ties). */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "ct_test.h"
+#include "ctrain/autograd.h"
+#include "ctrain/ops.h"
+
+#define N 20011
+
+static uint32_t lcg(uint32_t *s) { return *s = *s * 1664525u + 1013904223u; }
+
+/* random f32 bit patterns from a few exponent ranges, plus the special values */
+static float value(uint32_t *s, int64_t i) {
+    static const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u,
+                                       0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00000001u, 0xc1200000u, 0x41a00000u};
+    uint32_t u;
+    if (i < (int64_t)(sizeof special / sizeof special[0])) {
+        u = special[i];
+    } else {
+        float f = (float)(lcg(s) >> 8) / (float)(1u << 24) * 12.0f - 6.0f; /* [-6, 6) */
+        memcpy(&u, &f, 4);
+        u ^= lcg(s) & 0xffffu; /* low bits set: exercises the rounding */
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void check_gelu(bool tanh_approx, int threads) {
+    omp_set_num_threads(threads);
+    ct_ctx *ctx;
+    CT_ASSERT(ct_ctx_create(NULL, &ctx) == CT_OK);
+    int64_t shape[] = {N};
+    uint32_t s = 7;
+    ct_tensor *xb = ct_new(ctx, CT_BF16, 1, shape), *xf = ct_new(ctx, CT_F32, 1, shape);
+    ct_tensor *seed = ct_new(ctx, CT_F32, 1, shape), *seed_r = ct_new(ctx, CT_F32, 1, shape);
+    uint16_t *XB = xb->data;
+    float *XF = xf->data, *G = seed->data, *GR = seed_r->data;
+    for (int64_t i = 0; i < N; i++) {
+        XB[i] = ct_f32_to_bf16(value(&s, i));
+        XF[i] = ct_bf16_to_f32(XB[i]);
+        G[i] = value(&s, (i * 7) % N);
+        GR[i] = isnan(G[i]) ? G[i] : ct_bf16_to_f32(ct_f32_to_bf16(G[i])); /* round_to: NaN as it is */
+    }
+    /* reference: the f32 op on the copy, its output converted, its gradient from the rounded one */
+    ct_requires_grad(xf);
+    ct_tensor *yf = ct_gelu(ctx, xf, tanh_approx);
+    ct_backward_seed(ctx, yf, seed_r);
+    uint16_t *want_y = malloc(N * sizeof *want_y);
+    float *want_g = malloc(N * sizeof *want_g);
+    CT_ASSERT(want_y && want_g);
+    ct_convert(want_y, CT_BF16, yf->data, CT_F32, N);
+    memcpy(want_g, xf->grad->data, N * sizeof *want_g);
+
+    ct_requires_grad(xb);
+    ct_tensor *yb = ct_gelu(ctx, xb, tanh_approx);
+    CT_EXPECT(yb->dtype == CT_BF16);
+    CT_EXPECTF(!memcmp(yb->data, want_y, N * sizeof *want_y), "gelu(tanh=%d, %d threads): bf16 output differs", tanh_approx, threads);
+    ct_backward_seed(ctx, yb, seed);
+    CT_ASSERT(xb->grad && xb->grad->dtype == CT_F32);
+    CT_EXPECTF(!memcmp(xb->grad->data, want_g, N * sizeof *want_g), "gelu(tanh=%d, %d threads): input gradient differs", tanh_approx,
+               threads);
+    free(want_y);
+    free(want_g);
+    ct_ctx_free(ctx);
+}
+
+CT_TEST(gelu_bf16_bits_of_f32_copy) {
+    for (int t = 1; t <= 2; t++) {
+        check_gelu(false, t);
+        check_gelu(true, t);
+    }
+}
+
+CT_TEST_MAIN()

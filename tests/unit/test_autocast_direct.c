@@ -1,8 +1,10 @@
-/* GELU on bf16 tensors (elementwise.c's gelu_bf16 and ct_bw_gelu's bf16 loop) gives the bits
- * autocast gives by running the f32 op on an f32 copy: the output converted to bf16 as
- * ct_convert does, and the input gradient computed from the output gradient rounded to bf16
- * with NaN kept (autocast.c's round_to). Exact and tanh GELU, 1 and 2 threads, an input size
- * past the threading threshold, and special values (NaN, infinities, signed zeros, ties). */
+/* Ops that read bf16 tensors themselves give the bits autocast gives by running the f32 op on
+ * f32 copies (autocast.c):
+ *  - GELU on bf16 (elementwise.c): the output converted to bf16 as ct_convert does, the input
+ *    gradient from the output gradient rounded to bf16 with NaN kept (autocast's round_to);
+ *  - add of a bf16 and an f32 tensor (basic.c, either order): the f32 sum and both gradients.
+ * 1 and 2 threads, sizes past the threading thresholds, special values (NaN of both signs,
+ * infinities, signed zeros, rounding ties). */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,7 +13,7 @@
 #include "ctrain/autograd.h"
 #include "ctrain/ops.h"
 
-#define N 20011
+#define N 70001 /* past add's threading threshold (2^16) too */
 
 static uint32_t lcg(uint32_t *s) { return *s = *s * 1664525u + 1013904223u; }
 
@@ -69,6 +71,48 @@ static void check_gelu(bool tanh_approx, int threads) {
     free(want_y);
     free(want_g);
     ct_ctx_free(ctx);
+}
+
+/* a + b with a (a_lp) or b bf16, the other f32, against the f32 add of the widened copy */
+static void check_add(bool a_lp, int threads) {
+    omp_set_num_threads(threads);
+    ct_ctx *ctx;
+    CT_ASSERT(ct_ctx_create(NULL, &ctx) == CT_OK);
+    int64_t shape[] = {7, N / 7};
+    int64_t n = shape[0] * shape[1];
+    uint32_t s = 11;
+    ct_tensor *lp = ct_new(ctx, CT_BF16, 2, shape), *lpf = ct_new(ctx, CT_F32, 2, shape);
+    ct_tensor *f = ct_new(ctx, CT_F32, 2, shape), *f2 = ct_new(ctx, CT_F32, 2, shape), *seed = ct_new(ctx, CT_F32, 2, shape);
+    uint16_t *L = lp->data;
+    float *LF = lpf->data, *F = f->data, *F2 = f2->data, *G = seed->data;
+    for (int64_t i = 0; i < n; i++) {
+        L[i] = ct_f32_to_bf16(value(&s, i));
+        LF[i] = ct_bf16_to_f32(L[i]);
+        /* a NaN of the other sign against each bf16 NaN, then special values here and there */
+        F[i] = F2[i] = value(&s, i < 12 ? (i + 1) % 12 : (i * 5) % 13 == 0 ? (i / 13) % 12 : i + 12);
+        G[i] = value(&s, i + 12);
+    }
+    ct_requires_grad(lpf);
+    ct_requires_grad(f2);
+    ct_tensor *want = a_lp ? ct_add(ctx, lpf, f2) : ct_add(ctx, f2, lpf);
+    ct_backward_seed(ctx, want, seed);
+    ct_requires_grad(lp);
+    ct_requires_grad(f);
+    ct_tensor *got = a_lp ? ct_add(ctx, lp, f) : ct_add(ctx, f, lp);
+    CT_EXPECT(got->dtype == CT_F32);
+    CT_EXPECTF(!memcmp(got->data, want->data, n * sizeof(float)), "add(bf16 %s, %d threads): sum differs", a_lp ? "a" : "b", threads);
+    ct_backward_seed(ctx, got, seed);
+    CT_ASSERT(lp->grad && f->grad);
+    CT_EXPECTF(!memcmp(lp->grad->data, lpf->grad->data, n * sizeof(float)), "add: bf16 input's gradient differs");
+    CT_EXPECTF(!memcmp(f->grad->data, f2->grad->data, n * sizeof(float)), "add: f32 input's gradient differs");
+    ct_ctx_free(ctx);
+}
+
+CT_TEST(add_bf16_f32_bits_of_f32_copy) {
+    for (int t = 1; t <= 2; t++) {
+        check_add(true, t);
+        check_add(false, t);
+    }
 }
 
 CT_TEST(gelu_bf16_bits_of_f32_copy) {

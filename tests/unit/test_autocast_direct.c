@@ -2,7 +2,9 @@
  * f32 copies (autocast.c):
  *  - GELU on bf16 (elementwise.c): the output converted to bf16 as ct_convert does, the input
  *    gradient from the output gradient rounded to bf16 with NaN kept (autocast's round_to);
- *  - add of a bf16 and an f32 tensor (basic.c, either order): the f32 sum and both gradients.
+ *  - add of a bf16 and an f32 tensor (basic.c, either order): the f32 sum and both gradients;
+ *  - merge_heads of a bf16 tensor (attention.c): the bf16 output (signalling NaNs quieted, as
+ *    the conversion does) and the input gradient from the rounded output gradient.
  * 1 and 2 threads, sizes past the threading thresholds, special values (NaN of both signs,
  * infinities, signed zeros, rounding ties). */
 #include <omp.h>
@@ -112,6 +114,49 @@ CT_TEST(add_bf16_f32_bits_of_f32_copy) {
     for (int t = 1; t <= 2; t++) {
         check_add(true, t);
         check_add(false, t);
+    }
+}
+
+/* merge_heads of bf16 x [B, H, T, D] against the f32 op on the widened copy */
+static void check_merge_heads(int64_t D, int threads) {
+    omp_set_num_threads(threads);
+    ct_ctx *ctx;
+    CT_ASSERT(ct_ctx_create(NULL, &ctx) == CT_OK);
+    int64_t shape[] = {2, 3, 70000 / (6 * D) + 1, D}, n = shape[0] * shape[1] * shape[2] * D;
+    uint32_t s = 5;
+    ct_tensor *xb = ct_new(ctx, CT_BF16, 4, shape), *xf = ct_new(ctx, CT_F32, 4, shape);
+    ct_tensor *seed = ct_new(ctx, CT_F32, 3, (int64_t[]){2, shape[2], 3 * D}), *seed_r = ct_new(ctx, CT_F32, 3, seed->shape);
+    uint16_t *XB = xb->data;
+    float *XF = xf->data, *G = seed->data, *GR = seed_r->data;
+    for (int64_t i = 0; i < n; i++) {
+        XB[i] = i == 12 ? 0x7f81u : i == 13 ? 0xff81u : ct_f32_to_bf16(value(&s, i)); /* signalling NaNs too */
+        XF[i] = ct_bf16_to_f32(XB[i]);
+        G[i] = value(&s, (i * 7) % n);
+        GR[i] = isnan(G[i]) ? G[i] : ct_bf16_to_f32(ct_f32_to_bf16(G[i]));
+    }
+    ct_requires_grad(xf);
+    ct_tensor *yf = ct_merge_heads(ctx, xf);
+    ct_backward_seed(ctx, yf, seed_r);
+    uint16_t *want_y = malloc(n * sizeof *want_y);
+    CT_ASSERT(want_y);
+    ct_convert(want_y, CT_BF16, yf->data, CT_F32, n);
+    ct_requires_grad(xb);
+    ct_tensor *yb = ct_merge_heads(ctx, xb);
+    CT_EXPECT(yb->dtype == CT_BF16 && ct_same_shape(yb, yf));
+    CT_EXPECTF(!memcmp(yb->data, want_y, n * sizeof *want_y), "merge_heads(D=%lld, %d threads): bf16 output differs", (long long)D,
+               threads);
+    ct_backward_seed(ctx, yb, seed);
+    CT_ASSERT(xb->grad);
+    CT_EXPECTF(!memcmp(xb->grad->data, xf->grad->data, n * sizeof(float)), "merge_heads(D=%lld, %d threads): input gradient differs",
+               (long long)D, threads);
+    free(want_y);
+    ct_ctx_free(ctx);
+}
+
+CT_TEST(merge_heads_bf16_bits_of_f32_copy) {
+    for (int t = 1; t <= 2; t++) {
+        check_merge_heads(32, t);
+        check_merge_heads(300, t); /* rows longer than the rounding buffer */
     }
 }
 

@@ -42,12 +42,13 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
 
 bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
-/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16. GELU reads
- * and writes bf16 itself (elementwise.c: it never comes through ct_ac_enter with bf16, and
- * its backward rounds the gradient as it reads it). */
+/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16. GELU and
+ * merge_heads read and write bf16 themselves (elementwise.c, attention.c: they never come
+ * through ct_ac_enter with bf16, and their backward rounds the gradient as it reads it). */
 static bool direct(int op, ct_dtype run) {
     if (run != CT_BF16) return false;
-    return op == CT_OP_GELU || ((op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16());
+    if (op == CT_OP_GELU || op == CT_OP_MERGE_HEADS) return true;
+    return (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16();
 }
 
 /* Which values an op's backward reads (bit i: input i, READS_OUT: the output), beyond shapes

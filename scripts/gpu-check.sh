@@ -14,13 +14,15 @@
 #            and cast through the op table on cuda:0 against the CPU ops (forward and backward)
 #   train    tests/gpu/test_gpu_train: an MLP step (forward, backward, AdamW) on cuda:0 against the
 #            CPU loss and gradients, the GPT ops through the op table's device column, an op
-#            without a CUDA kernel failing cleanly, DDP at world size 1 on NCCL
+#            without a CUDA kernel failing cleanly, DDP at world size 1 on NCCL; bf16 autocast on
+#            cuda:0 (op by op, an MLP, the GPT, ct_train_step) against CPU autocast (<= 1e-2)
 #   conv     tests/gpu/test_gpu_conv: conv2d (cuDNN), max/relu-max/avg pooling on cuda:0
 #            against the CPU ops, forward and backward (<= 1e-5; max pooling bit-equal)
 #   device   the CPU-side tests of the device plumbing (test_device) in this build
 #   trainer  tests/scripts/gpu_train.sh: `ctrain train mlp|gpt --device cuda` a few steps against
 #            the CPU run (losses within 2e-3), GPU memory in the progress line and metrics, a
-#            resume on the GPU, --clip with --loss-scaling, --export hf, --amp refused
+#            resume on the GPU, --clip with --loss-scaling, --export hf, gpt --amp bf16 against
+#            the CPU's --amp bf16 (losses within 2e-2)
 #   cli      `ctrain env --check` (the NCCL all-reduce across the visible GPUs) and
 #            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build

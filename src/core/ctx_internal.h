@@ -87,9 +87,8 @@ void *ct_ctx_grad_buffer_(struct ct_ctx *c, size_t bytes);  /* zeroed; reuses a 
 void *ct_ctx_grad_buffer_raw_(struct ct_ctx *c, size_t bytes); /* the same, contents undefined */
 void ct_ctx_grad_release_(struct ct_ctx *c, void *p, size_t bytes);
 void ct_ctx_scratch_rewind_(struct ct_ctx *c);
-/* device.c: returns one device buffer of the step to its allocator now (a consumed
- * gradient); and every device buffer a backward allocated as scratch (after its node) */
-void ct_ctx_dev_free_(struct ct_ctx *c, void *p);
+/* device.c: every device buffer a backward allocated as scratch (after its node); one
+ * buffer at a time: ct_ctx_dev_free_ (kernel.h) */
 void ct_ctx_dev_scratch_free_(struct ct_ctx *c);
 /* A position in the main arena, and going back to it (everything allocated since is gone). */
 typedef struct { ct_block *cur; size_t cur_used, used; } ct_arena_mark;

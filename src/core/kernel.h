@@ -102,6 +102,11 @@ typedef struct ct_device_hooks {
      * *nonfinite (may be NULL) set when a value was inf or NaN before scaling, waited for */
     ct_status (*sumsq)(int dev, const float *g, int64_t n, double *out);
     ct_status (*scale)(int dev, float *g, float coef, int64_t n, bool *nonfinite);
+    /* autocast on the device (src/ops/cpu/autocast.c): y = x converted between f32, bf16 and
+     * f16 (to nearest even), n elements; and g rounded in place to dt's precision, kept f32
+     * (the value a low-precision gradient holds). Queued on the compute stream. */
+    ct_status (*convert)(int dev, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n);
+    ct_status (*round)(int dev, float *g, ct_dtype dt, int64_t n);
 } ct_device_hooks;
 void ct_device_register(ct_device_type type, const ct_device_hooks *h);
 /* The hooks of d's type, or NULL with CT_ERR_UNSUPPORTED set ("no cuda backend in this build") */
@@ -111,6 +116,9 @@ void *ct_ctx_dev_alloc(ct_ctx *ctx, ct_device d, size_t bytes, const char *op);
 /* A tensor on d (contiguous, uninitialised); a placeholder without data when the context
  * has failed or allocation fails (which fails the context) */
 ct_tensor *ct_new_on(ct_ctx *ctx, ct_device d, ct_dtype dt, int ndim, const int64_t *shape, const char *op);
+/* Returns a buffer from ct_ctx_dev_alloc before the step ends (stream order keeps it safe);
+ * a pointer it did not hand out is ignored */
+void ct_ctx_dev_free_(ct_ctx *ctx, void *p);
 /* Records st as the context's failure (the first one is kept); returns st */
 ct_status ct_ctx_fail(ct_ctx *ctx, ct_status st);
 /* Fires the store's grad hook for parameter i (params.c). */

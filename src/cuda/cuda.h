@@ -88,6 +88,8 @@ ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float
  * through l += src (contiguous); the view must not map two elements to one. */
 typedef struct { int ndim; int64_t shape[5], stride[5]; } ct_cuda_layout;
 ct_status ct_cuda_strided_copy(cudaStream_t s, float *dst, const float *src, const ct_cuda_layout *l);
+/* the same copy for 2-byte elements (bf16, f16) */
+ct_status ct_cuda_strided_copy16(cudaStream_t s, void *dst, const void *src, const ct_cuda_layout *l);
 ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *l, const float *src);
 
 /* ---- streams: one compute and one communication stream per device, created on first use
@@ -143,6 +145,9 @@ ct_status ct_cuda_mse_bwd(cudaStream_t s, const float *a, const float *b, int64_
                           float *db);
 /* y (dtype to) = x (dtype from), n elements, f32/bf16/f16 each way (round to nearest even) */
 typedef enum { CT_CUDA_CAST_F32 = 0, CT_CUDA_CAST_BF16, CT_CUDA_CAST_F16 } ct_cuda_cast_type;
+static inline ct_cuda_cast_type ct_cuda_cast_type_of(ct_dtype dt) {
+    return dt == CT_BF16 ? CT_CUDA_CAST_BF16 : dt == CT_F16 ? CT_CUDA_CAST_F16 : CT_CUDA_CAST_F32;
+}
 ct_status ct_cuda_cast(cudaStream_t s, const void *x, ct_cuda_cast_type from, void *y, ct_cuda_cast_type to, int64_t n);
 /* cast backward: dx (f32) = g (f32) rounded to `to`'s precision (the low-precision
  * gradient's value, as the CPU op) */
@@ -203,6 +208,7 @@ typedef struct {
     float alpha, beta;
     ct_gemm_epilogue epi;
     const void *bias; /* dtype of C; with BIAS epilogues */
+    bool c_f32;       /* bf16 A and B with an f32 C (and bias): autocast's products, f32 results */
 } ct_cuda_gemm_desc;
 /* dev: the current device, whose stream s is (its cuBLASLt handle and workspace are used) */
 ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C);

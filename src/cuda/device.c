@@ -117,6 +117,19 @@ static ct_status h_scale(int dev, float *g, float coef, int64_t n, bool *nonfini
     return st;
 }
 
+/* autocast's conversions (src/ops/cpu/autocast.c): the cast kernels of pointwise.cu */
+static ct_status h_convert(int dev, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "autocast", &s);
+    return st != CT_OK || n == 0 ? st : ct_cuda_cast(s, x, ct_cuda_cast_type_of(from), y, ct_cuda_cast_type_of(to), n);
+}
+static ct_status h_round(int dev, float *g, ct_dtype dt, int64_t n) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "autocast backward", &s);
+    /* element-wise: in place is safe */
+    return st != CT_OK || n == 0 ? st : ct_cuda_cast_bwd(s, g, ct_cuda_cast_type_of(dt), g, n);
+}
+
 static const ct_device_hooks hooks = {
     .count = ct_cuda_device_count,
     .alloc = ct_cuda_alloc,
@@ -130,6 +143,8 @@ static const ct_device_hooks hooks = {
     .mem = h_mem,
     .sumsq = h_sumsq,
     .scale = h_scale,
+    .convert = h_convert,
+    .round = h_round,
 };
 
 void ct_cuda_register(void) {

@@ -107,7 +107,7 @@ static ct_status layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t row
 /* ---- the heuristic's choice, per problem: asking cuBLASLt on every call costs host time
  * that a step of small GEMMs notices; the answer depends only on what the key holds ---- */
 typedef struct {
-    int dev, dt, compute, ta, tb, epi;
+    int dev, dt, compute, ta, tb, epi, c_f32;
     int64_t M, N, K, batch;
     uint32_t align[3]; /* cuBLASLt's A (our B), B (our A), C */
 } algo_key;
@@ -128,14 +128,14 @@ static uint32_t align_of(const void *p) {
 static uint64_t key_hash(const algo_key *k) {
     uint64_t h = 1469598103934665603ull;
     const int64_t v[14] = {k->dev, k->dt, k->compute, k->ta, k->tb, k->epi, k->M, k->N, k->K, k->batch, k->align[0],
-                           k->align[1], k->align[2], 0};
-    for (int i = 0; i < 13; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+                           k->align[1], k->align[2], k->c_f32};
+    for (int i = 0; i < 14; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
     return h;
 }
 static bool key_eq(const algo_key *a, const algo_key *b) {
     return a->dev == b->dev && a->dt == b->dt && a->compute == b->compute && a->ta == b->ta && a->tb == b->tb &&
            a->epi == b->epi && a->M == b->M && a->N == b->N && a->K == b->K && a->batch == b->batch &&
-           a->align[0] == b->align[0] && a->align[1] == b->align[1] && a->align[2] == b->align[2];
+           a->align[0] == b->align[0] && a->align[1] == b->align[1] && a->align[2] == b->align[2] && a->c_f32 == b->c_f32;
 }
 /* linear probing over a fixed table; when it is full, new problems are simply not cached */
 static bool cache_get(const algo_key *k, cublasLtMatmulAlgo_t *out) {
@@ -166,7 +166,7 @@ static void cache_put(const algo_key *k, const cublasLtMatmulAlgo_t *algo) {
 static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, int dev, cublasComputeType_t compute,
                      const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C, cublasLtMatmulDesc_t op,
                      cublasLtMatrixLayout_t *l) {
-    cudaDataType_t t = d->dt == CT_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t t = d->dt == CT_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F, tc = d->c_f32 ? CUDA_R_32F : t;
     /* column-major operands: first B^T-ish (N x K), then A (K x M); transposes flip */
     cublasOperation_t opa = d->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = d->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -179,16 +179,16 @@ static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, int dev, cubl
     if (d->epi == CT_GEMM_EPI_BIAS || d->epi == CT_GEMM_EPI_BIAS_GELU) {
         if (!d->bias) return ct_error(CT_ERR_INVALID, "cuda gemm: a bias epilogue without a bias");
         CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d->bias, sizeof d->bias));
-        CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t));
+        CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &tc, sizeof tc));
     }
     ct_status st = layout(&l[0], t, d->tb ? d->K : d->N, d->tb ? d->N : d->K, d->batch);
     if (st == CT_OK) st = layout(&l[1], t, d->ta ? d->M : d->K, d->ta ? d->K : d->M, d->batch);
-    if (st == CT_OK) st = layout(&l[2], t, d->N, d->M, d->batch);
+    if (st == CT_OK) st = layout(&l[2], tc, d->N, d->M, d->batch);
     if (st != CT_OK) return st;
     cublasLtMatrixLayout_t la = l[0], lb = l[1], lc = l[2];
     /* cuBLASLt's operand A is our B, its B our A */
-    algo_key key = {.dev = dev, .dt = d->dt, .compute = compute, .ta = d->ta, .tb = d->tb, .epi = d->epi, .M = d->M, .N = d->N,
-                    .K = d->K, .batch = d->batch, .align = {align_of(B), align_of(A), align_of(C)}};
+    algo_key key = {.dev = dev, .dt = d->dt, .compute = compute, .ta = d->ta, .tb = d->tb, .epi = d->epi, .c_f32 = d->c_f32,
+                    .M = d->M, .N = d->N, .K = d->K, .batch = d->batch, .align = {align_of(B), align_of(A), align_of(C)}};
     cublasLtMatmulAlgo_t algo;
     if (!cache_get(&key, &algo)) {
         cublasLtMatmulPreference_t pref;
@@ -214,7 +214,7 @@ static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, int dev, cubl
         if (found == 0)
             return ct_error(CT_ERR_UNSUPPORTED,
                             "cuda gemm: cuBLASLt has no algorithm for %s %lldx%lldx%lld (batch %lld, epilogue %d, alignment %u/%u/%u)",
-                            d->dt == CT_CUDA_BF16 ? "bf16" : "f32", (long long)d->M, (long long)d->N, (long long)d->K,
+                            d->dt == CT_CUDA_BF16 ? (d->c_f32 ? "bf16->f32" : "bf16") : "f32", (long long)d->M, (long long)d->N, (long long)d->K,
                             (long long)d->batch, (int)d->epi, key.align[0], key.align[1], key.align[2]);
         algo = res.algo;
         cache_put(&key, &algo);

@@ -19,19 +19,41 @@
 #include "cuda/ops_util.h"
 #include "ops/op_table.h"
 
+/* Linear and matmul take f32 operands, or all bf16 ones: autocast's bf16 run hands them its
+ * rounded tensors directly (src/ops/cpu/autocast.c) instead of f32 copies. Then the GEMMs read
+ * bf16 with an f32 result (exact products, f32 sums), which autocast rounds to the bf16
+ * output; backward gets the output's gradient already rounded to bf16 values and reads a bf16
+ * copy of it. */
+static bool bf16_operands(const char *op, const ct_tensor *a, const ct_tensor *b, const ct_tensor *c) {
+    if (a->dtype != CT_BF16) {
+        CT_CHECK_F32(op, a);
+        CT_CHECK_F32(op, b);
+        if (c) CT_CHECK_F32(op, c);
+        return false;
+    }
+    CT_CHECK(b->dtype == CT_BF16 && (!c || c->dtype == CT_BF16), "%s on cuda:%d: bf16 and %s operands", op, a->device.index,
+             ct_dtype_name(b->dtype == CT_BF16 && c ? c->dtype : b->dtype));
+    return true;
+}
+
 /* ---- linear: y = x W^T + b ---- */
 static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     int64_t rows, in, out, shape[CT_MAX_DIMS];
-    CT_CHECK_F32("linear", x);
-    CT_CHECK_F32("linear", w);
+    bool lp = bf16_operands("linear", x, w, b);
     ct_check_linear(x, w, b, &rows, &in, &out);
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out;
     run r;
     bool go = begin(ctx, x->device, "linear", &r);
     ct_tensor *y = out_like(&r, x, x->ndim, shape, "linear");
-    if (go && y->data) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
+    if (go && y->data && !lp) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
+    if (go && y->data && lp && gemm_any(&r, true, false, true, rows, out, in, 1, 1.0f, x->data, w->data, y->data, 0.0f, NULL) && b) {
+        /* the bias added to the f32 sums, as the CPU op does (its bf16 values widened exactly) */
+        float *b32 = scratch(&r, out, "linear");
+        if (b32 && ok(&r, ct_cuda_cast(r.s, b->data, CT_CUDA_CAST_BF16, b32, CT_CUDA_CAST_F32, out)))
+            ok(&r, ct_cuda_bias_add(r.s, y->data, b32, y->data, rows * out, out, 1));
+    }
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
     return y;
@@ -40,11 +62,13 @@ static void bw_linear(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "linear backward", &r)) return;
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
+    bool lp = n->in[0]->dtype == CT_BF16, fx, fw;
     const float *dY = n->out->grad->data;
-    bool fx, fw;
+    const void *g = lp ? bf16_copy(&r, dY, rows * out, "linear backward") : dY;
+    if (!g) return;
     float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
-    if (dX) gemm(&r, false, false, rows, in, out, 1, dY, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
-    if (dW) gemm(&r, true, false, out, in, rows, 1, dY, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
+    if (dX) gemm_any(&r, lp, false, false, rows, in, out, 1, 1.0f, g, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
+    if (dW) gemm_any(&r, lp, true, false, out, in, rows, 1, 1.0f, g, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
     if (n->nin > 2) acc_colsum(&r, n->in[2], dY, rows, out);
 }
 
@@ -53,14 +77,13 @@ static ct_tensor *fwd_matmul(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *A = a->in[0], *B = a->in[1];
     bool ta = a->i[0], tb = a->i[1];
     int64_t M, N, K, batch;
-    CT_CHECK_F32("matmul", A);
-    CT_CHECK_F32("matmul", B);
+    bool lp = bf16_operands("matmul", A, B, NULL);
     ct_check_matmul(A, B, ta, tb, &M, &N, &K, &batch);
     int64_t shape[3] = {batch, M, N};
     run r;
     bool go = begin(ctx, A->device, "matmul", &r);
     ct_tensor *c = out_like(&r, A, A->ndim, A->ndim == 3 ? shape : shape + 1, "matmul");
-    if (go && c->data) gemm(&r, ta, tb, M, N, K, batch, A->data, B->data, c->data, 0.0f, NULL);
+    if (go && c->data) gemm_any(&r, lp, ta, tb, M, N, K, batch, 1.0f, A->data, B->data, c->data, 0.0f, NULL);
     ct_node *n = ct_record(ctx, CT_OP_MATMUL, c, 2, (ct_tensor *[]){A, B});
     if (n) { n->i[0] = ta; n->i[1] = tb; n->i[2] = M; n->i[3] = N; n->i[4] = K; n->i[5] = batch; }
     return c;
@@ -70,15 +93,17 @@ static void bw_matmul(ct_ctx *ctx, ct_node *n) {
     if (!begin(ctx, n->out->device, "matmul backward", &r)) return;
     bool ta = n->i[0], tb = n->i[1], fa, fb;
     int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
-    const float *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
+    bool lp = n->in[0]->dtype == CT_BF16;
+    const void *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
+    if (lp && !(dC = bf16_copy(&r, dC, M * N * batch, "matmul backward"))) return;
     float *dA = ct_grad_acc_fresh(ctx, n->in[0], &fa), *dB = ct_grad_acc_fresh(ctx, n->in[1], &fb);
     if (dA) { /* the CPU op's formulas (src/ops/cpu/gemm.c), batched */
-        if (!ta) gemm(&r, false, !tb, M, K, N, batch, dC, B, dA, fa ? 0.0f : 1.0f, NULL);
-        else gemm(&r, tb, true, K, M, N, batch, B, dC, dA, fa ? 0.0f : 1.0f, NULL);
+        if (!ta) gemm_any(&r, lp, false, !tb, M, K, N, batch, 1.0f, dC, B, dA, fa ? 0.0f : 1.0f, NULL);
+        else gemm_any(&r, lp, tb, true, K, M, N, batch, 1.0f, B, dC, dA, fa ? 0.0f : 1.0f, NULL);
     }
     if (dB) {
-        if (!tb) gemm(&r, !ta, false, K, N, M, batch, A, dC, dB, fb ? 0.0f : 1.0f, NULL);
-        else gemm(&r, true, ta, N, K, M, batch, dC, A, dB, fb ? 0.0f : 1.0f, NULL);
+        if (!tb) gemm_any(&r, lp, !ta, false, K, N, M, batch, 1.0f, A, dC, dB, fb ? 0.0f : 1.0f, NULL);
+        else gemm_any(&r, lp, true, ta, N, K, M, batch, 1.0f, dC, A, dB, fb ? 0.0f : 1.0f, NULL);
     }
 }
 
@@ -258,13 +283,15 @@ static void acc_strided(run *r, ct_tensor *x, ct_cuda_layout l, int64_t offset, 
 
 static ct_tensor *fwd_contiguous(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
-    CT_CHECK(ct_dtype_size(x->dtype) == 4, "contiguous on cuda:%d: %s elements (the copy kernel moves 4-byte ones)",
+    size_t es = ct_dtype_size(x->dtype);
+    CT_CHECK(es == 4 || es == 2, "contiguous on cuda:%d: %s elements (the copy kernels move 4- and 2-byte ones)",
              x->device.index, ct_dtype_name(x->dtype));
     run r;
     bool go = begin(ctx, x->device, "contiguous", &r);
     ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, x->ndim, x->shape, "contiguous");
     ct_cuda_layout l = layout(x->ndim, x->shape, x->stride);
-    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    if (go && y->data)
+        ok(&r, es == 4 ? ct_cuda_strided_copy(r.s, y->data, x->data, &l) : ct_cuda_strided_copy16(r.s, y->data, x->data, &l));
     ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);
     return y;
 }
@@ -434,13 +461,21 @@ static void bw_embedding(ct_ctx *ctx, ct_node *n) {
         ok(&r, ct_cuda_embedding_bwd(r.s, n->out->grad->data, idx->data, idx->dtype == CT_I64, n->i[0], n->i[2], n->i[1], gw));
 }
 
-/* ---- flash attention: q, k, v [B, H, T, D] of one shape (self-attention), D <= 128 ---- */
+/* ---- flash attention: q, k, v [B, H, T, D] of one shape (self-attention), D <= 128 ----
+ * f32, or bf16 under autocast (the bf16 kernels: bf16 in and out, f32 arithmetic; autocast
+ * keeps the bf16 output as it is). Backward in bf16 reads a bf16 copy of the output's
+ * gradient (already rounded) and adds the kernel's bf16 dq, dk, dv to the f32 gradients. */
 static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
-    for (int i = 0; i < 3; i++) { CT_CHECK_F32("flash_attention", a->in[i]); CT_CHECK_CONTIG("flash_attention", a->in[i]); }
+    bool lp = q->dtype == CT_BF16;
+    for (int i = 0; i < 3; i++) {
+        CT_CHECK(a->in[i]->dtype == (lp ? CT_BF16 : CT_F32), "flash_attention on cuda:%d: %s and %s inputs", q->device.index,
+                 ct_dtype_name(q->dtype), ct_dtype_name(a->in[i]->dtype));
+        CT_CHECK_CONTIG("flash_attention", a->in[i]);
+    }
     run r;
     bool go = begin(ctx, q->device, "flash_attention", &r);
-    ct_tensor *y = out_like(&r, q, q->ndim, NULL, "flash_attention");
+    ct_tensor *y = ct_new_on(ctx, q->device, q->dtype, q->ndim, q->shape, "flash_attention");
     if (q->ndim != 4 || !ct_same_shape(q, k) || !ct_same_shape(q, v)) {
         char s1[96];
         ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "flash_attention on cuda:%d: q %s: the kernel takes q, k, v of one shape [B, H, T, D]",
@@ -451,7 +486,8 @@ static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     int D = (int)q->shape[3];
     float *lse = scratch(&r, BH * T, "flash_attention");
     if (go && y->data && lse)
-        ok(&r, ct_cuda_attention(r.s, CT_CUDA_F32, q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0));
+        ok(&r, ct_cuda_attention(r.s, lp ? CT_CUDA_BF16 : CT_CUDA_F32, q->data, k->data, v->data, y->data, lse, BH, T, D,
+                                 a->i[0] != 0));
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){q, k, v});
     if (nd) { nd->saved = lse; nd->i[0] = a->i[0]; }
     return y;
@@ -460,19 +496,27 @@ static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "flash_attention backward", &r)) return;
     ct_tensor *q = n->in[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2];
-    bool direct[3];
-    float *d[3];
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], N = ct_numel(q);
+    bool lp = q->dtype == CT_BF16, direct[3] = {false, false, false};
+    void *d[3];
     for (int i = 0; i < 3; i++) {
-        d[i] = acc_begin(&r, n->in[i], &direct[i]);
-        if (!d[i]) d[i] = scratch(&r, ct_numel(q), "flash_attention backward"); /* the kernel writes all three */
+        d[i] = lp ? NULL : acc_begin(&r, n->in[i], &direct[i]);
+        /* the kernel writes all three; bf16 ones to scratch, added to the f32 gradients below */
+        if (!d[i]) d[i] = lp ? ct_ctx_dev_alloc(ctx, r.dev, (size_t)(N > 0 ? N : 1) * 2, "flash_attention backward")
+                             : scratch(&r, N, "flash_attention backward");
     }
     float *dr = scratch(&r, BH * T, "flash_attention backward");
-    if (!d[0] || !d[1] || !d[2] || !dr) return;
-    ok(&r, ct_cuda_attention_bwd(r.s, CT_CUDA_F32, q->data, n->in[1]->data, n->in[2]->data, n->out->data,
-                                 n->out->grad->data, n->saved, dr, d[0], d[1], d[2], BH, T, (int)q->shape[3], n->i[0] != 0));
-    for (int i = 0; i < 3; i++)
-        if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]);
+    const void *dO = lp ? bf16_copy(&r, n->out->grad->data, N, "flash_attention backward") : n->out->grad->data;
+    if (!d[0] || !d[1] || !d[2] || !dr || !dO) return;
+    if (!ok(&r, ct_cuda_attention_bwd(r.s, lp ? CT_CUDA_BF16 : CT_CUDA_F32, q->data, n->in[1]->data, n->in[2]->data,
+                                      n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH, T, (int)q->shape[3], n->i[0] != 0)))
+        return;
+    for (int i = 0; i < 3; i++) {
+        if (!lp) { if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]); continue; }
+        if (!(n->in[i]->flags & CT_TF_REQUIRES_GRAD)) continue;
+        float *w = acc_begin(&r, n->in[i], &direct[i]);
+        if (w && ok(&r, ct_cuda_cast(r.s, d[i], CT_CUDA_CAST_BF16, w, CT_CUDA_CAST_F32, N))) acc_end(&r, n->in[i], w, direct[i]);
+    }
 }
 
 void ct_cuda_register_ops_(void) {

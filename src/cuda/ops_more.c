@@ -146,9 +146,6 @@ static void bw_attention(ct_ctx *ctx, ct_node *n) {
 }
 
 /* ---- cast between f32, bf16 and f16 ---- */
-static ct_cuda_cast_type cast_type(ct_dtype dt) {
-    return dt == CT_BF16 ? CT_CUDA_CAST_BF16 : dt == CT_F16 ? CT_CUDA_CAST_F16 : CT_CUDA_CAST_F32;
-}
 static ct_tensor *fwd_cast(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
     ct_dtype dt = (ct_dtype)a->i[0];
@@ -161,7 +158,7 @@ static ct_tensor *fwd_cast(ct_ctx *ctx, const ct_op_args *a) {
     run r;
     bool go = begin(ctx, x->device, "cast", &r);
     ct_tensor *y = ct_new_on(ctx, x->device, dt, x->ndim, x->shape, "cast");
-    if (go && y->data) ok(&r, ct_cuda_cast(r.s, x->data, cast_type(x->dtype), y->data, cast_type(dt), ct_numel(x)));
+    if (go && y->data) ok(&r, ct_cuda_cast(r.s, x->data, ct_cuda_cast_type_of(x->dtype), y->data, ct_cuda_cast_type_of(dt), ct_numel(x)));
     ct_record(ctx, CT_OP_CAST, y, 1, &x);
     return y;
 }
@@ -171,7 +168,7 @@ static void bw_cast(ct_ctx *ctx, ct_node *n) {
     bool direct;
     float *w = acc_begin(&r, n->in[0], &direct);
     if (!w) return;
-    ok(&r, ct_cuda_cast_bwd(r.s, n->out->grad->data, cast_type(n->out->dtype), w, ct_numel(n->out)));
+    ok(&r, ct_cuda_cast_bwd(r.s, n->out->grad->data, ct_cuda_cast_type_of(n->out->dtype), w, ct_numel(n->out)));
     acc_end(&r, n->in[0], w, direct);
 }
 

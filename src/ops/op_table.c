@@ -22,10 +22,22 @@ static void bw_no_kernel(ct_ctx *ctx, ct_node *n) {
 ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_DEV_)};
 #undef CT_OP_ROW_DEV_
 
+#define CT_OP_ROW_DEV_LP_(N, n, ac) [CT_OP_##N] = {#n, ct_bw_lowp, ac},
+const ct_op_def ct_op_table_dev_lp[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_DEV_LP_)};
+#undef CT_OP_ROW_DEV_LP_
+
 void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_backward_fn bwd) {
     CT_CHECK(type == CT_DEV_CUDA && op >= 0 && op < CT_OP_COUNT, "ct_op_register_device: device type %d, op %d", (int)type, op);
     ct_op_table_dev[op].forward = fwd;
     if (bwd) ct_op_table_dev[op].row.backward = bwd;
+}
+
+static ct_tensor *dev_forward(ct_ctx *ctx, int op, const ct_op_args *a, ct_device d) {
+    double t0;
+    if (!ct_devprof_begin(d, &t0)) return ct_op_table_dev[op].forward(ctx, a);
+    ct_tensor *y = ct_op_table_dev[op].forward(ctx, a);
+    ct_devprof_end(d, ct_op_table_dev[op].row.name, false, t0);
+    return y;
 }
 
 ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a) {
@@ -48,11 +60,16 @@ ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a) {
     if (st == CT_OK && !ct_op_table_dev[op].forward)
         st = ct_error(CT_ERR_UNSUPPORTED, "%s on %s: no kernel for this op on the device yet", name, ct_device_str(d, b1, sizeof b1));
     if (st == CT_OK) {
-        double t0;
-        if (!ct_devprof_begin(d, &t0)) return ct_op_table_dev[op].forward(ctx, a);
-        ct_tensor *y = ct_op_table_dev[op].forward(ctx, a);
-        ct_devprof_end(d, name, false, t0);
-        return y;
+        /* cast and contiguous take no autocast on the CPU either (they are its tools) */
+        if (op == CT_OP_CAST || op == CT_OP_CONTIGUOUS) return dev_forward(ctx, op, a, d);
+        ct_op_args b = *a;
+        ct_tensor **args[4];
+        int n = 0;
+        for (int i = 0; i < 4; i++)
+            if (b.in[i]) args[n++] = &b.in[i];
+        ct_ac_frame f;
+        if (ct_ac_enter(ctx, op, &f, n, args)) return ct_ac_leave(ctx, &f, dev_forward(ctx, op, &b, d));
+        return dev_forward(ctx, op, &b, d);
     }
     ct_ctx_fail(ctx, st);
     /* the placeholder: the first device input's shape, no data; the step is lost anyway */

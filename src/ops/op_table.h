@@ -100,6 +100,9 @@ typedef struct {
     ct_op_def row;         /* name, backward on the device, autocast class */
 } ct_op_dev_entry;
 extern ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT];
+/* the device rows of nodes whose op ran under autocast on low-precision tensors: ct_bw_lowp,
+ * which hands the device row's backward f32 copies made on the device */
+extern const ct_op_def ct_op_table_dev_lp[CT_OP_COUNT];
 void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_backward_fn bwd);
 
 /* the device of the op's tensor arguments: true when one is not on the CPU */
@@ -108,7 +111,9 @@ static inline bool ct_op_on_device(const ct_op_args *a) {
         if (a->in[i] && a->in[i]->device.type != CT_DEV_CPU) return true;
     return false;
 }
-/* runs the op's device forward, or fails the context and returns a placeholder */
+/* runs the op's device forward, or fails the context and returns a placeholder. Autocast
+ * applies here for the device (the CPU ops call CT_AUTOCAST after CT_DEV_DISPATCH): the same
+ * ct_ac_enter/ct_ac_leave around the device forward, so one policy serves both. */
 ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a);
 /* At an op's entry, before anything touches data: tensors on a device go to the column. */
 #define CT_DEV_DISPATCH(ctx, op, ...) do {                                      \

@@ -129,8 +129,6 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
              n_micro);
     const ct_train_model *m = a->model;
     ct_device dev = ct_params_device(m->params);
-    if (dev.type != CT_DEV_CPU && a->amp != CT_F32)
-        return ct_error(CT_ERR_UNSUPPORTED, "training step on cuda:%d: autocast is not built for GPUs yet", dev.index);
     double loss_sum = 0;
     for (int k = 0; k < n_micro; k++) {
         /* DDP all-reduces only during the last backward; the others accumulate locally */

@@ -98,12 +98,6 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: the parameters are on %s, the optimizer's state on %s (create the "
                         "optimizer after moving the model)", ct_device_str(dev, db, sizeof db),
                         ct_device_str(ct_optim_device(opt), ob, sizeof ob));
-    if (dev.type != CT_DEV_CPU) {
-        /* refused by name here, before anything trains, rather than at the first step */
-        if (o.amp != CT_F32)
-            return ct_error(CT_ERR_UNSUPPORTED, "ct_trainer_create: autocast (--amp, amp) is not built for GPUs yet: drop it "
-                            "to train on %s in f32, or train on the CPU (--device cpu)", ct_device_str(dev, db, sizeof db));
-    }
     if (o.batch_size < 1 || o.grad_accum < 1 || o.epochs < 1 || o.max_steps < 0 || o.log_every < 0 || o.keep < 0 ||
         o.eval_every < 0 || o.save_every < 0 || o.eval_max < 0 || o.workers < 0 || !(o.lr > 0) || !o.output_dir)
         return ct_error(CT_ERR_INVALID, "ct_trainer_create: batch_size %d, grad_accum %d, epochs %" PRId64 " must be >= 1, lr %g > 0, "

@@ -92,7 +92,7 @@ CT_TEST(calls_without_gpu_fail_cleanly) {
     st = ct_cuda_gelu(NULL, NULL, NULL, 10, false);
     CT_EXPECTF(st == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "gelu on cuda:?: cudaGetLastError()"), "gelu: %d %s",
                (int)st, ct_last_error());
-    ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, 4, 4, 4, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL};
+    ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, 4, 4, 4, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL, false};
     st = ct_cuda_gemm(NULL, 0, &d, NULL, NULL, NULL);
     CT_EXPECTF(st == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "cuda:?"), "gemm: %d %s", (int)st, ct_last_error());
     char v[512];
@@ -270,7 +270,8 @@ static double err_bf16(const void *d, const float *ref, int64_t n) {
     return e;
 }
 
-static void check_gemm(bool bf16, bool ta, bool tb, int64_t batch, ct_gemm_epilogue epi) {
+/* bf16: bf16 operands, bf16 C and bias, or (c_f32, autocast's GEMMs) an f32 C and bias */
+static void check_gemm_c(bool bf16, bool c_f32, bool ta, bool tb, int64_t batch, ct_gemm_epilogue epi) {
     ct_ctx *c;
     CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
     const int64_t M = 129, N = 200, K = 96;
@@ -280,23 +281,28 @@ static void check_gemm(bool bf16, bool ta, bool tb, int64_t batch, ct_gemm_epilo
     if (bf16) { /* both sides from the same bf16-rounded inputs */
         da = to_bf16(ct_f32(a), ct_numel(a), ct_f32(a));
         db = to_bf16(ct_f32(b), ct_numel(b), ct_f32(b));
-        dbias = to_bf16(ct_f32(bias), N, ct_f32(bias));
-        dc = up(NULL, (size_t)(batch * M * N) * 2);
+        dbias = c_f32 ? upf(bias) : to_bf16(ct_f32(bias), N, ct_f32(bias));
+        dc = c_f32 ? zeros(batch * M * N) : up(NULL, (size_t)(batch * M * N) * 2);
     } else {
         da = upf(a); db = upf(b); dbias = upf(bias); dc = zeros(batch * M * N);
     }
     ct_tensor *y = ct_matmul(c, batch == 1 ? ct_reshape(c, a, 2, sa + 1) : a, batch == 1 ? ct_reshape(c, b, 2, sb + 1) : b, ta, tb);
     if (epi == CT_GEMM_EPI_BIAS || epi == CT_GEMM_EPI_BIAS_GELU) y = ct_add(c, y, bias);
     if (epi == CT_GEMM_EPI_GELU || epi == CT_GEMM_EPI_BIAS_GELU) y = ct_gelu(c, y, true);
-    ct_cuda_gemm_desc d = {bf16 ? CT_CUDA_BF16 : CT_CUDA_F32, ta, tb, M, N, K, batch, 1.0f, 0.0f, epi, dbias};
+    ct_cuda_gemm_desc d = {bf16 ? CT_CUDA_BF16 : CT_CUDA_F32, ta, tb, M, N, K, batch, 1.0f, 0.0f, epi, dbias, bf16 && c_f32};
     OK(ct_cuda_gemm(NULL, 0, &d, da, db, dc));
     char w[96];
-    snprintf(w, sizeof w, "gemm %s ta=%d tb=%d batch=%lld epilogue=%d", bf16 ? "bf16" : "f32", ta, tb, (long long)batch, (int)epi);
-    double e = bf16 ? err_bf16(dc, ct_f32(y), batch * M * N) : err_f32(dc, ct_f32(y), batch * M * N);
-    EXPECT_CLOSE(w, e, bf16 ? 1e-2 : 1e-5);
+    snprintf(w, sizeof w, "gemm %s ta=%d tb=%d batch=%lld epilogue=%d", bf16 ? (c_f32 ? "bf16->f32" : "bf16") : "f32", ta, tb,
+             (long long)batch, (int)epi);
+    bool c16 = bf16 && !c_f32; /* an f32 C from bf16 operands: exact products, f32 sums */
+    double e = c16 ? err_bf16(dc, ct_f32(y), batch * M * N) : err_f32(dc, ct_f32(y), batch * M * N);
+    EXPECT_CLOSE(w, e, c16 ? 1e-2 : 1e-5);
     void *ps[] = {da, db, dbias, dc};
     for (int i = 0; i < 4; i++) ct_cuda_free(ps[i]);
     ct_ctx_free(c);
+}
+static void check_gemm(bool bf16, bool ta, bool tb, int64_t batch, ct_gemm_epilogue epi) {
+    check_gemm_c(bf16, false, ta, tb, batch, epi);
 }
 CT_TEST(gemm_f32) {
     NEED_GPU();
@@ -321,7 +327,7 @@ CT_TEST(gemm_matmul_precision_and_alignment) {
     const double lo[3] = {0, 1e-5, 1e-5}, hi[3] = {1e-5, 2e-3, 1e-2};
     for (int i = 0; i < 3; i++) {
         CT_ASSERT(ct_config_set("CTRAIN_CUDA_MATMUL", prec[i]) == CT_OK);
-        ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, M, N, K, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL};
+        ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, M, N, K, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL, false};
         OK(ct_cuda_gemm(NULL, 0, &d, da, db, dc));
         double e = err_f32(dc, ct_f32(y), M * N);
         CT_EXPECTF(e > lo[i] && e <= hi[i], "CTRAIN_CUDA_MATMUL=%s: error %g, expected in (%g, %g]", prec[i], e, lo[i], hi[i]);
@@ -335,7 +341,7 @@ CT_TEST(gemm_matmul_precision_and_alignment) {
     ct_tensor *a1 = ct_from_data(c, CT_F32, ct_f32(a) + 1, 2, (int64_t[]){M - 1, K - 1});
     ct_tensor *b1 = ct_from_data(c, CT_F32, ct_f32(b) + 1, 2, (int64_t[]){K - 1, N});
     ct_tensor *y1 = ct_matmul(c, a1, b1, false, false);
-    ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, M - 1, N, K - 1, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL};
+    ct_cuda_gemm_desc d = {CT_CUDA_F32, false, false, M - 1, N, K - 1, 1, 1.0f, 0.0f, CT_GEMM_EPI_NONE, NULL, false};
     OK(ct_cuda_gemm(NULL, 0, &d, da + 1, db + 1, oc + 1));
     double e1 = err_f32(oc + 1, ct_f32(y1), (M - 1) * N);
     CT_EXPECTF(e1 <= 1e-5, "GEMM on 4-byte aligned operands: error %g", e1);
@@ -349,6 +355,10 @@ CT_TEST(gemm_bf16) {
     for (int t = 0; t < 4; t++) check_gemm(true, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
     check_gemm(true, false, true, 2, CT_GEMM_EPI_NONE);
     check_gemm(true, false, true, 1, CT_GEMM_EPI_BIAS_GELU);
+    /* autocast's: bf16 operands, f32 results (built, not yet run on a GPU) */
+    for (int t = 0; t < 4; t++) check_gemm_c(true, true, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
+    check_gemm_c(true, true, false, true, 2, CT_GEMM_EPI_NONE);
+    check_gemm_c(true, true, false, true, 1, CT_GEMM_EPI_BIAS);
 }
 
 static void check_attention(bool bf16, int64_t T, int D, bool causal) {

@@ -5,7 +5,8 @@
  * q, k, v, merge_heads);
  * gradient clipping and the grad scaler on the device; an op without a device kernel failing
  * the context; DDP at world
- * size 1 on NCCL with the buckets reduced on the GPU. Built only with CUDA; without a GPU
+ * size 1 on NCCL with the buckets reduced on the GPU; bf16 autocast on cuda:0 (the policy op by
+ * op, an MLP, the GPT, ct_train_step) against CPU autocast within 1e-2. Built only with CUDA; without a GPU
  * every test skips with "no CUDA GPU" (scripts/gpu-check.sh runs them on one). Tolerances:
  * 1e-5 relative for the MLP (f32 GEMMs, no TF32), 1e-4 normwise for the GPT-op chain,
  * whose attention sums in another order than the CPU's tiles. */
@@ -177,9 +178,8 @@ CT_TEST(gpt_ops_chain_on_cuda_matches_cpu) {
 }
 
 /* ct_train_step (the loop every trainer uses) with the model on cuda:0: three AdamW steps,
- * each loss against the CPU's */
-CT_TEST(train_step_on_cuda_matches_cpu) {
-    NEED_GPU();
+ * each loss against the CPU's (amp: both under autocast) */
+static void train_steps_match(ct_dtype amp, double tol) {
     ct_model *m[2] = {mlp(), mlp()};
     OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
     ct_optim *o[2];
@@ -198,16 +198,26 @@ CT_TEST(train_step_on_cuda_matches_cpu) {
         ct_train_batch b = ct_train_batch_of(CT_F32, x, 2, (int64_t[]){8, 32}, y, 1, (int64_t[]){8});
         ct_step_result r[2];
         for (int j = 0; j < 2; j++) {
-            ct_step_args sa = {.ctx = c[j], .model = &tm[j], .opt = o[j], .lr = 1e-2, .step = step};
+            ct_step_args sa = {.ctx = c[j], .model = &tm[j], .opt = o[j], .lr = 1e-2, .step = step, .amp = amp};
             OK(ct_train_step(&sa, &b, 1, &r[j]));
         }
-        CT_EXPECTF(rel(r[1].loss, r[0].loss) <= 1e-5, "step %d: loss cuda %.9g cpu %.9g", step, r[1].loss, r[0].loss);
+        CT_EXPECTF(rel(r[1].loss, r[0].loss) <= tol, "step %d (%s): loss cuda %.9g cpu %.9g", step, ct_dtype_name(amp),
+                   r[1].loss, r[0].loss);
     }
     for (int j = 0; j < 2; j++) {
         ct_optim_free(o[j]);
         ct_ctx_free(c[j]);
         ct_model_free(m[j]);
     }
+}
+CT_TEST(train_step_on_cuda_matches_cpu) {
+    NEED_GPU();
+    train_steps_match(CT_F32, 1e-5);
+}
+/* bf16 autocast on the GPU through the device dispatch (built, not yet run on a GPU) */
+CT_TEST(train_step_bf16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    train_steps_match(CT_BF16, 1e-2);
 }
 
 /* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
@@ -225,8 +235,18 @@ static ct_model *small_gpt(void) {
     return m;
 }
 
-CT_TEST(gpt_model_on_cuda_matches_cpu) {
-    NEED_GPU();
+/* one forward and backward of the small GPT on x, y (either device), under autocast when amp
+ * is not f32; returns the loss */
+static double gpt_loss_step(ct_ctx *c, ct_model *m, ct_tensor *x, ct_tensor *y, ct_dtype amp) {
+    if (amp != CT_F32 && ct_autocast_begin(c, amp) != CT_OK) abort();
+    ct_tensor *l = ct_model_loss(c, m, x, y);
+    if (amp != CT_F32) ct_autocast_end(c);
+    double v = ct_item(l);
+    ct_backward(c, l);
+    return v;
+}
+/* the small GPT on cuda:0 against the CPU: loss within tol relative, each gradient normwise */
+static void gpt_model_match(ct_dtype amp, double tol, double gtol) {
     ct_model *mc = small_gpt(), *mg = small_gpt();
     OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
     ct_ctx *c;
@@ -238,23 +258,114 @@ CT_TEST(gpt_model_on_cuda_matches_cpu) {
     OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
     OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
     /* one backward per forward: a backward consumes the whole tape */
-    ct_tensor *lc = ct_model_loss(c, mc, x, y);
-    double vc = ct_item(lc);
-    ct_backward(c, lc);
-    ct_tensor *lg = ct_model_loss(c, mg, xd, yd);
-    double vg = ct_item(lg);
-    ct_backward(c, lg);
-    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "GPT on cuda:0: %s", ct_last_error());
-    CT_EXPECTF(rel(vg, vc) <= 1e-5, "loss cuda %.9g cpu %.9g", vg, vc);
+    double vc = gpt_loss_step(c, mc, x, y, amp), vg = gpt_loss_step(c, mg, xd, yd, amp);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "GPT on cuda:0 (%s): %s", ct_dtype_name(amp), ct_last_error());
+    CT_EXPECTF(rel(vg, vc) <= tol, "loss (%s) cuda %.9g cpu %.9g", ct_dtype_name(amp), vg, vc);
     ct_params *Pc = ct_model_params(mc);
     for (int i = 0; i < ct_params_count(Pc); i++) {
         if (ct_params_is_buffer(Pc, i)) continue;
         double e = grad_err(Pc, ct_model_params(mg), i);
-        CT_EXPECTF(e <= 1e-4, "gradient of %s: normwise error %g", ct_params_get(Pc, i)->name, e);
+        CT_EXPECTF(e <= gtol, "gradient of %s (%s): normwise error %g", ct_params_get(Pc, i)->name, ct_dtype_name(amp), e);
     }
     ct_ctx_free(c);
     ct_model_free(mc);
     ct_model_free(mg);
+}
+CT_TEST(gpt_model_on_cuda_matches_cpu) {
+    NEED_GPU();
+    gpt_model_match(CT_F32, 1e-5, 1e-4);
+}
+/* bf16 autocast: both sides round the same activations; the sums run in other orders, so a
+ * value near a bf16 rounding boundary may round the other way: bf16 tolerance */
+CT_TEST(gpt_model_bf16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    gpt_model_match(CT_BF16, 1e-2, 1e-2);
+}
+
+/* The autocast policy on cuda:0, op by op, against the CPU's under the same region: linear,
+ * matmul and flash attention give bf16 (LOWP), softmax, layer norm and cross-entropy f32
+ * (FP32), gelu keeps bf16 and add promotes bf16 + f32 to f32 (PROMOTE); values within bf16
+ * tolerance; an MLP's forward and backward under autocast against the CPU's. */
+static ct_tensor *host_f32(ct_ctx *c, ct_tensor *t) {
+    ct_tensor *h = NULL;
+    if (ct_tensor_to(c, ct_contiguous(c, t), CT_CPU, &h) != CT_OK) {
+        fprintf(stderr, "to the host: %s\n", ct_last_error());
+        abort();
+    }
+    return h->dtype == CT_F32 ? h : ct_cast(c, h, CT_F32);
+}
+CT_TEST(autocast_policy_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    ct_tensor *x = rnd(c, 2, (int64_t[]){16, 32}, 1.0f), *w = rnd(c, 2, (int64_t[]){32, 32}, 0.2f);
+    ct_tensor *lw = rnd(c, 1, (int64_t[]){32}, 1.0f), *lb = rnd(c, 1, (int64_t[]){32}, 0.1f);
+    int32_t lab[16];
+    for (int i = 0; i < 16; i++) lab[i] = (i * 5) % 32;
+    ct_tensor *y = ct_from_data(c, CT_I32, lab, 1, (int64_t[]){16});
+    ct_tensor *in[2][5] = {{x, w, lw, lb, y}};
+    for (int i = 0; i < 5; i++) OK(ct_tensor_to(c, in[0][i], CT_CUDA(0), &in[1][i]));
+    enum { LIN, MM, GELU, ADD, SM, LN, ATT, XE, NOUT };
+    static const char *names[NOUT] = {"linear", "matmul", "gelu", "add", "softmax", "layer_norm", "flash_attention", "cross_entropy"};
+    static const ct_dtype want[NOUT] = {CT_BF16, CT_BF16, CT_BF16, CT_F32, CT_F32, CT_F32, CT_BF16, CT_F32};
+    ct_tensor *out[2][NOUT];
+    OK(ct_autocast_begin(c, CT_BF16));
+    for (int d = 0; d < 2; d++) {
+        ct_tensor **t = in[d], **o = out[d];
+        o[LIN] = ct_linear(c, t[0], t[1], t[3]);
+        o[MM] = ct_matmul(c, o[LIN], t[1], false, true);
+        o[GELU] = ct_gelu(c, o[MM], true);
+        o[ADD] = ct_add(c, o[GELU], t[0]);
+        o[SM] = ct_softmax(c, o[GELU]);
+        o[LN] = ct_layer_norm(c, o[GELU], t[2], t[3], 1e-5f);
+        ct_tensor *q = ct_reshape(c, o[LIN], 4, (int64_t[]){2, 1, 8, 32});
+        o[ATT] = ct_flash_attention(c, q, q, q, true);
+        o[XE] = ct_cross_entropy(c, o[GELU], t[4], -100);
+    }
+    ct_autocast_end(c);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "autocast ops on cuda:0: %s", ct_last_error());
+    for (int k = 0; k < NOUT; k++) {
+        ct_tensor *a = out[0][k], *b = out[1][k];
+        CT_EXPECTF(a->dtype == want[k] && b->dtype == want[k] && b->device.type == CT_DEV_CUDA, "%s: cpu %s, cuda %s (want %s)",
+                   names[k], ct_dtype_name(a->dtype), ct_dtype_name(b->dtype), ct_dtype_name(want[k]));
+        ct_tensor *ha = host_f32(c, a), *hb = host_f32(c, b);
+        double e = normwise(hb->data, ha->data, ct_numel(ha));
+        CT_EXPECTF(e <= 1e-2, "%s: normwise error %g against the CPU", names[k], e);
+    }
+    ct_ctx_free(c);
+}
+
+CT_TEST(mlp_bf16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ct_model *m[2] = {mlp(), mlp()};
+    OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    const int64_t B = 16;
+    ct_tensor *x[2] = {rnd(c, 2, (int64_t[]){B, 32}, 1.0f)}, *y[2];
+    int32_t lab[16];
+    for (int i = 0; i < B; i++) lab[i] = (i * 7) % 10;
+    y[0] = ct_from_data(c, CT_I32, lab, 1, &B);
+    OK(ct_tensor_to(c, x[0], CT_CUDA(0), &x[1]));
+    OK(ct_tensor_to(c, y[0], CT_CUDA(0), &y[1]));
+    double l[2];
+    for (int d = 0; d < 2; d++) {
+        OK(ct_autocast_begin(c, CT_BF16));
+        ct_tensor *logits = ct_model_forward(c, m[d], x[d]);
+        ct_tensor *loss = ct_cross_entropy(c, logits, y[d], -100);
+        ct_autocast_end(c);
+        CT_EXPECTF(logits->dtype == CT_BF16 && loss->dtype == CT_F32, "logits %s, loss %s", ct_dtype_name(logits->dtype),
+                   ct_dtype_name(loss->dtype));
+        l[d] = ct_item(loss);
+        ct_backward(c, loss);
+    }
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "MLP under autocast on cuda:0: %s", ct_last_error());
+    CT_EXPECTF(rel(l[1], l[0]) <= 1e-2, "loss cuda %.9g cpu %.9g", l[1], l[0]);
+    double e = grad_err(ct_model_params(m[0]), ct_model_params(m[1]), -1);
+    CT_EXPECTF(e <= 1e-2, "f32 master gradients: normwise error %g", e);
+    printf("    MLP bf16 autocast on cuda:0: loss %.7f (cpu %.7f), gradient error %.2e\n", l[1], l[0], e);
+    ct_ctx_free(c);
+    for (int d = 0; d < 2; d++) ct_model_free(m[d]);
 }
 
 /* mul, tanh, sigmoid (kmath.h's functions), sum and mean of all elements (a GEMM with ones on

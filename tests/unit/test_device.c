@@ -119,9 +119,22 @@ static ct_status f_scale(int dev, float *g, float coef, int64_t n, bool *nonfini
     if (nonfinite) *nonfinite = bad;
     return CT_OK;
 }
+/* autocast's conversions as the CUDA cast kernels do them: kmath.h's rounding for bf16 */
+static ct_status f_convert(int dev, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n) {
+    (void)dev;
+    ct_convert(y, to, x, from, (size_t)n);
+    return CT_OK;
+}
+static ct_status f_round(int dev, float *g, ct_dtype dt, int64_t n) {
+    (void)dev;
+    CT_CHECK(dt == CT_BF16, "the stand-in rounds to bf16 only");
+    for (int64_t i = 0; i < n; i++) g[i] = ct_k_bf16_to_f32(ct_k_f32_to_bf16(g[i]));
+    return CT_OK;
+}
 static const ct_device_hooks fake = {.count = f_count, .alloc = f_alloc, .free = f_free, .copy = f_copy, .zero = f_zero,
                                      .sync = f_sync, .optim = f_optim, .sumsq = f_sumsq, .scale = f_scale,
-                                     .host_alloc = f_host_alloc, .host_free = f_host_free, .mem = f_mem};
+                                     .host_alloc = f_host_alloc, .host_free = f_host_free, .mem = f_mem,
+                                     .convert = f_convert, .round = f_round};
 
 /* a device sum: forward and backward on the stand-in's (host) memory */
 static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
@@ -141,6 +154,72 @@ static void fake_sum_bw(ct_ctx *ctx, ct_node *n) {
     for (int64_t i = 0; g && i < ct_numel(n->in[0]); i++) g[i] += ct_f32(n->out->grad)[0];
     if (scratch && live_bufs > live_max) live_max = live_bufs;
 }
+/* a device cast and a device matmul (2-d, no transposes) on host memory: f32 operands, or
+ * bf16 ones read as they are with an f32 result, as the CUDA entry takes them from autocast */
+static ct_tensor *fake_cast(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    ct_dtype dt = (ct_dtype)a->i[0];
+    if (x->dtype == dt) return x;
+    ct_tensor *y = ct_new_on(ctx, x->device, dt, x->ndim, x->shape, "cast");
+    ct_convert(y->data, dt, x->data, x->dtype, (size_t)ct_numel(x));
+    ct_record(ctx, CT_OP_CAST, y, 1, &x);
+    return y;
+}
+static void fake_cast_bw(ct_ctx *ctx, ct_node *n) {
+    float *g = ct_grad_acc(ctx, n->in[0]), *go = n->out->grad->data;
+    f_round(0, go, n->out->dtype, ct_numel(n->out));
+    for (int64_t i = 0; g && i < ct_numel(n->out); i++) g[i] += go[i];
+}
+static float ld(const ct_tensor *t, int64_t i) {
+    return t->dtype == CT_BF16 ? ct_k_bf16_to_f32(((const uint16_t *)t->data)[i]) : ((const float *)t->data)[i];
+}
+static int bf16_matmuls; /* forwards and backwards that read bf16 operands */
+static ct_tensor *fake_matmul(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *A = a->in[0], *B = a->in[1];
+    int64_t M, N, K, batch;
+    ct_check_matmul(A, B, a->i[0], a->i[1], &M, &N, &K, &batch);
+    CT_CHECK(A->dtype == B->dtype && batch == 1 && !a->i[0] && !a->i[1], "the stand-in matmul: one dtype, 2-d, plain");
+    bf16_matmuls += A->dtype == CT_BF16;
+    ct_tensor *y = ct_new_on(ctx, A->device, CT_F32, 2, (int64_t[]){M, N}, "matmul");
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float t = 0;
+            for (int64_t k = 0; k < K; k++) t += ld(A, i * K + k) * ld(B, k * N + j);
+            ct_f32(y)[i * N + j] = t;
+        }
+    ct_record(ctx, CT_OP_MATMUL, y, 2, (ct_tensor *[]){A, B});
+    return y;
+}
+static void fake_matmul_bw(ct_ctx *ctx, ct_node *n) {
+    ct_tensor *A = n->in[0], *B = n->in[1];
+    bf16_matmuls += A->dtype == CT_BF16;
+    int64_t M = A->shape[0], K = A->shape[1], N = B->shape[1];
+    const float *G = n->out->grad->data;
+    float *gA = ct_grad_acc(ctx, A), *gB = ct_grad_acc(ctx, B);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+            for (int64_t k = 0; k < K; k++) {
+                if (gA) gA[i * K + k] += G[i * N + j] * ld(B, k * N + j);
+                if (gB) gB[k * N + j] += G[i * N + j] * ld(A, i * K + k);
+            }
+}
+
+/* a stand-in for a device op with bf16 kernels and a bf16 output (the CUDA flash attention):
+ * here y = v, bf16 in and out; backward dv += dy */
+static ct_tensor *fake_flash(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *v = a->in[2];
+    CT_CHECK(v->dtype == CT_BF16 && a->in[0]->dtype == CT_BF16, "the stand-in flash attention: bf16 under autocast");
+    ct_tensor *y = ct_new_on(ctx, v->device, CT_BF16, v->ndim, v->shape, "flash_attention");
+    memcpy(y->data, v->data, ct_nbytes(v));
+    ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){a->in[0], a->in[1], v});
+    return y;
+}
+static void fake_flash_bw(ct_ctx *ctx, ct_node *n) {
+    CT_CHECK(n->in[2]->dtype == CT_BF16 && n->out->dtype == CT_BF16, "the stand-in flash attention's backward: bf16");
+    float *g = ct_grad_acc(ctx, n->in[2]);
+    for (int64_t i = 0; g && i < ct_numel(n->out); i++) g[i] += ct_f32(n->out->grad)[i];
+}
+
 static void use_fake(void) {
     ct_device_register(CT_DEV_CUDA, &fake);
     ct_op_register_device(CT_DEV_CUDA, CT_OP_SUM, fake_sum, fake_sum_bw);
@@ -319,8 +398,8 @@ CT_TEST(clipping_and_unscale_on_device_match_cpu) {
 
 /* ct_train_step with the parameters on a device: the batch is copied there, backward and the
  * optimizer run there (a loss of sum(w): every gradient 1, SGD moves each weight by -lr);
- * an op that fails on the device comes back as the step's status; clipping runs there,
- * autocast is refused */
+ * an op that fails on the device comes back as the step's status; clipping and autocast
+ * run there */
 static ct_tensor *sum_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) {
     CT_CHECK(x->device.type == CT_DEV_CUDA && y->device.type == CT_DEV_CUDA, "the batch was not moved to the device");
     return ct_sum(ctx, ((ct_module *)self)->w);
@@ -359,8 +438,10 @@ CT_TEST(train_step_on_device) {
     CT_ASSERT(ct_train_step(&sa, &b, 1, &res) == CT_OK);
     CT_EXPECTF(fabs(res.grad_norm - sqrt(12.0)) < 1e-6 && fabsf(ct_f32(lin->w)[0] - (w1[0] - 0.5f / sqrtf(12.0f))) < 1e-6f,
                "norm %g, w %g from %g", res.grad_norm, ct_f32(lin->w)[0], w1[0]);
-    sa.amp = CT_BF16;
-    CT_EXPECT(ct_train_step(&sa, &b, 1, &res) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "autocast"));
+    sa.amp = CT_BF16; /* sum is f32-policy: the step runs as in f32 */
+    memcpy(w1, ct_f32(lin->w), sizeof w1);
+    CT_ASSERT(ct_train_step(&sa, &b, 1, &res) == CT_OK);
+    CT_EXPECTF(fabsf(ct_f32(lin->w)[0] - (w1[0] - 0.5f / sqrtf(12.0f))) < 1e-6f, "w %g from %g", ct_f32(lin->w)[0], w1[0]);
     ct_ctx_free(c);
     ct_optim_free(o);
     ct_module_free(lin);
@@ -368,10 +449,95 @@ CT_TEST(train_step_on_device) {
     CT_EXPECT(live_bufs == 0);
 }
 
+/* Autocast on device tensors: the policy applied by the device dispatch (the cast op on the
+ * device, the device matmul reading the bf16 casts with its f32 result rounded to a bf16
+ * tensor on the device, forward and backward; the f32-policy sum given an f32 copy made there
+ * and giving f32), the copies returned to the allocator when each op is done, and the loss
+ * and the f32 parameter gradients the CPU's. */
+CT_TEST(autocast_on_device) {
+    use_fake();
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_CAST, fake_cast, fake_cast_bw);
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_MATMUL, fake_matmul, fake_matmul_bw);
+    double loss[2];
+    float grad[2][12];
+    for (int d = 0; d < 2; d++) {
+        ct_params *P;
+        CT_ASSERT(ct_params_create(&P) == CT_OK);
+        ct_tensor *W = ct_param(P, "w", 2, (int64_t[]){2, 3}, CT_INIT_KAIMING_UNIFORM, 3);
+        ct_tensor *V = ct_param(P, "v", 2, (int64_t[]){3, 2}, CT_INIT_KAIMING_UNIFORM, 4);
+        CT_ASSERT(ct_params_finalize(P, 9) == CT_OK);
+        if (d) CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+        ct_ctx *c;
+        CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+        int before = live_bufs;
+        bf16_matmuls = 0;
+        CT_ASSERT(ct_autocast_begin(c, CT_BF16) == CT_OK);
+        ct_tensor *y = ct_matmul(c, W, V, false, false);
+        ct_tensor *l = ct_sum(c, y);
+        ct_autocast_end(c);
+        CT_EXPECTF(y->dtype == CT_BF16 && l->dtype == CT_F32 && y->device.type == (d ? CT_DEV_CUDA : CT_DEV_CPU),
+                   "dtypes %s, %s", ct_dtype_name(y->dtype), ct_dtype_name(l->dtype));
+        /* kept on the device: the two bf16 casts, y and the loss; the f32 copy and results are gone */
+        if (d) CT_EXPECTF(live_bufs == before + 4, "%d device buffers live after the forward, %d before", live_bufs, before);
+        loss[d] = ct_item(l);
+        ct_backward(c, l);
+        CT_EXPECT(ct_ctx_status(c) == CT_OK);
+        if (d) CT_EXPECTF(bf16_matmuls == 2, "%d of the device matmul's forward and backward read bf16", bf16_matmuls);
+        ct_ctx_free(c);
+        if (d) CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+        memcpy(grad[d], ct_params_grad(P), sizeof grad[d]);
+        ct_params_free(P);
+    }
+    CT_EXPECTF(fabs(loss[0] - loss[1]) <= 1e-6 * fabs(loss[0]), "loss %.9g on the CPU, %.9g on the device", loss[0], loss[1]);
+    bool same = true;
+    for (int i = 0; i < 12; i++) same = same && fabsf(grad[0][i] - grad[1][i]) <= 1e-6f * fabsf(grad[0][i]);
+    CT_EXPECT(same);
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_MATMUL, NULL, NULL);
+    CT_EXPECT(live_bufs == 0);
+}
+
+/* A device op with its own bf16 kernels (flash attention) keeps its bf16 output: no f32 result
+ * or copies, the output's gradient reaching the f32 master gradient through the cast. */
+CT_TEST(autocast_keeps_a_device_bf16_output) {
+    use_fake();
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_CAST, fake_cast, fake_cast_bw);
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_FLASH_ATTENTION, fake_flash, fake_flash_bw);
+    ct_params *P;
+    CT_ASSERT(ct_params_create(&P) == CT_OK);
+    ct_tensor *V = ct_param(P, "v", 4, (int64_t[]){1, 1, 4, 8}, CT_INIT_KAIMING_UNIFORM, 8);
+    CT_ASSERT(ct_params_finalize(P, 2) == CT_OK);
+    float v0[32];
+    memcpy(v0, V->data, sizeof v0);
+    CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    int before = live_bufs;
+    CT_ASSERT(ct_autocast_begin(c, CT_BF16) == CT_OK);
+    ct_tensor *y = ct_flash_attention(c, V, V, V, true);
+    ct_tensor *l = ct_sum(c, y);
+    ct_autocast_end(c);
+    CT_EXPECTF(y->dtype == CT_BF16 && y->device.type == CT_DEV_CUDA && l->dtype == CT_F32, "y %s, loss %s", ct_dtype_name(y->dtype),
+               ct_dtype_name(l->dtype));
+    CT_EXPECTF(live_bufs == before + 3, "%d device buffers after the forward, %d before (the cast, y, the loss)", live_bufs, before);
+    bool same = true;
+    for (int i = 0; i < 32; i++) same = same && ((uint16_t *)y->data)[i] == ct_k_f32_to_bf16(v0[i]);
+    CT_EXPECT(same);
+    ct_backward(c, l);
+    CT_EXPECT(ct_ctx_status(c) == CT_OK);
+    ct_ctx_free(c);
+    CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+    bool ones = true;
+    for (int i = 0; i < 32; i++) ones = ones && ct_params_grad(P)[i] == 1.0f;
+    CT_EXPECT(ones);
+    ct_params_free(P);
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_FLASH_ATTENTION, NULL, NULL);
+    CT_EXPECT(live_bufs == 0);
+}
+
 /* The trainer with the model on a device: batches staged in pinned memory and copied there,
  * periodic and final checkpoints and model.safetensors written through the host with the
  * model back on the device afterwards, a resume loading into the device model, GPU memory
- * in the metrics; clipping and loss scaling taken, autocast refused by name, an optimizer made before the move
+ * in the metrics; clipping, loss scaling and autocast taken, an optimizer made before the move
  * refused. A loss of sum(w): every step moves each weight by -lr. */
 static ct_trainer_opts device_opts(const char *dir, int64_t steps) {
     ct_trainer_opts o = ct_trainer_default_opts();
@@ -442,8 +608,9 @@ CT_TEST(trainer_on_device) {
     o.loss_scaling = true; /* both run on the device */
     CT_ASSERT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_OK);
     ct_trainer_free(t);
-    o.amp = CT_BF16;
-    CT_EXPECT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "--amp"));
+    o.amp = CT_BF16; /* built for the device: taken */
+    CT_ASSERT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_OK);
+    ct_trainer_free(t);
     o.amp = CT_F32;
     CT_ASSERT(ct_optim_to(opt[1], CT_CPU) == CT_OK);
     CT_EXPECT(ct_trainer_create(&o, &tm[1], opt[1], train, none, &t) == CT_ERR_INVALID && strstr(ct_last_error(), "optimizer"));

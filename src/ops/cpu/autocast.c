@@ -13,9 +13,18 @@
  *
  * Matmul and linear in a bf16 run skip the copies (ct_ac_reads_bf16): the bf16 GEMM reads
  * bf16 storage itself, widening it in its packers, so they see the same values (the same
- * bits) without the f32 copies' memory traffic, forward and backward. GELU on bf16 does
- * the same (elementwise.c): it widens each element, runs the f32 math and rounds its output
- * (and, backward, the gradient) element by element — the bits of the copies without them. */
+ * bits) without the f32 copies' memory traffic, forward and backward. GELU and merge_heads
+ * on bf16, and add of a bf16 and an f32 tensor, do the same on the CPU (elementwise.c,
+ * attention.c, basic.c): they widen each element, run the f32 math and round their output
+ * (and, backward, the gradient) element by element — the bits of the copies without them.
+ *
+ * Tensors on a GPU take the same policy from the device dispatch (ct_op_dispatch calls
+ * ct_ac_enter/ct_ac_leave around the device forward): the casts are the device's cast op,
+ * the f32 copies and the rounded output are made on the device by its conversion hooks
+ * (ct_device_hooks.convert/round), and the copies are returned to the allocator when the op
+ * is done, as the CPU's temporaries are. Matmul and linear read bf16 on the device (cuBLASLt's
+ * bf16 GEMMs with f32 results), flash attention too (its bf16 kernels, bf16 output); the
+ * other device ops run on the f32 copies. */
 #include <stdint.h>
 
 #include "ops/op_table.h"
@@ -24,6 +33,27 @@
 #include "ops/kmath.h"
 
 static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t->dtype == CT_F16); }
+static bool on_dev(const ct_tensor *t) { return t->device.type != CT_DEV_CPU; }
+
+/* the device's conversion hook (NULL with the context failed when it has none) */
+static const ct_device_hooks *dev_hooks(ct_ctx *ctx, ct_device d, bool round) {
+    const ct_device_hooks *h = ct_device_hooks_get(d, "autocast");
+    if (h && (round ? !h->round : !h->convert)) {
+        char b[32];
+        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "autocast on %s: the backend has no conversion kernels",
+                                  ct_device_str(d, b, sizeof b)));
+        return NULL;
+    }
+    if (!h) ct_ctx_fail(ctx, CT_ERR_UNSUPPORTED);
+    return h;
+}
+/* y = x converted to y's dtype (both contiguous, same size), on x's device */
+static void convert(ct_ctx *ctx, ct_tensor *y, const ct_tensor *x) {
+    size_t n = (size_t)ct_numel(x);
+    if (!on_dev(x)) { ct_convert(y->data, y->dtype, x->data, x->dtype, n); return; }
+    const ct_device_hooks *h = ct_ctx_status(ctx) == CT_OK && y->data && x->data ? dev_hooks(ctx, x->device, false) : NULL;
+    if (h) ct_ctx_fail(ctx, h->convert(x->device.index, y->data, y->dtype, x->data, x->dtype, (int64_t)n));
+}
 
 /* Round f32 values to dt's precision in place (nearest even), keeping them f32. */
 static void round_to(float *x, int64_t n, ct_dtype dt) {
@@ -42,13 +72,22 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
 
 bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
-/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16. GELU and
- * merge_heads read and write bf16 themselves (elementwise.c, attention.c: they never come
- * through ct_ac_enter with bf16, and their backward rounds the gradient as it reads it). */
-static bool direct(int op, ct_dtype run) {
+/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16: the CPU's bf16
+ * GEMM where the CPU has it, cuBLASLt's bf16 GEMMs on a device (src/cuda/ops.c). On the CPU,
+ * GELU and merge_heads read and write bf16 themselves (elementwise.c, attention.c: they never
+ * come through ct_ac_enter with bf16, and their backward rounds the gradient as it reads it). */
+static bool direct(int op, ct_dtype run, bool dev) {
     if (run != CT_BF16) return false;
-    if (op == CT_OP_GELU || op == CT_OP_MERGE_HEADS) return true;
-    return (op == CT_OP_LINEAR || op == CT_OP_MATMUL) && ct_ac_reads_bf16();
+    if (op == CT_OP_LINEAR || op == CT_OP_MATMUL) return dev || ct_ac_reads_bf16();
+    if (op == CT_OP_GELU || op == CT_OP_MERGE_HEADS) return !dev;
+    return dev && op == CT_OP_FLASH_ATTENTION; /* the device's bf16 kernels; bf16 output */
+}
+
+/* the gradient g of a low-precision tensor t rounded to t's dtype, in place */
+static void round_grad(ct_ctx *ctx, const ct_tensor *t, float *g) {
+    if (!on_dev(t)) { round_to(g, ct_numel(t), t->dtype); return; }
+    const ct_device_hooks *h = ct_ctx_status(ctx) == CT_OK && g ? dev_hooks(ctx, t->device, true) : NULL;
+    if (h) ct_ctx_fail(ctx, h->round(t->device.index, g, t->dtype, ct_numel(t)));
 }
 
 /* Which values an op's backward reads (bit i: input i, READS_OUT: the output), beyond shapes
@@ -88,12 +127,13 @@ void ct_bw_cast(ct_ctx *ctx, ct_node *n) {
     for (int64_t i = 0; i < N; i++) gi[i] += g[i];
 }
 
-/* an f32 copy of x (contiguous) in whatever memory ct_new hands out now */
-static ct_tensor *f32_copy(ct_ctx *ctx, const ct_tensor *x) {
-    ct_tensor *c = ct_new(ctx, CT_F32, x->ndim, x->shape);
-    ct_convert(c->data, CT_F32, x->data, x->dtype, (size_t)ct_numel(x));
+/* a copy of x (contiguous) as dt in whatever memory ct_new hands out now, on x's device */
+static ct_tensor *copy_as(ct_ctx *ctx, const ct_tensor *x, ct_dtype dt) {
+    ct_tensor *c = ct_new_on(ctx, x->device, dt, x->ndim, x->shape, "autocast");
+    convert(ctx, c, x);
     return c;
 }
+static ct_tensor *f32_copy(ct_ctx *ctx, const ct_tensor *x) { return copy_as(ctx, x, CT_F32); }
 
 /* An input cast for an op: parameters once per region (the weight cast cache), with a node
  * so their gradients reach the f32 master copy. */
@@ -148,7 +188,7 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
     }
     f->mark = ct_ctx_temp_begin_(ctx);
     f->prev_run = ct_ctx_set_lowp_run_(ctx, lp);
-    for (int i = 0; i < n && !direct(op, lp); i++) {
+    for (int i = 0; i < n && !direct(op, lp, f->orig[0] && on_dev(f->orig[0])); i++) {
         ct_tensor *t = f->orig[i];
         if (!is_lowp(t)) continue;
         ct_tensor *c = f32_copy(ctx, t);
@@ -158,22 +198,51 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
     return true;
 }
 
+/* the low-precision row of a node's op-table row (CPU or device), or NULL for a node that
+ * is no op-table row (say, a checkpoint node): compared as addresses, the rows being arrays */
+static const ct_op_def *lp_row(const ct_op_def *op) {
+    uintptr_t row = (uintptr_t)op, t0 = (uintptr_t)ct_op_table;
+    if (row >= t0 && row < t0 + sizeof ct_op_table) return &ct_op_table_lp[op - ct_op_table];
+    for (int i = 0; i < CT_OP_COUNT; i++)
+        if (op == &ct_op_table_dev[i].row) return &ct_op_table_dev_lp[i];
+    return NULL;
+}
+
+/* Device copies go back to the allocator when the op is done (the CPU's temporaries are
+ * rewound): the f32 copies of the inputs and the f32 result, once nothing points at them. */
+static void free_dev_temps(ct_ctx *ctx, const ct_ac_frame *f, void *y_data) {
+    for (int i = 0; i < f->n; i++)
+        if (f->tmp[i] != f->orig[i] && on_dev(f->tmp[i]) && f->tmp[i]->data) ct_ctx_dev_free_(ctx, f->tmp[i]->data);
+    if (y_data) ct_ctx_dev_free_(ctx, y_data);
+}
+
 ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
     ct_ctx_set_lowp_run_(ctx, f->prev_run);
     for (int i = 0; i < f->n; i++)
-        if (y == f->tmp[i]) { ct_ctx_temp_end_(ctx, f->mark); return f->orig[i]; } /* identity (dropout off) */
-    CT_CHECK(y->dtype == CT_F32 && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies", ct_dtype_name(y->dtype));
+        if (y == f->tmp[i]) { /* identity (dropout off) */
+            ct_ctx_temp_end_(ctx, f->mark);
+            if (on_dev(y)) free_dev_temps(ctx, f, NULL);
+            return f->orig[i];
+        }
+    /* a device op with low-precision kernels (flash attention) gives its result in the run's dtype */
+    bool own = on_dev(y) && y->dtype == f->dt && f->dt != CT_F32;
+    CT_CHECK((y->dtype == CT_F32 || own) && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies",
+             ct_dtype_name(y->dtype));
     /* the temporaries are released first so that the output lands in the arena; y's bytes
      * stay where they are until the next temporary is allocated, after the conversion */
     ct_ctx_temp_end_(ctx, f->mark);
-    ct_tensor *out = ct_new(ctx, f->dt, y->ndim, y->shape);
-    ct_convert(out->data, f->dt, y->data, CT_F32, (size_t)ct_numel(y));
+    ct_tensor *out;
+    if (own) { /* y's header was a temporary: a new one for its data */
+        out = ct_wrap(ctx, y->dtype, y->data, y->ndim, y->shape);
+        out->device = y->device;
+    } else {
+        out = copy_as(ctx, y, f->dt);
+    }
     ct_node *nd = y->node;
-    /* an op-table row (not, say, a checkpoint node): compared as addresses, the rows being
-     * one array */
-    uintptr_t row = nd ? (uintptr_t)nd->op : 0, t0 = (uintptr_t)ct_op_table;
-    if (nd && nd->out == y && row >= t0 && row < t0 + sizeof ct_op_table) {
-        nd->op = &ct_op_table_lp[nd->op - ct_op_table];
+    const ct_op_def *lp = nd && nd->out == y ? lp_row(nd->op) : NULL;
+    if (on_dev(y) && (!nd || lp)) free_dev_temps(ctx, f, own ? NULL : y->data); /* else the node may still read them */
+    if (lp) {
+        nd->op = lp;
         nd->out = out;
         for (int j = 0; j < nd->nin; j++)
             for (int i = 0; i < f->n; i++)
@@ -190,15 +259,18 @@ ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
 }
 
 void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
-    const ct_op_def *row = &ct_op_table[n->op - ct_op_table_lp];
+    uintptr_t p = (uintptr_t)n->op, t0 = (uintptr_t)ct_op_table_lp;
+    bool cpu = p >= t0 && p < t0 + sizeof ct_op_table_lp;
+    int op = (int)(cpu ? n->op - ct_op_table_lp : n->op - ct_op_table_dev_lp);
+    const ct_op_def *row = cpu ? &ct_op_table[op] : &ct_op_table_dev[op].row;
     ct_node s = *n;
     s.op = row;
     ct_tensor *o = n->out;
-    int op = (int)(row - ct_op_table);
-    bool dir = direct(op, o->dtype);
+    bool dir = direct(op, o->dtype, !cpu);
     unsigned reads = dir ? 0 : bw_reads(op); /* direct: reads the bf16 tensors themselves */
-    /* a direct op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum) */
-    if (is_lowp(o) && !dir) round_to(o->grad->data, ct_numel(o), o->dtype);
+    /* a direct CPU op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum);
+     * a device one gets it rounded (then read as bf16 by its GEMMs, exactly) */
+    if (is_lowp(o) && (!dir || !cpu)) round_grad(ctx, o, o->grad->data);
     if (is_lowp(o) && (reads & READS_OUT)) {
         s.out = f32_copy(ctx, o);
         s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;

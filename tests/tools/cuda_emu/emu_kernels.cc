@@ -1,0 +1,426 @@
+// The kernels of src/cuda run on the CPU under cuda_emu.h, against the CPU ops of libctrain,
+// with the tolerances of tests/gpu (1e-5 normwise in f32; bit-equal where the GPU tests ask
+// for it). tests/scripts/cuda_emu.sh builds and runs this. Device pointers are host pointers.
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <condition_variable>
+#include <initializer_list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cuda_emu.h"
+extern "C" {
+#include "ctrain/autograd.h"
+#include "ctrain/config.h"
+#include "ctrain/ops.h"
+#include "ctrain/tensor.h"
+#include "cuda/cuda.h"
+}
+
+// ---- the emulator's runtime ----
+thread_local uint3 threadIdx;
+uint3 blockIdx;
+dim3 blockDim, gridDim;
+float *ct_emu_dyn_smem;
+
+namespace {
+// a barrier over a changing number of threads: one that returns from the kernel leaves it
+struct barrier {
+    std::mutex m;
+    std::condition_variable cv;
+    int expected = 0, count = 0;
+    long gen = 0;
+    void wait() {
+        std::unique_lock<std::mutex> lk(m);
+        long g = gen;
+        if (++count == expected) {
+            count = 0;
+            gen++;
+            cv.notify_all();
+        } else {
+            cv.wait(lk, [&] { return gen != g; });
+        }
+    }
+    void leave() {
+        std::lock_guard<std::mutex> lk(m);
+        expected--;
+        if (count > 0 && count == expected) {
+            count = 0;
+            gen++;
+            cv.notify_all();
+        }
+    }
+};
+barrier block_bar;
+std::vector<barrier> warp_bar(32);
+uint64_t slots[1024];
+std::vector<float> smem_buf;
+unsigned tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+} // namespace
+
+void __syncthreads(void) { block_bar.wait(); }
+uint64_t ct_emu_shfl_xor(uint64_t bits, int o) {
+    unsigned t = tid(), w = t / 32;
+    slots[t] = bits;
+    warp_bar[w].wait();
+    uint64_t r = slots[(t & ~31u) | ((t & 31u) ^ (unsigned)o)];
+    warp_bar[w].wait();
+    return r;
+}
+
+void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    unsigned nt = block.x * block.y * block.z;
+    if (nt > 1024) abort();
+    smem_buf.assign(smem / sizeof(float) + 16, 0.0f);
+    ct_emu_dyn_smem = smem_buf.data();
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = {x, y, z};
+                block_bar.expected = (int)nt;
+                for (unsigned w = 0; w < (nt + 31) / 32; w++) warp_bar[w].expected = (int)(nt - 32 * w < 32 ? nt - 32 * w : 32);
+                std::vector<std::thread> th;
+                for (unsigned t = 0; t < nt; t++)
+                    th.emplace_back([t, &block, &body] {
+                        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+                        body();
+                        block_bar.leave();
+                        warp_bar[t / 32].leave();
+                    });
+                for (auto &t : th) t.join();
+            }
+}
+
+float ct_emu_half_to_float(uint16_t h) {
+    float f;
+    ct_convert(&f, CT_F32, &h, CT_F16, 1);
+    return f;
+}
+uint16_t ct_emu_float_to_half(float f) {
+    uint16_t h;
+    ct_convert(&h, CT_F16, &f, CT_F32, 1);
+    return h;
+}
+
+// the launch check of CT_LAUNCHED (src/cuda/runtime.c is not part of the emulation)
+extern "C" ct_status ct_gpu_check_cuda(int code, const char *call, const char *op) {
+    (void)call;
+    (void)op;
+    return code == 0 ? CT_OK : CT_ERR_SYSTEM;
+}
+
+// device memory is host memory (the kernels' wrappers take scratch from the allocator)
+extern "C" ct_status ct_cuda_alloc(int dev, size_t bytes, void **out) {
+    (void)dev;
+    *out = malloc(bytes ? bytes : 1);
+    return *out ? CT_OK : CT_ERR_NOMEM;
+}
+extern "C" void ct_cuda_free(void *p) { free(p); }
+
+// ---- the checks ----
+namespace {
+int failures, checks;
+// a shape for one call (C++ has no compound literals): 16 of them in turn
+const int64_t *sh(std::initializer_list<int64_t> l) {
+    static int64_t pool[16][8];
+    static int next;
+    int64_t *p = pool[next++ % 16];
+    int i = 0;
+    for (int64_t v : l) p[i++] = v;
+    return p;
+}
+uint64_t rs = 0x1234567;
+float rnd() {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rs >> 40) / 16777216.0 * 2 - 1);
+}
+ct_tensor *rnd_t(ct_ctx *c, int nd, const int64_t *sh, float scale) {
+    ct_tensor *t = ct_new(c, CT_F32, nd, sh);
+    for (int64_t i = 0; i < ct_numel(t); i++) ct_f32(t)[i] = scale * rnd();
+    return t;
+}
+double normwise(const float *a, const float *b, int64_t n) {
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) d += (double)(a[i] - b[i]) * (a[i] - b[i]), s += (double)b[i] * b[i];
+    return sqrt(d / (s > 0 ? s : 1));
+}
+void expect(const char *what, double err, double tol) {
+    checks++;
+    bool ok = err <= tol;
+    if (!ok) failures++;
+    printf("%s %-44s error %.2e (<= %.0e)\n", ok ? "ok  " : "FAIL", what, err, tol);
+}
+void expect_ok(const char *what, ct_status st) {
+    if (st != CT_OK) {
+        failures++;
+        printf("FAIL %s: status %d\n", what, (int)st);
+    }
+}
+#define RUN(call) expect_ok(#call, call)
+
+void elementwise(ct_ctx *c) {
+    const int64_t rows = 13, m = 97, n = rows * m;
+    ct_tensor *x0 = rnd_t(c, 2, sh({rows, m}), 5.0f), *g = rnd_t(c, 2, sh({rows, m}), 1.0f);
+    std::vector<float> y(n), dx(n);
+    const char *names[5] = {"gelu", "gelu tanh", "relu", "tanh", "sigmoid"};
+    for (int k = 0; k < 5; k++) {
+        ct_tensor *x = ct_new_like(c, x0);
+        memcpy(x->data, x0->data, ct_nbytes(x0));
+        ct_requires_grad(x);
+        ct_tensor *r = k < 2 ? ct_gelu(c, x, k == 1) : k == 2 ? ct_relu(c, x) : k == 3 ? ct_tanh(c, x) : ct_sigmoid(c, x);
+        ct_backward_seed(c, r, g);
+        if (k < 2) {
+            RUN(ct_cuda_gelu(NULL, ct_f32(x0), y.data(), n, k == 1));
+            RUN(ct_cuda_gelu_bwd(NULL, ct_f32(x0), ct_f32(g), dx.data(), n, k == 1));
+        } else if (k == 2) {
+            RUN(ct_cuda_relu(NULL, ct_f32(x0), y.data(), n));
+            RUN(ct_cuda_relu_bwd(NULL, y.data(), ct_f32(g), dx.data(), n));
+        } else {
+            RUN(ct_cuda_tanh(NULL, ct_f32(x0), y.data(), n, k == 4));
+            RUN(ct_cuda_tanh_bwd(NULL, y.data(), ct_f32(g), dx.data(), n, k == 4));
+        }
+        char w[96];
+        snprintf(w, sizeof w, "%s forward", names[k]);
+        expect(w, normwise(y.data(), ct_f32(r), n), 1e-5);
+        snprintf(w, sizeof w, "%s backward", names[k]);
+        expect(w, normwise(dx.data(), ct_f32(x->grad), n), 1e-5);
+    }
+    ct_tensor *prod = ct_mul(c, x0, g), *sc = ct_scale(c, x0, -0.37f);
+    RUN(ct_cuda_mul(NULL, ct_f32(x0), ct_f32(g), y.data(), n));
+    expect("mul", normwise(y.data(), ct_f32(prod), n), 0);
+    RUN(ct_cuda_scale(NULL, ct_f32(x0), -0.37f, y.data(), n));
+    expect("scale", normwise(y.data(), ct_f32(sc), n), 0);
+    ct_tensor *b = rnd_t(c, 1, &m, 1.0f), *sum = ct_add(c, x0, b);
+    RUN(ct_cuda_add(NULL, ct_f32(x0), ct_f32(b), y.data(), n, m));
+    expect("add (broadcast)", normwise(y.data(), ct_f32(sum), n), 0);
+    // a transpose as a strided copy, and back with a strided add
+    ct_tensor *t = ct_contiguous(c, ct_transpose(c, x0, 0, 1));
+    ct_cuda_layout l = {2, {m, rows}, {1, m}};
+    RUN(ct_cuda_strided_copy(NULL, y.data(), ct_f32(x0), &l));
+    expect("strided copy (transpose)", normwise(y.data(), ct_f32(t), n), 0);
+    std::vector<float> acc(n, 0.0f);
+    RUN(ct_cuda_strided_add(NULL, acc.data(), &l, y.data()));
+    expect("strided add (transpose back)", normwise(acc.data(), ct_f32(x0), n), 0);
+    // split heads ([B, T, H, D] -> [B, H, T, D]) and a slice of the last dim (dims merged)
+    ct_tensor *x4 = rnd_t(c, 4, sh({2, 5, 3, 7}), 1.0f);
+    ct_tensor *p4 = ct_contiguous(c, ct_transpose(c, x4, 1, 2)), *s4 = ct_contiguous(c, ct_slice(c, x4, 3, 2, 4));
+    ct_cuda_layout lp = {4, {2, 3, 5, 7}, {105, 7, 21, 1}}, ls = {4, {2, 5, 3, 4}, {105, 21, 7, 1}};
+    std::vector<float> y4(210), a4(210, 0.0f);
+    RUN(ct_cuda_strided_copy(NULL, y4.data(), ct_f32(x4), &lp));
+    expect("strided copy (split heads)", normwise(y4.data(), ct_f32(p4), 210), 0);
+    RUN(ct_cuda_strided_add(NULL, a4.data(), &lp, y4.data()));
+    expect("strided add (merge heads)", normwise(a4.data(), ct_f32(x4), 210), 0);
+    RUN(ct_cuda_strided_copy(NULL, y4.data(), ct_f32(x4) + 2, &ls));
+    expect("strided copy (slice, merged dims)", normwise(y4.data(), ct_f32(s4), 120), 0);
+    // the 2-byte copy (autocast's bf16 views): split heads of bf16 values, bit for bit
+    std::vector<uint16_t> h4(210), hp(210), hy(210);
+    ct_convert(h4.data(), CT_BF16, ct_f32(x4), CT_F32, 210);
+    ct_convert(hp.data(), CT_BF16, ct_f32(p4), CT_F32, 210);
+    RUN(ct_cuda_strided_copy16(NULL, hy.data(), h4.data(), &lp));
+    expect("strided copy, 2-byte (split heads, bits)", memcmp(hy.data(), hp.data(), 210 * 2) != 0, 0);
+}
+
+void rows_ops(ct_ctx *c) {
+    const int64_t R = 37, D = 300;
+    ct_tensor *x = rnd_t(c, 2, sh({R, D}), 3.0f), *g = rnd_t(c, 2, sh({R, D}), 1.0f);
+    std::vector<float> y(R * D), dx(R * D);
+    for (int lg = 0; lg < 2; lg++) {
+        ct_tensor *xl = ct_new_like(c, x);
+        memcpy(xl->data, x->data, ct_nbytes(x));
+        ct_requires_grad(xl);
+        ct_tensor *r = lg ? ct_log_softmax(c, xl) : ct_softmax(c, xl);
+        ct_backward_seed(c, r, g);
+        RUN(ct_cuda_softmax(NULL, ct_f32(x), y.data(), R, D, lg, 0));
+        RUN(ct_cuda_softmax_bwd(NULL, y.data(), ct_f32(g), dx.data(), R, D, lg));
+        expect(lg ? "log_softmax forward" : "softmax forward", normwise(y.data(), ct_f32(r), R * D), 1e-5);
+        expect(lg ? "log_softmax backward" : "softmax backward", normwise(dx.data(), ct_f32(xl->grad), R * D), 1e-5);
+    }
+    // the causal form plain attention uses: row r sees keys j <= r % T (T = 10 rows a head)
+    {
+        const int64_t T = 10, Rc = 4 * T;
+        ct_tensor *sc = rnd_t(c, 2, sh({Rc, T}), 3.0f), *m = ct_new_like(c, sc);
+        for (int64_t r = 0; r < Rc; r++)
+            for (int64_t j = 0; j < T; j++) ct_f32(m)[r * T + j] = j <= r % T ? ct_f32(sc)[r * T + j] : -INFINITY;
+        ct_tensor *ref = ct_softmax(c, m);
+        std::vector<float> yc(Rc * T);
+        RUN(ct_cuda_softmax(NULL, ct_f32(sc), yc.data(), Rc, T, false, T));
+        expect("softmax, causal mask", normwise(yc.data(), ct_f32(ref), Rc * T), 1e-6);
+    }
+    // layer norm, weights and biases accumulated
+    ct_tensor *w = rnd_t(c, 1, &D, 1.0f), *bb = rnd_t(c, 1, &D, 1.0f), *xl = ct_new_like(c, x);
+    memcpy(xl->data, x->data, ct_nbytes(x));
+    ct_requires_grad(xl);
+    ct_requires_grad(w);
+    ct_requires_grad(bb);
+    ct_tensor *r = ct_layer_norm(c, xl, w, bb, 1e-5f);
+    ct_backward_seed(c, r, g);
+    std::vector<float> mean(R), rstd(R), dw(D, 0.0f), db(D, 0.0f);
+    RUN(ct_cuda_layer_norm(NULL, ct_f32(x), ct_f32(w), ct_f32(bb), y.data(), mean.data(), rstd.data(), R, D, 1e-5f));
+    RUN(ct_cuda_layer_norm_bwd(NULL, ct_f32(x), ct_f32(g), ct_f32(w), mean.data(), rstd.data(), dx.data(), dw.data(),
+                               db.data(), R, D));
+    expect("layer_norm forward", normwise(y.data(), ct_f32(r), R * D), 1e-5);
+    expect("layer_norm dx", normwise(dx.data(), ct_f32(xl->grad), R * D), 1e-5);
+    expect("layer_norm dw", normwise(dw.data(), ct_f32(w->grad), D), 1e-5);
+    expect("layer_norm db", normwise(db.data(), ct_f32(bb->grad), D), 1e-5);
+    // cross-entropy with an ignored target
+    std::vector<int32_t> tgt(R);
+    for (int64_t i = 0; i < R; i++) tgt[i] = i == 5 ? -100 : (int32_t)((i * 37) % D);
+    ct_tensor *xe = ct_new_like(c, x), *tt = ct_from_data(c, CT_I32, tgt.data(), 1, &R);
+    memcpy(xe->data, x->data, ct_nbytes(x));
+    ct_requires_grad(xe);
+    ct_tensor *loss = ct_cross_entropy(c, xe, tt, -100);
+    float lossv = ct_f32(loss)[0];
+    ct_backward(c, loss);
+    std::vector<float> lse(R), out(2);
+    float one = 1.0f;
+    RUN(ct_cuda_cross_entropy(NULL, ct_f32(x), tgt.data(), false, R, D, -100, lse.data(), out.data()));
+    RUN(ct_cuda_cross_entropy_bwd(NULL, ct_f32(x), tgt.data(), false, R, D, -100, lse.data(), out.data(), &one, dx.data()));
+    expect("cross_entropy loss", fabs(out[0] - lossv) / fabs(lossv), 1e-6);
+    expect("cross_entropy backward", normwise(dx.data(), ct_f32(xe->grad), R * D), 1e-5);
+}
+
+void embedding_pool(ct_ctx *c) {
+    const int64_t V = 50, D = 24, n = 77;
+    ct_tensor *w = rnd_t(c, 2, sh({V, D}), 1.0f), *g = rnd_t(c, 2, sh({n, D}), 1.0f);
+    std::vector<int64_t> idx(n);
+    for (int64_t i = 0; i < n; i++) idx[i] = (i * 13) % V;
+    ct_requires_grad(w);
+    ct_tensor *it = ct_from_data(c, CT_I64, idx.data(), 1, &n), *e = ct_embedding(c, w, it);
+    ct_backward_seed(c, e, g);
+    std::vector<float> y(n * D), dw(V * D, 0.0f);
+    RUN(ct_cuda_embedding(NULL, ct_f32(w), idx.data(), true, n, V, D, y.data(), NULL));
+    RUN(ct_cuda_embedding_bwd(NULL, ct_f32(g), idx.data(), true, n, V, D, dw.data()));
+    expect("embedding forward", normwise(y.data(), ct_f32(e), n * D), 0);
+    expect("embedding backward", normwise(dw.data(), ct_f32(w->grad), V * D), 0);
+    // max pooling 3x3 stride 2 padding 1 over odd planes, ties included, and the ReLU form
+    const int64_t N = 2, C = 3, H = 11, W = 9;
+    for (int relu = 0; relu < 2; relu++) {
+        ct_tensor *x = rnd_t(c, 4, sh({N, C, H, W}), 2.0f);
+        for (int64_t i = 0; i < ct_numel(x); i++) ct_f32(x)[i] = roundf(ct_f32(x)[i] * 2.0f) * 0.5f;
+        ct_requires_grad(x);
+        ct_tensor *p = relu ? ct_relu_max_pool2d(c, x, 3, 2, 1) : ct_max_pool2d(c, x, 3, 2, 1);
+        ct_tensor *gp = rnd_t(c, 4, p->shape, 1.0f);
+        ct_backward_seed(c, p, gp);
+        ct_cuda_pool_geom geo = {N * C, H, W, p->shape[2], p->shape[3], 3, 2, 1};
+        std::vector<float> py(ct_numel(p)), pdx(ct_numel(x));
+        std::vector<int32_t> arg(ct_numel(p));
+        RUN(ct_cuda_max_pool(NULL, ct_f32(x), py.data(), arg.data(), &geo, relu));
+        RUN(ct_cuda_max_pool_bwd(NULL, ct_f32(gp), py.data(), arg.data(), pdx.data(), &geo, relu, false));
+        expect(relu ? "relu_max_pool forward (bits)" : "max_pool forward (bits)", memcmp(py.data(), ct_f32(p), py.size() * 4) != 0, 0);
+        expect(relu ? "relu_max_pool backward (bits)" : "max_pool backward (bits)",
+               memcmp(pdx.data(), ct_f32(x->grad), pdx.size() * 4) != 0, 0);
+    }
+}
+
+void pointwise(ct_ctx *c) {
+    const int64_t N = 3, C = 5, inner = 29, n = N * C * inner;
+    ct_tensor *x = rnd_t(c, 3, sh({N, C, inner}), 1.0f), *b = rnd_t(c, 1, &C, 1.0f), *y = ct_bias_add(c, x, b);
+    std::vector<float> out(n), da(n), dbv(n);
+    RUN(ct_cuda_bias_add(NULL, ct_f32(x), ct_f32(b), out.data(), n, C, inner));
+    expect("bias_add (bits)", memcmp(out.data(), ct_f32(y), n * 4) != 0, 0);
+    ct_tensor *a = rnd_t(c, 1, &n, 2.0f), *bt = rnd_t(c, 1, &n, 2.0f);
+    ct_requires_grad(a);
+    ct_requires_grad(bt);
+    ct_tensor *l = ct_mse_loss(c, a, bt);
+    float lv = ct_f32(l)[0], one = 1.0f, m = 0;
+    ct_backward(c, l);
+    RUN(ct_cuda_mse(NULL, ct_f32(a), ct_f32(bt), n, &m));
+    RUN(ct_cuda_mse_bwd(NULL, ct_f32(a), ct_f32(bt), n, &one, da.data(), dbv.data()));
+    expect("mse forward", fabs(m - lv) / fabs(lv), 1e-6);
+    expect("mse backward", normwise(da.data(), ct_f32(a->grad), n) + normwise(dbv.data(), ct_f32(bt->grad), n), 1e-6);
+    // casts: f32 -> bf16 / f16 -> f32, against ct_convert, bit for bit
+    std::vector<uint16_t> h(n), hr(n);
+    for (int t = 1; t < 3; t++) {
+        ct_dtype dt = t == 1 ? CT_BF16 : CT_F16;
+        RUN(ct_cuda_cast(NULL, ct_f32(x), CT_CUDA_CAST_F32, h.data(), (ct_cuda_cast_type)t, n));
+        ct_convert(hr.data(), dt, ct_f32(x), CT_F32, (size_t)n);
+        expect(t == 1 ? "cast f32 -> bf16 (bits)" : "cast f32 -> f16 (bits)", memcmp(h.data(), hr.data(), n * 2) != 0, 0);
+        RUN(ct_cuda_cast(NULL, h.data(), (ct_cuda_cast_type)t, out.data(), CT_CUDA_CAST_F32, n));
+        std::vector<float> back(n);
+        ct_convert(back.data(), CT_F32, hr.data(), dt, (size_t)n);
+        expect(t == 1 ? "cast bf16 -> f32 (bits)" : "cast f16 -> f32 (bits)", memcmp(out.data(), back.data(), n * 4) != 0, 0);
+        // autocast's rounding of a gradient in place (the device's round hook): the same bits
+        std::vector<float> g(ct_f32(x), ct_f32(x) + n);
+        RUN(ct_cuda_cast_bwd(NULL, g.data(), (ct_cuda_cast_type)t, g.data(), n));
+        expect(t == 1 ? "round to bf16 in place (bits)" : "round to f16 in place (bits)",
+               memcmp(g.data(), back.data(), n * 4) != 0, 0);
+    }
+}
+
+void optim(void) {
+    const int64_t n = 40000; // three chunks of the norm, and a tail
+    std::vector<float> g(n), p(n), p2(n), m(n, 0.0f), v(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
+    for (int64_t i = 0; i < n; i++) g[i] = rnd(), p[i] = p2[i] = rnd();
+    double ss = 0, part[8], ref = 0;
+    RUN(ct_cuda_sumsq(NULL, g.data(), n, part, &ss));
+    for (int64_t b = 0; b < n; b += CT_K_SUMSQ_CHUNK)
+        ref += ct_k_sumsq(g.data(), (size_t)b, (size_t)(b + CT_K_SUMSQ_CHUNK < n ? b + CT_K_SUMSQ_CHUNK : n));
+    expect("gradient sum of squares (bits)", ss != ref, 0);
+    ct_k_adamw k = ct_k_adamw_consts(0.9, 0.999, 1e-8, 0.01, 1e-3, 1, false);
+    RUN(ct_cuda_adamw(NULL, &k, p.data(), g.data(), m.data(), v.data(), NULL, n));
+    for (int64_t i = 0; i < n; i++) ct_k_adamw_elem(&k, &p2[i], g[i], &m2[i], &v2[i], NULL);
+    expect("adamw (bits)", memcmp(p.data(), p2.data(), n * 4) != 0, 0);
+    std::vector<float> buf(n, 0.0f), buf2(n, 0.0f);
+    for (int step = 0; step < 2; step++) { /* momentum's first step, then the buffer's */
+        ct_k_sgd ks = ct_k_sgd_consts(0.9, 0.0, 1e-3, true, false, 0.05, step == 0);
+        RUN(ct_cuda_sgd(NULL, &ks, p.data(), g.data(), buf.data(), n));
+        for (int64_t i = 0; i < n; i++) ct_k_sgd_elem(&ks, &p2[i], g[i], &buf2[i]);
+    }
+    expect("sgd with Nesterov momentum (bits)", memcmp(p.data(), p2.data(), n * 4) != 0, 0);
+    int bad = 0;
+    g[n - 1] = INFINITY;
+    RUN(ct_cuda_scale_check(NULL, g.data(), 0.5f, n, &bad));
+    expect("scale and inf check", bad != 1 || g[0] * 2 != g[0] * 2.0f, 0);
+}
+
+void attention(ct_ctx *c, bool tiled) {
+    const int64_t B = 1, H = 2, T = 70;
+    const int D = 32;
+    const int64_t sh[4] = {B, H, T, D}, n = B * H * T * D;
+    ct_tensor *q = rnd_t(c, 4, sh, 2.0f), *k = rnd_t(c, 4, sh, 2.0f), *v = rnd_t(c, 4, sh, 1.0f), *g = rnd_t(c, 4, sh, 1.0f);
+    for (ct_tensor *t : {q, k, v}) ct_requires_grad(t);
+    ct_tensor *y = ct_flash_attention(c, q, k, v, true);
+    ct_backward_seed(c, y, g);
+    std::vector<float> o(n), gq(n), gk(n), gv(n), lse(B * H * T), dr(B * H * T);
+    if (ct_config_set("CTRAIN_CUDA_ATTENTION", tiled ? "tiled" : "rows") != CT_OK) {
+        failures++;
+        printf("FAIL CTRAIN_CUDA_ATTENTION: %s\n", ct_last_error());
+        return;
+    }
+    RUN(ct_cuda_attention(NULL, CT_CUDA_F32, ct_f32(q), ct_f32(k), ct_f32(v), o.data(), lse.data(), B * H, T, D, true));
+    RUN(ct_cuda_attention_bwd(NULL, CT_CUDA_F32, ct_f32(q), ct_f32(k), ct_f32(v), o.data(), ct_f32(g), lse.data(), dr.data(),
+                              gq.data(), gk.data(), gv.data(), B * H, T, D, true));
+    const char *nm = tiled ? "flash attention (tiled)" : "flash attention (rows)";
+    char w[96];
+    const float *got[4] = {o.data(), gq.data(), gk.data(), gv.data()};
+    const ct_tensor *ref[4] = {y, q->grad, k->grad, v->grad};
+    const char *part[4] = {"O", "dQ", "dK", "dV"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(w, sizeof w, "%s %s", nm, part[i]);
+        expect(w, normwise(got[i], ct_f32(ref[i]), n), 1e-5);
+    }
+}
+} // namespace
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each check's line, also when a later one aborts */
+    ct_ctx *c;
+    if (ct_ctx_create(NULL, &c) != CT_OK) return 2;
+    elementwise(c);
+    rows_ops(c);
+    embedding_pool(c);
+    pointwise(c);
+    optim();
+    attention(c, false);
+    attention(c, true);
+    ct_ctx_free(c);
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}

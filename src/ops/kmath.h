@@ -237,6 +237,12 @@ CT_HD static inline uint16_t ct_k_f32_to_bf16(float x) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
 }
 CT_HD static inline float ct_k_bf16_to_f32(uint16_t h) { return ct_k_bits_to_float((int32_t)((uint32_t)h << 16)); }
+/* x rounded to bf16's precision (nearest even) and kept f32, a NaN left as it is: the value of
+ * a bf16 tensor's gradient (the CPU autocast's rounding) */
+CT_HD static inline float ct_k_round_bf16(float x) {
+    uint32_t u = ct_k_float_bits(x), r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return ct_k_bits_to_float((int32_t)((u & 0x7fffffffu) > 0x7f800000u ? u : r));
+}
 
 /* ---- optimizers: PyTorch's formulas, operation for operation (src/optim/optim.c runs these) ---- */
 typedef struct {

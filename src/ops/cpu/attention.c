@@ -16,20 +16,44 @@
 #include "ops/cpu/vmath.h"
 
 /* ---- split_heads: [B, T, H*D] -> [B, H, T, D]; merge_heads: the inverse ---- */
+typedef enum {
+    PH_COPY,      /* f32 rows copied */
+    PH_ADD,       /* f32 rows added (gradients) */
+    PH_COPY_BF16, /* bf16 rows copied as autocast's f32 copy and conversion back would (NaN quieted) */
+    PH_ADD_BF16G  /* f32 rows rounded to bf16 (a bf16 tensor's gradient: autocast's round_to), added */
+} ph_mode;
+#define PH_BUF 256
+/* one row added: never inlined, so that PH_ADD and PH_ADD_BF16G run the same code (bits) */
+__attribute__((noinline)) static void add_row(float *restrict d, const float *restrict s, int64_t D) {
+#pragma omp simd
+    for (int64_t j = 0; j < D; j++) d[j] += s[j];
+}
 /* dst[b][h][t][:] (op) src[b][t][h*D:] when to_heads, else the other way round */
-static void permute_heads(float *dst, const float *src, int64_t B, int64_t T, int64_t H, int64_t D, bool to_heads, bool acc) {
+static void permute_heads(void *dst, const void *src, int64_t B, int64_t T, int64_t H, int64_t D, bool to_heads, ph_mode mode) {
+    size_t es = mode == PH_COPY_BF16 ? 2 : 4;
 #pragma omp parallel for collapse(2) if (B * T * H * D >= (1 << 16))
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t t = 0; t < T; t++) {
                 int64_t hi = ((b * H + h) * T + t) * D, ti = (b * T + t) * H * D + h * D;
-                float *d = dst + (to_heads ? hi : ti);
-                const float *s = src + (to_heads ? ti : hi);
-                if (acc) {
+                char *d = (char *)dst + (size_t)(to_heads ? hi : ti) * es;
+                const char *s = (const char *)src + (size_t)(to_heads ? ti : hi) * es;
+                if (mode == PH_COPY) {
+                    memcpy(d, s, (size_t)D * es);
+                } else if (mode == PH_ADD) {
+                    add_row((float *)d, (const float *)s, D);
+                } else if (mode == PH_COPY_BF16) {
+                    uint16_t *dh = (uint16_t *)d;
+                    const uint16_t *sh = (const uint16_t *)s;
 #pragma omp simd
-                    for (int64_t j = 0; j < D; j++) d[j] += s[j];
+                    for (int64_t j = 0; j < D; j++) dh[j] = ct_k_f32_to_bf16(ct_k_bf16_to_f32(sh[j]));
                 } else {
-                    memcpy(d, s, (size_t)D * sizeof(float));
+                    float r[PH_BUF];
+                    for (int64_t j0 = 0; j0 < D; j0 += PH_BUF) {
+                        int64_t m = D - j0 < PH_BUF ? D - j0 : PH_BUF;
+                        for (int64_t j = 0; j < m; j++) r[j] = ct_k_round_bf16(((const float *)s)[j0 + j]);
+                        add_row((float *)d + j0, r, m);
+                    }
                 }
             }
 }
@@ -43,7 +67,7 @@ ct_tensor *ct_split_heads(ct_ctx *ctx, ct_tensor *x, int heads) {
         CT_FATAL("split_heads: input %s must be [B, T, H*D] with H = %d dividing the last dim", ct_shape_str(x, sx, sizeof sx), heads);
     int64_t B = x->shape[0], T = x->shape[1], H = heads, D = x->shape[2] / heads;
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){B, H, T, D});
-    permute_heads(y->data, x->data, B, T, H, D, true, false);
+    permute_heads(y->data, x->data, B, T, H, D, true, PH_COPY);
     ct_record(ctx, CT_OP_SPLIT_HEADS, y, 1, &x);
     return y;
 }
@@ -51,26 +75,32 @@ void ct_bw_split_heads(ct_ctx *ctx, ct_node *n) {
     float *gx = ct_grad_acc(ctx, n->in[0]);
     if (!gx) return;
     const int64_t *s = n->out->shape; /* [B, H, T, D] */
-    permute_heads(gx, n->out->grad->data, s[0], s[2], s[1], s[3], false, true);
+    permute_heads(gx, n->out->grad->data, s[0], s[2], s[1], s[3], false, PH_ADD);
 }
 
+/* bf16 x (the attention's output under autocast) is permuted as it is, into a bf16 output in
+ * the arena, and its backward rounds the output gradient as it reads it: the bits of
+ * autocast's f32 copy, conversion and rounding pass (autocast.c), without those passes. */
 ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x) {
     CT_DEV_DISPATCH(ctx, CT_OP_MERGE_HEADS, .in = {x});
-    CT_AUTOCAST(ctx, CT_OP_MERGE_HEADS, 1, ((ct_tensor **[]){&x}), ct_merge_heads(ctx, x));
-    CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x);
+    bool bf16 = x->dtype == CT_BF16;
+    if (bf16 && !ct_is_contiguous(x)) x = ct_contiguous(ctx, x);
+    if (!bf16) CT_AUTOCAST(ctx, CT_OP_MERGE_HEADS, 1, ((ct_tensor **[]){&x}), ct_merge_heads(ctx, x));
+    if (!bf16) { CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x); }
     char sx[96];
     if (x->ndim != 4) CT_FATAL("merge_heads: input %s must be [B, H, T, D]", ct_shape_str(x, sx, sizeof sx));
     int64_t B = x->shape[0], H = x->shape[1], T = x->shape[2], D = x->shape[3];
-    ct_tensor *y = ct_new(ctx, CT_F32, 3, (int64_t[]){B, T, H * D});
-    permute_heads(y->data, x->data, B, T, H, D, false, false);
-    ct_record(ctx, CT_OP_MERGE_HEADS, y, 1, &x);
+    ct_tensor *y = ct_new(ctx, x->dtype, 3, (int64_t[]){B, T, H * D});
+    permute_heads(y->data, x->data, B, T, H, D, false, bf16 ? PH_COPY_BF16 : PH_COPY);
+    ct_node *nd = ct_record(ctx, CT_OP_MERGE_HEADS, y, 1, &x);
+    if (nd && bf16) nd->op = &ct_op_table_lp[CT_OP_MERGE_HEADS]; /* as ct_ac_leave makes it */
     return y;
 }
 void ct_bw_merge_heads(ct_ctx *ctx, ct_node *n) {
     float *gx = ct_grad_acc(ctx, n->in[0]);
     if (!gx) return;
     const int64_t *s = n->in[0]->shape; /* [B, H, T, D] */
-    permute_heads(gx, n->out->grad->data, s[0], s[2], s[1], s[3], true, true);
+    permute_heads(gx, n->out->grad->data, s[0], s[2], s[1], s[3], true, n->out->dtype == CT_BF16 ? PH_ADD_BF16G : PH_ADD);
 }
 
 /* ---- attention ---- */

@@ -13,7 +13,10 @@
  *
  * Matmul and linear in a bf16 run skip the copies (ct_ac_reads_bf16): the bf16 GEMM reads
  * bf16 storage itself, widening it in its packers, so they see the same values (the same
- * bits) without the f32 copies' memory traffic, forward and backward.
+ * bits) without the f32 copies' memory traffic, forward and backward. GELU and merge_heads
+ * on bf16, and add of a bf16 and an f32 tensor, do the same on the CPU (elementwise.c,
+ * attention.c, basic.c): they widen each element, run the f32 math and round their output
+ * (and, backward, the gradient) element by element — the bits of the copies without them.
  *
  * Tensors on a GPU take the same policy from the device dispatch (ct_op_dispatch calls
  * ct_ac_enter/ct_ac_leave around the device forward): the casts are the device's cast op,
@@ -23,11 +26,11 @@
  * bf16 GEMMs with f32 results), flash attention too (its bf16 kernels, bf16 output); the
  * other device ops run on the f32 copies. */
 #include <stdint.h>
-#include <string.h>
 
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/sgemm.h"
+#include "ops/kmath.h"
 
 static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t->dtype == CT_F16); }
 static bool on_dev(const ct_tensor *t) { return t->device.type != CT_DEV_CPU; }
@@ -56,13 +59,7 @@ static void convert(ct_ctx *ctx, ct_tensor *y, const ct_tensor *x) {
 static void round_to(float *x, int64_t n, ct_dtype dt) {
     if (dt == CT_BF16) {
 #pragma omp parallel for if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) { /* branch-free, so that it vectorises */
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-            u = (u & 0x7fffffffu) > 0x7f800000u ? u : r; /* NaN stays NaN */
-            memcpy(&x[i], &u, 4);
-        }
+        for (int64_t i = 0; i < n; i++) x[i] = ct_k_round_bf16(x[i]); /* branch-free: vectorises */
     } else if (dt == CT_F16) {
         uint16_t buf[1024];
         for (int64_t i = 0; i < n; i += 1024) {
@@ -76,10 +73,13 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
 bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
 /* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16: the CPU's bf16
- * GEMM where the CPU has it, cuBLASLt's bf16 GEMMs on a device (src/cuda/ops.c) */
+ * GEMM where the CPU has it, cuBLASLt's bf16 GEMMs on a device (src/cuda/ops.c). On the CPU,
+ * GELU and merge_heads read and write bf16 themselves (elementwise.c, attention.c: they never
+ * come through ct_ac_enter with bf16, and their backward rounds the gradient as it reads it). */
 static bool direct(int op, ct_dtype run, bool dev) {
     if (run != CT_BF16) return false;
     if (op == CT_OP_LINEAR || op == CT_OP_MATMUL) return dev || ct_ac_reads_bf16();
+    if (op == CT_OP_GELU || op == CT_OP_MERGE_HEADS) return !dev;
     return dev && op == CT_OP_FLASH_ATTENTION; /* the device's bf16 kernels; bf16 output */
 }
 

@@ -2,8 +2,49 @@
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 
+#include "ops/kmath.h"
+
+#define ADD_CHUNK 1024
+
+/* The elementwise add of both paths below, never inlined: one machine code, so the bf16 path
+ * gives the f32 op's bits, down to which NaN an add of two NaNs returns (operand order). */
+__attribute__((noinline)) static void add_span(const float *restrict A, const float *restrict B, float *restrict Y, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) Y[i] = A[i] + B[i];
+}
+
+/* a + b of the same shape, one bf16 and the other f32 (the residual stream under autocast):
+ * promoted, an f32 result. The bf16 one is widened chunk by chunk on the stack (exact) and
+ * add_span adds — the bits of autocast's run on an f32 copy (autocast.c), without the copy
+ * and without moving the result out of the temporaries; the output lands in the arena, where
+ * that move put it. The node is a low-precision one (ct_bw_lowp), as ct_ac_leave makes. */
+static bool add_mixed_bf16(const ct_ctx *ctx, const ct_tensor *a, const ct_tensor *b) {
+    bool ab = a->dtype == CT_BF16 && b->dtype == CT_F32, ba = a->dtype == CT_F32 && b->dtype == CT_BF16;
+    return (ab || ba) && ct_ctx_temp_depth_(ctx) == 0 && ct_same_shape(a, b) && ct_is_contiguous(a) && ct_is_contiguous(b);
+}
+static ct_tensor *add_bf16_f32(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
+    ct_tensor *y = ct_new(ctx, CT_F32, a->ndim, a->shape);
+    int64_t n = ct_numel(a);
+    bool a_lp = a->dtype == CT_BF16;
+    const uint16_t *L = a_lp ? a->data : b->data;
+    const float *F = a_lp ? b->data : a->data;
+    float *Y = y->data;
+#pragma omp parallel for if (n >= (1 << 16))
+    for (int64_t c = 0; c < n; c += ADD_CHUNK) {
+        float w[ADD_CHUNK];
+        int64_t m = n - c < ADD_CHUNK ? n - c : ADD_CHUNK;
+        for (int64_t i = 0; i < m; i++) w[i] = ct_k_bf16_to_f32(L[c + i]);
+        if (a_lp) add_span(w, F + c, Y + c, m);
+        else add_span(F + c, w, Y + c, m);
+    }
+    ct_node *nd = ct_record(ctx, CT_OP_ADD, y, 2, (ct_tensor *[]){a, b});
+    if (nd) nd->op = &ct_op_table_lp[CT_OP_ADD];
+    return y;
+}
+
 ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
     CT_DEV_DISPATCH(ctx, CT_OP_ADD, .in = {a, b});
+    if (add_mixed_bf16(ctx, a, b)) return add_bf16_f32(ctx, a, b);
     CT_AUTOCAST(ctx, CT_OP_ADD, 2, ((ct_tensor **[]){&a, &b}), ct_add(ctx, a, b));
     ct_check_add(a, b);
     ct_tensor *y = ct_new_like(ctx, a);
@@ -12,7 +53,8 @@ ct_tensor *ct_add(ct_ctx *ctx, ct_tensor *a, ct_tensor *b) {
     float *Y = y->data;
     if (m == n) {
 #pragma omp parallel for if (n >= (1 << 16))
-        for (int64_t i = 0; i < n; i++) Y[i] = A[i] + B[i];
+        for (int64_t c = 0; c < n; c += 4 * ADD_CHUNK)
+            add_span(A + c, B + c, Y + c, n - c < 4 * ADD_CHUNK ? n - c : 4 * ADD_CHUNK);
     } else if (m > 0) {
 #pragma omp parallel for if (n >= (1 << 16))
         for (int64_t r = 0; r < n / m; r++)

@@ -120,53 +120,107 @@ void ct_bw_bias_add(ct_ctx *ctx, ct_node *n) {
 }
 
 /* ---- gelu ---- */
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define GELU_C 0.044715f
+/* The f32 math of both dtypes is these two functions, never inlined: the bf16 path runs the
+ * same machine code on widened chunks, so even a NaN's sign (which operand order a compiler
+ * picks decides) is the f32 op's. Per element, so any split gives the same bits. */
+__attribute__((noinline)) static void gelu_span(const float *restrict X, float *restrict Y, int64_t n, bool tanh_approx) {
+    if (tanh_approx) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) Y[i] = ct_k_gelu_tanh(X[i]);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) Y[i] = ct_k_gelu(X[i]);
+    }
+}
+/* gx[i] += d/dx, or gx[i] = +0 + d/dx into a fresh (unzeroed) buffer: the bits of adding to
+ * zeros without the zeroing pass */
+#define GELU_BW(d)                                                                           \
+    do {                                                                                     \
+        if (fresh) {                                                                         \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) gx[i] = 0.0f + (d);          \
+        } else {                                                                             \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) gx[i] += (d);                \
+        }                                                                                    \
+    } while (0)
+__attribute__((noinline)) static void gelu_bwd_span(const float *restrict X, const float *restrict g, float *restrict gx, int64_t n,
+                                                    bool tanh_approx, bool fresh) {
+    /* kmath.h's derivatives: the same expressions (and bits) as the forward's constants */
+    if (tanh_approx) GELU_BW(ct_k_gelu_tanh_bwd(X[i], g[i]));
+    else GELU_BW(ct_k_gelu_bwd(X[i], g[i]));
+}
+#define GELU_CHUNK 1024 /* bf16 path: widened chunks on the stack (L1) */
+#define GELU_F32_CHUNK 4096
+
+/* bf16 x (autocast: GELU follows its input's dtype): read and written as bf16, the f32 op's
+ * math between, each output rounded as ct_convert rounds — the bits of autocast's f32 copy
+ * and conversion (autocast.c) without those passes over memory. The output goes where that
+ * conversion would put it: the arena (no temporaries are open here). */
+static ct_tensor *gelu_bf16(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
+    if (!ct_is_contiguous(x)) x = ct_contiguous(ctx, x);
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const uint16_t *X = x->data;
+    uint16_t *Y = y->data;
+#pragma omp parallel for if (n >= PAR_EXP)
+    for (int64_t c = 0; c < n; c += GELU_CHUNK) {
+        float xs[GELU_CHUNK], ys[GELU_CHUNK];
+        int64_t m = n - c < GELU_CHUNK ? n - c : GELU_CHUNK;
+        for (int64_t i = 0; i < m; i++) xs[i] = ct_k_bf16_to_f32(X[c + i]);
+        gelu_span(xs, ys, m, tanh_approx);
+        for (int64_t i = 0; i < m; i++) Y[c + i] = ct_k_f32_to_bf16(ys[i]);
+    }
+    ct_node *nd = ct_record(ctx, CT_OP_GELU, y, 1, &x);
+    if (nd) {
+        nd->i[0] = tanh_approx;
+        nd->op = &ct_op_table_lp[CT_OP_GELU]; /* a low-precision node, as ct_ac_leave makes */
+    }
+    return y;
+}
 
 ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx) {
     CT_DEV_DISPATCH(ctx, CT_OP_GELU, .in = {x}, .i = {tanh_approx});
+    if (x->dtype == CT_BF16) return gelu_bf16(ctx, x, tanh_approx);
     CT_AUTOCAST(ctx, CT_OP_GELU, 1, ((ct_tensor **[]){&x}), ct_gelu(ctx, x, tanh_approx));
     check_unary("gelu", x);
     ct_tensor *y = ct_new_like(ctx, x);
     int64_t n = ct_numel(x);
     const float *X = x->data;
     float *Y = y->data;
-    if (tanh_approx) {
-#pragma omp parallel for simd if (n >= PAR_EXP)
-        for (int64_t i = 0; i < n; i++) {
-            float v = X[i];
-            Y[i] = 0.5f * v * (1.0f + ct_vtanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
-        }
-    } else {
-#pragma omp parallel for simd if (n >= PAR_EXP)
-        for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_vnormcdf(X[i]);
-    }
+#pragma omp parallel for if (n >= PAR_EXP)
+    for (int64_t c = 0; c < n; c += GELU_F32_CHUNK)
+        gelu_span(X + c, Y + c, n - c < GELU_F32_CHUNK ? n - c : GELU_F32_CHUNK, tanh_approx);
     ct_node *nd = ct_record(ctx, CT_OP_GELU, y, 1, &x);
     if (nd) nd->i[0] = tanh_approx;
     return y;
 }
-/* gx[i] += expr over the gradient, or gx[i] = +0 + expr into a fresh (unzeroed) buffer: the
- * bits of adding to zeros without the zeroing pass; two loops, so that both vectorise */
-#define BW_LOOP(expr)                                                                        \
-    do {                                                                                     \
-        if (fresh) {                                                                         \
-            _Pragma("omp parallel for simd if (N >= PAR_EXP)")                               \
-            for (int64_t i = 0; i < N; i++) gx[i] = 0.0f + (expr);                           \
-        } else {                                                                             \
-            _Pragma("omp parallel for simd if (N >= PAR_EXP)")                               \
-            for (int64_t i = 0; i < N; i++) gx[i] += (expr);                                 \
-        }                                                                                    \
-    } while (0)
-
 void ct_bw_gelu(ct_ctx *ctx, ct_node *n) {
     bool fresh;
     float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     int64_t N = ct_numel(n->out);
-    const float *g = n->out->grad->data, *X = n->in[0]->data;
-    /* kmath.h's derivatives: the same expressions (and bits) as the forward's constants */
-    if (n->i[0]) BW_LOOP(ct_k_gelu_tanh_bwd(X[i], g[i]));
-    else BW_LOOP(ct_k_gelu_bwd(X[i], g[i]));
+    const float *g = n->out->grad->data;
+    bool th = n->i[0] != 0;
+    if (n->in[0]->dtype == CT_BF16) {
+        /* gelu_bf16's node (through ct_bw_lowp): bf16 x widened and the gradient rounded to
+         * bf16 (ct_k_round_bf16: autocast's round_to) chunk by chunk, instead of ct_bw_lowp's
+         * f32 copy and in-place rounding pass */
+        const uint16_t *X = n->in[0]->data;
+#pragma omp parallel for if (N >= PAR_EXP)
+        for (int64_t c = 0; c < N; c += GELU_CHUNK) {
+            float xs[GELU_CHUNK], gs[GELU_CHUNK];
+            int64_t m = N - c < GELU_CHUNK ? N - c : GELU_CHUNK;
+            for (int64_t i = 0; i < m; i++) {
+                xs[i] = ct_k_bf16_to_f32(X[c + i]);
+                gs[i] = ct_k_round_bf16(g[c + i]);
+            }
+            gelu_bwd_span(xs, gs, gx + c, m, th, fresh);
+        }
+        return;
+    }
+    const float *X = n->in[0]->data;
+#pragma omp parallel for if (N >= PAR_EXP)
+    for (int64_t c = 0; c < N; c += GELU_F32_CHUNK)
+        gelu_bwd_span(X + c, g + c, gx + c, N - c < GELU_F32_CHUNK ? N - c : GELU_F32_CHUNK, th, fresh);
 }
 
 /* ---- tanh, sigmoid: backward from the saved output ---- */

@@ -8,6 +8,7 @@
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
+#include "ops/kmath.h"
 
 /* An operand: f32, or bf16 storage (h) — in a bf16 run autocast hands matmul and linear their
  * bf16 tensors as they are (autocast.c, ct_ac_reads_bf16) */
@@ -122,13 +123,13 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
     if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
     if (dB && bf16) { /* dY as the bf16 gradient it stands for (autocast leaves the rounding to this op) */
-        uint16_t h[512];
         float v[512];
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j0 = 0; j0 < out; j0 += 512) {
                 size_t m = (size_t)(out - j0 < 512 ? out - j0 : 512);
-                ct_convert(h, CT_BF16, dY + r * out + j0, CT_F32, m); /* vectorised round trip */
-                ct_convert(v, CT_F32, h, CT_BF16, m);
+                const float *d = dY + r * out + j0;
+#pragma omp simd
+                for (size_t j = 0; j < m; j++) v[j] = ct_k_bf16_to_f32(ct_k_f32_to_bf16(d[j])); /* ct_convert's round trip, one pass */
                 for (size_t j = 0; j < m; j++) dB[j0 + j] += v[j];
             }
     } else if (dB)

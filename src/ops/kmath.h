@@ -55,7 +55,10 @@ CT_HD static inline float ct_vexpf(float x) {
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
     p = fmaf(p, r * r, r) + 1.0f;
-    float y = p * ct_k_bits_to_float(((int32_t)n + 127) << 23);
+    /* NaN in, NaN out through p; its exponent is taken from 0, as converting NaN to an
+     * integer is undefined in C */
+    float ne = n == n ? n : 0.0f;
+    float y = p * ct_k_bits_to_float(((int32_t)ne + 127) << 23);
     y = x < -87.33654f ? 0.0f : y;   /* underflow: 0 (PyTorch gives a denormal below 1e-38) */
     return x > 88.72283f ? INFINITY : y; /* a NaN stays NaN through p without a select */
 }

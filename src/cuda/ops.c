@@ -161,10 +161,9 @@ static ct_tensor *fwd_tanh(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx,
 static ct_tensor *fwd_sigmoid(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SIGMOID, "sigmoid"); }
 static void bw_unary(ct_ctx *ctx, ct_node *n) {
     run r;
-    if (!begin(ctx, n->out->device, n->op->name, &r)) return;
     bool direct;
     ct_tensor *x = n->in[0];
-    float *w = acc_begin(&r, x, &direct);
+    float *w = acc_begin_in0(ctx, n, n->op->name, &r, &direct);
     if (!w) return;
     const float *g = n->out->grad->data;
     int64_t N = ct_numel(n->out);
@@ -192,9 +191,8 @@ static ct_tensor *fwd_dropout(ct_ctx *ctx, const ct_op_args *a) {
 }
 static void bw_dropout(ct_ctx *ctx, ct_node *n) {
     run r;
-    if (!begin(ctx, n->out->device, "dropout backward", &r)) return;
     bool direct;
-    float *w = acc_begin(&r, n->in[0], &direct);
+    float *w = acc_begin_in0(ctx, n, "dropout backward", &r, &direct);
     if (!w) return;
     ok(&r, ct_cuda_dropout(r.s, n->out->grad->data, w, ct_numel(n->out), (uint64_t)n->i[0], (float)n->f[0], (float)n->f[1]));
     acc_end(&r, n->in[0], w, direct);

@@ -59,9 +59,8 @@ static ct_tensor *fwd_softmax(ct_ctx *ctx, const ct_op_args *a) { return softmax
 static ct_tensor *fwd_log_softmax(ct_ctx *ctx, const ct_op_args *a) { return softmax_fwd(ctx, a->in[0], CT_OP_LOG_SOFTMAX); }
 static void bw_softmax(ct_ctx *ctx, ct_node *n) {
     run r;
-    if (!begin(ctx, n->out->device, n->op->name, &r)) return;
     bool direct;
-    float *w = acc_begin(&r, n->in[0], &direct);
+    float *w = acc_begin_in0(ctx, n, n->op->name, &r, &direct);
     if (!w) return;
     int64_t D = n->i[0], R = D ? ct_numel(n->out) / D : 0;
     bool log_out = n->op == &ct_op_table_dev[CT_OP_LOG_SOFTMAX].row;
@@ -164,9 +163,8 @@ static ct_tensor *fwd_cast(ct_ctx *ctx, const ct_op_args *a) {
 }
 static void bw_cast(ct_ctx *ctx, ct_node *n) {
     run r;
-    if (!begin(ctx, n->out->device, "cast backward", &r)) return;
     bool direct;
-    float *w = acc_begin(&r, n->in[0], &direct);
+    float *w = acc_begin_in0(ctx, n, "cast backward", &r, &direct);
     if (!w) return;
     ok(&r, ct_cuda_cast_bwd(r.s, n->out->grad->data, ct_cuda_cast_type_of(n->out->dtype), w, ct_numel(n->out)));
     acc_end(&r, n->in[0], w, direct);

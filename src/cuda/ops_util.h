@@ -70,6 +70,13 @@ static inline float *acc_begin(run *r, ct_tensor *t, bool *direct) {
     if (fresh) { *direct = true; return g; }
     return scratch(r, ct_numel(t), "backward");
 }
+/* The start of a backward that writes the gradient of its input 0: the run on the output's
+ * device, then acc_begin for that input. NULL: nothing to do (or the context failed). */
+static inline float *acc_begin_in0(ct_ctx *ctx, ct_node *n, const char *op, run *r, bool *direct) {
+    *direct = false;
+    if (!begin(ctx, n->out->device, op, r)) return NULL;
+    return acc_begin(r, n->in[0], direct);
+}
 static inline void acc_end(run *r, ct_tensor *t, float *w, bool direct) {
     int64_t n = ct_numel(t);
     if (w && !direct && n > 0) ok(r, ct_cuda_add(r->s, t->grad->data, w, t->grad->data, n, n));

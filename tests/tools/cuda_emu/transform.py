@@ -26,6 +26,19 @@ def split_top(s):
     return out
 
 
+def match(src, i, opening, closing, step):
+    """the index of the bracket that closes the one at src[i], walking by step (+1 or -1)"""
+    depth = 0
+    while True:
+        if src[i] == opening:
+            depth += 1
+        elif src[i] == closing:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += step
+
+
 def transform(src):
     src = re.sub(r"extern\s+__shared__\s+(\w+)\s+(\w+)\s*\[\s*\]\s*;", r"\1 *\2 = (\1 *)ct_emu_dyn_smem;", src)
     while True:
@@ -37,30 +50,14 @@ def transform(src):
         while src[j - 1].isspace():
             j -= 1
         if src[j - 1] == ">":
-            depth = 0
-            while True:
-                j -= 1
-                if src[j] == ">":
-                    depth += 1
-                elif src[j] == "<":
-                    depth -= 1
-                    if depth == 0:
-                        break
+            j = match(src, j - 1, ">", "<", -1)
         while src[j - 1].isalnum() or src[j - 1] in "_:":
             j -= 1
         name = src[j:i].strip()
         k = src.index(">>>", i)
         cfg = split_top(src[i + 3:k])
         p = src.index("(", k)
-        depth, q = 0, p
-        while True:
-            if src[q] == "(":
-                depth += 1
-            elif src[q] == ")":
-                depth -= 1
-                if depth == 0:
-                    break
-            q += 1
+        q = match(src, p, "(", ")", 1)
         args = src[p + 1:q]
         smem = cfg[2] if len(cfg) > 2 else "0"
         call = "ct_emu_launch(dim3(%s), dim3(%s), (size_t)(%s), [&] { %s(%s); })" % (cfg[0], cfg[1], smem, name, args)

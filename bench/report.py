@@ -7,6 +7,12 @@ threads (DDP: per rank, of the 1-thread peak)."""
 import sys
 
 
+# gpt: explicit attention on both sides; gptf: ctrain's fused attention (the built-in GPT's
+# default) against PyTorch's F.scaled_dot_product_attention
+MODELS = (("mlp", "samples/s"), ("gpt", "tokens/s"), ("gptf", "tokens/s"), ("cnn", "samples/s"))
+LABEL = {"gptf": "GPT fused attention"}
+
+
 def parse(path):
     rows, machine = [], {}
     for ln in open(path):
@@ -47,7 +53,7 @@ def main():
             old[1] = max(old[1], mb)
     ver = lambda impl: next((v[4] for k, v in best.items() if k[0] == impl and v[4]), "?")
     has_deb = any(k[0] == "debian" for k in best)
-    items = lambda model: 8 * 256 if model == "gpt" else 128
+    items = lambda model: 8 * 256 if model in ("gpt", "gptf") else 128
 
     def frac(v, model, threads):
         if not v or peak.get(threads, 0) <= 0:
@@ -78,13 +84,13 @@ def main():
     sep += "---|---|---|---|---|"
     print(hdr)
     print(sep)
-    for model, unit in (("mlp", "samples/s"), ("gpt", "tokens/s"), ("cnn", "samples/s")):
+    for model, unit in MODELS:
         for t in (1, 2):
             c = best.get(("ctrain", model, t, 1))
             if not c:
                 continue
             p = best.get(("pytorch", model, t, 1))
-            line = f"| {model.upper()} ({unit}) | {t} | {f(c)} | {f(p)} | {ratio(c, p)} |"
+            line = f"| {LABEL.get(model, model.upper())} ({unit}) | {t} | {f(c)} | {f(p)} | {ratio(c, p)} |"
             if has_deb:
                 d = best.get(("debian", model, t, 1))
                 line += f" {f(d)} | {ratio(c, d)} |"
@@ -94,7 +100,7 @@ def main():
     print(f"| model (unit) | ctrain / rank | {pt} / rank | ratio | ctrain % peak | PyTorch % peak | ctrain peak MB / rank | "
           "PyTorch peak MB / rank | memory ratio | ctrain scaling eff. | PyTorch scaling eff. | all-reduce hidden (ctrain) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for model, unit in (("mlp", "samples/s"), ("gpt", "tokens/s"), ("cnn", "samples/s")):
+    for model, unit in MODELS:
         c = best.get(("ctrain", model, 1, 2))
         if not c:
             continue
@@ -102,7 +108,7 @@ def main():
         c1, p1 = best.get(("ctrain", model, 1, 1)), best.get(("pytorch", model, 1, 1))
         eff = lambda a, b: f"{a[0] / b[0]:.2f}" if a and b else "–"
         hid = f"{100 * c[3]:.0f}%" if c[3] == c[3] else "–"
-        print(f"| {model.upper()} ({unit}) | {f(c)} | {f(p)} | {ratio(c, p)} | {frac(c, model, 1)} | {frac(p, model, 1)} | "
+        print(f"| {LABEL.get(model, model.upper())} ({unit}) | {f(c)} | {f(p)} | {ratio(c, p)} | {frac(c, model, 1)} | {frac(p, model, 1)} | "
               f"{mb(c)} | {mb(p)} | {mratio(c, p)} | {eff(c, c1)} | {eff(p, p1)} | {hid} |")
     print("\nScaling efficiency = per-rank throughput at 2 ranks × 1 thread / throughput of 1 rank × 1 thread "
           "(the single-process 1-thread row of the same implementation).")

@@ -78,7 +78,7 @@ if [ $deb -eq 1 ] && ! $DEB_PY -c 'import torch' 2>/dev/null; then
 fi
 mkdir -p "$(dirname "$OUT")"
 
-secs() { case "$1" in gpt) echo "$SECS_GPT" ;; cnn) echo "$SECS_CNN" ;; *) echo "$SECS_MLP" ;; esac; }
+secs() { case "$1" in gpt|gptf) echo "$SECS_GPT" ;; cnn) echo "$SECS_CNN" ;; *) echo "$SECS_MLP" ;; esac; }
 record() { # runs a command, keeps its RESULT lines (tagged with the extra fields in $1)
     local tag="$1"; shift
     local o
@@ -97,23 +97,28 @@ if [ $core -eq 1 ]; then
     # the arithmetic peak of this run: ctrain's GEMM at 1024^3 per thread count
     for t in 1 2; do record "" "$CT" sgemm $t; done
     for r in $(seq "$REPEAT"); do
-        for m in mlp gpt cnn; do
+        for m in mlp gpt gptf cnn; do
+            # gptf: the GPT with fused attention, ctrain's flash kernel (the built-in model's
+            # default) against PyTorch's F.scaled_dot_product_attention (nanoGPT's own choice
+            # on PyTorch >= 2); gpt keeps the explicit attention on both sides
+            ctm=$m; var=(); tag=""
+            [ $m = gptf ] && { ctm=gpt; var=(flash); tag="model=gptf"; }
             for t in 1 2; do
                 # both OpenMP wait policies, as for PyTorch: on a loaded machine libgomp's default
                 # spinning makes 2-thread runs collapse (docs/benchmarks.md, CNN section)
-                record "omp_wait=default" env -u OMP_WAIT_POLICY "$CT" single $m $t "$(secs $m)"
-                [ $t -gt 1 ] && record "omp_wait=passive" env OMP_WAIT_POLICY=passive "$CT" single $m $t "$(secs $m)"
+                record "omp_wait=default $tag" env -u OMP_WAIT_POLICY "$CT" single $ctm $t "$(secs $m)" "${var[@]}"
+                [ $t -gt 1 ] && record "omp_wait=passive $tag" env OMP_WAIT_POLICY=passive "$CT" single $ctm $t "$(secs $m)" "${var[@]}"
                 if [ $have_torch -eq 1 ]; then
                     # OPENBLAS_NUM_THREADS=t: where torch calls OpenBLAS (Debian's), torch.set_num_threads
                     # does not limit it (at "1 thread" its GEMMs would run on both cores)
                     record "" env -u OMP_WAIT_POLICY OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
                     record "" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
                 fi
-                [ $deb -eq 1 ] && record "ref=debian" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $DEB_PY bench/torch_train.py single $m $t "$(secs $m)"
+                [ $deb -eq 1 ] && [ $m != gptf ] && record "ref=debian" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $DEB_PY bench/torch_train.py single $m $t "$(secs $m)"
             done
-            record "" "$CT" ddp $m 2 "$(secs $m)"
+            record "$tag" "$CT" ddp $ctm 2 "$(secs $m)" "${var[@]}"
             [ $have_torch -eq 1 ] && record "" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $PY bench/torch_train.py ddp $m 2 "$(secs $m)"
-            [ $deb -eq 1 ] && record "ref=debian" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $DEB_PY bench/torch_train.py ddp $m 2 "$(secs $m)"
+            [ $deb -eq 1 ] && [ $m != gptf ] && record "ref=debian" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $DEB_PY bench/torch_train.py ddp $m 2 "$(secs $m)"
         done
     done
     echo "MACHINE_END load=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" | tee -a "$OUT"

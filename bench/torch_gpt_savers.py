@@ -19,14 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch"))
 import gen_models as gm  # noqa: E402
-
-
-def sdpa_forward(self, x):
-    B, T, C = x.size()
-    q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+from torch_train import sdpa_forward  # noqa: E402  (bench/ is this script's directory)
 
 
 def main():

@@ -1,12 +1,13 @@
 """PyTorch side of bench/run.sh: the same models, sizes, optimizers and synthetic data as
 bench/train_bench.c, one line per result in the same format.
 
-    /usr/bin/python3 bench/torch_train.py single mlp|gpt|cnn THREADS [SECONDS]
-    /usr/bin/python3 bench/torch_train.py ddp    mlp|gpt|cnn NRANKS  [SECONDS]   # gloo, 1 thread/rank
+    /usr/bin/python3 bench/torch_train.py single mlp|gpt|gptf|cnn THREADS [SECONDS]
+    /usr/bin/python3 bench/torch_train.py ddp    mlp|gpt|gptf|cnn NRANKS  [SECONDS]   # gloo, 1 thread/rank
     torchrun ... bench/torch_train.py torchrun mlp|gpt|cnn 0 [SECONDS]   # ranks from torchrun (bench/multinode.sh)
 
 Models: tests/torch/gen_models.py (nanoGPT's GPT without flash attention, which PyTorch 1.13
-lacks; MLP as nn.Sequential; the CNN). Warmup steps are excluded; steps then run until
+lacks; MLP as nn.Sequential; the CNN). gptf: the same GPT with nanoGPT's own attention on
+PyTorch >= 2, F.scaled_dot_product_attention(is_causal=True), against ctrain's fused one. Warmup steps are excluded; steps then run until
 SECONDS have passed (at least 5). Peak memory = ru_maxrss of the process (DDP: worst rank).
 OMP_WAIT_POLICY is whatever the caller's environment says (run.sh tries default and passive).
 """
@@ -26,9 +27,26 @@ MLP_CFG = {"in": 784, "hidden": [1024, 1024], "out": 10, "dropout": 0.0}
 CNN_CFG = dict(in_channels=1, height=28, width=28, c1=32, c2=64, kernel=5, fc=128, classes=10, dropout=0.0)
 
 
+def sdpa_forward(self, x):
+    """nanoGPT's CausalSelfAttention.forward where PyTorch has SDPA (its `flash` branch)."""
+    B, T, C = x.size()
+    q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+    q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def is_gpt(kind):
+    return kind in ("gpt", "gptf")
+
+
 def setup(kind, rank):
     torch.manual_seed(1234)
-    if kind == "gpt":
+    if kind == "gptf":
+        if not hasattr(F, "scaled_dot_product_attention"):
+            sys.exit(f"gptf needs F.scaled_dot_product_attention (PyTorch >= 2.0), not {torch.__version__}")
+        gm.CausalSelfAttention.forward = sdpa_forward
+    if is_gpt(kind):
         model = gm.GPT(**GPT_CFG)
         decay = [p for p in model.parameters() if p.dim() >= 2]
         nodecay = [p for p in model.parameters() if p.dim() < 2]
@@ -42,7 +60,7 @@ def setup(kind, rank):
     g = torch.Generator().manual_seed(4321 + rank)
     batches = []
     for _ in range(4):
-        if kind == "gpt":
+        if is_gpt(kind):
             x = torch.randint(0, GPT_CFG["vocab_size"], (B, T), generator=g)
             y = torch.randint(0, GPT_CFG["vocab_size"], (B, T), generator=g)
         else:
@@ -54,7 +72,7 @@ def setup(kind, rank):
 
 
 def flops_per_step(kind, model, items):
-    if kind == "gpt":
+    if is_gpt(kind):
         n = sum(p.numel() for p in model.parameters())
         c = GPT_CFG
         return 6.0 * n * items + 12.0 * c["n_layer"] * c["block_size"] * c["n_embd"] * items
@@ -70,7 +88,7 @@ def flops_per_step(kind, model, items):
 
 def train(kind, seconds, rank=0, ddp_model=None, model=None, opt=None, batches=None, items=0, barrier=None):
     net = ddp_model if ddp_model is not None else model
-    warmup = 3 if kind == "gpt" else 10
+    warmup = 3 if is_gpt(kind) else 10
     step, measured, t0, c0 = 0, 0, 0.0, 0.0
     while True:
         if step == warmup:
@@ -80,7 +98,7 @@ def train(kind, seconds, rank=0, ddp_model=None, model=None, opt=None, batches=N
             c0 = time.process_time()
         x, y = batches[step % len(batches)]
         out = net(x)
-        loss = gm.gpt_loss(out, y) if kind == "gpt" else F.cross_entropy(out, y)
+        loss = gm.gpt_loss(out, y) if is_gpt(kind) else F.cross_entropy(out, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -110,7 +128,7 @@ def peak_mb():
 
 
 def line(kind, threads, ranks, rate, step_ms, steps, rss, flops):
-    unit = "tokens/s" if kind == "gpt" else "samples/s"
+    unit = "tokens/s" if is_gpt(kind) else "samples/s"
     wait = os.environ.get("OMP_WAIT_POLICY", "default").lower()
     print(f"RESULT impl=pytorch model={kind} threads={threads} ranks={ranks} rate={rate:.1f} unit={unit} "
           f"step_ms={step_ms:.2f} steps={steps} peak_rss_mb={rss:.1f} flops_per_step={flops:.4g} "

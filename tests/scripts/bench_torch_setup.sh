@@ -2,7 +2,8 @@
 # bench/run.sh's reference PyTorch: without PYTHON= it would create a virtual environment and
 # pip-install the current torch from PyPI into it (checked with --setup-dry-run: the commands
 # are printed, nothing is created or downloaded); PYTHON= naming an interpreter without torch
-# is refused with a clear message (by bench/demo.sh too).
+# is refused with a clear message (by bench/demo.sh too); bench/report.py keeps the two GPT
+# attention variants apart.
 set -u
 cd "$(dirname "$0")/../.."
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -25,4 +26,19 @@ grep -q "PYTHON=/bin/false cannot import torch" <<<"$out" || fail "demo.sh: uncl
 
 out=$(bash bench/run.sh --no-such-option 2>&1) && fail "unknown option accepted"
 grep -q "unknown option --no-such-option" <<<"$out" || fail "unclear message for an unknown option: $out"
-echo "bench reference setup: dry run, TORCH_PIP_SPEC, bad PYTHON, bad option all as expected"
+# bench/report.py: the fused-attention GPT (model=gptf, tagged by run.sh after train_bench's
+# model=gpt) gets rows of its own, never mixed into the explicit-attention GPT's
+r="$d/results.txt"
+{
+    echo 'MACHINE cpu="Test CPU" family=6 model=1 cores=2 load="0 0 0" date=2026-01-01T00:00:00Z'
+    echo 'RESULT impl=ctrain model=sgemm threads=1 gflops=100.0'
+    echo 'RESULT impl=ctrain model=gpt threads=1 ranks=1 rate=3000.0 unit=tokens/s peak_rss_mb=500 flops_per_step=6.951e+10 attention=plain'
+    echo 'RESULT impl=ctrain model=gpt threads=1 ranks=1 rate=4000.0 unit=tokens/s peak_rss_mb=400 flops_per_step=6.951e+10 attention=flash omp_wait=default model=gptf'
+    echo 'RESULT impl=pytorch model=gpt threads=1 ranks=1 rate=2500.0 unit=tokens/s peak_rss_mb=1500 flops_per_step=6.951e+10 torch=9.9'
+    echo 'RESULT impl=pytorch model=gptf threads=1 ranks=1 rate=3200.0 unit=tokens/s peak_rss_mb=1000 flops_per_step=6.951e+10 torch=9.9'
+} >"$r"
+out=$(python3 bench/report.py "$r" 2>&1) || fail "report.py: $out"
+grep -q '^| GPT (tokens/s) | 1 | 3,000 | 2,500 | 1.20× |' <<<"$out" || fail "report.py: no explicit-attention GPT row: $out"
+grep -q '^| GPT fused attention (tokens/s) | 1 | 4,000 | 3,200 | 1.25× |' <<<"$out" || fail "report.py: no fused-attention GPT row: $out"
+
+echo "bench report rows and reference setup: dry run, TORCH_PIP_SPEC, bad PYTHON, bad option all as expected"

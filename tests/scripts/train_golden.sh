@@ -3,7 +3,9 @@
 # (weights, checkpoint files and printed losses of short MLP, CNN and GPT runs, 1 and 2
 # ranks, a resume, gradient clipping, bf16 gradient traffic), made before the trainer moved
 # into the library (re-recorded when model.safetensors gained the ctrain.* config metadata:
-# every file was byte-identical to the earlier recording without those header entries).
+# every file was byte-identical to the earlier recording without those header entries; and
+# when the build began preferring 512-bit vectors: printed losses unchanged, weights differing
+# in the last bits of the sums gcc now vectorizes 16 lanes wide).
 # On a CPU other than the recording's the kernels may round differently (OpenBLAS picks its
 # kernels by core type): there only the printed losses are compared, as for a build with
 # other compiler flags (CT_BUILD=build-san: -O1 sums in another order).

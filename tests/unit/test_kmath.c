@@ -48,6 +48,29 @@ static void check_unary(const char *name, int which) {
 }
 CT_TEST(gelu_erf_bit_equal) { check_unary("gelu", 0); }
 CT_TEST(gelu_tanh_bit_equal) { check_unary("gelu_tanh", 1); }
+
+/* the AVX-512 exact GELU (ops/cpu/gelu_simd.c) at the edges of the scalar function's selects:
+ * the same bits (NaN: NaN), forward and backward, accumulating and fresh */
+CT_TEST(gelu_erf_edges_bit_equal) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const float v[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 13.0f, -13.0f, 20.0f, -20.0f, 1e-40f, -1e-40f,
+                       1e-20f, 3.4e38f, -3.4e38f, 0.5f, -0.5f, 5.0f, -5.0f, 9.0f, -9.0f, -13.4f, 1.0f};
+    const int64_t n = (int64_t)(sizeof v / sizeof v[0]);
+    ct_tensor *x = ct_new(c, CT_F32, 1, &n), *g = ct_new(c, CT_F32, 1, &n);
+    for (int64_t i = 0; i < n; i++) { ct_f32(x)[i] = v[i]; ct_f32(g)[i] = 0.75f; }
+    ct_requires_grad(x);
+    ct_tensor *y = ct_gelu(c, x, false);
+    ct_backward_seed(c, y, g);
+    for (int64_t i = 0; i < n; i++) {
+        float ky = ct_k_gelu(v[i]), kg = 0.0f + ct_k_gelu_bwd(v[i], 0.75f), oy = ct_f32(y)[i], og = ct_f32(x->grad)[i];
+        bool same_y = ky != ky ? oy != oy : memcmp(&ky, &oy, sizeof ky) == 0;
+        bool same_g = kg != kg ? og != og : memcmp(&kg, &og, sizeof kg) == 0 || (kg == 0 && og == 0);
+        CT_EXPECTF(same_y, "gelu(%g): op %g, kmath %g", (double)v[i], (double)oy, (double)ky);
+        CT_EXPECTF(same_g, "gelu'(%g): op %g, kmath %g", (double)v[i], (double)og, (double)kg);
+    }
+    ct_ctx_free(c);
+}
 CT_TEST(relu_bit_equal) { check_unary("relu", 2); }
 CT_TEST(tanh_bit_equal) { check_unary("tanh", 3); }
 

@@ -6,6 +6,7 @@
 #ifndef CT_OPS_CPU_AVX512_H
 #define CT_OPS_CPU_AVX512_H
 #include <immintrin.h>
+#include <math.h>
 
 #define CT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,fma")))
 
@@ -37,6 +38,28 @@ CT_AVX512 static inline void ct_tr16(__m512 r[16]) {
         r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
         r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
     }
+}
+
+/* ct_vexpf (ops/kmath.h) on 16 lanes, the same operations in the same order (so the same
+ * bits for every finite input; ct_vexpf is built without fused multiply-adds where it writes
+ * none, as the build contracts nothing: -std=c11) */
+CT_AVX512 static inline __m512 ct_exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f), big = _mm512_set1_ps(12582912.0f);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), big), big);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
 }
 
 #endif

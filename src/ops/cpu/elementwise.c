@@ -7,6 +7,8 @@
 
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
+#include "ops/cpu/gelu_simd.h"
+#include "ops/cpu/sgemm.h" /* ct_sgemm_own_available: the AVX-512 check */
 #include "ops/cpu/vmath.h"
 
 /* Threshold for cheap (one flop) and expensive (transcendental) elementwise loops. */
@@ -127,6 +129,8 @@ __attribute__((noinline)) static void gelu_span(const float *restrict X, float *
     if (tanh_approx) {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) Y[i] = ct_k_gelu_tanh(X[i]);
+    } else if (ct_sgemm_own_available()) {
+        ct_gelu_simd(X, Y, n); /* the same bits, written out in AVX-512 */
     } else {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) Y[i] = ct_k_gelu(X[i]);
@@ -146,6 +150,7 @@ __attribute__((noinline)) static void gelu_bwd_span(const float *restrict X, con
                                                     bool tanh_approx, bool fresh) {
     /* kmath.h's derivatives: the same expressions (and bits) as the forward's constants */
     if (tanh_approx) GELU_BW(ct_k_gelu_tanh_bwd(X[i], g[i]));
+    else if (ct_sgemm_own_available()) ct_gelu_bwd_simd(X, g, gx, n, fresh);
     else GELU_BW(ct_k_gelu_bwd(X[i], g[i]));
 }
 #define GELU_CHUNK 1024 /* bf16 path: widened chunks on the stack (L1) */

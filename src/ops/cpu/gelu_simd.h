@@ -1,0 +1,13 @@
+/* AVX-512 exact GELU (gelu_simd.c): the bits of ct_k_gelu / ct_k_gelu_bwd, faster. Call only
+ * where ct_sgemm_own_available() (AVX-512 F and BW):
+ *
+ *   if (ct_sgemm_own_available()) ct_gelu_simd(x, y, n);            y = x Phi(x)
+ *   ct_gelu_bwd_simd(x, g, gx, n, fresh);     gx (+)= g GELU'(x); fresh: gx = +0 + ... */
+#ifndef CT_OPS_CPU_GELU_SIMD_H
+#define CT_OPS_CPU_GELU_SIMD_H
+#include <stdbool.h>
+#include <stdint.h>
+
+void ct_gelu_simd(const float *restrict X, float *restrict Y, int64_t n);
+void ct_gelu_bwd_simd(const float *restrict X, const float *restrict g, float *restrict gx, int64_t n, bool fresh);
+#endif

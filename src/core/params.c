@@ -207,7 +207,14 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
 }
 
 void ct_params_zero_grad(ct_params *p) {
-    if (p->device.type == CT_DEV_CPU) { memset(p->grad, 0, p->numel * sizeof(float)); return; }
+    if (p->device.type == CT_DEV_CPU) {
+        /* on every thread: the MLP's 7 MB memset took 2.5% of a 2-thread step's CPU time
+         * on one thread while the other waited. Chunks of 64 KiB (whole cache lines). */
+        const int64_t chunk = 16384, n = (int64_t)p->numel;
+#pragma omp parallel for schedule(static) if (n >= 4 * chunk)
+        for (int64_t i = 0; i < n; i += chunk) memset(p->grad + i, 0, (size_t)(n - i < chunk ? n - i : chunk) * sizeof(float));
+        return;
+    }
     /* a failure here is the device's sticky error: the next op or copy reports it */
     (void)ct_device_hooks_get(p->device, "zero_grad")->zero(p->device.index, p->grad, p->numel * sizeof(float));
 }

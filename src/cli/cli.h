@@ -13,6 +13,10 @@ int cli_eval(int argc, char **argv);   /* ctrain eval --checkpoint ...  (eval.c)
 int cli_generate(int argc, char **argv); /* ctrain generate --checkpoint ... --prompt ... (generate.c) */
 /* The visible CUDA GPUs, or -1 after one line on stderr: "<who>: no CUDA GPU usable here (why)" (run.c) */
 int cli_gpu_count(const char *who);
+/* --device SPEC (cpu, cuda, cuda:N, auto; NULL: cpu) resolved for a process of local rank
+ * local_rank: -1 with *dev set, or the exit code after one line on stderr naming cmd (run.c) */
+#include "ctrain/tensor.h"
+int cli_resolve_device(const char *spec, int local_rank, const char *cmd, ct_device *dev);
 
 /* --checkpoint DIR|FILE: the weights file it names (path, n bytes) opened as a model
  * (model_file.c); a status with one line in ct_last_error() otherwise */

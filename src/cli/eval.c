@@ -24,7 +24,9 @@ static void usage(FILE *f) {
             "                         of a text as `ctrain train` evaluates), train, or all (gpt)\n"
             "  --block-size T         gpt: sequence length (default the model's)\n"
             "  --batch-size B         (default 64)   --eval-max N  at most N samples (default all)\n"
-            "  --threads N            (default OMP_NUM_THREADS or the cores)\n");
+            "  --threads N            (default OMP_NUM_THREADS or the cores)\n"
+            "  --device D             cpu (default), cuda, cuda:N or auto: where the model runs (cuda: the\n"
+            "                         GPU of LOCAL_RANK, as in ctrain train; auto: a GPU if there is one)\n");
 }
 
 static int fail(const char *msg) {
@@ -44,7 +46,7 @@ static ct_status open_tokens(const char *text, const char *shards, int T, ct_dat
 }
 
 int cli_eval(int argc, char **argv) {
-    const char *ckpt = NULL, *text = NULL, *shards = NULL, *split = "test";
+    const char *ckpt = NULL, *text = NULL, *shards = NULL, *split = "test", *device = NULL;
     const char *env_data = ct_config_str(CT_CFG_DATA_DIR);
     const char *data_dir = env_data && *env_data ? env_data : "/usr/share/datasets/fashion-mnist";
     int64_t batch = 64, eval_max = 0, threads = 0, block = 0;
@@ -53,7 +55,7 @@ int cli_eval(int argc, char **argv) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         bool takes = !strcmp(f, "--checkpoint") || !strcmp(f, "--data-dir") || !strcmp(f, "--text") || !strcmp(f, "--shards") ||
                      !strcmp(f, "--split") || !strcmp(f, "--batch-size") || !strcmp(f, "--eval-max") || !strcmp(f, "--threads") ||
-                     !strcmp(f, "--block-size");
+                     !strcmp(f, "--block-size") || !strcmp(f, "--device");
         if (!takes) {
             fprintf(stderr, "ctrain eval: unknown option '%s' (see ctrain eval --help)\n", f);
             return 2;
@@ -64,6 +66,11 @@ int cli_eval(int argc, char **argv) {
         else if (!strcmp(f, "--data-dir")) data_dir = v;
         else if (!strcmp(f, "--text")) text = v;
         else if (!strcmp(f, "--shards")) shards = v;
+        else if (!strcmp(f, "--device")) {
+            ct_device dv;
+            if (strcmp(v, "auto") && ct_device_parse(v, &dv) != CT_OK) return badv(f, v, "cpu, cuda, cuda:N or auto");
+            device = v;
+        }
         else if (!strcmp(f, "--split")) {
             if (strcmp(v, "test") && strcmp(v, "train") && strcmp(v, "all")) return badv(f, v, "test, train or all");
             split = v;
@@ -75,6 +82,12 @@ int cli_eval(int argc, char **argv) {
     if (!ckpt) { usage(stderr); return 2; }
     if (text && shards) return badv("--text", text, "either --text or --shards, not both");
     ct_set_num_threads(threads > 0 ? (int)threads : ct_default_num_threads());
+    /* the local rank picks the GPU of `--device cuda`, as for ctrain train (0 when alone) */
+    ct_dist_world dw = {0};
+    if (device && ct_dist_detect(&dw) != CT_OK) dw.local_rank = 0;
+    ct_device dev;
+    int rc = cli_resolve_device(device, dw.local_rank, "ctrain eval", &dev);
+    if (rc >= 0) return rc;
 
     char path[4400];
     ct_model *m = NULL;
@@ -111,6 +124,8 @@ int cli_eval(int argc, char **argv) {
             if (!ok) st = ct_error(CT_ERR_INVALID, "the data in %s has samples of %lld values that %s does not take", data_dir, (long long)n, ct_model_describe(m));
         }
     }
+    /* the weights to the device; ct_evaluate moves each batch there and its loss back */
+    if (st == CT_OK && dev.type != CT_DEV_CPU) st = ct_params_to(ct_model_params(m), dev);
     ct_eval_report r;
     if (st == CT_OK) {
         ct_train_model tm = ct_train_model_builtin(m);
@@ -122,6 +137,7 @@ int cli_eval(int argc, char **argv) {
         double s = ct_time_now() - t0;
         if (st == CT_OK) {
             printf("%s\n%s\n", path, ct_model_describe(m));
+            if (dev.type != CT_DEV_CPU) printf("device: %s\n", device);
             if (gpt)
                 printf("%s split: %lld tokens | loss %.4f | perplexity %.3f | next-token accuracy %.4f | %.1f s\n", split, (long long)r.count, r.loss,
                        exp(r.loss), r.accuracy, s);
@@ -129,7 +145,7 @@ int cli_eval(int argc, char **argv) {
                 printf("%s split: %lld samples | loss %.4f | accuracy %.4f | %.1f s\n", split, (long long)r.count, r.loss, r.accuracy, s);
         }
     }
-    int rc = st == CT_OK ? 0 : fail(ct_last_error());
+    rc = st == CT_OK ? 0 : fail(ct_last_error());
     ct_dataset_free(train);
     ct_dataset_free(test);
     ct_dataset_free(all);

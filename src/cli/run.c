@@ -30,6 +30,35 @@ int cli_gpu_count(const char *who) {
     return -1;
 }
 
+/* --device to a device, before anything is loaded: cuda is cuda:LOCAL_RANK (mod the GPUs
+ * seen) as torchrun scripts pick theirs, so that under `ctrain run --nproc-per-node gpu`
+ * each rank trains on its own GPU, the one its NCCL communicator uses; auto falls back to
+ * the CPU. A GPU that is not there is a flag error: -1 to go on, else the exit code. */
+int cli_resolve_device(const char *spec, int local_rank, const char *cmd, ct_device *dev) {
+    *dev = CT_CPU;
+    if (!spec || !strcmp(spec, "cpu")) return -1;
+    bool automatic = !strcmp(spec, "auto");
+    int n = 0;
+    if (automatic && (ct_device_count(CT_DEV_CUDA, &n) != CT_OK || n < 1)) return -1;
+    char who[96];
+    snprintf(who, sizeof who, "%s: --device %s", cmd, spec);
+    if ((n = cli_gpu_count(who)) < 1) return 2;
+    if (automatic || !strcmp(spec, "cuda")) {
+        *dev = CT_CUDA((local_rank > 0 ? local_rank : 0) % n);
+        return -1;
+    }
+    if (ct_device_parse(spec, dev) != CT_OK) {
+        fprintf(stderr, "%s: expected cpu, cuda, cuda:N or auto\n", who);
+        return 2;
+    }
+    if (dev->index >= n) {
+        if (n == 1) fprintf(stderr, "%s: 1 GPU visible here (cuda:0)\n", who);
+        else fprintf(stderr, "%s: %d GPUs visible here (cuda:0 to cuda:%d)\n", who, n, n - 1);
+        return 2;
+    }
+    return -1;
+}
+
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
     double timeout, grace;

@@ -167,32 +167,6 @@ static ct_status fit(job *j) {
     return st;
 }
 
-/* --device to a device, before anything is loaded: cuda is cuda:LOCAL_RANK (mod the GPUs
- * seen) as torchrun scripts pick theirs, so that under `ctrain run --nproc-per-node gpu`
- * each rank trains on its own GPU, the one its NCCL communicator uses; auto falls back to
- * the CPU. A GPU that is not there is a flag error: -1 to go on, else the exit code. */
-static int resolve_device(const train_opts *o, const ct_dist_world *dw, ct_device *dev) {
-    *dev = CT_CPU;
-    if (!o->device || !strcmp(o->device, "cpu")) return -1;
-    bool automatic = !strcmp(o->device, "auto");
-    int n = 0;
-    if (automatic && (ct_device_count(CT_DEV_CUDA, &n) != CT_OK || n < 1)) return -1;
-    char who[96];
-    snprintf(who, sizeof who, "ctrain train: --device %s", o->device);
-    if ((n = cli_gpu_count(who)) < 1) return 2;
-    if (automatic || !strcmp(o->device, "cuda")) {
-        *dev = CT_CUDA((dw->local_rank > 0 ? dw->local_rank : 0) % n);
-        return -1;
-    }
-    (void)ct_device_parse(o->device, dev); /* the spelling was checked with the flags */
-    if (dev->index >= n) {
-        if (n == 1) fprintf(stderr, "%s: 1 GPU visible here (cuda:0)\n", who);
-        else fprintf(stderr, "%s: %d GPUs visible here (cuda:0 to cuda:%d)\n", who, n, n - 1);
-        return 2;
-    }
-    return -1;
-}
-
 int cli_train(int argc, char **argv) {
     job j = {0};
     int rc = train_opts_parse(argc, argv, &j.o);
@@ -216,7 +190,7 @@ int cli_train(int argc, char **argv) {
     ct_status st = CT_OK;
     ct_dist_world dw; /* the same rule as ct_dist_init: mpirun/srun alone make a job distributed */
     st = ct_dist_detect(&dw);
-    if (st == CT_OK && (rc = resolve_device(&j.o, &dw, &j.dev)) >= 0) return rc;
+    if (st == CT_OK && (rc = cli_resolve_device(j.o.device, dw.local_rank, "ctrain train", &j.dev)) >= 0) return rc;
     if (st == CT_OK && dw.world_size > 1) {
         /* GPUs all-reduce on NCCL unless CTRAIN_BACKEND says otherwise (torch: backend="nccl") */
         ct_dist_opts dopts = ct_dist_default_opts();

@@ -50,6 +50,19 @@ for src in "$d/g" "$d/g/hf" "$d/g/checkpoints"; do
     el=$(echo "$out" | sed -nE 's/^test split: [0-9]+ tokens \| loss ([0-9.]+) \| perplexity [0-9.]+ \| next-token accuracy ([0-9.]+).*/\1 \2/p')
     [ "$el" = "$tl" ] || fail "eval of $src: '$el', the trainer said '$tl': $out"
 done
+# --device: cpu is the default; auto without a GPU runs on the CPU; a GPU that is not there
+# (or a misspelt device) is a flag error. On a GPU: eval of the model on cuda (same loss and
+# accuracy within rounding) is in scripts/gpu-check.sh's cli step.
+el=$($C eval --checkpoint "$d/g" --text "$d/t.txt" --device cpu "${q[@]}" |
+     sed -nE 's/^test split: [0-9]+ tokens \| loss ([0-9.]+) \| perplexity [0-9.]+ \| next-token accuracy ([0-9.]+).*/\1 \2/p')
+[ "$el" = "$tl" ] || fail "eval --device cpu: '$el', the trainer said '$tl'"
+expect "--device expects cpu, cuda, cuda:N or auto, got .gpu7." $C eval --checkpoint "$d/g" --text "$d/t.txt" --device gpu7
+if $C env 2>/dev/null | grep -qE "^cuda: .*(no GPU|not built)"; then
+    el=$($C eval --checkpoint "$d/g" --text "$d/t.txt" --device auto "${q[@]}" |
+         sed -nE 's/^test split: [0-9]+ tokens \| loss ([0-9.]+) \| perplexity [0-9.]+ \| next-token accuracy ([0-9.]+).*/\1 \2/p')
+    [ "$el" = "$tl" ] || fail "eval --device auto without a GPU: '$el', the trainer said '$tl'"
+    expect "ctrain eval: --device cuda:0: no CUDA GPU usable here" $C eval --checkpoint "$d/g" --text "$d/t.txt" --device cuda:0
+fi
 # generation: seeded, the same with or without the cache, the same from the export
 gen() { $C generate --checkpoint "$1" --prompt "line 1" --max-new-tokens 40 --temperature 0.8 --top-k 10 "${@:2}" "${q[@]}" 2>/dev/null; }
 a=$(gen "$d/g" --seed 5) && b=$(gen "$d/g" --seed 5 --no-kv-cache) && h=$(gen "$d/g/hf" --seed 5) && o=$(gen "$d/g" --seed 6) ||

@@ -5,7 +5,8 @@
 # in another order); the progress line and metrics report the GPU memory; a checkpoint
 # written on the GPU resumes there to the same losses; --export hf works after GPU training;
 # gradient clipping with loss scaling follows the CPU too; --amp bf16 (autocast through the
-# device dispatch) follows the CPU's --amp bf16 within bf16 tolerance (2e-2).
+# device dispatch) follows the CPU's --amp bf16 within bf16 tolerance (2e-2); `ctrain eval
+# --device cuda` evaluates the GPU-trained model as the CPU does (2e-3).
 # Exits 77 "no CUDA GPU" where there is none (tests/scripts/train_device.sh covers that).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,4 +62,14 @@ for dev in cpu cuda; do
         { cat "$d/amp-$dev.log"; fail "gpt --amp bf16 on $dev"; }
 done
 close "$d/amp-cpu.log" "$d/amp-cuda.log" "gpt --amp bf16 cpu=cuda" 2e-2
+# ctrain eval --device cuda of the GPU-trained GPT: the CPU's evaluation of the same file
+for dev in cpu cuda; do
+    $C eval --checkpoint "$d/gpt-cuda" --text "$d/t.txt" --device $dev > "$d/eval-$dev.log" 2>&1 || { cat "$d/eval-$dev.log"; fail "eval on $dev"; }
+done
+grep -q "^device: cuda" "$d/eval-cuda.log" || { cat "$d/eval-cuda.log"; fail "eval --device cuda does not say where it ran"; }
+ev() { sed -nE 's/^test split: .* loss ([0-9.]+) \| perplexity.*accuracy ([0-9.]+).*/\1 \2/p' "$1"; }
+read -r lc ac <<<"$(ev "$d/eval-cpu.log")"; read -r lg ag <<<"$(ev "$d/eval-cuda.log")"
+awk -v a="$lc" -v b="$lg" -v x="$ac" -v y="$ag" 'BEGIN { exit !(a != "" && b != "" && a - b < 2e-3 && b - a < 2e-3 && x - y < 2e-3 && y - x < 2e-3) }' ||
+    { cat "$d/eval-cpu.log" "$d/eval-cuda.log"; fail "eval on cuda: loss $lg accuracy $ag, on the CPU $lc $ac"; }
+echo "eval cpu=cuda: loss $lc=$lg accuracy $ac=$ag"
 echo ok

@@ -242,6 +242,16 @@ static void gather_dy(const conv_geom *g, const float *G, int64_t n0, int64_t nb
         for (int64_t j = 0; j < nb; j++) memcpy(dst + o * nb * P + j * P, G + ((n0 + j) * g->O + o) * P, (size_t)P * sizeof(float));
 }
 
+/* One plane's sum, for the bias gradient: one out-of-line copy, so that conv2d's backward
+ * and the fused pool backward (which sums each gradient plane while it is in cache) add in
+ * the same order. */
+__attribute__((noinline)) static float plane_sum(const float *g, int64_t P) {
+    float part = 0;
+#pragma omp simd reduction(+ : part)
+    for (int64_t q = 0; q < P; q++) part += g[q];
+    return part;
+}
+
 static int64_t chunk_of(const conv_geom *g) {
     int64_t per = g->C * g->kh * g->kw * g->OH * g->OW;
     int64_t nb = per ? COL_BUDGET / per : g->N;
@@ -281,12 +291,13 @@ static float *direct_prep(ct_ctx *ctx, const ct_conv_direct_geom *dg, const floa
     return s;
 }
 
-static void conv_record(ct_ctx *ctx, ct_tensor *y, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
+static ct_node *conv_record(ct_ctx *ctx, ct_tensor *y, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
     ct_node *nd = ct_record(ctx, CT_OP_CONV2D, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (nd) {
         nd->i[0] = stride;
         nd->i[1] = padding;
     }
+    return nd;
 }
 
 ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
@@ -344,17 +355,13 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     bool dx_fresh;
     float *dx = ct_grad_acc_fresh(ctx, x, &dx_fresh), *dw = ct_grad_acc(ctx, w);
     float *db = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
+    /* the planes' sums, where the fused pool backward took them while writing G */
+    const float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
     if (db)
-#pragma omp parallel for schedule(dynamic, 4) if (g.N * g.O * P >= (1 << 15))
+#pragma omp parallel for schedule(dynamic, 4) if (!sums && g.N * g.O * P >= (1 << 15))
         for (int64_t o = 0; o < g.O; o++) {
             double s = 0;
-            for (int64_t i = 0; i < g.N; i++) {
-                const float *gs = G + (i * g.O + o) * P;
-                float part = 0;
-#pragma omp simd reduction(+ : part)
-                for (int64_t q = 0; q < P; q++) part += gs[q];
-                s += part;
-            }
+            for (int64_t i = 0; i < g.N; i++) s += sums ? sums[i * g.O + o] : plane_sum(G + (i * g.O + o) * P, P);
             db[o] += (float)s;
         }
     if (!dx && !dw) return;
@@ -522,12 +529,13 @@ static void max_pool_plane(const pool_geom *g, const float *xp, float *yp, int32
             yp[oh * g->OW + ow] = ct_k_max_pool_at(xp, g->H, g->W, g->k, g->s, g->p, oh, ow, relu, ap + oh * g->OW + ow);
 }
 
-static void pool_record(ct_ctx *ctx, int op, ct_tensor *y, ct_tensor *x, int32_t *arg, const pool_geom *g) {
+static ct_node *pool_record(ct_ctx *ctx, int op, ct_tensor *y, ct_tensor *x, int32_t *arg, const pool_geom *g) {
     ct_node *nd = ct_record(ctx, op, y, 1, &x);
     if (nd) {
         nd->saved = arg;
         nd->i[0] = g->k; nd->i[1] = g->s; nd->i[2] = g->p; /* backward's 2x2 fast path looks */
     }
+    return nd;
 }
 
 static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int stride, int padding) {
@@ -605,8 +613,10 @@ ct_tensor *ct_conv2d_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct
     float *dsc = direct_prep(ctx, &dg, w->data, dnt, true);
     pool_epi_args e = {&pg, y->data, arg};
     ct_conv_direct_fw_epi(&dg, dsc, dnt, x->data, b ? b->data : NULL, g.N, nbmax, NULL, pool_epi, &e);
-    conv_record(ctx, c, x, w, b, stride, padding);
-    pool_record(ctx, CT_OP_RELU_MAX_POOL2D, y, c, arg, &pg);
+    ct_node *cn = conv_record(ctx, c, x, w, b, stride, padding);
+    ct_node *pn = pool_record(ctx, CT_OP_RELU_MAX_POOL2D, y, c, arg, &pg);
+    if (cn && pn && b && (b->flags & CT_TF_REQUIRES_GRAD)) /* the pool backward sums each plane of G for the bias gradient */
+        cn->saved_t[0] = pn->saved_t[0] = ct_new(ctx, CT_F32, 2, (int64_t[]){g.N, g.O});
     return y;
 }
 
@@ -651,6 +661,8 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
     const float *G = y->grad->data, *Y = y->data;
     const int32_t *arg = n->saved;
+    /* fused after conv2d: each finished plane's sum, for conv2d's bias gradient */
+    float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
     /* non-overlapping 2x2 windows covering the input exactly */
     bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * y->shape[2] && x->shape[3] == 2 * y->shape[3];
     (void)exact2x2;
@@ -659,19 +671,21 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
         float *gp = gx + pl * HW;
         const float *gy = G + pl * OP, *yy = Y + pl * OP;
         const int32_t *ap = arg + pl * OP;
+        bool done = false;
 #ifdef __AVX512F__
         if (fresh && exact2x2) {
             pool2x2_bw_plane(gy, yy, ap, gp, y->shape[2], y->shape[3], relu);
-            continue;
+            done = true;
         }
 #endif
-        if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
-        if (relu) {
+        if (!done && fresh) memset(gp, 0, (size_t)HW * sizeof(float));
+        if (!done && relu) {
             for (int64_t q = 0; q < OP; q++)
                 if (yy[q] > 0) gp[ap[q]] += gy[q];
-        } else {
+        } else if (!done) {
             for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
         }
+        if (sums) sums[pl] = plane_sum(gp, HW);
     }
 }
 void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }

@@ -242,14 +242,29 @@ static void gather_dy(const conv_geom *g, const float *G, int64_t n0, int64_t nb
         for (int64_t j = 0; j < nb; j++) memcpy(dst + o * nb * P + j * P, G + ((n0 + j) * g->O + o) * P, (size_t)P * sizeof(float));
 }
 
-/* One plane's sum, for the bias gradient: one out-of-line copy, so that conv2d's backward
- * and the fused pool backward (which sums each gradient plane while it is in cache) add in
- * the same order. */
-__attribute__((noinline)) static float plane_sum(const float *g, int64_t P) {
-    float part = 0;
-#pragma omp simd reduction(+ : part)
-    for (int64_t q = 0; q < P; q++) part += g[q];
-    return part;
+/* Sums of the m planes of P floats at g, into out: each plane in 8 lanes (lane l adds
+ * elements l, l + 8, ... in order; the last P % 8 go into lane 0), the lanes then added in
+ * order to +0 — the order of conv2d's earlier `omp simd` reduction as GCC vectorised it
+ * with 256-bit vectors, spelled out so that the bias gradient has the same bits wherever
+ * it is summed (conv2d's backward, or the fused pool backward while each plane is in
+ * cache), and several planes at a time give independent add chains. */
+static inline void plane_sums_m(const float *g, int64_t P, int m, float *out) {
+    float acc[4][8] = {{0}};
+    int64_t P8 = P & ~(int64_t)7;
+    for (int64_t q = 0; q < P8; q += 8)
+        for (int j = 0; j < m; j++)
+            for (int l = 0; l < 8; l++) acc[j][l] += g[j * P + q + l];
+    for (int j = 0; j < m; j++) {
+        for (int64_t q = P8; q < P; q++) acc[j][0] += g[j * P + q];
+        float s = 0.0f;
+        for (int l = 0; l < 8; l++) s += acc[j][l];
+        out[j] = s;
+    }
+}
+static void plane_sums(const float *g, int64_t P, int64_t n, float *out) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) plane_sums_m(g + j * P, P, 4, out + j);
+    for (; j < n; j++) plane_sums_m(g + j * P, P, 1, out + j);
 }
 
 static int64_t chunk_of(const conv_geom *g) {
@@ -361,7 +376,12 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
 #pragma omp parallel for schedule(dynamic, 4) if (!sums && g.N * g.O * P >= (1 << 15))
         for (int64_t o = 0; o < g.O; o++) {
             double s = 0;
-            for (int64_t i = 0; i < g.N; i++) s += sums ? sums[i * g.O + o] : plane_sum(G + (i * g.O + o) * P, P);
+            for (int64_t i = 0; i < g.N; i++) {
+                float part;
+                if (sums) part = sums[i * g.O + o];
+                else plane_sums(G + (i * g.O + o) * P, P, 1, &part);
+                s += part;
+            }
             db[o] += (float)s;
         }
     if (!dx && !dw) return;
@@ -666,8 +686,10 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     /* non-overlapping 2x2 windows covering the input exactly */
     bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * y->shape[2] && x->shape[3] == 2 * y->shape[3];
     (void)exact2x2;
-#pragma omp parallel for schedule(dynamic, 16) if (planes * OP >= (1 << 15))
-    for (int64_t pl = 0; pl < planes; pl++) {
+    /* blocks of 4 planes: their sums (when taken) as 4 independent chains, from L1 */
+#pragma omp parallel for schedule(dynamic, 4) if (planes * OP >= (1 << 15))
+    for (int64_t p0 = 0; p0 < planes; p0 += 4)
+    for (int64_t pl = p0; pl < p0 + 4 && pl < planes; pl++) {
         float *gp = gx + pl * HW;
         const float *gy = G + pl * OP, *yy = Y + pl * OP;
         const int32_t *ap = arg + pl * OP;
@@ -685,7 +707,7 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
         } else if (!done) {
             for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
         }
-        if (sums) sums[pl] = plane_sum(gp, HW);
+        if (sums && (pl + 1 == planes || pl % 4 == 3)) plane_sums(gx + p0 * HW, HW, pl + 1 - p0, sums + p0);
     }
 }
 void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }

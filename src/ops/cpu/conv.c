@@ -672,42 +672,46 @@ static void pool2x2_bw_plane(const float *gy, const float *yy, const int32_t *ap
 #endif
 
 /* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
- * would pass it; everything else gets nothing, as it would get +0 there) */
+ * would pass it; everything else gets nothing, as it would get +0 there). fresh: the plane
+ * is not zeroed yet (it is zeroed here, while in cache); exact2x2: non-overlapping 2x2
+ * windows covering the input exactly. */
+static void max_pool_bw_plane(const float *gy, const float *yy, const int32_t *ap, float *gp, int64_t HW, int64_t OH, int64_t OW,
+                              bool relu, bool fresh, bool exact2x2) {
+#ifdef __AVX512F__
+    if (fresh && exact2x2) {
+        pool2x2_bw_plane(gy, yy, ap, gp, OH, OW, relu);
+        return;
+    }
+#endif
+    (void)exact2x2;
+    int64_t OP = OH * OW;
+    if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
+    if (relu) {
+        for (int64_t q = 0; q < OP; q++)
+            if (yy[q] > 0) gp[ap[q]] += gy[q];
+    } else {
+        for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
+    }
+}
+
 static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
-    bool fresh; /* then each plane is zeroed right before its scatter, while in cache */
+    bool fresh;
     float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     const ct_tensor *x = n->in[0], *y = n->out;
-    int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
+    int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OH = y->shape[2], OW = y->shape[3];
     const float *G = y->grad->data, *Y = y->data;
     const int32_t *arg = n->saved;
     /* fused after conv2d: each finished plane's sum, for conv2d's bias gradient */
     float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
-    /* non-overlapping 2x2 windows covering the input exactly */
-    bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * y->shape[2] && x->shape[3] == 2 * y->shape[3];
-    (void)exact2x2;
-    /* blocks of 4 planes: their sums (when taken) as 4 independent chains, from L1 */
-#pragma omp parallel for schedule(dynamic, 4) if (planes * OP >= (1 << 15))
-    for (int64_t p0 = 0; p0 < planes; p0 += 4)
-    for (int64_t pl = p0; pl < p0 + 4 && pl < planes; pl++) {
-        float *gp = gx + pl * HW;
-        const float *gy = G + pl * OP, *yy = Y + pl * OP;
-        const int32_t *ap = arg + pl * OP;
-        bool done = false;
-#ifdef __AVX512F__
-        if (fresh && exact2x2) {
-            pool2x2_bw_plane(gy, yy, ap, gp, y->shape[2], y->shape[3], relu);
-            done = true;
-        }
-#endif
-        if (!done && fresh) memset(gp, 0, (size_t)HW * sizeof(float));
-        if (!done && relu) {
-            for (int64_t q = 0; q < OP; q++)
-                if (yy[q] > 0) gp[ap[q]] += gy[q];
-        } else if (!done) {
-            for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
-        }
-        if (sums && (pl + 1 == planes || pl % 4 == 3)) plane_sums(gx + p0 * HW, HW, pl + 1 - p0, sums + p0);
+    bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * OH && x->shape[3] == 2 * OW;
+    /* blocks of 4 planes: their sums (when taken) as 4 independent add chains, from L1 */
+#pragma omp parallel for schedule(dynamic, 4) if (planes * OH * OW >= (1 << 15))
+    for (int64_t p0 = 0; p0 < planes; p0 += 4) {
+        int64_t p1 = p0 + 4 < planes ? p0 + 4 : planes;
+        for (int64_t pl = p0; pl < p1; pl++)
+            max_pool_bw_plane(G + pl * OH * OW, Y + pl * OH * OW, arg + pl * OH * OW, gx + pl * HW, HW, OH, OW, relu, fresh, exact2x2);
+        if (sums) plane_sums(gx + p0 * HW, HW, p1 - p0, sums + p0);
     }
 }
 void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }

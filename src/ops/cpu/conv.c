@@ -242,22 +242,24 @@ static void gather_dy(const conv_geom *g, const float *G, int64_t n0, int64_t nb
         for (int64_t j = 0; j < nb; j++) memcpy(dst + o * nb * P + j * P, G + ((n0 + j) * g->O + o) * P, (size_t)P * sizeof(float));
 }
 
-/* Sums of the m planes of P floats at g, into out: each plane in 8 lanes (lane l adds
- * elements l, l + 8, ... in order; the last P % 8 go into lane 0), the lanes then added in
- * order to +0 — the order of conv2d's earlier `omp simd` reduction as GCC vectorised it
- * with 256-bit vectors, spelled out so that the bias gradient has the same bits wherever
- * it is summed (conv2d's backward, or the fused pool backward while each plane is in
- * cache), and several planes at a time give independent add chains. */
+/* Sums of the m planes of P floats at g, into out: each plane in PS_LANES lanes (lane l adds
+ * elements l, l + PS_LANES, ... in order; the last P % PS_LANES go into lane 0), the lanes
+ * then added in order to +0 — the order of conv2d's earlier `omp simd` reduction as GCC
+ * vectorises it with 512-bit vectors (the build's -mprefer-vector-width=512), spelled out
+ * so that the bias gradient has the same bits wherever it is summed (conv2d's backward, or
+ * the fused pool backward while each plane is in cache), and several planes at a time
+ * give independent add chains. */
+#define PS_LANES 16
 static inline void plane_sums_m(const float *g, int64_t P, int m, float *out) {
-    float acc[4][8] = {{0}};
-    int64_t P8 = P & ~(int64_t)7;
-    for (int64_t q = 0; q < P8; q += 8)
+    float acc[4][PS_LANES] = {{0}};
+    int64_t Pv = P - P % PS_LANES;
+    for (int64_t q = 0; q < Pv; q += PS_LANES)
         for (int j = 0; j < m; j++)
-            for (int l = 0; l < 8; l++) acc[j][l] += g[j * P + q + l];
+            for (int l = 0; l < PS_LANES; l++) acc[j][l] += g[j * P + q + l];
     for (int j = 0; j < m; j++) {
-        for (int64_t q = P8; q < P; q++) acc[j][0] += g[j * P + q];
+        for (int64_t q = Pv; q < P; q++) acc[j][0] += g[j * P + q];
         float s = 0.0f;
-        for (int l = 0; l < 8; l++) s += acc[j][l];
+        for (int l = 0; l < PS_LANES; l++) s += acc[j][l];
         out[j] = s;
     }
 }

@@ -78,6 +78,12 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
 ct_tensor *ct_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding);
 /* max_pool2d(relu(x)) in one pass, the same bits as the two ops (conv -> ReLU -> pool blocks) */
 ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding);
+/* relu_max_pool2d(conv2d(x, w, b)) with the same bits and gradients as the two ops; on the
+ * CPU's direct conv path (AVX-512, stride 1) the conv output is pooled while in cache and
+ * never stored (it stays unmaterialised: a tensor without data). Elsewhere (a device,
+ * autocast, other shapes) it is the two ops. */
+ct_tensor *ct_conv2d_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding, int kernel,
+                                     int pool_stride, int pool_padding);
 ct_tensor *ct_avg_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int padding); /* count_include_pad=True */
 
 /* ---- attention ---- */

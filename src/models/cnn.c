@@ -46,12 +46,21 @@ static void cnn_describe(const ct_model_config *c, char *arch, size_t n) {
 }
 
 
+static bool is_type(const ct_module *f, int i, const char *type) {
+    return i < f->nchildren && !strcmp(ct_module_type(f->children[i]), type);
+}
+
 /* features: each ReLU followed by a MaxPool2d runs as one relu_max_pool2d op (the same bits,
- * one pass over the conv output instead of three, and no ReLU output kept for backward) */
+ * one pass over the conv output instead of three, and no ReLU output kept for backward);
+ * Conv2d -> ReLU -> MaxPool2d as conv2d_relu_max_pool2d (the conv output pooled while in
+ * cache where the direct conv runs, never stored) */
 static ct_tensor *features_fw(ct_ctx *ctx, ct_module *f, ct_tensor *h) {
     for (int i = 0; i < f->nchildren; i++) {
         ct_module *c = f->children[i];
-        if (i + 1 < f->nchildren && !strcmp(ct_module_type(c), "ReLU") && !strcmp(ct_module_type(f->children[i + 1]), "MaxPool2d")) {
+        if (is_type(f, i, "Conv2d") && is_type(f, i + 1, "ReLU") && is_type(f, i + 2, "MaxPool2d")) {
+            const ct_module *p = f->children[i += 2];
+            h = ct_conv2d_relu_max_pool2d(ctx, h, c->w, c->b, (int)c->hp[3], (int)c->hp[4], (int)p->hp[0], (int)p->hp[1], (int)p->hp[2]);
+        } else if (is_type(f, i, "ReLU") && is_type(f, i + 1, "MaxPool2d")) {
             const ct_module *p = f->children[++i];
             h = ct_relu_max_pool2d(ctx, h, (int)p->hp[0], (int)p->hp[1], (int)p->hp[2]);
         } else {

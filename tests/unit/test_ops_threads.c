@@ -10,6 +10,7 @@
 
 #include "ct_test.h"
 #include "ctrain/ops.h"
+#include "ops/cpu/sgemm.h"
 
 typedef ct_tensor *(*op_fn)(ct_ctx *c, ct_tensor **in);
 
@@ -229,5 +230,69 @@ CT_TEST(relu_max_pool2d_is_max_pool_of_relu) {
             for (int i = 0; i < 2; i++) { free(res[i][0]); free(res[i][1]); }
         }
     }
+}
+/* conv2d_relu_max_pool2d gives the bits of relu_max_pool2d(conv2d(...)) — output and every
+ * gradient — with 1 and 2 threads: odd image sizes (partial tiles and windows), batches
+ * that do not split evenly, channels off the 32-wide tile, no bias, a 3x3 pooling, and
+ * values on a coarse grid (exact sums) with a negative bias, so the ReLU zeroes many
+ * outputs and windows hold ties. On the direct path the conv output is never stored (its
+ * tensor has no data); stride 2 takes the unfused ops. */
+static float *fused_run(const int64_t *s, int fused, int threads, bool *direct, int64_t *len) {
+    int64_t N = s[0], C = s[1], H = s[2], W = s[3], O = s[4], k = s[5];
+    int pad = (int)s[6], stride = (int)s[7], pk = (int)s[8], bias = (int)s[9];
+    ct_set_num_threads(threads);
+    ct_ctx *c; CT_EXPECT_OK(ct_ctx_create(NULL, &c));
+    ct_tensor *x = ct_new(c, CT_F32, 4, (int64_t[]){N, C, H, W}), *w = ct_new(c, CT_F32, 4, (int64_t[]){O, C, k, k});
+    ct_tensor *b = bias ? ct_new(c, CT_F32, 1, (int64_t[]){O}) : NULL;
+    ct_tensor *ts[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) {
+        if (!ts[i]) continue;
+        fill(ts[i], 3 + i, 1);
+        float *d = ts[i]->data;
+        for (int64_t j = 0; j < ct_numel(ts[i]); j++) d[j] = roundf(d[j] * 2) * (i == 1 ? 0.25f : 0.5f) - (i == 2 ? 0.5f : 0.0f);
+        ct_requires_grad(ts[i]);
+    }
+    ct_tensor *y = fused ? ct_conv2d_relu_max_pool2d(c, x, w, b, stride, pad, pk, 2, pk == 3)
+                         : ct_relu_max_pool2d(c, ct_conv2d(c, x, w, b, stride, pad), pk, 2, pk == 3);
+    *direct = y->node && y->node->in[0]->data == NULL;
+    ct_tensor *g = ct_new_like(c, y);
+    fill(g, 9, 1);
+    ct_backward_seed(c, y, g);
+    int64_t n = ct_numel(y) + ct_numel(x) + ct_numel(w) + (b ? ct_numel(b) : 0);
+    float *out = malloc((size_t)n * sizeof(float)), *o = out;
+    memcpy(o, y->data, ct_nbytes(y));
+    o += ct_numel(y);
+    for (int i = 0; i < 3; i++)
+        if (ts[i]) {
+            memcpy(o, ts[i]->grad->data, ct_nbytes(ts[i]));
+            o += ct_numel(ts[i]);
+        }
+    *len = n;
+    ct_ctx_free(c);
+    return out;
+}
+CT_TEST(conv2d_relu_max_pool2d_same_bits) {
+    /* N, C, H, W, O, k, pad, stride, pool kernel, bias */
+    const int64_t sh[][10] = {{5, 1, 28, 28, 32, 5, 2, 1, 2, 1}, {3, 32, 14, 14, 64, 5, 2, 1, 2, 1}, {3, 16, 9, 11, 20, 3, 1, 1, 2, 1},
+                              {3, 17, 10, 13, 40, 3, 1, 1, 3, 0}, {2, 3, 11, 9, 8, 3, 1, 2, 2, 1}};
+    int saved = ct_get_num_threads(), ndirect = 0;
+    for (int si = 0; si < 5; si++) {
+        int64_t n0, n1;
+        bool d0, d1;
+        float *ref = fused_run(sh[si], 0, 1, &d0, &n0);
+        for (int t = 1; t <= 2; t++) {
+            float *f = fused_run(sh[si], 1, t, &d1, &n1);
+            ndirect += d1;
+            int64_t diff = 0;
+            for (int64_t i = 0; i < n0 && n0 == n1; i++) diff += memcmp(&ref[i], &f[i], 4) != 0;
+            if (n0 != n1 || diff || d0)
+                CT_FAILF("conv2d_relu_max_pool2d shape %d, %d threads: %lld of %lld values differ from the unfused ops", si, t, (long long)diff,
+                         (long long)n0);
+            free(f);
+        }
+        free(ref);
+    }
+    ct_set_num_threads(saved);
+    if (ct_sgemm_own_available()) CT_EXPECTF(ndirect == 8, "fused path ran %d of 8 times", ndirect);
 }
 CT_TEST_MAIN()

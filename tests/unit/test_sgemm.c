@@ -252,7 +252,7 @@ CT_TEST(conv_direct_same_bits) {
                 }
                 for (int t = 1; t <= 2; t++) {
                     ct_set_num_threads(t);
-                    float *sc = malloc(ct_conv_direct_scratch(&g, t) * sizeof(float));
+                    float *sc = malloc(ct_conv_direct_scratch(&g, t, false) * sizeof(float));
                     ct_conv_direct_prep(&g, w, sc);
                     for (int64_t i = 0; i < nb * O * P; i++) Y[i] = NAN;
                     ct_conv_direct_fw(&g, sc, t, x, bias ? b : NULL, nb, chunk, Y);

@@ -242,6 +242,33 @@ static void gather_dy(const conv_geom *g, const float *G, int64_t n0, int64_t nb
         for (int64_t j = 0; j < nb; j++) memcpy(dst + o * nb * P + j * P, G + ((n0 + j) * g->O + o) * P, (size_t)P * sizeof(float));
 }
 
+/* Sums of the m planes of P floats at g, into out: each plane in PS_LANES lanes (lane l adds
+ * elements l, l + PS_LANES, ... in order; the last P % PS_LANES go into lane 0), the lanes
+ * then added in order to +0 — the order of conv2d's earlier `omp simd` reduction as GCC
+ * vectorises it with 512-bit vectors (the build's -mprefer-vector-width=512), spelled out
+ * so that the bias gradient has the same bits wherever it is summed (conv2d's backward, or
+ * the fused pool backward while each plane is in cache), and several planes at a time
+ * give independent add chains. */
+#define PS_LANES 16
+static inline void plane_sums_m(const float *g, int64_t P, int m, float *out) {
+    float acc[4][PS_LANES] = {{0}};
+    int64_t Pv = P - P % PS_LANES;
+    for (int64_t q = 0; q < Pv; q += PS_LANES)
+        for (int j = 0; j < m; j++)
+            for (int l = 0; l < PS_LANES; l++) acc[j][l] += g[j * P + q + l];
+    for (int j = 0; j < m; j++) {
+        for (int64_t q = Pv; q < P; q++) acc[j][0] += g[j * P + q];
+        float s = 0.0f;
+        for (int l = 0; l < PS_LANES; l++) s += acc[j][l];
+        out[j] = s;
+    }
+}
+static void plane_sums(const float *g, int64_t P, int64_t n, float *out) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) plane_sums_m(g + j * P, P, 4, out + j);
+    for (; j < n; j++) plane_sums_m(g + j * P, P, 1, out + j);
+}
+
 static int64_t chunk_of(const conv_geom *g) {
     int64_t per = g->C * g->kh * g->kw * g->OH * g->OW;
     int64_t nb = per ? COL_BUDGET / per : g->N;
@@ -249,35 +276,61 @@ static int64_t chunk_of(const conv_geom *g) {
     return nb < g->N ? nb : g->N;
 }
 
-ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
-    CT_DEV_DISPATCH(ctx, CT_OP_CONV2D, .in = {x, w, b}, .i = {stride, padding});
-    CT_AUTOCAST(ctx, CT_OP_CONV2D, 3, ((ct_tensor **[]){&x, &w, &b}), ct_conv2d(ctx, x, w, b, stride, padding));
+static conv_geom conv_setup(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int stride, int padding) {
     conv_geom g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2], w->shape[3], 0, 0, stride, padding};
     ct_check_conv2d(x, w, b, stride, padding, &g.OH, &g.OW);
-    int64_t K = g.C * g.kh * g.kw, P = g.OH * g.OW, nbmax = chunk_of(&g);
-    if (g.s == 1 && g.N > 0 && g.O * P > 0) {
+    return g;
+}
+
+/* The forward's chunk of samples per GEMM, and whether the direct kernel takes the full
+ * chunks (imp_full) and the last one (imp_last): stride 1 where the own GEMM runs
+ * (conv_direct.h); elsewhere col and (when several samples share a GEMM) its [O, nb*P]
+ * result. */
+static int64_t fw_plan(const conv_geom *g, bool *imp_full, bool *imp_last) {
+    int64_t K = g->C * g->kh * g->kw, P = g->OH * g->OW, nbmax = chunk_of(g);
+    if (g->s == 1 && g->N > 0 && g->O * P > 0) {
         /* no col to hold: chunks small enough that the GEMM's [O, nb*P] result is still in
          * cache when it is copied out (each output sums over K alone, so the chunking of
          * the forward does not change any bit) */
-        int64_t nbo = OUT_BUDGET / (g.O * P);
-        nbo = nbo < 1 ? 1 : nbo < g.N ? nbo : g.N;
-        if (ct_sgemm_own_takes(g.O, nbo * P, K) && ct_sgemm_own_takes(g.O, ((g.N - 1) % nbo + 1) * P, K)) nbmax = nbo;
+        int64_t nbo = OUT_BUDGET / (g->O * P);
+        nbo = nbo < 1 ? 1 : nbo < g->N ? nbo : g->N;
+        if (ct_sgemm_own_takes(g->O, nbo * P, K) && ct_sgemm_own_takes(g->O, ((g->N - 1) % nbo + 1) * P, K)) nbmax = nbo;
     }
+    int64_t nblast = g->N ? (g->N - 1) % nbmax + 1 : 0;
+    *imp_full = g->s == 1 && ct_sgemm_own_takes(g->O, nbmax * P, K);
+    *imp_last = g->s == 1 && ct_sgemm_own_takes(g->O, nblast * P, K);
+    return nbmax;
+}
+
+static float *direct_prep(ct_ctx *ctx, const ct_conv_direct_geom *dg, const float *w, int nthreads, bool epi) {
+    float *s = ct_ctx_alloc(ctx, ct_conv_direct_scratch(dg, nthreads, epi) * sizeof(float));
+    ct_conv_direct_prep(dg, w, s);
+    return s;
+}
+
+static ct_node *conv_record(ct_ctx *ctx, ct_tensor *y, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
+    ct_node *nd = ct_record(ctx, CT_OP_CONV2D, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
+    if (nd) {
+        nd->i[0] = stride;
+        nd->i[1] = padding;
+    }
+    return nd;
+}
+
+ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
+    CT_DEV_DISPATCH(ctx, CT_OP_CONV2D, .in = {x, w, b}, .i = {stride, padding});
+    CT_AUTOCAST(ctx, CT_OP_CONV2D, 3, ((ct_tensor **[]){&x, &w, &b}), ct_conv2d(ctx, x, w, b, stride, padding));
+    conv_geom g = conv_setup(x, w, b, stride, padding);
+    int64_t K = g.C * g.kh * g.kw, P = g.OH * g.OW;
+    bool imp_full, imp_last;
+    int64_t nbmax = fw_plan(&g, &imp_full, &imp_last);
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.O, g.OH, g.OW});
     float *Y = y->data;
     const float *Wt = w->data, *B = b ? b->data : NULL;
-    /* stride 1 where the own GEMM runs: the direct kernel (conv_direct.h); elsewhere col
-     * and (when several samples share a GEMM) its [O, nb*P] result */
-    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
-    bool imp_full = g.s == 1 && ct_sgemm_own_takes(g.O, nbmax * P, K), imp_last = g.s == 1 && ct_sgemm_own_takes(g.O, nblast * P, K);
     /* where the implicit GEMM would run: the direct kernel, its products in its order */
     ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
     int dnt = omp_get_max_threads();
-    float *dsc = NULL;
-    if (imp_full || imp_last) {
-        dsc = ct_ctx_alloc(ctx, ct_conv_direct_scratch(&dg, dnt) * sizeof(float));
-        ct_conv_direct_prep(&dg, Wt, dsc);
-    }
+    float *dsc = imp_full || imp_last ? direct_prep(ctx, &dg, Wt, dnt, false) : NULL;
     bool all_direct = imp_full && imp_last;
     if (all_direct) ct_conv_direct_fw(&dg, dsc, dnt, x->data, B, g.N, nbmax, Y);
     float *col = all_direct ? NULL : ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float));
@@ -306,11 +359,7 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
                 }
         }
     }
-    ct_node *nd = ct_record(ctx, CT_OP_CONV2D, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
-    if (nd) {
-        nd->i[0] = stride;
-        nd->i[1] = padding;
-    }
+    conv_record(ctx, y, x, w, b, stride, padding);
     return y;
 }
 
@@ -323,15 +372,16 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     bool dx_fresh;
     float *dx = ct_grad_acc_fresh(ctx, x, &dx_fresh), *dw = ct_grad_acc(ctx, w);
     float *db = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
+    /* the planes' sums, where the fused pool backward took them while writing G */
+    const float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
     if (db)
-#pragma omp parallel for schedule(dynamic, 4) if (g.N * g.O * P >= (1 << 15))
+#pragma omp parallel for schedule(dynamic, 4) if (!sums && g.N * g.O * P >= (1 << 15))
         for (int64_t o = 0; o < g.O; o++) {
             double s = 0;
             for (int64_t i = 0; i < g.N; i++) {
-                const float *gs = G + (i * g.O + o) * P;
-                float part = 0;
-#pragma omp simd reduction(+ : part)
-                for (int64_t q = 0; q < P; q++) part += gs[q];
+                float part;
+                if (sums) part = sums[i * g.O + o];
+                else plane_sums(G + (i * g.O + o) * P, P, 1, &part);
                 s += part;
             }
             db[o] += (float)s;
@@ -501,6 +551,15 @@ static void max_pool_plane(const pool_geom *g, const float *xp, float *yp, int32
             yp[oh * g->OW + ow] = ct_k_max_pool_at(xp, g->H, g->W, g->k, g->s, g->p, oh, ow, relu, ap + oh * g->OW + ow);
 }
 
+static ct_node *pool_record(ct_ctx *ctx, int op, ct_tensor *y, ct_tensor *x, int32_t *arg, const pool_geom *g) {
+    ct_node *nd = ct_record(ctx, op, y, 1, &x);
+    if (nd) {
+        nd->saved = arg;
+        nd->i[0] = g->k; nd->i[1] = g->s; nd->i[2] = g->p; /* backward's 2x2 fast path looks */
+    }
+    return nd;
+}
+
 static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int stride, int padding) {
     pool_geom g = pool_setup(ct_op_table[op].name, x, kernel, stride, padding);
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){g.N, g.C, g.OH, g.OW});
@@ -514,11 +573,7 @@ static ct_tensor *max_pool(ct_ctx *ctx, int op, ct_tensor *x, int kernel, int st
      * by another process does not hold the other thread at the join */
 #pragma omp parallel for schedule(dynamic, 16) if (planes * OP * g.k * g.k >= (1 << 15))
     for (int64_t pl = 0; pl < planes; pl++) max_pool_plane(&g, X + pl * HW, Y + pl * OP, arg + pl * OP, relu);
-    ct_node *nd = ct_record(ctx, op, y, 1, &x);
-    if (nd) {
-        nd->saved = arg;
-        nd->i[0] = g.k; nd->i[1] = g.s; nd->i[2] = g.p; /* backward's 2x2 fast path looks */
-    }
+    pool_record(ctx, op, y, x, arg, &g);
     return y;
 }
 
@@ -532,6 +587,59 @@ ct_tensor *ct_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride,
     CT_AUTOCAST(ctx, CT_OP_RELU_MAX_POOL2D, 1, ((ct_tensor **[]){&x}),
                 ct_relu_max_pool2d(ctx, x, kernel, stride, padding));
     return max_pool(ctx, CT_OP_RELU_MAX_POOL2D, x, kernel, stride, padding);
+}
+
+/* ---- conv2d -> ReLU -> max_pool2d ----
+ * Where the direct kernel runs the whole forward, each sample's block of conv output planes
+ * is pooled by the thread that computed it, from its cache: the conv output (the biggest
+ * tensor of a CNN) is never written to memory nor read back. The graph is the unfused
+ * one — a conv2d node whose output is that tensor, unmaterialised (no data: neither
+ * backward reads it), and a relu_max_pool2d node on it — so backward and every bit are
+ * those of the two ops. */
+typedef struct {
+    const pool_geom *g;
+    float *y;
+    int32_t *arg;
+} pool_epi_args;
+
+static void pool_epi(void *a, int64_t j, int64_t c0, int no, const float *planes) {
+    const pool_epi_args *e = a;
+    int64_t P = e->g->H * e->g->W, OP = e->g->OH * e->g->OW;
+    for (int c = 0; c < no; c++) {
+        int64_t pl = j * e->g->C + c0 + c;
+        max_pool_plane(e->g, planes + c * P, e->y + pl * OP, e->arg + pl * OP, true);
+    }
+}
+
+ct_tensor *ct_conv2d_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding, int kernel,
+                                     int pool_stride, int pool_padding) {
+    /* on a device or under autocast: the ops themselves (their dispatch and casts) */
+    const ct_op_args on = {.in = {x, w, b}};
+    bool fuse = !ct_op_on_device(&on) && ct_autocast_dtype(ctx) == CT_F32 && x->dtype == CT_F32 && w->dtype == CT_F32 &&
+                (!b || b->dtype == CT_F32);
+    conv_geom g = {0};
+    bool imp_full = false, imp_last = false;
+    int64_t nbmax = 0;
+    if (fuse) {
+        g = conv_setup(x, w, b, stride, padding);
+        nbmax = fw_plan(&g, &imp_full, &imp_last);
+    }
+    if (!fuse || !imp_full || !imp_last)
+        return ct_relu_max_pool2d(ctx, ct_conv2d(ctx, x, w, b, stride, padding), kernel, pool_stride, pool_padding);
+    ct_tensor *c = ct_wrap(ctx, CT_F32, NULL, 4, (int64_t[]){g.N, g.O, g.OH, g.OW});
+    pool_geom pg = pool_setup(ct_op_table[CT_OP_RELU_MAX_POOL2D].name, c, kernel, pool_stride, pool_padding);
+    ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){pg.N, pg.C, pg.OH, pg.OW});
+    int32_t *arg = ct_ctx_alloc_keep(ctx, (size_t)(pg.N * pg.C * pg.OH * pg.OW + 1) * sizeof(int32_t));
+    ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
+    int dnt = omp_get_max_threads();
+    float *dsc = direct_prep(ctx, &dg, w->data, dnt, true);
+    pool_epi_args e = {&pg, y->data, arg};
+    ct_conv_direct_fw_epi(&dg, dsc, dnt, x->data, b ? b->data : NULL, g.N, nbmax, NULL, pool_epi, &e);
+    ct_node *cn = conv_record(ctx, c, x, w, b, stride, padding);
+    ct_node *pn = pool_record(ctx, CT_OP_RELU_MAX_POOL2D, y, c, arg, &pg);
+    if (cn && pn && b && (b->flags & CT_TF_REQUIRES_GRAD)) /* the pool backward sums each plane of G for the bias gradient */
+        cn->saved_t[0] = pn->saved_t[0] = ct_new(ctx, CT_F32, 2, (int64_t[]){g.N, g.O});
+    return y;
 }
 
 #ifdef __AVX512F__
@@ -566,36 +674,46 @@ static void pool2x2_bw_plane(const float *gy, const float *yy, const int32_t *ap
 #endif
 
 /* gx[arg] += g per output (relu: only where the output is positive, as ReLU's backward
- * would pass it; everything else gets nothing, as it would get +0 there) */
+ * would pass it; everything else gets nothing, as it would get +0 there). fresh: the plane
+ * is not zeroed yet (it is zeroed here, while in cache); exact2x2: non-overlapping 2x2
+ * windows covering the input exactly. */
+static void max_pool_bw_plane(const float *gy, const float *yy, const int32_t *ap, float *gp, int64_t HW, int64_t OH, int64_t OW,
+                              bool relu, bool fresh, bool exact2x2) {
+#ifdef __AVX512F__
+    if (fresh && exact2x2) {
+        pool2x2_bw_plane(gy, yy, ap, gp, OH, OW, relu);
+        return;
+    }
+#endif
+    (void)exact2x2;
+    int64_t OP = OH * OW;
+    if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
+    if (relu) {
+        for (int64_t q = 0; q < OP; q++)
+            if (yy[q] > 0) gp[ap[q]] += gy[q];
+    } else {
+        for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
+    }
+}
+
 static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
-    bool fresh; /* then each plane is zeroed right before its scatter, while in cache */
+    bool fresh;
     float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
     if (!gx) return;
     const ct_tensor *x = n->in[0], *y = n->out;
-    int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OP = y->shape[2] * y->shape[3];
+    int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3], OH = y->shape[2], OW = y->shape[3];
     const float *G = y->grad->data, *Y = y->data;
     const int32_t *arg = n->saved;
-    /* non-overlapping 2x2 windows covering the input exactly */
-    bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * y->shape[2] && x->shape[3] == 2 * y->shape[3];
-    (void)exact2x2;
-#pragma omp parallel for schedule(dynamic, 16) if (planes * OP >= (1 << 15))
-    for (int64_t pl = 0; pl < planes; pl++) {
-        float *gp = gx + pl * HW;
-        const float *gy = G + pl * OP, *yy = Y + pl * OP;
-        const int32_t *ap = arg + pl * OP;
-#ifdef __AVX512F__
-        if (fresh && exact2x2) {
-            pool2x2_bw_plane(gy, yy, ap, gp, y->shape[2], y->shape[3], relu);
-            continue;
-        }
-#endif
-        if (fresh) memset(gp, 0, (size_t)HW * sizeof(float));
-        if (relu) {
-            for (int64_t q = 0; q < OP; q++)
-                if (yy[q] > 0) gp[ap[q]] += gy[q];
-        } else {
-            for (int64_t q = 0; q < OP; q++) gp[ap[q]] += gy[q];
-        }
+    /* fused after conv2d: each finished plane's sum, for conv2d's bias gradient */
+    float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
+    bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * OH && x->shape[3] == 2 * OW;
+    /* blocks of 4 planes: their sums (when taken) as 4 independent add chains, from L1 */
+#pragma omp parallel for schedule(dynamic, 4) if (planes * OH * OW >= (1 << 15))
+    for (int64_t p0 = 0; p0 < planes; p0 += 4) {
+        int64_t p1 = p0 + 4 < planes ? p0 + 4 : planes;
+        for (int64_t pl = p0; pl < p1; pl++)
+            max_pool_bw_plane(G + pl * OH * OW, Y + pl * OH * OW, arg + pl * OH * OW, gx + pl * HW, HW, OH, OW, relu, fresh, exact2x2);
+        if (sums) plane_sums(gx + p0 * HW, HW, p1 - p0, sums + p0);
     }
 }
 void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }

@@ -25,9 +25,12 @@ static int64_t xpad_floats(const ct_conv_direct_geom *g) {
     return up16(g->C * (g->H + 2 * g->p) * (g->W + 2 * g->p) + TP + 2);
 }
 
-size_t ct_conv_direct_scratch(const ct_conv_direct_geom *g, int nthreads) {
+/* per thread: the padded sample, and with an epilogue its channel tile's output planes */
+static int64_t thread_floats(const ct_conv_direct_geom *g, bool epi) { return xpad_floats(g) + (epi ? up16(TO * g->OH * g->OW) : 0); }
+
+size_t ct_conv_direct_scratch(const ct_conv_direct_geom *g, int nthreads, bool epi) {
     int64_t K = k_of(g);
-    return (size_t)(up16(ntiles_o(g) * K * TO) + up16(K) + (nthreads < 1 ? 1 : nthreads) * xpad_floats(g));
+    return (size_t)(up16(ntiles_o(g) * K * TO) + up16(K) + (nthreads < 1 ? 1 : nthreads) * thread_floats(g, epi));
 }
 
 void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *scratch) {
@@ -127,6 +130,8 @@ typedef struct {
     const int32_t *off;
     int64_t nb, chunk;
     float *y;
+    ct_conv_direct_epi epi;
+    void *epi_arg;
 } fw_args;
 
 /* item (sample j, channel tile t): every output row's tiles */
@@ -142,20 +147,27 @@ static void fw_item(const void *arg, int64_t it, float *xp, int64_t *have) {
     int64_t s0 = j - j % f->chunk;
     bool add0 = (f->nb - s0 < f->chunk ? f->nb - s0 : f->chunk) > 1;
     int no = (int)(g->O - c0 < TO ? g->O - c0 : TO);
-    float T[TP * TO];
+    /* with an epilogue the tile's planes go to the thread's buffer (after the padded
+     * sample), still in cache when the epilogue reads them */
+    float T[TP * TO], *yt = f->epi ? xp + xpad_floats(g) : f->y + (j * g->O + c0) * P;
     for (int64_t oh = 0; oh < g->OH; oh++)
         for (int64_t ow = 0; ow < g->OW; ow += TP) {
             int mr = (int)(g->OW - ow < TP ? g->OW - ow : TP);
             tile(xp + oh * Wp + ow, f->off, f->wp + t * K * TO, K, T);
-            store_tile(T, mr, no, f->y + (j * g->O + c0) * P + oh * g->OW + ow, P, f->b ? f->b + c0 : NULL, add0);
+            store_tile(T, mr, no, yt + oh * g->OW + ow, P, f->b ? f->b + c0 : NULL, add0);
         }
+    if (f->epi) f->epi(f->epi_arg, j, c0, no, yt);
 }
 
+void ct_conv_direct_fw_epi(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *b, int64_t nb,
+                           int64_t chunk, float *y, ct_conv_direct_epi epi, void *epi_arg) {
+    int64_t K = k_of(g), nt = ntiles_o(g);
+    fw_args f = {g, scratch, x, b, (const int32_t *)(scratch + up16(nt * K * TO)), nb, chunk < 1 ? 1 : chunk, y, epi, epi_arg};
+    run_items(nthreads, nb * nt, scratch + up16(nt * K * TO) + up16(K), thread_floats(g, epi != NULL), fw_item, &f);
+}
 void ct_conv_direct_fw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *b, int64_t nb,
                        int64_t chunk, float *y) {
-    int64_t K = k_of(g), nt = ntiles_o(g);
-    fw_args f = {g, scratch, x, b, (const int32_t *)(scratch + up16(nt * K * TO)), nb, chunk < 1 ? 1 : chunk, y};
-    run_items(nthreads, nb * nt, scratch + up16(nt * K * TO) + up16(K), xpad_floats(g), fw_item, &f);
+    ct_conv_direct_fw_epi(g, scratch, nthreads, x, b, nb, chunk, y, NULL, NULL);
 }
 
 /* ---- weight gradient ----

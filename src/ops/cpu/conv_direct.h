@@ -7,7 +7,7 @@
  * bits; conv.c uses it exactly where that GEMM would run (needs ct_sgemm_own_available()).
  *
  *   ct_conv_direct_geom g = {C, H, W, O, kh, kw, p, OH, OW};
- *   float *s = ct_ctx_alloc(ctx, ct_conv_direct_scratch(&g, nt) * sizeof(float));
+ *   float *s = ct_ctx_alloc(ctx, ct_conv_direct_scratch(&g, nt, false) * sizeof(float));
  *   ct_conv_direct_prep(&g, w, s);
  *   ct_conv_direct_fw(&g, s, nt, x, b, N, chunk, y);                                  */
 #ifndef CT_OPS_CPU_CONV_DIRECT_H
@@ -20,8 +20,9 @@ typedef struct {
     int64_t C, H, W, O, kh, kw, p, OH, OW;
 } ct_conv_direct_geom;
 
-/* floats of scratch for nthreads threads (packed weights, offsets, padded samples) */
-size_t ct_conv_direct_scratch(const ct_conv_direct_geom *g, int nthreads);
+/* floats of scratch for nthreads threads (packed weights, offsets, padded samples; with
+ * epi, room for the planes ct_conv_direct_fw_epi hands its epilogue) */
+size_t ct_conv_direct_scratch(const ct_conv_direct_geom *g, int nthreads, bool epi);
 /* packs w [O, C, kh, kw] into scratch */
 void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *scratch);
 /* y [nb, O, OH, OW] = conv(x [nb, C, H, W]) + b, on up to nthreads threads. Without a
@@ -29,6 +30,13 @@ void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *sc
  * adds +0.0f (turning -0 into +0) in groups of more than one sample, and so does this. */
 void ct_conv_direct_fw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *b, int64_t nb,
                        int64_t chunk, float *y);
+/* The same values, but each (sample j, output channels [c0, c0 + no)) block of planes
+ * [no, OH*OW] goes to epi (on the thread that computed it, while in its cache) instead of
+ * y (unused): a consumer such as pooling reads the conv output without it ever reaching
+ * memory. Scratch from ct_conv_direct_scratch(g, nthreads, true). */
+typedef void (*ct_conv_direct_epi)(void *arg, int64_t j, int64_t c0, int no, const float *planes);
+void ct_conv_direct_fw_epi(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *b, int64_t nb,
+                           int64_t chunk, float *y, ct_conv_direct_epi epi, void *epi_arg);
 
 /* The weight gradient, as conv.c's GEMM dW += dY col^T sums it (over the chunk's nb*OH*OW
  * pixels in K blocks of CT_SGEMM_KC, each block's sum added to dW): the same bits. It reads

@@ -16,7 +16,11 @@
  * tiles below go through BLAS, heads one after the other on the threaded BLAS (OpenBLAS is
  * not entered from several OpenMP threads at once).
  * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
- * diagonal are skipped. */
+ * diagonal are skipped.
+ * Both paths take each tensor's row, batch and head strides (ct_flash_layout), so that
+ * ct_flash_attention_qkv runs the same tiles on q, k, v inside c_attn's [B, T, 3C] output
+ * and writes y (and reads dO) as [B, T, C]: the values and their order are those of
+ * ct_flash_attention on the copies, only the addresses differ. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * CausalSelfAttention ran before it: qkv viewed as [3, B, H, T, D] and made contiguous,
  * ct_flash_attention on its slices, ct_merge_heads. The same bits, forward and backward
  * (qkv's gradient, and through a linear the gradients upstream of it), for 1 and 2
- * threads, odd T, D = 32 and 64, causal or not, with qkv's gradient fresh or already
+ * threads, odd T, D = 8, 24, 32 and 64, causal or not, with qkv's gradient fresh or already
  * holding a value, on the AVX-512 kernels and the BLAS path, and under bf16 autocast. */
 #include <stdint.h>
 
@@ -83,6 +83,7 @@ static void same_bits(const qshape *s, int threads, int mode) {
 
 static const qshape shapes[] = {
     {2, 67, 2, 32, true}, {2, 130, 3, 64, true}, {1, 130, 2, 32, false}, {3, 67, 2, 64, false}, {1, 1, 1, 32, true},
+    {2, 67, 3, 24, true}, {1, 70, 5, 8, false},
 };
 
 CT_TEST(qkv_same_bits_as_chain) {

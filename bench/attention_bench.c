@@ -3,9 +3,13 @@
  *
  *   attention_bench THREADS [D]     one line per T: ms per forward+backward, best of 5 (wall
  *                                   and process CPU time), and the bytes forward keeps for backward
+ *   attention_bench qkv THREADS [N] the GPT benchmark's attention on c_attn's output (B 8, T 256,
+ *                                   C 256, 8 heads): head-layout copies + ct_flash_attention +
+ *                                   merge_heads against ct_flash_attention_qkv, best and median of N (20)
  * Interleaved (plain, flash, plain, flash...) so a disturbed moment hits both alike. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ctrain/ctrain.h"
@@ -44,7 +48,45 @@ static double once(ct_ctx *c, int64_t T, int64_t D, bool flash, size_t *kept, do
     return ct_time_now() - t0;
 }
 
+/* qkv [B, T, 3C] → y [B, T, C], the unfused way CausalSelfAttention ran before the qkv op */
+static ct_tensor *chain(ct_ctx *c, ct_tensor *qkv, int64_t B, int64_t T, int64_t H, int64_t D) {
+    ct_tensor *t = ct_reshape(c, qkv, 5, (int64_t[]){B, T, 3, H, D});
+    t = ct_contiguous(c, ct_transpose(c, ct_transpose(c, ct_transpose(c, t, 1, 2), 2, 3), 0, 1));
+    ct_tensor *in[3];
+    for (int i = 0; i < 3; i++) in[i] = ct_reshape(c, ct_slice(c, t, 0, i, 1), 4, (int64_t[]){B, H, T, D});
+    return ct_merge_heads(c, ct_flash_attention(c, in[0], in[1], in[2], true));
+}
+
+static int cmp_d(const void *a, const void *b) { return *(const double *)a < *(const double *)b ? -1 : *(const double *)a > *(const double *)b; }
+
+static int qkv_main(int threads, int n) {
+    const int64_t B = 8, T = 256, H = 8, D = 32, C = H * D;
+    ct_set_num_threads(threads);
+    ct_ctx *c;
+    if (ct_ctx_create(NULL, &c) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
+    double *ms = calloc((size_t)(4 * n), sizeof(double)); /* [fused][wall, cpu][rep] */
+    for (int rep = 0; rep < n + 1; rep++) /* the first round warms up */
+        for (int f = 0; f < 2; f++) {
+            ct_ctx_reset(c);
+            ct_tensor *qkv = ct_new(c, CT_F32, 3, (int64_t[]){B, T, 3 * C}), *g = ct_new(c, CT_F32, 3, (int64_t[]){B, T, C});
+            fill(qkv, 1), fill(g, 2);
+            ct_requires_grad(qkv);
+            double t0 = ct_time_now(), c0 = cpu_now();
+            ct_tensor *y = f ? ct_flash_attention_qkv(c, qkv, (int)H, true) : chain(c, qkv, B, T, H, D);
+            ct_backward_seed(c, y, g);
+            if (rep) ms[(f * 2) * n + rep - 1] = 1e3 * (ct_time_now() - t0), ms[(f * 2 + 1) * n + rep - 1] = 1e3 * (cpu_now() - c0);
+        }
+    for (int i = 0; i < 4; i++) qsort(ms + i * n, (size_t)n, sizeof(double), cmp_d);
+    printf("RESULT attention_qkv B=8 T=256 C=256 heads=8 threads=%d reps=%d chain_ms=%.2f/%.2f fused_ms=%.2f/%.2f "
+           "chain_cpu_ms=%.2f/%.2f fused_cpu_ms=%.2f/%.2f (best/median)\n",
+           threads, n, ms[0], ms[n / 2], ms[2 * n], ms[2 * n + n / 2], ms[n], ms[n + n / 2], ms[3 * n], ms[3 * n + n / 2]);
+    free(ms);
+    ct_ctx_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "qkv")) return qkv_main(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 20);
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     int64_t D = argc > 2 ? atoll(argv[2]) : 32;
     ct_set_num_threads(threads);

@@ -97,6 +97,13 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
  * backward: O(T) extra memory (one log-sum-exp per row) instead of the [T, T] matrix; equal
  * to ct_attention within f32 rounding. */
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);
+/* The same on a packed qkv [B, T, 3C] (a c_attn projection's output: q, k, v side by side,
+ * each C = n_head * D wide) → y [B, T, C] with the heads side by side, the layout
+ * merge_heads gives: the bits of splitting qkv into heads, ct_flash_attention and
+ * ct_merge_heads (forward and qkv's gradient), without the copies. CPU only for now (on a
+ * device: a status saying there is no kernel; ct_nn_causal_self_attention keeps the
+ * unfused ops there). */
+ct_tensor *ct_flash_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool causal);
 
 /* ---- dynamic int8 quantization (inference: nothing is recorded for backward) ----
  * As torch.ao.quantization.quantize_dynamic's Linear with fbgemm (x86): weights s8,

@@ -2,17 +2,12 @@
  * heads, c_proj (C → C), residual dropout. */
 #include "ctrain/nn.h"
 
-static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
-    int64_t C = m->hp[0];
-    int H = (int)m->hp[1];
-    CT_CHECK(x->ndim == 3 && x->shape[2] == C, "CausalSelfAttention '%s': expected input [B, T, %lld], got %d dims (last %lld)",
-             m->name, (long long)C, x->ndim, (long long)x->shape[x->ndim - 1]);
-    /* the projections run through their modules, so that quantizing them (ct_quantize_dynamic) takes effect */
-    ct_tensor *qkv = ct_module_forward(ctx, m->children[0], x);            /* c_attn: [B, T, 3C] */
+/* qkv [B, T, 3C] → attention over H heads → [B, T, C], through head layout */
+static ct_tensor *heads_attention(ct_ctx *ctx, ct_tensor *qkv, int64_t B, int64_t T, int64_t C, int H, bool flash) {
     /* One copy puts q, k and v into head layout at once: qkv [B, T, 3, H, D] viewed as
      * [3, B, H, T, D] and made contiguous; each of q, k, v is then a contiguous slice
      * (instead of three column copies followed by three split_heads copies). */
-    int64_t B = x->shape[0], T = x->shape[1], D = C / H;
+    int64_t D = C / H;
     ct_tensor *t5 = ct_reshape(ctx, qkv, 5, (int64_t[]){B, T, 3, H, D});
     t5 = ct_transpose(ctx, ct_transpose(ctx, ct_transpose(ctx, t5, 1, 2), 2, 3), 0, 1); /* [3, B, H, T, D] */
     ct_tensor *heads = ct_contiguous(ctx, t5);
@@ -21,8 +16,25 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     ct_tensor *k = ct_reshape(ctx, ct_slice(ctx, heads, 0, 1, 1), 4, hs);
     ct_tensor *v = ct_reshape(ctx, ct_slice(ctx, heads, 0, 2, 1), 4, hs);
     /* hp[2]: fused (flash) attention, O(T) memory; else the plain one with its [T, T] matrix */
-    ct_tensor *a = m->hp[2] ? ct_flash_attention(ctx, q, k, v, true) : ct_attention(ctx, q, k, v, true);
-    ct_tensor *y = ct_merge_heads(ctx, a); /* [B, T, C] */
+    ct_tensor *a = flash ? ct_flash_attention(ctx, q, k, v, true) : ct_attention(ctx, q, k, v, true);
+    return ct_merge_heads(ctx, a); /* [B, T, C] */
+}
+
+static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
+    int64_t C = m->hp[0];
+    int H = (int)m->hp[1];
+    CT_CHECK(x->ndim == 3 && x->shape[2] == C, "CausalSelfAttention '%s': expected input [B, T, %lld], got %d dims (last %lld)",
+             m->name, (long long)C, x->ndim, (long long)x->shape[x->ndim - 1]);
+    /* the projections run through their modules, so that quantizing them (ct_quantize_dynamic) takes effect */
+    ct_tensor *qkv = ct_module_forward(ctx, m->children[0], x);            /* c_attn: [B, T, 3C] */
+    ct_tensor *y;
+    /* fused on the CPU: one op reads the heads out of qkv and writes y in [B, T, C] (the same
+     * bits as the chain below, without its layout copies); devices have no kernel for it */
+    if (m->hp[2] && qkv->device.type == CT_DEV_CPU) {
+        y = ct_flash_attention_qkv(ctx, qkv, H, true);
+    } else {
+        y = heads_attention(ctx, qkv, x->shape[0], x->shape[1], C, H, m->hp[2] != 0);
+    }
     y = ct_module_forward(ctx, m->children[1], y); /* c_proj */
     return m->fp[0] > 0 ? ct_dropout(ctx, y, m->fp[0]) : y;
 }

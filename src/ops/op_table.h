@@ -41,6 +41,7 @@
     X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \
     X(ATTENTION,      attention,      CT_AC_LOWP)       \
     X(FLASH_ATTENTION, flash_attention, CT_AC_LOWP) \
+    X(FLASH_ATTENTION_QKV, flash_attention_qkv, CT_AC_LOWP) \
     X(CAST,           cast,           CT_AC_PROMOTE)
 
 #define CT_OP_ENUM_(N, n, ac) CT_OP_##N,

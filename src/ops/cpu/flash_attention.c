@@ -16,7 +16,11 @@
  * tiles below go through BLAS, heads one after the other on the threaded BLAS (OpenBLAS is
  * not entered from several OpenMP threads at once).
  * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
- * diagonal are skipped. */
+ * diagonal are skipped.
+ * Both paths take each tensor's row, batch and head strides (ct_flash_layout), so that
+ * ct_flash_attention_qkv runs the same tiles on q, k, v inside c_attn's [B, T, 3C] output
+ * and writes y (and reads dO) as [B, T, C]: the values and their order are those of
+ * ct_flash_attention on the copies, only the addresses differ. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -48,17 +52,19 @@ typedef ct_flash_args att;
 /* Rows [i0, i1) of head h: O (rows of Y) and lse. S is BR x BC scratch. */
 static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, float *lse, float *S) {
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, rows = i1 - i0;
-    const float *Qh = a->Q + (h * Tq + i0) * D, *Kh = a->K + h * Tk * D, *Vh = a->V + h * Tk * Dv;
-    float *O = Y + (h * Tq + i0) * Dv;
+    const int64_t lq = a->q.ld, lk = a->k.ld, lv = a->v.ld, lo = a->o.ld;
+    const float *Qh = a->Q + ct_flash_head(a, &a->q, h) + i0 * lq, *Kh = a->K + ct_flash_head(a, &a->k, h);
+    const float *Vh = a->V + ct_flash_head(a, &a->v, h);
+    float *O = Y + ct_flash_head(a, &a->o, h) + i0 * lo;
     float m[BR], l[BR];
     for (int64_t r = 0; r < rows; r++) { m[r] = -INFINITY; l[r] = 0; }
-    memset(O, 0, (size_t)(rows * Dv) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) memset(O + r * lo, 0, (size_t)Dv * sizeof(float));
     int64_t kv = a->causal ? min64(i1, Tk) : Tk;
     for (int64_t j0 = 0; j0 < kv; j0 += BC) {
         int64_t cols = min64(BC, kv - j0);
-        tile_gemm(false, true, rows, cols, D, a->scale, Qh, D, Kh + j0 * D, D, 0.0f, S, BC);
+        tile_gemm(false, true, rows, cols, D, a->scale, Qh, lq, Kh + j0 * lk, lk, 0.0f, S, BC);
         for (int64_t r = 0; r < rows; r++) {
-            float *s = S + r * BC, *o = O + r * Dv;
+            float *s = S + r * BC, *o = O + r * lo;
             int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
             if (n <= 0) { memset(s, 0, (size_t)cols * sizeof(float)); continue; }
             float mt = -INFINITY;
@@ -73,15 +79,43 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
             }
             m[r] = mn;
         }
-        tile_gemm(false, false, rows, Dv, cols, 1.0f, S, BC, Vh + j0 * Dv, Dv, 1.0f, O, Dv);
+        tile_gemm(false, false, rows, Dv, cols, 1.0f, S, BC, Vh + j0 * lv, lv, 1.0f, O, lo);
     }
     for (int64_t r = 0; r < rows; r++) {
         /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
-        float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f, *o = O + r * Dv;
+        float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f, *o = O + r * lo;
 #pragma omp simd
         for (int64_t c = 0; c < Dv; c++) o[c] *= inv;
         lse[h * Tq + i0 + r] = m[r] + logf(l[r]);
     }
+}
+
+/* Y (layout a->o) and lse [BH, Tq] of all BH heads */
+static void forward(ct_ctx *ctx, const att *a, int64_t BH, float *Y, float *lse) {
+    ct_temp_mark mark = ct_ctx_temp_begin_(ctx); /* the scratch goes when forward returns */
+    if (a->own) {
+        int nt = ct_get_num_threads();
+        size_t w = ct_flash_simd_work(a, false);
+        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
+        for (int64_t h = 0; h < BH; h++) ct_flash_simd_fwd_head(a, h, Y, lse, work + (size_t)omp_get_thread_num() * w);
+    } else {
+        int64_t ntile = (a->Tq + BR - 1) / BR;
+        float *S = ct_ctx_alloc(ctx, (size_t)BR * BC * sizeof(float));
+        for (int64_t w = 0; w < BH * ntile; w++) {
+            int64_t h = w / ntile, i0 = w % ntile * BR;
+            fwd_tile(a, h, i0, min64(i0 + BR, a->Tq), Y, lse, S);
+        }
+    }
+    ct_ctx_temp_end_(ctx, mark);
+}
+
+/* one head's layout in a contiguous [B, H, T, d] tensor */
+static ct_flash_layout heads_layout(int64_t H, int64_t T, int64_t d) { return (ct_flash_layout){d, H * T * d, T * d}; }
+static att heads_args(const ct_tensor *q, const ct_tensor *k, const ct_tensor *v, bool causal) {
+    const int64_t H = q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
+    return (att){q->data, k->data, v->data, Tq, Tk, D, Dv, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
+                 heads_layout(H, Tq, D), heads_layout(H, Tk, D), heads_layout(H, Tk, Dv), heads_layout(H, Tq, Dv)};
 }
 
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
@@ -89,26 +123,11 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
     CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_flash_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
     ct_check_attention("flash_attention", q, k, v);
-    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], 1.0f, causal, own_gemm()};
-    a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
-    int64_t BH = q->shape[0] * q->shape[1], ntile = (a.Tq + BR - 1) / BR;
+    att a = heads_args(q, k, v, causal);
+    int64_t BH = q->shape[0] * q->shape[1];
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
     float *lse = ct_ctx_alloc_keep(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
-    ct_temp_mark mark = ct_ctx_temp_begin_(ctx); /* the scratch goes when forward returns */
-    if (a.own) {
-        int nt = ct_get_num_threads();
-        size_t w = ct_flash_simd_work(&a, false);
-        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
-        for (int64_t h = 0; h < BH; h++) ct_flash_simd_fwd_head(&a, h, y->data, lse, work + (size_t)omp_get_thread_num() * w);
-    } else {
-        float *S = ct_ctx_alloc(ctx, (size_t)BR * BC * sizeof(float));
-        for (int64_t w = 0; w < BH * ntile; w++) {
-            int64_t h = w / ntile, i0 = w % ntile * BR;
-            fwd_tile(&a, h, i0, min64(i0 + BR, a.Tq), y->data, lse, S);
-        }
-    }
-    ct_ctx_temp_end_(ctx, mark);
+    forward(ctx, &a, BH, y->data, lse);
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, in);
     if (nd) {
         nd->saved = lse;
@@ -118,19 +137,54 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
     return y;
 }
 
+/* The heads of a packed qkv [B, T, 3C] (c_attn's output) read where they lie and y written
+ * as [B, T, H, D]: the same tile products on the same values as ct_flash_attention, so the
+ * same bits, without the copies into and out of head layout (nor their mirror in backward). */
+static att qkv_args(const ct_tensor *qkv, int64_t H, bool causal) {
+    const int64_t T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
+    const float *p = qkv->data;
+    ct_flash_layout in = {3 * C, T * 3 * C, D};
+    return (att){p, p + C, p + 2 * C, T, T, D, D, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
+                 in, in, in, (ct_flash_layout){C, T * C, D}};
+}
+
+ct_tensor *ct_flash_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool causal) {
+    CT_DEV_DISPATCH(ctx, CT_OP_FLASH_ATTENTION_QKV, .in = {qkv}, .i = {n_head, causal});
+    CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION_QKV, 1, ((ct_tensor **[]){&qkv}), ct_flash_attention_qkv(ctx, qkv, n_head, causal));
+    CT_CHECK_F32("flash_attention_qkv", qkv);
+    CT_CHECK_CONTIG("flash_attention_qkv", qkv);
+    char sx[96];
+    if (qkv->ndim != 3 || n_head < 1 || qkv->shape[2] % (3 * (int64_t)n_head))
+        CT_FATAL("flash_attention_qkv: input %s must be [B, T, 3 C] with n_head = %d dividing C", ct_shape_str(qkv, sx, sizeof sx),
+                 n_head);
+    att a = qkv_args(qkv, n_head, causal);
+    const int64_t B = qkv->shape[0], BH = B * n_head;
+    ct_tensor *y = ct_new(ctx, CT_F32, 3, (int64_t[]){B, a.Tq, n_head * a.D});
+    float *lse = ct_ctx_alloc_keep(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
+    forward(ctx, &a, BH, y->data, lse);
+    ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION_QKV, y, 1, &qkv);
+    if (nd) {
+        nd->saved = lse;
+        nd->i[0] = causal;
+        nd->i[1] = n_head;
+    }
+    return y;
+}
+
 /* One head's gradients: key tiles outer (dK, dV of a tile complete in one pass), query
  * tiles inner; dQ rows accumulate over key tiles in ascending order. */
-static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, const float *lse, const float *Dr, float *dq,
+static void bwd_head(const att *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
                      float *dk, float *dv, float *P, float *dP) {
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
-    const float *Qh = a->Q + h * Tq * D, *Kh = a->K + h * Tk * D, *Vh = a->V + h * Tk * Dv, *dOh = dO + h * Tq * Dv;
-    (void)O;
+    const int64_t lq = a->q.ld, lk = a->k.ld, lv = a->v.ld, lo = a->o.ld;
+    const int64_t hq = ct_flash_head(a, &a->q, h), hk = ct_flash_head(a, &a->k, h), hv = ct_flash_head(a, &a->v, h);
+    const float *Qh = a->Q + hq, *Kh = a->K + hk, *Vh = a->V + hv, *dOh = dO + ct_flash_head(a, &a->o, h);
     for (int64_t j0 = 0; j0 < Tk; j0 += BC) {
         int64_t cols = min64(BC, Tk - j0);
         for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < Tq; i0 += BR) {
             int64_t rows = min64(BR, Tq - i0);
-            tile_gemm(false, true, rows, cols, D, a->scale, Qh + i0 * D, D, Kh + j0 * D, D, 0.0f, P, BC);
-            tile_gemm(false, true, rows, cols, Dv, 1.0f, dOh + i0 * Dv, Dv, Vh + j0 * Dv, Dv, 0.0f, dP, BC);
+            tile_gemm(false, true, rows, cols, D, a->scale, Qh + i0 * lq, lq, Kh + j0 * lk, lk, 0.0f, P, BC);
+            tile_gemm(false, true, rows, cols, Dv, 1.0f, dOh + i0 * lo, lo, Vh + j0 * lv, lv, 0.0f, dP, BC);
             for (int64_t r = 0; r < rows; r++) {
                 float *p = P + r * BC, *d = dP + r * BC;
                 int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
@@ -146,39 +200,80 @@ static void bwd_head(const att *a, int64_t h, const float *O, const float *dO, c
                     memset(d + n, 0, (size_t)(cols - n) * sizeof(float));
                 }
             }
-            if (dv) tile_gemm(true, false, cols, Dv, rows, 1.0f, P, BC, dOh + i0 * Dv, Dv, 1.0f, dv + (h * Tk + j0) * Dv, Dv);
-            if (dq) tile_gemm(false, false, rows, D, cols, 1.0f, dP, BC, Kh + j0 * D, D, 1.0f, dq + (h * Tq + i0) * D, D);
-            if (dk) tile_gemm(true, false, cols, D, rows, 1.0f, dP, BC, Qh + i0 * D, D, 1.0f, dk + (h * Tk + j0) * D, D);
+            if (dv) tile_gemm(true, false, cols, Dv, rows, 1.0f, P, BC, dOh + i0 * lo, lo, 1.0f, dv + hv + j0 * lv, lv);
+            if (dq) tile_gemm(false, false, rows, D, cols, 1.0f, dP, BC, Kh + j0 * lk, lk, 1.0f, dq + hq + i0 * lq, lq);
+            if (dk) tile_gemm(true, false, cols, D, rows, 1.0f, dP, BC, Qh + i0 * lq, lq, 1.0f, dk + hk + j0 * lk, lk);
         }
+    }
+}
+
+/* Zeroes head h's rows of dq, dk, dv (each may be NULL) */
+static void zero_head(const att *a, int64_t h, float *dq, float *dk, float *dv) {
+    float *g[3] = {dq, dk, dv};
+    const ct_flash_layout *l[3] = {&a->q, &a->k, &a->v};
+    const int64_t T[3] = {a->Tq, a->Tk, a->Tk}, d[3] = {a->D, a->D, a->Dv};
+    for (int i = 0; i < 3; i++) {
+        float *p = g[i] ? g[i] + ct_flash_head(a, l[i], h) : NULL;
+        for (int64_t t = 0; p && t < T[i]; t++) memset(p + t * l[i]->ld, 0, (size_t)d[i] * sizeof(float));
+    }
+}
+
+/* All heads' gradients added to dq, dk, dv (NULL: not wanted); zero: they are zeroed first,
+ * head by head on the thread that computes the head */
+static void backward(ct_ctx *ctx, const att *a, int64_t BH, const float *O, const float *dO, const float *lse, float *dq, float *dk,
+                     float *dv, bool zero) {
+    /* Dr = rowsum(dO * O): the softmax backward's row term, computed once per row */
+    const int64_t Tq = a->Tq, Dv = a->Dv, lo = a->o.ld;
+    float *Dr = ct_ctx_alloc(ctx, (size_t)(BH * Tq + 1) * sizeof(float));
+#pragma omp parallel for if (BH * Tq * Dv >= (1 << 15))
+    for (int64_t r = 0; r < BH * Tq; r++) {
+        int64_t at = ct_flash_head(a, &a->o, r / Tq) + r % Tq * lo;
+        const float *g = dO + at, *o = O + at;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t c = 0; c < Dv; c++) s += g[c] * o[c];
+        Dr[r] = s;
+    }
+    if (a->own) {
+        int nt = ct_get_num_threads();
+        size_t w = ct_flash_simd_work(a, true);
+        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
+        for (int64_t h = 0; h < BH; h++) {
+            if (zero) zero_head(a, h, dq, dk, dv);
+            ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, work + (size_t)omp_get_thread_num() * w);
+        }
+        return;
+    }
+    float *P = ct_ctx_alloc(ctx, (size_t)2 * BR * BC * sizeof(float));
+    for (int64_t h = 0; h < BH; h++) {
+        if (zero) zero_head(a, h, dq, dk, dv);
+        bwd_head(a, h, dO, lse, Dr, dq, dk, dv, P, P + BR * BC);
     }
 }
 
 void ct_bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
-    att a = {q->data, k->data, v->data, q->shape[2], k->shape[2], q->shape[3], v->shape[3], (float)n->f[0], n->i[0] != 0,
-             own_gemm()};
-    int64_t BH = q->shape[0] * q->shape[1];
-    const float *O = n->out->data, *dO = n->out->grad->data, *lse = n->saved;
+    att a = heads_args(q, k, v, n->i[0] != 0);
+    a.scale = (float)n->f[0];
     float *dq = ct_grad_acc(ctx, q), *dk = ct_grad_acc(ctx, k), *dv = ct_grad_acc(ctx, v);
     if (!dq && !dk && !dv) return;
-    /* Dr = rowsum(dO * O): the softmax backward's row term, computed once per row */
-    float *Dr = ct_ctx_alloc(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
-#pragma omp parallel for if (BH * a.Tq * a.Dv >= (1 << 15))
-    for (int64_t r = 0; r < BH * a.Tq; r++) {
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t c = 0; c < a.Dv; c++) s += dO[r * a.Dv + c] * O[r * a.Dv + c];
-        Dr[r] = s;
-    }
-    if (a.own) {
-        int nt = ct_get_num_threads();
-        size_t w = ct_flash_simd_work(&a, true);
-        float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
-        for (int64_t h = 0; h < BH; h++)
-            ct_flash_simd_bwd_head(&a, h, dO, lse, Dr, dq, dk, dv, work + (size_t)omp_get_thread_num() * w);
-        return;
-    }
-    float *P = ct_ctx_alloc(ctx, (size_t)2 * BR * BC * sizeof(float));
-    for (int64_t h = 0; h < BH; h++) bwd_head(&a, h, O, dO, lse, Dr, dq, dk, dv, P, P + BR * BC);
+    backward(ctx, &a, q->shape[0] * q->shape[1], n->out->data, n->out->grad->data, n->saved, dq, dk, dv, false);
+}
+
+/* dq, dk, dv are the parts of qkv's gradient. A gradient qkv already has gets the op's as
+ * one sum, as the unfused chain adds it (its q, k, v gradients start from 0): computed apart,
+ * then added. */
+void ct_bw_flash_attention_qkv(ct_ctx *ctx, ct_node *n) {
+    ct_tensor *qkv = n->in[0];
+    att a = qkv_args(qkv, n->i[1], n->i[0] != 0);
+    bool fresh;
+    float *g = ct_grad_acc_fresh(ctx, qkv, &fresh);
+    if (!g) return;
+    const int64_t N = ct_numel(qkv), C = a.D * a.H;
+    float *d = fresh ? g : ct_ctx_alloc(ctx, (size_t)N * sizeof(float));
+    backward(ctx, &a, qkv->shape[0] * a.H, n->out->data, n->out->grad->data, n->saved, d, d + C, d + 2 * C, true);
+    if (d == g) return;
+#pragma omp parallel for if (N >= (1 << 16))
+    for (int64_t i = 0; i < N; i++) g[i] += d[i];
 }

@@ -113,12 +113,13 @@ CT_AVX512 static void gemm_n(int64_t M, int64_t N, int64_t K, const float *A, co
     gemm(false, M, N, K, A, 0, B, ldb, C, ldc, true, true, lim0);
 }
 
-/* dst[c * ldd + r] = scale src[r * cols + c] for r < rows (zeros up to ldd): one head's [rows][cols] */
-static void transpose(float *restrict dst, int64_t ldd, const float *restrict src, int64_t rows, int64_t cols, float scale) {
+/* dst[c * ldd + r] = scale src[r * lds + c] for r < rows (zeros up to ldd): one head's [rows][cols] */
+static void transpose(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds, int64_t rows, int64_t cols,
+                      float scale) {
     for (int64_t r0 = 0; r0 < rows; r0 += 16)
         for (int64_t c = 0; c < cols; c++) {
             int64_t r1 = min64(r0 + 16, rows);
-            for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * cols + c] * scale;
+            for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c] * scale;
         }
     for (int64_t c = 0; c < cols; c++) memset(dst + c * ldd + rows, 0, (size_t)(ldd - rows) * sizeof(float));
 }
@@ -209,17 +210,18 @@ CT_AVX512 static void grad_tile(float *St, float *dSt, int64_t cols, int64_t lim
 
 CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *Y, float *lse, float *work) {
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
+    const int64_t lv = a->v.ld, lo = a->o.ld; /* rows of V and Y */
     float *Kt = work, *Qt = Kt + D * ldk, *St = Qt + D * ldq;
     memset(St, 0, ((size_t)BC * BR + PAD) * sizeof(float));
-    transpose(Kt, ldk, a->K + h * Tk * D, Tk, D, 1.0f);
-    transpose(Qt, ldq, a->Q + h * Tq * D, Tq, D, a->scale);
-    const float *Vh = a->V + h * Tk * Dv;
+    transpose(Kt, ldk, a->K + ct_flash_head(a, &a->k, h), a->k.ld, Tk, D, 1.0f);
+    transpose(Qt, ldq, a->Q + ct_flash_head(a, &a->q, h), a->q.ld, Tq, D, a->scale);
+    const float *Vh = a->V + ct_flash_head(a, &a->v, h);
     for (int64_t i0 = 0; i0 < Tq; i0 += BR) {
         const int64_t rows = min64(BR, Tq - i0);
-        float *O = Y + (h * Tq + i0) * Dv;
+        float *O = Y + ct_flash_head(a, &a->o, h) + i0 * lo;
         float m[BR], l[BR], al[BR];
         for (int r = 0; r < BR; r++) { m[r] = -INFINITY; l[r] = 0; }
-        memset(O, 0, (size_t)(rows * Dv) * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) memset(O + r * lo, 0, (size_t)Dv * sizeof(float));
         const int64_t kv = a->causal ? min64(i0 + rows, Tk) : Tk;
         for (int64_t j0 = 0; j0 < kv; j0 += BC) {
             const int64_t cols = min64(BC, kv - j0);
@@ -230,15 +232,15 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *
                 for (int64_t r = 0; r < rows; r++)
                     if (al[r] != 1.0f) {
 #pragma omp simd
-                        for (int64_t e = 0; e < Dv; e++) O[r * Dv + e] *= al[r];
+                        for (int64_t e = 0; e < Dv; e++) O[r * lo + e] *= al[r];
                     }
-            gemm_t(rows, Dv, cols, St, Vh + j0 * Dv, Dv, O, Dv, lim0); /* O += P V */
+            gemm_t(rows, Dv, cols, St, Vh + j0 * lv, lv, O, lo, lim0); /* O += P V */
         }
         for (int64_t r = 0; r < rows; r++) {
             /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
             float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
 #pragma omp simd
-            for (int64_t e = 0; e < Dv; e++) O[r * Dv + e] *= inv;
+            for (int64_t e = 0; e < Dv; e++) O[r * lo + e] *= inv;
             lse[h * Tq + i0 + r] = m[r] + logf(l[r]);
         }
     }
@@ -247,14 +249,16 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *
 CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr,
                                       float *dq, float *dk, float *dv, float *work) {
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
-    const float *Qh = a->Q + h * Tq * D, *Kh = a->K + h * Tk * D, *dOh = dO + h * Tq * Dv;
+    const int64_t lq = a->q.ld, lk = a->k.ld, lv = a->v.ld, lo = a->o.ld; /* rows of Q, K, V, dO (and the gradients) */
+    const int64_t hq = ct_flash_head(a, &a->q, h), hk = ct_flash_head(a, &a->k, h), hv = ct_flash_head(a, &a->v, h);
+    const float *Qh = a->Q + hq, *Kh = a->K + hk, *dOh = dO + ct_flash_head(a, &a->o, h);
     float *Kt = work, *Qt = Kt + D * ldk, *Vt = Qt + D * ldq, *dOt = Vt + Dv * ldk, *St = dOt + Dv * ldq;
     float *dSt = St + BC * BR + PAD;
     memset(St, 0, 2 * ((size_t)BC * BR + PAD) * sizeof(float));
-    transpose(Kt, ldk, Kh, Tk, D, 1.0f);
-    transpose(Qt, ldq, Qh, Tq, D, a->scale);
-    transpose(Vt, ldk, a->V + h * Tk * Dv, Tk, Dv, 1.0f);
-    transpose(dOt, ldq, dOh, Tq, Dv, 1.0f);
+    transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
+    transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
+    transpose(Vt, ldk, a->V + hv, lv, Tk, Dv, 1.0f);
+    transpose(dOt, ldq, dOh, lo, Tq, Dv, 1.0f);
     const float sc = a->scale;
     for (int64_t j0 = 0; j0 < Tk; j0 += BC) {
         const int64_t cols = min64(BC, Tk - j0);
@@ -269,9 +273,9 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
             gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
             const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
             grad_tile(St, dSt, cols, lim0, L, R, sc);
-            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * Dv, Dv, dv + (h * Tk + j0) * Dv, Dv, lim0);      /* dV += P^T dO */
-            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * D, D, dk + (h * Tk + j0) * D, D, lim0);           /* dK += dS^T Q */
-            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * D, D, dq + (h * Tq + i0) * D, D, lim0); /* dQ += dS K */
+            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lv, lv, lim0); /* dV += P^T dO */
+            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lk, lk, lim0);  /* dK += dS^T Q */
+            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lq, lq, lim0);  /* dQ += dS K */
         }
     }
 }

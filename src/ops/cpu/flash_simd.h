@@ -12,17 +12,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* one attention call: [BH, Tq, D] queries, [BH, Tk, D] keys, [BH, Tk, Dv] values */
+/* Where one tensor's heads lie: row t of head h = b H + j starts at b bs + j hs + t ld floats
+ * from its base. [BH, T, D] contiguous is {D, H T D, T D}; q of a packed qkv [B, T, 3C]
+ * (ct_flash_attention_qkv) is {3C, T 3C, D}, k and v the same from base + C, + 2C. */
+typedef struct {
+    int64_t ld, bs, hs;
+} ct_flash_layout;
+
+/* one attention call: BH heads of Tq queries [D], Tk keys [D] and values [Dv]; H heads per
+ * batch entry. The gradients dQ, dK, dV have the layouts of Q, K, V; dO (and Y) has o's;
+ * lse and Dr are [BH, Tq] contiguous. */
 typedef struct {
     const float *Q, *K, *V;
     int64_t Tq, Tk, D, Dv;
     float scale;
     bool causal, own;
+    int64_t H;
+    ct_flash_layout q, k, v, o;
 } ct_flash_args;
+
+/* offset of head h's first row in a tensor of layout l */
+static inline int64_t ct_flash_head(const ct_flash_args *a, const ct_flash_layout *l, int64_t h) {
+    return h / a->H * l->bs + h % a->H * l->hs;
+}
 
 /* floats of per-thread scratch a head needs (forward or backward) */
 size_t ct_flash_simd_work(const ct_flash_args *a, bool backward);
-/* Head h: its rows of Y ([BH, Tq, Dv]) and of lse ([BH, Tq]). */
+/* Head h: its rows of Y (layout a->o) and of lse ([BH, Tq]). */
 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *Y, float *lse, float *work);
 /* Head h's gradients, added to dq / dk / dv (each may be NULL); Dr = rowsum(dO * O). */
 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,

@@ -1,0 +1,125 @@
+/* ct_flash_attention_qkv (attention on a packed qkv [B, T, 3C]) against the unfused chain
+ * CausalSelfAttention ran before it: qkv viewed as [3, B, H, T, D] and made contiguous,
+ * ct_flash_attention on its slices, ct_merge_heads. The same bits, forward and backward
+ * (qkv's gradient, and through a linear the gradients upstream of it), for 1 and 2
+ * threads, odd T, D = 8, 24, 32 and 64, causal or not, with qkv's gradient fresh or already
+ * holding a value, on the AVX-512 kernels and the BLAS path, and under bf16 autocast. */
+#include <stdint.h>
+
+#include "ct_test.h"
+#include "ctrain/config.h"
+#include "ctrain/ops.h"
+#include "gradcheck.h"
+
+typedef struct { int64_t B, T, H, D; bool causal; } qshape;
+
+static void fill(ct_tensor *t, uint64_t seed, float scale) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < ct_numel(t); i++) ct_f32(t)[i] = ct_gc_rand(&s) * scale;
+}
+
+/* the chain of ops the fused one replaces */
+static ct_tensor *chain(ct_ctx *c, ct_tensor *qkv, const qshape *s) {
+    const int64_t hs[4] = {s->B, s->H, s->T, s->D};
+    ct_tensor *t = ct_reshape(c, qkv, 5, (int64_t[]){s->B, s->T, 3, s->H, s->D});
+    t = ct_contiguous(c, ct_transpose(c, ct_transpose(c, ct_transpose(c, t, 1, 2), 2, 3), 0, 1));
+    ct_tensor *in[3];
+    for (int i = 0; i < 3; i++) in[i] = ct_reshape(c, ct_slice(c, t, 0, i, 1), 4, hs);
+    return ct_merge_heads(c, ct_flash_attention(c, in[0], in[1], in[2], s->causal));
+}
+
+enum { LEAF, LINEAR, TWICE, AUTOCAST };
+static const char *mode_name[] = {"qkv leaf", "after a linear", "qkv used twice", "bf16 autocast"};
+
+/* y's bytes and the gradients (qkv's for a leaf, else x's, W's, b's), concatenated */
+static unsigned char *run(const qshape *s, bool fused, int threads, int mode, size_t *len) {
+    ct_set_num_threads(threads);
+    ct_ctx *c;
+    if (ct_ctx_create(NULL, &c) != CT_OK) return NULL;
+    const int64_t C = s->H * s->D;
+    ct_tensor *x = ct_new(c, CT_F32, 3, (int64_t[]){s->B, s->T, C}), *W = ct_new(c, CT_F32, 2, (int64_t[]){3 * C, C});
+    ct_tensor *b = ct_new(c, CT_F32, 1, (int64_t[]){3 * C}), *qkv = ct_new(c, CT_F32, 3, (int64_t[]){s->B, s->T, 3 * C});
+    fill(x, 1, 1.0f);
+    fill(W, 2, 3.0f / sqrtf((float)C)); /* scores of a few units */
+    fill(b, 3, 0.5f);
+    fill(qkv, 4, 2.0f);
+    ct_tensor *leaves[3] = {x, W, b}, *G = ct_new(c, CT_F32, 3, (int64_t[]){s->B, s->T, C});
+    fill(G, 5, 1.0f);
+    int nl = mode == LEAF ? 1 : 3;
+    if (mode == LEAF) leaves[0] = qkv;
+    for (int i = 0; i < nl; i++) ct_requires_grad(leaves[i]);
+    if (mode == AUTOCAST) CT_EXPECT_OK(ct_autocast_begin(c, CT_BF16));
+    if (mode != LEAF) qkv = ct_linear(c, x, W, b);
+    ct_tensor *y = fused ? ct_flash_attention_qkv(c, qkv, (int)s->H, s->causal) : chain(c, qkv, s);
+    if (mode == AUTOCAST) ct_autocast_end(c);
+    ct_tensor *loss = ct_sum(c, ct_mul(c, ct_cast(c, y, CT_F32), G));
+    /* a later use of qkv: its gradient holds a value when the attention's backward comes */
+    if (mode == TWICE) loss = ct_add(c, loss, ct_sum(c, ct_mul(c, qkv, qkv)));
+    ct_backward(c, loss);
+    size_t n = ct_nbytes(y);
+    for (int i = 0; i < nl; i++) n += ct_nbytes(leaves[i]->grad);
+    unsigned char *out = malloc(n), *o = out;
+    memcpy(o, y->data, ct_nbytes(y));
+    o += ct_nbytes(y);
+    for (int i = 0; i < nl; i++) {
+        memcpy(o, leaves[i]->grad->data, ct_nbytes(leaves[i]->grad));
+        o += ct_nbytes(leaves[i]->grad);
+    }
+    *len = n;
+    ct_ctx_free(c);
+    return out;
+}
+
+static void same_bits(const qshape *s, int threads, int mode) {
+    size_t n1, n2;
+    unsigned char *a = run(s, false, threads, mode, &n1), *f = run(s, true, threads, mode, &n2);
+    CT_ASSERT(a && f);
+    CT_EXPECTF(n1 == n2 && !memcmp(a, f, n1), "B%lld T%lld H%lld D%lld %s, %s, %d thread(s): fused differs from the chain",
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->D, s->causal ? "causal" : "full",
+               mode_name[mode], threads);
+    free(a);
+    free(f);
+}
+
+static const qshape shapes[] = {
+    {2, 67, 2, 32, true}, {2, 130, 3, 64, true}, {1, 130, 2, 32, false}, {3, 67, 2, 64, false}, {1, 1, 1, 32, true},
+    {2, 67, 3, 24, true}, {1, 70, 5, 8, false},
+};
+
+CT_TEST(qkv_same_bits_as_chain) {
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int t = 1; t <= 2; t++)
+            for (int mode = LEAF; mode <= TWICE; mode++) same_bits(&shapes[i], t, mode);
+}
+
+CT_TEST(qkv_same_bits_as_chain_bf16_autocast) {
+    for (size_t i = 0; i < 2; i++)
+        for (int t = 1; t <= 2; t++) same_bits(&shapes[i], t, AUTOCAST);
+}
+
+/* The path for CPUs without AVX-512 (BLAS tiles), taken with CTRAIN_GEMM=openblas */
+CT_TEST(qkv_same_bits_as_chain_blas_path) {
+    CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM", "openblas"));
+    for (size_t i = 0; i < 4; i++) same_bits(&shapes[i], 2, i % 2 ? TWICE : LEAF);
+    CT_EXPECT_OK(ct_config_unset("CTRAIN_GEMM"));
+}
+
+CT_TEST(qkv_same_bits_any_thread_count) {
+    size_t n1, n2;
+    unsigned char *a = run(&shapes[1], true, 1, LINEAR, &n1), *b = run(&shapes[1], true, 2, LINEAR, &n2);
+    CT_ASSERT(a && b);
+    CT_EXPECT(n1 == n2 && !memcmp(a, b, n1));
+    free(a);
+    free(b);
+}
+
+static ct_tensor *f_qkv(ct_ctx *c, ct_tensor **in, void *arg) { return ct_flash_attention_qkv(c, in[0], 2, *(bool *)arg); }
+CT_TEST(qkv_gradcheck) {
+    for (int causal = 0; causal < 2; causal++) {
+        bool cz = causal;
+        double e = ct_gradcheck(f_qkv, &cz, 1, (ct_tensor_spec[]){{3, {2, 5, 24}}}, false);
+        CT_EXPECTF(e < 1e-2, "%s: gradcheck error %g", causal ? "causal" : "full", e);
+    }
+}
+
+CT_TEST_MAIN()

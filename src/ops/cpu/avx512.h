@@ -43,7 +43,7 @@ CT_AVX512 static inline void ct_tr16(__m512 r[16]) {
 /* ct_vexpf (ops/kmath.h) on 16 lanes, the same operations in the same order (so the same
  * bits for every finite input; ct_vexpf is built without fused multiply-adds where it writes
  * none, as the build contracts nothing: -std=c11) */
-CT_AVX512 static inline __m512 ct_exp16(__m512 x) {
+CT_AVX512 static inline __attribute__((always_inline)) __m512 ct_exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f), big = _mm512_set1_ps(12582912.0f);
     __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
     __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), big), big);

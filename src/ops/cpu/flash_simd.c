@@ -18,9 +18,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cpu/avx512.h" /* CT_AVX512, ct_exp16 */
 #include "ops/cpu/vmath.h"
 
-#define CT_AVX512 __attribute__((target("avx512f,avx512vl,fma")))
 #define INL static inline __attribute__((always_inline))
 
 enum { BR = 64, BC = 64, PAD = 16 * BR }; /* query rows x keys per tile; PAD: reads past a tile's last row */
@@ -133,25 +133,6 @@ size_t ct_flash_simd_work(const ct_flash_args *a, bool backward) {
 /* row r of the query tile at i0 sees key c of the tile at j0 where r >= lim_of(.., c, ..) */
 static inline int64_t lim_of(bool causal, int64_t j0, int64_t c, int64_t i0) { return causal ? j0 + c - i0 : -(int64_t)BC; }
 
-/* ct_vexpf (ops/kmath.h) on 16 lanes, the same operations in the same order */
-CT_AVX512 INL __m512 exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f), big = _mm512_set1_ps(12582912.0f);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), big), big);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
-}
 
 /* lanes r of vector v of a transposed tile's row c that may be used: r >= lim0 + c (causal) */
 CT_AVX512 INL __mmask16 seen(int64_t lim0, int64_t c, int v) {
@@ -176,7 +157,7 @@ CT_AVX512 static bool softmax_tile(float *St, int64_t cols, int64_t lim0, float 
         mn[v] = _mm512_max_ps(mo, mt[v]);
         /* a row with no key yet keeps -inf and the factor 1; the first tile's exp(-inf) = 0 */
         __mmask16 none = _mm512_cmp_ps_mask(mn[v], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-        __m512 a = _mm512_mask_mov_ps(exp16(_mm512_sub_ps(mo, mn[v])), none, _mm512_set1_ps(1.0f));
+        __m512 a = _mm512_mask_mov_ps(ct_exp16(_mm512_sub_ps(mo, mn[v])), none, _mm512_set1_ps(1.0f));
         changed |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
         _mm512_storeu_ps(al + 16 * v, a);
         _mm512_storeu_ps(m + 16 * v, mn[v]);
@@ -185,7 +166,7 @@ CT_AVX512 static bool softmax_tile(float *St, int64_t cols, int64_t lim0, float 
     for (int64_t c = 0; c < cols; c++)
         for (int v = 0; v < NV; v++) {
             float *s = St + c * BR + 16 * v;
-            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v), exp16(_mm512_sub_ps(_mm512_loadu_ps(s), mn[v])));
+            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v), ct_exp16(_mm512_sub_ps(_mm512_loadu_ps(s), mn[v])));
             _mm512_storeu_ps(s, p);
             sum[v] = _mm512_add_ps(sum[v], p);
         }
@@ -201,7 +182,7 @@ CT_AVX512 static void grad_tile(float *St, float *dSt, int64_t cols, int64_t lim
         for (int v = 0; v < NV; v++) {
             float *s = St + c * BR + 16 * v, *d = dSt + c * BR + 16 * v;
             __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v),
-                                           exp16(_mm512_sub_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(L + 16 * v))));
+                                           ct_exp16(_mm512_sub_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(L + 16 * v))));
             _mm512_storeu_ps(s, p);
             __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(d), _mm512_loadu_ps(R + 16 * v));
             _mm512_storeu_ps(d, _mm512_mul_ps(_mm512_mul_ps(p, dp), _mm512_set1_ps(sc)));

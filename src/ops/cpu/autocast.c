@@ -276,12 +276,21 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
         s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;
         s.out->grad = o->grad;
     }
+    /* an input's gradient the op creates itself (t has none yet and is no other input of
+     * n): the copy's, handed to t afterwards, so that the op writes it fresh (ct_grad_acc_fresh)
+     * instead of adding to a zeroed buffer: the same bits, without the zeroing pass */
+    bool handoff[CT_NODE_MAX_IN] = {false};
     for (int i = 0; i < n->nin; i++) {
         ct_tensor *t = n->in[i];
         if (!is_lowp(t) || !(reads >> i & 1u)) continue;
         ct_tensor *c = f32_copy(ctx, t);
         c->flags = t->flags & CT_TF_REQUIRES_GRAD;
-        if (c->flags) { ct_grad_acc(ctx, t); c->grad = t->grad; }
+        if (c->flags) {
+            bool shared = false;
+            for (int j = 0; j < n->nin; j++) shared |= j != i && n->in[j] == t;
+            if (t->grad || shared) { ct_grad_acc(ctx, t); c->grad = t->grad; }
+            else handoff[i] = true;
+        }
         s.in[i] = c;
         for (int j = 0; j < 2; j++)
             if (n->saved_t[j] == t) s.saved_t[j] = c;
@@ -291,4 +300,6 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     ct_dtype prev = ct_ctx_set_lowp_run_(ctx, o->dtype);
     row->backward(ctx, &s);
     ct_ctx_set_lowp_run_(ctx, prev);
+    for (int i = 0; i < n->nin; i++)
+        if (handoff[i]) n->in[i]->grad = s.in[i]->grad; /* NULL if the op gave it none */
 }

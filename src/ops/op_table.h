@@ -75,6 +75,9 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
 /* true when matmul and linear read bf16 tensors themselves in a bf16 run (the bf16 GEMM's
  * packers widen them): autocast then makes no f32 copies of their inputs, forward or backward */
 bool ct_ac_reads_bf16(void);
+/* true when ct_flash_attention_qkv reads a bf16 qkv itself on the CPU (its AVX-512 kernels):
+ * no f32 copies of qkv or of its output, forward or backward */
+bool ct_flash_reads_bf16(void);
 ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y);
 #define CT_AUTOCAST(ctx, op, n, args, call) do {                              \
         ct_ac_frame ac_;                                                      \

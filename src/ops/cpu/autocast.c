@@ -17,6 +17,8 @@
  * on bf16, and add of a bf16 and an f32 tensor, do the same on the CPU (elementwise.c,
  * attention.c, basic.c): they widen each element, run the f32 math and round their output
  * (and, backward, the gradient) element by element — the bits of the copies without them.
+ * The fused attention on a packed bf16 qkv (flash_attention.c) likewise widens each head's
+ * rows into its kernels' scratch and rounds y and the gradient of y as it writes and reads them.
  *
  * Tensors on a GPU take the same policy from the device dispatch (ct_op_dispatch calls
  * ct_ac_enter/ct_ac_leave around the device forward): the casts are the device's cast op,
@@ -74,12 +76,14 @@ bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
 /* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16: the CPU's bf16
  * GEMM where the CPU has it, cuBLASLt's bf16 GEMMs on a device (src/cuda/ops.c). On the CPU,
- * GELU and merge_heads read and write bf16 themselves (elementwise.c, attention.c: they never
- * come through ct_ac_enter with bf16, and their backward rounds the gradient as it reads it). */
+ * GELU, merge_heads and the fused qkv attention read and write bf16 themselves (elementwise.c,
+ * attention.c, flash_attention.c: they never come through ct_ac_enter with bf16, and their
+ * backward rounds the gradient as it reads it; an f32 qkv cast by ct_ac_enter gives an f32 y). */
 static bool direct(int op, ct_dtype run, bool dev) {
     if (run != CT_BF16) return false;
     if (op == CT_OP_LINEAR || op == CT_OP_MATMUL) return dev || ct_ac_reads_bf16();
     if (op == CT_OP_GELU || op == CT_OP_MERGE_HEADS) return !dev;
+    if (op == CT_OP_FLASH_ATTENTION_QKV) return !dev && ct_flash_reads_bf16();
     return dev && op == CT_OP_FLASH_ATTENTION; /* the device's bf16 kernels; bf16 output */
 }
 

@@ -30,6 +30,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/flash_simd.h"
 #include "ops/cpu/vmath.h"
+#include "ops/kmath.h"
 #include "ops/op_table.h"
 
 enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
@@ -37,6 +38,7 @@ enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
 static bool own_gemm(void) {
     return ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
 }
+bool ct_flash_reads_bf16(void) { return own_gemm(); }
 /* C = alpha op(A) op(B) + beta C on the threaded BLAS (the path without AVX-512) */
 static void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -91,7 +93,7 @@ static void fwd_tile(const att *a, int64_t h, int64_t i0, int64_t i1, float *Y, 
 }
 
 /* Y (layout a->o) and lse [BH, Tq] of all BH heads */
-static void forward(ct_ctx *ctx, const att *a, int64_t BH, float *Y, float *lse) {
+static void forward(ct_ctx *ctx, const att *a, int64_t BH, void *Y, float *lse) {
     ct_temp_mark mark = ct_ctx_temp_begin_(ctx); /* the scratch goes when forward returns */
     if (a->own) {
         int nt = ct_get_num_threads();
@@ -115,7 +117,8 @@ static ct_flash_layout heads_layout(int64_t H, int64_t T, int64_t d) { return (c
 static att heads_args(const ct_tensor *q, const ct_tensor *k, const ct_tensor *v, bool causal) {
     const int64_t H = q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
     return (att){q->data, k->data, v->data, Tq, Tk, D, Dv, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
-                 heads_layout(H, Tq, D), heads_layout(H, Tk, D), heads_layout(H, Tk, Dv), heads_layout(H, Tq, Dv)};
+                 heads_layout(H, Tq, D), heads_layout(H, Tk, D), heads_layout(H, Tk, Dv), heads_layout(H, Tq, Dv),
+                 NULL, NULL, NULL, false};
 }
 
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
@@ -142,24 +145,40 @@ ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor
  * same bits, without the copies into and out of head layout (nor their mirror in backward). */
 static att qkv_args(const ct_tensor *qkv, int64_t H, bool causal) {
     const int64_t T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
-    const float *p = qkv->data;
     ct_flash_layout in = {3 * C, T * 3 * C, D};
-    return (att){p, p + C, p + 2 * C, T, T, D, D, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
-                 in, in, in, (ct_flash_layout){C, T * C, D}};
+    att a = {NULL, NULL, NULL, T, T, D, D, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
+             in, in, in, (ct_flash_layout){C, T * C, D}, NULL, NULL, NULL, false};
+    if (qkv->dtype == CT_BF16) { /* the AVX-512 kernels widen it themselves */
+        const uint16_t *p = qkv->data;
+        a.Qb = p, a.Kb = p + C, a.Vb = p + 2 * C, a.own = true;
+    } else {
+        const float *p = qkv->data;
+        a.Q = p, a.K = p + C, a.V = p + 2 * C;
+    }
+    return a;
 }
 
 ct_tensor *ct_flash_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool causal) {
     CT_DEV_DISPATCH(ctx, CT_OP_FLASH_ATTENTION_QKV, .in = {qkv}, .i = {n_head, causal});
-    CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION_QKV, 1, ((ct_tensor **[]){&qkv}), ct_flash_attention_qkv(ctx, qkv, n_head, causal));
-    CT_CHECK_F32("flash_attention_qkv", qkv);
-    CT_CHECK_CONTIG("flash_attention_qkv", qkv);
+    /* bf16 qkv (c_attn's output under autocast) read as it is where the AVX-512 kernels run:
+     * the bits of autocast's f32 copy, f32 op and conversion of y, without those passes */
+    const bool bf16 = qkv->dtype == CT_BF16 && ct_flash_reads_bf16();
+    /* y in bf16, or in f32 inside autocast's frame (an f32 qkv cast there; ct_ac_leave converts y) */
+    const bool y16 = bf16 && ct_ctx_temp_depth_(ctx) == 0;
+    if (bf16 && !ct_is_contiguous(qkv)) qkv = ct_contiguous(ctx, qkv);
+    if (!bf16) {
+        CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION_QKV, 1, ((ct_tensor **[]){&qkv}), ct_flash_attention_qkv(ctx, qkv, n_head, causal));
+        CT_CHECK_F32("flash_attention_qkv", qkv);
+        CT_CHECK_CONTIG("flash_attention_qkv", qkv);
+    }
     char sx[96];
     if (qkv->ndim != 3 || n_head < 1 || qkv->shape[2] % (3 * (int64_t)n_head))
         CT_FATAL("flash_attention_qkv: input %s must be [B, T, 3 C] with n_head = %d dividing C", ct_shape_str(qkv, sx, sizeof sx),
                  n_head);
     att a = qkv_args(qkv, n_head, causal);
     const int64_t B = qkv->shape[0], BH = B * n_head;
-    ct_tensor *y = ct_new(ctx, CT_F32, 3, (int64_t[]){B, a.Tq, n_head * a.D});
+    a.y16 = y16;
+    ct_tensor *y = ct_new(ctx, y16 ? CT_BF16 : CT_F32, 3, (int64_t[]){B, a.Tq, n_head * a.D});
     float *lse = ct_ctx_alloc_keep(ctx, (size_t)(BH * a.Tq + 1) * sizeof(float));
     forward(ctx, &a, BH, y->data, lse);
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION_QKV, y, 1, &qkv);
@@ -167,6 +186,7 @@ ct_tensor *ct_flash_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool 
         nd->saved = lse;
         nd->i[0] = causal;
         nd->i[1] = n_head;
+        if (y16) nd->op = &ct_op_table_lp[CT_OP_FLASH_ATTENTION_QKV]; /* a low-precision node, as ct_ac_leave makes */
     }
     return y;
 }
@@ -220,19 +240,36 @@ static void zero_head(const att *a, int64_t h, float *dq, float *dk, float *dv) 
 
 /* All heads' gradients added to dq, dk, dv (NULL: not wanted); zero: they are zeroed first,
  * head by head on the thread that computes the head */
-static void backward(ct_ctx *ctx, const att *a, int64_t BH, const float *O, const float *dO, const float *lse, float *dq, float *dk,
+static inline float dot_row(const float *g, const float *o, int64_t n) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = 0; c < n; c++) s += g[c] * o[c];
+    return s;
+}
+
+/* O is bf16 (and dO is rounded to bf16 as it is read) where the inputs are (a->Qb) */
+static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const float *dO, const float *lse, float *dq, float *dk,
                      float *dv, bool zero) {
     /* Dr = rowsum(dO * O): the softmax backward's row term, computed once per row */
     const int64_t Tq = a->Tq, Dv = a->Dv, lo = a->o.ld;
     float *Dr = ct_ctx_alloc(ctx, (size_t)(BH * Tq + 1) * sizeof(float));
+    const bool bf16 = a->Qb != NULL;
+    /* bf16: each row's dO and O as the f32 copies autocast would make, one pair per thread */
+    float *rows = bf16 ? ct_ctx_alloc(ctx, (size_t)omp_get_max_threads() * 2 * (size_t)(Dv + 16) * sizeof(float)) : NULL;
 #pragma omp parallel for if (BH * Tq * Dv >= (1 << 15))
     for (int64_t r = 0; r < BH * Tq; r++) {
         int64_t at = ct_flash_head(a, &a->o, r / Tq) + r % Tq * lo;
-        const float *g = dO + at, *o = O + at;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t c = 0; c < Dv; c++) s += g[c] * o[c];
-        Dr[r] = s;
+        if (!bf16) {
+            Dr[r] = dot_row(dO + at, (const float *)O + at, Dv);
+            continue;
+        }
+        float *g = rows + (size_t)omp_get_thread_num() * 2 * (size_t)(Dv + 16), *o = g + Dv + 16;
+        const uint16_t *ob = (const uint16_t *)O + at;
+        for (int64_t c = 0; c < Dv; c++) {
+            g[c] = ct_k_round_bf16(dO[at + c]);
+            o[c] = ct_k_bf16_to_f32(ob[c]);
+        }
+        Dr[r] = dot_row(g, o, Dv);
     }
     if (a->own) {
         int nt = ct_get_num_threads();

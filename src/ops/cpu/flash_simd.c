@@ -20,6 +20,7 @@
 
 #include "ops/cpu/avx512.h" /* CT_AVX512, ct_exp16 */
 #include "ops/cpu/vmath.h"
+#include "ops/kmath.h"
 
 #define INL static inline __attribute__((always_inline))
 
@@ -124,10 +125,35 @@ static void transpose(float *restrict dst, int64_t ldd, const float *restrict sr
     for (int64_t c = 0; c < cols; c++) memset(dst + c * ldd + rows, 0, (size_t)(ldd - rows) * sizeof(float));
 }
 
+/* bf16 inputs: head h's rows of input i (0 q, 1 k, 2 v) widened into buf as [T][d]; f32
+ * inputs: where they lie. *ld: their row length. */
+static const float *rows_of(const ct_flash_args *a, int i, int64_t h, float *buf, int64_t *ld) {
+    const ct_flash_layout *l = i == 0 ? &a->q : i == 1 ? &a->k : &a->v;
+    const int64_t T = i ? a->Tk : a->Tq, d = i == 2 ? a->Dv : a->D, off = ct_flash_head(a, l, h);
+    if (!a->Qb) {
+        *ld = l->ld;
+        return (i == 0 ? a->Q : i == 1 ? a->K : a->V) + off;
+    }
+    const uint16_t *s = (i == 0 ? a->Qb : i == 1 ? a->Kb : a->Vb) + off;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < d; c++) buf[t * d + c] = ct_k_bf16_to_f32(s[t * l->ld + c]);
+    *ld = d;
+    return buf;
+}
+
+/* floats of the bf16 inputs' per-head copies: forward V, one of K / Q at a time (for their
+ * transposes) and a tile of O; backward Q, K, V and the rounded dO */
+static size_t bf16_work(const ct_flash_args *a, bool backward) {
+    if (!a->Qb) return 0;
+    const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
+    if (!backward) return (size_t)(Tk * Dv + (Tq > Tk ? Tq : Tk) * D + (a->y16 ? BR * Dv : 0));
+    return (size_t)(Tq * D + Tk * D + Tk * Dv + Tq * Dv);
+}
+
 size_t ct_flash_simd_work(const ct_flash_args *a, bool backward) {
     size_t kq = (size_t)(a->D * ld_of(a->Tk) + a->D * ld_of(a->Tq)), tile = (size_t)BC * BR + PAD;
-    if (!backward) return kq + tile + 16;
-    return kq + (size_t)(a->Dv * ld_of(a->Tk) + a->Dv * ld_of(a->Tq)) + 2 * tile + 16;
+    if (!backward) return kq + tile + 16 + bf16_work(a, false);
+    return kq + (size_t)(a->Dv * ld_of(a->Tk) + a->Dv * ld_of(a->Tq)) + 2 * tile + 16 + bf16_work(a, true);
 }
 
 /* row r of the query tile at i0 sees key c of the tile at j0 where r >= lim_of(.., c, ..) */
@@ -189,20 +215,25 @@ CT_AVX512 static void grad_tile(float *St, float *dSt, int64_t cols, int64_t lim
         }
 }
 
-CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *Y, float *lse, float *work) {
+CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work) {
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
-    const int64_t lv = a->v.ld, lo = a->o.ld; /* rows of V and Y */
+    const bool bf16 = a->y16; /* Y as bf16 */
     float *Kt = work, *Qt = Kt + D * ldk, *St = Qt + D * ldq;
+    float *Vb = St + BC * BR + PAD, *tmp = Vb + Tk * Dv, *Ob = tmp + (Tq > Tk ? Tq : Tk) * D; /* bf16 only */
     memset(St, 0, ((size_t)BC * BR + PAD) * sizeof(float));
-    transpose(Kt, ldk, a->K + ct_flash_head(a, &a->k, h), a->k.ld, Tk, D, 1.0f);
-    transpose(Qt, ldq, a->Q + ct_flash_head(a, &a->q, h), a->q.ld, Tq, D, a->scale);
-    const float *Vh = a->V + ct_flash_head(a, &a->v, h);
+    int64_t lk, lq, lv, lo = a->o.ld; /* rows of K, Q, V (f32) and Y */
+    const float *Kh = rows_of(a, 1, h, tmp, &lk);
+    transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
+    const float *Qh = rows_of(a, 0, h, tmp, &lq);
+    transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
+    const float *Vh = rows_of(a, 2, h, Vb, &lv);
+    const int64_t yh = ct_flash_head(a, &a->o, h);
     for (int64_t i0 = 0; i0 < Tq; i0 += BR) {
-        const int64_t rows = min64(BR, Tq - i0);
-        float *O = Y + ct_flash_head(a, &a->o, h) + i0 * lo;
+        const int64_t rows = min64(BR, Tq - i0), lO = bf16 ? Dv : lo;
+        float *O = bf16 ? Ob : (float *)Y + yh + i0 * lo; /* bf16: the tile in f32, rounded at the end */
         float m[BR], l[BR], al[BR];
         for (int r = 0; r < BR; r++) { m[r] = -INFINITY; l[r] = 0; }
-        for (int64_t r = 0; r < rows; r++) memset(O + r * lo, 0, (size_t)Dv * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) memset(O + r * lO, 0, (size_t)Dv * sizeof(float));
         const int64_t kv = a->causal ? min64(i0 + rows, Tk) : Tk;
         for (int64_t j0 = 0; j0 < kv; j0 += BC) {
             const int64_t cols = min64(BC, kv - j0);
@@ -213,16 +244,21 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *
                 for (int64_t r = 0; r < rows; r++)
                     if (al[r] != 1.0f) {
 #pragma omp simd
-                        for (int64_t e = 0; e < Dv; e++) O[r * lo + e] *= al[r];
+                        for (int64_t e = 0; e < Dv; e++) O[r * lO + e] *= al[r];
                     }
-            gemm_t(rows, Dv, cols, St, Vh + j0 * lv, lv, O, lo, lim0); /* O += P V */
+            gemm_t(rows, Dv, cols, St, Vh + j0 * lv, lv, O, lO, lim0); /* O += P V */
         }
         for (int64_t r = 0; r < rows; r++) {
             /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
             float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
 #pragma omp simd
-            for (int64_t e = 0; e < Dv; e++) O[r * lo + e] *= inv;
+            for (int64_t e = 0; e < Dv; e++) O[r * lO + e] *= inv;
             lse[h * Tq + i0 + r] = m[r] + logf(l[r]);
+        }
+        if (bf16) { /* rounded as ct_convert rounds autocast's f32 result */
+            uint16_t *y = (uint16_t *)Y + yh + i0 * lo;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t e = 0; e < Dv; e++) y[r * lo + e] = ct_k_f32_to_bf16(O[r * Dv + e]);
         }
     }
 }
@@ -230,15 +266,25 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *
 CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr,
                                       float *dq, float *dk, float *dv, float *work) {
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
-    const int64_t lq = a->q.ld, lk = a->k.ld, lv = a->v.ld, lo = a->o.ld; /* rows of Q, K, V, dO (and the gradients) */
+    /* rows of the gradients (Q's, K's, V's layouts) */
+    const int64_t lgq = a->q.ld, lgk = a->k.ld, lgv = a->v.ld;
     const int64_t hq = ct_flash_head(a, &a->q, h), hk = ct_flash_head(a, &a->k, h), hv = ct_flash_head(a, &a->v, h);
-    const float *Qh = a->Q + hq, *Kh = a->K + hk, *dOh = dO + ct_flash_head(a, &a->o, h);
     float *Kt = work, *Qt = Kt + D * ldk, *Vt = Qt + D * ldq, *dOt = Vt + Dv * ldk, *St = dOt + Dv * ldq;
     float *dSt = St + BC * BR + PAD;
+    float *Qb = dSt + BC * BR + PAD, *Kb = Qb + Tq * D, *Vb = Kb + Tk * D, *dOb = Vb + Tk * Dv; /* bf16 only */
     memset(St, 0, 2 * ((size_t)BC * BR + PAD) * sizeof(float));
+    int64_t lq, lk, lv, lo = a->o.ld; /* rows of Q, K, V (f32) and dO */
+    const float *Qh = rows_of(a, 0, h, Qb, &lq), *Kh = rows_of(a, 1, h, Kb, &lk), *Vh = rows_of(a, 2, h, Vb, &lv);
+    const float *dOh = dO + ct_flash_head(a, &a->o, h);
+    if (a->Qb) { /* dO of a bf16 output: rounded to bf16, as autocast rounds the gradient */
+        for (int64_t t = 0; t < Tq; t++)
+            for (int64_t c = 0; c < Dv; c++) dOb[t * Dv + c] = ct_k_round_bf16(dOh[t * lo + c]);
+        dOh = dOb;
+        lo = Dv;
+    }
     transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
     transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
-    transpose(Vt, ldk, a->V + hv, lv, Tk, Dv, 1.0f);
+    transpose(Vt, ldk, Vh, lv, Tk, Dv, 1.0f);
     transpose(dOt, ldq, dOh, lo, Tq, Dv, 1.0f);
     const float sc = a->scale;
     for (int64_t j0 = 0; j0 < Tk; j0 += BC) {
@@ -254,9 +300,9 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
             gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
             const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
             grad_tile(St, dSt, cols, lim0, L, R, sc);
-            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lv, lv, lim0); /* dV += P^T dO */
-            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lk, lk, lim0);  /* dK += dS^T Q */
-            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lq, lq, lim0);  /* dQ += dS K */
+            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lgv, lgv, lim0); /* dV += P^T dO */
+            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lgk, lgk, lim0);  /* dK += dS^T Q */
+            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lgq, lgq, lim0);  /* dQ += dS K */
         }
     }
 }

@@ -29,6 +29,12 @@ typedef struct {
     bool causal, own;
     int64_t H;
     ct_flash_layout q, k, v, o;
+    /* bf16 inputs instead (Q, K, V unused; needs `own`): the kernels widen each head's rows
+     * into their scratch, write Y as bf16 where y16 (ct_k_f32_to_bf16, else f32) and, in
+     * backward, round dO to bf16 (ct_k_round_bf16) as they read it: the bits of the f32
+     * kernels on autocast's f32 copies and of its conversions. */
+    const uint16_t *Qb, *Kb, *Vb;
+    bool y16;
 } ct_flash_args;
 
 /* offset of head h's first row in a tensor of layout l */
@@ -38,8 +44,8 @@ static inline int64_t ct_flash_head(const ct_flash_args *a, const ct_flash_layou
 
 /* floats of per-thread scratch a head needs (forward or backward) */
 size_t ct_flash_simd_work(const ct_flash_args *a, bool backward);
-/* Head h: its rows of Y (layout a->o) and of lse ([BH, Tq]). */
-void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, float *Y, float *lse, float *work);
+/* Head h: its rows of Y (layout a->o; f32, or bf16 with Qb) and of lse ([BH, Tq]). */
+void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work);
 /* Head h's gradients, added to dq / dk / dv (each may be NULL); Dr = rowsum(dO * O). */
 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
                             float *dk, float *dv, float *work);

@@ -20,7 +20,12 @@
  * Both paths take each tensor's row, batch and head strides (ct_flash_layout), so that
  * ct_flash_attention_qkv runs the same tiles on q, k, v inside c_attn's [B, T, 3C] output
  * and writes y (and reads dO) as [B, T, C]: the values and their order are those of
- * ct_flash_attention on the copies, only the addresses differ. */
+ * ct_flash_attention on the copies, only the addresses differ.
+ * A bf16 qkv (c_attn's output under bf16 autocast) is read as it is on the AVX-512 path: the
+ * kernels widen each head's rows into their scratch, y is written as bf16 and y's gradient
+ * rounded to bf16 as it is read — the bits of autocast's f32 copies of qkv and y, its
+ * conversion of y and its rounding of the gradient (autocast.c), without those passes. The
+ * BLAS path keeps autocast's copies. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>

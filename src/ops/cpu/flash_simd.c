@@ -11,7 +11,10 @@
  *   - O += P V reads P as St (A(r, c) = St[c][r]), dQ += dS K likewise; dV += P^T dO and
  *     dK += dS^T Q read St's rows (A(c, r) = St[c][r]).
  * Every output element is summed by one thread in a fixed order (keys ascending for O and
- * dQ, query tiles ascending for dK, dV): the same bits for any thread count. */
+ * dQ, query tiles ascending for dK, dV): the same bits for any thread count.
+ * bf16 inputs (ct_flash_args.Qb) are widened per head into f32 rows in the scratch (V, and in
+ * backward Q, K and the rounded dO, which the products read as rows), so the kernels above
+ * run unchanged on the values autocast's f32 copies would hold. */
 #include "ops/cpu/flash_simd.h"
 
 #include <immintrin.h>
@@ -219,14 +222,14 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
     const bool bf16 = a->y16; /* Y as bf16 */
     float *Kt = work, *Qt = Kt + D * ldk, *St = Qt + D * ldq;
-    float *Vb = St + BC * BR + PAD, *tmp = Vb + Tk * Dv, *Ob = tmp + (Tq > Tk ? Tq : Tk) * D; /* bf16 only */
+    float *Vw = St + BC * BR + PAD, *tmp = Vw + Tk * Dv, *Ob = tmp + (Tq > Tk ? Tq : Tk) * D; /* bf16 only */
     memset(St, 0, ((size_t)BC * BR + PAD) * sizeof(float));
     int64_t lk, lq, lv, lo = a->o.ld; /* rows of K, Q, V (f32) and Y */
     const float *Kh = rows_of(a, 1, h, tmp, &lk);
     transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
     const float *Qh = rows_of(a, 0, h, tmp, &lq);
     transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
-    const float *Vh = rows_of(a, 2, h, Vb, &lv);
+    const float *Vh = rows_of(a, 2, h, Vw, &lv);
     const int64_t yh = ct_flash_head(a, &a->o, h);
     for (int64_t i0 = 0; i0 < Tq; i0 += BR) {
         const int64_t rows = min64(BR, Tq - i0), lO = bf16 ? Dv : lo;
@@ -271,15 +274,15 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
     const int64_t hq = ct_flash_head(a, &a->q, h), hk = ct_flash_head(a, &a->k, h), hv = ct_flash_head(a, &a->v, h);
     float *Kt = work, *Qt = Kt + D * ldk, *Vt = Qt + D * ldq, *dOt = Vt + Dv * ldk, *St = dOt + Dv * ldq;
     float *dSt = St + BC * BR + PAD;
-    float *Qb = dSt + BC * BR + PAD, *Kb = Qb + Tq * D, *Vb = Kb + Tk * D, *dOb = Vb + Tk * Dv; /* bf16 only */
+    float *Qw = dSt + BC * BR + PAD, *Kw = Qw + Tq * D, *Vw = Kw + Tk * D, *dOw = Vw + Tk * Dv; /* bf16 only */
     memset(St, 0, 2 * ((size_t)BC * BR + PAD) * sizeof(float));
     int64_t lq, lk, lv, lo = a->o.ld; /* rows of Q, K, V (f32) and dO */
-    const float *Qh = rows_of(a, 0, h, Qb, &lq), *Kh = rows_of(a, 1, h, Kb, &lk), *Vh = rows_of(a, 2, h, Vb, &lv);
+    const float *Qh = rows_of(a, 0, h, Qw, &lq), *Kh = rows_of(a, 1, h, Kw, &lk), *Vh = rows_of(a, 2, h, Vw, &lv);
     const float *dOh = dO + ct_flash_head(a, &a->o, h);
     if (a->Qb) { /* dO of a bf16 output: rounded to bf16, as autocast rounds the gradient */
         for (int64_t t = 0; t < Tq; t++)
-            for (int64_t c = 0; c < Dv; c++) dOb[t * Dv + c] = ct_k_round_bf16(dOh[t * lo + c]);
-        dOh = dOb;
+            for (int64_t c = 0; c < Dv; c++) dOw[t * Dv + c] = ct_k_round_bf16(dOh[t * lo + c]);
+        dOh = dOw;
         lo = Dv;
     }
     transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);

@@ -252,13 +252,13 @@ static inline float dot_row(const float *g, const float *o, int64_t n) {
     return s;
 }
 
-/* O is bf16 (and dO is rounded to bf16 as it is read) where the inputs are (a->Qb) */
+/* O is bf16 (and dO is rounded to bf16 as it is read) where a->y16 */
 static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const float *dO, const float *lse, float *dq, float *dk,
                      float *dv, bool zero) {
     /* Dr = rowsum(dO * O): the softmax backward's row term, computed once per row */
     const int64_t Tq = a->Tq, Dv = a->Dv, lo = a->o.ld;
     float *Dr = ct_ctx_alloc(ctx, (size_t)(BH * Tq + 1) * sizeof(float));
-    const bool bf16 = a->Qb != NULL;
+    const bool bf16 = a->y16;
     /* bf16: each row's dO and O as the f32 copies autocast would make, one pair per thread */
     float *rows = bf16 ? ct_ctx_alloc(ctx, (size_t)omp_get_max_threads() * 2 * (size_t)(Dv + 16) * sizeof(float)) : NULL;
 #pragma omp parallel for if (BH * Tq * Dv >= (1 << 15))
@@ -309,6 +309,7 @@ void ct_bw_flash_attention(ct_ctx *ctx, ct_node *n) {
 void ct_bw_flash_attention_qkv(ct_ctx *ctx, ct_node *n) {
     ct_tensor *qkv = n->in[0];
     att a = qkv_args(qkv, n->i[1], n->i[0] != 0);
+    a.y16 = n->out->dtype == CT_BF16; /* the bf16 node ct_bw_lowp hands over as it is */
     bool fresh;
     float *g = ct_grad_acc_fresh(ctx, qkv, &fresh);
     if (!g) return;

@@ -144,12 +144,12 @@ static const float *rows_of(const ct_flash_args *a, int i, int64_t h, float *buf
     return buf;
 }
 
-/* floats of the bf16 inputs' per-head copies: forward V, one of K / Q at a time (for their
- * transposes) and a tile of O; backward Q, K, V and the rounded dO */
+/* floats of the per-head f32 copies of bf16 inputs and output: forward V, one of K / Q at a
+ * time (for their transposes) and a tile of O; backward Q, K, V and the rounded dO */
 static size_t bf16_work(const ct_flash_args *a, bool backward) {
-    if (!a->Qb) return 0;
+    if (!a->Qb && !a->y16) return 0;
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv;
-    if (!backward) return (size_t)(Tk * Dv + (Tq > Tk ? Tq : Tk) * D + (a->y16 ? BR * Dv : 0));
+    if (!backward) return (size_t)(Tk * Dv + (Tq > Tk ? Tq : Tk) * D + BR * Dv);
     return (size_t)(Tq * D + Tk * D + Tk * Dv + Tq * Dv);
 }
 
@@ -279,7 +279,7 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
     int64_t lq, lk, lv, lo = a->o.ld; /* rows of Q, K, V (f32) and dO */
     const float *Qh = rows_of(a, 0, h, Qw, &lq), *Kh = rows_of(a, 1, h, Kw, &lk), *Vh = rows_of(a, 2, h, Vw, &lv);
     const float *dOh = dO + ct_flash_head(a, &a->o, h);
-    if (a->Qb) { /* dO of a bf16 output: rounded to bf16, as autocast rounds the gradient */
+    if (a->y16) { /* dO of a bf16 output: rounded to bf16, as autocast rounds the gradient */
         for (int64_t t = 0; t < Tq; t++)
             for (int64_t c = 0; c < Dv; c++) dOw[t * Dv + c] = ct_k_round_bf16(dOh[t * lo + c]);
         dOh = dOw;

@@ -30,8 +30,8 @@ typedef struct {
     int64_t H;
     ct_flash_layout q, k, v, o;
     /* bf16 inputs instead (Q, K, V unused; needs `own`): the kernels widen each head's rows
-     * into their scratch, write Y as bf16 where y16 (ct_k_f32_to_bf16, else f32) and, in
-     * backward, round dO to bf16 (ct_k_round_bf16) as they read it: the bits of the f32
+     * into their scratch. y16: Y is bf16, written as ct_k_f32_to_bf16 rounds (forward), and
+     * dO is rounded to bf16 (ct_k_round_bf16) as it is read (backward). The bits of the f32
      * kernels on autocast's f32 copies and of its conversions. */
     const uint16_t *Qb, *Kb, *Vb;
     bool y16;

@@ -3,7 +3,8 @@
  * ct_flash_attention on its slices, ct_merge_heads. The same bits, forward and backward
  * (qkv's gradient, and through a linear the gradients upstream of it), for 1 and 2
  * threads, odd T, D = 8, 24, 32 and 64, causal or not, with qkv's gradient fresh or already
- * holding a value, on the AVX-512 kernels and the BLAS path, and under bf16 autocast. */
+ * holding a value, on the AVX-512 kernels and the BLAS path, under bf16 autocast and on a bf16
+ * qkv (the fused op reads it itself where the chain runs on autocast's f32 copies). */
 #include <stdint.h>
 
 #include "ct_test.h"
@@ -28,9 +29,10 @@ static ct_tensor *chain(ct_ctx *c, ct_tensor *qkv, const qshape *s) {
     return ct_merge_heads(c, ct_flash_attention(c, in[0], in[1], in[2], s->causal));
 }
 
-enum { LEAF, LINEAR, TWICE, AUTOCAST, AC_LEAF, AC_TWICE };
+enum { LEAF, LINEAR, TWICE, AUTOCAST, AC_LEAF, AC_TWICE, BF16_LEAF };
 static const char *mode_name[] = {"qkv leaf",      "after a linear",          "qkv used twice",
-                                  "bf16 autocast", "bf16 autocast, f32 leaf", "bf16 autocast, qkv used twice"};
+                                  "bf16 autocast", "bf16 autocast, f32 leaf", "bf16 autocast, qkv used twice",
+                                  "bf16 qkv (a cast leaf), no autocast"};
 
 /* y's bytes and the gradients (qkv's for a leaf, else x's, W's, b's), concatenated */
 static unsigned char *run(const qshape *s, bool fused, int threads, int mode, size_t *len) {
@@ -46,12 +48,13 @@ static unsigned char *run(const qshape *s, bool fused, int threads, int mode, si
     fill(qkv, 4, 2.0f);
     ct_tensor *leaves[3] = {x, W, b}, *G = ct_new(c, CT_F32, 3, (int64_t[]){s->B, s->T, C});
     fill(G, 5, 1.0f);
-    const bool leaf = mode == LEAF || mode == AC_LEAF, ac = mode >= AUTOCAST, twice = mode == TWICE || mode == AC_TWICE;
+    const bool leaf = mode == LEAF || mode == AC_LEAF || mode == BF16_LEAF, ac = mode >= AUTOCAST && mode <= AC_TWICE, twice = mode == TWICE || mode == AC_TWICE;
     int nl = leaf ? 1 : 3;
     if (leaf) leaves[0] = qkv;
     for (int i = 0; i < nl; i++) ct_requires_grad(leaves[i]);
     if (ac) CT_EXPECT_OK(ct_autocast_begin(c, CT_BF16));
     if (!leaf) qkv = ct_linear(c, x, W, b);
+    if (mode == BF16_LEAF) qkv = ct_cast(c, qkv, CT_BF16);
     ct_tensor *y = fused ? ct_flash_attention_qkv(c, qkv, (int)s->H, s->causal) : chain(c, qkv, s);
     if (ac) ct_autocast_end(c);
     ct_tensor *loss = ct_sum(c, ct_mul(c, ct_cast(c, y, CT_F32), G));
@@ -94,14 +97,14 @@ CT_TEST(qkv_same_bits_as_chain) {
             for (int mode = LEAF; mode <= TWICE; mode++) same_bits(&shapes[i], t, mode);
 }
 
-/* Under bf16 autocast the fused op reads the bf16 qkv and writes a bf16 y itself on the
- * AVX-512 path (an f32 leaf: autocast's cast, then the same kernels with an f32 y it
- * converts); the chain's ct_flash_attention runs on autocast's f32 copies and converts its y,
+/* Under bf16 autocast (or given a bf16 qkv) the fused op reads the bf16 qkv and writes a
+ * bf16 y itself on the AVX-512 path (an f32 leaf: autocast's cast, then the same kernels with
+ * an f32 y it converts); the chain's ct_flash_attention runs on autocast's f32 copies and converts its y,
  * and its backward rounds y's gradient and copies y and q, k, v to f32: the same bits. */
 CT_TEST(qkv_same_bits_as_chain_bf16_autocast) {
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int t = 1; t <= 2; t++)
-            for (int mode = AUTOCAST; mode <= AC_TWICE; mode++) same_bits(&shapes[i], t, mode);
+            for (int mode = AUTOCAST; mode <= BF16_LEAF; mode++) same_bits(&shapes[i], t, mode);
 }
 CT_TEST(qkv_same_bits_as_chain_bf16_autocast_blas_path) {
     CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM", "openblas"));

@@ -243,8 +243,7 @@ static void zero_head(const att *a, int64_t h, float *dq, float *dk, float *dv) 
     }
 }
 
-/* All heads' gradients added to dq, dk, dv (NULL: not wanted); zero: they are zeroed first,
- * head by head on the thread that computes the head */
+/* one row's sum of g * o: the f32 and the bf16 rows run this same loop (the same bits) */
 static inline float dot_row(const float *g, const float *o, int64_t n) {
     float s = 0;
 #pragma omp simd reduction(+ : s)
@@ -252,7 +251,9 @@ static inline float dot_row(const float *g, const float *o, int64_t n) {
     return s;
 }
 
-/* O is bf16 (and dO is rounded to bf16 as it is read) where a->y16 */
+/* All heads' gradients added to dq, dk, dv (NULL: not wanted); zero: they are zeroed first,
+ * head by head on the thread that computes the head. O is bf16 (and dO is rounded to bf16 as
+ * it is read) where a->y16. */
 static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const float *dO, const float *lse, float *dq, float *dk,
                      float *dv, bool zero) {
     /* Dr = rowsum(dO * O): the softmax backward's row term, computed once per row */

@@ -44,7 +44,7 @@ static inline int64_t ct_flash_head(const ct_flash_args *a, const ct_flash_layou
 
 /* floats of per-thread scratch a head needs (forward or backward) */
 size_t ct_flash_simd_work(const ct_flash_args *a, bool backward);
-/* Head h: its rows of Y (layout a->o; f32, or bf16 with Qb) and of lse ([BH, Tq]). */
+/* Head h: its rows of Y (layout a->o; f32, or bf16 where y16) and of lse ([BH, Tq]). */
 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work);
 /* Head h's gradients, added to dq / dk / dv (each may be NULL); Dr = rowsum(dO * O). */
 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,

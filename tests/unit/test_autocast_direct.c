@@ -225,9 +225,10 @@ CT_TEST(linear_bf16_output_bits_of_convert) {
     if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU: no direct bf16 linear");
     const char *const paths[] = {"rounded", "native", "amx"};
     /* K in one block (the bias row read for every row), in several (KC = 256; a last partial
-     * one, one of a single k), odd M and N, past the threading thresholds (split by N, by M) */
+     * one, one of a single k), odd M and N, past the threading thresholds (split by N, by M),
+     * N past one 2048-column B block */
     const int64_t shapes[][3] = {{37, 200, 45}, {45, 600, 77}, {301, 520, 33}, {19, 1030, 301}, {3, 16, 5},
-                                 {200, 256, 130}, {90, 250, 300}, {33, 257, 40}};
+                                 {200, 256, 130}, {90, 250, 300}, {33, 257, 40}, {5, 300, 2100}};
     for (int p = 0; p < 3; p++) {
         CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM_BF16", paths[p]));
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)

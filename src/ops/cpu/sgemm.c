@@ -68,7 +68,8 @@ bool ct_sgemm_own_available(void) {
  * cb (the last K block of ct_sgemm_bf16_out): the result goes to cb (row stride ldcb) rounded
  * to bf16 instead, C only read */
 CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 acc[MR][NV], float *restrict c, uint16_t *restrict cb,
-                                                                      int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
+                                                                      int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta,
+                                                                      int mode) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 m[NV];
 #pragma GCC unroll 4
@@ -92,8 +93,8 @@ CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 ac
 
 /* c[0:mr, 0:nr] (row stride ldc) = alpha * a-panel . b-panel (+ C per mode):
  * mode 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C; to cb as bf16 when cb */
-CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, uint16_t *restrict cb, int64_t ldc,
-                             int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
+CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, uint16_t *restrict cb,
+                             int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
@@ -449,7 +450,8 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
         }
         return;
     }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, NULL, NULL, bf16, packb, parg, 0, aseg, aseg_stride};
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, NULL, NULL, bf16, packb,
+             parg, 0, aseg, aseg_stride};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;

@@ -69,6 +69,7 @@ typedef struct {
     ct_temp_mark mark;
     ct_dtype dt, prev_run;
     int n;
+    bool direct; /* the op reads its low-precision inputs itself (no f32 copies) */
     ct_tensor *orig[CT_NODE_MAX_IN], *tmp[CT_NODE_MAX_IN];
 } ct_ac_frame;
 bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *args);

@@ -4,7 +4,10 @@
  *    gradient from the output gradient rounded to bf16 with NaN kept (autocast's round_to);
  *  - add of a bf16 and an f32 tensor (basic.c, either order): the f32 sum and both gradients;
  *  - merge_heads of a bf16 tensor (attention.c): the bf16 output (signalling NaNs quieted, as
- *    the conversion does) and the input gradient from the rounded output gradient.
+ *    the conversion does) and the input gradient from the rounded output gradient;
+ *  - linear under bf16 autocast (gemm.c, ct_sgemm_bf16_out): the bf16 output its GEMM rounds
+ *    as it stores, against the f32 GEMM result then ct_convert (K in one and several K blocks,
+ *    odd sizes, bias or none, every bf16 GEMM path the CPU has), and the gradients.
  * 1 and 2 threads, sizes past the threading thresholds, special values (NaN of both signs,
  * infinities, signed zeros, rounding ties). */
 #include <omp.h>
@@ -13,7 +16,9 @@
 
 #include "ct_test.h"
 #include "ctrain/autograd.h"
+#include "ctrain/config.h"
 #include "ctrain/ops.h"
+#include "ops/cpu/sgemm.h"
 
 #define N 70001 /* past add's threading threshold (2^16) too */
 
@@ -158,6 +163,79 @@ CT_TEST(merge_heads_bf16_bits_of_f32_copy) {
         check_merge_heads(32, t);
         check_merge_heads(300, t); /* rows longer than the rounding buffer */
     }
+}
+
+/* linear of bf16 x [rows, in], w [out, in], b [out] (bf16 leaves) under bf16 autocast against
+ * the two-step path: the bf16 GEMM's f32 result (bias broadcast first, beta = 1) converted by
+ * ct_convert; gradients against the bf16 GEMMs on dY (rounded in their packers) and the sum
+ * of the rounded dY */
+static void check_linear(int64_t rows, int64_t in, int64_t out, bool bias, int threads) {
+    omp_set_num_threads(threads);
+    ct_ctx *ctx;
+    CT_ASSERT(ct_ctx_create(NULL, &ctx) == CT_OK);
+    uint32_t s = (uint32_t)(rows * 131 + in * 7 + out);
+    ct_tensor *x = ct_new(ctx, CT_BF16, 2, (int64_t[]){rows, in}), *w = ct_new(ctx, CT_BF16, 2, (int64_t[]){out, in});
+    ct_tensor *b = ct_new(ctx, CT_BF16, 1, (int64_t[]){out}), *seed = ct_new(ctx, CT_F32, 2, (int64_t[]){rows, out});
+    uint16_t *X = x->data, *W = w->data, *B = b->data;
+    float *G = seed->data;
+    /* values in [-6, 6) with low bits set; a NaN and an infinity in x's last row */
+    for (int64_t i = 0; i < rows * in; i++) X[i] = ct_f32_to_bf16(value(&s, 12 + i));
+    X[(rows - 1) * in] = 0x7fc0u;
+    X[(rows - 1) * in + 1] = 0xff80u;
+    for (int64_t i = 0; i < out * in; i++) W[i] = ct_f32_to_bf16(value(&s, 12 + i) * 0.01f);
+    for (int64_t i = 0; i < out; i++) B[i] = ct_f32_to_bf16(value(&s, 12 + i));
+    for (int64_t i = 0; i < rows * out; i++) G[i] = value(&s, 12 + i);
+    float *ref = malloc(sizeof(float) * (size_t)(rows * out)), *dx = malloc(sizeof(float) * (size_t)(rows * in));
+    float *dw = malloc(sizeof(float) * (size_t)(out * in)), *db = calloc((size_t)out, sizeof(float));
+    uint16_t *want = malloc(sizeof(uint16_t) * (size_t)(rows * out));
+    CT_ASSERT(ref && dx && dw && db && want);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < out; j++) ref[r * out + j] = bias ? ct_bf16_to_f32(B[j]) : 0.0f;
+    ct_sgemm_bf16_ex(false, true, rows, out, in, 1.0f, X, true, in, W, true, in, bias ? 1.0f : 0.0f, ref, out);
+    ct_convert(want, CT_BF16, ref, CT_F32, (size_t)(rows * out));
+    ct_sgemm_bf16_ex(false, false, rows, in, out, 1.0f, G, false, out, W, true, in, 0.0f, dx, in);
+    ct_sgemm_bf16_ex(true, false, out, in, rows, 1.0f, G, false, out, X, true, in, 0.0f, dw, in);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < out; j++) db[j] += ct_bf16_to_f32(ct_f32_to_bf16(G[r * out + j]));
+
+    ct_requires_grad(x);
+    ct_requires_grad(w);
+    ct_requires_grad(b);
+    CT_ASSERT(ct_autocast_begin(ctx, CT_BF16) == CT_OK);
+    ct_tensor *y = ct_linear(ctx, x, w, bias ? b : NULL);
+    ct_autocast_end(ctx);
+    CT_EXPECT(y->dtype == CT_BF16 && y->shape[0] == rows && y->shape[1] == out);
+    CT_EXPECTF(!memcmp(y->data, want, sizeof(uint16_t) * (size_t)(rows * out)),
+               "linear %lldx%lldx%lld bias=%d (%d threads): bf16 output differs", (long long)rows, (long long)in, (long long)out, bias,
+               threads);
+    ct_backward_seed(ctx, y, seed);
+    CT_ASSERT(x->grad && w->grad);
+    CT_EXPECTF(!memcmp(x->grad->data, dx, sizeof(float) * (size_t)(rows * in)), "linear: x gradient differs");
+    CT_EXPECTF(!memcmp(w->grad->data, dw, sizeof(float) * (size_t)(out * in)), "linear: w gradient differs");
+    if (bias) CT_EXPECTF(b->grad && !memcmp(b->grad->data, db, sizeof(float) * (size_t)out), "linear: b gradient differs");
+    free(ref);
+    free(dx);
+    free(dw);
+    free(db);
+    free(want);
+    ct_ctx_free(ctx);
+}
+
+CT_TEST(linear_bf16_output_bits_of_convert) {
+    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU: no direct bf16 linear");
+    const char *const paths[] = {"rounded", "native", "amx"};
+    /* K in one block (the bias row read for every row), in several (KC = 256; a last partial
+     * one, one of a single k), odd M and N, past the threading thresholds (split by N, by M),
+     * N past one 2048-column B block */
+    const int64_t shapes[][3] = {{37, 200, 45}, {45, 600, 77}, {301, 520, 33}, {19, 1030, 301}, {3, 16, 5},
+                                 {200, 256, 130}, {90, 250, 300}, {33, 257, 40}, {5, 300, 2100}};
+    for (int p = 0; p < 3; p++) {
+        CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM_BF16", paths[p]));
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int t = 1; t <= 2; t++)
+                for (int bias = 0; bias <= 1; bias++) check_linear(shapes[i][0], shapes[i][1], shapes[i][2], bias, t);
+    }
+    CT_EXPECT_OK(ct_config_unset("CTRAIN_GEMM_BF16"));
 }
 
 CT_TEST(gelu_bf16_bits_of_f32_copy) {

@@ -192,7 +192,8 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
     }
     f->mark = ct_ctx_temp_begin_(ctx);
     f->prev_run = ct_ctx_set_lowp_run_(ctx, lp);
-    for (int i = 0; i < n && !direct(op, lp, f->orig[0] && on_dev(f->orig[0])); i++) {
+    f->direct = direct(op, lp, f->orig[0] && on_dev(f->orig[0]));
+    for (int i = 0; i < n && !f->direct; i++) {
         ct_tensor *t = f->orig[i];
         if (!is_lowp(t)) continue;
         ct_tensor *c = f32_copy(ctx, t);
@@ -228,15 +229,16 @@ ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
             if (on_dev(y)) free_dev_temps(ctx, f, NULL);
             return f->orig[i];
         }
-    /* a device op with low-precision kernels (flash attention) gives its result in the run's dtype */
-    bool own = on_dev(y) && y->dtype == f->dt && f->dt != CT_F32;
+    /* a device op with low-precision kernels (flash attention) gives its result in the run's
+     * dtype, and so does the CPU's direct bf16 linear (its GEMM rounds as it stores, gemm.c) */
+    bool own = (on_dev(y) || f->direct) && y->dtype == f->dt && f->dt != CT_F32;
     CT_CHECK((y->dtype == CT_F32 || own) && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies",
              ct_dtype_name(y->dtype));
     /* the temporaries are released first so that the output lands in the arena; y's bytes
      * stay where they are until the next temporary is allocated, after the conversion */
     ct_ctx_temp_end_(ctx, f->mark);
     ct_tensor *out;
-    if (own) { /* y's header was a temporary: a new one for its data */
+    if (own) { /* y's header was a temporary: a new one for its data (kept: device memory, or ct_ctx_alloc_keep) */
         out = ct_wrap(ctx, y->dtype, y->data, y->ndim, y->shape);
         out->device = y->device;
     } else {

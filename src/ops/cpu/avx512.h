@@ -7,6 +7,7 @@
 #define CT_OPS_CPU_AVX512_H
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 
 #define CT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,fma")))
 
@@ -38,6 +39,17 @@ CT_AVX512 static inline void ct_tr16(__m512 r[16]) {
         r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
         r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
     }
+}
+
+/* x (lanes m) rounded to bf16 and stored at p: ct_convert's bits (ct_k_f32_to_bf16: nearest even
+ * on the integer bits, a NaN kept and made quiet). Not vcvtneps2bf16: it flushes subnormals. */
+CT_AVX512 static inline __attribute__((always_inline)) void ct_store_bf16x16(uint16_t *p, __mmask16 m, __m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r)); /* vpmovdw truncates: the low 16 bits */
 }
 
 /* ct_vexpf (ops/kmath.h) on 16 lanes, the same operations in the same order (so the same

@@ -2,7 +2,9 @@
  * are GEMM flags: nothing is copied, forward or backward. Backward accumulates with beta = 1 straight into the gradients
  * (for a parameter that is its slice of the flat gradient buffer); an input gradient the
  * GEMM creates (ct_grad_acc_fresh) is written with beta = 0 instead of zeroed first and
- * read back (the same bits: the GEMM's sums are never -0, so adding them to +0 changes nothing). */
+ * read back (the same bits: the GEMM's sums are never -0, so adding them to +0 changes nothing).
+ * Under bf16 autocast linear returns its output as bf16 itself (ct_sgemm_bf16_out rounds in the
+ * GEMM's last store, ct_ac_leave keeps it): no f32 output written and read back to convert. */
 #include <string.h>
 
 #include "ops/op_table.h"
@@ -89,17 +91,28 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     int64_t shape[CT_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out;
-    ct_tensor *y = ct_new(ctx, CT_F32, x->ndim, shape);
     bool bf16 = ct_ctx_lowp_run_(ctx) == CT_BF16;
-    float *Y = y->data;
-    if (ct_ctx_values_unread_(ctx)) memset(Y, 0, ct_nbytes(y));
+    /* Under bf16 autocast (inside its frame: temporaries on, both operands bf16) the output is
+     * bf16: the GEMM's last store rounds it (the bits of the f32 result rounded by ct_ac_leave,
+     * without that pass), the output is kept. The f32 sums are a temporary: the bias row alone
+     * where K is one GEMM block (read for every row, ldc 0), else [rows, out] for the blocks. */
+    bool lowp_out = bf16 && x->dtype == CT_BF16 && w->dtype == CT_BF16 && ct_ctx_temp_depth_(ctx) > 0 && ct_ac_reads_bf16();
+    bool bias_row = lowp_out && in <= CT_SGEMM_KC;
+    ct_tensor *y = lowp_out ? ct_wrap(ctx, CT_BF16, ct_ctx_alloc_keep(ctx, (size_t)(rows * out) * 2), x->ndim, shape)
+                            : ct_new(ctx, CT_F32, x->ndim, shape);
+    float *Y = lowp_out ? ct_ctx_alloc(ctx, (size_t)((bias_row ? 1 : rows) * out) * sizeof(float)) : y->data;
+    if (ct_ctx_values_unread_(ctx)) memset(y->data, 0, ct_nbytes(y));
     else {
         if (b && rows > 0) {
             if (b->dtype != CT_F32) check_operand(ctx, "linear", b);
             ct_convert(Y, CT_F32, b->data, b->dtype, (size_t)out);
-            for (int64_t r = 1; r < rows; r++) memcpy(Y + r * out, Y, (size_t)out * sizeof(float));
+            for (int64_t r = 1; r < rows && !bias_row; r++) memcpy(Y + r * out, Y, (size_t)out * sizeof(float));
         }
-        gemm(false, true, rows, out, in, opnd(x, 0), opnd(w, 0), Y, b ? 1.0f : 0.0f);
+        if (lowp_out)
+            ct_sgemm_bf16_out(false, true, rows, out, in, 1.0f, x->data, true, in, w->data, true, in, b ? 1.0f : 0.0f, Y,
+                              bias_row ? 0 : out, y->data, out);
+        else
+            gemm(false, true, rows, out, in, opnd(x, 0), opnd(w, 0), Y, b ? 1.0f : 0.0f);
     }
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }

@@ -22,7 +22,8 @@
  * ct_sgemm_own_available is the runtime check (AVX-512 F and BW: every AVX-512 CPU but the
  * Xeon Phi). The bf16 GEMM also reads operands stored as bf16 (ct_sgemm_bf16_ex): the packers
  * widen them to f32 in registers, so the packed panels, hence the bits, are those of f32
- * copies. */
+ * copies. And it can write a bf16 result (ct_sgemm_bf16_out): the last K block's store rounds
+ * alpha acc + C to bf16 into a second output, the earlier blocks' partial sums stay in C. */
 #include "ops/cpu/sgemm.h"
 #include "ops/cpu/sgemm_amx.h"
 #include "ctrain/config.h"
@@ -63,9 +64,12 @@ bool ct_sgemm_own_available(void) {
 /* ---------------------------------------------------------------- micro-kernel ---- */
 
 /* C tile (rows < mr, columns < nr, row stride ldc) from the accumulators, per mode:
- * 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C (both kernels) */
-CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 acc[MR][NV], float *restrict c, int64_t ldc,
-                                                                      int mr, int nr, float alpha, float beta, int mode) {
+ * 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C (both kernels).
+ * cb (the last K block of ct_sgemm_bf16_out): the result goes to cb (row stride ldcb) rounded
+ * to bf16 instead, C only read */
+CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 acc[MR][NV], float *restrict c, uint16_t *restrict cb,
+                                                                      int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta,
+                                                                      int mode) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 m[NV];
 #pragma GCC unroll 4
@@ -82,14 +86,15 @@ CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 ac
             __m512 r = _mm512_mul_ps(acc[i][v], va);
             if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
             else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), r);
-            _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
+            if (cb) ct_store_bf16x16(cb + i * ldcb + 16 * v, m[v], r);
+            else _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
         }
     }}
 
 /* c[0:mr, 0:nr] (row stride ldc) = alpha * a-panel . b-panel (+ C per mode):
- * mode 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C */
-CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int64_t ldc,
-                             int mr, int nr, float alpha, float beta, int mode) {
+ * mode 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C; to cb as bf16 when cb */
+CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, uint16_t *restrict cb,
+                             int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
@@ -108,7 +113,7 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
         a += MR;
         b += NR;
     }
-    store_tile(acc, c, ldc, mr, nr, alpha, beta, mode);
+    store_tile(acc, c, cb, ldc, ldcb, mr, nr, alpha, beta, mode);
 }
 
 /* bf16 x bf16 -> f32 (AVX-512 BF16): a and b hold k in pairs — a[kp][i] is the pair
@@ -117,7 +122,8 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
  * multiply-adds of the f32 kernel per instruction. kp2 = pairs. */
 #define CT_AVX512BF16 __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16,fma")))
 CT_AVX512BF16 static void kernel_bf16(int64_t kp2, const uint32_t *restrict a, const uint32_t *restrict b, float *restrict c,
-                                      int64_t ldc, int mr, int nr, float alpha, float beta, int mode) {
+                                      uint16_t *restrict cb, int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta,
+                                      int mode) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
@@ -136,7 +142,7 @@ CT_AVX512BF16 static void kernel_bf16(int64_t kp2, const uint32_t *restrict a, c
         a += MR;
         b += NR;
     }
-    store_tile(acc, c, ldc, mr, nr, alpha, beta, mode);
+    store_tile(acc, c, cb, ldc, ldcb, mr, nr, alpha, beta, mode);
 }
 
 /* A packed f32 panel p[k][W] (kc rows, W a multiple of 16) into bf16 pairs in place:
@@ -252,6 +258,8 @@ typedef struct {
     const void *A, *B; /* f32, or bf16 where ah / bh (bf16 GEMM only) */
     bool ah, bh;
     float *C;
+    uint16_t *Cb; /* ct_sgemm_bf16_out: the last K block stores C rounded to bf16 here (row stride ldcb) */
+    int64_t ldcb;
     float *pa, *pb;
     int bf16;   /* 0 (f32) or the bf16 path: a ct_gemm_bf16_path */
     ct_sgemm_pack_b_fn packb; /* B from a packer (implicit B), not from memory */
@@ -293,7 +301,7 @@ CT_AVX512 static void run_implicit_b(const job *j) {
                 j->packb(j->packb_arg, j->pb, j->noff + n0, nr, pc, kc);
                 for (int64_t ir = 0; ir < mpan; ir++) {
                     int64_t i0 = ic + ir * MR;
-                    kernel(kc, j->pa + ir * MR * kc, j->pb, j->C + i0 * j->ldc + n0, j->ldc, (int)imin(MR, j->M - i0), nr,
+                    kernel(kc, j->pa + ir * MR * kc, j->pb, j->C + i0 * j->ldc + n0, NULL, j->ldc, 0, (int)imin(MR, j->M - i0), nr,
                            j->alpha, j->beta, mode);
                 }
             }
@@ -308,7 +316,7 @@ CT_AVX512 static void run(const job *j) {
     }
     if (j->bf16 == CT_GEMM_BF16_AMX) {
         ct_sgemm_amx_run_(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A, j->ah, j->lda, j->B, j->bh, j->ldb, j->beta, j->C, j->ldc,
-                          j->pa, j->pb);
+                          j->Cb, j->ldcb, j->pa, j->pb);
         return;
     }
     const bool native = j->bf16 == CT_GEMM_BF16_NATIVE;
@@ -320,6 +328,7 @@ CT_AVX512 static void run(const job *j) {
         for (int64_t pc = 0; pc < j->K; pc += KC) {
             int64_t kc = imin(KC, j->K - pc);
             int mode = pc > 0 ? 1 : j->beta == 0.0f ? 0 : j->beta == 1.0f ? 1 : 2;
+            uint16_t *cb = pc + kc >= j->K ? j->Cb : NULL;
             for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + p * NR;
                 pack_from(j->pb + p * NR * kc, j->B, j->bh, n0 * brs + pc * bks, brs, bks, (int)imin(NR, j->N - n0), NR, kc);
@@ -337,12 +346,13 @@ CT_AVX512 static void run(const job *j) {
                 for (int64_t jr = 0; jr < npan; jr++) /* B micro-panel stays in L1, A panels stream from L2 */
                     for (int64_t ir = 0; ir < mpan; ir++) {
                         int64_t i0 = ic + ir * MR, n0 = jc + jr * NR;
+                        uint16_t *cbt = cb ? cb + i0 * j->ldcb + n0 : NULL;
                         if (j->bf16 && native)
                             kernel_bf16((kc + 1) / 2, (const uint32_t *)(j->pa + ir * MR * kc), (const uint32_t *)(j->pb + jr * NR * kc),
-                                        j->C + i0 * j->ldc + n0, j->ldc, (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0),
+                                        j->C + i0 * j->ldc + n0, cbt, j->ldc, j->ldcb, (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0),
                                         j->alpha, j->beta, mode);
                         else
-                            kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, j->ldc,
+                            kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, cbt, j->ldc, j->ldcb,
                                    (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
                     }
             }
@@ -423,19 +433,25 @@ static void buffers(job *j, int id) {
 static inline const void *advance(const void *p, bool h, int64_t n) { return (const char *)p + n * (h ? 2 : 4); }
 
 static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
-                 const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, ct_sgemm_pack_b_fn packb, const void *parg,
-                 int64_t aseg, int64_t aseg_stride) {
+                 const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb,
+                 ct_sgemm_pack_b_fn packb, const void *parg, int64_t aseg, int64_t aseg_stride) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         for (int64_t i = 0; i < M; i++) {
             float *c = C + i * ldc;
-            if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof(float));
+            if (Cb) /* C only read (its rows may be one row: ldc 0) */
+                for (int64_t n = 0; n < N; n++) {
+                    float v = beta == 0.0f ? 0.0f : beta == 1.0f ? c[n] : c[n] * beta;
+                    ct_convert(Cb + i * ldcb + n, CT_BF16, &v, CT_F32, 1);
+                }
+            else if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof(float));
             else if (beta != 1.0f)
                 for (int64_t n = 0; n < N; n++) c[n] *= beta;
         }
         return;
     }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, NULL, NULL, bf16, packb, parg, 0, aseg, aseg_stride};
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, NULL, NULL, bf16, packb,
+             parg, 0, aseg, aseg_stride};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
@@ -480,11 +496,13 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
                 if (packb) s.noff = lo;
                 else s.B = advance(B, bh, tb ? lo * ldb : lo);
                 s.C = C + lo;
+                if (Cb) s.Cb = Cb + lo;
             } else {
                 hi = imin(hi, M);
                 s.M = hi - lo;
                 s.A = advance(A, ah, ta ? lo : lo * lda);
                 s.C = C + lo * ldc;
+                if (Cb) s.Cb = Cb + lo * ldcb;
             }
             if (hi > lo) {
                 buffers(&s, ids[t]);
@@ -497,20 +515,20 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
-    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, pack, arg, 0, 0);
+    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, 0, 0);
 }
 
 void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
                              ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b_seg needs an AVX-512 CPU");
     CT_CHECK(seg > 0, "ct_sgemm_implicit_b_seg: segment length %lld", (long long)seg);
-    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, pack, arg, seg, seg_stride);
+    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride);
 }
 
 /* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
@@ -533,19 +551,25 @@ bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path) {
 void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_bf16_path_available(path), "ct_sgemm_bf16_on: bf16 GEMM path %d is not available on this CPU", (int)path);
-    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
 }
 
 void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_ex needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, NULL, 0, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
+}
+
+void ct_sgemm_bf16_out(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
+                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb) {
+    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_out needs an AVX-512 CPU");
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

@@ -44,6 +44,14 @@ void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
  * read as they are, no f32 copy — the same bits as ct_sgemm_bf16 on f32 copies */
 void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc);
+/* The same product with a bf16 result: C (f32) = alpha op(A) op(B) + beta C as above, but the
+ * last K block stores it to Cb (bf16, row stride ldcb) rounded as ct_convert rounds (nearest
+ * even, NaN kept) instead of to C — the bits of ct_sgemm_bf16_ex then ct_convert, without
+ * the f32 result's pass. C is read for beta != 0 and holds the earlier K blocks' partial sums:
+ * its contents afterwards are unspecified. With K <= CT_SGEMM_KC (one block) C is only read,
+ * so ldc may be 0 (every row of C one row: linear's bias). */
+void ct_sgemm_bf16_out(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
+                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb);
 
 /* Implicit B (convolution without an im2col matrix): C = op(A) B + beta C where B exists
  * only as a packer: pack(arg, dst, n0, n, k0, kc) writes B(k0 + k, n0 + c) to

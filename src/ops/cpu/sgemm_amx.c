@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ops/cpu/sgemm.h"
+#include "ops/cpu/avx512.h"
 
 #define CT_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512bf16,fma")))
 
@@ -123,8 +124,10 @@ CT_AMX static bool pack_b_bf16(uint32_t *dst, const uint16_t *B, int64_t off, in
     return true;
 }
 
-/* C[0:mr, 0:nr] from the 32 x 32 sums t per mode (0: alpha t; 1: alpha t + C; 2: alpha t + beta C) */
-CT_AMX static void store_c(const float (*t)[32], float *c, int64_t ldc, int mr, int nr, float alpha, float beta, int mode) {
+/* C[0:mr, 0:nr] from the 32 x 32 sums t per mode (0: alpha t; 1: alpha t + C; 2: alpha t + beta C);
+ * to cb (row stride ldcb) rounded to bf16 instead when cb (the last K block of ct_sgemm_bf16_out) */
+CT_AMX static void store_c(const float (*t)[32], float *c, int64_t ldc, uint16_t *cb, int64_t ldcb, int mr, int nr, float alpha,
+                           float beta, int mode) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     for (int i = 0; i < mr; i++)
         for (int g = 0; g < nr; g += 16) {
@@ -133,7 +136,8 @@ CT_AMX static void store_c(const float (*t)[32], float *c, int64_t ldc, int mr, 
             __m512 r = _mm512_mul_ps(_mm512_load_ps(&t[i][g]), va);
             if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, cr));
             else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr), r);
-            _mm512_mask_storeu_ps(cr, m, r);
+            if (cb) ct_store_bf16x16(cb + i * ldcb + g, m, r);
+            else _mm512_mask_storeu_ps(cr, m, r);
         }
 }
 
@@ -160,7 +164,8 @@ CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, c
 }
 
 CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
-                              const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, void *pa_, void *pb_) {
+                              const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb,
+                              int64_t ldcb, void *pa_, void *pb_) {
     uint16_t *pa = pa_;
     float *pb = pb_;
     const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
@@ -174,6 +179,7 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
         for (int64_t pc = 0; pc < K; pc += KCA) {
             int64_t kc = imin(KCA, K - pc), nkb = (kc + 31) / 32, kcp = nkb * 32;
             int mode = pc > 0 ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+            uint16_t *cb = pc + kc >= K ? Cb : NULL;
             /* B panels: f32 [k][32] (sgemm.c's packer), then bf16 pairs [kp][32] in place,
              * zero pairs up to kcp / 2 */
             for (int64_t p = 0; p < npan; p++) {
@@ -195,8 +201,8 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                         int64_t i0 = ic + 32 * ir, n0 = jc + 32 * jr;
                         const uint16_t *a0 = pa + 2 * ir * nkb * 512;
                         kernel(nkb, a0, a0 + nkb * 512, (const uint32_t *)(pb + jr * 32 * kcp), t);
-                        store_c((const float (*)[32])t, C + i0 * ldc + n0, ldc, (int)imin(32, M - i0), (int)imin(32, N - n0), alpha,
-                                beta, mode);
+                        store_c((const float (*)[32])t, C + i0 * ldc + n0, ldc, cb ? cb + i0 * ldcb + n0 : NULL, ldcb,
+                                (int)imin(32, M - i0), (int)imin(32, N - n0), alpha, beta, mode);
                     }
             }
         }

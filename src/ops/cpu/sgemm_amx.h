@@ -2,7 +2,7 @@
  * the packers it shares with the AVX-512 kernels.
  *
  *   if (ct_sgemm_amx_available())   // CPUID AMX-TILE + AMX-BF16 and the OS granted tile state
- *       ct_sgemm_amx_run_(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pa, pb);
+ *       ct_sgemm_amx_run_(ta, tb, M, N, K, alpha, A, ah, lda, B, bh, ldb, beta, C, ldc, NULL, 0, pa, pb);
  */
 #ifndef CT_OPS_CPU_SGEMM_AMX_H
 #define CT_OPS_CPU_SGEMM_AMX_H
@@ -18,9 +18,11 @@
 bool ct_sgemm_amx_available(void);
 
 /* One serial range of the bf16 GEMM on AMX (ct_sgemm_bf16's contract) with the packing
- * buffers pa, pb (CT_SGEMM_PA_BYTES, CT_SGEMM_PB_BYTES). Needs ct_sgemm_amx_available(). */
+ * buffers pa, pb (CT_SGEMM_PA_BYTES, CT_SGEMM_PB_BYTES); Cb, ldcb: ct_sgemm_bf16_out's bf16 result
+ * (or NULL). Needs ct_sgemm_amx_available(). */
 void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
-                       const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, void *pa, void *pb);
+                       const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb,
+                       void *pa, void *pb);
 
 /* sgemm.c's packers: rows [0, n) x k [0, kc) of X (element (r, k) is element
  * off + r * rs + k * ks of x: f32, or bf16 when h; rs == 1 or ks == 1) into dst[k][W] (f32)

@@ -81,6 +81,9 @@ void ct_host_free(ct_device d, void *p);
 enum {
     CT_TF_REQUIRES_GRAD = 1u << 0, /* gradients flow into this tensor */
     CT_TF_PARAM = 1u << 1,         /* lives in a ct_params store; grad is persistent */
+    /* a parameter's grad reads as zeros but its memory was not cleared (ct_params_zero_grad):
+     * backward's first write stores instead of adding; readers get zeros (ct_params_grad) */
+    CT_TF_GRAD_STALE = 1u << 2,
 };
 
 struct ct_node;
@@ -185,9 +188,20 @@ ct_tensor *ct_params_get(const ct_params *p, int i);
 ct_tensor *ct_params_find(const ct_params *p, const char *name);
 float *ct_params_data(const ct_params *p);   /* flat f32 parameters (buffers excluded) */
 float *ct_params_grad(const ct_params *p);   /* flat f32 gradients, same layout */
+/* Gradients of parameters lo..hi (their slice of the flat buffer, from lo's offset): for a
+ * reader of a part while backward still writes the rest (DDP's buckets), which
+ * ct_params_grad, settling every stale gradient (below), would zero for nothing. */
+float *ct_params_grad_range(const ct_params *p, int lo, int hi);
 size_t ct_params_numel(const ct_params *p);  /* length of the two flat buffers */
 /* Offset (in floats) of parameter i inside the flat buffers. */
 size_t ct_params_offset(const ct_params *p, int i);
+/* PyTorch's zero_grad(set_to_none=True), with zeros instead of None: on the CPU it marks each
+ * gradient stale (CT_TF_GRAD_STALE, O(parameters)); backward's first write of one stores
+ * instead of adding, and the gradients it leaves untouched read as zeros after ct_backward,
+ * through ct_params_grad (and ct_params_grad_range), in the grad hook and in everything built
+ * on them (optimizers, DDP, clipping, the scaler, checkpoints). So take a ct_params_grad
+ * pointer after ct_params_zero_grad to write gradients by hand, not before. On a device: a
+ * memset on its stream. */
 void ct_params_zero_grad(ct_params *p);
 /* Moves the flat gradient buffer to `buf` (numel floats, 64-byte aligned, owned by the caller
  * and valid until storage is moved again): current gradients are copied, the grad views

@@ -65,6 +65,14 @@ static float *device_grad(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
 static float *grad_buffer(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
     *fresh = false;
     if (!t || !(t->flags & CT_TF_REQUIRES_GRAD)) return NULL;
+    if (t->flags & CT_TF_GRAD_STALE) {
+        /* a parameter's first gradient since ct_params_zero_grad: written like an
+         * intermediate's new one, so a GEMM runs with beta = 0 and nothing clears 7 MB first */
+        t->flags &= ~(uint32_t)CT_TF_GRAD_STALE;
+        if (zero) memset(t->grad->data, 0, (size_t)ct_numel(t) * sizeof(float));
+        *fresh = !zero;
+        return t->grad->data;
+    }
     if (!t->grad && t->device.type != CT_DEV_CPU) return device_grad(ctx, t, zero, fresh);
     if (!t->grad) {
         /* header and buffer in the main arena (they outlive the backward that asks); the
@@ -142,6 +150,37 @@ static void check_on_tape(ct_ctx *ctx, const ct_tensor *loss) {
              "backward walks the whole tape); run backward after each forward, or add the losses and run it once");
 }
 
+/* The stores of the parameters on the tape (and in its checkpointed segments), so that
+ * those whose gradient backward never wrote (used by no op of this graph) read as zeros
+ * afterwards through the tensors too, not only through ct_params_grad. */
+#define MAX_STORES 8
+typedef struct { ct_params *p[MAX_STORES]; int n; } store_set;
+
+static void store_add(store_set *s, ct_tensor *t) {
+    if (!t || !(t->flags & CT_TF_PARAM) || !t->params) return;
+    for (int i = 0; i < s->n; i++)
+        if (s->p[i] == t->params) return;
+    if (s->n < MAX_STORES) s->p[s->n++] = t->params; /* more: ct_params_grad still settles them */
+}
+
+static void tape_stores(const ct_ctx *ctx, store_set *s) {
+    s->n = 0;
+    for (const ct_node *n = ctx->tape; n; n = n->prev) {
+        for (int i = 0; i < n->nin; i++) store_add(s, n->in[i]);
+        if (n->op == &ct_checkpoint_def_) {
+            const ct_ckpt_saved *c = n->saved;
+            for (int i = 0; i < c->nparams; i++) store_add(s, c->params[i]);
+        }
+    }
+}
+
+static void backward_top(ct_ctx *ctx) {
+    store_set s;
+    tape_stores(ctx, &s);
+    run_backward(ctx);
+    for (int i = 0; i < s.n; i++) (void)ct_params_grad(s.p[i]); /* settles the store */
+}
+
 void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
     /* after a device failure the loss may be a placeholder: nothing to compute (reset clears) */
     if (ctx->dev_status != CT_OK) return;
@@ -163,7 +202,7 @@ void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
     }
     float *g = ct_grad_acc(ctx, loss);
     g[0] += 1.0f;
-    run_backward(ctx);
+    backward_top(ctx);
 }
 
 void ct_backward_seed(ct_ctx *ctx, ct_tensor *out, const ct_tensor *seed) {
@@ -175,7 +214,7 @@ void ct_backward_seed(ct_ctx *ctx, ct_tensor *out, const ct_tensor *seed) {
     const float *s = seed->data;
     int64_t n = ct_numel(out);
     for (int64_t i = 0; i < n; i++) g[i] += s[i];
-    run_backward(ctx);
+    backward_top(ctx);
 }
 
 uint64_t ct_ctx_dropout_key(ct_ctx *ctx) { return ct_ctx_dropout_key_(ctx); }

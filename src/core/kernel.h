@@ -121,7 +121,7 @@ ct_tensor *ct_new_on(ct_ctx *ctx, ct_device d, ct_dtype dt, int ndim, const int6
 void ct_ctx_dev_free_(ct_ctx *ctx, void *p);
 /* Records st as the context's failure (the first one is kept); returns st */
 ct_status ct_ctx_fail(ct_ctx *ctx, ct_status st);
-/* Fires the store's grad hook for parameter i (params.c). */
+/* Fires the store's grad hook for parameter i (params.c), its gradient settled first. */
 void ct_params_fire_hook_(struct ct_params *p, int i);
 
 /* ---- per-op device time (CTRAIN_DEVICE_PROFILE=1; devprof.c) ----

@@ -26,6 +26,7 @@ struct ct_params {
     ct_grad_hook hook;
     void *hook_user;
     ct_status failed; /* sticky: a registration or a module construction ran out of memory */
+    bool stale;       /* some gradient may still be CT_TF_GRAD_STALE (ct_params_zero_grad) */
 };
 
 ct_status ct_params_create(ct_params **out) {
@@ -173,7 +174,34 @@ ct_tensor *ct_params_find(const ct_params *p, const char *name) {
     return NULL;
 }
 float *ct_params_data(const ct_params *p) { return p->data; }
-float *ct_params_grad(const ct_params *p) { return p->grad; }
+/* Gives a stale gradient its zeros. Stale means "reads as zeros": ct_params_zero_grad only
+ * flags the parameters (PyTorch's set_to_none, without the None), backward's first write of
+ * each stores instead of adding (autograd.c), and whatever reads a gradient that backward left
+ * untouched gets the zeros here. Takes a const store because readers do: only the tensors and
+ * the gradient memory, which the store points to, change. */
+static void settle(const param_rec *r) {
+    ct_tensor *t = r->t;
+    if (!(t->flags & CT_TF_GRAD_STALE)) return;
+    t->flags &= ~(uint32_t)CT_TF_GRAD_STALE;
+    memset(t->grad->data, 0, (size_t)ct_numel(t) * sizeof(float));
+}
+
+static void settle_all(ct_params *p) {
+    if (!p->stale) return;
+    for (int i = 0; i < p->n; i++) settle(&p->recs[i]);
+    p->stale = false;
+}
+
+/* the flat buffer is read or written through the pointer: no gradient may stay stale */
+float *ct_params_grad(const ct_params *p) {
+    settle_all((ct_params *)p); /* the store is never const itself: callers hold it from ct_params_create */
+    return p->grad;
+}
+float *ct_params_grad_range(const ct_params *p, int lo, int hi) {
+    CT_CHECK(0 <= lo && lo <= hi && hi < p->n, "ct_params_grad_range(%d, %d) with %d parameters", lo, hi, p->n);
+    for (int i = lo; i <= hi; i++) settle(&p->recs[i]);
+    return p->grad + p->recs[lo].offset;
+}
 size_t ct_params_numel(const ct_params *p) { return p->numel; }
 size_t ct_params_offset(const ct_params *p, int i) {
     CT_CHECK(i >= 0 && i < p->n, "parameter index %d out of range", i);
@@ -196,6 +224,7 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
         buf = own;
     }
     if (buf == p->grad) return CT_OK;
+    settle_all(p);
     if ((uintptr_t)buf % 64) return ct_error(CT_ERR_INVALID, "gradient storage %p is not 64-byte aligned", (void *)buf);
     memcpy(buf, p->grad, p->numel * sizeof(float));
     if (!p->grad_external) free(p->grad); /* the private buffer would only cost memory */
@@ -208,14 +237,15 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
 
 void ct_params_zero_grad(ct_params *p) {
     if (p->device.type == CT_DEV_CPU) {
-        /* on every thread: the MLP's 7 MB memset took 2.5% of a 2-thread step's CPU time
-         * on one thread while the other waited. Chunks of 64 KiB (whole cache lines). */
-        const int64_t chunk = 16384, n = (int64_t)p->numel;
-#pragma omp parallel for schedule(static) if (n >= 4 * chunk)
-        for (int64_t i = 0; i < n; i += chunk) memset(p->grad + i, 0, (size_t)(n - i < chunk ? n - i : chunk) * sizeof(float));
+        /* flags, not a memset: the memset of the MLP's 7 MB was 2.7% of its step, and
+         * backward rewrites nearly every gradient anyway (see settle) */
+        for (int i = 0; i < p->n; i++)
+            if (!p->recs[i].is_buffer) p->recs[i].t->flags |= CT_TF_GRAD_STALE;
+        p->stale = p->n > 0;
         return;
     }
-    /* a failure here is the device's sticky error: the next op or copy reports it */
+    /* on a device the gradients stay plain memory, zeroed on its stream; a failure here is
+     * the device's sticky error: the next op or copy reports it */
     (void)ct_device_hooks_get(p->device, "zero_grad")->zero(p->device.index, p->grad, p->numel * sizeof(float));
 }
 
@@ -255,6 +285,7 @@ ct_status ct_params_to(ct_params *p, ct_device dev) {
                         ct_device_str(dev, b2, sizeof b2));
     ct_device gpu = dev.type == CT_DEV_CPU ? p->device : dev;
     if (!ct_device_hooks_get(gpu, "ct_params_to")) return CT_ERR_UNSUPPORTED;
+    settle_all(p); /* device gradients are never stale */
     float *nd = NULL, *ng = NULL, *nb = NULL;
     ct_status st = move_buf(p->device, dev, p->data, p->numel, &nd);
     if (st == CT_OK) st = move_buf(p->device, dev, p->grad, p->numel, &ng);
@@ -279,5 +310,6 @@ void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user) { p->hoo
 
 /* called by autograd when a parameter's last gradient of the step has arrived */
 void ct_params_fire_hook_(ct_params *p, int i) {
+    settle(&p->recs[i]); /* a gradient no op wrote (no path from the loss): the hook reads zeros */
     if (p->hook) p->hook(p->hook_user, p, i);
 }

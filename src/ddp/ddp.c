@@ -90,7 +90,8 @@ static ct_status check_same_params(ct_pg *pg, ct_params *P) {
 }
 
 static void launch(ct_ddp *d, bucket *b) {
-    float *g = ct_params_grad(d->P) + b->off;
+    /* during backward: ct_params_grad would also zero the stale gradients of later buckets */
+    float *g = ct_params_grad_range(d->P, b->last, b->first);
     b->t_launch = ct_time_now();
     b->launched = true;
     /* zero-copy too runs on the comm thread: inline in the hook, each bucket would stall

@@ -91,6 +91,7 @@ CT_TEST(grads_accumulate_until_zeroed_and_no_grad_records_nothing) {
     }
     CT_EXPECT_NEAR(ct_f32(w->grad)[0], 4.0, 1e-6);
     ct_params_zero_grad(P);
+    CT_EXPECT_NEAR(ct_params_grad(P)[0], 0.0, 0); /* stale until read: tensor.h */
     CT_EXPECT_NEAR(ct_f32(w->grad)[0], 0.0, 0);
     bool prev = ct_set_grad_enabled(c, false);
     ct_tensor *y = ct_linear(c, x, w, NULL);

@@ -239,8 +239,15 @@ void ct_params_zero_grad(ct_params *p) {
     if (p->device.type == CT_DEV_CPU) {
         /* flags, not a memset: the memset of the MLP's 7 MB was 2.7% of its step, and
          * backward rewrites nearly every gradient anyway (see settle) */
-        for (int i = 0; i < p->n; i++)
-            if (!p->recs[i].is_buffer) p->recs[i].t->flags |= CT_TF_GRAD_STALE;
+        for (int i = 0; i < p->n; i++) {
+            param_rec *r = &p->recs[i];
+            if (r->is_buffer) continue;
+            r->t->flags |= CT_TF_GRAD_STALE;
+            /* the padding up to the next parameter: whole-buffer passes may have written it
+             * (clipping by a NaN norm), and the norm and DDP read it */
+            size_t n = (size_t)ct_numel(r->t), pad = ((n + 15) & ~(size_t)15) - n;
+            if (pad) memset(p->grad + r->offset + n, 0, pad * sizeof(float));
+        }
         p->stale = p->n > 0;
         return;
     }

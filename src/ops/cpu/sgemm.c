@@ -532,7 +532,7 @@ void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, in
 }
 
 /* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
- * present (measured fastest, docs/benchmarks.md), else rounding on the f32 kernel (faster than
+ * present (measured fastest, docs/bench/engine.md), else rounding on the f32 kernel (faster than
  * vdpbf16ps on the CPUs measured); a path the CPU lacks falls back to rounding. Read per call
  * (no cache), so a program or test may switch paths between GEMMs. */
 ct_gemm_bf16_path ct_sgemm_bf16_path(void) {

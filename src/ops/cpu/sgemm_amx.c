@@ -163,6 +163,36 @@ CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, c
     _tile_stored(3, &t[16][16], 128);
 }
 
+CT_AMX void ct_amx_pack_b_(float *bp, const void *B, bool bh, int64_t off, int64_t brs, int64_t bks, int nv, int64_t kc, int64_t kcp) {
+    if (!bh || !pack_b_bf16((uint32_t *)bp, B, off, brs, bks, nv, kc)) {
+        ct_sgemm_pack_panel_(bp, B, bh, off, brs, bks, nv, 32, kc);
+        ct_sgemm_panel_to_bf16_(bp, 32, kc);
+    }
+    for (int64_t kp = (kc + 1) / 2; kp < kcp / 2; kp++)
+        _mm512_storeu_si512((void *)(bp + kp * 32), _mm512_setzero_si512()), _mm512_storeu_si512((void *)(bp + kp * 32 + 16), _mm512_setzero_si512());
+}
+
+CT_AMX void ct_amx_pack_a_(uint16_t *dst, const void *A, bool ah, int64_t off, int64_t ars, int64_t aks, int64_t rows, int64_t mcp,
+                           int64_t kc, int64_t nkb) {
+    pack_a(dst, A, ah, off, ars, aks, rows, mcp, kc, nkb);
+}
+
+/* static: GCC drops stores to a local config as dead (it does not see ldtilecfg read them) */
+static _Alignas(64) const tilecfg tiles_cfg = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+CT_AMX void ct_amx_tiles_load_(void) { _tile_loadconfig(&tiles_cfg); }
+CT_AMX void ct_amx_tiles_release_(void) { _tile_release(); }
+
+CT_AMX void ct_amx_mm_(int64_t M, int64_t N, int64_t nkb, const uint16_t *A, int64_t ags, const float *B, int64_t bps, float *C,
+                       int64_t ldc, bool acc) {
+    _Alignas(64) float t[32][32];
+    for (int64_t j = 0; j < N; j += 32)
+        for (int64_t i = 0; i < M; i += 32) {
+            const uint16_t *a0 = A + i / 16 * ags;
+            kernel(nkb, a0, a0 + ags, (const uint32_t *)(B + j / 32 * bps), t);
+            store_c((const float (*)[32])t, C + i * ldc + j, ldc, NULL, 0, 32, 32, 1.0f, 1.0f, acc ? 1 : 0);
+        }
+}
+
 CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
                               const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb,
                               int64_t ldcb, void *pa_, void *pb_) {
@@ -170,9 +200,7 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     float *pb = pb_;
     const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
     const int64_t brs = tb ? ldb : 1, bks = tb ? 1 : ldb;
-    tilecfg cfg = {.palette = 1};
-    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    _tile_loadconfig(&cfg);
+    ct_amx_tiles_load_();
     _Alignas(64) float t[32][32];
     for (int64_t jc = 0; jc < N; jc += NCA) {
         int64_t nc = imin(NCA, N - jc), npan = (nc + 31) / 32;
@@ -184,14 +212,7 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
              * zero pairs up to kcp / 2 */
             for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + 32 * p;
-                float *bp = pb + p * 32 * kcp;
-                int nv = (int)imin(32, N - n0);
-                if (!bh || !pack_b_bf16((uint32_t *)bp, B, n0 * brs + pc * bks, brs, bks, nv, kc)) {
-                    ct_sgemm_pack_panel_(bp, B, bh, n0 * brs + pc * bks, brs, bks, nv, 32, kc);
-                    ct_sgemm_panel_to_bf16_(bp, 32, kc);
-                }
-                for (int64_t kp = (kc + 1) / 2; kp < kcp / 2; kp++) _mm512_storeu_si512((void *)(bp + kp * 32), _mm512_setzero_si512()),
-                                                                     _mm512_storeu_si512((void *)(bp + kp * 32 + 16), _mm512_setzero_si512());
+                ct_amx_pack_b_(pb + p * 32 * kcp, B, bh, n0 * brs + pc * bks, brs, bks, (int)imin(32, N - n0), kc, kcp);
             }
             for (int64_t ic = 0; ic < M; ic += MCA) {
                 int64_t mc = imin(MCA, M - ic), mcp = (mc + 31) / 32 * 32;

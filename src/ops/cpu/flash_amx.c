@@ -25,7 +25,6 @@
 #include "ops/cpu/avx512.h"
 #include "ops/cpu/flash_simd.h"
 #include "ops/cpu/sgemm_amx.h"
-#include "ops/kmath.h"
 
 #define CT_AVX512BF16 __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16,fma")))
 
@@ -94,6 +93,13 @@ static void pack_kq(const ct_flash_args *a, const dims *d, int64_t h, uint16_t *
     pack_b(pQ, a->Qb, true, ct_flash_head(a, &a->q, h), a->q.ld, 1, a->Tq, d->Tqp, a->D, d->Dp);
 }
 
+/* up to 16 values p[0], p[ld], ... (n of them; *m their lanes): a column of a transposed tile */
+CT_AVX512 static inline __attribute__((always_inline)) __m512 column(const float *p, int64_t ld, int64_t n, __mmask16 *m) {
+    *m = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((int)ld));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), *m, idx, p, 4);
+}
+
 static inline int64_t lim_of(bool causal, int64_t j0, int64_t i0) { return causal ? j0 - i0 : -(int64_t)BC; }
 
 CT_AVX512 void ct_flash_amx_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work) {
@@ -130,23 +136,25 @@ CT_AVX512 void ct_flash_amx_fwd_head(const ct_flash_args *a, int64_t h, void *Y,
         }
         for (int64_t r = 0; r < rows; r++) {
             const int64_t at = yh + (i0 + r) * lo;
-            if (a->y16)
-                for (int64_t e = 0; e < Dv; e++) ((uint16_t *)Y)[at + e] = ct_k_f32_to_bf16(Ot[e * BR + r] * inv[r]);
-            else
-                for (int64_t e = 0; e < Dv; e++) ((float *)Y)[at + e] = Ot[e * BR + r] * inv[r];
+            for (int64_t e = 0; e < Dv; e += 16) {
+                __mmask16 mk;
+                __m512 o = _mm512_mul_ps(column(Ot + e * BR + r, BR, Dv - e, &mk), _mm512_set1_ps(inv[r]));
+                if (a->y16) ct_store_bf16x16((uint16_t *)Y + at + e, mk, o); /* ct_k_f32_to_bf16's rounding */
+                else _mm512_mask_storeu_ps((float *)Y + at + e, mk, o);
+            }
         }
     }
     ct_amx_tiles_release_();
 }
 
-/* g[t][0:n] += acc[t][0:n] for t < rows: a tile's finished dK or dV rows into the gradient */
-static void add_rows(float *g, int64_t ldg, const float *acc, int64_t lda, int64_t rows, int64_t n) {
+/* g[t][0:n] (+)= acc[t][0:n] for t < rows: a tile's finished dK or dV rows into the gradient */
+static void add_rows(float *g, int64_t ldg, const float *acc, int64_t lda, int64_t rows, int64_t n, bool set) {
     for (int64_t t = 0; t < rows; t++)
-        for (int64_t e = 0; e < n; e++) g[t * ldg + e] += acc[t * lda + e];
+        for (int64_t e = 0; e < n; e++) g[t * ldg + e] = set ? acc[t * lda + e] : g[t * ldg + e] + acc[t * lda + e];
 }
 
 CT_AVX512 void ct_flash_amx_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr,
-                                     float *dq, float *dk, float *dv, float *work) {
+                                     float *dq, float *dk, float *dv, bool set, float *work) {
     const dims d = dims_of(a);
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, nkt = d.Tkp / 32, lo = a->o.ld;
     const int64_t hq = ct_flash_head(a, &a->q, h), hk = ct_flash_head(a, &a->k, h), hv = ct_flash_head(a, &a->v, h);
@@ -194,11 +202,16 @@ CT_AVX512 void ct_flash_amx_bwd_head(const ct_flash_args *a, int64_t h, const fl
                 ct_amx_mm_(d.Dp, BR, BC / 32, pKt + j0 / 32 * 512, nkt * 512, pdSb, PPAN, dQt + i0, d.Tqp, true);
             }
         }
-        if (dv) add_rows(dv + hv + j0 * a->v.ld, a->v.ld, dVa, d.Dvp, cols, Dv);
-        if (dk) add_rows(dk + hk + j0 * a->k.ld, a->k.ld, dKa, d.Dp, cols, D);
+        if (dv) add_rows(dv + hv + j0 * a->v.ld, a->v.ld, dVa, d.Dvp, cols, Dv, set);
+        if (dk) add_rows(dk + hk + j0 * a->k.ld, a->k.ld, dKa, d.Dp, cols, D, set);
     }
     if (dq)
         for (int64_t r = 0; r < Tq; r++)
-            for (int64_t e = 0; e < D; e++) dq[hq + r * a->q.ld + e] += dQt[e * d.Tqp + r];
+            for (int64_t e = 0; e < D; e += 16) {
+                __mmask16 mk;
+                __m512 g = column(dQt + e * d.Tqp + r, d.Tqp, D - e, &mk);
+                float *o = dq + hq + r * a->q.ld + e;
+                _mm512_mask_storeu_ps(o, mk, set ? g : _mm512_add_ps(g, _mm512_maskz_loadu_ps(mk, o)));
+            }
     ct_amx_tiles_release_();
 }

@@ -295,9 +295,12 @@ static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const
 #pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
         for (int64_t h = 0; h < BH; h++) {
             float *wt = work + (size_t)omp_get_thread_num() * w;
+            if (a->amx) {
+                ct_flash_amx_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
+                continue;
+            }
             if (zero) zero_head(a, h, dq, dk, dv);
-            if (a->amx) ct_flash_amx_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, wt);
-            else ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, wt);
+            ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, wt);
         }
         return;
     }

@@ -61,6 +61,7 @@ void ct_flash_grad_tile_(float *St, float *dSt, int64_t cols, int64_t lim0, cons
  * the same contract as the two above, tile products in bf16 with f32 sums. */
 size_t ct_flash_amx_work(const ct_flash_args *a, bool backward);
 void ct_flash_amx_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work);
+/* set: head h's rows of dq, dk, dv are written, not added to (each is written once) */
 void ct_flash_amx_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
-                           float *dk, float *dv, float *work);
+                           float *dk, float *dv, bool set, float *work);
 #endif

@@ -115,18 +115,17 @@ CT_AVX512 void ct_flash_amx_fwd_head(const ct_flash_args *a, int64_t h, void *Y,
         const int64_t rows = min64(BR, Tq - i0), kv = a->causal ? min64(i0 + rows, Tk) : Tk;
         _Alignas(64) float m[BR], l[BR], al[BR];
         for (int r = 0; r < BR; r++) m[r] = -INFINITY, l[r] = 0;
-        memset(Ot, 0, (size_t)(d.Dvp * BR) * sizeof(float));
         for (int64_t j0 = 0; j0 < kv; j0 += BC) {
             const int64_t cols = min64(BC, kv - j0), lim0 = lim_of(a->causal, j0, i0);
             scores(&d, pK, pQ, j0, i0, St);
             const bool rescale = ct_flash_softmax_tile_(St, cols, lim0, m, l, al, a->scale);
             if (cols < BC) memset(St + cols * BR, 0, (size_t)((BC - cols) * BR) * sizeof(float)); /* keys past kv */
             tile_pairs(pP, St);
-            if (rescale)
+            if (rescale && j0) /* Ot holds nothing before the first key tile */
                 for (int64_t e = 0; e < Dv; e++)
                     for (int v = 0; v < BR; v += 16)
                         _mm512_storeu_ps(Ot + e * BR + v, _mm512_mul_ps(_mm512_loadu_ps(Ot + e * BR + v), _mm512_load_ps(al + v)));
-            ct_amx_mm_(d.Dvp, BR, BC / 32, pV + j0 / 32 * 512, nkt * 512, pP, PPAN, Ot, BR, true); /* O^T += V^T P^T */
+            ct_amx_mm_(d.Dvp, BR, BC / 32, pV + j0 / 32 * 512, nkt * 512, pP, PPAN, Ot, BR, j0 > 0); /* O^T += V^T P^T */
         }
         float inv[BR];
         for (int64_t r = 0; r < rows; r++) {
@@ -148,9 +147,14 @@ CT_AVX512 void ct_flash_amx_fwd_head(const ct_flash_args *a, int64_t h, void *Y,
 }
 
 /* g[t][0:n] (+)= acc[t][0:n] for t < rows: a tile's finished dK or dV rows into the gradient */
-static void add_rows(float *g, int64_t ldg, const float *acc, int64_t lda, int64_t rows, int64_t n, bool set) {
+CT_AVX512 static void add_rows(float *g, int64_t ldg, const float *acc, int64_t lda, int64_t rows, int64_t n, bool set) {
     for (int64_t t = 0; t < rows; t++)
-        for (int64_t e = 0; e < n; e++) g[t * ldg + e] = set ? acc[t * lda + e] : g[t * ldg + e] + acc[t * lda + e];
+        for (int64_t e = 0; e < n; e += 16) {
+            __mmask16 m = n - e >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - e)) - 1);
+            __m512 x = _mm512_maskz_loadu_ps(m, acc + t * lda + e);
+            if (!set) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, g + t * ldg + e));
+            _mm512_mask_storeu_ps(g + t * ldg + e, m, x);
+        }
 }
 
 CT_AVX512 void ct_flash_amx_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr,
@@ -172,12 +176,10 @@ CT_AVX512 void ct_flash_amx_bwd_head(const ct_flash_args *a, int64_t h, const fl
     pack_b(pdO, dO, false, ho, lo, 1, Tq, d.Tqp, Dv, d.Dvp);                                     /* dO^T */
     if (dv) pack_b(pdOr, dO, false, ho, 1, lo, Dv, d.Dvp, Tq, d.Tqp);                            /* dO rows */
     if (dk) pack_b(pQr, a->Qb, true, hq, 1, a->q.ld, D, d.Dp, Tq, d.Tqp);                        /* Q rows */
-    if (dq) memset(dQt, 0, (size_t)(d.Dp * d.Tqp) * sizeof(float));
     for (int64_t j0 = 0; j0 < Tk; j0 += BC) {
         const int64_t cols = min64(BC, Tk - j0);
-        memset(dVa, 0, (size_t)(BC * d.Dvp) * sizeof(float));
-        memset(dKa, 0, (size_t)(BC * d.Dp) * sizeof(float));
-        for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < Tq; i0 += BR) {
+        const int64_t first = a->causal ? j0 / BR * BR : 0; /* dV, dK start from the first query tile's products */
+        for (int64_t i0 = first; i0 < Tq; i0 += BR) {
             const int64_t rows = min64(BR, Tq - i0), lim0 = lim_of(a->causal, j0, i0);
             _Alignas(64) float L[BR], R[BR];
             for (int r = 0; r < BR; r++) {
@@ -191,15 +193,15 @@ CT_AVX512 void ct_flash_amx_bwd_head(const ct_flash_args *a, int64_t h, const fl
             if (cols < BC) memset(dSt + cols * BR, 0, (size_t)((BC - cols) * BR) * sizeof(float)); /* keys past Tk */
             if (dv) {                                                                              /* dV += P^T dO */
                 ct_amx_pack_a_(pPa, St, false, 0, BR, 1, BC, BC, BR, BR / 32);
-                ct_amx_mm_(BC, d.Dvp, BR / 32, pPa, BR / 32 * 512, pdOr + i0 / 2 * 32, 32 * d.Tqp, dVa, d.Dvp, true);
+                ct_amx_mm_(BC, d.Dvp, BR / 32, pPa, BR / 32 * 512, pdOr + i0 / 2 * 32, 32 * d.Tqp, dVa, d.Dvp, i0 > first);
             }
             if (dk) { /* dK += dS^T Q */
                 ct_amx_pack_a_(pdSa, dSt, false, 0, BR, 1, BC, BC, BR, BR / 32);
-                ct_amx_mm_(BC, d.Dp, BR / 32, pdSa, BR / 32 * 512, pQr + i0 / 2 * 32, 32 * d.Tqp, dKa, d.Dp, true);
+                ct_amx_mm_(BC, d.Dp, BR / 32, pdSa, BR / 32 * 512, pQr + i0 / 2 * 32, 32 * d.Tqp, dKa, d.Dp, i0 > first);
             }
             if (dq) { /* dQ^T += K^T dS^T */
                 tile_pairs(pdSb, dSt);
-                ct_amx_mm_(d.Dp, BR, BC / 32, pKt + j0 / 32 * 512, nkt * 512, pdSb, PPAN, dQt + i0, d.Tqp, true);
+                ct_amx_mm_(d.Dp, BR, BC / 32, pKt + j0 / 32 * 512, nkt * 512, pdSb, PPAN, dQt + i0, d.Tqp, j0 > 0); /* j0 = 0 visits every query tile */
             }
         }
         if (dv) add_rows(dv + hv + j0 * a->v.ld, a->v.ld, dVa, d.Dvp, cols, Dv, set);

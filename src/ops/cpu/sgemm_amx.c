@@ -141,12 +141,21 @@ CT_AMX static void store_c(const float (*t)[32], float *c, int64_t ldc, uint16_t
         }
 }
 
-/* 32 x 32 sums over nkb chunks: a0/a1 the two A row groups, b the B panel ([kp][32] pairs) */
-CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, const uint32_t *b, float (*t)[32]) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+/* 32 x 32 sums over nkb chunks into c (row stride ldc floats), added to what c holds where acc:
+ * a0/a1 the two A row groups, b the B panel ([kp][32] pairs) */
+CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, const uint32_t *b, float *c, int64_t ldc, bool acc) {
+    const int64_t st = ldc * 4;
+    if (acc) {
+        _tile_loadd(0, c, st);
+        _tile_loadd(1, c + 16, st);
+        _tile_loadd(2, c + 16 * ldc, st);
+        _tile_loadd(3, c + 16 * ldc + 16, st);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
     for (int64_t kb = 0; kb < nkb; kb++) {
         _tile_loadd(4, a0 + kb * 512, 64);
         _tile_loadd(6, b + kb * 512, 128);
@@ -157,10 +166,10 @@ CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, c
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, &t[0][0], 128);
-    _tile_stored(1, &t[0][16], 128);
-    _tile_stored(2, &t[16][0], 128);
-    _tile_stored(3, &t[16][16], 128);
+    _tile_stored(0, c, st);
+    _tile_stored(1, c + 16, st);
+    _tile_stored(2, c + 16 * ldc, st);
+    _tile_stored(3, c + 16 * ldc + 16, st);
 }
 
 CT_AMX void ct_amx_pack_b_(float *bp, const void *B, bool bh, int64_t off, int64_t brs, int64_t bks, int nv, int64_t kc, int64_t kcp) {
@@ -184,12 +193,10 @@ CT_AMX void ct_amx_tiles_release_(void) { _tile_release(); }
 
 CT_AMX void ct_amx_mm_(int64_t M, int64_t N, int64_t nkb, const uint16_t *A, int64_t ags, const float *B, int64_t bps, float *C,
                        int64_t ldc, bool acc) {
-    _Alignas(64) float t[32][32];
     for (int64_t j = 0; j < N; j += 32)
         for (int64_t i = 0; i < M; i += 32) {
             const uint16_t *a0 = A + i / 16 * ags;
-            kernel(nkb, a0, a0 + ags, (const uint32_t *)(B + j / 32 * bps), t);
-            store_c((const float (*)[32])t, C + i * ldc + j, ldc, NULL, 0, 32, 32, 1.0f, 1.0f, acc ? 1 : 0);
+            kernel(nkb, a0, a0 + ags, (const uint32_t *)(B + j / 32 * bps), C + i * ldc + j, ldc, acc);
         }
 }
 
@@ -221,7 +228,7 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                     for (int64_t ir = 0; ir < mcp / 32; ir++) {
                         int64_t i0 = ic + 32 * ir, n0 = jc + 32 * jr;
                         const uint16_t *a0 = pa + 2 * ir * nkb * 512;
-                        kernel(nkb, a0, a0 + nkb * 512, (const uint32_t *)(pb + jr * 32 * kcp), t);
+                        kernel(nkb, a0, a0 + nkb * 512, (const uint32_t *)(pb + jr * 32 * kcp), &t[0][0], 32, false);
                         store_c((const float (*)[32])t, C + i0 * ldc + n0, ldc, cb ? cb + i0 * ldcb + n0 : NULL, ldcb,
                                 (int)imin(32, M - i0), (int)imin(32, N - n0), alpha, beta, mode);
                     }

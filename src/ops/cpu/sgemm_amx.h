@@ -35,7 +35,7 @@ void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
  *    panel needs 32 kcp floats (it is packed as f32 first).
  * ct_amx_mm_: C[M][N] (+ C where acc) = A B over nkb chunks, M and N multiples of 32; A at
  * row group 0 with ags elements between row groups, B at panel 0 with bps floats between
- * panels. Each C element: one tile sum over the chunks in order, then added to C. */
+ * panels. Each C element: the tile's sums over the chunks in order, starting from C where acc. */
 void ct_amx_tiles_load_(void);
 void ct_amx_tiles_release_(void);
 void ct_amx_pack_a_(uint16_t *dst, const void *A, bool ah, int64_t off, int64_t ars, int64_t aks, int64_t rows, int64_t mcp,

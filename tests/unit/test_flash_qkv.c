@@ -13,7 +13,9 @@
 #include "ctrain/config.h"
 #include "ctrain/ops.h"
 #include "ctrain/io.h"
+#include "case_fixture.h"
 #include "gradcheck.h"
+#include "kernel_check.h"
 #include "ops/cpu/sgemm.h"
 
 typedef struct { int64_t B, T, H, D; bool causal; } qshape;
@@ -136,17 +138,6 @@ CT_TEST(qkv_same_bits_any_thread_count) {
     free(b);
 }
 
-/* max|a - b| / max|b| (a, b f32) */
-static double norm_err(const float *a, const float *b, int64_t n) {
-    double d = 0, m = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || e != e ? e : d;
-        m = fabs(b[i]) > m ? fabs(b[i]) : m;
-    }
-    return d / m;
-}
-
 /* y (as f32) and qkv's gradient of the fused op on a qkv leaf holding bf16 values (bf16:
  * the op reads it cast to bf16), seeded with a bf16-valued G; out: [y | dqkv] */
 static float *run_bf16(const qshape *s, bool bf16, int threads, size_t *n) {
@@ -186,7 +177,7 @@ CT_TEST(qkv_bf16_amx_vs_f32) {
         float *r = run_bf16(s, false, 2, &ny), *b1 = run_bf16(s, true, 1, &n2), *b2 = run_bf16(s, true, 2, &n2);
         CT_ASSERT(r && b1 && b2);
         const int64_t ng = s->B * s->T * 3 * s->H * s->D;
-        double ey = norm_err(b2, r, (int64_t)ny), eg = norm_err(b2 + ny, r + ny, ng);
+        double ey = normwise(b2, r, (int64_t)ny), eg = normwise(b2 + ny, r + ny, ng);
         wy = ey > wy ? ey : wy;
         wg = eg > wg ? eg : wg;
         CT_EXPECTF(ey <= TOL_Y && eg <= TOL_G, "B%lld T%lld H%lld D%lld %s: bf16 vs f32 y %.2e, dqkv %.2e", (long long)s->B,
@@ -202,15 +193,6 @@ CT_TEST(qkv_bf16_amx_vs_f32) {
 /* ct_flash_attention_qkv on a bf16 qkv against F.scaled_dot_product_attention on bf16 q, k, v
  * (PyTorch's CPU flash attention; fixtures from tests/torch/gen_sdpa_bf16.py), and both
  * against the f64 result; PyTorch's gradient is bf16, ours f32 (one more rounding apart) */
-static ct_tensor *fix(ct_ctx *c, ct_st_file *f, int cs, const char *name) {
-    char key[32];
-    snprintf(key, sizeof key, "%d.%s", cs, name);
-    ct_st_tensor t;
-    CT_CHECK(ct_st_get(f, key, &t) == CT_OK && t.dtype == CT_F32, "sdpa_bf16 fixture lacks f32 '%s'", key);
-    ct_tensor *x = ct_new(c, CT_F32, t.ndim, t.shape);
-    memcpy(x->data, t.data, t.nbytes);
-    return x;
-}
 CT_TEST(qkv_bf16_vs_torch_sdpa_bf16) {
     ct_st_file *f = NULL;
     CT_ASSERT(ct_st_open("tests/fixtures/ops/sdpa_qkv_bf16.safetensors", &f) == CT_OK);
@@ -222,19 +204,19 @@ CT_TEST(qkv_bf16_vs_torch_sdpa_bf16) {
         const int64_t *d = sh.data; /* B, T, H, D, causal */
         ct_ctx *c;
         CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
-        ct_tensor *qkv = fix(c, f, cs, "qkv");
+        ct_tensor *qkv = case_tensor(c, f, cs, "qkv");
         ct_requires_grad(qkv);
         ct_tensor *y = ct_cast(c, ct_flash_attention_qkv(c, ct_cast(c, qkv, CT_BF16), (int)d[2], d[4] != 0), CT_F32);
-        ct_backward(c, ct_sum(c, ct_mul(c, y, fix(c, f, cs, "g"))));
+        ct_backward(c, ct_sum(c, ct_mul(c, y, case_tensor(c, f, cs, "g"))));
         const char *ref[2] = {"y", "dqkv"};
         const ct_tensor *got[2] = {y, qkv->grad};
         for (int p = 0; p < 2; p++) {
             char n64[16];
             snprintf(n64, sizeof n64, "%s64", ref[p]);
-            const ct_tensor *t = fix(c, f, cs, ref[p]), *x = fix(c, f, cs, n64);
+            const ct_tensor *t = case_tensor(c, f, cs, ref[p]), *x = case_tensor(c, f, cs, n64);
             CT_ASSERT(got[p] && ct_numel(got[p]) == ct_numel(t));
-            double e = norm_err(got[p]->data, t->data, ct_numel(t)), ours = norm_err(got[p]->data, x->data, ct_numel(t));
-            double theirs = norm_err(t->data, x->data, ct_numel(t)), tol = p ? TOL_G : TOL_Y;
+            double e = normwise(got[p]->data, t->data, ct_numel(t)), ours = normwise(got[p]->data, x->data, ct_numel(t));
+            double theirs = normwise(t->data, x->data, ct_numel(t)), tol = p ? TOL_G : TOL_Y;
             printf("  case %d %-4s vs torch bf16 %.2e; vs f64: ours %.2e, torch's %.2e\n", cs, ref[p], e, ours, theirs);
             CT_EXPECTF(e <= tol, "case %d %s vs torch bf16 SDPA: %.2e > %.0e", cs, ref[p], e, tol);
         }

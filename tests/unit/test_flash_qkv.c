@@ -190,6 +190,34 @@ CT_TEST(qkv_bf16_amx_vs_f32) {
     printf("  bf16 (%s) vs f32: worst normwise y %.2e, dqkv %.2e\n", amx ? "AMX" : "f32 kernels", wy, wg);
 }
 
+/* Under bf16 autocast (qkv from a linear, an f32 leaf autocast casts, qkv used twice) with the
+ * AMX path: fused vs the chain (f32 kernels on autocast's copies) within bf16 tolerance; y is
+ * bf16 in both, the gradients f32. */
+CT_TEST(qkv_bf16_autocast_amx_vs_chain) {
+    for (size_t i = 0; i < 4; i++)
+        for (int mode = AUTOCAST; mode <= AC_TWICE; mode++) {
+            const qshape *s = &shapes[i];
+            size_t n1, n2;
+            unsigned char *a = run(s, false, 2, mode, &n1), *f = run(s, true, 2, mode, &n2);
+            CT_ASSERT(a && f && n1 == n2);
+            const int64_t ny = s->B * s->T * s->H * s->D, ng = (int64_t)(n1 - 2 * (size_t)ny) / 4;
+            float *y[2] = {malloc((size_t)ny * sizeof(float)), malloc((size_t)ny * sizeof(float))};
+            for (int64_t k = 0; k < ny; k++) /* bf16 -> f32: the high half */
+                for (int v = 0; v < 2; v++) {
+                    uint16_t h;
+                    memcpy(&h, (v ? f : a) + 2 * k, 2);
+                    uint32_t u = (uint32_t)h << 16;
+                    memcpy(&y[v][k], &u, 4);
+                }
+            float *ga = malloc((size_t)ng * sizeof(float)), *gf = malloc((size_t)ng * sizeof(float));
+            memcpy(ga, a + 2 * ny, (size_t)ng * sizeof(float));
+            memcpy(gf, f + 2 * ny, (size_t)ng * sizeof(float));
+            double ey = normwise(y[1], y[0], ny), eg = normwise(gf, ga, ng);
+            CT_EXPECTF(ey <= TOL_Y && eg <= TOL_G, "shape %zu %s: fused vs chain y %.2e, grads %.2e", i, mode_name[mode], ey, eg);
+            free(y[0]), free(y[1]), free(ga), free(gf), free(a), free(f);
+        }
+}
+
 /* ct_flash_attention_qkv on a bf16 qkv against F.scaled_dot_product_attention on bf16 q, k, v
  * (PyTorch's CPU flash attention; fixtures from tests/torch/gen_sdpa_bf16.py), and both
  * against the f64 result; PyTorch's gradient is bf16, ours f32 (one more rounding apart) */

@@ -2,7 +2,7 @@
  * CausalSelfAttention ran before it: qkv viewed as [3, B, H, T, D] and made contiguous,
  * ct_flash_attention on its slices, ct_merge_heads. The same bits, forward and backward
  * (qkv's gradient, and through a linear the gradients upstream of it), for 1 and 2
- * threads, odd T, D = 8, 24, 32 and 64, causal or not, with qkv's gradient fresh or already
+ * threads, odd T, D = 5, 8, 24, 32 and 64, causal or not, with qkv's gradient fresh or already
  * holding a value, on the AVX-512 kernels and the BLAS path, under bf16 autocast and on a bf16
  * qkv (the fused op reads it itself where the chain runs on autocast's f32 copies) with
  * CTRAIN_GEMM_BF16=rounded: the f32 kernels. With AMX the bf16 run computes its tile products
@@ -94,7 +94,7 @@ static void same_bits(const qshape *s, int threads, int mode) {
 
 static const qshape shapes[] = {
     {2, 67, 2, 32, true}, {2, 130, 3, 64, true}, {1, 130, 2, 32, false}, {3, 67, 2, 64, false}, {1, 1, 1, 32, true},
-    {2, 67, 3, 24, true}, {1, 70, 5, 8, false},
+    {2, 67, 3, 24, true}, {1, 70, 5, 8, false}, {1, 33, 3, 5, true},
 };
 
 CT_TEST(qkv_same_bits_as_chain) {

@@ -14,7 +14,9 @@
  * dQ, query tiles ascending for dK, dV): the same bits for any thread count.
  * bf16 inputs (ct_flash_args.Qb) are widened per head into f32 rows in the scratch (V, and in
  * backward Q, K and the rounded dO, which the products read as rows), so the kernels above
- * run unchanged on the values autocast's f32 copies would hold. */
+ * run unchanged on the values autocast's f32 copies would hold. Where AMX is present a bf16
+ * qkv goes to flash_amx.c instead (bf16 tile products), which shares the two tile steps
+ * exported below (ct_flash_softmax_tile_, ct_flash_grad_tile_). */
 #include "ops/cpu/flash_simd.h"
 
 #include <immintrin.h>

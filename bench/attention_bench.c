@@ -6,6 +6,8 @@
  *   attention_bench qkv THREADS [N] the GPT benchmark's attention on c_attn's output (B 8, T 256,
  *                                   C 256, 8 heads): head-layout copies + ct_flash_attention +
  *                                   merge_heads against ct_flash_attention_qkv, best and median of N (20)
+ *   attention_bench qkv16 THREADS [N] the same on a bf16 qkv: the fused op's f32 kernels on
+ *                                   widened values (CTRAIN_GEMM_BF16=rounded) against its AMX path
  * Interleaved (plain, flash, plain, flash...) so a disturbed moment hits both alike. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +61,9 @@ static ct_tensor *chain(ct_ctx *c, ct_tensor *qkv, int64_t B, int64_t T, int64_t
 
 static int cmp_d(const void *a, const void *b) { return *(const double *)a < *(const double *)b ? -1 : *(const double *)a > *(const double *)b; }
 
-static int qkv_main(int threads, int n) {
+/* bf16: a bf16 qkv (as under autocast), the fused op's f32 kernels on widened values
+ * (CTRAIN_GEMM_BF16=rounded, reported as "chain") against its AMX path ("fused") */
+static int qkv_main(int threads, int n, bool bf16) {
     const int64_t B = 8, T = 256, H = 8, D = 32, C = H * D;
     ct_set_num_threads(threads);
     ct_ctx *c;
@@ -71,22 +75,30 @@ static int qkv_main(int threads, int n) {
             ct_tensor *qkv = ct_new(c, CT_F32, 3, (int64_t[]){B, T, 3 * C}), *g = ct_new(c, CT_F32, 3, (int64_t[]){B, T, C});
             fill(qkv, 1), fill(g, 2);
             ct_requires_grad(qkv);
+            if (bf16) {
+                qkv = ct_cast(c, qkv, CT_BF16);
+                if (f) ct_config_unset("CTRAIN_GEMM_BF16");
+                else ct_config_set("CTRAIN_GEMM_BF16", "rounded");
+            }
             double t0 = ct_time_now(), c0 = cpu_now();
-            ct_tensor *y = f ? ct_flash_attention_qkv(c, qkv, (int)H, true) : chain(c, qkv, B, T, H, D);
+            ct_tensor *y = f || bf16 ? ct_flash_attention_qkv(c, qkv, (int)H, true) : chain(c, qkv, B, T, H, D);
             ct_backward_seed(c, y, g);
             if (rep) ms[(f * 2) * n + rep - 1] = 1e3 * (ct_time_now() - t0), ms[(f * 2 + 1) * n + rep - 1] = 1e3 * (cpu_now() - c0);
         }
     for (int i = 0; i < 4; i++) qsort(ms + i * n, (size_t)n, sizeof(double), cmp_d);
-    printf("RESULT attention_qkv B=8 T=256 C=256 heads=8 threads=%d reps=%d chain_ms=%.2f/%.2f fused_ms=%.2f/%.2f "
-           "chain_cpu_ms=%.2f/%.2f fused_cpu_ms=%.2f/%.2f (best/median)\n",
-           threads, n, ms[0], ms[n / 2], ms[2 * n], ms[2 * n + n / 2], ms[n], ms[n + n / 2], ms[3 * n], ms[3 * n + n / 2]);
+    printf("RESULT attention_qkv%s B=8 T=256 C=256 heads=8 threads=%d reps=%d %s_ms=%.2f/%.2f %s_ms=%.2f/%.2f "
+           "%s_cpu_ms=%.2f/%.2f %s_cpu_ms=%.2f/%.2f (best/median)\n",
+           bf16 ? "_bf16" : "", threads, n, bf16 ? "f32kernels" : "chain", ms[0], ms[n / 2], bf16 ? "amx" : "fused", ms[2 * n],
+           ms[2 * n + n / 2], bf16 ? "f32kernels" : "chain", ms[n], ms[n + n / 2], bf16 ? "amx" : "fused", ms[3 * n], ms[3 * n + n / 2]);
+    ct_config_unset("CTRAIN_GEMM_BF16");
     free(ms);
     ct_ctx_free(c);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc > 2 && !strcmp(argv[1], "qkv")) return qkv_main(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 20);
+    if (argc > 2 && (!strcmp(argv[1], "qkv") || !strcmp(argv[1], "qkv16")))
+        return qkv_main(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 20, argv[1][3] == '1');
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     int64_t D = argc > 2 ? atoll(argv[2]) : 32;
     ct_set_num_threads(threads);

@@ -8,6 +8,7 @@
 #include "ct_test.h"
 #include "ctrain/io.h"
 #include "ctrain/ops.h"
+#include "case_fixture.h"
 
 static void fill(ct_tensor *t, uint64_t seed, float scale) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -122,16 +123,6 @@ CT_TEST(flash_memory_is_linear_in_T) {
 
 /* ct_flash_attention (and the plain version) vs F.scaled_dot_product_attention, forward and
  * backward, both with ctrain's default thread count */
-static ct_tensor *sdpa_tensor(ct_ctx *c, ct_st_file *f, int cs, const char *name) {
-    char key[32];
-    snprintf(key, sizeof key, "%d.%s", cs, name);
-    ct_st_tensor t;
-    CT_CHECK(ct_st_get(f, key, &t) == CT_OK && t.dtype == CT_F32, "sdpa fixture lacks f32 '%s'", key);
-    ct_tensor *x = ct_new(c, CT_F32, t.ndim, t.shape);
-    memcpy(x->data, t.data, t.nbytes);
-    return x;
-}
-
 CT_TEST(flash_matches_torch_sdpa) {
     ct_st_file *f = NULL;
     CT_ASSERT(ct_st_open("tests/fixtures/ops/sdpa.safetensors", &f) == CT_OK);
@@ -145,14 +136,14 @@ CT_TEST(flash_matches_torch_sdpa) {
         for (int flash = 0; flash < 2; flash++) {
             ct_ctx *c;
             CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
-            ct_tensor *in[3] = {sdpa_tensor(c, f, cs, "q"), sdpa_tensor(c, f, cs, "k"), sdpa_tensor(c, f, cs, "v")};
+            ct_tensor *in[3] = {case_tensor(c, f, cs, "q"), case_tensor(c, f, cs, "k"), case_tensor(c, f, cs, "v")};
             for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
             ct_tensor *y = flash ? ct_flash_attention(c, in[0], in[1], in[2], causal) : ct_attention(c, in[0], in[1], in[2], causal);
-            ct_backward_seed(c, y, sdpa_tensor(c, f, cs, "g"));
+            ct_backward_seed(c, y, case_tensor(c, f, cs, "g"));
             const char *ref[4] = {"y", "dq", "dk", "dv"};
             const ct_tensor *got[4] = {y, in[0]->grad, in[1]->grad, in[2]->grad};
             for (int p = 0; p < 4; p++) {
-                const ct_tensor *r = sdpa_tensor(c, f, cs, ref[p]);
+                const ct_tensor *r = case_tensor(c, f, cs, ref[p]);
                 CT_ASSERT(got[p] && ct_numel(got[p]) == ct_numel(r));
                 const float *a = got[p]->data, *b = r->data;
                 double d = 0, m = 0;

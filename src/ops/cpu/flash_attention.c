@@ -25,7 +25,10 @@
  * kernels widen each head's rows into their scratch, y is written as bf16 and y's gradient
  * rounded to bf16 as it is read — the bits of autocast's f32 copies of qkv and y, its
  * conversion of y and its rounding of the gradient (autocast.c), without those passes. The
- * BLAS path keeps autocast's copies. */
+ * BLAS path keeps autocast's copies.
+ * Where the bf16 GEMMs run on AMX (ct_sgemm_bf16_path()) a bf16 qkv goes to the AMX kernels
+ * of flash_amx.c instead: tile products in bf16 with f32 sums, as PyTorch's CPU flash
+ * attention does for bf16; not the bits of the f32 kernels (CTRAIN_GEMM_BF16=rounded keeps those). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -34,6 +37,7 @@
 #include "ctrain/ops.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/flash_simd.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/cpu/vmath.h"
 #include "ops/kmath.h"
 #include "ops/op_table.h"
@@ -102,10 +106,14 @@ static void forward(ct_ctx *ctx, const att *a, int64_t BH, void *Y, float *lse) 
     ct_temp_mark mark = ct_ctx_temp_begin_(ctx); /* the scratch goes when forward returns */
     if (a->own) {
         int nt = ct_get_num_threads();
-        size_t w = ct_flash_simd_work(a, false);
+        size_t w = a->amx ? ct_flash_amx_work(a, false) : ct_flash_simd_work(a, false);
         float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
 #pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
-        for (int64_t h = 0; h < BH; h++) ct_flash_simd_fwd_head(a, h, Y, lse, work + (size_t)omp_get_thread_num() * w);
+        for (int64_t h = 0; h < BH; h++) {
+            float *wt = work + (size_t)omp_get_thread_num() * w;
+            if (a->amx) ct_flash_amx_fwd_head(a, h, Y, lse, wt);
+            else ct_flash_simd_fwd_head(a, h, Y, lse, wt);
+        }
     } else {
         int64_t ntile = (a->Tq + BR - 1) / BR;
         float *S = ct_ctx_alloc(ctx, (size_t)BR * BC * sizeof(float));
@@ -123,7 +131,7 @@ static att heads_args(const ct_tensor *q, const ct_tensor *k, const ct_tensor *v
     const int64_t H = q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
     return (att){q->data, k->data, v->data, Tq, Tk, D, Dv, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
                  heads_layout(H, Tq, D), heads_layout(H, Tk, D), heads_layout(H, Tk, Dv), heads_layout(H, Tq, Dv),
-                 NULL, NULL, NULL, false};
+                 NULL, NULL, NULL, false, false};
 }
 
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
@@ -152,10 +160,13 @@ static att qkv_args(const ct_tensor *qkv, int64_t H, bool causal) {
     const int64_t T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
     ct_flash_layout in = {3 * C, T * 3 * C, D};
     att a = {NULL, NULL, NULL, T, T, D, D, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
-             in, in, in, (ct_flash_layout){C, T * C, D}, NULL, NULL, NULL, false};
+             in, in, in, (ct_flash_layout){C, T * C, D}, NULL, NULL, NULL, false, false};
     if (qkv->dtype == CT_BF16) { /* the AVX-512 kernels widen it themselves */
         const uint16_t *p = qkv->data;
         a.Qb = p, a.Kb = p + C, a.Vb = p + 2 * C, a.own = true;
+        /* tile products in bf16 where the bf16 GEMMs run on AMX (CTRAIN_GEMM_BF16=rounded:
+         * the f32 kernels on the widened values) */
+        a.amx = ct_sgemm_bf16_path() == CT_GEMM_BF16_AMX;
     } else {
         const float *p = qkv->data;
         a.Q = p, a.K = p + C, a.V = p + 2 * C;
@@ -279,12 +290,17 @@ static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const
     }
     if (a->own) {
         int nt = ct_get_num_threads();
-        size_t w = ct_flash_simd_work(a, true);
+        size_t w = a->amx ? ct_flash_amx_work(a, true) : ct_flash_simd_work(a, true);
         float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
 #pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
         for (int64_t h = 0; h < BH; h++) {
+            float *wt = work + (size_t)omp_get_thread_num() * w;
+            if (a->amx) {
+                ct_flash_amx_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
+                continue;
+            }
             if (zero) zero_head(a, h, dq, dk, dv);
-            ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, work + (size_t)omp_get_thread_num() * w);
+            ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, wt);
         }
         return;
     }

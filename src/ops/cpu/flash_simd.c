@@ -14,7 +14,9 @@
  * dQ, query tiles ascending for dK, dV): the same bits for any thread count.
  * bf16 inputs (ct_flash_args.Qb) are widened per head into f32 rows in the scratch (V, and in
  * backward Q, K and the rounded dO, which the products read as rows), so the kernels above
- * run unchanged on the values autocast's f32 copies would hold. */
+ * run unchanged on the values autocast's f32 copies would hold. Where AMX is present a bf16
+ * qkv goes to flash_amx.c instead (bf16 tile products), which shares the two tile steps
+ * exported below (ct_flash_softmax_tile_, ct_flash_grad_tile_). */
 #include "ops/cpu/flash_simd.h"
 
 #include <immintrin.h>
@@ -171,15 +173,16 @@ CT_AVX512 INL __mmask16 seen(int64_t lim0, int64_t c, int v) {
     return (__mmask16)(0xFFFFu << lim);
 }
 
-/* Online softmax over the tile St[c][r] (c < cols; key c seen by row r where r >= lim0 + c):
+/* Online softmax over the tile ssc St[c][r] (c < cols; key c seen by row r where r >= lim0 + c):
  * m, l the running row max and sum, P = exp(S - m') in place, al[r] = exp(m - m') the factor
- * for O. Returns whether some al != 1. */
-CT_AVX512 static bool softmax_tile(float *St, int64_t cols, int64_t lim0, float *m, float *l, float *al) {
+ * for O. Returns whether some al != 1. ssc: the scale not yet applied (1: exact, no change). */
+CT_AVX512 bool ct_flash_softmax_tile_(float *St, int64_t cols, int64_t lim0, float *m, float *l, float *al, float ssc) {
     enum { NV = BR / 16 };
-    __m512 mt[NV], mn[NV], sum[NV];
+    __m512 mt[NV], mn[NV], sum[NV], vs = _mm512_set1_ps(ssc);
     for (int v = 0; v < NV; v++) mt[v] = _mm512_set1_ps(-INFINITY);
     for (int64_t c = 0; c < cols; c++)
-        for (int v = 0; v < NV; v++) mt[v] = _mm512_mask_max_ps(mt[v], seen(lim0, c, v), mt[v], _mm512_loadu_ps(St + c * BR + 16 * v));
+        for (int v = 0; v < NV; v++)
+            mt[v] = _mm512_mask_max_ps(mt[v], seen(lim0, c, v), mt[v], _mm512_mul_ps(_mm512_loadu_ps(St + c * BR + 16 * v), vs));
     __mmask16 changed = 0;
     for (int v = 0; v < NV; v++) {
         __m512 mo = _mm512_loadu_ps(m + 16 * v);
@@ -195,7 +198,7 @@ CT_AVX512 static bool softmax_tile(float *St, int64_t cols, int64_t lim0, float 
     for (int64_t c = 0; c < cols; c++)
         for (int v = 0; v < NV; v++) {
             float *s = St + c * BR + 16 * v;
-            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v), ct_exp16(_mm512_sub_ps(_mm512_loadu_ps(s), mn[v])));
+            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v), ct_exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s), vs), mn[v])));
             _mm512_storeu_ps(s, p);
             sum[v] = _mm512_add_ps(sum[v], p);
         }
@@ -204,14 +207,15 @@ CT_AVX512 static bool softmax_tile(float *St, int64_t cols, int64_t lim0, float 
     return changed != 0;
 }
 
-/* P = exp(S - lse) into St and dS = P (dP - Dr) scale into dSt, over the seen lanes */
-CT_AVX512 static void grad_tile(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc) {
+/* P = exp(ssc S - lse) into St and dS = P (dP - Dr) sc into dSt, over the seen lanes */
+CT_AVX512 void ct_flash_grad_tile_(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc, float ssc) {
     enum { NV = BR / 16 };
+    const __m512 vs = _mm512_set1_ps(ssc);
     for (int64_t c = 0; c < cols; c++)
         for (int v = 0; v < NV; v++) {
             float *s = St + c * BR + 16 * v, *d = dSt + c * BR + 16 * v;
             __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v),
-                                           ct_exp16(_mm512_sub_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(L + 16 * v))));
+                                           ct_exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s), vs), _mm512_loadu_ps(L + 16 * v))));
             _mm512_storeu_ps(s, p);
             __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(d), _mm512_loadu_ps(R + 16 * v));
             _mm512_storeu_ps(d, _mm512_mul_ps(_mm512_mul_ps(p, dp), _mm512_set1_ps(sc)));
@@ -242,7 +246,7 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y
             const int64_t cols = min64(BC, kv - j0);
             gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St); /* St = scale K Q^T */
             const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
-            const bool rescale = softmax_tile(St, cols, lim0, m, l, al);
+            const bool rescale = ct_flash_softmax_tile_(St, cols, lim0, m, l, al, 1.0f);
             if (rescale)
                 for (int64_t r = 0; r < rows; r++)
                     if (al[r] != 1.0f) {
@@ -302,7 +306,7 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
             gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St);    /* scale S^T */
             gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
             const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
-            grad_tile(St, dSt, cols, lim0, L, R, sc);
+            ct_flash_grad_tile_(St, dSt, cols, lim0, L, R, sc, 1.0f);
             if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lgv, lgv, lim0); /* dV += P^T dO */
             if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lgk, lgk, lim0);  /* dK += dS^T Q */
             if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lgq, lgq, lim0);  /* dQ += dS K */

@@ -35,6 +35,8 @@ typedef struct {
      * kernels on autocast's f32 copies and of its conversions. */
     const uint16_t *Qb, *Kb, *Vb;
     bool y16;
+    /* with Qb: the tile products in bf16 on AMX (flash_amx.c), not in f32 on widened values */
+    bool amx;
 } ct_flash_args;
 
 /* offset of head h's first row in a tensor of layout l */
@@ -49,4 +51,17 @@ void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *l
 /* Head h's gradients, added to dq / dk / dv (each may be NULL); Dr = rowsum(dO * O). */
 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
                             float *dk, float *dv, float *work);
+
+/* The tile steps both kernel sets share (flash_simd.c), on a transposed 64 x 64 score tile
+ * St[key][query]; ssc: a scale applied to S first (1: none, the bits unchanged). */
+bool ct_flash_softmax_tile_(float *St, int64_t cols, int64_t lim0, float *m, float *l, float *al, float ssc);
+void ct_flash_grad_tile_(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc, float ssc);
+
+/* The AMX-BF16 kernels (flash_amx.c) for bf16 inputs (Qb) where ct_sgemm_amx_available():
+ * the same contract as the two above, tile products in bf16 with f32 sums. */
+size_t ct_flash_amx_work(const ct_flash_args *a, bool backward);
+void ct_flash_amx_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work);
+/* set: head h's rows of dq, dk, dv are written, not added to (each is written once) */
+void ct_flash_amx_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
+                           float *dk, float *dv, bool set, float *work);
 #endif

@@ -141,12 +141,21 @@ CT_AMX static void store_c(const float (*t)[32], float *c, int64_t ldc, uint16_t
         }
 }
 
-/* 32 x 32 sums over nkb chunks: a0/a1 the two A row groups, b the B panel ([kp][32] pairs) */
-CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, const uint32_t *b, float (*t)[32]) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+/* 32 x 32 sums over nkb chunks into c (row stride ldc floats), added to what c holds where acc:
+ * a0/a1 the two A row groups, b the B panel ([kp][32] pairs) */
+CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, const uint32_t *b, float *c, int64_t ldc, bool acc) {
+    const int64_t st = ldc * 4;
+    if (acc) {
+        _tile_loadd(0, c, st);
+        _tile_loadd(1, c + 16, st);
+        _tile_loadd(2, c + 16 * ldc, st);
+        _tile_loadd(3, c + 16 * ldc + 16, st);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
     for (int64_t kb = 0; kb < nkb; kb++) {
         _tile_loadd(4, a0 + kb * 512, 64);
         _tile_loadd(6, b + kb * 512, 128);
@@ -157,10 +166,38 @@ CT_AMX static void kernel(int64_t nkb, const uint16_t *a0, const uint16_t *a1, c
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, &t[0][0], 128);
-    _tile_stored(1, &t[0][16], 128);
-    _tile_stored(2, &t[16][0], 128);
-    _tile_stored(3, &t[16][16], 128);
+    _tile_stored(0, c, st);
+    _tile_stored(1, c + 16, st);
+    _tile_stored(2, c + 16 * ldc, st);
+    _tile_stored(3, c + 16 * ldc + 16, st);
+}
+
+CT_AMX void ct_amx_pack_b_(float *bp, const void *B, bool bh, int64_t off, int64_t brs, int64_t bks, int nv, int64_t kc, int64_t kcp) {
+    if (!bh || !pack_b_bf16((uint32_t *)bp, B, off, brs, bks, nv, kc)) {
+        ct_sgemm_pack_panel_(bp, B, bh, off, brs, bks, nv, 32, kc);
+        ct_sgemm_panel_to_bf16_(bp, 32, kc);
+    }
+    for (int64_t kp = (kc + 1) / 2; kp < kcp / 2; kp++)
+        _mm512_storeu_si512((void *)(bp + kp * 32), _mm512_setzero_si512()), _mm512_storeu_si512((void *)(bp + kp * 32 + 16), _mm512_setzero_si512());
+}
+
+CT_AMX void ct_amx_pack_a_(uint16_t *dst, const void *A, bool ah, int64_t off, int64_t ars, int64_t aks, int64_t rows, int64_t mcp,
+                           int64_t kc, int64_t nkb) {
+    pack_a(dst, A, ah, off, ars, aks, rows, mcp, kc, nkb);
+}
+
+/* static: GCC drops stores to a local config as dead (it does not see ldtilecfg read them) */
+static _Alignas(64) const tilecfg tiles_cfg = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+CT_AMX void ct_amx_tiles_load_(void) { _tile_loadconfig(&tiles_cfg); }
+CT_AMX void ct_amx_tiles_release_(void) { _tile_release(); }
+
+CT_AMX void ct_amx_mm_(int64_t M, int64_t N, int64_t nkb, const uint16_t *A, int64_t ags, const float *B, int64_t bps, float *C,
+                       int64_t ldc, bool acc) {
+    for (int64_t j = 0; j < N; j += 32)
+        for (int64_t i = 0; i < M; i += 32) {
+            const uint16_t *a0 = A + i / 16 * ags;
+            kernel(nkb, a0, a0 + ags, (const uint32_t *)(B + j / 32 * bps), C + i * ldc + j, ldc, acc);
+        }
 }
 
 CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
@@ -170,9 +207,7 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     float *pb = pb_;
     const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
     const int64_t brs = tb ? ldb : 1, bks = tb ? 1 : ldb;
-    tilecfg cfg = {.palette = 1};
-    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    _tile_loadconfig(&cfg);
+    ct_amx_tiles_load_();
     _Alignas(64) float t[32][32];
     for (int64_t jc = 0; jc < N; jc += NCA) {
         int64_t nc = imin(NCA, N - jc), npan = (nc + 31) / 32;
@@ -184,14 +219,7 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
              * zero pairs up to kcp / 2 */
             for (int64_t p = 0; p < npan; p++) {
                 int64_t n0 = jc + 32 * p;
-                float *bp = pb + p * 32 * kcp;
-                int nv = (int)imin(32, N - n0);
-                if (!bh || !pack_b_bf16((uint32_t *)bp, B, n0 * brs + pc * bks, brs, bks, nv, kc)) {
-                    ct_sgemm_pack_panel_(bp, B, bh, n0 * brs + pc * bks, brs, bks, nv, 32, kc);
-                    ct_sgemm_panel_to_bf16_(bp, 32, kc);
-                }
-                for (int64_t kp = (kc + 1) / 2; kp < kcp / 2; kp++) _mm512_storeu_si512((void *)(bp + kp * 32), _mm512_setzero_si512()),
-                                                                     _mm512_storeu_si512((void *)(bp + kp * 32 + 16), _mm512_setzero_si512());
+                ct_amx_pack_b_(pb + p * 32 * kcp, B, bh, n0 * brs + pc * bks, brs, bks, (int)imin(32, N - n0), kc, kcp);
             }
             for (int64_t ic = 0; ic < M; ic += MCA) {
                 int64_t mc = imin(MCA, M - ic), mcp = (mc + 31) / 32 * 32;
@@ -200,7 +228,7 @@ CT_AMX void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                     for (int64_t ir = 0; ir < mcp / 32; ir++) {
                         int64_t i0 = ic + 32 * ir, n0 = jc + 32 * jr;
                         const uint16_t *a0 = pa + 2 * ir * nkb * 512;
-                        kernel(nkb, a0, a0 + nkb * 512, (const uint32_t *)(pb + jr * 32 * kcp), t);
+                        kernel(nkb, a0, a0 + nkb * 512, (const uint32_t *)(pb + jr * 32 * kcp), &t[0][0], 32, false);
                         store_c((const float (*)[32])t, C + i0 * ldc + n0, ldc, cb ? cb + i0 * ldcb + n0 : NULL, ldcb,
                                 (int)imin(32, M - i0), (int)imin(32, N - n0), alpha, beta, mode);
                     }

@@ -24,6 +24,26 @@ void ct_sgemm_amx_run_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
                        const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb,
                        void *pa, void *pb);
 
+/* Pieces of the AMX GEMM for other kernels (the fused attention's bf16 path, flash_amx.c).
+ * Tiles: ct_amx_tiles_load_() once on the thread before ct_amx_mm_ (8 tiles of 16 rows x 64
+ * bytes), ct_amx_tiles_release_() after. Packed operands:
+ *  - A: ct_amx_pack_a_ packs rows [0, rows) x k [0, kc) of A (element (r, k) at off + r ars + k aks,
+ *    f32 rounded or bf16 when ah) as 16 x 32 bf16 tiles, tile (row group g, k chunk kb) at
+ *    dst + (g nkb + kb) 512, zeros up to mcp rows (a multiple of 16) and nkb chunks;
+ *  - B: ct_amx_pack_b_ packs a panel of 32 columns [0, nv) x k [0, kc) (element (k, n) at
+ *    off + n brs + k bks) as bf16 pairs [kp][32], zeros up to kcp (a multiple of 32); the
+ *    panel needs 32 kcp floats (it is packed as f32 first).
+ * ct_amx_mm_: C[M][N] (+ C where acc) = A B over nkb chunks, M and N multiples of 32; A at
+ * row group 0 with ags elements between row groups, B at panel 0 with bps floats between
+ * panels. Each C element: the tile's sums over the chunks in order, starting from C where acc. */
+void ct_amx_tiles_load_(void);
+void ct_amx_tiles_release_(void);
+void ct_amx_pack_a_(uint16_t *dst, const void *A, bool ah, int64_t off, int64_t ars, int64_t aks, int64_t rows, int64_t mcp,
+                    int64_t kc, int64_t nkb);
+void ct_amx_pack_b_(float *bp, const void *B, bool bh, int64_t off, int64_t brs, int64_t bks, int nv, int64_t kc, int64_t kcp);
+void ct_amx_mm_(int64_t M, int64_t N, int64_t nkb, const uint16_t *A, int64_t ags, const float *B, int64_t bps, float *C,
+                int64_t ldc, bool acc);
+
 /* sgemm.c's packers: rows [0, n) x k [0, kc) of X (element (r, k) is element
  * off + r * rs + k * ks of x: f32, or bf16 when h; rs == 1 or ks == 1) into dst[k][W] (f32)
  * zero padded to W; and a packed panel p[k][W] into bf16

@@ -376,3 +376,118 @@ void ct_conv_direct_dx(const ct_conv_direct_geom *g, float *scratch, int nthread
     int64_t nct = nct_of(g);
     run_items(nthreads, nb * nct, scratch + up16(nct * g->kh * g->kw * g->O * TO), dyq_floats(g), dx_item, &d);
 }
+
+/* ---- weight gradient for few input channels (C < 16: a CNN's first layer) ----
+ * The GEMM dW += dY col^T with the roles of the channels-last kernel above swapped: the
+ * vectors are 32 output channels of dY (channels-last), the 14 broadcast values per pixel
+ * 14 of col^T's K = C*kh*kw columns, packed per pixel from a padded sample; dW accumulates
+ * as dW^T [o tile][K][32]. Each output still sums the chunk's pixels in order, in KB blocks
+ * added to dW (dw_tile_mr), so the products and sums are the GEMM's.
+ * scratch: dW^T | dY [o tile][Q][32] | col^T panels [k panel][Q][14] | q * 32 per pixel
+ * (int32) | off[k] (int32) | per thread a padded sample */
+static int64_t nkp_of(const ct_conv_direct_geom *g) { return (k_of(g) + TP - 1) / TP; }
+static int64_t dws_part(const ct_conv_direct_geom *g, int64_t nb, int i) {
+    int64_t Q = nb * g->OH * g->OW, nto = ntiles_o(g), K = k_of(g);
+    int64_t sz[5] = {up16(nto * K * TO), up16(nto * Q * TO), up16(nkp_of(g) * Q * TP), up16(Q), up16(K)};
+    int64_t at = 0;
+    for (int j = 0; j < i; j++) at += sz[j];
+    return at;
+}
+size_t ct_conv_direct_dws_scratch(const ct_conv_direct_geom *g, int64_t nbmax, int nthreads) {
+    return (size_t)(dws_part(g, nbmax, 5) + (nthreads < 1 ? 1 : nthreads) * xpad_floats(g));
+}
+
+void ct_conv_direct_dws_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch) {
+    int64_t K = k_of(g), nto = ntiles_o(g);
+    for (int64_t t = 0; t < nto; t++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t c = 0; c < TO; c++) {
+                int64_t o = t * TO + c;
+                float *s = &scratch[(t * K + k) * TO + c];
+                if (to_scratch) *s = o < g->O ? dw[o * K + k] : 0.0f;
+                else if (o < g->O) dw[o * K + k] = *s;
+            }
+}
+
+/* 16 rows src[i * (sstride or rows[i])] (i < nrows, n floats each) transposed: lane i of
+ * dst + qq * dstride gets row i's element qq, for qq < n (lanes under smask stored) */
+CT_AVX512 static void tr_rows(const float *const *rows, int nrows, int n, float *dst, int64_t dstride, __mmask16 smask) {
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    __m512 r[16];
+    for (int i = 0; i < 16; i++) r[i] = i < nrows ? _mm512_maskz_loadu_ps(m, rows[i]) : _mm512_setzero_ps();
+    ct_tr16(r);
+    for (int qq = 0; qq < n; qq++) _mm512_mask_storeu_ps(dst + qq * dstride, smask, r[qq]);
+}
+
+/* sample j: dY [O][P] channels-last into dyT, its col^T rows into the panels (from the
+ * padded sample xp), and its pixels' offsets */
+CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, const float *xp, const int32_t *off, int64_t j,
+                               int64_t Q, float *dyT, float *xpk, int32_t *qo) {
+    int64_t P = g->OH * g->OW, K = k_of(g), Wp = g->W + 2 * g->p;
+    const float *rows[16];
+    for (int64_t q = 0; q < P; q++) qo[j * P + q] = (int32_t)((j * P + q) * TO);
+    for (int64_t o0 = 0; o0 < g->O && dys; o0 += 16) {
+        int nr = (int)(g->O - o0 < 16 ? g->O - o0 : 16);
+        for (int64_t p0 = 0; p0 < P; p0 += 16) {
+            for (int i = 0; i < nr; i++) rows[i] = dys + (o0 + i) * P + p0;
+            float *d = dyT + ((o0 / TO) * Q + j * P + p0) * TO + o0 % TO;
+            tr_rows(rows, nr, (int)(P - p0 < 16 ? P - p0 : 16), d, TO, 0xFFFF);
+        }
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += TP) {
+        int nr = (int)(K - k0 < TP ? K - k0 : TP);
+        for (int64_t oh = 0; oh < g->OH; oh++)
+            for (int64_t ow = 0; ow < g->OW; ow += 16) {
+                for (int i = 0; i < nr; i++) rows[i] = xp + off[k0 + i] + oh * Wp + ow;
+                float *d = xpk + ((k0 / TP) * Q + j * P + oh * g->OW + ow) * TP;
+                tr_rows(rows, nr, (int)(g->OW - ow < 16 ? g->OW - ow : 16), d, TP, (__mmask16)((1u << TP) - 1));
+            }
+    }
+}
+
+void ct_conv_direct_dws(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb) {
+    ct_conv_direct_dws_fill(g, scratch, nthreads, x, dy, nb, NULL, NULL);
+}
+void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb,
+                             ct_conv_direct_dy_fn fill, void *fill_arg) {
+    int64_t K = k_of(g), P = g->OH * g->OW, Q = nb * P, nto = ntiles_o(g), nkp = nkp_of(g), Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    float *dwT = scratch, *dyT = scratch + dws_part(g, nb, 1), *xpk = scratch + dws_part(g, nb, 2), *pads = scratch + dws_part(g, nb, 5);
+    int32_t *qo = (int32_t *)(scratch + dws_part(g, nb, 3)), *off = (int32_t *)(scratch + dws_part(g, nb, 4));
+    for (int64_t k = 0; k < K; k++) {
+        int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw;
+        off[k] = (int32_t)(c * Hp * Wp + ki * Wp + kj);
+    }
+    if (nthreads < 1) nthreads = 1;
+    int64_t kpg = nthreads > 1 ? 1 : nkp;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        float *xp = pads + omp_get_thread_num() * xpad_floats(g);
+        memset(xp, 0, (size_t)xpad_floats(g) * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t j = 0; j < nb; j++) {
+            pad_planes(x + j * g->C * g->H * g->W, g->C, g->H, g->W, xp, Hp, Wp, g->p, g->p);
+            dws_pack(g, fill ? NULL : dy + j * g->O * P, xp, off, j, Q, dyT, xpk, qo);
+            if (fill) fill(fill_arg, j, dyT + j * P * TO, Q * TO);
+        }
+        /* items (32 output channels, kpg panels of 14 columns of K) own disjoint parts of dW:
+         * any schedule. One thread takes every panel per pixel block, so the block's dY is
+         * read from cache by all of them; more threads take a panel each. */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < nto * (nkp / kpg); it++) {
+            int64_t ot = it / (nkp / kpg), kp0 = it % (nkp / kpg) * kpg, no = g->O - ot * TO < TO ? g->O - ot * TO : TO;
+            __mmask16 m0 = (__mmask16)(no >= 16 ? 0xFFFF : (1u << no) - 1);
+            __mmask16 m1 = (__mmask16)(no >= 32 ? 0xFFFF : no <= 16 ? 0 : (1u << (no - 16)) - 1);
+            const float *b = dyT + ot * Q * TO;
+            for (int64_t pc = 0; pc < Q; pc += KB) {
+                int64_t kc = Q - pc < KB ? Q - pc : KB;
+                for (int64_t kp = kp0; kp < kp0 + kpg; kp++) {
+                    int mr = (int)(K - kp * TP < TP ? K - kp * TP : TP);
+                    const float *a = xpk + (kp * Q + pc) * TP;
+                    float *t = dwT + (ot * K + kp * TP) * TO;
+                    if (mr == TP) dw_tile14(kc, a, b, qo + pc, m0, m1, t, TO);
+                    else dw_tile_any(mr, kc, a, b, qo + pc, m0, m1, t, TO);
+                }
+            }
+        }
+    }
+}

@@ -65,10 +65,11 @@ void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthread
 size_t ct_conv_direct_dws_scratch(const ct_conv_direct_geom *g, int64_t nbmax, int nthreads); /* floats */
 void ct_conv_direct_dws_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch);
 void ct_conv_direct_dws(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb);
-/* The same, with sample j's dY written channels-last by fill (dy unused): channel o of pixel
- * p to dst[(o / 32) * tstride + p * 32 + o % 32], every o < O and p < OH*OW (a producer such
- * as the pooling backward scatters it there without the NCHW gradient ever existing) */
-typedef void (*ct_conv_direct_dy_fn)(void *arg, int64_t j, float *dst, int64_t tstride);
+/* The same, with sample j's dY written by fill (dy unused): channel o of pixel p to
+ * dst[poff[p] + o], every o < O and p < OH*OW; sums: this call is the one to take any
+ * per-sample side results (once per sample). A producer such as the pooling backward
+ * scatters it there without the NCHW gradient ever existing. */
+typedef void (*ct_conv_direct_dy_fn)(void *arg, int64_t j, float *dst, const int32_t *poff, bool sums);
 void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb,
                              ct_conv_direct_dy_fn fill, void *fill_arg);
 

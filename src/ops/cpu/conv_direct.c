@@ -58,6 +58,9 @@ CT_AVX512 static inline __attribute__((always_inline)) void tile_sum(const float
     for (int i = 0; i < TP; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t s = 0; s < n; s++) {
         const float *as = a + (off ? off[s] : s * os);
+        /* opaque to the optimiser, so the 14 loads below are as + constant offsets (gcc
+         * otherwise keeps an index register per load, spilling) */
+        __asm__("" : "+r"(as));
         __m512 b0 = _mm512_loadu_ps(w + s * TO), b1 = _mm512_loadu_ps(w + s * TO + 16);
 #pragma GCC unroll 14
         for (int i = 0; i < TP; i++) {

@@ -3,10 +3,10 @@
  *
  * conv2d is a GEMM over a chunk of samples at once, col [C*kh*kw, nb*OH*OW] (bigger GEMMs
  * than one per sample: small images give tiny per-sample GEMMs). At stride 1 on the own
- * AVX-512 GEMM, col is never stored: the forward, and for C >= 16 the weight and input
- * gradients, run the direct kernels of conv_direct.c (each GEMM's products in its order,
- * read in place from padded copies); the weight-gradient GEMM for fewer channels packs
- * its B micro-panels straight from x (pack_col_t); elsewhere im2col materialises col and
+ * AVX-512 GEMM, col is never stored: the forward, the weight gradient, and for C >= 16
+ * the input gradient run the direct kernels of conv_direct.c (each GEMM's products in its
+ * order, read in place from padded copies; for C < 16 the weight gradient's operands are
+ * packed per sample into a cache-resident ring); elsewhere im2col materialises col and
  * the input gradient goes through it (dcol = W^T dY, col2im). All give the same values to
  * the same multiply-adds, hence the same bits. The chunk size depends only on the shapes,
  * so the summation order of the weight gradient — and every bit of the result — is the

@@ -2,7 +2,7 @@
 # All-reduce benchmark, 2 ranks on this machine, in one run: ctrain's shm backend against
 # PyTorch's gloo (/usr/bin/python3, torch 1.13) and Open MPI's MPI_Allreduce, with one core's
 # memcpy bandwidth as the ceiling; also the wall time of a trivial 2-rank job under each
-# launcher. Prints a markdown table for docs/benchmarks.md.
+# launcher. Prints a markdown table for docs/bench/collectives.md.
 # Usage: bench/allreduce.sh            (after make)
 set -u
 cd "$(dirname "$0")/.." || exit 1

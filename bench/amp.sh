@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mixed precision, ctrain vs PyTorch (docs/benchmarks.md): tokens/s and peak memory of the
+# Mixed precision, ctrain vs PyTorch (docs/bench/amp.md): tokens/s and peak memory of the
 # 6 x 256 GPT (fused attention / SDPA, 2048 tokens a step) in f32 and under bf16 autocast
 # (`--amp bf16` / torch.autocast("cpu", bfloat16)), interleaved, ROUNDS times, one process each.
 #   PYTHON=/path/to/python-with-torch-2 bash bench/amp.sh [THREADS] [SECONDS] [ROUNDS] [T]

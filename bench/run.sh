@@ -105,7 +105,7 @@ if [ $core -eq 1 ]; then
             [ $m = gptf ] && { ctm=gpt; var=(flash); tag="model=gptf"; }
             for t in 1 2; do
                 # both OpenMP wait policies, as for PyTorch: on a loaded machine libgomp's default
-                # spinning makes 2-thread runs collapse (docs/benchmarks.md, CNN section)
+                # spinning makes 2-thread runs collapse (docs/bench/cnn.md)
                 record "omp_wait=default $tag" env -u OMP_WAIT_POLICY "$CT" single $ctm $t "$(secs $m)" "${var[@]}"
                 [ $t -gt 1 ] && record "omp_wait=passive $tag" env OMP_WAIT_POLICY=passive "$CT" single $ctm $t "$(secs $m)" "${var[@]}"
                 if [ $have_torch -eq 1 ]; then

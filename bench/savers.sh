@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPT memory savers, ctrain vs PyTorch side by side (docs/benchmarks.md): tokens/s and peak
+# GPT memory savers, ctrain vs PyTorch side by side (docs/bench/gpt.md): tokens/s and peak
 # memory of the 6 x 256 GPT at context 256 / 1024 / 2048 (2048 tokens a step), plain, fused
 # attention (flash: ctrain's ct_flash_attention, PyTorch's F.scaled_dot_product_attention)
 # and activation checkpointing per block, interleaved, one process each.

@@ -65,7 +65,7 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                           "bf16 GEMMs: auto takes AMX-BF16 tiles where the CPU has them, else rounded: operands "
                           "rounded to bf16 on the f32 kernel; native: AVX-512 BF16 vdpbf16ps (slower than rounded "
                           "on the machines measured); amx forces AMX (rounded where absent). Each path sums in its "
-                          "own order (other bits); docs/benchmarks.md"},
+                          "own order (other bits); docs/bench/amp.md"},
     [CT_CFG_CUDA_MATMUL] = {"CTRAIN_CUDA_MATMUL", CT_CFG_CHOICE, "highest", 0, 0, "highest|high|medium", NULL, 0,
                             "f32 GEMMs on a GPU, as torch.set_float32_matmul_precision: highest computes in f32, "
                             "high on TF32 tensor cores, medium on bf16 tensor cores (f32 in and out, f32 "

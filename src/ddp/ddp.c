@@ -94,7 +94,7 @@ static void launch(ct_ddp *d, bucket *b) {
     b->t_launch = ct_time_now();
     b->launched = true;
     /* zero-copy too runs on the comm thread: inline in the hook, each bucket would stall
-     * backward until the peer reached it (measured slower, docs/benchmarks.md) */
+     * backward until the peer reached it (measured slower, docs/bench/engine.md) */
     if (d->o.comm_dtype == CT_F32) {
         b->work = ct_all_reduce(d->pg, g, b->numel, CT_F32, CT_RED_AVG);
     } else {

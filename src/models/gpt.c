@@ -17,7 +17,7 @@ static void gpt_defaults(ct_model_config *c) {
     c->gpt.bias = true;
     c->gpt.gelu_tanh = false;
     c->gpt.ln_eps = 1e-5f;
-    c->gpt.flash_attention = true; /* fused: O(T) memory and faster at every context (docs/benchmarks.md) */
+    c->gpt.flash_attention = true; /* fused: O(T) memory and faster at every context (docs/bench/gpt.md) */
 }
 
 static ct_status gpt_check(const ct_model_config *c) {

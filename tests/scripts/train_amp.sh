@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ctrain train --amp`: a short CNN run under bf16 autocast ends close to the f32 run (loss
 # within 0.1, test accuracy within 3 points after 60 steps: the full-length comparison is in
-# the amp section of docs/benchmarks.md); `--amp fp16` turns loss scaling on, finishes with no
+# docs/bench/amp.md); `--amp fp16` turns loss scaling on, finishes with no
 # NaN and logs the steps it skipped; a bad type is refused in one line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

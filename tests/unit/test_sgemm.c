@@ -159,6 +159,34 @@ CT_TEST(thread_count_bit_identity) {
     ct_set_num_threads(ct_default_num_threads());
 }
 
+/* ct_sgemm_bias (linear's forward): the bits of ct_sgemm_own with beta 1 on rows filled with
+ * the bias, for every transpose, 1 and 2 threads (ranges split by rows and by columns), K in
+ * one block and across several, sizes off the tile, a C with row padding */
+CT_TEST(bias_row_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][3] = {{2048, 256, 256}, {37, 1000, 300}, {300, 40, 777}, {7, 17, 16}, {128, 1024, 784}, {5, 3, 0}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+        for (int t = 0; t < 4; t++) {
+            bool ta = t & 1, tb = t >> 1;
+            int64_t M = sh[s][0], N = sh[s][1], K = sh[s][2], ldc = N + 3;
+            float *A = rnd(M * K), *B = rnd(K * N), *bias = rnd(N), *E = rnd(M * ldc), *C = malloc((size_t)(M * ldc) * sizeof(float));
+            for (int64_t i = 0; i < M; i++) memcpy(E + i * ldc, bias, (size_t)N * sizeof(float));
+            ct_set_num_threads(1);
+            ct_sgemm_own(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 1.0f, E, ldc);
+            for (int th = 1; th <= 2; th++) {
+                ct_set_num_threads(th);
+                for (int64_t i = 0; i < M * ldc; i++) C[i] = E[i] + 1.0f; /* every element written must change */
+                ct_sgemm_bias(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, bias, C, ldc);
+                int bad = 0;
+                for (int64_t i = 0; i < M && !bad; i++) bad = memcmp(C + i * ldc, E + i * ldc, (size_t)N * sizeof(float)) != 0;
+                CT_EXPECTF(!bad, "%lldx%lldx%lld ta=%d tb=%d threads=%d: bias-row GEMM differs", (long long)M, (long long)N,
+                           (long long)K, ta, tb, th);
+            }
+            free(A); free(B); free(bias); free(E); free(C);
+        }
+    ct_set_num_threads(ct_default_num_threads());
+}
+
 /* implicit B (conv2d's path): the packer hands out the micro-panels of an explicit B, and
  * the product has the bits of ct_sgemm_own on that B, for 1 and 2 threads, at sizes off the
  * tile and across the KC and MC blocks, beta 0 (over NaN) and 1 */

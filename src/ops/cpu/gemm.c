@@ -5,6 +5,7 @@
  * read back (the same bits: the GEMM's sums are never -0, so adding them to +0 changes nothing).
  * Under bf16 autocast linear returns its output as bf16 itself (ct_sgemm_bf16_out rounds in the
  * GEMM's last store, ct_ac_leave keeps it): no f32 output written and read back to convert. */
+#include <omp.h>
 #include <string.h>
 
 #include "ops/op_table.h"
@@ -101,7 +102,13 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     ct_tensor *y = lowp_out ? ct_wrap(ctx, CT_BF16, ct_ctx_alloc_keep(ctx, (size_t)(rows * out) * 2), x->ndim, shape)
                             : ct_new(ctx, CT_F32, x->ndim, shape);
     float *Y = lowp_out ? ct_ctx_alloc(ctx, (size_t)((bias_row ? 1 : rows) * out) * sizeof(float)) : y->data;
+    /* f32 with an f32 bias on the own kernel: the GEMM reads the bias row itself (the bits of
+     * beta 1 on rows filled with it, without writing those copies and reading them back) */
+    bool bias_in = !lowp_out && !bf16 && b && b->dtype == CT_F32 && x->dtype == CT_F32 && w->dtype == CT_F32 &&
+                   ct_sgemm_own_takes(rows, out, in);
     if (ct_ctx_values_unread_(ctx)) memset(y->data, 0, ct_nbytes(y));
+    else if (bias_in)
+        ct_sgemm_bias(false, true, rows, out, in, x->data, in, w->data, in, b->data, Y, out);
     else {
         if (b && rows > 0) {
             if (b->dtype != CT_F32) check_operand(ctx, "linear", b);
@@ -145,7 +152,16 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
                 for (size_t j = 0; j < m; j++) v[j] = ct_k_bf16_to_f32(ct_k_f32_to_bf16(d[j])); /* ct_convert's round trip, one pass */
                 for (size_t j = 0; j < m; j++) dB[j0 + j] += v[j];
             }
-    } else if (dB)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < out; j++) dB[j] += dY[r * out + j];
+    } else if (dB) {
+        /* column sums, each in row order whatever the thread count: each thread sums its own
+         * range of columns (16-column multiples) over all rows, as one thread sums them all */
+#pragma omp parallel if (rows * out >= (int64_t)1 << 16)
+        {
+            int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            int64_t per = (out + 16 * nt - 1) / (16 * nt) * 16, j0 = t * per, j1 = j0 + per < out ? j0 + per : out;
+            for (int64_t r = 0; r < rows && j0 < j1; r++)
+#pragma omp simd
+                for (int64_t j = j0; j < j1; j++) dB[j] += dY[r * out + j];
+        }
+    }
 }

@@ -65,11 +65,13 @@ bool ct_sgemm_own_available(void) {
 
 /* C tile (rows < mr, columns < nr, row stride ldc) from the accumulators, per mode:
  * 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C (both kernels).
+ * The C read is ci's (row stride ldci): c itself, or the first K block's input of
+ * ct_sgemm_bias (a bias row, ldci 0). c is not restrict: ci may be c.
  * cb (the last K block of ct_sgemm_bf16_out): the result goes to cb (row stride ldcb) rounded
  * to bf16 instead, C only read */
-CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 acc[MR][NV], float *restrict c, uint16_t *restrict cb,
-                                                                      int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta,
-                                                                      int mode) {
+CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 acc[MR][NV], float *c, const float *ci, uint16_t *restrict cb,
+                                                                      int64_t ldc, int64_t ldci, int64_t ldcb, int mr, int nr, float alpha,
+                                                                      float beta, int mode) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 m[NV];
 #pragma GCC unroll 4
@@ -81,11 +83,12 @@ CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 ac
     for (int i = 0; i < MR; i++) {
         if (i >= mr) break;
         float *cr = c + i * ldc;
+        const float *cir = ci + i * ldci;
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {
             __m512 r = _mm512_mul_ps(acc[i][v], va);
-            if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
-            else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v), r);
+            if (mode == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], cir + 16 * v));
+            else if (mode == 2) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], cir + 16 * v), r);
             if (cb) ct_store_bf16x16(cb + i * ldcb + 16 * v, m[v], r);
             else _mm512_mask_storeu_ps(cr + 16 * v, m[v], r);
         }
@@ -93,8 +96,8 @@ CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 ac
 
 /* c[0:mr, 0:nr] (row stride ldc) = alpha * a-panel . b-panel (+ C per mode):
  * mode 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C; to cb as bf16 when cb */
-CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, uint16_t *restrict cb,
-                             int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
+CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *c, const float *ci, uint16_t *restrict cb,
+                             int64_t ldc, int64_t ldci, int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
@@ -113,7 +116,7 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
         a += MR;
         b += NR;
     }
-    store_tile(acc, c, cb, ldc, ldcb, mr, nr, alpha, beta, mode);
+    store_tile(acc, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode);
 }
 
 /* bf16 x bf16 -> f32 (AVX-512 BF16): a and b hold k in pairs — a[kp][i] is the pair
@@ -121,9 +124,9 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
  * products (exact in f32) to the f32 accumulator, rounding after each add: twice the
  * multiply-adds of the f32 kernel per instruction. kp2 = pairs. */
 #define CT_AVX512BF16 __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16,fma")))
-CT_AVX512BF16 static void kernel_bf16(int64_t kp2, const uint32_t *restrict a, const uint32_t *restrict b, float *restrict c,
-                                      uint16_t *restrict cb, int64_t ldc, int64_t ldcb, int mr, int nr, float alpha, float beta,
-                                      int mode) {
+CT_AVX512BF16 static void kernel_bf16(int64_t kp2, const uint32_t *restrict a, const uint32_t *restrict b, float *c, const float *ci,
+                                      uint16_t *restrict cb, int64_t ldc, int64_t ldci, int64_t ldcb, int mr, int nr, float alpha,
+                                      float beta, int mode) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
@@ -142,7 +145,7 @@ CT_AVX512BF16 static void kernel_bf16(int64_t kp2, const uint32_t *restrict a, c
         a += MR;
         b += NR;
     }
-    store_tile(acc, c, cb, ldc, ldcb, mr, nr, alpha, beta, mode);
+    store_tile(acc, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode);
 }
 
 /* A packed f32 panel p[k][W] (kc rows, W a multiple of 16) into bf16 pairs in place:
@@ -260,6 +263,8 @@ typedef struct {
     float *C;
     uint16_t *Cb; /* ct_sgemm_bf16_out: the last K block stores C rounded to bf16 here (row stride ldcb) */
     int64_t ldcb;
+    const float *Ci; /* ct_sgemm_bias: the first K block reads C from here (row stride ldci), not from C */
+    int64_t ldci;
     float *pa, *pb;
     int bf16;   /* 0 (f32) or the bf16 path: a ct_gemm_bf16_path */
     ct_sgemm_pack_b_fn packb; /* B from a packer (implicit B), not from memory */
@@ -301,7 +306,8 @@ CT_AVX512 static void run_implicit_b(const job *j) {
                 j->packb(j->packb_arg, j->pb, j->noff + n0, nr, pc, kc);
                 for (int64_t ir = 0; ir < mpan; ir++) {
                     int64_t i0 = ic + ir * MR;
-                    kernel(kc, j->pa + ir * MR * kc, j->pb, j->C + i0 * j->ldc + n0, NULL, j->ldc, 0, (int)imin(MR, j->M - i0), nr,
+                    float *c = j->C + i0 * j->ldc + n0;
+                    kernel(kc, j->pa + ir * MR * kc, j->pb, c, c, NULL, j->ldc, j->ldc, 0, (int)imin(MR, j->M - i0), nr,
                            j->alpha, j->beta, mode);
                 }
             }
@@ -347,12 +353,15 @@ CT_AVX512 static void run(const job *j) {
                     for (int64_t ir = 0; ir < mpan; ir++) {
                         int64_t i0 = ic + ir * MR, n0 = jc + jr * NR;
                         uint16_t *cbt = cb ? cb + i0 * j->ldcb + n0 : NULL;
+                        float *c = j->C + i0 * j->ldc + n0;
+                        const float *ci = pc == 0 && j->Ci ? j->Ci + i0 * j->ldci + n0 : c;
+                        int64_t ldci = pc == 0 && j->Ci ? j->ldci : j->ldc;
                         if (j->bf16 && native)
                             kernel_bf16((kc + 1) / 2, (const uint32_t *)(j->pa + ir * MR * kc), (const uint32_t *)(j->pb + jr * NR * kc),
-                                        j->C + i0 * j->ldc + n0, cbt, j->ldc, j->ldcb, (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0),
-                                        j->alpha, j->beta, mode);
+                                        c, ci, cbt, j->ldc, ldci, j->ldcb, (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha,
+                                        j->beta, mode);
                         else
-                            kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, j->C + i0 * j->ldc + n0, cbt, j->ldc, j->ldcb,
+                            kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, c, ci, cbt, j->ldc, ldci, j->ldcb,
                                    (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
                     }
             }
@@ -434,7 +443,7 @@ static inline const void *advance(const void *p, bool h, int64_t n) { return (co
 
 static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
                  const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb,
-                 ct_sgemm_pack_b_fn packb, const void *parg, int64_t aseg, int64_t aseg_stride) {
+                 ct_sgemm_pack_b_fn packb, const void *parg, int64_t aseg, int64_t aseg_stride, const float *Ci, int64_t ldci) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         for (int64_t i = 0; i < M; i++) {
@@ -450,7 +459,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
         }
         return;
     }
-    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, NULL, NULL, bf16, packb,
+    job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, Ci, ldci, NULL, NULL, bf16, packb,
              parg, 0, aseg, aseg_stride};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -497,12 +506,14 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
                 else s.B = advance(B, bh, tb ? lo * ldb : lo);
                 s.C = C + lo;
                 if (Cb) s.Cb = Cb + lo;
+                if (Ci) s.Ci = Ci + lo;
             } else {
                 hi = imin(hi, M);
                 s.M = hi - lo;
                 s.A = advance(A, ah, ta ? lo : lo * lda);
                 s.C = C + lo * ldc;
                 if (Cb) s.Cb = Cb + lo * ldcb;
+                if (Ci) s.Ci = Ci + lo * ldci;
             }
             if (hi > lo) {
                 buffers(&s, ids[t]);
@@ -515,24 +526,34 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
+    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
+}
+
+void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                   const float *bias, float *C, int64_t ldc) {
+    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bias needs an AVX-512 CPU");
+    if (K <= 0) { /* no K block reads the bias: the rows are the bias */
+        for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, (size_t)N * sizeof(float));
+        return;
+    }
+    gemm(0, ta, tb, M, N, K, 1.0f, A, false, lda, B, false, ldb, 1.0f, C, ldc, NULL, 0, NULL, NULL, 0, 0, bias, 0);
 }
 
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
-    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, 0, 0);
+    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
                              ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b_seg needs an AVX-512 CPU");
     CT_CHECK(seg > 0, "ct_sgemm_implicit_b_seg: segment length %lld", (long long)seg);
-    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride);
+    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride, NULL, 0);
 }
 
 /* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
- * present (measured fastest, docs/benchmarks.md), else rounding on the f32 kernel (faster than
+ * present (measured fastest, docs/bench/engine.md), else rounding on the f32 kernel (faster than
  * vdpbf16ps on the CPUs measured); a path the CPU lacks falls back to rounding. Read per call
  * (no cache), so a program or test may switch paths between GEMMs. */
 ct_gemm_bf16_path ct_sgemm_bf16_path(void) {
@@ -551,25 +572,25 @@ bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path) {
 void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_bf16_path_available(path), "ct_sgemm_bf16_on: bf16 GEMM path %d is not available on this CPU", (int)path);
-    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
+    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_ex needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_bf16_out(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                        const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_out needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0, NULL, 0);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

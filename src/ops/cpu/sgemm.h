@@ -22,6 +22,12 @@ ct_status ct_kernels_reserve(int nthreads);
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* C = op(A) op(B) + bias (one row of N, added to every row): the bits of ct_sgemm_own with
+ * beta 1 on C filled with copies of the bias row, without that fill (the first K block reads
+ * the bias row itself). Linear's forward. Same requirements as ct_sgemm_own. */
+void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                   const float *bias, float *C, int64_t ldc);
+
 /* The same product with A and B rounded to bf16 (to nearest even): products exact, sums in
  * f32 — torch.autocast(bfloat16)'s GEMM. Three paths, each summing in its own fixed order
  * (other bits from one another, the same bits for any thread count):

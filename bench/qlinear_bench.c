@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <immintrin.h>
 #include <time.h>
 
 #include "ctrain/ctrain.h"
@@ -52,6 +53,29 @@ static void run_kernel(void *a) {
     ct_qlinear_raw(j->k, ct_f32(j->x), j->x->shape[0], j->qw, ct_f32(j->b), j->y, j->abuf);
 }
 
+/* The int8 instruction's own ceiling on one thread, in the table's unit (2 ops per u8 x s8
+ * product): 16 independent vpdpbusd chains (64 products each), nothing loaded. 0 without VNNI. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni_chain_rate(void) {
+    __m512i acc[16], a = _mm512_set1_epi32(0x01020304), b = _mm512_set1_epi32(0x01010101);
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_epi32(i);
+    const long n = 4000000;
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now();
+        for (long i = 0; i < n; i++) {
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+            __asm__ volatile("" : "+v"(a)); /* one loop-carried input: nothing hoisted */
+        }
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    int sink = 0;
+    for (int i = 0; i < 16; i++) sink += _mm512_reduce_add_epi32(acc[i]);
+    __asm__ volatile("" ::"r"(sink));
+    return (double)n * 16 * 64 * 2 / best;
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     bool quick = argc > 2 && !strcmp(argv[2], "quick");
@@ -59,6 +83,8 @@ int main(int argc, char **argv) {
     int Ms[] = {1, 16, 64, 256}, KNs[] = {1024, 2048, 4096};
     printf("int8 dynamic Linear vs f32 Linear, %d thread%s, int8 kernel %s (GFLOP/s-equivalent, 2MNK/t)\n", ct_get_num_threads(),
            ct_get_num_threads() > 1 ? "s" : "", ct_qgemm_kernel_name());
+    if (ct_qkernel_available(CT_QK_VNNI))
+        printf("vpdpbusd ceiling, 1 thread (16 chains, no loads): %.1f GOPS in this unit\n", vnni_chain_rate() * 1e-9);
     printf("%5s %5s %5s | %9s %9s %7s | %9s %9s\n", "M", "K", "N", "f32", "int8", "ratio", "vnni", "avx2");
     for (size_t a = 0; a < 3; a++)
         for (size_t b = 0; b < 4; b++) {

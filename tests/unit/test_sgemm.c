@@ -295,13 +295,11 @@ CT_TEST(conv_direct_same_bits) {
     ct_set_num_threads(ct_default_num_threads());
 }
 
-/* conv2d's direct weight gradient (conv_direct.c) has the bits of the GEMM dW += dY col^T
+/* conv2d's direct weight gradients (conv_direct.c) have the bits of the GEMM dW += dY col^T
  * over the chunk's pixels (explicit operands), for 1 and 2 threads, accumulated over two
- * chunks: C on and off the 32-channel tile, O off the 14-row panel (8 and other rests) */
-CT_TEST(conv_direct_dw_same_bits) {
-    NEED_AVX512();
-    const int64_t sh[][6] = {{32, 14, 14, 64, 5, 2}, {16, 9, 11, 20, 3, 1}, {40, 7, 6, 22, 3, 0}};
-    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+ * chunks; few: the C < 16 kernel (output channels as the vectors) */
+static void dw_same_bits(const int64_t (*sh)[6], size_t nsh, bool few) {
+    for (size_t s = 0; s < nsh; s++) {
         int64_t C = sh[s][0], H = sh[s][1], W = sh[s][2], O = sh[s][3], k = sh[s][4], p = sh[s][5], nb = 3, chunks = 2;
         const int64_t nbs[2] = {3, 2}; /* a full chunk, then a shorter one */
         int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1, P = OH * OW, K = C * k * k;
@@ -324,11 +322,12 @@ CT_TEST(conv_direct_dw_same_bits) {
         }
         for (int t = 1; t <= 2; t++) {
             ct_set_num_threads(t);
-            float *sc = malloc(ct_conv_direct_dw_scratch(&g, nb) * sizeof(float));
+            float *sc = malloc((few ? ct_conv_direct_dws_scratch(&g, nb, t) : ct_conv_direct_dw_scratch(&g, nb)) * sizeof(float));
             memcpy(D, dw0, (size_t)(O * K) * sizeof(float));
-            ct_conv_direct_dw_layout(&g, D, sc, true);
-            for (int64_t ch = 0; ch < chunks; ch++) ct_conv_direct_dw(&g, sc, t, x + ch * nb * C * H * W, dy + ch * nb * O * P, nbs[ch]);
-            ct_conv_direct_dw_layout(&g, D, sc, false);
+            (few ? ct_conv_direct_dws_layout : ct_conv_direct_dw_layout)(&g, D, sc, true);
+            for (int64_t ch = 0; ch < chunks; ch++)
+                (few ? ct_conv_direct_dws : ct_conv_direct_dw)(&g, sc, t, x + ch * nb * C * H * W, dy + ch * nb * O * P, nbs[ch]);
+            (few ? ct_conv_direct_dws_layout : ct_conv_direct_dw_layout)(&g, D, sc, false);
             int64_t bad = -1;
             for (int64_t i = 0; i < O * K && bad < 0; i++)
                 if (memcmp(&D[i], &E[i], sizeof(float))) bad = i;
@@ -340,6 +339,22 @@ CT_TEST(conv_direct_dw_same_bits) {
         free(x); free(dy); free(dw0); free(col); free(A); free(E); free(D);
     }
     ct_set_num_threads(ct_default_num_threads());
+}
+
+/* C on and off the 32-channel tile, O off the 14-row panel (8 and other rests) */
+CT_TEST(conv_direct_dw_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][6] = {{32, 14, 14, 64, 5, 2}, {16, 9, 11, 20, 3, 1}, {40, 7, 6, 22, 3, 0}};
+    dw_same_bits(sh, sizeof sh / sizeof sh[0], false);
+}
+
+/* the CNN's first layer (C = 1, 28x28, 5x5), K off the 14-column panel (27, 18, 50), O on
+ * and off the 32-lane tile (20, 40 = 32 + 8, 16: no second vector), chunks whose pixel
+ * counts are not multiples of the 256-pixel block */
+CT_TEST(conv_direct_dws_same_bits) {
+    NEED_AVX512();
+    const int64_t sh[][6] = {{1, 28, 28, 32, 5, 2}, {3, 9, 11, 20, 3, 1}, {2, 7, 6, 40, 3, 0}, {2, 10, 13, 16, 5, 2}, {15, 6, 5, 33, 3, 1}};
+    dw_same_bits(sh, sizeof sh / sizeof sh[0], true);
 }
 
 /* conv2d's direct input gradient (conv_direct.c) has the bits of dcol = W^T dY on the own

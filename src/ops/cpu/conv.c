@@ -3,10 +3,10 @@
  *
  * conv2d is a GEMM over a chunk of samples at once, col [C*kh*kw, nb*OH*OW] (bigger GEMMs
  * than one per sample: small images give tiny per-sample GEMMs). At stride 1 on the own
- * AVX-512 GEMM, col is never stored: the forward, and for C >= 16 the weight and input
- * gradients, run the direct kernels of conv_direct.c (each GEMM's products in its order,
- * read in place from padded copies); the weight-gradient GEMM for fewer channels packs
- * its B micro-panels straight from x (pack_col_t); elsewhere im2col materialises col and
+ * AVX-512 GEMM, col is never stored: the forward, the weight gradient, and for C >= 16
+ * the input gradient run the direct kernels of conv_direct.c (each GEMM's products in its
+ * order, read in place from padded copies; for C < 16 the weight gradient's operands are
+ * packed per sample into a cache-resident ring); elsewhere im2col materialises col and
  * the input gradient goes through it (dcol = W^T dY, col2im). All give the same values to
  * the same multiply-adds, hence the same bits. The chunk size depends only on the shapes,
  * so the summation order of the weight gradient — and every bit of the result — is the
@@ -308,6 +308,77 @@ static float *direct_prep(ct_ctx *ctx, const ct_conv_direct_geom *dg, const floa
     return s;
 }
 
+/* The weight-gradient plan of ct_bw_conv2d at stride 1: the direct kernel (conv_direct.h)
+ * where the own GEMM would take every chunk. */
+static bool dw_direct(const conv_geom *g) {
+    int64_t K = g->C * g->kh * g->kw, P = g->OH * g->OW, nbmax = chunk_of(g), nblast = g->N ? (g->N - 1) % nbmax + 1 : 0;
+    return g->s == 1 && ct_sgemm_own_takes(g->O, K, nbmax * P) && ct_sgemm_own_takes(g->O, K, nblast * P);
+}
+/* Where conv2d's backward can take its output gradient G from the fused 2x2 pooling's
+ * gradient directly (unpool_fill): no input gradient to compute (checked by the caller),
+ * the few-channel direct weight gradient, which reads G channels-last anyway. */
+static bool unpool_ok(const conv_geom *g, int kernel, int pool_stride, int pool_padding) {
+    return kernel == 2 && pool_stride == 2 && pool_padding == 0 && g->OH % 2 == 0 && g->OW % 2 == 0 && g->C < 16 && dw_direct(g);
+}
+
+static void pool_bw_planes(const float *G, const float *Y, const int32_t *arg, float *gx, int64_t planes, int64_t HW, int64_t OH,
+                           int64_t OW, bool relu, bool fresh, bool exact2x2, float *sums);
+
+typedef struct {
+    const float *g, *y; /* the pooled gradient and output [N, O, OP] */
+    const int32_t *arg;
+    int64_t n0, O, OP, P;
+    float *sums; /* [N, O] or NULL */
+} unpool_args;
+
+/* Sample n0 + j's conv-output gradient as the fused 2x2 pool backward writes it (0.0f + g
+ * where a positive output's input won, +0 elsewhere: pool2x2_bw_plane's bits), channel o of
+ * pixel p at dst[poff[p] + o] for the weight gradient, and (take) each plane's sum as
+ * plane_sums adds it (lane p % 16, the tail into lane 0, then the lanes in order), for the
+ * bias gradient. */
+static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, bool take) {
+    const unpool_args *u = a;
+    int64_t P = u->P, OP = u->OP, O = u->O, Pv = P - P % PS_LANES, s = u->n0 + j;
+#ifdef __AVX512F__
+    /* records hold O rounded up to 32 floats; 16 winners a scatter (distinct pixels) */
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t o = 0; o < O; o += 16) _mm512_storeu_ps(dst + poff[p] + o, zero);
+    for (int64_t o = 0; o < O; o++) {
+        int64_t pl = (s * O + o) * OP;
+        for (int64_t q = 0; q < OP; q += 16) {
+            __mmask16 m = lanes16(OP - q);
+            m &= _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, u->y + pl + q), zero, _CMP_GT_OQ);
+            __m512i at = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_maskz_loadu_epi32(m, u->arg + pl + q), poff, 4);
+            __m512 v = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(m, u->g + pl + q));
+            _mm512_mask_i32scatter_ps(dst, m, _mm512_add_epi32(at, _mm512_set1_epi32((int32_t)o)), v, 4);
+        }
+    }
+#else
+    for (int64_t p = 0; p < P; p++) memset(dst + poff[p], 0, (size_t)O * sizeof(float));
+    for (int64_t o = 0; o < O; o++) {
+        int64_t pl = (s * O + o) * OP;
+        for (int64_t q = 0; q < OP; q++)
+            if (u->y[pl + q] > 0) dst[poff[u->arg[pl + q]] + o] = 0.0f + u->g[pl + q];
+    }
+#endif
+    if (!u->sums || !take) return;
+    for (int64_t o0 = 0; o0 < O; o0 += 32) {
+        int no = (int)(O - o0 < 32 ? O - o0 : 32);
+        float acc[PS_LANES][32] = {{0}};
+        for (int64_t p = 0; p < P; p++) {
+            float *ac = acc[p < Pv ? p % PS_LANES : 0];
+            const float *d = dst + poff[p] + o0;
+            for (int c = 0; c < 32; c++) ac[c] += c < no ? d[c] : 0.0f;
+        }
+        for (int c = 0; c < no; c++) {
+            float sum = 0.0f;
+            for (int l = 0; l < PS_LANES; l++) sum += acc[l][c];
+            u->sums[s * O + o0 + c] = sum;
+        }
+    }
+}
+
 static ct_node *conv_record(ct_ctx *ctx, ct_tensor *y, ct_tensor *x, ct_tensor *w, ct_tensor *b, int stride, int padding) {
     ct_node *nd = ct_record(ctx, CT_OP_CONV2D, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (nd) {
@@ -363,6 +434,23 @@ ct_tensor *ct_conv2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, int 
     return y;
 }
 
+/* db += each output channel's gradient summed over the batch: the planes' sums (taken by
+ * the fused pool backward or unpool_fill where sums, else here) added in double */
+static void bias_grad(const conv_geom *g, const float *G, const float *sums, float *db) {
+    int64_t P = g->OH * g->OW;
+#pragma omp parallel for schedule(dynamic, 4) if (!sums && g->N * g->O * P >= (1 << 15))
+    for (int64_t o = 0; o < g->O; o++) {
+        double s = 0;
+        for (int64_t i = 0; i < g->N; i++) {
+            float part;
+            if (sums) part = sums[i * g->O + o];
+            else plane_sums(G + (i * g->O + o) * P, P, 1, &part);
+            s += part;
+        }
+        db[o] += (float)s;
+    }
+}
+
 void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     ct_tensor *x = n->in[0], *w = n->in[1];
     conv_geom g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2], w->shape[3],
@@ -373,19 +461,24 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     float *dx = ct_grad_acc_fresh(ctx, x, &dx_fresh), *dw = ct_grad_acc(ctx, w);
     float *db = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     /* the planes' sums, where the fused pool backward took them while writing G */
-    const float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
-    if (db)
-#pragma omp parallel for schedule(dynamic, 4) if (!sums && g.N * g.O * P >= (1 << 15))
-        for (int64_t o = 0; o < g.O; o++) {
-            double s = 0;
-            for (int64_t i = 0; i < g.N; i++) {
-                float part;
-                if (sums) part = sums[i * g.O + o];
-                else plane_sums(G + (i * g.O + o) * P, P, 1, &part);
-                s += part;
-            }
-            db[o] += (float)s;
+    float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
+    /* G is the fused pooling's gradient (bw_max_pool handed it on): scattered straight into
+     * the few-channel weight gradient's packing where that is all there is to compute, else
+     * written out as the pool backward would have written it */
+    unpool_args ua = {0};
+    bool unpool = false;
+    if (n->i[2]) {
+        const ct_tensor *py = n->saved_t[1];
+        int64_t OP = py->shape[2] * py->shape[3];
+        ua = (unpool_args){G, py->data, n->saved, 0, g.O, OP, P, sums};
+        unpool = !dx && dw && g.C < 16 && dw_direct(&g);
+        if (!unpool) {
+            float *Gd = ct_ctx_alloc(ctx, (size_t)(g.N * g.O * P) * sizeof(float));
+            pool_bw_planes(G, py->data, n->saved, Gd, g.N * g.O, P, py->shape[2], py->shape[3], true, true, true, sums);
+            G = Gd;
         }
+    }
+    if (db && !unpool) bias_grad(&g, G, sums, db);
     if (!dx && !dw) return;
     ct_conv_direct_geom dg = {g.C, g.H, g.W, g.O, g.kh, g.kw, g.p, g.OH, g.OW};
     int dnt = omp_get_max_threads();
@@ -400,16 +493,17 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     }
     /* the weight gradient of the implicit GEMM by the direct kernel where it takes every
      * chunk (its products in its order), into dW laid out [O, kh*kw, C] meanwhile */
-    int64_t nblast = g.N ? (g.N - 1) % nbmax + 1 : 0;
-    bool dw_dir = dw && g.s == 1 && g.C >= 16 && ct_sgemm_own_takes(g.O, K, nbmax * P) && ct_sgemm_own_takes(g.O, K, nblast * P);
+    bool dw_dir = dw && dw_direct(&g);
+    bool dw_few = g.C < 16; /* the output channels as the vectors (conv_direct.h) */
     float *col = dx || (dw && !dw_dir) ? ct_ctx_alloc(ctx, (size_t)(K * nbmax * P + 1) * sizeof(float)) : NULL;
     float *tmp = NULL, *dtmp = NULL;
     /* samples per dcol block: about DCOL_BUDGET floats, but at least 256 columns */
     int64_t sub = DCOL_BUDGET / (K * P > 0 ? K * P : 1);
     if (sub * P < 256) sub = (256 + P - 1) / P;
     if (sub < 1) sub = 1;
-    float *dsc = dw_dir ? ct_ctx_alloc(ctx, ct_conv_direct_dw_scratch(&dg, nbmax) * sizeof(float)) : NULL;
-    if (dw_dir) ct_conv_direct_dw_layout(&dg, dw, dsc, true);
+    size_t dsz = dw_few ? ct_conv_direct_dws_scratch(&dg, nbmax, dnt) : ct_conv_direct_dw_scratch(&dg, nbmax);
+    float *dsc = dw_dir ? ct_ctx_alloc(ctx, dsz * sizeof(float)) : NULL;
+    if (dw_dir) (dw_few ? ct_conv_direct_dws_layout : ct_conv_direct_dw_layout)(&dg, dw, dsc, true);
     for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
         int64_t nb = g.N - n0 < nbmax ? g.N - n0 : nbmax;
         /* dY of the chunk as the GEMMs' [O, nb*P]: read in place where the GEMM takes it in
@@ -423,7 +517,10 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
         }
         if (dw) { /* dW += dY col^T; stride 1 on the own GEMM: col^T packed straight from x (same bits) */
             if (dw_dir) {
-                ct_conv_direct_dw(&dg, dsc, dnt, (const float *)x->data + n0 * g.C * g.H * g.W, gy, nb);
+                const float *xc = (const float *)x->data + n0 * g.C * g.H * g.W;
+                ua.n0 = n0;
+                if (unpool) ct_conv_direct_dws_fill(&dg, dsc, dnt, xc, NULL, nb, unpool_fill, &ua);
+                else (dw_few ? ct_conv_direct_dws : ct_conv_direct_dw)(&dg, dsc, dnt, xc, gy, nb);
             } else if (dw_imp) {
                 col_src cs = {&g, x->data, n0};
                 ct_sgemm_implicit_b_seg(g.O, K, nb * P, gy, P, P, g.O * P, pack_col_t, &cs, 1.0f, dw, K);
@@ -452,7 +549,8 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
                 col2im_add(&g, col, n0 + s0, sb, dx, dx_fresh);
             }
     }
-    if (dw_dir) ct_conv_direct_dw_layout(&dg, dw, dsc, false);
+    if (dw_dir) (dw_few ? ct_conv_direct_dws_layout : ct_conv_direct_dw_layout)(&dg, dw, dsc, false);
+    if (db && unpool) bias_grad(&g, G, sums, db); /* the sums unpool_fill took */
 }
 
 /* ---- pooling ---- */
@@ -639,6 +737,11 @@ ct_tensor *ct_conv2d_relu_max_pool2d(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct
     ct_node *pn = pool_record(ctx, CT_OP_RELU_MAX_POOL2D, y, c, arg, &pg);
     if (cn && pn && b && (b->flags & CT_TF_REQUIRES_GRAD)) /* the pool backward sums each plane of G for the bias gradient */
         cn->saved_t[0] = pn->saved_t[0] = ct_new(ctx, CT_F32, 2, (int64_t[]){g.N, g.O});
+    if (cn && pn) { /* what conv2d's backward needs to scatter G itself (bw_max_pool decides) */
+        cn->saved = arg;
+        cn->saved_t[1] = y;
+        pn->i[3] = unpool_ok(&g, kernel, pool_stride, pool_padding) && !(x->flags & CT_TF_REQUIRES_GRAD);
+    }
     return y;
 }
 
@@ -696,6 +799,18 @@ static void max_pool_bw_plane(const float *gy, const float *yy, const int32_t *a
     }
 }
 
+static void pool_bw_planes(const float *G, const float *Y, const int32_t *arg, float *gx, int64_t planes, int64_t HW, int64_t OH,
+                           int64_t OW, bool relu, bool fresh, bool exact2x2, float *sums) {
+    /* blocks of 4 planes: their sums (when taken) as 4 independent add chains, from L1 */
+#pragma omp parallel for schedule(dynamic, 4) if (planes * OH * OW >= (1 << 15))
+    for (int64_t p0 = 0; p0 < planes; p0 += 4) {
+        int64_t p1 = p0 + 4 < planes ? p0 + 4 : planes;
+        for (int64_t pl = p0; pl < p1; pl++)
+            max_pool_bw_plane(G + pl * OH * OW, Y + pl * OH * OW, arg + pl * OH * OW, gx + pl * HW, HW, OH, OW, relu, fresh, exact2x2);
+        if (sums) plane_sums(gx + p0 * HW, HW, p1 - p0, sums + p0);
+    }
+}
+
 static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     bool fresh;
     float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
@@ -707,14 +822,14 @@ static void bw_max_pool(ct_ctx *ctx, ct_node *n, bool relu) {
     /* fused after conv2d: each finished plane's sum, for conv2d's bias gradient */
     float *sums = n->saved_t[0] ? n->saved_t[0]->data : NULL;
     bool exact2x2 = n->i[0] == 2 && n->i[1] == 2 && n->i[2] == 0 && x->shape[2] == 2 * OH && x->shape[3] == 2 * OW;
-    /* blocks of 4 planes: their sums (when taken) as 4 independent add chains, from L1 */
-#pragma omp parallel for schedule(dynamic, 4) if (planes * OH * OW >= (1 << 15))
-    for (int64_t p0 = 0; p0 < planes; p0 += 4) {
-        int64_t p1 = p0 + 4 < planes ? p0 + 4 : planes;
-        for (int64_t pl = p0; pl < p1; pl++)
-            max_pool_bw_plane(G + pl * OH * OW, Y + pl * OH * OW, arg + pl * OH * OW, gx + pl * HW, HW, OH, OW, relu, fresh, exact2x2);
-        if (sums) plane_sums(gx + p0 * HW, HW, p1 - p0, sums + p0);
+    if (n->i[3] && relu && fresh && exact2x2) {
+        /* fused after conv2d, whose weight gradient scatters G itself (unpool_fill): hand it
+         * the pooled gradient (this node's is released once it returns), not G */
+        memcpy(gx, G, (size_t)(planes * OH * OW) * sizeof(float));
+        x->node->i[2] = 1;
+        return;
     }
+    pool_bw_planes(G, Y, arg, gx, planes, HW, OH, OW, relu, fresh, exact2x2, sums);
 }
 void ct_bw_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, false); }
 void ct_bw_relu_max_pool2d(ct_ctx *ctx, ct_node *n) { bw_max_pool(ctx, n, true); }

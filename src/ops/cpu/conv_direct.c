@@ -58,6 +58,9 @@ CT_AVX512 static inline __attribute__((always_inline)) void tile_sum(const float
     for (int i = 0; i < TP; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t s = 0; s < n; s++) {
         const float *as = a + (off ? off[s] : s * os);
+        /* opaque to the optimiser, so the 14 loads below are as + constant offsets (gcc
+         * otherwise keeps an index register per load, spilling) */
+        __asm__("" : "+r"(as));
         __m512 b0 = _mm512_loadu_ps(w + s * TO), b1 = _mm512_loadu_ps(w + s * TO + 16);
 #pragma GCC unroll 14
         for (int i = 0; i < TP; i++) {
@@ -198,7 +201,7 @@ void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *sc
  * each row's block sum added as the GEMM's store does (acc + C) */
 CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, int64_t kc, const float *a, const float *xb,
                                                                        const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
-                                                                       int64_t ldt) {
+                                                                       int64_t ldt, bool a_by_q) {
     __m512 acc[TP][2];
 #pragma GCC unroll 14
     for (int i = 0; i < TP; i++)
@@ -209,7 +212,7 @@ CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, i
 #pragma GCC unroll 14
         for (int i = 0; i < TP; i++)
             if (i < mr) {
-                __m512 ai = _mm512_set1_ps(a[q * TP + i]);
+                __m512 ai = _mm512_set1_ps(a_by_q ? a[qo[q] + i] : a[q * TP + i]);
                 acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
                 acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
             }
@@ -223,15 +226,15 @@ CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, i
 }
 CT_AVX512 static void dw_tile14(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                 int64_t ldt) {
-    dw_tile_mr(TP, kc, a, xb, qo, m0, m1, t, ldt);
+    dw_tile_mr(TP, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 CT_AVX512 static void dw_tile8(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                int64_t ldt) {
-    dw_tile_mr(8, kc, a, xb, qo, m0, m1, t, ldt);
+    dw_tile_mr(8, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 CT_AVX512 static void dw_tile_any(int mr, int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1,
                                   float *t, int64_t ldt) {
-    dw_tile_mr(mr, kc, a, xb, qo, m0, m1, t, ldt);
+    dw_tile_mr(mr, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 
 /* sample j's dY [O][P] into the panels: dyp[(panel * Q + j * P + p) * TP + i] = dY[o0 + i][p],
@@ -375,4 +378,134 @@ void ct_conv_direct_dx(const ct_conv_direct_geom *g, float *scratch, int nthread
     dx_args d = {g, scratch, dy, dx, fresh};
     int64_t nct = nct_of(g);
     run_items(nthreads, nb * nct, scratch + up16(nct * g->kh * g->kw * g->O * TO), dyq_floats(g), dx_item, &d);
+}
+
+/* ---- weight gradient for few input channels (C < 16: a CNN's first layer) ----
+ * The GEMM dW += dY col^T with the roles of the channels-last kernel above swapped: the
+ * vectors are 32 output channels of dY, the 14 broadcast values per pixel 14 of col^T's
+ * K = C*kh*kw columns; dW accumulates as dW^T [o tile][K][32]. Each output still sums the
+ * chunk's pixels in order, in KB blocks added to dW (dw_tile_mr), so the products and sums
+ * are the GEMM's. The operands are packed sample by sample, per pixel a record of dY's O
+ * channels (rounded up to 32) and the K columns (rounded up to 14), into a per-thread ring
+ * of RING pixels, and each block runs as soon as its pixels are in: the packed operands
+ * stay in cache instead of going to memory for the whole chunk.
+ * scratch: dW^T | off[k] (int32) | per thread: padded sample, ring, each pixel's record
+ * offset in the ring (int32) */
+#define RING(P) (KB + (P))
+static int64_t nkp_of(const ct_conv_direct_geom *g) { return (k_of(g) + TP - 1) / TP; }
+static int64_t rec_of(const ct_conv_direct_geom *g) { return ntiles_o(g) * TO + nkp_of(g) * TP; }
+static int64_t dws_thread(const ct_conv_direct_geom *g, int64_t nb) {
+    int64_t P = g->OH * g->OW;
+    return xpad_floats(g) + up16(RING(P) * rec_of(g)) + up16(nb * P);
+}
+static int64_t dws_head(const ct_conv_direct_geom *g) { return up16(ntiles_o(g) * k_of(g) * TO) + up16(k_of(g)); }
+size_t ct_conv_direct_dws_scratch(const ct_conv_direct_geom *g, int64_t nbmax, int nthreads) {
+    return (size_t)(dws_head(g) + (nthreads < 1 ? 1 : nthreads) * dws_thread(g, nbmax));
+}
+
+void ct_conv_direct_dws_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch) {
+    int64_t K = k_of(g), nto = ntiles_o(g);
+    for (int64_t t = 0; t < nto; t++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t c = 0; c < TO; c++) {
+                int64_t o = t * TO + c;
+                float *s = &scratch[(t * K + k) * TO + c];
+                if (to_scratch) *s = o < g->O ? dw[o * K + k] : 0.0f;
+                else if (o < g->O) dw[o * K + k] = *s;
+            }
+}
+
+/* 16 rows (i < nrows, n floats each) transposed: lane i of dst + doff[qq] gets row i's
+ * element qq, for qq < n (lanes under smask stored) */
+CT_AVX512 static void tr_rows(const float *const *rows, int nrows, int n, float *dst, const int32_t *doff, __mmask16 smask) {
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    __m512 r[16];
+    for (int i = 0; i < 16; i++) r[i] = i < nrows ? _mm512_maskz_loadu_ps(m, rows[i]) : _mm512_setzero_ps();
+    ct_tr16(r);
+    for (int qq = 0; qq < n; qq++) _mm512_mask_storeu_ps(dst + doff[qq], smask, r[qq]);
+}
+
+/* sample j into the ring (records at ring + qo[p]): col^T's panels [kp0, kp1) from the
+ * padded sample xp, and (dys not NULL) dY [O][P] */
+CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, const float *xp, const int32_t *off, int64_t kp0,
+                               int64_t kp1, float *ring, const int32_t *qo) {
+    int64_t P = g->OH * g->OW, K = k_of(g), Wp = g->W + 2 * g->p, xo = ntiles_o(g) * TO;
+    const float *rows[16];
+    for (int64_t o0 = 0; o0 < g->O && dys; o0 += 16) {
+        int nr = (int)(g->O - o0 < 16 ? g->O - o0 : 16);
+        for (int64_t p0 = 0; p0 < P; p0 += 16) {
+            for (int i = 0; i < nr; i++) rows[i] = dys + (o0 + i) * P + p0;
+            tr_rows(rows, nr, (int)(P - p0 < 16 ? P - p0 : 16), ring + o0, qo + p0, 0xFFFF);
+        }
+    }
+    for (int64_t kp = kp0; kp < kp1; kp++) {
+        int64_t k0 = kp * TP;
+        int nr = (int)(K - k0 < TP ? K - k0 : TP);
+        for (int64_t oh = 0; oh < g->OH; oh++)
+            for (int64_t ow = 0; ow < g->OW; ow += 16) {
+                for (int i = 0; i < nr; i++) rows[i] = xp + off[k0 + i] + oh * Wp + ow;
+                tr_rows(rows, nr, (int)(g->OW - ow < 16 ? g->OW - ow : 16), ring + xo + k0, qo + oh * g->OW + ow,
+                        (__mmask16)((1u << TP) - 1));
+            }
+    }
+}
+
+CT_AVX512 static void dws_tile14(int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t) {
+    dw_tile_mr(TP, kc, a, b, qo, m0, m1, t, TO, true);
+}
+CT_AVX512 static void dws_tile_any(int mr, int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1,
+                                   float *t) {
+    dw_tile_mr(mr, kc, a, b, qo, m0, m1, t, TO, true);
+}
+
+void ct_conv_direct_dws(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb) {
+    ct_conv_direct_dws_fill(g, scratch, nthreads, x, dy, nb, NULL, NULL);
+}
+void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb,
+                             ct_conv_direct_dy_fn fill, void *fill_arg) {
+    int64_t K = k_of(g), P = g->OH * g->OW, Q = nb * P, nto = ntiles_o(g), nkp = nkp_of(g), Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    int64_t rs = rec_of(g), xo = nto * TO;
+    float *dwT = scratch;
+    int32_t *off = (int32_t *)(scratch + up16(nto * K * TO));
+    for (int64_t k = 0; k < K; k++) {
+        int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw;
+        off[k] = (int32_t)(c * Hp * Wp + ki * Wp + kj);
+    }
+    if (nthreads < 1) nthreads = 1;
+    /* one thread takes every panel (the samples packed once); more threads a panel each,
+     * each packing the dY its panel needs */
+    int64_t kpg = nthreads > 1 ? 1 : nkp;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        float *xp = scratch + dws_head(g) + omp_get_thread_num() * dws_thread(g, nb), *ring = xp + xpad_floats(g);
+        int32_t *qo = (int32_t *)(ring + up16(RING(P) * rs));
+        memset(xp, 0, (size_t)xpad_floats(g) * sizeof(float));
+        for (int64_t q = 0; q < Q; q++) qo[q] = (int32_t)(q % RING(P) * rs);
+        /* items (32 output channels, kpg panels of 14 columns of K) own disjoint parts of
+         * dW: any schedule */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < nto * (nkp / kpg); it++) {
+            int64_t ot = it / (nkp / kpg), kp0 = it % (nkp / kpg) * kpg, no = g->O - ot * TO < TO ? g->O - ot * TO : TO;
+            __mmask16 m0 = (__mmask16)(no >= 16 ? 0xFFFF : (1u << no) - 1);
+            __mmask16 m1 = (__mmask16)(no >= 32 ? 0xFFFF : no <= 16 ? 0 : (1u << (no - 16)) - 1);
+            int64_t pc = 0;
+            for (int64_t j = 0; j < nb; j++) {
+                /* sample j's pixels go where no pixel of an unfinished block is: fewer than
+                 * KB of those, then P new ones, in a ring of KB + P */
+                pad_planes(x + j * g->C * g->H * g->W, g->C, g->H, g->W, xp, Hp, Wp, g->p, g->p);
+                dws_pack(g, fill ? NULL : dy + j * g->O * P, xp, off, kp0, kp0 + kpg, ring, qo + j * P);
+                if (fill) fill(fill_arg, j, ring, qo + j * P, it == 0);
+                for (; pc < Q && (pc + KB <= (j + 1) * P || j == nb - 1); pc += KB) {
+                    int64_t kc = Q - pc < KB ? Q - pc : KB;
+                    for (int64_t kp = kp0; kp < kp0 + kpg; kp++) {
+                        int mr = (int)(K - kp * TP < TP ? K - kp * TP : TP);
+                        const float *a = ring + xo + kp * TP, *b = ring + ot * TO;
+                        float *t = dwT + (ot * K + kp * TP) * TO;
+                        if (mr == TP) dws_tile14(kc, a, b, qo + pc, m0, m1, t);
+                        else dws_tile_any(mr, kc, a, b, qo + pc, m0, m1, t);
+                    }
+                }
+            }
+        }
+    }
 }

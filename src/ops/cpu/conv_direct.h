@@ -53,6 +53,26 @@ size_t ct_conv_direct_dw_scratch(const ct_conv_direct_geom *g, int64_t nbmax); /
 void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch);
 void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb);
 
+/* The weight gradient for C < 16 (a first layer), with the same bits as the GEMM above: the
+ * vectors are 32 output channels of dY (copied channels-last), the broadcast values 14 of
+ * the K = C*kh*kw columns of col^T per pixel (packed from a padded sample); dW accumulates
+ * as dW^T [O/32][K][32] at the start of scratch. Used as ct_conv_direct_dw is:
+ *
+ *   float *s = ct_ctx_alloc(ctx, ct_conv_direct_dws_scratch(&g, nbmax, nt) * sizeof(float));
+ *   ct_conv_direct_dws_layout(&g, dw, s, true);
+ *   for each chunk: ct_conv_direct_dws(&g, s, nt, x + n0 * C*H*W, dy + n0 * O*P, nb);
+ *   ct_conv_direct_dws_layout(&g, dw, s, false);                                       */
+size_t ct_conv_direct_dws_scratch(const ct_conv_direct_geom *g, int64_t nbmax, int nthreads); /* floats */
+void ct_conv_direct_dws_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch);
+void ct_conv_direct_dws(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb);
+/* The same, with sample j's dY written by fill (dy unused): channel o of pixel p to
+ * dst[poff[p] + o], every o < O and p < OH*OW; sums: this call is the one to take any
+ * per-sample side results (once per sample). A producer such as the pooling backward
+ * scatters it there without the NCHW gradient ever existing. */
+typedef void (*ct_conv_direct_dy_fn)(void *arg, int64_t j, float *dst, const int32_t *poff, bool sums);
+void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb,
+                             ct_conv_direct_dy_fn fill, void *fill_arg);
+
 /* The input gradient as conv.c's dcol = W^T dY (one K block: O <= CT_SGEMM_KC) and col2im
  * sum it: each kernel offset's sum over output channels, in order, added to dx offset by
  * offset (only where the offset lands inside the output, as col2im adds), from dx (or +0

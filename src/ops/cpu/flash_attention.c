@@ -299,8 +299,7 @@ static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const
                 ct_flash_amx_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
                 continue;
             }
-            if (zero) zero_head(a, h, dq, dk, dv);
-            ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, wt);
+            ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
         }
         return;
     }

@@ -110,13 +110,20 @@ CT_AVX512 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float
 CT_AVX512 static void gemm_s(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C) {
     gemm(true, M, N, K, At, lda, B, ldb, C, BR, false, false, 0); /* a transposed score tile */
 }
+/* acc false: C's first contribution, stored (the sums start at +0 and are never -0, so these
+ * are the bits of adding them to a zeroed C) */
 CT_AVX512 static void gemm_t(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc,
-                             int64_t lim0) {
-    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, true, true, lim0);
+                             int64_t lim0, bool acc) {
+    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, acc, true, lim0);
 }
 CT_AVX512 static void gemm_n(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,
-                             int64_t lim0) {
-    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, true, true, lim0);
+                             int64_t lim0, bool acc) {
+    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, acc, true, lim0);
+}
+
+/* rows [t0, t1) of d columns at g (row stride ld) set to zero */
+static void zero_rows(float *g, int64_t ld, int64_t t0, int64_t t1, int64_t d) {
+    for (int64_t t = t0; g && t < t1; t++) memset(g + t * ld, 0, (size_t)d * sizeof(float));
 }
 
 /* dst[c * ldd + r] = scale src[r * lds + c] for r < rows (zeros up to ldd): one head's [rows][cols] */
@@ -253,7 +260,7 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y
 #pragma omp simd
                         for (int64_t e = 0; e < Dv; e++) O[r * lO + e] *= al[r];
                     }
-            gemm_t(rows, Dv, cols, St, Vh + j0 * lv, lv, O, lO, lim0); /* O += P V */
+            gemm_t(rows, Dv, cols, St, Vh + j0 * lv, lv, O, lO, lim0, true); /* O += P V */
         }
         for (int64_t r = 0; r < rows; r++) {
             /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
@@ -271,7 +278,7 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y
 }
 
 CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr,
-                                      float *dq, float *dk, float *dv, float *work) {
+                                      float *dq, float *dk, float *dv, bool fresh, float *work) {
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
     /* rows of the gradients (Q's, K's, V's layouts) */
     const int64_t lgq = a->q.ld, lgk = a->k.ld, lgv = a->v.ld;
@@ -294,10 +301,18 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
     transpose(Vt, ldk, Vh, lv, Tk, Dv, 1.0f);
     transpose(dOt, ldq, dOh, lo, Tq, Dv, 1.0f);
     const float sc = a->scale;
+    /* fresh: the gradients hold garbage; each tile's first product stores (dQ's at the first
+     * key block, dK's and dV's at their first query block), rows no tile reaches are zeroed */
+    if (fresh && Tk == 0) zero_rows(dq ? dq + hq : NULL, lgq, 0, Tq, D);
     for (int64_t j0 = 0; j0 < Tk; j0 += BC) {
-        const int64_t cols = min64(BC, Tk - j0);
-        for (int64_t i0 = a->causal ? j0 / BR * BR : 0; i0 < Tq; i0 += BR) {
+        const int64_t cols = min64(BC, Tk - j0), first = a->causal ? j0 / BR * BR : 0;
+        if (fresh && first >= Tq) {
+            zero_rows(dk ? dk + hk : NULL, lgk, j0, j0 + cols, D);
+            zero_rows(dv ? dv + hv : NULL, lgv, j0, j0 + cols, Dv);
+        }
+        for (int64_t i0 = first; i0 < Tq; i0 += BR) {
             const int64_t rows = min64(BR, Tq - i0);
+            const bool akv = !(fresh && i0 == first), aq = !(fresh && j0 == 0);
             float L[BR], R[BR];
             for (int r = 0; r < BR; r++) {
                 L[r] = r < rows ? lse[h * Tq + i0 + r] : 0.0f;
@@ -307,9 +322,9 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
             gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
             const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
             ct_flash_grad_tile_(St, dSt, cols, lim0, L, R, sc, 1.0f);
-            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lgv, lgv, lim0); /* dV += P^T dO */
-            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lgk, lgk, lim0);  /* dK += dS^T Q */
-            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lgq, lgq, lim0);  /* dQ += dS K */
+            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lgv, lgv, lim0, akv); /* dV += P^T dO */
+            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lgk, lgk, lim0, akv);  /* dK += dS^T Q */
+            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lgq, lgq, lim0, aq);   /* dQ += dS K */
         }
     }
 }

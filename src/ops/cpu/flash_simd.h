@@ -48,9 +48,10 @@ static inline int64_t ct_flash_head(const ct_flash_args *a, const ct_flash_layou
 size_t ct_flash_simd_work(const ct_flash_args *a, bool backward);
 /* Head h: its rows of Y (layout a->o; f32, or bf16 where y16) and of lse ([BH, Tq]). */
 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work);
-/* Head h's gradients, added to dq / dk / dv (each may be NULL); Dr = rowsum(dO * O). */
+/* Head h's gradients, added to dq / dk / dv (each may be NULL), or written over them where
+ * fresh (their previous contents ignored: no zeroing pass); Dr = rowsum(dO * O). */
 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
-                            float *dk, float *dv, float *work);
+                            float *dk, float *dv, bool fresh, float *work);
 
 /* The tile steps both kernel sets share (flash_simd.c), on a transposed 64 x 64 score tile
  * St[key][query]; ssc: a scale applied to S first (1: none, the bits unchanged). */

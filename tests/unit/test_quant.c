@@ -24,7 +24,7 @@ static uint32_t rnd(void) {
 }
 
 CT_TEST(kernels_identical_int32) {
-    static const int64_t Ms[] = {1, 5, 7, 33, 50}, Ks[] = {1, 3, 20, 100, 257}, Ns[] = {1, 17, 100, 257};
+    static const int64_t Ms[] = {1, 5, 7, 16, 33, 50}, Ks[] = {1, 3, 20, 100, 257}, Ns[] = {1, 17, 100, 257};
     int ncmp = 0;
     for (size_t a = 0; a < 5; a++)
         for (size_t b = 0; b < 5; b++)

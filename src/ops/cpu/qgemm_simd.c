@@ -44,29 +44,43 @@ CT_VNNI static void row_vnni(int64_t kp, const uint8_t *a, const int8_t *b, int3
     _mm512_storeu_si512((void *)(c + QG_NP), _mm512_add_epi32(acc[1], acc[3]));
 }
 
-CT_VNNI void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr) {
-    if (mr < QG_MR) {
-        for (int i = 0; i < mr; i++) row_vnni(kp, a + i * lda, b, c + i * ldc);
-        return;
-    }
+/* R rows (a compile-time constant at each call) over the whole K: the B slice read once for
+ * all of them */
+CT_VNNI static inline __attribute__((always_inline)) void rows_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b,
+                                                                   int32_t *c, int64_t ldc, const int R) {
     __m512i acc[QG_MR][2];
 #pragma GCC unroll 6
-    for (int i = 0; i < QG_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
     const int8_t *b0 = b, *b1 = b + kp * QG_NP;
     for (int64_t k = 0; k < kp; k += 4) {
         __m512i v0 = _mm512_load_si512((const void *)(b0 + k * QG_NP));
         __m512i v1 = _mm512_load_si512((const void *)(b1 + k * QG_NP));
 #pragma GCC unroll 6
-        for (int i = 0; i < QG_MR; i++) {
+        for (int i = 0; i < R; i++) {
             __m512i ai = _mm512_set1_epi32(load4(a + i * lda + k));
             acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], ai, v0);
             acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], ai, v1);
         }
     }
 #pragma GCC unroll 6
-    for (int i = 0; i < QG_MR; i++) {
+    for (int i = 0; i < R; i++) {
         _mm512_storeu_si512((void *)(c + i * ldc), acc[i][0]);
         _mm512_storeu_si512((void *)(c + i * ldc + QG_NP), acc[i][1]);
+    }
+}
+
+/* A tile's last rows (2..5) go through B together instead of row by row: with M = 16 the
+ * row-by-row remainder read each B slice 4 more times (the weights stream from memory at
+ * K = N = 4096). One row keeps row_vnni's two chains per panel. */
+CT_VNNI void ct_qtile_vnni(int64_t kp, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c, int64_t ldc, int mr) {
+    _Static_assert(QG_MR == 6, "the cases below");
+    switch (mr) {
+    case 1: row_vnni(kp, a, b, c); return;
+    case 2: rows_vnni(kp, a, lda, b, c, ldc, 2); return;
+    case 3: rows_vnni(kp, a, lda, b, c, ldc, 3); return;
+    case 4: rows_vnni(kp, a, lda, b, c, ldc, 4); return;
+    case 5: rows_vnni(kp, a, lda, b, c, ldc, 5); return;
+    default: rows_vnni(kp, a, lda, b, c, ldc, QG_MR); return;
     }
 }
 

@@ -96,11 +96,15 @@ CT_AVX512 static inline __attribute__((always_inline)) void store_tile(__m512 ac
 
 /* c[0:mr, 0:nr] (row stride ldc) = alpha * a-panel . b-panel (+ C per mode):
  * mode 0: C = alpha acc;  1: C = alpha acc + C;  2: C = alpha acc + beta C; to cb as bf16 when cb */
-CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *c, const float *ci, uint16_t *restrict cb,
-                             int64_t ldc, int64_t ldci, int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
+/* R (a constant at each call) rows of the panel: a last panel of mr < MR rows runs only the
+ * rows it has (M = 128 is 9 full panels and 2 rows: the 14-row kernel would compute 140) */
+CT_AVX512 static inline __attribute__((always_inline)) void kernel_r(int64_t kc, const float *restrict a, const float *restrict b, float *c,
+                                                                    const float *ci, uint16_t *restrict cb, int64_t ldc, int64_t ldci,
+                                                                    int64_t ldcb, int mr, int nr, float alpha, float beta, int mode,
+                                                                    const int R) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
@@ -108,7 +112,7 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(b + 16 * v);
 #pragma GCC unroll 16
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             __m512 ai = _mm512_set1_ps(a[i]);
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
@@ -117,6 +121,15 @@ CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *r
         b += NR;
     }
     store_tile(acc, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode);
+}
+/* Each element's products and their order do not depend on R: the same bits for any split. */
+CT_AVX512 static void kernel(int64_t kc, const float *restrict a, const float *restrict b, float *c, const float *ci, uint16_t *restrict cb,
+                             int64_t ldc, int64_t ldci, int64_t ldcb, int mr, int nr, float alpha, float beta, int mode) {
+    if (mr >= MR) kernel_r(kc, a, b, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode, MR);
+    else if (mr <= 2) kernel_r(kc, a, b, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode, 2);
+    else if (mr <= 4) kernel_r(kc, a, b, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode, 4);
+    else if (mr <= 7) kernel_r(kc, a, b, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode, 7);
+    else kernel_r(kc, a, b, c, ci, cb, ldc, ldci, ldcb, mr, nr, alpha, beta, mode, MR);
 }
 
 /* bf16 x bf16 -> f32 (AVX-512 BF16): a and b hold k in pairs — a[kp][i] is the pair

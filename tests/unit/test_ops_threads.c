@@ -121,6 +121,12 @@ CT_TEST(same_results_for_1_and_2_threads) {
     close_enough("attention", f_attn, 3, (ct_tensor_spec_[]){{4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}});
     same_bits("split_merge_heads", f_heads, 1, (ct_tensor_spec_[]){{3, {4, 256, 256}, 1}});
     close_enough("linear", f_linear, 3, (ct_tensor_spec_[]){{2, {256, 784}, 1}, {2, {1024, 784}, 0.05f}, {1, {1024}, 1}});
+    if (ct_sgemm_own_available()) { /* own GEMM: exact; 2 threads run the heads one per thread */
+        same_bits("attention, heads in parallel", f_attn, 3,
+                  (ct_tensor_spec_[]){{4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}, {4, {2, 4, 128, 32}, 1}});
+        same_bits("attention, odd blocks", f_attn, 3,
+                  (ct_tensor_spec_[]){{4, {3, 3, 150, 24}, 1}, {4, {3, 3, 150, 24}, 1}, {4, {3, 3, 150, 24}, 1}});
+    }
 }
 
 /* direct convolution in double: y, dx, dw, db for upstream gradient g */

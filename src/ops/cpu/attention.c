@@ -2,12 +2,14 @@
  *
  * attention: per head S = q k^T / sqrt(D) (sgemm), masked row softmax, O = P v (sgemm).
  * P [B, H, Tq, Tk] is saved for backward. Causal heads run their GEMMs by blocks of query
- * rows against the visible keys only (the masked upper triangle is never computed). The GEMMs run head by head with BLAS
+ * rows against the visible keys only (the masked upper triangle is never computed). The GEMMs
+ * run one head per thread where ctrain's own GEMM takes them all, else head by head with BLAS
  * threading (OpenBLAS must not be entered from several OpenMP threads at once); the
  * softmax passes run over all rows of all heads at once, split by rows with OpenMP.
  * Causal masking is PyTorch's is_causal: query i sees keys j <= i (top-left aligned);
  * masked entries are exactly 0 in P, and rows only touch their visible prefix. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "ops/op_table.h"
@@ -115,6 +117,22 @@ static inline int64_t row_block(bool causal, int64_t Tq, int64_t Tk) {
     return (Tq + 3) / 4;
 }
 
+/* Whether the per-head GEMMs run one head per thread instead of one head at a time. The
+ * blocks are small (GPT: 64 x 64..256 x 32, under the GEMM's threading threshold), so one at a
+ * time they ran on one thread while the others waited (11% of a 2-thread GPT step). Only where
+ * every block goes to ctrain's own GEMM, which any number of threads may enter at once (OpenBLAS
+ * may not), and where there are heads enough to share. A GEMM's bits do not depend on the
+ * threads it runs on, so both ways give the same result. */
+static bool heads_in_parallel(int64_t BH, int64_t RB, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, bool causal) {
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (nt < 2 || BH < 2 * nt) return false;
+    int64_t rows = Tq - (Tq - 1) / RB * RB, kv = keys_for(causal, RB < Tq ? RB : Tq, Tk); /* smallest block */
+    int64_t m = rows < kv ? rows : kv;
+    m = m < D ? m : D;
+    m = m < Dv ? m : Dv;
+    return ct_sgemm_own_takes(m, m, m);
+}
+
 ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
     CT_DEV_DISPATCH(ctx, CT_OP_ATTENTION, .in = {q, k, v}, .i = {causal});
     CT_AUTOCAST(ctx, CT_OP_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_attention(ctx, q, k, v, causal));
@@ -126,6 +144,8 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
     float *P = ct_ctx_alloc_keep(ctx, (size_t)(BH * Tq * Tk + 1) * sizeof(float));
     const float *Q = q->data, *K = k->data, *V = v->data;
     int64_t RB = row_block(causal, Tq, Tk);
+    bool par = heads_in_parallel(BH, RB, Tq, Tk, D, Dv, causal);
+#pragma omp parallel for if (par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* S[i0:i1, :kv] = q k^T * scale */
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
@@ -147,6 +167,7 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
         if (nv < Tk) memset(p + nv, 0, (size_t)(Tk - nv) * sizeof(float));
     }
     float *Y = y->data;
+#pragma omp parallel for if (par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* O[i0:i1] = P[i0:i1, :kv] v[:kv] */
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
@@ -170,8 +191,11 @@ void ct_bw_attention(ct_ctx *ctx, ct_node *n) {
     const float *P = n->saved, *dO = n->out->grad->data, *Q = q->data, *K = k->data, *V = v->data;
     float *dq = ct_grad_acc(ctx, q), *dk = ct_grad_acc(ctx, k), *dv = ct_grad_acc(ctx, v);
     int64_t RB = row_block(causal, Tq, Tk);
-    /* row blocks in a fixed order: the dV / dK accumulation order never depends on threads */
+    bool par = heads_in_parallel(BH, RB, Tq, Tk, D, Dv, causal);
+    /* row blocks in a fixed order within a head (a head is one thread's): the dV / dK
+     * accumulation order never depends on threads */
     if (dv)
+#pragma omp parallel for if (par) schedule(static)
         for (int64_t h = 0; h < BH; h++)
             for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* dV[:kv] += P[i0:i1, :kv]^T dO[i0:i1] */
                 int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
@@ -180,6 +204,7 @@ void ct_bw_attention(ct_ctx *ctx, ct_node *n) {
             }
     if (!dq && !dk) return;
     float *dS = ct_ctx_alloc(ctx, (size_t)(BH * Tq * Tk + 1) * sizeof(float));
+#pragma omp parallel for if (par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* dP[i0:i1, :kv] = dO[i0:i1] V[:kv]^T */
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
@@ -199,6 +224,7 @@ void ct_bw_attention(ct_ctx *ctx, ct_node *n) {
         for (int64_t j = 0; j < nv; j++) d[j] = ct_k_attn_ds(p[j], d[j], dot, scale);
         if (nv < Tk) memset(d + nv, 0, (size_t)(Tk - nv) * sizeof(float));
     }
+#pragma omp parallel for if (par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);

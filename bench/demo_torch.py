@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--init-raw", help="initial weights: the parameters as raw float32 in registration order "
+                    "(ctrain's flat parameter buffer), to train from the same draw as ctrain")
     ap.add_argument("--data-dir", default=os.environ.get("CTRAIN_DATA_DIR") or "/usr/share/datasets/fashion-mnist")
     a = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -87,6 +89,16 @@ def main():
     xte, yte = load(a.data_dir, "t10k")
     torch.manual_seed(a.seed)
     model = gm.CNN()
+    if a.init_raw:
+        flat = torch.from_numpy(np.fromfile(a.init_raw, dtype=np.float32))
+        params = list(model.parameters())
+        if flat.numel() != sum(p.numel() for p in params):
+            sys.exit(f"--init-raw: {flat.numel()} floats, the model has {sum(p.numel() for p in params)}")
+        with torch.no_grad():
+            at = 0
+            for p in params:
+                p.copy_(flat[at:at + p.numel()].view_as(p))
+                at += p.numel()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     sampler = torch.utils.data.distributed.DistributedSampler(range(len(xtr)), num_replicas=world, rank=rank,

@@ -11,7 +11,7 @@
 #include "gradcheck.h"
 
 typedef struct { int64_t B, T, H, D; bool causal; } ashape;
-enum { QKV_LEAF, QKV_LINEAR, QKV_TWICE };
+enum { QKV_LEAF, QKV_LINEAR, QKV_TWICE, AC_LINEAR, AC_LEAF, AC_TWICE, AC16_LINEAR, BF16_LEAF };
 
 static ct_tensor *rand_tensor(ct_ctx *c, int ndim, const int64_t *shape, uint64_t seed, float scale) {
     ct_tensor *t = ct_new(c, CT_F32, ndim, shape);
@@ -37,17 +37,24 @@ static unsigned char *bytes_of(const ashape *s, bool fused, int threads, int mod
     const int64_t B = s->B, T = s->T, C = s->H * s->D;
     ct_tensor *leaf[3] = {rand_tensor(c, 3, (int64_t[]){B, T, 3 * C}, 11, 2.0f), NULL, NULL};
     int nl = 1;
-    if (mode == QKV_LINEAR) {
+    const bool ac = mode >= AC_LINEAR && mode <= AC16_LINEAR, lin = mode == QKV_LINEAR || mode == AC_LINEAR || mode == AC_TWICE || mode == AC16_LINEAR;
+    if (lin) {
         leaf[0] = rand_tensor(c, 3, (int64_t[]){B, T, C}, 12, 1.0f);
         leaf[1] = rand_tensor(c, 2, (int64_t[]){3 * C, C}, 13, 3.0f / sqrtf((float)C));
         leaf[2] = rand_tensor(c, 1, (int64_t[]){3 * C}, 14, 0.5f);
         nl = 3;
     }
     for (int i = 0; i < nl; i++) ct_requires_grad(leaf[i]);
-    ct_tensor *qkv = mode == QKV_LINEAR ? ct_linear(c, leaf[0], leaf[1], leaf[2]) : leaf[0];
+    if (ac) CT_EXPECT_OK(ct_autocast_begin(c, mode == AC16_LINEAR ? CT_F16 : CT_BF16));
+    ct_tensor *qkv = lin ? ct_linear(c, leaf[0], leaf[1], leaf[2]) : leaf[0];
+    if (mode == BF16_LEAF) qkv = ct_cast(c, qkv, CT_BF16);
     ct_tensor *y = fused ? ct_attention_qkv(c, qkv, (int)s->H, s->causal) : unfused(c, qkv, s);
-    ct_tensor *loss = ct_sum(c, ct_mul(c, y, rand_tensor(c, 3, (int64_t[]){B, T, C}, 15, 1.0f)));
-    if (mode == QKV_TWICE) loss = ct_add(c, loss, ct_sum(c, ct_mul(c, qkv, qkv)));
+    if (ac) ct_autocast_end(c);
+    ct_tensor *loss = ct_sum(c, ct_mul(c, ct_cast(c, y, CT_F32), rand_tensor(c, 3, (int64_t[]){B, T, C}, 15, 1.0f)));
+    if (mode == QKV_TWICE || mode == AC_TWICE) {
+        ct_tensor *q32 = ct_cast(c, qkv, CT_F32);
+        loss = ct_add(c, loss, ct_sum(c, ct_mul(c, q32, q32)));
+    }
     ct_backward(c, loss);
     size_t n = ct_nbytes(y);
     for (int i = 0; i < nl; i++) n += ct_nbytes(leaf[i]->grad);
@@ -61,7 +68,8 @@ static unsigned char *bytes_of(const ashape *s, bool fused, int threads, int mod
 }
 
 static void expect_same(const ashape *s, int threads, int mode) {
-    static const char *what[] = {"qkv leaf", "after a linear", "qkv used twice"};
+    static const char *what[] = {"qkv leaf", "after a linear", "qkv used twice", "bf16 autocast", "bf16 autocast, f32 leaf", "bf16 autocast, used twice",
+                                 "f16 autocast", "bf16 qkv (a cast leaf), no autocast"};
     size_t n1 = 0, n2 = 0;
     unsigned char *a = bytes_of(s, false, threads, mode, &n1), *f = bytes_of(s, true, threads, mode, &n2);
     CT_ASSERT(a && f);
@@ -82,6 +90,15 @@ CT_TEST(attention_qkv_same_bits_as_chain) {
     for (size_t i = 0; i < NCASES; i++)
         for (int t = 1; t <= 2; t++)
             for (int mode = QKV_LEAF; mode <= QKV_TWICE; mode++) expect_same(&cases[i], t, mode);
+}
+
+/* Under bf16 or f16 autocast (qkv a linear's low-precision output, or an f32 leaf autocast
+ * casts) and on a bf16 qkv: both run the same f32 attention on f32 copies of the same values
+ * and round y and the low-precision tensors' gradients the same way */
+CT_TEST(attention_qkv_same_bits_as_chain_low_precision) {
+    for (size_t i = 0; i < NCASES; i++)
+        for (int t = 1; t <= 2; t++)
+            for (int mode = AC_LINEAR; mode <= BF16_LEAF; mode++) expect_same(&cases[i], t, mode);
 }
 
 /* OpenBLAS for every GEMM: head by head, BLAS threading */

@@ -93,6 +93,12 @@ ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x);
 /* q, k, v [B, H, T, D] → softmax(q k^T / sqrt(D) (+ causal mask)) v, [B, H, T, D].
  * Plain version: materialises the [T, T] scores per head. */
 ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);
+/* The same on a packed qkv [B, T, 3C] (a c_attn projection's output: q, k, v side by side,
+ * each C = n_head * D wide) → y [B, T, C], the heads side by side as merge_heads lays them:
+ * the bits of splitting qkv into heads, ct_attention and ct_merge_heads (forward and qkv's
+ * gradient), without the copies. f32 on the CPU (under autocast: on autocast's f32 copy, as
+ * ct_attention); on a device: a status saying there is no kernel. */
+ct_tensor *ct_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool causal);
 /* The same result computed by tiles with an online softmax (flash attention), forward and
  * backward: O(T) extra memory (one log-sum-exp per row) instead of the [T, T] matrix; equal
  * to ct_attention within f32 rounding. */

@@ -29,9 +29,10 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     ct_tensor *qkv = ct_module_forward(ctx, m->children[0], x);            /* c_attn: [B, T, 3C] */
     ct_tensor *y;
     /* fused on the CPU: one op reads the heads out of qkv and writes y in [B, T, C] (the same
-     * bits as the chain below, without its layout copies); devices have no kernel for it */
-    if (m->hp[2] && qkv->device.type == CT_DEV_CPU) {
-        y = ct_flash_attention_qkv(ctx, qkv, H, true);
+     * bits as the chain below, without its layout copies, f32 or under autocast); devices
+     * have no kernel for it */
+    if (qkv->device.type == CT_DEV_CPU) {
+        y = m->hp[2] ? ct_flash_attention_qkv(ctx, qkv, H, true) : ct_attention_qkv(ctx, qkv, H, true);
     } else {
         y = heads_attention(ctx, qkv, x->shape[0], x->shape[1], C, H, m->hp[2] != 0);
     }

@@ -40,6 +40,7 @@
     X(SPLIT_HEADS,    split_heads,    CT_AC_PROMOTE)    \
     X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \
     X(ATTENTION,      attention,      CT_AC_LOWP)       \
+    X(ATTENTION_QKV,  attention_qkv,  CT_AC_LOWP)       \
     X(FLASH_ATTENTION, flash_attention, CT_AC_LOWP) \
     X(FLASH_ATTENTION_QKV, flash_attention_qkv, CT_AC_LOWP) \
     X(CAST,           cast,           CT_AC_PROMOTE)

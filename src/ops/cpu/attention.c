@@ -7,7 +7,9 @@
  * threading (OpenBLAS must not be entered from several OpenMP threads at once); the
  * softmax passes run over all rows of all heads at once, split by rows with OpenMP.
  * Causal masking is PyTorch's is_causal: query i sees keys j <= i (top-left aligned);
- * masked entries are exactly 0 in P, and rows only touch their visible prefix. */
+ * masked entries are exactly 0 in P, and rows only touch their visible prefix.
+ * attention_qkv: the same on the heads of a packed qkv [B, T, 3C], read in place (GEMM
+ * leading dimensions), y written as [B, T, C]: one body for both, by per-tensor head layouts. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -133,24 +135,42 @@ static bool heads_in_parallel(int64_t BH, int64_t RB, int64_t Tq, int64_t Tk, in
     return ct_sgemm_own_takes(m, m, m);
 }
 
-ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
-    CT_DEV_DISPATCH(ctx, CT_OP_ATTENTION, .in = {q, k, v}, .i = {causal});
-    CT_AUTOCAST(ctx, CT_OP_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_attention(ctx, q, k, v, causal));
-    ct_tensor *in[3] = {q, k, v};
-    ct_check_attention("attention", q, k, v);
-    int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
-    float scale = D ? 1.0f / sqrtf((float)D) : 1.0f;
-    ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], Tq, Dv});
-    float *P = ct_ctx_alloc_keep(ctx, (size_t)(BH * Tq * Tk + 1) * sizeof(float));
-    const float *Q = q->data, *K = k->data, *V = v->data;
-    int64_t RB = row_block(causal, Tq, Tk);
-    bool par = heads_in_parallel(BH, RB, Tq, Tk, D, Dv, causal);
-#pragma omp parallel for if (par) schedule(static)
+/* Where one tensor's heads lie: row t of head h = b H + j starts at b bs + j hs + t ld floats
+ * from its base. [BH, T, D] contiguous is {D, T D, 0} with H = 1; q of a packed qkv [B, T, 3C]
+ * is {3C, T 3C, D} with H heads, k and v the same from base + C and + 2C; y [B, T, C] {C, T C, D}. */
+typedef struct {
+    int64_t ld, bs, hs;
+} layout;
+
+/* one call: BH heads of Tq queries [D] against Tk keys [D] and values [Dv], H heads per batch
+ * entry; the gradients have the layouts of their tensors, y and dO layout o */
+typedef struct {
+    const float *Q, *K, *V;
+    int64_t BH, H, Tq, Tk, D, Dv, RB;
+    bool causal, par;
+    float scale;
+    layout q, k, v, o;
+} attn;
+
+static inline int64_t head_at(const attn *a, const layout *l, int64_t h) { return h / a->H * l->bs + h % a->H * l->hs; }
+
+static attn make_attn(const float *Q, const float *K, const float *V, int64_t BH, int64_t H, int64_t Tq, int64_t Tk, int64_t D,
+                      int64_t Dv, bool causal, layout q, layout k, layout v, layout o) {
+    attn a = {Q, K, V, BH, H, Tq, Tk, D, Dv, row_block(causal, Tq, Tk), causal, false, D ? 1.0f / sqrtf((float)D) : 1.0f, q, k, v, o};
+    a.par = heads_in_parallel(BH, a.RB, Tq, Tk, D, Dv, causal);
+    return a;
+}
+
+/* Y (layout o) = softmax(q k^T * scale) v; P [BH, Tq, Tk] keeps the probabilities */
+static void forward(const attn *a, float *P, float *Y) {
+    const int64_t BH = a->BH, Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, RB = a->RB;
+    const bool causal = a->causal;
+#pragma omp parallel for if (a->par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* S[i0:i1, :kv] = q k^T * scale */
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-            ct_sgemm_ld(false, true, i1 - i0, kv, D, scale, Q + (h * Tq + i0) * D, D, K + h * Tk * D, D, 0.0f,
-                        P + (h * Tq + i0) * Tk, Tk);
+            ct_sgemm_ld(false, true, i1 - i0, kv, D, a->scale, a->Q + head_at(a, &a->q, h) + i0 * a->q.ld, a->q.ld,
+                        a->K + head_at(a, &a->k, h), a->k.ld, 0.0f, P + (h * Tq + i0) * Tk, Tk);
         }
     /* softmax over the visible prefix of each row; the rest is exactly 0 */
 #pragma omp parallel for if (BH * Tq * Tk >= (1 << 14))
@@ -166,50 +186,38 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
         for (int64_t j = 0; j < nv; j++) p[j] *= inv;
         if (nv < Tk) memset(p + nv, 0, (size_t)(Tk - nv) * sizeof(float));
     }
-    float *Y = y->data;
-#pragma omp parallel for if (par) schedule(static)
+#pragma omp parallel for if (a->par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* O[i0:i1] = P[i0:i1, :kv] v[:kv] */
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-            ct_sgemm_ld(false, false, i1 - i0, Dv, kv, 1.0f, P + (h * Tq + i0) * Tk, Tk, V + h * Tk * Dv, Dv, 0.0f,
-                        Y + (h * Tq + i0) * Dv, Dv);
+            ct_sgemm_ld(false, false, i1 - i0, Dv, kv, 1.0f, P + (h * Tq + i0) * Tk, Tk, a->V + head_at(a, &a->v, h), a->v.ld,
+                        0.0f, Y + head_at(a, &a->o, h) + i0 * a->o.ld, a->o.ld);
         }
-    ct_node *nd = ct_record(ctx, CT_OP_ATTENTION, y, 3, in);
-    if (nd) {
-        nd->saved = P;
-        nd->i[0] = causal;
-        nd->f[0] = scale;
-    }
-    return y;
 }
 
-void ct_bw_attention(ct_ctx *ctx, ct_node *n) {
-    ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
-    int64_t BH = q->shape[0] * q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
-    bool causal = n->i[0];
-    float scale = (float)n->f[0];
-    const float *P = n->saved, *dO = n->out->grad->data, *Q = q->data, *K = k->data, *V = v->data;
-    float *dq = ct_grad_acc(ctx, q), *dk = ct_grad_acc(ctx, k), *dv = ct_grad_acc(ctx, v);
-    int64_t RB = row_block(causal, Tq, Tk);
-    bool par = heads_in_parallel(BH, RB, Tq, Tk, D, Dv, causal);
+/* The gradients added to dq, dk, dv (layouts q, k, v; NULL: not wanted) from dO (layout o) */
+static void backward(ct_ctx *ctx, const attn *a, const float *P, const float *dO, float *dq, float *dk, float *dv) {
+    const int64_t BH = a->BH, Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, RB = a->RB;
+    const int64_t lq = a->q.ld, lk = a->k.ld, lv = a->v.ld, lo = a->o.ld;
+    const bool causal = a->causal;
     /* row blocks in a fixed order within a head (a head is one thread's): the dV / dK
      * accumulation order never depends on threads */
     if (dv)
-#pragma omp parallel for if (par) schedule(static)
+#pragma omp parallel for if (a->par) schedule(static)
         for (int64_t h = 0; h < BH; h++)
             for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* dV[:kv] += P[i0:i1, :kv]^T dO[i0:i1] */
                 int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-                ct_sgemm_ld(true, false, kv, Dv, i1 - i0, 1.0f, P + (h * Tq + i0) * Tk, Tk, dO + (h * Tq + i0) * Dv, Dv, 1.0f,
-                            dv + h * Tk * Dv, Dv);
+                ct_sgemm_ld(true, false, kv, Dv, i1 - i0, 1.0f, P + (h * Tq + i0) * Tk, Tk, dO + head_at(a, &a->o, h) + i0 * lo, lo,
+                            1.0f, dv + head_at(a, &a->v, h), lv);
             }
     if (!dq && !dk) return;
     float *dS = ct_ctx_alloc(ctx, (size_t)(BH * Tq * Tk + 1) * sizeof(float));
-#pragma omp parallel for if (par) schedule(static)
+#pragma omp parallel for if (a->par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* dP[i0:i1, :kv] = dO[i0:i1] V[:kv]^T */
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-            ct_sgemm_ld(false, true, i1 - i0, kv, Dv, 1.0f, dO + (h * Tq + i0) * Dv, Dv, V + h * Tk * Dv, Dv, 0.0f,
-                        dS + (h * Tq + i0) * Tk, Tk);
+            ct_sgemm_ld(false, true, i1 - i0, kv, Dv, 1.0f, dO + head_at(a, &a->o, h) + i0 * lo, lo, a->V + head_at(a, &a->v, h), lv,
+                        0.0f, dS + (h * Tq + i0) * Tk, Tk);
         }
     /* dS = P * (dP - rowsum(dP * P)) * scale; masked entries stay 0 */
 #pragma omp parallel for if (BH * Tq * Tk >= (1 << 14))
@@ -221,17 +229,101 @@ void ct_bw_attention(ct_ctx *ctx, ct_node *n) {
 #pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j < nv; j++) dot += d[j] * p[j];
 #pragma omp simd
-        for (int64_t j = 0; j < nv; j++) d[j] = ct_k_attn_ds(p[j], d[j], dot, scale);
+        for (int64_t j = 0; j < nv; j++) d[j] = ct_k_attn_ds(p[j], d[j], dot, a->scale);
         if (nv < Tk) memset(d + nv, 0, (size_t)(Tk - nv) * sizeof(float));
     }
-#pragma omp parallel for if (par) schedule(static)
+#pragma omp parallel for if (a->par) schedule(static)
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
             int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
             const float *dSb = dS + (h * Tq + i0) * Tk;
+            const int64_t hq = head_at(a, &a->q, h), hk = head_at(a, &a->k, h);
             if (dq) /* dQ[i0:i1] += dS[i0:i1, :kv] K[:kv] */
-                ct_sgemm_ld(false, false, i1 - i0, D, kv, 1.0f, dSb, Tk, K + h * Tk * D, D, 1.0f, dq + (h * Tq + i0) * D, D);
+                ct_sgemm_ld(false, false, i1 - i0, D, kv, 1.0f, dSb, Tk, a->K + hk, lk, 1.0f, dq + hq + i0 * lq, lq);
             if (dk) /* dK[:kv] += dS[i0:i1, :kv]^T Q[i0:i1] */
-                ct_sgemm_ld(true, false, kv, D, i1 - i0, 1.0f, dSb, Tk, Q + (h * Tq + i0) * D, D, 1.0f, dk + h * Tk * D, D);
+                ct_sgemm_ld(true, false, kv, D, i1 - i0, 1.0f, dSb, Tk, a->Q + hq + i0 * lq, lq, 1.0f, dk + hk, lk);
         }
+}
+
+/* q, k, v [B, H, T, D] contiguous: H = 1 in the layouts, every head its own "batch entry" */
+static attn heads_args(const ct_tensor *q, const ct_tensor *k, const ct_tensor *v, bool causal) {
+    const int64_t Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
+    return make_attn(q->data, k->data, v->data, q->shape[0] * q->shape[1], 1, Tq, Tk, D, Dv, causal, (layout){D, Tq * D, 0},
+                     (layout){D, Tk * D, 0}, (layout){Dv, Tk * Dv, 0}, (layout){Dv, Tq * Dv, 0});
+}
+
+ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
+    CT_DEV_DISPATCH(ctx, CT_OP_ATTENTION, .in = {q, k, v}, .i = {causal});
+    CT_AUTOCAST(ctx, CT_OP_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_attention(ctx, q, k, v, causal));
+    ct_tensor *in[3] = {q, k, v};
+    ct_check_attention("attention", q, k, v);
+    attn a = heads_args(q, k, v, causal);
+    ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
+    float *P = ct_ctx_alloc_keep(ctx, (size_t)(a.BH * a.Tq * a.Tk + 1) * sizeof(float));
+    forward(&a, P, y->data);
+    ct_node *nd = ct_record(ctx, CT_OP_ATTENTION, y, 3, in);
+    if (nd) {
+        nd->saved = P;
+        nd->i[0] = causal;
+    }
+    return y;
+}
+
+void ct_bw_attention(ct_ctx *ctx, ct_node *n) {
+    ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    attn a = heads_args(q, k, v, n->i[0] != 0);
+    float *dq = ct_grad_acc(ctx, q), *dk = ct_grad_acc(ctx, k), *dv = ct_grad_acc(ctx, v);
+    backward(ctx, &a, n->saved, n->out->grad->data, dq, dk, dv);
+}
+
+/* ---- attention on a packed qkv ---- */
+/* The heads of qkv [B, T, 3C] (c_attn's output) read where they lie and y written as
+ * [B, T, H, D]: the same GEMMs on the same values as ct_attention on the chain's head-layout
+ * copies, hence the same bits, without the copies (nor their mirror in backward). */
+static attn qkv_args(const ct_tensor *qkv, int64_t H, bool causal) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
+    const float *p = qkv->data;
+    layout in = {3 * C, T * 3 * C, D};
+    return make_attn(p, p + C, p + 2 * C, B * H, H, T, T, D, D, causal, in, in, in, (layout){C, T * C, D});
+}
+
+ct_tensor *ct_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool causal) {
+    CT_DEV_DISPATCH(ctx, CT_OP_ATTENTION_QKV, .in = {qkv}, .i = {n_head, causal});
+    CT_AUTOCAST(ctx, CT_OP_ATTENTION_QKV, 1, ((ct_tensor **[]){&qkv}), ct_attention_qkv(ctx, qkv, n_head, causal));
+    CT_CHECK_F32("attention_qkv", qkv);
+    CT_CHECK_CONTIG("attention_qkv", qkv);
+    char sx[96];
+    if (qkv->ndim != 3 || n_head < 1 || qkv->shape[2] % (3 * (int64_t)n_head))
+        CT_FATAL("attention_qkv: input %s must be [B, T, 3 C] with n_head = %d dividing C", ct_shape_str(qkv, sx, sizeof sx), n_head);
+    attn a = qkv_args(qkv, n_head, causal);
+    ct_tensor *y = ct_new(ctx, CT_F32, 3, (int64_t[]){qkv->shape[0], a.Tq, n_head * a.D});
+    float *P = ct_ctx_alloc_keep(ctx, (size_t)(a.BH * a.Tq * a.Tk + 1) * sizeof(float));
+    forward(&a, P, y->data);
+    ct_node *nd = ct_record(ctx, CT_OP_ATTENTION_QKV, y, 1, &qkv);
+    if (nd) {
+        nd->saved = P;
+        nd->i[0] = causal;
+        nd->i[1] = n_head;
+    }
+    return y;
+}
+
+/* dq, dk, dv are the parts of qkv's gradient. The chain's q, k, v gradients start from 0 and
+ * get the GEMMs' sums (beta = 1), then reach qkv through copies that add them to 0: here the
+ * same sums into a zeroed buffer, qkv's own where its gradient is fresh, else added after
+ * (as the chain adds it). The chain's dO is +0 + y's gradient (a -0 turned +0): it only changes
+ * the signs of zeros, which every sum into a zeroed gradient turns +0, so the bits are the same. */
+void ct_bw_attention_qkv(ct_ctx *ctx, ct_node *n) {
+    ct_tensor *qkv = n->in[0];
+    bool fresh;
+    float *g = ct_grad_acc_fresh(ctx, qkv, &fresh);
+    if (!g) return;
+    attn a = qkv_args(qkv, n->i[1], n->i[0] != 0);
+    const int64_t N = ct_numel(qkv), C = a.H * a.D;
+    float *d = fresh ? g : ct_ctx_alloc(ctx, (size_t)N * sizeof(float));
+    memset(d, 0, (size_t)N * sizeof(float));
+    backward(ctx, &a, n->saved, n->out->grad->data, d, d + C, d + 2 * C);
+    if (d == g) return;
+#pragma omp parallel for if (N >= (1 << 16))
+    for (int64_t i = 0; i < N; i++) g[i] += d[i];
 }

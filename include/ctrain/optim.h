@@ -76,16 +76,6 @@ void ct_optim_free(ct_optim *o);
  * (double, as PyTorch's Python float: the scalars it derives are computed in double and
  * rounded to float once, exactly as PyTorch does). */
 void ct_optim_step(ct_optim *o, double lr);
-/* The step inside backward, for one process (PyTorch's optimizer-in-backward pattern, a
- * post-accumulate-grad hook per parameter): armed, the next ct_backward updates each
- * parameter whose whole final gradient one op computes (a linear layer's weight on the CPU:
- * each tile of its gradient right after the GEMM stores it, while it is in cache), and the
- * next ct_optim_step(o, lr), with the same lr, updates the rest and disarms. The gradients are
- * still written, and the result has the bits of backward followed by the step. Only where the
- * gradients are final when backward ends: no DDP all-reduce, clipping, loss scaling or
- * accumulation over backwards (ct_train_step arms it in exactly those cases). SGD with the
- * parameters on the CPU; false (not armed) otherwise. */
-bool ct_optim_arm_in_backward(ct_optim *o, double lr);
 const char *ct_optim_kind(const ct_optim *o);   /* "sgd" or "adamw" */
 ct_params *ct_optim_params(const ct_optim *o);
 /* Steps taken so far (AdamW's bias-correction t; for SGD it says whether the momentum

@@ -78,11 +78,6 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_DEVICE_PROFILE] = {"CTRAIN_DEVICE_PROFILE", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, 0,
                                "1: wait for the device around every device op, forward and backward, and keep "
                                "each op's time (slows the step; for finding where a GPU step goes)"},
-    [CT_CFG_OPTIM_IN_BACKWARD] = {"CTRAIN_OPTIM_IN_BACKWARD", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
-                                  "the trainer's SGD step inside backward where the gradients are final when it ends "
-                                  "(one process, CPU, no clipping, loss scaling or accumulation): each linear "
-                                  "weight is updated as its gradient's GEMM tiles are stored; the same bits. 0: "
-                                  "backward, then the step"},
     [CT_CFG_OMP_NUM_THREADS] = {"OMP_NUM_THREADS", CT_CFG_INT, NULL, 1, INT_MAX, NULL, NULL, L | CT_CFG_LIST,
                                 "threads per rank (default cores / local ranks; ctrain run sets that when unset)"},
     [CT_CFG_DATA_DIR] = {"CTRAIN_DATA_DIR", CT_CFG_STRING, "/usr/share/datasets/fashion-mnist", 0, 0, NULL, NULL, 0,

@@ -124,25 +124,6 @@ ct_status ct_ctx_fail(ct_ctx *ctx, ct_status st);
 /* Fires the store's grad hook for parameter i (params.c), its gradient settled first. */
 void ct_params_fire_hook_(struct ct_params *p, int i);
 
-/* ---- the optimizer step inside backward (ct_optim_arm_in_backward) ----
- * An armed optimizer registers an updater with the store. An op that computes a parameter's
- * whole final gradient (its only use this step, a fresh gradient) asks ct_params_updater_for_;
- * when it gets one, it hands each block of the gradient to apply() as soon as the block is
- * written (a GEMM: each C tile, still in L1), and the optimizer's step then leaves that
- * parameter out. claim() is called once per parameter, before its first block. */
-typedef struct {
-    bool (*claim)(void *user, int param_index);
-    /* rows x cols of parameter param_index's gradient g (row stride ldg, the parameter's row
-     * length too), its element offset in the parameter: update those elements */
-    void (*apply)(void *user, int param_index, size_t offset, const float *g, int64_t ldg, int rows, int cols);
-    void *user;
-} ct_param_updater;
-/* u NULL: none (the store keeps the pointer: u outlives the registration) */
-void ct_params_set_updater_(struct ct_params *p, const ct_param_updater *u);
-/* The store's updater when t is a parameter in its last use of the step whose gradient this
- * write creates (fresh) and the updater claims it; NULL otherwise (the op writes as usual). */
-const ct_param_updater *ct_params_updater_for_(const ct_tensor *t, bool fresh);
-
 /* ---- per-op device time (CTRAIN_DEVICE_PROFILE=1; devprof.c) ----
  * The op dispatch and the backward walk wrap each device op: begin waits for the device and
  * reads the clock, end waits again and adds the time to the op's row (forward or backward).

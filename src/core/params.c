@@ -25,7 +25,6 @@ struct ct_params {
     bool finalized;
     ct_grad_hook hook;
     void *hook_user;
-    const ct_param_updater *updater; /* an optimizer armed to step inside backward, or NULL */
     ct_status failed; /* sticky: a registration or a module construction ran out of memory */
     bool stale;       /* some gradient may still be CT_TF_GRAD_STALE (ct_params_zero_grad) */
 };
@@ -315,14 +314,6 @@ ct_status ct_params_to(ct_params *p, ct_device dev) {
 }
 size_t ct_params_bytes(const ct_params *p) { return (2 * p->numel + p->bufnumel) * sizeof(float); }
 void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user) { p->hook = fn; p->hook_user = user; }
-
-void ct_params_set_updater_(ct_params *p, const ct_param_updater *u) { p->updater = u; }
-
-const ct_param_updater *ct_params_updater_for_(const ct_tensor *t, bool fresh) {
-    if (!fresh || !t || !(t->flags & CT_TF_PARAM) || t->uses != 1 || t->device.type != CT_DEV_CPU) return NULL;
-    const ct_param_updater *u = t->params->updater;
-    return u && u->claim(u->user, t->param_id) ? u : NULL;
-}
 
 /* called by autograd when a parameter's last gradient of the step has arrived */
 void ct_params_fire_hook_(ct_params *p, int i) {

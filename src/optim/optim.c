@@ -44,13 +44,6 @@ struct ct_optim {
     float *state[MAX_STATE];
     const char *state_name[MAX_STATE];
     int64_t step;
-    /* stepping inside backward (ct_optim_arm_in_backward): the updater registered with the
-     * store, the armed lr, and which parameters the backward has updated this step */
-    ct_param_updater upd;
-    bool armed;
-    double armed_lr;
-    unsigned char *fused; /* per parameter index */
-    int nfused;
     ct_device dev;                /* the store's device at creation: state buffers live there */
     const ct_device_hooks *hooks; /* its backend; NULL on the CPU */
     ct_status status;             /* first failure of a step on a device */
@@ -99,7 +92,7 @@ static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int
     if (h && !h->optim) return ct_error(CT_ERR_UNSUPPORTED, "optimizer: the device backend has no optimizer pass");
     ct_optim *o = calloc(1, sizeof *o);
     int np = ct_params_count(p);
-    if (!o || !(o->wd = calloc((size_t)(np ? np : 1), sizeof(double))) || !(o->fused = calloc((size_t)(np ? np : 1), 1))) goto oom;
+    if (!o || !(o->wd = calloc((size_t)(np ? np : 1), sizeof(double)))) goto oom;
     /* room for the most runs there can be, so that a step never allocates */
     if (!(o->segs = malloc((size_t)(np + 1) * sizeof *o->segs))) goto oom;
     o->kind = kind;
@@ -156,8 +149,6 @@ ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_opti
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
-    if (o->armed) ct_params_set_updater_(o->p, NULL);
-    free(o->fused);
     for (int k = 0; k < MAX_STATE; k++) state_free(o->hooks, o->state[k]);
     free(o->wd);
     free(o->segs);
@@ -330,72 +321,16 @@ static void adamw_range(ct_optim *o, size_t b, size_t e, double wd, double lr) {
     }
 }
 
-/* ---- the step inside backward: the store's updater (core/kernel.h) ---- */
-static bool upd_claim(void *user, int i) {
-    ct_optim *o = user;
-    if (!is_trainable(o->p, i)) return false;
-    if (!o->fused[i]) {
-        o->fused[i] = 1;
-        o->nfused++;
-    }
-    return true;
-}
-/* rows x cols of parameter i from its gradient block g: the element update of sgd_range, with
- * the constants ct_optim_step(o, armed_lr) would use */
-static void upd_apply(void *user, int i, size_t off, const float *g, int64_t ldg, int rows, int cols) {
-    ct_optim *o = user;
-    const ct_k_sgd k = ct_k_sgd_consts(o->sgd.momentum, o->sgd.dampening, o->wd[i], o->sgd.nesterov, o->sgd.maximize,
-                                       o->armed_lr, o->step == 0);
-    size_t base = ct_params_offset(o->p, i) + off;
-    float *P = ct_params_data(o->p) + base, *B = o->nstate ? o->state[0] + base : NULL;
-    for (int r = 0; r < rows; r++) sgd_kernel(&k, P + r * ldg, g + r * ldg, B ? B + r * ldg : NULL, cols);
-}
-
-bool ct_optim_arm_in_backward(ct_optim *o, double lr) {
-    if (o->kind != K_SGD || o->hooks || ct_params_device(o->p).type != CT_DEV_CPU) return false;
-    o->upd = (ct_param_updater){upd_claim, upd_apply, o};
-    o->armed = true;
-    o->armed_lr = lr;
-    ct_params_set_updater_(o->p, &o->upd);
-    return true;
-}
-
-/* sgd_range over [b, e) less the parameters the backward has updated (offsets increase with
- * the index) */
-static void sgd_range_rest(ct_optim *o, size_t b, size_t e, double wd, double lr) {
-    size_t at = b;
-    for (int i = 0, np = ct_params_count(o->p); i < np; i++) {
-        if (!o->fused[i]) continue;
-        size_t off = ct_params_offset(o->p, i), end = off + (size_t)ct_numel(ct_params_get(o->p, i));
-        if (end <= at || off >= e) continue;
-        if (off > at) sgd_range(o, at, off, wd, lr);
-        at = end;
-    }
-    if (at < e) sgd_range(o, at, e, wd, lr);
-}
-
 void ct_optim_step(ct_optim *o, double lr) {
     CT_CHECK(ct_device_eq(ct_params_device(o->p), o->dev), "ct_optim_step: the parameters moved to another device after "
              "the optimizer was created (create it after ct_module_to / ct_params_to)");
-    if (o->armed) {
-        CT_CHECK(lr == o->armed_lr, "ct_optim_step: lr %g, but the optimizer was armed in backward with lr %g", lr, o->armed_lr);
-        ct_params_set_updater_(o->p, NULL);
-        o->armed = false;
-    }
     if (o->segs_dirty) build_segs(o);
     if (o->kind == K_ADAMW) {
         o->step++;
         for (int k = 0; k < o->nseg; k++) adamw_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
     } else {
-        for (int k = 0; k < o->nseg; k++) {
-            if (o->nfused) sgd_range_rest(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
-            else sgd_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
-        }
+        for (int k = 0; k < o->nseg; k++) sgd_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
         o->step++;
-    }
-    if (o->nfused) {
-        memset(o->fused, 0, (size_t)ct_params_count(o->p));
-        o->nfused = 0;
     }
 }
 

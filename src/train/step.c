@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctrain/config.h"
 #include "ctrain/train.h"
 
 /* ---- built-in models ---- */
@@ -131,12 +130,6 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
     const ct_train_model *m = a->model;
     ct_device dev = ct_params_device(m->params);
     double loss_sum = 0;
-    /* the step inside backward where the gradients are final when backward ends (one process,
-     * nothing between backward and the step): the same bits, the weights updated while their
-     * gradients are in cache (ct_optim_arm_in_backward) */
-    if (n_micro == 1 && !a->ddp && !a->scaler && !(a->clip_norm > 0) && dev.type == CT_DEV_CPU &&
-        ct_config_bool(CT_CFG_OPTIM_IN_BACKWARD))
-        (void)ct_optim_arm_in_backward(a->opt, a->lr);
     for (int k = 0; k < n_micro; k++) {
         /* DDP all-reduces only during the last backward; the others accumulate locally */
         if (a->ddp && n_micro > 1) ct_ddp_set_no_sync(a->ddp, k < n_micro - 1);

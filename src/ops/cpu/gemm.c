@@ -133,18 +133,6 @@ ct_tensor *ct_linear_unevaluated(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_ten
     return y;
 }
 
-/* The optimizer step inside backward (core/kernel.h's updater): each tile of a weight's
- * gradient goes to the optimizer as the GEMM stores it */
-typedef struct {
-    const ct_param_updater *u;
-    int id;
-    const float *g; /* the gradient's first element: a tile's offset in the parameter */
-} tile_update;
-static void update_tile(void *arg, float *c, int64_t ldc, int rows, int cols) {
-    const tile_update *t = arg;
-    t->u->apply(t->u->user, t->id, (size_t)(c - t->g), c, ldc, rows, cols);
-}
-
 void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
     const float *dY = n->out->grad->data;
@@ -152,16 +140,8 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     bool fx, fw;
     float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
-    /* dX first: it reads W, which an optimizer stepping inside backward updates with dW */
     if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
-    const ct_param_updater *up = dW && !bf16 && n->in[0]->dtype == CT_F32 ? ct_params_updater_for_(n->in[1], fw) : NULL;
-    if (up && rows > 0 && ct_sgemm_own_takes(out, in, rows)) {
-        tile_update tu = {up, n->in[1]->param_id, dW};
-        ct_sgemm_epilogue(true, false, out, in, rows, dY, out, n->in[0]->data, in, dW, in, update_tile, &tu);
-    } else if (dW) {
-        gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
-        if (up) up->apply(up->user, n->in[1]->param_id, 0, dW, in, (int)out, (int)in); /* after the whole product */
-    }
+    if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
     if (dB && bf16) { /* dY as the bf16 gradient it stands for (autocast leaves the rounding to this op) */
         float v[512];
         for (int64_t r = 0; r < rows; r++)

@@ -284,8 +284,6 @@ typedef struct {
     const void *packb_arg;
     int64_t noff;             /* the packer's column of this job's column 0 */
     int64_t aseg, aseg_stride; /* aseg > 0: A(i, k) = A[(k / aseg) * aseg_stride + i * lda + k % aseg] */
-    ct_sgemm_epilogue_fn epi;  /* f32 path: called on each C block after its last K block */
-    void *epi_arg;
 } job;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -379,9 +377,6 @@ CT_AVX512 static void run(const job *j) {
                             kernel(kc, j->pa + ir * MR * kc, j->pb + jr * NR * kc, c, ci, cbt, j->ldc, ldci, j->ldcb,
                                    (int)imin(MR, j->M - i0), (int)imin(NR, j->N - n0), j->alpha, j->beta, mode);
                     }
-                /* the finished mc x nc block, still in L2: what the epilogue reads beside it (for
-                 * a full-width block, whole rows of it) streams in memory order */
-                if (j->epi && pc + kc >= j->K) j->epi(j->epi_arg, j->C + ic * j->ldc + jc, j->ldc, (int)mc, (int)nc);
             }
         }
     }
@@ -461,8 +456,7 @@ static inline const void *advance(const void *p, bool h, int64_t n) { return (co
 
 static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
                  const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb,
-                 ct_sgemm_pack_b_fn packb, const void *parg, int64_t aseg, int64_t aseg_stride, const float *Ci, int64_t ldci,
-                 ct_sgemm_epilogue_fn epi, void *epi_arg) {
+                 ct_sgemm_pack_b_fn packb, const void *parg, int64_t aseg, int64_t aseg_stride, const float *Ci, int64_t ldci) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         for (int64_t i = 0; i < M; i++) {
@@ -479,7 +473,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
         return;
     }
     job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, Ci, ldci, NULL, NULL, bf16, packb,
-             parg, 0, aseg, aseg_stride, epi, epi_arg};
+             parg, 0, aseg, aseg_stride};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
@@ -545,7 +539,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL, NULL);
+    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
@@ -555,27 +549,20 @@ void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const floa
         for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, (size_t)N * sizeof(float));
         return;
     }
-    gemm(0, ta, tb, M, N, K, 1.0f, A, false, lda, B, false, ldb, 1.0f, C, ldc, NULL, 0, NULL, NULL, 0, 0, bias, 0, NULL, NULL);
-}
-
-void ct_sgemm_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                       float *C, int64_t ldc, ct_sgemm_epilogue_fn epi, void *arg) {
-    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_epilogue needs an AVX-512 CPU");
-    CT_CHECK(K > 0, "ct_sgemm_epilogue: K = %lld (no K block, no epilogue)", (long long)K);
-    gemm(0, ta, tb, M, N, K, 1.0f, A, false, lda, B, false, ldb, 0.0f, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, epi, arg);
+    gemm(0, ta, tb, M, N, K, 1.0f, A, false, lda, B, false, ldb, 1.0f, C, ldc, NULL, 0, NULL, NULL, 0, 0, bias, 0);
 }
 
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
-    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, 0, 0, NULL, 0, NULL, NULL);
+    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
                              ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b_seg needs an AVX-512 CPU");
     CT_CHECK(seg > 0, "ct_sgemm_implicit_b_seg: segment length %lld", (long long)seg);
-    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride, NULL, 0, NULL, NULL);
+    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride, NULL, 0);
 }
 
 /* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
@@ -598,25 +585,25 @@ bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path) {
 void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_bf16_path_available(path), "ct_sgemm_bf16_on: bf16 GEMM path %d is not available on this CPU", (int)path);
-    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL, NULL);
+    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL, NULL);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_ex needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL, NULL);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
 }
 
 void ct_sgemm_bf16_out(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                        const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_out needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0, NULL, 0, NULL, NULL);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0, NULL, 0);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

@@ -27,13 +27,6 @@ void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
  * the bias row itself). Linear's forward. Same requirements as ct_sgemm_own. */
 void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                    const float *bias, float *C, int64_t ldc);
-/* C = op(A) op(B) (alpha 1, beta 0) with epi(arg, c, ldc, rows, cols) called on each block of
- * C (at most 168 rows x 2048 columns, from the thread that computed it) right after its last
- * K block is stored: work on the result while it is in L2 (ct_bw_linear: the optimizer step on
- * a weight's gradient). K > 0. The bits of C are those of ct_sgemm_own. */
-typedef void (*ct_sgemm_epilogue_fn)(void *arg, float *c, int64_t ldc, int rows, int cols);
-void ct_sgemm_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                       float *C, int64_t ldc, ct_sgemm_epilogue_fn epi, void *arg);
 
 /* The same product with A and B rounded to bf16 (to nearest even): products exact, sums in
  * f32 — torch.autocast(bfloat16)'s GEMM. Three paths, each summing in its own fixed order

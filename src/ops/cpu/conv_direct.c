@@ -36,6 +36,9 @@ size_t ct_conv_direct_scratch(const ct_conv_direct_geom *g, int nthreads, bool e
 void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *scratch) {
     int64_t K = k_of(g), nt = ntiles_o(g), Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
     float *wp = scratch;
+    /* every step, in the serial part of the forward (the other threads waiting): in parallel
+     * where big (the CNN's second layer: 51k strided reads) */
+#pragma omp parallel for collapse(2) schedule(static) if (nt * K * TO >= (1 << 15))
     for (int64_t t = 0; t < nt; t++)
         for (int64_t k = 0; k < K; k++)
             for (int64_t c = 0; c < TO; c++) {
@@ -188,6 +191,7 @@ size_t ct_conv_direct_dw_scratch(const ct_conv_direct_geom *g, int64_t nbmax) { 
 
 void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch) {
     int64_t KK = g->kh * g->kw;
+#pragma omp parallel for schedule(static) if (g->O * g->C * KK >= (1 << 15)) /* as ct_conv_direct_prep */
     for (int64_t o = 0; o < g->O; o++)
         for (int64_t c = 0; c < g->C; c++)
             for (int64_t kk = 0; kk < KK; kk++) {
@@ -318,8 +322,9 @@ size_t ct_conv_direct_dx_scratch(const ct_conv_direct_geom *g, int nthreads) {
     return (size_t)(up16(nct_of(g) * g->kh * g->kw * g->O * TO) + (nthreads < 1 ? 1 : nthreads) * dyq_floats(g));
 }
 void ct_conv_direct_dx_prep(const ct_conv_direct_geom *g, const float *w, float *scratch) {
-    int64_t KK = g->kh * g->kw;
-    for (int64_t t = 0; t < nct_of(g); t++)
+    int64_t KK = g->kh * g->kw, nct = nct_of(g);
+#pragma omp parallel for collapse(2) schedule(static) if (nct * KK * g->O * TO >= (1 << 15)) /* as ct_conv_direct_prep */
+    for (int64_t t = 0; t < nct; t++)
         for (int64_t kk = 0; kk < KK; kk++)
             for (int64_t o = 0; o < g->O; o++)
                 for (int64_t c = 0; c < TO; c++) {

@@ -327,28 +327,27 @@ static void pool_bw_planes(const float *G, const float *Y, const int32_t *arg, f
 typedef struct {
     const float *g, *y; /* the pooled gradient and output [N, O, OP] */
     const int32_t *arg;
-    int64_t n0, O, OP, P, OW; /* OW: the conv output's width */
+    int64_t n0, O, OP, P;
     float *sums; /* [N, O] or NULL */
 } unpool_args;
 
 /* Sample n0 + j's conv-output gradient as the fused 2x2 pool backward writes it (0.0f + g
- * where a positive output's input won, +0 elsewhere: pool2x2_bw_plane's bits), rows [r0, r1)
- * (the pooled rows [r0/2, r1/2)), channel o of pixel p at dst[poff[p] + o] for the weight
- * gradient; then planes [s0, s1)'s sums as plane_sums adds them (lane p % 16, the tail into
- * lane 0, then the lanes in order), for the bias gradient. */
-static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, int64_t r0, int64_t r1, int64_t s0, int64_t s1) {
+ * where a positive output's input won, +0 elsewhere: pool2x2_bw_plane's bits), channel o in
+ * [o0, o1) of pixel p at dst[poff[p] + o] for the weight gradient, and (take) each of those
+ * planes' sum as plane_sums adds it (lane p % 16, the tail into lane 0, then the lanes in
+ * order), for the bias gradient. */
+static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, int64_t o0, int64_t o1, bool take) {
     const unpool_args *u = a;
-    int64_t P = u->P, OP = u->OP, O = u->O, Pv = P - P % PS_LANES, s = u->n0 + j, OW = u->OW;
-    int64_t p0 = r0 * OW, p1 = r1 * OW, q0 = r0 / 2 * (OW / 2), q1 = r1 / 2 * (OW / 2);
+    int64_t P = u->P, OP = u->OP, Pv = P - P % PS_LANES, s = u->n0 + j;
 #ifdef __AVX512F__
     /* records hold O rounded up to 32 floats; 16 winners a scatter (distinct pixels) */
     const __m512 zero = _mm512_setzero_ps();
-    for (int64_t p = p0; p < p1; p++)
-        for (int64_t o = 0; o < O; o += 16) _mm512_storeu_ps(dst + poff[p] + o, zero);
-    for (int64_t o = 0; o < O && q0 < q1; o++) {
-        int64_t pl = (s * O + o) * OP;
-        for (int64_t q = q0; q < q1; q += 16) {
-            __mmask16 m = lanes16(q1 - q);
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t o = o0; o < o1; o += 16) _mm512_storeu_ps(dst + poff[p] + o, zero);
+    for (int64_t o = o0; o < o1; o++) {
+        int64_t pl = (s * u->O + o) * OP;
+        for (int64_t q = 0; q < OP; q += 16) {
+            __mmask16 m = lanes16(OP - q);
             m &= _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, u->y + pl + q), zero, _CMP_GT_OQ);
             __m512i at = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_maskz_loadu_epi32(m, u->arg + pl + q), poff, 4);
             __m512 v = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(m, u->g + pl + q));
@@ -356,16 +355,16 @@ static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, int
         }
     }
 #else
-    for (int64_t p = p0; p < p1; p++) memset(dst + poff[p], 0, (size_t)O * sizeof(float));
-    for (int64_t o = 0; o < O; o++) {
-        int64_t pl = (s * O + o) * OP;
-        for (int64_t q = q0; q < q1; q++)
+    for (int64_t p = 0; p < P; p++) memset(dst + poff[p] + o0, 0, (size_t)(o1 - o0) * sizeof(float));
+    for (int64_t o = o0; o < o1; o++) {
+        int64_t pl = (s * u->O + o) * OP;
+        for (int64_t q = 0; q < OP; q++)
             if (u->y[pl + q] > 0) dst[poff[u->arg[pl + q]] + o] = 0.0f + u->g[pl + q];
     }
 #endif
-    if (!u->sums) return;
-    for (int64_t oc = s0; oc < s1; oc += 32) {
-        int no = (int)(s1 - oc < 32 ? s1 - oc : 32);
+    if (!u->sums || !take) return;
+    for (int64_t oc = o0; oc < o1; oc += 32) {
+        int no = (int)(o1 - oc < 32 ? o1 - oc : 32);
         float acc[PS_LANES][32] = {{0}};
         for (int64_t p = 0; p < P; p++) {
             float *ac = acc[p < Pv ? p % PS_LANES : 0];
@@ -375,7 +374,7 @@ static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, int
         for (int c = 0; c < no; c++) {
             float sum = 0.0f;
             for (int l = 0; l < PS_LANES; l++) sum += acc[l][c];
-            u->sums[s * O + oc + c] = sum;
+            u->sums[s * u->O + oc + c] = sum;
         }
     }
 }
@@ -471,7 +470,7 @@ void ct_bw_conv2d(ct_ctx *ctx, ct_node *n) {
     if (n->i[2]) {
         const ct_tensor *py = n->saved_t[1];
         int64_t OP = py->shape[2] * py->shape[3];
-        ua = (unpool_args){G, py->data, n->saved, 0, g.O, OP, P, g.OW, sums};
+        ua = (unpool_args){G, py->data, n->saved, 0, g.O, OP, P, sums};
         unpool = !dx && dw && g.C < 16 && dw_direct(&g);
         if (!unpool) {
             float *Gd = ct_ctx_alloc(ctx, (size_t)(g.N * g.O * P) * sizeof(float));

@@ -201,9 +201,10 @@ void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *sc
             }
 }
 
-/* t[i][c] += sum over the kc pixels q of a[q][i] x[qo[q] + c], i < mr, c < 32 (lanes m0, m1);
- * each row's block sum added as the GEMM's store does (acc + C) */
-CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, int64_t kc, const float *a, const float *xb,
+/* t[i][c] += sum over the kc pixels q of a[q][i] x[qo[q] + c], i < mr, c < 16 * nv (lanes
+ * m0, m1; nv = 1: the first vector only); each row's block sum added as the GEMM's store
+ * does (acc + C) */
+CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, int nv, int64_t kc, const float *a, const float *xb,
                                                                        const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                                                        int64_t ldt, bool a_by_q) {
     __m512 acc[TP][2];
@@ -212,33 +213,34 @@ CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, i
         if (i < mr) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t q = 0; q < kc; q++) {
         const float *xq = xb + qo[q];
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, xq), b1 = _mm512_maskz_loadu_ps(m1, xq + 16);
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, xq), b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, xq + 16) : b0;
 #pragma GCC unroll 14
         for (int i = 0; i < TP; i++)
             if (i < mr) {
                 __m512 ai = _mm512_set1_ps(a_by_q ? a[qo[q] + i] : a[q * TP + i]);
                 acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+                if (nv > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
             }
     }
 #pragma GCC unroll 14
     for (int i = 0; i < TP; i++)
         if (i < mr) {
             _mm512_mask_storeu_ps(t + i * ldt, m0, _mm512_add_ps(acc[i][0], _mm512_maskz_loadu_ps(m0, t + i * ldt)));
-            _mm512_mask_storeu_ps(t + i * ldt + 16, m1, _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, t + i * ldt + 16)));
+            if (nv > 1)
+                _mm512_mask_storeu_ps(t + i * ldt + 16, m1, _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, t + i * ldt + 16)));
         }
 }
 CT_AVX512 static void dw_tile14(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                 int64_t ldt) {
-    dw_tile_mr(TP, kc, a, xb, qo, m0, m1, t, ldt, false);
+    dw_tile_mr(TP, 2, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 CT_AVX512 static void dw_tile8(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                int64_t ldt) {
-    dw_tile_mr(8, kc, a, xb, qo, m0, m1, t, ldt, false);
+    dw_tile_mr(8, 2, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 CT_AVX512 static void dw_tile_any(int mr, int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1,
                                   float *t, int64_t ldt) {
-    dw_tile_mr(mr, kc, a, xb, qo, m0, m1, t, ldt, false);
+    dw_tile_mr(mr, 2, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 
 /* sample j's dY [O][P] into the panels: dyp[(panel * Q + j * P + p) * TP + i] = dY[o0 + i][p],
@@ -402,23 +404,15 @@ void ct_conv_direct_dx(const ct_conv_direct_geom *g, float *scratch, int nthread
  * scratch: dW^T | off[k] (int32) | per thread: padded sample, ring, each pixel's record
  * offset in the ring (int32) */
 #define RING(P) (KB + (P))
-/* more threads share one ring, packing each sample together: KB + 2P pixels, so that sample
- * j + 1 goes where no pixel of a block ending in sample j is, while those are still read */
-#define RING2(P) (KB + 2 * (P))
 static int64_t nkp_of(const ct_conv_direct_geom *g) { return (k_of(g) + TP - 1) / TP; }
 static int64_t rec_of(const ct_conv_direct_geom *g) { return ntiles_o(g) * TO + nkp_of(g) * TP; }
 static int64_t dws_thread(const ct_conv_direct_geom *g, int64_t nb) {
     int64_t P = g->OH * g->OW;
     return xpad_floats(g) + up16(RING(P) * rec_of(g)) + up16(nb * P);
 }
-static int64_t dws_shared(const ct_conv_direct_geom *g, int64_t nb, int nthreads) {
-    int64_t P = g->OH * g->OW;
-    return nthreads > 1 ? up16(RING2(P) * rec_of(g)) + up16(nb * P) : 0;
-}
 static int64_t dws_head(const ct_conv_direct_geom *g) { return up16(ntiles_o(g) * k_of(g) * TO) + up16(k_of(g)); }
 size_t ct_conv_direct_dws_scratch(const ct_conv_direct_geom *g, int64_t nbmax, int nthreads) {
-    if (nthreads < 1) nthreads = 1;
-    return (size_t)(dws_head(g) + dws_shared(g, nbmax, nthreads) + nthreads * dws_thread(g, nbmax));
+    return (size_t)(dws_head(g) + (nthreads < 1 ? 1 : nthreads) * dws_thread(g, nbmax));
 }
 
 void ct_conv_direct_dws_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch) {
@@ -443,23 +437,23 @@ CT_AVX512 static void tr_rows(const float *const *rows, int nrows, int n, float 
     for (int qq = 0; qq < n; qq++) _mm512_mask_storeu_ps(dst + doff[qq], smask, r[qq]);
 }
 
-/* sample j's output rows [r0, r1) into the ring (records at ring + qo[p]): col^T's panels
- * [kp0, kp1) from the padded sample xp, and (dys not NULL) dY [O][P] */
-CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, const float *xp, const int32_t *off, int64_t kp0,
-                               int64_t kp1, int64_t r0, int64_t r1, float *ring, const int32_t *qo) {
-    int64_t P = g->OH * g->OW, K = k_of(g), Wp = g->W + 2 * g->p, xo = ntiles_o(g) * TO, pe = r1 * g->OW;
+/* sample j into the ring (records at ring + qo[p]): col^T's panels [kp0, kp1) from the
+ * padded sample xp, and (dys not NULL) dY [O][P]'s channels [o0, o1) (o0 a multiple of 16) */
+CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, int64_t o0, int64_t o1, const float *xp, const int32_t *off,
+                               int64_t kp0, int64_t kp1, float *ring, const int32_t *qo) {
+    int64_t P = g->OH * g->OW, K = k_of(g), Wp = g->W + 2 * g->p, xo = ntiles_o(g) * TO;
     const float *rows[16];
-    for (int64_t o0 = 0; o0 < g->O && dys; o0 += 16) {
-        int nr = (int)(g->O - o0 < 16 ? g->O - o0 : 16);
-        for (int64_t p0 = r0 * g->OW; p0 < pe; p0 += 16) {
-            for (int i = 0; i < nr; i++) rows[i] = dys + (o0 + i) * P + p0;
-            tr_rows(rows, nr, (int)(pe - p0 < 16 ? pe - p0 : 16), ring + o0, qo + p0, 0xFFFF);
+    for (int64_t oc = o0; oc < o1 && dys; oc += 16) {
+        int nr = (int)(o1 - oc < 16 ? o1 - oc : 16);
+        for (int64_t p0 = 0; p0 < P; p0 += 16) {
+            for (int i = 0; i < nr; i++) rows[i] = dys + (oc + i) * P + p0;
+            tr_rows(rows, nr, (int)(P - p0 < 16 ? P - p0 : 16), ring + oc, qo + p0, 0xFFFF);
         }
     }
     for (int64_t kp = kp0; kp < kp1; kp++) {
         int64_t k0 = kp * TP;
         int nr = (int)(K - k0 < TP ? K - k0 : TP);
-        for (int64_t oh = r0; oh < r1; oh++)
+        for (int64_t oh = 0; oh < g->OH; oh++)
             for (int64_t ow = 0; ow < g->OW; ow += 16) {
                 for (int i = 0; i < nr; i++) rows[i] = xp + off[k0 + i] + oh * Wp + ow;
                 tr_rows(rows, nr, (int)(g->OW - ow < 16 ? g->OW - ow : 16), ring + xo + k0, qo + oh * g->OW + ow,
@@ -468,95 +462,70 @@ CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, c
     }
 }
 
-CT_AVX512 static void dws_tile14(int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t) {
-    dw_tile_mr(TP, kc, a, b, qo, m0, m1, t, TO, true);
-}
-CT_AVX512 static void dws_tile_any(int mr, int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1,
-                                   float *t) {
-    dw_tile_mr(mr, kc, a, b, qo, m0, m1, t, TO, true);
-}
-
-/* tile unit (32 output channels ot, panel kp) of the block of kc pixels at qo */
-static void dws_unit(const ct_conv_direct_geom *g, int64_t ot, int64_t kp, int64_t kc, const float *ring, const int32_t *qo, float *dwT) {
-    int64_t K = k_of(g), no = g->O - ot * TO < TO ? g->O - ot * TO : TO;
-    __mmask16 m0 = (__mmask16)(no >= 16 ? 0xFFFF : (1u << no) - 1);
-    __mmask16 m1 = (__mmask16)(no >= 32 ? 0xFFFF : no <= 16 ? 0 : (1u << (no - 16)) - 1);
-    int mr = (int)(K - kp * TP < TP ? K - kp * TP : TP);
-    const float *a = ring + ntiles_o(g) * TO + kp * TP, *b = ring + ot * TO;
-    float *t = dwT + (ot * K + kp * TP) * TO;
-    if (mr == TP) dws_tile14(kc, a, b, qo, m0, m1, t);
-    else dws_tile_any(mr, kc, a, b, qo, m0, m1, t);
+/* one panel's tile: mr < TP rows, nv vectors (constants in each instance) */
+CT_AVX512 static void dws_tile(int mr, int nv, int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1,
+                               float *t) {
+    if (nv > 1) {
+        if (mr == TP) dw_tile_mr(TP, 2, kc, a, b, qo, m0, m1, t, TO, true);
+        else dw_tile_mr(mr, 2, kc, a, b, qo, m0, m1, t, TO, true);
+    } else {
+        if (mr == TP) dw_tile_mr(TP, 1, kc, a, b, qo, m0, m1, t, TO, true);
+        else dw_tile_mr(mr, 1, kc, a, b, qo, m0, m1, t, TO, true);
+    }
 }
 
 void ct_conv_direct_dws(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb) {
     ct_conv_direct_dws_fill(g, scratch, nthreads, x, dy, nb, NULL, NULL);
 }
-
-/* More threads: one ring, each sample's rows packed (and dY filled) by the threads in even
- * shares, then the blocks it completes computed, the tile units (32 output channels, a
- * panel) dealt out round-robin: nothing is packed twice (a panel per thread with its own
- * ring packed or filled all of dY per panel: conv1's scatter twice on 2 threads). */
-static void dws_shared_run(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb,
-                           ct_conv_direct_dy_fn fill, void *fill_arg) {
-    int64_t P = g->OH * g->OW, Q = nb * P, nkp = nkp_of(g), units = ntiles_o(g) * nkp, Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
-    int64_t rs = rec_of(g);
-    float *dwT = scratch, *ring = scratch + dws_head(g);
-    const int32_t *off = (const int32_t *)(scratch + up16(ntiles_o(g) * k_of(g) * TO));
-    int32_t *qo = (int32_t *)(ring + up16(RING2(P) * rs));
-#pragma omp parallel num_threads(nthreads)
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        float *xp = ring + dws_shared(g, nb, nthreads) + t * dws_thread(g, nb);
-        /* output rows [r0, r1): an even split at even rows (a 2x2 pooling's producer fills
-         * whole row pairs) */
-        int64_t r0 = g->OH / 2 * t / nt * 2, r1 = t == nt - 1 ? g->OH : g->OH / 2 * (t + 1) / nt * 2;
-        int64_t s0 = g->O * t / nt, s1 = g->O * (t + 1) / nt;
-        memset(xp, 0, (size_t)xpad_floats(g) * sizeof(float));
-#pragma omp for schedule(static)
-        for (int64_t q = 0; q < Q; q++) qo[q] = (int32_t)(q % RING2(P) * rs);
-        int64_t pc = 0;
-        for (int64_t j = 0; j < nb; j++) {
-            pad_planes(x + j * g->C * g->H * g->W, g->C, g->H, g->W, xp, Hp, Wp, g->p, g->p);
-            dws_pack(g, fill ? NULL : dy + j * g->O * P, xp, off, 0, nkp, r0, r1, ring, qo + j * P);
-            if (fill) fill(fill_arg, j, ring, qo + j * P, r0, r1, 0, 0);
-#pragma omp barrier
-            if (fill) fill(fill_arg, j, ring, qo + j * P, 0, 0, s0, s1);
-            for (; pc < Q && (pc + KB <= (j + 1) * P || j == nb - 1); pc += KB)
-                for (int64_t u = t; u < units; u += nt) dws_unit(g, u / nkp, u % nkp, Q - pc < KB ? Q - pc : KB, ring, qo + pc, dwT);
-        }
-    }
-}
-
 void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb,
                              ct_conv_direct_dy_fn fill, void *fill_arg) {
     int64_t K = k_of(g), P = g->OH * g->OW, Q = nb * P, nto = ntiles_o(g), nkp = nkp_of(g), Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
-    int64_t rs = rec_of(g);
+    int64_t rs = rec_of(g), xo = nto * TO;
     float *dwT = scratch;
     int32_t *off = (int32_t *)(scratch + up16(nto * K * TO));
     for (int64_t k = 0; k < K; k++) {
         int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw;
         off[k] = (int32_t)(c * Hp * Wp + ki * Wp + kj);
     }
-    if (nthreads > 1) {
-        dws_shared_run(g, scratch, nthreads, x, dy, nb, fill, fill_arg);
-        return;
-    }
-    /* one thread: an item per 32 output channels, every panel, the samples packed into a
-     * ring of its own */
-    float *xp = scratch + dws_head(g), *ring = xp + xpad_floats(g);
-    int32_t *qo = (int32_t *)(ring + up16(RING(P) * rs));
-    memset(xp, 0, (size_t)xpad_floats(g) * sizeof(float));
-    for (int64_t q = 0; q < Q; q++) qo[q] = (int32_t)(q % RING(P) * rs);
-    for (int64_t ot = 0; ot < nto; ot++) {
-        int64_t pc = 0;
-        for (int64_t j = 0; j < nb; j++) {
-            /* sample j's pixels go where no pixel of an unfinished block is: fewer than
-             * KB of those, then P new ones, in a ring of KB + P */
-            pad_planes(x + j * g->C * g->H * g->W, g->C, g->H, g->W, xp, Hp, Wp, g->p, g->p);
-            dws_pack(g, fill ? NULL : dy + j * g->O * P, xp, off, 0, nkp, 0, g->OH, ring, qo + j * P);
-            if (fill) fill(fill_arg, j, ring, qo + j * P, 0, g->OH, 0, ot == 0 ? g->O : 0);
-            for (; pc < Q && (pc + KB <= (j + 1) * P || j == nb - 1); pc += KB)
-                for (int64_t kp = 0; kp < nkp; kp++) dws_unit(g, ot, kp, Q - pc < KB ? Q - pc : KB, ring, qo + pc, dwT);
+    if (nthreads < 1) nthreads = 1;
+    /* An item: cw output channels x kpg panels, packing the samples' col^T panels and dY
+     * channels it needs. One thread: 32 channels x every panel (each sample packed once
+     * per 32 channels). More: 16 channels x every panel where that gives each thread an
+     * item: the items are equal (K's panels are not: 14 and 11 columns at K = 25) and dY is
+     * packed once (a panel per item packs or fills all of dY per panel); else 32 channels x
+     * a panel. */
+    int64_t cw = TO, kpg = nkp;
+    if (nthreads > 1 && (g->O + 15) / 16 >= nthreads) cw = 16;
+    else if (nthreads > 1) kpg = 1;
+    int64_t npi = nkp / kpg, items = (g->O + cw - 1) / cw * npi;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        float *xp = scratch + dws_head(g) + omp_get_thread_num() * dws_thread(g, nb), *ring = xp + xpad_floats(g);
+        int32_t *qo = (int32_t *)(ring + up16(RING(P) * rs));
+        memset(xp, 0, (size_t)xpad_floats(g) * sizeof(float));
+        for (int64_t q = 0; q < Q; q++) qo[q] = (int32_t)(q % RING(P) * rs);
+        /* items own disjoint parts of dW: any schedule */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t c0 = it / npi * cw, kp0 = it % npi * kpg, no = g->O - c0 < cw ? g->O - c0 : cw;
+            int nv = cw > 16 && no > 16 ? 2 : 1;
+            __mmask16 m0 = (__mmask16)(no >= 16 ? 0xFFFF : (1u << no) - 1);
+            __mmask16 m1 = (__mmask16)(no >= 32 ? 0xFFFF : no <= 16 ? 0 : (1u << (no - 16)) - 1);
+            int64_t pc = 0;
+            for (int64_t j = 0; j < nb; j++) {
+                /* sample j's pixels go where no pixel of an unfinished block is: fewer than
+                 * KB of those, then P new ones, in a ring of KB + P */
+                pad_planes(x + j * g->C * g->H * g->W, g->C, g->H, g->W, xp, Hp, Wp, g->p, g->p);
+                dws_pack(g, fill ? NULL : dy + j * g->O * P, c0, c0 + no, xp, off, kp0, kp0 + kpg, ring, qo + j * P);
+                if (fill) fill(fill_arg, j, ring, qo + j * P, c0, c0 + no, kp0 == 0);
+                for (; pc < Q && (pc + KB <= (j + 1) * P || j == nb - 1); pc += KB) {
+                    int64_t kc = Q - pc < KB ? Q - pc : KB;
+                    for (int64_t kp = kp0; kp < kp0 + kpg; kp++) {
+                        int mr = (int)(K - kp * TP < TP ? K - kp * TP : TP);
+                        dws_tile(mr, nv, kc, ring + xo + kp * TP, ring + c0, qo + pc, m0, m1, dwT + (c0 / TO * K + kp * TP) * TO + c0 % TO);
+                    }
+                }
+            }
         }
     }
 }

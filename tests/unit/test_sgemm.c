@@ -320,7 +320,8 @@ static void dw_same_bits(const int64_t (*sh)[6], size_t nsh, bool few) {
                 for (int64_t q = 0; q < Q; q++) A[o * Q + q] = dc[((q / P) * O + o) * P + q % P];
             ct_sgemm_own(false, true, O, K, Q, 1.0f, A, Q, col, Q, 1.0f, E, K);
         }
-        for (int t = 1; t <= 2; t++) {
+        /* up to 4 threads: more than some shapes have items or channel groups */
+        for (int t = 1; t <= 4; t++) {
             ct_set_num_threads(t);
             float *sc = malloc((few ? ct_conv_direct_dws_scratch(&g, nb, t) : ct_conv_direct_dw_scratch(&g, nb)) * sizeof(float));
             memcpy(D, dw0, (size_t)(O * K) * sizeof(float));

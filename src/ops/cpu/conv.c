@@ -332,20 +332,20 @@ typedef struct {
 } unpool_args;
 
 /* Sample n0 + j's conv-output gradient as the fused 2x2 pool backward writes it (0.0f + g
- * where a positive output's input won, +0 elsewhere: pool2x2_bw_plane's bits), channel o of
- * pixel p at dst[poff[p] + o] for the weight gradient, and (take) each plane's sum as
- * plane_sums adds it (lane p % 16, the tail into lane 0, then the lanes in order), for the
- * bias gradient. */
-static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, bool take) {
+ * where a positive output's input won, +0 elsewhere: pool2x2_bw_plane's bits), channel o in
+ * [o0, o1) of pixel p at dst[poff[p] + o] for the weight gradient, and (take) each of those
+ * planes' sum as plane_sums adds it (lane p % 16, the tail into lane 0, then the lanes in
+ * order), for the bias gradient. */
+static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, int64_t o0, int64_t o1, bool take) {
     const unpool_args *u = a;
-    int64_t P = u->P, OP = u->OP, O = u->O, Pv = P - P % PS_LANES, s = u->n0 + j;
+    int64_t P = u->P, OP = u->OP, Pv = P - P % PS_LANES, s = u->n0 + j;
 #ifdef __AVX512F__
     /* records hold O rounded up to 32 floats; 16 winners a scatter (distinct pixels) */
     const __m512 zero = _mm512_setzero_ps();
     for (int64_t p = 0; p < P; p++)
-        for (int64_t o = 0; o < O; o += 16) _mm512_storeu_ps(dst + poff[p] + o, zero);
-    for (int64_t o = 0; o < O; o++) {
-        int64_t pl = (s * O + o) * OP;
+        for (int64_t o = o0; o < o1; o += 16) _mm512_storeu_ps(dst + poff[p] + o, zero);
+    for (int64_t o = o0; o < o1; o++) {
+        int64_t pl = (s * u->O + o) * OP;
         for (int64_t q = 0; q < OP; q += 16) {
             __mmask16 m = lanes16(OP - q);
             m &= _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, u->y + pl + q), zero, _CMP_GT_OQ);
@@ -355,26 +355,26 @@ static void unpool_fill(void *a, int64_t j, float *dst, const int32_t *poff, boo
         }
     }
 #else
-    for (int64_t p = 0; p < P; p++) memset(dst + poff[p], 0, (size_t)O * sizeof(float));
-    for (int64_t o = 0; o < O; o++) {
-        int64_t pl = (s * O + o) * OP;
+    for (int64_t p = 0; p < P; p++) memset(dst + poff[p] + o0, 0, (size_t)(o1 - o0) * sizeof(float));
+    for (int64_t o = o0; o < o1; o++) {
+        int64_t pl = (s * u->O + o) * OP;
         for (int64_t q = 0; q < OP; q++)
             if (u->y[pl + q] > 0) dst[poff[u->arg[pl + q]] + o] = 0.0f + u->g[pl + q];
     }
 #endif
     if (!u->sums || !take) return;
-    for (int64_t o0 = 0; o0 < O; o0 += 32) {
-        int no = (int)(O - o0 < 32 ? O - o0 : 32);
+    for (int64_t oc = o0; oc < o1; oc += 32) {
+        int no = (int)(o1 - oc < 32 ? o1 - oc : 32);
         float acc[PS_LANES][32] = {{0}};
         for (int64_t p = 0; p < P; p++) {
             float *ac = acc[p < Pv ? p % PS_LANES : 0];
-            const float *d = dst + poff[p] + o0;
+            const float *d = dst + poff[p] + oc;
             for (int c = 0; c < 32; c++) ac[c] += c < no ? d[c] : 0.0f;
         }
         for (int c = 0; c < no; c++) {
             float sum = 0.0f;
             for (int l = 0; l < PS_LANES; l++) sum += acc[l][c];
-            u->sums[s * O + o0 + c] = sum;
+            u->sums[s * u->O + oc + c] = sum;
         }
     }
 }

@@ -36,6 +36,9 @@ size_t ct_conv_direct_scratch(const ct_conv_direct_geom *g, int nthreads, bool e
 void ct_conv_direct_prep(const ct_conv_direct_geom *g, const float *w, float *scratch) {
     int64_t K = k_of(g), nt = ntiles_o(g), Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
     float *wp = scratch;
+    /* every step, in the serial part of the forward (the other threads waiting): in parallel
+     * where big (the CNN's second layer: 51k strided reads) */
+#pragma omp parallel for collapse(2) schedule(static) if (nt * K * TO >= (1 << 15))
     for (int64_t t = 0; t < nt; t++)
         for (int64_t k = 0; k < K; k++)
             for (int64_t c = 0; c < TO; c++) {
@@ -188,6 +191,7 @@ size_t ct_conv_direct_dw_scratch(const ct_conv_direct_geom *g, int64_t nbmax) { 
 
 void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch) {
     int64_t KK = g->kh * g->kw;
+#pragma omp parallel for schedule(static) if (g->O * g->C * KK >= (1 << 15)) /* as ct_conv_direct_prep */
     for (int64_t o = 0; o < g->O; o++)
         for (int64_t c = 0; c < g->C; c++)
             for (int64_t kk = 0; kk < KK; kk++) {
@@ -197,9 +201,10 @@ void ct_conv_direct_dw_layout(const ct_conv_direct_geom *g, float *dw, float *sc
             }
 }
 
-/* t[i][c] += sum over the kc pixels q of a[q][i] x[qo[q] + c], i < mr, c < 32 (lanes m0, m1);
- * each row's block sum added as the GEMM's store does (acc + C) */
-CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, int64_t kc, const float *a, const float *xb,
+/* t[i][c] += sum over the kc pixels q of a[q][i] x[qo[q] + c], i < mr, c < 16 * nv (lanes
+ * m0, m1; nv = 1: the first vector only); each row's block sum added as the GEMM's store
+ * does (acc + C) */
+CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, int nv, int64_t kc, const float *a, const float *xb,
                                                                        const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                                                        int64_t ldt, bool a_by_q) {
     __m512 acc[TP][2];
@@ -208,33 +213,34 @@ CT_AVX512 static inline __attribute__((always_inline)) void dw_tile_mr(int mr, i
         if (i < mr) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t q = 0; q < kc; q++) {
         const float *xq = xb + qo[q];
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, xq), b1 = _mm512_maskz_loadu_ps(m1, xq + 16);
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, xq), b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, xq + 16) : b0;
 #pragma GCC unroll 14
         for (int i = 0; i < TP; i++)
             if (i < mr) {
                 __m512 ai = _mm512_set1_ps(a_by_q ? a[qo[q] + i] : a[q * TP + i]);
                 acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+                if (nv > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
             }
     }
 #pragma GCC unroll 14
     for (int i = 0; i < TP; i++)
         if (i < mr) {
             _mm512_mask_storeu_ps(t + i * ldt, m0, _mm512_add_ps(acc[i][0], _mm512_maskz_loadu_ps(m0, t + i * ldt)));
-            _mm512_mask_storeu_ps(t + i * ldt + 16, m1, _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, t + i * ldt + 16)));
+            if (nv > 1)
+                _mm512_mask_storeu_ps(t + i * ldt + 16, m1, _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, t + i * ldt + 16)));
         }
 }
 CT_AVX512 static void dw_tile14(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                 int64_t ldt) {
-    dw_tile_mr(TP, kc, a, xb, qo, m0, m1, t, ldt, false);
+    dw_tile_mr(TP, 2, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 CT_AVX512 static void dw_tile8(int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t,
                                int64_t ldt) {
-    dw_tile_mr(8, kc, a, xb, qo, m0, m1, t, ldt, false);
+    dw_tile_mr(8, 2, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 CT_AVX512 static void dw_tile_any(int mr, int64_t kc, const float *a, const float *xb, const int32_t *qo, __mmask16 m0, __mmask16 m1,
                                   float *t, int64_t ldt) {
-    dw_tile_mr(mr, kc, a, xb, qo, m0, m1, t, ldt, false);
+    dw_tile_mr(mr, 2, kc, a, xb, qo, m0, m1, t, ldt, false);
 }
 
 /* sample j's dY [O][P] into the panels: dyp[(panel * Q + j * P + p) * TP + i] = dY[o0 + i][p],
@@ -262,6 +268,7 @@ void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthread
     float *dwp = scratch, *dyp = scratch + dw_part(g, nb, 1), *xn = scratch + dw_part(g, nb, 2);
     int32_t *qoff = (int32_t *)(scratch + dw_part(g, nb, 3));
     if (nthreads < 1) nthreads = 1;
+    int64_t nsplit = nthreads > 1 ? (items < nthreads ? items : nthreads) : 0, nwhole = items - nsplit;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         /* per sample: the channels-last padded copy, the pixels' offsets, dY into panels */
@@ -276,17 +283,21 @@ void ct_conv_direct_dw(const ct_conv_direct_geom *g, float *scratch, int nthread
                 for (int64_t ow = 0; ow < g->OW; ow++) qoff[j * P + oh * g->OW + ow] = (int32_t)(((j * Hp + oh) * Wp + ow) * C);
             pack_dy(g, dy + j * g->O * P, j, Q, dyp);
         }
-        /* items (kernel offset, 32 channels) own disjoint columns of dW: any schedule */
+        /* items (kernel offset, 32 channels) own disjoint columns of dW: any schedule. The
+         * last nsplit go a panel of output channels at a time, so that the threads end
+         * together (the CNN's second layer has 25 items: 13 and 12 on 2 threads). */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < items; it++) {
-            int64_t kk = it / nct, c0 = (it % nct) * TO, ki = kk / g->kw, kj = kk % g->kw;
+        for (int64_t it = 0; it < nwhole + nsplit * npan; it++) {
+            int64_t u = it < nwhole ? it : nwhole + (it - nwhole) / npan;
+            int64_t pn0 = it < nwhole ? 0 : (it - nwhole) % npan, pn1 = it < nwhole ? npan : pn0 + 1;
+            int64_t kk = u / nct, c0 = (u % nct) * TO, ki = kk / g->kw, kj = kk % g->kw;
             int64_t nc = C - c0 < TO ? C - c0 : TO;
             __mmask16 m0 = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
             __mmask16 m1 = (__mmask16)(nc >= 32 ? 0xFFFF : nc <= 16 ? 0 : (1u << (nc - 16)) - 1);
             const float *xb = xn + (ki * Wp + kj) * C + c0;
             for (int64_t pc = 0; pc < Q; pc += KB) {
                 int64_t kc = Q - pc < KB ? Q - pc : KB;
-                for (int64_t pn = 0; pn < npan; pn++) {
+                for (int64_t pn = pn0; pn < pn1; pn++) {
                     int64_t o0 = pn * TP;
                     int mr = (int)(g->O - o0 < TP ? g->O - o0 : TP);
                     const float *a = dyp + (pn * Q + pc) * TP;
@@ -311,8 +322,9 @@ size_t ct_conv_direct_dx_scratch(const ct_conv_direct_geom *g, int nthreads) {
     return (size_t)(up16(nct_of(g) * g->kh * g->kw * g->O * TO) + (nthreads < 1 ? 1 : nthreads) * dyq_floats(g));
 }
 void ct_conv_direct_dx_prep(const ct_conv_direct_geom *g, const float *w, float *scratch) {
-    int64_t KK = g->kh * g->kw;
-    for (int64_t t = 0; t < nct_of(g); t++)
+    int64_t KK = g->kh * g->kw, nct = nct_of(g);
+#pragma omp parallel for collapse(2) schedule(static) if (nct * KK * g->O * TO >= (1 << 15)) /* as ct_conv_direct_prep */
+    for (int64_t t = 0; t < nct; t++)
         for (int64_t kk = 0; kk < KK; kk++)
             for (int64_t o = 0; o < g->O; o++)
                 for (int64_t c = 0; c < TO; c++) {
@@ -426,16 +438,16 @@ CT_AVX512 static void tr_rows(const float *const *rows, int nrows, int n, float 
 }
 
 /* sample j into the ring (records at ring + qo[p]): col^T's panels [kp0, kp1) from the
- * padded sample xp, and (dys not NULL) dY [O][P] */
-CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, const float *xp, const int32_t *off, int64_t kp0,
-                               int64_t kp1, float *ring, const int32_t *qo) {
+ * padded sample xp, and (dys not NULL) dY [O][P]'s channels [o0, o1) (o0 a multiple of 16) */
+CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, int64_t o0, int64_t o1, const float *xp, const int32_t *off,
+                               int64_t kp0, int64_t kp1, float *ring, const int32_t *qo) {
     int64_t P = g->OH * g->OW, K = k_of(g), Wp = g->W + 2 * g->p, xo = ntiles_o(g) * TO;
     const float *rows[16];
-    for (int64_t o0 = 0; o0 < g->O && dys; o0 += 16) {
-        int nr = (int)(g->O - o0 < 16 ? g->O - o0 : 16);
+    for (int64_t oc = o0; oc < o1 && dys; oc += 16) {
+        int nr = (int)(o1 - oc < 16 ? o1 - oc : 16);
         for (int64_t p0 = 0; p0 < P; p0 += 16) {
-            for (int i = 0; i < nr; i++) rows[i] = dys + (o0 + i) * P + p0;
-            tr_rows(rows, nr, (int)(P - p0 < 16 ? P - p0 : 16), ring + o0, qo + p0, 0xFFFF);
+            for (int i = 0; i < nr; i++) rows[i] = dys + (oc + i) * P + p0;
+            tr_rows(rows, nr, (int)(P - p0 < 16 ? P - p0 : 16), ring + oc, qo + p0, 0xFFFF);
         }
     }
     for (int64_t kp = kp0; kp < kp1; kp++) {
@@ -450,12 +462,16 @@ CT_AVX512 static void dws_pack(const ct_conv_direct_geom *g, const float *dys, c
     }
 }
 
-CT_AVX512 static void dws_tile14(int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1, float *t) {
-    dw_tile_mr(TP, kc, a, b, qo, m0, m1, t, TO, true);
-}
-CT_AVX512 static void dws_tile_any(int mr, int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1,
-                                   float *t) {
-    dw_tile_mr(mr, kc, a, b, qo, m0, m1, t, TO, true);
+/* one panel's tile: mr < TP rows, nv vectors (constants in each instance) */
+CT_AVX512 static void dws_tile(int mr, int nv, int64_t kc, const float *a, const float *b, const int32_t *qo, __mmask16 m0, __mmask16 m1,
+                               float *t) {
+    if (nv > 1) {
+        if (mr == TP) dw_tile_mr(TP, 2, kc, a, b, qo, m0, m1, t, TO, true);
+        else dw_tile_mr(mr, 2, kc, a, b, qo, m0, m1, t, TO, true);
+    } else {
+        if (mr == TP) dw_tile_mr(TP, 1, kc, a, b, qo, m0, m1, t, TO, true);
+        else dw_tile_mr(mr, 1, kc, a, b, qo, m0, m1, t, TO, true);
+    }
 }
 
 void ct_conv_direct_dws(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb) {
@@ -472,20 +488,27 @@ void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int n
         off[k] = (int32_t)(c * Hp * Wp + ki * Wp + kj);
     }
     if (nthreads < 1) nthreads = 1;
-    /* one thread takes every panel (the samples packed once); more threads a panel each,
-     * each packing the dY its panel needs */
-    int64_t kpg = nthreads > 1 ? 1 : nkp;
+    /* An item: cw output channels x kpg panels, packing the samples' col^T panels and dY
+     * channels it needs. One thread: 32 channels x every panel (each sample packed once
+     * per 32 channels). More: 16 channels x every panel where that gives each thread an
+     * item: the items are equal (K's panels are not: 14 and 11 columns at K = 25) and dY is
+     * packed once (a panel per item packs or fills all of dY per panel); else 32 channels x
+     * a panel. */
+    int64_t cw = TO, kpg = nkp;
+    if (nthreads > 1 && (g->O + 15) / 16 >= nthreads) cw = 16;
+    else if (nthreads > 1) kpg = 1;
+    int64_t npi = nkp / kpg, items = (g->O + cw - 1) / cw * npi;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         float *xp = scratch + dws_head(g) + omp_get_thread_num() * dws_thread(g, nb), *ring = xp + xpad_floats(g);
         int32_t *qo = (int32_t *)(ring + up16(RING(P) * rs));
         memset(xp, 0, (size_t)xpad_floats(g) * sizeof(float));
         for (int64_t q = 0; q < Q; q++) qo[q] = (int32_t)(q % RING(P) * rs);
-        /* items (32 output channels, kpg panels of 14 columns of K) own disjoint parts of
-         * dW: any schedule */
+        /* items own disjoint parts of dW: any schedule */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < nto * (nkp / kpg); it++) {
-            int64_t ot = it / (nkp / kpg), kp0 = it % (nkp / kpg) * kpg, no = g->O - ot * TO < TO ? g->O - ot * TO : TO;
+        for (int64_t it = 0; it < items; it++) {
+            int64_t c0 = it / npi * cw, kp0 = it % npi * kpg, no = g->O - c0 < cw ? g->O - c0 : cw;
+            int nv = cw > 16 && no > 16 ? 2 : 1;
             __mmask16 m0 = (__mmask16)(no >= 16 ? 0xFFFF : (1u << no) - 1);
             __mmask16 m1 = (__mmask16)(no >= 32 ? 0xFFFF : no <= 16 ? 0 : (1u << (no - 16)) - 1);
             int64_t pc = 0;
@@ -493,16 +516,13 @@ void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int n
                 /* sample j's pixels go where no pixel of an unfinished block is: fewer than
                  * KB of those, then P new ones, in a ring of KB + P */
                 pad_planes(x + j * g->C * g->H * g->W, g->C, g->H, g->W, xp, Hp, Wp, g->p, g->p);
-                dws_pack(g, fill ? NULL : dy + j * g->O * P, xp, off, kp0, kp0 + kpg, ring, qo + j * P);
-                if (fill) fill(fill_arg, j, ring, qo + j * P, it == 0);
+                dws_pack(g, fill ? NULL : dy + j * g->O * P, c0, c0 + no, xp, off, kp0, kp0 + kpg, ring, qo + j * P);
+                if (fill) fill(fill_arg, j, ring, qo + j * P, c0, c0 + no, kp0 == 0);
                 for (; pc < Q && (pc + KB <= (j + 1) * P || j == nb - 1); pc += KB) {
                     int64_t kc = Q - pc < KB ? Q - pc : KB;
                     for (int64_t kp = kp0; kp < kp0 + kpg; kp++) {
                         int mr = (int)(K - kp * TP < TP ? K - kp * TP : TP);
-                        const float *a = ring + xo + kp * TP, *b = ring + ot * TO;
-                        float *t = dwT + (ot * K + kp * TP) * TO;
-                        if (mr == TP) dws_tile14(kc, a, b, qo + pc, m0, m1, t);
-                        else dws_tile_any(mr, kc, a, b, qo + pc, m0, m1, t);
+                        dws_tile(mr, nv, kc, ring + xo + kp * TP, ring + c0, qo + pc, m0, m1, dwT + (c0 / TO * K + kp * TP) * TO + c0 % TO);
                     }
                 }
             }

@@ -66,10 +66,11 @@ size_t ct_conv_direct_dws_scratch(const ct_conv_direct_geom *g, int64_t nbmax, i
 void ct_conv_direct_dws_layout(const ct_conv_direct_geom *g, float *dw, float *scratch, bool to_scratch);
 void ct_conv_direct_dws(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb);
 /* The same, with sample j's dY written by fill (dy unused): channel o of pixel p to
- * dst[poff[p] + o], every o < O and p < OH*OW; sums: this call is the one to take any
- * per-sample side results (once per sample). A producer such as the pooling backward
+ * dst[poff[p] + o], every o in [o0, o1) and p < OH*OW (o0 a multiple of 16; the records
+ * hold O rounded up to 32, so whole vectors of 16 may be stored); sums: this call is the
+ * one to take any per-sample side results of those channels (once per sample and channel). A producer such as the pooling backward
  * scatters it there without the NCHW gradient ever existing. */
-typedef void (*ct_conv_direct_dy_fn)(void *arg, int64_t j, float *dst, const int32_t *poff, bool sums);
+typedef void (*ct_conv_direct_dy_fn)(void *arg, int64_t j, float *dst, const int32_t *poff, int64_t o0, int64_t o1, bool sums);
 void ct_conv_direct_dws_fill(const ct_conv_direct_geom *g, float *scratch, int nthreads, const float *x, const float *dy, int64_t nb,
                              ct_conv_direct_dy_fn fill, void *fill_arg);
 

@@ -312,3 +312,35 @@ CT_TEST(conv2d_relu_max_pool2d_same_bits) {
     if (ct_sgemm_own_available()) CT_EXPECTF(ndirect == 2 * nstride1, "fused path ran %d of %d times", ndirect, 2 * nstride1);
 }
 CT_TEST_MAIN()
+
+/* linear's bias gradient is each column of dY summed in row order: the bits of a scalar loop, at 1 and 2 threads, at widths with and
+ * without whole 128-column blocks */
+CT_TEST(linear_bias_grad_is_row_order_sum) {
+    static const int64_t outs[] = {1000, 256, 130, 17};
+    int saved = ct_get_num_threads();
+    for (int t = 1; t <= 2; t++)
+        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+            const int64_t rows = 300, in = 24, out = outs[i];
+            ct_set_num_threads(t);
+            ct_ctx *c;
+            CT_EXPECT_OK(ct_ctx_create(NULL, &c));
+            ct_tensor *x = ct_new(c, CT_F32, 2, (int64_t[]){rows, in}), *w = ct_new(c, CT_F32, 2, (int64_t[]){out, in});
+            ct_tensor *b = ct_new(c, CT_F32, 1, (int64_t[]){out});
+            fill(x, 1, 1), fill(w, 2, 0.2f), fill(b, 3, 1);
+            ct_requires_grad(b);
+            ct_tensor *y = ct_linear(c, x, w, b), *g = ct_new_like(c, y);
+            fill(g, 4, 1);
+            ct_backward_seed(c, y, g);
+            int64_t bad = 0;
+            const float *gd = g->data, *db = b->grad->data;
+            for (int64_t j = 0; j < out; j++) {
+                float s = 0.0f;
+                for (int64_t r = 0; r < rows; r++) s += gd[r * out + j];
+                bad += memcmp(&s, &db[j], 4) != 0;
+            }
+            if (bad) CT_FAILF("bias gradient, %d threads, out %lld: %lld of %lld columns differ from the row-order sum", t, (long long)out,
+                              (long long)bad, (long long)out);
+            ct_ctx_free(c);
+        }
+    ct_set_num_threads(saved);
+}

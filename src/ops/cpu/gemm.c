@@ -133,6 +133,27 @@ ct_tensor *ct_linear_unevaluated(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_ten
     return y;
 }
 
+/* dB[j] += dY[r][j] for r = 0..rows-1 in order, columns [j0, j1): 128 columns at a time in
+ * registers across all rows (one load of each dY element; dB read and written once per
+ * block, not once per row: the row-by-row loop ran at the store-to-load forwarding rate) */
+static void col_sums(float *restrict dB, const float *restrict dY, int64_t rows, int64_t ld, int64_t j0, int64_t j1) {
+    enum { W = 128 };
+    int64_t j = j0;
+    for (; j + W <= j1; j += W) {
+        float acc[W];
+        for (int e = 0; e < W; e++) acc[e] = dB[j + e];
+        for (int64_t r = 0; r < rows; r++) {
+            const float *y = dY + r * ld + j;
+#pragma omp simd
+            for (int e = 0; e < W; e++) acc[e] += y[e];
+        }
+        for (int e = 0; e < W; e++) dB[j + e] = acc[e];
+    }
+    for (int64_t r = 0; r < rows && j < j1; r++)
+#pragma omp simd
+        for (int64_t c = j; c < j1; c++) dB[c] += dY[r * ld + c];
+}
+
 void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
     const float *dY = n->out->grad->data;
@@ -159,9 +180,7 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
         {
             int nt = omp_get_num_threads(), t = omp_get_thread_num();
             int64_t per = (out + 16 * nt - 1) / (16 * nt) * 16, j0 = t * per, j1 = j0 + per < out ? j0 + per : out;
-            for (int64_t r = 0; r < rows && j0 < j1; r++)
-#pragma omp simd
-                for (int64_t j = j0; j < j1; j++) dB[j] += dY[r * out + j];
+            col_sums(dB, dY, rows, out, j0, j1);
         }
     }
 }

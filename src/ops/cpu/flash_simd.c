@@ -23,7 +23,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/cpu/avx512.h" /* CT_AVX512, ct_exp16 */
+#include "ops/cpu/avx512.h" /* CT_AVX512, ct_exp16, ct_tr16 */
 #include "ops/cpu/vmath.h"
 #include "ops/kmath.h"
 
@@ -126,34 +126,6 @@ static void zero_rows(float *g, int64_t ld, int64_t t0, int64_t t1, int64_t d) {
     for (int64_t t = t0; g && t < t1; t++) memset(g + t * ld, 0, (size_t)d * sizeof(float));
 }
 
-/* r[i] (row i of a 16 x 16 block) becomes column i: unpacks and in-lane shuffles give 4 x 4
- * blocks within each 128-bit lane, two 128-bit shuffles place them */
-CT_AVX512 INL void tr16(__m512 r[16]) {
-    __m512 t[16], v[4], w[4], x[4], y[4];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 4; g++) { /* r[4g + k]: rows 4g..4g+3 of columns k, k+4, k+8, k+12 (one per lane) */
-        r[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-    }
-    for (int k = 0; k < 4; k++) {
-        v[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
-        w[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
-        x[k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
-        y[k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
-    }
-    for (int k = 0; k < 4; k++) {
-        r[k] = _mm512_shuffle_f32x4(v[k], x[k], 0x88);
-        r[k + 8] = _mm512_shuffle_f32x4(v[k], x[k], 0xDD);
-        r[k + 4] = _mm512_shuffle_f32x4(w[k], y[k], 0x88);
-        r[k + 12] = _mm512_shuffle_f32x4(w[k], y[k], 0xDD);
-    }
-}
-
 /* dst[c * ldd + r] = scale src[r * lds + c] for r < rows (zeros up to ldd): one head's [rows][cols],
  * 16 x 16 blocks transposed in registers (a scalar loop took ~2% of the GPT's step: 4
  * transposes per head in backward, 2 in forward). Rows past `rows` are +0, as the memset
@@ -168,7 +140,7 @@ CT_AVX512 static void transpose(float *restrict dst, int64_t ldd, const float *r
             __m512 b[16];
             for (int i = 0; i < 16; i++)
                 b[i] = i < nr ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + (r0 + i) * lds + c0), vs) : _mm512_setzero_ps();
-            tr16(b);
+            ct_tr16(b);
             for (int j = 0; j < nc; j++) _mm512_storeu_ps(dst + (c0 + j) * ldd + r0, b[j]);
         }
     const int64_t done = (rows + 15) / 16 * 16;

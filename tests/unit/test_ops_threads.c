@@ -314,33 +314,58 @@ CT_TEST(conv2d_relu_max_pool2d_same_bits) {
 CT_TEST_MAIN()
 
 /* linear's bias gradient is each column of dY summed in row order: the bits of a scalar loop, at 1 and 2 threads, at widths with and
- * without whole 128-column blocks */
+ * without whole 128-column blocks. With the weight's gradient too, the dW GEMM sums the columns while it packs dY
+ * (ct_sgemm_own_rowsum): the same bits for dB, and dW's bits are those of the product without dB. Shapes: out > MC (several A
+ * blocks, split by rows of dW), in >= out (split by columns: one range sums), rows > KC (sums carried across K blocks), in > NC
+ * (A packed again per column block: summed once), K < 16 (OpenBLAS, col_sums). */
+static void bias_grad_run(int64_t rows, int64_t in, int64_t out, bool wgrad, bool bgrad, float **db, float **dw) {
+    ct_ctx *c;
+    CT_EXPECT_OK(ct_ctx_create(NULL, &c));
+    ct_tensor *x = ct_new(c, CT_F32, 2, (int64_t[]){rows, in}), *w = ct_new(c, CT_F32, 2, (int64_t[]){out, in});
+    ct_tensor *b = ct_new(c, CT_F32, 1, (int64_t[]){out});
+    fill(x, 1, 1), fill(w, 2, 0.2f), fill(b, 3, 1);
+    if (bgrad) ct_requires_grad(b);
+    if (wgrad) ct_requires_grad(w);
+    ct_tensor *y = ct_linear(c, x, w, b), *g = ct_new_like(c, y);
+    fill(g, 4, 1);
+    ct_backward_seed(c, y, g);
+    *db = NULL, *dw = NULL;
+    if (bgrad) {
+        *db = malloc((size_t)out * sizeof(float));
+        const float *gd = g->data;
+        /* the row-order sum, to compare with */
+        for (int64_t j = 0; j < out; j++) {
+            float s = 0.0f;
+            for (int64_t r = 0; r < rows; r++) s += gd[r * out + j];
+            (*db)[j] = s;
+        }
+        int64_t bad = 0;
+        for (int64_t j = 0; j < out; j++) bad += memcmp(&(*db)[j], (const float *)b->grad->data + j, 4) != 0;
+        if (bad) CT_FAILF("bias gradient, %d threads, %lld x %lld -> %lld, weight grad %d: %lld of %lld columns differ from the row-order sum",
+                          ct_get_num_threads(), (long long)rows, (long long)in, (long long)out, (int)wgrad, (long long)bad, (long long)out);
+    }
+    if (wgrad) {
+        *dw = malloc((size_t)(out * in) * sizeof(float));
+        memcpy(*dw, w->grad->data, (size_t)(out * in) * sizeof(float));
+    }
+    ct_ctx_free(c);
+}
 CT_TEST(linear_bias_grad_is_row_order_sum) {
-    static const int64_t outs[] = {1000, 256, 130, 17};
+    static const int64_t sh[][3] = {{300, 24, 1000}, {300, 24, 256}, {300, 24, 130}, {300, 24, 17}, {300, 200, 17}, {40, 2100, 20}, {5, 40, 33}};
     int saved = ct_get_num_threads();
     for (int t = 1; t <= 2; t++)
-        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
-            const int64_t rows = 300, in = 24, out = outs[i];
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
             ct_set_num_threads(t);
-            ct_ctx *c;
-            CT_EXPECT_OK(ct_ctx_create(NULL, &c));
-            ct_tensor *x = ct_new(c, CT_F32, 2, (int64_t[]){rows, in}), *w = ct_new(c, CT_F32, 2, (int64_t[]){out, in});
-            ct_tensor *b = ct_new(c, CT_F32, 1, (int64_t[]){out});
-            fill(x, 1, 1), fill(w, 2, 0.2f), fill(b, 3, 1);
-            ct_requires_grad(b);
-            ct_tensor *y = ct_linear(c, x, w, b), *g = ct_new_like(c, y);
-            fill(g, 4, 1);
-            ct_backward_seed(c, y, g);
-            int64_t bad = 0;
-            const float *gd = g->data, *db = b->grad->data;
-            for (int64_t j = 0; j < out; j++) {
-                float s = 0.0f;
-                for (int64_t r = 0; r < rows; r++) s += gd[r * out + j];
-                bad += memcmp(&s, &db[j], 4) != 0;
-            }
-            if (bad) CT_FAILF("bias gradient, %d threads, out %lld: %lld of %lld columns differ from the row-order sum", t, (long long)out,
-                              (long long)bad, (long long)out);
-            ct_ctx_free(c);
+            float *db, *dw, *db2, *dw2;
+            bias_grad_run(sh[i][0], sh[i][1], sh[i][2], false, true, &db, &dw);
+            bias_grad_run(sh[i][0], sh[i][1], sh[i][2], true, true, &db2, &dw2);
+            free(db), free(db2), free(dw);
+            bias_grad_run(sh[i][0], sh[i][1], sh[i][2], true, false, &db, &dw);
+            int64_t n = sh[i][1] * sh[i][2], bad = 0;
+            for (int64_t e = 0; e < n; e++) bad += memcmp(&dw[e], &dw2[e], 4) != 0;
+            if (bad) CT_FAILF("weight gradient, %d threads, shape %zu: %lld of %lld values differ with the bias gradient summed alongside", t, i,
+                              (long long)bad, (long long)n);
+            free(dw), free(dw2);
         }
     ct_set_num_threads(saved);
 }

@@ -133,7 +133,7 @@ ct_tensor *ct_linear_unevaluated(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_ten
     return y;
 }
 
-/* dB[j] += dY[r][j] for r = 0..rows-1 in order, columns [j0, j1): 128 columns at a time in
+/* dB[j] += dY[r][j] for r = 0..rows-1 in order (where the dW GEMM does not sum them: ct_sgemm_own_rowsum), columns [j0, j1): 128 columns at a time in
  * registers across all rows (one load of each dY element; dB read and written once per
  * block, not once per row: the row-by-row loop ran at the store-to-load forwarding rate) */
 static void col_sums(float *restrict dB, const float *restrict dY, int64_t rows, int64_t ld, int64_t j0, int64_t j1) {
@@ -162,7 +162,11 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
-    if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
+    if (dW && dB && !bf16 && n->in[0]->dtype == CT_F32 && ct_sgemm_own_takes(out, in, rows)) {
+        /* dB's column sums while the dW GEMM packs dY: one read of dY for both */
+        ct_sgemm_own_rowsum(out, in, rows, dY, out, ct_f32(n->in[0]), in, fw ? 0.0f : 1.0f, dW, in, dB);
+        dB = NULL;
+    } else if (dW) gemm(true, false, out, in, rows, f32op(dY), opnd(n->in[0], 0), dW, fw ? 0.0f : 1.0f);
     if (dB && bf16) { /* dY as the bf16 gradient it stands for (autocast leaves the rounding to this op) */
         float v[512];
         for (int64_t r = 0; r < rows; r++)

@@ -205,6 +205,7 @@ static void panel_round_bf16(float *p, int64_t n) {
 
 /* ---------------------------------------------------------------- packing ---- */
 
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
 /* 16 elements (lanes m) of x from element i on: f32, or bf16 (h) widened exactly to f32 */
@@ -258,6 +259,55 @@ static inline void pack_from(float *dst, const void *x, bool h, int64_t off, int
     else pack_panel(dst, (const float *)x + off, rs, ks, n, W, kc);
 }
 
+/* The copy case (rs == 1) for a whole block: n rows of the packed operand (columns of x)
+ * as ceil(n / W) micro-panels dst + p W kc, row k of x read once, left to right, for all
+ * panels (W = MR or NR). Panel by panel (pack_any) walked down kc rows of x at a stride of
+ * ks for every 14 or 32 columns: an L1 miss per row per panel, the same rows again for the
+ * next panel. The same values land in the same places. */
+enum { PF = 4 }; /* rows ahead */
+CT_AVX512 static void pack_block_rows(float *restrict dst, const float *restrict x, int64_t ks, int64_t n, int W, int64_t kc) {
+    const int64_t npan = (n + W - 1) / W;
+    for (int64_t k = 0; k < kc; k++) {
+        const float *xr = x + k * ks;
+        float *d = dst + k * W;
+        for (int64_t p = 0; p < npan; p++, d += W * kc) {
+            const int64_t c0 = p * W;
+            if (k + PF < kc) _mm_prefetch((const char *)(xr + PF * ks + c0), _MM_HINT_T0);
+            for (int g = 0; g < W; g += 16)
+                _mm512_mask_storeu_ps(d + g, lanes(W - g), _mm512_maskz_loadu_ps(lanes(n - c0 - g), xr + c0 + g));
+        }
+    }
+}
+
+/* pack_block_rows for A (W = MR) that also adds each packed row's values to sum (rows of
+ * op(A): sum[i] += A(i, k), k ascending, one chain per i: the bits of a row-order loop). The
+ * at most MC / MR panels' sums stay in registers across the kc rows. */
+CT_AVX512 static void pack_block_rows_sum(float *restrict dst, const float *restrict x, int64_t ks, int64_t n, int64_t kc,
+                                          float *restrict sum) {
+    enum { NP = MC / MR };
+    const int64_t npan = (n + MR - 1) / MR;
+    __m512 acc[NP];
+    __mmask16 sm[NP];
+#pragma GCC unroll 12
+    for (int p = 0; p < NP; p++) { /* panels past n: mask 0, nothing read or written */
+        sm[p] = lanes(imin(MR, n - p * MR));
+        acc[p] = _mm512_maskz_loadu_ps(sm[p], sum + p * MR);
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const float *xr = x + k * ks;
+        if (k + PF < kc) _mm_prefetch((const char *)(xr + PF * ks), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int p = 0; p < NP; p++)
+            if (p < npan) {
+                __m512 v = _mm512_maskz_loadu_ps(sm[p], xr + p * MR);
+                _mm512_mask_storeu_ps(dst + p * MR * kc + k * MR, lanes(MR), v);
+                acc[p] = _mm512_add_ps(acc[p], v);
+            }
+    }
+#pragma GCC unroll 12
+    for (int p = 0; p < NP; p++) _mm512_mask_storeu_ps(sum + p * MR, sm[p], acc[p]);
+}
+
 void ct_sgemm_pack_panel_(float *dst, const void *x, bool h, int64_t off, int64_t rs, int64_t ks, int n, int W, int64_t kc) {
     pack_from(dst, x, h, off, rs, ks, n, W, kc);
 }
@@ -284,9 +334,8 @@ typedef struct {
     const void *packb_arg;
     int64_t noff;             /* the packer's column of this job's column 0 */
     int64_t aseg, aseg_stride; /* aseg > 0: A(i, k) = A[(k / aseg) * aseg_stride + i * lda + k % aseg] */
+    float *asum; /* ct_sgemm_own_rowsum: asum[i] += op(A)(i, k) for k in order, while A is packed */
 } job;
-
-static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Implicit B: each B micro-panel is packed by the caller's packer right before the MR-row
  * kernels that use it (it stays in L1; no B matrix in memory, no packed B block). The
@@ -328,6 +377,23 @@ CT_AVX512 static void run_implicit_b(const job *j) {
     }
 }
 
+/* n rows (n <= MC or NC) x kc of an operand (element (r, k) at off + r rs + k ks of x) as
+ * micro-panels of W rows at dst + p W kc; for the bf16 GEMM (bf16: its path) converted or
+ * rounded as its kernel reads them */
+CT_AVX512 static void pack_block(int bf16, float *dst, const void *x, bool h, int64_t off, int64_t rs, int64_t ks, int64_t n, int W,
+                                 int64_t kc) {
+    if (rs == 1 && !h && !bf16) {
+        pack_block_rows(dst, (const float *)x + off, ks, n, W, kc);
+        return;
+    }
+    for (int64_t p = 0; p * W < n; p++) {
+        float *d = dst + p * W * kc;
+        pack_from(d, x, h, off + p * W * rs, rs, ks, (int)imin(W, n - p * W), W, kc);
+        if (bf16 == CT_GEMM_BF16_NATIVE) panel_to_bf16(d, W, kc);
+        else if (bf16) panel_round_bf16(d, W * kc);
+    }
+}
+
 CT_AVX512 static void run(const job *j) {
     if (j->packb) {
         run_implicit_b(j);
@@ -348,20 +414,13 @@ CT_AVX512 static void run(const job *j) {
             int64_t kc = imin(KC, j->K - pc);
             int mode = pc > 0 ? 1 : j->beta == 0.0f ? 0 : j->beta == 1.0f ? 1 : 2;
             uint16_t *cb = pc + kc >= j->K ? j->Cb : NULL;
-            for (int64_t p = 0; p < npan; p++) {
-                int64_t n0 = jc + p * NR;
-                pack_from(j->pb + p * NR * kc, j->B, j->bh, n0 * brs + pc * bks, brs, bks, (int)imin(NR, j->N - n0), NR, kc);
-                if (j->bf16 && native) panel_to_bf16(j->pb + p * NR * kc, NR, kc);
-                else if (j->bf16) panel_round_bf16(j->pb + p * NR * kc, NR * kc);
-            }
+            pack_block(j->bf16, j->pb, j->B, j->bh, jc * brs + pc * bks, brs, bks, nc, NR, kc);
             for (int64_t ic = 0; ic < j->M; ic += MC) {
                 int64_t mc = imin(MC, j->M - ic), mpan = (mc + MR - 1) / MR;
-                for (int64_t p = 0; p < mpan; p++) {
-                    int64_t m0 = ic + p * MR;
-                    pack_from(j->pa + p * MR * kc, j->A, j->ah, m0 * ars + pc * aks, ars, aks, (int)imin(MR, j->M - m0), MR, kc);
-                    if (j->bf16 && native) panel_to_bf16(j->pa + p * MR * kc, MR, kc);
-                    else if (j->bf16) panel_round_bf16(j->pa + p * MR * kc, MR * kc);
-                }
+                if (ars == 1 && !j->ah && !j->bf16 && j->asum && jc == 0)
+                    pack_block_rows_sum(j->pa, (const float *)j->A + ic + pc * aks, aks, mc, kc, j->asum + ic);
+                else
+                    pack_block(j->bf16, j->pa, j->A, j->ah, ic * ars + pc * aks, ars, aks, mc, MR, kc);
                 for (int64_t jr = 0; jr < npan; jr++) /* B micro-panel stays in L1, A panels stream from L2 */
                     for (int64_t ir = 0; ir < mpan; ir++) {
                         int64_t i0 = ic + ir * MR, n0 = jc + jr * NR;
@@ -456,7 +515,8 @@ static inline const void *advance(const void *p, bool h, int64_t n) { return (co
 
 static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool ah, int64_t lda,
                  const void *B, bool bh, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb,
-                 ct_sgemm_pack_b_fn packb, const void *parg, int64_t aseg, int64_t aseg_stride, const float *Ci, int64_t ldci) {
+                 ct_sgemm_pack_b_fn packb, const void *parg, int64_t aseg, int64_t aseg_stride, const float *Ci, int64_t ldci,
+                 float *asum) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) {
         for (int64_t i = 0; i < M; i++) {
@@ -473,7 +533,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
         return;
     }
     job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, Ci, ldci, NULL, NULL, bf16, packb,
-             parg, 0, aseg, aseg_stride};
+             parg, 0, aseg, aseg_stride, asum};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * (double)M * (double)N * (double)K;
@@ -517,6 +577,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
                 s.N = hi - lo;
                 if (packb) s.noff = lo;
                 else s.B = advance(B, bh, tb ? lo * ldb : lo);
+                if (lo > 0) s.asum = NULL; /* every column range packs all of A: one sums it */
                 s.C = C + lo;
                 if (Cb) s.Cb = Cb + lo;
                 if (Ci) s.Ci = Ci + lo;
@@ -524,6 +585,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
                 hi = imin(hi, M);
                 s.M = hi - lo;
                 s.A = advance(A, ah, ta ? lo : lo * lda);
+                if (asum) s.asum = asum + lo;
                 s.C = C + lo * ldc;
                 if (Cb) s.Cb = Cb + lo * ldcb;
                 if (Ci) s.Ci = Ci + lo * ldci;
@@ -539,7 +601,19 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
 
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
+    gemm(0, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL);
+}
+
+void ct_sgemm_own_rowsum(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc, float *sum) {
+    /* the sums need every element of A: a product that returns early still sums */
+    if (M > 0 && N > 0 && K > 0) {
+        gemm(0, true, false, M, N, K, 1.0f, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, sum);
+        return;
+    }
+    ct_sgemm_own(true, false, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t i = 0; i < M; i++) sum[i] += A[k * lda + i];
 }
 
 void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
@@ -549,20 +623,20 @@ void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const floa
         for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, (size_t)N * sizeof(float));
         return;
     }
-    gemm(0, ta, tb, M, N, K, 1.0f, A, false, lda, B, false, ldb, 1.0f, C, ldc, NULL, 0, NULL, NULL, 0, 0, bias, 0);
+    gemm(0, ta, tb, M, N, K, 1.0f, A, false, lda, B, false, ldb, 1.0f, C, ldc, NULL, 0, NULL, NULL, 0, 0, bias, 0, NULL);
 }
 
 void ct_sgemm_implicit_b(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, ct_sgemm_pack_b_fn pack,
                          const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b needs an AVX-512 CPU");
-    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, 0, 0, NULL, 0);
+    gemm(0, ta, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, 0, 0, NULL, 0, NULL);
 }
 
 void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t seg, int64_t seg_stride,
                              ct_sgemm_pack_b_fn pack, const void *arg, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_implicit_b_seg needs an AVX-512 CPU");
     CT_CHECK(seg > 0, "ct_sgemm_implicit_b_seg: segment length %lld", (long long)seg);
-    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride, NULL, 0);
+    gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride, NULL, 0, NULL);
 }
 
 /* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
@@ -585,25 +659,25 @@ bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path) {
 void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_bf16_path_available(path), "ct_sgemm_bf16_on: bf16 GEMM path %d is not available on this CPU", (int)path);
-    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
+    gemm((int)path, ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL);
 }
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL);
 }
 
 void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_ex needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL);
 }
 
 void ct_sgemm_bf16_out(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                        const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb) {
     CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_out needs an AVX-512 CPU");
-    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0, NULL, 0);
+    gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0, NULL, 0, NULL);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */

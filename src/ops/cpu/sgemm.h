@@ -22,6 +22,13 @@ ct_status ct_kernels_reserve(int nthreads);
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* C = A^T B + beta C (A stored K x M, row stride lda) and sum[i] += A(k, i) over k ascending
+ * (one chain per i: the bits of a row-order loop, whatever the thread count), summed while A
+ * is packed for the product: linear's weight and bias gradients from one read of dY. Same
+ * requirements as ct_sgemm_own. */
+void ct_sgemm_own_rowsum(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc, float *sum);
+
 /* C = op(A) op(B) + bias (one row of N, added to every row): the bits of ct_sgemm_own with
  * beta 1 on C filled with copies of the bias row, without that fill (the first K block reads
  * the bias row itself). Linear's forward. Same requirements as ct_sgemm_own. */

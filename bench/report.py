@@ -46,10 +46,11 @@ def main():
         rate, mb = float(r["rate"]), float(r["peak_rss_mb"])
         old = best.get(key)
         if old is None:
-            best[key] = [rate, mb, float(r["flops_per_step"]), float(r.get("hidden_frac", "nan")), r.get("torch", "")]
+            best[key] = [rate, mb, float(r["flops_per_step"]), float(r.get("hidden_frac", "nan")), r.get("torch", ""),
+                         r.get("ddp", "")]
         else:
             if rate > old[0]:
-                old[0], old[3] = rate, float(r.get("hidden_frac", "nan"))
+                old[0], old[3], old[5] = rate, float(r.get("hidden_frac", "nan")), r.get("ddp", "")
             old[1] = max(old[1], mb)
     ver = lambda impl: next((v[4] for k, v in best.items() if k[0] == impl and v[4]), "?")
     has_deb = any(k[0] == "debian" for k in best)
@@ -98,7 +99,7 @@ def main():
             print(line)
     print(f"\n### DDP: 2 ranks × 1 thread (ctrain shm backend vs {pt} DDP gloo), per rank\n")
     print(f"| model (unit) | ctrain / rank | {pt} / rank | ratio | ctrain % peak | PyTorch % peak | ctrain peak MB / rank | "
-          "PyTorch peak MB / rank | memory ratio | ctrain scaling eff. | PyTorch scaling eff. | all-reduce hidden (ctrain) |")
+          "PyTorch peak MB / rank | memory ratio | ctrain scaling eff. | PyTorch scaling eff. | ctrain gradient averaging |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model, unit in MODELS:
         c = best.get(("ctrain", model, 1, 2))
@@ -107,7 +108,8 @@ def main():
         p = best.get(("pytorch", model, 1, 2))
         c1, p1 = best.get(("ctrain", model, 1, 1)), best.get(("pytorch", model, 1, 1))
         eff = lambda a, b: f"{a[0] / b[0]:.2f}" if a and b else "–"
-        hid = f"{100 * c[3]:.0f}%" if c[3] == c[3] else "–"
+        hid = ("in the sharded optimizer step" if c[5] == "sharded_step"
+               else f"all-reduce, {100 * c[3]:.0f}% hidden" if c[3] == c[3] else "–")
         print(f"| {LABEL.get(model, model.upper())} ({unit}) | {f(c)} | {f(p)} | {ratio(c, p)} | {frac(c, model, 1)} | {frac(p, model, 1)} | "
               f"{mb(c)} | {mb(p)} | {mratio(c, p)} | {eff(c, c1)} | {eff(p, p1)} | {hid} |")
     print("\nScaling efficiency = per-rank throughput at 2 ranks × 1 thread / throughput of 1 rank × 1 thread "

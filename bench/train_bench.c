@@ -84,6 +84,8 @@ static double flops_per_step(ct_model *m, int B) {
 
 typedef struct {
     double rate, step_ms, flops, hidden, arena_mb, cpu_step_ms;
+    bool sharded;   /* DDP: the sharded optimizer step averaged the gradients (no all-reduce) */
+    double wait_ms; /* DDP: per step, time ct_ddp_finish and the step's sync waited */
     int steps;
 } bench_out;
 
@@ -116,9 +118,13 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     }
     if (!opt) { fprintf(stderr, "optim: %s\n", ct_last_error()); return 1; }
     ct_ddp *ddp = NULL;
+    ct_zero *zero = NULL; /* the sharded optimizer step, where it applies (ctrain train uses it too) */
     if (pg) {
         ct_ddp_opts dd = ct_ddp_default_opts();
-        if (ct_ddp_create(pg, P, &dd, &ddp) != CT_OK) { fprintf(stderr, "ddp: %s\n", ct_last_error()); return 1; }
+        if (ct_ddp_create(pg, P, &dd, &ddp) != CT_OK || ct_zero_create(ddp, opt, &zero) != CT_OK) {
+            fprintf(stderr, "ddp: %s\n", ct_last_error());
+            return 1;
+        }
     }
     ct_ctx *ctx; ct_ctx_create(NULL, &ctx);
 
@@ -159,7 +165,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
 #undef RNG
 
     ct_train_model tm = ct_train_model_builtin(m);
-    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = lr, .amp = bc->amp};
+    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .zero = zero, .lr = lr, .amp = bc->amp};
     int warmup = bc->kind == CT_MODEL_GPT ? 3 : 10;
     double t0 = 0, c0 = 0;
     int measured = 0;
@@ -200,6 +206,9 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     if (ddp) {
         ct_ddp_stats st = ct_ddp_get_stats(ddp);
         out->hidden = st.total_comm_s > 0 ? 1.0 - st.total_exposed_s / st.total_comm_s : 0;
+        out->sharded = zero != NULL;
+        ct_zero_free(zero);
+        out->wait_ms = 1e3 * st.total_exposed_s / (double)(st.steps ? st.steps : 1);
         ct_ddp_free(ddp);
     }
     if (!isfinite(loss_v)) { fprintf(stderr, "loss is %g\n", loss_v); return 1; }
@@ -217,7 +226,8 @@ static void print_result(const bench_cfg *bc, int threads, int ranks, const benc
     printf(" arena_peak_mb=%.1f cpu_step_ms=%.2f amp=%s", o->arena_mb, o->cpu_step_ms,
            bc->amp == CT_F32 ? "off" : ct_dtype_name(bc->amp));
     if (bc->kind == CT_MODEL_GPT) printf(" T=%d attention=%s ckpt=%d", bc->T > 0 ? bc->T : 256, bc->flash ? "flash" : "plain", bc->ckpt);
-    if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
+    if (o->sharded) printf(" ddp=sharded_step wait_ms=%.2f", o->wait_ms);
+    else if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
     printf("\n");
     fflush(stdout);
 }

@@ -56,6 +56,7 @@ typedef struct ct_ddp_stats {
     double hidden_frac;/* 1 - exposed / comm, last step */
     double total_comm_s, total_exposed_s, total_compute_s; /* over all steps */
     int64_t steps;
+    bool deferred;     /* last step: nothing all-reduced, the reader averaged (comm = its waits) */
 } ct_ddp_stats;
 
 ct_ddp_opts ct_ddp_default_opts(void);
@@ -69,6 +70,17 @@ void ct_ddp_set_no_sync(ct_ddp *ddp, bool no_sync);
  * A parameter that got no gradient without find_unused_parameters is an error naming it. */
 ct_status ct_ddp_finish(ct_ddp *ddp);
 ct_ddp_stats ct_ddp_get_stats(const ct_ddp *ddp);
+
+/* Deferred averaging (what ct_zero, train.h, builds on): while on, backward reduces no
+ * bucket and ct_ddp_finish only waits until every rank's backward is done, leaving each rank
+ * its own gradients in the shared buffer, for a reader that averages them itself. Needs the
+ * zero-copy buffer (CT_ERR_INVALID otherwise). Set between steps. */
+ct_status ct_ddp_set_deferred(ct_ddp *ddp, bool on);
+bool ct_ddp_zero_copy(const ct_ddp *ddp); /* the gradients are in memory shared by the ranks */
+ct_pg *ct_ddp_pg(const ct_ddp *ddp);
+ct_params *ct_ddp_params(const ct_ddp *ddp);
+/* Counts a wait that belongs to the gradient exchange (a sharded step's) in the statistics. */
+void ct_ddp_add_wait(ct_ddp *ddp, double seconds);
 int ct_ddp_num_buckets(const ct_ddp *ddp);
 /* Parameter index range [first, last] of bucket b (first >= last: reverse order). */
 void ct_ddp_bucket_range(const ct_ddp *ddp, int b, int *first_param, int *last_param);

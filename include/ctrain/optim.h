@@ -106,6 +106,33 @@ double ct_optim_weight_decay(const ct_optim *o, int param_index);
 int ct_optim_state_count(const ct_optim *o);
 void ct_optim_state_buffer(const ct_optim *o, int i, const char **name, float **data, size_t *numel);
 
+/* ---- sharded steps (ZeroRedundancyOptimizer; ct_zero in train.h drives them) ----
+ * With a shard set, ct_optim_step updates only elements [lo, hi) of the flat buffers —
+ * parameters and state in memory every rank maps, each rank owning one share — then calls
+ * sync, which returns once every rank has updated its share (its failure lands in
+ * ct_optim_status). With averaging on for a step, each element's gradient is averaged from
+ * every rank's gradient buffer as the update reads it — ((g0 + g1) + ... + g(n-1)) / n, the
+ * shm all-reduce's order and arithmetic, so the bits of reducing first — instead of being
+ * read from this rank's buffer. */
+typedef struct ct_optim_shard {
+    size_t lo, hi;              /* this rank's share of the flat buffers, in floats */
+    const float *const *grads;  /* every rank's gradient buffer, in rank order */
+    int ngrads;
+    ct_status (*sync)(void *user); /* after the share's update: until every rank's is done */
+    void (*detach)(void *user);    /* ct_optim_free: the optimizer goes away */
+    void *user;
+} ct_optim_shard;
+
+/* NULL: the whole buffers again. Does not move the state (ct_optim_set_state_storage). */
+void ct_optim_set_shard(ct_optim *o, const ct_optim_shard *s);
+/* The next ct_optim_step averages the ranks' gradients itself (the shard's grads). */
+void ct_optim_set_average(ct_optim *o, bool on);
+/* Moves state buffer k to `buf` (the optimizer's numel floats, 64-byte aligned, the caller's
+ * until moved again), copying the values when `copy`; NULL moves it back to private memory
+ * with its values. */
+ct_status ct_optim_set_state_storage(ct_optim *o, int k, float *buf, bool copy);
+
+
 /* The same state as named tensors, per parameter with the parameter's shape, so a file of it
  * does not depend on the flat layout: tensor 0 is {state "step", param NULL, I64 scalar};
  * then {state "exp_avg", param "0.weight", F32, the parameter's shape}, ... for every state

@@ -208,6 +208,11 @@ void ct_params_zero_grad(ct_params *p);
  * re-pointed. NULL moves them back to storage owned by the store. DDP uses it to place
  * gradients in memory shared by the ranks. Cached ct_params_grad() pointers become stale. */
 ct_status ct_params_set_grad_storage(ct_params *p, float *buf);
+/* The same for the flat parameter buffer: `buf` takes the values (copied when `copy`; without
+ * it the caller has put them there, e.g. one rank for all ranks mapping the same memory).
+ * NULL moves them back, with their values, to storage owned by the store. DDP's sharded
+ * optimizer step (ct_ddp_shard_optimizer) keeps one copy of the parameters per machine. */
+ct_status ct_params_set_data_storage(ct_params *p, float *buf, bool copy);
 /* Moves the store (parameters, gradients, buffers) to `dev`: the flat buffers are copied
  * and the tensors re-pointed; ct_params_data/ct_params_grad then return device pointers.
  * CT_ERR_UNSUPPORTED when the device cannot be used, CT_ERR_NOMEM when out of memory (the

@@ -106,6 +106,7 @@ typedef struct ct_step_args {
                                optimizer step skipped when any gradient is inf/NaN */
     ct_dtype amp;        /* CT_F32 (zero: off), CT_BF16 or CT_F16: forward and loss run in an
                             autocast region (ct_autocast_begin); backward and the step in f32 */
+    struct ct_zero *zero;/* NULL, or the DDP's sharded optimizer step (ct_zero_create) */
 } ct_step_args;
 
 typedef struct ct_step_result {
@@ -123,6 +124,36 @@ typedef struct ct_step_result {
  * DDP every rank skips alike: the overflow check reads the averaged gradients, which the
  * all-reduce leaves identical on every rank. */
 ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int n_micro, ct_step_result *r);
+
+/* ---- ct_zero: the sharded optimizer step (ZeroRedundancyOptimizer, over shared memory) ----
+ *
+ *   ct_ddp_create(pg, P, NULL, &ddp);  ct_optim_create_sgd(P, &so, &opt);
+ *   ct_zero *zero;
+ *   ct_zero_create(ddp, opt, &zero);       // collective; NULL where it does not apply
+ *   ct_step_args sa = {..., .opt = opt, .ddp = ddp, .zero = zero};
+ *   for (step...) ct_train_step(&sa, &batch, 1, &r);
+ *   ct_zero_free(zero);                    // before the DDP; parameters and state move back
+ *
+ * The parameters and the optimizer's state move into one segment every rank of the machine
+ * maps (one copy; rank 0's values: re-read ct_params_data), and each ct_optim_step updates
+ * only this rank's 1/n of the flat buffers, then waits until every rank has updated its
+ * share. Unless something reads the gradients before the step (clipping, a loss scaler: the
+ * buckets are then all-reduced as usual), DDP defers the averaging and the step averages
+ * each element from the ranks' gradient buffers as it reads it: no all-reduce, and the
+ * step's traffic divided by n. The bits are those of the unsharded step.
+ * It applies on the shm backend with zero-copy gradients and the optimizer on the CPU,
+ * unless CTRAIN_DDP_SHARD_OPTIM=0; elsewhere, or when /dev/shm has no room (a warning), *out
+ * stays NULL and CT_OK is returned. The trainer creates one after resuming. Freeing the
+ * optimizer first moves the parameters back to private memory (the state goes with it). */
+typedef struct ct_zero ct_zero;
+ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out);
+void ct_zero_free(ct_zero *z);
+/* ct_train_step's side, for a loop of your own: before the backward (average: no one reads
+ * the gradients before the step), after ct_ddp_finish succeeded, and instead of a step that
+ * is not taken on this rank alone (so that ranks stay matched). */
+ct_status ct_zero_begin_step(ct_zero *z, bool average);
+void ct_zero_gradients_final(ct_zero *z);
+ct_status ct_zero_skip_step(ct_zero *z);
 
 /* ---------------------------------------------------------------- checkpoints ---- */
 

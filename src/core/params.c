@@ -20,6 +20,7 @@ struct ct_params {
     int n, cap;
     float *data, *grad, *bufdata;
     bool grad_external; /* grad points at caller-owned storage (ct_params_set_grad_storage) */
+    bool data_external; /* data likewise (ct_params_set_data_storage) */
     ct_device device;   /* where data, grad and bufdata are (ct_params_to) */
     size_t numel, bufnumel;
     bool finalized;
@@ -50,7 +51,7 @@ void ct_params_free(ct_params *p) {
         free(p);
         return;
     }
-    free(p->data);
+    if (!p->data_external) free(p->data);
     if (!p->grad_external) free(p->grad);
     free(p->bufdata);
     free(p);
@@ -213,26 +214,43 @@ bool ct_params_is_buffer(const ct_params *p, int i) {
     CT_CHECK(i >= 0 && i < p->n, "parameter index %d out of range", i);
     return p->recs[i].is_buffer;
 }
+/* Moves one flat buffer (*cur, owned by the store unless *external) to buf, or with buf NULL
+ * back to storage the store owns (always with the values); the caller re-points the views. */
+static ct_status move_flat(ct_params *p, float **cur, bool *external, float *buf, bool copy, const char *what) {
+    float *own = NULL;
+    if (!buf) {
+        if (!*external) return CT_OK;
+        if (posix_memalign((void **)&own, 64, (p->numel ? p->numel : 16) * sizeof(float)))
+            return ct_error(CT_ERR_NOMEM, "cannot allocate %zu %s", p->numel, what);
+        buf = own;
+        copy = true;
+    }
+    if (buf == *cur) return CT_OK;
+    if ((uintptr_t)buf % 64) return ct_error(CT_ERR_INVALID, "storage for the %s at %p is not 64-byte aligned", what, (void *)buf);
+    if (copy) memcpy(buf, *cur, p->numel * sizeof(float));
+    if (!*external) free(*cur); /* the private buffer would only cost memory */
+    *cur = buf;
+    *external = own == NULL;
+    return CT_OK;
+}
+
 ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
     CT_CHECK(p->finalized, "ct_params_set_grad_storage before ct_params_finalize");
     if (p->device.type != CT_DEV_CPU) return ct_error(CT_ERR_INVALID, "ct_params_set_grad_storage: the store is on a device");
-    float *own = NULL;
-    if (!buf) {
-        if (!p->grad_external) return CT_OK;
-        if (posix_memalign((void **)&own, 64, (p->numel ? p->numel : 16) * sizeof(float)))
-            return ct_error(CT_ERR_NOMEM, "cannot allocate %zu gradients", p->numel);
-        buf = own;
-    }
-    if (buf == p->grad) return CT_OK;
-    settle_all(p);
-    if ((uintptr_t)buf % 64) return ct_error(CT_ERR_INVALID, "gradient storage %p is not 64-byte aligned", (void *)buf);
-    memcpy(buf, p->grad, p->numel * sizeof(float));
-    if (!p->grad_external) free(p->grad); /* the private buffer would only cost memory */
-    p->grad = buf;
-    p->grad_external = own == NULL;
-    for (int i = 0; i < p->n; i++)
+    settle_all(p); /* the copy carries values, not stale flags */
+    ct_status st = move_flat(p, &p->grad, &p->grad_external, buf, true, "gradients");
+    for (int i = 0; st == CT_OK && i < p->n; i++)
         if (!p->recs[i].is_buffer) p->recs[i].t->grad->data = p->grad + p->recs[i].offset;
-    return CT_OK;
+    return st;
+}
+
+ct_status ct_params_set_data_storage(ct_params *p, float *buf, bool copy) {
+    CT_CHECK(p->finalized, "ct_params_set_data_storage before ct_params_finalize");
+    if (p->device.type != CT_DEV_CPU) return ct_error(CT_ERR_INVALID, "ct_params_set_data_storage: the store is on a device");
+    ct_status st = move_flat(p, &p->data, &p->data_external, buf, copy, "parameters");
+    for (int i = 0; st == CT_OK && i < p->n; i++)
+        if (!p->recs[i].is_buffer) p->recs[i].t->data = p->data + p->recs[i].offset;
+    return st;
 }
 
 void ct_params_zero_grad(ct_params *p) {
@@ -287,9 +305,10 @@ ct_status ct_params_to(ct_params *p, ct_device dev) {
     if (p->device.type != CT_DEV_CPU && dev.type != CT_DEV_CPU)
         return ct_error(CT_ERR_UNSUPPORTED, "ct_params_to: %s to %s: move through the CPU", ct_device_str(p->device, b1, sizeof b1),
                         ct_device_str(dev, b2, sizeof b2));
-    if (p->grad_external)
-        return ct_error(CT_ERR_INVALID, "ct_params_to %s: the gradients are in external storage (ct_params_set_grad_storage)",
-                        ct_device_str(dev, b2, sizeof b2));
+    if (p->grad_external || p->data_external)
+        return ct_error(CT_ERR_INVALID, "ct_params_to %s: the %s in external storage (ct_params_set_%s_storage)",
+                        ct_device_str(dev, b2, sizeof b2), p->grad_external ? "gradients are" : "parameters are",
+                        p->grad_external ? "grad" : "data");
     ct_device gpu = dev.type == CT_DEV_CPU ? p->device : dev;
     if (!ct_device_hooks_get(gpu, "ct_params_to")) return CT_ERR_UNSUPPORTED;
     settle_all(p); /* device gradients are never stale */

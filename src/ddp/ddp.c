@@ -33,6 +33,7 @@ struct ct_ddp {
     double t_last_finish; /* end of the previous ct_ddp_finish (0 before the first) */
     void *shared;         /* zero-copy: this rank's region of the shared gradient segment */
     ct_ddp_stats st;
+    bool deferred;        /* ct_ddp_set_deferred: no bucket is reduced; the reader averages */
 };
 
 /* CTRAIN_DDP_BUCKET_MB / CTRAIN_DDP_FIRST_BUCKET_MB override the bucket sizes (PyTorch's
@@ -116,6 +117,7 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
     if (d->no_sync || d->bucket_of[i] < 0 || d->ready[i]) return;
     d->ready[i] = true;
     d->step_active = true;
+    if (d->deferred) return; /* averaged by whoever reads them (the sharded step, ct_zero) */
     bucket *b = &d->b[d->bucket_of[i]];
     if (--b->pending == 0) launch_ready(d);
     /* cheap progress poll to timestamp completions while backward runs */
@@ -277,15 +279,32 @@ static ct_status check_unused(ct_ddp *d) {
     return CT_OK;
 }
 
+/* deferred: no bucket was reduced; once every rank's gradients are final, the sharded step
+ * averages its share from all of them (ct_zero, train.h) */
+static ct_status finish_deferred(ct_ddp *d, double t0) {
+    (void)ct_params_grad(d->P); /* gradients no backward wrote become zeros before peers read them */
+    ct_status st = ct_barrier_sync(d->pg);
+    d->t_last_finish = ct_time_now();
+    d->st.comm_s = d->st.exposed_s = d->t_last_finish - t0;
+    d->st.hidden_frac = 0;
+    d->st.total_comm_s += d->st.comm_s;
+    d->st.total_exposed_s += d->st.exposed_s;
+    d->st.steps++;
+    reset_step(d);
+    return st;
+}
+
 static ct_status finish(ct_ddp *d) {
     if (d->no_sync) return CT_OK;
     ct_status ust = check_unused(d);
     if (ust != CT_OK) return ust;
-    /* buckets whose unused parameters were just marked ready */
-    launch_ready(d);
     double t0 = ct_time_now();
     d->st.compute_s = d->t_last_finish > 0 ? t0 - d->t_last_finish : 0;
     d->st.total_compute_s += d->st.compute_s;
+    d->st.deferred = d->deferred;
+    if (d->deferred) return finish_deferred(d, t0);
+    /* buckets whose unused parameters were just marked ready */
+    launch_ready(d);
     ct_status st = CT_OK;
     float inv = 1.0f / (float)ct_pg_size(d->pg);
     double comm = 0, prev_done = 0;
@@ -318,6 +337,28 @@ static ct_status finish(ct_ddp *d) {
 }
 
 ct_status ct_ddp_finish(ct_ddp *d) { return finish(d); }
+
+/* ------------------------------------------------------------------ deferred averaging */
+
+ct_status ct_ddp_set_deferred(ct_ddp *d, bool on) {
+    CT_CHECK(!d->step_active, "ct_ddp_set_deferred during a backward");
+    if (on && !d->shared)
+        return ct_error(CT_ERR_INVALID, "DDP: deferred averaging needs the gradients in shared memory (zero-copy on the shm backend)");
+    d->deferred = on;
+    return CT_OK;
+}
+
+bool ct_ddp_zero_copy(const ct_ddp *d) { return d->shared != NULL; }
+ct_pg *ct_ddp_pg(const ct_ddp *d) { return d->pg; }
+ct_params *ct_ddp_params(const ct_ddp *d) { return d->P; }
+
+/* the wait a deferred step's reader does after it: see ct_zero (train.h) */
+void ct_ddp_add_wait(ct_ddp *d, double seconds) {
+    d->st.comm_s += seconds;
+    d->st.exposed_s += seconds;
+    d->st.total_comm_s += seconds;
+    d->st.total_exposed_s += seconds;
+}
 
 ct_ddp_stats ct_ddp_get_stats(const ct_ddp *d) { return d->st; }
 int ct_ddp_num_buckets(const ct_ddp *d) { return d->nb; }

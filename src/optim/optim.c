@@ -46,7 +46,10 @@ struct ct_optim {
     int64_t step;
     ct_device dev;                /* the store's device at creation: state buffers live there */
     const ct_device_hooks *hooks; /* its backend; NULL on the CPU */
-    ct_status status;             /* first failure of a step on a device */
+    ct_status status;             /* first failure of a step on a device, or of a shard's sync */
+    bool state_external[MAX_STATE];
+    bool sharded, average;        /* ct_optim_set_shard / ct_optim_set_average */
+    ct_optim_shard shard;
 };
 
 ct_sgd_opts ct_sgd_default_opts(void) {
@@ -149,7 +152,9 @@ ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_opti
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
-    for (int k = 0; k < MAX_STATE; k++) state_free(o->hooks, o->state[k]);
+    if (o->sharded && o->shard.detach) o->shard.detach(o->shard.user);
+    for (int k = 0; k < MAX_STATE; k++)
+        if (!o->state_external[k]) state_free(o->hooks, o->state[k]);
     free(o->wd);
     free(o->segs);
     free(o);
@@ -164,6 +169,8 @@ ct_device ct_optim_device(const ct_optim *o) { return o->dev; }
 ct_status ct_optim_to(ct_optim *o, ct_device dev) {
     char b1[32], b2[32];
     if (ct_device_eq(o->dev, dev)) return CT_OK;
+    if (o->sharded || o->state_external[0])
+        return ct_error(CT_ERR_INVALID, "ct_optim_to: the optimizer's state is shared by the ranks (ct_ddp_shard_optimizer)");
     if (o->dev.type != CT_DEV_CPU && dev.type != CT_DEV_CPU)
         return ct_error(CT_ERR_UNSUPPORTED, "ct_optim_to: %s to %s: move through the CPU", ct_device_str(o->dev, b1, sizeof b1),
                         ct_device_str(dev, b2, sizeof b2));
@@ -249,7 +256,28 @@ static void sgd_kernel(const ct_k_sgd *k, float *restrict P, const float *restri
     for (long i = 0; i < n; i++) ct_k_sgd_elem(k, P + i, G[i], B + i);
 }
 
-/* Each thread runs sgd_kernel on a contiguous share (what schedule(static) would give it). */
+/* The averaged gradient of elements [i, i + m) of the flat buffer: the shm all-reduce's
+ * order and arithmetic (src/distributed/shm_shared.c), so the same bits as the reduced
+ * buffer the step would otherwise read. A true division, as there. */
+#define AVG_CHUNK 1024
+static void average_grads(const ct_optim_shard *s, size_t i, long m, float *restrict out) {
+    const float *g0 = s->grads[0] + i, *g1 = s->grads[1] + i;
+    if (s->ngrads == 2) {
+        for (long j = 0; j < m; j++) out[j] = (g0[j] + g1[j]) / 2.0f;
+        return;
+    }
+    for (long j = 0; j < m; j++) out[j] = g0[j] + g1[j];
+    for (int r = 2; r < s->ngrads - 1; r++) {
+        const float *g = s->grads[r] + i;
+        for (long j = 0; j < m; j++) out[j] = out[j] + g[j];
+    }
+    const float *gl = s->grads[s->ngrads - 1] + i;
+    const float d = (float)s->ngrads;
+    for (long j = 0; j < m; j++) out[j] = (out[j] + gl[j]) / d;
+}
+
+/* Each thread runs sgd_kernel on a contiguous share (what schedule(static) would give it);
+ * averaging, a chunk at a time through an L1-sized buffer. */
 static void sgd_range(ct_optim *o, size_t b, size_t e, double wd, double lr) {
     const ct_k_sgd k = ct_k_sgd_consts(o->sgd.momentum, o->sgd.dampening, wd, o->sgd.nesterov, o->sgd.maximize, lr,
                                        o->step == 0);
@@ -258,11 +286,20 @@ static void sgd_range(ct_optim *o, size_t b, size_t e, double wd, double lr) {
     float *B = o->nstate ? o->state[0] + b : NULL;
     long n = (long)(e - b);
     if (o->hooks) { device_pass(o, CT_DEV_OPTIM_SGD, &k, P, G, B, NULL, NULL, n); return; }
+    const bool avg = o->average;
 #pragma omp parallel if (n > PAR_MIN)
     {
         long nt = omp_get_num_threads(), t = omp_get_thread_num();
         long lo = n * t / nt, hi = n * (t + 1) / nt;
-        sgd_kernel(&k, P + lo, G + lo, B ? B + lo : NULL, hi - lo);
+        if (!avg) sgd_kernel(&k, P + lo, G + lo, B ? B + lo : NULL, hi - lo);
+        else {
+            _Alignas(64) float g[AVG_CHUNK];
+            for (long c = lo; c < hi; c += AVG_CHUNK) {
+                long m = hi - c < AVG_CHUNK ? hi - c : AVG_CHUNK;
+                average_grads(&o->shard, b + (size_t)c, m, g);
+                sgd_kernel(&k, P + c, g, B ? B + c : NULL, m);
+            }
+        }
     }
 }
 
@@ -307,17 +344,22 @@ static void adamw_range(ct_optim *o, size_t b, size_t e, double wd, double lr) {
                                            o->adam.maximize); /* step already incremented */
     const long n = (long)(e - b);
     if (o->hooks) { device_pass(o, CT_DEV_OPTIM_ADAMW, &k, P, G, M, V, VM, n); return; }
-    if (n <= PAR_MIN) {
-        adamw_kernel(&k, P, G, M, V, VM, 0, n);
-        return;
-    }
-#pragma omp parallel
+    const bool avg = o->average;
+#pragma omp parallel if (n > PAR_MIN)
     {
         /* contiguous, 16-float aligned share per thread */
         long nt = omp_get_num_threads(), t = omp_get_thread_num();
         long per = ((n + nt - 1) / nt + 15) & ~15L;
         long lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
-        adamw_kernel(&k, P, G, M, V, VM, lo, hi);
+        if (!avg) adamw_kernel(&k, P, G, M, V, VM, lo, hi);
+        else {
+            _Alignas(64) float g[AVG_CHUNK];
+            for (long c = lo; c < hi; c += AVG_CHUNK) {
+                long m = hi - c < AVG_CHUNK ? hi - c : AVG_CHUNK;
+                average_grads(&o->shard, b + (size_t)c, m, g);
+                adamw_kernel(&k, P + c, g, M + c, V + c, VM ? VM + c : NULL, 0, m);
+            }
+        }
     }
 }
 
@@ -325,13 +367,58 @@ void ct_optim_step(ct_optim *o, double lr) {
     CT_CHECK(ct_device_eq(ct_params_device(o->p), o->dev), "ct_optim_step: the parameters moved to another device after "
              "the optimizer was created (create it after ct_module_to / ct_params_to)");
     if (o->segs_dirty) build_segs(o);
-    if (o->kind == K_ADAMW) {
-        o->step++;
-        for (int k = 0; k < o->nseg; k++) adamw_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
-    } else {
-        for (int k = 0; k < o->nseg; k++) sgd_range(o, o->segs[k].begin, o->segs[k].end, o->segs[k].wd, lr);
-        o->step++;
+    /* sharded: this rank's share of each run of equal weight decay */
+    size_t lo = o->sharded ? o->shard.lo : 0, hi = o->sharded ? o->shard.hi : o->n;
+    if (o->kind == K_ADAMW) o->step++;
+    for (int k = 0; k < o->nseg; k++) {
+        size_t b = o->segs[k].begin > lo ? o->segs[k].begin : lo, e = o->segs[k].end < hi ? o->segs[k].end : hi;
+        if (b >= e) continue;
+        if (o->kind == K_ADAMW) adamw_range(o, b, e, o->segs[k].wd, lr);
+        else sgd_range(o, b, e, o->segs[k].wd, lr);
     }
+    if (o->kind == K_SGD) o->step++;
+    o->average = false;
+    if (o->sharded) {
+        ct_status st = o->shard.sync(o->shard.user);
+        if (st != CT_OK && o->status == CT_OK) o->status = st;
+    }
+}
+
+/* ---- sharded steps ---- */
+
+void ct_optim_set_shard(ct_optim *o, const ct_optim_shard *s) {
+    CT_CHECK(!s || (s->lo <= s->hi && s->hi <= o->n && s->sync && (!s->grads || s->ngrads >= 2)),
+             "ct_optim_set_shard: share [%zu, %zu) of %zu floats, %d gradient sources", s ? s->lo : 0, s ? s->hi : 0, o->n,
+             s ? s->ngrads : 0);
+    o->sharded = s != NULL;
+    if (s) o->shard = *s;
+    else memset(&o->shard, 0, sizeof o->shard);
+    o->average = false;
+}
+
+void ct_optim_set_average(ct_optim *o, bool on) {
+    CT_CHECK(!on || (o->sharded && o->shard.grads), "ct_optim_set_average: the optimizer has no shard with gradient sources");
+    o->average = on;
+}
+
+ct_status ct_optim_set_state_storage(ct_optim *o, int k, float *buf, bool copy) {
+    CT_CHECK(k >= 0 && k < o->nstate, "ct_optim_set_state_storage: state %d of %d", k, o->nstate);
+    if (o->hooks) return ct_error(CT_ERR_INVALID, "ct_optim_set_state_storage: the optimizer is on a device");
+    float *own = NULL;
+    if (!buf) {
+        if (!o->state_external[k]) return CT_OK;
+        ct_status st = state_alloc(o->dev, NULL, (o->n ? o->n : 16) * sizeof(float), &own);
+        if (st != CT_OK) return st;
+        buf = own;
+        copy = true;
+    }
+    if (buf == o->state[k]) return CT_OK;
+    if ((uintptr_t)buf % 64) return ct_error(CT_ERR_INVALID, "optimizer state storage %p is not 64-byte aligned", (void *)buf);
+    if (copy) memcpy(buf, o->state[k], o->n * sizeof(float));
+    if (!o->state_external[k]) state_free(NULL, o->state[k]);
+    o->state[k] = buf;
+    o->state_external[k] = own == NULL;
+    return CT_OK;
 }
 
 /* ---- state ---- */

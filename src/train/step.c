@@ -130,6 +130,12 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
     const ct_train_model *m = a->model;
     ct_device dev = ct_params_device(m->params);
     double loss_sum = 0;
+    CT_CHECK(!a->zero || a->ddp, "ct_train_step: a sharded step (zero) without its DDP");
+    /* a sharded step averages the gradients itself unless something reads them first */
+    if (a->zero) {
+        ct_status zs = ct_zero_begin_step(a->zero, !a->scaler && !(a->clip_norm > 0));
+        if (zs != CT_OK) return zs;
+    }
     for (int k = 0; k < n_micro; k++) {
         /* DDP all-reduces only during the last backward; the others accumulate locally */
         if (a->ddp && n_micro > 1) ct_ddp_set_no_sync(a->ddp, k < n_micro - 1);
@@ -156,7 +162,11 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         ct_backward(a->ctx, loss);
         ct_status ds = ct_ctx_status(a->ctx); /* a device op without a kernel, out of memory */
         if (ds != CT_OK) { /* the step is lost; DDP's collectives still end, so that ranks stay matched */
-            if (a->ddp) { ct_ddp_set_no_sync(a->ddp, false); (void)ct_ddp_finish(a->ddp); }
+            if (a->ddp) {
+                ct_ddp_set_no_sync(a->ddp, false);
+                (void)ct_ddp_finish(a->ddp);
+                if (a->zero) (void)ct_zero_skip_step(a->zero);
+            }
             ct_params_zero_grad(m->params);
             ct_ctx_reset(a->ctx);
             return ds;
@@ -165,6 +175,7 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         if (k < n_micro - 1) ct_ctx_reset(a->ctx);
     }
     ct_status st = a->ddp ? ct_ddp_finish(a->ddp) : CT_OK;
+    if (st == CT_OK && a->zero) ct_zero_gradients_final(a->zero);
     double norm = NAN;
     bool skip = false;
     if (st == CT_OK) {

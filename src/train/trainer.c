@@ -23,6 +23,7 @@ struct ct_trainer {
     int rank, world;
     ct_pg *pg;                 /* NULL alone */
     ct_ddp *ddp;
+    ct_zero *zero;             /* the sharded optimizer step, where it applies */
     ct_sampler *sampler;
     ct_loader *loader;
     ct_metrics *metrics;
@@ -185,6 +186,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_metrics_close(t->metrics);
     ct_loader_free(t->loader);
     ct_sampler_free(t->sampler);
+    ct_zero_free(t->zero);
     ct_ddp_free(t->ddp);
     ct_ctx_free(t->ctx);
     ct_grad_scaler_free(t->scaler);
@@ -360,6 +362,8 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     }
     if ((st = agree(t, CT_OK, "cleaning up checkpoints")) != CT_OK) return st;
     st = o->resume ? resume(t) : CT_OK;
+    /* after resuming: the shared copy starts from rank 0's loaded values */
+    if (st == CT_OK && t->ddp && !t->zero) st = ct_zero_create(t->ddp, t->opt, &t->zero);
     if (st != CT_OK) return st;
     bool tty = isatty(1), talk = t->rank == 0 && o->log_every > 0;
     int64_t global_batch = (int64_t)o->batch_size * t->world * o->grad_accum;
@@ -381,7 +385,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     int64_t steps_since_log = 0, step0 = t->step;
     ct_eval_report ev = {.loss = NAN, .accuracy = NAN};
     bool stop = false;
-    ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .clip_norm = o->clip_norm,
+    ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .zero = t->zero, .clip_norm = o->clip_norm,
                        .scaler = t->scaler, .amp = o->amp};
     while (t->step < t->total_steps && st == CT_OK && !stop) {
         ct_loader_start_epoch(t->loader, t->epoch);
@@ -484,7 +488,12 @@ ct_status ct_trainer_fit(ct_trainer *t) {
             if (gpu_mem_mb(t, &gcur, &gpeak)) snprintf(evs + strlen(evs), sizeof evs - strlen(evs), " | gpu peak %.0f MB", gpeak);
             printf("done: %" PRId64 " steps in %.1f s | %s | weights %s/model.safetensors\n", t->step - step0,
                    ct_time_now() - t_start, evs, o->output_dir);
-            if (t->ddp) {
+            if (t->ddp && ct_ddp_get_stats(t->ddp).deferred) {
+                ct_ddp_stats ds = ct_ddp_get_stats(t->ddp);
+                printf("ddp: sharded optimizer step, gradients averaged in it | per step: compute %.1f ms, waiting for peers %.1f ms\n",
+                       ds.steps > 1 ? 1e3 * ds.total_compute_s / (double)(ds.steps - 1) : 0,
+                       ds.steps ? 1e3 * ds.total_exposed_s / (double)ds.steps : 0);
+            } else if (t->ddp) {
                 ct_ddp_stats ds = ct_ddp_get_stats(t->ddp);
                 printf("ddp: %d buckets | per step: compute %.1f ms, all-reduce %.1f ms, %.0f%% of it hidden behind backward\n",
                        ds.buckets, ds.steps > 1 ? 1e3 * ds.total_compute_s / (double)(ds.steps - 1) : 0,

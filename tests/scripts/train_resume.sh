@@ -27,6 +27,14 @@ cp -r "$d/m/checkpoints/step-00000020" "$d/n/checkpoints/"
 cp -r "$d/m/checkpoints/step-00000010" "$d/s/checkpoints/"
 $C "${R[@]}" $C train "${common[@]}" --output-dir "$d/n" --resume auto > "$d/n.log" 2>&1 || { cat "$d/n.log"; exit 1; }
 cmp "$d/m/model.safetensors" "$d/n/model.safetensors" || { echo "2-rank resumed run differs from the uninterrupted one"; exit 1; }
+# the trainer's sharded optimizer step (ct_zero): the bits, checkpointed optimizer state
+# included, of every rank stepping its own copy after an all-reduce
+grep -q "^ddp: sharded optimizer step, gradients averaged in it" "$d/m.log" || { cat "$d/m.log"; echo "not sharded"; exit 1; }
+CTRAIN_DDP_SHARD_OPTIM=0 $C "${R[@]}" $C train "${common[@]}" --output-dir "$d/u" > "$d/u.log" 2>&1 || { cat "$d/u.log"; exit 1; }
+grep -q "^ddp: [0-9]* buckets" "$d/u.log" || { cat "$d/u.log"; echo "CTRAIN_DDP_SHARD_OPTIM=0 still sharded"; exit 1; }
+cmp "$d/m/model.safetensors" "$d/u/model.safetensors" || { echo "sharded and unsharded 2-rank runs differ"; exit 1; }
+cmp "$d/m/checkpoints/step-00000020/train_state.safetensors" "$d/u/checkpoints/step-00000020/train_state.safetensors" ||
+    { echo "sharded and unsharded optimizer states differ"; exit 1; }
 $C train "${common[@]}" --output-dir "$d/s" --resume auto > "$d/s.log" 2>&1 || { cat "$d/s.log"; exit 1; }
 grep -q "resumed from .*step-00000010 at step 10 (epoch 0, sample 80)" "$d/s.log" || { cat "$d/s.log"; echo "1-rank resume of a 2-rank checkpoint"; exit 1; }
 grep -q "^done: 20 steps" "$d/s.log" || { cat "$d/s.log"; exit 1; }

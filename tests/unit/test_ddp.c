@@ -17,6 +17,7 @@
 #include "ctrain/ctrain.h"
 #include "ctrain/ddp.h"
 #include "ctrain/dist.h"
+#include "ctrain/config.h"
 #include "ctrain/models.h"
 #include "ctrain/optim.h"
 
@@ -34,6 +35,10 @@ typedef struct {
     int accum;      /* micro-batches of B per step and rank (0 = 1) */
     bool adamw;     /* AdamW instead of SGD with momentum */
     bool sgd_full;  /* SGD with nesterov and weight decay: every input of the update matters */
+    bool shard;     /* ct_ddp_shard_optimizer */
+    bool sharded;   /* out: it took effect */
+    double clip;    /* clip_norm: the gradients are read before the step (no averaging in it) */
+    bool ddp_first; /* free the sharded step before the optimizer (the other order detaches) */
 } job;
 
 static ct_model_config small(ct_model_kind k) {
@@ -98,11 +103,18 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
     ct_optim *opt; CT_EXPECT_OK(j->adamw ? ct_optim_create_adamw(P, &ao, &opt)
                     : j->sgd_full ? ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9, .nesterov = true, .weight_decay = 1e-2}, &opt)
                     : ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9}, &opt));
+    ct_zero *zero = NULL;
+    if (ddp && j->shard) {
+        float *d0 = ct_params_data(P);
+        CT_EXPECT_OK(ct_zero_create(ddp, opt, &zero));
+        j->sharded = zero != NULL;
+        CT_EXPECT_EQ(ct_params_data(P) != d0, j->sharded); /* the parameters moved into the shared segment */
+    }
     ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     int rank = pg ? ct_pg_rank(pg) : 0;
     int nr = j->nranks ? j->nranks : 2, K = j->accum ? j->accum : 1;
     ct_train_model tm = ct_train_model_builtin(m);
-    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .lr = 0.05};
+    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .zero = zero, .lr = 0.05, .clip_norm = j->clip};
     for (int s = 0; s < STEPS; s++) {
         /* rank r's micro-batch k holds rows [(r K + k) B, + B) of the global batch; alone, the
          * K micro-batches of every rank in turn, or one batch of all rows (K = 1) */
@@ -121,11 +133,17 @@ static int train(job *j, ct_pg *pg, float *final_w, size_t *nw) {
         if (pg) ct_all_reduce_sync(pg, &lv, 1, CT_F32, CT_RED_AVG);
         j->losses[s] = lv;
     }
+    /* averaged in the step unless clipping read the gradients first */
+    if (zero) CT_EXPECT_EQ(ct_ddp_get_stats(ddp).deferred, !(j->clip > 0));
     *nw = ct_params_numel(P);
     memcpy(final_w, ct_params_data(P), *nw * sizeof(float));
     ct_ctx_free(ctx);
+    if (j->ddp_first) ct_zero_free(zero);
     ct_optim_free(opt);
+    if (!j->ddp_first) ct_zero_free(zero);
     ct_ddp_free(ddp);
+    /* back in private memory either way, with the trained values */
+    CT_EXPECT(memcmp(final_w, ct_params_data(P), *nw * sizeof(float)) == 0);
     ct_model_free(m);
     return 0;
 }
@@ -143,6 +161,7 @@ static int rank_main(int rank, int n, void *arg) {
         FILE *f = fopen(j->out, "wb");
         fwrite(j->losses, sizeof(float), STEPS, f);
         fwrite(&j->zc_active, sizeof j->zc_active, 1, f);
+        fwrite(&j->sharded, sizeof j->sharded, 1, f);
         fwrite(&nw, sizeof nw, 1, f);
         fwrite(W2, sizeof(float), nw, f);
         fclose(f);
@@ -158,6 +177,7 @@ static int run_ddp(job *j, float *dl, float *W, size_t *nw) {
     if (st != CT_OK) { fprintf(stderr, "  spawn: %s\n", ct_last_error()); return 1; }
     FILE *f = fopen(j->out, "rb");
     int ok = f && fread(dl, sizeof(float), STEPS, f) == STEPS && fread(&j->zc_active, sizeof j->zc_active, 1, f) == 1 &&
+             fread(&j->sharded, sizeof j->sharded, 1, f) == 1 &&
              fread(nw, sizeof *nw, 1, f) == 1 && *nw <= 400000 && fread(W, sizeof(float), *nw, f) == *nw;
     if (f) fclose(f);
     unlink(j->out);
@@ -232,6 +252,48 @@ CT_TEST(zero_copy_and_staged_bit_identical) {
         CT_EXPECT_EQ(na, nb);
         CT_EXPECT(memcmp(W1, W2, na * sizeof(float)) == 0);
     }
+}
+/* The sharded optimizer step (one copy of parameters and state in shared memory, each rank
+ * updating its share and averaging the gradients as it reads them) gives the bits of every
+ * rank reducing and then stepping the whole buffer: SGD with momentum, SGD with Nesterov and
+ * weight decay, AdamW with decay runs; 2 and 3 ranks (uneven shares); accumulation; clipping
+ * (buckets all-reduced, the step reads the reduced gradients); either free order. */
+static void check_sharded(job base) {
+    job a = base, b = base;
+    b.shard = true;
+    float la[STEPS], lb[STEPS];
+    size_t na = 0, nb = 0;
+    CT_ASSERT(run_ddp(&a, la, W1, &na) == 0 && run_ddp(&b, lb, W2, &nb) == 0);
+    CT_EXPECT(!a.sharded && b.sharded);
+    bool same = na == nb && !memcmp(la, lb, sizeof la) && !memcmp(W1, W2, na * sizeof(float));
+    CT_EXPECT(same);
+    printf("  %s, %d ranks, %s%s%s: sharded step %s (%zu weights)\n", ct_model_kind_name(base.kind), base.nranks,
+           base.adamw ? "adamw" : base.sgd_full ? "sgd nesterov+wd" : "sgd momentum", base.accum > 1 ? ", accumulation" : "",
+           base.clip > 0 ? ", clipping" : "", same ? "bit-identical" : "DIFFERS", na);
+}
+CT_TEST(sharded_step_bit_identical_sgd) {
+    check_sharded((job){.kind = CT_MODEL_MLP, .comm = CT_F32, .nranks = 2});
+    check_sharded((job){.kind = CT_MODEL_MLP, .comm = CT_F32, .nranks = 3, .sgd_full = true, .ddp_first = true});
+    check_sharded((job){.kind = CT_MODEL_CNN, .comm = CT_F32, .nranks = 2, .accum = 2});
+    check_sharded((job){.kind = CT_MODEL_MLP, .comm = CT_F32, .nranks = 2, .clip = 0.05});
+}
+CT_TEST(sharded_step_bit_identical_adamw) {
+    check_sharded((job){.kind = CT_MODEL_GPT, .comm = CT_F32, .nranks = 2, .adamw = true});
+    check_sharded((job){.kind = CT_MODEL_GPT, .comm = CT_F32, .nranks = 3, .adamw = true, .clip = 0.5, .ddp_first = true});
+}
+/* where it cannot apply it changes nothing: staged traffic, bf16 compression, the variable */
+CT_TEST(sharded_step_only_where_it_applies) {
+    job st = {.kind = CT_MODEL_MLP, .comm = CT_F32, .nranks = 2, .staged = true, .shard = true};
+    job bf = {.kind = CT_MODEL_MLP, .comm = CT_BF16, .nranks = 2, .shard = true};
+    float l[STEPS];
+    size_t nw = 0;
+    CT_ASSERT(run_ddp(&st, l, W1, &nw) == 0 && run_ddp(&bf, l, W1, &nw) == 0);
+    CT_EXPECT(!st.sharded && !bf.sharded);
+    ct_config_set("CTRAIN_DDP_SHARD_OPTIM", "0");
+    job off = {.kind = CT_MODEL_MLP, .comm = CT_F32, .nranks = 2, .shard = true};
+    CT_ASSERT(run_ddp(&off, l, W1, &nw) == 0);
+    ct_config_unset("CTRAIN_DDP_SHARD_OPTIM");
+    CT_EXPECT(off.zc_active && !off.sharded);
 }
 /* Gradient accumulation: K micro-batches per step follow one K times larger batch within f32
  * rounding — alone (accumulated loss scaling) and under DDP (no all-reduce before the last

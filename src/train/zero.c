@@ -12,8 +12,10 @@
  *   backward done; every share updated).
  * The averaging is the all-reduce's ((g0 + g1) + ...) / n and the update is elementwise, so
  * the bits are those of the unsharded step on any number of ranks. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ctrain/config.h"
 #include "ctrain/train.h"
@@ -45,17 +47,43 @@ static void zero_detach(void *user) {
     if (ct_params_set_data_storage(z->P, NULL, true) != CT_OK) CT_LOG_WARN_("zero", "%s", ct_last_error());
 }
 
+/* Parameters and state into the segment (cannot fail: it is page-aligned and on the CPU, as
+ * are the store and the state), and back out: false when memory ran out (a warning). */
+static void move_in(ct_params *P, ct_optim *opt, float *base, size_t N16, bool copy) {
+    ct_status st = ct_params_set_data_storage(P, base, copy);
+    for (int k = 0; st == CT_OK && k < ct_optim_state_count(opt); k++)
+        st = ct_optim_set_state_storage(opt, k, base + (size_t)(k + 1) * N16, copy);
+    CT_CHECK(st == CT_OK, "ct_zero_create: moving the parameters and state: %s", ct_last_error());
+}
+
+/* Drops this process's mapping of the pages inside [p, p + n floats) (the segment keeps
+ * them): moving out one buffer at a time, the process's memory grows by one buffer, not by
+ * all of them while the shared copies still count. */
+static void release(const float *p, size_t n) {
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)(p + n)) & ~(uintptr_t)4095;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+static bool move_out(ct_params *P, ct_optim *opt) {
+    ct_status st = CT_OK;
+    size_t N = ct_params_numel(P);
+    for (int k = 0; opt && st == CT_OK && k < ct_optim_state_count(opt); k++) {
+        float *shared;
+        ct_optim_state_buffer(opt, k, NULL, &shared, NULL);
+        if ((st = ct_optim_set_state_storage(opt, k, NULL, true)) == CT_OK) release(shared, N);
+    }
+    const float *shared = ct_params_data(P);
+    if (st == CT_OK && (st = ct_params_set_data_storage(P, NULL, true)) == CT_OK) release(shared, N);
+    if (st != CT_OK) CT_LOG_WARN_("zero", "%s", ct_last_error());
+    return st == CT_OK;
+}
+
 void ct_zero_free(ct_zero *z) {
     if (!z) return;
     (void)ct_ddp_set_deferred(z->ddp, false);
-    if (z->opt) {
-        ct_optim_set_shard(z->opt, NULL);
-        for (int k = 0; k < ct_optim_state_count(z->opt); k++)
-            if (ct_optim_set_state_storage(z->opt, k, NULL, true) != CT_OK) CT_LOG_WARN_("zero", "%s", ct_last_error());
-    }
-    /* the parameters leave the segment before it goes; without memory for them it stays mapped */
-    if (ct_params_set_data_storage(z->P, NULL, true) != CT_OK) CT_LOG_WARN_("zero", "%s", ct_last_error());
-    else ct_pg_free_shared(z->pg, z->seg);
+    if (z->opt) ct_optim_set_shard(z->opt, NULL);
+    /* everything leaves the segment before it goes; without memory for it, it stays mapped */
+    if (move_out(z->P, z->opt)) ct_pg_free_shared(z->pg, z->seg);
     free(z->grads);
     free(z);
 }
@@ -88,25 +116,18 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
     }
     if (st != CT_OK) { free(z->grads); free(z); return st; }
     float *base = ct_pg_shared_peer(pg, z->seg, 0);
-    /* rank 0's values, as DDP's start broadcasts its parameters */
-    if (me == 0) {
-        memcpy(base, ct_params_data(P), N * sizeof(float));
-        for (int k = 0; k < nst; k++) {
-            float *sb;
-            ct_optim_state_buffer(opt, k, NULL, &sb, NULL);
-            memcpy(base + (size_t)(k + 1) * N16, sb, N * sizeof(float));
-        }
-    }
+    /* Rank 0's values, as DDP's start broadcasts its parameters: rank 0 moves its buffers in
+     * (one at a time: its peak memory grows by one buffer, not all), the others switch once
+     * it is done */
+    if (me == 0) move_in(P, opt, base, N16, true);
     if ((st = ct_barrier_sync(pg)) != CT_OK) {
+        if (me == 0) move_out(P, opt); /* back to private memory before the segment goes */
         ct_pg_free_shared(pg, z->seg);
         free(z->grads);
         free(z);
         return st;
     }
-    /* cannot fail: the segment is page-aligned and on the CPU, as are the store and the state */
-    st = ct_params_set_data_storage(P, base, false);
-    for (int k = 0; st == CT_OK && k < nst; k++) st = ct_optim_set_state_storage(opt, k, base + (size_t)(k + 1) * N16, false);
-    CT_CHECK(st == CT_OK, "ct_zero_create: moving the parameters and state: %s", ct_last_error());
+    if (me != 0) move_in(P, opt, base, N16, false);
     const float *g = ct_params_grad(P);
     for (int r = 0; r < n; r++) z->grads[r] = ct_pg_shared_peer(pg, (void *)g, r);
     /* shares of whole 64-byte lines, so that no two ranks write one */

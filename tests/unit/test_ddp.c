@@ -334,9 +334,14 @@ CT_TEST(bf16_compression_stays_close) { check_equivalence(CT_MODEL_MLP, CT_BF16,
 /* A peer that stalls (variant 0) or exits (variant 1) in the middle of training: the other
  * rank's ct_ddp_finish fails within about CTRAIN_TIMEOUT, naming it, instead of hanging on
  * the in-place all-reduce (peers would otherwise wait for its "bucket ready" post forever). */
+/* Rank 1 stalls (variant 0) or exits (1) before its second step, or, with the sharded step,
+ * exits between its backward and the step (2: rank 0 then waits in the step's own barrier,
+ * whose failure ct_train_step returns through ct_optim_status). Rank 0 gets the error within
+ * the 1-s timeout, naming rank 1. */
+typedef struct { int variant; bool zero; } stall_case;
 static int stall_main(int rank, int n, void *arg) {
     (void)n;
-    int variant = *(int *)arg;
+    stall_case sc = *(stall_case *)arg;
     setenv("CTRAIN_TIMEOUT", "1", 1);
     ct_pg *pg;
     if (ct_dist_init(NULL, &pg) != CT_OK) return 1;
@@ -350,40 +355,67 @@ static int stall_main(int rank, int n, void *arg) {
     ct_ddp *ddp;
     if (ct_ddp_create(pg, P, &o, &ddp) != CT_OK) return 1;
     int ok = ct_params_grad(P) != g0; /* zero-copy is on */
+    ct_optim *opt; CT_EXPECT_OK(ct_optim_create_sgd(P, &(ct_sgd_opts){.momentum = 0.9}, &opt));
+    ct_zero *zero = NULL;
+    if (sc.zero) {
+        CT_EXPECT_OK(ct_zero_create(ddp, opt, &zero));
+        ok = ok && zero != NULL;
+    }
     ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
+    ct_train_model tm = ct_train_model_builtin(m);
+    ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .zero = zero, .lr = 0.05};
     ct_status last = CT_OK;
     double t_fail = 0;
     for (int s = 0; s < 3 && last == CT_OK; s++) {
-        if (rank == 1 && s == 1) {
-            if (variant == 1) _exit(0);
-            sleep(3);
-        }
         ct_train_batch b = make_batch(CT_MODEL_MLP, s, rank * B, B, 2 * B, XB, YB);
         ct_tensor *x = ct_wrap(ctx, CT_F32, XB, b.x.ndim, b.x.shape), *y = ct_wrap(ctx, CT_I32, YB, 1, b.y.shape);
+        if (rank == 1 && s == 1) {
+            if (sc.variant == 0) sleep(3);
+            if (sc.variant == 1) _exit(0);
+            if (sc.variant == 2) {
+                CT_EXPECT_OK(ct_zero_begin_step(zero, true));
+                ct_backward(ctx, ct_model_loss(ctx, m, x, y));
+                CT_EXPECT_OK(ct_ddp_finish(ddp));
+                _exit(0);
+            }
+        }
         double t0 = ct_time_now();
-        ct_backward(ctx, ct_model_loss(ctx, m, x, y));
-        last = ct_ddp_finish(ddp);
+        sa.step = s;
+        if (sc.zero) last = ct_train_step(&sa, &b, 1, NULL);
+        else { /* DDP alone: the failure comes out of ct_ddp_finish */
+            ct_backward(ctx, ct_model_loss(ctx, m, x, y));
+            last = ct_ddp_finish(ddp);
+            ct_params_zero_grad(P);
+            ct_ctx_reset(ctx);
+        }
         t_fail = ct_time_now() - t0;
-        ct_params_zero_grad(P);
-        ct_ctx_reset(ctx);
     }
     if (rank == 0) {
         const char *msg = ct_last_error();
-        if (variant == 0) ok = ok && last == CT_ERR_TIMEOUT && strstr(msg, "rank(s) 1 never reached");
+        if (sc.variant == 0) ok = ok && last == CT_ERR_TIMEOUT && strstr(msg, "rank(s) 1 never reached");
         else ok = ok && (last == CT_ERR_PEER || last == CT_ERR_TIMEOUT) && strstr(msg, "rank");
         ok = ok && t_fail < 3;
         fprintf(stderr, "  rank 0 after %.2f s: %s\n", t_fail, last ? msg : "no error");
     } else {
         ok = ok && last != CT_OK; /* the sleeper finds the group failed */
     }
+    ct_zero_free(zero);
+    ct_optim_free(opt);
     ct_ddp_free(ddp);
     ct_ctx_free(ctx);
     ct_model_free(m);
     ct_pg_free(pg);
     return ok ? 0 : 1;
 }
-CT_TEST(stalled_peer_times_out_zero_copy) { int v = 0; CT_EXPECT_OK(ct_spawn(stall_main, 2, &v)); }
-CT_TEST(vanished_peer_is_an_error_zero_copy) { int v = 1; CT_EXPECT_OK(ct_spawn(stall_main, 2, &v)); }
+CT_TEST(stalled_peer_times_out_zero_copy) { stall_case c = {0, false}; CT_EXPECT_OK(ct_spawn(stall_main, 2, &c)); }
+CT_TEST(vanished_peer_is_an_error_zero_copy) { stall_case c = {1, false}; CT_EXPECT_OK(ct_spawn(stall_main, 2, &c)); }
+CT_TEST(stalled_peer_times_out_sharded_step) { stall_case c = {0, true}; CT_EXPECT_OK(ct_spawn(stall_main, 2, &c)); }
+CT_TEST(vanished_peer_is_an_error_sharded_step) {
+    for (int v = 1; v <= 2; v++) {
+        stall_case c = {v, true};
+        CT_EXPECT_OK(ct_spawn(stall_main, 2, &c));
+    }
+}
 
 /* Loss scaling under DDP: rank 1 alone overflows at step 3, yet every rank skips that step
  * (the averaged gradients are inf/NaN everywhere), the weights stay as they were and equal

@@ -3,14 +3,8 @@
 # page that did not fit. Now rank 0 checks the free space and reserves the pages, and every
 # rank fails at rendezvous with a message saying what to do. Runs in a mount namespace with
 # a 2 MiB tmpfs on /dev/shm (needs root).
-set -u
-cd "$(dirname "$0")/../.." || exit 1
-B=$PWD/build/ctrain
-[ "$(id -u)" = 0 ] || { echo "skip: needs root for a private /dev/shm"; exit 77; }
-unshare -m true 2>/dev/null || { echo "skip: unshare -m not permitted here"; exit 77; }
-die() { echo "FAIL: $*"; exit 1; }
-out=$(timeout 60 unshare -m sh -c "mount -t tmpfs -o size=2M tmpfs /dev/shm &&
-    CTRAIN_SHM_CHUNK=1M CTRAIN_TIMEOUT=30 $B run --standalone --nproc-per-node 2 $B worker allreduce" 2>&1); rc=$?
+. "$(dirname "$0")/lib/small_shm.sh"
+out=$(on_small_shm 2M "CTRAIN_SHM_CHUNK=1M CTRAIN_TIMEOUT=30 $B run --standalone --nproc-per-node 2 $B worker allreduce" 2>&1); rc=$?
 [ $rc = 1 ] || die "exit $rc (want 1): $out"
 echo "$out" | grep -q "Bus error\|signal 7" && die "SIGBUS: $out"
 echo "$out" | grep -q "/dev/shm has .* MiB free, the shm backend needs .* MiB for 2 ranks" || die "message: $out"
@@ -18,6 +12,6 @@ echo "$out" | grep -q "/dev/shm has .* MiB free, the shm backend needs .* MiB fo
 # rank 0 exits before rank 1 has a chance to and the launcher stops rank 1)
 echo "$out" | grep -q "root cause: rank [01] .*exited with code 1" || die "root cause: $out"
 # fits: 2 ranks with the default chunk need about 2 MiB... the small chunk fits in 2 MiB
-out=$(timeout 60 unshare -m sh -c "mount -t tmpfs -o size=2M tmpfs /dev/shm &&
-    CTRAIN_SHM_CHUNK=64k $B run --standalone --nproc-per-node 2 $B worker allreduce" 2>&1) || die "64k chunk in 2 MiB: $out"
+out=$(on_small_shm 2M "CTRAIN_SHM_CHUNK=64k $B run --standalone --nproc-per-node 2 $B worker allreduce" 2>&1) ||
+    die "64k chunk in 2 MiB: $out"
 exit 0

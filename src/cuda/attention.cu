@@ -1,5 +1,5 @@
-/* Flash-style attention, forward and backward, in f32 and bf16 (f32 arithmetic). One thread
- * runs one query row (forward, dQ) or one key row (dK, dV) through the row functions of
+/* Flash-style attention, forward and backward, in f32, bf16 and f16 (f32 arithmetic). One
+ * thread runs one query row (forward, dQ) or one key row (dK, dV) through the row functions of
  * ops/kmath.h: the online softmax over key tiles, then backward from the saved log-sum-exp
  * per row, so memory beyond inputs and outputs is O(T) (lse and Dr) and no [T, T] matrix is
  * formed. dK/dV by key rows and dQ by query rows need no atomics: every gradient element is
@@ -7,50 +7,45 @@
  * head and read the same K/V (or Q/dO) rows at the same time, which the cache broadcasts;
  * this is the simple form of the algorithm, not a tensor-core kernel. */
 #include <cuda_bf16.h>
-
-#include <type_traits>
+#include <cuda_fp16.h>
 
 #include "ctrain/config.h"
 #include "cuda/attention_tiled.cuh"
 #include "cuda/launch.cuh"
 
+/* the row functions for 2-byte types: here, not in kmath.h, which C files include too */
 #define CT_K_BF16_LD(x) __bfloat162float(x)
 #define CT_K_BF16_ST(x) __float2bfloat16(x)
 CT_K_DEFINE_ATTN(bf16, __nv_bfloat16, CT_K_BF16_LD, CT_K_BF16_ST)
+#define CT_K_F16_LD(x) __half2float(x)
+#define CT_K_F16_ST(x) __float2half_rn(x)
+CT_K_DEFINE_ATTN(f16, __half, CT_K_F16_LD, CT_K_F16_ST)
 
 namespace {
 enum { ROWS = 64 };
 
-template <typename T> struct rows;
-template <> struct rows<float> {
-    __device__ static void fwd(const float *q, const float *K, const float *V, int64_t nk, int D, float sc, float *o, float *l) {
-        ct_k_attn_fwd_row_f32(q, K, V, nk, D, D, sc, o, l);
-    }
-    __device__ static void dq(const float *q, const float *g, const float *K, const float *V, int64_t nk, int D, float sc,
-                              float l, float dr, float *dq) {
-        ct_k_attn_dq_row_f32(q, g, K, V, nk, D, D, sc, l, dr, dq);
-    }
-    __device__ static void dkv(const float *k, const float *v, const float *Q, const float *G, const float *l, const float *dr,
-                               int64_t i0, int64_t nq, int D, float sc, float *dk, float *dv) {
-        ct_k_attn_dkv_row_f32(k, v, Q, G, l, dr, i0, nq, D, D, sc, dk, dv);
-    }
-    __device__ static float ld(float x) { return x; }
-};
-template <> struct rows<__nv_bfloat16> {
-    typedef __nv_bfloat16 B;
-    __device__ static void fwd(const B *q, const B *K, const B *V, int64_t nk, int D, float sc, B *o, float *l) {
-        ct_k_attn_fwd_row_bf16(q, K, V, nk, D, D, sc, o, l);
-    }
-    __device__ static void dq(const B *q, const B *g, const B *K, const B *V, int64_t nk, int D, float sc, float l, float dr,
-                              B *dq) {
-        ct_k_attn_dq_row_bf16(q, g, K, V, nk, D, D, sc, l, dr, dq);
-    }
-    __device__ static void dkv(const B *k, const B *v, const B *Q, const B *G, const float *l, const float *dr, int64_t i0,
-                               int64_t nq, int D, float sc, B *dk, B *dv) {
-        ct_k_attn_dkv_row_bf16(k, v, Q, G, l, dr, i0, nq, D, D, sc, dk, dv);
-    }
-    __device__ static float ld(B x) { return __bfloat162float(x); }
-};
+/* rows<E>: kmath.h's row functions for element type E (suffix SUF), its dtype, its load */
+template <typename E> struct rows;
+#define ROWS_OF(SUF, E, DT, LD)                                                                                        \
+    template <> struct rows<E> {                                                                                       \
+        static constexpr ct_cuda_dtype dt = DT;                                                                        \
+        __device__ static void fwd(const E *q, const E *K, const E *V, int64_t nk, int D, float sc, E *o, float *l) {  \
+            ct_k_attn_fwd_row_##SUF(q, K, V, nk, D, D, sc, o, l);                                                      \
+        }                                                                                                              \
+        __device__ static void dq(const E *q, const E *g, const E *K, const E *V, int64_t nk, int D, float sc,        \
+                                  float l, float dr, E *dq) {                                                          \
+            ct_k_attn_dq_row_##SUF(q, g, K, V, nk, D, D, sc, l, dr, dq);                                               \
+        }                                                                                                              \
+        __device__ static void dkv(const E *k, const E *v, const E *Q, const E *G, const float *l, const float *dr,    \
+                                   int64_t i0, int64_t nq, int D, float sc, E *dk, E *dv) {                            \
+            ct_k_attn_dkv_row_##SUF(k, v, Q, G, l, dr, i0, nq, D, D, sc, dk, dv);                                      \
+        }                                                                                                              \
+        __device__ static float ld(E x) { return LD(x); }                                                              \
+    };
+ROWS_OF(f32, float, CT_CUDA_F32, CT_K_F32_LD)
+ROWS_OF(bf16, __nv_bfloat16, CT_CUDA_BF16, CT_K_BF16_LD)
+ROWS_OF(f16, __half, CT_CUDA_F16, CT_K_F16_LD)
+#undef ROWS_OF
 
 /* DC: the head dim as a compile-time constant (0: D at run time). With it the row
  * functions' loops over D unroll and their per-thread arrays live in registers; with D at run
@@ -106,8 +101,7 @@ template <typename T>
 ct_status attn_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t T_,
                    int D, bool causal) {
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
-    if (tiled(D)) return ct_cuda_attention_tiled(s, std::is_same<T, float>::value ? CT_CUDA_F32 : CT_CUDA_BF16, q, k, v, o, lse, BH,
-                                                  T_, D, causal);
+    if (tiled(D)) return ct_cuda_attention_tiled(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal);
     float sc = 1.0f / sqrtf((float)D);
 #define FWD(DC) fwd_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, T_, D, causal, sc)
     if (D == 64) FWD(64);
@@ -125,8 +119,7 @@ ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, 
     float sc = 1.0f / sqrtf((float)D);
     dr_k<T><<<ct_grid(BH * T_, 256), 256, 0, s>>>((const T *)o, (const T *)g, dr, BH * T_, D);
     if (tiled(D))
-        return ct_cuda_attention_tiled_bwd(s, std::is_same<T, float>::value ? CT_CUDA_F32 : CT_CUDA_BF16, q, k, v, g, lse, dr, dq,
-                                           dk, dv, BH, T_, D, causal);
+        return ct_cuda_attention_tiled_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal);
 #define BWD(DC)                                                                                                    \
     do {                                                                                                           \
         dq_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dq, T_, D, \
@@ -149,15 +142,17 @@ ct_status ct_cuda_attention(cudaStream_t s, ct_cuda_dtype dt, const void *q, con
                             float *lse, int64_t BH, int64_t T, int D, bool causal) {
     ct_status st = check_shape("attention", BH, T, D);
     if (st != CT_OK || BH == 0 || T == 0) return st;
-    return dt == CT_CUDA_BF16 ? attn_fwd<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal)
-                              : attn_fwd<float>(s, q, k, v, o, lse, BH, T, D, causal);
+    return dt == CT_CUDA_BF16  ? attn_fwd<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal)
+           : dt == CT_CUDA_F16 ? attn_fwd<__half>(s, q, k, v, o, lse, BH, T, D, causal)
+                               : attn_fwd<float>(s, q, k, v, o, lse, BH, T, D, causal);
 }
 ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
                                 const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
                                 int64_t BH, int64_t T, int D, bool causal) {
     ct_status st = check_shape("attention backward", BH, T, D);
     if (st != CT_OK || BH == 0 || T == 0) return st;
-    return dt == CT_CUDA_BF16 ? attn_bwd<__nv_bfloat16>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
-                              : attn_bwd<float>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
+    return dt == CT_CUDA_BF16  ? attn_bwd<__nv_bfloat16>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
+           : dt == CT_CUDA_F16 ? attn_bwd<__half>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
+                               : attn_bwd<float>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
 }
 }

@@ -21,6 +21,7 @@
  * order than theirs (within 1e-5 relative in f32, tests/gpu). Shared memory: 3 (forward), 5
  * (dQ) or 6 (dK, dV) tiles of 64 x (D + 1) floats, the +1 keeping column reads off one bank. */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "cuda/attention_tiled.cuh"
 #include "cuda/launch.cuh"
@@ -30,8 +31,10 @@ enum { BR = 64, NT = 256 };
 
 __device__ __forceinline__ float ld(float x) { return x; }
 __device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
 __device__ __forceinline__ void st(float *p, float x) { *p = x; }
 __device__ __forceinline__ void st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+__device__ __forceinline__ void st(__half *p, float x) { *p = __float2half_rn(x); }
 
 #include "cuda/attention_tiled_kernels.cuh"
 
@@ -69,24 +72,34 @@ ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const
     CT_LAUNCHED("attention backward");
     return CT_OK;
 }
+
+/* the head dim's instance (32 or 64: ct_cuda_attention_tiled_fits) for element type T */
+template <typename T>
+ct_status fwd_t(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n, int D,
+                bool causal) {
+    return D == 64 ? fwd<64, T>(s, q, k, v, o, lse, BH, n, causal) : fwd<32, T>(s, q, k, v, o, lse, BH, n, causal);
+}
+template <typename T>
+ct_status bwd_t(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
+                void *dq, void *dk, void *dv, int64_t BH, int64_t n, int D, bool causal) {
+    return D == 64 ? bwd<64, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal)
+                   : bwd<32, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal);
+}
 } // namespace
 
 bool ct_cuda_attention_tiled_fits(int D) { return D == 32 || D == 64; }
 
 ct_status ct_cuda_attention_tiled(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
                                   float *lse, int64_t BH, int64_t T, int D, bool causal) {
-    if (dt == CT_CUDA_BF16)
-        return D == 64 ? fwd<64, __nv_bfloat16>(s, q, k, v, o, lse, BH, T, causal)
-                       : fwd<32, __nv_bfloat16>(s, q, k, v, o, lse, BH, T, causal);
-    return D == 64 ? fwd<64, float>(s, q, k, v, o, lse, BH, T, causal) : fwd<32, float>(s, q, k, v, o, lse, BH, T, causal);
+    return dt == CT_CUDA_BF16  ? fwd_t<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal)
+           : dt == CT_CUDA_F16 ? fwd_t<__half>(s, q, k, v, o, lse, BH, T, D, causal)
+                               : fwd_t<float>(s, q, k, v, o, lse, BH, T, D, causal);
 }
 
 ct_status ct_cuda_attention_tiled_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
                                       const void *dO, const float *lse, const float *dr, void *dq, void *dk, void *dv,
                                       int64_t BH, int64_t T, int D, bool causal) {
-    if (dt == CT_CUDA_BF16)
-        return D == 64 ? bwd<64, __nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal)
-                       : bwd<32, __nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal);
-    return D == 64 ? bwd<64, float>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal)
-                   : bwd<32, float>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal);
+    return dt == CT_CUDA_BF16  ? bwd_t<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
+           : dt == CT_CUDA_F16 ? bwd_t<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
+                               : bwd_t<float>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
 }

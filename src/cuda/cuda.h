@@ -153,6 +153,42 @@ ct_status ct_cuda_cast(cudaStream_t s, const void *x, ct_cuda_cast_type from, vo
  * gradient's value, as the CPU op) */
 ct_status ct_cuda_cast_bwd(cudaStream_t s, const float *g, ct_cuda_cast_type to, float *dx, int64_t n);
 
+/* ---- elementwise ops on f32, bf16 or f16 (elementwise.cu): f32 arithmetic, each result rounded
+ * to the output's type as it is stored, so autocast needs no f32 copies of their inputs. The
+ * f32 functions above are these with f32 operands. ---- */
+typedef enum {
+    CT_CUDA_MAP_RELU, CT_CUDA_MAP_GELU, CT_CUDA_MAP_GELU_TANH, CT_CUDA_MAP_TANH, CT_CUDA_MAP_SIGMOID,
+    CT_CUDA_MAP_SCALE,  /* x * alpha */
+    CT_CUDA_MAP_DROPOUT /* x * ct_k_dropout(key, i, p, alpha): alpha the kept values' scale */
+} ct_cuda_map_op;
+typedef struct {
+    ct_cuda_map_op op;
+    float alpha;
+    uint64_t key;
+    float p;
+} ct_cuda_map;
+/* y = f(x), x and y of type t (y may be x) */
+ct_status ct_cuda_map_fwd(cudaStream_t s, const ct_cuda_map *m, const void *x, void *y, ct_cuda_cast_type t, int64_t n);
+/* dx (f32) = f'(v) g: v (type t) the input for gelu, the output for relu, tanh and sigmoid,
+ * not read for scale and dropout */
+ct_status ct_cuda_map_bwd(cudaStream_t s, const ct_cuda_map *m, const void *v, ct_cuda_cast_type t, const float *g, float *dx,
+                          int64_t n);
+/* y = a + b with b of m elements repeating over a (n a multiple of m), or with mul a * b (m = n).
+ * y is of a's type where a and b have one type, else f32 (autocast's promotion of mixed inputs). */
+ct_status ct_cuda_binary(cudaStream_t s, bool mul, const void *a, ct_cuda_cast_type ta, const void *b, ct_cuda_cast_type tb,
+                         void *y, int64_t n, int64_t m);
+/* layer norm and cross-entropy with x / logits of type xt (f32, bf16 or f16) read as they are;
+ * the rest as ct_cuda_layer_norm(_bwd) and ct_cuda_cross_entropy(_bwd) */
+ct_status ct_cuda_layer_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, const float *b, float *y,
+                               float *mean, float *rstd, int64_t R, int64_t D, float eps);
+ct_status ct_cuda_layer_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
+                                   const float *mean, const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D);
+ct_status ct_cuda_cross_entropy_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target, bool target_i64,
+                                  int64_t N, int64_t C, int64_t ignore, float *lse, float *out);
+ct_status ct_cuda_cross_entropy_bwd_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target,
+                                      bool target_i64, int64_t N, int64_t C, int64_t ignore, const float *lse, const float *out,
+                                      const float *dloss, float *dlogits);
+
 /* ---- embedding: w [V, D], idx [n] → y [n, D]; an index outside [0, V) gives a zero row
  * and sets *bad (device int, may be NULL) to 1 ---- */
 ct_status ct_cuda_embedding(cudaStream_t s, const float *w, const void *idx, bool idx_i64, int64_t n, int64_t V,
@@ -172,9 +208,9 @@ ct_status ct_cuda_sumsq(cudaStream_t s, const float *g, int64_t n, double *part,
 ct_status ct_cuda_scale_check(cudaStream_t s, float *g, float coef, int64_t n, int *nonfinite);
 
 /* ---- flash attention, causal or not: q, k, v, o [BH, T, D] (D <= CT_K_ATTN_MAX_D),
- * f32 or bf16 (bf16: __nv_bfloat16 elements, f32 arithmetic); lse [BH, T] f32 saved ----
+ * f32, bf16 or f16 (__nv_bfloat16 / __half elements, f32 arithmetic); lse [BH, T] f32 saved ----
  * Memory: O(T) per head beyond inputs and outputs (lse, and Dr in backward). */
-typedef enum { CT_CUDA_F32 = 0, CT_CUDA_BF16 = 1 } ct_cuda_dtype;
+typedef enum { CT_CUDA_F32 = 0, CT_CUDA_BF16 = 1, CT_CUDA_F16 = 2 } ct_cuda_dtype;
 ct_status ct_cuda_attention(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
                             float *lse, int64_t BH, int64_t T, int D, bool causal);
 /* dq, dk, dv written; dr: scratch of BH * T floats */
@@ -199,7 +235,8 @@ size_t ct_cuda_cudnn_version(void);
 /* ---- GEMM on cuBLASLt, row-major like ct_matmul: C [M, N] = alpha op(A) op(B) + beta C,
  * A [M, K] (or [K, M] if ta), B [K, N] (or [N, K] if tb), `batch` products at strides of
  * one matrix each. f32: f32 compute, or TF32 / bf16 tensor cores with CTRAIN_CUDA_MATMUL=
- * high / medium; bf16: bf16 in and out, f32 accumulation (tensor cores). Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
+ * high / medium; bf16 or f16: that type in and out, f32 accumulation (tensor cores).
+ * Epilogues: bias [N] added per column, GELU (tanh form) after it. ---- */
 typedef enum { CT_GEMM_EPI_NONE = 0, CT_GEMM_EPI_BIAS, CT_GEMM_EPI_GELU, CT_GEMM_EPI_BIAS_GELU } ct_gemm_epilogue;
 typedef struct {
     ct_cuda_dtype dt;
@@ -208,7 +245,7 @@ typedef struct {
     float alpha, beta;
     ct_gemm_epilogue epi;
     const void *bias; /* dtype of C; with BIAS epilogues */
-    bool c_f32;       /* bf16 A and B with an f32 C (and bias): autocast's products, f32 results */
+    bool c_f32;       /* bf16 or f16 A and B with an f32 C (and bias): autocast's products, f32 results */
 } ct_cuda_gemm_desc;
 /* dev: the current device, whose stream s is (its cuBLASLt handle and workspace are used) */
 ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C);

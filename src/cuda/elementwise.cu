@@ -4,30 +4,48 @@
 namespace {
 enum { THREADS = 256 };
 
-__global__ void relu_k(const float *x, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = ct_k_relu(x[i]); }
-__global__ void relu_bwd_k(const float *y, const float *g, float *dx, int64_t n) {
-    CT_GRID_STRIDE(i, n) dx[i] = ct_k_relu_bwd(y[i], g[i]);
+/* One kernel per direction for the unary ops, on any element type T: f32 arithmetic (the
+ * ops/kmath.h functions), each result rounded to T as it is stored. The op is uniform over the
+ * launch, so its switch costs a predictable branch per element, not a divergence. */
+__device__ inline float map1(const ct_cuda_map &m, float x, int64_t i) {
+    switch (m.op) {
+    case CT_CUDA_MAP_RELU: return ct_k_relu(x);
+    case CT_CUDA_MAP_GELU: return ct_k_gelu(x);
+    case CT_CUDA_MAP_GELU_TANH: return ct_k_gelu_tanh(x);
+    case CT_CUDA_MAP_TANH: return ct_k_tanh(x);
+    case CT_CUDA_MAP_SIGMOID: return ct_k_sigmoid(x);
+    case CT_CUDA_MAP_SCALE: return x * m.alpha;
+    default: return x * ct_k_dropout(m.key, i, m.p, m.alpha);
+    }
 }
-__global__ void gelu_k(const float *x, float *y, int64_t n, bool th) {
-    CT_GRID_STRIDE(i, n) y[i] = th ? ct_k_gelu_tanh(x[i]) : ct_k_gelu(x[i]);
+/* v: the input (gelu) or the output (relu, tanh, sigmoid); scale and dropout read only g */
+__device__ inline float map1_bwd(const ct_cuda_map &m, float v, float g, int64_t i) {
+    switch (m.op) {
+    case CT_CUDA_MAP_RELU: return ct_k_relu_bwd(v, g);
+    case CT_CUDA_MAP_GELU: return ct_k_gelu_bwd(v, g);
+    case CT_CUDA_MAP_GELU_TANH: return ct_k_gelu_tanh_bwd(v, g);
+    case CT_CUDA_MAP_TANH: return ct_k_tanh_bwd(v, g);
+    case CT_CUDA_MAP_SIGMOID: return ct_k_sigmoid_bwd(v, g);
+    case CT_CUDA_MAP_SCALE: return g * m.alpha;
+    default: return g * ct_k_dropout(m.key, i, m.p, m.alpha);
+    }
 }
-__global__ void gelu_bwd_k(const float *x, const float *g, float *dx, int64_t n, bool th) {
-    CT_GRID_STRIDE(i, n) dx[i] = th ? ct_k_gelu_tanh_bwd(x[i], g[i]) : ct_k_gelu_bwd(x[i], g[i]);
+template <typename T> __global__ void map_k(ct_cuda_map m, const T *x, T *y, int64_t n) {
+    CT_GRID_STRIDE(i, n) y[i] = ct_st<T>(map1(m, ct_ld(x[i]), i));
 }
-__global__ void add_k(const float *a, const float *b, float *y, int64_t n, int64_t m) {
-    CT_GRID_STRIDE(i, n) y[i] = a[i] + b[i % m];
+template <typename T> __global__ void map_bwd_k(ct_cuda_map m, const T *v, const float *g, float *dx, int64_t n) {
+    CT_GRID_STRIDE(i, n) dx[i] = map1_bwd(m, v ? ct_ld(v[i]) : 0.0f, g[i], i);
 }
-__global__ void scale_k(const float *a, float s, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * s; }
-__global__ void mul_k(const float *a, const float *b, float *y, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = a[i] * b[i]; }
-__global__ void dropout_k(const float *x, float *y, int64_t n, uint64_t key, float p, float scale) {
-    CT_GRID_STRIDE(i, n) y[i] = x[i] * ct_k_dropout(key, i, p, scale);
+/* y = a + b[i % m] or a * b; TY: the common type, f32 for mixed inputs (autocast's promotion) */
+template <typename TA, typename TB, typename TY>
+__global__ void binary_k(bool mul, const TA *a, const TB *b, TY *y, int64_t n, int64_t m) {
+    CT_GRID_STRIDE(i, n) {
+        float x = ct_ld(a[i]), z = ct_ld(b[i % m]);
+        y[i] = ct_st<TY>(mul ? x * z : x + z);
+    }
 }
-__global__ void tanh_k(const float *x, float *y, int64_t n, bool sig) {
-    CT_GRID_STRIDE(i, n) y[i] = sig ? ct_k_sigmoid(x[i]) : ct_k_tanh(x[i]);
-}
-__global__ void tanh_bwd_k(const float *y, const float *g, float *dx, int64_t n, bool sig) {
-    CT_GRID_STRIDE(i, n) dx[i] = sig ? ct_k_sigmoid_bwd(y[i], g[i]) : ct_k_tanh_bwd(y[i], g[i]);
-}
+template <typename TA, typename TB> struct common { typedef float T; };
+template <typename T_> struct common<T_, T_> { typedef T_ T; };
 __global__ void fill_k(float *y, float v, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = v; }
 /* offset under l's strides of the i-th element in row-major order over l's shape */
 /* the offset of element i (row-major over l.shape) in the view; I: the index type, 32-bit
@@ -92,25 +110,54 @@ bool fits32(const ct_cuda_layout *l, int64_t n) {
 #define LAUNCH(op, kernel, n, ...) CT_LAUNCH_N(op, kernel, n, THREADS, __VA_ARGS__)
 
 extern "C" {
+static const char *const map_names[][2] = {{"relu", "relu backward"},       {"gelu", "gelu backward"},
+                                          {"gelu", "gelu backward"},       {"tanh", "tanh backward"},
+                                          {"sigmoid", "sigmoid backward"}, {"scale", "scale backward"},
+                                          {"dropout", "dropout backward"}};
+ct_status ct_cuda_map_fwd(cudaStream_t s, const ct_cuda_map *m, const void *x, void *y, ct_cuda_cast_type t, int64_t n) {
+    CT_WITH_TYPE(t, T, LAUNCH(map_names[m->op][0], map_k<T>, n, *m, (const T *)x, (T *)y, n));
+    return CT_OK;
+}
+ct_status ct_cuda_map_bwd(cudaStream_t s, const ct_cuda_map *m, const void *v, ct_cuda_cast_type t, const float *g, float *dx,
+                          int64_t n) {
+    if (m->op == CT_CUDA_MAP_SCALE || m->op == CT_CUDA_MAP_DROPOUT) v = NULL;
+    CT_WITH_TYPE(t, T, LAUNCH(map_names[m->op][1], map_bwd_k<T>, n, *m, (const T *)v, g, dx, n));
+    return CT_OK;
+}
+ct_status ct_cuda_binary(cudaStream_t s, bool mul, const void *a, ct_cuda_cast_type ta, const void *b, ct_cuda_cast_type tb,
+                         void *y, int64_t n, int64_t m) {
+    if (m <= 0 || n % m) return ct_error(CT_ERR_INVALID, "cuda %s: %lld elements do not repeat a %lld-element operand",
+                                         mul ? "mul" : "add", (long long)n, (long long)m);
+    CT_WITH_TYPE(ta, TA, CT_WITH_TYPE(tb, TB, {
+        typedef typename common<TA, TB>::T TY;
+        LAUNCH(mul ? "mul" : "add", (binary_k<TA, TB, TY>), n, mul, (const TA *)a, (const TB *)b, (TY *)y, n, m);
+    }));
+    return CT_OK;
+}
+static ct_status map32(cudaStream_t s, ct_cuda_map m, const float *x, float *y, int64_t n) {
+    return ct_cuda_map_fwd(s, &m, x, y, CT_CUDA_CAST_F32, n);
+}
+static ct_status map32_bwd(cudaStream_t s, ct_cuda_map m, const float *v, const float *g, float *dx, int64_t n) {
+    return ct_cuda_map_bwd(s, &m, v, CT_CUDA_CAST_F32, g, dx, n);
+}
+static ct_cuda_map gelu_map(bool th) { return ct_cuda_map{th ? CT_CUDA_MAP_GELU_TANH : CT_CUDA_MAP_GELU, 0, 0, 0}; }
 ct_status ct_cuda_relu(cudaStream_t s, const float *x, float *y, int64_t n) {
-    LAUNCH("relu", relu_k, n, x, y, n);
+    return map32(s, ct_cuda_map{CT_CUDA_MAP_RELU, 0, 0, 0}, x, y, n);
 }
 ct_status ct_cuda_relu_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n) {
-    LAUNCH("relu backward", relu_bwd_k, n, y, g, dx, n);
+    return map32_bwd(s, ct_cuda_map{CT_CUDA_MAP_RELU, 0, 0, 0}, y, g, dx, n);
 }
 ct_status ct_cuda_gelu(cudaStream_t s, const float *x, float *y, int64_t n, bool tanh_approx) {
-    LAUNCH("gelu", gelu_k, n, x, y, n, tanh_approx);
+    return map32(s, gelu_map(tanh_approx), x, y, n);
 }
 ct_status ct_cuda_gelu_bwd(cudaStream_t s, const float *x, const float *g, float *dx, int64_t n, bool tanh_approx) {
-    LAUNCH("gelu backward", gelu_bwd_k, n, x, g, dx, n, tanh_approx);
+    return map32_bwd(s, gelu_map(tanh_approx), x, g, dx, n);
 }
 ct_status ct_cuda_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n, int64_t m) {
-    if (m <= 0 || n % m) return ct_error(CT_ERR_INVALID, "cuda add: %lld elements do not repeat a %lld-element operand",
-                                         (long long)n, (long long)m);
-    LAUNCH("add", add_k, n, a, b, y, n, m);
+    return ct_cuda_binary(s, false, a, CT_CUDA_CAST_F32, b, CT_CUDA_CAST_F32, y, n, m);
 }
 ct_status ct_cuda_scale(cudaStream_t s, const float *a, float alpha, float *y, int64_t n) {
-    LAUNCH("scale", scale_k, n, a, alpha, y, n);
+    return map32(s, ct_cuda_map{CT_CUDA_MAP_SCALE, alpha, 0, 0}, a, y, n);
 }
 ct_status ct_cuda_fill(cudaStream_t s, float *y, float v, int64_t n) {
     LAUNCH("fill", fill_k, n, y, v, n);
@@ -136,15 +183,15 @@ ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *
     LAUNCH("strided add", strided_add_k<int64_t>, n, dst, v, src, n);
 }
 ct_status ct_cuda_mul(cudaStream_t s, const float *a, const float *b, float *y, int64_t n) {
-    LAUNCH("mul", mul_k, n, a, b, y, n);
+    return ct_cuda_binary(s, true, a, CT_CUDA_CAST_F32, b, CT_CUDA_CAST_F32, y, n, n);
 }
 ct_status ct_cuda_tanh(cudaStream_t s, const float *x, float *y, int64_t n, bool sigmoid) {
-    LAUNCH(sigmoid ? "sigmoid" : "tanh", tanh_k, n, x, y, n, sigmoid);
+    return map32(s, ct_cuda_map{sigmoid ? CT_CUDA_MAP_SIGMOID : CT_CUDA_MAP_TANH, 0, 0, 0}, x, y, n);
 }
 ct_status ct_cuda_tanh_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t n, bool sigmoid) {
-    LAUNCH(sigmoid ? "sigmoid backward" : "tanh backward", tanh_bwd_k, n, y, g, dx, n, sigmoid);
+    return map32_bwd(s, ct_cuda_map{sigmoid ? CT_CUDA_MAP_SIGMOID : CT_CUDA_MAP_TANH, 0, 0, 0}, y, g, dx, n);
 }
 ct_status ct_cuda_dropout(cudaStream_t s, const float *x, float *y, int64_t n, uint64_t key, float p, float scale) {
-    LAUNCH("dropout", dropout_k, n, x, y, n, key, p, scale);
+    return map32(s, ct_cuda_map{CT_CUDA_MAP_DROPOUT, scale, key, p}, x, y, n);
 }
 }

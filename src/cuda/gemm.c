@@ -162,11 +162,21 @@ static void cache_put(const algo_key *k, const cublasLtMatmulAlgo_t *algo) {
     pthread_mutex_unlock(&cache_mu);
 }
 
+/* the operands' cuBLAS type, and the problem's name in messages */
+static cudaDataType_t data_type(ct_cuda_dtype dt) {
+    return dt == CT_CUDA_BF16 ? CUDA_R_16BF : dt == CT_CUDA_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+static const char *type_name(const ct_cuda_gemm_desc *d) {
+    if (d->dt == CT_CUDA_BF16) return d->c_f32 ? "bf16->f32" : "bf16";
+    if (d->dt == CT_CUDA_F16) return d->c_f32 ? "f16->f32" : "f16";
+    return "f32";
+}
+
 /* the three layouts are created in *l (freed by the caller, also on failure) */
 static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, int dev, cublasComputeType_t compute,
                      const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C, cublasLtMatmulDesc_t op,
                      cublasLtMatrixLayout_t *l) {
-    cudaDataType_t t = d->dt == CT_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F, tc = d->c_f32 ? CUDA_R_32F : t;
+    cudaDataType_t t = data_type(d->dt), tc = d->c_f32 ? CUDA_R_32F : t;
     /* column-major operands: first B^T-ish (N x K), then A (K x M); transposes flip */
     cublasOperation_t opa = d->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = d->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     CT_GPU_TRY(cublas, "gemm", lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -214,8 +224,8 @@ static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, int dev, cubl
         if (found == 0)
             return ct_error(CT_ERR_UNSUPPORTED,
                             "cuda gemm: cuBLASLt has no algorithm for %s %lldx%lldx%lld (batch %lld, epilogue %d, alignment %u/%u/%u)",
-                            d->dt == CT_CUDA_BF16 ? (d->c_f32 ? "bf16->f32" : "bf16") : "f32", (long long)d->M, (long long)d->N, (long long)d->K,
-                            (long long)d->batch, (int)d->epi, key.align[0], key.align[1], key.align[2]);
+                            type_name(d), (long long)d->M, (long long)d->N, (long long)d->K, (long long)d->batch,
+                            (int)d->epi, key.align[0], key.align[1], key.align[2]);
         algo = res.algo;
         cache_put(&key, &algo);
     }
@@ -224,16 +234,19 @@ static ct_status run(cublasLtHandle_t h, void *ws, cudaStream_t s, int dev, cubl
 }
 
 /* f32 operands on tensor cores only when CTRAIN_CUDA_MATMUL asks (PyTorch's
- * float32_matmul_precision): TF32 keeps 10 mantissa bits, bf16 7; bf16 operands always run on
- * tensor cores with f32 accumulation. */
+ * float32_matmul_precision): TF32 keeps 10 mantissa bits, bf16 7; bf16 and f16 operands always
+ * run on tensor cores with f32 accumulation (f16 sums would round coarsely and overflow past
+ * 65504). */
 static cublasComputeType_t compute_type(ct_cuda_dtype dt) {
-    if (dt == CT_CUDA_BF16) return CUBLAS_COMPUTE_32F;
+    if (dt == CT_CUDA_BF16 || dt == CT_CUDA_F16) return CUBLAS_COMPUTE_32F;
     int c = ct_config_choice(CT_CFG_CUDA_MATMUL);
     return c == 1 ? CUBLAS_COMPUTE_32F_FAST_TF32 : c == 2 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
 }
 
 ct_status ct_cuda_gemm(cudaStream_t s, int dev, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C) {
     if (d->M <= 0 || d->N <= 0 || d->batch <= 0) return CT_OK;
+    if (d->dt != CT_CUDA_F32 && d->dt != CT_CUDA_BF16 && d->dt != CT_CUDA_F16)
+        return ct_error(CT_ERR_INVALID, "cuda gemm: unknown dtype %d", (int)d->dt);
     if (d->K < 0 || d->batch > INT32_MAX)
         return ct_error(CT_ERR_INVALID, "cuda gemm: bad sizes %lldx%lldx%lld batch %lld", (long long)d->M, (long long)d->N,
                         (long long)d->K, (long long)d->batch);

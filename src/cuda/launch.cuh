@@ -1,6 +1,7 @@
 /* Shared by the .cu files: grid sizes and the launch check. */
 #ifndef CT_CUDA_LAUNCH_CUH
 #define CT_CUDA_LAUNCH_CUH
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/check.h"
@@ -21,6 +22,34 @@ static inline unsigned ct_grid(int64_t n, int threads) {
         if ((n) > 0) kernel<<<ct_grid(n, threads), threads, 0, s>>>(__VA_ARGS__);               \
         CT_LAUNCHED(op);                                                                        \
         return CT_OK;                                                                           \
+    } while (0)
+
+/* Element types of the low-precision kernels: loads widen to f32 (exact), stores round to
+ * nearest even; the arithmetic between them is the f32 kernels' own. bf16 is its bits, rounded
+ * by ops/kmath.h's conversion (the CPU's, NaN included), as the cast kernel does. */
+struct ct_bf16_t {
+    uint16_t bits;
+};
+__device__ static inline float ct_ld(float x) { return x; }
+__device__ static inline float ct_ld(ct_bf16_t x) { return ct_k_bf16_to_f32(x.bits); }
+__device__ static inline float ct_ld(__half x) { return __half2float(x); }
+template <typename T> struct ct_st_;
+template <> struct ct_st_<float> {
+    __device__ static float of(float v) { return v; }
+};
+template <> struct ct_st_<ct_bf16_t> {
+    __device__ static ct_bf16_t of(float v) { return ct_bf16_t{ct_k_f32_to_bf16(v)}; }
+};
+template <> struct ct_st_<__half> {
+    __device__ static __half of(float v) { return __float2half_rn(v); }
+};
+template <typename T> __device__ static inline T ct_st(float v) { return ct_st_<T>::of(v); }
+/* runs the statements with T the C++ type of t (a ct_cuda_cast_type) */
+#define CT_WITH_TYPE(t, T, ...)                                                              \
+    do {                                                                                     \
+        if ((t) == CT_CUDA_CAST_BF16) { typedef ct_bf16_t T; __VA_ARGS__; }                 \
+        else if ((t) == CT_CUDA_CAST_F16) { typedef __half T; __VA_ARGS__; }                 \
+        else { typedef float T; __VA_ARGS__; }                                               \
     } while (0)
 
 /* warp-wide sum and online log-sum-exp merge (all 32 lanes take part) */

@@ -7,43 +7,48 @@
 namespace {
 enum { WARPS = 8, CHUNKS = 64 };
 
-__global__ void ln_fwd_k(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t R,
+template <typename TX>
+__global__ void ln_fwd_k(const TX *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t R,
                          int64_t D, float eps) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= R) return;
-    const float *xr = x + r * D;
+    const TX *xr = x + r * D;
     float s = 0;
-    for (int64_t j = lane; j < D; j += 32) s += xr[j];
+    for (int64_t j = lane; j < D; j += 32) s += ct_ld(xr[j]);
     float mu = ct_warp_sum(s) / (float)D, v = 0;
-    for (int64_t j = lane; j < D; j += 32) v += (xr[j] - mu) * (xr[j] - mu);
+    for (int64_t j = lane; j < D; j += 32) v += (ct_ld(xr[j]) - mu) * (ct_ld(xr[j]) - mu);
     float rs = ct_k_ln_rstd(ct_warp_sum(v), D, eps);
-    for (int64_t j = lane; j < D; j += 32) y[r * D + j] = ct_k_ln_out(xr[j], mu, rs, w ? w[j] : 1.0f, b ? b[j] : 0.0f);
+    for (int64_t j = lane; j < D; j += 32)
+        y[r * D + j] = ct_k_ln_out(ct_ld(xr[j]), mu, rs, w ? w[j] : 1.0f, b ? b[j] : 0.0f);
     if (lane == 0) {
         mean[r] = mu;
         rstd[r] = rs;
     }
 }
 
-__global__ void ln_dx_k(const float *x, const float *g, const float *w, const float *mean, const float *rstd, float *dx,
+template <typename TX>
+__global__ void ln_dx_k(const TX *x, const float *g, const float *w, const float *mean, const float *rstd, float *dx,
                         int64_t R, int64_t D) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= R) return;
-    const float *xr = x + r * D, *gr = g + r * D;
+    const TX *xr = x + r * D;
+    const float *gr = g + r * D;
     float mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
     for (int64_t j = lane; j < D; j += 32) {
         float gw = w ? gr[j] * w[j] : gr[j];
         s1 += gw;
-        s2 += gw * ((xr[j] - mu) * rs);
+        s2 += gw * ((ct_ld(xr[j]) - mu) * rs);
     }
     s1 = ct_warp_sum(s1) / (float)D;
     s2 = ct_warp_sum(s2) / (float)D;
-    for (int64_t j = lane; j < D; j += 32) dx[r * D + j] = ct_k_ln_dx(w ? gr[j] * w[j] : gr[j], xr[j], mu, rs, s1, s2);
+    for (int64_t j = lane; j < D; j += 32) dx[r * D + j] = ct_k_ln_dx(w ? gr[j] * w[j] : gr[j], ct_ld(xr[j]), mu, rs, s1, s2);
 }
 
 /* part [CHUNKS][2][D]: per chunk of rows, sums of g * xhat and g per column */
-__global__ void ln_dwb_part_k(const float *x, const float *g, const float *mean, const float *rstd, float *part, int64_t R,
+template <typename TX>
+__global__ void ln_dwb_part_k(const TX *x, const float *g, const float *mean, const float *rstd, float *part, int64_t R,
                               int64_t D) {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int k = blockIdx.y;
@@ -52,7 +57,7 @@ __global__ void ln_dwb_part_k(const float *x, const float *g, const float *mean,
     float sw = 0, sb = 0;
     for (int64_t r = r0; r < r1; r++) {
         float gv = g[r * D + j];
-        sw += gv * ((x[r * D + j] - mean[r]) * rstd[r]);
+        sw += gv * ((ct_ld(x[r * D + j]) - mean[r]) * rstd[r]);
         sb += gv;
     }
     part[(2 * k) * D + j] = sw;
@@ -69,21 +74,18 @@ __global__ void ln_dwb_sum_k(const float *part, float *dw, float *db, int64_t D)
     if (dw) dw[j] += sw;
     if (db) db[j] += sb;
 }
-} // namespace
-
-extern "C" {
-ct_status ct_cuda_layer_norm(cudaStream_t s, const float *x, const float *w, const float *b, float *y, float *mean,
-                             float *rstd, int64_t R, int64_t D, float eps) {
-    if (R <= 0 || D <= 0) return CT_OK;
-    ln_fwd_k<<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, w, b, y, mean, rstd, R, D, eps);
+/* x of type TX (f32, bf16 or f16), everything else f32 */
+template <typename TX>
+ct_status ln_fwd(cudaStream_t s, const TX *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t R,
+                 int64_t D, float eps) {
+    ln_fwd_k<TX><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, w, b, y, mean, rstd, R, D, eps);
     CT_LAUNCHED("layer_norm");
     return CT_OK;
 }
-
-ct_status ct_cuda_layer_norm_bwd(cudaStream_t s, const float *x, const float *g, const float *w, const float *mean,
-                                 const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D) {
-    if (R <= 0 || D <= 0) return CT_OK;
-    if (dx) ln_dx_k<<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, g, w, mean, rstd, dx, R, D);
+template <typename TX>
+ct_status ln_bwd(cudaStream_t s, const TX *x, const float *g, const float *w, const float *mean, const float *rstd, float *dx,
+                 float *dw, float *db, int64_t R, int64_t D) {
+    if (dx) ln_dx_k<TX><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, g, w, mean, rstd, dx, R, D);
     CT_LAUNCHED("layer_norm backward");
     if (!dw && !db) return CT_OK;
     int dev = 0;
@@ -92,10 +94,33 @@ ct_status ct_cuda_layer_norm_bwd(cudaStream_t s, const float *x, const float *g,
     ct_status st = ct_cuda_alloc(dev, (size_t)(2 * CHUNKS * D) * sizeof(float), (void **)&part);
     if (st != CT_OK) return st;
     unsigned cols = (unsigned)((D + 255) / 256);
-    ln_dwb_part_k<<<dim3(cols, CHUNKS), 256, 0, s>>>(x, g, mean, rstd, part, R, D);
+    ln_dwb_part_k<TX><<<dim3(cols, CHUNKS), 256, 0, s>>>(x, g, mean, rstd, part, R, D);
     ln_dwb_sum_k<<<cols, 256, 0, s>>>(part, dw, db, D);
     st = CT_GPU_CHECK(cuda, "layer_norm backward", cudaGetLastError());
     ct_cuda_free(part); /* reused only by later work on the same stream */
     return st;
+}
+} // namespace
+
+extern "C" {
+ct_status ct_cuda_layer_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, const float *b, float *y,
+                               float *mean, float *rstd, int64_t R, int64_t D, float eps) {
+    if (R <= 0 || D <= 0) return CT_OK;
+    CT_WITH_TYPE(xt, T, return ln_fwd<T>(s, (const T *)x, w, b, y, mean, rstd, R, D, eps));
+    return CT_OK;
+}
+ct_status ct_cuda_layer_norm(cudaStream_t s, const float *x, const float *w, const float *b, float *y, float *mean,
+                             float *rstd, int64_t R, int64_t D, float eps) {
+    return ct_cuda_layer_norm_t(s, x, CT_CUDA_CAST_F32, w, b, y, mean, rstd, R, D, eps);
+}
+ct_status ct_cuda_layer_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
+                                   const float *mean, const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D) {
+    if (R <= 0 || D <= 0) return CT_OK;
+    CT_WITH_TYPE(xt, T, return ln_bwd<T>(s, (const T *)x, g, w, mean, rstd, dx, dw, db, R, D));
+    return CT_OK;
+}
+ct_status ct_cuda_layer_norm_bwd(cudaStream_t s, const float *x, const float *g, const float *w, const float *mean,
+                                 const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D) {
+    return ct_cuda_layer_norm_bwd_t(s, x, CT_CUDA_CAST_F32, g, w, mean, rstd, dx, dw, db, R, D);
 }
 }

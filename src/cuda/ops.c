@@ -19,28 +19,24 @@
 #include "cuda/ops_util.h"
 #include "ops/op_table.h"
 
-/* Linear and matmul take f32 operands, or all bf16 ones: autocast's bf16 run hands them its
- * rounded tensors directly (src/ops/cpu/autocast.c) instead of f32 copies. Then the GEMMs read
- * bf16 with an f32 result (exact products, f32 sums), which autocast rounds to the bf16
- * output; backward gets the output's gradient already rounded to bf16 values and reads a bf16
- * copy of it. */
-static bool bf16_operands(const char *op, const ct_tensor *a, const ct_tensor *b, const ct_tensor *c) {
-    if (a->dtype != CT_BF16) {
-        CT_CHECK_F32(op, a);
-        CT_CHECK_F32(op, b);
-        if (c) CT_CHECK_F32(op, c);
-        return false;
-    }
-    CT_CHECK(b->dtype == CT_BF16 && (!c || c->dtype == CT_BF16), "%s on cuda:%d: bf16 and %s operands", op, a->device.index,
-             ct_dtype_name(b->dtype == CT_BF16 && c ? c->dtype : b->dtype));
-    return true;
+/* Linear and matmul take f32 operands, or all bf16 or all f16 ones: autocast's low-precision
+ * run hands them its rounded tensors directly (src/ops/cpu/autocast.c) instead of f32 copies.
+ * Then the GEMMs read bf16/f16 with an f32 result (exact products, f32 sums), which autocast
+ * rounds to the low-precision output; backward gets the output's gradient already rounded to
+ * the output's precision and reads a copy of it in that precision. */
+static ct_cuda_dtype gemm_operands(const char *op, const ct_tensor *a, const ct_tensor *b, const ct_tensor *c) {
+    check_float(op, a);
+    CT_CHECK(b->dtype == a->dtype && (!c || c->dtype == a->dtype), "%s on cuda:%d: %s and %s operands", op, a->device.index,
+             ct_dtype_name(a->dtype), ct_dtype_name(b->dtype == a->dtype && c ? c->dtype : b->dtype));
+    return gemm_dt(a);
 }
 
 /* ---- linear: y = x W^T + b ---- */
 static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     int64_t rows, in, out, shape[CT_MAX_DIMS];
-    bool lp = bf16_operands("linear", x, w, b);
+    ct_cuda_dtype dt = gemm_operands("linear", x, w, b);
+    bool lp = dt != CT_CUDA_F32;
     ct_check_linear(x, w, b, &rows, &in, &out);
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out;
@@ -48,10 +44,10 @@ static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     bool go = begin(ctx, x->device, "linear", &r);
     ct_tensor *y = out_like(&r, x, x->ndim, shape, "linear");
     if (go && y->data && !lp) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
-    if (go && y->data && lp && gemm_any(&r, true, false, true, rows, out, in, 1, 1.0f, x->data, w->data, y->data, 0.0f, NULL) && b) {
-        /* the bias added to the f32 sums, as the CPU op does (its bf16 values widened exactly) */
+    if (go && y->data && lp && gemm_any(&r, dt, false, true, rows, out, in, 1, 1.0f, x->data, w->data, y->data, 0.0f, NULL) && b) {
+        /* the bias added to the f32 sums, as the CPU op does (its low-precision values widened exactly) */
         float *b32 = scratch(&r, out, "linear");
-        if (b32 && ok(&r, ct_cuda_cast(r.s, b->data, CT_CUDA_CAST_BF16, b32, CT_CUDA_CAST_F32, out)))
+        if (b32 && ok(&r, ct_cuda_cast(r.s, b->data, ty(b), b32, CT_CUDA_CAST_F32, out)))
             ok(&r, ct_cuda_bias_add(r.s, y->data, b32, y->data, rows * out, out, 1));
     }
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
@@ -62,13 +58,14 @@ static void bw_linear(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "linear backward", &r)) return;
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
-    bool lp = n->in[0]->dtype == CT_BF16, fx, fw;
+    ct_cuda_dtype dt = gemm_dt(n->in[0]);
+    bool fx, fw;
     const float *dY = n->out->grad->data;
-    const void *g = lp ? bf16_copy(&r, dY, rows * out, "linear backward") : dY;
+    const void *g = dt != CT_CUDA_F32 ? lowp_copy(&r, dt, dY, rows * out, "linear backward") : dY;
     if (!g) return;
     float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
-    if (dX) gemm_any(&r, lp, false, false, rows, in, out, 1, 1.0f, g, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
-    if (dW) gemm_any(&r, lp, true, false, out, in, rows, 1, 1.0f, g, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
+    if (dX) gemm_any(&r, dt, false, false, rows, in, out, 1, 1.0f, g, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
+    if (dW) gemm_any(&r, dt, true, false, out, in, rows, 1, 1.0f, g, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
     if (n->nin > 2) acc_colsum(&r, n->in[2], dY, rows, out);
 }
 
@@ -77,13 +74,13 @@ static ct_tensor *fwd_matmul(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *A = a->in[0], *B = a->in[1];
     bool ta = a->i[0], tb = a->i[1];
     int64_t M, N, K, batch;
-    bool lp = bf16_operands("matmul", A, B, NULL);
+    ct_cuda_dtype dt = gemm_operands("matmul", A, B, NULL);
     ct_check_matmul(A, B, ta, tb, &M, &N, &K, &batch);
     int64_t shape[3] = {batch, M, N};
     run r;
     bool go = begin(ctx, A->device, "matmul", &r);
     ct_tensor *c = out_like(&r, A, A->ndim, A->ndim == 3 ? shape : shape + 1, "matmul");
-    if (go && c->data) gemm_any(&r, lp, ta, tb, M, N, K, batch, 1.0f, A->data, B->data, c->data, 0.0f, NULL);
+    if (go && c->data) gemm_any(&r, dt, ta, tb, M, N, K, batch, 1.0f, A->data, B->data, c->data, 0.0f, NULL);
     ct_node *n = ct_record(ctx, CT_OP_MATMUL, c, 2, (ct_tensor *[]){A, B});
     if (n) { n->i[0] = ta; n->i[1] = tb; n->i[2] = M; n->i[3] = N; n->i[4] = K; n->i[5] = batch; }
     return c;
@@ -93,9 +90,9 @@ static void bw_matmul(ct_ctx *ctx, ct_node *n) {
     if (!begin(ctx, n->out->device, "matmul backward", &r)) return;
     bool ta = n->i[0], tb = n->i[1], fa, fb;
     int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
-    bool lp = n->in[0]->dtype == CT_BF16;
+    ct_cuda_dtype lp = gemm_dt(n->in[0]);
     const void *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
-    if (lp && !(dC = bf16_copy(&r, dC, M * N * batch, "matmul backward"))) return;
+    if (lp != CT_CUDA_F32 && !(dC = lowp_copy(&r, lp, dC, M * N * batch, "matmul backward"))) return;
     float *dA = ct_grad_acc_fresh(ctx, n->in[0], &fa), *dB = ct_grad_acc_fresh(ctx, n->in[1], &fb);
     if (dA) { /* the CPU op's formulas (src/ops/cpu/gemm.c), batched */
         if (!ta) gemm_any(&r, lp, false, !tb, M, K, N, batch, 1.0f, dC, B, dA, fa ? 0.0f : 1.0f, NULL);
@@ -107,15 +104,17 @@ static void bw_matmul(ct_ctx *ctx, ct_node *n) {
     }
 }
 
-/* y = x + b (b repeating over x's leading dims) or x * b (same shapes), recorded as op */
+/* y = x + b (b repeating over x's leading dims) or x * b (same shapes), recorded as op; x and b
+ * f32, bf16 or f16, y of their dtype where they share one, else f32 (autocast's promotion) */
 static ct_tensor *binary(ct_ctx *ctx, ct_tensor *x, ct_tensor *b, int op, const char *name) {
+    check_float(name, x);
+    check_float(name, b);
     run r;
     bool go = begin(ctx, x->device, name, &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, name);
+    ct_tensor *y = x->dtype == b->dtype ? out_same(&r, x, x->ndim, NULL, name) : out_like(&r, x, x->ndim, NULL, name);
     int64_t n = ct_numel(x);
     if (go && y->data && n > 0)
-        ok(&r, op == CT_OP_ADD ? ct_cuda_add(r.s, x->data, b->data, y->data, n, ct_numel(b))
-                               : ct_cuda_mul(r.s, x->data, b->data, y->data, n));
+        ok(&r, ct_cuda_binary(r.s, op == CT_OP_MUL, x->data, ty(x), b->data, ty(b), y->data, n, ct_numel(b)));
     ct_record(ctx, op, y, 2, (ct_tensor *[]){x, b});
     return y;
 }
@@ -123,7 +122,7 @@ static ct_tensor *binary(ct_ctx *ctx, ct_tensor *x, ct_tensor *b, int op, const 
 /* ---- add with trailing broadcast ---- */
 static ct_tensor *fwd_add(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *b = a->in[1];
-    ct_check_add(x, b);
+    ct_check_add_shapes(x, b);
     return binary(ctx, x, b, CT_OP_ADD, "add");
 }
 static void bw_add(ct_ctx *ctx, ct_node *n) {
@@ -136,20 +135,29 @@ static void bw_add(ct_ctx *ctx, ct_node *n) {
     else if (m > 0) acc_colsum(&r, n->in[1], g, N / m, m);
 }
 
-/* ---- relu, gelu, scale ---- */
+/* ---- relu, gelu, tanh, sigmoid, scale: f32, bf16 or f16 in and out (f32 arithmetic) ---- */
+static ct_cuda_map map_of(int op, int64_t i0, double f0) {
+    ct_cuda_map m = {CT_CUDA_MAP_SCALE, (float)f0, 0, 0};
+    if (op == CT_OP_RELU) m.op = CT_CUDA_MAP_RELU;
+    else if (op == CT_OP_GELU) m.op = i0 ? CT_CUDA_MAP_GELU_TANH : CT_CUDA_MAP_GELU;
+    else if (op == CT_OP_TANH) m.op = CT_CUDA_MAP_TANH;
+    else if (op == CT_OP_SIGMOID) m.op = CT_CUDA_MAP_SIGMOID;
+    return m;
+}
+/* the op of a node recorded by this column */
+static int op_of(const ct_node *n) {
+    for (int i = 0; i < CT_OP_COUNT; i++)
+        if (n->op == &ct_op_table_dev[i].row) return i;
+    return -1;
+}
 static ct_tensor *unary(ct_ctx *ctx, const ct_op_args *a, int op, const char *name) {
     ct_tensor *x = a->in[0];
-    CT_CHECK_F32(name, x); CT_CHECK_CONTIG(name, x);
+    check_float(name, x); CT_CHECK_CONTIG(name, x);
     run r;
     bool go = begin(ctx, x->device, name, &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, name);
-    int64_t n = ct_numel(x);
-    if (go && y->data) {
-        if (op == CT_OP_RELU) ok(&r, ct_cuda_relu(r.s, x->data, y->data, n));
-        else if (op == CT_OP_GELU) ok(&r, ct_cuda_gelu(r.s, x->data, y->data, n, a->i[0] != 0));
-        else if (op == CT_OP_TANH || op == CT_OP_SIGMOID) ok(&r, ct_cuda_tanh(r.s, x->data, y->data, n, op == CT_OP_SIGMOID));
-        else ok(&r, ct_cuda_scale(r.s, x->data, (float)a->f[0], y->data, n));
-    }
+    ct_tensor *y = out_same(&r, x, x->ndim, NULL, name);
+    ct_cuda_map m = map_of(op, a->i[0], a->f[0]);
+    if (go && y->data) ok(&r, ct_cuda_map_fwd(r.s, &m, x->data, y->data, ty(x), ct_numel(x)));
     ct_node *nd = ct_record(ctx, op, y, 1, &x);
     if (nd) { nd->i[0] = a->i[0]; nd->f[0] = a->f[0]; }
     return y;
@@ -165,26 +173,25 @@ static void bw_unary(ct_ctx *ctx, ct_node *n) {
     ct_tensor *x = n->in[0];
     float *w = acc_begin_in0(ctx, n, n->op->name, &r, &direct);
     if (!w) return;
-    const float *g = n->out->grad->data;
-    int64_t N = ct_numel(n->out);
-    if (n->op == &ct_op_table_dev[CT_OP_RELU].row) ok(&r, ct_cuda_relu_bwd(r.s, n->out->data, g, w, N));
-    else if (n->op == &ct_op_table_dev[CT_OP_GELU].row) ok(&r, ct_cuda_gelu_bwd(r.s, x->data, g, w, N, n->i[0] != 0));
-    else if (n->op == &ct_op_table_dev[CT_OP_TANH].row || n->op == &ct_op_table_dev[CT_OP_SIGMOID].row)
-        ok(&r, ct_cuda_tanh_bwd(r.s, n->out->data, g, w, N, n->op == &ct_op_table_dev[CT_OP_SIGMOID].row));
-    else ok(&r, ct_cuda_scale(r.s, g, (float)n->f[0], w, N));
+    int op = op_of(n);
+    ct_cuda_map m = map_of(op, n->i[0], n->f[0]);
+    /* gelu's derivative reads its input, the others' their output (scale reads neither) */
+    const ct_tensor *v = op == CT_OP_GELU ? x : n->out;
+    ok(&r, ct_cuda_map_bwd(r.s, &m, v->data, ty(v), n->out->grad->data, w, ct_numel(n->out)));
     acc_end(&r, x, w, direct);
 }
 
 /* ---- dropout (training, p > 0: the CPU entry returns x otherwise): the CPU op's mask ---- */
 static ct_tensor *fwd_dropout(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
-    CT_CHECK_F32("dropout", x); CT_CHECK_CONTIG("dropout", x);
+    check_float("dropout", x); CT_CHECK_CONTIG("dropout", x);
     float p = (float)a->f[0], scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* as the CPU op */
     uint64_t key = ct_ctx_dropout_key(ctx);
     run r;
     bool go = begin(ctx, x->device, "dropout", &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "dropout");
-    if (go && y->data) ok(&r, ct_cuda_dropout(r.s, x->data, y->data, ct_numel(x), key, p, scale));
+    ct_tensor *y = out_same(&r, x, x->ndim, NULL, "dropout");
+    ct_cuda_map m = {CT_CUDA_MAP_DROPOUT, scale, key, p};
+    if (go && y->data) ok(&r, ct_cuda_map_fwd(r.s, &m, x->data, y->data, ty(x), ct_numel(x)));
     ct_node *nd = ct_record(ctx, CT_OP_DROPOUT, y, 1, &x);
     if (nd) { nd->i[0] = (int64_t)key; nd->f[0] = p; nd->f[1] = scale; }
     return y;
@@ -201,7 +208,7 @@ static void bw_dropout(ct_ctx *ctx, ct_node *n) {
 /* ---- mul: same shapes ---- */
 static ct_tensor *fwd_mul(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *b = a->in[1];
-    CT_CHECK_F32("mul", x); CT_CHECK_F32("mul", b); CT_CHECK_CONTIG("mul", x); CT_CHECK_CONTIG("mul", b);
+    CT_CHECK_CONTIG("mul", x); CT_CHECK_CONTIG("mul", b);
     CT_CHECK_SAME_SHAPE("mul", x, b);
     return binary(ctx, x, b, CT_OP_MUL, "mul");
 }
@@ -215,7 +222,8 @@ static void bw_mul(ct_ctx *ctx, ct_node *n) {
         bool direct;
         float *w = acc_begin(&r, n->in[k], &direct);
         if (!w) continue;
-        ok(&r, ct_cuda_mul(r.s, g, n->in[1 - k]->data, w, N));
+        const ct_tensor *o = n->in[1 - k];
+        ok(&r, ct_cuda_binary(r.s, true, g, CT_CUDA_CAST_F32, o->data, ty(o), w, N, N));
         acc_end(&r, n->in[k], w, direct);
     }
 }
@@ -327,16 +335,18 @@ static ct_cuda_layout tokens_view(int64_t B, int64_t H, int64_t T, int64_t D) {
 /* y (ndim, shape) = x seen through l: a permuting copy recorded as op */
 static ct_tensor *permute(ct_ctx *ctx, ct_tensor *x, int op, const char *name, int ndim, const int64_t *shape,
                           ct_cuda_layout l) {
+    check_float(name, x);
     run r;
     bool go = begin(ctx, x->device, name, &r);
-    ct_tensor *y = out_like(&r, x, ndim, shape, name);
-    if (go && y->data) ok(&r, ct_cuda_strided_copy(r.s, y->data, x->data, &l));
+    ct_tensor *y = out_same(&r, x, ndim, shape, name); /* bf16/f16 moved as 2-byte elements */
+    if (go && y->data)
+        ok(&r, x->dtype == CT_F32 ? ct_cuda_strided_copy(r.s, y->data, x->data, &l) : ct_cuda_strided_copy16(r.s, y->data, x->data, &l));
     ct_record(ctx, op, y, 1, &x);
     return y;
 }
 static ct_tensor *fwd_split_heads(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
-    CT_CHECK_F32("split_heads", x); CT_CHECK_CONTIG("split_heads", x);
+    CT_CHECK_CONTIG("split_heads", x);
     int64_t H = a->i[0];
     CT_CHECK(x->ndim == 3 && H >= 1 && x->shape[2] % H == 0, "split_heads: input must be [B, T, H*D] with H = %lld dividing the last dim", (long long)H);
     int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2] / H;
@@ -344,7 +354,7 @@ static ct_tensor *fwd_split_heads(ct_ctx *ctx, const ct_op_args *a) {
 }
 static ct_tensor *fwd_merge_heads(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0];
-    CT_CHECK_F32("merge_heads", x); CT_CHECK_CONTIG("merge_heads", x);
+    CT_CHECK_CONTIG("merge_heads", x);
     CT_CHECK(x->ndim == 4, "merge_heads: input must be [B, H, T, D]");
     int64_t B = x->shape[0], H = x->shape[1], T = x->shape[2], D = x->shape[3];
     return permute(ctx, x, CT_OP_MERGE_HEADS, "merge_heads", 3, (int64_t[]){B, T, H * D}, tokens_view(B, H, T, D));
@@ -361,7 +371,7 @@ static void bw_heads(ct_ctx *ctx, ct_node *n) {
 /* ---- softmax + cross-entropy: logits [N, C], target [N] i32/i64, both on the device ---- */
 static ct_tensor *fwd_cross_entropy(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *t = a->in[1];
-    CT_CHECK_F32("cross_entropy", x); CT_CHECK_CONTIG("cross_entropy", x); CT_CHECK_CONTIG("cross_entropy", t);
+    check_float("cross_entropy", x); CT_CHECK_CONTIG("cross_entropy", x); CT_CHECK_CONTIG("cross_entropy", t);
     char sl[96], st[96];
     if ((t->dtype != CT_I32 && t->dtype != CT_I64) || x->ndim != 2 || t->ndim != 1 || t->shape[0] != x->shape[0])
         CT_FATAL("cross_entropy: logits %s and target %s: need [N, C] and [N] i32/i64", ct_shape_str(x, sl, sizeof sl),
@@ -374,7 +384,7 @@ static ct_tensor *fwd_cross_entropy(ct_ctx *ctx, const ct_op_args *a) {
     y->ndim = 0;
     float *lse = scratch(&r, N, "cross_entropy");
     if (go && y->data && lse)
-        ok(&r, ct_cuda_cross_entropy(r.s, x->data, t->data, t->dtype == CT_I64, N, C, ign, lse, y->data));
+        ok(&r, ct_cuda_cross_entropy_t(r.s, x->data, ty(x), t->data, t->dtype == CT_I64, N, C, ign, lse, y->data));
     ct_node *nd = ct_record(ctx, CT_OP_CROSS_ENTROPY, y, 1, &x);
     if (nd) {
         nd->saved = lse;
@@ -391,15 +401,17 @@ static void bw_cross_entropy(ct_ctx *ctx, ct_node *n) {
     const ct_tensor *t = n->saved_t[0];
     float *w = acc_begin(&r, x, &direct);
     if (!w) return;
-    ok(&r, ct_cuda_cross_entropy_bwd(r.s, x->data, t->data, t->dtype == CT_I64, n->i[0], n->i[1], n->i[3], n->saved,
-                                     n->out->data, n->out->grad->data, w));
+    ok(&r, ct_cuda_cross_entropy_bwd_t(r.s, x->data, ty(x), t->data, t->dtype == CT_I64, n->i[0], n->i[1], n->i[3], n->saved,
+                                       n->out->data, n->out->grad->data, w));
     acc_end(&r, x, w, direct);
 }
 
 /* ---- layer norm over the last dim; w, b optional ---- */
 static ct_tensor *fwd_layer_norm(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
-    CT_CHECK_F32("layer_norm", x); CT_CHECK_CONTIG("layer_norm", x);
+    check_float("layer_norm", x); CT_CHECK_CONTIG("layer_norm", x);
+    CT_CHECK((!w || w->dtype == CT_F32) && (!b || b->dtype == CT_F32), "layer_norm on cuda:%d: weight and bias must be f32",
+             x->device.index);
     CT_CHECK(x->ndim >= 1, "layer_norm: input must have at least one dim");
     int64_t D = x->shape[x->ndim - 1], R = D ? ct_numel(x) / D : 0;
     CT_CHECK(!w || ct_numel(w) == D, "layer_norm: weight of %lld elements for rows of %lld", (long long)ct_numel(w), (long long)D);
@@ -409,8 +421,8 @@ static ct_tensor *fwd_layer_norm(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *y = out_like(&r, x, x->ndim, NULL, "layer_norm");
     float *stats = scratch(&r, 2 * R, "layer_norm"); /* mean [R], then rstd [R] */
     if (go && y->data && stats && R > 0)
-        ok(&r, ct_cuda_layer_norm(r.s, x->data, w ? w->data : NULL, b ? b->data : NULL, y->data, stats, stats + R, R, D,
-                                  (float)a->f[0]));
+        ok(&r, ct_cuda_layer_norm_t(r.s, x->data, ty(x), w ? w->data : NULL, b ? b->data : NULL, y->data, stats, stats + R, R,
+                                    D, (float)a->f[0]));
     ct_node *nd = ct_record(ctx, CT_OP_LAYER_NORM, y, 3, (ct_tensor *[]){x, w, b});
     if (nd) { nd->saved = stats; nd->i[0] = R; nd->i[1] = D; }
     return y;
@@ -426,7 +438,7 @@ static void bw_layer_norm(ct_ctx *ctx, ct_node *n) {
     float *dw = w ? ct_grad_acc(ctx, w) : NULL, *db = b ? ct_grad_acc(ctx, b) : NULL;
     const float *st = n->saved;
     if (!dx || R == 0) return;
-    ok(&r, ct_cuda_layer_norm_bwd(r.s, x->data, n->out->grad->data, w ? w->data : NULL, st, st + R, dx, dw, db, R, D));
+    ok(&r, ct_cuda_layer_norm_bwd_t(r.s, x->data, ty(x), n->out->grad->data, w ? w->data : NULL, st, st + R, dx, dw, db, R, D));
     if (x->grad) acc_end(&r, x, dx, direct);
 }
 
@@ -465,9 +477,9 @@ static void bw_embedding(ct_ctx *ctx, ct_node *n) {
  * gradient (already rounded) and adds the kernel's bf16 dq, dk, dv to the f32 gradients. */
 static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
-    bool lp = q->dtype == CT_BF16;
+    check_float("flash_attention", q);
     for (int i = 0; i < 3; i++) {
-        CT_CHECK(a->in[i]->dtype == (lp ? CT_BF16 : CT_F32), "flash_attention on cuda:%d: %s and %s inputs", q->device.index,
+        CT_CHECK(a->in[i]->dtype == q->dtype, "flash_attention on cuda:%d: %s and %s inputs", q->device.index,
                  ct_dtype_name(q->dtype), ct_dtype_name(a->in[i]->dtype));
         CT_CHECK_CONTIG("flash_attention", a->in[i]);
     }
@@ -484,8 +496,7 @@ static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     int D = (int)q->shape[3];
     float *lse = scratch(&r, BH * T, "flash_attention");
     if (go && y->data && lse)
-        ok(&r, ct_cuda_attention(r.s, lp ? CT_CUDA_BF16 : CT_CUDA_F32, q->data, k->data, v->data, y->data, lse, BH, T, D,
-                                 a->i[0] != 0));
+        ok(&r, ct_cuda_attention(r.s, gemm_dt(q), q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0));
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){q, k, v});
     if (nd) { nd->saved = lse; nd->i[0] = a->i[0]; }
     return y;
@@ -495,25 +506,26 @@ static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     if (!begin(ctx, n->out->device, "flash_attention backward", &r)) return;
     ct_tensor *q = n->in[0];
     int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], N = ct_numel(q);
-    bool lp = q->dtype == CT_BF16, direct[3] = {false, false, false};
+    ct_cuda_dtype dt = gemm_dt(q);
+    bool lp = dt != CT_CUDA_F32, direct[3] = {false, false, false};
     void *d[3];
     for (int i = 0; i < 3; i++) {
         d[i] = lp ? NULL : acc_begin(&r, n->in[i], &direct[i]);
-        /* the kernel writes all three; bf16 ones to scratch, added to the f32 gradients below */
+        /* the kernel writes all three; low-precision ones to scratch, added to the f32 gradients below */
         if (!d[i]) d[i] = lp ? ct_ctx_dev_alloc(ctx, r.dev, (size_t)(N > 0 ? N : 1) * 2, "flash_attention backward")
                              : scratch(&r, N, "flash_attention backward");
     }
     float *dr = scratch(&r, BH * T, "flash_attention backward");
-    const void *dO = lp ? bf16_copy(&r, n->out->grad->data, N, "flash_attention backward") : n->out->grad->data;
+    const void *dO = lp ? lowp_copy(&r, dt, n->out->grad->data, N, "flash_attention backward") : n->out->grad->data;
     if (!d[0] || !d[1] || !d[2] || !dr || !dO) return;
-    if (!ok(&r, ct_cuda_attention_bwd(r.s, lp ? CT_CUDA_BF16 : CT_CUDA_F32, q->data, n->in[1]->data, n->in[2]->data,
+    if (!ok(&r, ct_cuda_attention_bwd(r.s, dt, q->data, n->in[1]->data, n->in[2]->data,
                                       n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH, T, (int)q->shape[3], n->i[0] != 0)))
         return;
     for (int i = 0; i < 3; i++) {
         if (!lp) { if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]); continue; }
         if (!(n->in[i]->flags & CT_TF_REQUIRES_GRAD)) continue;
         float *w = acc_begin(&r, n->in[i], &direct[i]);
-        if (w && ok(&r, ct_cuda_cast(r.s, d[i], CT_CUDA_CAST_BF16, w, CT_CUDA_CAST_F32, N))) acc_end(&r, n->in[i], w, direct[i]);
+        if (w && ok(&r, ct_cuda_cast(r.s, d[i], ty(q), w, CT_CUDA_CAST_F32, N))) acc_end(&r, n->in[i], w, direct[i]);
     }
 }
 
@@ -543,6 +555,18 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_FLASH_ATTENTION, fwd_flash_attention, bw_flash_attention},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) ct_op_register_device(CT_DEV_CUDA, rows[i].op, rows[i].fwd, rows[i].bwd);
+    /* which inputs these kernels read in bf16 and f16 as they are (autocast copies the rest);
+     * MIXED: also with an f32 result (mixed inputs, or an f32 op on low-precision ones). The
+     * GEMMs and the attention take operands of one dtype, so they are not MIXED. */
+    enum { LP = (1u << CT_BF16) | (1u << CT_F16), MIXED = LP | (1u << CT_F32) };
+    static const struct { int op; unsigned in, dt; } lowp[] = {
+        {CT_OP_LINEAR, 7u, LP},         {CT_OP_MATMUL, 3u, LP},       {CT_OP_FLASH_ATTENTION, 7u, LP},
+        {CT_OP_ADD, 3u, MIXED},         {CT_OP_MUL, 3u, MIXED},       {CT_OP_LAYER_NORM, 1u, MIXED},
+        {CT_OP_CROSS_ENTROPY, 1u, MIXED}, {CT_OP_RELU, 1u, LP},       {CT_OP_GELU, 1u, LP},
+        {CT_OP_TANH, 1u, LP},           {CT_OP_SIGMOID, 1u, LP},      {CT_OP_SCALE, 1u, LP},
+        {CT_OP_DROPOUT, 1u, LP},        {CT_OP_SPLIT_HEADS, 1u, LP},  {CT_OP_MERGE_HEADS, 1u, LP},
+    };
+    for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) ct_op_device_reads_lowp(lowp[i].op, lowp[i].in, lowp[i].dt);
     ct_cuda_register_conv_ops_();
     ct_cuda_register_ops_more_();
 }

@@ -28,30 +28,46 @@ static inline bool ok(run *r, ct_status st) { return ct_ctx_fail(r->ctx, st) == 
 static inline ct_tensor *out_like(run *r, const ct_tensor *x, int ndim, const int64_t *shape, const char *op) {
     return ct_new_on(r->ctx, r->dev, CT_F32, ndim, shape ? shape : x->shape, op);
 }
+/* the same in x's own dtype (f32, bf16 or f16: the low-precision kernels' outputs) */
+static inline ct_tensor *out_same(run *r, const ct_tensor *x, int ndim, const int64_t *shape, const char *op) {
+    return ct_new_on(r->ctx, r->dev, x->dtype, ndim, shape ? shape : x->shape, op);
+}
+static inline ct_cuda_cast_type ty(const ct_tensor *t) { return ct_cuda_cast_type_of(t->dtype); }
+/* f32, bf16 or f16: the dtypes the low-precision kernels read (abort otherwise: a programmer error) */
+static inline void check_float(const char *op, const ct_tensor *t) {
+    CT_CHECK(t->dtype == CT_F32 || t->dtype == CT_BF16 || t->dtype == CT_F16, "%s on cuda:%d: a %s tensor (f32, bf16 or f16)",
+             op, t->device.index, ct_dtype_name(t->dtype));
+}
 static inline float *scratch(run *r, int64_t n, const char *op) {
     return ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * sizeof(float), op);
 }
 
 /* row-major GEMM on cuBLASLt into an f32 C: C = alpha op(A) op(B) + beta C; A and B f32 (no
- * TF32) or, bf16, bf16 (autocast's rounded operands: exact products, f32 sums) */
-static inline bool gemm_any(run *r, bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
+ * TF32) or both of dt, bf16 or f16 (autocast's rounded operands: exact products, f32 sums) */
+static inline bool gemm_any(run *r, ct_cuda_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
                             const void *A, const void *B, float *C, float beta, const float *bias) {
     if (M == 0 || N == 0) return true;
     if (K == 0 && !bias) /* an empty sum: C = beta C, without asking cuBLASLt for a K of 0 */
         return ok(r, beta == 0.0f ? ct_cuda_fill(r->s, C, 0.0f, M * N * batch) : ct_cuda_scale(r->s, C, beta, C, M * N * batch));
-    ct_cuda_gemm_desc d = {.dt = bf16 ? CT_CUDA_BF16 : CT_CUDA_F32, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch,
+    ct_cuda_gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch,
                            .alpha = alpha, .beta = beta, .epi = bias ? CT_GEMM_EPI_BIAS : CT_GEMM_EPI_NONE, .bias = bias,
-                           .c_f32 = bf16};
+                           .c_f32 = dt != CT_CUDA_F32};
     return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, C));
 }
 static inline bool gemm_scaled(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
                                const float *A, const float *B, float *C, float beta, const float *bias) {
-    return gemm_any(r, false, ta, tb, M, N, K, batch, alpha, A, B, C, beta, bias);
+    return gemm_any(r, CT_CUDA_F32, ta, tb, M, N, K, batch, alpha, A, B, C, beta, bias);
 }
-/* a bf16 copy of n f32 values (exact when they hold bf16 values: a rounded gradient), in scratch */
-static inline const void *bf16_copy(run *r, const float *x, int64_t n, const char *op) {
+/* the GEMM / attention element type of a tensor's dtype (f32, bf16, f16) */
+static inline ct_cuda_dtype gemm_dt(const ct_tensor *t) {
+    return t->dtype == CT_BF16 ? CT_CUDA_BF16 : t->dtype == CT_F16 ? CT_CUDA_F16 : CT_CUDA_F32;
+}
+/* a bf16 or f16 (dt) copy of n f32 values (exact when they hold such values: a rounded
+ * gradient), in scratch */
+static inline const void *lowp_copy(run *r, ct_cuda_dtype dt, const float *x, int64_t n, const char *op) {
     void *y = ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * 2, op);
-    if (y && n > 0 && !ok(r, ct_cuda_cast(r->s, x, CT_CUDA_CAST_F32, y, CT_CUDA_CAST_BF16, n))) return NULL;
+    ct_cuda_cast_type to = dt == CT_CUDA_F16 ? CT_CUDA_CAST_F16 : CT_CUDA_CAST_BF16;
+    if (y && n > 0 && !ok(r, ct_cuda_cast(r->s, x, CT_CUDA_CAST_F32, y, to, n))) return NULL;
     return y;
 }
 static inline bool gemm(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, const float *A,

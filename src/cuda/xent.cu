@@ -11,14 +11,15 @@ enum { WARPS = 8, THREADS = 256 };
 
 __device__ inline int64_t tgt(const void *t, bool i64, int64_t r) { return ct_k_index_at(t, i64, r); }
 
-__global__ void xent_rows_k(const float *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, float *lse,
+template <typename TX>
+__global__ void xent_rows_k(const TX *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, float *lse,
                             float *rowloss) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= N) return;
-    const float *xr = x + r * C;
+    const TX *xr = x + r * C;
     float m = -INFINITY, s = 0;
-    for (int64_t j = lane; j < C; j += 32) ct_k_online_add(&m, &s, xr[j]);
+    for (int64_t j = lane; j < C; j += 32) ct_k_online_add(&m, &s, ct_ld(xr[j]));
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
         ct_k_online_merge(&m, &s, m2, s2);
@@ -27,7 +28,7 @@ __global__ void xent_rows_k(const float *x, const void *t, bool i64, int64_t N, 
         float l = ct_k_attn_lse(m, s);
         int64_t tr = tgt(t, i64, r);
         lse[r] = l;
-        rowloss[r] = tr == ign || tr < 0 || tr >= C ? 0.0f : l - xr[tr];
+        rowloss[r] = tr == ign || tr < 0 || tr >= C ? 0.0f : l - ct_ld(xr[tr]);
     }
 }
 
@@ -59,12 +60,13 @@ __global__ void xent_mean_k(const float *rowloss, const void *t, bool i64, int64
     }
 }
 
-__global__ void xent_bwd_k(const float *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, const float *lse,
+template <typename TX>
+__global__ void xent_bwd_k(const TX *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, const float *lse,
                            const float *out, const float *dloss, float *dx) {
     float g = out[1] > 0 ? dloss[0] / out[1] : 0.0f;
     CT_GRID_STRIDE(i, N * C) {
         int64_t r = i / C, j = i % C, tr = tgt(t, i64, r);
-        dx[i] = tr == ign || tr < 0 || tr >= C ? 0.0f : ct_k_xent_grad(x[i], lse[r], g, j == tr);
+        dx[i] = tr == ign || tr < 0 || tr >= C ? 0.0f : ct_k_xent_grad(ct_ld(x[i]), lse[r], g, j == tr);
     }
 }
 
@@ -92,28 +94,39 @@ __global__ void emb_bwd_k(const float *g, const void *idx, bool i64, int64_t n, 
 } // namespace
 
 extern "C" {
-ct_status ct_cuda_cross_entropy(cudaStream_t s, const float *logits, const void *target, bool target_i64, int64_t N,
-                                int64_t C, int64_t ignore, float *lse, float *out) {
+ct_status ct_cuda_cross_entropy_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target, bool target_i64,
+                                  int64_t N, int64_t C, int64_t ignore, float *lse, float *out) {
     int dev = 0;
     CT_GPU_TRY(cuda, "cross_entropy", cudaGetDevice(&dev));
     float *rowloss;
     ct_status st = ct_cuda_alloc(dev, (size_t)(N > 0 ? N : 1) * sizeof(float), (void **)&rowloss);
     if (st != CT_OK) return st;
-    if (N > 0) xent_rows_k<<<(unsigned)((N + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(logits, target, target_i64, N, C, ignore,
-                                                                                     lse, rowloss);
+    if (N > 0)
+        CT_WITH_TYPE(xt, T, xent_rows_k<T><<<(unsigned)((N + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>((const T *)logits, target,
+                                                                                                      target_i64, N, C, ignore,
+                                                                                                      lse, rowloss));
     xent_mean_k<<<1, THREADS, 0, s>>>(rowloss, target, target_i64, N, C, ignore, out);
     st = CT_GPU_CHECK(cuda, "cross_entropy", cudaGetLastError());
     ct_cuda_free(rowloss);
     return st;
 }
+ct_status ct_cuda_cross_entropy(cudaStream_t s, const float *logits, const void *target, bool target_i64, int64_t N,
+                                int64_t C, int64_t ignore, float *lse, float *out) {
+    return ct_cuda_cross_entropy_t(s, logits, CT_CUDA_CAST_F32, target, target_i64, N, C, ignore, lse, out);
+}
+ct_status ct_cuda_cross_entropy_bwd_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target,
+                                      bool target_i64, int64_t N, int64_t C, int64_t ignore, const float *lse, const float *out,
+                                      const float *dloss, float *dlogits) {
+    if (N * C > 0)
+        CT_WITH_TYPE(xt, T, xent_bwd_k<T><<<ct_grid(N * C, THREADS), THREADS, 0, s>>>((const T *)logits, target, target_i64, N, C,
+                                                                                     ignore, lse, out, dloss, dlogits));
+    CT_LAUNCHED("cross_entropy backward");
+    return CT_OK;
+}
 ct_status ct_cuda_cross_entropy_bwd(cudaStream_t s, const float *logits, const void *target, bool target_i64, int64_t N,
                                     int64_t C, int64_t ignore, const float *lse, const float *out, const float *dloss,
                                     float *dlogits) {
-    if (N * C > 0)
-        xent_bwd_k<<<ct_grid(N * C, THREADS), THREADS, 0, s>>>(logits, target, target_i64, N, C, ignore, lse, out, dloss,
-                                                                dlogits);
-    CT_LAUNCHED("cross_entropy backward");
-    return CT_OK;
+    return ct_cuda_cross_entropy_bwd_t(s, logits, CT_CUDA_CAST_F32, target, target_i64, N, C, ignore, lse, out, dloss, dlogits);
 }
 ct_status ct_cuda_embedding(cudaStream_t s, const float *w, const void *idx, bool idx_i64, int64_t n, int64_t V, int64_t D,
                             float *y, int *bad) {

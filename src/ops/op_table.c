@@ -18,7 +18,7 @@ static void bw_no_kernel(ct_ctx *ctx, ct_node *n) {
                               ct_device_str(n->out->device, b, sizeof b)));
 }
 
-#define CT_OP_ROW_DEV_(N, n, ac) [CT_OP_##N] = {NULL, {#n, bw_no_kernel, ac}},
+#define CT_OP_ROW_DEV_(N, n, ac) [CT_OP_##N] = {NULL, {#n, bw_no_kernel, ac}, 0, 0},
 ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_DEV_)};
 #undef CT_OP_ROW_DEV_
 
@@ -30,6 +30,13 @@ void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_ba
     CT_CHECK(type == CT_DEV_CUDA && op >= 0 && op < CT_OP_COUNT, "ct_op_register_device: device type %d, op %d", (int)type, op);
     ct_op_table_dev[op].forward = fwd;
     if (bwd) ct_op_table_dev[op].row.backward = bwd;
+}
+
+void ct_op_device_reads_lowp(int op, unsigned in_mask, unsigned dtypes) {
+    CT_CHECK(op >= 0 && op < CT_OP_COUNT && !(dtypes & ~((1u << CT_BF16) | (1u << CT_F16) | (1u << CT_F32))),
+             "ct_op_device_reads_lowp: op %d, dtypes 0x%x", op, dtypes);
+    ct_op_table_dev[op].lowp_in = in_mask;
+    ct_op_table_dev[op].lowp_dt = dtypes;
 }
 
 static ct_tensor *dev_forward(ct_ctx *ctx, int op, const ct_op_args *a, ct_device d) {
@@ -101,6 +108,9 @@ void ct_check_matmul(const ct_tensor *a, const ct_tensor *b, bool ta, bool tb, i
 
 void ct_check_add(const ct_tensor *a, const ct_tensor *b) {
     CT_CHECK_F32("add", a); CT_CHECK_F32("add", b);
+    ct_check_add_shapes(a, b);
+}
+void ct_check_add_shapes(const ct_tensor *a, const ct_tensor *b) {
     CT_CHECK_CONTIG("add", a); CT_CHECK_CONTIG("add", b);
     bool ok = b->ndim <= a->ndim;
     for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];

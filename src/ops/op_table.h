@@ -104,12 +104,22 @@ typedef ct_tensor *(*ct_op_dev_fwd)(ct_ctx *ctx, const ct_op_args *a);
 typedef struct {
     ct_op_dev_fwd forward; /* NULL: no kernel (views: the CPU forward, which only re-describes) */
     ct_op_def row;         /* name, backward on the device, autocast class */
+    unsigned lowp_in;      /* bit i: input i is read as bf16/f16 as it is (ct_op_device_reads_lowp) */
+    unsigned lowp_dt;      /* which of them: bit CT_BF16, bit CT_F16 */
 } ct_op_dev_entry;
 extern ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT];
 /* the device rows of nodes whose op ran under autocast on low-precision tensors: ct_bw_lowp,
  * which hands the device row's backward f32 copies made on the device */
 extern const ct_op_def ct_op_table_dev_lp[CT_OP_COUNT];
 void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_backward_fn bwd);
+/* The device's forward and backward of op read the inputs of in_mask (bit i: input i) in bf16
+ * and/or f16 themselves, with f32 arithmetic, and give a result in the precision autocast runs
+ * the op in, rounded to nearest even as stored. dtypes: the runs it does so in, bits of
+ * CT_BF16 and CT_F16 (a result in that precision) and CT_F32 (an f32 result from
+ * low-precision inputs: an f32 op, or mixed inputs). Autocast then makes no f32 copies of
+ * those inputs, forward or backward; it copies the others (src/ops/cpu/autocast.c).
+ * in_mask 0: every input copied (the default). */
+void ct_op_device_reads_lowp(int op, unsigned in_mask, unsigned dtypes);
 
 /* the device of the op's tensor arguments: true when one is not on the CPU */
 static inline bool ct_op_on_device(const ct_op_args *a) {
@@ -134,6 +144,7 @@ ct_tensor *ct_op_dispatch(ct_ctx *ctx, int op, const ct_op_args *a);
 void ct_check_matmul(const ct_tensor *a, const ct_tensor *b, bool ta, bool tb, int64_t *M, int64_t *N, int64_t *K,
                      int64_t *batch);
 void ct_check_add(const ct_tensor *a, const ct_tensor *b);
+void ct_check_add_shapes(const ct_tensor *a, const ct_tensor *b); /* the same without the dtypes (any float) */
 void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int64_t *rows, int64_t *in, int64_t *out);
 /* conv2d: x [N, C, H, W], w [O, C, kh, kw], b [O] or NULL, all f32 and contiguous; the
  * output's height and width. pool2d (op names it): x [N, C, H, W] f32 contiguous, padding at

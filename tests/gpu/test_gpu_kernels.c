@@ -1,7 +1,8 @@
 /* Every CUDA kernel against the CPU op on random inputs: within 1e-5 (normwise relative) in
- * f32, 1e-2 in bf16 (inputs rounded to bf16 for both sides). Built only with CUDA; on a
- * machine without a GPU each test skips with "no CUDA GPU" except the ones that check the
- * clean failure there (device count, NCCL backend). scripts/gpu-check.sh runs this on a GPU. */
+ * f32, 1e-2 in bf16, 1e-3 in f16 (inputs rounded to that type for both sides). Built only
+ * with CUDA; on a machine without a GPU each test skips with "no CUDA GPU" except the ones
+ * that check the clean failure there (device count, NCCL backend). scripts/gpu-check.sh runs
+ * this on a GPU. */
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -250,38 +251,44 @@ static void check_optim(bool adamw) {
 CT_TEST(adamw) { NEED_GPU(); check_optim(true); }
 CT_TEST(sgd) { NEED_GPU(); check_optim(false); }
 
-/* bf16 copies (round to nearest even) of n floats, and the f32 values they hold */
-static void *to_bf16(const float *x, int64_t n, float *rounded) {
+/* a 2-byte dtype's host type, name, and the tolerance of its results (their rounding, 2^-9
+ * for bf16 and 2^-12 for f16, with room for sums in another order) */
+static ct_dtype host16(ct_cuda_dtype dt) { return dt == CT_CUDA_F16 ? CT_F16 : CT_BF16; }
+static const char *dt_name(ct_cuda_dtype dt) { return dt == CT_CUDA_F16 ? "f16" : dt == CT_CUDA_BF16 ? "bf16" : "f32"; }
+static double tol16(ct_cuda_dtype dt) { return dt == CT_CUDA_F16 ? 1e-3 : 1e-2; }
+/* bf16 or f16 copies (round to nearest even) of n floats, and the f32 values they hold */
+static void *to_16(ct_cuda_dtype dt, const float *x, int64_t n, float *rounded) {
     uint16_t *h = malloc((size_t)n * 2);
-    ct_convert(h, CT_BF16, x, CT_F32, (size_t)n);
-    ct_convert(rounded, CT_F32, h, CT_BF16, (size_t)n);
+    ct_convert(h, host16(dt), x, CT_F32, (size_t)n);
+    ct_convert(rounded, CT_F32, h, host16(dt), (size_t)n);
     void *d = up(h, (size_t)n * 2);
     free(h);
     return d;
 }
-static double err_bf16(const void *d, const float *ref, int64_t n) {
+static double err_16(ct_cuda_dtype dt, const void *d, const float *ref, int64_t n) {
     uint16_t *h = malloc((size_t)n * 2);
     float *f = malloc((size_t)n * 4);
     if (cudaMemcpy(h, d, (size_t)n * 2, cudaMemcpyDeviceToHost) != cudaSuccess) abort();
-    ct_convert(f, CT_F32, h, CT_BF16, (size_t)n);
+    ct_convert(f, CT_F32, h, host16(dt), (size_t)n);
     double e = normwise(f, ref, n);
     free(h);
     free(f);
     return e;
 }
 
-/* bf16: bf16 operands, bf16 C and bias, or (c_f32, autocast's GEMMs) an f32 C and bias */
-static void check_gemm_c(bool bf16, bool c_f32, bool ta, bool tb, int64_t batch, ct_gemm_epilogue epi) {
+/* bf16 or f16: operands, C and bias of that type, or (c_f32, autocast's GEMMs) an f32 C and bias */
+static void check_gemm_c(ct_cuda_dtype dt, bool c_f32, bool ta, bool tb, int64_t batch, ct_gemm_epilogue epi) {
     ct_ctx *c;
     CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
     const int64_t M = 129, N = 200, K = 96;
     int64_t sa[3] = {batch, ta ? K : M, ta ? M : K}, sb[3] = {batch, tb ? N : K, tb ? K : N};
     ct_tensor *a = rnd(c, 3, sa, 1.0f), *b = rnd(c, 3, sb, 1.0f), *bias = rnd(c, 1, &N, 1.0f);
     void *da, *db, *dbias, *dc;
-    if (bf16) { /* both sides from the same bf16-rounded inputs */
-        da = to_bf16(ct_f32(a), ct_numel(a), ct_f32(a));
-        db = to_bf16(ct_f32(b), ct_numel(b), ct_f32(b));
-        dbias = c_f32 ? upf(bias) : to_bf16(ct_f32(bias), N, ct_f32(bias));
+    const bool lp = dt != CT_CUDA_F32;
+    if (lp) { /* both sides from the same rounded inputs */
+        da = to_16(dt, ct_f32(a), ct_numel(a), ct_f32(a));
+        db = to_16(dt, ct_f32(b), ct_numel(b), ct_f32(b));
+        dbias = c_f32 ? upf(bias) : to_16(dt, ct_f32(bias), N, ct_f32(bias));
         dc = c_f32 ? zeros(batch * M * N) : up(NULL, (size_t)(batch * M * N) * 2);
     } else {
         da = upf(a); db = upf(b); dbias = upf(bias); dc = zeros(batch * M * N);
@@ -289,27 +296,27 @@ static void check_gemm_c(bool bf16, bool c_f32, bool ta, bool tb, int64_t batch,
     ct_tensor *y = ct_matmul(c, batch == 1 ? ct_reshape(c, a, 2, sa + 1) : a, batch == 1 ? ct_reshape(c, b, 2, sb + 1) : b, ta, tb);
     if (epi == CT_GEMM_EPI_BIAS || epi == CT_GEMM_EPI_BIAS_GELU) y = ct_add(c, y, bias);
     if (epi == CT_GEMM_EPI_GELU || epi == CT_GEMM_EPI_BIAS_GELU) y = ct_gelu(c, y, true);
-    ct_cuda_gemm_desc d = {bf16 ? CT_CUDA_BF16 : CT_CUDA_F32, ta, tb, M, N, K, batch, 1.0f, 0.0f, epi, dbias, bf16 && c_f32};
+    ct_cuda_gemm_desc d = {dt, ta, tb, M, N, K, batch, 1.0f, 0.0f, epi, dbias, lp && c_f32};
     OK(ct_cuda_gemm(NULL, 0, &d, da, db, dc));
     char w[96];
-    snprintf(w, sizeof w, "gemm %s ta=%d tb=%d batch=%lld epilogue=%d", bf16 ? (c_f32 ? "bf16->f32" : "bf16") : "f32", ta, tb,
+    snprintf(w, sizeof w, "gemm %s%s ta=%d tb=%d batch=%lld epilogue=%d", dt_name(dt), lp && c_f32 ? "->f32" : "", ta, tb,
              (long long)batch, (int)epi);
-    bool c16 = bf16 && !c_f32; /* an f32 C from bf16 operands: exact products, f32 sums */
-    double e = c16 ? err_bf16(dc, ct_f32(y), batch * M * N) : err_f32(dc, ct_f32(y), batch * M * N);
-    EXPECT_CLOSE(w, e, c16 ? 1e-2 : 1e-5);
+    bool c16 = lp && !c_f32; /* an f32 C from 2-byte operands: exact products, f32 sums */
+    double e = c16 ? err_16(dt, dc, ct_f32(y), batch * M * N) : err_f32(dc, ct_f32(y), batch * M * N);
+    EXPECT_CLOSE(w, e, c16 ? tol16(dt) : 1e-5);
     void *ps[] = {da, db, dbias, dc};
     for (int i = 0; i < 4; i++) ct_cuda_free(ps[i]);
     ct_ctx_free(c);
 }
-static void check_gemm(bool bf16, bool ta, bool tb, int64_t batch, ct_gemm_epilogue epi) {
-    check_gemm_c(bf16, false, ta, tb, batch, epi);
+static void check_gemm(ct_cuda_dtype dt, bool ta, bool tb, int64_t batch, ct_gemm_epilogue epi) {
+    check_gemm_c(dt, false, ta, tb, batch, epi);
 }
 CT_TEST(gemm_f32) {
     NEED_GPU();
-    for (int t = 0; t < 4; t++) check_gemm(false, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
-    check_gemm(false, false, true, 3, CT_GEMM_EPI_NONE);
-    check_gemm(false, false, true, 1, CT_GEMM_EPI_BIAS);
-    check_gemm(false, false, true, 1, CT_GEMM_EPI_BIAS_GELU);
+    for (int t = 0; t < 4; t++) check_gemm(CT_CUDA_F32, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
+    check_gemm(CT_CUDA_F32, false, true, 3, CT_GEMM_EPI_NONE);
+    check_gemm(CT_CUDA_F32, false, true, 1, CT_GEMM_EPI_BIAS);
+    check_gemm(CT_CUDA_F32, false, true, 1, CT_GEMM_EPI_BIAS_GELU);
 }
 /* CTRAIN_CUDA_MATMUL on f32 operands: highest computes in f32 (<= 1e-5); high (TF32) and
  * medium (bf16 tensor cores) must round visibly (> 1e-5) but stay within their precision, so
@@ -350,27 +357,29 @@ CT_TEST(gemm_matmul_precision_and_alignment) {
     ct_ctx_free(c);
 }
 
-CT_TEST(gemm_bf16) {
-    NEED_GPU();
-    for (int t = 0; t < 4; t++) check_gemm(true, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
-    check_gemm(true, false, true, 2, CT_GEMM_EPI_NONE);
-    check_gemm(true, false, true, 1, CT_GEMM_EPI_BIAS_GELU);
-    /* autocast's: bf16 operands, f32 results (built, not yet run on a GPU) */
-    for (int t = 0; t < 4; t++) check_gemm_c(true, true, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
-    check_gemm_c(true, true, false, true, 2, CT_GEMM_EPI_NONE);
-    check_gemm_c(true, true, false, true, 1, CT_GEMM_EPI_BIAS);
+/* 2-byte operands: C of their type, then autocast's f32 C (built, not yet run on a GPU) */
+static void check_gemm_16(ct_cuda_dtype dt) {
+    for (int t = 0; t < 4; t++) check_gemm(dt, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
+    check_gemm(dt, false, true, 2, CT_GEMM_EPI_NONE);
+    check_gemm(dt, false, true, 1, CT_GEMM_EPI_BIAS_GELU);
+    for (int t = 0; t < 4; t++) check_gemm_c(dt, true, t & 1, t & 2, 1, CT_GEMM_EPI_NONE);
+    check_gemm_c(dt, true, false, true, 2, CT_GEMM_EPI_NONE);
+    check_gemm_c(dt, true, false, true, 1, CT_GEMM_EPI_BIAS);
 }
+CT_TEST(gemm_bf16) { NEED_GPU(); check_gemm_16(CT_CUDA_BF16); }
+CT_TEST(gemm_f16) { NEED_GPU(); check_gemm_16(CT_CUDA_F16); }
 
-static void check_attention(bool bf16, int64_t T, int D, bool causal) {
+static void check_attention(ct_cuda_dtype dt, int64_t T, int D, bool causal) {
     ct_ctx *c;
     CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
     const int64_t B = 2, H = 3, sh[4] = {B, H, T, D}, n = B * H * T * D, BH = B * H;
     ct_tensor *q = rnd(c, 4, sh, 2.0f), *k = rnd(c, 4, sh, 2.0f), *v = rnd(c, 4, sh, 1.0f), *g = rnd(c, 4, sh, 1.0f);
     void *dq, *dk, *dv, *dg;
-    size_t es = bf16 ? 2 : 4;
-    if (bf16) {
-        dq = to_bf16(ct_f32(q), n, ct_f32(q)); dk = to_bf16(ct_f32(k), n, ct_f32(k));
-        dv = to_bf16(ct_f32(v), n, ct_f32(v)); dg = to_bf16(ct_f32(g), n, ct_f32(g));
+    const bool lp = dt != CT_CUDA_F32;
+    size_t es = lp ? 2 : 4;
+    if (lp) {
+        dq = to_16(dt, ct_f32(q), n, ct_f32(q)); dk = to_16(dt, ct_f32(k), n, ct_f32(k));
+        dv = to_16(dt, ct_f32(v), n, ct_f32(v)); dg = to_16(dt, ct_f32(g), n, ct_f32(g));
     } else {
         dq = upf(q); dk = upf(k); dv = upf(v); dg = upf(g);
     }
@@ -381,7 +390,6 @@ static void check_attention(bool bf16, int64_t T, int D, bool causal) {
     void *o = up(NULL, (size_t)n * es), *gq = up(NULL, (size_t)n * es), *gk = up(NULL, (size_t)n * es);
     void *gv = up(NULL, (size_t)n * es);
     float *lse = zeros(BH * T), *dr = zeros(BH * T);
-    ct_cuda_dtype dt = bf16 ? CT_CUDA_BF16 : CT_CUDA_F32;
     OK(ct_cuda_attention(NULL, dt, dq, dk, dv, o, lse, BH, T, D, causal));
     OK(ct_cuda_attention_bwd(NULL, dt, dq, dk, dv, o, dg, lse, dr, gq, gk, gv, BH, T, D, causal));
     const void *got[4] = {o, gq, gk, gv};
@@ -389,8 +397,8 @@ static void check_attention(bool bf16, int64_t T, int D, bool causal) {
     const char *nm[4] = {"O", "dQ", "dK", "dV"};
     for (int p = 0; p < 4; p++) {
         char w[96];
-        snprintf(w, sizeof w, "attention %s T=%lld D=%d causal=%d %s", bf16 ? "bf16" : "f32", (long long)T, D, causal, nm[p]);
-        EXPECT_CLOSE(w, bf16 ? err_bf16(got[p], ref[p], n) : err_f32(got[p], ref[p], n), bf16 ? 1e-2 : 1e-5);
+        snprintf(w, sizeof w, "attention %s T=%lld D=%d causal=%d %s", dt_name(dt), (long long)T, D, causal, nm[p]);
+        EXPECT_CLOSE(w, lp ? err_16(dt, got[p], ref[p], n) : err_f32(got[p], ref[p], n), lp ? tol16(dt) : 1e-5);
     }
     void *ps[] = {dq, dk, dv, dg, o, gq, gk, gv, lse, dr};
     for (int i = 0; i < 10; i++) ct_cuda_free(ps[i]);
@@ -398,26 +406,33 @@ static void check_attention(bool bf16, int64_t T, int D, bool causal) {
 }
 CT_TEST(attention_f32) {
     NEED_GPU();
-    check_attention(false, 257, 64, true);
-    check_attention(false, 100, 32, false);
-    check_attention(false, 64, 128, true);
+    check_attention(CT_CUDA_F32, 257, 64, true);
+    check_attention(CT_CUDA_F32, 100, 32, false);
+    check_attention(CT_CUDA_F32, 64, 128, true);
 }
 CT_TEST(attention_bf16) {
     NEED_GPU();
-    check_attention(true, 257, 64, true);
-    check_attention(true, 100, 32, false);
+    check_attention(CT_CUDA_BF16, 257, 64, true);
+    check_attention(CT_CUDA_BF16, 100, 32, false);
 }
-/* the tiled kernels (CTRAIN_CUDA_ATTENTION=tiled): head dims 32 and 64, partial tiles, both
- * dtypes, against the same CPU op */
+CT_TEST(attention_f16) {
+    NEED_GPU();
+    check_attention(CT_CUDA_F16, 257, 64, true);
+    check_attention(CT_CUDA_F16, 100, 32, false);
+}
+/* the tiled kernels (CTRAIN_CUDA_ATTENTION=tiled): head dims 32 and 64, partial tiles, every
+ * dtype, against the same CPU op */
 CT_TEST(attention_tiled) {
     NEED_GPU();
     CT_ASSERT(ct_config_set("CTRAIN_CUDA_ATTENTION", "tiled") == CT_OK);
-    check_attention(false, 257, 64, true);
-    check_attention(false, 100, 32, false);
-    check_attention(false, 64, 64, false);
-    check_attention(false, 130, 32, true);
-    check_attention(true, 257, 64, true);
-    check_attention(true, 100, 32, false);
+    check_attention(CT_CUDA_F32, 257, 64, true);
+    check_attention(CT_CUDA_F32, 100, 32, false);
+    check_attention(CT_CUDA_F32, 64, 64, false);
+    check_attention(CT_CUDA_F32, 130, 32, true);
+    for (ct_cuda_dtype dt = CT_CUDA_BF16; dt <= CT_CUDA_F16; dt++) {
+        check_attention(dt, 257, 64, true);
+        check_attention(dt, 100, 32, false);
+    }
     CT_ASSERT(ct_config_unset("CTRAIN_CUDA_ATTENTION") == CT_OK);
 }
 CT_TEST(attention_bad_head_dim) { /* checked before any launch: runs without a GPU too */

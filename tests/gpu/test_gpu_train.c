@@ -219,6 +219,12 @@ CT_TEST(train_step_bf16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
     train_steps_match(CT_BF16, 1e-2);
 }
+/* f16 autocast: the GEMMs, attention, elementwise, layer norm and cross-entropy kernels reading
+ * f16 themselves (f16 keeps 3 more bits than bf16: the same tolerance is loose) */
+CT_TEST(train_step_f16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    train_steps_match(CT_F16, 1e-2);
+}
 
 /* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
  * transposes, a copy and slices, merge_heads, the tied LM head */
@@ -280,6 +286,10 @@ CT_TEST(gpt_model_on_cuda_matches_cpu) {
 CT_TEST(gpt_model_bf16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
     gpt_model_match(CT_BF16, 1e-2, 1e-2);
+}
+CT_TEST(gpt_model_f16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    gpt_model_match(CT_F16, 1e-2, 1e-2);
 }
 
 /* The autocast policy on cuda:0, op by op, against the CPU's under the same region: linear,

@@ -4,8 +4,8 @@
 # emulates blocks, __syncthreads and warp shuffles with host threads; emu_kernels.cc then
 # checks the kernels against the CPU ops of libctrain (elementwise, views, softmax, layer
 # norm, cross-entropy, embedding, max pooling, bias_add, mse, casts, the optimizer and norm
-# passes, flash attention in rows and in tiles). Needs a C++ compiler and python3, not CUDA;
-# it checks the kernels' code (indexing, masks, reduction order), not the GPU.
+# passes, flash attention in rows and in tiles, f32, bf16 and f16). Needs a C++ compiler and
+# python3, not CUDA; it checks the kernels' code (indexing, masks, reduction order), not the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${CT_BUILD:-build}

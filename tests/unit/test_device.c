@@ -120,7 +120,9 @@ static ct_status f_scale(int dev, float *g, float coef, int64_t n, bool *nonfini
     return CT_OK;
 }
 /* autocast's conversions as the CUDA cast kernels do them: kmath.h's rounding for bf16 */
+static int converts; /* autocast's f32 copies and roundings made through the hook */
 static ct_status f_convert(int dev, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n) {
+    converts++;
     (void)dev;
     ct_convert(y, to, x, from, (size_t)n);
     return CT_OK;
@@ -218,6 +220,43 @@ static void fake_flash_bw(ct_ctx *ctx, ct_node *n) {
     CT_CHECK(n->in[2]->dtype == CT_BF16 && n->out->dtype == CT_BF16, "the stand-in flash attention's backward: bf16");
     float *g = ct_grad_acc(ctx, n->in[2]);
     for (int64_t i = 0; g && i < ct_numel(n->out); i++) g[i] += ct_f32(n->out->grad)[i];
+}
+
+/* stand-ins for device kernels that read bf16 themselves (src/cuda's relu and add): relu
+ * bf16 in and out, reading its bf16 output backward; add of mixed f32 and bf16 with an f32
+ * result (autocast's promotion), or of one dtype with a result in it */
+static void st(ct_tensor *t, int64_t i, float v) {
+    if (t->dtype == CT_BF16) ((uint16_t *)t->data)[i] = ct_k_f32_to_bf16(v);
+    else ((float *)t->data)[i] = v;
+}
+static int lowp_reads; /* forwards and backwards that read a bf16 input or output */
+static ct_tensor *fake_relu(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *y = ct_new_on(ctx, x->device, x->dtype, x->ndim, x->shape, "relu");
+    lowp_reads += x->dtype == CT_BF16;
+    for (int64_t i = 0; i < ct_numel(x); i++) st(y, i, ld(x, i) > 0 ? ld(x, i) : 0.0f);
+    ct_record(ctx, CT_OP_RELU, y, 1, &x);
+    return y;
+}
+static void fake_relu_bw(ct_ctx *ctx, ct_node *n) {
+    float *g = ct_grad_acc(ctx, n->in[0]), *go = n->out->grad->data;
+    lowp_reads += n->out->dtype == CT_BF16;
+    for (int64_t i = 0; g && i < ct_numel(n->out); i++) g[i] += ld(n->out, i) > 0 ? go[i] : 0.0f;
+}
+static ct_tensor *fake_add(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0], *b = a->in[1];
+    CT_CHECK(ct_same_shape(x, b), "the stand-in add: one shape");
+    ct_dtype dt = x->dtype == b->dtype ? x->dtype : CT_F32;
+    ct_tensor *y = ct_new_on(ctx, x->device, dt, x->ndim, x->shape, "add");
+    lowp_reads += (x->dtype == CT_BF16) + (b->dtype == CT_BF16);
+    for (int64_t i = 0; i < ct_numel(x); i++) st(y, i, ld(x, i) + ld(b, i));
+    ct_record(ctx, CT_OP_ADD, y, 2, (ct_tensor *[]){x, b});
+    return y;
+}
+static void fake_add_bw(ct_ctx *ctx, ct_node *n) {
+    for (int k = 0; k < 2; k++) {
+        float *g = ct_grad_acc(ctx, n->in[k]);
+        for (int64_t i = 0; g && i < ct_numel(n->out); i++) g[i] += ct_f32(n->out->grad)[i];
+    }
 }
 
 static void use_fake(void) {
@@ -457,7 +496,9 @@ CT_TEST(train_step_on_device) {
 CT_TEST(autocast_on_device) {
     use_fake();
     ct_op_register_device(CT_DEV_CUDA, CT_OP_CAST, fake_cast, fake_cast_bw);
+    ct_op_dev_entry saved = ct_op_table_dev[CT_OP_MATMUL];
     ct_op_register_device(CT_DEV_CUDA, CT_OP_MATMUL, fake_matmul, fake_matmul_bw);
+    ct_op_device_reads_lowp(CT_OP_MATMUL, 3u, 1u << CT_BF16);
     double loss[2];
     float grad[2][12];
     for (int d = 0; d < 2; d++) {
@@ -492,7 +533,73 @@ CT_TEST(autocast_on_device) {
     bool same = true;
     for (int i = 0; i < 12; i++) same = same && fabsf(grad[0][i] - grad[1][i]) <= 1e-6f * fabsf(grad[0][i]);
     CT_EXPECT(same);
-    ct_op_register_device(CT_DEV_CUDA, CT_OP_MATMUL, NULL, NULL);
+    ct_op_table_dev[CT_OP_MATMUL] = saved;
+    CT_EXPECT(live_bufs == 0);
+}
+
+/* Device ops that read bf16 themselves (ct_op_device_reads_lowp) get the bf16 tensors, forward
+ * and backward: no f32 copies through the conversion hook, a bf16 relu output, an f32 result
+ * of a mixed add; loss and gradients the CPU autocast's. Without the declaration the same
+ * step goes through f32 copies (the old path), with the same values. */
+CT_TEST(autocast_device_ops_read_lowp) {
+    use_fake();
+    ct_op_register_device(CT_DEV_CUDA, CT_OP_CAST, fake_cast, fake_cast_bw);
+    const int ops[3] = {CT_OP_MATMUL, CT_OP_RELU, CT_OP_ADD};
+    ct_op_dev_fwd fw[3] = {fake_matmul, fake_relu, fake_add};
+    ct_backward_fn bw[3] = {fake_matmul_bw, fake_relu_bw, fake_add_bw};
+    ct_op_dev_entry saved[3];
+    for (int k = 0; k < 3; k++) {
+        saved[k] = ct_op_table_dev[ops[k]];
+        ct_op_register_device(CT_DEV_CUDA, ops[k], fw[k], bw[k]);
+    }
+    double loss[3];
+    float grad[3][16];
+    for (int d = 0; d < 3; d++) { /* the CPU; the device reading bf16; the device on f32 copies */
+        bool declared = d == 1;
+        ct_op_device_reads_lowp(CT_OP_MATMUL, declared ? 3u : 0u, 1u << CT_BF16);
+        ct_op_device_reads_lowp(CT_OP_RELU, declared ? 1u : 0u, 1u << CT_BF16);
+        ct_op_device_reads_lowp(CT_OP_ADD, declared ? 3u : 0u, (1u << CT_BF16) | (1u << CT_F32));
+        ct_params *P;
+        CT_ASSERT(ct_params_create(&P) == CT_OK);
+        ct_tensor *W = ct_param(P, "w", 2, (int64_t[]){2, 3}, CT_INIT_KAIMING_UNIFORM, 3);
+        ct_tensor *V = ct_param(P, "v", 2, (int64_t[]){3, 2}, CT_INIT_KAIMING_UNIFORM, 4);
+        ct_tensor *U = ct_param(P, "u", 2, (int64_t[]){2, 2}, CT_INIT_KAIMING_UNIFORM, 2);
+        CT_ASSERT(ct_params_finalize(P, 9) == CT_OK);
+        if (d) CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+        ct_ctx *c;
+        CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+        converts = lowp_reads = bf16_matmuls = 0;
+        CT_ASSERT(ct_autocast_begin(c, CT_BF16) == CT_OK);
+        ct_tensor *y = ct_relu(c, ct_matmul(c, W, V, false, false));
+        ct_tensor *z = ct_add(c, U, y);
+        ct_tensor *l = ct_sum(c, z);
+        ct_autocast_end(c);
+        CT_EXPECTF(y->dtype == CT_BF16 && z->dtype == CT_F32, "relu gave %s, the mixed add %s", ct_dtype_name(y->dtype),
+                   ct_dtype_name(z->dtype));
+        loss[d] = ct_item(l);
+        ct_backward(c, l);
+        CT_EXPECT(ct_ctx_status(c) == CT_OK);
+        /* read as bf16: matmul forward and backward, relu forward and backward, the add's bf16
+         * input; one conversion, the rounding of matmul's f32 result to its bf16 output */
+        if (d == 1)
+            CT_EXPECTF(converts == 1 && lowp_reads == 3 && bf16_matmuls == 2, "%d conversions, %d + %d bf16 reads", converts,
+                       lowp_reads, bf16_matmuls);
+        if (d == 2)
+            CT_EXPECTF(converts > 1 && lowp_reads == 0 && bf16_matmuls == 0, "undeclared: %d conversions, %d + %d bf16 reads",
+                       converts, lowp_reads, bf16_matmuls);
+        ct_ctx_free(c);
+        if (d) CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+        memcpy(grad[d], ct_params_grad(P), sizeof grad[d]);
+        ct_params_free(P);
+    }
+    for (int d = 1; d < 3; d++) {
+        CT_EXPECTF(fabs(loss[0] - loss[d]) <= 1e-6 * fabs(loss[0]), "loss %.9g on the CPU, %.9g on the device (%d)", loss[0],
+                   loss[d], d);
+        bool same = true;
+        for (int i = 0; i < 16; i++) same = same && fabsf(grad[0][i] - grad[d][i]) <= 1e-6f * fabsf(grad[0][i]);
+        CT_EXPECTF(same, "gradients differ from the CPU's (%d)", d);
+    }
+    for (int k = 0; k < 3; k++) ct_op_table_dev[ops[k]] = saved[k];
     CT_EXPECT(live_bufs == 0);
 }
 
@@ -501,7 +608,9 @@ CT_TEST(autocast_on_device) {
 CT_TEST(autocast_keeps_a_device_bf16_output) {
     use_fake();
     ct_op_register_device(CT_DEV_CUDA, CT_OP_CAST, fake_cast, fake_cast_bw);
+    ct_op_dev_entry saved = ct_op_table_dev[CT_OP_FLASH_ATTENTION];
     ct_op_register_device(CT_DEV_CUDA, CT_OP_FLASH_ATTENTION, fake_flash, fake_flash_bw);
+    ct_op_device_reads_lowp(CT_OP_FLASH_ATTENTION, 7u, 1u << CT_BF16);
     ct_params *P;
     CT_ASSERT(ct_params_create(&P) == CT_OK);
     ct_tensor *V = ct_param(P, "v", 4, (int64_t[]){1, 1, 4, 8}, CT_INIT_KAIMING_UNIFORM, 8);
@@ -530,7 +639,7 @@ CT_TEST(autocast_keeps_a_device_bf16_output) {
     for (int i = 0; i < 32; i++) ones = ones && ct_params_grad(P)[i] == 1.0f;
     CT_EXPECT(ones);
     ct_params_free(P);
-    ct_op_register_device(CT_DEV_CUDA, CT_OP_FLASH_ATTENTION, NULL, NULL);
+    ct_op_table_dev[CT_OP_FLASH_ATTENTION] = saved;
     CT_EXPECT(live_bufs == 0);
 }
 

@@ -24,9 +24,12 @@
  * ct_ac_enter/ct_ac_leave around the device forward): the casts are the device's cast op,
  * the f32 copies and the rounded output are made on the device by its conversion hooks
  * (ct_device_hooks.convert/round), and the copies are returned to the allocator when the op
- * is done, as the CPU's temporaries are. Matmul and linear read bf16 on the device (cuBLASLt's
- * bf16 GEMMs with f32 results), flash attention too (its bf16 kernels, bf16 output); the
- * other device ops run on the f32 copies. */
+ * is done, as the CPU's temporaries are. Device ops whose kernels read bf16/f16 themselves
+ * say so when the backend registers them (ct_op_device_reads_lowp): matmul and linear
+ * (cuBLASLt's low-precision GEMMs with f32 results), flash attention (low-precision output),
+ * the elementwise ops, split/merge heads, layer norm and cross-entropy of src/cuda. They get
+ * the low-precision tensors as they are, forward and backward; the other device ops (conv2d,
+ * pooling, softmax, plain attention, ...) run on the f32 copies. */
 #include <stdint.h>
 
 #include "ops/op_table.h"
@@ -74,17 +77,26 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
 
 bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
-/* op runs on its bf16 inputs as they are (no f32 copies) when the run is bf16: the CPU's bf16
- * GEMM where the CPU has it, cuBLASLt's bf16 GEMMs on a device (src/cuda/ops.c). On the CPU,
- * GELU, merge_heads and the fused qkv attention read and write bf16 themselves (elementwise.c,
+/* a device op that reads its input i of dtype dt as it is (ct_op_device_reads_lowp) */
+static bool dev_reads(int op, int i, ct_dtype dt) {
+    const ct_op_dev_entry *e = &ct_op_table_dev[op];
+    return (e->lowp_in >> i & 1u) && (e->lowp_dt >> dt & 1u);
+}
+
+/* op gives its result in the run's dtype itself, reading low-precision inputs as they are.
+ * On a device: the ops the backend declared (ct_op_device_reads_lowp: cuBLASLt's low-precision
+ * GEMMs, the attention, elementwise, layer norm and cross-entropy kernels of src/cuda), for
+ * the runs they declared (bf16, f16, and f32 for f32 ops and mixed inputs); inputs they do
+ * not read are still copied. On the CPU, in a bf16 run: the bf16 GEMM where the CPU has it; GELU,
+ * merge_heads and the fused qkv attention read and write bf16 themselves (elementwise.c,
  * attention.c, flash_attention.c: they never come through ct_ac_enter with bf16, and their
  * backward rounds the gradient as it reads it; an f32 qkv cast by ct_ac_enter gives an f32 y). */
 static bool direct(int op, ct_dtype run, bool dev) {
+    if (dev) return ct_op_table_dev[op].lowp_in && (ct_op_table_dev[op].lowp_dt >> run & 1u);
     if (run != CT_BF16) return false;
-    if (op == CT_OP_LINEAR || op == CT_OP_MATMUL) return dev || ct_ac_reads_bf16();
-    if (op == CT_OP_GELU || op == CT_OP_MERGE_HEADS) return !dev;
-    if (op == CT_OP_FLASH_ATTENTION_QKV) return !dev && ct_flash_reads_bf16();
-    return dev && op == CT_OP_FLASH_ATTENTION; /* the device's bf16 kernels; bf16 output */
+    if (op == CT_OP_LINEAR || op == CT_OP_MATMUL) return ct_ac_reads_bf16();
+    if (op == CT_OP_GELU || op == CT_OP_MERGE_HEADS) return true;
+    return op == CT_OP_FLASH_ATTENTION_QKV && ct_flash_reads_bf16();
 }
 
 /* the gradient g of a low-precision tensor t rounded to t's dtype, in place */
@@ -192,10 +204,11 @@ bool ct_ac_enter(ct_ctx *ctx, int op, ct_ac_frame *f, int n, ct_tensor **const *
     }
     f->mark = ct_ctx_temp_begin_(ctx);
     f->prev_run = ct_ctx_set_lowp_run_(ctx, lp);
-    f->direct = direct(op, lp, f->orig[0] && on_dev(f->orig[0]));
-    for (int i = 0; i < n && !f->direct; i++) {
+    bool dev = f->orig[0] && on_dev(f->orig[0]);
+    f->direct = direct(op, lp, dev);
+    for (int i = 0; i < n && !(f->direct && !dev); i++) {
         ct_tensor *t = f->orig[i];
-        if (!is_lowp(t)) continue;
+        if (!is_lowp(t) || (f->direct && dev_reads(op, i, t->dtype))) continue;
         ct_tensor *c = f32_copy(ctx, t);
         c->flags = t->flags & CT_TF_REQUIRES_GRAD;
         f->tmp[i] = *args[i] = c;
@@ -229,9 +242,9 @@ ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y) {
             if (on_dev(y)) free_dev_temps(ctx, f, NULL);
             return f->orig[i];
         }
-    /* a device op with low-precision kernels (flash attention) gives its result in the run's
-     * dtype, and so does the CPU's direct bf16 linear (its GEMM rounds as it stores, gemm.c) */
-    bool own = (on_dev(y) || f->direct) && y->dtype == f->dt && f->dt != CT_F32;
+    /* a device op with low-precision kernels gives its result in the run's dtype (an f32 one
+     * too, when direct), and so does the CPU's direct bf16 linear (its GEMM rounds as it stores) */
+    bool own = (on_dev(y) || f->direct) && y->dtype == f->dt && (f->dt != CT_F32 || (f->direct && on_dev(y)));
     CT_CHECK((y->dtype == CT_F32 || own) && ct_is_contiguous(y), "autocast: an op returned a %s tensor on its f32 copies",
              ct_dtype_name(y->dtype));
     /* the temporaries are released first so that the output lands in the arena; y's bytes
@@ -273,7 +286,9 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     s.op = row;
     ct_tensor *o = n->out;
     bool dir = direct(op, o->dtype, !cpu);
-    unsigned reads = dir ? 0 : bw_reads(op); /* direct: reads the bf16 tensors themselves */
+    /* direct: the op reads the low-precision tensors themselves (on a device, the inputs it
+     * declared and its own output) */
+    unsigned reads = dir && cpu ? 0 : dir ? bw_reads(op) & ~READS_OUT : bw_reads(op);
     /* a direct CPU op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum);
      * a device one gets it rounded (then read as bf16 by its GEMMs, exactly) */
     if (is_lowp(o) && (!dir || !cpu)) round_grad(ctx, o, o->grad->data);
@@ -288,7 +303,7 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
     bool handoff[CT_NODE_MAX_IN] = {false};
     for (int i = 0; i < n->nin; i++) {
         ct_tensor *t = n->in[i];
-        if (!is_lowp(t) || !(reads >> i & 1u)) continue;
+        if (!is_lowp(t) || !(reads >> i & 1u) || (dir && dev_reads(op, i, t->dtype))) continue;
         ct_tensor *c = f32_copy(ctx, t);
         c->flags = t->flags & CT_TF_REQUIRES_GRAD;
         if (c->flags) {

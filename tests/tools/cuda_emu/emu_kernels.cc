@@ -380,6 +380,40 @@ void optim(void) {
     expect("scale and inf check", bad != 1 || g[0] * 2 != g[0] * 2.0f, 0);
 }
 
+// the 2-byte kernels against the f32 kernel (checked against the CPU op first) on the same
+// inputs rounded to their type: both compute in f32, so they differ by the outputs' rounding and
+// Dr's (from the rounded O), ~2^-9 (bf16) or ~2^-12 (f16) normwise; lse is f32 from the same values
+void attention_16(ct_cuda_dtype dt, const char *nm) {
+    const int64_t BH = 2, T = 70;
+    const int D = 32;
+    const int64_t n = BH * T * D;
+    const ct_dtype ht = dt == CT_CUDA_BF16 ? CT_BF16 : CT_F16;
+    std::vector<float> in[4], ref[4], got(n), lse_ref(BH * T), lse(BH * T), dr(BH * T);
+    std::vector<uint16_t> h[4], out[4];
+    for (int i = 0; i < 4; i++) { /* q, k, v, dO */
+        in[i].resize(n), h[i].resize(n), ref[i].resize(n), out[i].resize(n);
+        for (float &x : in[i]) x = (i < 2 ? 2.0f : 1.0f) * rnd();
+        ct_convert(h[i].data(), ht, in[i].data(), CT_F32, (size_t)n);
+        ct_convert(in[i].data(), CT_F32, h[i].data(), ht, (size_t)n);
+    }
+    RUN(ct_cuda_attention(NULL, CT_CUDA_F32, in[0].data(), in[1].data(), in[2].data(), ref[0].data(), lse_ref.data(), BH, T,
+                          D, true));
+    RUN(ct_cuda_attention_bwd(NULL, CT_CUDA_F32, in[0].data(), in[1].data(), in[2].data(), ref[0].data(), in[3].data(),
+                              lse_ref.data(), dr.data(), ref[1].data(), ref[2].data(), ref[3].data(), BH, T, D, true));
+    RUN(ct_cuda_attention(NULL, dt, h[0].data(), h[1].data(), h[2].data(), out[0].data(), lse.data(), BH, T, D, true));
+    RUN(ct_cuda_attention_bwd(NULL, dt, h[0].data(), h[1].data(), h[2].data(), out[0].data(), h[3].data(), lse.data(),
+                              dr.data(), out[1].data(), out[2].data(), out[3].data(), BH, T, D, true));
+    const char *tn = dt == CT_CUDA_BF16 ? "bf16" : "f16", *part[4] = {"O", "dQ", "dK", "dV"};
+    char w[96];
+    for (int i = 0; i < 4; i++) {
+        ct_convert(got.data(), CT_F32, out[i].data(), ht, (size_t)n);
+        snprintf(w, sizeof w, "%s %s %s", nm, tn, part[i]);
+        expect(w, normwise(got.data(), ref[i].data(), n), dt == CT_CUDA_BF16 ? 1e-2 : 1e-3);
+    }
+    snprintf(w, sizeof w, "%s %s lse", nm, tn);
+    expect(w, normwise(lse.data(), lse_ref.data(), BH * T), 1e-6);
+}
+
 void attention(ct_ctx *c, bool tiled) {
     const int64_t B = 1, H = 2, T = 70;
     const int D = 32;
@@ -406,7 +440,113 @@ void attention(ct_ctx *c, bool tiled) {
         snprintf(w, sizeof w, "%s %s", nm, part[i]);
         expect(w, normwise(got[i], ct_f32(ref[i]), n), 1e-5);
     }
+    attention_16(CT_CUDA_BF16, nm);
+    attention_16(CT_CUDA_F16, nm);
 }
+// The low-precision kernels (bf16, f16 in and out, f32 arithmetic) against the f32 kernels on
+// the widened values, rounded as stored: what autocast's f32 copies give, bit for bit (the f32
+// kernels are checked against the CPU ops above). 16-bit values are kept as their bits.
+struct lp_buf {
+    ct_cuda_cast_type t;
+    std::vector<uint16_t> bits;
+    std::vector<float> wide; // the values as f32 (exact)
+};
+lp_buf to_lp(const float *x, int64_t n, ct_cuda_cast_type t) {
+    lp_buf b{t, std::vector<uint16_t>(n), std::vector<float>(n)};
+    ct_dtype dt = t == CT_CUDA_CAST_BF16 ? CT_BF16 : CT_F16;
+    ct_convert(b.bits.data(), dt, x, CT_F32, (size_t)n);
+    ct_convert(b.wide.data(), CT_F32, b.bits.data(), dt, (size_t)n);
+    return b;
+}
+// bits of f32 values rounded to t, for comparing with a 16-bit kernel output
+std::vector<uint16_t> rounded(const std::vector<float> &x, ct_cuda_cast_type t) {
+    return to_lp(x.data(), (int64_t)x.size(), t).bits;
+}
+double mismatches(const std::vector<uint16_t> &a, const std::vector<uint16_t> &b) {
+    int64_t d = 0;
+    for (size_t i = 0; i < a.size(); i++) d += a[i] != b[i];
+    return (double)d;
+}
+double bit_diff(const std::vector<float> &a, const std::vector<float> &b) {
+    return memcmp(a.data(), b.data(), a.size() * sizeof(float)) ? 1.0 : 0.0;
+}
+
+void lowp(ct_ctx *c, ct_cuda_cast_type t) {
+    const char *tn = t == CT_CUDA_CAST_BF16 ? "bf16" : "f16";
+    char w[96];
+    const int64_t rows = 13, m = 97, n = rows * m;
+    ct_tensor *x0 = rnd_t(c, 2, sh({rows, m}), 5.0f), *g = rnd_t(c, 2, sh({rows, m}), 1.0f), *b0 = rnd_t(c, 2, sh({rows, m}), 2.0f);
+    lp_buf x = to_lp(ct_f32(x0), n, t), b = to_lp(ct_f32(b0), n, t);
+    const ct_cuda_map maps[7] = {{CT_CUDA_MAP_RELU, 0, 0, 0},         {CT_CUDA_MAP_GELU, 0, 0, 0},
+                                 {CT_CUDA_MAP_GELU_TANH, 0, 0, 0},    {CT_CUDA_MAP_TANH, 0, 0, 0},
+                                 {CT_CUDA_MAP_SIGMOID, 0, 0, 0},      {CT_CUDA_MAP_SCALE, -0.37f, 0, 0},
+                                 {CT_CUDA_MAP_DROPOUT, 1.0f / 0.7f, 0x9e3779b97f4a7c15ull, 0.3f}};
+    const char *names[7] = {"relu", "gelu", "gelu tanh", "tanh", "sigmoid", "scale", "dropout"};
+    for (int k = 0; k < 7; k++) {
+        std::vector<float> y32(n), dx32(n), dx(n);
+        std::vector<uint16_t> y(n);
+        RUN(ct_cuda_map_fwd(NULL, &maps[k], x.wide.data(), y32.data(), CT_CUDA_CAST_F32, n));
+        RUN(ct_cuda_map_fwd(NULL, &maps[k], x.bits.data(), y.data(), t, n));
+        snprintf(w, sizeof w, "%s %s forward (mismatches)", tn, names[k]);
+        expect(w, mismatches(y, rounded(y32, t)), 0);
+        // backward from the saved input (gelu) or the 16-bit output (the others)
+        bool from_x = maps[k].op == CT_CUDA_MAP_GELU || maps[k].op == CT_CUDA_MAP_GELU_TANH;
+        lp_buf yl = to_lp(y32.data(), n, t);
+        RUN(ct_cuda_map_bwd(NULL, &maps[k], from_x ? x.wide.data() : yl.wide.data(), CT_CUDA_CAST_F32, ct_f32(g), dx32.data(), n));
+        RUN(ct_cuda_map_bwd(NULL, &maps[k], from_x ? x.bits.data() : (const void *)y.data(), t, ct_f32(g), dx.data(), n));
+        snprintf(w, sizeof w, "%s %s backward (bits differ)", tn, names[k]);
+        expect(w, bit_diff(dx, dx32), 0);
+    }
+    // add with a repeating operand, mul; one type (a 16-bit result) and mixed (an f32 one)
+    for (int mul = 0; mul < 2; mul++) {
+        int64_t mm = mul ? n : m;
+        std::vector<float> y32(n), ymix(n), ymix2(n);
+        std::vector<uint16_t> y(n);
+        RUN(ct_cuda_binary(NULL, mul, x.wide.data(), CT_CUDA_CAST_F32, b.wide.data(), CT_CUDA_CAST_F32, y32.data(), n, mm));
+        RUN(ct_cuda_binary(NULL, mul, x.bits.data(), t, b.bits.data(), t, y.data(), n, mm));
+        snprintf(w, sizeof w, "%s %s (mismatches)", tn, mul ? "mul" : "add");
+        expect(w, mismatches(y, rounded(y32, t)), 0);
+        RUN(ct_cuda_binary(NULL, mul, x.wide.data(), CT_CUDA_CAST_F32, b.bits.data(), t, ymix.data(), n, mm));
+        RUN(ct_cuda_binary(NULL, mul, x.bits.data(), t, b.wide.data(), CT_CUDA_CAST_F32, ymix2.data(), n, mm));
+        snprintf(w, sizeof w, "f32 and %s %s (bits differ)", tn, mul ? "mul" : "add");
+        expect(w, bit_diff(ymix, y32) + bit_diff(ymix2, y32), 0);
+    }
+    // layer norm reading a 16-bit x: every output as the f32 kernel's on the widened x
+    const int64_t R = 37, D = 300;
+    ct_tensor *xr = rnd_t(c, 2, sh({R, D}), 3.0f), *gr = rnd_t(c, 2, sh({R, D}), 1.0f), *wt = rnd_t(c, 1, &D, 1.0f),
+              *bt = rnd_t(c, 1, &D, 1.0f);
+    lp_buf xl = to_lp(ct_f32(xr), R * D, t);
+    std::vector<float> out[2][6];
+    for (int v = 0; v < 2; v++) {
+        for (int k = 0; k < 6; k++) out[v][k].assign(k < 2 ? R * D : k < 4 ? R : D, 0.0f);
+        const void *xp = v ? (const void *)xl.bits.data() : xl.wide.data();
+        ct_cuda_cast_type xt = v ? t : CT_CUDA_CAST_F32;
+        RUN(ct_cuda_layer_norm_t(NULL, xp, xt, ct_f32(wt), ct_f32(bt), out[v][0].data(), out[v][2].data(), out[v][3].data(), R, D,
+                                 1e-5f));
+        RUN(ct_cuda_layer_norm_bwd_t(NULL, xp, xt, ct_f32(gr), ct_f32(wt), out[v][2].data(), out[v][3].data(), out[v][1].data(),
+                                     out[v][4].data(), out[v][5].data(), R, D));
+    }
+    double ln = 0;
+    for (int k = 0; k < 6; k++) ln += bit_diff(out[0][k], out[1][k]);
+    snprintf(w, sizeof w, "%s layer_norm y, stats, dx, dw, db (bits differ)", tn);
+    expect(w, ln, 0);
+    // cross-entropy on 16-bit logits
+    std::vector<int32_t> tgt(R);
+    for (int64_t i = 0; i < R; i++) tgt[i] = i == 5 ? -100 : (int32_t)((i * 37) % D);
+    std::vector<float> lse[2], o[2], dl[2];
+    float one = 1.0f;
+    for (int v = 0; v < 2; v++) {
+        lse[v].assign(R, 0.0f), o[v].assign(2, 0.0f), dl[v].assign(R * D, 0.0f);
+        const void *xp = v ? (const void *)xl.bits.data() : xl.wide.data();
+        ct_cuda_cast_type xt = v ? t : CT_CUDA_CAST_F32;
+        RUN(ct_cuda_cross_entropy_t(NULL, xp, xt, tgt.data(), false, R, D, -100, lse[v].data(), o[v].data()));
+        RUN(ct_cuda_cross_entropy_bwd_t(NULL, xp, xt, tgt.data(), false, R, D, -100, lse[v].data(), o[v].data(), &one,
+                                        dl[v].data()));
+    }
+    snprintf(w, sizeof w, "%s cross_entropy loss, lse, dlogits (bits differ)", tn);
+    expect(w, bit_diff(o[0], o[1]) + bit_diff(lse[0], lse[1]) + bit_diff(dl[0], dl[1]), 0);
+}
+
 } // namespace
 
 int main(void) {
@@ -414,6 +554,8 @@ int main(void) {
     ct_ctx *c;
     if (ct_ctx_create(NULL, &c) != CT_OK) return 2;
     elementwise(c);
+    lowp(c, CT_CUDA_CAST_BF16);
+    lowp(c, CT_CUDA_CAST_F16);
     rows_ops(c);
     embedding_pool(c);
     pointwise(c);

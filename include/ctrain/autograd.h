@@ -44,8 +44,9 @@ typedef struct ct_node {
 } ct_node;
 
 /* Activation checkpointing (torch.utils.checkpoint, use_reentrant=False): y = fn(ctx, x, arg)
- * computed without keeping the segment's activations — only x and y stay in the arena — and
- * computed again during backward to get the gradients. Dropout draws the same masks on the
+ * computed without keeping the segment's activations — only x and y stay in the arena (on a
+ * GPU: the segment's other device buffers go back to the caching allocator) — and computed
+ * again during backward to get the gradients. Dropout draws the same masks on the
  * recompute; parameters inside get their gradients even when x needs none; their
  * grad-ready hooks fire once, after the recompute (DDP buckets stay right). fn must be a
  * pure function of x, arg and the parameters (called twice). Under no_grad: just fn. */

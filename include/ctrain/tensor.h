@@ -77,6 +77,16 @@ ct_status ct_device_mem_get(ct_device d, ct_device_mem *out);
  * CPU: plain malloc. Free with ct_host_free(d, p) (the same d). */
 ct_status ct_host_alloc(ct_device d, size_t bytes, void **out);
 void ct_host_free(ct_device d, void *p);
+/* Buffers and conversions outside a context, for code that keeps its own buffers next to a
+ * store's (DDP's compressed gradients), the same calls for the CPU and a device. alloc: a
+ * buffer on d (the CPU: malloc; a device: its caching allocator), CT_ERR_NOMEM when there is
+ * no room; free it with ct_device_free(d, p). convert: y (dtype to) = x (from), n elements of
+ * f32/bf16/f16, round to nearest even; scale: x *= coef over n floats. On a device both are
+ * queued on its compute stream (ordered with the ops' kernels); the CPU runs them at once. */
+ct_status ct_device_alloc(ct_device d, size_t bytes, void **out);
+void ct_device_free(ct_device d, void *p);
+ct_status ct_device_convert(ct_device d, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n);
+ct_status ct_device_scale(ct_device d, float *x, float coef, int64_t n);
 
 enum {
     CT_TF_REQUIRES_GRAD = 1u << 0, /* gradients flow into this tensor */

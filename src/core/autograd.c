@@ -245,11 +245,29 @@ static void ckpt_count_uses(ct_ctx *ctx, int nin, ct_tensor *const *in) {
     }
 }
 
+/* On a device: the recomputed output's gradient (new, so written, not added to) is the
+ * checkpoint node's, copied on the device. A segment whose output already has a gradient
+ * (it returns its input, or a parameter) would need an add, which core has no kernel for. */
+static void dev_grad_copy(ct_ctx *ctx, ct_tensor *y, const ct_tensor *out) {
+    bool fresh;
+    char b[32];
+    float *g = ct_grad_acc_fresh(ctx, y, &fresh);
+    const ct_device_hooks *h = g ? ct_device_hooks_get(y->device, "checkpoint backward") : NULL;
+    if (!h) return; /* the context has failed */
+    if (!fresh) {
+        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "checkpoint on %s: a segment whose output is its input or a parameter",
+                                  ct_device_str(y->device, b, sizeof b)));
+        return;
+    }
+    ct_ctx_fail(ctx, h->copy(y->device.index, g, out->grad->data, (size_t)ct_numel(y) * sizeof(float), CT_COPY_D2D));
+}
+
 static void ckpt_backward(ct_ctx *ctx, ct_node *n) {
     ct_ckpt_saved *s = n->saved;
     ct_tensor *x = n->in[0];
     /* the input's stand-in: same data, no history; its gradient is x's (accumulated into) */
     ct_tensor *xd = ct_wrap(ctx, x->dtype, x->data, x->ndim, x->shape);
+    xd->device = x->device;
     if (x->flags & CT_TF_REQUIRES_GRAD) {
         ct_grad_acc(ctx, x);
         xd->flags |= CT_TF_REQUIRES_GRAD;
@@ -278,10 +296,14 @@ static void ckpt_backward(ct_ctx *ctx, ct_node *n) {
     ct_ctx_set_dropout_calls_(ctx, calls);
     if (y->flags & CT_TF_REQUIRES_GRAD) {
         CT_CHECK(ct_same_shape(y, n->out), "checkpoint: the segment's output changed shape on recompute");
-        float *g = ct_grad_acc(ctx, y);
-        const float *gy = n->out->grad->data;
-        int64_t m = ct_numel(y);
-        for (int64_t i = 0; i < m; i++) g[i] += gy[i];
+        if (y->device.type == CT_DEV_CPU) {
+            float *g = ct_grad_acc(ctx, y);
+            const float *gy = n->out->grad->data;
+            int64_t m = ct_numel(y);
+            for (int64_t i = 0; i < m; i++) g[i] += gy[i];
+        } else {
+            dev_grad_copy(ctx, y, n->out);
+        }
         run_backward(ctx);
     }
     if (!(x->flags & CT_TF_REQUIRES_GRAD)) xd->grad = NULL;
@@ -293,10 +315,8 @@ const ct_op_def ct_checkpoint_def_ = {"checkpoint", ckpt_backward, CT_AC_PROMOTE
 
 ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor *x) {
     if (!ctx->grad_enabled || ctx->ckpt_counting) return fn(ctx, x, arg); /* nothing to save, or nested */
-    /* on a device the segment runs as is (correct, no memory saved): not built there yet */
-    if (x->device.type != CT_DEV_CPU) return fn(ctx, x, arg);
     uint64_t step = ctx->step, calls = ct_ctx_dropout_calls_(ctx);
-    int first = ctx->ckpt_nparams;
+    int first = ctx->ckpt_nparams, dmark = ct_ctx_dev_mark_(ctx);
     ct_arena_mark mark = ct_ctx_mark_(ctx);
     ctx->grad_enabled = false;
     ctx->ckpt_counting++;
@@ -305,11 +325,24 @@ ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor 
     CT_CHECK(ct_is_contiguous(y), "ct_checkpoint: the segment must return a contiguous tensor (end it with ct_contiguous)");
     ctx->grad_enabled = true;
     int np = ctx->ckpt_nparams - first;
-    /* keep the output, drop the intermediates: out through a heap copy, back into the arena */
+    /* keep the output, drop the intermediates: on a device the output's buffer stays and the
+     * segment's others go back to the allocator; on the CPU the output goes out through a heap
+     * copy and back into the arena */
     size_t bytes = ct_nbytes(y);
-    void *tmp = malloc(bytes ? bytes : 1);
+    void *tmp = y->device.type == CT_DEV_CPU ? malloc(bytes ? bytes : 1) : NULL;
     ct_tensor *out = y;
-    if (tmp) {
+    ct_ctx_dev_rewind_(ctx, dmark, y->device.type == CT_DEV_CPU ? NULL : y->data);
+    if (y->device.type != CT_DEV_CPU) {
+        ct_device d = y->device;
+        void *data = y->data;
+        int64_t shape[CT_MAX_DIMS];
+        int nd = y->ndim;
+        ct_dtype dt = y->dtype;
+        memcpy(shape, y->shape, sizeof shape);
+        ct_ctx_rewind_(ctx, mark);
+        out = ct_wrap(ctx, dt, data, nd, shape);
+        out->device = d;
+    } else if (tmp) {
         memcpy(tmp, y->data, bytes);
         int64_t shape[CT_MAX_DIMS];
         int nd = y->ndim;

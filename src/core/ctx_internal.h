@@ -90,6 +90,11 @@ void ct_ctx_scratch_rewind_(struct ct_ctx *c);
 /* device.c: every device buffer a backward allocated as scratch (after its node); one
  * buffer at a time: ct_ctx_dev_free_ (kernel.h) */
 void ct_ctx_dev_scratch_free_(struct ct_ctx *c);
+/* device.c: a position in the step's list of device buffers, and going back to it: every
+ * buffer allocated since returns to its allocator, except `keep` (activation checkpointing's
+ * output). Buffers allocated before the mark stay, whatever was freed in between. */
+int ct_ctx_dev_mark_(const struct ct_ctx *c);
+void ct_ctx_dev_rewind_(struct ct_ctx *c, int mark, const void *keep);
 /* A position in the main arena, and going back to it (everything allocated since is gone). */
 typedef struct { ct_block *cur; size_t cur_used, used; } ct_arena_mark;
 ct_arena_mark ct_ctx_mark_(struct ct_ctx *c);

@@ -69,6 +69,38 @@ ct_status ct_device_mem_get(ct_device d, ct_device_mem *out) {
     return CT_OK;
 }
 
+ct_status ct_device_alloc(ct_device d, size_t bytes, void **out) {
+    *out = NULL;
+    if (d.type == CT_DEV_CPU) {
+        *out = malloc(bytes ? bytes : 1);
+        return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "device buffer");
+    return h ? h->alloc(d.index, bytes ? bytes : 1, out) : CT_ERR_UNSUPPORTED;
+}
+void ct_device_free(ct_device d, void *p) {
+    if (!p) return;
+    if (d.type == CT_DEV_CPU) { free(p); return; }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "device buffer");
+    CT_CHECK(h, "ct_device_free: %p was not allocated by ct_device_alloc on this device type", p);
+    h->free(p);
+}
+ct_status ct_device_convert(ct_device d, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n) {
+    if (d.type == CT_DEV_CPU) { ct_convert(y, to, x, from, (size_t)n); return CT_OK; }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "convert");
+    if (!h || !h->convert) return h ? ct_error(CT_ERR_UNSUPPORTED, "convert: the device backend has no conversion kernel") : CT_ERR_UNSUPPORTED;
+    return h->convert(d.index, y, to, x, from, n);
+}
+ct_status ct_device_scale(ct_device d, float *x, float coef, int64_t n) {
+    if (d.type == CT_DEV_CPU) {
+        for (int64_t i = 0; i < n; i++) x[i] *= coef;
+        return CT_OK;
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "scale");
+    if (!h || !h->scale) return h ? ct_error(CT_ERR_UNSUPPORTED, "scale: the device backend has no scaling kernel") : CT_ERR_UNSUPPORTED;
+    return h->scale(d.index, x, coef, n, NULL);
+}
+
 ct_status ct_host_alloc(ct_device d, size_t bytes, void **out) {
     *out = NULL;
     if (d.type == CT_DEV_CPU) {
@@ -132,6 +164,20 @@ void ct_ctx_dev_scratch_free_(ct_ctx *c) {
     for (int i = 0; i < c->dev_n; i++) {
         if (c->dev_bufs[i].scratch) backends[c->dev_bufs[i].type]->free(c->dev_bufs[i].p);
         else c->dev_bufs[k++] = c->dev_bufs[i];
+    }
+    c->dev_n = k;
+}
+
+int ct_ctx_dev_mark_(const ct_ctx *c) { return c->dev_n; }
+
+/* ct_ctx_dev_free_ fills a hole with the last buffer, so the entries from `mark` on are always
+ * ones allocated after it (an earlier one freed meanwhile only pulls a later one below the
+ * mark, where it stays until the reset) */
+void ct_ctx_dev_rewind_(ct_ctx *c, int mark, const void *keep) {
+    int k = mark < c->dev_n ? mark : c->dev_n;
+    for (int i = k; i < c->dev_n; i++) {
+        if (c->dev_bufs[i].p == keep) c->dev_bufs[k++] = c->dev_bufs[i];
+        else backends[c->dev_bufs[i].type]->free(c->dev_bufs[i].p);
     }
     c->dev_n = k;
 }

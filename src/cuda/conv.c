@@ -1,5 +1,6 @@
 /* conv2d, max_pool2d, relu_max_pool2d and avg_pool2d in the op table's device column (NCHW,
- * f32). Convolution and average pooling run on cuDNN's C API (cudnn_lib.h); max pooling on
+ * f32, or bf16/f16 under autocast). Convolution and average pooling run on cuDNN's C API
+ * (cudnn_lib.h); max pooling on
  * pool.cu's kernels, because the CPU op gives a tied window's gradient to the first maximum
  * in scan order (and to a NaN), which cuDNN does not promise: the kernels keep the arg-max,
  * as the CPU op does, and route gradients exactly as it does.
@@ -9,7 +10,15 @@
  * and sums directly (implicit/explicit GEMM or direct: no FFT or Winograd, whose transforms
  * round differently and would need a looser tolerance than the CPU op's 1e-5), preferring
  * deterministic ones; a non-deterministic one only when nothing else is offered. Gradients
- * of parameters accumulate (beta = 1); fresh gradient buffers are written (beta = 0). */
+ * of parameters accumulate (beta = 1); fresh gradient buffers are written (beta = 0).
+ *
+ * bf16/f16 (autocast's rounded tensors, read as they are): cuDNN's pseudo-low-precision
+ * configuration, inputs and output in that type with f32 accumulation, tensor cores allowed
+ * (products of rounded values are exact). The output is rounded as cuDNN stores it, and a bias
+ * is added to the rounded sums and rounded again (the CPU adds it before its one rounding, as
+ * PyTorch's CUDA path does not). Backward reads the output's gradient as a copy in that type
+ * (it holds such values already), cuDNN writes dx, dw, db in that type, and these are added to
+ * the f32 gradients: the values the gradients of low-precision tensors take anyway. */
 #include <limits.h>
 #include <string.h>
 
@@ -27,11 +36,12 @@ typedef struct {
     int dev;
     cudaStream_t s;
     const char *op;
+    ct_dtype dt; /* of the tensors cuDNN reads and writes: f32, bf16 or f16 */
 } step;
 
 /* false when the context has failed already or the device cannot be used */
-static bool start(ct_ctx *ctx, ct_device d, const char *op, step *r) {
-    *r = (step){ctx, d.index, NULL, op};
+static bool start(ct_ctx *ctx, ct_device d, const char *op, ct_dtype dt, step *r) {
+    *r = (step){ctx, d.index, NULL, op, dt};
     if (ct_ctx_status(ctx) != CT_OK) return false;
     ct_status st = ct_cuda_set_device(d.index, op);
     if (st == CT_OK) st = ct_cuda_stream(d.index, CT_CUDA_COMPUTE, &r->s);
@@ -57,6 +67,10 @@ static void descs_free(descs *d) {
     if (d->conv) (void)ct_cudnn.cudnnDestroyConvolutionDescriptor(d->conv);
     if (d->pool) (void)ct_cudnn.cudnnDestroyPoolingDescriptor(d->pool);
 }
+static cudnnDataType_t data_type(const step *r) {
+    return r->dt == CT_BF16 ? CUDNN_DATA_BFLOAT16 : r->dt == CT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+static bool lowp(const step *r) { return r->dt != CT_F32; }
 /* cuDNN's 4-d descriptors count in int */
 static ct_status fits_int(const step *r, const int64_t *s) {
     if (s[0] * s[1] * s[2] * s[3] <= INT_MAX) return CT_OK;
@@ -68,7 +82,7 @@ static ct_status tensor4(const step *r, cudnnTensorDescriptor_t *t, const int64_
     if (st != CT_OK) return st;
     CT_GPU_TRY(cudnn, r->op, ct_cudnn.cudnnCreateTensorDescriptor(t));
     return CT_GPU_CHECK(cudnn, r->op,
-                        ct_cudnn.cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)s[0], (int)s[1], (int)s[2], (int)s[3]));
+                        ct_cudnn.cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, data_type(r), (int)s[0], (int)s[1], (int)s[2], (int)s[3]));
 }
 /* x, y, w, the convolution, and b ([1, O, 1, 1]) when has_bias */
 static ct_status conv_descs(const step *r, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y, bool has_bias, int stride,
@@ -78,12 +92,13 @@ static ct_status conv_descs(const step *r, const ct_tensor *x, const ct_tensor *
     CT_GPU_TRY(cudnn, r->op, tensor4(r, &d->y, y->shape));
     if (has_bias) CT_GPU_TRY(cudnn, r->op, tensor4(r, &d->b, bs));
     CT_GPU_TRY(cudnn, r->op, ct_cudnn.cudnnCreateFilterDescriptor(&d->w));
-    CT_GPU_TRY(cudnn, r->op, ct_cudnn.cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)ws[0], (int)ws[1],
+    CT_GPU_TRY(cudnn, r->op, ct_cudnn.cudnnSetFilter4dDescriptor(d->w, data_type(r), CUDNN_TENSOR_NCHW, (int)ws[0], (int)ws[1],
                                                                  (int)ws[2], (int)ws[3]));
     CT_GPU_TRY(cudnn, r->op, ct_cudnn.cudnnCreateConvolutionDescriptor(&d->conv));
     CT_GPU_TRY(cudnn, r->op, ct_cudnn.cudnnSetConvolution2dDescriptor(d->conv, pad, pad, stride, stride, 1, 1,
                                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    return CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH));
+    /* f32: no TF32; bf16/f16: tensor cores, exact products of the rounded values */
+    return CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnSetConvolutionMathType(d->conv, lowp(r) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
 }
 
 /* ---- algorithm choice ---- */
@@ -100,13 +115,13 @@ static ct_status pick(const step *r, const cand *c, int n, unsigned plain, const
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++)
             if (c[i].status == CUDNN_STATUS_SUCCESS && c[i].memory <= WS_MAX && (plain >> c[i].algo & 1u) &&
-                c[i].math != CUDNN_TENSOR_OP_MATH && c[i].math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+                (lowp(r) || (c[i].math != CUDNN_TENSOR_OP_MATH && c[i].math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) &&
                 (pass == 1 || c[i].det == CUDNN_DETERMINISTIC)) {
                 *k = i;
                 return CT_OK;
             }
-    return ct_error(CT_ERR_UNSUPPORTED, "%s on cuda:%d: cuDNN offers no plain f32 %s algorithm within %zu MiB of workspace (%d considered)",
-                    r->op, r->dev, what, WS_MAX >> 20, n);
+    return ct_error(CT_ERR_UNSUPPORTED, "%s on cuda:%d: cuDNN offers no plain %s %s algorithm within %zu MiB of workspace (%d considered)",
+                    r->op, r->dev, ct_dtype_name(r->dt), what, WS_MAX >> 20, n);
 }
 /* Declares `algo` (AlgoT) and `mem`: cuDNN's heuristic query fn into Perf[], pick's choice,
  * and the device's workspace grown to it (h, ws); st says whether it worked. */
@@ -151,29 +166,32 @@ static ct_status conv_fwd(step *r, const ct_tensor *x, const ct_tensor *w, const
     return st;
 }
 
+/* f32, bf16 or f16, one dtype for all (autocast casts every operand of conv2d) */
+static void check_dtypes(const char *op, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b) {
+    CT_CHECK(x->dtype == CT_F32 || x->dtype == CT_BF16 || x->dtype == CT_F16, "%s on cuda:%d: a %s input", op, x->device.index,
+             ct_dtype_name(x->dtype));
+    CT_CHECK((!w || w->dtype == x->dtype) && (!b || b->dtype == x->dtype), "%s on cuda:%d: %s input with %s parameters", op,
+             x->device.index, ct_dtype_name(x->dtype), ct_dtype_name(w && w->dtype != x->dtype ? w->dtype : b->dtype));
+}
+
 static ct_tensor *fwd_conv2d(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     int stride = (int)a->i[0], pad = (int)a->i[1];
     int64_t shape[4] = {x->shape[0], w->shape[0], 0, 0};
-    ct_check_conv2d(x, w, b, stride, pad, &shape[2], &shape[3]);
+    check_dtypes("conv2d", x, w, b);
+    ct_check_conv2d_shapes(x, w, b, stride, pad, &shape[2], &shape[3]);
     step r;
-    bool go = start(ctx, x->device, "conv2d", &r);
-    ct_tensor *y = ct_new_on(ctx, x->device, CT_F32, 4, shape, "conv2d");
+    bool go = start(ctx, x->device, "conv2d", x->dtype, &r);
+    ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, 4, shape, "conv2d");
     if (go && y->data && ct_numel(y) > 0) ct_ctx_fail(ctx, conv_fwd(&r, x, w, b, y, stride, pad));
     ct_node *n = ct_record(ctx, CT_OP_CONV2D, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = stride; n->i[1] = pad; }
     return y;
 }
 
-/* dx, dw, db (each may be NULL): written where fresh, else added to */
-static ct_status conv_bwd(step *r, const ct_node *n, float *dx, bool fx, float *dw, bool fw, float *db, bool fb) {
+/* dx, dw, db (each may be NULL) from dy, all of r's dtype: written where fresh, else added to */
+static ct_status conv_bwd(step *r, const ct_node *n, const void *dy, void *dx, bool fx, void *dw, bool fw, void *db, bool fb) {
     const ct_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
-    const float *dy = y->grad->data;
-    if (ct_numel(x) == 0 || ct_numel(y) == 0) { /* an empty batch: nothing to add */
-        ct_status st = zero_if_fresh(r, dx, fx, ct_numel(x));
-        if (st == CT_OK) st = zero_if_fresh(r, dw, fw, ct_numel(w));
-        return st == CT_OK ? zero_if_fresh(r, db, fb, w->shape[0]) : st;
-    }
     descs d = {0};
     cudnnHandle_t h;
     void *ws;
@@ -200,13 +218,55 @@ static ct_status conv_bwd(step *r, const ct_node *n, float *dx, bool fx, float *
     return st;
 }
 
+/* n elements of r's low-precision type in backward scratch (NULL: the context has failed) */
+static void *scratch16(step *r, int64_t n) {
+    return ct_ctx_dev_alloc(r->ctx, (ct_device){CT_DEV_CUDA, r->dev}, (size_t)(n > 0 ? n : 1) * 2, r->op);
+}
+static ct_cuda_cast_type cast_type(const step *r) { return r->dt == CT_BF16 ? CT_CUDA_CAST_BF16 : CT_CUDA_CAST_F16; }
+/* the f32 gradient g (fresh: written) += src, n values of r's low-precision type */
+static ct_status add_lowp(step *r, float *g, bool fresh, const void *src, int64_t n) {
+    if (!g || n == 0) return CT_OK;
+    if (fresh) return ct_cuda_cast(r->s, src, cast_type(r), g, CT_CUDA_CAST_F32, n);
+    float *t = ct_ctx_dev_alloc(r->ctx, (ct_device){CT_DEV_CUDA, r->dev}, (size_t)n * sizeof(float), r->op);
+    if (!t) return ct_ctx_status(r->ctx);
+    ct_status st = ct_cuda_cast(r->s, src, cast_type(r), t, CT_CUDA_CAST_F32, n);
+    return st == CT_OK ? ct_cuda_add(r->s, g, t, g, n, n) : st;
+}
+/* an f32 gradient dy (holding low-precision values: rounded by autocast) as a copy in r's type */
+static const void *dy_lowp(step *r, const float *dy, int64_t n) {
+    void *c = scratch16(r, n);
+    if (c && ct_ctx_fail(r->ctx, ct_cuda_cast(r->s, dy, CT_CUDA_CAST_F32, c, cast_type(r), n)) != CT_OK) return NULL;
+    return c;
+}
+
+/* bf16/f16: cuDNN writes the gradients in that type to scratch, then they are added */
+static ct_status conv_bwd_lowp(step *r, const ct_node *n, float *dx, bool fx, float *dw, bool fw, float *db, bool fb) {
+    int64_t nx = ct_numel(n->in[0]), nw = ct_numel(n->in[1]), nb = n->in[1]->shape[0];
+    const void *dy = dy_lowp(r, n->out->grad->data, ct_numel(n->out));
+    void *x16 = dx ? scratch16(r, nx) : NULL, *w16 = dw ? scratch16(r, nw) : NULL, *b16 = db ? scratch16(r, nb) : NULL;
+    if (!dy || (dx && !x16) || (dw && !w16) || (db && !b16)) return ct_ctx_status(r->ctx);
+    ct_status st = conv_bwd(r, n, dy, x16, true, w16, true, b16, true);
+    if (st == CT_OK) st = add_lowp(r, dx, fx, x16, nx);
+    if (st == CT_OK) st = add_lowp(r, dw, fw, w16, nw);
+    return st == CT_OK ? add_lowp(r, db, fb, b16, nb) : st;
+}
+
 static void bw_conv2d(ct_ctx *ctx, ct_node *n) {
     step r;
-    if (!start(ctx, n->out->device, "conv2d backward", &r)) return;
+    if (!start(ctx, n->out->device, "conv2d backward", n->in[0]->dtype, &r)) return;
     bool fx = false, fw = false, fb = false;
     float *dx = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dw = ct_grad_acc_fresh(ctx, n->in[1], &fw);
     float *db = n->nin > 2 && n->in[2] ? ct_grad_acc_fresh(ctx, n->in[2], &fb) : NULL;
-    if (dx || dw || db) ct_ctx_fail(ctx, conv_bwd(&r, n, dx, fx, dw, fw, db, fb));
+    if (!dx && !dw && !db) return;
+    ct_status st;
+    if (ct_numel(n->in[0]) == 0 || ct_numel(n->out) == 0) { /* an empty batch: nothing to add */
+        st = zero_if_fresh(&r, dx, fx, ct_numel(n->in[0]));
+        if (st == CT_OK) st = zero_if_fresh(&r, dw, fw, ct_numel(n->in[1]));
+        if (st == CT_OK) st = zero_if_fresh(&r, db, fb, n->in[1]->shape[0]);
+    } else {
+        st = lowp(&r) ? conv_bwd_lowp(&r, n, dx, fx, dw, fw, db, fb) : conv_bwd(&r, n, n->out->grad->data, dx, fx, dw, fw, db, fb);
+    }
+    ct_ctx_fail(ctx, st);
 }
 
 /* ---- pooling ---- */
@@ -215,8 +275,8 @@ static ct_cuda_pool_geom pool_geom_of(const ct_tensor *x, const ct_tensor *y, in
 }
 
 /* average pooling (count_include_pad: every window counts k*k) on cuDNN: forward (dy NULL)
- * y = avg(x); backward dx = avg'(dy) + beta dx */
-static ct_status avg_pool(step *r, const ct_tensor *x, const ct_tensor *y, const ct_cuda_pool_geom *g, const float *dy, float *dx,
+ * y = avg(x); backward dx = avg'(dy) + beta dx; dy and dx of r's dtype */
+static ct_status avg_pool(step *r, const ct_tensor *x, const ct_tensor *y, const ct_cuda_pool_geom *g, const void *dy, void *dx,
                           float beta) {
     descs d = {0};
     cudnnHandle_t h;
@@ -244,16 +304,19 @@ static ct_tensor *pool_fwd(ct_ctx *ctx, const ct_op_args *a, int op) {
     ct_tensor *x = a->in[0];
     int k = (int)a->i[0], s = (int)a->i[1], p = (int)a->i[2];
     int64_t shape[4] = {x->shape[0], x->shape[1], 0, 0};
-    ct_check_pool2d(name, x, k, &s, p, &shape[2], &shape[3]);
+    check_dtypes(name, x, NULL, NULL);
+    ct_check_pool2d_shapes(name, x, k, &s, p, &shape[2], &shape[3]);
     step r;
-    bool go = start(ctx, x->device, name, &r);
-    ct_tensor *y = ct_new_on(ctx, x->device, CT_F32, 4, shape, name);
+    bool go = start(ctx, x->device, name, x->dtype, &r);
+    ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, 4, shape, name);
     ct_cuda_pool_geom g = pool_geom_of(x, y, k, s, p);
     /* the winner of each window (an offset in its input plane), for backward */
     int32_t *arg = op == CT_OP_AVG_POOL2D ? NULL : ct_ctx_dev_alloc(ctx, x->device, (size_t)(ct_numel(y) + 1) * sizeof(int32_t), name);
     if (go && y->data && ct_numel(y) > 0) {
         if (op == CT_OP_AVG_POOL2D) ct_ctx_fail(ctx, avg_pool(&r, x, y, &g, NULL, NULL, 0.0f));
-        else if (arg) ct_ctx_fail(ctx, ct_cuda_max_pool(r.s, x->data, y->data, arg, &g, op == CT_OP_RELU_MAX_POOL2D));
+        else if (arg)
+            ct_ctx_fail(ctx, ct_cuda_max_pool_t(r.s, x->data, ct_cuda_cast_type_of(x->dtype), y->data, arg, &g,
+                                                op == CT_OP_RELU_MAX_POOL2D));
     }
     ct_node *n = ct_record(ctx, op, y, 1, &x);
     if (n) { n->saved = arg; n->i[0] = k; n->i[1] = s; n->i[2] = p; }
@@ -265,18 +328,28 @@ static ct_tensor *fwd_avg_pool2d(ct_ctx *ctx, const ct_op_args *a) { return pool
 
 static void bw_pool(ct_ctx *ctx, ct_node *n) {
     step r;
-    if (!start(ctx, n->out->device, n->op->name, &r)) return;
     ct_tensor *x = n->in[0], *y = n->out;
+    if (!start(ctx, n->out->device, n->op->name, x->dtype, &r)) return;
     bool fresh = false;
     float *dx = ct_grad_acc_fresh(ctx, x, &fresh);
     if (!dx || ct_numel(x) == 0) return;
     ct_cuda_pool_geom g = pool_geom_of(x, y, n->i[0], n->i[1], n->i[2]);
     const float *dy = y->grad->data;
+    bool avg = n->op == &ct_op_table_dev[CT_OP_AVG_POOL2D].row;
     ct_status st;
-    if (ct_numel(y) == 0) st = zero_if_fresh(&r, dx, fresh, ct_numel(x));
-    else if (n->op == &ct_op_table_dev[CT_OP_AVG_POOL2D].row) st = avg_pool(&r, x, y, &g, dy, dx, fresh ? 0.0f : 1.0f);
-    else
-        st = ct_cuda_max_pool_bwd(r.s, dy, y->data, n->saved, dx, &g, n->op == &ct_op_table_dev[CT_OP_RELU_MAX_POOL2D].row, !fresh);
+    if (ct_numel(y) == 0) {
+        st = zero_if_fresh(&r, dx, fresh, ct_numel(x));
+    } else if (avg && lowp(&r)) { /* cuDNN in x's type, added to the f32 gradient */
+        const void *d16 = dy_lowp(&r, dy, ct_numel(y));
+        void *x16 = scratch16(&r, ct_numel(x));
+        st = d16 && x16 ? avg_pool(&r, x, y, &g, d16, x16, 0.0f) : ct_ctx_status(ctx);
+        if (st == CT_OK) st = add_lowp(&r, dx, fresh, x16, ct_numel(x));
+    } else if (avg) {
+        st = avg_pool(&r, x, y, &g, dy, dx, fresh ? 0.0f : 1.0f);
+    } else { /* max pooling reads its saved output in its own type, the gradients in f32 */
+        st = ct_cuda_max_pool_bwd_t(r.s, dy, y->data, ct_cuda_cast_type_of(y->dtype), n->saved, dx, &g,
+                                    n->op == &ct_op_table_dev[CT_OP_RELU_MAX_POOL2D].row, !fresh);
+    }
     ct_ctx_fail(ctx, st);
 }
 
@@ -285,4 +358,10 @@ void ct_cuda_register_conv_ops_(void) {
     ct_op_register_device(CT_DEV_CUDA, CT_OP_MAX_POOL2D, fwd_max_pool2d, bw_pool);
     ct_op_register_device(CT_DEV_CUDA, CT_OP_RELU_MAX_POOL2D, fwd_relu_max_pool2d, bw_pool);
     ct_op_register_device(CT_DEV_CUDA, CT_OP_AVG_POOL2D, fwd_avg_pool2d, bw_pool);
+    /* all of them read bf16/f16 themselves (autocast hands them the rounded tensors) */
+    const unsigned lp = (1u << CT_BF16) | (1u << CT_F16);
+    ct_op_device_reads_lowp(CT_OP_CONV2D, 7u, lp);
+    ct_op_device_reads_lowp(CT_OP_MAX_POOL2D, 1u, lp);
+    ct_op_device_reads_lowp(CT_OP_RELU_MAX_POOL2D, 1u, lp);
+    ct_op_device_reads_lowp(CT_OP_AVG_POOL2D, 1u, lp);
 }

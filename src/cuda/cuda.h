@@ -188,6 +188,19 @@ ct_status ct_cuda_cross_entropy_t(cudaStream_t s, const void *logits, ct_cuda_ca
 ct_status ct_cuda_cross_entropy_bwd_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target,
                                       bool target_i64, int64_t N, int64_t C, int64_t ignore, const float *lse, const float *out,
                                       const float *dloss, float *dlogits);
+/* softmax and log-softmax rows of x of type xt with an f32 y (f32 ops under autocast); the
+ * rest as ct_cuda_softmax (x may be y when f32). Backward reads only y: ct_cuda_softmax_bwd. */
+ct_status ct_cuda_softmax_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, float *y, int64_t R, int64_t D, bool log_out,
+                            int64_t causal_T);
+/* bias_add with x of type xt and b of type bt; y of their type where they have one, else f32
+ * (autocast's promotion of mixed inputs) */
+ct_status ct_cuda_bias_add_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const void *b, ct_cuda_cast_type bt, void *y,
+                             int64_t n, int64_t C, int64_t inner);
+/* mean squared error with a of type at and b of type bt; the loss and da, db f32 */
+ct_status ct_cuda_mse_t(cudaStream_t s, const void *a, ct_cuda_cast_type at, const void *b, ct_cuda_cast_type bt, int64_t n,
+                        float *out);
+ct_status ct_cuda_mse_bwd_t(cudaStream_t s, const void *a, ct_cuda_cast_type at, const void *b, ct_cuda_cast_type bt, int64_t n,
+                            const float *dloss, float *da, float *db);
 
 /* ---- embedding: w [V, D], idx [n] → y [n, D]; an index outside [0, V) gives a zero row
  * and sets *bad (device int, may be NULL) to 1 ---- */
@@ -226,6 +239,12 @@ typedef struct { int64_t planes, H, W, OH, OW, k, s, p; } ct_cuda_pool_geom;
 ct_status ct_cuda_max_pool(cudaStream_t s, const float *x, float *y, int32_t *arg, const ct_cuda_pool_geom *g, bool relu);
 ct_status ct_cuda_max_pool_bwd(cudaStream_t s, const float *gy, const float *y, const int32_t *arg, float *dx,
                                const ct_cuda_pool_geom *g, bool relu, bool accumulate);
+/* the same with x and y (the saved output, read by relu's backward) of type t: f32, bf16 or
+ * f16 (y in x's type; the max of rounded values is exact) */
+ct_status ct_cuda_max_pool_t(cudaStream_t s, const void *x, ct_cuda_cast_type t, void *y, int32_t *arg, const ct_cuda_pool_geom *g,
+                             bool relu);
+ct_status ct_cuda_max_pool_bwd_t(cudaStream_t s, const float *gy, const void *y, ct_cuda_cast_type t, const int32_t *arg, float *dx,
+                                 const ct_cuda_pool_geom *g, bool relu, bool accumulate);
 
 /* ---- convolution and average pooling on cuDNN (cudnn.c, loaded with dlopen on first use;
  * NCHW f32; src/cuda/conv.c holds the op entries) ---- */

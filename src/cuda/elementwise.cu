@@ -44,8 +44,6 @@ __global__ void binary_k(bool mul, const TA *a, const TB *b, TY *y, int64_t n, i
         y[i] = ct_st<TY>(mul ? x * z : x + z);
     }
 }
-template <typename TA, typename TB> struct common { typedef float T; };
-template <typename T_> struct common<T_, T_> { typedef T_ T; };
 __global__ void fill_k(float *y, float v, int64_t n) { CT_GRID_STRIDE(i, n) y[i] = v; }
 /* offset under l's strides of the i-th element in row-major order over l's shape */
 /* the offset of element i (row-major over l.shape) in the view; I: the index type, 32-bit
@@ -129,7 +127,7 @@ ct_status ct_cuda_binary(cudaStream_t s, bool mul, const void *a, ct_cuda_cast_t
     if (m <= 0 || n % m) return ct_error(CT_ERR_INVALID, "cuda %s: %lld elements do not repeat a %lld-element operand",
                                          mul ? "mul" : "add", (long long)n, (long long)m);
     CT_WITH_TYPE(ta, TA, CT_WITH_TYPE(tb, TB, {
-        typedef typename common<TA, TB>::T TY;
+        typedef typename ct_common<TA, TB>::T TY;
         LAUNCH(mul ? "mul" : "add", (binary_k<TA, TB, TY>), n, mul, (const TA *)a, (const TB *)b, (TY *)y, n, m);
     }));
     return CT_OK;

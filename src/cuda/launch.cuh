@@ -30,20 +30,28 @@ static inline unsigned ct_grid(int64_t n, int threads) {
 struct ct_bf16_t {
     uint16_t bits;
 };
-__device__ static inline float ct_ld(float x) { return x; }
-__device__ static inline float ct_ld(ct_bf16_t x) { return ct_k_bf16_to_f32(x.bits); }
-__device__ static inline float ct_ld(__half x) { return __half2float(x); }
+__host__ __device__ static inline float ct_ld(float x) { return x; }
+__host__ __device__ static inline float ct_ld(ct_bf16_t x) { return ct_k_bf16_to_f32(x.bits); }
+__host__ __device__ static inline float ct_ld(__half x) { return __half2float(x); }
 template <typename T> struct ct_st_;
 template <> struct ct_st_<float> {
-    __device__ static float of(float v) { return v; }
+    __host__ __device__ static float of(float v) { return v; }
 };
 template <> struct ct_st_<ct_bf16_t> {
-    __device__ static ct_bf16_t of(float v) { return ct_bf16_t{ct_k_f32_to_bf16(v)}; }
+    __host__ __device__ static ct_bf16_t of(float v) { return ct_bf16_t{ct_k_f32_to_bf16(v)}; }
 };
 template <> struct ct_st_<__half> {
-    __device__ static __half of(float v) { return __float2half_rn(v); }
+    __host__ __device__ static __half of(float v) { return __float2half_rn(v); }
 };
-template <typename T> __device__ static inline T ct_st(float v) { return ct_st_<T>::of(v); }
+template <typename T> __host__ __device__ static inline T ct_st(float v) { return ct_st_<T>::of(v); }
+/* the result type of two operands: theirs when they have one, else f32 (autocast's promotion
+ * of mixed inputs) */
+template <typename TA, typename TB> struct ct_common {
+    typedef float T;
+};
+template <typename T_> struct ct_common<T_, T_> {
+    typedef T_ T;
+};
 /* runs the statements with T the C++ type of t (a ct_cuda_cast_type) */
 #define CT_WITH_TYPE(t, T, ...)                                                              \
     do {                                                                                     \

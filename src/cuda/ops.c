@@ -3,7 +3,8 @@
  * cross-entropy, layer norm, embedding, flash attention, contiguous, split/merge heads, and
  * the backwards of the views reshape, transpose and slice) and, through ops_more.c, bias_add,
  * softmax, log_softmax, mse_loss, plain attention and cast (those six built and compiled but
- * not yet run on a GPU). Shared helpers: ops_util.h. Each checks shapes like its CPU op,
+ * not yet run on a GPU). Most read bf16/f16 inputs themselves under autocast (the lowp[]
+ * table at the end; docs/gpu.md "Autocast on a GPU"). Shared helpers: ops_util.h. Each checks shapes like its CPU op,
  * launches on the device's compute stream and records the same node fields; a failed call
  * fails the context (ct_ctx_status) and the op returns a placeholder. The autograd walk is
  * core's: these are rows of the same table, not a second engine.
@@ -229,19 +230,21 @@ static void bw_mul(ct_ctx *ctx, ct_node *n) {
 }
 
 /* ---- sum and mean of all elements: a GEMM with a row of ones (f32 accumulation, where the
- * CPU op sums in double), then the scale; backward adds the scaled scalar everywhere ---- */
+ * CPU op sums in double), then the scale; backward adds the scaled scalar everywhere. x f32,
+ * bf16 or f16 (f32 ops under autocast: a low-precision x is read with ones of its type, exact
+ * products, and gives an f32 result); backward reads no input data. ---- */
 static ct_tensor *reduce_all(ct_ctx *ctx, ct_tensor *x, int op, double scale) {
     const char *name = ct_op_table_dev[op].row.name;
-    CT_CHECK_F32(name, x); CT_CHECK_CONTIG(name, x);
+    check_float(name, x); CT_CHECK_CONTIG(name, x);
     int64_t n = ct_numel(x);
+    ct_cuda_dtype dt = gemm_dt(x);
     run r;
     bool go = begin(ctx, x->device, name, &r);
     ct_tensor *y = out_like(&r, x, 0, NULL, name);
-    float *ones = scratch(&r, n, name);
-    if (go && y->data && ones) {
+    if (go && y->data) {
+        const void *ones = n ? ones_of(&r, dt, n, name) : NULL;
         if (n == 0) ok(&r, ct_cuda_fill(r.s, y->data, 0.0f, 1));
-        else if (ok(&r, ct_cuda_fill(r.s, ones, 1.0f, n)) && gemm(&r, false, false, 1, 1, n, 1, ones, x->data, y->data, 0.0f, NULL) &&
-                 scale != 1.0)
+        else if (ones && gemm_any(&r, dt, false, false, 1, 1, n, 1, 1.0f, ones, x->data, y->data, 0.0f, NULL) && scale != 1.0)
             ok(&r, ct_cuda_scale(r.s, y->data, (float)scale, y->data, 1));
     }
     ct_node *nd = ct_record(ctx, op, y, 1, &x);
@@ -565,6 +568,7 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_CROSS_ENTROPY, 1u, MIXED}, {CT_OP_RELU, 1u, LP},       {CT_OP_GELU, 1u, LP},
         {CT_OP_TANH, 1u, LP},           {CT_OP_SIGMOID, 1u, LP},      {CT_OP_SCALE, 1u, LP},
         {CT_OP_DROPOUT, 1u, LP},        {CT_OP_SPLIT_HEADS, 1u, LP},  {CT_OP_MERGE_HEADS, 1u, LP},
+        {CT_OP_SUM, 1u, MIXED},         {CT_OP_MEAN, 1u, MIXED},
     };
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) ct_op_device_reads_lowp(lowp[i].op, lowp[i].in, lowp[i].dt);
     ct_cuda_register_conv_ops_();

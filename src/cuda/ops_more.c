@@ -1,5 +1,6 @@
 /* More of the op table's CUDA column (ops.c has the rest): bias_add, softmax, log_softmax,
- * mse_loss, plain (materialised) attention and cast. Same checks, shapes, saved values and
+ * mse_loss (these four on f32, bf16 or f16 inputs: autocast hands them its low-precision
+ * tensors), plain (materialised) attention and cast. Same checks, shapes, saved values and
  * node fields as the CPU ops, so that a node's backward reads what its forward kept.
  *
  * attention materialises the scores P [B*H, Tq, Tk] as the CPU op does: one batched cuBLASLt
@@ -14,15 +15,18 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/ops_util.h"
 
-/* ---- bias_add: x [N, C, ...] + b [C] ---- */
+/* ---- bias_add: x [N, C, ...] + b [C]; f32, bf16 or f16 each, y of their dtype when they
+ * have one, else f32 (autocast's promotion). Backward reads only the f32 gradient. ---- */
 static ct_tensor *fwd_bias_add(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *b = a->in[1];
     int64_t N, C, inner;
-    ct_check_bias_add(x, b, &N, &C, &inner);
+    check_float("bias_add", x);
+    check_float("bias_add", b);
+    ct_check_bias_add_shapes(x, b, &N, &C, &inner);
     run r;
     bool go = begin(ctx, x->device, "bias_add", &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "bias_add");
-    if (go && y->data) ok(&r, ct_cuda_bias_add(r.s, x->data, b->data, y->data, ct_numel(x), C, inner));
+    ct_tensor *y = x->dtype == b->dtype ? out_same(&r, x, x->ndim, NULL, "bias_add") : out_like(&r, x, x->ndim, NULL, "bias_add");
+    if (go && y->data) ok(&r, ct_cuda_bias_add_t(r.s, x->data, ty(x), b->data, ty(b), y->data, ct_numel(x), C, inner));
     ct_node *nd = ct_record(ctx, CT_OP_BIAS_ADD, y, 2, (ct_tensor *[]){x, b});
     if (nd) { nd->i[0] = N; nd->i[1] = C; nd->i[2] = inner; }
     return y;
@@ -42,15 +46,16 @@ static void bw_bias_add(ct_ctx *ctx, ct_node *n) {
         acc_colsum(&r, n->in[1], part, N, C);
 }
 
-/* ---- softmax, log_softmax over the last dim ---- */
+/* ---- softmax, log_softmax over the last dim: x f32, bf16 or f16, y f32 (f32 ops under
+ * autocast); backward reads y and its gradient, not x ---- */
 static ct_tensor *softmax_fwd(ct_ctx *ctx, ct_tensor *x, int op) {
     const char *name = ct_op_table_dev[op].row.name;
-    CT_CHECK_F32(name, x); CT_CHECK_CONTIG(name, x);
+    check_float(name, x); CT_CHECK_CONTIG(name, x);
     int64_t D = x->ndim ? x->shape[x->ndim - 1] : 1, R = D ? ct_numel(x) / D : 0;
     run r;
     bool go = begin(ctx, x->device, name, &r);
     ct_tensor *y = out_like(&r, x, x->ndim, NULL, name);
-    if (go && y->data) ok(&r, ct_cuda_softmax(r.s, x->data, y->data, R, D, op == CT_OP_LOG_SOFTMAX, 0));
+    if (go && y->data) ok(&r, ct_cuda_softmax_t(r.s, x->data, ty(x), y->data, R, D, op == CT_OP_LOG_SOFTMAX, 0));
     ct_node *nd = ct_record(ctx, op, y, 1, &x);
     if (nd) nd->i[0] = D;
     return y;
@@ -68,17 +73,18 @@ static void bw_softmax(ct_ctx *ctx, ct_node *n) {
     acc_end(&r, n->in[0], w, direct);
 }
 
-/* ---- mse_loss (mean) ---- */
+/* ---- mse_loss (mean): x and t f32, bf16 or f16 each, read as they are forward and
+ * backward; the loss and the gradients f32 ---- */
 static ct_tensor *fwd_mse_loss(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *t = a->in[1];
-    CT_CHECK_F32("mse_loss", x); CT_CHECK_F32("mse_loss", t);
+    check_float("mse_loss", x); check_float("mse_loss", t);
     CT_CHECK_CONTIG("mse_loss", x); CT_CHECK_CONTIG("mse_loss", t);
     CT_CHECK_SAME_SHAPE("mse_loss", x, t);
     int64_t n = ct_numel(x);
     run r;
     bool go = begin(ctx, x->device, "mse_loss", &r);
     ct_tensor *y = out_like(&r, x, 0, NULL, "mse_loss");
-    if (go && y->data) ok(&r, ct_cuda_mse(r.s, x->data, t->data, n, y->data));
+    if (go && y->data) ok(&r, ct_cuda_mse_t(r.s, x->data, ty(x), t->data, ty(t), n, y->data));
     ct_node *nd = ct_record(ctx, CT_OP_MSE_LOSS, y, 2, (ct_tensor *[]){x, t});
     if (nd) nd->i[0] = n;
     return y;
@@ -92,8 +98,8 @@ static void bw_mse_loss(ct_ctx *ctx, ct_node *n) {
         bool direct;
         float *w = acc_begin(&r, n->in[k], &direct);
         if (!w) continue;
-        ok(&r, ct_cuda_mse_bwd(r.s, n->in[0]->data, n->in[1]->data, N, n->out->grad->data, k == 0 ? w : NULL,
-                               k == 1 ? w : NULL));
+        const ct_tensor *a = n->in[0], *b = n->in[1];
+        ok(&r, ct_cuda_mse_bwd_t(r.s, a->data, ty(a), b->data, ty(b), N, n->out->grad->data, k == 0 ? w : NULL, k == 1 ? w : NULL));
         acc_end(&r, n->in[k], w, direct);
     }
 }
@@ -180,4 +186,12 @@ void ct_cuda_register_ops_more_(void) {
         {CT_OP_CAST, fwd_cast, bw_cast},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) ct_op_register_device(CT_DEV_CUDA, rows[i].op, rows[i].fwd, rows[i].bwd);
+    /* inputs read in bf16/f16 as they are (see ops.c's table). The f32 bit is the run of the f32
+     * ops (softmax, log_softmax, mse_loss) and of bias_add's mixed inputs; the bf16/f16 bits
+     * are both bias_add's one-type runs and the input dtypes autocast hands over uncopied. */
+    const unsigned lp = (1u << CT_BF16) | (1u << CT_F16), f32 = 1u << CT_F32;
+    ct_op_device_reads_lowp(CT_OP_BIAS_ADD, 3u, lp | f32);
+    ct_op_device_reads_lowp(CT_OP_SOFTMAX, 1u, lp | f32);
+    ct_op_device_reads_lowp(CT_OP_LOG_SOFTMAX, 1u, lp | f32);
+    ct_op_device_reads_lowp(CT_OP_MSE_LOSS, 3u, lp | f32);
 }

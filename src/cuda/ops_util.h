@@ -70,6 +70,12 @@ static inline const void *lowp_copy(run *r, ct_cuda_dtype dt, const float *x, in
     if (y && n > 0 && !ok(r, ct_cuda_cast(r->s, x, CT_CUDA_CAST_F32, y, to, n))) return NULL;
     return y;
 }
+/* n ones of dt (exact in bf16 and f16), in scratch: the row of a sum's GEMM */
+static inline const void *ones_of(run *r, ct_cuda_dtype dt, int64_t n, const char *op) {
+    float *ones = scratch(r, n, op);
+    if (!ones || !ok(r, ct_cuda_fill(r->s, ones, 1.0f, n))) return NULL;
+    return dt == CT_CUDA_F32 ? ones : lowp_copy(r, dt, ones, n, op);
+}
 static inline bool gemm(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, const float *A,
                         const float *B, float *C, float beta, const float *bias) {
     return gemm_scaled(r, ta, tb, M, N, K, batch, 1.0f, A, B, C, beta, bias);

@@ -9,17 +9,19 @@
 namespace {
 enum { THREADS = 256, MSE_THREADS = 512 };
 
-__global__ void bias_add_k(const float *x, const float *b, float *y, int64_t n, int64_t C, int64_t inner) {
-    CT_GRID_STRIDE(i, n) y[i] = x[i] + b[ct_k_bias_channel(i, C, inner)];
+/* x and b of types TX, TB (f32, bf16, f16) widened as read; y of their common type, rounded as stored */
+template <typename TX, typename TB, typename TY>
+__global__ void bias_add_k(const TX *x, const TB *b, TY *y, int64_t n, int64_t C, int64_t inner) {
+    CT_GRID_STRIDE(i, n) y[i] = ct_st<TY>(ct_ld(x[i]) + ct_ld(b[ct_k_bias_channel(i, C, inner)]));
 }
 
 /* one block: each thread sums its strided elements in double, then a fixed tree; the order
- * depends only on n (deterministic), not on timing */
-__global__ void mse_k(const float *a, const float *b, int64_t n, float *out) {
+ * depends only on n (deterministic), not on timing. a and b widened as read, the loss f32. */
+template <typename TA, typename TB> __global__ void mse_k(const TA *a, const TB *b, int64_t n, float *out) {
     __shared__ double ss[MSE_THREADS];
     double s = 0;
     for (int64_t i = threadIdx.x; i < n; i += MSE_THREADS) {
-        float d = a[i] - b[i];
+        float d = ct_ld(a[i]) - ct_ld(b[i]);
         s += (double)(d * d);
     }
     ss[threadIdx.x] = s;
@@ -30,10 +32,11 @@ __global__ void mse_k(const float *a, const float *b, int64_t n, float *out) {
     }
     if (threadIdx.x == 0) out[0] = n ? (float)(ss[0] / (double)n) : NAN;
 }
-__global__ void mse_bwd_k(const float *a, const float *b, int64_t n, const float *dloss, float *da, float *db) {
+template <typename TA, typename TB>
+__global__ void mse_bwd_k(const TA *a, const TB *b, int64_t n, const float *dloss, float *da, float *db) {
     float sc = ct_k_mse_scale(dloss[0], n);
     CT_GRID_STRIDE(i, n) {
-        float t = ct_k_mse_grad(a[i], b[i], sc);
+        float t = ct_k_mse_grad(ct_ld(a[i]), ct_ld(b[i]), sc);
         if (da) da[i] = t;
         if (db) db[i] = -t;
     }
@@ -66,18 +69,36 @@ __global__ void cast_bwd_k(const float *g, ct_cuda_cast_type to, float *dx, int6
 #define LAUNCH(op, kernel, n, ...) CT_LAUNCH_N(op, kernel, n, THREADS, __VA_ARGS__)
 
 extern "C" {
-ct_status ct_cuda_bias_add(cudaStream_t s, const float *x, const float *b, float *y, int64_t n, int64_t C, int64_t inner) {
+ct_status ct_cuda_bias_add_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const void *b, ct_cuda_cast_type bt, void *y,
+                             int64_t n, int64_t C, int64_t inner) {
     if (C <= 0 || inner <= 0) return CT_OK; /* no elements */
-    LAUNCH("bias_add", bias_add_k, n, x, b, y, n, C, inner);
+    CT_WITH_TYPE(xt, TX, CT_WITH_TYPE(bt, TB, {
+        typedef typename ct_common<TX, TB>::T TY;
+        LAUNCH("bias_add", (bias_add_k<TX, TB, TY>), n, (const TX *)x, (const TB *)b, (TY *)y, n, C, inner);
+    }));
+    return CT_OK;
+}
+ct_status ct_cuda_bias_add(cudaStream_t s, const float *x, const float *b, float *y, int64_t n, int64_t C, int64_t inner) {
+    return ct_cuda_bias_add_t(s, x, CT_CUDA_CAST_F32, b, CT_CUDA_CAST_F32, y, n, C, inner);
+}
+ct_status ct_cuda_mse_t(cudaStream_t s, const void *a, ct_cuda_cast_type at, const void *b, ct_cuda_cast_type bt, int64_t n,
+                        float *out) {
+    CT_WITH_TYPE(at, TA, CT_WITH_TYPE(bt, TB, mse_k<TA, TB><<<1, MSE_THREADS, 0, s>>>((const TA *)a, (const TB *)b, n, out)));
+    CT_LAUNCHED("mse_loss");
+    return CT_OK;
 }
 ct_status ct_cuda_mse(cudaStream_t s, const float *a, const float *b, int64_t n, float *out) {
-    mse_k<<<1, MSE_THREADS, 0, s>>>(a, b, n, out);
-    CT_LAUNCHED("mse_loss");
+    return ct_cuda_mse_t(s, a, CT_CUDA_CAST_F32, b, CT_CUDA_CAST_F32, n, out);
+}
+ct_status ct_cuda_mse_bwd_t(cudaStream_t s, const void *a, ct_cuda_cast_type at, const void *b, ct_cuda_cast_type bt, int64_t n,
+                            const float *dloss, float *da, float *db) {
+    CT_WITH_TYPE(at, TA, CT_WITH_TYPE(bt, TB, LAUNCH("mse_loss backward", (mse_bwd_k<TA, TB>), n, (const TA *)a, (const TB *)b,
+                                                     n, dloss, da, db)));
     return CT_OK;
 }
 ct_status ct_cuda_mse_bwd(cudaStream_t s, const float *a, const float *b, int64_t n, const float *dloss, float *da,
                           float *db) {
-    LAUNCH("mse_loss backward", mse_bwd_k, n, a, b, n, dloss, da, db);
+    return ct_cuda_mse_bwd_t(s, a, CT_CUDA_CAST_F32, b, CT_CUDA_CAST_F32, n, dloss, da, db);
 }
 ct_status ct_cuda_cast(cudaStream_t s, const void *x, ct_cuda_cast_type from, void *y, ct_cuda_cast_type to, int64_t n) {
     LAUNCH("cast", cast_k, n, x, from, y, to, n);

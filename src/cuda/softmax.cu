@@ -27,21 +27,26 @@ __device__ inline int64_t visible(int64_t r, int64_t D, int64_t causal_T) {
     return i < D ? i : D;
 }
 
-__global__ void softmax_k(const float *x, float *y, int64_t R, int64_t D, bool log_out, int64_t causal_T) {
+/* x of type TX (f32, bf16 or f16), widened as read; y f32 (an f32 op under autocast) */
+template <typename TX>
+__global__ void softmax_k(const TX *x, float *y, int64_t R, int64_t D, bool log_out, int64_t causal_T) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= R) return;
-    const float *xr = x + r * D;
+    const TX *xr = x + r * D;
     float *yr = y + r * D;
     int64_t nv = visible(r, D, causal_T);
     float m = -INFINITY, s = 0;
-    for (int64_t j = lane; j < nv; j += 32) m = xr[j] > m ? xr[j] : m;
+    for (int64_t j = lane; j < nv; j += 32) {
+        float v = ct_ld(xr[j]);
+        m = v > m ? v : m;
+    }
     m = warp_max(m);
-    for (int64_t j = lane; j < nv; j += 32) s += ct_vexpf(xr[j] - m);
+    for (int64_t j = lane; j < nv; j += 32) s += ct_vexpf(ct_ld(xr[j]) - m);
     s = ct_warp_sum(s);
     float lse = ct_k_attn_lse(m, s), inv = 1.0f / s;
     for (int64_t j = lane; j < nv; j += 32)
-        yr[j] = log_out ? ct_k_log_softmax_out(xr[j], lse) : ct_k_softmax_out(xr[j], m, inv);
+        yr[j] = log_out ? ct_k_log_softmax_out(ct_ld(xr[j]), lse) : ct_k_softmax_out(ct_ld(xr[j]), m, inv);
     for (int64_t j = nv + lane; j < D; j += 32) yr[j] = 0.0f;
 }
 
@@ -87,9 +92,15 @@ __global__ void attention_ds_k(const float *P, float *dS, int64_t R, int64_t Tk,
         return CT_OK;                                                                         \
     } while (0)
 
+extern "C" ct_status ct_cuda_softmax_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, float *y, int64_t R, int64_t D,
+                                       bool log_out, int64_t causal_T) {
+    CT_WITH_TYPE(xt, T, LAUNCH_ROWS(log_out ? "log_softmax" : "softmax", softmax_k<T>, R, (const T *)x, y, R, D, log_out,
+                                    causal_T));
+    return CT_OK;
+}
 extern "C" ct_status ct_cuda_softmax(cudaStream_t s, const float *x, float *y, int64_t R, int64_t D, bool log_out,
                                      int64_t causal_T) {
-    LAUNCH_ROWS(log_out ? "log_softmax" : "softmax", softmax_k, R, x, y, R, D, log_out, causal_T);
+    return ct_cuda_softmax_t(s, x, CT_CUDA_CAST_F32, y, R, D, log_out, causal_T);
 }
 extern "C" ct_status ct_cuda_softmax_bwd(cudaStream_t s, const float *y, const float *g, float *dx, int64_t R, int64_t D,
                                          bool log_out) {

@@ -16,7 +16,8 @@ typedef struct {
     bool launched;
     ct_work *work;
     double t_launch, t_done;
-    void *scratch;        /* compressed copy when comm_dtype != f32 */
+    void *scratch;        /* compressed copy when comm_dtype != f32, where the gradients are */
+    ct_status cst;        /* of its compression at launch (the all-reduce goes out anyway) */
 } bucket;
 
 struct ct_ddp {
@@ -34,6 +35,7 @@ struct ct_ddp {
     void *shared;         /* zero-copy: this rank's region of the shared gradient segment */
     ct_ddp_stats st;
     bool deferred;        /* ct_ddp_set_deferred: no bucket is reduced; the reader averages */
+    ct_device dev;        /* where the gradients are */
 };
 
 /* CTRAIN_DDP_BUCKET_MB / CTRAIN_DDP_FIRST_BUCKET_MB override the bucket sizes (PyTorch's
@@ -100,7 +102,9 @@ static void launch(ct_ddp *d, bucket *b) {
     if (d->o.comm_dtype == CT_F32) {
         b->work = ct_all_reduce(d->pg, g, b->numel, CT_F32, CT_RED_AVG);
     } else {
-        ct_convert(b->scratch, d->o.comm_dtype, g, CT_F32, b->numel);
+        /* on a GPU the conversion is queued on the compute stream, which NCCL's stream waits for;
+         * a failed one still sends, so that every rank issues the same collectives */
+        b->cst = ct_device_convert(d->dev, b->scratch, d->o.comm_dtype, g, CT_F32, (int64_t)b->numel);
         b->work = ct_all_reduce(d->pg, b->scratch, b->numel, d->o.comm_dtype, CT_RED_SUM);
     }
 }
@@ -157,15 +161,12 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
     if (o.first_bucket_bytes < 4) o.first_bucket_bytes = 4;
     if (ct_params_device(P).type != CT_DEV_CPU) {
         /* gradients on a GPU: NCCL reduces them in place, on its stream ordered after the
-         * compute stream (src/distributed/nccl.c); compression converts on the host */
+         * compute stream (src/distributed/nccl.c); compression converts on the device */
         char dv[32];
         ct_device_str(ct_params_device(P), dv, sizeof dv);
         if (strcmp(ct_pg_backend(pg), "nccl"))
             return ct_error(CT_ERR_INVALID, "DDP: parameters on %s need the nccl backend (CTRAIN_BACKEND=nccl), not %s", dv,
                             ct_pg_backend(pg));
-        if (o.comm_dtype != CT_F32)
-            return ct_error(CT_ERR_UNSUPPORTED, "DDP: gradient compression (%s) is not supported for parameters on %s yet",
-                            ct_dtype_name(o.comm_dtype), dv);
     }
     ct_status st = check_same_params(pg, P);
     if (st != CT_OK) return st;
@@ -185,6 +186,7 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
     d->pg = pg;
     d->P = P;
     d->o = o;
+    d->dev = ct_params_device(P);
     /* walk parameters from last to first, closing a bucket when it reaches its cap */
     bucket *cur = NULL;
     size_t cap = o.first_bucket_bytes;
@@ -211,9 +213,9 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
     }
     for (int k = 0; k < d->nb; k++) {
         d->b[k].pending = d->b[k].nparams;
-        if (o.comm_dtype != CT_F32) {
-            d->b[k].scratch = malloc(d->b[k].numel * ct_dtype_size(o.comm_dtype));
-            if (!d->b[k].scratch) { ct_ddp_free(d); return ct_error(CT_ERR_NOMEM, "DDP: out of memory for compression buffers"); }
+        if (o.comm_dtype != CT_F32 && ct_device_alloc(d->dev, d->b[k].numel * ct_dtype_size(o.comm_dtype), &d->b[k].scratch) != CT_OK) {
+            ct_ddp_free(d);
+            return ct_error(CT_ERR_NOMEM, "DDP: no memory for compression buffers: %s", ct_last_error());
         }
     }
     d->st.buckets = d->nb;
@@ -232,7 +234,7 @@ void ct_ddp_free(ct_ddp *d) {
     if (d->P) ct_params_set_grad_hook(d->P, NULL, NULL);
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].work) ct_work_free(d->b[k].work);
-        free(d->b[k].scratch);
+        ct_device_free(d->dev, d->b[k].scratch);
     }
     if (d->shared) {
         /* gradients move back to private memory before the segment goes */
@@ -317,8 +319,10 @@ static ct_status finish(ct_ddp *d) {
         b->work = NULL;
         if (s == CT_OK && d->o.comm_dtype != CT_F32) {
             float *g = ct_params_grad(d->P) + b->off;
-            ct_convert(g, CT_F32, b->scratch, d->o.comm_dtype, b->numel);
-            for (size_t j = 0; j < b->numel; j++) g[j] *= inv;
+            s = b->cst;
+            if (s == CT_OK) s = ct_device_convert(d->dev, g, CT_F32, b->scratch, d->o.comm_dtype, (int64_t)b->numel);
+            if (s == CT_OK) s = ct_device_scale(d->dev, g, inv, (int64_t)b->numel);
+            if (s != CT_OK && st == CT_OK) st = s;
         }
         double start = b->t_launch > prev_done ? b->t_launch : prev_done;
         if (b->t_done > start) comm += b->t_done - start;

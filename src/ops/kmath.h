@@ -404,48 +404,59 @@ CT_K_DEFINE_ATTN(f32, float, CT_K_F32_LD, CT_K_F32_LD)
 
 /* ---- max pooling (NCHW planes of H x W; window k, stride s, padding p, p <= k/2 so no
  * window lies wholly in the padding) ---- */
-/* Output (oh, ow)'s max over the window clipped to the plane (relu: over max(v, 0), ctrain's
- * ReLU, NaN -> 0): the first maximum in scan order wins; a NaN wins and stays (PyTorch's
- * rule). *arg: the winner's offset in the plane, which backward routes the gradient to. */
-CT_HD static inline float ct_k_max_pool_at(const float *xp, int64_t H, int64_t W, int64_t k, int64_t s, int64_t p,
-                                           int64_t oh, int64_t ow, bool relu, int32_t *arg) {
-    int64_t hs = oh * s - p, ws = ow * s - p;
-    int64_t h1 = hs + k < H ? hs + k : H, w1 = ws + k < W ? ws + k : W, h0 = hs < 0 ? 0 : hs, w0 = ws < 0 ? 0 : ws;
-    float m = -INFINITY;
-    int64_t am = h0 * W + w0;
-    for (int64_t ih = h0; ih < h1; ih++)
-        for (int64_t iw = w0; iw < w1; iw++) {
-            float v = xp[ih * W + iw];
-            if (relu) v = v > 0 ? v : 0.0f;
-            if (v > m || v != v) {
-                m = v;
-                am = ih * W + iw;
-                if (v != v) { *arg = (int32_t)am; return m; }
-            }
-        }
-    *arg = (int32_t)am;
-    return m;
-}
-/* The gradient of input (ih, iw) of a plane: `start` plus gy of every output whose saved
- * argmax is this input (relu: and whose value is positive, as ReLU's backward passes it),
- * added in output order — the order in which the CPU op scatters them, hence its bits. */
-CT_HD static inline float ct_k_max_pool_dx(const float *gy, const float *y, const int32_t *arg, int64_t W, int64_t OH,
-                                           int64_t OW, int64_t k, int64_t s, int64_t p, int64_t ih, int64_t iw, bool relu,
-                                           float start) {
-    /* outputs whose window covers ih: oh*s - p <= ih < oh*s - p + k */
-    int64_t a = ih + p - k + 1, b = iw + p - k + 1;
-    int64_t oh0 = a <= 0 ? 0 : (a + s - 1) / s, ow0 = b <= 0 ? 0 : (b + s - 1) / s;
-    int64_t oh1 = (ih + p) / s + 1, ow1 = (iw + p) / s + 1;
-    oh1 = oh1 < OH ? oh1 : OH;
-    ow1 = ow1 < OW ? ow1 : OW;
-    int32_t me = (int32_t)(ih * W + iw);
-    float acc = start;
-    for (int64_t oh = oh0; oh < oh1; oh++)
-        for (int64_t ow = ow0; ow < ow1; ow++) {
-            int64_t q = oh * OW + ow;
-            if (arg[q] == me && (!relu || y[q] > 0)) acc += gy[q];
-        }
-    return acc;
-}
+/* CT_K_DEFINE_MAX_POOL(SUF, T, LD) defines both functions for planes stored as T, read as
+ * floats through LD: here for f32 (no suffix), in src/cuda/pool.cu for bf16 and f16 (C++
+ * overloads of the same names), so every precision runs this one arithmetic.
+ *
+ * ct_k_max_pool_at: output (oh, ow)'s max over the window clipped to the plane (relu: over
+ * max(v, 0), ctrain's ReLU, NaN -> 0): the first maximum in scan order wins; a NaN wins and
+ * stays (PyTorch's rule). *arg: the winner's offset in the plane, which backward routes the
+ * gradient to.
+ * ct_k_max_pool_dx: the gradient of input (ih, iw) of a plane: `start` plus gy of every
+ * output whose saved argmax is this input (relu: and whose value is positive, as ReLU's
+ * backward passes it), added in output order — the order in which the CPU op scatters them,
+ * hence its bits. */
+#define CT_K_DEFINE_MAX_POOL(SUF, T, LD)                                                                              \
+    CT_HD static inline float ct_k_max_pool_at##SUF(const T *xp, int64_t H, int64_t W, int64_t k, int64_t s, int64_t p, \
+                                                    int64_t oh, int64_t ow, bool relu, int32_t *arg) {                 \
+        int64_t hs = oh * s - p, ws = ow * s - p;                                                                      \
+        int64_t h1 = hs + k < H ? hs + k : H, w1 = ws + k < W ? ws + k : W, h0 = hs < 0 ? 0 : hs, w0 = ws < 0 ? 0 : ws; \
+        float m = -INFINITY;                                                                                           \
+        int64_t am = h0 * W + w0;                                                                                      \
+        for (int64_t ih = h0; ih < h1; ih++)                                                                           \
+            for (int64_t iw = w0; iw < w1; iw++) {                                                                     \
+                float v = LD(xp[ih * W + iw]);                                                                         \
+                if (relu) v = v > 0 ? v : 0.0f;                                                                        \
+                if (v > m || v != v) {                                                                                 \
+                    m = v;                                                                                             \
+                    am = ih * W + iw;                                                                                  \
+                    if (v != v) {                                                                                      \
+                        *arg = (int32_t)am;                                                                            \
+                        return m;                                                                                      \
+                    }                                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+        *arg = (int32_t)am;                                                                                            \
+        return m;                                                                                                      \
+    }                                                                                                                  \
+    CT_HD static inline float ct_k_max_pool_dx##SUF(const float *gy, const T *y, const int32_t *arg, int64_t W,        \
+                                                    int64_t OH, int64_t OW, int64_t k, int64_t s, int64_t p, int64_t ih, \
+                                                    int64_t iw, bool relu, float start) {                              \
+        /* outputs whose window covers ih: oh*s - p <= ih < oh*s - p + k */                                          \
+        int64_t a = ih + p - k + 1, b = iw + p - k + 1;                                                                \
+        int64_t oh0 = a <= 0 ? 0 : (a + s - 1) / s, ow0 = b <= 0 ? 0 : (b + s - 1) / s;                               \
+        int64_t oh1 = (ih + p) / s + 1, ow1 = (iw + p) / s + 1;                                                        \
+        oh1 = oh1 < OH ? oh1 : OH;                                                                                     \
+        ow1 = ow1 < OW ? ow1 : OW;                                                                                     \
+        int32_t me = (int32_t)(ih * W + iw);                                                                           \
+        float acc = start;                                                                                             \
+        for (int64_t oh = oh0; oh < oh1; oh++)                                                                         \
+            for (int64_t ow = ow0; ow < ow1; ow++) {                                                                   \
+                int64_t q = oh * OW + ow;                                                                              \
+                if (arg[q] == me && (!relu || LD(y[q]) > 0)) acc += gy[q];                                             \
+            }                                                                                                          \
+        return acc;                                                                                                    \
+    }
+CT_K_DEFINE_MAX_POOL(, float, CT_K_F32_LD)
 
 #endif

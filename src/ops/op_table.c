@@ -135,6 +135,11 @@ void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b,
 void ct_check_conv2d(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int stride, int padding, int64_t *OH,
                      int64_t *OW) {
     CT_CHECK_F32("conv2d", x); CT_CHECK_F32("conv2d", w);
+    if (b) CT_CHECK_F32("conv2d", b);
+    ct_check_conv2d_shapes(x, w, b, stride, padding, OH, OW);
+}
+void ct_check_conv2d_shapes(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int stride, int padding, int64_t *OH,
+                            int64_t *OW) {
     CT_CHECK_CONTIG("conv2d", x); CT_CHECK_CONTIG("conv2d", w);
     char sx[96], sw[96];
     if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1])
@@ -144,7 +149,7 @@ void ct_check_conv2d(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b,
     if (x->shape[2] + 2 * padding < w->shape[2] || x->shape[3] + 2 * padding < w->shape[3])
         CT_FATAL("conv2d: kernel of %s larger than padded input %s", ct_shape_str(w, sw, sizeof sw), ct_shape_str(x, sx, sizeof sx));
     if (b) {
-        CT_CHECK_F32("conv2d", b); CT_CHECK_CONTIG("conv2d", b);
+        CT_CHECK_CONTIG("conv2d", b);
         if (b->ndim != 1 || b->shape[0] != w->shape[0])
             CT_FATAL("conv2d: bias %s does not match weight %s", ct_shape_str(b, sx, sizeof sx), ct_shape_str(w, sw, sizeof sw));
     }
@@ -153,8 +158,13 @@ void ct_check_conv2d(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b,
 }
 
 void ct_check_pool2d(const char *op, const ct_tensor *x, int kernel, int *stride, int padding, int64_t *OH, int64_t *OW) {
+    CT_CHECK_F32(op, x);
+    ct_check_pool2d_shapes(op, x, kernel, stride, padding, OH, OW);
+}
+void ct_check_pool2d_shapes(const char *op, const ct_tensor *x, int kernel, int *stride, int padding, int64_t *OH,
+                            int64_t *OW) {
     char sx[96];
-    CT_CHECK_F32(op, x); CT_CHECK_CONTIG(op, x);
+    CT_CHECK_CONTIG(op, x);
     if (x->ndim != 4) CT_FATAL("%s: input must be [N, C, H, W], got %s", op, ct_shape_str(x, sx, sizeof sx));
     if (*stride <= 0) *stride = kernel; /* PyTorch: stride defaults to kernel_size */
     CT_CHECK(kernel >= 1 && padding >= 0 && 2 * padding <= kernel,
@@ -166,8 +176,11 @@ void ct_check_pool2d(const char *op, const ct_tensor *x, int kernel, int *stride
 }
 
 void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner) {
-    CT_CHECK_F32("bias_add", x); CT_CHECK_CONTIG("bias_add", x);
-    CT_CHECK_F32("bias_add", b); CT_CHECK_CONTIG("bias_add", b);
+    CT_CHECK_F32("bias_add", x); CT_CHECK_F32("bias_add", b);
+    ct_check_bias_add_shapes(x, b, N, C, inner);
+}
+void ct_check_bias_add_shapes(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner) {
+    CT_CHECK_CONTIG("bias_add", x); CT_CHECK_CONTIG("bias_add", b);
     if (x->ndim < 2 || b->ndim != 1 || b->shape[0] != x->shape[1]) {
         char sx[96], sb[96];
         CT_FATAL("bias_add: bias %s does not match dim 1 of %s", ct_shape_str(b, sb, sizeof sb), ct_shape_str(x, sx, sizeof sx));

@@ -152,8 +152,14 @@ void ct_check_linear(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b,
 void ct_check_conv2d(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int stride, int padding, int64_t *OH,
                      int64_t *OW);
 void ct_check_pool2d(const char *op, const ct_tensor *x, int kernel, int *stride, int padding, int64_t *OH, int64_t *OW);
+/* the same without the dtypes (a device op reading bf16/f16 checks those itself) */
+void ct_check_conv2d_shapes(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, int stride, int padding, int64_t *OH,
+                            int64_t *OW);
+void ct_check_pool2d_shapes(const char *op, const ct_tensor *x, int kernel, int *stride, int padding, int64_t *OH,
+                            int64_t *OW);
 /* bias_add: f32 contiguous x [N, C, ...] and b [C]; inner = the elements per (n, c) */
 void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner);
+void ct_check_bias_add_shapes(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner); /* any float */
 /* attention and flash_attention (op): f32 contiguous q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv] */
 void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v);
 

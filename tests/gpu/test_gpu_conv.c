@@ -128,8 +128,10 @@ CT_TEST(pooling_on_cuda_matches_cpu) {
  * the loss within 1e-5 of the CPU's, every gradient within 1e-4 normwise (the errors of
  * several ops compound; a max-pool window whose two largest values lie within the rounding
  * difference could route a gradient elsewhere, which random inputs make unlikely) */
-CT_TEST(cnn_model_on_cuda_matches_cpu) {
-    NEED_GPU();
+/* the small CNN on cuda:0 against the CPU, in f32 (loss <= 1e-5, gradients <= 1e-4) or under
+ * bf16/f16 autocast on both (conv2d on cuDNN's low-precision path, the poolings reading
+ * bf16/f16: loss and gradients within tol) */
+static void cnn_match(ct_dtype amp, double tol, double gtol) {
     ct_model_config cfg = ct_model_default_config(CT_MODEL_CNN);
     cfg.cnn.height = cfg.cnn.width = 12;
     cfg.cnn.c1 = 4;
@@ -151,21 +153,37 @@ CT_TEST(cnn_model_on_cuda_matches_cpu) {
     OK(ct_tensor_to(c, y[0], CT_CUDA(0), &y[1]));
     double l[2];
     for (int j = 0; j < 2; j++) {
+        if (amp != CT_F32) OK(ct_autocast_begin(c, amp));
         ct_tensor *loss = ct_cross_entropy(c, ct_model_forward(c, m[j], x[j]), y[j], -100);
+        if (amp != CT_F32) ct_autocast_end(c);
         l[j] = ct_item(loss);
         ct_backward(c, loss);
     }
-    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "CNN on cuda:0: %s", ct_last_error());
-    CT_EXPECTF(fabs(l[1] - l[0]) <= 1e-5 * fabs(l[0]), "CNN loss: cuda %.9g cpu %.9g", l[1], l[0]);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "CNN on cuda:0 (%s): %s", ct_dtype_name(amp), ct_last_error());
+    CT_EXPECTF(fabs(l[1] - l[0]) <= tol * fabs(l[0]), "CNN loss (%s): cuda %.9g cpu %.9g", ct_dtype_name(amp), l[1], l[0]);
     ct_params *P[2] = {ct_model_params(m[0]), ct_model_params(m[1])};
     for (int i = 0; i < ct_params_count(P[0]); i++) {
         ct_tensor *pc = ct_params_get(P[0], i), *pg = ct_params_get(P[1], i);
         double e = err_of(c, pg->grad, pc->grad);
-        CT_EXPECTF(e <= 1e-4, "CNN gradient of %s: normwise error %g", pc->name, e);
+        CT_EXPECTF(e <= gtol, "CNN gradient of %s (%s): normwise error %g", pc->name, ct_dtype_name(amp), e);
     }
-    printf("    CNN on cuda:0: loss %.7f (cpu %.7f)\n", l[1], l[0]);
+    printf("    CNN on cuda:0 (%s): loss %.7f (cpu %.7f)\n", ct_dtype_name(amp), l[1], l[0]);
     ct_ctx_free(c);
     for (int j = 0; j < 2; j++) ct_model_free(m[j]);
+}
+CT_TEST(cnn_model_on_cuda_matches_cpu) {
+    NEED_GPU();
+    cnn_match(CT_F32, 1e-5, 1e-4);
+}
+/* low precision: the bias is added after cuDNN's rounding (the CPU adds it before), and the
+ * sums run in other orders, so a value may round the other way: bf16's tolerance */
+CT_TEST(cnn_model_bf16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    cnn_match(CT_BF16, 2e-2, 3e-2);
+}
+CT_TEST(cnn_model_f16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    cnn_match(CT_F16, 1e-2, 1e-2);
 }
 
 /* Without a GPU: a missing cuDNN is a clean CT_ERR_UNSUPPORTED naming the library; the one

@@ -2,8 +2,10 @@
  * backward, on random inputs: bias_add, softmax, log_softmax, mse_loss, plain attention
  * (causal and not, Tq != Tk, Dv != D), and cast f32 -> bf16 / f16 -> f32. Each op's output
  * y is reduced as sum(y * w) with a random w, so every element of every input gradient is
- * checked. Tolerance 1e-5 normwise in f32; the casts must agree bit for bit. Built only with
- * CUDA; without a GPU every test skips with "no CUDA GPU" (scripts/gpu-check.sh runs them). */
+ * checked. Tolerance 1e-5 normwise in f32; the casts must agree bit for bit. The first four
+ * and sum and mean also on bf16 inputs under autocast (the kernels reading bf16), within 1e-2.
+ * Built only with CUDA; without a GPU every test skips with "no CUDA GPU" (scripts/gpu-check.sh
+ * runs them). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -112,6 +114,73 @@ CT_TEST(cast_on_cuda_matches_cpu_bit_for_bit) {
     const int64_t sh[1][4] = {{1031, 9}};
     check_op("cast bf16", op_cast, (int64_t[]){CT_BF16}, 1, (int[]){2}, sh, 0.0);
     check_op("cast f16", op_cast, (int64_t[]){CT_F16}, 1, (int[]){2}, sh, 0.0);
+}
+
+/* t's values as f32 on the host */
+static ct_tensor *host_f32(ct_ctx *c, ct_tensor *t) {
+    ct_tensor *h = host(c, t);
+    return h->dtype == CT_F32 ? h : ct_cast(c, h, CT_F32);
+}
+/* bf16 inputs under autocast: softmax, log_softmax, mse_loss, sum and mean (f32 ops: f32
+ * results) and bias_add (bf16 with a bf16 bias, f32 with an f32 one), whose device kernels read
+ * the bf16 tensors themselves, against the CPU under autocast: output dtypes the CPU's, outputs
+ * and the gradients of the f32 leaves (through the casts) within 1e-2 */
+CT_TEST(lowp_ops_under_autocast_on_cuda_match_cpu) {
+    NEED_GPU();
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    enum { X, T, X4, B, NIN };
+    const int nd[NIN] = {2, 2, 4, 1};
+    const int64_t shapes[NIN][4] = {{33, 300}, {33, 300}, {6, 7, 5, 3}, {7}};
+    ct_tensor *leaf[2][NIN];
+    for (int i = 0; i < NIN; i++) {
+        leaf[0][i] = rnd(c, nd[i], shapes[i], 2.0f);
+        OK(ct_tensor_to(c, leaf[0][i], CT_CUDA(0), &leaf[1][i]));
+    }
+    enum { SM, LSM, BA, BA_MIX, MSE, SUM, MEAN, NOUT };
+    static const char *names[NOUT] = {"softmax", "log_softmax", "bias_add", "bias_add (f32 bias)", "mse_loss", "sum", "mean"};
+    static const ct_dtype want[NOUT] = {CT_F32, CT_F32, CT_BF16, CT_F32, CT_F32, CT_F32, CT_F32};
+    ct_tensor *out[2][NOUT], *w[2][NOUT];
+    for (int d = 0; d < 2; d++) {
+        ct_tensor *in[NIN], **o = out[d];
+        for (int i = 0; i < NIN; i++) {
+            ct_requires_grad(leaf[d][i]);
+            in[i] = ct_cast(c, leaf[d][i], CT_BF16);
+        }
+        OK(ct_autocast_begin(c, CT_BF16));
+        o[SM] = ct_softmax(c, in[X]);
+        o[LSM] = ct_log_softmax(c, in[X]);
+        o[BA] = ct_bias_add(c, in[X4], in[B]);
+        o[BA_MIX] = ct_bias_add(c, in[X4], leaf[d][B]);
+        o[MSE] = ct_mse_loss(c, in[X], in[T]);
+        o[SUM] = ct_sum(c, in[X]);
+        o[MEAN] = ct_mean(c, in[X4]);
+        ct_autocast_end(c);
+        /* one loss of every output, weighted: each backward runs and every gradient element counts */
+        ct_tensor *loss = NULL;
+        for (int k = 0; k < NOUT; k++) {
+            if (d == 0) w[0][k] = rnd(c, o[k]->ndim, o[k]->shape, 1.0f);
+            else OK(ct_tensor_to(c, w[0][k], CT_CUDA(0), &w[1][k]));
+            ct_tensor *term = ct_sum(c, ct_mul(c, ct_cast(c, o[k], CT_F32), w[d][k]));
+            loss = loss ? ct_add(c, loss, term) : term;
+        }
+        ct_backward(c, loss);
+        CT_ASSERT(ct_ctx_status(c) == CT_OK ||
+                  (fprintf(stderr, "bf16 ops under autocast on %s: %s\n", d ? "cuda:0" : "cpu", ct_last_error()), 0));
+    }
+    for (int k = 0; k < NOUT; k++) {
+        ct_tensor *a = out[0][k], *b = out[1][k];
+        CT_EXPECTF(a->dtype == want[k] && b->dtype == a->dtype && b->device.type == CT_DEV_CUDA, "%s: cpu %s, cuda %s (want %s)",
+                   names[k], ct_dtype_name(a->dtype), ct_dtype_name(b->dtype), ct_dtype_name(want[k]));
+        double e = normwise(host_f32(c, b)->data, host_f32(c, a)->data, ct_numel(a));
+        CT_EXPECTF(e <= 1e-2, "%s: error %g against the CPU", names[k], e);
+    }
+    static const char *leaves[NIN] = {"x", "target", "x [N, C, H, W]", "bias"};
+    for (int i = 0; i < NIN; i++) {
+        double e = normwise(host(c, leaf[1][i]->grad)->data, leaf[0][i]->grad->data, ct_numel(leaf[0][i]));
+        CT_EXPECTF(e <= 1e-2, "gradient of %s: error %g against the CPU", leaves[i], e);
+    }
+    ct_ctx_free(c);
 }
 
 /* attention(x, x, x): the three gradients accumulate into one on the device too */

@@ -228,8 +228,10 @@ CT_TEST(train_step_f16_autocast_on_cuda_matches_cpu) {
 
 /* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
  * transposes, a copy and slices, merge_heads, the tied LM head */
+static bool ckpt_blocks; /* small_gpt with each block a checkpointed segment */
 static ct_model *small_gpt(void) {
     ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
+    cfg.gpt.checkpoint_activations = ckpt_blocks;
     cfg.gpt.n_layer = 2;
     cfg.gpt.n_embd = 32;
     cfg.gpt.n_head = 2;
@@ -290,6 +292,15 @@ CT_TEST(gpt_model_bf16_autocast_on_cuda_matches_cpu) {
 CT_TEST(gpt_model_f16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
     gpt_model_match(CT_F16, 1e-2, 1e-2);
+}
+/* activation checkpointing on the device: each block recomputed in backward, the segments'
+ * intermediates returned to the allocator after their forward; the same loss and gradients */
+CT_TEST(gpt_model_checkpointed_on_cuda_matches_cpu) {
+    NEED_GPU();
+    ckpt_blocks = true;
+    gpt_model_match(CT_F32, 1e-5, 1e-4);
+    gpt_model_match(CT_BF16, 1e-2, 1e-2);
+    ckpt_blocks = false;
 }
 
 /* The autocast policy on cuda:0, op by op, against the CPU's under the same region: linear,
@@ -483,13 +494,16 @@ CT_TEST(op_without_cuda_kernel_fails_the_step) {
     ct_ctx_free(c);
 }
 
-CT_TEST(ddp_world1_on_nccl_matches_cpu) {
-    NEED_GPU();
+/* DDP at world size 1 on NCCL, f32 or with the gradients compressed to comm (bf16/f16: the
+ * conversion kernels on the device around an all-reduce of that type), against the CPU's
+ * gradients within tol */
+static void ddp_world1(ct_dtype comm, double tol) {
     ct_pg *pg = NULL;
     OK(nccl_world1(&pg));
     ct_model *mc = mlp(), *mg = mlp();
     OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
     ct_ddp_opts dopts = ct_ddp_default_opts();
+    dopts.comm_dtype = comm;
     dopts.bucket_cap_bytes = 4096; /* several buckets: launched from the hooks during backward */
     dopts.first_bucket_bytes = 1024;
     ct_ddp *ddp;
@@ -507,12 +521,22 @@ CT_TEST(ddp_world1_on_nccl_matches_cpu) {
     OK(ct_ddp_finish(ddp));
     CT_EXPECTF(ct_ctx_status(c) == CT_OK && rel(lg, lc) <= 1e-5, "loss cuda %.9g cpu %.9g", lg, lc);
     double e = grad_err(ct_model_params(mc), ct_model_params(mg), -1);
-    CT_EXPECTF(e <= 1e-5, "gradients after the NCCL all-reduce (avg, world 1): normwise error %g", e);
+    CT_EXPECTF(e <= tol, "gradients after the NCCL all-reduce (%s, world 1): normwise error %g", ct_dtype_name(comm), e);
     ct_ctx_free(c);
     ct_ddp_free(ddp);
     ct_model_free(mc);
     ct_model_free(mg);
     ct_pg_free(pg);
+}
+CT_TEST(ddp_world1_on_nccl_matches_cpu) {
+    NEED_GPU();
+    ddp_world1(CT_F32, 1e-5);
+}
+/* bf16 keeps 8 bits: each gradient within 2^-8 relative */
+CT_TEST(ddp_world1_on_nccl_bf16_compression) {
+    NEED_GPU();
+    ddp_world1(CT_BF16, 4e-3);
+    ddp_world1(CT_F16, 5e-4);
 }
 
 CT_TEST_MAIN()

@@ -5,7 +5,9 @@
 # in another order); the progress line and metrics report the GPU memory; a checkpoint
 # written on the GPU resumes there to the same losses; --export hf works after GPU training;
 # gradient clipping with loss scaling follows the CPU too; --amp bf16 (autocast through the
-# device dispatch) follows the CPU's --amp bf16 within bf16 tolerance (2e-2); `ctrain eval
+# device dispatch) follows the CPU's --amp bf16 within bf16 tolerance (2e-2), and so do the GPT
+# under --amp fp16 with loss scaling and the CNN under --amp bf16 (cuDNN's low-precision path);
+# --checkpoint-activations (blocks recomputed on the device) follows the CPU in f32; `ctrain eval
 # --device cuda` evaluates the GPU-trained model as the CPU does (2e-3).
 # Exits 77 "no CUDA GPU" where there is none (tests/scripts/train_device.sh covers that).
 set -uo pipefail
@@ -30,6 +32,7 @@ mlp=(mlp --data-dir "$d/idx" --hidden 128 --batch-size 32 --steps 12 --log-every
 gpt=(gpt --text "$d/t.txt" --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --batch-size 8 --steps 12 --log-every 3
      --eval-every 6 --save-every 6 --export hf)
 gptclip=("${gpt[@]}" --clip 0.5 --loss-scaling)
+gptck=("${gpt[@]}" --checkpoint-activations)
 nums() { grep -E "^(step|eval)" "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/'; }
 close() { # LOG_A LOG_B WHAT [TOL]: the same number of progress and eval lines, losses within TOL (2e-3)
     paste <(nums "$1") <(nums "$2") > "$d/pairs"
@@ -38,7 +41,7 @@ close() { # LOG_A LOG_B WHAT [TOL]: the same number of progress and eval lines, 
         { cat "$1" "$2"; fail "$3: the GPU run does not follow the CPU run"; }
     echo "$3: $(tr '\t\n' '= ' < "$d/pairs")"
 }
-for m in mlp gpt gptclip; do
+for m in mlp gpt gptclip gptck; do
     eval "args=(\"\${$m[@]}\")"
     for dev in cpu cuda; do
         $C train "${args[@]}" --device $dev --output-dir "$d/$m-$dev" > "$d/$m-$dev.log" 2>&1 ||
@@ -62,6 +65,16 @@ for dev in cpu cuda; do
         { cat "$d/amp-$dev.log"; fail "gpt --amp bf16 on $dev"; }
 done
 close "$d/amp-cpu.log" "$d/amp-cuda.log" "gpt --amp bf16 cpu=cuda" 2e-2
+cnn=(cnn --data-dir "$d/idx" --batch-size 32 --steps 12 --log-every 3 --eval-every 6 --lr 0.01 --amp bf16)
+for run in "gpt16:${gpt[*]} --amp fp16" "cnn16:${cnn[*]}"; do
+    name=${run%%:*}
+    read -r -a args <<<"${run#*:}"
+    for dev in cpu cuda; do
+        $C train "${args[@]}" --device $dev --output-dir "$d/$name-$dev" > "$d/$name-$dev.log" 2>&1 ||
+            { cat "$d/$name-$dev.log"; fail "$name on $dev"; }
+    done
+    close "$d/$name-cpu.log" "$d/$name-cuda.log" "$name cpu=cuda" 2e-2
+done
 # ctrain eval --device cuda of the GPU-trained GPT: the CPU's evaluation of the same file
 for dev in cpu cuda; do
     $C eval --checkpoint "$d/gpt-cuda" --text "$d/t.txt" --device $dev > "$d/eval-$dev.log" 2>&1 || { cat "$d/eval-$dev.log"; fail "eval on $dev"; }

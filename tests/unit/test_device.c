@@ -262,6 +262,7 @@ static void fake_add_bw(ct_ctx *ctx, ct_node *n) {
 static void use_fake(void) {
     ct_device_register(CT_DEV_CUDA, &fake);
     ct_op_register_device(CT_DEV_CUDA, CT_OP_SUM, fake_sum, fake_sum_bw);
+    ct_op_device_reads_lowp(CT_OP_SUM, 0, 0); /* the stand-in reads f32 (src/cuda's also bf16/f16) */
     /* softmax plays the op without a device kernel, also in builds where src/cuda has one */
     ct_op_register_device(CT_DEV_CUDA, CT_OP_SOFTMAX, NULL, NULL);
 }
@@ -600,6 +601,62 @@ CT_TEST(autocast_device_ops_read_lowp) {
         CT_EXPECTF(same, "gradients differ from the CPU's (%d)", d);
     }
     for (int k = 0; k < 3; k++) ct_op_table_dev[ops[k]] = saved[k];
+    CT_EXPECT(live_bufs == 0);
+}
+
+/* Activation checkpointing on a device: the segment's intermediates go back to the allocator
+ * after its forward (only its output stays), backward recomputes it (the matmuls run twice)
+ * and the gradients are those of the CPU's checkpointed run and of the device run without
+ * checkpointing. The segment: relu(W relu(W x)). */
+static int matmul_calls;
+static ct_tensor *seg_fw(ct_ctx *c, ct_tensor *x, void *w) {
+    matmul_calls += 2;
+    ct_tensor *W = w;
+    return ct_relu(c, ct_matmul(c, W, ct_relu(c, ct_matmul(c, W, x, false, false)), false, false));
+}
+CT_TEST(checkpoint_on_device) {
+    use_fake();
+    const int ops[2] = {CT_OP_MATMUL, CT_OP_RELU};
+    ct_op_dev_fwd fw[2] = {fake_matmul, fake_relu};
+    ct_backward_fn bw[2] = {fake_matmul_bw, fake_relu_bw};
+    ct_op_dev_entry saved[2];
+    for (int k = 0; k < 2; k++) {
+        saved[k] = ct_op_table_dev[ops[k]];
+        ct_op_register_device(CT_DEV_CUDA, ops[k], fw[k], bw[k]);
+    }
+    float grad[3][15];
+    int live[3], calls[3];
+    for (int d = 0; d < 3; d++) { /* CPU checkpointed, device checkpointed, device plain */
+        ct_params *P;
+        CT_ASSERT(ct_params_create(&P) == CT_OK);
+        ct_tensor *W = ct_param(P, "w", 2, (int64_t[]){3, 3}, CT_INIT_KAIMING_UNIFORM, 3);
+        ct_tensor *V = ct_param(P, "v", 2, (int64_t[]){3, 2}, CT_INIT_KAIMING_UNIFORM, 4);
+        CT_ASSERT(ct_params_finalize(P, 5) == CT_OK);
+        if (d) CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+        ct_ctx *c;
+        CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+        int before = live_bufs;
+        matmul_calls = 0;
+        ct_tensor *y = d < 2 ? ct_checkpoint(c, seg_fw, W, V) : seg_fw(c, V, W);
+        ct_tensor *l = ct_sum(c, y);
+        live[d] = live_bufs - before;
+        ct_backward(c, l);
+        CT_EXPECTF(ct_ctx_status(c) == CT_OK, "run %d: %s", d, ct_last_error());
+        calls[d] = matmul_calls;
+        ct_ctx_free(c);
+        if (d) CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+        memcpy(grad[d], ct_params_grad(P), sizeof grad[d]);
+        ct_params_free(P);
+    }
+    /* kept after the forward: the segment's output and the loss; plain: also the three intermediates */
+    CT_EXPECTF(live[1] == 2 && live[2] == 5, "device buffers after the forward: %d checkpointed, %d plain", live[1], live[2]);
+    CT_EXPECTF(calls[0] == 4 && calls[1] == 4 && calls[2] == 2, "matmuls: %d, %d, %d", calls[0], calls[1], calls[2]);
+    for (int d = 1; d < 3; d++) {
+        bool same = true;
+        for (int i = 0; i < 15; i++) same = same && fabsf(grad[0][i] - grad[d][i]) <= 1e-6f * fabsf(grad[0][i]);
+        CT_EXPECTF(same, "gradients of run %d differ from the CPU's", d);
+    }
+    for (int k = 0; k < 2; k++) ct_op_table_dev[ops[k]] = saved[k];
     CT_EXPECT(live_bufs == 0);
 }
 

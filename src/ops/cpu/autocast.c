@@ -27,9 +27,9 @@
  * is done, as the CPU's temporaries are. Device ops whose kernels read bf16/f16 themselves
  * say so when the backend registers them (ct_op_device_reads_lowp): matmul and linear
  * (cuBLASLt's low-precision GEMMs with f32 results), flash attention (low-precision output),
- * the elementwise ops, split/merge heads, layer norm and cross-entropy of src/cuda. They get
- * the low-precision tensors as they are, forward and backward; the other device ops (conv2d,
- * pooling, softmax, plain attention, ...) run on the f32 copies. */
+ * the elementwise ops, bias_add, split/merge heads, softmax, layer norm, the losses, sum and
+ * mean of src/cuda. They get the low-precision tensors as they are, forward and backward; the
+ * other device ops (conv2d, pooling, plain attention, ...) run on the f32 copies. */
 #include <stdint.h>
 
 #include "ops/op_table.h"
@@ -85,7 +85,7 @@ static bool dev_reads(int op, int i, ct_dtype dt) {
 
 /* op gives its result in the run's dtype itself, reading low-precision inputs as they are.
  * On a device: the ops the backend declared (ct_op_device_reads_lowp: cuBLASLt's low-precision
- * GEMMs, the attention, elementwise, layer norm and cross-entropy kernels of src/cuda), for
+ * GEMMs, the attention, elementwise, row and loss kernels of src/cuda), for
  * the runs they declared (bf16, f16, and f32 for f32 ops and mixed inputs); inputs they do
  * not read are still copied. On the CPU, in a bf16 run: the bf16 GEMM where the CPU has it; GELU,
  * merge_heads and the fused qkv attention read and write bf16 themselves (elementwise.c,

@@ -471,6 +471,60 @@ double bit_diff(const std::vector<float> &a, const std::vector<float> &b) {
     return memcmp(a.data(), b.data(), a.size() * sizeof(float)) ? 1.0 : 0.0;
 }
 
+// softmax, log_softmax (also with attention's causal mask), bias_add and mse on 16-bit
+// inputs: f32 results bit-equal to the f32 kernels on the widened inputs, a 16-bit bias_add
+// result their rounding; xl: 16-bit rows [37, 300]
+void lowp_more(ct_ctx *c, ct_cuda_cast_type t, const lp_buf &xl) {
+    const char *tn = t == CT_CUDA_CAST_BF16 ? "bf16" : "f16";
+    char w[96];
+    const int64_t R = 37, D = 300;
+    for (int lg = 0; lg < 2; lg++) {
+        std::vector<float> y32(R * D), y(R * D);
+        RUN(ct_cuda_softmax_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, y32.data(), R, D, lg, 0));
+        RUN(ct_cuda_softmax_t(NULL, xl.bits.data(), t, y.data(), R, D, lg, 0));
+        snprintf(w, sizeof w, "%s %s (bits differ)", tn, lg ? "log_softmax" : "softmax");
+        expect(w, bit_diff(y, y32), 0);
+    }
+    const int64_t T = 10, Rc = 4 * T;
+    ct_tensor *sc = rnd_t(c, 2, sh({Rc, T}), 3.0f);
+    lp_buf sl = to_lp(ct_f32(sc), Rc * T, t);
+    std::vector<float> yc32(Rc * T), yc(Rc * T);
+    RUN(ct_cuda_softmax_t(NULL, sl.wide.data(), CT_CUDA_CAST_F32, yc32.data(), Rc, T, false, T));
+    RUN(ct_cuda_softmax_t(NULL, sl.bits.data(), t, yc.data(), Rc, T, false, T));
+    snprintf(w, sizeof w, "%s softmax, causal mask (bits differ)", tn);
+    expect(w, bit_diff(yc, yc32), 0);
+    // bias_add [N, C, inner] + [C]: one type, then f32 with a 16-bit operand either side
+    const int64_t N = 3, C = 5, inner = 29, n = N * C * inner;
+    ct_tensor *x0 = rnd_t(c, 3, sh({N, C, inner}), 4.0f), *b0 = rnd_t(c, 1, &C, 2.0f);
+    lp_buf x = to_lp(ct_f32(x0), n, t), b = to_lp(ct_f32(b0), C, t);
+    std::vector<float> y32(n), ym(n), ym2(n);
+    std::vector<uint16_t> y(n);
+    RUN(ct_cuda_bias_add_t(NULL, x.wide.data(), CT_CUDA_CAST_F32, b.wide.data(), CT_CUDA_CAST_F32, y32.data(), n, C, inner));
+    RUN(ct_cuda_bias_add_t(NULL, x.bits.data(), t, b.bits.data(), t, y.data(), n, C, inner));
+    snprintf(w, sizeof w, "%s bias_add (mismatches)", tn);
+    expect(w, mismatches(y, rounded(y32, t)), 0);
+    RUN(ct_cuda_bias_add_t(NULL, x.wide.data(), CT_CUDA_CAST_F32, b.bits.data(), t, ym.data(), n, C, inner));
+    RUN(ct_cuda_bias_add_t(NULL, x.bits.data(), t, b.wide.data(), CT_CUDA_CAST_F32, ym2.data(), n, C, inner));
+    snprintf(w, sizeof w, "f32 and %s bias_add (bits differ)", tn);
+    expect(w, bit_diff(ym, y32) + bit_diff(ym2, y32), 0);
+    // mse: the loss and both gradients, 16-bit on both sides and mixed with f32
+    ct_tensor *a1 = rnd_t(c, 1, &n, 2.0f), *b1 = rnd_t(c, 1, &n, 2.0f);
+    lp_buf ma = to_lp(ct_f32(a1), n, t), mb = to_lp(ct_f32(b1), n, t);
+    const float dloss = 0.75f;
+    const void *av[3] = {ma.wide.data(), ma.bits.data(), ma.bits.data()}, *bv[3] = {mb.wide.data(), mb.bits.data(), mb.wide.data()};
+    const ct_cuda_cast_type at[3] = {CT_CUDA_CAST_F32, t, t}, bt[3] = {CT_CUDA_CAST_F32, t, CT_CUDA_CAST_F32};
+    std::vector<float> loss[3], da[3], db[3];
+    for (int v = 0; v < 3; v++) {
+        loss[v].assign(1, 0.0f), da[v].assign(n, 0.0f), db[v].assign(n, 0.0f);
+        RUN(ct_cuda_mse_t(NULL, av[v], at[v], bv[v], bt[v], n, loss[v].data()));
+        RUN(ct_cuda_mse_bwd_t(NULL, av[v], at[v], bv[v], bt[v], n, &dloss, da[v].data(), db[v].data()));
+    }
+    snprintf(w, sizeof w, "%s mse loss, da, db (bits differ)", tn);
+    expect(w, bit_diff(loss[1], loss[0]) + bit_diff(da[1], da[0]) + bit_diff(db[1], db[0]), 0);
+    snprintf(w, sizeof w, "%s and f32 mse loss, da, db (bits differ)", tn);
+    expect(w, bit_diff(loss[2], loss[0]) + bit_diff(da[2], da[0]) + bit_diff(db[2], db[0]), 0);
+}
+
 void lowp(ct_ctx *c, ct_cuda_cast_type t) {
     const char *tn = t == CT_CUDA_CAST_BF16 ? "bf16" : "f16";
     char w[96];
@@ -530,6 +584,29 @@ void lowp(ct_ctx *c, ct_cuda_cast_type t) {
     for (int k = 0; k < 6; k++) ln += bit_diff(out[0][k], out[1][k]);
     snprintf(w, sizeof w, "%s layer_norm y, stats, dx, dw, db (bits differ)", tn);
     expect(w, ln, 0);
+    // max pooling (plain and of ReLU) on 16-bit planes: the output is one of the inputs, so
+    // bit-equal to the f32 kernel's on the widened planes rounded; backward reads the 16-bit
+    // output (ReLU's sign) and gives the f32 kernel's gradients, bit for bit
+    {
+        const int64_t planes = 6, H = 9, W = 11;
+        ct_cuda_pool_geom pg = {planes, H, W, (H + 2 - 3) / 2 + 1, (W + 2 - 3) / 2 + 1, 3, 2, 1};
+        int64_t nin = planes * H * W, nout = planes * pg.OH * pg.OW;
+        ct_tensor *px = rnd_t(c, 1, &nin, 2.0f), *pgy = rnd_t(c, 1, &nout, 1.0f);
+        lp_buf xp = to_lp(ct_f32(px), nin, t);
+        for (int relu = 0; relu < 2; relu++) {
+            std::vector<float> y32(nout), dx32(nin), dx(nin);
+            std::vector<uint16_t> y(nout);
+            std::vector<int32_t> a32(nout), a(nout);
+            RUN(ct_cuda_max_pool(NULL, xp.wide.data(), y32.data(), a32.data(), &pg, relu));
+            RUN(ct_cuda_max_pool_t(NULL, xp.bits.data(), t, y.data(), a.data(), &pg, relu));
+            RUN(ct_cuda_max_pool_bwd(NULL, ct_f32(pgy), y32.data(), a32.data(), dx32.data(), &pg, relu, false));
+            RUN(ct_cuda_max_pool_bwd_t(NULL, ct_f32(pgy), y.data(), t, a.data(), dx.data(), &pg, relu, false));
+            snprintf(w, sizeof w, "%s %s forward (mismatches)", tn, relu ? "relu_max_pool2d" : "max_pool2d");
+            expect(w, mismatches(y, rounded(y32, t)) + (a != a32), 0);
+            snprintf(w, sizeof w, "%s %s backward (bits differ)", tn, relu ? "relu_max_pool2d" : "max_pool2d");
+            expect(w, bit_diff(dx, dx32), 0);
+        }
+    }
     // cross-entropy on 16-bit logits
     std::vector<int32_t> tgt(R);
     for (int64_t i = 0; i < R; i++) tgt[i] = i == 5 ? -100 : (int32_t)((i * 37) % D);
@@ -545,6 +622,7 @@ void lowp(ct_ctx *c, ct_cuda_cast_type t) {
     }
     snprintf(w, sizeof w, "%s cross_entropy loss, lse, dlogits (bits differ)", tn);
     expect(w, bit_diff(o[0], o[1]) + bit_diff(lse[0], lse[1]) + bit_diff(dl[0], dl[1]), 0);
+    lowp_more(c, t, xl);
 }
 
 } // namespace

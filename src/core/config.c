@@ -74,10 +74,11 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                             "f32 GEMMs on a GPU, as torch.set_float32_matmul_precision: highest computes in f32, "
                             "high on TF32 tensor cores, medium on bf16 tensor cores (f32 in and out, f32 "
                             "accumulation)"},
-    [CT_CFG_CUDA_ATTENTION] = {"CTRAIN_CUDA_ATTENTION", CT_CFG_CHOICE, "rows", 0, 0, "rows|tiled", NULL, 0,
+    [CT_CFG_CUDA_ATTENTION] = {"CTRAIN_CUDA_ATTENTION", CT_CFG_CHOICE, "rows", 0, 0, "rows|tiled|tc", NULL, 0,
                                "fused attention on a GPU: rows runs one thread per query or key row (checked on an "
-                               "H200); tiled takes the shared-memory tile kernels for head dims 32 and 64 (checked "
-                               "under CPU emulation, not yet run on a GPU)"},
+                               "H200); tiled takes the shared-memory tile kernels for head dims 32 and 64; tc the "
+                               "tensor-core (WMMA) kernels for bf16/f16 and head dims 32, 64 and 128, elsewhere "
+                               "tiled's or rows' (both checked under CPU emulation, not yet run on a GPU)"},
     [CT_CFG_DEVICE_PROFILE] = {"CTRAIN_DEVICE_PROFILE", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, 0,
                                "1: wait for the device around every device op, forward and backward, and keep "
                                "each op's time (slows the step; for finding where a GPU step goes)"},

@@ -86,9 +86,11 @@ __global__ void dkv_k(const T *q, const T *k, const T *v, const T *g, const floa
                  dk + base + j * D, dv + base + j * D);
 }
 
-/* the tiled kernels where they fit when CTRAIN_CUDA_ATTENTION=tiled (opt-in until they have
- * run on a GPU: scripts/gpu-check.sh tests both) */
-bool tiled(int D) { return ct_cuda_attention_tiled_fits(D) && ct_config_choice(CT_CFG_CUDA_ATTENTION) == 1; }
+/* CTRAIN_CUDA_ATTENTION: the tensor-core kernels (tc) for bf16/f16 where they fit, else the
+ * tiled ones (tiled, or tc on f32) where those fit, else the rows (opt-in until they have run
+ * on a GPU: scripts/gpu-check.sh tests each) */
+bool tc(ct_cuda_dtype dt, int D) { return ct_config_choice(CT_CFG_CUDA_ATTENTION) == 2 && ct_cuda_attention_tc_fits(dt, D); }
+bool tiled(int D) { return ct_cuda_attention_tiled_fits(D) && ct_config_choice(CT_CFG_CUDA_ATTENTION) >= 1; }
 
 ct_status check_shape(const char *op, int64_t BH, int64_t T, int D) {
     if (D <= 0 || D > CT_K_ATTN_MAX_D || BH > 65535 || BH < 0 || T < 0)
@@ -101,6 +103,7 @@ template <typename T>
 ct_status attn_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t T_,
                    int D, bool causal) {
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
+    if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal);
     if (tiled(D)) return ct_cuda_attention_tiled(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal);
     float sc = 1.0f / sqrtf((float)D);
 #define FWD(DC) fwd_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, T_, D, causal, sc)
@@ -118,6 +121,7 @@ ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, 
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
     float sc = 1.0f / sqrtf((float)D);
     dr_k<T><<<ct_grid(BH * T_, 256), 256, 0, s>>>((const T *)o, (const T *)g, dr, BH * T_, D);
+    if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal);
     if (tiled(D))
         return ct_cuda_attention_tiled_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal);
 #define BWD(DC)                                                                                                    \

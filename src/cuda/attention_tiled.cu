@@ -23,8 +23,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/attention_launch.cuh"
 #include "cuda/attention_tiled.cuh"
-#include "cuda/launch.cuh"
 
 namespace {
 enum { BR = 64, NT = 256 };
@@ -42,35 +42,16 @@ __device__ __forceinline__ void st(__half *p, float x) { *p = __float2half_rn(x)
 template <int D> constexpr size_t smem(int tiles, int sq, bool rows) {
     return sizeof(float) * ((size_t)tiles * BR * (D + 1) + (size_t)sq * BR * (BR + 1) + (rows ? 2 * BR : 0));
 }
-template <typename K> ct_status allow_smem(K kernel, size_t bytes, const char *op) {
-    return CT_GPU_CHECK(cuda, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
 template <int D, typename T>
 ct_status fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n,
               bool causal) {
-    const size_t b = smem<D>(2, 1, false);
-    ct_status st_ = allow_smem(fwd_k<D, T>, b, "attention");
-    if (st_ != CT_OK) return st_;
-    dim3 grid((unsigned)((n + BR - 1) / BR), (unsigned)BH);
-    fwd_k<D, T><<<grid, NT, b, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, n, causal, 1.0f / sqrtf((float)D));
-    CT_LAUNCHED("attention");
-    return CT_OK;
+    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(2, 1, false), NT, BR, D, q, k, v, o, lse, BH, n, causal);
 }
 template <int D, typename T>
 ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
               void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal) {
-    const size_t bkv = smem<D>(4, 2, true), bq = smem<D>(4, 1, true);
-    ct_status st_ = allow_smem(dkv_k<D, T>, bkv, "attention backward");
-    if (st_ == CT_OK) st_ = allow_smem(dq_k<D, T>, bq, "attention backward");
-    if (st_ != CT_OK) return st_;
-    dim3 grid((unsigned)((n + BR - 1) / BR), (unsigned)BH);
-    const float sc = 1.0f / sqrtf((float)D);
-    dkv_k<D, T><<<grid, NT, bkv, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dk, (T *)dv, n,
-                                      causal, sc);
-    dq_k<D, T><<<grid, NT, bq, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dq, n, causal, sc);
-    CT_LAUNCHED("attention backward");
-    return CT_OK;
+    return ct_attn_launch_bwd<T>(s, dkv_k<D, T>, smem<D>(4, 2, true), dq_k<D, T>, smem<D>(4, 1, true), NT, BR, D, q, k, v, g, lse,
+                                 dr, dq, dk, dv, BH, n, causal);
 }
 
 /* the head dim's instance (32 or 64: ct_cuda_attention_tiled_fits) for element type T */

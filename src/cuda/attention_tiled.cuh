@@ -11,4 +11,13 @@ ct_status ct_cuda_attention_tiled(cudaStream_t s, ct_cuda_dtype dt, const void *
 ct_status ct_cuda_attention_tiled_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
                                       const void *dO, const float *lse, const float *dr, void *dq, void *dk, void *dv,
                                       int64_t BH, int64_t T, int D, bool causal);
+
+/* The tensor-core kernels (attention_tc.cu), for bf16/f16 and head dims 32, 64 and 128 with
+ * CTRAIN_CUDA_ATTENTION=tc. */
+bool ct_cuda_attention_tc_fits(ct_cuda_dtype dt, int D);
+ct_status ct_cuda_attention_tc(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
+                               int64_t BH, int64_t T, int D, bool causal);
+ct_status ct_cuda_attention_tc_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, const void *dO,
+                                   const float *lse, const float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T, int D,
+                                   bool causal);
 #endif

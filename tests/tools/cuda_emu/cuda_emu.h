@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <functional>
+#include <type_traits>
 
 #define __global__
 #define __device__
@@ -89,4 +90,71 @@ inline __half __float2half_rn(float f) {
     h.x = ct_emu_float_to_half(f);
     return h;
 }
+
+/* the tensor-core fragments of <mma.h> (nvcuda::wmma): every lane holds the whole tile (the
+ * real ones spread it over the warp in an unspecified layout, so kernels may only touch their
+ * elements uniformly), loads and stores check the API's alignment rules (a 256-bit aligned
+ * pointer, ldm a multiple of 16 bytes), and a product sums in k order with f32 fmas. Lanes
+ * meet in __syncwarp, as the hardware needs between a store and other lanes' reads; and after
+ * each load and store, so that no lane overwrites a tile another is still loading, nor writes
+ * its (equal) copy over a change a faster lane made next: each real lane moves its own
+ * elements only. */
+void __syncwarp(unsigned mask = 0xffffffffu);
+void ct_emu_wmma_check(const void *p, unsigned ldm, size_t elem, const char *what);
+inline float ct_emu_wf(float v) { return v; }
+inline float ct_emu_wf(__half v) { return __half2float(v); }
+inline float ct_emu_wf(__nv_bfloat16 v) { return __bfloat162float(v); }
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    enum { R = std::is_same<Use, matrix_b>::value ? K : M, C = std::is_same<Use, matrix_a>::value ? K : N };
+    enum { num_elements = R * C };
+    T x[num_elements];
+};
+template <typename Use, int M, int N, int K, typename T, typename L>
+void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm) {
+    typedef fragment<Use, M, N, K, T, L> F;
+    ct_emu_wmma_check(p, ldm, sizeof(T), "load_matrix_sync");
+    for (int r = 0; r < F::R; r++)
+        for (int c = 0; c < F::C; c++) f.x[r * F::C + c] = std::is_same<L, col_major>::value ? p[c * ldm + r] : p[r * ldm + c];
+    __syncwarp();
+}
+template <int M, int N, int K>
+void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {
+    ct_emu_wmma_check(p, ldm, sizeof(float), "load_matrix_sync");
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++) f.x[r * N + c] = l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+    __syncwarp();
+}
+template <int M, int N, int K>
+void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {
+    ct_emu_wmma_check(p, ldm, sizeof(float), "store_matrix_sync");
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * N + c];
+    __syncwarp();
+}
+template <typename Use, int M, int N, int K, typename T, typename L>
+void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v) {
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
+}
+template <int M, int N, int K, typename T, typename LA, typename LB>
+void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+              const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
+    float out[M * N];
+    for (int r = 0; r < M; r++)
+        for (int j = 0; j < N; j++) {
+            float s = c.x[r * N + j];
+            for (int k = 0; k < K; k++) s = fmaf(ct_emu_wf(a.x[r * K + k]), ct_emu_wf(b.x[k * N + j]), s);
+            out[r * N + j] = s;
+        }
+    memcpy(d.x, out, sizeof out);
+}
+} // namespace wmma
+} // namespace nvcuda
 #endif

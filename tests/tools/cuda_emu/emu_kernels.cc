@@ -64,6 +64,13 @@ unsigned tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * t
 } // namespace
 
 void __syncthreads(void) { block_bar.wait(); }
+void __syncwarp(unsigned) { warp_bar[tid() / 32].wait(); }
+void ct_emu_wmma_check(const void *p, unsigned ldm, size_t elem, const char *what) {
+    if ((uintptr_t)p % 32 == 0 && (ldm * elem) % 16 == 0) return;
+    fprintf(stderr, "wmma::%s: pointer %p (must be 32-byte aligned), ldm %u of %zu-byte elements (a multiple of 16 bytes)\n",
+            what, p, ldm, elem);
+    abort();
+}
 uint64_t ct_emu_shfl_xor(uint64_t bits, int o) {
     unsigned t = tid(), w = t / 32;
     slots[t] = bits;
@@ -76,8 +83,9 @@ uint64_t ct_emu_shfl_xor(uint64_t bits, int o) {
 void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
     unsigned nt = block.x * block.y * block.z;
     if (nt > 1024) abort();
-    smem_buf.assign(smem / sizeof(float) + 16, 0.0f);
-    ct_emu_dyn_smem = smem_buf.data();
+    smem_buf.assign(smem / sizeof(float) + 32, 0.0f);
+    /* aligned as a GPU's shared memory is (the wmma loads need 32 bytes) */
+    ct_emu_dyn_smem = (float *)(((uintptr_t)smem_buf.data() + 127) & ~(uintptr_t)127);
     gridDim = grid;
     blockDim = block;
     for (unsigned z = 0; z < grid.z; z++)
@@ -383,6 +391,17 @@ void optim(void) {
 // the 2-byte kernels against the f32 kernel (checked against the CPU op first) on the same
 // inputs rounded to their type: both compute in f32, so they differ by the outputs' rounding and
 // Dr's (from the rounded O), ~2^-9 (bf16) or ~2^-12 (f16) normwise; lse is f32 from the same values
+// random q, k, v and dO of n elements rounded to ht: h the 16-bit values, in the same as f32;
+// ref and out sized for the results
+void rounded_qkvg(int64_t n, ct_dtype ht, std::vector<float> (&in)[4], std::vector<uint16_t> (&h)[4], std::vector<float> (&ref)[4],
+                  std::vector<uint16_t> (&out)[4]) {
+    for (int i = 0; i < 4; i++) {
+        in[i].resize(n), h[i].resize(n), ref[i].resize(n), out[i].resize(n);
+        for (float &x : in[i]) x = (i < 2 ? 2.0f : 1.0f) * rnd();
+        ct_convert(h[i].data(), ht, in[i].data(), CT_F32, (size_t)n);
+        ct_convert(in[i].data(), CT_F32, h[i].data(), ht, (size_t)n);
+    }
+}
 void attention_16(ct_cuda_dtype dt, const char *nm) {
     const int64_t BH = 2, T = 70;
     const int D = 32;
@@ -390,12 +409,7 @@ void attention_16(ct_cuda_dtype dt, const char *nm) {
     const ct_dtype ht = dt == CT_CUDA_BF16 ? CT_BF16 : CT_F16;
     std::vector<float> in[4], ref[4], got(n), lse_ref(BH * T), lse(BH * T), dr(BH * T);
     std::vector<uint16_t> h[4], out[4];
-    for (int i = 0; i < 4; i++) { /* q, k, v, dO */
-        in[i].resize(n), h[i].resize(n), ref[i].resize(n), out[i].resize(n);
-        for (float &x : in[i]) x = (i < 2 ? 2.0f : 1.0f) * rnd();
-        ct_convert(h[i].data(), ht, in[i].data(), CT_F32, (size_t)n);
-        ct_convert(in[i].data(), CT_F32, h[i].data(), ht, (size_t)n);
-    }
+    rounded_qkvg(n, ht, in, h, ref, out);
     RUN(ct_cuda_attention(NULL, CT_CUDA_F32, in[0].data(), in[1].data(), in[2].data(), ref[0].data(), lse_ref.data(), BH, T,
                           D, true));
     RUN(ct_cuda_attention_bwd(NULL, CT_CUDA_F32, in[0].data(), in[1].data(), in[2].data(), ref[0].data(), in[3].data(),
@@ -412,6 +426,45 @@ void attention_16(ct_cuda_dtype dt, const char *nm) {
     }
     snprintf(w, sizeof w, "%s %s lse", nm, tn);
     expect(w, normwise(lse.data(), lse_ref.data(), BH * T), 1e-6);
+}
+
+// The tensor-core kernels (CTRAIN_CUDA_ATTENTION=tc: WMMA fragments emulated whole per lane,
+// their alignment rules checked) against the f32 row kernels on the same rounded inputs:
+// head dims 32 and 64, causal or not, T = 70 and 131 (partial tiles), bf16 and f16. P and dS
+// enter their products rounded, as on the GPU: the 16-bit tolerances.
+void attention_tc(void) {
+    struct { int D; int64_t T; bool causal; } cases[] = {{32, 70, true}, {64, 131, true}, {64, 70, false}};
+    for (auto &k : cases)
+        for (ct_cuda_dtype dt : {CT_CUDA_BF16, CT_CUDA_F16}) {
+            const int64_t BH = 2, n = BH * k.T * k.D;
+            const ct_dtype ht = dt == CT_CUDA_BF16 ? CT_BF16 : CT_F16;
+            std::vector<float> in[4], ref[4], got(n), lse_ref(BH * k.T), lse(BH * k.T), dr(BH * k.T);
+            std::vector<uint16_t> h[4], out[4];
+            rounded_qkvg(n, ht, in, h, ref, out);
+            if (ct_config_set("CTRAIN_CUDA_ATTENTION", "rows") != CT_OK) abort();
+            RUN(ct_cuda_attention(NULL, CT_CUDA_F32, in[0].data(), in[1].data(), in[2].data(), ref[0].data(), lse_ref.data(), BH,
+                                  k.T, k.D, k.causal));
+            RUN(ct_cuda_attention_bwd(NULL, CT_CUDA_F32, in[0].data(), in[1].data(), in[2].data(), ref[0].data(), in[3].data(),
+                                      lse_ref.data(), dr.data(), ref[1].data(), ref[2].data(), ref[3].data(), BH, k.T, k.D,
+                                      k.causal));
+            if (ct_config_set("CTRAIN_CUDA_ATTENTION", "tc") != CT_OK) abort();
+            RUN(ct_cuda_attention(NULL, dt, h[0].data(), h[1].data(), h[2].data(), out[0].data(), lse.data(), BH, k.T, k.D,
+                                  k.causal));
+            RUN(ct_cuda_attention_bwd(NULL, dt, h[0].data(), h[1].data(), h[2].data(), out[0].data(), h[3].data(), lse.data(),
+                                      dr.data(), out[1].data(), out[2].data(), out[3].data(), BH, k.T, k.D, k.causal));
+            const char *part[4] = {"O", "dQ", "dK", "dV"};
+            char w[96];
+            for (int i = 0; i < 4; i++) {
+                ct_convert(got.data(), CT_F32, out[i].data(), ht, (size_t)n);
+                snprintf(w, sizeof w, "attention (tc) D %d T %lld%s %s %s", k.D, (long long)k.T, k.causal ? " causal" : "",
+                         dt == CT_CUDA_BF16 ? "bf16" : "f16", part[i]);
+                expect(w, normwise(got.data(), ref[i].data(), n), dt == CT_CUDA_BF16 ? 1e-2 : 1e-3);
+            }
+            snprintf(w, sizeof w, "attention (tc) D %d T %lld%s %s lse", k.D, (long long)k.T, k.causal ? " causal" : "",
+                     dt == CT_CUDA_BF16 ? "bf16" : "f16");
+            expect(w, normwise(lse.data(), lse_ref.data(), BH * k.T), 1e-6);
+        }
+    if (ct_config_set("CTRAIN_CUDA_ATTENTION", "rows") != CT_OK) abort();
 }
 
 void attention(ct_ctx *c, bool tiled) {
@@ -640,6 +693,7 @@ int main(void) {
     optim();
     attention(c, false);
     attention(c, true);
+    attention_tc();
     ct_ctx_free(c);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

@@ -1,0 +1,300 @@
+/* Flash attention on tensor cores (WMMA, 16 x 16 x 16 bf16/f16 products with f32 sums), for
+ * bf16 and f16 q, k, v of head dim 32, 64 or 128, with CTRAIN_CUDA_ATTENTION=tc. Not yet run
+ * on a GPU; tests/scripts/cuda_emu.sh runs these kernels on the CPU (tests/tools/cuda_emu:
+ * whole-tile fragments per lane, the API's alignment rules checked) against the row kernels.
+ *
+ * The algorithm and its passes are attention_tiled.cu's (its notes give the flops):
+ *   forward   per 64-query tile, over key tiles: S = Q K^T, online softmax, O = O alpha + P V
+ *   dK, dV    per 64-key tile, over query tiles: P^T, dP^T = V dO^T, dS^T; dV += P^T dO, dK += dS^T Q
+ *   dQ        per 64-query tile, over key tiles: P, dP = dO V^T, dS; dQ += dS K
+ * (dQ its own pass instead of atomics: every gradient element summed in one fixed order.)
+ * Each of the 4 warps of a block owns 16 rows of the tile. The products run on tensor cores:
+ * the warp's 16 x 64 block of S (or dP) is stored to shared memory as f32, where the lanes apply
+ * the mask and the per-element math of ops/kmath.h (two lanes a row, 32 columns each), and P
+ * (or dS) goes back into the next product rounded to the element type, as FlashAttention does:
+ * so P V and dS K see P and dS in bf16/f16, where the row kernels keep them in f32 (the
+ * results agree within the low precision's tolerance, not bit for bit). The forward's O stays
+ * in shared memory (f32), because rescaling it by each row's alpha needs to know which row an
+ * accumulator element is in, which WMMA leaves unspecified; the backward's dK, dV and dQ
+ * accumulate in fragments (registers) across the whole loop.
+ *
+ * Shared memory, 64-row tiles: forward Q, K, V (16-bit), S and O (f32), P (16-bit); dK/dV
+ * and dQ: four 16-bit tiles, S and dP (f32), P/dS (16-bit), lse and Dr rows. For D = 64:
+ * 64 KiB (forward), 80 KiB (backward), above the 48 KiB default, so each kernel asks for it. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <type_traits>
+
+#include "cuda/attention_launch.cuh"
+#include "cuda/attention_tiled.cuh"
+
+using namespace nvcuda;
+
+namespace {
+enum { BM = 64, NT = 128 };
+
+__device__ __forceinline__ void put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+__device__ __forceinline__ void put(__half *p, float x) { *p = __float2half_rn(x); }
+
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
+template <typename T> using a_row = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using b_row = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using b_col = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
+
+/* rows [r0, r0 + 64) of a head's [n, D] matrix into a 16-bit tile (rows past n as zeros) */
+template <int D, typename T> __device__ void load16(T *s, const T *g, int64_t r0, int64_t n) {
+    for (int e = threadIdx.x; e < BM * D; e += NT) {
+        int r = e / D;
+        if (r0 + r < n) s[e] = g[(r0 + r) * D + e % D];
+        else put(&s[e], 0.0f);
+    }
+}
+__device__ void load_rows(float *lse_t, float *dr_t, const float *lse, const float *dr, int64_t r0, int64_t n) {
+    for (int r = threadIdx.x; r < BM; r += NT) {
+        lse_t[r] = r0 + r < n ? lse[r0 + r] : 0.0f;
+        dr_t[r] = r0 + r < n ? dr[r0 + r] : 0.0f;
+    }
+}
+
+/* out (the warp's 16 x 64 block, f32, row stride BM) = A16 (16 x K, row stride lda) times B^T
+ * or B, for B's 64 rows (64 x K, row stride ldb: `transposed`) or (K x 64) */
+template <int K, typename T, bool transposed>
+__device__ void mm_16x64(float *out, const T *A, int lda, const T *B, int ldb) {
+    for (int j = 0; j < BM / 16; j++) {
+        acc_t c;
+        wmma::fill_fragment(c, 0.0f);
+        for (int k = 0; k < K / 16; k++) {
+            a_row<T> a;
+            wmma::load_matrix_sync(a, A + k * 16, lda);
+            if (transposed) {
+                b_col<T> b;
+                wmma::load_matrix_sync(b, B + j * 16 * ldb + k * 16, ldb);
+                wmma::mma_sync(c, a, b, c);
+            } else {
+                b_row<T> b;
+                wmma::load_matrix_sync(b, B + k * 16 * ldb + j * 16, ldb);
+                wmma::mma_sync(c, a, b, c);
+            }
+        }
+        wmma::store_matrix_sync(out + j * 16, c, BM, wmma::mem_row_major);
+    }
+}
+/* acc[j] (the warp's 16 x D result, columns 16 j..) += A16 (16 x 64, row stride BM) B (64 x D) */
+template <int D, typename T> __device__ void acc_16xD(acc_t (&acc)[D / 16], const T *A, const T *B) {
+    for (int k = 0; k < BM / 16; k++) {
+        a_row<T> a;
+        wmma::load_matrix_sync(a, A + k * 16, BM);
+        for (int j = 0; j < D / 16; j++) {
+            b_row<T> b;
+            wmma::load_matrix_sync(b, B + k * 16 * D + j * 16, D);
+            wmma::mma_sync(acc[j], a, b, acc[j]);
+        }
+    }
+}
+/* the warp's 16 x D result to rows [r0, r0 + 16) of a head's matrix (rows past n skipped),
+ * through its 16 x 64 f32 scratch (D <= 64 at a time) */
+template <int D, typename T> __device__ void store_16xD(T *g, acc_t (&acc)[D / 16], float *scr, int64_t r0, int64_t n) {
+    const int lane = threadIdx.x % 32;
+    for (int c0 = 0; c0 < D; c0 += BM) {
+        for (int j = c0 / 16; j < D / 16 && j < (c0 + BM) / 16; j++)
+            wmma::store_matrix_sync(scr + (j * 16 - c0), acc[j], BM, wmma::mem_row_major);
+        __syncwarp();
+        const int w = D - c0 < BM ? D - c0 : BM;
+        for (int e = lane; e < 16 * w; e += 32) {
+            int r = e / w, c = e % w;
+            if (r0 + r < n) put(&g[(r0 + r) * D + c0 + c], scr[r * BM + c]);
+        }
+        __syncwarp();
+    }
+}
+
+template <int D, typename T>
+__global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t n, bool causal,
+                                            float sc) {
+    extern __shared__ float sm[];
+    T *Qs = (T *)sm, *Ks = Qs + BM * D, *Vs = Ks + BM * D;
+    float *Ss = (float *)(Vs + BM * D), *Os = Ss + BM * BM;
+    T *Ps = (T *)(Os + BM * D);
+    float *ms = (float *)(Ps + BM * BM), *ls = ms + BM, *al = ls + BM;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = warp * 16 + lane / 2, half = lane % 2;
+    const int64_t base = (int64_t)blockIdx.y * n * D, q0 = (int64_t)blockIdx.x * BM, qi = q0 + r;
+    load16<D>(Qs, q + base, q0, n);
+    for (int e = threadIdx.x; e < BM * D; e += NT) Os[e] = 0.0f;
+    for (int i = threadIdx.x; i < BM; i += NT) ms[i] = -INFINITY, ls[i] = 0.0f;
+    const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
+    for (int64_t k0 = 0; k0 < kend; k0 += BM) {
+        __syncthreads(); /* the previous tile is done with Ks, Vs */
+        load16<D>(Ks, k + base, k0, n);
+        load16<D>(Vs, v + base, k0, n);
+        __syncthreads();
+        mm_16x64<D, T, true>(Ss + warp * 16 * BM, Qs + warp * 16 * D, D, Ks, D); /* S = Q K^T */
+        __syncwarp();
+        /* the online softmax of row r over this tile's 64 keys, 32 per lane */
+        float *srow = Ss + r * BM, mt = -INFINITY, ps = 0.0f;
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            const int64_t kj = k0 + c;
+            srow[c] = kj < n && (!causal || kj <= qi) ? srow[c] * sc : -INFINITY;
+            mt = fmaxf(mt, srow[c]);
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        float m = ms[r], l = ls[r], alpha = ct_k_attn_rescale(&m, &l, mt);
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            float p = ct_vexpf(srow[c] - m);
+            ps += p;
+            put(&Ps[r * BM + c], p);
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        __syncwarp(); /* both lanes of the row read ms, ls before one writes them */
+        if (half == 0) ms[r] = m, ls[r] = l + ps, al[r] = alpha;
+        __syncwarp();
+        float *orow = Os + warp * 16 * D;
+        for (int e = lane; e < 16 * D; e += 32) orow[e] *= al[warp * 16 + e / D];
+        __syncwarp();
+        acc_t acc[D / 16]; /* O = O alpha + P V, through the accumulators */
+        for (int j = 0; j < D / 16; j++) wmma::load_matrix_sync(acc[j], orow + j * 16, D, wmma::mem_row_major);
+        acc_16xD<D, T>(acc, Ps + warp * 16 * BM, Vs);
+        for (int j = 0; j < D / 16; j++) wmma::store_matrix_sync(orow + j * 16, acc[j], D, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < BM * D; e += NT) {
+        const int rr = e / D;
+        if (q0 + rr < n) put(&o[base + (q0 + rr) * D + e % D], ls[rr] > 0 ? Os[e] / ls[rr] : 0.0f);
+    }
+    for (int i = threadIdx.x; i < BM; i += NT)
+        if (q0 + i < n) lse[(int64_t)blockIdx.y * n + q0 + i] = ct_k_attn_lse(ms[i], ls[i]);
+}
+
+/* P and dS of the warp's 16 rows of a (rows x 64 columns) tile pair from S and dP (f32, in
+ * place: P into S), dS rounded into Ds; rows are queries (dQ) or keys (dK/dV) */
+__device__ void p_ds(float *S, const float *dP, const float *lse_t, const float *dr_t, int64_t r0, int64_t c0, int64_t n,
+                     bool causal, bool rows_are_q, float sc, float *Pf, void *Ds, bool bf16) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, ri = warp * 16 + lane / 2, half = lane % 2;
+    for (int cj = half * 32; cj < half * 32 + 32; cj++) {
+        const int64_t qi = rows_are_q ? r0 + ri : c0 + cj, kj = rows_are_q ? c0 + cj : r0 + ri;
+        const int qt = rows_are_q ? ri : cj;
+        const int at = ri * BM + cj;
+        float p = qi < n && kj < n && (!causal || kj <= qi) ? ct_vexpf(S[at] * sc - lse_t[qt]) : 0.0f;
+        float ds = ct_k_attn_ds(p, dP[at], dr_t[qt], sc);
+        if (Pf) Pf[at] = p;
+        if (bf16) put(&((__nv_bfloat16 *)Ds)[at], ds);
+        else put(&((__half *)Ds)[at], ds);
+    }
+}
+
+template <int D, typename T>
+__global__ void __launch_bounds__(NT) dkv_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
+                                            T *dk, T *dv, int64_t n, bool causal, float sc) {
+    extern __shared__ float sm[];
+    T *Ks = (T *)sm, *Vs = Ks + BM * D, *Qs = Vs + BM * D, *Gs = Qs + BM * D;
+    float *Ss = (float *)(Gs + BM * D), *dPs = Ss + BM * BM;
+    T *Ps = (T *)(dPs + BM * BM), *Ds = Ps + BM * BM;
+    float *lse_t = (float *)(Ds + BM * BM), *dr_t = lse_t + BM;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t h = blockIdx.y, base = h * n * D, k0 = (int64_t)blockIdx.x * BM;
+    load16<D>(Ks, k + base, k0, n);
+    load16<D>(Vs, v + base, k0, n);
+    acc_t ak[D / 16], av[D / 16];
+    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(ak[j], 0.0f), wmma::fill_fragment(av[j], 0.0f);
+    float *Sw = Ss + warp * 16 * BM, *dPw = dPs + warp * 16 * BM;
+    for (int64_t q0 = causal ? k0 : 0; q0 < n; q0 += BM) {
+        __syncthreads(); /* the previous tile is done with Qs, Gs */
+        load16<D>(Qs, q + base, q0, n);
+        load16<D>(Gs, g + base, q0, n);
+        load_rows(lse_t, dr_t, lse + h * n, dr + h * n, q0, n);
+        __syncthreads();
+        mm_16x64<D, T, true>(Sw, Ks + warp * 16 * D, D, Qs, D);  /* S^T: keys x queries */
+        mm_16x64<D, T, true>(dPw, Vs + warp * 16 * D, D, Gs, D); /* dP^T = V dO^T */
+        __syncwarp();
+        p_ds(Ss, dPs, lse_t, dr_t, k0, q0, n, causal, false, sc, Ss, Ds, !std::is_same<T, __half>::value);
+        __syncwarp(); /* P^T of the other lanes' rows */
+        for (int e = lane; e < 16 * BM; e += 32) put(&Ps[warp * 16 * BM + e], Sw[e]); /* P^T rounded for its product */
+        __syncwarp();
+        acc_16xD<D, T>(av, Ps + warp * 16 * BM, Gs); /* dV += P^T dO */
+        acc_16xD<D, T>(ak, Ds + warp * 16 * BM, Qs); /* dK += dS^T Q */
+    }
+    __syncwarp();
+    store_16xD<D>(dk + base, ak, Sw, k0 + warp * 16, n);
+    store_16xD<D>(dv + base, av, Sw, k0 + warp * 16, n);
+}
+
+template <int D, typename T>
+__global__ void __launch_bounds__(NT) dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
+                                           T *dq, int64_t n, bool causal, float sc) {
+    extern __shared__ float sm[];
+    T *Qs = (T *)sm, *Gs = Qs + BM * D, *Ks = Gs + BM * D, *Vs = Ks + BM * D;
+    float *Ss = (float *)(Vs + BM * D), *dPs = Ss + BM * BM;
+    T *Ds = (T *)(dPs + BM * BM);
+    float *lse_t = (float *)(Ds + BM * BM), *dr_t = lse_t + BM;
+    const int warp = threadIdx.x / 32;
+    const int64_t h = blockIdx.y, base = h * n * D, q0 = (int64_t)blockIdx.x * BM;
+    load16<D>(Qs, q + base, q0, n);
+    load16<D>(Gs, g + base, q0, n);
+    load_rows(lse_t, dr_t, lse + h * n, dr + h * n, q0, n);
+    acc_t aq[D / 16];
+    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(aq[j], 0.0f);
+    float *Sw = Ss + warp * 16 * BM, *dPw = dPs + warp * 16 * BM;
+    const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
+    for (int64_t k0 = 0; k0 < kend; k0 += BM) {
+        __syncthreads();
+        load16<D>(Ks, k + base, k0, n);
+        load16<D>(Vs, v + base, k0, n);
+        __syncthreads();
+        mm_16x64<D, T, true>(Sw, Qs + warp * 16 * D, D, Ks, D);  /* S: queries x keys */
+        mm_16x64<D, T, true>(dPw, Gs + warp * 16 * D, D, Vs, D); /* dP = dO V^T */
+        __syncwarp();
+        p_ds(Ss, dPs, lse_t, dr_t, q0, k0, n, causal, true, sc, NULL, Ds, !std::is_same<T, __half>::value);
+        __syncwarp();
+        acc_16xD<D, T>(aq, Ds + warp * 16 * BM, Ks); /* dQ += dS K */
+    }
+    __syncwarp();
+    store_16xD<D>(dq + base, aq, Sw, q0 + warp * 16, n);
+}
+
+/* shared bytes: `t16` 16-bit tiles of 64 x D, `f32` f32 64 x 64 blocks plus `o` of 64 x D,
+ * `p16` 16-bit 64 x 64 blocks, and `rows` f32 rows of 64 */
+template <int D> constexpr size_t smem(int t16, int f32, int o, int p16, int rows) {
+    return 2 * (size_t)BM * D * t16 + 4 * (size_t)BM * BM * f32 + 4 * (size_t)BM * D * o + 2 * (size_t)BM * BM * p16 +
+           4 * (size_t)BM * rows;
+}
+template <int D, typename T>
+ct_status fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n,
+              bool causal) {
+    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(3, 1, 1, 1, 3), NT, BM, D, q, k, v, o, lse, BH, n, causal);
+}
+template <int D, typename T>
+ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
+              void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal) {
+    return ct_attn_launch_bwd<T>(s, dkv_k<D, T>, smem<D>(4, 2, 0, 2, 2), dq_k<D, T>, smem<D>(4, 2, 0, 1, 2), NT, BM, D, q, k, v, g,
+                                 lse, dr, dq, dk, dv, BH, n, causal);
+}
+template <typename T>
+ct_status fwd_t(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n, int D,
+                bool causal) {
+    return D == 64    ? fwd<64, T>(s, q, k, v, o, lse, BH, n, causal)
+           : D == 128 ? fwd<128, T>(s, q, k, v, o, lse, BH, n, causal)
+                      : fwd<32, T>(s, q, k, v, o, lse, BH, n, causal);
+}
+template <typename T>
+ct_status bwd_t(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
+                void *dq, void *dk, void *dv, int64_t BH, int64_t n, int D, bool causal) {
+    return D == 64    ? bwd<64, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal)
+           : D == 128 ? bwd<128, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal)
+                      : bwd<32, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal);
+}
+} // namespace
+
+bool ct_cuda_attention_tc_fits(ct_cuda_dtype dt, int D) { return dt != CT_CUDA_F32 && (D == 32 || D == 64 || D == 128); }
+
+ct_status ct_cuda_attention_tc(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
+                               int64_t BH, int64_t T, int D, bool causal) {
+    if (dt == CT_CUDA_BF16) return fwd_t<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal);
+    return fwd_t<__half>(s, q, k, v, o, lse, BH, T, D, causal);
+}
+ct_status ct_cuda_attention_tc_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, const void *dO,
+                                   const float *lse, const float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T, int D,
+                                   bool causal) {
+    if (dt == CT_CUDA_BF16) return bwd_t<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
+    return bwd_t<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
+}

@@ -150,6 +150,10 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN) $(GPU_TEST_BIN) $(MPI_TEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
+# the link flags of this configuration (tests/scripts/cuda_emu_device.sh links its own programs)
+print-ldlibs:
+	@echo $(LDLIBS)
+
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
 	      "gloo=$(if $(HAVE_GLOO),yes,no (apt-get install libgloo-dev))" \
@@ -261,7 +265,7 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' -e 's|@REQUIRES@|$(PKGS)|' -e 's|@CUDA_LIBS@|$(CUDA_LIBS)|' -e 's|@GLOO_LIBS@|$(GLOO_LIBS)|' ctrain.pc.in > $(PREFIX)/lib/pkgconfig/ctrain.pc
 
 clean:
-	rm -rf $(BUILD) build-san build-fuzz
+	rm -rf $(BUILD) build-san build-fuzz build-emu
 
-.PHONY: all info test test-bins test-asan fuzz fuzz-build fuzz-corpus bench install clean
+.PHONY: all info print-ldlibs test test-bins test-asan fuzz fuzz-build fuzz-corpus bench install clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -13,22 +13,9 @@ B=${CT_BUILD:-build}
 command -v g++ >/dev/null && command -v python3 >/dev/null || { echo "needs g++ and python3"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/cuda"
-for h in src/cuda/*.cuh; do python3 tests/tools/cuda_emu/transform.py "$h" "$tmp/cuda/$(basename "$h")" || exit 1; done
-flags=(-std=c++17 -O1 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-unused-parameter -DCT_HAVE_CUDA=1
-       -Itests/tools/cuda_emu/include -Itests/tools/cuda_emu -I"$tmp" -Iinclude -Isrc)
-# a sanitizer build of the library (make test-asan) takes the same instrumentation here
-if nm "$B/libctrain.a" 2>/dev/null | grep ' U __asan_' >/dev/null; then
-    flags+=(-fsanitize=address,undefined -fno-omit-frame-pointer)
-fi
-objs=()
-for f in src/cuda/*.cu; do
-    n=$(basename "$f" .cu)
-    python3 tests/tools/cuda_emu/transform.py "$f" "$tmp/$n.cc" || exit 1
-    g++ "${flags[@]}" -c "$tmp/$n.cc" -o "$tmp/$n.o" || { echo "cannot compile $f for the emulation"; exit 1; }
-    objs+=("$tmp/$n.o")
-done
-g++ "${flags[@]}" -fopenmp tests/tools/cuda_emu/emu_kernels.cc "${objs[@]}" "$B/libctrain.a" \
-    $(pkg-config --libs openblas libcjson zlib 2>/dev/null || echo -lopenblas -lcjson -lz) -fopenmp -lpthread -lm \
-    -o "$tmp/emu_kernels" || exit 1
+. tests/scripts/lib/cuda_emu.sh
+emu_flags "$B/libctrain.a"
+emu_objects "$tmp" || exit 1
+g++ "${emu_cxx[@]}" -fopenmp tests/tools/cuda_emu/emu_kernels.cc tests/tools/cuda_emu/emu_runtime.cc "${objs[@]}" "$B/libctrain.a" \
+    $(emu_libs) -fopenmp -lpthread -lm -o "$tmp/emu_kernels" || exit 1
 "$tmp/emu_kernels"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU tests on an emulated GPU: tests/gpu's programs built against the real src/cuda op
+# entries, allocator and device hooks (its C files, compiled against the runtime API of
+# tests/tools/cuda_emu/crt), the emulated kernels of src/cuda/*.cu (cuda_emu.sh's), and
+# tests/tools/cuda_emu/emu_device.cc (host memory as device memory, a plain-loop GEMM for
+# cuBLASLt), over a CPU-only build of the library (build-emu/). So the device column runs end
+# to end on the CPU: forward and backward of the models on "cuda:0" against the CPU, autocast
+# with the low-precision kernels, checkpointing, the optimizers. Left out, for what the
+# emulation lacks: NCCL (the DDP tests); test_gpu_conv and test_gpu_kernels are not built here
+# (cuDNN, cuBLASLt and the allocator's cudaMalloc failures need the real libraries).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+command -v g++ >/dev/null && command -v python3 >/dev/null || { echo "needs g++ and python3"; exit 1; }
+# the library under test when it has no CUDA layer of its own (make test-asan's build-san),
+# else a CPU-only build of it beside it
+B=${CT_BUILD:-build}
+E=$B
+syms=$(nm "$B/libctrain.a" 2>/dev/null)
+if [ ! -f "$B/libctrain.a" ] || grep -q ' T ct_cuda_register$' <<<"$syms"; then
+    E=build-emu
+    make -s BUILD="$E" CUDA=0 "$E/libctrain.a" >/dev/null || { echo "cannot build the CPU-only library in $E"; exit 1; }
+fi
+san=()
+[ "$E" = build-san ] && san=(SAN=1)
+read -r -a libs <<<"$(make -s --no-print-directory BUILD="$E" CUDA=0 "${san[@]}" print-ldlibs)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. tests/scripts/lib/cuda_emu.sh
+emu_flags "$E/libctrain.a"
+emu_objects "$tmp" || exit 1
+sanf=()
+[[ " ${emu_cxx[*]} " == *" -fsanitize="* ]] && sanf=(-fsanitize=address,undefined -fno-omit-frame-pointer)
+cflags=(-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -fopenmp -DCT_HAVE_CUDA=1 -Itests/tools/cuda_emu/crt -Iinclude -Isrc
+        -Itests "${sanf[@]}")
+for f in alloc device ops ops_more; do
+    gcc "${cflags[@]}" -c "src/cuda/$f.c" -o "$tmp/c_$f.o" || { echo "cannot compile src/cuda/$f.c for the emulated device"; exit 1; }
+    objs+=("$tmp/c_$f.o")
+done
+g++ "${emu_cxx[@]}" -c tests/tools/cuda_emu/emu_runtime.cc -o "$tmp/emu_runtime.o" || exit 1
+# the runtime API's C side first: emu_device.cc defines it
+g++ -Itests/tools/cuda_emu/crt "${emu_cxx[@]}" -c tests/tools/cuda_emu/emu_device.cc -o "$tmp/emu_device.o" || exit 1
+objs+=("$tmp/emu_runtime.o" "$tmp/emu_device.o")
+# the tests that need NCCL
+skip=" ddp_world1_on_nccl_matches_cpu ddp_world1_on_nccl_bf16_compression "
+rc=0
+for t in test_gpu_ops test_gpu_train; do
+    gcc "${cflags[@]}" "tests/gpu/$t.c" "${objs[@]}" "$E/libctrain.a" "${libs[@]}" -lstdc++ -o "$tmp/$t" ||
+        { echo "cannot build $t for the emulated device"; exit 1; }
+    for name in $(sed -n 's/^CT_TEST(\([a-z0-9_]*\)).*/\1/p' "tests/gpu/$t.c"); do
+        [[ "$skip" == *" $name "* ]] && continue
+        out=$("$tmp/$t" "$name" 2>&1)
+        res=$(echo "$out" | sed -n 's/^RESULT //p')
+        if [ "$res" = "1 0 0" ]; then echo "ok   $t $name"; else echo "$out"; echo "FAIL $t $name"; rc=1; fi
+    done
+done
+exit $rc

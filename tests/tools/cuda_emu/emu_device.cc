@@ -1,0 +1,138 @@
+// An emulated GPU for the GPU tests (tests/scripts/cuda_emu_device.sh): the CUDA runtime calls
+// of src/cuda's C files on host memory (every stream synchronous), runtime.c's device queries
+// and error texts, and cuBLASLt's GEMM as a plain loop, so that tests/gpu's programs run the
+// real op entries (src/cuda/ops.c, ops_more.c), allocator, device hooks and the emulated
+// kernels of src/cuda/*.cu end to end on the CPU, on "cuda:0". What it cannot stand in for is
+// left out: cuDNN (conv2d and average pooling fail as ops without a kernel), NCCL, timing.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h> // crt/: the C API below
+
+extern "C" {
+#include "ctrain/core.h"
+#include "cuda/check.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_internal.h"
+#include "ops/kmath.h"
+}
+// emu_runtime.cc
+float ct_emu_half_to_float(uint16_t h);
+uint16_t ct_emu_float_to_half(float f);
+
+// ---- the runtime API (crt/cuda_runtime_api.h) ----
+static int dummy_stream, dummy_event, last_device;
+static const size_t kTotal = (size_t)8 << 30;
+
+extern "C" {
+cudaError_t cudaGetDeviceCount(int *n) { return *n = 1, cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? (last_device = d, cudaSuccess) : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDevice(int *d) { return *d = last_device, cudaSuccess; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
+const char *cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (d != 0) return 101;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "emulated (host threads)");
+    p->totalGlobalMem = kTotal, p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { return *f = kTotal / 2, *t = kTotal, cudaSuccess; }
+cudaError_t cudaDriverGetVersion(int *v) { return *v = 13000, cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int *v) { return *v = 13000, cudaSuccess; }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    return *p ? cudaSuccess : 2;
+}
+cudaError_t cudaFree(void *p) { return free(p), cudaSuccess; }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+    (void)flags; return cudaMalloc(p, n); }
+cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
+    (void)k;
+    if (n) memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, n, k); }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return memset(p, v, n), cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return *s = &dummy_stream, cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return *e = &dummy_event, cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+
+// ---- runtime.c: the checks' messages and the device queries ----
+static ct_status check(int code, const char *lib, const char *call, const char *op) {
+    if (code == 0) return CT_OK;
+    return ct_error(code == 2 ? CT_ERR_NOMEM : CT_ERR_SYSTEM, "%s on cuda:0: %s failed: %s error %d (emulated)", op, call, lib, code);
+}
+ct_status ct_gpu_check_cuda(int code, const char *call, const char *op) { return check(code, "cuda", call, op); }
+ct_status ct_gpu_check_cublas(int code, const char *call, const char *op) { return check(code, "cublas", call, op); }
+ct_status ct_gpu_check_cudnn(int code, const char *call, const char *op) { return check(code, "cudnn", call, op); }
+ct_status ct_gpu_check_nccl(int code, const char *call, const char *op) { return check(code, "nccl", call, op); }
+ct_status ct_cuda_device_count(int *n) { return *n = 1, CT_OK; }
+ct_status ct_cuda_set_device(int dev, const char *op) { return check(cudaSetDevice(dev), "cuda", "cudaSetDevice(dev)", op); }
+ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return ct_error(CT_ERR_INVALID, "cuda:%d: no such device", dev);
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->total_bytes = p.totalGlobalMem, out->free_bytes = p.totalGlobalMem / 2;
+    out->cc_major = p.major, out->cc_minor = p.minor, out->sm_count = p.multiProcessorCount;
+    return CT_OK;
+}
+void ct_cuda_versions(char *buf, size_t n) { snprintf(buf, n, "emulated device (no driver, cuBLASLt, NCCL or cuDNN)"); }
+
+// ---- what the emulated device does not have ----
+size_t ct_cuda_cublaslt_version(void) { return 0; }
+const char *ct_cuda_cublaslt_status(int) { return "emulated GEMM"; }
+size_t ct_cuda_cudnn_version(void) { return 0; }
+const char *ct_cuda_cudnn_status(int) { return "no cuDNN on the emulated device"; }
+const char *ct_cuda_cudnn_load_error(void) { return "no cuDNN on the emulated device"; }
+void ct_cuda_cudnn_shutdown(void) {}
+void ct_cuda_register_conv_ops_(void) {} // conv2d and the poolings: no kernel here
+ct_status ct_cuda_nccl_check(char *report, size_t len) {
+    snprintf(report, len, "no NCCL on the emulated device");
+    return ct_error(CT_ERR_UNSUPPORTED, "no NCCL on the emulated device");
+}
+void ct_cuda_gemm_shutdown(void) {}
+
+// ---- cuBLASLt's GEMM: row-major, transposes, strided batches, f32 / bf16 / f16 operands with
+// f32 sums (in k order), the bias and GELU epilogues ----
+static float elem(const void *p, ct_cuda_dtype dt, int64_t i) {
+    if (dt == CT_CUDA_BF16) return ct_k_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == CT_CUDA_F16) return ct_emu_half_to_float(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+static void put(void *p, ct_cuda_dtype dt, int64_t i, float v) {
+    if (dt == CT_CUDA_BF16) ((uint16_t *)p)[i] = ct_k_f32_to_bf16(v);
+    else if (dt == CT_CUDA_F16) ((uint16_t *)p)[i] = ct_emu_float_to_half(v);
+    else ((float *)p)[i] = v;
+}
+ct_status ct_cuda_gemm(cudaStream_t, int, const ct_cuda_gemm_desc *d, const void *A, const void *B, void *C) {
+    const ct_cuda_dtype cdt = d->c_f32 ? CT_CUDA_F32 : d->dt;
+    const int64_t M = d->M, N = d->N, K = d->K;
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                float s = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    float a = elem(A, d->dt, b * M * K + (d->ta ? k * M + i : i * K + k));
+                    float x = elem(B, d->dt, b * K * N + (d->tb ? j * K + k : k * N + j));
+                    s = fmaf(a, x, s);
+                }
+                const int64_t at = b * M * N + i * N + j;
+                float v = d->alpha * s + (d->beta != 0.0f ? d->beta * elem(C, cdt, at) : 0.0f);
+                if (d->epi == CT_GEMM_EPI_BIAS || d->epi == CT_GEMM_EPI_BIAS_GELU) v += elem(d->bias, cdt, j);
+                if (d->epi == CT_GEMM_EPI_GELU || d->epi == CT_GEMM_EPI_BIAS_GELU) v = ct_k_gelu_tanh(v);
+                put(C, cdt, at, v);
+            }
+    return CT_OK;
+}
+}

@@ -69,22 +69,31 @@ ct_status ct_device_mem_get(ct_device d, ct_device_mem *out) {
     return CT_OK;
 }
 
-ct_status ct_device_alloc(ct_device d, size_t bytes, void **out) {
+/* Buffers of d's kind through its hooks, or malloc on the CPU: device memory (ct_device_alloc)
+ * or pinned host memory for staging copies to d (ct_host_alloc). */
+static ct_status buf_alloc(ct_device d, size_t bytes, void **out, bool pinned) {
     *out = NULL;
     if (d.type == CT_DEV_CPU) {
         *out = malloc(bytes ? bytes : 1);
-        return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+        return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory for %zu bytes", bytes);
     }
-    const ct_device_hooks *h = ct_device_hooks_get(d, "device buffer");
-    return h ? h->alloc(d.index, bytes ? bytes : 1, out) : CT_ERR_UNSUPPORTED;
+    const ct_device_hooks *h = ct_device_hooks_get(d, pinned ? "pinned host memory" : "device buffer");
+    if (!h) return CT_ERR_UNSUPPORTED;
+    return (pinned ? h->host_alloc : h->alloc)(d.index, bytes ? bytes : 1, out);
 }
-void ct_device_free(ct_device d, void *p) {
+static void buf_free(ct_device d, void *p, bool pinned) {
     if (!p) return;
     if (d.type == CT_DEV_CPU) { free(p); return; }
-    const ct_device_hooks *h = ct_device_hooks_get(d, "device buffer");
-    CT_CHECK(h, "ct_device_free: %p was not allocated by ct_device_alloc on this device type", p);
-    h->free(p);
+    const ct_device_hooks *h = ct_device_hooks_get(d, pinned ? "pinned host memory" : "device buffer");
+    CT_CHECK(h, "%s: %p was not allocated by %s on this device type", pinned ? "ct_host_free" : "ct_device_free", p,
+             pinned ? "ct_host_alloc" : "ct_device_alloc");
+    (pinned ? h->host_free : h->free)(p);
 }
+ct_status ct_device_alloc(ct_device d, size_t bytes, void **out) { return buf_alloc(d, bytes, out, false); }
+void ct_device_free(ct_device d, void *p) { buf_free(d, p, false); }
+ct_status ct_host_alloc(ct_device d, size_t bytes, void **out) { return buf_alloc(d, bytes, out, true); }
+void ct_host_free(ct_device d, void *p) { buf_free(d, p, true); }
+
 ct_status ct_device_convert(ct_device d, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n) {
     if (d.type == CT_DEV_CPU) { ct_convert(y, to, x, from, (size_t)n); return CT_OK; }
     const ct_device_hooks *h = ct_device_hooks_get(d, "convert");
@@ -99,24 +108,6 @@ ct_status ct_device_scale(ct_device d, float *x, float coef, int64_t n) {
     const ct_device_hooks *h = ct_device_hooks_get(d, "scale");
     if (!h || !h->scale) return h ? ct_error(CT_ERR_UNSUPPORTED, "scale: the device backend has no scaling kernel") : CT_ERR_UNSUPPORTED;
     return h->scale(d.index, x, coef, n, NULL);
-}
-
-ct_status ct_host_alloc(ct_device d, size_t bytes, void **out) {
-    *out = NULL;
-    if (d.type == CT_DEV_CPU) {
-        *out = malloc(bytes ? bytes : 1);
-        return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory for %zu bytes of host staging", bytes);
-    }
-    const ct_device_hooks *h = ct_device_hooks_get(d, "pinned host memory");
-    return h ? h->host_alloc(d.index, bytes ? bytes : 1, out) : CT_ERR_UNSUPPORTED;
-}
-
-void ct_host_free(ct_device d, void *p) {
-    if (!p) return;
-    if (d.type == CT_DEV_CPU) { free(p); return; }
-    const ct_device_hooks *h = ct_device_hooks_get(d, "pinned host memory");
-    CT_CHECK(h, "ct_host_free: %p was not allocated by ct_host_alloc on this device type", p);
-    h->host_free(p);
 }
 
 ct_status ct_ctx_fail(ct_ctx *c, ct_status st) {

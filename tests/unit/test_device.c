@@ -489,6 +489,24 @@ CT_TEST(train_step_on_device) {
     CT_EXPECT(live_bufs == 0);
 }
 
+/* The stores of the device tests below: w [wrows, 3] and v [3, 2] (and u [2, 2] when U is
+ * asked for), initialised from seed, moved to the stand-in cuda:0 when on_device. */
+static ct_params *wv_store(int64_t wrows, uint64_t seed, bool on_device, ct_tensor **W, ct_tensor **V, ct_tensor **U) {
+    ct_params *P;
+    if (ct_params_create(&P) != CT_OK) abort();
+    *W = ct_param(P, "w", 2, (int64_t[]){wrows, 3}, CT_INIT_KAIMING_UNIFORM, 3);
+    *V = ct_param(P, "v", 2, (int64_t[]){3, 2}, CT_INIT_KAIMING_UNIFORM, 4);
+    if (U) *U = ct_param(P, "u", 2, (int64_t[]){2, 2}, CT_INIT_KAIMING_UNIFORM, 2);
+    if (ct_params_finalize(P, seed) != CT_OK || (on_device && ct_params_to(P, CT_CUDA(0)) != CT_OK)) abort();
+    return P;
+}
+/* the store's gradients into out (n floats), back from the device where it is, then freed */
+static void grads_and_free(ct_params *P, float *out, size_t n) {
+    if (ct_params_device(P).type != CT_DEV_CPU && ct_params_to(P, CT_CPU) != CT_OK) abort();
+    memcpy(out, ct_params_grad(P), n * sizeof(float));
+    ct_params_free(P);
+}
+
 /* Autocast on device tensors: the policy applied by the device dispatch (the cast op on the
  * device, the device matmul reading the bf16 casts with its f32 result rounded to a bf16
  * tensor on the device, forward and backward; the f32-policy sum given an f32 copy made there
@@ -503,12 +521,8 @@ CT_TEST(autocast_on_device) {
     double loss[2];
     float grad[2][12];
     for (int d = 0; d < 2; d++) {
-        ct_params *P;
-        CT_ASSERT(ct_params_create(&P) == CT_OK);
-        ct_tensor *W = ct_param(P, "w", 2, (int64_t[]){2, 3}, CT_INIT_KAIMING_UNIFORM, 3);
-        ct_tensor *V = ct_param(P, "v", 2, (int64_t[]){3, 2}, CT_INIT_KAIMING_UNIFORM, 4);
-        CT_ASSERT(ct_params_finalize(P, 9) == CT_OK);
-        if (d) CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+        ct_tensor *W, *V;
+        ct_params *P = wv_store(2, 9, d, &W, &V, NULL);
         ct_ctx *c;
         CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
         int before = live_bufs;
@@ -526,9 +540,7 @@ CT_TEST(autocast_on_device) {
         CT_EXPECT(ct_ctx_status(c) == CT_OK);
         if (d) CT_EXPECTF(bf16_matmuls == 2, "%d of the device matmul's forward and backward read bf16", bf16_matmuls);
         ct_ctx_free(c);
-        if (d) CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
-        memcpy(grad[d], ct_params_grad(P), sizeof grad[d]);
-        ct_params_free(P);
+        grads_and_free(P, grad[d], sizeof grad[d] / sizeof(float));
     }
     CT_EXPECTF(fabs(loss[0] - loss[1]) <= 1e-6 * fabs(loss[0]), "loss %.9g on the CPU, %.9g on the device", loss[0], loss[1]);
     bool same = true;
@@ -560,13 +572,8 @@ CT_TEST(autocast_device_ops_read_lowp) {
         ct_op_device_reads_lowp(CT_OP_MATMUL, declared ? 3u : 0u, 1u << CT_BF16);
         ct_op_device_reads_lowp(CT_OP_RELU, declared ? 1u : 0u, 1u << CT_BF16);
         ct_op_device_reads_lowp(CT_OP_ADD, declared ? 3u : 0u, (1u << CT_BF16) | (1u << CT_F32));
-        ct_params *P;
-        CT_ASSERT(ct_params_create(&P) == CT_OK);
-        ct_tensor *W = ct_param(P, "w", 2, (int64_t[]){2, 3}, CT_INIT_KAIMING_UNIFORM, 3);
-        ct_tensor *V = ct_param(P, "v", 2, (int64_t[]){3, 2}, CT_INIT_KAIMING_UNIFORM, 4);
-        ct_tensor *U = ct_param(P, "u", 2, (int64_t[]){2, 2}, CT_INIT_KAIMING_UNIFORM, 2);
-        CT_ASSERT(ct_params_finalize(P, 9) == CT_OK);
-        if (d) CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+        ct_tensor *W, *V, *U;
+        ct_params *P = wv_store(2, 9, d, &W, &V, &U);
         ct_ctx *c;
         CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
         converts = lowp_reads = bf16_matmuls = 0;
@@ -589,9 +596,7 @@ CT_TEST(autocast_device_ops_read_lowp) {
             CT_EXPECTF(converts > 1 && lowp_reads == 0 && bf16_matmuls == 0, "undeclared: %d conversions, %d + %d bf16 reads",
                        converts, lowp_reads, bf16_matmuls);
         ct_ctx_free(c);
-        if (d) CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
-        memcpy(grad[d], ct_params_grad(P), sizeof grad[d]);
-        ct_params_free(P);
+        grads_and_free(P, grad[d], sizeof grad[d] / sizeof(float));
     }
     for (int d = 1; d < 3; d++) {
         CT_EXPECTF(fabs(loss[0] - loss[d]) <= 1e-6 * fabs(loss[0]), "loss %.9g on the CPU, %.9g on the device (%d)", loss[0],
@@ -627,12 +632,8 @@ CT_TEST(checkpoint_on_device) {
     float grad[3][15];
     int live[3], calls[3];
     for (int d = 0; d < 3; d++) { /* CPU checkpointed, device checkpointed, device plain */
-        ct_params *P;
-        CT_ASSERT(ct_params_create(&P) == CT_OK);
-        ct_tensor *W = ct_param(P, "w", 2, (int64_t[]){3, 3}, CT_INIT_KAIMING_UNIFORM, 3);
-        ct_tensor *V = ct_param(P, "v", 2, (int64_t[]){3, 2}, CT_INIT_KAIMING_UNIFORM, 4);
-        CT_ASSERT(ct_params_finalize(P, 5) == CT_OK);
-        if (d) CT_ASSERT(ct_params_to(P, CT_CUDA(0)) == CT_OK);
+        ct_tensor *W, *V;
+        ct_params *P = wv_store(3, 5, d, &W, &V, NULL);
         ct_ctx *c;
         CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
         int before = live_bufs;
@@ -644,9 +645,7 @@ CT_TEST(checkpoint_on_device) {
         CT_EXPECTF(ct_ctx_status(c) == CT_OK, "run %d: %s", d, ct_last_error());
         calls[d] = matmul_calls;
         ct_ctx_free(c);
-        if (d) CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
-        memcpy(grad[d], ct_params_grad(P), sizeof grad[d]);
-        ct_params_free(P);
+        grads_and_free(P, grad[d], sizeof grad[d] / sizeof(float));
     }
     /* kept after the forward: the segment's output and the loss; plain: also the three intermediates */
     CT_EXPECTF(live[1] == 2 && live[2] == 5, "device buffers after the forward: %d checkpointed, %d plain", live[1], live[2]);

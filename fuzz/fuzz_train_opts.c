@@ -22,10 +22,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     int rc = train_opts_parse(argc, argv, &o);
     if (rc == -1) {
         if (o.batch_size < 1 || o.grad_accum < 1 || o.epochs < 1 || o.lr <= 0 || o.keep < 0 || o.log_every < 1) abort();
-        /* with --init-from the model's shape comes from the file, not from these flags */
-        if (o.kind == CT_MODEL_GPT && !o.init_from && (o.n_head < 1 || o.n_embd % o.n_head)) abort();
-        if (o.n_hidden > CT_MLP_MAX_HIDDEN) abort();
-        for (int i = 0; i < o.n_hidden; i++) if (o.hidden[i] < 1) abort();
+        /* the flags' model is one the library builds (with --init-from the file's shape
+         * replaces them); whatever the flags, the kind's list fields stay in bounds */
+        if (!o.init_from && ct_model_config_check(&o.cfg) != CT_OK) abort();
+        if (o.cfg.mlp.n_hidden > CT_MLP_MAX_HIDDEN) abort();
+        for (int i = 0; i < o.cfg.mlp.n_hidden; i++) if (o.cfg.mlp.hidden[i] < 1) abort();
         /* a device the trainer resolves without a second check of the spelling */
         ct_device dv;
         if (o.device && strcmp(o.device, "auto") && ct_device_parse(o.device, &dv) != CT_OK) abort();

@@ -44,6 +44,9 @@
 extern "C" {
 #endif
 
+/* The built-in kinds, in the order of the table in src/models/model_internal.h. A kind
+ * added to that table without a name here is reached by its name (ct_model_kind_parse) and
+ * keeps its config in ct_model_config.custom (docs/adding-a-model.md). */
 typedef enum { CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT } ct_model_kind;
 
 #define CT_MLP_MAX_HIDDEN 16
@@ -78,6 +81,8 @@ typedef struct ct_model_config {
         bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention; the default); false: plain */
         bool checkpoint_activations;     /* recompute each block in backward instead of keeping its activations */
     } gpt;
+    /* the config of a kind whose struct is not above: its own file's, stored here */
+    _Alignas(8) unsigned char custom[256];
 } ct_model_config;
 
 typedef struct ct_model ct_model;
@@ -134,10 +139,94 @@ ct_status ct_params_load(ct_params *P, const char *path);
  * (Hugging Face's names: n_head, activation_function, layer_norm_epsilon, ...); without one a
  * GPT-2 has n_head = n_embd / 64 (GPT-2's head size) and gelu_new, a nanoGPT file is refused
  * (its heads are unknown). CT_ERR_FORMAT naming the file when it holds none of these. */
-typedef enum { CT_LAYOUT_CTRAIN = 0, CT_LAYOUT_HF_GPT2 } ct_weights_layout;
+typedef enum { CT_LAYOUT_CTRAIN = 0, CT_LAYOUT_HF, CT_LAYOUT_HF_GPT2 = CT_LAYOUT_HF } ct_weights_layout;
 ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout);
 /* config, create and load in one: any file ct_model_config_from_file understands */
 ct_status ct_model_open(const char *path, ct_model **out);
+/* Load weights in the given layout: ct_model_load, or the kind's Hugging Face reader
+ * (CT_ERR_UNSUPPORTED for a kind without one). */
+ct_status ct_model_load_layout(ct_model *m, const char *path, ct_weights_layout layout);
+/* `dir`/model.safetensors + config.json in the kind's Hugging Face layout (GPT:
+ * ct_gpt_save_hf); CT_ERR_UNSUPPORTED for a kind without one. */
+ct_status ct_model_save_hf(const ct_model *m, const char *dir);
+
+/* ---- what a kind is (model.c) ----
+ * Each kind describes itself in its own file: the batch it takes, its options (config
+ * keys, saved as metadata and taken as `ctrain train` flags), its data and its training
+ * defaults. The trainer's input checks, the CLI's flags and --help, and the model files'
+ * metadata read these, so none of them names a kind.
+ *
+ *   for (int k = 0; k < ct_model_kind_count(); k++) {
+ *       const ct_model_kind_info *ki = ct_model_kind_info_of((ct_model_kind)k);
+ *       for (int i = 0; i < ki->noptions; i++) printf("%s.%s\n", ki->name, ki->options[i].key);
+ *   }
+ *   ct_model_config c = ct_model_default_config(CT_MODEL_GPT);
+ *   ct_model_config_set(&c, ct_model_option_find(CT_MODEL_GPT, "n_layer"), "12");
+ */
+typedef enum { CT_MODEL_DATA_IMAGES = 0, CT_MODEL_DATA_TOKENS } ct_model_data;
+
+/* One sample of what a model takes (fields 0: not checked). */
+typedef struct ct_model_batch {
+    int64_t classes;       /* targets in [0, classes), or ignore_index */
+    int64_t ignore_index;  /* the target the loss skips: -100 (the GPT: -1, nanoGPT's) */
+    int64_t vocab;         /* > 0: inputs are token ids in [0, vocab); else f32 values */
+    int64_t x_numel;       /* values in one input (an MLP flattens it) */
+    int x_ndim;            /* > 0: one input has these dims (batch excluded)... */
+    int64_t x_shape[CT_MAX_DIMS]; /* ...of these sizes */
+    int64_t x_max_len;     /* > 0: the first dim is at most this (a context length) */
+} ct_model_batch;
+ct_model_batch ct_model_batch_of(const ct_model_config *c);
+
+/* option flags */
+#define CT_OPT_META    1u /* saved in the model file's metadata: part of what the model is */
+#define CT_OPT_FLAG    2u /* a `ctrain train` flag: "--" + key with '-' for '_' (or .flag) */
+#define CT_OPT_RUN     4u /* how the model runs, not what it is: kept over --init-from's config */
+#define CT_OPT_CONTEXT 8u /* the context length: with --init-from it may only shorten training's */
+
+/* One config field of a kind. */
+typedef struct ct_model_option {
+    const char *key;         /* "n_layer": metadata "ctrain.n_layer", flag "--n-layer" */
+    char type;               /* 'i' int, 'f' float, 'b' bool, 'l' comma-separated ints */
+    unsigned flags;          /* CT_OPT_* */
+    size_t off, len_off;     /* the field in ct_model_config; 'l': its count (an int) */
+    double lo, hi;           /* a flag's bounds (each value of a list) */
+    const char *flag;        /* NULL: from the key */
+    const char *words;       /* a bool flag with a value: "plain|flash" (false|true); NULL: a bare switch */
+    const char *cli_default; /* `ctrain train`'s value where it is not the library's ("4"); NULL: the library's */
+    const char *want;        /* NULL: "an integer in [lo, hi]"...; what an error says is expected */
+    const char *help;        /* one line for --help */
+} ct_model_option;
+
+typedef struct ct_model_kind_info {
+    const char *name;       /* "gpt": ct_model_kind_name, ct_model_kind_parse */
+    ct_model_data data;     /* images (IDX: --data-dir) or token sequences (--text, --shards) */
+    const char *optimizer;  /* `ctrain train`'s default: "sgd" (momentum 0.9) or "adamw" */
+    double adam_beta2;      /* ... and AdamW's beta2 for it */
+    bool eval_each_epoch;   /* evaluate after each epoch (false: at the end, or --eval-every) */
+    bool hf;                /* has a Hugging Face layout: --init-from reads it, --export hf writes it */
+    bool generates;         /* ctrain generate can sample from it */
+    const ct_model_option *options;
+    int noptions;
+} ct_model_kind_info;
+
+int ct_model_kind_count(void);
+/* NULL for a kind past the table */
+const ct_model_kind_info *ct_model_kind_info_of(ct_model_kind k);
+/* "mlp, cnn or gpt": every kind's name, for messages */
+const char *ct_model_kind_list(char *buf, size_t n);
+/* the option of kind k with this key or flag ("n_layer" or "--n-layer"); NULL: none */
+const ct_model_option *ct_model_option_find(ct_model_kind k, const char *key_or_flag);
+/* the option's flag, "--n-layer" */
+const char *ct_model_option_flag(const ct_model_option *o, char *buf, size_t n);
+/* what a value of the option must be, "an integer in [1, 256]" */
+const char *ct_model_option_want(const ct_model_option *o, char *buf, size_t n);
+/* Sets the option from text within its bounds (a switch: NULL or "true"/"false";
+ * CT_ERR_INVALID "... expects ..., got '...'" otherwise, nothing changed). */
+ct_status ct_model_config_set(ct_model_config *c, const ct_model_option *o, const char *value);
+/* The option's value as text ("4", "0.1", "true", "1024,1024") */
+const char *ct_model_config_get(const ct_model_config *c, const ct_model_option *o, char *buf, size_t n);
+/* `ctrain train`'s config for kind k: the library's defaults with each cli_default applied */
+ct_model_config ct_model_cli_config(ct_model_kind k);
 
 /* ---- GPT-2 in Hugging Face's layout (gpt_hf.c) ----
  * Load: a GPT2LMHeadModel / GPT2Model state_dict (F32, F16, BF16 or F64) into a GPT of the

@@ -1,6 +1,7 @@
 /* ctrain eval --checkpoint DIR|FILE — a trained model on its test data: loss and accuracy
- * for mlp/cnn, loss, perplexity and next-token accuracy for gpt. The model's shape comes from
- * the file (ctrain's metadata, or a GPT-2 checkpoint's layout and config.json). */
+ * for image models, loss, perplexity and next-token accuracy for token models (the kind says
+ * which, models.h). The model's shape comes from the file (ctrain's metadata, or a Hugging
+ * Face checkpoint's layout and config.json). */
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,16 +14,16 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrain eval --checkpoint DIR|FILE [options]\n"
-            "Evaluates a trained model: test loss and accuracy (mlp, cnn); loss, perplexity and\n"
-            "next-token accuracy (gpt).\n\n"
+            "Evaluates a trained model: test loss and accuracy (image models: mlp, cnn); loss, perplexity\n"
+            "and next-token accuracy (token models: gpt).\n\n"
             "  --checkpoint DIR|FILE  model.safetensors, an output directory (its model.safetensors or newest\n"
-            "                         checkpoint) or a checkpoint directory; a GPT-2 checkpoint works too\n"
-            "  --data-dir DIR         mlp/cnn: IDX files (default $CTRAIN_DATA_DIR or /usr/share/datasets/fashion-mnist)\n"
-            "  --text FILE            gpt: a text file (bytes are tokens)\n"
-            "  --shards GLOB          gpt: llm.c token shards (.bin)\n"
+            "                         checkpoint) or a checkpoint directory; a Hugging Face checkpoint works too\n"
+            "  --data-dir DIR         image models: IDX files (default $CTRAIN_DATA_DIR or /usr/share/datasets/fashion-mnist)\n"
+            "  --text FILE            token models: a text file (bytes are tokens)\n"
+            "  --shards GLOB          token models: llm.c token shards (.bin)\n"
             "  --split test|train|all which part: test (default: the IDX test files, or the held-out last 5%%\n"
-            "                         of a text as `ctrain train` evaluates), train, or all (gpt)\n"
-            "  --block-size T         gpt: sequence length (default the model's)\n"
+            "                         of a text as `ctrain train` evaluates), train, or all (token models)\n"
+            "  --block-size T         token models: sequence length (default the model's)\n"
             "  --batch-size B         (default 64)   --eval-max N  at most N samples (default all)\n"
             "  --threads N            (default OMP_NUM_THREADS or the cores)\n"
             "  --device D             cpu (default), cuda, cuda:N or auto: where the model runs (cuda: the\n"
@@ -96,22 +97,37 @@ int cli_eval(int argc, char **argv) {
     ct_status st = cli_open_model(ckpt, &m, path, sizeof path);
     if (st != CT_OK) return fail(ct_last_error());
     const ct_model_config *c = ct_model_config_of(m);
-    bool gpt = c->kind == CT_MODEL_GPT;
-    if (gpt) {
-        if (!text && !shards) { ct_model_free(m); return fail("a gpt needs --text FILE or --shards GLOB"); }
-        if (block > c->gpt.block_size) {
-            fprintf(stderr, "ctrain eval: --block-size %lld is longer than the model's context (%d)\n", (long long)block, c->gpt.block_size);
+    const ct_model_kind_info *ki = ct_model_kind_info_of(c->kind);
+    ct_model_batch mb = ct_model_batch_of(c); /* what the model takes */
+    bool tokens = ki->data == CT_MODEL_DATA_TOKENS;
+    if (tokens) {
+        if (!text && !shards) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "a %s needs --text FILE or --shards GLOB", ki->name);
+            ct_model_free(m);
+            return fail(msg);
+        }
+        if (mb.x_max_len > 0 && block > mb.x_max_len) {
+            fprintf(stderr, "ctrain eval: --block-size %lld is longer than the model's context (%lld)\n", (long long)block, (long long)mb.x_max_len);
             ct_model_free(m);
             return 2;
         }
-        st = open_tokens(text, shards, block > 0 ? (int)block : c->gpt.block_size, &all);
-        if (st == CT_OK && ct_dataset_num_classes(all) > c->gpt.vocab_size)
-            st = ct_error(CT_ERR_INVALID, "the data has token ids up to %d but the model's vocabulary is %d", ct_dataset_num_classes(all) - 1,
-                          c->gpt.vocab_size);
+        st = open_tokens(text, shards, (int)(block > 0 ? block : mb.x_max_len), &all);
+        if (st == CT_OK && ct_dataset_num_classes(all) > mb.vocab)
+            st = ct_error(CT_ERR_INVALID, "the data has token ids up to %d but the model's vocabulary is %lld", ct_dataset_num_classes(all) - 1,
+                          (long long)mb.vocab);
         if (st == CT_OK && strcmp(split, "all")) st = ct_dataset_split_holdout(all, &train, &test);
         d = !strcmp(split, "all") ? all : !strcmp(split, "train") ? train : test;
     } else {
-        if (text || shards) { ct_model_free(m); return fail("--text and --shards are for a gpt; this model takes --data-dir"); }
+        if (text || shards) {
+            char msg[256] = "--text and --shards are for a";
+            for (int k = 0, n = 0; k < ct_model_kind_count(); k++)
+                if (ct_model_kind_info_of((ct_model_kind)k)->data == CT_MODEL_DATA_TOKENS)
+                    snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s %s", n++ ? " or" : "", ct_model_kind_name((ct_model_kind)k));
+            snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "; this model takes --data-dir");
+            ct_model_free(m);
+            return fail(msg);
+        }
         if (!strcmp(split, "all")) { ct_model_free(m); return badv("--split", split, "test or train for an image model"); }
         st = ct_dataset_idx_open_dir(data_dir, !strcmp(split, "train"), &test);
         d = test;
@@ -119,8 +135,8 @@ int cli_eval(int argc, char **argv) {
             /* the model's input shape against the data's, before a forward could abort on it */
             int64_t dims[CT_MAX_DIMS], n = ct_dataset_x_numel(test);
             int nd = ct_dataset_x_shape(test, dims);
-            bool ok = c->kind == CT_MODEL_MLP ? n == c->mlp.in
-                                              : nd == 3 && dims[0] == c->cnn.in_channels && dims[1] == c->cnn.height && dims[2] == c->cnn.width;
+            bool ok = (mb.x_numel <= 0 || n == mb.x_numel) && (mb.x_ndim <= 0 || nd == mb.x_ndim);
+            for (int i = 0; ok && i < mb.x_ndim; i++) ok = mb.x_shape[i] <= 0 || mb.x_shape[i] == dims[i];
             if (!ok) st = ct_error(CT_ERR_INVALID, "the data in %s has samples of %lld values that %s does not take", data_dir, (long long)n, ct_model_describe(m));
         }
     }
@@ -138,7 +154,7 @@ int cli_eval(int argc, char **argv) {
         if (st == CT_OK) {
             printf("%s\n%s\n", path, ct_model_describe(m));
             if (dev.type != CT_DEV_CPU) printf("device: %s\n", device);
-            if (gpt)
+            if (tokens)
                 printf("%s split: %lld tokens | loss %.4f | perplexity %.3f | next-token accuracy %.4f | %.1f s\n", split, (long long)r.count, r.loss,
                        exp(r.loss), r.accuracy, s);
             else

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
 
 /* the prompt's logits from one full forward, as safetensors (input_ids I64, logits F32) */
 static ct_status dump_logits(ct_model *m, const int32_t *ids, int n, const char *path) {
-    int B = ct_model_config_of(m)->gpt.block_size;
+    int B = (int)ct_model_batch_of(ct_model_config_of(m)).x_max_len;
     if (n > B) return ct_error(CT_ERR_INVALID, "--logits: the prompt has %d tokens, more than the model's context (%d)", n, B);
     ct_ctx *ctx;
     ct_status st = ct_ctx_create(NULL, &ctx);
@@ -132,10 +132,10 @@ int cli_generate(int argc, char **argv) {
     char path[4400];
     ct_model *m = NULL;
     ct_status st = cli_open_model(ckpt, &m, path, sizeof path);
-    if (st == CT_OK && ct_model_config_of(m)->kind != CT_MODEL_GPT)
+    if (st == CT_OK && !ct_model_kind_info_of(ct_model_config_of(m)->kind)->generates)
         st = ct_error(CT_ERR_INVALID, "%s holds a %s: generate needs a gpt", path, ct_model_kind_name(ct_model_config_of(m)->kind));
     if (st == CT_OK && prompt) {
-        int V = ct_model_config_of(m)->gpt.vocab_size;
+        int V = (int)ct_model_batch_of(ct_model_config_of(m)).vocab;
         if (V != 256) st = ct_error(CT_ERR_INVALID, "the model's vocabulary has %d tokens, not 256 bytes: give --prompt-tokens", V);
         nids = (int)strlen(prompt);
         if (st == CT_OK && !(ids = malloc(sizeof *ids * (size_t)nids))) st = ct_error(CT_ERR_NOMEM, "out of memory");

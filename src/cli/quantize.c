@@ -14,18 +14,18 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ctrain quantize --checkpoint DIR|model.safetensors --model mlp|cnn|gpt --output FILE [options]\n"
+            "usage: ctrain quantize --checkpoint DIR|model.safetensors --model KIND --output FILE [options]\n"
             "Replaces every Linear by a dynamically quantized int8 one, as PyTorch's\n"
             "quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8) with fbgemm, and writes it.\n\n"
             "  --checkpoint PATH    a checkpoint directory (step-*/, holding model.safetensors) or a weights file\n"
-            "  --model KIND         mlp, cnn or gpt, with the shape flags it was trained with:\n"
-            "                         mlp: --hidden 1024,1024   gpt: --n-layer --n-embd --n-head --block-size --vocab-size\n"
+            "  --model KIND         the model's kind, with the model flags it was trained with (below)\n"
             "  --output FILE        the quantized model (safetensors: I8 weights, F32 scales, I64 zero points, F32 biases)\n"
             "  --per-channel        one weight scale per output row (default: one per tensor)\n"
-            "  --eval-data DIR      mlp/cnn: Fashion-MNIST test set (t10k-*): f32 vs int8 accuracy, samples/s, size\n"
+            "  --eval-data DIR      image models: Fashion-MNIST test set (t10k-*): f32 vs int8 accuracy, samples/s, size\n"
             "  --eval-max N         evaluate on the first N test samples (default all)\n"
             "  --batch-size B       evaluation batch (default 256)\n"
             "  --threads N          (default OMP_NUM_THREADS or all cores)\n");
+    cli_model_flags_help(f);
 }
 
 static int bad(const char *flag, const char *v, const char *want) { return cli_bad_value("quantize", flag, v, want); }
@@ -81,31 +81,33 @@ static eval_result evaluate(ct_model *m, const ct_dataset *d, int64_t n, int bs)
 }
 
 int cli_quantize(int argc, char **argv) {
-    const char *ckpt = NULL, *kind_s = NULL, *out = NULL, *eval_dir = NULL, *hidden = NULL;
+    const char *ckpt = NULL, *kind_s = NULL, *out = NULL, *eval_dir = NULL;
     int threads = 0, eval_max = 0, bs = 256;
     bool per_channel = false;
-    ct_model_config cfg = ct_model_default_config(CT_MODEL_MLP);
-    /* ctrain train's defaults for the GPT (its shape flags mean the same here) */
-    cfg.gpt.n_layer = 4; cfg.gpt.n_embd = 128; cfg.gpt.n_head = 4; cfg.gpt.block_size = 64; cfg.gpt.vocab_size = 256;
+    /* the kind first: its option table says which flags are model flags */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--model")) kind_s = argv[i + 1];
+    ct_model_kind kind = (ct_model_kind)0; /* until --model says */
+    char kinds[128];
+    if (kind_s && ct_model_kind_parse(kind_s, &kind) != CT_OK) return bad("--model", kind_s, ct_model_kind_list(kinds, sizeof kinds));
+    /* ctrain train's defaults (the shape flags mean the same here) */
+    ct_model_config cfg = ct_model_cli_config(kind);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         if (!strcmp(f, "--per-channel")) { per_channel = true; continue; }
+        int mrc = kind_s ? cli_model_flag("quantize", kind, argc, argv, &i, &cfg, NULL) : 0;
+        if (mrc > 0) return mrc;
+        if (mrc < 0) continue;
         if (!v) return bad(f, NULL, "a value");
         i++;
         if (!strcmp(f, "--checkpoint")) ckpt = v;
         else if (!strcmp(f, "--model")) kind_s = v;
         else if (!strcmp(f, "--output")) out = v;
         else if (!strcmp(f, "--eval-data")) eval_dir = v;
-        else if (!strcmp(f, "--hidden")) hidden = v;
         else if (!strcmp(f, "--threads")) { if (!to_int(v, 1, 1024, &threads)) return bad(f, v, "an integer in [1, 1024]"); }
         else if (!strcmp(f, "--eval-max")) { if (!to_int(v, 1, 1 << 30, &eval_max)) return bad(f, v, "a positive integer"); }
         else if (!strcmp(f, "--batch-size")) { if (!to_int(v, 1, 1 << 16, &bs)) return bad(f, v, "an integer in [1, 65536]"); }
-        else if (!strcmp(f, "--n-layer")) { if (!to_int(v, 1, 256, &cfg.gpt.n_layer)) return bad(f, v, "an integer in [1, 256]"); }
-        else if (!strcmp(f, "--n-embd")) { if (!to_int(v, 1, 65536, &cfg.gpt.n_embd)) return bad(f, v, "an integer in [1, 65536]"); }
-        else if (!strcmp(f, "--n-head")) { if (!to_int(v, 1, 1024, &cfg.gpt.n_head)) return bad(f, v, "an integer in [1, 1024]"); }
-        else if (!strcmp(f, "--block-size")) { if (!to_int(v, 1, 65536, &cfg.gpt.block_size)) return bad(f, v, "an integer in [1, 65536]"); }
-        else if (!strcmp(f, "--vocab-size")) { if (!to_int(v, 2, 65536, &cfg.gpt.vocab_size)) return bad(f, v, "an integer in [2, 65536]"); }
         else {
             fprintf(stderr, "ctrain quantize: unknown option '%s' (see ctrain quantize --help)\n", f);
             return 2;
@@ -116,23 +118,9 @@ int cli_quantize(int argc, char **argv) {
         fprintf(stderr, "ctrain quantize: --checkpoint, --model and --output are required\n");
         return 2;
     }
-    if (ct_model_kind_parse(kind_s, &cfg.kind) != CT_OK) return bad("--model", kind_s, "mlp, cnn or gpt");
-    if (eval_dir && cfg.kind == CT_MODEL_GPT) {
-        fprintf(stderr, "ctrain quantize: --eval-data evaluates mlp and cnn on Fashion-MNIST, not gpt\n");
+    if (eval_dir && ct_model_kind_info_of(kind)->data != CT_MODEL_DATA_IMAGES) {
+        fprintf(stderr, "ctrain quantize: --eval-data evaluates image models on Fashion-MNIST, not a %s\n", kind_s);
         return 2;
-    }
-    if (hidden) {
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", hidden);
-        cfg.mlp.n_hidden = 0;
-        for (char *t = buf, *e;; t = e + 1) {
-            e = strchr(t, ',');
-            if (e) *e = 0;
-            if (cfg.mlp.n_hidden == CT_MLP_MAX_HIDDEN || !to_int(t, 1, 1 << 20, &cfg.mlp.hidden[cfg.mlp.n_hidden]))
-                return bad("--hidden", hidden, "comma-separated widths, e.g. 1024,1024");
-            cfg.mlp.n_hidden++;
-            if (!e) break;
-        }
     }
     ct_set_num_threads(threads > 0 ? threads : ct_default_num_threads());
 

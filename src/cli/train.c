@@ -1,4 +1,4 @@
-/* ctrain train mlp|cnn|gpt — the main job: flags in, a built-in model, its data and the
+/* ctrain train KIND — the main job: flags in, a built-in model, its data and the
  * library's trainer out. Alone it trains in one process; under a launcher (ctrain run, mpirun,
  * srun: ct_dist_detect) every rank trains its share of each global batch with DDP (src/train/trainer.c). */
 #include <glob.h>
@@ -13,20 +13,22 @@
 
 typedef struct {
     train_opts o;
-    ct_model_config init_cfg; /* --init-from: the file's model */
+    ct_model_config cfg;      /* the model: the flags', or --init-from's file's */
     ct_weights_layout init_layout;
     ct_pg *pg;
     ct_device dev;            /* --device, resolved */
+    const ct_model_kind_info *ki;
+    int context;              /* token models: the training context (--block-size, or the model's) */
     ct_model *model;
     ct_optim *opt;
-    ct_dataset *all, *train, *test; /* gpt: all = the whole text, train/test = views of it */
+    ct_dataset *all, *train, *test; /* token models: all = the whole text, train/test = views of it */
 } job;
 
 static ct_status open_data(job *j) {
     const train_opts *o = &j->o;
     ct_status st;
-    if (o->kind == CT_MODEL_GPT) {
-        int T = o->block_size;
+    if (j->ki->data == CT_MODEL_DATA_TOKENS) {
+        int T = j->context;
         if (o->text) {
             st = ct_dataset_text_open(o->text, T, &j->all);
         } else {
@@ -37,7 +39,7 @@ static ct_status open_data(job *j) {
             globfree(&g);
         }
         if (st != CT_OK) return st;
-        /* token ids against --vocab-size: checked with the model's other expectations by ct_trainer_create */
+        /* token ids against the vocabulary: checked with the model's other expectations by ct_trainer_create */
         return ct_dataset_split_holdout(j->all, &j->train, &j->test);
     }
     st = ct_dataset_idx_open_dir(o->data_dir, true, &j->train);
@@ -53,53 +55,51 @@ static ct_status open_data(job *j) {
     return st;
 }
 
-/* --init-from: the file decides the model; a GPT's training context defaults to its own */
-static ct_status read_init(job *j) {
-    train_opts *o = &j->o;
-    ct_status st = ct_model_config_from_file(o->init_from, &j->init_cfg, &j->init_layout);
-    if (st != CT_OK) return st;
-    if (j->init_cfg.kind != o->kind)
-        return ct_error(CT_ERR_INVALID, "--init-from %s holds a %s, not a %s", o->init_from, ct_model_kind_name(j->init_cfg.kind),
-                        ct_model_kind_name(o->kind));
-    if (o->kind != CT_MODEL_GPT) return CT_OK;
-    int B = j->init_cfg.gpt.block_size;
-    if (o->block_size > B)
-        return ct_error(CT_ERR_INVALID, "--block-size %d is longer than the context of the model in %s (%d)", o->block_size, o->init_from, B);
-    if (!o->block_size) o->block_size = B;
-    o->vocab_size = j->init_cfg.gpt.vocab_size;
+/* the kind's context-length option (CT_OPT_CONTEXT), or NULL */
+static const ct_model_option *context_option(const ct_model_kind_info *ki) {
+    for (int i = 0; i < ki->noptions; i++)
+        if (ki->options[i].flags & CT_OPT_CONTEXT) return &ki->options[i];
+    return NULL;
+}
+static int int_at(const ct_model_config *c, const ct_model_option *o) { return *(const int *)((const char *)c + o->off); }
+
+/* The model's config: the flags', or with --init-from the file's with the flags that say
+ * how it runs (CT_OPT_RUN) on top; a token model's training context: the context flag,
+ * or the model's own (with --init-from the flag may only shorten it). */
+static ct_status model_config(job *j, ct_model_config *cfg) {
+    const train_opts *o = &j->o;
+    const ct_model_kind_info *ki = j->ki;
+    const ct_model_option *ctx = context_option(ki);
+    *cfg = o->cfg;
+    if (o->init_from) {
+        ct_weights_layout lay;
+        ct_status st = ct_model_config_from_file(o->init_from, cfg, &lay);
+        if (st != CT_OK) return st;
+        if (cfg->kind != o->kind)
+            return ct_error(CT_ERR_INVALID, "--init-from %s holds a %s, not a %s", o->init_from, ct_model_kind_name(cfg->kind), ki->name);
+        for (int i = 0; i < ki->noptions; i++) {
+            const ct_model_option *op = &ki->options[i];
+            if (!(op->flags & CT_OPT_RUN)) continue;
+            size_t n = op->type == 'b' ? sizeof(bool) : op->type == 'f' ? sizeof(float) : sizeof(int);
+            memcpy((char *)cfg + op->off, (const char *)&o->cfg + op->off, n);
+        }
+        j->init_layout = lay;
+        if (ctx && o->cfg_set[ctx - ki->options] && int_at(&o->cfg, ctx) > int_at(cfg, ctx)) {
+            char flag[64];
+            return ct_error(CT_ERR_INVALID, "%s %d is longer than the context of the model in %s (%d)", ct_model_option_flag(ctx, flag, sizeof flag),
+                            int_at(&o->cfg, ctx), o->init_from, int_at(cfg, ctx));
+        }
+    }
+    j->context = ctx ? int_at(o->cfg_set[ctx - ki->options] ? &o->cfg : cfg, ctx) : 0;
     return CT_OK;
 }
 
 static ct_status build(job *j) {
     const train_opts *o = &j->o;
-    ct_model_config cfg = ct_model_default_config(o->kind);
-    if (o->init_from) {
-        cfg = j->init_cfg;
-        cfg.gpt.dropout = cfg.cnn.dropout = (float)o->dropout; /* training's choice; MLP's dropout is in its names */
-        cfg.gpt.flash_attention = o->flash;
-        cfg.gpt.checkpoint_activations = o->ckpt;
-    } else if (o->kind == CT_MODEL_GPT) {
-        cfg.gpt.n_layer = o->n_layer;
-        cfg.gpt.n_embd = o->n_embd;
-        cfg.gpt.n_head = o->n_head;
-        cfg.gpt.block_size = o->block_size;
-        cfg.gpt.vocab_size = o->vocab_size;
-        cfg.gpt.dropout = o->dropout;
-        cfg.gpt.flash_attention = o->flash;
-        cfg.gpt.checkpoint_activations = o->ckpt;
-    } else if (o->kind == CT_MODEL_MLP) {
-        cfg.mlp.dropout = o->dropout;
-        if (o->n_hidden >= 0) {
-            cfg.mlp.n_hidden = o->n_hidden;
-            for (int i = 0; i < o->n_hidden; i++) cfg.mlp.hidden[i] = o->hidden[i];
-        }
-    } else {
-        cfg.cnn.dropout = o->dropout;
-    }
-    ct_status st = ct_model_create(&cfg, o->seed, &j->model);
+    ct_status st = ct_model_create(&j->cfg, o->seed, &j->model);
     if (st != CT_OK) return st;
     if (o->init_from) {
-        st = j->init_layout == CT_LAYOUT_HF_GPT2 ? ct_gpt_load_hf(j->model, o->init_from) : ct_model_load(j->model, o->init_from);
+        st = ct_model_load_layout(j->model, o->init_from, j->init_layout);
         if (st != CT_OK) return st;
         if (!j->pg || ct_pg_rank(j->pg) == 0) printf("initialised from %s: %s\n", o->init_from, ct_model_describe(j->model));
     }
@@ -109,7 +109,7 @@ static ct_status build(job *j) {
     if (o->adamw) {
         ct_adamw_opts ao = ct_adamw_default_opts();
         ao.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0.1;
-        ao.beta2 = o->kind == CT_MODEL_GPT ? 0.95 : 0.999;
+        ao.beta2 = j->ki->adam_beta2;
         ao.decay_only_ndim_ge2 = true;
         st = ct_optim_create_adamw(P, &ao, &j->opt);
     } else {
@@ -140,8 +140,7 @@ static ct_status fit(job *j) {
     to.seed = o->seed;
     to.workers = o->workers;
     to.eval_every = o->eval_every;
-    /* gpt epochs over a small text can be a handful of steps: it evaluates at the end */
-    to.eval_each_epoch = o->kind != CT_MODEL_GPT;
+    to.eval_each_epoch = j->ki->eval_each_epoch;
     to.eval_max = o->eval_max;
     to.save_every = o->save_every;
     to.keep = o->keep;
@@ -160,7 +159,7 @@ static ct_status fit(job *j) {
         snprintf(dir, sizeof dir, "%s/hf", o->output_dir);
         /* the exporter reads the weights on the host; training is over */
         st = ct_params_to(ct_model_params(j->model), CT_CPU);
-        if (st == CT_OK) st = ct_gpt_save_hf(j->model, dir);
+        if (st == CT_OK) st = ct_model_save_hf(j->model, dir);
         if (st == CT_OK && o->log_every > 0) printf("exported for transformers: %s/ (model.safetensors, config.json)\n", dir);
     }
     ct_trainer_free(t);
@@ -197,7 +196,8 @@ int cli_train(int argc, char **argv) {
         if (j.dev.type == CT_DEV_CUDA && !ct_config_is_set(CT_CFG_BACKEND)) dopts.backend = "nccl";
         st = ct_dist_init(&dopts, &j.pg);
     }
-    if (st == CT_OK && j.o.init_from) st = read_init(&j);
+    j.ki = ct_model_kind_info_of(j.o.kind);
+    if (st == CT_OK) st = model_config(&j, &j.cfg);
     if (st == CT_OK) st = open_data(&j);
     if (st == CT_OK) st = build(&j);
     if (st == CT_OK) st = fit(&j);

@@ -106,14 +106,25 @@ static ct_tensor *cnn_forward(ct_ctx *ctx, ct_model *m, ct_tensor *x) {
     return ct_module_forward(ctx, m->root, x);
 }
 
-#define F_(n, t) {#n, t, offsetof(ct_model_config, cnn.n), 0}
-static const ct_model_field cnn_fields[] = {
-    F_(in_channels, 'i'), F_(height, 'i'), F_(width, 'i'), F_(c1, 'i'), F_(c2, 'i'),
-    F_(kernel, 'i'), F_(fc, 'i'), F_(classes, 'i'), F_(dropout, 'f'),
+static void cnn_batch(const ct_model_config *c, ct_model_batch *b) {
+    b->classes = c->cnn.classes;
+    b->x_ndim = 3;
+    b->x_shape[0] = c->cnn.in_channels;
+    b->x_shape[1] = c->cnn.height;
+    b->x_shape[2] = c->cnn.width;
+}
+
+#define O_(n, fl) CT_MODEL_OPT_(cnn.n, #n, 'i', fl, 1, CT_MODEL_DIM_MAX)
+static const ct_model_option cnn_options[] = {
+    {O_(in_channels, CT_OPT_META)}, {O_(height, CT_OPT_META)}, {O_(width, CT_OPT_META)}, {O_(c1, CT_OPT_META)},
+    {O_(c2, CT_OPT_META)}, {O_(kernel, CT_OPT_META)}, {O_(fc, CT_OPT_META)}, {O_(classes, CT_OPT_META)},
+    {CT_MODEL_OPT_(cnn.dropout, "dropout", 'f', CT_OPT_META | CT_OPT_FLAG | CT_OPT_RUN, 0, 0.99), .help = "classifier dropout"},
 };
-#undef F_
+#undef O_
 
 const ct_model_kind_ops ct_cnn_kind_ = {
-    .name = "cnn", .defaults = cnn_defaults, .check = cnn_check, .build = cnn_build, .describe = cnn_describe,
-    .forward = cnn_forward, .fields = cnn_fields, .nfields = (int)(sizeof cnn_fields / sizeof cnn_fields[0]),
+    .info = {.name = "cnn", .data = CT_MODEL_DATA_IMAGES, .optimizer = "sgd", .adam_beta2 = 0.999, .eval_each_epoch = true,
+             .options = cnn_options, .noptions = CT_MODEL_NOPTS_(cnn_options)},
+    .defaults = cnn_defaults, .check = cnn_check, .batch = cnn_batch, .build = cnn_build, .describe = cnn_describe,
+    .forward = cnn_forward,
 };

@@ -155,17 +155,40 @@ static bool is_gpt_mask(const char *name) {
     return sscanf(name, "transformer.h.%d.attn.bias%n", &n, &len) == 1 && name[len] == 0;
 }
 
-#define F_(n, t) {#n, t, offsetof(ct_model_config, gpt.n), 0}
-static const ct_model_field gpt_fields[] = {
-    F_(n_layer, 'i'), F_(n_embd, 'i'), F_(n_head, 'i'), F_(block_size, 'i'), F_(vocab_size, 'i'),
-    F_(dropout, 'f'), F_(bias, 'b'), F_(gelu_tanh, 'b'), F_(ln_eps, 'f'),
+static void gpt_batch(const ct_model_config *c, ct_model_batch *b) {
+    b->classes = b->vocab = c->gpt.vocab_size;
+    b->ignore_index = -1; /* nanoGPT's */
+    b->x_ndim = 1;
+    b->x_max_len = c->gpt.block_size;
+}
+
+/* ctrain train's defaults are a small model that trains in minutes on a CPU */
+#define O_(n, fl, lo, hi) CT_MODEL_OPT_(gpt.n, #n, 'i', CT_OPT_META | CT_OPT_FLAG | (fl), lo, hi)
+static const ct_model_option gpt_options[] = {
+    {O_(n_layer, 0, 1, 256), .cli_default = "4", .help = "transformer blocks"},
+    {O_(n_embd, 0, 1, 65536), .cli_default = "128", .help = "width"},
+    {O_(n_head, 0, 1, 1024), .cli_default = "4", .help = "attention heads (dividing --n-embd)"},
+    {O_(block_size, CT_OPT_CONTEXT, 1, 65536), .cli_default = "64",
+     .help = "context length (with --init-from: a shorter training context)"},
+    {O_(vocab_size, 0, 2, 65536), .cli_default = "256", .help = "vocabulary (256: bytes)"},
+    {CT_MODEL_OPT_(gpt.dropout, "dropout", 'f', CT_OPT_META | CT_OPT_FLAG | CT_OPT_RUN, 0, 0.99), .help = "embedding and residual dropout"},
+    {CT_MODEL_OPT_(gpt.bias, "bias", 'b', CT_OPT_META, 0, 1)},
+    {CT_MODEL_OPT_(gpt.gelu_tanh, "gelu_tanh", 'b', CT_OPT_META, 0, 1)},
+    {CT_MODEL_OPT_(gpt.ln_eps, "ln_eps", 'f', CT_OPT_META, 0, 1)},
+    {CT_MODEL_OPT_(gpt.flash_attention, "flash_attention", 'b', CT_OPT_FLAG | CT_OPT_RUN, 0, 1), .flag = "--attention",
+     .words = "plain|flash", .help = "flash: fused, O(T) memory (the default); plain keeps the [T, T] matrix"},
+    {CT_MODEL_OPT_(gpt.checkpoint_activations, "checkpoint_activations", 'b', CT_OPT_FLAG | CT_OPT_RUN, 0, 1),
+     .help = "recompute each block in backward (less memory)"},
 };
-#undef F_
+#undef O_
 
 const ct_model_kind_ops ct_gpt_kind_ = {
-    .name = "gpt", .defaults = gpt_defaults, .check = gpt_check, .build = gpt_build, .describe = gpt_describe,
+    .info = {.name = "gpt", .data = CT_MODEL_DATA_TOKENS, .optimizer = "adamw", .adam_beta2 = 0.95,
+             /* epochs over a small text can be a handful of steps: it evaluates at the end */
+             .eval_each_epoch = false, .hf = true, .generates = true, .options = gpt_options, .noptions = CT_MODEL_NOPTS_(gpt_options)},
+    .defaults = gpt_defaults, .check = gpt_check, .batch = gpt_batch, .build = gpt_build, .describe = gpt_describe,
     .forward = gpt_forward, .loss = gpt_loss,
     /* PyTorch's state_dict of nanoGPT lists the tied head under both names */
     .tied_name = "lm_head.weight", .load_ignores = is_gpt_mask,
-    .fields = gpt_fields, .nfields = (int)(sizeof gpt_fields / sizeof gpt_fields[0]),
+    .from_tensors = ct_gpt_config_from_tensors_, .hf_load = ct_gpt_load_hf, .hf_save = ct_gpt_save_hf,
 };

@@ -18,7 +18,7 @@ struct ct_gpt_cache {
 
 ct_status ct_gpt_cache_create(const ct_model *m, ct_gpt_cache **out) {
     *out = NULL;
-    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "KV cache: the model is a %s, not a GPT", m->kind->name);
+    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "KV cache: the model is a %s, not a GPT", m->kind->info.name);
     ct_gpt_cache *c = calloc(1, sizeof *c);
     if (!c) return ct_error(CT_ERR_NOMEM, "out of memory for the KV cache");
     c->L = m->cfg.gpt.n_layer;
@@ -84,7 +84,7 @@ static void attend(ct_gpt_cache *c, int layer, const float *qkv, float *y, int t
 }
 
 ct_tensor *ct_gpt_forward_cached(ct_ctx *ctx, ct_model *m, ct_gpt_cache *c, ct_tensor *tokens) {
-    CT_CHECK(m->cfg.kind == CT_MODEL_GPT, "ct_gpt_forward_cached: the model is a %s, not a GPT", m->kind->name);
+    CT_CHECK(m->cfg.kind == CT_MODEL_GPT, "ct_gpt_forward_cached: the model is a %s, not a GPT", m->kind->info.name);
     CT_CHECK(tokens->ndim == 2 && tokens->shape[0] == 1 && (tokens->dtype == CT_I32 || tokens->dtype == CT_I64),
              "ct_gpt_forward_cached: expected [1, T] i32/i64 tokens, got %d dims of %s", tokens->ndim, ct_dtype_name(tokens->dtype));
     int64_t t = tokens->shape[1];
@@ -163,7 +163,7 @@ ct_status ct_gpt_generate(ct_model *m, const int32_t *prompt, int n_prompt, cons
                           ct_generate_stats *stats) {
     ct_generate_opts o = opts ? *opts : ct_generate_default_opts();
     if (stats) memset(stats, 0, sizeof *stats);
-    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "the model is a %s, not a GPT: it cannot generate", m->kind->name);
+    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "the model is a %s, not a GPT: it cannot generate", m->kind->info.name);
     if (n_prompt < 1) return ct_error(CT_ERR_INVALID, "the prompt is empty (at least one token is needed)");
     if (o.max_new_tokens < 0 || !(o.temperature >= 0) || !isfinite(o.temperature) || o.top_k < 0)
         return ct_error(CT_ERR_INVALID, "generation: max_new_tokens %d and top_k %d must be >= 0, temperature %g finite and >= 0",

@@ -111,8 +111,7 @@ ct_status ct_gpt_config_from_tensors_(const ct_st_file *f, ct_model_config *c, c
     const char *path = ct_st_path(f);
     ct_st_tensor wte, wpe, attn;
     if (find(f, "transformer.wte.weight", &wte) != CT_OK || find(f, "transformer.wpe.weight", &wpe) != CT_OK)
-        return ct_error(CT_ERR_FORMAT, "%s: no ctrain model metadata and no GPT tensors (transformer.wte.weight): "
-                        "not a model ctrain saved nor a GPT-2 checkpoint", path);
+        return CT_ERR_NOT_FOUND; /* no GPT: model_io.c says what the file is not */
     if (wte.ndim != 2 || wpe.ndim != 2 || wte.shape[1] != wpe.shape[1])
         return ct_error(CT_ERR_FORMAT, "%s: wte and wpe must be 2-D matrices of the same width", path);
     *c = ct_model_default_config(CT_MODEL_GPT);
@@ -186,7 +185,7 @@ static ct_status check(const char *path, const char *name, const ct_st_tensor *t
 }
 
 ct_status ct_gpt_load_hf(ct_model *m, const char *path) {
-    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "%s: a GPT-2 checkpoint loads into a GPT, not a %s", path, m->kind->name);
+    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "%s: a GPT-2 checkpoint loads into a GPT, not a %s", path, m->kind->info.name);
     ct_st_file *f = NULL;
     ct_status st = ct_st_open(path, &f);
     if (st != CT_OK) return st;
@@ -308,7 +307,7 @@ static ct_status write_config_json(const ct_model_config *c, const char *path) {
 }
 
 ct_status ct_gpt_save_hf(const ct_model *m, const char *dir) {
-    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "Hugging Face export: the model is a %s, not a GPT", m->kind->name);
+    if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "Hugging Face export: the model is a %s, not a GPT", m->kind->info.name);
     if (!m->cfg.gpt.bias) return ct_error(CT_ERR_UNSUPPORTED, "Hugging Face export: GPT-2 has biases; this GPT was built without (bias=False)");
     ct_status st = mkdirs(dir);
     if (st != CT_OK) return st;

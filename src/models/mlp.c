@@ -54,14 +54,23 @@ static ct_tensor *mlp_forward(ct_ctx *ctx, ct_model *m, ct_tensor *x) {
     return ct_module_forward(ctx, m->root, x);
 }
 
-#define F_(n, t) {#n, t, offsetof(ct_model_config, mlp.n), 0}
-static const ct_model_field mlp_fields[] = {
-    F_(in, 'i'), {"hidden", 'l', offsetof(ct_model_config, mlp.hidden), offsetof(ct_model_config, mlp.n_hidden)},
-    F_(out, 'i'), F_(dropout, 'f'),
+static void mlp_batch(const ct_model_config *c, ct_model_batch *b) {
+    b->classes = c->mlp.out;
+    b->x_numel = c->mlp.in; /* any shape of that many values: it flattens */
+}
+
+static const ct_model_option mlp_options[] = {
+    {CT_MODEL_OPT_(mlp.in, "in", 'i', CT_OPT_META, 1, CT_MODEL_DIM_MAX)},
+    {CT_MODEL_OPT_(mlp.hidden, "hidden", 'l', CT_OPT_META | CT_OPT_FLAG, 1, 1 << 20), .len_off = offsetof(ct_model_config, mlp.n_hidden),
+     .want = "comma-separated widths, e.g. 1024,1024", .help = "hidden layer widths"},
+    {CT_MODEL_OPT_(mlp.out, "out", 'i', CT_OPT_META, 1, CT_MODEL_DIM_MAX)},
+    /* Dropout layers shift the state_dict's numbering: part of what the model is */
+    {CT_MODEL_OPT_(mlp.dropout, "dropout", 'f', CT_OPT_META | CT_OPT_FLAG, 0, 0.99), .help = "after each hidden ReLU"},
 };
-#undef F_
 
 const ct_model_kind_ops ct_mlp_kind_ = {
-    .name = "mlp", .defaults = mlp_defaults, .check = mlp_check, .build = mlp_build, .describe = mlp_describe,
-    .forward = mlp_forward, .fields = mlp_fields, .nfields = (int)(sizeof mlp_fields / sizeof mlp_fields[0]),
+    .info = {.name = "mlp", .data = CT_MODEL_DATA_IMAGES, .optimizer = "sgd", .adam_beta2 = 0.999, .eval_each_epoch = true,
+             .options = mlp_options, .noptions = CT_MODEL_NOPTS_(mlp_options)},
+    .defaults = mlp_defaults, .check = mlp_check, .batch = mlp_batch, .build = mlp_build, .describe = mlp_describe,
+    .forward = mlp_forward,
 };

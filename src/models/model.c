@@ -8,13 +8,15 @@
 
 #include "models/model_internal.h"
 
-#define KIND_ENTRY_(k, entry) [k] = &entry,
+#define KIND_ENTRY_(entry) &entry,
 static const ct_model_kind_ops *const kinds[] = {CT_MODEL_KINDS(KIND_ENTRY_)};
 #undef KIND_ENTRY_
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 static const ct_model_kind_ops *kind_ops(ct_model_kind k) { return (int)k >= 0 && (int)k < NKINDS ? kinds[k] : NULL; }
 const ct_model_kind_ops *ct_model_kind_ops_(ct_model_kind k) { return kind_ops(k); }
+int ct_model_kind_count(void) { return NKINDS; }
+const ct_model_kind_info *ct_model_kind_info_of(ct_model_kind k) { return kind_ops(k) ? &kinds[k]->info : NULL; }
 
 /* "mlp, cnn or gpt" (or "CT_MODEL_MLP, ..." with enum_names) */
 static const char *kinds_list(char *buf, size_t n, bool enum_names) {
@@ -23,13 +25,14 @@ static const char *kinds_list(char *buf, size_t n, bool enum_names) {
     for (int k = 0; k < NKINDS && o < n; k++) {
         const char *sep = k == 0 ? "" : k == NKINDS - 1 ? " or " : ", ";
         o += (size_t)snprintf(buf + o, n - o, "%s%s", sep, enum_names ? "CT_MODEL_" : "");
-        for (const char *c = kinds[k]->name; *c && o + 1 < n; c++) buf[o++] = enum_names ? (char)toupper((unsigned char)*c) : *c;
+        for (const char *c = kinds[k]->info.name; *c && o + 1 < n; c++) buf[o++] = enum_names ? (char)toupper((unsigned char)*c) : *c;
         if (o < n) buf[o] = 0;
     }
     return buf;
 }
+const char *ct_model_kind_list(char *buf, size_t n) { return kinds_list(buf, n, false); }
 
-/* every kind's sub-struct gets its defaults, so switching cfg.kind afterwards still works */
+/* every kind's part gets its defaults, so switching cfg.kind afterwards still works */
 ct_model_config ct_model_default_config(ct_model_kind kind) {
     ct_model_config c;
     memset(&c, 0, sizeof c);
@@ -40,14 +43,21 @@ ct_model_config ct_model_default_config(ct_model_kind kind) {
 
 const char *ct_model_kind_name(ct_model_kind k) {
     const ct_model_kind_ops *ops = kind_ops(k);
-    return ops ? ops->name : "?";
+    return ops ? ops->info.name : "?";
 }
 
 ct_status ct_model_kind_parse(const char *s, ct_model_kind *out) {
     for (int k = 0; k < NKINDS; k++)
-        if (s && !strcasecmp(s, kinds[k]->name)) { *out = (ct_model_kind)k; return CT_OK; }
+        if (s && !strcasecmp(s, kinds[k]->info.name)) { *out = (ct_model_kind)k; return CT_OK; }
     char list[128];
     return ct_error(CT_ERR_INVALID, "unknown model '%s' (expected %s)", s ? s : "(null)", kinds_list(list, sizeof list, false));
+}
+
+ct_model_batch ct_model_batch_of(const ct_model_config *c) {
+    ct_model_batch b = {.ignore_index = -100};
+    const ct_model_kind_ops *ops = c ? kind_ops(c->kind) : NULL;
+    if (ops && ops->batch) ops->batch(c, &b);
+    return b;
 }
 
 ct_status ct_model_config_check(const ct_model_config *c) {

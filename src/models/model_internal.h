@@ -1,11 +1,13 @@
 /* Private to src/models/: the layout of ct_model and the table of per-kind functions.
- * Adding a model = its own file defining a ct_model_kind_ops entry, its enum value in
- * models.h, and one line in CT_MODEL_KINDS below. */
+ * Adding a model = its own file defining a ct_model_kind_ops entry and one row in
+ * CT_MODEL_KINDS below (docs/adding-a-model.md). */
 #ifndef CT_MODEL_INTERNAL_H
 #define CT_MODEL_INTERNAL_H
 #include <stddef.h>
 
 #include "ctrain/models.h"
+
+struct ct_st_file;
 
 struct ct_model {
     ct_model_config cfg;
@@ -19,21 +21,16 @@ struct ct_model {
     bool per_channel;    /* ... with one weight scale per output row */
 };
 
-/* One config field of a kind, for the metadata ct_model_save writes and
- * ct_model_config_from_file reads back ("ctrain.<name>" = value as text). 'i' int, 'f' float,
- * 'b' bool, 'l' int list at off with its length (an int) at len_off. */
-typedef struct ct_model_field {
-    const char *name;
-    char type;
-    size_t off, len_off;
-} ct_model_field;
-
 typedef struct ct_model_kind_ops {
-    const char *name; /* "mlp": ct_model_kind_name, ct_model_kind_parse */
-    /* fills this kind's sub-struct of the config with its defaults */
+    /* the public part: name, data, options (CT_OPT_META ones are the file's metadata),
+     * training defaults */
+    ct_model_kind_info info;
+    /* fills this kind's part of the config with its defaults */
     void (*defaults)(ct_model_config *c);
-    /* CT_ERR_INVALID naming the bad field of this kind's sub-struct */
+    /* CT_ERR_INVALID naming the bad field of this kind's part */
     ct_status (*check)(const ct_model_config *c);
+    /* what one sample is, from the config (ignore_index comes preset to -100) */
+    void (*batch)(const ct_model_config *c, ct_model_batch *b);
     /* registers modules and parameters on m->P, sets m->root (and m->tied); runs before
      * finalize. Out of memory is left to the nn rule (nn.h): ct_model_create checks. */
     void (*build)(ct_model *m);
@@ -46,26 +43,40 @@ typedef struct ct_model_kind_ops {
      * names of buffers other implementations save that load may skip (NULL: none) */
     const char *tied_name;
     bool (*load_ignores)(const char *name);
-    const ct_model_field *fields; /* the config sub-struct, described for the metadata */
-    int nfields;
+    /* For files without ctrain's metadata (NULL: none): a config from the file's tensors
+     * (and the config.json beside it), and their layout; CT_ERR_NOT_FOUND, with no message,
+     * when they are not this kind's */
+    ct_status (*from_tensors)(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);
+    /* Hugging Face's layout (NULL: none): the weights in, the directory out */
+    ct_status (*hf_load)(ct_model *m, const char *path);
+    ct_status (*hf_save)(const ct_model *m, const char *dir);
 } ct_model_kind_ops;
 
 /* the per-kind table, for model_io.c (NULL for an unknown kind) */
 const ct_model_kind_ops *ct_model_kind_ops_(ct_model_kind k);
 
-/* X(enum value, entry): the table of kinds, in enum order */
-#define CT_MODEL_KINDS(X)            \
-    X(CT_MODEL_MLP, ct_mlp_kind_)    \
-    X(CT_MODEL_CNN, ct_cnn_kind_)    \
-    X(CT_MODEL_GPT, ct_gpt_kind_)
+/* The table of kinds: one row a kind, in ct_model_kind's order (the built-in kinds first).
+ * A new kind is its own file defining `const ct_model_kind_ops ct_<name>_kind_` and a row
+ * here (docs/adding-a-model.md). */
+#define CT_MODEL_KINDS(X) \
+    X(ct_mlp_kind_)       \
+    X(ct_cnn_kind_)       \
+    X(ct_gpt_kind_)       \
+    /* a new kind: one row above this line */
 
-#define CT_MODEL_KIND_DECL_(k, entry) extern const ct_model_kind_ops entry;
+#define CT_MODEL_KIND_DECL_(entry) extern const ct_model_kind_ops entry;
 CT_MODEL_KINDS(CT_MODEL_KIND_DECL_)
 #undef CT_MODEL_KIND_DECL_
 
-/* gpt_hf.c: a GPT config from a file's tensors (and config.json beside it), for files
- * without ctrain's metadata; CT_ERR_FORMAT when they are no GPT */
-struct ct_st_file;
+/* An option row: CT_MODEL_OPT_(name of the field in ct_model_config, key, type, flags, lo, hi) */
+#define CT_MODEL_OPT_(field, key_, type_, flags_, lo_, hi_) \
+    .key = key_, .type = type_, .flags = flags_, .off = offsetof(ct_model_config, field), .lo = lo_, .hi = hi_
+#define CT_MODEL_NOPTS_(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* model_options.c: an option from metadata text (any value of its type; false: not one) */
+bool ct_model_option_parse_(ct_model_config *c, const ct_model_option *o, const char *value);
+
+/* gpt_hf.c: the GPT's from_tensors */
 ct_status ct_gpt_config_from_tensors_(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);
 
 /* Config checks shared by the kinds: any single dimension is at most CT_MODEL_DIM_MAX,

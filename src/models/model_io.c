@@ -1,7 +1,6 @@
 /* state_dict I/O: a parameter store (or a model) to and from a safetensors file, with
  * PyTorch's state_dict names. Loading is all-or-nothing: every name, shape and dtype is
  * checked before the first byte of the model changes. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,35 +9,19 @@
 #include "models/model_internal.h"
 
 /* ---- the config as metadata ---- */
-/* "ctrain.model" = kind and "ctrain.<field>" = value: strings, as the format's metadata must be */
+/* "ctrain.model" = kind and "ctrain.<key>" = value for each CT_OPT_META option: strings, as
+ * the format's metadata must be */
 static ct_status add_config_metadata(ct_st_writer *w, const ct_model_config *c) {
-    const ct_model_kind_ops *k = ct_model_kind_ops_(c->kind);
+    const ct_model_kind_info *k = ct_model_kind_info_of(c->kind);
     ct_status st = ct_st_writer_set_metadata(w, "ctrain.model", k->name);
     char key[96], val[CT_MLP_MAX_HIDDEN * 12 + 16];
-    for (int i = 0; i < k->nfields && st == CT_OK; i++) {
-        const ct_model_field *f = &k->fields[i];
-        const char *at = (const char *)c + f->off;
-        if (f->type == 'i') snprintf(val, sizeof val, "%d", *(const int *)at);
-        else if (f->type == 'f') snprintf(val, sizeof val, "%.9g", (double)*(const float *)at);
-        else if (f->type == 'b') snprintf(val, sizeof val, "%s", *(const bool *)at ? "true" : "false");
-        else {
-            size_t o = 0;
-            val[0] = 0;
-            for (int j = 0; j < *(const int *)((const char *)c + f->len_off); j++)
-                o += (size_t)snprintf(val + o, sizeof val - o, "%s%d", j ? "," : "", ((const int *)at)[j]);
-        }
-        snprintf(key, sizeof key, "ctrain.%s", f->name);
-        st = ct_st_writer_set_metadata(w, key, val);
+    for (int i = 0; i < k->noptions && st == CT_OK; i++) {
+        const ct_model_option *o = &k->options[i];
+        if (!(o->flags & CT_OPT_META)) continue;
+        snprintf(key, sizeof key, "ctrain.%s", o->key);
+        st = ct_st_writer_set_metadata(w, key, ct_model_config_get(c, o, val, sizeof val));
     }
     return st;
-}
-
-static bool parse_int(const char *s, int *out) {
-    char *e;
-    long v = strtol(s, &e, 10);
-    if (e == s || *e || v < INT_MIN || v > INT_MAX) return false;
-    *out = (int)v;
-    return true;
 }
 
 /* the inverse of add_config_metadata; CT_ERR_NOT_FOUND when the file has none */
@@ -49,31 +32,16 @@ static ct_status config_from_metadata(const ct_st_file *f, ct_model_config *c) {
     if (ct_model_kind_parse(kind, &kk) != CT_OK)
         return ct_error(CT_ERR_FORMAT, "%s: metadata ctrain.model = '%s' is no model this ctrain knows", ct_st_path(f), kind);
     *c = ct_model_default_config(kk);
-    const ct_model_kind_ops *k = ct_model_kind_ops_(kk);
-    for (int i = 0; i < k->nfields; i++) {
-        const ct_model_field *fd = &k->fields[i];
+    const ct_model_kind_info *k = ct_model_kind_info_of(kk);
+    for (int i = 0; i < k->noptions; i++) {
+        const ct_model_option *o = &k->options[i];
+        if (!(o->flags & CT_OPT_META)) continue;
         char key[96];
-        snprintf(key, sizeof key, "ctrain.%s", fd->name);
+        snprintf(key, sizeof key, "ctrain.%s", o->key);
         const char *v = ct_st_metadata(f, key);
         if (!v) continue; /* a field added after the file was written keeps its default */
-        char *at = (char *)c + fd->off, *e;
-        bool ok = true;
-        if (fd->type == 'i') ok = parse_int(v, (int *)at);
-        else if (fd->type == 'f') { *(float *)at = strtof(v, &e); ok = e != v && !*e; }
-        else if (fd->type == 'b') { ok = !strcmp(v, "true") || !strcmp(v, "false"); *(bool *)at = !strcmp(v, "true"); }
-        else {
-            char buf[CT_MLP_MAX_HIDDEN * 12 + 16];
-            snprintf(buf, sizeof buf, "%s", v);
-            int n = 0;
-            for (char *t = buf; ok && *t; n++) {
-                char *comma = strchr(t, ',');
-                if (comma) *comma = 0;
-                ok = n < CT_MLP_MAX_HIDDEN && parse_int(t, (int *)at + n);
-                t = comma ? comma + 1 : t + strlen(t);
-            }
-            *(int *)((char *)c + fd->len_off) = n;
-        }
-        if (!ok) return ct_error(CT_ERR_FORMAT, "%s: metadata %s = '%s' is not a valid value", ct_st_path(f), key, v);
+        if (!ct_model_option_parse_(c, o, v))
+            return ct_error(CT_ERR_FORMAT, "%s: metadata %s = '%s' is not a valid value", ct_st_path(f), key, v);
     }
     ct_status st = ct_model_config_check(c);
     if (st != CT_OK) {
@@ -109,6 +77,12 @@ ct_status ct_params_save(const ct_params *P, const char *path) { return save_imp
 ct_status ct_model_save(const ct_model *m, const char *path) {
     if (m->quantized) return ct_model_save_quantized(m, path); /* its f32 Linear weights are stale */
     return save_impl(m->P, path, m->kind->tied_name, m->tied, &m->cfg);
+}
+
+ct_status ct_model_save_hf(const ct_model *m, const char *dir) {
+    if (!m->kind->hf_save)
+        return ct_error(CT_ERR_UNSUPPORTED, "%s: a %s has no Hugging Face layout", dir, m->kind->info.name);
+    return m->kind->hf_save(m, dir);
 }
 
 /* ---- load ---- */
@@ -230,6 +204,13 @@ ct_status ct_model_load(ct_model *m, const char *path) {
     return load_impl(m->P, path, m->kind->tied_name, m->tied, m->kind->load_ignores);
 }
 
+ct_status ct_model_load_layout(ct_model *m, const char *path, ct_weights_layout layout) {
+    if (layout == CT_LAYOUT_CTRAIN) return ct_model_load(m, path);
+    if (!m->kind->hf_load)
+        return ct_error(CT_ERR_UNSUPPORTED, "%s: a %s has no Hugging Face layout", path, m->kind->info.name);
+    return m->kind->hf_load(m, path);
+}
+
 /* ---- a model from a file alone ---- */
 ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout) {
     ct_st_file *f = NULL;
@@ -237,7 +218,14 @@ ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_w
     if (st != CT_OK) return st;
     ct_weights_layout lay = CT_LAYOUT_CTRAIN;
     st = config_from_metadata(f, cfg);
-    if (st == CT_ERR_NOT_FOUND) st = ct_gpt_config_from_tensors_(f, cfg, &lay);
+    /* no metadata: the first kind that recognises the tensors */
+    for (int k = 0; st == CT_ERR_NOT_FOUND && k < ct_model_kind_count(); k++) {
+        const ct_model_kind_ops *ops = ct_model_kind_ops_((ct_model_kind)k);
+        if (ops->from_tensors) st = ops->from_tensors(f, cfg, &lay);
+    }
+    if (st == CT_ERR_NOT_FOUND)
+        st = ct_error(CT_ERR_FORMAT, "%s: no ctrain model metadata and no tensors of a model ctrain knows "
+                      "(a GPT's transformer.wte.weight): not a model ctrain saved nor a Hugging Face checkpoint", path);
     ct_st_close(f);
     if (st == CT_OK && layout) *layout = lay;
     return st;
@@ -251,7 +239,7 @@ ct_status ct_model_open(const char *path, ct_model **out) {
     if (st != CT_OK) return st;
     ct_model *m;
     if ((st = ct_model_create(&cfg, 0, &m)) != CT_OK) return st;
-    st = lay == CT_LAYOUT_HF_GPT2 ? ct_gpt_load_hf(m, path) : ct_model_load(m, path);
+    st = ct_model_load_layout(m, path, lay);
     if (st != CT_OK) { ct_model_free(m); return st; }
     *out = m;
     return CT_OK;

@@ -14,30 +14,12 @@ static ct_tensor *builtin_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor 
 static ct_status builtin_save(void *self, const char *path) { return ct_model_save(self, path); }
 static ct_status builtin_load(void *self, const char *path) { return ct_model_load(self, path); }
 
-/* What each kind takes (models.h): MLP any input of `in` values; CNN [in_channels, height,
- * width]; GPT token ids below vocab_size, at most block_size of them; classes or the
- * vocabulary bound the targets. */
+/* What the model takes, as its kind states it (ct_model_batch_of) */
 static ct_train_expect builtin_expect(const ct_model_config *c) {
-    ct_train_expect e = {.ignore_index = -100};
-    switch (c->kind) {
-    case CT_MODEL_MLP:
-        e.classes = c->mlp.out;
-        e.x_numel = c->mlp.in;
-        break;
-    case CT_MODEL_CNN:
-        e.classes = c->cnn.classes;
-        e.x_ndim = 3;
-        e.x_shape[0] = c->cnn.in_channels;
-        e.x_shape[1] = c->cnn.height;
-        e.x_shape[2] = c->cnn.width;
-        break;
-    case CT_MODEL_GPT:
-        e.classes = e.vocab = c->gpt.vocab_size;
-        e.ignore_index = -1; /* nanoGPT's */
-        e.x_ndim = 1;
-        e.x_max_len = c->gpt.block_size;
-        break;
-    }
+    ct_model_batch b = ct_model_batch_of(c);
+    ct_train_expect e = {.classes = b.classes, .ignore_index = b.ignore_index, .vocab = b.vocab, .x_numel = b.x_numel,
+                         .x_ndim = b.x_ndim, .x_max_len = b.x_max_len};
+    memcpy(e.x_shape, b.x_shape, sizeof e.x_shape);
     return e;
 }
 

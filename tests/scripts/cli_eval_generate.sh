@@ -134,6 +134,6 @@ expect "--block-size 100 is longer than the model's context \(64\)" $C eval --ch
 expect "--block-size 100 is longer than the context of the model" $C train gpt --init-from "$F/model.safetensors" --text "$d/t.txt" \
     --block-size 100 --output-dir "$d/o"
 expect "holds a gpt, not a mlp" $C train mlp --init-from "$F/model.safetensors" --output-dir "$d/o"
-expect "--export expects a gpt" $C train mlp --export hf
+expect "--export expects a model with a Hugging Face layout: gpt" $C train mlp --export hf
 expect "--export expects hf" $C train gpt --text "$d/t.txt" --export onnx
 echo "ok: greedy = transformers', eval = the trainer's evaluation, export generates alike, seeded sampling, bad input refused"

@@ -45,7 +45,7 @@ one_line 1 "$d/file.*[Nn]ot a directory" $C train gpt --text "$d/t.txt" "${G[@]}
 one_line 1 "$d/file exists and is not a directory" $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/file/out"
 one_line 1 "$d/file exists and is not a directory" $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/file"
 # ctrain train: flags
-one_line 2 "--n-embd 30 is not divisible by --n-head 4" $C train gpt --text "$d/t.txt" --n-embd 30 --n-head 4
+one_line 2 "gpt.n_embd = 30 must be a multiple of gpt.n_head = 4" $C train gpt --text "$d/t.txt" --n-embd 30 --n-head 4
 one_line 2 "--steps expects an integer" $C train gpt --text "$d/t.txt" --steps -5
 one_line 2 "--block-size expects a value" $C train gpt --text "$d/t.txt" --block-size
 

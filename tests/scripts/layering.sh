@@ -75,5 +75,9 @@ else
 fi
 env_users=$(grep -rln 'getenv\|setenv\|unsetenv\|environ\b' src | grep -v '^src/core/config.c$')
 [ -z "$env_users" ] || say "environment read or set outside src/core/config.c: $(echo $env_users)"
+# a model kind is its own file plus one table row (docs/adding-a-model.md): outside src/models
+# nothing names a kind or reaches into a kind's part of the config
+kind_users=$(grep -rlnE 'CT_MODEL_(MLP|CNN|GPT)\b|(\.|->)(mlp|cnn|gpt)\.' src --include='*.c' --include='*.h' --include='*.cu' | grep -v '^src/models/')
+[ -z "$kind_users" ] || say "a model kind named outside src/models: $(echo $kind_users)"
 [ $bad -eq 0 ] && echo "layers point down; the environment is read in one place"
 exit $bad

@@ -55,6 +55,9 @@ typedef struct ct_module_ops {
     const char *type;                                               /* "Linear", "Conv2d", ... */
     ct_tensor *(*forward)(ct_ctx *ctx, ct_module *m, ct_tensor *x);
     void (*destroy)(ct_module *m);                                  /* frees priv; may be NULL */
+    /* its one line in ct_module_repr without the children ("Linear(in_features=784, ...)"),
+     * as snprintf writes it: at most n bytes, returns the length it needed; NULL: "Type()" */
+    int (*repr)(const ct_module *m, char *buf, size_t n);
 } ct_module_ops;
 
 struct ct_module {

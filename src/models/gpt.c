@@ -50,7 +50,7 @@ static ct_tensor *mlp_run(ct_ctx *ctx, ct_module *m, ct_tensor *x, bool unread) 
     return m->fp[0] > 0 ? ct_dropout(ctx, h, m->fp[0]) : h;
 }
 static ct_tensor *mlp_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return mlp_run(ctx, m, x, false); }
-static const ct_module_ops mlp_ops = {"MLP", mlp_fw, NULL};
+static const ct_module_ops mlp_ops = {"MLP", mlp_fw, NULL, NULL};
 
 /* Block: children ln_1, attn, ln_2, mlp */
 static ct_tensor *block_run(ct_ctx *ctx, ct_module *m, ct_tensor *x, bool unread) {
@@ -59,7 +59,7 @@ static ct_tensor *block_run(ct_ctx *ctx, ct_module *m, ct_tensor *x, bool unread
     return ct_add(ctx, x, mlp_run(ctx, c[3], ct_module_forward(ctx, c[2], x), unread));
 }
 static ct_tensor *block_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return block_run(ctx, m, x, false); }
-static const ct_module_ops block_ops = {"Block", block_fw, NULL};
+static const ct_module_ops block_ops = {"Block", block_fw, NULL, NULL};
 
 /* A block as a checkpointed segment. On the recompute nothing reads the block's output, and
  * the MLP's c_proj output reaches it only through dropout and the residual add, whose
@@ -94,7 +94,7 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
      * PyTorch's quantize_dynamic finds nanoGPT's lm_head */
     return ct_module_forward(ctx, m->children[m->nchildren - 1], x);
 }
-static const ct_module_ops gpt_ops = {"GPT", gpt_fw, NULL};
+static const ct_module_ops gpt_ops = {"GPT", gpt_fw, NULL, NULL};
 
 static void gpt_build(ct_model *m) {
     const ct_model_config *c = &m->cfg;

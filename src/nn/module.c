@@ -54,6 +54,16 @@ void ct_module_free(ct_module *m) {
 
 const char *ct_module_type(const ct_module *m) { return m->ops->type; }
 
+ct_module *ct_module_child(const ct_module *m, const char *leaf) {
+    size_t n = strlen(leaf);
+    for (int i = 0; i < m->nchildren; i++) {
+        const char *nm = m->children[i]->name;
+        size_t len = strlen(nm);
+        if (len >= n && !strcmp(nm + len - n, leaf) && (len == n || nm[len - n - 1] == '.')) return m->children[i];
+    }
+    return NULL;
+}
+
 /* NULL in, NULL out (nn.h): a missing child marks the parent incomplete, a missing parent
  * takes the child with it. */
 ct_module *ct_module_add_child(ct_module *parent, ct_module *child) {

@@ -55,6 +55,9 @@ typedef struct ct_module_ops {
     const char *type;                                               /* "Linear", "Conv2d", ... */
     ct_tensor *(*forward)(ct_ctx *ctx, ct_module *m, ct_tensor *x);
     void (*destroy)(ct_module *m);                                  /* frees priv; may be NULL */
+    /* its one line in ct_module_repr without the children ("Linear(in_features=784, ...)"),
+     * as snprintf writes it: at most n bytes, returns the length it needed; NULL: "Type()" */
+    int (*repr)(const ct_module *m, char *buf, size_t n);
 } ct_module_ops;
 
 struct ct_module {
@@ -76,6 +79,8 @@ ct_module *ct_module_new(const ct_module_ops *ops, const char *name); /* zeroed;
 ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x);
 void ct_module_free(ct_module *m);                 /* recursive; NULL is fine */
 const char *ct_module_type(const ct_module *m);
+/* The child whose name ends in "." + leaf (or is leaf), PyTorch's getattr(m, leaf); NULL if none. */
+ct_module *ct_module_child(const ct_module *m, const char *leaf);
 /* Append a child (owned by the parent); returns it. NULL child or parent: see above. */
 ct_module *ct_module_add_child(ct_module *parent, ct_module *child);
 /* CT_OK, or CT_ERR_NOMEM when m is NULL or a module in its tree lacks a child that could

@@ -74,7 +74,7 @@ static ct_tensor *cnn_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     ct_tensor *h = features_fw(ctx, m->children[0], x);
     return ct_module_forward(ctx, m->children[1], ct_flatten(ctx, h, 1));
 }
-static const ct_module_ops cnn_ops = {"CNN", cnn_fw, NULL};
+static const ct_module_ops cnn_ops = {"CNN", cnn_fw, NULL, NULL};
 
 static void cnn_build(ct_model *m) {
     const ct_model_config *c = &m->cfg;

@@ -4,9 +4,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "models/model_internal.h"
+#include "models/gpt_internal.h"
 
 static void gpt_defaults(ct_model_config *c) {
     c->gpt.n_layer = 6;
@@ -41,44 +42,45 @@ static void gpt_describe(const ct_model_config *c, char *arch, size_t n) {
              c->gpt.bias ? "" : ", bias=False", c->gpt.gelu_tanh ? ", gelu=tanh" : "", eps);
 }
 
-/* MLP: c_fc (C → 4C), GELU (hp[0]: tanh approximation), c_proj (4C → C), dropout.
- * unread: c_proj's output values are never read (see block_segment) */
-static ct_tensor *mlp_run(ct_ctx *ctx, ct_module *m, ct_tensor *x, bool unread) {
-    ct_module *proj = m->children[1];
-    ct_tensor *h = ct_gelu(ctx, ct_module_forward(ctx, m->children[0], x), m->hp[0] != 0);
+/* MLP (a block's mlp: priv is its block): c_fc (C → 4C), GELU (hp[0]: tanh approximation),
+ * c_proj (4C → C), dropout (fp[0]). unread: c_proj's output values are never read (see block_segment) */
+static ct_tensor *mlp_run(ct_ctx *ctx, const ct_gpt_block *b, ct_tensor *x, bool unread) {
+    const ct_module *m = b->mlp.mod;
+    ct_module *proj = b->mlp.c_proj;
+    ct_tensor *h = ct_gelu(ctx, ct_module_forward(ctx, b->mlp.c_fc, x), m->hp[0] != 0);
     h = unread ? ct_linear_unevaluated(ctx, h, proj->w, proj->b) : ct_module_forward(ctx, proj, h);
     return m->fp[0] > 0 ? ct_dropout(ctx, h, m->fp[0]) : h;
 }
-static ct_tensor *mlp_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return mlp_run(ctx, m, x, false); }
-static const ct_module_ops mlp_ops = {"MLP", mlp_fw, NULL};
+static ct_tensor *mlp_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return mlp_run(ctx, m->priv, x, false); }
+static const ct_module_ops mlp_ops = {"MLP", mlp_fw, NULL, NULL};
 
-/* Block: children ln_1, attn, ln_2, mlp */
-static ct_tensor *block_run(ct_ctx *ctx, ct_module *m, ct_tensor *x, bool unread) {
-    ct_module **c = m->children;
-    x = ct_add(ctx, x, ct_module_forward(ctx, c[1], ct_module_forward(ctx, c[0], x)));
-    return ct_add(ctx, x, mlp_run(ctx, c[3], ct_module_forward(ctx, c[2], x), unread));
+/* Block (priv: its ct_gpt_block) */
+static ct_tensor *block_run(ct_ctx *ctx, const ct_gpt_block *b, ct_tensor *x, bool unread) {
+    x = ct_add(ctx, x, ct_module_forward(ctx, b->attn.mod, ct_module_forward(ctx, b->ln_1, x)));
+    return ct_add(ctx, x, mlp_run(ctx, b, ct_module_forward(ctx, b->ln_2, x), unread));
 }
-static ct_tensor *block_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return block_run(ctx, m, x, false); }
-static const ct_module_ops block_ops = {"Block", block_fw, NULL};
+static ct_tensor *block_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return block_run(ctx, m->priv, x, false); }
+static const ct_module_ops block_ops = {"Block", block_fw, NULL, NULL};
 
 /* A block as a checkpointed segment. On the recompute nothing reads the block's output, and
  * the MLP's c_proj output reaches it only through dropout and the residual add, whose
  * gradients read no values: c_proj records its node without its GEMM (a third of the
  * block's forward FLOPs at width 256, context 256). Gradients are the same bits. */
 static ct_tensor *block_segment(ct_ctx *ctx, ct_tensor *x, void *arg) {
-    ct_module *m = arg;
-    bool linear = !strcmp(ct_module_type(m->children[3]->children[1]), "Linear"); /* not a quantized one */
-    return block_run(ctx, m, x, linear && ct_checkpoint_recomputing(ctx));
+    const ct_gpt_block *b = arg;
+    bool linear = !strcmp(ct_module_type(b->mlp.c_proj), "Linear"); /* not a quantized one */
+    return block_run(ctx, b, x, linear && ct_checkpoint_recomputing(ctx));
 }
 
-/* GPT: children wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head (a Linear over wte); hp[0] = block_size, hp[1] = checkpoint the
- * blocks, fp[0] = dropout */
+/* GPT (priv: its ct_gpt): children wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head */
 static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
+    ct_gpt *g = m->priv;
     CT_CHECK(idx->ndim == 2 && (idx->dtype == CT_I32 || idx->dtype == CT_I64),
              "GPT: expected [B, T] i32/i64 tokens, got %d dims of %s", idx->ndim, ct_dtype_name(idx->dtype));
     int64_t T = idx->shape[1];
-    CT_CHECK(T >= 1 && T <= m->hp[0], "GPT: sequence length %lld outside [1, block_size=%lld]", (long long)T, (long long)m->hp[0]);
-    ct_tensor *wte = m->children[0]->w, *wpe = m->children[1]->w;
+    CT_CHECK(T >= 1 && T <= g->block_size, "GPT: sequence length %lld outside [1, block_size=%lld]", (long long)T,
+             (long long)g->block_size);
+    ct_tensor *wte = g->wte->w, *wpe = g->wpe->w;
     ct_tensor *pos = ct_new(ctx, CT_I32, 1, &T);
     for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
     /* on a GPU the positions go where the table is (a failure shows in ct_ctx_status: the
@@ -86,16 +88,19 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     ct_tensor *pos_dev;
     if (wpe->device.type != CT_DEV_CPU && ct_tensor_to(ctx, pos, wpe->device, &pos_dev) == CT_OK) pos = pos_dev;
     ct_tensor *x = ct_add(ctx, ct_embedding(ctx, wte, idx), ct_embedding(ctx, wpe, pos)); /* [B,T,C] + [T,C] */
-    if (m->fp[0] > 0) x = ct_dropout(ctx, x, m->fp[0]);
-    for (int i = 2; i < m->nchildren - 2; i++) /* blocks: checkpointed one by one when hp[1] */
-        x = m->hp[1] ? ct_checkpoint(ctx, block_segment, m->children[i], x) : ct_module_forward(ctx, m->children[i], x);
-    x = ct_module_forward(ctx, m->children[m->nchildren - 2], x); /* ln_f */
+    if (g->dropout > 0) x = ct_dropout(ctx, x, g->dropout);
+    for (int l = 0; l < g->n_layer; l++) /* blocks: checkpointed one by one when asked */
+        x = g->checkpoint ? ct_checkpoint(ctx, block_segment, &g->h[l], x) : ct_module_forward(ctx, g->h[l].mod, x);
+    x = ct_module_forward(ctx, g->ln_f, x);
     /* LM head tied to wte; a module of its own so that ct_quantize_dynamic finds it, as
      * PyTorch's quantize_dynamic finds nanoGPT's lm_head */
-    return ct_module_forward(ctx, m->children[m->nchildren - 1], x);
+    return ct_module_forward(ctx, g->lm_head, x);
 }
-static const ct_module_ops gpt_ops = {"GPT", gpt_fw, NULL};
+static void gpt_destroy(ct_module *m) { free(m->priv); }
+static const ct_module_ops gpt_ops = {"GPT", gpt_fw, gpt_destroy, NULL};
 
+/* The children are added in nanoGPT's order (the state_dict's, repr's and quantization's);
+ * g names them as they come. NULL children (out of memory) are left to ct_model_create. */
 static void gpt_build(ct_model *m) {
     const ct_model_config *c = &m->cfg;
     int64_t C = c->gpt.n_embd;
@@ -105,35 +110,49 @@ static void gpt_build(ct_model *m) {
     char nm[CT_NN_NAME_MAX], sub[CT_NN_NAME_MAX + 32];
 
     ct_module *root = ct_module_new(&gpt_ops, "");
-    ct_module *wte = ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wte", c->gpt.vocab_size, C, CT_INIT_NORMAL, std));
-    ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wpe", c->gpt.block_size, C, CT_INIT_NORMAL, std));
-    m->tied = wte ? wte->w : NULL;
+    ct_gpt *g = root ? calloc(1, sizeof *g + (size_t)c->gpt.n_layer * sizeof g->h[0]) : NULL;
+    if (!g) { /* ct_model_create reports the missing root */
+        if (root) ct_error(CT_ERR_NOMEM, "out of memory creating a GPT");
+        ct_module_free(root);
+        m->root = NULL;
+        return;
+    }
+    root->priv = g;
+    g->block_size = c->gpt.block_size;
+    g->checkpoint = c->gpt.checkpoint_activations;
+    g->dropout = p;
+    g->n_layer = c->gpt.n_layer;
+    g->wte = ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wte", c->gpt.vocab_size, C, CT_INIT_NORMAL, std));
+    g->wpe = ct_module_add_child(root, ct_nn_embedding_ex(m->P, "transformer.wpe", c->gpt.block_size, C, CT_INIT_NORMAL, std));
+    m->tied = g->wte ? g->wte->w : NULL;
     for (int l = 0; l < c->gpt.n_layer; l++) {
+        ct_gpt_block *b = &g->h[l];
         snprintf(nm, sizeof nm, "transformer.h.%d", l);
-        ct_module *b = ct_module_add_child(root, ct_module_new(&block_ops, nm));
-        ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_1"), C, eps, bias));
-        ct_module *attn = ct_module_add_child(b, ct_nn_causal_self_attention(m->P, ct_nn_join(sub, sizeof sub, nm, "attn"), C,
-                                                                             c->gpt.n_head, bias, p, std, proj_std));
-        if (attn) ct_nn_attention_set_fused(attn, c->gpt.flash_attention);
-        ct_module_add_child(b, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_2"), C, eps, bias));
-        ct_module *mlp = ct_module_add_child(b, ct_module_new(&mlp_ops, ct_nn_join(sub, sizeof sub, nm, "mlp")));
+        b->mod = ct_module_add_child(root, ct_module_new(&block_ops, nm));
+        if (b->mod) b->mod->priv = b;
+        b->ln_1 = ct_module_add_child(b->mod, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_1"), C, eps, bias));
+        b->attn.mod = ct_module_add_child(b->mod, ct_nn_causal_self_attention(m->P, ct_nn_join(sub, sizeof sub, nm, "attn"), C,
+                                                                              c->gpt.n_head, bias, p, std, proj_std));
+        if (b->attn.mod) {
+            ct_nn_attention_set_fused(b->attn.mod, c->gpt.flash_attention);
+            b->attn.c_attn = ct_module_child(b->attn.mod, "c_attn");
+            b->attn.c_proj = ct_module_child(b->attn.mod, "c_proj");
+        }
+        b->ln_2 = ct_module_add_child(b->mod, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_2"), C, eps, bias));
+        b->mlp.mod = ct_module_add_child(b->mod, ct_module_new(&mlp_ops, ct_nn_join(sub, sizeof sub, nm, "mlp")));
         char lin[CT_NN_NAME_MAX + 48];
-        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_fc"), C, 4 * C, bias,
-                                                 CT_INIT_NORMAL, std, CT_INIT_ZEROS, 0));
-        ct_module_add_child(mlp, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_proj"), 4 * C, C, bias,
-                                                 CT_INIT_NORMAL, proj_std, CT_INIT_ZEROS, 0));
-        if (mlp) { /* NULL: out of memory, ct_model_create reports it */
-            mlp->fp[0] = p;
-            mlp->hp[0] = c->gpt.gelu_tanh;
+        b->mlp.c_fc = ct_module_add_child(b->mlp.mod, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_fc"), C, 4 * C, bias,
+                                                                      CT_INIT_NORMAL, std, CT_INIT_ZEROS, 0));
+        b->mlp.c_proj = ct_module_add_child(b->mlp.mod, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_proj"), 4 * C, C,
+                                                                        bias, CT_INIT_NORMAL, proj_std, CT_INIT_ZEROS, 0));
+        if (b->mlp.mod) {
+            b->mlp.mod->priv = b;
+            b->mlp.mod->fp[0] = p;
+            b->mlp.mod->hp[0] = c->gpt.gelu_tanh;
         }
     }
-    ct_module_add_child(root, ct_nn_layer_norm(m->P, "transformer.ln_f", C, eps, bias));
-    ct_module_add_child(root, ct_nn_linear_tied("lm_head", m->tied, NULL));
-    if (root) {
-        root->hp[0] = c->gpt.block_size;
-        root->hp[1] = c->gpt.checkpoint_activations;
-        root->fp[0] = p;
-    }
+    g->ln_f = ct_module_add_child(root, ct_nn_layer_norm(m->P, "transformer.ln_f", C, eps, bias));
+    g->lm_head = ct_module_add_child(root, ct_nn_linear_tied("lm_head", m->tied, NULL));
     m->root = root;
 }
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/model_internal.h"
+#include "models/gpt_internal.h"
 
 struct ct_gpt_cache {
     int L, H, D, cap, len;
@@ -91,25 +91,24 @@ ct_tensor *ct_gpt_forward_cached(ct_ctx *ctx, ct_model *m, ct_gpt_cache *c, ct_t
     CT_CHECK(t >= 1 && c->len + t <= c->cap, "ct_gpt_forward_cached: %lld cached + %lld new tokens exceed block_size %d", (long long)c->len,
              (long long)t, c->cap);
     bool was = ct_set_grad_enabled(ctx, false);
-    ct_module *root = m->root;
+    const ct_gpt *g = ct_gpt_of_(m);
     int64_t C = m->cfg.gpt.n_embd;
     ct_tensor *pos = ct_new(ctx, CT_I32, 1, &t);
     for (int64_t i = 0; i < t; i++) ((int32_t *)pos->data)[i] = (int32_t)(c->len + i);
-    ct_tensor *x = ct_add(ctx, ct_embedding(ctx, root->children[0]->w, tokens), ct_embedding(ctx, root->children[1]->w, pos));
+    ct_tensor *x = ct_add(ctx, ct_embedding(ctx, g->wte->w, tokens), ct_embedding(ctx, g->wpe->w, pos));
     float *scores = ct_ctx_alloc(ctx, sizeof(float) * (size_t)c->H * (size_t)t * (size_t)(c->len + t));
     for (int l = 0; l < c->L; l++) {
-        ct_module **b = root->children[2 + l]->children; /* ln_1, attn, ln_2, mlp */
+        const ct_gpt_block *b = &g->h[l];
         /* projections through their modules: a quantized model's int8 Linears are used too */
-        ct_module *c_attn = b[1]->children[0], *c_proj = b[1]->children[1];
-        ct_tensor *qkv = ct_module_forward(ctx, c_attn, ct_module_forward(ctx, b[0], x));
+        ct_tensor *qkv = ct_module_forward(ctx, b->attn.c_attn, ct_module_forward(ctx, b->ln_1, x));
         ct_tensor *y = ct_new(ctx, CT_F32, 3, (int64_t[]){1, t, C});
         attend(c, l, qkv->data, y->data, (int)t, scores);
-        x = ct_add(ctx, x, ct_module_forward(ctx, c_proj, y));
-        x = ct_add(ctx, x, ct_module_forward(ctx, b[3], ct_module_forward(ctx, b[2], x)));
+        x = ct_add(ctx, x, ct_module_forward(ctx, b->attn.c_proj, y));
+        x = ct_add(ctx, x, ct_module_forward(ctx, b->mlp.mod, ct_module_forward(ctx, b->ln_2, x)));
     }
-    x = ct_module_forward(ctx, root->children[root->nchildren - 2], x); /* ln_f */
+    x = ct_module_forward(ctx, g->ln_f, x);
     c->len += (int)t;
-    ct_tensor *logits = ct_module_forward(ctx, root->children[root->nchildren - 1], x); /* lm_head, tied to wte */
+    ct_tensor *logits = ct_module_forward(ctx, g->lm_head, x); /* tied to wte */
     ct_set_grad_enabled(ctx, was);
     return logits;
 }

@@ -39,7 +39,7 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     y = ct_module_forward(ctx, m->children[1], y); /* c_proj */
     return m->fp[0] > 0 ? ct_dropout(ctx, y, m->fp[0]) : y;
 }
-static const ct_module_ops csa_ops = {"CausalSelfAttention", csa_fw, NULL};
+static const ct_module_ops csa_ops = {"CausalSelfAttention", csa_fw, NULL, NULL};
 
 ct_module *ct_nn_causal_self_attention(ct_params *P, const char *name, int64_t n_embd, int n_head, bool bias,
                                        float dropout, double w_std, double proj_std) {

@@ -26,7 +26,11 @@ static ct_module *undo(ct_module *m) {
 
 /* ---- Linear ---- */
 static ct_tensor *linear_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_linear(ctx, x, m->w, m->b); }
-static const ct_module_ops linear_ops = {"Linear", linear_fw, NULL};
+static int linear_repr(const ct_module *m, char *buf, size_t n) {
+    return snprintf(buf, n, "Linear(in_features=%lld, out_features=%lld, bias=%s)", (long long)m->hp[0], (long long)m->hp[1],
+                    m->b ? "True" : "False");
+}
+static const ct_module_ops linear_ops = {"Linear", linear_fw, NULL, linear_repr};
 
 ct_module *ct_nn_linear_ex(ct_params *P, const char *name, int64_t in, int64_t out, bool bias, ct_init w_init,
                            double w_arg, ct_init b_init, double b_arg) {
@@ -61,7 +65,13 @@ ct_module *ct_nn_linear_tied(const char *name, ct_tensor *w, ct_tensor *b) {
 static ct_tensor *conv_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     return ct_conv2d(ctx, x, m->w, m->b, (int)m->hp[3], (int)m->hp[4]);
 }
-static const ct_module_ops conv_ops = {"Conv2d", conv_fw, NULL};
+static int conv_repr(const ct_module *m, char *buf, size_t n) {
+    const int64_t *h = m->hp;
+    return snprintf(buf, n, "Conv2d(%lld, %lld, kernel_size=(%lld, %lld), stride=(%lld, %lld), padding=(%lld, %lld)%s)", (long long)h[0],
+                    (long long)h[1], (long long)h[2], (long long)h[2], (long long)h[3], (long long)h[3], (long long)h[4],
+                    (long long)h[4], m->b ? "" : ", bias=False");
+}
+static const ct_module_ops conv_ops = {"Conv2d", conv_fw, NULL, conv_repr};
 
 ct_module *ct_nn_conv2d(ct_params *P, const char *name, int64_t in_ch, int64_t out_ch, int kernel, int stride,
                         int padding, bool bias) {
@@ -82,7 +92,11 @@ ct_module *ct_nn_conv2d(ct_params *P, const char *name, int64_t in_ch, int64_t o
 static ct_tensor *pool_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     return ct_max_pool2d(ctx, x, (int)m->hp[0], (int)m->hp[1], (int)m->hp[2]);
 }
-static const ct_module_ops pool_ops = {"MaxPool2d", pool_fw, NULL};
+static int pool_repr(const ct_module *m, char *buf, size_t n) {
+    return snprintf(buf, n, "MaxPool2d(kernel_size=%lld, stride=%lld, padding=%lld)", (long long)m->hp[0], (long long)m->hp[1],
+                    (long long)m->hp[2]);
+}
+static const ct_module_ops pool_ops = {"MaxPool2d", pool_fw, NULL, pool_repr};
 ct_module *ct_nn_max_pool2d(int kernel, int stride, int padding) {
     CT_CHECK(kernel > 0 && stride >= 0 && padding >= 0 && 2 * padding <= kernel,
              "MaxPool2d: bad arguments (kernel=%d stride=%d padding=%d)", kernel, stride, padding);
@@ -94,7 +108,10 @@ ct_module *ct_nn_max_pool2d(int kernel, int stride, int padding) {
 
 /* ---- Embedding ---- */
 static ct_tensor *emb_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_embedding(ctx, m->w, x); }
-static const ct_module_ops emb_ops = {"Embedding", emb_fw, NULL};
+static int emb_repr(const ct_module *m, char *buf, size_t n) {
+    return snprintf(buf, n, "Embedding(%lld, %lld)", (long long)m->hp[0], (long long)m->hp[1]);
+}
+static const ct_module_ops emb_ops = {"Embedding", emb_fw, NULL, emb_repr};
 ct_module *ct_nn_embedding_ex(ct_params *P, const char *name, int64_t num, int64_t dim, ct_init init, double arg) {
     CT_CHECK(num > 0 && dim > 0, "Embedding '%s': num=%lld dim=%lld must be positive", name ? name : "", (long long)num, (long long)dim);
     ct_module *m = new_in(P, &emb_ops, name);
@@ -110,7 +127,10 @@ ct_module *ct_nn_embedding(ct_params *P, const char *name, int64_t num, int64_t 
 
 /* ---- LayerNorm ---- */
 static ct_tensor *ln_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_layer_norm(ctx, x, m->w, m->b, m->fp[0]); }
-static const ct_module_ops ln_ops = {"LayerNorm", ln_fw, NULL};
+static int ln_repr(const ct_module *m, char *buf, size_t n) {
+    return snprintf(buf, n, "LayerNorm((%lld,), eps=%g)", (long long)m->hp[0], (double)m->fp[0]);
+}
+static const ct_module_ops ln_ops = {"LayerNorm", ln_fw, NULL, ln_repr};
 ct_module *ct_nn_layer_norm(ct_params *P, const char *name, int64_t dim, float eps, bool bias) {
     CT_CHECK(dim > 0, "LayerNorm '%s': dim=%lld must be positive", name ? name : "", (long long)dim);
     ct_module *m = new_in(P, &ln_ops, name);
@@ -127,7 +147,8 @@ ct_module *ct_nn_layer_norm(ct_params *P, const char *name, int64_t dim, float e
 static ct_tensor *drop_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     return m->fp[0] > 0 ? ct_dropout(ctx, x, m->fp[0]) : x;
 }
-static const ct_module_ops drop_ops = {"Dropout", drop_fw, NULL};
+static int drop_repr(const ct_module *m, char *buf, size_t n) { return snprintf(buf, n, "Dropout(p=%g)", (double)m->fp[0]); }
+static const ct_module_ops drop_ops = {"Dropout", drop_fw, NULL, drop_repr};
 ct_module *ct_nn_dropout(float p) {
     CT_CHECK(p >= 0 && p < 1, "Dropout: p=%g must be in [0, 1)", (double)p);
     ct_module *m = ct_module_new(&drop_ops, NULL);
@@ -141,10 +162,13 @@ static ct_tensor *relu_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { (void)m; re
 static ct_tensor *gelu_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_gelu(ctx, x, m->hp[0] != 0); }
 static ct_tensor *tanh_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { (void)m; return ct_tanh(ctx, x); }
 static ct_tensor *sigm_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { (void)m; return ct_sigmoid(ctx, x); }
-static const ct_module_ops relu_ops = {"ReLU", relu_fw, NULL};
-static const ct_module_ops gelu_ops = {"GELU", gelu_fw, NULL};
-static const ct_module_ops tanh_ops = {"Tanh", tanh_fw, NULL};
-static const ct_module_ops sigm_ops = {"Sigmoid", sigm_fw, NULL};
+static const ct_module_ops relu_ops = {"ReLU", relu_fw, NULL, NULL};
+static int gelu_repr(const ct_module *m, char *buf, size_t n) {
+    return snprintf(buf, n, "GELU(approximate='%s')", m->hp[0] ? "tanh" : "none");
+}
+static const ct_module_ops gelu_ops = {"GELU", gelu_fw, NULL, gelu_repr};
+static const ct_module_ops tanh_ops = {"Tanh", tanh_fw, NULL, NULL};
+static const ct_module_ops sigm_ops = {"Sigmoid", sigm_fw, NULL, NULL};
 ct_module *ct_nn_relu(void) { return ct_module_new(&relu_ops, NULL); }
 ct_module *ct_nn_gelu(bool tanh_approx) {
     ct_module *m = ct_module_new(&gelu_ops, NULL);
@@ -157,7 +181,10 @@ ct_module *ct_nn_sigmoid(void) { return ct_module_new(&sigm_ops, NULL); }
 
 /* ---- Flatten ---- */
 static ct_tensor *flat_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_flatten(ctx, x, (int)m->hp[0]); }
-static const ct_module_ops flat_ops = {"Flatten", flat_fw, NULL};
+static int flat_repr(const ct_module *m, char *buf, size_t n) {
+    return snprintf(buf, n, "Flatten(start_dim=%lld, end_dim=-1)", (long long)m->hp[0]);
+}
+static const ct_module_ops flat_ops = {"Flatten", flat_fw, NULL, flat_repr};
 ct_module *ct_nn_flatten(int start_dim) {
     ct_module *m = ct_module_new(&flat_ops, NULL);
     if (!m) return NULL;
@@ -170,7 +197,7 @@ static ct_tensor *seq_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     for (int i = 0; i < m->nchildren; i++) x = ct_module_forward(ctx, m->children[i], x);
     return x;
 }
-static const ct_module_ops seq_ops = {"Sequential", seq_fw, NULL};
+static const ct_module_ops seq_ops = {"Sequential", seq_fw, NULL, NULL};
 ct_module *ct_nn_sequential(const char *name) { return ct_module_new(&seq_ops, name); }
 
 const char *ct_seq_next_name(ct_module *seq) {

@@ -1,4 +1,5 @@
-/* Module plumbing: allocation, forward dispatch, recursive free, names, repr. */
+/* Module plumbing: allocation, forward dispatch, recursive free, names, repr. Knows no
+ * module type: each type's own line comes from its ops (repr). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,16 @@ void ct_module_free(ct_module *m) {
 
 const char *ct_module_type(const ct_module *m) { return m->ops->type; }
 
+ct_module *ct_module_child(const ct_module *m, const char *leaf) {
+    size_t n = strlen(leaf);
+    for (int i = 0; i < m->nchildren; i++) {
+        const char *nm = m->children[i]->name;
+        size_t len = strlen(nm);
+        if (len >= n && !strcmp(nm + len - n, leaf) && (len == n || nm[len - n - 1] == '.')) return m->children[i];
+    }
+    return NULL;
+}
+
 /* NULL in, NULL out (nn.h): a missing child marks the parent incomplete, a missing parent
  * takes the child with it. */
 ct_module *ct_module_add_child(ct_module *parent, ct_module *child) {
@@ -93,47 +104,23 @@ const char *ct_nn_join(char *buf, size_t n, const char *prefix, const char *leaf
 
 /* ---- repr ---- */
 typedef struct { char *buf; size_t n, len; } sbuf;
+/* where the next bytes go and how many fit (NULL, 0 once full: only the length counts on) */
+static char *sb_end(const sbuf *s) { return s->len < s->n ? s->buf + s->len : NULL; }
+static size_t sb_left(const sbuf *s) { return s->len < s->n ? s->n - s->len : 0; }
 static void sb_printf(sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(sbuf *s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int r = vsnprintf(s->len < s->n ? s->buf + s->len : NULL, s->len < s->n ? s->n - s->len : 0, fmt, ap);
+    int r = vsnprintf(sb_end(s), sb_left(s), fmt, ap);
     va_end(ap);
     if (r > 0) s->len += (size_t)r;
 }
 
-static int64_t qw_nscales(const ct_module *m) {
-    int64_t n = 1;
-    ct_qweight_scales(ct_qlinear_weight(m), &n);
-    return n;
-}
-
+/* a leaf's own line: its ops' repr, else "Type()" */
 static void repr_one(const ct_module *m, sbuf *s) {
-    const char *t = m->ops->type;
-    const int64_t *h = m->hp;
-    if (!strcmp(t, "Linear"))
-        sb_printf(s, "Linear(in_features=%lld, out_features=%lld, bias=%s)", (long long)h[0], (long long)h[1], m->b ? "True" : "False");
-    else if (!strcmp(t, "DynamicQuantizedLinear"))
-        sb_printf(s, "DynamicQuantizedLinear(in_features=%lld, out_features=%lld, dtype=torch.qint8, qscheme=torch.per_%s_affine)",
-                  (long long)h[0], (long long)h[1], qw_nscales(m) > 1 ? "channel" : "tensor");
-    else if (!strcmp(t, "Conv2d"))
-        sb_printf(s, "Conv2d(%lld, %lld, kernel_size=(%lld, %lld), stride=(%lld, %lld), padding=(%lld, %lld)%s)", (long long)h[0],
-                  (long long)h[1], (long long)h[2], (long long)h[2], (long long)h[3], (long long)h[3], (long long)h[4],
-                  (long long)h[4], m->b ? "" : ", bias=False");
-    else if (!strcmp(t, "MaxPool2d"))
-        sb_printf(s, "MaxPool2d(kernel_size=%lld, stride=%lld, padding=%lld)", (long long)h[0], (long long)h[1], (long long)h[2]);
-    else if (!strcmp(t, "Embedding"))
-        sb_printf(s, "Embedding(%lld, %lld)", (long long)h[0], (long long)h[1]);
-    else if (!strcmp(t, "LayerNorm"))
-        sb_printf(s, "LayerNorm((%lld,), eps=%g)", (long long)h[0], (double)m->fp[0]);
-    else if (!strcmp(t, "Dropout"))
-        sb_printf(s, "Dropout(p=%g)", (double)m->fp[0]);
-    else if (!strcmp(t, "GELU"))
-        sb_printf(s, "GELU(approximate='%s')", h[0] ? "tanh" : "none");
-    else if (!strcmp(t, "Flatten"))
-        sb_printf(s, "Flatten(start_dim=%lld, end_dim=-1)", (long long)h[0]);
-    else
-        sb_printf(s, "%s()", t);
+    if (!m->ops->repr) { sb_printf(s, "%s()", m->ops->type); return; }
+    int r = m->ops->repr(m, sb_end(s), sb_left(s));
+    if (r > 0) s->len += (size_t)r;
 }
 
 static void repr_rec(const ct_module *m, sbuf *s, int depth) {

@@ -3,6 +3,7 @@
  * module keeps its address, name and sizes; only its ops and state change) so that parents
  * holding the pointer — Sequential, attention, the GPT root, a user's module — need no
  * rewiring, and a Linear root converts too. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +27,13 @@ static void qlin_destroy(ct_module *m) {
     free(q->bias);
     free(q);
 }
-static const ct_module_ops qlin_ops = {"DynamicQuantizedLinear", qlin_fw, qlin_destroy};
+static int qlin_repr(const ct_module *m, char *buf, size_t n) {
+    int64_t ns = 1;
+    ct_qweight_scales(((const qlin_state *)m->priv)->w, &ns);
+    return snprintf(buf, n, "DynamicQuantizedLinear(in_features=%lld, out_features=%lld, dtype=torch.qint8, qscheme=torch.per_%s_affine)",
+                    (long long)m->hp[0], (long long)m->hp[1], ns > 1 ? "channel" : "tensor");
+}
+static const ct_module_ops qlin_ops = {"DynamicQuantizedLinear", qlin_fw, qlin_destroy, qlin_repr};
 
 ct_quantize_opts ct_quantize_default_opts(void) { return (ct_quantize_opts){.per_channel = false}; }
 

@@ -79,5 +79,16 @@ env_users=$(grep -rln 'getenv\|setenv\|unsetenv\|environ\b' src | grep -v '^src/
 # nothing names a kind or reaches into a kind's part of the config
 kind_users=$(grep -rlnE 'CT_MODEL_(MLP|CNN|GPT)\b|(\.|->)(mlp|cnn|gpt)\.' src --include='*.c' --include='*.h' --include='*.cu' | grep -v '^src/models/')
 [ -z "$kind_users" ] || say "a model kind named outside src/models: $(echo $kind_users)"
+# nn's module.c is plumbing: every module type describes itself (ct_module_ops), so
+# module.c names no type (as a string: no strcmp chain, no repr of its own), calls nothing
+# of the quantized Linear's, and includes no other nn file's private header
+mod_c=src/nn/module.c
+mod_types=$(sed -n 's/.*ct_module_ops [A-Za-z0-9_]* = {\(\.type = \)\{0,1\}"\([A-Za-z0-9]*\)".*/\2/p' src/nn/*.c src/models/*.c | sort -u)
+[ -n "$mod_types" ] || say "no ct_module_ops definitions found in src/nn, src/models: the module.c check reads none"
+for t in $mod_types; do
+    grep -q "\"$t" "$mod_c" && say "$mod_c names the module type $t (its own ops should say it)"
+done
+grep -q 'ct_qlinear_\|ct_qweight_' "$mod_c" && say "$mod_c reaches into the quantized Linear (src/nn/quantized.c)"
+grep -q '^#include "nn/' "$mod_c" && say "$mod_c includes a private nn header"
 [ $bad -eq 0 ] && echo "layers point down; the environment is read in one place"
 exit $bad

@@ -1,6 +1,6 @@
 /* The store server's request parser, over a real loopback connection to a server thread (the
- * parser is internal to src/distributed/store.c, and the framing, the HELLO check and the
- * per-connection buffering are part of what a stranger on the port can reach).
+ * parser is internal to src/distributed/store_server.c, and the framing, the HELLO check and
+ * the per-connection buffering are part of what a stranger on the port can reach).
  * First byte: bit 0 set, the harness first sends a correct HELLO (so the commands behind
  * authentication are reached); bit 1 set, the rest is split at "\n====\n" into request
  * bodies that the harness frames with their lengths; clear, the rest is the raw byte stream.

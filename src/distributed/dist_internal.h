@@ -86,28 +86,6 @@ ct_status ct_token_file_path(int port, char *path, size_t n);
 ct_status ct_token_file_publish(int port, char *token, size_t n, char *path, size_t pn);
 ct_status ct_token_file_read(int port, char *token, size_t n);
 
-/* Blocking socket helpers of the store (store.c). send_all: 0 or -1; recv_all: 0, -1 (closed
- * or error) or -2 (deadline passed); connect: a TCP_NODELAY socket, -1 (refused) or -2
- * (address does not resolve). */
-int ct_sock_send_all(int fd, const void *d, size_t n);
-int ct_sock_recv_all(int fd, void *d, size_t n, double deadline);
-int ct_sock_connect(const char *addr, int port);
-
-/* PyTorch's c10d TCPStore client (store_c10d.c), behind ct_store_connect_c10d: the same
- * operations as the ct_store_* calls. ct_c10d_version: 1 (PyTorch 1.13 layout) or 2. */
-typedef struct ct_c10d ct_c10d;
-ct_status ct_c10d_connect(const char *addr, int port, double timeout_s, ct_c10d **out);
-int ct_c10d_version(const ct_c10d *c);
-void ct_c10d_free(ct_c10d *c);
-ct_status ct_c10d_set(ct_c10d *c, const char *key, const void *val, size_t len);
-ct_status ct_c10d_get(ct_c10d *c, const char *key, double timeout_s, void **val, size_t *len);
-ct_status ct_c10d_add(ct_c10d *c, const char *key, int64_t delta, int64_t *out);
-ct_status ct_c10d_compare_set(ct_c10d *c, const char *key, const void *expected, size_t elen, const void *desired,
-                              size_t dlen, void **cur, size_t *curlen);
-ct_status ct_c10d_delete(ct_c10d *c, const char *key, bool *existed);
-ct_status ct_c10d_check(ct_c10d *c, const char *key, bool *exists);
-ct_status ct_c10d_num_keys(ct_c10d *c, int64_t *out);
-
 /* What a rank is about to run, exchanged before a collective by the backends that send it
  * as a message (fingerprint.c); fields a kind does not use are zero. */
 typedef struct {

@@ -1,4 +1,5 @@
-/* Client for PyTorch's c10d TCPStore: the store torchrun's agent hosts on MASTER_PORT.
+/* Client for PyTorch's c10d TCPStore: the store torchrun's agent hosts on MASTER_PORT,
+ * behind the same ct_store_* calls as ctrain's own store (store.c checks their arguments).
  *
  * Wire layout (little endian, no framing): a query is one type byte, then its fields;
  * strings and byte vectors are a u64 length and the bytes, integers are i64. Replies carry
@@ -32,7 +33,7 @@
 #include <unistd.h>
 
 #include "ctrain/dist.h"
-#include "dist_internal.h"
+#include "store_internal.h"
 
 enum { Q_SET, Q_CAS, Q_GET, Q_ADD, Q_CHECK, Q_WAIT, Q_NKEYS, Q_DEL, Q_CANCEL_WAIT, Q_PING, Q_VALIDATE, Q_N_ };
 static const uint8_t code_v1[Q_N_] = {0, 1, 2, 3, 4, 5, 6, 8, 0xff, 0xff, 0xff};
@@ -40,28 +41,22 @@ static const uint8_t code_v2[Q_N_] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 0};
 #define MAGIC 0x3C85F7CEu
 #define PROBE_S 5.0 /* least wait for a reply on connect (a v2 server answers PING at once, v1 hangs up) */
 
-struct ct_c10d {
+typedef struct {
+    ct_store base; /* first: a ct_store * is a c10d_t * */
     int fd;
     int v2;
     pthread_mutex_t mu;
     char addr[256];
     int port;
-};
+} c10d_t;
 
-typedef struct { uint8_t *p; size_t n, cap; int oom; } qbuf;
+static c10d_t *c10d(ct_store *c) { return (c10d_t *)c; }
+
+/* A query being built: the first failed allocation is remembered and reported on send. */
+typedef struct { ct_sbuf b; int oom; } qbuf;
 
 static void put(qbuf *b, const void *d, size_t n) {
-    if (b->oom) return;
-    if (b->n + n > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n) c *= 2;
-        uint8_t *q = realloc(b->p, c);
-        if (!q) { b->oom = 1; return; }
-        b->p = q;
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
+    if (!b->oom && ct_sbuf_put(&b->b, d, n)) b->oom = 1;
 }
 static void put_u64(qbuf *b, uint64_t v) { put(b, &v, 8); }
 static void put_bytes(qbuf *b, const void *d, size_t n) { put_u64(b, n); put(b, d, n); }
@@ -70,34 +65,34 @@ static void put_key(qbuf *b, const char *key) {
     put(b, "/", 1);
     put(b, key, strlen(key));
 }
-static void start(ct_c10d *c, qbuf *b, int q) {
+static void start(c10d_t *c, qbuf *b, int q) {
     uint8_t t = (c->v2 ? code_v2 : code_v1)[q];
     put(b, &t, 1);
 }
 
-static ct_status lost(ct_c10d *c, int r, double timeout_s) {
+static ct_status lost(c10d_t *c, int r, double timeout_s) {
     if (r == -2) return ct_error(CT_ERR_TIMEOUT, "c10d store %s:%d: no reply within %.0f s", c->addr, c->port, timeout_s);
     return ct_error(CT_ERR_PEER, "c10d store %s:%d: connection closed by the server", c->addr, c->port);
 }
 
 /* Sends b (and frees it). */
-static ct_status send_q(ct_c10d *c, qbuf *b) {
-    if (b->oom) { free(b->p); return ct_error(CT_ERR_NOMEM, "c10d store query"); }
-    int r = ct_sock_send_all(c->fd, b->p, b->n);
-    free(b->p);
+static ct_status send_q(c10d_t *c, qbuf *b) {
+    if (b->oom) { free(b->b.p); return ct_error(CT_ERR_NOMEM, "c10d store query"); }
+    int r = ct_sock_send_all(c->fd, b->b.p, b->b.n);
+    free(b->b.p);
     if (r) return ct_error(CT_ERR_PEER, "c10d store %s:%d: connection lost (send)", c->addr, c->port);
     return CT_OK;
 }
 
-static ct_status recv_exact(ct_c10d *c, void *d, size_t n, double timeout_s) {
+static ct_status recv_exact(c10d_t *c, void *d, size_t n, double timeout_s) {
     int r = ct_sock_recv_all(c->fd, d, n, ct_time_now() + timeout_s);
     return r ? lost(c, r, timeout_s) : CT_OK;
 }
 
-static ct_status recv_i64(ct_c10d *c, int64_t *v, double timeout_s) { return recv_exact(c, v, 8, timeout_s); }
+static ct_status recv_i64(c10d_t *c, int64_t *v, double timeout_s) { return recv_exact(c, v, 8, timeout_s); }
 
 /* A vector reply as a malloc'd NUL-terminated copy. */
-static ct_status recv_vec(ct_c10d *c, void **val, size_t *len, double timeout_s) {
+static ct_status recv_vec(c10d_t *c, void **val, size_t *len, double timeout_s) {
     uint64_t n = 0;
     ct_status st = recv_exact(c, &n, 8, timeout_s);
     if (st) return st;
@@ -114,7 +109,7 @@ static ct_status recv_vec(ct_c10d *c, void **val, size_t *len, double timeout_s)
 
 /* Opens a connection speaking v2 (probe = 1: returns -3 when the server hung up on the
  * handshake, i.e. speaks v1) or v1 (checked with GETNUMKEYS). */
-static int open_fd(ct_c10d *c, int v2, double timeout_s) {
+static int open_fd(c10d_t *c, int v2, double timeout_s) {
     int fd = ct_sock_connect(c->addr, c->port);
     if (fd < 0) return fd;
     qbuf b = {0};
@@ -127,8 +122,8 @@ static int open_fd(ct_c10d *c, int v2, double timeout_s) {
         t = code_v2[Q_PING];
         put(&b, &t, 1);
         put(&b, &nonce, 4);
-        int r = b.oom ? -1 : ct_sock_send_all(fd, b.p, b.n);
-        free(b.p);
+        int r = b.oom ? -1 : ct_sock_send_all(fd, b.b.p, b.b.n);
+        free(b.b.p);
         if (!r) r = ct_sock_recv_all(fd, &back, 4, ct_time_now() + timeout_s);
         if (!r && back == nonce) return fd;
         close(fd);
@@ -142,63 +137,9 @@ static int open_fd(ct_c10d *c, int v2, double timeout_s) {
     return fd;
 }
 
-ct_status ct_c10d_connect(const char *addr, int port, double timeout_s, ct_c10d **out) {
-    *out = NULL;
-    if (!addr) addr = "127.0.0.1";
-    if (port <= 0 || port > 65535) return ct_error(CT_ERR_INVALID, "store port %d out of range", port);
-    ct_c10d *c = calloc(1, sizeof *c);
-    if (!c) return ct_error(CT_ERR_NOMEM, "c10d store client");
-    snprintf(c->addr, sizeof c->addr, "%s", addr);
-    c->port = port;
-    double deadline = ct_time_now() + timeout_s;
-    int delay_us = 1000;
-    for (;;) {
-        /* a server that answers neither way within the whole timeout is hung, not foreign */
-        double left = deadline - ct_time_now();
-        if (left < PROBE_S) left = PROBE_S;
-        int fd = open_fd(c, 1, left);
-        if (fd == -3) { /* hung up on the handshake: a v1 server */
-            fd = open_fd(c, 0, left);
-            if (fd >= 0) c->v2 = 0;
-        } else if (fd >= 0) {
-            c->v2 = 1;
-        }
-        if (fd == -2) {
-            free(c);
-            return ct_error(CT_ERR_INVALID, "store: cannot resolve '%s'", addr);
-        }
-        if (fd == -4 || fd == -3) {
-            free(c);
-            return ct_error(CT_ERR_PEER, "%s:%d does not answer like a PyTorch TCPStore (1.13 or 2.x with the "
-                            "validation handshake)", addr, port);
-        }
-        if (fd >= 0) {
-            c->fd = fd;
-            pthread_mutex_init(&c->mu, NULL);
-            *out = c;
-            return CT_OK;
-        }
-        if (ct_time_now() > deadline) {
-            free(c);
-            return ct_error(CT_ERR_TIMEOUT, "c10d store %s:%d: nobody listening after %.0f s", addr, port, timeout_s);
-        }
-        usleep((useconds_t)delay_us);
-        if (delay_us < 100000) delay_us *= 2;
-    }
-}
-
-int ct_c10d_version(const ct_c10d *c) { return c ? 1 + c->v2 : 0; }
-
-void ct_c10d_free(ct_c10d *c) {
-    if (!c) return;
-    if (c->fd >= 0) close(c->fd);
-    pthread_mutex_destroy(&c->mu);
-    free(c);
-}
-
 /* Waits for one key. On timeout the WAIT is canceled (v2) or the connection replaced (v1),
  * so the handle stays usable. Called with c->mu held. */
-static ct_status wait_key(ct_c10d *c, const char *key, double timeout_s) {
+static ct_status wait_key(c10d_t *c, const char *key, double timeout_s) {
     qbuf b = {0};
     start(c, &b, Q_WAIT);
     put_u64(&b, 1);
@@ -231,7 +172,8 @@ static ct_status wait_key(ct_c10d *c, const char *key, double timeout_s) {
     return ct_error(CT_ERR_TIMEOUT, "store: timed out waiting for key '%s'", key);
 }
 
-ct_status ct_c10d_set(ct_c10d *c, const char *key, const void *val, size_t len) {
+static ct_status c10d_set(ct_store *cs, const char *key, const void *val, size_t len) {
+    c10d_t *c = c10d(cs);
     qbuf b = {0};
     start(c, &b, Q_SET);
     put_key(&b, key);
@@ -242,7 +184,8 @@ ct_status ct_c10d_set(ct_c10d *c, const char *key, const void *val, size_t len) 
     return st;
 }
 
-ct_status ct_c10d_get(ct_c10d *c, const char *key, double timeout_s, void **val, size_t *len) {
+static ct_status c10d_get(ct_store *cs, const char *key, double timeout_s, void **val, size_t *len) {
+    c10d_t *c = c10d(cs);
     pthread_mutex_lock(&c->mu);
     ct_status st = wait_key(c, key, timeout_s);
     if (!st) {
@@ -257,7 +200,7 @@ ct_status ct_c10d_get(ct_c10d *c, const char *key, double timeout_s, void **val,
 }
 
 /* One query whose reply is an i64. */
-static ct_status call_i64(ct_c10d *c, int q, const char *key, const int64_t *arg, int64_t *out) {
+static ct_status call_i64(c10d_t *c, int q, const char *key, const int64_t *arg, int64_t *out) {
     qbuf b = {0};
     start(c, &b, q);
     if (key) put_key(&b, key);
@@ -269,23 +212,26 @@ static ct_status call_i64(ct_c10d *c, int q, const char *key, const int64_t *arg
     return st;
 }
 
-ct_status ct_c10d_add(ct_c10d *c, const char *key, int64_t delta, int64_t *out) {
+static ct_status c10d_add(ct_store *cs, const char *key, int64_t delta, int64_t *out) {
+    c10d_t *c = c10d(cs);
     int64_t v = 0;
     ct_status st = call_i64(c, Q_ADD, key, &delta, &v);
     if (!st && out) *out = v;
     return st;
 }
 
-ct_status ct_c10d_delete(ct_c10d *c, const char *key, bool *existed) {
+static ct_status c10d_delete(ct_store *cs, const char *key, bool *existed) {
+    c10d_t *c = c10d(cs);
     int64_t n = 0;
     ct_status st = call_i64(c, Q_DEL, key, NULL, &n);
     if (!st && existed) *existed = n > 0;
     return st;
 }
 
-ct_status ct_c10d_num_keys(ct_c10d *c, int64_t *out) { return call_i64(c, Q_NKEYS, NULL, NULL, out); }
+static ct_status c10d_num_keys(ct_store *c, int64_t *out) { return call_i64(c10d(c), Q_NKEYS, NULL, NULL, out); }
 
-ct_status ct_c10d_check(ct_c10d *c, const char *key, bool *exists) {
+static ct_status c10d_check(ct_store *cs, const char *key, bool *exists) {
+    c10d_t *c = c10d(cs);
     qbuf b = {0};
     start(c, &b, Q_CHECK);
     put_u64(&b, 1);
@@ -302,8 +248,9 @@ ct_status ct_c10d_check(ct_c10d *c, const char *key, bool *exists) {
 
 /* c10d's compare-set: a missing key with an empty expected value is set; a missing key
  * with another expected value is left missing and that value comes back. */
-ct_status ct_c10d_compare_set(ct_c10d *c, const char *key, const void *expected, size_t elen, const void *desired,
-                              size_t dlen, void **cur, size_t *curlen) {
+static ct_status c10d_compare_set(ct_store *cs, const char *key, const void *expected, size_t elen,
+                                  const void *desired, size_t dlen, void **cur, size_t *curlen) {
+    c10d_t *c = c10d(cs);
     qbuf b = {0};
     start(c, &b, Q_CAS);
     put_key(&b, key);
@@ -323,4 +270,71 @@ ct_status ct_c10d_compare_set(ct_c10d *c, const char *key, const void *expected,
         free(v);
     }
     return CT_OK;
+}
+
+static const char *c10d_protocol(const ct_store *c) { return ((const c10d_t *)c)->v2 ? "c10d-v2" : "c10d-v1"; }
+
+static void c10d_close(ct_store *cs) {
+    c10d_t *c = c10d(cs);
+    if (c->fd >= 0) close(c->fd);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static const ct_store_ops c10d_ops = {
+    .protocol = c10d_protocol,
+    .close = c10d_close,
+    .set = c10d_set,
+    .get = c10d_get,
+    .add = c10d_add,
+    .compare_set = c10d_compare_set,
+    .del = c10d_delete,
+    .check = c10d_check,
+    .num_keys = c10d_num_keys,
+};
+
+ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct_store **out) {
+    *out = NULL;
+    if (!addr) addr = "127.0.0.1";
+    if (port <= 0 || port > 65535) return ct_error(CT_ERR_INVALID, "store port %d out of range", port);
+    c10d_t *c = calloc(1, sizeof *c);
+    if (!c) return ct_error(CT_ERR_NOMEM, "c10d store client");
+    c->base.ops = &c10d_ops;
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    c->port = port;
+    double deadline = ct_time_now() + timeout_s;
+    int delay_us = 1000;
+    for (;;) {
+        /* a server that answers neither way within the whole timeout is hung, not foreign */
+        double left = deadline - ct_time_now();
+        if (left < PROBE_S) left = PROBE_S;
+        int fd = open_fd(c, 1, left);
+        if (fd == -3) { /* hung up on the handshake: a v1 server */
+            fd = open_fd(c, 0, left);
+            if (fd >= 0) c->v2 = 0;
+        } else if (fd >= 0) {
+            c->v2 = 1;
+        }
+        if (fd == -2) {
+            free(c);
+            return ct_error(CT_ERR_INVALID, "store: cannot resolve '%s'", addr);
+        }
+        if (fd == -4 || fd == -3) {
+            free(c);
+            return ct_error(CT_ERR_PEER, "%s:%d does not answer like a PyTorch TCPStore (1.13 or 2.x with the "
+                            "validation handshake)", addr, port);
+        }
+        if (fd >= 0) {
+            c->fd = fd;
+            pthread_mutex_init(&c->mu, NULL);
+            *out = &c->base;
+            return CT_OK;
+        }
+        if (ct_time_now() > deadline) {
+            free(c);
+            return ct_error(CT_ERR_TIMEOUT, "c10d store %s:%d: nobody listening after %.0f s", addr, port, timeout_s);
+        }
+        usleep((useconds_t)delay_us);
+        if (delay_us < 100000) delay_us *= 2;
+    }
 }

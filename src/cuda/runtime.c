@@ -1,4 +1,5 @@
-/* Devices, versions and the error conversion behind CT_GPU_CHECK (check.h).
+/* The bottom of src/cuda: the error conversion behind CT_GPU_CHECK (check.h) and the device
+ * queries (count, current device, properties).
  * Without a driver the runtime's first call fails with cudaErrorInsufficientDriver
  * ("CUDA driver version is insufficient for CUDA runtime version"), without a GPU with
  * cudaErrorNoDevice: both are reported as CT_ERR_UNSUPPORTED, and nothing is loaded that
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ctrain/tensor.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
@@ -82,11 +84,16 @@ ct_status ct_cuda_device_count(int *n) {
     return CT_OK;
 }
 
+ct_status ct_cuda_current_device(int *dev) {
+    *dev = 0;
+    return CT_GPU_CHECK(cuda, "current device", cudaGetDevice(dev));
+}
+
 ct_status ct_cuda_set_device(int dev, const char *op) {
     return CT_GPU_CHECK(cuda, op, cudaSetDevice(dev));
 }
 
-ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out) {
+ct_status ct_cuda_device_info_get(int dev, ct_device_info *out) {
     memset(out, 0, sizeof *out);
     struct cudaDeviceProp p;
     CT_GPU_TRY(cuda, "device info", cudaGetDeviceProperties(&p, dev));
@@ -103,18 +110,4 @@ ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out) {
     (void)cudaSetDevice(prev);
     out->free_bytes = fr;
     return st;
-}
-
-void ct_cuda_versions(char *buf, size_t n) {
-    int drv = 0, rt = 0, nc = 0;
-    char d[32] = "none";
-    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) snprintf(d, sizeof d, "%d.%d", drv / 1000, drv % 1000 / 10);
-    (void)cudaRuntimeGetVersion(&rt);
-    (void)ncclGetVersion(&nc);
-    size_t lt = ct_cuda_cublaslt_version(), dn = ct_cuda_cudnn_version();
-    char cd[400];
-    if (dn) snprintf(cd, sizeof cd, "cuDNN %zu.%zu.%zu", dn / 10000, dn / 100 % 100, dn % 100);
-    else snprintf(cd, sizeof cd, "%s (headers %d.%d.%d)", ct_cuda_cudnn_load_error(), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
-    snprintf(buf, n, "driver %s, runtime %d.%d, cuBLASLt %zu.%zu.%zu, NCCL %d.%d.%d, %s", d, rt / 1000, rt % 1000 / 10,
-             lt / 10000, lt / 100 % 100, lt % 100, nc / 10000, nc / 100 % 100, nc % 100, cd);
 }

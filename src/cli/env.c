@@ -53,10 +53,10 @@ static void print_gpus(void) {
     int n = 0;
     ct_status st = ct_device_count(CT_DEV_CUDA, &n);
     if (st != CT_OK || n == 0)
-        printf("cuda:      built with CUDA (sm_%s + PTX), but no GPU is usable here: %s\n", CT_CUDA_ARCHS,
+        printf("cuda:      built with CUDA (%s), but no GPU is usable here: %s\n", CT_CUDA_TARGETS,
                st != CT_OK ? ct_last_error() : "no CUDA device is visible");
     else
-        printf("cuda:      %d GPU%s visible (build: sm_%s + PTX)\n", n, n > 1 ? "s" : "", CT_CUDA_ARCHS);
+        printf("cuda:      %d GPU%s visible (build: %s)\n", n, n > 1 ? "s" : "", CT_CUDA_TARGETS);
     for (int d = 0; d < n; d++) {
         ct_device_info in;
         if (ct_device_info_get(CT_CUDA(d), &in) != CT_OK) {

@@ -92,9 +92,7 @@ ct_status ct_cuda_device_info_get(int dev, ct_device_info *out) {
 
 // ---- what the emulated device does not have ----
 size_t ct_cuda_cublaslt_version(void) { return 0; }
-const char *ct_cuda_cublaslt_status(int) { return "emulated GEMM"; }
 size_t ct_cuda_cudnn_version(void) { return 0; }
-const char *ct_cuda_cudnn_status(int) { return "no cuDNN on the emulated device"; }
 const char *ct_cuda_cudnn_load_error(void) { return "no cuDNN on the emulated device"; }
 void ct_cuda_cudnn_shutdown(void) {}
 void ct_cuda_register_conv_ops_(void) {} // conv2d and the poolings: no kernel here

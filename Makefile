@@ -83,9 +83,15 @@ $(error zlib not found: apt-get install zlib1g-dev)
 endif
 
 # CUDA: on when nvcc is on the PATH or in $(CUDA_HOME)/bin (`make CUDA=0` leaves it out;
-# the sanitizer and fuzz builds always do). Every .cu file is compiled for each listed real
-# architecture plus PTX of the newest, with warnings as errors in nvcc and in the host
-# compiler it drives. `make CUDA_ARCHS="89"` narrows that for a quicker local build.
+# the sanitizer and fuzz builds always do). The .cu files are compiled for the machine the
+# build runs on, as each nvcc target costs a full compile of every kernel:
+#  - `make CUDA_ARCHS="80 90"` (or CUDA_ARCHS in the environment): each listed real
+#    architecture plus PTX of the newest, which a newer GPU's driver compiles on first use;
+#  - else, with a GPU (nvidia-smi reports its compute capability): that GPU's architecture(s)
+#    plus their PTX (one compile: the PTX is the one the code is made from);
+#  - else (the toolkit, no GPU): PTX for compute_$(CUDA_PTX_ONLY) only, which the driver of
+#    whatever GPU later runs it compiles once and caches (~a minute on first start).
+# `make` prints which. Warnings are errors in nvcc and in the host compiler it drives.
 # Links cudart and NCCL; cuBLASLt is opened on first use (src/cuda/gemm.c), as linking it
 # costs every process, CPU-only ones included, ~70 ms at start.
 CUDA_HOME ?= /usr/local/cuda
@@ -104,13 +110,23 @@ NVCC := $(NVCC_FOUND)
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(realpath $(NVCC_FOUND)))
 endif
 endif
-CUDA_ARCHS ?= 80 86 89 90
-CUDA_PTX   := $(lastword $(CUDA_ARCHS))
+CUDA_PTX_ONLY ?= 80
+CUDA_ARCHS_WHY := $() from CUDA_ARCHS
+ifeq ($(CUDA)$(origin CUDA_ARCHS),1undefined)
+CUDA_GPU_ARCHS := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' .' \
+                    | grep -E '^[0-9]+$$' | sort -un)
+# the GPU's architectures this nvcc can compile for (a GPU newer than the toolkit: PTX only)
+CUDA_ARCHS := $(if $(CUDA_GPU_ARCHS),$(filter $(CUDA_GPU_ARCHS),$(patsubst sm_%,%,$(shell $(NVCC) --list-gpu-code 2>/dev/null))))
+CUDA_ARCHS_WHY := $(if $(CUDA_ARCHS),$() from the GPU,: $(if $(CUDA_GPU_ARCHS),the GPU's sm_$(CUDA_GPU_ARCHS) is unknown to this nvcc,no GPU here))
+endif
+CUDA_PTX   := $(if $(strip $(CUDA_ARCHS)),$(lastword $(CUDA_ARCHS)),$(CUDA_PTX_ONLY))
+# what the objects hold, for `make`'s line and `ctrain env` (CT_CUDA_TARGETS)
+CUDA_TARGETS := $(if $(strip $(CUDA_ARCHS)),sm_$(subst $() $(),/,$(strip $(CUDA_ARCHS))) + PTX,PTX compute_$(CUDA_PTX) only)
 # sources that need the toolkit: everything under src/cuda and the NCCL backend
 CUDA_C_SRC := $(shell find src/cuda -name '*.c' 2>/dev/null | sort) src/distributed/nccl.c
 CUDA_CU_SRC := $(shell find src/cuda -name '*.cu' 2>/dev/null | sort)
 ifeq ($(CUDA),1)
-CUDA_DEFS := -DCT_HAVE_CUDA=1 -DCT_CUDA_ARCHS='"$(subst $() $(),/,$(CUDA_ARCHS))"' -DCT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
+CUDA_DEFS := -DCT_HAVE_CUDA=1 -DCT_CUDA_TARGETS='"$(CUDA_TARGETS)"' -DCT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
              -I$(CUDA_HOME)/include
 # -u keeps src/cuda/device.o in static links: it registers the CUDA backend at start
 CUDA_LIBS := -Wl,-u,ct_cuda_register -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++ -ldl
@@ -157,11 +173,11 @@ print-ldlibs:
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
 	      "gloo=$(if $(HAVE_GLOO),yes,no (apt-get install libgloo-dev))" \
-	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), sm_$(subst $() $(),/,$(CUDA_ARCHS)) + PTX),no ($(CUDA_WHY)))"
+	      "cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_HOME), $(CUDA_TARGETS)$(CUDA_ARCHS_WHY)$(if $(findstring CUDA_ARCHS,$(CUDA_ARCHS_WHY)),,; CUDA_ARCHS=... to choose)),no ($(CUDA_WHY)))"
 
-# Objects depend on the CUDA setting: switching CUDA=0/1 or CUDA_ARCHS rebuilds them
+# Objects depend on the CUDA setting: switching CUDA=0/1 or the CUDA targets rebuilds them
 # instead of linking objects compiled for the other setting.
-CUDA_STAMP := $(BUILD)/cuda-$(CUDA)-$(subst $() $(),_,$(CUDA_ARCHS)).stamp
+CUDA_STAMP := $(BUILD)/cuda-$(CUDA)$(if $(filter 1,$(CUDA)),-$(if $(strip $(CUDA_ARCHS)),$(subst $() $(),_,$(strip $(CUDA_ARCHS))),ptx$(CUDA_PTX))).stamp
 $(CUDA_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/cuda-*.stamp && touch $@
 

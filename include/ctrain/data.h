@@ -1,4 +1,5 @@
-/* ctrain/data.h — datasets and PyTorch's DistributedSampler.
+/* ctrain/data.h — datasets (PyTorch's Dataset: IDX images, token shards, text, tensors in
+ * memory) and PyTorch's DistributedSampler; loader.h batches them.
  *
  *   ct_idx images;                                   // MNIST-family IDX file, gzip or plain
  *   if (ct_idx_load("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", &images) != CT_OK) {
@@ -50,6 +51,55 @@ ct_status ct_idx_load(const char *path, ct_idx *out);
 void ct_idx_free(ct_idx *idx);
 /* Product of the dims. */
 int64_t ct_idx_numel(const ct_idx *idx);
+
+/* ================================================================ datasets */
+
+typedef struct ct_dataset ct_dataset;
+
+/* Image classification from IDX files (MNIST family): x [1, H, W] f32, y [] i32.
+ * Pixels are x/255 normalised with (mean, std) of the training images (Fashion-MNIST:
+ * 0.2860, 0.3530 as torchvision tutorials use; set with ct_dataset_set_normalize). */
+ct_status ct_dataset_idx_open(const char *images_path, const char *labels_path, ct_dataset **out);
+void ct_dataset_set_normalize(ct_dataset *d, float mean, float std);
+/* Token shards in llm.c's .bin layout (256 x int32 header: magic 20240520, version 1, token
+ * count; then uint16 tokens), several concatenated in the order given. Sample i is the
+ * window tokens[i*T .. i*T+T]: x = first T tokens, y = the T tokens after each (i32). */
+ct_status ct_dataset_tokens_open(const char *const *paths, int npaths, int block_size, ct_dataset **out);
+/* Raw bytes of a text file as tokens (vocabulary 256), windows as for token shards. */
+ct_status ct_dataset_text_open(const char *path, int block_size, ct_dataset **out);
+/* In memory: n samples of x (f32, x_numel each) and y (i32, y_numel each); copied. */
+ct_status ct_dataset_tensors(const float *x, int64_t x_numel, const int32_t *y, int64_t y_numel, int64_t n, ct_dataset **out);
+/* Fashion-MNIST (or MNIST) in a directory, by the distribution's file names:
+ * train-images-idx3-ubyte(.gz) + train-labels-idx1-ubyte(.gz), or the t10k-* test set when
+ * train is false. CT_ERR_NOT_FOUND names the directory when the images are not there. */
+ct_status ct_dataset_idx_open_dir(const char *dir, bool train, ct_dataset **out);
+/* Samples [first, first + count) of d as a dataset of their own (a view: d must outlive it). */
+ct_status ct_dataset_subset(const ct_dataset *d, int64_t first, int64_t count, ct_dataset **out);
+/* A token dataset without a test set: the last 5% of windows (none below 20) held out for
+ * evaluation, the rest for training; two views of d. */
+ct_status ct_dataset_split_holdout(const ct_dataset *d, ct_dataset **train, ct_dataset **heldout);
+void ct_dataset_free(ct_dataset *d);
+int64_t ct_dataset_len(const ct_dataset *d);
+/* Shape of one sample's x (ndim, dims) and its dtype; y has y_numel i32 elements. */
+int ct_dataset_x_shape(const ct_dataset *d, int64_t *dims);
+ct_dtype ct_dataset_x_dtype(const ct_dataset *d);
+int64_t ct_dataset_x_numel(const ct_dataset *d);
+int64_t ct_dataset_y_numel(const ct_dataset *d);
+/* Classes (images: the largest label + 1, i.e. what the labels show, not what a model
+ * takes) or vocabulary (tokens: the largest id + 1; text: 256). */
+int ct_dataset_num_classes(const ct_dataset *d);
+/* The file the samples come from (images file, first token shard, text file) or
+ * "in-memory data"; a subset names its parent's. For messages. */
+const char *ct_dataset_source(const ct_dataset *d);
+/* One pass over the stored labels or tokens (no sample is decoded) for the first value a
+ * model could not take: a target (y) outside [0, y_limit) other than y_ignore, or an
+ * integer input (token id, x) outside [0, x_limit); a limit <= 0 is not checked. Returns
+ * CT_ERR_FORMAT naming the file, the index in it and the value ("labels-idx1-ubyte: label
+ * 12 at index 345 is outside [0, 10)"), else CT_OK. A subset checks its own samples only.
+ * The trainer calls it with the model's limits (ct_train_check_data). */
+ct_status ct_dataset_check_values(const ct_dataset *d, int64_t x_limit, int64_t y_limit, int64_t y_ignore);
+/* Copy sample i into x (x_numel elements of x dtype) and y (y_numel i32). */
+void ct_dataset_get(const ct_dataset *d, int64_t i, void *x, int32_t *y);
 
 /* ================================================================ DistributedSampler
  *

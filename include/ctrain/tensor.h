@@ -64,6 +64,27 @@ static inline bool ct_device_eq(ct_device a, ct_device b) { return a.type == b.t
 /* Number of usable devices of a type (CPU: 1); CT_ERR_UNSUPPORTED with the reason when there
  * are none (no CUDA in this build, no driver, no GPU). */
 ct_status ct_device_count(ct_device_type type, int *n);
+/* What a device is, for reports (`ctrain env`): its name, memory in bytes (free: as nvidia-smi
+ * shows it, all processes), and for a GPU its compute capability and multiprocessor count.
+ * The CPU, a device type this build lacks, or no such device: zeros and CT_ERR_UNSUPPORTED
+ * (CT_ERR_INVALID for an index past the last GPU) with the reason. */
+typedef struct ct_device_info {
+    char name[256];
+    size_t total_bytes, free_bytes;
+    int cc_major, cc_minor, sm_count;
+} ct_device_info;
+ct_status ct_device_info_get(ct_device d, ct_device_info *out);
+/* The software under a device type, one line: for CUDA "driver 13.0, runtime 13.0, cuBLASLt
+ * 13.0.2, NCCL 2.27.7, cuDNN 9.19.0" (a missing driver reads "driver none", a missing cuDNN
+ * says why); "" for the CPU or a type this build lacks. Never fails. */
+void ct_device_versions(ct_device_type type, char *buf, size_t n);
+/* One collective across every visible device of a type from this process, checked (CUDA: a
+ * 64 MiB NCCL all-reduce); report gets a line with the result and its bus bandwidth. No
+ * usable device, or a type this build lacks: CT_ERR_UNSUPPORTED with the reason. */
+ct_status ct_device_check(ct_device_type type, char *report, size_t len);
+/* The device of a type this thread's calls go to when none is named (CUDA: the current
+ * device, which the nccl backend sets to its rank's GPU); CT_ERR_UNSUPPORTED as above. */
+ct_status ct_device_current(ct_device_type type, ct_device *out);
 /* Waits for everything queued on the device (its compute stream). */
 ct_status ct_device_sync(ct_device d);
 /* Memory of a device's caching allocator, in bytes: handed out now, the most handed out at
@@ -87,6 +108,9 @@ ct_status ct_device_alloc(ct_device d, size_t bytes, void **out);
 void ct_device_free(ct_device d, void *p);
 ct_status ct_device_convert(ct_device d, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n);
 ct_status ct_device_scale(ct_device d, float *x, float coef, int64_t n);
+/* bytes from host memory to d's buffer (to_device), or back; waits until the host side may be
+ * reused or read. On the CPU: memcpy. */
+ct_status ct_device_copy(ct_device d, void *dst, const void *src, size_t bytes, bool to_device);
 
 enum {
     CT_TF_REQUIRES_GRAD = 1u << 0, /* gradients flow into this tensor */

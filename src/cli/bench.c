@@ -17,10 +17,7 @@
 
 #include "cli/cli.h"
 #include "ctrain/dist.h"
-#if CT_HAVE_CUDA
-#include "cuda/check.h"
-#include "cuda/cuda.h"
-#endif
+#include "ctrain/tensor.h"
 
 typedef struct {
     size_t b, e;
@@ -100,38 +97,24 @@ static size_t count_wrong(const bench_opts *o, const void *b, size_t n, int rank
 
 /* The buffer the collectives reduce: the host one, or with the nccl backend device memory on
  * the rank's GPU (the backend's current device), with copies for the correctness check. */
+static ct_device coll_dev = {CT_DEV_CPU, 0};
 static ct_status coll_buf(ct_pg *pg, void *host, size_t bytes, void **out) {
     *out = host;
-#if CT_HAVE_CUDA
     if (!strcmp(ct_pg_backend(pg), "nccl")) {
-        int d = 0;
-        CT_GPU_TRY(cuda, "bench allreduce", cudaGetDevice(&d));
-        ct_status st = ct_cuda_alloc(d, bytes, out);
+        ct_status st = ct_device_current(CT_DEV_CUDA, &coll_dev);
+        if (st == CT_OK) st = ct_device_alloc(coll_dev, bytes, out);
         if (st != CT_OK) return st;
-        return CT_GPU_CHECK(cuda, "bench allreduce", cudaMemset(*out, 0, bytes));
+        return ct_device_copy(coll_dev, *out, host, bytes, true); /* zeros, as the host buffer holds */
     }
-#else
-    (void)pg; (void)bytes;
-#endif
     return CT_OK;
 }
 /* to_dev: host -> collective buffer, else back; nothing when they are the same */
 static ct_status coll_copy(void *host, void *coll, size_t bytes, bool to_dev) {
     if (host == coll) return CT_OK;
-#if CT_HAVE_CUDA
-    return CT_GPU_CHECK(cuda, "bench allreduce", to_dev ? cudaMemcpy(coll, host, bytes, cudaMemcpyHostToDevice)
-                                                        : cudaMemcpy(host, coll, bytes, cudaMemcpyDeviceToHost));
-#else
-    (void)bytes; (void)to_dev;
-    return CT_OK;
-#endif
+    return to_dev ? ct_device_copy(coll_dev, coll, host, bytes, true) : ct_device_copy(coll_dev, host, coll, bytes, false);
 }
 static void coll_free(void *host, void *coll) {
-#if CT_HAVE_CUDA
-    if (coll != host) ct_cuda_free(coll);
-#else
-    (void)host; (void)coll;
-#endif
+    if (coll != host) ct_device_free(coll_dev, coll);
 }
 
 static int bench_body(bench_opts *o) {

@@ -9,9 +9,7 @@
 #include "cli/cli.h"
 #include "ctrain/core.h"
 #include "ctrain/dist.h"
-#if CT_HAVE_CUDA
-#include "cuda/cuda.h"
-#endif
+#include "ctrain/tensor.h"
 
 /* --vars: the configuration table, with the values set now; --markdown: the same table as
  * docs/environment.md (no current values, so the file does not depend on who makes it). */
@@ -51,17 +49,17 @@ static void print_vars(bool markdown) {
 /* One line per GPU, or one line saying plainly why none can be used. */
 static void print_gpus(void) {
     char ver[512];
-    ct_cuda_versions(ver, sizeof ver);
+    ct_device_versions(CT_DEV_CUDA, ver, sizeof ver);
     int n = 0;
-    ct_status st = ct_cuda_device_count(&n);
+    ct_status st = ct_device_count(CT_DEV_CUDA, &n);
     if (st != CT_OK || n == 0)
-        printf("cuda:      built with CUDA (sm_%s + PTX), but no GPU is usable here: %s\n", CT_CUDA_ARCHS,
+        printf("cuda:      built with CUDA (%s), but no GPU is usable here: %s\n", CT_CUDA_TARGETS,
                st != CT_OK ? ct_last_error() : "no CUDA device is visible");
     else
-        printf("cuda:      %d GPU%s visible (build: sm_%s + PTX)\n", n, n > 1 ? "s" : "", CT_CUDA_ARCHS);
+        printf("cuda:      %d GPU%s visible (build: %s)\n", n, n > 1 ? "s" : "", CT_CUDA_TARGETS);
     for (int d = 0; d < n; d++) {
-        ct_cuda_device_info in;
-        if (ct_cuda_device_info_get(d, &in) != CT_OK) {
+        ct_device_info in;
+        if (ct_device_info_get(CT_CUDA(d), &in) != CT_OK) {
             printf("gpu %d:     %s\n", d, ct_last_error());
             continue;
         }
@@ -147,7 +145,7 @@ int cli_env(int argc, char **argv) {
 #if CT_HAVE_CUDA
         /* GPUs: an NCCL all-reduce across the visible ones; none here is not a failure of
          * what exists (the line says why nothing ran) */
-        st = ct_cuda_nccl_check(report, sizeof report);
+        st = ct_device_check(CT_DEV_CUDA, report, sizeof report);
         if (st == CT_ERR_UNSUPPORTED) printf("gpu check: not run: no CUDA GPU usable here (%s)\n", ct_last_error());
         else if (st != CT_OK) {
             printf("gpu check: FAILED: %s\n", ct_last_error());

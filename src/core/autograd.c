@@ -385,7 +385,7 @@ ct_tensor *ct_checkpoint(ct_ctx *ctx, ct_checkpoint_fn fn, void *arg, ct_tensor 
     return out;
 }
 
-/* ---- autocast regions (the policy itself is in src/ops/cpu/autocast.c) ---- */
+/* ---- autocast regions (the policy itself is in src/ops/autocast.c) ---- */
 
 ct_status ct_autocast_begin(ct_ctx *ctx, ct_dtype dt) {
     if (dt != CT_BF16 && dt != CT_F16)

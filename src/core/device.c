@@ -54,6 +54,43 @@ ct_status ct_device_count(ct_device_type type, int *n) {
     return h ? h->count(n) : CT_ERR_UNSUPPORTED;
 }
 
+/* the hooks of a device type for a report, or NULL with CT_ERR_UNSUPPORTED set: the CPU has none */
+static const ct_device_hooks *report_hooks(ct_device_type type, const char *op) {
+    if (type == CT_DEV_CPU) {
+        ct_error(CT_ERR_UNSUPPORTED, "%s of the CPU: not a device backend", op);
+        return NULL;
+    }
+    return ct_device_hooks_get((ct_device){type, 0}, op);
+}
+
+ct_status ct_device_info_get(ct_device d, ct_device_info *out) {
+    *out = (ct_device_info){0};
+    const ct_device_hooks *h = report_hooks(d.type, "device info");
+    return h && h->info ? h->info(d.index, out) : CT_ERR_UNSUPPORTED;
+}
+
+void ct_device_versions(ct_device_type type, char *buf, size_t n) {
+    if (n) buf[0] = 0;
+    const ct_device_hooks *h = type == CT_DEV_CPU ? NULL : ct_device_hooks_get((ct_device){type, 0}, "device versions");
+    if (h && h->versions) h->versions(buf, n);
+}
+
+ct_status ct_device_check(ct_device_type type, char *report, size_t len) {
+    if (len) report[0] = 0;
+    const ct_device_hooks *h = report_hooks(type, "device check");
+    return h && h->check ? h->check(report, len) : CT_ERR_UNSUPPORTED;
+}
+
+ct_status ct_device_current(ct_device_type type, ct_device *out) {
+    *out = CT_CPU;
+    if (type == CT_DEV_CPU) return CT_OK;
+    const ct_device_hooks *h = ct_device_hooks_get((ct_device){type, 0}, "current device");
+    int dev = 0;
+    ct_status st = h && h->current ? h->current(&dev) : CT_ERR_UNSUPPORTED;
+    if (st == CT_OK) *out = (ct_device){type, dev};
+    return st;
+}
+
 ct_status ct_device_sync(ct_device d) {
     if (d.type == CT_DEV_CPU) return CT_OK;
     const ct_device_hooks *h = ct_device_hooks_get(d, "device sync");
@@ -99,6 +136,15 @@ ct_status ct_device_convert(ct_device d, void *y, ct_dtype to, const void *x, ct
     const ct_device_hooks *h = ct_device_hooks_get(d, "convert");
     if (!h || !h->convert) return h ? ct_error(CT_ERR_UNSUPPORTED, "convert: the device backend has no conversion kernel") : CT_ERR_UNSUPPORTED;
     return h->convert(d.index, y, to, x, from, n);
+}
+ct_status ct_device_copy(ct_device d, void *dst, const void *src, size_t bytes, bool to_device) {
+    if (d.type == CT_DEV_CPU) {
+        if (bytes) memcpy(dst, src, bytes);
+        return CT_OK;
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "device copy");
+    if (!h) return CT_ERR_UNSUPPORTED;
+    return h->copy(d.index, dst, src, bytes, to_device ? CT_COPY_H2D : CT_COPY_D2H);
 }
 ct_status ct_device_scale(ct_device d, float *x, float coef, int64_t n) {
     if (d.type == CT_DEV_CPU) {

@@ -43,7 +43,7 @@ void ct_check_same_shape(const char *op, const char *file, int line, const ct_te
 void *ct_ctx_alloc_keep(ct_ctx *ctx, size_t bytes);
 /* Temporaries: between begin and end every ct_ctx_alloc / ct_new (except nodes and
  * ct_ctx_alloc_keep) comes from a separate block list that end rewinds. Autocast runs an op
- * on f32 copies of its low-precision inputs this way (src/ops/cpu/autocast.c). */
+ * on f32 copies of its low-precision inputs this way (src/ops/autocast.c). */
 typedef struct { void *cur; size_t cur_used, used; } ct_temp_mark;
 ct_temp_mark ct_ctx_temp_begin_(ct_ctx *ctx);
 void ct_ctx_temp_end_(ct_ctx *ctx, ct_temp_mark m);
@@ -102,11 +102,17 @@ typedef struct ct_device_hooks {
      * *nonfinite (may be NULL) set when a value was inf or NaN before scaling, waited for */
     ct_status (*sumsq)(int dev, const float *g, int64_t n, double *out);
     ct_status (*scale)(int dev, float *g, float coef, int64_t n, bool *nonfinite);
-    /* autocast on the device (src/ops/cpu/autocast.c): y = x converted between f32, bf16 and
+    /* autocast on the device (src/ops/autocast.c): y = x converted between f32, bf16 and
      * f16 (to nearest even), n elements; and g rounded in place to dt's precision, kept f32
      * (the value a low-precision gradient holds). Queued on the compute stream. */
     ct_status (*convert)(int dev, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n);
     ct_status (*round)(int dev, float *g, ct_dtype dt, int64_t n);
+    /* reports (tensor.h: ct_device_info_get, ct_device_versions, ct_device_check) and the
+     * calling thread's current device (ct_device_current) */
+    ct_status (*info)(int dev, ct_device_info *out);
+    void (*versions)(char *buf, size_t n);
+    ct_status (*check)(char *report, size_t len);
+    ct_status (*current)(int *dev);
 } ct_device_hooks;
 void ct_device_register(ct_device_type type, const ct_device_hooks *h);
 /* The hooks of d's type, or NULL with CT_ERR_UNSUPPORTED set ("no cuda backend in this build") */

@@ -32,16 +32,14 @@ extern "C" {
 /* Number of visible GPUs. No driver or no device: CT_ERR_UNSUPPORTED with the runtime's
  * reason ("CUDA driver version is insufficient..." / "no CUDA-capable device"). */
 ct_status ct_cuda_device_count(int *n);
-typedef struct {
-    char name[256];
-    size_t total_bytes, free_bytes; /* free: as nvidia-smi would show it, all processes */
-    int cc_major, cc_minor, sm_count;
-} ct_cuda_device_info;
-ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out);
-/* "driver 13.0, runtime 13.0, cuBLASLt 13.0.2, NCCL 2.27.7, cuDNN 9.19.0"; cuDNN's is the
- * loaded library's ("cuDNN: cannot load libcudnn.so.9: <why> (headers 9.19.0)" without it);
- * a missing driver reads "driver none". Never fails. */
+/* the device hooks behind tensor.h's ct_device_info_get (runtime.c), ct_device_versions and
+ * ct_device_check (report.c; cuDNN's version is the loaded library's, "cuDNN: cannot load
+ * libcudnn.so.9: <why> (headers 9.19.0)" without it) */
+struct ct_device_info;
+ct_status ct_cuda_device_info_get(int dev, struct ct_device_info *out);
 void ct_cuda_versions(char *buf, size_t n);
+/* The device current on this thread (tensor.h: ct_device_current). */
+ct_status ct_cuda_current_device(int *dev);
 /* Makes dev current on this thread. */
 ct_status ct_cuda_set_device(int dev, const char *op);
 
@@ -99,7 +97,7 @@ ct_status ct_cuda_strided_add(cudaStream_t s, float *dst, const ct_cuda_layout *
 typedef enum { CT_CUDA_COMPUTE = 0, CT_CUDA_COMM = 1 } ct_cuda_stream_kind;
 ct_status ct_cuda_stream(int dev, ct_cuda_stream_kind kind, cudaStream_t *out);
 /* One NCCL all-reduce (sum, 64 MiB f32) across every visible GPU from this process,
- * checked; report: a line with the result and its bus bandwidth (`ctrain env --check`). */
+ * checked; report: a line with the result and its bus bandwidth (report.c). */
 ct_status ct_cuda_nccl_check(char *report, size_t len);
 /* Registers the CUDA backend with core (device hooks) and the op table's device column;
  * done once when the program starts (device.c), exposed for programs linking statically. */

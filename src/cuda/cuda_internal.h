@@ -6,10 +6,9 @@
 
 /* cublasLtGetVersion(), or 0 when cuBLASLt cannot be loaded */
 size_t ct_cuda_cublaslt_version(void);
-/* cublasLtGetStatusString(code), or a generic text when cuBLASLt cannot be loaded */
-const char *ct_cuda_cublaslt_status(int code);
-/* cudnnGetErrorString(code), or a generic text when cuDNN cannot be loaded */
-const char *ct_cuda_cudnn_status(int code);
+/* "cuda:N" of the current device, "cuda:?" when there is none (runtime.c; for CT_GPU_CHECK's
+ * messages) */
+void ct_cuda_dev_str(char *buf, size_t n);
 /* why cuDNN cannot be loaded ("cuDNN: cannot load libcudnn.so.9: ..."), or NULL once it is */
 const char *ct_cuda_cudnn_load_error(void);
 /* Releases the cuDNN handles and workspaces (the allocator keeps the memory). */

@@ -1,7 +1,7 @@
 /* cuDNN, loaded with dlopen on first use (see cudnn_lib.h); one handle per device on its
  * compute stream, and one workspace per device from the caching allocator, grown to the
- * largest request so far. Errors go through CT_GPU_CHECK(cudnn, ...) (runtime.c), which
- * takes its text from cudnnGetErrorString here. */
+ * largest request so far. Errors go through CT_GPU_CHECK(cudnn, ...), defined here: its text
+ * comes from cudnnGetErrorString. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -52,10 +52,23 @@ ct_status ct_cudnn_ready(const char *op) {
 }
 
 size_t ct_cuda_cudnn_version(void) { return ct_cudnn_ready("cudnn") == CT_OK ? ct_cudnn.cudnnGetVersion() : 0; }
-const char *ct_cuda_cudnn_status(int code) {
-    return ct_cudnn_ready("cudnn") == CT_OK ? ct_cudnn.cudnnGetErrorString((cudnnStatus_t)code) : "cuDNN error";
-}
 const char *ct_cuda_cudnn_load_error(void) { return ct_cudnn_ready("cudnn") == CT_OK ? NULL : load_err + strlen("cudnn: "); }
+
+/* CT_GPU_CHECK(cudnn, ...) (check.h): the status's text from the loaded library */
+ct_status ct_gpu_check_cudnn(int code, const char *call, const char *op) {
+    cudnnStatus_t e = (cudnnStatus_t)code;
+    if (e == CUDNN_STATUS_SUCCESS) return CT_OK;
+    char dev[32];
+    ct_cuda_dev_str(dev, sizeof dev);
+    /* cuDNN 9 groups its codes by thousands: 2xxx bad parameter, 3xxx not supported */
+    ct_status st = (e == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED || e == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+                       ? CT_ERR_NOMEM
+                   : code / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000 ? CT_ERR_UNSUPPORTED
+                   : code / 1000 == CUDNN_STATUS_BAD_PARAM / 1000     ? CT_ERR_INVALID
+                                                                      : CT_ERR_SYSTEM;
+    return ct_error(st, "%s on %s: %s failed: %s (%d)", op, dev, call,
+                    ct_cudnn_ready("cudnn") == CT_OK ? ct_cudnn.cudnnGetErrorString(e) : "cuDNN error", code);
+}
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { cudnnHandle_t h; void *ws; size_t ws_bytes; } per_dev[MAX_DEV];

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "core/kernel.h"
+#include "ctrain/tensor.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
@@ -117,7 +118,7 @@ static ct_status h_scale(int dev, float *g, float coef, int64_t n, bool *nonfini
     return st;
 }
 
-/* autocast's conversions (src/ops/cpu/autocast.c): the cast kernels of pointwise.cu */
+/* autocast's conversions (src/ops/autocast.c): the cast kernels of pointwise.cu */
 static ct_status h_convert(int dev, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n) {
     cudaStream_t s;
     ct_status st = compute(dev, "autocast", &s);
@@ -145,6 +146,10 @@ static const ct_device_hooks hooks = {
     .scale = h_scale,
     .convert = h_convert,
     .round = h_round,
+    .info = ct_cuda_device_info_get,
+    .versions = ct_cuda_versions,
+    .check = ct_cuda_nccl_check,
+    .current = ct_cuda_current_device,
 };
 
 void ct_cuda_register(void) {

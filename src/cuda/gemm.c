@@ -53,8 +53,19 @@ static ct_status lt_ready(void) {
     return lt_err[0] ? ct_error(CT_ERR_UNSUPPORTED, "cuda gemm: %s", lt_err) : CT_OK;
 }
 size_t ct_cuda_cublaslt_version(void) { return lt_ready() == CT_OK ? lt.cublasLtGetVersion() : 0; }
-const char *ct_cuda_cublaslt_status(int code) {
-    return lt_ready() == CT_OK ? lt.cublasLtGetStatusString((cublasStatus_t)code) : "cuBLAS error";
+
+/* CT_GPU_CHECK(cublas, ...) (check.h): the status's text from the loaded library */
+ct_status ct_gpu_check_cublas(int code, const char *call, const char *op) {
+    cublasStatus_t e = (cublasStatus_t)code;
+    if (e == CUBLAS_STATUS_SUCCESS) return CT_OK;
+    char dev[32];
+    ct_cuda_dev_str(dev, sizeof dev);
+    ct_status st = e == CUBLAS_STATUS_ALLOC_FAILED                                         ? CT_ERR_NOMEM
+                   : (e == CUBLAS_STATUS_NOT_SUPPORTED || e == CUBLAS_STATUS_ARCH_MISMATCH) ? CT_ERR_UNSUPPORTED
+                   : e == CUBLAS_STATUS_INVALID_VALUE                                       ? CT_ERR_INVALID
+                                                                                            : CT_ERR_SYSTEM;
+    return ct_error(st, "%s on %s: %s failed: %s", op, dev, call,
+                    lt_ready() == CT_OK ? lt.cublasLtGetStatusString(e) : "cuBLAS error");
 }
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

@@ -21,7 +21,7 @@
 #include "ops/op_table.h"
 
 /* Linear and matmul take f32 operands, or all bf16 or all f16 ones: autocast's low-precision
- * run hands them its rounded tensors directly (src/ops/cpu/autocast.c) instead of f32 copies.
+ * run hands them its rounded tensors directly (src/ops/autocast.c) instead of f32 copies.
  * Then the GEMMs read bf16/f16 with an f32 result (exact products, f32 sums), which autocast
  * rounds to the low-precision output; backward gets the output's gradient already rounded to
  * the output's precision and reads a copy of it in that precision. */

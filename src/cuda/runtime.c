@@ -1,21 +1,21 @@
-/* Devices, versions and the error conversion behind CT_GPU_CHECK (check.h).
+/* The bottom of src/cuda: the error conversion behind CT_GPU_CHECK (check.h) for the CUDA
+ * runtime and NCCL (cuBLASLt's and cuDNN's are in gemm.c and cudnn.c, which load those
+ * libraries) and the device queries (count, current device, properties).
  * Without a driver the runtime's first call fails with cudaErrorInsufficientDriver
  * ("CUDA driver version is insufficient for CUDA runtime version"), without a GPU with
  * cudaErrorNoDevice: both are reported as CT_ERR_UNSUPPORTED, and nothing is loaded that
  * would stop a CPU-only run of the same binary. */
-#include <cublas_api.h>
 #include <cuda_runtime_api.h>
-#include <cudnn_graph.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ctrain/tensor.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
 
-/* "cuda:N" of the current device, "cuda:?" when there is none */
-static void cur_dev(char *buf, size_t n) {
+void ct_cuda_dev_str(char *buf, size_t n) {
     int d = -1;
     if (cudaGetDevice(&d) != cudaSuccess) {
         (void)cudaGetLastError(); /* clear the sticky-free error so later calls are not confused */
@@ -29,7 +29,7 @@ ct_status ct_gpu_check_cuda(int code, const char *call, const char *op) {
     cudaError_t e = (cudaError_t)code;
     if (e == cudaSuccess) return CT_OK;
     char dev[32];
-    cur_dev(dev, sizeof dev);
+    ct_cuda_dev_str(dev, sizeof dev);
     ct_status st = e == cudaErrorMemoryAllocation ? CT_ERR_NOMEM
                    : (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice)
                        ? CT_ERR_UNSUPPORTED
@@ -37,37 +37,11 @@ ct_status ct_gpu_check_cuda(int code, const char *call, const char *op) {
     return ct_error(st, "%s on %s: %s failed: %s (%s)", op, dev, call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-ct_status ct_gpu_check_cublas(int code, const char *call, const char *op) {
-    cublasStatus_t e = (cublasStatus_t)code;
-    if (e == CUBLAS_STATUS_SUCCESS) return CT_OK;
-    char dev[32];
-    cur_dev(dev, sizeof dev);
-    ct_status st = e == CUBLAS_STATUS_ALLOC_FAILED                                         ? CT_ERR_NOMEM
-                   : (e == CUBLAS_STATUS_NOT_SUPPORTED || e == CUBLAS_STATUS_ARCH_MISMATCH) ? CT_ERR_UNSUPPORTED
-                   : e == CUBLAS_STATUS_INVALID_VALUE                                       ? CT_ERR_INVALID
-                                                                                            : CT_ERR_SYSTEM;
-    return ct_error(st, "%s on %s: %s failed: %s", op, dev, call, ct_cuda_cublaslt_status(code));
-}
-
-ct_status ct_gpu_check_cudnn(int code, const char *call, const char *op) {
-    cudnnStatus_t e = (cudnnStatus_t)code;
-    if (e == CUDNN_STATUS_SUCCESS) return CT_OK;
-    char dev[32];
-    cur_dev(dev, sizeof dev);
-    /* cuDNN 9 groups its codes by thousands: 2xxx bad parameter, 3xxx not supported */
-    ct_status st = (e == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED || e == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
-                       ? CT_ERR_NOMEM
-                   : code / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000 ? CT_ERR_UNSUPPORTED
-                   : code / 1000 == CUDNN_STATUS_BAD_PARAM / 1000     ? CT_ERR_INVALID
-                                                                      : CT_ERR_SYSTEM;
-    return ct_error(st, "%s on %s: %s failed: %s (%d)", op, dev, call, ct_cuda_cudnn_status(code), code);
-}
-
 ct_status ct_gpu_check_nccl(int code, const char *call, const char *op) {
     ncclResult_t e = (ncclResult_t)code;
     if (e == ncclSuccess || e == ncclInProgress) return CT_OK; /* in progress: non-blocking communicators */
     char dev[32];
-    cur_dev(dev, sizeof dev);
+    ct_cuda_dev_str(dev, sizeof dev);
     ct_status st = e == ncclRemoteError ? CT_ERR_PEER : e == ncclInvalidArgument || e == ncclInvalidUsage ? CT_ERR_INVALID
                                                                                                            : CT_ERR_SYSTEM;
     return ct_error(st, "%s on %s: %s failed: %s", op, dev, call, ncclGetErrorString(e));
@@ -82,11 +56,16 @@ ct_status ct_cuda_device_count(int *n) {
     return CT_OK;
 }
 
+ct_status ct_cuda_current_device(int *dev) {
+    *dev = 0;
+    return CT_GPU_CHECK(cuda, "current device", cudaGetDevice(dev));
+}
+
 ct_status ct_cuda_set_device(int dev, const char *op) {
     return CT_GPU_CHECK(cuda, op, cudaSetDevice(dev));
 }
 
-ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out) {
+ct_status ct_cuda_device_info_get(int dev, ct_device_info *out) {
     memset(out, 0, sizeof *out);
     struct cudaDeviceProp p;
     CT_GPU_TRY(cuda, "device info", cudaGetDeviceProperties(&p, dev));
@@ -103,18 +82,4 @@ ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out) {
     (void)cudaSetDevice(prev);
     out->free_bytes = fr;
     return st;
-}
-
-void ct_cuda_versions(char *buf, size_t n) {
-    int drv = 0, rt = 0, nc = 0;
-    char d[32] = "none";
-    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) snprintf(d, sizeof d, "%d.%d", drv / 1000, drv % 1000 / 10);
-    (void)cudaRuntimeGetVersion(&rt);
-    (void)ncclGetVersion(&nc);
-    size_t lt = ct_cuda_cublaslt_version(), dn = ct_cuda_cudnn_version();
-    char cd[400];
-    if (dn) snprintf(cd, sizeof cd, "cuDNN %zu.%zu.%zu", dn / 10000, dn / 100 % 100, dn % 100);
-    else snprintf(cd, sizeof cd, "%s (headers %d.%d.%d)", ct_cuda_cudnn_load_error(), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
-    snprintf(buf, n, "driver %s, runtime %d.%d, cuBLASLt %zu.%zu.%zu, NCCL %d.%d.%d, %s", d, rt / 1000, rt % 1000 / 10,
-             lt / 10000, lt / 100 % 100, lt % 100, nc / 10000, nc / 100 % 100, nc % 100, cd);
 }

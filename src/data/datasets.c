@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctrain/loader.h"
+#include "ctrain/data.h"
 
 enum { DS_IDX, DS_TOKENS, DS_TENSORS, DS_SUBSET };
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctrain/loader.h"
+#include "ctrain/data.h"
 
 ct_status ct_dataset_idx_open_dir(const char *dir, bool train, ct_dataset **out) {
     *out = NULL;

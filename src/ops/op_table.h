@@ -117,7 +117,7 @@ void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_ba
  * the op in, rounded to nearest even as stored. dtypes: the runs it does so in, bits of
  * CT_BF16 and CT_F16 (a result in that precision) and CT_F32 (an f32 result from
  * low-precision inputs: an f32 op, or mixed inputs). Autocast then makes no f32 copies of
- * those inputs, forward or backward; it copies the others (src/ops/cpu/autocast.c).
+ * those inputs, forward or backward; it copies the others (src/ops/autocast.c).
  * in_mask 0: every input copied (the default). */
 void ct_op_device_reads_lowp(int op, unsigned in_mask, unsigned dtypes);
 

@@ -10,7 +10,7 @@ for k in "^ctrain [0-9]" "^cpu:" "^simd:" "^cores:" "^memory:" "^blas: .*OpenBLA
     echo "$out" | grep -qE "$k" || { echo "$out"; echo "missing: $k"; exit 1; }
 done
 if echo "$out" | grep -q "nccl (yes"; then
-    want=("^cuda: +([0-9]+ GPUs? visible|built with CUDA \(sm_[0-9/]+ \+ PTX\), but no GPU is usable here: .+)" \
+    want=("^cuda: +([0-9]+ GPUs? visible|built with CUDA \((sm_[0-9/]+ \+ PTX|PTX compute_[0-9]+ only)\), but no GPU is usable here: .+)" \
           "^versions: .*runtime [0-9]+\.[0-9]+, cuBLASLt [1-9][0-9]*\.[0-9]+.*NCCL [0-9]")
     echo "$out" | grep -qE "^cuda: +[0-9]+ GPU" && want+=("^gpu 0: .*GiB, compute capability [0-9]+\.[0-9]+")
 else

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layers only point down (DESIGN.md §3): core <- ops <- nn <- models;
 # core <- distributed <- ddp <- train <- cli; io, data and optim rest on core alone;
-# cuda (kernels, allocator) rests on core and ops' per-element math, under distributed and cli.
+# cuda (kernels, allocator) rests on core and ops' per-element math, under distributed; cli
+# reaches the GPUs through core's public device calls only.
 # Checked three ways: the public headers each file includes, the private headers (a
 # module's src/<module>/*.h are its own), and the symbols each module's objects call (nm).
 # Also: only the configuration table reads or sets the environment.
@@ -11,7 +12,7 @@ declare -A allow=(
     [core]="core" [ops]="core ops" [nn]="core ops nn" [models]="core ops nn io models"
     [optim]="core optim" [io]="core io" [data]="core data" [distributed]="core distributed cuda"
     [ddp]="core distributed ddp" [train]="core ops nn models optim io data distributed ddp train"
-    [cli]="core ops nn models optim io data distributed ddp train cli cuda"
+    [cli]="core ops nn models optim io data distributed ddp train cli"
     [cuda]="core ops cuda")
 declare -A header=(
     [core.h]=core [tensor.h]=core [autograd.h]=core [config.h]=core [ops.h]=ops [nn.h]=nn [models.h]=models
@@ -19,7 +20,7 @@ declare -A header=(
     [launch.h]=distributed [ddp.h]=ddp [train.h]=train [ctrain.h]=cli)
 # the interface core gives its kernels: the op table, tape recording, the arena, the RNG
 kernel_api="core/kernel.h core/rng.h"
-# the CUDA layer (src/cuda, built with CUDA only) under the NCCL backend and `ctrain env`
+# the CUDA layer (src/cuda, built with CUDA only) under the NCCL backend
 cuda_api="cuda/cuda.h cuda/check.h"
 mod_of_path() { # src/<module>/... or include/ctrain/<header>
     case "$1" in

@@ -58,6 +58,16 @@ CT_TEST(real_backend_refuses_without_gpu) {
     ct_ctx_free(c);
     ct_module_free(lin);
     ct_params_free(P);
+    /* the reports say "none" the same way, with or without CUDA in the build */
+    ct_device_info in;
+    CT_EXPECT(ct_device_info_get(CT_CUDA(0), &in) == CT_ERR_UNSUPPORTED && in.name[0] == 0 && in.total_bytes == 0);
+    char rep[64] = "x";
+    CT_EXPECT(ct_device_check(CT_DEV_CUDA, rep, sizeof rep) == CT_ERR_UNSUPPORTED && rep[0] == 0);
+    CT_EXPECT(ct_device_info_get(CT_CPU, &in) == CT_ERR_UNSUPPORTED);
+    ct_device_versions(CT_DEV_CPU, rep, sizeof rep);
+    CT_EXPECT(rep[0] == 0);
+    float a[3] = {1, 2, 3}, b[3] = {0};
+    CT_EXPECT(ct_device_copy(CT_CPU, b, a, sizeof a, true) == CT_OK && b[2] == 3);
 }
 
 /* ---- the stand-in backend: device memory is host memory, counted ---- */

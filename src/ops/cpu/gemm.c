@@ -38,6 +38,9 @@ static void gemm_(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 }
 #define gemm(...) gemm_(bf16, __VA_ARGS__)
 
+/* op_table.h: the bf16 GEMM exists where the own kernels run (AVX-512) */
+bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
+
 /* f32, or bf16 in a bf16 run whose operands the GEMM reads as they are */
 static void check_operand(ct_ctx *ctx, const char *op, const ct_tensor *t) {
     if (t->dtype == CT_BF16 && ct_ctx_lowp_run_(ctx) == CT_BF16 && ct_ac_reads_bf16()) return;

@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "ctrain/core.h"
+#include "ctrain/tensor.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
@@ -79,7 +80,8 @@ ct_status ct_gpu_check_cudnn(int code, const char *call, const char *op) { retur
 ct_status ct_gpu_check_nccl(int code, const char *call, const char *op) { return check(code, "nccl", call, op); }
 ct_status ct_cuda_device_count(int *n) { return *n = 1, CT_OK; }
 ct_status ct_cuda_set_device(int dev, const char *op) { return check(cudaSetDevice(dev), "cuda", "cudaSetDevice(dev)", op); }
-ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out) {
+ct_status ct_cuda_current_device(int *dev) { return check(cudaGetDevice(dev), "cuda", "cudaGetDevice(dev)", "current device"); }
+ct_status ct_cuda_device_info_get(int dev, ct_device_info *out) {
     cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return ct_error(CT_ERR_INVALID, "cuda:%d: no such device", dev);
     snprintf(out->name, sizeof out->name, "%s", p.name);
@@ -87,16 +89,14 @@ ct_status ct_cuda_device_info_get(int dev, ct_cuda_device_info *out) {
     out->cc_major = p.major, out->cc_minor = p.minor, out->sm_count = p.multiProcessorCount;
     return CT_OK;
 }
-void ct_cuda_versions(char *buf, size_t n) { snprintf(buf, n, "emulated device (no driver, cuBLASLt, NCCL or cuDNN)"); }
 
 // ---- what the emulated device does not have ----
 size_t ct_cuda_cublaslt_version(void) { return 0; }
-const char *ct_cuda_cublaslt_status(int) { return "emulated GEMM"; }
 size_t ct_cuda_cudnn_version(void) { return 0; }
-const char *ct_cuda_cudnn_status(int) { return "no cuDNN on the emulated device"; }
 const char *ct_cuda_cudnn_load_error(void) { return "no cuDNN on the emulated device"; }
 void ct_cuda_cudnn_shutdown(void) {}
 void ct_cuda_register_conv_ops_(void) {} // conv2d and the poolings: no kernel here
+void ct_cuda_versions(char *buf, size_t n) { snprintf(buf, n, "emulated device (no driver, cuBLASLt, NCCL or cuDNN)"); }
 ct_status ct_cuda_nccl_check(char *report, size_t len) {
     snprintf(report, len, "no NCCL on the emulated device");
     return ct_error(CT_ERR_UNSUPPORTED, "no NCCL on the emulated device");

@@ -1,11 +1,29 @@
-/* `ctrain env --check` on GPUs: one NCCL all-reduce across every visible GPU from one
- * process (ncclCommInitAll), checked against the expected sum, with its bus bandwidth. */
+/* What `ctrain env` reports about the GPUs beyond their properties (the device hooks behind
+ * tensor.h's ct_device_versions and ct_device_check): the versions of the libraries under
+ * src/cuda, and one NCCL all-reduce across every visible GPU from one process
+ * (ncclCommInitAll), checked against the expected sum, with its bus bandwidth. */
+#include <cudnn_graph.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda/check.h"
 #include "cuda/cuda.h"
+#include "cuda/cuda_internal.h"
+
+void ct_cuda_versions(char *buf, size_t n) {
+    int drv = 0, rt = 0, nc = 0;
+    char d[32] = "none";
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) snprintf(d, sizeof d, "%d.%d", drv / 1000, drv % 1000 / 10);
+    (void)cudaRuntimeGetVersion(&rt);
+    (void)ncclGetVersion(&nc);
+    size_t lt = ct_cuda_cublaslt_version(), dn = ct_cuda_cudnn_version();
+    char cd[400];
+    if (dn) snprintf(cd, sizeof cd, "cuDNN %zu.%zu.%zu", dn / 10000, dn / 100 % 100, dn % 100);
+    else snprintf(cd, sizeof cd, "%s (headers %d.%d.%d)", ct_cuda_cudnn_load_error(), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    snprintf(buf, n, "driver %s, runtime %d.%d, cuBLASLt %zu.%zu.%zu, NCCL %d.%d.%d, %s", d, rt / 1000, rt % 1000 / 10,
+             lt / 10000, lt / 100 % 100, lt % 100, nc / 10000, nc / 100 % 100, nc % 100, cd);
+}
 
 #define MAX_GPUS 64
 #define COUNT ((size_t)16 << 20) /* 64 MiB of f32 per GPU */

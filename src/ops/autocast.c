@@ -34,7 +34,6 @@
 
 #include "ops/op_table.h"
 #include "ctrain/ops.h"
-#include "ops/cpu/sgemm.h"
 #include "ops/kmath.h"
 
 static bool is_lowp(const ct_tensor *t) { return t && (t->dtype == CT_BF16 || t->dtype == CT_F16); }
@@ -74,8 +73,6 @@ static void round_to(float *x, int64_t n, ct_dtype dt) {
         }
     }
 }
-
-bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
 
 /* a device op that reads its input i of dtype dt as it is (ct_op_device_reads_lowp) */
 static bool dev_reads(int op, int i, ct_dtype dt) {

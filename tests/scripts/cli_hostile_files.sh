@@ -87,16 +87,26 @@ expect "neg.safetensors: the model in its metadata is invalid: gpt.n_embd" $C ev
 # 2. a GPT-2 checkpoint whose config.json declares a far larger model than its tensors
 mkdir -p "$d/hf"
 cp "$F/model.safetensors" "$d/hf/"
-python3 - "$F/config.json" "$d/hf/config.json" <<'PY' || fail "python3 could not edit config.json"
+# set_json IN OUT JSON: the JSON object IN with the keys of JSON set
+set_json() {
+    python3 - "$@" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-c.update(n_layer=24, n_embd=4096, n_head=32)
+c.update(json.loads(sys.argv[3]))
 json.dump(c, open(sys.argv[2], "w"))
 PY
+}
+set_json "$F/config.json" "$d/hf/config.json" '{"n_layer": 24, "n_embd": 4096, "n_head": 32}' || fail "python3 could not edit config.json"
 pat="hf/model.safetensors: its config.json describes a gpt of [0-9,]+ parameters but the file holds [0-9,]+ float values"
 small "$pat" $C eval --checkpoint "$d/hf" --text "$d/t.txt" "${q[@]}"
 small "$pat" $C generate --checkpoint "$d/hf/model.safetensors" --prompt hi "${q[@]}"
 small "$pat" $C train gpt --init-from "$d/hf/model.safetensors" --text "$d/t.txt" --steps 1 "${q[@]}" --output-dir "$d/o2"
+# numbers no int or float can hold are refused, not cast
+for kv in '"n_embd": 1e300' '"n_layer": -1e300' '"n_inner": 1e300' '"layer_norm_epsilon": 1e300'; do
+    set_json "$F/config.json" "$d/hf/config.json" "{$kv}"
+    expect "hf/config.json: (n_embd = 1e\\+300 is not an integer|n_layer = -1e\\+300 is not an integer|n_inner = 1e\\+300 is not an integer|layer_norm_epsilon = 1e\\+300 must be in \\[0, 1\\))" \
+        $C eval --checkpoint "$d/hf" --text "$d/t.txt" "${q[@]}"
+done
 
 # 3. a config.json that is no regular file: a FIFO no one writes, a directory
 mkdir -p "$d/fifo" "$d/dir/config.json"

@@ -2,7 +2,9 @@
  * in ctrain's or Hugging Face's layout with an optional config.json beside it), the path of
  * `ctrain eval`, `generate` and `--init-from`. Input: model.safetensors and config.json split
  * at "\n====\n" (no second part: no config.json). The model a file describes is built before
- * its weights are read, so a small file must not be able to ask for an unbounded one. */
+ * its weights are read, so a small file must not be able to ask for an unbounded one: its
+ * parameters are bounded by the file's float values (ct_model_config_fits_file), and
+ * -rss_limit_mb catches a way around that. */
 #include <sys/stat.h>
 
 #include "fuzz.h"

@@ -141,6 +141,13 @@ ct_status ct_params_load(ct_params *P, const char *path);
  * (its heads are unknown). CT_ERR_FORMAT naming the file when it holds none of these. */
 typedef enum { CT_LAYOUT_CTRAIN = 0, CT_LAYOUT_HF, CT_LAYOUT_HF_GPT2 = CT_LAYOUT_HF } ct_weights_layout;
 ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout);
+/* The model cfg describes against the weights file at path, before it is built: CT_ERR_FORMAT
+ * naming the file when the model has more parameters than the file has float values (it
+ * cannot load from it), so that a config (a flag, an edited metadata or config.json) never
+ * allocates more than the file allows. Counted from the shapes and the file's header alone.
+ * `what` begins the message ("the flags describe"; NULL: "the config describes").
+ * ct_model_config_from_file checks its config so (ct_model_open, eval, --init-from). */
+ct_status ct_model_config_fits_file(const ct_model_config *cfg, const char *path, const char *what);
 /* config, create and load in one: any file ct_model_config_from_file understands */
 ct_status ct_model_open(const char *path, ct_model **out);
 /* Load weights in the given layout: ct_model_load, or the kind's Hugging Face reader

@@ -143,8 +143,15 @@ int cli_eval(int argc, char **argv) {
     /* the weights to the device; ct_evaluate moves each batch there and its loss back */
     if (st == CT_OK && dev.type != CT_DEV_CPU) st = ct_params_to(ct_model_params(m), dev);
     ct_eval_report r;
+    ct_train_model tm = ct_train_model_builtin(m);
+    /* what the trainer checks before its first step: a label beyond the model's classes
+     * (or a token beyond its vocabulary) would abort the forward */
+    if (st == CT_OK) st = ct_train_check_data(&tm, d);
+    /* an empty set has no mean loss: NaN and exit 0 would read as a result */
+    if (st == CT_OK && ct_dataset_len(d) == 0)
+        st = ct_error(CT_ERR_INVALID, "%s: no samples to evaluate in the %s split%s", ct_dataset_source(d), split,
+                      tokens ? " (each part of a text needs more tokens than the model's context)" : "");
     if (st == CT_OK) {
-        ct_train_model tm = ct_train_model_builtin(m);
         ct_eval_opts eo = ct_eval_default_opts();
         eo.batch_size = (int)batch;
         eo.max_samples = eval_max;

@@ -31,6 +31,10 @@ static void usage(FILE *f) {
 static ct_status dump_logits(ct_model *m, const int32_t *ids, int n, const char *path) {
     int B = (int)ct_model_batch_of(ct_model_config_of(m)).x_max_len;
     if (n > B) return ct_error(CT_ERR_INVALID, "--logits: the prompt has %d tokens, more than the model's context (%d)", n, B);
+    /* the forward's embedding would abort on it; ct_gpt_generate's message */
+    int V = (int)ct_model_batch_of(ct_model_config_of(m)).vocab;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V) return ct_error(CT_ERR_INVALID, "prompt token %d at position %d is outside the vocabulary [0, %d)", ids[i], i, V);
     ct_ctx *ctx;
     ct_status st = ct_ctx_create(NULL, &ctx);
     if (st != CT_OK) return st;

@@ -132,7 +132,9 @@ int cli_quantize(int argc, char **argv) {
     int rc = 1;
     ct_model *f32 = NULL, *q = NULL;
     ct_dataset *test = NULL;
-    ct_status st = ct_model_create(&cfg, 0, &f32);
+    /* the flags' model against the file's tensors before it is allocated */
+    ct_status st = ct_model_config_fits_file(&cfg, wpath, "the flags describe");
+    if (st == CT_OK) st = ct_model_create(&cfg, 0, &f32);
     if (st == CT_OK) st = ct_model_load(f32, wpath);
     if (st != CT_OK) goto fail;
     size_t f32_bytes = ct_model_weight_bytes(f32);

@@ -6,6 +6,7 @@
  * same name and shape. Hugging Face may also drop the "transformer." prefix (GPT2Model) and
  * save the attention mask buffers "attn.bias" / "attn.masked_bias". */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,39 +44,53 @@ static bool has(const ct_st_file *f, const char *name) {
 
 /* ---- config ---- */
 
-/* "dir/config.json" beside path */
-static void config_json_path(const char *path, char *buf, size_t n) {
-    const char *slash = strrchr(path, '/');
-    if (slash) snprintf(buf, n, "%.*s/config.json", (int)(slash - path), path);
-    else snprintf(buf, n, "config.json");
-}
-
-static char *read_all(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    char *buf = NULL;
-    if (fseek(fp, 0, SEEK_END) == 0) {
-        long n = ftell(fp);
-        if (n >= 0 && n < (1 << 24) && fseek(fp, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, fp) != (size_t)n) { free(buf); buf = NULL; }
-            else buf[n] = 0;
-        }
+/* A config.json is read only when it is a regular file of at most 16 MB: a FIFO (opened
+ * without blocking, then refused) would hang the reader, a directory has nothing to read. */
+static ct_status read_all(const char *path, char **out) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    ct_status st = CT_OK;
+    if (fstat(fd, &sb) != 0) st = ct_error(CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) st = ct_error(CT_ERR_FORMAT, "%s: not a regular file", path);
+    else if (sb.st_size >= (1 << 24)) st = ct_error(CT_ERR_FORMAT, "%s: %lld bytes, too large for a config", path, (long long)sb.st_size);
+    char *buf = st == CT_OK ? malloc((size_t)sb.st_size + 1) : NULL;
+    if (st == CT_OK && !buf) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    size_t got = 0;
+    while (st == CT_OK && got < (size_t)sb.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) st = ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        else if (r == 0) st = ct_error(CT_ERR_IO, "%s: cannot read: the file shrank while being read", path);
+        else got += (size_t)r;
     }
-    fclose(fp);
-    return buf;
+    close(fd);
+    if (st != CT_OK) { free(buf); return st; }
+    buf[got] = 0;
+    *out = buf;
+    return CT_OK;
 }
 
-static bool json_int(const cJSON *j, const char *key, int *out) {
+/* A whole number in int's range under key: false leaves *out (absent, or not a number);
+ * a number that is no such int is an error (a cast would be undefined) */
+static bool json_int(const cJSON *j, const char *key, int *out, ct_status *st, const char *path) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(v)) return false;
-    *out = (int)v->valuedouble;
+    if (!cJSON_IsNumber(v) || *st != CT_OK) return false;
+    double d = v->valuedouble;
+    if (!(d >= -2147483648.0 && d <= 2147483647.0) || d != (double)(int)d) {
+        *st = ct_error(CT_ERR_FORMAT, "%s: %s = %g is not an integer", path, key, d);
+        return false;
+    }
+    *out = (int)d;
     return true;
 }
 
 /* Hugging Face's GPT2Config fields that change the model */
 static ct_status read_config_json(const char *path, ct_model_config *c) {
-    char *text = read_all(path);
-    if (!text) return ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    char *text;
+    ct_status rs = read_all(path, &text);
+    if (rs != CT_OK) return rs;
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!j || !cJSON_IsObject(j)) { cJSON_Delete(j); return ct_error(CT_ERR_FORMAT, "%s: not a JSON object", path); }
@@ -83,13 +98,17 @@ static ct_status read_config_json(const char *path, ct_model_config *c) {
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2"))
         st = ct_error(CT_ERR_UNSUPPORTED, "%s: model_type '%s': ctrain reads GPT-2 (gpt2) checkpoints only", path, mt->valuestring);
-    json_int(j, "n_layer", &c->gpt.n_layer);
-    json_int(j, "n_embd", &c->gpt.n_embd);
-    json_int(j, "n_head", &c->gpt.n_head);
-    if (!json_int(j, "n_positions", &c->gpt.block_size)) json_int(j, "n_ctx", &c->gpt.block_size);
-    json_int(j, "vocab_size", &c->gpt.vocab_size);
+    json_int(j, "n_layer", &c->gpt.n_layer, &st, path);
+    json_int(j, "n_embd", &c->gpt.n_embd, &st, path);
+    json_int(j, "n_head", &c->gpt.n_head, &st, path);
+    if (!json_int(j, "n_positions", &c->gpt.block_size, &st, path)) json_int(j, "n_ctx", &c->gpt.block_size, &st, path);
+    json_int(j, "vocab_size", &c->gpt.vocab_size, &st, path);
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
-    if (cJSON_IsNumber(eps)) c->gpt.ln_eps = (float)eps->valuedouble;
+    if (st == CT_OK && cJSON_IsNumber(eps)) {
+        double e = eps->valuedouble; /* checked before the cast: a double beyond float's range has no float */
+        if (!(e >= 0 && e < 1)) st = ct_error(CT_ERR_FORMAT, "%s: layer_norm_epsilon = %g must be in [0, 1)", path, e);
+        else c->gpt.ln_eps = (float)e;
+    }
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
     if (st == CT_OK && cJSON_IsString(act)) {
         const char *a = act->valuestring;
@@ -98,9 +117,9 @@ static ct_status read_config_json(const char *path, ct_model_config *c) {
         else if (!strcmp(a, "gelu")) c->gpt.gelu_tanh = false;
         else st = ct_error(CT_ERR_UNSUPPORTED, "%s: activation_function '%s' (ctrain has gelu and gelu_new)", path, a);
     }
-    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
-    if (st == CT_OK && cJSON_IsNumber(inner) && (int)inner->valuedouble != 4 * c->gpt.n_embd)
-        st = ct_error(CT_ERR_UNSUPPORTED, "%s: n_inner %d (ctrain's MLP is 4 x n_embd)", path, (int)inner->valuedouble);
+    int inner;
+    if (json_int(j, "n_inner", &inner, &st, path) && (double)inner != 4.0 * c->gpt.n_embd)
+        st = ct_error(CT_ERR_UNSUPPORTED, "%s: n_inner %d (ctrain's MLP is 4 x n_embd)", path, inner);
     const cJSON *idx = cJSON_GetObjectItemCaseSensitive(j, "scale_attn_by_inverse_layer_idx");
     if (st == CT_OK && cJSON_IsTrue(idx)) st = ct_error(CT_ERR_UNSUPPORTED, "%s: scale_attn_by_inverse_layer_idx is not supported", path);
     cJSON_Delete(j);
@@ -141,7 +160,7 @@ ct_status ct_gpt_config_from_tensors_(const ct_st_file *f, ct_model_config *c, c
     c->gpt.n_head = hf && C % 64 == 0 ? (int)(C / 64) : 0;
     c->gpt.gelu_tanh = hf; /* GPT2Config's default activation_function is gelu_new */
     char cj[4200];
-    config_json_path(path, cj, sizeof cj);
+    ct_model_config_json_path_(path, cj, sizeof cj);
     if (access(cj, F_OK) == 0) {
         ct_status st = read_config_json(cj, c);
         if (st != CT_OK) return st;

@@ -68,9 +68,9 @@ ct_status ct_model_config_check(const ct_model_config *c) {
     return ops->check(c);
 }
 
-static void fmt_count(char *buf, size_t n, int64_t v) { /* 1234567 -> "1,234,567" */
-    char tmp[32];
-    int len = snprintf(tmp, sizeof tmp, "%lld", (long long)v), o = 0;
+void ct_model_fmt_count_(char *buf, size_t n, double v) {
+    char tmp[400];
+    int len = snprintf(tmp, sizeof tmp, "%.0f", v), o = 0;
     for (int i = 0; i < len && (size_t)o + 2 < n; i++) {
         if (i && (len - i) % 3 == 0) buf[o++] = ',';
         buf[o++] = tmp[i];
@@ -80,12 +80,14 @@ static void fmt_count(char *buf, size_t n, int64_t v) { /* 1234567 -> "1,234,567
 
 static void describe(ct_model *m) {
     char cnt[32], arch[256];
-    fmt_count(cnt, sizeof cnt, m->nparams);
+    ct_model_fmt_count_(cnt, sizeof cnt, (double)m->nparams);
     m->kind->describe(&m->cfg, arch, sizeof arch);
     snprintf(m->desc, sizeof m->desc, "%s: %s parameters", arch, cnt);
 }
 
-ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out) {
+/* The model's modules and the shapes of its tensors, without their weights: registering a
+ * tensor records its shape, ct_params_finalize allocates (nn.h). */
+static ct_status build_shapes(const ct_model_config *cfg, ct_model **out) {
     *out = NULL;
     ct_status st = ct_model_config_check(cfg);
     if (st != CT_OK) return st;
@@ -97,7 +99,17 @@ ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **
     m->kind->build(m);
     /* the builders do not check each allocation: out of memory shows here (nn.h) */
     st = ct_module_status(m->root);
-    if (st == CT_OK) st = ct_params_finalize(m->P, seed);
+    if (st != CT_OK) { ct_model_free(m); return st; }
+    *out = m;
+    return CT_OK;
+}
+
+ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out) {
+    *out = NULL;
+    ct_model *m;
+    ct_status st = build_shapes(cfg, &m);
+    if (st != CT_OK) return st;
+    st = ct_params_finalize(m->P, seed);
     if (st != CT_OK) { ct_model_free(m); return st; }
     for (int i = 0; i < ct_params_count(m->P); i++) {
         ct_tensor *t = ct_params_get(m->P, i);
@@ -105,6 +117,23 @@ ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **
     }
     describe(m);
     *out = m;
+    return CT_OK;
+}
+
+ct_status ct_model_config_numel_(const ct_model_config *cfg, double *out) {
+    ct_model *m;
+    ct_status st = build_shapes(cfg, &m);
+    if (st != CT_OK) return st;
+    /* in double: a config's dimensions are bounded one by one, a product of four is not */
+    double total = 0;
+    for (int i = 0; i < ct_params_count(m->P); i++) {
+        const ct_tensor *t = ct_params_get(m->P, i);
+        double n = 1;
+        for (int d = 0; d < t->ndim; d++) n *= (double)t->shape[d];
+        total += n;
+    }
+    ct_model_free(m);
+    *out = total;
     return CT_OK;
 }
 

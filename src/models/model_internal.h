@@ -4,6 +4,8 @@
 #ifndef CT_MODEL_INTERNAL_H
 #define CT_MODEL_INTERNAL_H
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "ctrain/models.h"
 
@@ -75,6 +77,19 @@ CT_MODEL_KINDS(CT_MODEL_KIND_DECL_)
 
 /* model_options.c: an option from metadata text (any value of its type; false: not one) */
 bool ct_model_option_parse_(ct_model_config *c, const ct_model_option *o, const char *value);
+
+/* model.c: the elements of every tensor (parameters and buffers) the config's model has,
+ * counted from its shapes without allocating its weights; the config's check otherwise */
+ct_status ct_model_config_numel_(const ct_model_config *c, double *out);
+/* model.c: 1234567 -> "1,234,567" (a whole number) */
+void ct_model_fmt_count_(char *buf, size_t n, double v);
+
+/* "dir/config.json" beside a weights file: where a Hugging Face checkpoint keeps its config */
+static inline void ct_model_config_json_path_(const char *path, char *buf, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(buf, n, "%.*s/config.json", (int)(slash - path), path);
+    else snprintf(buf, n, "config.json");
+}
 
 /* gpt_hf.c: the GPT's from_tensors */
 ct_status ct_gpt_config_from_tensors_(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);

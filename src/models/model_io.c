@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctrain/io.h"
 #include "models/model_internal.h"
@@ -212,13 +213,49 @@ ct_status ct_model_load_layout(ct_model *m, const char *path, ct_weights_layout 
 }
 
 /* ---- a model from a file alone ---- */
+/* Every tensor of a model must be in its file with its shape, so the model a config
+ * describes holds no more values than the file's float tensors: checked from the header and
+ * the shapes alone, before anything the size of the model is allocated, so that a small
+ * file (or an edit of its metadata or config.json) cannot ask for gigabytes. `what` says
+ * where the config came from, for the message ("its metadata describes"). */
+static ct_status check_fits(const ct_st_file *f, const ct_model_config *c, const char *what) {
+    double need, have = 0;
+    ct_status st = ct_model_config_numel_(c, &need);
+    if (st != CT_OK) return st;
+    for (int j = 0; j < ct_st_count(f); j++) {
+        ct_st_tensor t;
+        if (ct_st_get(f, ct_st_name(f, j), &t) == CT_OK && is_float(t.dtype)) have += (double)(t.nbytes / ct_dtype_size(t.dtype));
+    }
+    if (need <= have) return CT_OK;
+    char a[64], b[64];
+    ct_model_fmt_count_(a, sizeof a, need);
+    ct_model_fmt_count_(b, sizeof b, have);
+    return ct_error(CT_ERR_FORMAT, "%s: %s a %s of %s parameters but the file holds %s float values: the model does not match the weights",
+                    ct_st_path(f), what, ct_model_kind_name(c->kind), a, b);
+}
+
+ct_status ct_model_config_fits_file(const ct_model_config *cfg, const char *path, const char *what) {
+    ct_st_file *f = NULL;
+    ct_status st = ct_st_open(path, &f);
+    if (st != CT_OK) return st;
+    st = check_fits(f, cfg, what ? what : "the config describes");
+    ct_st_close(f);
+    return st;
+}
+
 ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout) {
     ct_st_file *f = NULL;
     ct_status st = ct_st_open(path, &f);
     if (st != CT_OK) return st;
     ct_weights_layout lay = CT_LAYOUT_CTRAIN;
     st = config_from_metadata(f, cfg);
-    /* no metadata: the first kind that recognises the tensors */
+    const char *what = "its metadata describes";
+    /* no metadata: the first kind that recognises the tensors (and the config.json beside) */
+    if (st == CT_ERR_NOT_FOUND) {
+        char cj[4200];
+        ct_model_config_json_path_(path, cj, sizeof cj);
+        what = access(cj, F_OK) == 0 ? "its config.json describes" : "its tensors describe";
+    }
     for (int k = 0; st == CT_ERR_NOT_FOUND && k < ct_model_kind_count(); k++) {
         const ct_model_kind_ops *ops = ct_model_kind_ops_((ct_model_kind)k);
         if (ops->from_tensors) st = ops->from_tensors(f, cfg, &lay);
@@ -226,6 +263,7 @@ ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_w
     if (st == CT_ERR_NOT_FOUND)
         st = ct_error(CT_ERR_FORMAT, "%s: no ctrain model metadata and no tensors of a model ctrain knows "
                       "(a GPT's transformer.wte.weight): not a model ctrain saved nor a Hugging Face checkpoint", path);
+    if (st == CT_OK) st = check_fits(f, cfg, what);
     ct_st_close(f);
     if (st == CT_OK && layout) *layout = lay;
     return st;

@@ -75,5 +75,10 @@ else
 fi
 env_users=$(grep -rln 'getenv\|setenv\|unsetenv\|environ\b' src | grep -v '^src/core/config.c$')
 [ -z "$env_users" ] || say "environment read or set outside src/core/config.c: $(echo $env_users)"
+# backends by name only in src/distributed (its table, backends.c): elsewhere code asks the
+# group what it can do (ct_pg_caps, ct_dist_backend_find) instead of comparing names
+be_names=$(grep -rnE 'str(n|case|ncase)?cmp *\([^;]*"(nccl|shm|mpi|gloo|hier)"' src --include='*.c' --include='*.h' \
+               --include='*.cc' --include='*.cu' | grep -v '^src/distributed/')
+[ -z "$be_names" ] || say "backend names compared outside src/distributed (use ct_pg_caps): $be_names"
 [ $bad -eq 0 ] && echo "layers point down; the environment is read in one place"
 exit $bad

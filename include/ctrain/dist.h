@@ -97,7 +97,8 @@ typedef struct ct_dist_opts {
     int local_rank, local_world_size; /* -1 = from the environment (default: = rank / world) */
     const char *master_addr;          /* NULL = MASTER_ADDR or 127.0.0.1 */
     int master_port;                  /* 0 = MASTER_PORT or 29500 */
-    const char *backend;              /* "shm", "mpi", "gloo", "hier", "nccl" or NULL = CTRAIN_BACKEND or automatic */
+    const char *backend;              /* "shm", "mpi", "gloo", "hier", "nccl" (ct_dist_backend_at lists them) or
+                                         NULL = CTRAIN_BACKEND or automatic */
     const char *token;                /* store token; NULL = CTRAIN_STORE_TOKEN, else rank 0 makes one up and
                                          shares it through a 0600 file (see XDG_RUNTIME_DIR) */
     double timeout_s;                 /* 0 = CTRAIN_TIMEOUT or 300 */
@@ -129,6 +130,27 @@ int ct_pg_size(const ct_pg *pg);
 const char *ct_pg_backend(const ct_pg *pg);
 /* Global rank (in the world group) of group rank r. */
 int ct_pg_global_rank(const ct_pg *pg, int r);
+/* What a group's backend can do (ct_pg_caps), or a backend of the table (ct_dist_backend):
+ * code that depends on it asks this instead of comparing ct_pg_backend() with a name. */
+#define CT_PG_CAP_SHARED_MEMORY (1u << 0)  /* ct_pg_alloc_shared works (shm): DDP's zero-copy gradients */
+#define CT_PG_CAP_DEVICE_BUFFERS (1u << 1) /* collectives take GPU memory (nccl); host memory only for in-place
+                                              all-reduce, broadcast and reduce (staged through the GPU) */
+#define CT_PG_CAP_MULTI_MACHINE (1u << 2)  /* its ranks may be on several machines */
+/* CT_PG_CAP_* of pg's backend; 0 for NULL. A subgroup of a hier group runs on the flat backend
+ * between machines (mpi or gloo) and has its capabilities. */
+unsigned ct_pg_caps(const ct_pg *pg);
+/* The backends ctrain knows, built into this library or not. */
+typedef struct ct_dist_backend {
+    const char *name;    /* what ct_dist_opts.backend and CTRAIN_BACKEND take */
+    bool built;          /* in this build; ct_dist_init fails on one that is not */
+    unsigned caps;       /* CT_PG_CAP_* of its groups */
+    const char *about;   /* a few words on what it is for */
+    const char *missing; /* when not built: what would build it */
+} ct_dist_backend;
+/* Backend i from 0, in the order `ctrain env` lists them; NULL past the last. */
+const ct_dist_backend *ct_dist_backend_at(int i);
+/* The backend called name (built or not), or NULL when ctrain has none of that name. */
+const ct_dist_backend *ct_dist_backend_find(const char *name);
 /* Store shared by the job (NULL under mpirun, where the mpi or hier backend bootstraps
  * through MPI, or in a 1-rank world). */
 ct_store *ct_pg_store(ct_pg *pg);

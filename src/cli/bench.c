@@ -100,7 +100,7 @@ static size_t count_wrong(const bench_opts *o, const void *b, size_t n, int rank
 static ct_device coll_dev = {CT_DEV_CPU, 0};
 static ct_status coll_buf(ct_pg *pg, void *host, size_t bytes, void **out) {
     *out = host;
-    if (!strcmp(ct_pg_backend(pg), "nccl")) {
+    if (ct_pg_caps(pg) & CT_PG_CAP_DEVICE_BUFFERS) {
         ct_status st = ct_device_current(CT_DEV_CUDA, &coll_dev);
         if (st == CT_OK) st = ct_device_alloc(coll_dev, bytes, out);
         if (st != CT_OK) return st;
@@ -279,9 +279,12 @@ int cli_bench(int argc, char **argv) {
     ct_dist_world dw;
     if (ct_dist_detect(&dw)) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 2; }
     if (strcmp(dw.launcher, "none")) return bench_body(&o);
-    if (o.backend && !strcmp(o.backend, "nccl") && !np_set) {
+    const ct_dist_backend *be = o.backend ? ct_dist_backend_find(o.backend) : NULL;
+    if (be && (be->caps & CT_PG_CAP_DEVICE_BUFFERS) && !np_set) {
         /* one rank per GPU (NCCL takes one GPU per rank), as nccl-tests' -g */
-        if ((o.np = cli_gpu_count("ctrain bench: --backend nccl")) < 1) return 1;
+        char who[96];
+        snprintf(who, sizeof who, "ctrain bench: --backend %s", be->name);
+        if ((o.np = cli_gpu_count(who)) < 1) return 1;
     }
     ct_status st = ct_spawn(bench_child, o.np, &o);
     if (st) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 1; }

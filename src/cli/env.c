@@ -120,17 +120,14 @@ int cli_env(int argc, char **argv) {
     printf("memory:    %s\n", mem);
     printf("threads:   %d per process by default (OMP_NUM_THREADS or cores / local ranks)\n", ct_default_num_threads());
     printf("blas:      %s\n", ct_blas_info());
-    printf("backends:  shm (yes, default on one machine)");
-#ifdef CT_HAVE_MPI
-    printf(", mpi (yes, Open MPI)");
-#else
-    printf(", mpi (not built: apt-get install libopenmpi-dev, then make)");
-#endif
+    printf("backends: ");
+    const ct_dist_backend *be;
+    for (int i = 0; (be = ct_dist_backend_at(i)); i++)
+        printf("%s %s (%s%s)", i ? "," : "", be->name, be->built ? "yes, " : "not built: ", be->built ? be->about : be->missing);
+    printf("\n");
 #if CT_HAVE_CUDA
-    printf(", nccl (yes: CTRAIN_BACKEND=nccl)\n");
     print_gpus();
 #else
-    printf(", nccl (not built: no CUDA toolkit found at build time)\n");
     printf("cuda:      not built (no nvcc on the PATH or in /usr/local/cuda when this was built)\n");
 #endif
     if (check) {

@@ -134,7 +134,8 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
  * decision (all-reduce of the wish); a segment that cannot be created (/dev/shm full) falls
  * back to the staged path everywhere. */
 static ct_status setup_zero_copy(ct_ddp *d) {
-    if (!d->o.zero_copy || d->o.comm_dtype != CT_F32 || ct_pg_size(d->pg) < 2 || strcmp(ct_pg_backend(d->pg), "shm"))
+    if (!d->o.zero_copy || d->o.comm_dtype != CT_F32 || ct_pg_size(d->pg) < 2 ||
+        !(ct_pg_caps(d->pg) & CT_PG_CAP_SHARED_MEMORY))
         return CT_OK;
     int32_t want = !env_off(CT_CFG_DDP_ZERO_COPY);
     ct_status st = ct_all_reduce_sync(d->pg, &want, 1, CT_I32, CT_RED_MIN);
@@ -164,7 +165,7 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
          * compute stream (src/distributed/nccl.c); compression converts on the device */
         char dv[32];
         ct_device_str(ct_params_device(P), dv, sizeof dv);
-        if (strcmp(ct_pg_backend(pg), "nccl"))
+        if (!(ct_pg_caps(pg) & CT_PG_CAP_DEVICE_BUFFERS))
             return ct_error(CT_ERR_INVALID, "DDP: parameters on %s need the nccl backend (CTRAIN_BACKEND=nccl), not %s", dv,
                             ct_pg_backend(pg));
     }

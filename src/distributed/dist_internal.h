@@ -1,40 +1,13 @@
-/* Private to src/distributed: work items, the backend vtable, process-group internals. */
+/* Private to src/distributed: the backend vtable and the table of backends, process-group
+ * internals, the store's and token file's helpers. Work items and what the backends share
+ * about them are in pg_common.h. */
 #ifndef CT_DIST_INTERNAL_H
 #define CT_DIST_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "ctrain/dist.h"
-#include "ctrain/launch.h" /* ct_random_hex */
-
-typedef enum {
-    CT_OP_ALLREDUCE = 1, CT_OP_BROADCAST, CT_OP_REDUCE, CT_OP_ALLGATHER, CT_OP_REDUCE_SCATTER,
-    CT_OP_ALLTOALL, CT_OP_BARRIER, CT_OP_SEND, CT_OP_RECV
-} ct_opkind;
-
-const char *ct_op_name(int kind);
-
-struct ct_work {
-    ct_pg *pg;
-    ct_work *next;
-    int kind;
-    const void *sbuf;
-    void *rbuf;
-    size_t count;
-    ct_dtype dt;
-    ct_reduce_op rop;
-    int peer; /* root, dst or src */
-    int tag;
-    uint32_t seq; /* collective sequence number in the group */
-    _Atomic uint32_t state; /* 0 pending, 1 done, 2 pending with a sleeping waiter */
-    ct_status st;
-    int heap;
-    char msg[640];
-};
-
-/* One line describing an operation: "all_reduce #5 (f32 x 1000, sum)". */
-void ct_work_describe(const ct_work *w, char *out, size_t n);
+#include "distributed/pg_common.h" /* ct_work, ct_op_name, ct_work_describe, fingerprints */
 
 typedef struct ct_backend {
     const char *name;
@@ -86,19 +59,6 @@ ct_status ct_token_file_path(int port, char *path, size_t n);
 ct_status ct_token_file_publish(int port, char *token, size_t n, char *path, size_t pn);
 ct_status ct_token_file_read(int port, char *token, size_t n);
 
-/* What a rank is about to run, exchanged before a collective by the backends that send it
- * as a message (fingerprint.c); fields a kind does not use are zero. */
-typedef struct {
-    uint32_t seq;
-    uint8_t kind, dt, rop, pad;
-    int32_t root;
-    uint32_t pad2;
-    uint64_t count;
-} ct_op_fp;
-ct_op_fp ct_op_fp_of(const ct_work *w);
-/* CT_ERR_MISMATCH naming both sides when any of all[0, n) differs from w's own fingerprint;
- * ranks are named through granks (world ranks), or as group ranks when it is NULL. */
-ct_status ct_op_fp_compare(const ct_work *w, const ct_op_fp *all, int n, int rank, const int *granks);
 
 /* Backends. */
 extern const ct_backend ct_shm_backend;
@@ -136,6 +96,29 @@ ct_status ct_nccl_create(ct_pg *pg, int local_rank, void **impl_out);
 extern const ct_backend ct_gloo_backend;
 ct_status ct_gloo_create(ct_pg *pg, void **impl_out);
 #endif
+
+/* The backend table (backends.c): every backend ctrain knows, built into this library or
+ * not, and how ct_dist_init builds a world group on it. The only place that knows which
+ * backends a build has (the CT_HAVE_* macros); pg.c chooses by table entry, not by name. */
+typedef enum { CT_BE_SHM, CT_BE_MPI, CT_BE_GLOO, CT_BE_HIER, CT_BE_NCCL, CT_BE_COUNT } ct_backend_id;
+/* gloo: hier on top (shm inside machines) where it splits the job (AUTO) or always (FORCE);
+ * hier: split even a job on one machine or with one rank per machine (FORCE) or not (AUTO). */
+typedef enum { CT_HIER_OFF, CT_HIER_AUTO, CT_HIER_FORCE } ct_hier_mode;
+typedef struct {
+    int local_rank; /* this rank on its machine (nccl: its GPU) */
+    ct_hier_mode hier;
+} ct_backend_args;
+typedef struct {
+    ct_dist_backend pub;  /* name, built, caps, about, missing: what ct_dist_backend_at gives */
+    bool needs_store;     /* its ranks meet through the store (world size > 1) */
+    const char *unbuilt;  /* ct_dist_init's error when it is not built */
+    const ct_backend *vt; /* its groups' vtable (NULL when not built): ct_pg_caps */
+    /* Sets pg->be and pg->impl for the world group (NULL when not built). */
+    ct_status (*create)(ct_pg *pg, const ct_backend_args *a);
+} ct_backend_desc;
+extern const ct_backend_desc ct_backend_table[CT_BE_COUNT];
+/* The entry called name, or NULL. */
+const ct_backend_desc *ct_backend_find(const char *name);
 
 /* Reduction kernels (reduce.c): o1[i] = a[i] op b[i] (and o2 too when not NULL), any
  * aliasing of outputs with inputs at the same index is allowed. `divisor` > 0 divides the

@@ -15,6 +15,7 @@
  * all-gather per operation, as in the mpi backend. */
 #if CT_HAVE_GLOO
 #include "distributed/dist_internal.h"
+#include "distributed/pg_common.h"
 #include "distributed/gloo.h"
 #include "ctrain/config.h"
 
@@ -109,25 +110,24 @@ static ct_status allreduce_ordered(gloo_pg *g, const ct_work *w, void *buf, int 
     return rc;
 }
 
-static ct_status check_fp(gloo_pg *g, ct_work *w, double deadline, const char *what) {
-    ct_op_fp mine = ct_op_fp_of(w);
-    ct_op_fp *all = malloc(sizeof(ct_op_fp) * (size_t)g->n);
-    if (!all) return ct_error(CT_ERR_NOMEM, "fingerprint exchange");
-    ct_status st = run_op(g, CT_GLOO_ALLGATHER, &mine, all, sizeof mine, 1, 0, tag_of(w, 0), deadline, what);
-    if (st == CT_OK) st = ct_op_fp_compare(w, all, g->n, g->rank, NULL);
-    free(all);
-    return st;
+/* The fingerprint exchange: a 24-byte all-gather in the collective's first tag slot */
+typedef struct {
+    gloo_pg *g;
+    const char *what;
+} fp_ctx;
+
+static ct_status fp_allgather(void *ctx, const ct_work *w, const void *mine, void *all, size_t bytes, double deadline) {
+    const fp_ctx *c = ctx;
+    return run_op(c->g, CT_GLOO_ALLGATHER, mine, all, bytes, 1, 0, tag_of(w, 0), deadline, c->what);
 }
 
 static ct_status gloo_run(void *impl, ct_work *w, double deadline) {
     gloo_pg *g = impl;
-    char what[200];
+    char what[CT_WORK_DESC];
     ct_work_describe(w, what, sizeof what);
-    int collective = w->kind != CT_OP_SEND && w->kind != CT_OP_RECV;
-    if (g->fingerprint && collective && g->n > 1) {
-        ct_status st = check_fp(g, w, deadline, what);
-        if (st) return st;
-    }
+    fp_ctx fc = {g, what};
+    ct_status fst = ct_op_fp_check(w, g->fingerprint, g->n, g->rank, NULL, fp_allgather, &fc, deadline);
+    if (fst) return fst;
     size_t esz = ct_dtype_size(w->dt);
     if (g->n == 1 || (w->count == 0 && w->kind != CT_OP_BARRIER)) {
         if (w->kind == CT_OP_REDUCE_SCATTER || w->kind == CT_OP_ALLGATHER || w->kind == CT_OP_ALLTOALL) {
@@ -136,7 +136,7 @@ static ct_status gloo_run(void *impl, ct_work *w, double deadline) {
         if (g->n == 1 && w->rop == CT_RED_AVG &&
             (w->kind == CT_OP_ALLREDUCE || w->kind == CT_OP_REDUCE || w->kind == CT_OP_REDUCE_SCATTER))
             ct_reduce_scale(w->dt, w->rbuf, w->count, 1);
-        if (g->n == 1 && (w->kind == CT_OP_SEND || w->kind == CT_OP_RECV))
+        if (g->n == 1 && ct_op_is_p2p(w->kind))
             return ct_error(CT_ERR_INVALID, "%s: no other rank in a group of 1", what);
         return CT_OK;
     }

@@ -56,7 +56,7 @@ ct_status hier_step(hier_pg *h, hier_sub *g, const char *what, int kind, const v
     w.dt = dt;
     w.rop = op;
     w.peer = peer;
-    if (kind != CT_OP_SEND && kind != CT_OP_RECV) w.seq = ++g->seq; /* as pg.c: p2p is not numbered */
+    if (!ct_op_is_p2p(kind)) w.seq = ++g->seq; /* as pg.c: p2p is not numbered */
     ct_status st = g->be->run(g->impl, &w, deadline);
     if (!st) return CT_OK;
     if (g != &h->leaders || !h->keys)

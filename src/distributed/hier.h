@@ -15,6 +15,7 @@
 #define CT_DIST_HIER_H
 
 #include "distributed/dist_internal.h"
+#include "distributed/pg_common.h"
 
 typedef struct {
     const ct_backend *be;

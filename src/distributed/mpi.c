@@ -7,6 +7,7 @@
  * (what we ask for, and what Open MPI's default build is fast at) does not allow. */
 #if CT_HAVE_MPI
 #include "distributed/dist_internal.h"
+#include "distributed/pg_common.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -62,7 +63,7 @@ static ct_status wait_req(MPI_Request *r, double deadline, const ct_work *w, MPI
         if ((i & 63) == 0) {
             double now = ct_time_now();
             if (now > deadline) {
-                char d[200];
+                char d[CT_WORK_DESC];
                 ct_work_describe(w, d, sizeof d);
                 return ct_error(CT_ERR_TIMEOUT, "%s timed out after %.0f s (mpi backend: some rank never reached it)",
                                 d, now - t0);
@@ -82,17 +83,13 @@ static float *stage(void **p, size_t *cap, size_t n) {
     return *p;
 }
 
-static ct_status check_fp(mpi_pg *m, ct_work *w, double deadline) {
-    ct_op_fp mine = ct_op_fp_of(w);
-    ct_op_fp *all = malloc(sizeof(ct_op_fp) * (size_t)m->n);
-    if (!all) return ct_error(CT_ERR_NOMEM, "fingerprint exchange");
+/* The fingerprint exchange: a 24-byte MPI_Iallgather (ct_op_fp_check) */
+static ct_status fp_allgather(void *ctx, const ct_work *w, const void *mine, void *all, size_t bytes, double deadline) {
+    mpi_pg *m = ctx;
     MPI_Request r;
     int mpi_rc_;
-    int rc = LOCKED(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, m->comm, &r));
-    ct_status st = rc == MPI_SUCCESS ? wait_req(&r, deadline, w, NULL) : merr(rc, "fingerprint exchange");
-    if (st == CT_OK) st = ct_op_fp_compare(w, all, m->n, m->rank, m->granks);
-    free(all);
-    return st;
+    int rc = LOCKED(MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, m->comm, &r));
+    return rc == MPI_SUCCESS ? wait_req(&r, deadline, w, NULL) : merr(rc, "fingerprint exchange");
 }
 
 static ct_status mpi_run_op(void *impl, ct_work *w, double deadline) {
@@ -103,10 +100,8 @@ static ct_status mpi_run_op(void *impl, ct_work *w, double deadline) {
     if (total * (half ? 4 : esz) > INT_MAX && w->kind != CT_OP_BARRIER)
         return ct_error(CT_ERR_UNSUPPORTED, "mpi backend: messages over 2 GiB are not supported");
     int cnt = (int)w->count;
-    if (m->fingerprint && w->kind != CT_OP_SEND && w->kind != CT_OP_RECV) {
-        ct_status st = check_fp(m, w, deadline);
-        if (st) return st;
-    }
+    ct_status fst = ct_op_fp_check(w, m->fingerprint, m->n, m->rank, m->granks, fp_allgather, m, deadline);
+    if (fst) return fst;
     MPI_Request r = MPI_REQUEST_NULL;
     MPI_Datatype t = mtype(w->dt);
     MPI_Op op = mop(w->rop);

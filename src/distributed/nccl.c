@@ -20,6 +20,7 @@
  * AVG is ncclAvg. Fingerprints (CTRAIN_FINGERPRINT) are not checked on this backend, and
  * send/recv ignore tags (NCCL has none: matching is by order). */
 #include "distributed/dist_internal.h"
+#include "distributed/pg_common.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -144,7 +145,7 @@ static ct_status staged(nccl_pg *m, ct_work *w, double deadline, const char *op)
 
 static ct_status nccl_run(void *impl, ct_work *w, double deadline) {
     nccl_pg *m = impl;
-    char what[200];
+    char what[CT_WORK_DESC];
     ct_work_describe(w, what, sizeof what);
     if (m->aborted)
         return ct_error(CT_ERR_PEER, "nccl %s on rank %d: the communicator was aborted by an earlier failure", what,

@@ -14,69 +14,17 @@
 #include <string.h>
 #include <strings.h>
 #include <sched.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ small helpers */
-const char *ct_op_name(int kind) {
-    switch (kind) {
-    case CT_OP_ALLREDUCE: return "all_reduce";
-    case CT_OP_BROADCAST: return "broadcast";
-    case CT_OP_REDUCE: return "reduce";
-    case CT_OP_ALLGATHER: return "all_gather";
-    case CT_OP_REDUCE_SCATTER: return "reduce_scatter";
-    case CT_OP_ALLTOALL: return "all_to_all";
-    case CT_OP_BARRIER: return "barrier";
-    case CT_OP_SEND: return "send";
-    case CT_OP_RECV: return "recv";
-    default: return "?";
-    }
-}
-
 static const char *rop_names[CT_RED_COUNT_] = {"sum", "avg", "min", "max", "prod"};
 const char *ct_reduce_op_name(ct_reduce_op op) { return (unsigned)op < CT_RED_COUNT_ ? rop_names[op] : "?"; }
 ct_status ct_reduce_op_parse(const char *s, ct_reduce_op *out) {
     for (int i = 0; i < CT_RED_COUNT_; i++)
         if (!strcasecmp(s, rop_names[i])) { *out = (ct_reduce_op)i; return CT_OK; }
     return ct_error(CT_ERR_INVALID, "unknown reduce op '%s' (expected sum, avg, min, max, prod)", s);
-}
-
-void ct_work_describe(const ct_work *w, char *out, size_t n) {
-    switch (w->kind) {
-    case CT_OP_ALLREDUCE: case CT_OP_REDUCE_SCATTER:
-        snprintf(out, n, "%s #%u (%s x %zu, %s)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt), w->count,
-                 ct_reduce_op_name(w->rop));
-        break;
-    case CT_OP_REDUCE:
-        snprintf(out, n, "%s #%u (%s x %zu, %s, root %d)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt),
-                 w->count, ct_reduce_op_name(w->rop), w->peer);
-        break;
-    case CT_OP_BROADCAST:
-        snprintf(out, n, "%s #%u (%s x %zu, root %d)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt), w->count,
-                 w->peer);
-        break;
-    case CT_OP_BARRIER: snprintf(out, n, "barrier #%u", w->seq); break;
-    case CT_OP_SEND: case CT_OP_RECV:
-        snprintf(out, n, "%s %s rank %d (%s x %zu, tag %d)", ct_op_name(w->kind), w->kind == CT_OP_SEND ? "to" : "from",
-                 w->peer, ct_dtype_name(w->dt), w->count, w->tag);
-        break;
-    default:
-        snprintf(out, n, "%s #%u (%s x %zu)", ct_op_name(w->kind), w->seq, ct_dtype_name(w->dt), w->count);
-    }
-}
-
-void ct_random_hex(char *out, size_t nbytes) {
-    uint8_t b[64];
-    if (nbytes > sizeof b) nbytes = sizeof b;
-    if (getrandom(b, nbytes, 0) != (ssize_t)nbytes) {
-        /* no entropy source: fall back to time and pid, still unique per run */
-        uint64_t x = (uint64_t)(ct_time_now() * 1e9) ^ ((uint64_t)getpid() << 32);
-        for (size_t i = 0; i < nbytes; i++) { x = x * 6364136223846793005ull + 1442695040888963407ull; b[i] = (uint8_t)(x >> 56); }
-    }
-    for (size_t i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
-    out[2 * nbytes] = 0;
 }
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
@@ -194,7 +142,7 @@ static int work_init(ct_work *w, ct_pg *pg, int kind, const void *s, void *r, si
              (peer < 0 || peer >= pg->size)) {
         snprintf(tmp, sizeof tmp, "%s: rank %d is not in a group of %d", ct_op_name(kind), peer, pg->size);
         bad = tmp;
-    } else if ((kind == CT_OP_SEND || kind == CT_OP_RECV) && peer == pg->rank) bad = "send/recv to self";
+    } else if (ct_op_is_p2p(kind) && peer == pg->rank) bad = "send/recv to self";
     else if (count && kind != CT_OP_BARRIER && ((kind != CT_OP_RECV && !s && kind != CT_OP_ALLREDUCE &&
                                                  kind != CT_OP_BROADCAST && kind != CT_OP_REDUCE) ||
                                                 (!r && kind != CT_OP_SEND)))
@@ -205,7 +153,7 @@ static int work_init(ct_work *w, ct_pg *pg, int kind, const void *s, void *r, si
         atomic_store(&w->state, 1);
         return 0;
     }
-    if (kind != CT_OP_SEND && kind != CT_OP_RECV) w->seq = ++pg->seq;
+    if (!ct_op_is_p2p(kind)) w->seq = ++pg->seq;
     return 1;
 }
 
@@ -507,18 +455,6 @@ static void bind_local_rank(int lrank, int lsize) {
         CT_LOG_INFO("pg", "local rank %d bound to %d CPU(s) from %d (CTRAIN_BIND=0 to disable)", lrank, per, first);
 }
 
-#ifndef CT_HAVE_GLOO
-#define CT_HAVE_GLOO 0
-#endif
-#ifndef CT_HAVE_MPI
-#define CT_HAVE_MPI 0
-#endif
-#if CT_HAVE_GLOO
-#define CROSS_MACHINE_BACKEND "gloo"
-#else
-#define CROSS_MACHINE_BACKEND "mpi"
-#endif
-
 /* A rank other than 0 of a job without CTRAIN_STORE_TOKEN: the token is in rank 0's file.
  * The file may not exist yet, or still hold the token of an earlier job on the same port
  * (rank 0 replaces it before it listens), so a rejection is retried once the file changed. */
@@ -546,6 +482,85 @@ static ct_status connect_with_token_file(const char *addr, int port, double time
     }
 }
 
+/* The store of a world group of several ranks whose backend meets through it: the
+ * launcher's, torchrun's c10d TCPStore, or one that rank 0 hosts. On failure what was set
+ * up stays in pg (pg->store, server, token_file) for the caller's cleanup. */
+static ct_status join_store(ct_pg *pg, const ct_dist_opts *o, double timeout) {
+    ct_status st;
+    const char *addr = o->master_addr ? o->master_addr : ct_config_str(CT_CFG_MASTER_ADDR);
+    if (!addr || !*addr) addr = "127.0.0.1";
+    int port = o->master_port;
+    if (port <= 0 && (st = ct_config_check(CT_CFG_MASTER_PORT))) return st;
+    if (port <= 0) port = (int)ct_config_int(CT_CFG_MASTER_PORT);
+    const char *token = o->token ? o->token : ct_config_str(CT_CFG_STORE_TOKEN);
+    int hosted = ct_config_bool(CT_CFG_STORE_HOSTED);
+    if ((st = ct_config_check(CT_CFG_TORCHELASTIC_USE_AGENT_STORE))) return st;
+    int agent = ct_config_bool(CT_CFG_TORCHELASTIC_USE_AGENT_STORE); /* torchrun's c10d TCPStore */
+    char made[64];
+    if (agent) {
+        token = NULL;
+    } else if (pg->rank == 0 && !hosted) {
+        if (!token) { /* ranks from the environment: a token of our own, shared through a 0600 file */
+            st = ct_token_file_publish(port, made, sizeof made, pg->token_file, sizeof pg->token_file);
+            if (st) {
+                pg->token_file[0] = 0; /* not ours: an earlier job's file, if any, stays */
+                return ct_error(st, "rank 0 cannot share a store token: %s", ct_last_error());
+            }
+            token = made;
+        }
+        /* the address the others were told, never all interfaces */
+        st = ct_store_server_start(addr, port, token, &pg->server);
+        if (st) return ct_error(st, "rank 0 cannot host the store: %s", ct_last_error());
+    }
+    if (agent) {
+        st = ct_store_connect_c10d(addr, port, timeout, &pg->store);
+        if (st) st = ct_error(st, "%s (torchrun's agent store, as TORCHELASTIC_USE_AGENT_STORE says)", ct_last_error());
+    } else if (token) {
+        st = ct_store_connect(addr, port, token, timeout, &pg->store);
+    } else {
+        st = connect_with_token_file(addr, port, timeout, &pg->store);
+    }
+    if (st) return st;
+    CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s, %s protocol)", addr, port,
+                pg->server ? "hosted by rank 0" : "launcher's", ct_store_protocol(pg->store));
+    return CT_OK;
+}
+
+/* "shm, mpi, gloo, hier or nccl": every name of the table. */
+static void backend_names(char *out, size_t n) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; i < CT_BE_COUNT && o < n; i++)
+        o += (size_t)snprintf(out + o, n - o, "%s%s", i == 0 ? "" : i == CT_BE_COUNT - 1 ? " or " : ", ",
+                              ct_backend_table[i].pub.name);
+}
+
+/* The backend of a new world group, and hier's part, from the one asked for (`req`, NULL for
+ * automatic) and how the job was started. */
+static const ct_backend_desc *choose_backend(const ct_backend_desc *req, int launched_by_mpi, int world, int lworld,
+                                             ct_hier_mode *hier) {
+    const ct_backend_desc *tab = ct_backend_table, *gloo = &tab[CT_BE_GLOO];
+    *hier = CT_HIER_OFF;
+    if (req == &tab[CT_BE_HIER]) {
+        *hier = CT_HIER_FORCE;
+        /* a store-based launch: hier's leaders meet through gloo */
+        return !launched_by_mpi && gloo->pub.built ? gloo : req;
+    }
+    if (req) return req;
+    /* under mpirun there is no store: the MPI world bootstraps, and hier decides (the same way
+     * on every rank, from the exchanged node keys) whether to stay flat. Across machines
+     * without mpirun (ctrain run --nnodes, torchrun) gloo meets through the store, with hier on
+     * top when a machine has several ranks. */
+    if (launched_by_mpi && world > 1) {
+        *hier = CT_HIER_AUTO;
+        return &tab[CT_BE_HIER];
+    }
+    if (lworld == world) return &tab[CT_BE_SHM];
+    if (launched_by_mpi || !gloo->pub.built) return &tab[CT_BE_MPI];
+    *hier = CT_HIER_AUTO; /* lworld < world */
+    return gloo;
+}
+
 ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     *out = NULL;
     ct_dist_opts o = opts_in ? *opts_in : ct_dist_default_opts();
@@ -557,43 +572,43 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     if (rank >= world) return ct_error(CT_ERR_INVALID, "rank %d is not below the world size %d", rank, world);
     if (lworld < 1 || lworld > world) lworld = world;
 
-    const char *backend = o.backend;
-    if (!backend && ct_config_is_set(CT_CFG_BACKEND)) {
+    const char *name = o.backend;
+    if (!name && ct_config_is_set(CT_CFG_BACKEND)) {
         if ((est = ct_config_check(CT_CFG_BACKEND))) return est;
-        backend = ct_config_str(CT_CFG_BACKEND);
+        name = ct_config_str(CT_CFG_BACKEND);
     }
-    if (backend && !*backend) backend = NULL;
+    if (name && !*name) name = NULL;
+    const ct_backend_desc *req = name ? ct_backend_find(name) : NULL;
+    if (name && !req) {
+        char names[128];
+        backend_names(names, sizeof names);
+        return ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected %s)", name, names);
+    }
+    const ct_backend_desc *mpi = &ct_backend_table[CT_BE_MPI];
     /* MPI's own world when a launcher that MPI_Init can bootstrap from started us: mpirun,
      * hydra, or srun with PMIx (PMIX_RANK beside SLURM_PROCID). A MASTER_PORT (for srun also a
      * MASTER_ADDR, which batch scripts written for torchrun export) asks for the store instead. */
-    int srun_pmix = !strcmp(env.launcher, "slurm") && ct_config_is_set(CT_CFG_PMIX_RANK) && CT_HAVE_MPI &&
+    int srun_pmix = !strcmp(env.launcher, "slurm") && ct_config_is_set(CT_CFG_PMIX_RANK) && mpi->pub.built &&
                     !ct_config_is_set(CT_CFG_MASTER_ADDR);
     int launched_by_mpi = (!strcmp(env.launcher, "mpirun") || !strcmp(env.launcher, "pmi") || srun_pmix) &&
                           !ct_config_is_set(CT_CFG_MASTER_PORT);
     if (!strcmp(env.launcher, "slurm") && !launched_by_mpi && !ct_config_is_set(CT_CFG_MASTER_ADDR) &&
         !ct_config_bool(CT_CFG_TORCHELASTIC_USE_AGENT_STORE) && ct_config_is_set(CT_CFG_SLURM_STEP_NUM_NODES) &&
-        ct_config_int(CT_CFG_SLURM_STEP_NUM_NODES) > 1 && (!backend || strcmp(backend, "mpi")))
+        ct_config_int(CT_CFG_SLURM_STEP_NUM_NODES) > 1 && req != mpi)
         /* the store would be on 127.0.0.1 of every machine: say so now rather than time out */
         return ct_error(CT_ERR_INVALID,
                         "srun started %ld machines without PMIx%s and MASTER_ADDR is unset, so the ranks have no "
                         "common place to meet: use `srun --mpi=pmix` (MPI between machines), or export MASTER_ADDR "
                         "(the first machine's address), MASTER_PORT and CTRAIN_STORE_TOKEN for ctrain's store",
                         ct_config_int(CT_CFG_SLURM_STEP_NUM_NODES),
-                        ct_config_is_set(CT_CFG_PMIX_RANK) && !CT_HAVE_MPI ? " support (this build has no MPI)" : "");
-    int auto_hier = 0, auto_hier_gloo = 0, hier_gloo = 0;
-    if (backend && !strcmp(backend, "hier") && !launched_by_mpi && CT_HAVE_GLOO) {
-        backend = "gloo"; /* a store-based launch: hier's leaders meet through gloo */
-        hier_gloo = 1;
-    }
-    if (!backend) {
-        /* under mpirun there is no store: the MPI world bootstraps, and hier decides (the same
-         * way on every rank, from the exchanged node keys) whether to stay flat. Across machines
-         * without mpirun (ctrain run --nnodes, torchrun) gloo meets through the store, with hier
-         * on top when a machine has several ranks. */
-        auto_hier = launched_by_mpi && world > 1;
-        auto_hier_gloo = !launched_by_mpi && lworld < world && CT_HAVE_GLOO;
-        backend = auto_hier ? "hier" : lworld == world ? "shm" : launched_by_mpi ? "mpi" : CROSS_MACHINE_BACKEND;
-    }
+                        ct_config_is_set(CT_CFG_PMIX_RANK) && !mpi->pub.built ? " support (this build has no MPI)" : "");
+    ct_backend_args args = {.local_rank = o.local_rank >= 0 ? o.local_rank : env.local_rank};
+    const ct_backend_desc *be = choose_backend(req, launched_by_mpi, world, lworld, &args.hier);
+    if (!be->pub.built) return ct_error(CT_ERR_UNSUPPORTED, "%s", be->unbuilt);
+    if (!(be->pub.caps & CT_PG_CAP_MULTI_MACHINE) && lworld < world)
+        return ct_error(CT_ERR_UNSUPPORTED, "the %s backend works on one machine (%d of %d ranks are local); "
+                        "use CTRAIN_BACKEND=gloo, or launch with mpirun and CTRAIN_BACKEND=mpi", be->pub.name, lworld,
+                        world);
     double timeout = o.timeout_s;
     if (!(timeout > 0)) { /* a misspelt timeout must not silently become 300 s */
         if ((est = ct_config_check(CT_CFG_TIMEOUT))) return est;
@@ -616,110 +631,12 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     snprintf(pg->runid, sizeof pg->runid, "%.32s", rid ? rid : "x");
     ct_log_set_rank(rank);
 
-    ct_status st;
-    bool nccl = !strcmp(backend, "nccl"); /* rendezvous through the store as shm; may span machines */
-    bool gloo = !strcmp(backend, "gloo");
-    if (!strcmp(backend, "shm") || nccl || gloo) {
-        if (lworld < world && !nccl && !gloo) {
-            pg_release(pg);
-            return ct_error(CT_ERR_UNSUPPORTED, "the shm backend works on one machine (%d of %d ranks are local); "
-                            "use CTRAIN_BACKEND=gloo, or launch with mpirun and CTRAIN_BACKEND=mpi", lworld, world);
-        }
-        if (world > 1) {
-            const char *addr = o.master_addr ? o.master_addr : ct_config_str(CT_CFG_MASTER_ADDR);
-            if (!addr || !*addr) addr = "127.0.0.1";
-            int port = o.master_port;
-            if (port <= 0 && (st = ct_config_check(CT_CFG_MASTER_PORT))) {
-                pg_release(pg);
-                return st;
-            }
-            if (port <= 0) port = (int)ct_config_int(CT_CFG_MASTER_PORT);
-            const char *token = o.token ? o.token : ct_config_str(CT_CFG_STORE_TOKEN);
-            int hosted = ct_config_bool(CT_CFG_STORE_HOSTED);
-            if ((st = ct_config_check(CT_CFG_TORCHELASTIC_USE_AGENT_STORE))) {
-                pg_release(pg);
-                return st;
-            }
-            int agent = ct_config_bool(CT_CFG_TORCHELASTIC_USE_AGENT_STORE); /* torchrun's c10d TCPStore */
-            char made[64];
-            if (agent) {
-                token = NULL;
-            } else if (rank == 0 && !hosted) {
-                if (!token) { /* ranks from the environment: a token of our own, shared through a 0600 file */
-                    st = ct_token_file_publish(port, made, sizeof made, pg->token_file, sizeof pg->token_file);
-                    if (st) {
-                        pg_release(pg);
-                        return ct_error(st, "rank 0 cannot share a store token: %s", ct_last_error());
-                    }
-                    token = made;
-                }
-                /* the address the others were told, never all interfaces */
-                st = ct_store_server_start(addr, port, token, &pg->server);
-                if (st) {
-                    if (pg->token_file[0]) unlink(pg->token_file);
-                    pg_release(pg);
-                    return ct_error(st, "rank 0 cannot host the store: %s", ct_last_error());
-                }
-            }
-            if (agent) {
-                st = ct_store_connect_c10d(addr, port, timeout, &pg->store);
-                if (st) st = ct_error(st, "%s (torchrun's agent store, as TORCHELASTIC_USE_AGENT_STORE says)", ct_last_error());
-            } else if (token) {
-                st = ct_store_connect(addr, port, token, timeout, &pg->store);
-            } else {
-                st = connect_with_token_file(addr, port, timeout, &pg->store);
-            }
-            if (st) {
-                ct_store_server_stop(pg->server);
-                if (pg->token_file[0]) unlink(pg->token_file);
-                pg_release(pg);
-                return st;
-            }
-            CT_LOG_INFO("pg", "rendezvous through store %s:%d (%s, %s protocol)", addr, port,
-                        pg->server ? "hosted by rank 0" : "launcher's", ct_store_protocol(pg->store));
-        }
-        bind_local_rank(o.local_rank >= 0 ? o.local_rank : env.local_rank, lworld);
-        if (nccl) {
-#if CT_HAVE_CUDA
-            pg->be = &ct_nccl_backend;
-            st = ct_nccl_create(pg, o.local_rank >= 0 ? o.local_rank : env.local_rank, &pg->impl);
-#else
-            st = ct_error(CT_ERR_UNSUPPORTED, "this build has no NCCL backend (build with the CUDA toolkit installed)");
-#endif
-        } else if (gloo) {
-#if CT_HAVE_GLOO
-            /* shm on each machine and gloo between one leader per machine where that splits
-             * the job (hier.c decides the same way on every rank); flat gloo otherwise */
-            if (auto_hier_gloo || hier_gloo) st = ct_hier_init(pg, &ct_gloo_backend, ct_gloo_create, hier_gloo);
-            else {
-                pg->be = &ct_gloo_backend;
-                st = ct_gloo_create(pg, &pg->impl);
-            }
-#else
-            (void)auto_hier_gloo, (void)hier_gloo;
-            st = ct_error(CT_ERR_UNSUPPORTED, "this build has no gloo backend (install libgloo-dev and rebuild)");
-#endif
-        } else {
-            pg->be = &ct_shm_backend;
-            st = ct_shm_create(pg, &pg->impl);
-        }
-    } else if (!strcmp(backend, "mpi")) {
-#if CT_HAVE_MPI
-        pg->be = &ct_mpi_backend;
-        st = ct_mpi_create(pg, &pg->impl);
-#else
-        st = ct_error(CT_ERR_UNSUPPORTED, "this build has no MPI backend (install libopenmpi-dev and rebuild)");
-#endif
-    } else if (!strcmp(backend, "hier")) {
-#if CT_HAVE_MPI
-        /* shm on each machine, MPI between one leader per machine (hier.c) */
-        st = ct_hier_init(pg, &ct_mpi_backend, ct_mpi_create, !auto_hier);
-#else
-        st = ct_error(CT_ERR_UNSUPPORTED, "this build has no MPI backend for hier (install libopenmpi-dev and rebuild)");
-#endif
-    } else {
-        st = ct_error(CT_ERR_INVALID, "unknown backend '%s' (expected shm, mpi, gloo, hier or nccl)", backend);
+    ct_status st = CT_OK;
+    if (be->needs_store) { /* under mpirun (mpi, hier on MPI) the launcher binds and MPI bootstraps */
+        if (world > 1) st = join_store(pg, &o, timeout);
+        if (!st) bind_local_rank(args.local_rank, lworld);
     }
+    if (!st) st = be->create(pg, &args);
     if (st) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ct_last_error());

@@ -69,7 +69,7 @@ static ct_status check_abort(shm_pg *s) {
     uint32_t a = atomic_load_explicit(&s->hdr->abort, memory_order_acquire);
     if (!a) return CT_OK;
     while (!(a & 0x10000u)) { _mm_pause(); a = atomic_load(&s->hdr->abort); } /* message being written */
-    char d[200] = "";
+    char d[CT_WORK_DESC] = "";
     if (s->cur) ct_work_describe(s->cur, d, sizeof d);
     return ct_error((ct_status)(a & 0xffu), "%s failed because rank %d failed: %s", d, s->hdr->abort_rank,
                     s->hdr->abort_msg);
@@ -106,7 +106,7 @@ ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, doubl
         if (now - last_pid > 0.1) {
             last_pid = now;
             if (peer >= 0 && peer_dead(s, peer)) {
-                char d[200] = "";
+                char d[CT_WORK_DESC] = "";
                 if (s->cur) ct_work_describe(s->cur, d, sizeof d);
                 return shm_fail(s, CT_ERR_PEER, "rank %d (pid %d) exited during %s", s->granks[peer],
                                 (int)s->ctl[peer].pid, d);
@@ -172,7 +172,7 @@ ct_status shm_wait_all(shm_pg *s, double deadline, int check) {
             const shm_fp *f = &s->ctl[p].fp[s->cur->seq & 1];
             if (f->seq != mine->seq || f->kind != mine->kind || f->dt != mine->dt || f->rop != mine->rop ||
                 f->root != mine->root || f->count != mine->count || f->zc != mine->zc) {
-                char a[200], b[200];
+                char a[CT_WORK_DESC], b[CT_WORK_DESC];
                 fp_text(mine, a, sizeof a);
                 fp_text(f, b, sizeof b);
                 return shm_fail(s, CT_ERR_MISMATCH, "collective mismatch: rank %d called %s but rank %d called %s",

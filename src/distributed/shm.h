@@ -13,6 +13,7 @@
 #define CT_DIST_SHM_H
 
 #include "distributed/dist_internal.h"
+#include "distributed/pg_common.h"
 
 typedef struct {
     _Atomic uint32_t v;

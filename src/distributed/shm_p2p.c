@@ -17,7 +17,7 @@ ct_status shm_send(shm_pg *s, ct_work *w, double deadline) {
         uint32_t k = s->p2p_sent[d];
         ct_status st = shm_wait_word(s, &ch->acked, k - 1, d, deadline);
         if (st == CT_ERR_TIMEOUT) {
-            char t[200];
+            char t[CT_WORK_DESC];
             ct_work_describe(w, t, sizeof t);
             return shm_fail(s, st, "%s timed out: rank %d is not receiving", t, s->granks[d]);
         }
@@ -42,14 +42,14 @@ ct_status shm_recv(shm_pg *s, ct_work *w, double deadline) {
         uint32_t k = s->p2p_recv[src_rank];
         ct_status st = shm_wait_word(s, &ch->sent, k + 1, src_rank, deadline);
         if (st == CT_ERR_TIMEOUT) {
-            char t[200];
+            char t[CT_WORK_DESC];
             ct_work_describe(w, t, sizeof t);
             return shm_fail(s, st, "%s timed out: rank %d never sent", t, s->granks[src_rank]);
         }
         if (st) return st;
         shm_msghdr h = ch->hdr[k & 1];
         if (h.tag != (uint32_t)w->tag || h.dt != (uint32_t)w->dt || h.count != w->count) {
-            char t[200];
+            char t[CT_WORK_DESC];
             ct_work_describe(w, t, sizeof t);
             return shm_fail(s, CT_ERR_MISMATCH, "p2p mismatch: rank %d posted %s but rank %d sent %s x %llu with tag %u",
                             s->granks[s->rank], t, s->granks[src_rank], ct_dtype_name((ct_dtype)h.dt),

@@ -91,5 +91,10 @@ for t in $mod_types; do
 done
 grep -q 'ct_qlinear_\|ct_qweight_' "$mod_c" && say "$mod_c reaches into the quantized Linear (src/nn/quantized.c)"
 grep -q '^#include "nn/' "$mod_c" && say "$mod_c includes a private nn header"
+# backends by name only in src/distributed (its table, backends.c): elsewhere code asks the
+# group what it can do (ct_pg_caps, ct_dist_backend_find) instead of comparing names
+be_names=$(grep -rnE 'str(n|case|ncase)?cmp *\([^;]*"(nccl|shm|mpi|gloo|hier)"' src --include='*.c' --include='*.h' \
+               --include='*.cc' --include='*.cu' | grep -v '^src/distributed/')
+[ -z "$be_names" ] || say "backend names compared outside src/distributed (use ct_pg_caps): $be_names"
 [ $bad -eq 0 ] && echo "layers point down; the environment is read in one place"
 exit $bad

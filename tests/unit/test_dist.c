@@ -464,6 +464,9 @@ static int w_single(int rank, int n, void *arg) {
     if (ct_send_sync(pg, v, 1, CT_F64, 0, 0) != CT_ERR_INVALID) WFAIL("send to self accepted");
     if (ct_broadcast_sync(pg, v, 1, CT_F64, 3) != CT_ERR_INVALID) WFAIL("bad root accepted");
     if (ct_all_reduce_sync(pg, v, 1, CT_U8, CT_RED_SUM) != CT_ERR_INVALID) WFAIL("u8 accepted");
+    unsigned caps = ct_pg_caps(pg); /* shm: shared allocations, host buffers */
+    if (!(caps & CT_PG_CAP_SHARED_MEMORY) || (caps & (CT_PG_CAP_DEVICE_BUFFERS | CT_PG_CAP_MULTI_MACHINE)))
+        WFAIL("caps of %s: %#x", ct_pg_backend(pg), caps);
     ct_pg_free(pg);
     return rank;
 }
@@ -481,9 +484,48 @@ CT_TEST(init_rejects_bad_env) {
     setenv("CTRAIN_BACKEND", "bogus", 1);
     CT_EXPECT_EQ(ct_dist_init(NULL, &pg), CT_ERR_INVALID);
     unsetenv("CTRAIN_BACKEND");
+    ct_dist_opts o = ct_dist_default_opts();
+    o.backend = "bogus"; /* the environment's is checked against the config table first */
+    CT_EXPECT_EQ(ct_dist_init(&o, &pg), CT_ERR_INVALID);
+    CT_EXPECTF(strstr(ct_last_error(), "unknown backend 'bogus' (expected shm, mpi, gloo, hier or nccl)") != NULL,
+               "message: %s", ct_last_error());
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     CT_EXPECT(pg == NULL);
+}
+
+/* The backend table: every name once, found by name, what each can do; one that is not in
+ * this build fails ct_dist_init at once with its reason, before any store */
+CT_TEST(backend_table) {
+    int n = 0;
+    const ct_dist_backend *b;
+    for (; (b = ct_dist_backend_at(n)); n++) {
+        CT_EXPECT(ct_dist_backend_find(b->name) == b);
+        CT_EXPECT(b->about && *b->about && b->missing);
+        if (b->built) continue;
+        ct_dist_opts o = ct_dist_default_opts();
+        o.rank = 0;
+        o.world_size = 1;
+        o.backend = b->name;
+        ct_pg *pg = NULL;
+        CT_EXPECT_EQ(ct_dist_init(&o, &pg), CT_ERR_UNSUPPORTED);
+        CT_EXPECTF(!strncmp(ct_last_error(), "this build has no ", 18), "%s: %s", b->name, ct_last_error());
+        CT_EXPECT(pg == NULL);
+    }
+    CT_EXPECT_EQ(n, 5);
+    /* CTRAIN_BACKEND takes the same names (core's config table cannot ask this one) */
+    char names[128] = "";
+    for (int i = 0; (b = ct_dist_backend_at(i)); i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "|" : "", b->name);
+    CT_EXPECTF(!strcmp(ct_config_info_of(CT_CFG_BACKEND)->choices, names), "config %s, table %s",
+               ct_config_info_of(CT_CFG_BACKEND)->choices, names);
+    CT_EXPECT(ct_dist_backend_at(-1) == NULL);
+    CT_EXPECT(ct_dist_backend_find("bogus") == NULL && ct_dist_backend_find(NULL) == NULL);
+    b = ct_dist_backend_find("shm");
+    CT_EXPECT(b && b->built && (b->caps & CT_PG_CAP_SHARED_MEMORY) && !(b->caps & CT_PG_CAP_MULTI_MACHINE));
+    b = ct_dist_backend_find("nccl");
+    CT_EXPECT(b && (b->caps & CT_PG_CAP_DEVICE_BUFFERS) && !(b->caps & CT_PG_CAP_SHARED_MEMORY));
+    CT_EXPECT_EQ(ct_pg_caps(NULL), 0u);
 }
 
 /* srun's variables (no PMIx): the layout from SLURM_STEP_TASKS_PER_NODE when

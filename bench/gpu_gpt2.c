@@ -26,7 +26,6 @@
 #ifdef CT_HAVE_CUDA
 #include "core/kernel.h" /* ct_devprof_report */
 #include "cuda/cuda.h"
-#endif
 
 #define PEAK_BF16 989.4e12
 
@@ -39,6 +38,7 @@ static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+#endif
 
 int main(int argc, char **argv) {
 #ifndef CT_HAVE_CUDA

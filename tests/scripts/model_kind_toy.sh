@@ -30,7 +30,7 @@ diff -r src "$d/tree/src" | grep -E '^(Only in|[<>] )' > "$d/diff" || true
 [ "$(grep -c '^Only in' "$d/diff")" -eq 1 ] && [ "$(grep -c '^> ' "$d/diff")" -eq 1 ] && [ "$(grep -c '^< ' "$d/diff")" -eq 0 ] ||
     { cat "$d/diff"; fail "the change is more than one file and one row"; }
 san=(); [ "$B" = build-san ] && san=(SAN=1)
-make -C "$d/tree" -s "${san[@]}" CUDA=0 -j2 "$B/ctrain" > "$d/build.log" 2>&1 || { tail -20 "$d/build.log"; fail "the tree with a toy kind does not build"; }
+make -C "$d/tree" -s "${san[@]}" -j2 "$B/ctrain" > "$d/build.log" 2>&1 || { tail -20 "$d/build.log"; fail "the tree with a toy kind does not build"; }
 C=$d/tree/$B/ctrain
 # --help lists the toy's flag; the kinds in the usage line include it
 $C train --help > "$d/help" || fail "train --help"

@@ -14,6 +14,7 @@
 #include "ctrain/train.h"
 #include "train/host_trip.h"
 #include "train/output_lock.h"
+#include "train/resume.h"
 
 struct ct_trainer {
     ct_trainer_opts o;
@@ -280,18 +281,11 @@ static ct_status save_weights(ct_trainer *t) {
 }
 
 static ct_status resume(ct_trainer *t) {
-    char dir[4200], root[4200];
-    snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
-    ct_status st = CT_OK;
-    if (!strcmp(t->o.resume, "auto")) {
-        st = ct_checkpoint_find_latest(root, dir, sizeof dir);
-        if (st == CT_ERR_NOT_FOUND) return CT_OK; /* nothing to resume: start fresh */
-        if (st != CT_OK) return st;
-    } else {
-        snprintf(dir, sizeof dir, "%s", t->o.resume);
-    }
+    char dir[4200];
     ct_train_state ts;
-    if ((st = ct_checkpoint_load(dir, t->model, t->opt, &ts)) != CT_OK) return st;
+    bool resumed;
+    ct_status st = ct_train_resume_(t->pg, t->o.resume, t->o.output_dir, t->model, t->opt, &ts, &resumed, dir, sizeof dir);
+    if (st != CT_OK || !resumed) return st; /* nothing to resume: start fresh */
     if ((st = ct_sampler_set_state(t->sampler, &ts.sampler)) != CT_OK) return st;
     t->step = ts.step;
     t->epoch = ts.sampler.epoch;

@@ -13,7 +13,7 @@ R=(run --nproc-per-node 2 --standalone)
 # about 1 ms a step here: long enough that the signal lands mid-epoch, well before the end
 mlp=(mlp --hidden 64,32 --steps 6000 --batch-size 32 --eval-max 256 --save-every 2500 --threads 1 --log-every 50)
 
-$C "${R[@]}" $C train "${mlp[@]}" --output-dir "$d/ref" > "$d/ref.log" 2>&1 || die "reference run: $(tail -5 "$d/ref.log")"
+$C "${R[@]}" $C train "${mlp[@]}" --output-dir "$d/ref" > "$d/ref.log" 2>&1 || die "reference run: $(tail -n 5 "$d/ref.log")"
 
 wait_step() { # until the log shows a step line
     for _ in $(seq 400); do grep -q "^step  *[0-9]*/6000" "$1" 2>/dev/null && return 0; sleep 0.025; done; return 1
@@ -23,7 +23,7 @@ preempt_and_resume() {
     local n=$1 how=$2
     $C "${R[@]}" $C train "${mlp[@]}" --output-dir "$d/$n" > "$d/$n.log" 2>&1 &
     local lp=$!
-    wait_step "$d/$n.log" || { kill -9 $lp; die "$n: training did not start: $(tail -3 "$d/$n.log")"; }
+    wait_step "$d/$n.log" || { kill -9 $lp; die "$n: training did not start: $(tail -n 3 "$d/$n.log")"; }
     if [ "$how" = launcher ]; then
         kill -TERM $lp
     else # one worker only, as a signal that reaches ranks at different times: the last keeper's program
@@ -34,18 +34,18 @@ preempt_and_resume() {
         kill -USR1 "$prog"
     fi
     wait $lp; local rc=$?
-    [ $rc = 75 ] || die "$n: exit $rc, want 75: $(tail -5 "$d/$n.log")"
+    [ $rc = 75 ] || die "$n: exit $rc, want 75: $(tail -n 5 "$d/$n.log")"
     local s
     s=$(sed -n 's/^preempted by .* at step \([0-9]*\): checkpoint saved.*/\1/p' "$d/$n.log")
-    [ -n "$s" ] || die "$n: no 'preempted' line: $(tail -5 "$d/$n.log")"
+    [ -n "$s" ] || die "$n: no 'preempted' line: $(tail -n 5 "$d/$n.log")"
     [ "$s" -lt 6000 ] || die "$n: the signal came after the end"
     local ck
     ck=$(printf "step-%08d" "$s")
     [ -d "$d/$n/checkpoints/$ck" ] || die "$n: no checkpoint $ck: $(ls "$d/$n/checkpoints")"
     [ ! -e "$d/$n/model.safetensors" ] || die "$n: model.safetensors written at a preemption"
-    grep -q "^ctrain run: preempted.*: 2 worker(s) saved and exited 75" "$d/$n.log" || die "$n: launcher line: $(tail -3 "$d/$n.log")"
+    grep -q "^ctrain run: preempted.*: 2 worker(s) saved and exited 75" "$d/$n.log" || die "$n: launcher line: $(tail -n 3 "$d/$n.log")"
     $C "${R[@]}" $C train "${mlp[@]}" --output-dir "$d/$n" --resume auto > "$d/$n.r.log" 2>&1 ||
-        die "$n: resumed run: $(tail -5 "$d/$n.r.log")"
+        die "$n: resumed run: $(tail -n 5 "$d/$n.r.log")"
     grep -q "resumed from .*$ck at step $s " "$d/$n.r.log" || die "$n: did not resume at $s: $(head -3 "$d/$n.r.log")"
     cmp "$d/ref/model.safetensors" "$d/$n/model.safetensors" || die "$n: resumed run differs from the uninterrupted one"
     echo "$n: stopped at step $s"

@@ -152,7 +152,10 @@ ct_status ct_train_resume_(ct_pg *pg, const char *resume, const char *output_dir
     }
     found_rec *all = calloc((size_t)world, sizeof *all);
     if (!all) return ct_error(CT_ERR_NOMEM, "out of memory for %d ranks' checkpoints", world);
-    ct_status st = ct_all_gather_sync(pg, &mine, all, sizeof mine / 4, CT_I32);
+    /* an all-gather as a sum of zeros and one record per rank: the nccl backend stages an
+     * in-place all-reduce of host memory, but takes no host buffers for an all-gather */
+    all[rank] = mine;
+    ct_status st = ct_all_reduce_sync(pg, all, (size_t)world * sizeof mine / 4, CT_I32, CT_RED_SUM);
     if (st != CT_OK) { free(all); return st; }
     const found_rec *r0 = &all[0];
     bool same = true, conflict = false, any = false;

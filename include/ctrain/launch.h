@@ -59,11 +59,22 @@ typedef struct ct_sup_opts {
      * this one lives, and one that finds the file left by a dead supervisor first kills the
      * process groups listed there (checked against their start time, never a reused pid). */
     const char *pid_file;
+    /* Preemption (Slurm, Kubernetes: SIGTERM, then SIGKILL after a grace period). Bit s set:
+     * signal s sent to the supervisor is forwarded to the workers, which save and exit, and
+     * SIGKILL follows only after max(grace_s, preempt_grace_s) (torchrun's convention: it
+     * forwards SIGTERM and waits); another such signal meanwhile is forwarded too instead of
+     * killing. 0: SIGINT/SIGTERM/SIGHUP/SIGUSR1 are all forwarded with grace_s. */
+    uint64_t preempt_signals;
+    double preempt_grace_s;
+    /* Nonzero: a worker exiting with this code saved its state after a preemption signal and
+     * is not a failure (no stopping of the others, no restart): res->preempted counts them. */
+    int preempted_exit_code;
 } ct_sup_opts;
 
 typedef struct ct_sup_result {
     int failed;        /* a worker failed (root cause below) */
-    int interrupted;   /* signal number that stopped the launcher (SIGINT/SIGTERM), else 0 */
+    int interrupted;   /* signal number that stopped the launcher (SIGINT/SIGTERM/SIGHUP/SIGUSR1), else 0 */
+    int preempted;     /* workers that exited with preempted_exit_code */
     int root;          /* worker index of the root cause */
     int exit_code;     /* root cause exit code, or -1 */
     int signal;        /* root cause signal, or 0 */
@@ -73,12 +84,13 @@ typedef struct ct_sup_result {
 
 /* A saved signal mask (a sigset_t inside: opaque, so that this header needs no POSIX types). */
 typedef struct ct_sup_sigmask { unsigned long opaque[16]; } ct_sup_sigmask;
-/* Blocks SIGINT/SIGTERM/SIGHUP/SIGCHLD on the calling thread (call before creating any
+/* Blocks SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGCHLD on the calling thread (call before creating any
  * thread that must not receive them) and returns the old mask. */
 void ct_sup_block_signals(ct_sup_sigmask *old);
 void ct_sup_restore_signals(const ct_sup_sigmask *old);
 /* Runs the workers to completion: forwards their output, stops the rest on the first
- * failure (SIGTERM, SIGKILL after grace_s), forwards SIGINT/SIGTERM, and writes a
+ * failure (SIGTERM, SIGKILL after grace_s), forwards SIGINT/SIGTERM/SIGHUP (as SIGTERM) and
+ * SIGUSR1, and writes a
  * root-cause-first report. Returns CT_OK unless supervision itself failed. */
 ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res);
 

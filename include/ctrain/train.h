@@ -263,6 +263,12 @@ typedef struct ct_trainer_opts {
      * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
      * (decide from the report, which is the same on every rank except the step's loss). */
     bool (*on_step)(ct_trainer *t, const ct_step_report *r, void *user);
+    /* false (default); true: after each step the trainer reads ct_preempt_signal() and, when
+     * a signal was caught on any rank (under DDP an all-reduce MAX of it, one int per step,
+     * so the ranks stop at the same step whichever got the signal), it saves a checkpoint at
+     * that step and returns CT_OK without evaluating or writing model.safetensors;
+     * ct_trainer_preempted then says which signal. Every rank must set it alike. */
+    bool preemptible;
     bool (*on_eval)(ct_trainer *t, const ct_eval_report *r, void *user);
     void *user;
 } ct_trainer_opts;
@@ -289,6 +295,22 @@ ct_ddp *ct_trainer_ddp(ct_trainer *t);          /* NULL alone */
 ct_ctx *ct_trainer_ctx(ct_trainer *t);
 float ct_trainer_loss_scale(const ct_trainer *t);        /* 1 without loss scaling */
 int64_t ct_trainer_skipped_steps(const ct_trainer *t);   /* skipped for overflowing gradients */
+/* The signal that stopped ct_trainer_fit early for preemption (the same on every rank), else 0. */
+int ct_trainer_preempted(const ct_trainer *t);
+/* Exit code of a job that stopped for preemption after saving its checkpoint (EX_TEMPFAIL of
+ * sysexits.h: try again later); `ctrain train` exits with it and `ctrain run` passes it on. */
+#define CT_EXIT_PREEMPTED 75
+
+/* ---- preemption signals ----
+ *   uint64_t mask;
+ *   ct_preempt_parse(ct_config_str(CT_CFG_PREEMPT_SIGNALS), &mask);   // "TERM,USR1"
+ *   ct_preempt_catch(mask);            // before training; o.preemptible = true
+ * The handlers only record the first signal (SA_RESTART: the step in progress goes on).
+ * Bit s of a mask is signal s. */
+ct_status ct_preempt_parse(const char *spec, uint64_t *mask); /* "TERM,USR1", "SIGTERM", "none" or "" */
+ct_status ct_preempt_catch(uint64_t mask);
+int ct_preempt_signal(void);         /* the first signal caught, 0 if none */
+void ct_preempt_request(int sig);    /* as if sig had been caught (a loop of your own, tests) */
 void ct_trainer_free(ct_trainer *t);
 
 #ifdef __cplusplus

@@ -21,6 +21,7 @@
 #include "ctrain/config.h"
 #include "ctrain/dist.h"
 #include "ctrain/launch.h"
+#include "ctrain/train.h"
 
 int cli_gpu_count(const char *who) {
     int n = 0;
@@ -61,7 +62,7 @@ int cli_resolve_device(const char *spec, int local_rank, const char *cmd, ct_dev
 
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
-    double timeout, grace;
+    double timeout, grace, preempt_grace;
     const char *master_addr, *log_dir, *run_id;
     char **argv; /* the worker's command */
     /* filled in */
@@ -86,13 +87,17 @@ static void usage(FILE *f) {
             "  --tee N, -t N            with --log-dir: 1 stdout, 2 stderr, 3 both go to files and console\n"
             "  --timeout S              collective timeout for the workers (CTRAIN_TIMEOUT)\n"
             "  --grace-period S         SIGTERM -> SIGKILL delay when stopping workers (default 5)\n"
+            "  --preempt-grace S        after a preemption signal (CTRAIN_PREEMPT_SIGNALS, default SIGTERM and\n"
+            "                           SIGUSR1): forward it and wait this long for the workers to save (default 30)\n"
             "  --run-id ID, --rdzv-id ID  job id (TORCHELASTIC_RUN_ID; default random). With --nnodes > 1 and no\n"
             "                           CTRAIN_STORE_TOKEN, an ID of 16+ characters is the store's secret: give\n"
             "                           every node the same one (it is then never printed or used in names);\n"
             "                           node 0 started with neither makes one up and prints it\n\n"
             "Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR,\n"
             "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, CTRAIN_RESTART_COUNT and OMP_NUM_THREADS (cores / workers\n"
-            "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 128+N after signal N.\n");
+            "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 75 when the workers saved\n"
+            "and stopped for preemption (ctrain train's exit code then; resume with --resume auto), 128+N after\n"
+            "signal N otherwise.\n");
 }
 
 static int fail(const char *fmt, const char *a) {
@@ -122,7 +127,7 @@ static int parse_secs(const char *s, double *out) { /* 0 when all of s is a numb
 
 /* Accepts --flag value, --flag=value and torchrun's underscore spellings. */
 static int parse(int argc, char **argv, run_opts *o) {
-    *o = (run_opts){.nproc = 1, .nnodes = 1, .master_port = 29500, .grace = 5, .timeout = 0};
+    *o = (run_opts){.nproc = 1, .nnodes = 1, .master_port = 29500, .grace = 5, .preempt_grace = 30, .timeout = 0};
     int i = 1;
     for (; i < argc; i++) {
         char *a = argv[i];
@@ -137,7 +142,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (!strcmp(name, "--standalone")) { o->standalone = 1; continue; }
         static const char *with_value[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
                                            "--max-restarts", "--log-dir", "--redirects", "-r", "--tee", "-t", "--timeout",
-                                           "--grace-period", "--run-id", "--rdzv-id", "--monitor-interval", NULL};
+                                           "--grace-period", "--preempt-grace", "--run-id", "--rdzv-id", "--monitor-interval", NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++) known |= !strcmp(name, with_value[k]);
         if (!known) return fail("unknown option '%s'", a);
@@ -172,6 +177,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(name, "--tee") || !strcmp(name, "-t")) bad = parse_int(val, 0, 3, &o->tee);
         else if (!strcmp(name, "--timeout")) bad = parse_secs(val, &o->timeout) || !(o->timeout > 0);
         else if (!strcmp(name, "--grace-period")) bad = parse_secs(val, &o->grace);
+        else if (!strcmp(name, "--preempt-grace")) bad = parse_secs(val, &o->preempt_grace);
         else if (!strcmp(name, "--run-id") || !strcmp(name, "--rdzv-id")) o->run_id = val;
         if (bad) {
             fprintf(stderr, "ctrain run: bad value '%s' for %s (see ctrain run --help)\n", val, a);
@@ -257,6 +263,11 @@ int cli_run(int argc, char **argv) {
     run_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
+    uint64_t preempt;
+    if (ct_preempt_parse(ct_config_str(CT_CFG_PREEMPT_SIGNALS), &preempt) != CT_OK) {
+        fprintf(stderr, "ctrain run: %s\n", ct_last_error());
+        return 2;
+    }
     if (!find_program(o.argv[0])) {
         fprintf(stderr, "ctrain run: cannot find program '%s'\n", o.argv[0]);
         return 2;
@@ -330,12 +341,20 @@ int cli_run(int argc, char **argv) {
                           .grace_s = o.grace, .log_dir = o.log_dir, .redirects = o.redirects, .tee = o.tee,
                           .attempt = o.attempt, .runid = o.runid, .who = "ctrain run",
                           .after_fork = store_resume, .after_fork_ctx = srv,
-                          .pid_file = o.pid_file[0] ? o.pid_file : NULL};
+                          .pid_file = o.pid_file[0] ? o.pid_file : NULL, .preempt_signals = preempt,
+                          .preempt_grace_s = o.preempt_grace, .preempted_exit_code = CT_EXIT_PREEMPTED};
         /* workers are fork()ed with no other thread alive; keys and connections survive */
         ct_store_server_pause(srv);
         ct_status st = ct_sup_run(&so, res);
         if (st) {
             fprintf(stderr, "ctrain run: %s\n", ct_last_error());
+            break;
+        }
+        if (!res->failed && res->preempted) { /* saved: the job goes on elsewhere, never restarted here */
+            fprintf(stderr, "ctrain run: preempted%s%s: %d worker(s) saved and exited %d; rerun the job with --resume auto\n",
+                    res->interrupted ? " by " : "", res->interrupted ? strsignal(res->interrupted) : "", res->preempted,
+                    CT_EXIT_PREEMPTED);
+            exit_code = CT_EXIT_PREEMPTED;
             break;
         }
         if (!res->failed && !res->interrupted) { exit_code = 0; break; }

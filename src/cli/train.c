@@ -22,6 +22,7 @@ typedef struct {
     ct_model *model;
     ct_optim *opt;
     ct_dataset *all, *train, *test; /* token models: all = the whole text, train/test = views of it */
+    int preempted;            /* the signal that stopped training early (checkpoint saved), else 0 */
 } job;
 
 static ct_status open_data(job *j) {
@@ -150,10 +151,15 @@ static ct_status fit(job *j) {
     if (!to.resume && ct_config_int(CT_CFG_TORCHELASTIC_RESTART_COUNT) > 0) to.resume = "auto";
     to.log_every = o->log_every;
     to.output_dir = o->output_dir;
+    to.preemptible = true; /* every rank alike, whatever CTRAIN_PREEMPT_SIGNALS says on its node */
     ct_train_model tm = ct_train_model_builtin(j->model);
     ct_trainer *t;
     ct_status st = ct_trainer_create(&to, &tm, j->opt, j->train, j->test, &t);
     if (st == CT_OK) st = ct_trainer_fit(t);
+    if (st == CT_OK && (j->preempted = ct_trainer_preempted(t))) {
+        ct_trainer_free(t);
+        return CT_OK;
+    }
     if (st == CT_OK && o->export_hf && (!j->pg || ct_pg_rank(j->pg) == 0)) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/hf", o->output_dir);
@@ -186,7 +192,14 @@ int cli_train(int argc, char **argv) {
         }
     }
     ct_set_num_threads(j.o.threads > 0 ? j.o.threads : ct_default_num_threads());
-    ct_status st = CT_OK;
+    /* before anything long (loading data, the rendezvous): a signal then stops after step 1 */
+    uint64_t preempt;
+    ct_status st = ct_preempt_parse(ct_config_str(CT_CFG_PREEMPT_SIGNALS), &preempt);
+    if (st == CT_OK) st = ct_preempt_catch(preempt);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrain train: %s\n", ct_last_error());
+        return 2;
+    }
     ct_dist_world dw; /* the same rule as ct_dist_init: mpirun/srun alone make a job distributed */
     st = ct_dist_detect(&dw);
     if (st == CT_OK && (rc = cli_resolve_device(j.o.device, dw.local_rank, "ctrain train", &j.dev)) >= 0) return rc;
@@ -208,5 +221,5 @@ int cli_train(int argc, char **argv) {
     ct_dataset_free(j.test);
     ct_dataset_free(j.all);
     if (j.pg) ct_pg_free(j.pg);
-    return st == CT_OK ? 0 : 1;
+    return st != CT_OK ? 1 : j.preempted ? CT_EXIT_PREEMPTED : 0;
 }

@@ -40,6 +40,10 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                               "restart attempt (0 the first); keeps the attempts' store keys apart"},
     [CT_CFG_GRACE] = {"CTRAIN_GRACE", CT_CFG_FLOAT, "5", 0, NOMAX, NULL, "seconds", CT_CFG_ABOVE_MIN,
                       "ct_spawn: delay between SIGTERM and SIGKILL when stopping the other ranks"},
+    [CT_CFG_PREEMPT_SIGNALS] = {"CTRAIN_PREEMPT_SIGNALS", CT_CFG_STRING, "TERM,USR1", 0, 0, NULL, NULL, 0,
+                                "signals that mean preemption (comma list of TERM, USR1, USR2, INT, HUP, XCPU, or none): "
+                                "ctrain train finishes its step, the ranks agree on the step, save a checkpoint there "
+                                "and exit 75; ctrain run forwards them and waits --preempt-grace seconds"},
     [CT_CFG_SHM_SPIN_US] = {"CTRAIN_SHM_SPIN_US", CT_CFG_FLOAT, NULL, 0, NOMAX, NULL, "microseconds", 0,
                             "shm backend: spin this long before sleeping (default 200; 2 when ranks outnumber cores)"},
     [CT_CFG_SHM_CHUNK] = {"CTRAIN_SHM_CHUNK", CT_CFG_BYTES, "256k", 4096, (double)(1L << 30), NULL, NULL, 0,

@@ -41,13 +41,19 @@ typedef struct {
     size_t tail_n, tail_pos;
 } worker_t;
 
+/* The signals the supervisor reads from its signalfd (SIGUSR1: Slurm's --signal warning) */
+static void stop_signals(sigset_t *s) {
+    sigemptyset(s);
+    sigaddset(s, SIGINT);
+    sigaddset(s, SIGTERM);
+    sigaddset(s, SIGHUP);
+    sigaddset(s, SIGUSR1);
+    sigaddset(s, SIGCHLD);
+}
+
 static void block_signals(sigset_t *old) {
     sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGINT);
-    sigaddset(&s, SIGTERM);
-    sigaddset(&s, SIGHUP);
-    sigaddset(&s, SIGCHLD);
+    stop_signals(&s);
     pthread_sigmask(SIG_BLOCK, &s, old);
 }
 
@@ -387,11 +393,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
     sigset_t old;
     block_signals(&old);
     sigset_t sset;
-    sigemptyset(&sset);
-    sigaddset(&sset, SIGINT);
-    sigaddset(&sset, SIGTERM);
-    sigaddset(&sset, SIGHUP);
-    sigaddset(&sset, SIGCHLD);
+    stop_signals(&sset);
     int sfd = signalfd(-1, &sset, SFD_CLOEXEC | SFD_NONBLOCK);
     int want_out_pipe = o->log_dir && ((o->redirects | o->tee) & 1);
     double t0 = ct_time_now();
@@ -434,6 +436,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             signal(SIGPIPE, SIG_DFL);
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
+            signal(SIGUSR1, SIG_DFL);
             keeper_run(o, i, parent);
         }
         setpgid(pid, pid); /* also here, so signal_all cannot race the child */
@@ -493,11 +496,17 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
                 int sig = (int)si.ssi_signo;
                 if (sig == SIGCHLD) continue;
+                bool preempt = sig < 64 && (o->preempt_signals >> sig & 1);
+                if (preempt && res->interrupted && (o->preempt_signals >> res->interrupted & 1)) {
+                    signal_all(ws, n, sig); /* SIGUSR1 then SIGTERM: the workers are saving already */
+                    continue;
+                }
                 if (res->interrupted) { signal_all(ws, n, SIGKILL); continue; } /* second Ctrl-C */
                 res->interrupted = sig;
-                signal_all(ws, n, sig == SIGHUP ? SIGTERM : sig);
+                signal_all(ws, n, sig == SIGHUP && !preempt ? SIGTERM : sig);
                 stopping = 1;
-                stop_deadline = ct_time_now() + o->grace_s;
+                /* a preempted worker finishes its step and saves: give it the longer grace */
+                stop_deadline = ct_time_now() + (preempt && o->preempt_grace_s > o->grace_s ? o->preempt_grace_s : o->grace_s);
             }
         }
         /* reap (our workers only: the caller may have other children) */
@@ -510,6 +519,10 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             w->t_exit = ct_time_now();
             nalive--;
             int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            if (o->preempted_exit_code && WIFEXITED(status) && WEXITSTATUS(status) == o->preempted_exit_code) {
+                res->preempted++; /* saved and stopped for preemption: the others stop at the same step */
+                ok = 1;
+            }
             if (!ok && !res->failed && !(res->interrupted || (stopping && w->stopped_by_us))) {
                 res->failed = 1;
                 res->root = i;

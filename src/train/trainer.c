@@ -14,6 +14,7 @@
 #include "ctrain/train.h"
 #include "train/host_trip.h"
 #include "train/output_lock.h"
+#include "train/resume.h"
 
 struct ct_trainer {
     ct_trainer_opts o;
@@ -41,6 +42,8 @@ struct ct_trainer {
     ct_grad_scaler *scaler;    /* loss scaling, or NULL */
     int64_t skipped;           /* steps skipped for overflowing gradients */
     int lock_fd;               /* rank 0: output_dir/.lock, -1 elsewhere */
+    int preempted;             /* the signal that stopped the run for preemption, else 0 */
+    int64_t saved_step;        /* step of the last checkpoint this run wrote, -1 before */
 };
 
 ct_trainer_opts ct_trainer_default_opts(void) {
@@ -116,6 +119,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     t->eval = eval_data;
     t->world = 1;
     t->lock_fd = -1;
+    t->saved_step = -1;
     t->dev = dev;
     if (o.pg && ct_pg_size(o.pg) > 1) {
         t->pg = o.pg;
@@ -204,6 +208,7 @@ ct_ddp *ct_trainer_ddp(ct_trainer *t) { return t->ddp; }
 ct_ctx *ct_trainer_ctx(ct_trainer *t) { return t->ctx; }
 float ct_trainer_loss_scale(const ct_trainer *t) { return t->scaler ? ct_grad_scaler_scale(t->scaler) : 1.0f; }
 int64_t ct_trainer_skipped_steps(const ct_trainer *t) { return t->skipped; }
+int ct_trainer_preempted(const ct_trainer *t) { return t->preempted; }
 
 /* The data evaluated: the evaluation set, else the training data. */
 static const ct_dataset *eval_set(const ct_trainer *t) { return t->eval ? t->eval : t->train; }
@@ -259,7 +264,9 @@ static ct_status agree(ct_trainer *t, ct_status st, const char *what) {
 
 /* A periodic or final checkpoint: an error stops training unless the user chose to go on. */
 static ct_status checkpoint(ct_trainer *t) {
+    if (t->saved_step == t->step) return CT_OK; /* a stop right after a periodic save */
     ct_status st = agree(t, save_ckpt(t), "writing the checkpoint");
+    if (st == CT_OK) t->saved_step = t->step;
     if (st == CT_OK || !t->o.keep_going_on_save_error) return st;
     CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written (going on: keep_going_on_save_error): %s", t->step,
                  ct_last_error());
@@ -280,18 +287,11 @@ static ct_status save_weights(ct_trainer *t) {
 }
 
 static ct_status resume(ct_trainer *t) {
-    char dir[4200], root[4200];
-    snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
-    ct_status st = CT_OK;
-    if (!strcmp(t->o.resume, "auto")) {
-        st = ct_checkpoint_find_latest(root, dir, sizeof dir);
-        if (st == CT_ERR_NOT_FOUND) return CT_OK; /* nothing to resume: start fresh */
-        if (st != CT_OK) return st;
-    } else {
-        snprintf(dir, sizeof dir, "%s", t->o.resume);
-    }
+    char dir[4200];
     ct_train_state ts;
-    if ((st = ct_checkpoint_load(dir, t->model, t->opt, &ts)) != CT_OK) return st;
+    bool resumed;
+    ct_status st = ct_train_resume_(t->pg, t->o.resume, t->o.output_dir, t->model, t->opt, &ts, &resumed, dir, sizeof dir);
+    if (st != CT_OK || !resumed) return st; /* nothing to resume: start fresh */
     if ((st = ct_sampler_set_state(t->sampler, &ts.sampler)) != CT_OK) return st;
     t->step = ts.step;
     t->epoch = ts.sampler.epoch;
@@ -300,6 +300,15 @@ static ct_status resume(ct_trainer *t) {
     if (t->rank == 0 && t->o.log_every > 0)
         printf("resumed from %s at step %" PRId64 " (epoch %" PRId64 ", sample %" PRId64 ")\n", dir, t->step, t->epoch, ts.sampler.position);
     return CT_OK;
+}
+
+/* Whether a preemption signal reached any rank: the same answer on every rank, so that all
+ * stop after the same step (a signal may reach them at different steps). One int, MAX. */
+static ct_status preempt_agreed(ct_trainer *t, int *sig) {
+    int32_t v = ct_preempt_signal();
+    ct_status st = t->pg ? ct_all_reduce_sync(t->pg, &v, 1, CT_I32, CT_RED_MAX) : CT_OK;
+    *sig = v;
+    return st;
 }
 
 /* The micro-batches of the next step, or 0 at the end of the epoch (a partial group of
@@ -458,8 +467,9 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                 if (o->on_eval && !o->on_eval(t, &ev, o->user)) stop = true;
             }
             if (o->save_every > 0 && t->step % o->save_every == 0 && !last && (st = checkpoint(t)) != CT_OK) break;
+            if (o->preemptible && !last && ((st = preempt_agreed(t, &t->preempted)) != CT_OK || t->preempted)) break;
         }
-        if (st != CT_OK || stop) break;
+        if (st != CT_OK || stop || t->preempted) break;
         if (t->step < t->total_steps) {
             /* end of an epoch: evaluate unless --eval-every picks its own steps */
             if (can_eval && o->eval_every == 0 && o->eval_each_epoch) {
@@ -472,6 +482,12 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     }
     if (st != CT_OK) return st;
     if ((st = checkpoint(t)) != CT_OK) return st;
+    if (t->preempted) { /* the checkpoint is the result: the weights are not final */
+        if (talk)
+            printf("%spreempted by %s at step %" PRId64 ": checkpoint saved under %s/checkpoints; --resume auto continues\n",
+                   tty ? "\n" : "", strsignal(t->preempted), t->step, o->output_dir);
+        return CT_OK;
+    }
     /* the result itself: never only a warning */
     if ((st = agree(t, save_weights(t), "writing model.safetensors")) != CT_OK) return st;
     if (t->rank == 0) {

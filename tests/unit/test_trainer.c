@@ -2,6 +2,7 @@
  * evaluation and can stop training; options are checked; a checkpoint of another model kind
  * is refused on resume; the loss goes down; evaluation sees every held-out sample. */
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -505,6 +506,63 @@ CT_TEST(loss_scaling_skips_overflowing_steps_and_resumes_its_scale) {
     CT_EXPECT(ct_trainer_loss_scale(t) == 1.0f);
     ct_trainer_free(t);
     free_model(&m);
+    ct_dataset_free(train);
+}
+
+/* preemption, one process: a real SIGTERM during step 5 (from the step callback) ends fit
+ * with a checkpoint at step 5 and no model.safetensors; resuming gives the uninterrupted bits */
+static bool term_at_5(ct_trainer *t, const ct_step_report *r, void *user) {
+    (void)t, (void)user;
+    if (r->step == 5) raise(SIGTERM);
+    return true;
+}
+
+CT_TEST(preemption_signal_saves_at_the_step_and_resumes_bit_for_bit) {
+    ct_dataset *train = make_data(1, N);
+    model a, b;
+    CT_ASSERT(train && make_model(&a) && make_model(&b));
+    ct_train_model ta = ct_train_model_module(a.net, a.P, "tiny"), tb = ct_train_model_module(b.net, b.P, "tiny");
+    ct_trainer_opts o = ct_trainer_default_opts();
+    o.max_steps = 12;
+    o.batch_size = 32;
+    o.log_every = 0;
+    o.metrics = false;
+    o.output_dir = ct_test_tmp_path("preempt_ref");
+    ct_trainer *t;
+    CT_ASSERT(ct_trainer_create(&o, &ta, a.opt, train, NULL, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    CT_EXPECT_EQ(ct_trainer_preempted(t), 0);
+    ct_trainer_free(t);
+
+    uint64_t mask;
+    CT_EXPECT_OK(ct_preempt_parse("SIGTERM, usr1", &mask));
+    CT_EXPECT_EQ(mask, (1ull << SIGTERM) | (1ull << SIGUSR1));
+    CT_EXPECT_EQ(ct_preempt_parse("TERM,KILL", &mask), CT_ERR_INVALID);
+    CT_EXPECT(strstr(ct_last_error(), "'KILL'") != NULL);
+    CT_ASSERT(ct_preempt_catch(1ull << SIGTERM) == CT_OK);
+    o.output_dir = ct_test_tmp_path("preempt");
+    o.preemptible = true;
+    o.on_step = term_at_5;
+    CT_ASSERT(ct_trainer_create(&o, &tb, b.opt, train, NULL, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    signal(SIGTERM, SIG_DFL);
+    CT_EXPECT_EQ(ct_preempt_signal(), SIGTERM);
+    CT_EXPECT_EQ(ct_trainer_preempted(t), SIGTERM);
+    CT_EXPECT_EQ(ct_trainer_step(t), 5);
+    ct_trainer_free(t);
+    CT_EXPECT(exists(o.output_dir, "checkpoints/step-00000005/manifest.json"));
+    CT_EXPECT(!exists(o.output_dir, "model.safetensors"));
+
+    o.preemptible = false; /* the signal stays recorded for this process */
+    o.on_step = NULL;
+    o.resume = "auto";
+    CT_ASSERT(ct_trainer_create(&o, &tb, b.opt, train, NULL, &t) == CT_OK);
+    CT_EXPECT_OK(ct_trainer_fit(t));
+    CT_EXPECT_EQ(ct_trainer_step(t), 12);
+    ct_trainer_free(t);
+    CT_EXPECT(memcmp(ct_params_data(a.P), ct_params_data(b.P), (size_t)ct_params_numel(a.P) * sizeof(float)) == 0);
+    free_model(&a);
+    free_model(&b);
     ct_dataset_free(train);
 }
 

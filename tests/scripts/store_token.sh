@@ -43,7 +43,10 @@ ss -ltn | grep -q "127.0.0.1:$port " || die "store not listening on 127.0.0.1:$p
 for frames in "$set_frame" "$hello_empty$set_frame" "$hello_guess$set_frame" "$hello_empty$get_frame"; do
     touch "$tmp/reply"; chmod 666 "$tmp/reply"
     r=$(TMPF=$tmp/reply as_stranger bash "$tmp/poke.sh" $port "$frames") || die "stranger could not connect"
-    # allowed: nothing, or one 1-byte reply with a non-zero status (the rejection), then EOF
+    # first the challenge (33 bytes: status 0 and a 32-byte nonce), which every connection gets
+    [[ $r =~ ^2100000000[0-9a-f]{64} ]] || die "no challenge first: $r"
+    r=${r:74}
+    # then allowed: nothing, or one 1-byte reply with a non-zero status (the rejection), then EOF
     case "$r" in
     "" | 01000000[0-9a-f][0-9a-f]) [ "$r" = 0100000000 ] && die "stranger's HELLO accepted: $r" ;;
     *) die "stranger got a reply beyond the rejection: $r" ;;

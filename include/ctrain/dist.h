@@ -69,7 +69,7 @@ ct_status ct_store_connect(const char *addr, int port, const char *token, double
  * found on connect. ct_store_protocol: "ctrain", "c10d-v1" or "c10d-v2". */
 ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct_store **out);
 const char *ct_store_protocol(const ct_store *c);
-/* How long a call waits for the store's reply: the connect's timeout_s (at least 1 s) until
+/* How long a call waits for the store's reply: the connect's timeout_s (at least 5 s) until
  * changed here; a GET waits its own timeout plus a second. A store that stays silent that
  * long (its host stopped or cut off) fails the call with CT_ERR_TIMEOUT and closes the
  * connection: the calls after it fail at once. */

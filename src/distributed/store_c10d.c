@@ -300,7 +300,7 @@ ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct
     c10d_t *c = calloc(1, sizeof *c);
     if (!c) return ct_error(CT_ERR_NOMEM, "c10d store client");
     c->base.ops = &c10d_ops;
-    c->base.timeout = timeout_s >= 1 ? timeout_s : 1; /* each reply's limit, as ctrain's client */
+    c->base.timeout = timeout_s >= CT_STORE_MIN_REPLY_S ? timeout_s : CT_STORE_MIN_REPLY_S; /* each reply's limit, as ctrain's client */
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->port = port;
     double deadline = ct_time_now() + timeout_s;

@@ -264,7 +264,7 @@ ct_status ct_store_connect(const char *addr, int port, const char *token, double
         c->fd = fd;
         c->port = port;
         snprintf(c->addr, sizeof c->addr, "%s", addr);
-        c->base.timeout = timeout_s >= 1 ? timeout_s : 1; /* NaN too */
+        c->base.timeout = timeout_s >= CT_STORE_MIN_REPLY_S ? timeout_s : CT_STORE_MIN_REPLY_S; /* NaN too */
         pthread_mutex_init(&c->mu, NULL);
         /* a store that accepted (its kernel did) but never speaks: at most the timeout */
         double until = deadline > ct_time_now() + 1 ? deadline : ct_time_now() + 1;

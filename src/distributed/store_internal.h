@@ -84,5 +84,8 @@ struct ct_store {
 /* A GET's reply comes at the latest when the server gives up waiting for the key; this is
  * for the trip back. A client that waited this long past it has a silent (frozen) store. */
 #define CT_STORE_REPLY_SLACK_S 1.0
+/* The least reply timeout a connect sets: a rank that connects late in its rendezvous passes
+ * what is left of it, and a busy store host must still have time to answer the job's calls. */
+#define CT_STORE_MIN_REPLY_S 5.0
 
 #endif

@@ -19,6 +19,7 @@ tmp=$(mktemp -d)
 stopped=()
 cleanup() {
     [ ${#stopped[@]} -gt 0 ] && { kill -CONT "${stopped[@]}"; kill -9 "${stopped[@]}"; } 2>/dev/null
+    wait 2>/dev/null # node 0's wrapper, killed with its child: no job notice
     rm -rf "$tmp"
 }
 trap cleanup EXIT

@@ -34,7 +34,8 @@ TWO_HOSTS_NET=${TWO_HOSTS_NET:-10.75.0}
 . tests/tools/two_hosts.sh
 export CTRAIN_SHM_SPIN_US=2
 port=${PORT:-29750}
-secret=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')-bench
+secret=$tmp/secret # the store's secret, in a 0600 file: never on a command line
+od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$secret"; chmod 600 "$secret"
 
 # both nodes of a 2 x 2 job; LOG.0 and LOG.1 get their output; the rest is the command
 ctrain_2x2() {
@@ -42,7 +43,7 @@ ctrain_2x2() {
     port=$((port + 1))
     for k in 0 1; do
         ip netns exec "$([ $k = 0 ] && echo $A || echo $Bn)" timeout 600 "$C" run --nnodes 2 --nproc-per-node 2 \
-            --node-rank $k --master-addr $net.1 --master-port $port --rdzv-id "$secret" "$@" >"$log.$k" 2>&1 &
+            --node-rank $k --master-addr $net.1 --master-port $port --rdzv-token-file "$secret" "$@" >"$log.$k" 2>&1 &
         pids+=($!)
     done
     wait ${pids[0]} && wait ${pids[1]}

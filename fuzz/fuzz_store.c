@@ -1,8 +1,8 @@
 /* The store server's request parser, over a real loopback connection to a server thread (the
  * parser is internal to src/distributed/store_server.c, and the framing, the HELLO check and
  * the per-connection buffering are part of what a stranger on the port can reach).
- * First byte: bit 0 set, the harness first sends a correct HELLO (so the commands behind
- * authentication are reached); bit 1 set, the rest is split at "\n====\n" into request
+ * First byte: bit 0 set, the harness first answers the server's challenge with a correct
+ * HELLO (so the commands behind authentication are reached); bit 1 set, the rest is split at "\n====\n" into request
  * bodies that the harness frames with their lengths; clear, the rest is the raw byte stream.
  * A fresh server per input keeps every input reproducible on its own. The connection is
  * then half-closed and read to its end: the server must answer and close, never hang. */
@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "fuzz.h"
+#include "distributed/store_internal.h" /* the challenge's MAC */
 
 #define TOKEN "fuzz-token"
 
@@ -41,11 +42,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ct_store_server_port(s))};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa)) abort();
-    if (mode & 1) {
-        uint8_t hello[1 + 4 + sizeof TOKEN - 1] = {1};
-        uint32_t tl = sizeof TOKEN - 1;
-        memcpy(hello + 1, &tl, 4);
-        memcpy(hello + 5, TOKEN, tl);
+    if (mode & 1) { /* the challenge: u32 33, status 0, the nonce */
+        uint8_t ch[4 + 1 + CT_STORE_NONCE_LEN], hello[1 + 4 + CT_SHA256_LEN] = {CT_STORE_CMD_HELLO, CT_SHA256_LEN};
+        size_t got = 0;
+        while (got < sizeof ch) {
+            struct pollfd pf = {fd, POLLIN, 0};
+            ssize_t r = poll(&pf, 1, 10000) == 1 ? recv(fd, ch + got, sizeof ch - got, 0) : -1;
+            if (r <= 0) { fprintf(stderr, "store server sent no challenge\n"); abort(); }
+            got += (size_t)r;
+        }
+        ct_store_auth_mac(TOKEN, ch + 5, hello + 5);
         send_frame(fd, hello, sizeof hello);
     }
     if (mode & 2) {

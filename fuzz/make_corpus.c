@@ -218,7 +218,8 @@ static void store_seeds(void) {
     put_u8(&a, CMD_ADD), put_str(&a, "c"), put(&a, &big, 8);
     seed("fuzz_store", "add-overflow", 3, &a);
     free(a.p);
-    /* mode 0: raw stream with HELLO framed by hand, then a SET */
+    /* mode 0: raw stream with a HELLO framed by hand (the token itself, as before the
+     * challenge: now refused), then a SET */
     blob r = {0};
     blob h = {0};
     put_u8(&h, CMD_HELLO), put_str(&h, "fuzz-token");

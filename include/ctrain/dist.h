@@ -31,8 +31,10 @@ extern "C" {
 
 /* ------------------------------------------------------------------ store */
 /* A TCP key-value store for rendezvous. The server runs on a thread of the process that
- * starts it (the launcher, ct_spawn's parent, or rank 0). Every client must present the
- * server's token (empty token = no check) before anything else. Values are at most
+ * starts it (the launcher, ct_spawn's parent, or rank 0). Every client must prove that it
+ * knows the server's token before anything else, by challenge-response: the token itself
+ * never crosses the network (HMAC-SHA256 of a fresh nonce per connection; an empty token is
+ * a known key, so no protection). Traffic after that is not encrypted. Values are at most
  * CT_STORE_MAX_VALUE bytes. A connection that has not authenticated is closed after 1 s, and
  * at most 32 per peer address (256 in all) are kept, the oldest evicted first; an evicted
  * client's ct_store_connect reconnects. ADD past the int64 range is CT_ERR_INVALID. */
@@ -67,6 +69,11 @@ ct_status ct_store_connect(const char *addr, int port, const char *token, double
  * found on connect. ct_store_protocol: "ctrain", "c10d-v1" or "c10d-v2". */
 ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct_store **out);
 const char *ct_store_protocol(const ct_store *c);
+/* How long a call waits for the store's reply: the connect's timeout_s (at least 5 s) until
+ * changed here; a GET waits its own timeout plus a second. A store that stays silent that
+ * long (its host stopped or cut off) fails the call with CT_ERR_TIMEOUT and closes the
+ * connection: the calls after it fail at once. */
+void ct_store_set_timeout(ct_store *c, double timeout_s);
 void ct_store_free(ct_store *c);
 ct_status ct_store_set(ct_store *c, const char *key, const void *val, size_t len);
 /* Waits until key exists (up to timeout_s), then returns a malloc'd copy (free() it). */

@@ -99,6 +99,14 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res);
  * directory of this user closed to others. */
 ct_status ct_private_dir(char *out, size_t n);
 
+/* The store secret of a multi-node job, kept off command lines (which any local user can
+ * read in /proc). ct_store_secret_read_file: from `path`, which must be a regular file owned
+ * by this user with no access for group or others (else CT_ERR_INVALID saying so); one line
+ * of 16 to 255 bytes, its newline dropped. ct_store_secret_publish: a new random secret (32
+ * hex characters) in <ct_private_dir>/rdzv-<port>.secret, mode 0600; its path in `path`. */
+ct_status ct_store_secret_read_file(const char *path, char *token, size_t n);
+ct_status ct_store_secret_publish(int port, char *token, size_t n, char *path, size_t pn);
+
 /* 2*nbytes random hex characters and a NUL (getrandom; time and pid without entropy):
  * store tokens, run ids, segment names. */
 void ct_random_hex(char *out, size_t nbytes);

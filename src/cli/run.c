@@ -3,10 +3,11 @@
  * report, restarts the group up to --max-restarts times, forwards SIGINT/SIGTERM.
  *
  *   ctrain run --standalone --nproc-per-node 4 ./train --epochs 3
- *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 -- ./train    # prints the store secret
- *   ctrain run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --rdzv-id <secret> -- ./train
- * (or CTRAIN_STORE_TOKEN=<same secret> on every node). Across machines without mpirun the
- * workers pick the gloo backend.
+ *   ctrain run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 -- ./train  # writes a secret file, prints its path
+ *   ctrain run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --rdzv-token-file <copy of it> -- ./train
+ * (or CTRAIN_STORE_TOKEN / CTRAIN_STORE_TOKEN_FILE on every node). The secret never goes on a
+ * command line, where every local user reads it. Across machines without mpirun the workers
+ * pick the gloo backend.
  */
 #include <errno.h>
 #include <limits.h>
@@ -63,11 +64,11 @@ int cli_resolve_device(const char *spec, int local_rank, const char *cmd, ct_dev
 typedef struct {
     int nproc, nnodes, node_rank, master_port, standalone, max_restarts, redirects, tee;
     double timeout, grace, preempt_grace;
-    const char *master_addr, *log_dir, *run_id;
+    const char *master_addr, *log_dir, *run_id, *token_file;
     char **argv; /* the worker's command */
     /* filled in */
     int port, attempt;
-    char token[40], runid[40];
+    char token[256], runid[40];
     char pid_file[PATH_MAX + 32]; /* empty: none */
 } run_opts;
 
@@ -89,10 +90,11 @@ static void usage(FILE *f) {
             "  --grace-period S         SIGTERM -> SIGKILL delay when stopping workers (default 5)\n"
             "  --preempt-grace S        after a preemption signal (CTRAIN_PREEMPT_SIGNALS, default SIGTERM and\n"
             "                           SIGUSR1): forward it and wait this long for the workers to save (default 30)\n"
-            "  --run-id ID, --rdzv-id ID  job id (TORCHELASTIC_RUN_ID; default random). With --nnodes > 1 and no\n"
-            "                           CTRAIN_STORE_TOKEN, an ID of 16+ characters is the store's secret: give\n"
-            "                           every node the same one (it is then never printed or used in names);\n"
-            "                           node 0 started with neither makes one up and prints it\n\n"
+            "  --run-id ID, --rdzv-id ID  job id (TORCHELASTIC_RUN_ID; default random); not a secret\n"
+            "  --rdzv-token-file PATH   with --nnodes > 1: the store's secret, read from PATH (a file of this user,\n"
+            "                           mode 0600, 16-255 bytes; or set CTRAIN_STORE_TOKEN_FILE or CTRAIN_STORE_TOKEN).\n"
+            "                           Every node needs the same one; node 0 started without one and without\n"
+            "                           --rdzv-id writes a new one to a 0600 file and prints that file's path\n\n"
             "Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR,\n"
             "MASTER_PORT, TORCHELASTIC_RESTART_COUNT, CTRAIN_RESTART_COUNT and OMP_NUM_THREADS (cores / workers\n"
             "when unset). Exit code: 0 when every worker succeeds, 1 after a failure, 75 when the workers saved\n"
@@ -142,7 +144,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (!strcmp(name, "--standalone")) { o->standalone = 1; continue; }
         static const char *with_value[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
                                            "--max-restarts", "--log-dir", "--redirects", "-r", "--tee", "-t", "--timeout",
-                                           "--grace-period", "--preempt-grace", "--run-id", "--rdzv-id", "--monitor-interval", NULL};
+                                           "--grace-period", "--preempt-grace", "--run-id", "--rdzv-id", "--monitor-interval",
+                                           "--rdzv-token-file", NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++) known |= !strcmp(name, with_value[k]);
         if (!known) return fail("unknown option '%s'", a);
@@ -179,6 +182,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(name, "--grace-period")) bad = parse_secs(val, &o->grace);
         else if (!strcmp(name, "--preempt-grace")) bad = parse_secs(val, &o->preempt_grace);
         else if (!strcmp(name, "--run-id") || !strcmp(name, "--rdzv-id")) o->run_id = val;
+        else if (!strcmp(name, "--rdzv-token-file")) o->token_file = val;
         if (bad) {
             fprintf(stderr, "ctrain run: bad value '%s' for %s (see ctrain run --help)\n", val, a);
             return 2;
@@ -272,30 +276,37 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "ctrain run: cannot find program '%s'\n", o.argv[0]);
         return 2;
     }
-    /* The store's token. One machine: made up here. Several: every node must know it
-     * without it travelling in the clear, so it comes from CTRAIN_STORE_TOKEN or from the
-     * --rdzv-id/--run-id every node is given; the run id that names segments and goes into
-     * the logs is then a random one, so the secret appears in neither. */
+    /* The store's token. One machine: made up here. Several: every node must know it, from a
+     * private file or the environment, never from the command line (/proc/PID/cmdline is
+     * world-readable); it never crosses the network either (challenge-response). */
     const char *tok = ct_config_str(CT_CFG_STORE_TOKEN);
-    int id_is_token = 0;
-    if (tok) snprintf(o.token, sizeof o.token, "%.39s", tok);
+    const char *tfile = o.token_file ? o.token_file : tok ? NULL : ct_config_str(CT_CFG_STORE_TOKEN_FILE);
+    char made_path[600] = "";
+    if (tfile) {
+        if (ct_store_secret_read_file(tfile, o.token, sizeof o.token) != CT_OK) {
+            fprintf(stderr, "ctrain run: %s\n", ct_last_error());
+            return 2;
+        }
+    } else if (tok) snprintf(o.token, sizeof o.token, "%.255s", tok);
     else if (o.nnodes == 1) ct_random_hex(o.token, 16);
-    else if (o.run_id && strlen(o.run_id) >= 16) {
-        snprintf(o.token, sizeof o.token, "%.39s", o.run_id);
-        id_is_token = 1;
-    } else if (o.node_rank == 0 && !o.run_id) {
-        /* node 0 makes the secret up; the user hands it to the other nodes */
-        ct_random_hex(o.token, 16);
-        id_is_token = 1;
-        fprintf(stderr, "ctrain run: this job's store secret is %s: start the other nodes with --rdzv-id %s "
-                        "(or CTRAIN_STORE_TOKEN=%s)\n", o.token, o.token, o.token);
+    else if (o.node_rank == 0 && !o.run_id) {
+        /* node 0 makes the secret up; the user copies the file to the other nodes */
+        if (ct_store_secret_publish(o.master_port, o.token, sizeof o.token, made_path, sizeof made_path) != CT_OK) {
+            fprintf(stderr, "ctrain run: %s\n", ct_last_error());
+            return 1;
+        }
+        fprintf(stderr, "ctrain run: this job's store secret is in %s (mode 0600): copy that file to the other nodes "
+                        "and start them with --rdzv-token-file FILE (or CTRAIN_STORE_TOKEN_FILE=FILE, or "
+                        "CTRAIN_STORE_TOKEN set to its content in their environment)\n", made_path);
     } else {
-        fprintf(stderr, "ctrain run: a multi-node job needs a shared secret for its store: set CTRAIN_STORE_TOKEN to the "
-                        "same value on every node, or give every node the same --rdzv-id of at least 16 characters "
-                        "(node 0 prints one when it is started with neither)\n");
+        fprintf(stderr, "ctrain run: a multi-node job needs a shared secret for its store: give every node the same "
+                        "one with --rdzv-token-file FILE (a 0600 file of 16+ bytes), CTRAIN_STORE_TOKEN_FILE or "
+                        "CTRAIN_STORE_TOKEN (node 0 writes one when started with none of them and no --rdzv-id)%s\n",
+                o.run_id && strlen(o.run_id) >= 16 ? "; --rdzv-id is the job's name, not a secret: any local user "
+                                                     "reads a command line" : "");
         return 2;
     }
-    if (o.run_id && !id_is_token) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
+    if (o.run_id) snprintf(o.runid, sizeof o.runid, "%.32s", o.run_id);
     else ct_random_hex(o.runid, 6);
 
     /* signals are blocked before the store thread starts so that only the supervisor sees them */
@@ -310,6 +321,7 @@ int cli_run(int argc, char **argv) {
         ct_status st = ct_store_server_listen(bind, o.standalone ? 0 : o.master_port, o.token, &srv);
         if (st) {
             ct_sup_restore_signals(&old);
+            if (made_path[0]) unlink(made_path);
             if (strstr(ct_last_error(), "in use"))
                 fprintf(stderr, "ctrain run: port %d is already in use (choose another --master-port, or --standalone)\n",
                         o.master_port);
@@ -326,11 +338,11 @@ int cli_run(int argc, char **argv) {
     if (o.nnodes > 1) /* one launcher per node, each with its own file: a log directory or /tmp may be shared */
         snprintf(node, sizeof node, "-node%d", o.node_rank);
     if (o.log_dir) snprintf(o.pid_file, sizeof o.pid_file, "%s/.ctrain-run%s.pid", o.log_dir, node);
-    else if ((o.run_id && !id_is_token) || !o.standalone) {
+    else if (o.run_id || !o.standalone) {
         int ok = ct_private_dir(pdir, sizeof pdir) == CT_OK;
-        for (const char *c = o.run_id; ok && c && !id_is_token && *c; c++)
+        for (const char *c = o.run_id; ok && c && *c; c++)
             ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c);
-        if (ok && o.run_id && !id_is_token)
+        if (ok && o.run_id)
             snprintf(o.pid_file, sizeof o.pid_file, "%s/run-id-%s%s.pid", pdir, o.runid, node);
         else if (ok) snprintf(o.pid_file, sizeof o.pid_file, "%s/run-port-%d%s.pid", pdir, o.port, node);
     }
@@ -366,6 +378,7 @@ int cli_run(int argc, char **argv) {
     }
     free(res);
     ct_store_server_stop(srv);
+    if (made_path[0]) unlink(made_path); /* the job is over: its secret is of no more use */
     ct_sup_restore_signals(&old);
     return exit_code;
 }

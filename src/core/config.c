@@ -29,9 +29,15 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_BIND] = {"CTRAIN_BIND", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
                      "pin each local rank to its own share of the CPUs (shm backend)"},
     [CT_CFG_STORE_TOKEN] = {"CTRAIN_STORE_TOKEN", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L | CT_CFG_SECRET,
-                            "secret the store asks of every client: ctrain run makes one up for a single machine; set it on every node "
-                            "of a multi-node job (or give them the same --rdzv-id); without it, ranks started from RANK/"
-                            "WORLD_SIZE share a random one through a 0600 file (see XDG_RUNTIME_DIR)"},
+                            "secret every client of the store proves it knows (challenge-response: it never crosses the "
+                            "network): ctrain run makes one up for a single machine; on a multi-node job set it, or "
+                            "CTRAIN_STORE_TOKEN_FILE, on every node (never on a command line, which every local user can "
+                            "read); without it, ranks started from RANK/WORLD_SIZE share a random one through a 0600 file "
+                            "(see XDG_RUNTIME_DIR)"},
+    [CT_CFG_STORE_TOKEN_FILE] = {"CTRAIN_STORE_TOKEN_FILE", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
+                                 "ctrain run: file holding the store secret (as --rdzv-token-file; CTRAIN_STORE_TOKEN "
+                                 "wins when both are set): a regular file of this user, mode 0600 or stricter, 16 to 255 "
+                                 "bytes, a trailing newline ignored"},
     [CT_CFG_STORE_HOSTED] = {"CTRAIN_STORE_HOSTED", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, L,
                              "1: the launcher hosts the store; 0: rank 0 does"},
     [CT_CFG_RUN_ID] = {"CTRAIN_RUN_ID", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, L,

@@ -364,6 +364,7 @@ static void world_finalize_store(ct_pg *pg) {
     char key[128];
     int64_t v = 0;
     snprintf(key, sizeof key, "%sfinalized", pg->prefix);
+    ct_store_set_timeout(pg->store, pg->broken ? 2 : pg->timeout); /* the store may be gone with a peer */
     if (ct_store_add(pg->store, key, 1, &v) == CT_OK && v == pg->size) {
         snprintf(key, sizeof key, "%sfinalized_all", pg->prefix);
         ct_store_set(pg->store, key, "1", 1);
@@ -371,7 +372,7 @@ static void world_finalize_store(ct_pg *pg) {
     if (pg->server) {
         void *val = NULL;
         snprintf(key, sizeof key, "%sfinalized_all", pg->prefix);
-        double t = pg->broken ? 2 : (pg->timeout < 60 ? pg->timeout : 60);
+        double t = pg->broken ? 2 : pg->timeout;
         if (ct_store_get(pg->store, key, t, &val, NULL) == CT_OK) free(val);
     }
 }

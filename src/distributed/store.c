@@ -11,6 +11,10 @@
 
 const char *ct_store_protocol(const ct_store *c) { return c ? c->ops->protocol(c) : NULL; }
 
+void ct_store_set_timeout(ct_store *c, double timeout_s) {
+    if (c) c->timeout = timeout_s >= 0.01 ? timeout_s : 0.01; /* NaN too: a reply is never awaited forever by mistake */
+}
+
 void ct_store_free(ct_store *c) {
     if (c) c->ops->close(c);
 }

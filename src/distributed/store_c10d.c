@@ -193,7 +193,7 @@ static ct_status c10d_get(ct_store *cs, const char *key, double timeout_s, void 
         start(c, &b, Q_GET);
         put_key(&b, key);
         st = send_q(c, &b);
-        if (!st) st = recv_vec(c, val, len, 60);
+        if (!st) st = recv_vec(c, val, len, c->base.timeout);
     }
     pthread_mutex_unlock(&c->mu);
     return st;
@@ -207,7 +207,7 @@ static ct_status call_i64(c10d_t *c, int q, const char *key, const int64_t *arg,
     if (arg) put(&b, arg, 8);
     pthread_mutex_lock(&c->mu);
     ct_status st = send_q(c, &b);
-    if (!st) st = recv_i64(c, out, 60);
+    if (!st) st = recv_i64(c, out, c->base.timeout);
     pthread_mutex_unlock(&c->mu);
     return st;
 }
@@ -239,7 +239,7 @@ static ct_status c10d_check(ct_store *cs, const char *key, bool *exists) {
     uint8_t r8 = 0;
     pthread_mutex_lock(&c->mu);
     ct_status st = send_q(c, &b);
-    if (!st) st = recv_exact(c, &r8, 1, 60);
+    if (!st) st = recv_exact(c, &r8, 1, c->base.timeout);
     pthread_mutex_unlock(&c->mu);
     if (!st && r8 > 1) st = ct_error(CT_ERR_FORMAT, "c10d store: unexpected reply %u to CHECK", r8);
     if (!st && exists) *exists = r8 == 0;
@@ -260,7 +260,7 @@ static ct_status c10d_compare_set(ct_store *cs, const char *key, const void *exp
     size_t n = 0;
     pthread_mutex_lock(&c->mu);
     ct_status st = send_q(c, &b);
-    if (!st) st = recv_vec(c, &v, &n, 60);
+    if (!st) st = recv_vec(c, &v, &n, c->base.timeout);
     pthread_mutex_unlock(&c->mu);
     if (st) return st;
     if (cur) {
@@ -300,6 +300,7 @@ ct_status ct_store_connect_c10d(const char *addr, int port, double timeout_s, ct
     c10d_t *c = calloc(1, sizeof *c);
     if (!c) return ct_error(CT_ERR_NOMEM, "c10d store client");
     c->base.ops = &c10d_ops;
+    c->base.timeout = timeout_s >= CT_STORE_MIN_REPLY_S ? timeout_s : CT_STORE_MIN_REPLY_S; /* each reply's limit, as ctrain's client */
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->port = port;
     double deadline = ct_time_now() + timeout_s;

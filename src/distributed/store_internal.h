@@ -29,14 +29,34 @@ uint32_t ct_srd_u32(ct_srd *r);
 int64_t ct_srd_i64(ct_srd *r);
 const uint8_t *ct_srd_str(ct_srd *r, size_t *len, size_t max);
 
+/* ------------------------------------------------------------------ hashing (hmac_sha256.c) */
+#define CT_SHA256_LEN 32
+void ct_sha256(const void *data, size_t n, uint8_t out[CT_SHA256_LEN]);
+/* HMAC-SHA256(key, msg1 || msg2) */
+void ct_hmac_sha256(const void *key, size_t klen, const void *msg1, size_t n1, const void *msg2, size_t n2,
+                    uint8_t out[CT_SHA256_LEN]);
+/* 1 when a and b hold the same n bytes; the time taken does not depend on where they differ */
+int ct_mem_equal_ct(const void *a, const void *b, size_t n);
+/* n bytes from the kernel's random source: 0, or -1 when there is none (never a weaker stand-in) */
+int ct_random_bytes(void *out, size_t n);
+
 /* ------------------------------------------------------------------ ctrain's wire format */
 /* Frame (both directions): u32 length of the rest (little endian), then the body.
  * Request body: u8 command, then fields; strings are u32 length + bytes.
- * Response body: u8 status (ct_status), then fields. */
+ * Response body: u8 status (ct_status), then fields.
+ *
+ * Authentication, so that the secret never crosses the wire and a recorded exchange is
+ * worth nothing later: on accept the server sends a challenge, a response frame of status
+ * CT_OK and CT_STORE_NONCE_LEN fresh random bytes; the client's first request is HELLO with
+ * one string field, ct_store_auth_mac(token, nonce); the server compares it in constant time
+ * and answers CT_OK, or CT_ERR_PEER and closes. */
 enum {
     CT_STORE_CMD_HELLO = 1, CT_STORE_CMD_SET, CT_STORE_CMD_GET, CT_STORE_CMD_ADD, CT_STORE_CMD_CAS,
     CT_STORE_CMD_DEL, CT_STORE_CMD_NKEYS, CT_STORE_CMD_CHECK
 };
+#define CT_STORE_NONCE_LEN 32
+#define CT_STORE_AUTH_CONTEXT "ctrain-store-auth-v1" /* binds the MAC to this use of the secret */
+void ct_store_auth_mac(const char *token, const uint8_t nonce[CT_STORE_NONCE_LEN], uint8_t mac[CT_SHA256_LEN]);
 #define CT_STORE_MAX_FRAME (CT_STORE_MAX_VALUE * 2u + 2 * CT_STORE_MAX_KEY + 64u)
 
 /* ------------------------------------------------------------------ clients (store.c) */
@@ -59,6 +79,13 @@ typedef struct ct_store_ops {
 
 struct ct_store {
     const ct_store_ops *ops;
+    double timeout; /* how long a reply may take (a GET's: its own wait + CT_STORE_REPLY_SLACK_S) */
 };
+/* A GET's reply comes at the latest when the server gives up waiting for the key; this is
+ * for the trip back. A client that waited this long past it has a silent (frozen) store. */
+#define CT_STORE_REPLY_SLACK_S 1.0
+/* The least reply timeout a connect sets: a rank that connects late in its rendezvous passes
+ * what is left of it, and a busy store host must still have time to answer the job's calls. */
+#define CT_STORE_MIN_REPLY_S 5.0
 
 #endif

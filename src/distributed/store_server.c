@@ -1,7 +1,9 @@
 /* The store's server: one thread with a poll() loop over the listening socket and every
  * connection, holding the key table. The wire format is in store_internal.h.
  *
- * The first request of a connection must be HELLO with the server's token; anything else,
+ * Each connection starts with the server's challenge (a fresh nonce) and its first request
+ * must be HELLO with HMAC-SHA256(token, nonce || context) (store_internal.h): the token never
+ * crosses the wire, and a HELLO recorded on one connection fails on any other. Anything else,
  * a frame over the limit or a malformed body closes that connection only.
  *
  * Before HELLO a connection costs the server a descriptor and a slot but proves nothing, so
@@ -41,6 +43,7 @@ typedef struct {
     int authed;
     uint32_t peer;   /* IPv4 address, network order */
     double t_conn;   /* accept time: unauthenticated connections expire AUTH_DEADLINE_S after it */
+    uint8_t mac[CT_SHA256_LEN]; /* the HELLO that answers this connection's challenge */
     ct_sbuf in;
     char *wait_key; /* pending GET */
     double wait_deadline;
@@ -144,9 +147,10 @@ static int handle(ct_store_server *s, client_t *c, const uint8_t *body, size_t n
     size_t klen = 0, vlen = 0, elen = 0;
     if (!c->authed) {
         if (cmd != CT_STORE_CMD_HELLO) return -1;
-        const uint8_t *tok = ct_srd_str(&r, &klen, 255);
-        if (r.bad || klen != strlen(s->token) || memcmp(tok, s->token, klen)) {
-            CT_LOG_INFO("store", "rejected a client with a wrong token");
+        const uint8_t *mac = ct_srd_str(&r, &klen, 255);
+        /* constant time: how much of a guess matched must not show in the reply's timing */
+        if (r.bad || klen != CT_SHA256_LEN || !ct_mem_equal_ct(mac, c->mac, CT_SHA256_LEN)) {
+            CT_LOG_INFO("store", "rejected a client that did not answer its challenge (wrong token, or a replay)");
             reply(c, CT_ERR_PEER, NULL);
             return -1;
         }
@@ -292,6 +296,21 @@ static int evict_oldest_unauth(ct_store_server *s, const uint32_t *peer) {
     return 1;
 }
 
+/* Sends a new connection its nonce and keeps the MAC that answers it; -1 to drop it. */
+static int challenge(const ct_store_server *s, client_t *c) {
+    uint8_t nonce[CT_STORE_NONCE_LEN];
+    if (ct_random_bytes(nonce, sizeof nonce)) {
+        /* a guessable nonce would make recorded HELLOs replayable: serve nobody instead */
+        CT_LOG_WARN_("store", "no random source for a challenge (getrandom, /dev/urandom): connection refused");
+        return -1;
+    }
+    ct_store_auth_mac(s->token, nonce, c->mac);
+    ct_sbuf b = {0};
+    int r = ct_sbuf_put(&b, nonce, sizeof nonce) ? -1 : reply(c, CT_OK, &b);
+    free(b.p);
+    return r;
+}
+
 /* Accepts what the backlog holds (bounded per round so that clients are served too).
  * Returns the time until which the listening socket must not be polled (0: no pause). */
 static double accept_clients(ct_store_server *s, double now) {
@@ -326,7 +345,9 @@ static double accept_clients(ct_store_server *s, double now) {
         client_t *q = realloc(s->cl, (s->ncl + 1) * sizeof *q);
         if (!q) { close(fd); continue; }
         s->cl = q;
-        s->cl[s->ncl++] = (client_t){.fd = fd, .peer = peer, .t_conn = now};
+        s->cl[s->ncl] = (client_t){.fd = fd, .peer = peer, .t_conn = now};
+        if (challenge(s, &s->cl[s->ncl])) { close(fd); continue; }
+        s->ncl++;
     }
     return 0;
 }

@@ -10,6 +10,7 @@
  * under a temporary name and renamed, so a reader sees the old token or the new one. */
 #include "distributed/dist_internal.h"
 #include "ctrain/config.h"
+#include "ctrain/launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,10 +45,14 @@ ct_status ct_token_file_path(int port, char *path, size_t n) {
     return CT_OK;
 }
 
-ct_status ct_token_file_publish(int port, char *token, size_t n, char *path, size_t pn) {
+/* A new random token in <private dir>/<prefix><port><suffix>, written under a temporary
+ * name and renamed (a reader sees the old token or the new one). */
+static ct_status publish(const char *prefix, int port, const char *suffix, char *token, size_t n, char *path, size_t pn) {
     if (n < 33) return ct_error(CT_ERR_INVALID, "token buffer too small");
-    ct_status st = ct_token_file_path(port, path, pn);
+    char dir[512];
+    ct_status st = ct_private_dir(dir, sizeof dir);
     if (st) return st;
+    snprintf(path, pn, "%s/%s%d%s", dir, prefix, port, suffix);
     ct_random_hex(token, 16);
     char tmp[600], hex[16];
     ct_random_hex(hex, 4);
@@ -62,6 +67,43 @@ ct_status ct_token_file_publish(int port, char *token, size_t n, char *path, siz
         unlink(tmp);
         return ct_error(CT_ERR_IO, "cannot write the store token %s: %s", path, strerror(e));
     }
+    return CT_OK;
+}
+
+ct_status ct_token_file_publish(int port, char *token, size_t n, char *path, size_t pn) {
+    return publish("store-", port, ".token", token, n, path, pn);
+}
+
+ct_status ct_store_secret_publish(int port, char *token, size_t n, char *path, size_t pn) {
+    return publish("rdzv-", port, ".secret", token, n, path, pn);
+}
+
+ct_status ct_store_secret_read_file(const char *path, char *token, size_t n) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block us */
+    if (fd < 0)
+        return ct_error(CT_ERR_INVALID, "cannot read the store secret file %s: %s%s", path, strerror(errno),
+                        errno == ELOOP ? " (a symbolic link: give the file itself)" : "");
+    struct stat sb;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || sb.st_uid != getuid() || (sb.st_mode & 077)) {
+        close(fd);
+        if (!S_ISREG(sb.st_mode)) return ct_error(CT_ERR_INVALID, "store secret file %s is not a regular file", path);
+        return ct_error(CT_ERR_INVALID,
+                        "store secret file %s is readable by others or not this user's (owner %u, mode %03o): "
+                        "chown it and chmod 600 it",
+                        path, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777));
+    }
+    char buf[300];
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r < 0) return ct_error(CT_ERR_IO, "cannot read the store secret file %s: %s", path, strerror(errno));
+    size_t len = (size_t)r;
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) len--;
+    if (len < 16 || len > 255 || memchr(buf, '\n', len) || memchr(buf, 0, len) || len + 1 > n)
+        return ct_error(CT_ERR_INVALID, "store secret file %s must hold one line of 16 to 255 bytes (it has %zu%s)",
+                        path, len, len > 255 ? " or more" : "");
+    memcpy(token, buf, len);
+    token[len] = 0;
+    memset(buf, 0, sizeof buf);
     return CT_OK;
 }
 

@@ -3,8 +3,8 @@
 # (10.78.0.1 and 10.78.0.2), one launcher in each, 2 workers per node, no mpirun, so the gloo
 # backend. Checks: the CNN trained for 200 steps (3 under ASan) ends with the same weights
 # (1e-5 relative) as a one-host 4-rank run on the shm backend, twice with identical bits, with
-# the gradient traffic really on the veth; node 0 makes the store secret up and node 1 joins
-# with it, a node with another secret is refused; the rail all-reduce's sums are exact; when node 1's workers are killed, node 0
+# the gradient traffic really on the veth; node 0 makes the store secret up (a 0600 file) and
+# node 1 joins with that file, a node with another secret is refused; the rail all-reduce's sums are exact; when node 1's workers are killed, node 0
 # fails within CTRAIN_TIMEOUT + 5 s naming the lost rank and its host.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -27,23 +27,24 @@ node() {
     ip netns exec "$([ "$k" = 0 ] && echo $A || echo $Bn)" timeout 80 $B run --nnodes 2 --nproc-per-node 2 \
         --node-rank "$k" --master-addr 10.78.0.1 --master-port 29478 "$@" >"$log" 2>&1 &
 }
-# node 0's secret, from its stderr
+# the file holding node 0's secret, named on its stderr
 secret() {
     for _ in $(seq 200); do
-        s=$(sed -n 's/.*store secret is \([0-9a-f]*\):.*/\1/p' "$1" 2>/dev/null)
+        s=$(sed -n 's/.*store secret is in \([^ ]*\) (mode 0600).*/\1/p' "$1" 2>/dev/null)
         [ -n "$s" ] && { echo "$s"; return 0; }
         sleep 0.05
     done
     return 1
 }
 
+printf '0123456789abcdef-right\n' >"$tmp/s"; printf '0123456789abcdef-wrong\n' >"$tmp/w"; chmod 600 "$tmp/s" "$tmp/w"
 $B run --nproc-per-node 4 --standalone $B "${cnn[@]}" --output-dir "$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     die "one-host run: $(tail -5 "$tmp/ref.log")"
 for rep in 1 2; do
     tx0=$(tx_bytes)
     node 0 "$tmp/n0.$rep" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p0=$!
-    tok=$(secret "$tmp/n0.$rep") || die "node 0 printed no store secret: $(cat "$tmp/n0.$rep")"
-    node 1 "$tmp/n1.$rep" --rdzv-id "$tok" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p1=$!
+    tok=$(secret "$tmp/n0.$rep") || die "node 0 printed no store secret file: $(cat "$tmp/n0.$rep")"
+    node 1 "$tmp/n1.$rep" --rdzv-token-file "$tok" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p1=$!
     wait $p1 || die "node 1 (run $rep): $(tail -8 "$tmp/n1.$rep")"
     wait $p0 || die "node 0 (run $rep): $(tail -8 "$tmp/n0.$rep")"
     moved=$(( $(tx_bytes) - tx0 ))
@@ -60,8 +61,8 @@ rel=$(python3 tests/tools/weights_close.py "$tmp/ref/model.safetensors" "$tmp/mn
 for op in sum avg; do
     export CTRAIN_HIER_ALLREDUCE=rail CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=pg
     ar=(bench allreduce --backend hier -c -b 4 -e 1M -f 7 -n 2 -w 1 --op $op)
-    node 0 "$tmp/r0$op" --rdzv-id 0123456789abcdef-rail $B "${ar[@]}"; p0=$!
-    node 1 "$tmp/r1$op" --rdzv-id 0123456789abcdef-rail $B "${ar[@]}"; p1=$!
+    node 0 "$tmp/r0$op" --rdzv-token-file "$tmp/s" $B "${ar[@]}"; p0=$!
+    node 1 "$tmp/r1$op" --rdzv-token-file "$tmp/s" $B "${ar[@]}"; p1=$!
     unset CTRAIN_HIER_ALLREDUCE CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
     wait $p1 || die "rail all-reduce $op, node 1: $(tail -8 "$tmp/r1$op")"
     wait $p0 || die "rail all-reduce $op, node 0: $(tail -8 "$tmp/r0$op")"
@@ -75,8 +76,8 @@ done
 # node 1's workers die: node 0 stops within CTRAIN_TIMEOUT + 5 s and says which rank on which host
 export CTRAIN_TIMEOUT=5
 long=(train cnn --steps 100000 --batch-size 8 --threads 1 --eval-max 16 --log-every 1)
-node 0 "$tmp/k0" --rdzv-id 0123456789abcdef-kill $B "${long[@]}" --output-dir "$tmp/k"; p0=$!
-node 1 "$tmp/k1" --rdzv-id 0123456789abcdef-kill $B "${long[@]}" --output-dir "$tmp/k"; p1=$!
+node 0 "$tmp/k0" --rdzv-token-file "$tmp/s" $B "${long[@]}" --output-dir "$tmp/k"; p0=$!
+node 1 "$tmp/k1" --rdzv-token-file "$tmp/s" $B "${long[@]}" --output-dir "$tmp/k"; p1=$!
 for _ in $(seq 600); do grep -q "^step " "$tmp/k0" 2>/dev/null && break; sleep 0.1; done
 grep -q "^step " "$tmp/k0" 2>/dev/null ||
     die "the job did not start: $(ls -l "$tmp"; tail -5 "$tmp/k0" "$tmp/k1"; ps -o pid,args -p "$(ip netns pids $A | tr '\n' ,)0")"
@@ -93,8 +94,8 @@ lost=$(grep -Eo "lost rank [23]( or [23])? of 4 on [^(]*10\.78\.0\.2" "$tmp/k0" 
 wait $p1
 
 # a node with another secret is turned away at the store
-node 0 "$tmp/w0" --rdzv-id 0123456789abcdef-right $B "${cnn[@]}" --output-dir "$tmp/w"; p0=$!
-node 1 "$tmp/w1" --rdzv-id 0123456789abcdef-wrong $B "${cnn[@]}" --output-dir "$tmp/w"; p1=$!
+node 0 "$tmp/w0" --rdzv-token-file "$tmp/s" $B "${cnn[@]}" --output-dir "$tmp/w"; p0=$!
+node 1 "$tmp/w1" --rdzv-token-file "$tmp/w" $B "${cnn[@]}" --output-dir "$tmp/w"; p1=$!
 wait $p1 && die "node 1 with the wrong secret ran"
 grep -qi "token" "$tmp/w1" || die "wrong secret: $(tail -5 "$tmp/w1")"
 kill $p0 2>/dev/null; wait $p0 2>/dev/null

@@ -43,7 +43,10 @@ ss -ltn | grep -q "127.0.0.1:$port " || die "store not listening on 127.0.0.1:$p
 for frames in "$set_frame" "$hello_empty$set_frame" "$hello_guess$set_frame" "$hello_empty$get_frame"; do
     touch "$tmp/reply"; chmod 666 "$tmp/reply"
     r=$(TMPF=$tmp/reply as_stranger bash "$tmp/poke.sh" $port "$frames") || die "stranger could not connect"
-    # allowed: nothing, or one 1-byte reply with a non-zero status (the rejection), then EOF
+    # first the challenge (33 bytes: status 0 and a 32-byte nonce), which every connection gets
+    [[ $r =~ ^2100000000[0-9a-f]{64} ]] || die "no challenge first: $r"
+    r=${r:74}
+    # then allowed: nothing, or one 1-byte reply with a non-zero status (the rejection), then EOF
     case "$r" in
     "" | 01000000[0-9a-f][0-9a-f]) [ "$r" = 0100000000 ] && die "stranger's HELLO accepted: $r" ;;
     *) die "stranger got a reply beyond the rejection: $r" ;;
@@ -67,13 +70,14 @@ out=$($B run --nnodes 2 --node-rank 0 --master-port $port $B worker init 2>&1); 
 [ $rc = 2 ] && echo "$out" | grep -q "needs --master-addr" || die "multi-node without an address: rc $rc: $out"
 out=$($B run --nnodes 2 --node-rank 0 --rdzv-id short --master-addr 127.0.0.1 --master-port $port $B worker init 2>&1)
 echo "$out" | grep -q "needs a shared secret" || die "a short --rdzv-id accepted: $out"
-CTRAIN_DEBUG=INFO $B run --nnodes 2 --node-rank 0 --rdzv-id 0123456789abcdef-job --master-addr 127.0.0.2 \
+printf '0123456789abcdef-job\n' >"$tmp/secret"; chmod 600 "$tmp/secret"
+CTRAIN_DEBUG=INFO $B run --nnodes 2 --node-rank 0 --rdzv-token-file "$tmp/secret" --master-addr 127.0.0.2 \
     --master-port $port $B worker sleep 2 >"$tmp/l" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do ss -ltn | grep -q ":$port " && break; sleep 0.05; done
 ss -ltn | grep ":$port " | grep -q "127.0.0.2:$port" || die "multi-node store bind: $(ss -ltn | grep ":$port ")"
 wait "${pids[1]}"
-grep -q "0123456789abcdef-job" "$tmp/l" && die "the secret run id is in the log: $(cat "$tmp/l")"
+grep -q "0123456789abcdef-job" "$tmp/l" && die "the secret is in the log: $(cat "$tmp/l")"
 # the token is never printed
 out=$(CTRAIN_STORE_TOKEN=sup3rsecret-tok $B env --vars 2>&1)
 echo "$out" | grep -q sup3rsecret && die "ctrain env --vars printed the token"

@@ -1,6 +1,7 @@
 /* TCP store: operations, waits, token check, and robustness against garbage. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <dirent.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 
 #include "ct_test.h"
 #include "ctrain/dist.h"
+#include "distributed/store_internal.h" /* the challenge's MAC, for a client by hand */
 
 static ct_store_server *srv;
 static ct_store *cli;
@@ -291,6 +293,135 @@ CT_TEST(store_get_odd_timeouts) {
     teardown();
 }
 
+/* Reads the challenge the server sends every new connection (u32 length, status, nonce):
+ * 1 when it came; the nonce goes to `nonce` when not NULL. */
+static int read_challenge(int fd, uint8_t *nonce) {
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    uint8_t b[37];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t r = read(fd, b + got, sizeof b - got);
+        if (r <= 0) return 0;
+        got += (size_t)r;
+    }
+    uint32_t len;
+    memcpy(&len, b, 4);
+    if (len != 33 || b[4] != CT_OK) return 0;
+    if (nonce) memcpy(nonce, b + 5, 32);
+    return 1;
+}
+
+/* A man in the middle that forwards one connection both ways and keeps what the client sent. */
+typedef struct { int lfd, port, to; uint8_t rec[4096]; size_t nrec; } tap_t;
+static void *tap_main(void *p) {
+    tap_t *t = p;
+    int a = accept(t->lfd, NULL, NULL), b = raw_connect(t->to);
+    struct pollfd pf[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    uint8_t buf[4096];
+    while (a >= 0 && b >= 0 && poll(pf, 2, 5000) > 0) {
+        int from = pf[0].revents ? 0 : 1;
+        ssize_t r = read(pf[from].fd, buf, sizeof buf);
+        if (r <= 0 || write(pf[1 - from].fd, buf, (size_t)r) != r) break;
+        if (from == 0 && t->nrec + (size_t)r <= sizeof t->rec) memcpy(t->rec + t->nrec, buf, (size_t)r), t->nrec += (size_t)r;
+    }
+    if (a >= 0) close(a);
+    if (b >= 0) close(b);
+    return NULL;
+}
+
+/* The red team's sniffer read the token in the HELLO and spoke to the store as a member. Now
+ * the token is not in what the client sends, and the recorded bytes replayed on a new
+ * connection (another nonce) are refused before the SET behind them is done. */
+CT_TEST(store_hello_is_not_replayable) {
+    const char *tok = "sn1ff-me-if-you-can-0123456789";
+    CT_EXPECT_OK(ct_store_server_start(NULL, 0, tok, &srv));
+    int port = ct_store_server_port(srv);
+    tap_t *t = calloc(1, sizeof *t);
+    t->to = port;
+    t->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t sl = sizeof sa;
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    CT_ASSERT(!bind(t->lfd, (struct sockaddr *)&sa, sizeof sa) && !listen(t->lfd, 1));
+    getsockname(t->lfd, (struct sockaddr *)&sa, &sl);
+    pthread_t th;
+    pthread_create(&th, NULL, tap_main, t);
+    ct_store *c = NULL;
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", ntohs(sa.sin_port), tok, 5, &c));
+    CT_EXPECT_OK(ct_store_set(c, "ctrain/0/victim", "1", 1));
+    ct_store_free(c);
+    pthread_join(th, NULL);
+    close(t->lfd);
+    CT_ASSERT(t->nrec > 5);
+    CT_EXPECT(!memmem(t->rec, t->nrec, tok, strlen(tok))); /* the secret never crossed */
+    CT_EXPECT(!memmem(t->rec, t->nrec, tok, 8));
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", port, tok, 5, &cli));
+    bool ex = true;
+    CT_EXPECT_OK(ct_store_delete(cli, "ctrain/0/victim", &ex));
+    CT_EXPECT(ex);
+    /* the replay: HELLO (for the recorded nonce) and SET, sent after a new challenge */
+    int fd = raw_connect(port);
+    CT_ASSERT(fd >= 0);
+    CT_EXPECT(read_challenge(fd, NULL));
+    CT_EXPECT(write(fd, t->rec, t->nrec) == (ssize_t)t->nrec);
+    uint8_t r[5] = {0};
+    CT_EXPECT(read(fd, r, 5) == 5 && r[0] == 1 && r[4] != CT_OK); /* one rejection, then EOF */
+    CT_EXPECT(closed_by_server(fd));
+    close(fd);
+    CT_EXPECT_OK(ct_store_check(cli, "ctrain/0/victim", &ex));
+    CT_EXPECT(!ex);
+    /* the right answer to a challenge gets in: the test's replay was the only fault */
+    uint8_t nonce[32], mac[32];
+    fd = raw_connect(port);
+    CT_ASSERT(fd >= 0);
+    CT_EXPECT(read_challenge(fd, nonce));
+    ct_store_auth_mac(tok, nonce, mac);
+    uint8_t hello[41] = {37, 0, 0, 0, 1, 32, 0, 0, 0};
+    memcpy(hello + 9, mac, 32);
+    CT_EXPECT(write(fd, hello, sizeof hello) == (ssize_t)sizeof hello);
+    CT_EXPECT(read(fd, r, 5) == 5 && r[0] == 1 && r[4] == CT_OK);
+    close(fd);
+    free(t);
+    teardown();
+}
+
+/* A store that stops answering (its host SIGSTOPped): a call waits the client's timeout, not
+ * a fixed minute, and the calls after it fail at once; connecting waits the connect's timeout. */
+CT_TEST(store_frozen_server_times_out) {
+    setup();
+    int port = ct_store_server_port(srv);
+    ct_store_server_pause(srv); /* the thread is gone: connections are held, nothing answers */
+    ct_store_set_timeout(cli, 0.5);
+    int64_t v = 0;
+    double t0 = ct_time_now();
+    CT_EXPECT_EQ(ct_store_add(cli, "ctrain/0/finalized", 1, &v), CT_ERR_TIMEOUT);
+    double dt = ct_time_now() - t0;
+    CT_EXPECTF(dt >= 0.4 && dt < 1.5, "add on a frozen store returned after %.2f s", dt);
+    CT_EXPECT(strstr(ct_last_error(), "no reply within") != NULL);
+    t0 = ct_time_now();
+    CT_EXPECT(ct_store_set(cli, "k", "v", 1) != CT_OK);
+    void *val = NULL;
+    CT_EXPECT(ct_store_get(cli, "k", 10, &val, NULL) != CT_OK);
+    CT_EXPECTF(ct_time_now() - t0 < 0.2, "calls on a dropped connection took %.2f s", ct_time_now() - t0);
+    /* a GET waits its own timeout plus the reply slack */
+    ct_store *c2 = NULL;
+    CT_EXPECT_OK(ct_store_server_run(srv));
+    CT_EXPECT_OK(ct_store_connect("127.0.0.1", port, "secret", 5, &c2));
+    ct_store_server_pause(srv);
+    t0 = ct_time_now();
+    CT_EXPECT_EQ(ct_store_get(c2, "never", 0.5, &val, NULL), CT_ERR_TIMEOUT);
+    dt = ct_time_now() - t0;
+    CT_EXPECTF(dt >= 0.4 && dt < 2.5, "get(0.5 s) on a frozen store returned after %.2f s", dt);
+    ct_store_free(c2);
+    c2 = NULL;
+    t0 = ct_time_now();
+    CT_EXPECT_EQ(ct_store_connect("127.0.0.1", port, "secret", 1, &c2), CT_ERR_TIMEOUT);
+    dt = ct_time_now() - t0;
+    CT_EXPECTF(dt >= 0.9 && dt < 2.5, "connect(1 s) to a frozen store returned after %.2f s", dt);
+    teardown();
+}
+
 /* Is fd still open at the server's end? (a read that times out: yes; EOF/reset: no) */
 static int still_open(int fd, int ms) {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -309,6 +440,7 @@ CT_TEST(store_drops_idle_strangers) {
     double t0 = ct_time_now();
     for (int i = 0; i < N; i++) fds[i] = raw_connect(port);
     usleep(300 * 1000);
+    for (int i = 0; i < N; i++) if (fds[i] >= 0) read_challenge(fds[i], NULL); /* sent before any eviction */
     int open_now = 0;
     for (int i = 0; i < N; i++) open_now += fds[i] >= 0 && still_open(fds[i], 1);
     CT_EXPECTF(open_now <= 32, "%d of %d idle connections held by the store", open_now, N);

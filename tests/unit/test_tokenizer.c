@@ -111,4 +111,24 @@ CT_TEST(malformed_files_are_errors) {
     CT_EXPECT(ct_tokenizer_load("/nonexistent/tokenizer.json", &tok) == CT_ERR_IO && !tok);
 }
 
+/* GPT-2's vocab.json + merges.txt: the "#version" line skipped, <|endoftext|> special. */
+CT_TEST(gpt2_vocab_and_merges) {
+    char vocab[64], merges[64];
+    snprintf(vocab, sizeof vocab, "%s", ct_test_tmp_path("vocab.json"));
+    snprintf(merges, sizeof merges, "%s", ct_test_tmp_path("merges.txt"));
+    const char *v = "{\"a\": 0, \"b\": 1, \"ab\": 2, \"\u0120\": 3, \"\u0120ab\": 4, \"<|endoftext|>\": 5}";
+    const char *m = "#version: 0.2\na b\r\n\u0120 ab\n";
+    ct_test_write_file(vocab, v, strlen(v));
+    ct_test_write_file(merges, m, strlen(m));
+    ct_tokenizer *tok;
+    CT_ASSERT(ct_tokenizer_load_gpt2(vocab, merges, &tok) == CT_OK);
+    int32_t ids[8];
+    size_t n;
+    CT_EXPECT_OK(ct_tokenizer_encode(tok, "ab ab<|endoftext|>ba", 20, ids, 8, &n));
+    CT_EXPECT_EQ(n, 5);
+    CT_EXPECT(ids[0] == 2 && ids[1] == 4 && ids[2] == 5 && ids[3] == 1 && ids[4] == 0);
+    ct_tokenizer_free(tok);
+    remove(vocab), remove(merges);
+}
+
 CT_TEST_MAIN()

@@ -17,4 +17,5 @@
 #include "ctrain/train.h"
 #include "ctrain/config.h"
 #include "ctrain/launch.h"
+#include "ctrain/text.h"
 #endif

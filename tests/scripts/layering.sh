@@ -11,13 +11,13 @@ cd "$(dirname "$0")/../.."
 declare -A allow=(
     [core]="core" [ops]="core ops" [nn]="core ops nn" [models]="core ops nn io models"
     [optim]="core optim" [io]="core io" [data]="core data" [distributed]="core distributed cuda"
-    [ddp]="core distributed ddp" [train]="core ops nn models optim io data distributed ddp train"
-    [cli]="core ops nn models optim io data distributed ddp train cli"
-    [cuda]="core ops cuda")
+    [ddp]="core distributed ddp" [train]="core ops nn models optim io data distributed ddp text train"
+    [cli]="core ops nn models optim io data distributed ddp text train cli"
+    [cuda]="core ops cuda" [text]="core text")
 declare -A header=(
     [core.h]=core [tensor.h]=core [autograd.h]=core [config.h]=core [ops.h]=ops [nn.h]=nn [models.h]=models
     [optim.h]=optim [io.h]=io [metrics.h]=io [data.h]=data [loader.h]=data [dist.h]=distributed
-    [launch.h]=distributed [ddp.h]=ddp [train.h]=train [ctrain.h]=cli)
+    [launch.h]=distributed [ddp.h]=ddp [train.h]=train [text.h]=text [ctrain.h]=cli)
 # the interface core gives its kernels: the op table, tape recording, the arena, the RNG
 kernel_api="core/kernel.h core/rng.h"
 # the CUDA layer (src/cuda, built with CUDA only) under the NCCL backend

@@ -1,0 +1,134 @@
+/* Byte-level BPE against the `tokenizers` package: the fixtures (tests/torch/gen_tokenizer.py)
+ * hold two trained tokenizer.json files, a varied text and the package's ids for it. */
+#include <stdint.h>
+
+#include "ct_test.h"
+#include "ctrain/text.h"
+
+#define FIX "tests/fixtures/tokenizer/"
+
+/* Encodes the fixture text and compares with the package's ids; then decodes back. */
+static void check_against(const char *json, const char *ids_path) {
+    ct_tokenizer *tok;
+    CT_EXPECT_OK(ct_tokenizer_load(json, &tok));
+    if (!tok) return;
+    size_t tn, in;
+    char *text = (char *)ct_test_read_file(FIX "text.txt", &tn);
+    int32_t *want = (int32_t *)ct_test_read_file(ids_path, &in);
+    CT_ASSERT(text && want);
+    in /= sizeof(int32_t);
+    int32_t *ids;
+    size_t n;
+    CT_EXPECT_OK(ct_tokenizer_encode_alloc(tok, text, tn, &ids, &n));
+    size_t bad = 0, first = SIZE_MAX;
+    for (size_t i = 0; i < n && i < in; i++)
+        if (ids[i] != want[i]) { bad++; if (first == SIZE_MAX) first = i; }
+    CT_EXPECTF(n == in && bad == 0, "%s: %zu ids (want %zu), %zu differ, first at %zu", json, n, in, bad, first);
+    char *back = malloc(tn + 1);
+    size_t len;
+    CT_EXPECT_OK(ct_tokenizer_decode(tok, ids, n, back, tn + 1, &len));
+    CT_EXPECTF(len == tn && !memcmp(back, text, tn), "%s: decode(encode(text)) differs", json);
+    free(back), free(ids), free(text), free(want);
+    ct_tokenizer_free(tok);
+}
+
+CT_TEST(gpt2_pattern_matches_tokenizers) { check_against(FIX "gpt2.json", FIX "gpt2.ids"); }
+CT_TEST(llama3_pattern_matches_tokenizers) { check_against(FIX "llama3.json", FIX "llama3.ids"); }
+
+/* Any bytes, valid UTF-8 or not, come back from decode(encode(x)). */
+CT_TEST(arbitrary_bytes_round_trip) {
+    ct_tokenizer *tok;
+    CT_ASSERT(ct_tokenizer_load(FIX "gpt2.json", &tok) == CT_OK);
+    unsigned char buf[4096];
+    uint32_t s = 12345;
+    for (int round = 0; round < 50; round++) {
+        size_t len = (size_t)round * 80;
+        for (size_t i = 0; i < len; i++) s = s * 1103515245u + 12345u, buf[i] = (unsigned char)(s >> 16);
+        int32_t *ids;
+        size_t n, back_len;
+        CT_EXPECT_OK(ct_tokenizer_encode_alloc(tok, (const char *)buf, len, &ids, &n));
+        char back[4096];
+        CT_EXPECT_OK(ct_tokenizer_decode(tok, ids, n, back, sizeof back, &back_len));
+        CT_EXPECTF(back_len == len && !memcmp(back, buf, len), "round %d: %zu bytes back of %zu", round, back_len, len);
+        free(ids);
+    }
+    ct_tokenizer_free(tok);
+}
+
+CT_TEST(specials_and_small_buffers) {
+    ct_tokenizer *tok;
+    CT_ASSERT(ct_tokenizer_load(FIX "llama3.json", &tok) == CT_OK);
+    int32_t bot = ct_tokenizer_token_id(tok, "<|begin_of_text|>");
+    CT_EXPECT(bot >= 0);
+    CT_EXPECT_EQ(ct_tokenizer_bos(tok), bot);
+    CT_EXPECT_EQ(ct_tokenizer_eos(tok), -1);
+    CT_EXPECT(ct_tokenizer_vocab_size(tok) >= 3000);
+    int32_t ids[2];
+    size_t n;
+    CT_EXPECT_OK(ct_tokenizer_encode(tok, "x<|begin_of_text|>yz hello world", 32, ids, 2, &n));
+    CT_EXPECT(n > 2);
+    CT_EXPECT_EQ(ids[1], bot);
+    int32_t bad = ct_tokenizer_vocab_size(tok);
+    char out[8];
+    size_t len;
+    CT_EXPECT(ct_tokenizer_decode(tok, &bad, 1, out, sizeof out, &len) == CT_ERR_INVALID);
+    ct_tokenizer_free(tok);
+}
+
+static ct_status load_text(const char *json) {
+    const char *p = ct_test_tmp_path("tok.json");
+    FILE *f = fopen(p, "w");
+    fputs(json, f);
+    fclose(f);
+    ct_tokenizer *tok = NULL;
+    ct_status st = ct_tokenizer_load(p, &tok);
+    ct_tokenizer_free(tok);
+    remove(p);
+    return st;
+}
+
+CT_TEST(malformed_files_are_errors) {
+    const char *pre = "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}";
+    char buf[512];
+    CT_EXPECT(load_text("[1, 2]") == CT_ERR_FORMAT);
+    CT_EXPECT(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}") == CT_ERR_FORMAT);
+    CT_EXPECT(load_text("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}") == CT_ERR_UNSUPPORTED);
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": 2000000000}, \"merges\": []}, %s}", pre);
+    CT_EXPECT(load_text(buf) == CT_ERR_FORMAT);
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": -1}, \"merges\": []}, %s}", pre);
+    CT_EXPECT(load_text(buf) == CT_ERR_FORMAT);
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}, %s}", pre);
+    CT_EXPECT(load_text(buf) == CT_ERR_FORMAT);
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}, %s}", pre);
+    CT_EXPECT(load_text(buf) == CT_ERR_FORMAT);
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"]]}, %s}", pre);
+    CT_EXPECT_OK(load_text(buf));
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": {\"x\": 1}, %s}", pre);
+    CT_EXPECT(load_text(buf) != CT_OK);
+    CT_EXPECT(load_text("{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Whitespace\"}}") ==
+              CT_ERR_UNSUPPORTED);
+    ct_tokenizer *tok = NULL;
+    CT_EXPECT(ct_tokenizer_load("/nonexistent/tokenizer.json", &tok) == CT_ERR_IO && !tok);
+}
+
+/* GPT-2's vocab.json + merges.txt: the "#version" line skipped, <|endoftext|> special. */
+CT_TEST(gpt2_vocab_and_merges) {
+    char vocab[64], merges[64];
+    snprintf(vocab, sizeof vocab, "%s", ct_test_tmp_path("vocab.json"));
+    snprintf(merges, sizeof merges, "%s", ct_test_tmp_path("merges.txt"));
+    const char *v = "{\"a\": 0, \"b\": 1, \"ab\": 2, \"\u0120\": 3, \"\u0120ab\": 4, \"<|endoftext|>\": 5}";
+    const char *m = "#version: 0.2\na b\r\n\u0120 ab\n";
+    ct_test_write_file(vocab, v, strlen(v));
+    ct_test_write_file(merges, m, strlen(m));
+    ct_tokenizer *tok;
+    CT_ASSERT(ct_tokenizer_load_gpt2(vocab, merges, &tok) == CT_OK);
+    int32_t ids[8];
+    size_t n;
+    CT_EXPECT_OK(ct_tokenizer_encode(tok, "ab ab<|endoftext|>ba", 20, ids, 8, &n));
+    CT_EXPECT_EQ(n, 5);
+    CT_EXPECT(ids[0] == 2 && ids[1] == 4 && ids[2] == 5 && ids[3] == 1 && ids[4] == 0);
+    ct_tokenizer_free(tok);
+    remove(vocab), remove(merges);
+}
+
+CT_TEST_MAIN()

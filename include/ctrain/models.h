@@ -34,6 +34,12 @@
  *    Input [B, T] i32/i64 tokens (T <= block_size) → logits [B, T, vocab].
  *    Dropout (p = dropout) on embeddings, after each c_proj; attention-probability
  *    dropout (nanoGPT's attn_dropout) is not applied.
+ *  - Llama: Hugging Face's LlamaForCausalLM: "model.embed_tokens.weight",
+ *    "model.layers.N.input_layernorm.weight", "model.layers.N.self_attn.{q,k,v,o}_proj.weight",
+ *    "model.layers.N.post_attention_layernorm.weight", "model.layers.N.mlp.{gate,up,down}_proj.weight",
+ *    "model.norm.weight", "lm_head.weight" (tied to embed_tokens when tie_word_embeddings).
+ *    Init N(0, 0.02), RMSNorm weights 1. Input [B, T] tokens → logits [B, T, vocab]; the
+ *    loss takes [B, T] next-token targets with -100 ignored (Hugging Face's).
  */
 #ifndef CTRAIN_MODELS_H
 #define CTRAIN_MODELS_H
@@ -47,7 +53,7 @@ extern "C" {
 /* The built-in kinds, in the order of the table in src/models/model_internal.h. A kind
  * added to that table without a name here is reached by its name (ct_model_kind_parse) and
  * keeps its config in ct_model_config.custom (docs/adding-a-model.md). */
-typedef enum { CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT } ct_model_kind;
+typedef enum { CT_MODEL_MLP = 0, CT_MODEL_CNN, CT_MODEL_GPT, CT_MODEL_LLAMA } ct_model_kind;
 
 #define CT_MLP_MAX_HIDDEN 16
 
@@ -81,6 +87,22 @@ typedef struct ct_model_config {
         bool flash_attention;            /* fused attention, O(T) memory (ct_flash_attention; the default); false: plain */
         bool checkpoint_activations;     /* recompute each block in backward instead of keeping its activations */
     } gpt;
+    /* Llama (Hugging Face's LlamaConfig names): RMSNorm, rotary positions, grouped-query
+     * attention, SwiGLU MLP, no biases */
+    struct {
+        int vocab_size;                  /* 32000 */
+        int hidden_size;                 /* 4096 */
+        int intermediate_size;           /* 11008 */
+        int num_hidden_layers;           /* 32 */
+        int num_attention_heads;         /* 32 (dividing hidden_size) */
+        int num_key_value_heads;         /* 32 (dividing num_attention_heads; fewer: grouped-query) */
+        int max_position_embeddings;     /* context length: 2048 */
+        float rms_norm_eps;              /* 1e-6 */
+        float rope_theta;                /* 10000 */
+        bool tie_word_embeddings;        /* lm_head is embed_tokens (false: its own weight) */
+        bool flash_attention;            /* fused attention (the default); false: plain */
+        bool checkpoint_activations;     /* recompute each layer in backward */
+    } llama;
     /* the config of a kind whose struct is not above: its own file's, stored here */
     _Alignas(8) unsigned char custom[256];
 } ct_model_config;

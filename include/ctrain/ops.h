@@ -54,6 +54,7 @@ ct_tensor *ct_relu(ct_ctx *ctx, ct_tensor *x);
 ct_tensor *ct_gelu(ct_ctx *ctx, ct_tensor *x, bool tanh_approx); /* approximate='none' | 'tanh' */
 ct_tensor *ct_tanh(ct_ctx *ctx, ct_tensor *x);
 ct_tensor *ct_sigmoid(ct_ctx *ctx, ct_tensor *x);
+ct_tensor *ct_silu(ct_ctx *ctx, ct_tensor *x); /* x * sigmoid(x) (nn.SiLU) */
 /* Inverted dropout with probability p; identity when not training or p == 0. The mask
  * comes from a counter-based RNG (seed, step, element index): thread-count independent. */
 ct_tensor *ct_dropout(ct_ctx *ctx, ct_tensor *x, float p);
@@ -69,6 +70,9 @@ ct_tensor *ct_cross_entropy(ct_ctx *ctx, ct_tensor *logits, ct_tensor *target, i
 ct_tensor *ct_mse_loss(ct_ctx *ctx, ct_tensor *a, ct_tensor *b); /* mean */
 /* x [..., D], w[D], b[D] (either may be NULL) — nn.LayerNorm over the last dim. */
 ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps);
+/* x [..., D], w [D] or NULL: x * rsqrt(mean(x^2) + eps) * w over the last dim, in f32
+ * (Hugging Face's LlamaRMSNorm). */
+ct_tensor *ct_rms_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, float eps);
 
 /* ---- embeddings, convolution, pooling ---- */
 /* w [V, D], idx [...] of i32/i64 → [..., D]. Out-of-range index aborts with its value. */
@@ -90,6 +94,15 @@ ct_tensor *ct_avg_pool2d(ct_ctx *ctx, ct_tensor *x, int kernel, int stride, int 
 /* x [B, T, H*D] → [B, H, T, D] (contiguous copy) and back. */
 ct_tensor *ct_split_heads(ct_ctx *ctx, ct_tensor *x, int heads);
 ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x);
+/* Rotary position embedding on x [..., T, D] (D even; [B, H, T, D] as split_heads gives),
+ * Hugging Face's rotate_half convention: with h = D/2, f_i = pos * theta^(-2i/D) and
+ * angle a_j = f_(j mod h), y = x * cos(a) + rotate_half(x) * sin(a), rotate_half(x) =
+ * cat(-x[h:], x[:h]). pos [T] of i32/i64 (NULL: 0 .. T-1). Backward: the inverse rotation. */
+ct_tensor *ct_rope(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta);
+/* x [B, Hkv, T, D] → [B, Hkv * n_rep, T, D], each head repeated n_rep times in a row
+ * (Hugging Face's repeat_kv, for grouped-query attention; a copy). Backward sums each
+ * group's gradients into its head. */
+ct_tensor *ct_repeat_kv(ct_ctx *ctx, ct_tensor *x, int n_rep);
 /* q, k, v [B, H, T, D] → softmax(q k^T / sqrt(D) (+ causal mask)) v, [B, H, T, D].
  * Plain version: materialises the [T, T] scores per head. */
 ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);

@@ -160,12 +160,7 @@ static ct_tensor *gpt_forward(ct_ctx *ctx, ct_model *m, ct_tensor *idx) { return
 
 /* next-token cross-entropy over all B*T positions; -1 targets ignored (nanoGPT) */
 static ct_tensor *gpt_loss(ct_ctx *ctx, ct_model *m, ct_tensor *x, ct_tensor *target) {
-    ct_tensor *logits = gpt_forward(ctx, m, x);
-    CT_CHECK(target->ndim == 2 && target->shape[0] == x->shape[0] && target->shape[1] == x->shape[1],
-             "GPT loss: target must be [B, T] = [%lld, %lld] like the input, got %d dims", (long long)x->shape[0],
-             (long long)x->shape[1], target->ndim);
-    int64_t V = logits->shape[2], N = x->shape[0] * x->shape[1];
-    return ct_cross_entropy(ctx, ct_reshape(ctx, logits, 2, (int64_t[]){N, V}), ct_reshape(ctx, target, 1, &N), -1);
+    return ct_model_token_loss_(ctx, "GPT", gpt_forward(ctx, m, x), x, target, -1);
 }
 
 /* nanoGPT (PyTorch < 2) registers its causal mask as "transformer.h.N.attn.bias" */

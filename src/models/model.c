@@ -152,6 +152,15 @@ const char *ct_model_describe(const ct_model *m) { return m->desc; }
 
 ct_tensor *ct_model_forward(ct_ctx *ctx, ct_model *m, ct_tensor *x) { return m->kind->forward(ctx, m, x); }
 
+ct_tensor *ct_model_token_loss_(ct_ctx *ctx, const char *what, ct_tensor *logits, ct_tensor *x, ct_tensor *target,
+                                int64_t ignore_index) {
+    CT_CHECK(target->ndim == 2 && target->shape[0] == x->shape[0] && target->shape[1] == x->shape[1],
+             "%s loss: target must be [B, T] = [%lld, %lld] like the input, got %d dims", what, (long long)x->shape[0],
+             (long long)x->shape[1], target->ndim);
+    int64_t V = logits->shape[2], N = x->shape[0] * x->shape[1];
+    return ct_cross_entropy(ctx, ct_reshape(ctx, logits, 2, (int64_t[]){N, V}), ct_reshape(ctx, target, 1, &N), ignore_index);
+}
+
 ct_tensor *ct_model_loss(ct_ctx *ctx, ct_model *m, ct_tensor *x, ct_tensor *target) {
     if (m->kind->loss) return m->kind->loss(ctx, m, x, target);
     return ct_cross_entropy(ctx, ct_model_forward(ctx, m, x), target, -100);

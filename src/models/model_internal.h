@@ -64,6 +64,7 @@ const ct_model_kind_ops *ct_model_kind_ops_(ct_model_kind k);
     X(ct_mlp_kind_)       \
     X(ct_cnn_kind_)       \
     X(ct_gpt_kind_)       \
+    X(ct_llama_kind_)     \
     /* a new kind: one row above this line */
 
 #define CT_MODEL_KIND_DECL_(entry) extern const ct_model_kind_ops entry;
@@ -81,6 +82,10 @@ bool ct_model_option_parse_(ct_model_config *c, const ct_model_option *o, const 
 /* model.c: the elements of every tensor (parameters and buffers) the config's model has,
  * counted from its shapes without allocating its weights; the config's check otherwise */
 ct_status ct_model_config_numel_(const ct_model_config *c, double *out);
+/* model.c: mean cross-entropy of logits [B, T, V] against next-token targets [B, T] (x's
+ * shape; `what` names the model in the shape error) */
+ct_tensor *ct_model_token_loss_(ct_ctx *ctx, const char *what, ct_tensor *logits, ct_tensor *x, ct_tensor *target,
+                                int64_t ignore_index);
 /* model.c: 1234567 -> "1,234,567" (a whole number) */
 void ct_model_fmt_count_(char *buf, size_t n, double v);
 

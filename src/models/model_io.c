@@ -77,7 +77,7 @@ ct_status ct_params_save(const ct_params *P, const char *path) { return save_imp
 
 ct_status ct_model_save(const ct_model *m, const char *path) {
     if (m->quantized) return ct_model_save_quantized(m, path); /* its f32 Linear weights are stale */
-    return save_impl(m->P, path, m->kind->tied_name, m->tied, &m->cfg);
+    return save_impl(m->P, path, m->tied ? m->kind->tied_name : NULL, m->tied, &m->cfg); /* untied: no alias */
 }
 
 ct_status ct_model_save_hf(const ct_model *m, const char *dir) {
@@ -202,7 +202,7 @@ static ct_status load_impl(ct_params *P, const char *path, const char *alias, co
 ct_status ct_params_load(ct_params *P, const char *path) { return load_impl(P, path, NULL, NULL, NULL); }
 
 ct_status ct_model_load(ct_model *m, const char *path) {
-    return load_impl(m->P, path, m->kind->tied_name, m->tied, m->kind->load_ignores);
+    return load_impl(m->P, path, m->tied ? m->kind->tied_name : NULL, m->tied, m->kind->load_ignores);
 }
 
 ct_status ct_model_load_layout(ct_model *m, const char *path, ct_weights_layout layout) {

@@ -26,12 +26,14 @@
     X(GELU,           gelu,           CT_AC_PROMOTE)    \
     X(TANH,           tanh,           CT_AC_PROMOTE)    \
     X(SIGMOID,        sigmoid,        CT_AC_PROMOTE)    \
+    X(SILU,           silu,           CT_AC_PROMOTE)    \
     X(DROPOUT,        dropout,        CT_AC_PROMOTE)    \
     X(SOFTMAX,        softmax,        CT_AC_FP32)       \
     X(LOG_SOFTMAX,    log_softmax,    CT_AC_FP32)       \
     X(CROSS_ENTROPY,  cross_entropy,  CT_AC_FP32)       \
     X(MSE_LOSS,       mse_loss,       CT_AC_FP32)       \
     X(LAYER_NORM,     layer_norm,     CT_AC_FP32)       \
+    X(RMS_NORM,       rms_norm,       CT_AC_FP32)       \
     X(EMBEDDING,      embedding,      CT_AC_PROMOTE)    \
     X(CONV2D,         conv2d,         CT_AC_LOWP)       \
     X(MAX_POOL2D,     max_pool2d,     CT_AC_PROMOTE)    \
@@ -39,6 +41,8 @@
     X(AVG_POOL2D,     avg_pool2d,     CT_AC_PROMOTE)    \
     X(SPLIT_HEADS,    split_heads,    CT_AC_PROMOTE)    \
     X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \
+    X(ROPE,           rope,           CT_AC_FP32)       \
+    X(REPEAT_KV,      repeat_kv,      CT_AC_PROMOTE)    \
     X(ATTENTION,      attention,      CT_AC_LOWP)       \
     X(ATTENTION_QKV,  attention_qkv,  CT_AC_LOWP)       \
     X(FLASH_ATTENTION, flash_attention, CT_AC_LOWP) \

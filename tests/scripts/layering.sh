@@ -78,7 +78,7 @@ env_users=$(grep -rln 'getenv\|setenv\|unsetenv\|environ\b' src | grep -v '^src/
 [ -z "$env_users" ] || say "environment read or set outside src/core/config.c: $(echo $env_users)"
 # a model kind is its own file plus one table row (docs/adding-a-model.md): outside src/models
 # nothing names a kind or reaches into a kind's part of the config
-kind_users=$(grep -rlnE 'CT_MODEL_(MLP|CNN|GPT)\b|(\.|->)(mlp|cnn|gpt)\.' src --include='*.c' --include='*.h' --include='*.cu' | grep -v '^src/models/')
+kind_users=$(grep -rlnE 'CT_MODEL_(MLP|CNN|GPT|LLAMA)\b|(\.|->)(mlp|cnn|gpt|llama)\.' src --include='*.c' --include='*.h' --include='*.cu' | grep -v '^src/models/')
 [ -z "$kind_users" ] || say "a model kind named outside src/models: $(echo $kind_users)"
 # nn's module.c is plumbing: every module type describes itself (ct_module_ops), so
 # module.c names no type (as a string: no strcmp chain, no repr of its own), calls nothing

@@ -35,7 +35,7 @@ C=$d/tree/$B/ctrain
 # --help lists the toy's flag; the kinds in the usage line include it
 $C train --help > "$d/help" || fail "train --help"
 grep -q '^model toy (images' "$d/help" && grep -q -- '--hidden N .*hidden width (default 32)' "$d/help" || { cat "$d/help"; fail "--help lacks the toy"; }
-grep -q 'usage: ctrain train mlp|cnn|gpt|toy ' "$d/help" || { head -2 "$d/help"; fail "usage line lacks the toy"; }
+grep -q 'usage: ctrain train mlp|cnn|gpt|llama|toy ' "$d/help" || { head -2 "$d/help"; fail "usage line lacks the toy"; }
 # bad values and another kind's flags: one line, exit 2
 set +e
 out=$($C train toy --hidden 0 2>&1); rc=$?

@@ -1,4 +1,4 @@
-/* Elementwise ops: mul, scale, bias_add, gelu (exact and tanh), tanh, sigmoid, dropout.
+/* Elementwise ops: mul, scale, bias_add, gelu (exact and tanh), tanh, sigmoid, silu, dropout.
  * Every loop is a flat, branch-light pass over contiguous f32 so gcc vectorises it;
  * OpenMP splits the index range statically, so results never depend on thread count
  * (each element is computed independently). Backward reads the saved input or output
@@ -271,6 +271,33 @@ void ct_bw_sigmoid(ct_ctx *ctx, ct_node *n) {
     const float *g = n->out->grad->data, *Y = n->out->data;
 #pragma omp parallel for simd if (N >= PAR_CHEAP)
     for (int64_t i = 0; i < N; i++) gx[i] += ct_k_sigmoid_bwd(Y[i], g[i]);
+}
+
+/* ---- silu: x * sigmoid(x); backward from the saved input ---- */
+ct_tensor *ct_silu(ct_ctx *ctx, ct_tensor *x) {
+    CT_DEV_DISPATCH(ctx, CT_OP_SILU, .in = {x});
+    CT_AUTOCAST(ctx, CT_OP_SILU, 1, ((ct_tensor **[]){&x}), ct_silu(ctx, x));
+    check_unary("silu", x);
+    ct_tensor *y = ct_new_like(ctx, x);
+    int64_t n = ct_numel(x);
+    const float *X = x->data;
+    float *Y = y->data;
+#pragma omp parallel for simd if (n >= PAR_EXP)
+    for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_k_sigmoid(X[i]);
+    ct_record(ctx, CT_OP_SILU, y, 1, &x);
+    return y;
+}
+void ct_bw_silu(ct_ctx *ctx, ct_node *n) {
+    float *gx = ct_grad_acc(ctx, n->in[0]);
+    if (!gx) return;
+    int64_t N = ct_numel(n->out);
+    const float *g = n->out->grad->data, *X = n->in[0]->data;
+    /* d/dx x s(x) = s (1 + x (1 - s)) */
+#pragma omp parallel for simd if (N >= PAR_EXP)
+    for (int64_t i = 0; i < N; i++) {
+        float s = ct_k_sigmoid(X[i]);
+        gx[i] += g[i] * (s * (1.0f + X[i] * (1.0f - s)));
+    }
 }
 
 /* ---- dropout ----

@@ -18,7 +18,7 @@ const ct_model_kind_ops *ct_model_kind_ops_(ct_model_kind k) { return kind_ops(k
 int ct_model_kind_count(void) { return NKINDS; }
 const ct_model_kind_info *ct_model_kind_info_of(ct_model_kind k) { return kind_ops(k) ? &kinds[k]->info : NULL; }
 
-/* "mlp, cnn or gpt" (or "CT_MODEL_MLP, ..." with enum_names) */
+/* "mlp, cnn, gpt or llama" (or "CT_MODEL_MLP, ..." with enum_names) */
 static const char *kinds_list(char *buf, size_t n, bool enum_names) {
     size_t o = 0;
     buf[0] = 0;

@@ -15,7 +15,7 @@ expect() { # expect <pattern> <command...>: exit != 0 and stderr matches
 expect "--lr expects a number" $C train mlp --lr abc
 expect "--batch-size expects an integer" $C train mlp --batch-size 0
 expect "unknown option '--bogus'" $C train mlp --bogus
-expect "the model expects mlp, cnn or gpt" $C train resnet
+expect "the model expects mlp, cnn, gpt or llama" $C train resnet
 expect "gpt needs --text" $C train gpt
 expect "--hidden expects comma-separated widths" $C train mlp --hidden 1,,2
 expect "is not a ctrain checkpoint" $C train mlp --resume "$d" --output-dir "$d/o"

@@ -110,8 +110,8 @@ int cli_tokenize(int argc, char **argv) {
         bytes += (double)nb;
         double dt = ct_time_now() - t0;
         if (!quiet)
-            fprintf(stderr, "\rtokenize: %d/%d files, %lld tokens, %d shard%s, %.1f MB/s", i + 1, nfiles, (long long)tokens, s.shards,
-                    s.shards == 1 ? "" : "s", dt > 0 ? bytes / dt / 1e6 : 0.0);
+            fprintf(stderr, "\rtokenize: %d/%d files, %lld tokens, %.1f MB/s", i + 1, nfiles, (long long)tokens,
+                    dt > 0 ? bytes / dt / 1e6 : 0.0);
     }
     if (st == CT_OK) st = flush(&s);
     if (!quiet && nfiles > 0) fputc('\n', stderr);

@@ -6,6 +6,7 @@
 # - train gpt --text --tokenizer trains, keeps the tokenizer in OUTPUT/ (and OUTPUT/hf/);
 # - generate --prompt "text" prints text through it; eval --text reports perplexity on text,
 #   the same as eval on the shard of the same text;
+# - a llama trains through Llama 3's tokenizer, whose documents open with its BOS;
 # - errors: a tokenizer larger than the model's vocabulary, --text without --tokenizer for a
 #   vocabulary other than 256, a malformed tokenizer.json: one line, exit non-zero.
 set -uo pipefail
@@ -65,6 +66,16 @@ el=$($C eval --checkpoint "$d/g" --text "$d/t.txt" "${q[@]}" | sed -nE 's/^test 
 $C tokenize --tokenizer "$d/g" --output "$d/t" --quiet "$d/t.txt" > /dev/null || fail "tokenize t.txt"
 es=$($C eval --checkpoint "$d/g" --shards "$d/t_000000.bin" "${q[@]}" | sed -nE 's/^test split: [0-9]+ tokens \| loss ([0-9.]+) \| perplexity [0-9.]+ \| next-token accuracy ([0-9.]+).*/\1 \2/p')
 [ "$es" = "$tl" ] || fail "eval on the shard: '$es', on the text '$tl'"
+
+# a llama through Llama 3's tokenizer (BOS <|begin_of_text|> opens the document): eval on text = the trainer's
+l=(llama --text "$d/t.txt" --tokenizer "$F/llama3.json" --vocab-size 3000 --num-hidden-layers 1 --hidden-size 32 --intermediate-size 64
+   --num-attention-heads 2 --num-key-value-heads 1 --max-position-embeddings 16 --batch-size 8 --steps 3 --log-every 100)
+$C train "${l[@]}" "${q[@]}" --output-dir "$d/l" > "$d/ltrain.log" 2>&1 || fail "train llama: $(tail -3 "$d/ltrain.log")"
+tl=$(sed -nE 's/^done: .*test accuracy ([0-9.]+) \| test loss ([0-9.]+).*/\2 \1/p' "$d/ltrain.log")
+el=$($C eval --checkpoint "$d/l" --text "$d/t.txt" "${q[@]}" | sed -nE 's/^test split: [0-9]+ tokens \| loss ([0-9.]+) \| perplexity [0-9.]+ \| next-token accuracy ([0-9.]+).*/\1 \2/p')
+[ -n "$tl" ] && [ "$el" = "$tl" ] || fail "llama: eval --text '$el', the trainer said '$tl'"
+$C tokenize --tokenizer "$d/l" --output "$d/lt" --quiet "$d/t.txt" > /dev/null || fail "tokenize with llama3.json"
+[ "$(toks "$d/lt_000000.bin" | cut -d, -f1)" = 1 ] || fail "a Llama 3 document does not start with <|begin_of_text|>"
 
 # 5. errors: one line, exit non-zero
 expect "tokenizer .*gpt2.json has 3000 tokens, more than the vocabulary of the gpt \(--vocab-size\) \(256\)" \

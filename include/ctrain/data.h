@@ -62,9 +62,21 @@ typedef struct ct_dataset ct_dataset;
 ct_status ct_dataset_idx_open(const char *images_path, const char *labels_path, ct_dataset **out);
 void ct_dataset_set_normalize(ct_dataset *d, float mean, float std);
 /* Token shards in llm.c's .bin layout (256 x int32 header: magic 20240520, version 1, token
- * count; then uint16 tokens), several concatenated in the order given. Sample i is the
- * window tokens[i*T .. i*T+T]: x = first T tokens, y = the T tokens after each (i32). */
+ * count; then uint16 tokens), or ctrain's version 2 of it for vocabularies past 65,536
+ * (the same header with version 2, then uint32 tokens); several concatenated in the order
+ * given, versions mixed freely. Sample i is the window tokens[i*T .. i*T+T]: x = first T
+ * tokens, y = the T tokens after each (i32). */
+#define CT_SHARD_MAGIC 20240520
+#define CT_SHARD_VERSION_U16 1
+#define CT_SHARD_VERSION_U32 2
 ct_status ct_dataset_tokens_open(const char *const *paths, int npaths, int block_size, ct_dataset **out);
+/* Token ids already in memory (e.g. a tokenized text) as a token dataset, windows as for
+ * shards; the ids are copied. source names them in messages and ct_dataset_source. */
+ct_status ct_dataset_tokens_from_ids(const int32_t *ids, int64_t n, const char *source, int block_size, ct_dataset **out);
+/* Writes ids[0..n) as a token shard of that version (CT_SHARD_VERSION_U16: every id <
+ * 65,536; CT_SHARD_VERSION_U32: any non-negative id); CT_ERR_INVALID for an id that does
+ * not fit, CT_ERR_IO (the partial file removed) when writing fails. */
+ct_status ct_token_shard_write(const char *path, const int32_t *ids, int64_t n, int version);
 /* Raw bytes of a text file as tokens (vocabulary 256), windows as for token shards. */
 ct_status ct_dataset_text_open(const char *path, int block_size, ct_dataset **out);
 /* In memory: n samples of x (f32, x_numel each) and y (i32, y_numel each); copied. */

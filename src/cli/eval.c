@@ -19,7 +19,10 @@ static void usage(FILE *f) {
             "  --checkpoint DIR|FILE  model.safetensors, an output directory (its model.safetensors or newest\n"
             "                         checkpoint) or a checkpoint directory; a Hugging Face checkpoint works too\n"
             "  --data-dir DIR         image models: IDX files (default $CTRAIN_DATA_DIR or /usr/share/datasets/fashion-mnist)\n"
-            "  --text FILE            token models: a text file (bytes are tokens)\n"
+            "  --text FILE|GLOB       token models: text, tokenized with the model's tokenizer (the tokenizer.json\n"
+            "                         kept next to its weights, or --tokenizer); a model of vocabulary 256\n"
+            "                         without one reads bytes as tokens\n"
+            "  --tokenizer DIR|FILE   the tokenizer for --text, over the one next to the weights\n"
             "  --shards GLOB          token models: llm.c token shards (.bin)\n"
             "  --split test|train|all which part: test (default: the IDX test files, or the held-out last 5%%\n"
             "                         of a text as `ctrain train` evaluates), train, or all (token models)\n"
@@ -37,7 +40,8 @@ static int fail(const char *msg) {
 
 static int badv(const char *flag, const char *v, const char *want) { return cli_bad_value("eval", flag, v, want); }
 
-static ct_status open_tokens(const char *text, const char *shards, int T, ct_dataset **out) {
+static ct_status open_tokens(const char *text, const ct_tokenizer *tok, const char *shards, int T, ct_dataset **out) {
+    if (text && tok) return cli_text_dataset(tok, text, T, out);
     if (text) return ct_dataset_text_open(text, T, out);
     glob_t g;
     if (glob(shards, 0, NULL, &g) != 0 || g.gl_pathc == 0) return ct_error(CT_ERR_NOT_FOUND, "--shards %s matches no file", shards);
@@ -47,7 +51,7 @@ static ct_status open_tokens(const char *text, const char *shards, int T, ct_dat
 }
 
 int cli_eval(int argc, char **argv) {
-    const char *ckpt = NULL, *text = NULL, *shards = NULL, *split = "test", *device = NULL;
+    const char *ckpt = NULL, *text = NULL, *shards = NULL, *split = "test", *device = NULL, *tok_arg = NULL;
     const char *env_data = ct_config_str(CT_CFG_DATA_DIR);
     const char *data_dir = env_data && *env_data ? env_data : "/usr/share/datasets/fashion-mnist";
     int64_t batch = 64, eval_max = 0, threads = 0, block = 0;
@@ -56,7 +60,7 @@ int cli_eval(int argc, char **argv) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         bool takes = !strcmp(f, "--checkpoint") || !strcmp(f, "--data-dir") || !strcmp(f, "--text") || !strcmp(f, "--shards") ||
                      !strcmp(f, "--split") || !strcmp(f, "--batch-size") || !strcmp(f, "--eval-max") || !strcmp(f, "--threads") ||
-                     !strcmp(f, "--block-size") || !strcmp(f, "--device");
+                     !strcmp(f, "--block-size") || !strcmp(f, "--device") || !strcmp(f, "--tokenizer");
         if (!takes) {
             fprintf(stderr, "ctrain eval: unknown option '%s' (see ctrain eval --help)\n", f);
             return 2;
@@ -66,6 +70,7 @@ int cli_eval(int argc, char **argv) {
         if (!strcmp(f, "--checkpoint")) ckpt = v;
         else if (!strcmp(f, "--data-dir")) data_dir = v;
         else if (!strcmp(f, "--text")) text = v;
+        else if (!strcmp(f, "--tokenizer")) tok_arg = v;
         else if (!strcmp(f, "--shards")) shards = v;
         else if (!strcmp(f, "--device")) {
             ct_device dv;
@@ -112,7 +117,10 @@ int cli_eval(int argc, char **argv) {
             ct_model_free(m);
             return 2;
         }
-        st = open_tokens(text, shards, (int)(block > 0 ? block : mb.x_max_len), &all);
+        cli_tokenizer tk = {0};
+        if (text) st = cli_text_tokenizer(tok_arg, path, mb.vocab, &tk);
+        if (st == CT_OK) st = open_tokens(text, tk.tok, shards, (int)(block > 0 ? block : mb.x_max_len), &all);
+        cli_tokenizer_close(&tk);
         if (st == CT_OK && ct_dataset_num_classes(all) > mb.vocab)
             st = ct_error(CT_ERR_INVALID, "the data has token ids up to %d but the model's vocabulary is %lld", ct_dataset_num_classes(all) - 1,
                           (long long)mb.vocab);

@@ -12,9 +12,12 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrain generate --checkpoint DIR|FILE (--prompt TEXT | --prompt-tokens IDS) [options]\n"
-            "Continues a prompt with a trained GPT (a byte-level one: the prompt's bytes are its tokens).\n\n"
+            "Continues a prompt with a trained GPT: text through the model's tokenizer (the tokenizer.json kept\n"
+            "next to its weights, or --tokenizer), or bytes as tokens for a byte-level model.\n\n"
             "  --checkpoint DIR|FILE  model.safetensors, an output or checkpoint directory, or a GPT-2 checkpoint\n"
-            "  --prompt TEXT          byte-level models (vocabulary 256): prints the prompt and its continuation\n"
+            "  --prompt TEXT          text: prints the prompt and its continuation, decoded token by token\n"
+            "  --tokenizer DIR|FILE   the tokenizer for --prompt, over the one next to the weights (without\n"
+            "                         either, only a model of vocabulary 256 takes --prompt: bytes as tokens)\n"
             "  --prompt-tokens IDS    token ids, comma-separated (1,2,3): prints the new ids, comma-separated\n"
             "  --max-new-tokens N     (default 100)\n"
             "  --temperature T        (default 1.0; 0 = greedy: always the most likely token)\n"
@@ -60,12 +63,19 @@ static int badv(const char *flag, const char *v, const char *want) { return cli_
 
 typedef struct {
     bool text;
+    const ct_tokenizer *tok; /* text: each token's bytes through it, else the token is a byte */
     int n;
 } out_state;
 
 static bool print_token(int32_t tok, void *user) {
     out_state *o = user;
-    if (o->text) putchar(tok);
+    char buf[256];
+    size_t len;
+    /* byte-level BPE: the text is the concatenation of each token's bytes, so a token can
+     * be printed as it comes (a character split across tokens completes with the next) */
+    if (o->text && o->tok && ct_tokenizer_decode(o->tok, &tok, 1, buf, sizeof buf, &len) == CT_OK && len <= sizeof buf)
+        fwrite(buf, 1, len, stdout);
+    else if (o->text) putchar(tok);
     else printf("%s%d", o->n ? "," : "", tok);
     o->n++;
     fflush(stdout);
@@ -93,8 +103,25 @@ static bool parse_ids(const char *s, int32_t **ids, int *n) {
     return ok;
 }
 
+/* --prompt TEXT as ids: through the tokenizer (--tokenizer, else the weights' own), or its
+ * bytes for a byte-level model without one */
+static ct_status encode_prompt(const char *prompt, const char *tok_arg, const char *weights, int64_t vocab, cli_tokenizer *tk, int32_t **ids,
+                               int *nids) {
+    ct_status st = cli_text_tokenizer(tok_arg, weights, vocab, tk);
+    if (st != CT_OK) return st;
+    size_t len = strlen(prompt), n = len;
+    if (tk->tok) st = ct_tokenizer_encode_alloc(tk->tok, prompt, len, ids, &n);
+    else if (!(*ids = malloc(sizeof **ids * len))) st = ct_error(CT_ERR_NOMEM, "out of memory");
+    else
+        for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)prompt[i];
+    if (st == CT_OK && n > (size_t)INT32_MAX) st = ct_error(CT_ERR_INVALID, "--prompt: %zu tokens is too long", n);
+    if (st == CT_OK && n == 0) st = ct_error(CT_ERR_INVALID, "--prompt '%s' encodes to no tokens", prompt);
+    *nids = (int)n;
+    return st;
+}
+
 int cli_generate(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = NULL, *tokens = NULL, *logits_path = NULL;
+    const char *ckpt = NULL, *prompt = NULL, *tokens = NULL, *logits_path = NULL, *tok_arg = NULL;
     ct_generate_opts go = ct_generate_default_opts();
     int64_t n, threads = 0;
     double d;
@@ -103,7 +130,8 @@ int cli_generate(int argc, char **argv) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
         if (!strcmp(f, "--no-kv-cache")) { go.kv_cache = false; continue; }
         bool takes = !strcmp(f, "--checkpoint") || !strcmp(f, "--prompt") || !strcmp(f, "--prompt-tokens") || !strcmp(f, "--max-new-tokens") ||
-                     !strcmp(f, "--temperature") || !strcmp(f, "--top-k") || !strcmp(f, "--seed") || !strcmp(f, "--threads") || !strcmp(f, "--logits");
+                     !strcmp(f, "--temperature") || !strcmp(f, "--top-k") || !strcmp(f, "--seed") || !strcmp(f, "--threads") || !strcmp(f, "--logits") ||
+                     !strcmp(f, "--tokenizer");
         if (!takes) {
             fprintf(stderr, "ctrain generate: unknown option '%s' (see ctrain generate --help)\n", f);
             return 2;
@@ -114,6 +142,7 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(f, "--prompt")) prompt = v;
         else if (!strcmp(f, "--prompt-tokens")) tokens = v;
         else if (!strcmp(f, "--logits")) logits_path = v;
+        else if (!strcmp(f, "--tokenizer")) tok_arg = v;
         else if (!strcmp(f, "--max-new-tokens")) { if (!cli_to_i64(v, 0, 1000000, &n)) return badv(f, v, "an integer in [0, 1000000]"); go.max_new_tokens = (int)n; }
         else if (!strcmp(f, "--temperature")) { if (!cli_to_f(v, 0, 100, &d)) return badv(f, v, "a number in [0, 100]"); go.temperature = d; }
         else if (!strcmp(f, "--top-k")) { if (!cli_to_i64(v, 0, 1000000000, &n)) return badv(f, v, "an integer >= 0"); go.top_k = (int)n; }
@@ -138,17 +167,12 @@ int cli_generate(int argc, char **argv) {
     ct_status st = cli_open_model(ckpt, &m, path, sizeof path);
     if (st == CT_OK && !ct_model_kind_info_of(ct_model_config_of(m)->kind)->generates)
         st = ct_error(CT_ERR_INVALID, "%s holds a %s: generate needs a gpt", path, ct_model_kind_name(ct_model_config_of(m)->kind));
-    if (st == CT_OK && prompt) {
-        int V = (int)ct_model_batch_of(ct_model_config_of(m)).vocab;
-        if (V != 256) st = ct_error(CT_ERR_INVALID, "the model's vocabulary has %d tokens, not 256 bytes: give --prompt-tokens", V);
-        nids = (int)strlen(prompt);
-        if (st == CT_OK && !(ids = malloc(sizeof *ids * (size_t)nids))) st = ct_error(CT_ERR_NOMEM, "out of memory");
-        for (int i = 0; st == CT_OK && i < nids; i++) ids[i] = (unsigned char)prompt[i];
-    }
+    cli_tokenizer tk = {0};
+    if (st == CT_OK && prompt) st = encode_prompt(prompt, tok_arg, path, ct_model_batch_of(ct_model_config_of(m)).vocab, &tk, &ids, &nids);
     int32_t *out = st == CT_OK ? malloc(sizeof *out * (size_t)(go.max_new_tokens + 1)) : NULL;
     if (st == CT_OK && !out) st = ct_error(CT_ERR_NOMEM, "out of memory");
     if (st == CT_OK && logits_path) st = dump_logits(m, ids, nids, logits_path);
-    out_state os = {.text = prompt != NULL};
+    out_state os = {.text = prompt != NULL, .tok = tk.tok};
     ct_generate_stats gs = {0};
     if (st == CT_OK) {
         go.on_token = print_token;
@@ -166,6 +190,7 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "ctrain generate: %s\n", ct_last_error());
     free(ids);
     free(out);
+    cli_tokenizer_close(&tk);
     ct_model_free(m);
     return st == CT_OK ? 0 : 1;
 }

@@ -15,6 +15,7 @@ static const struct {
     {"env", cli_env, "show version, build options, CPU, BLAS and backends (--check: test a 2-rank all-reduce)"},
     {"run", cli_run, "launch a multi-process job (torchrun's flags)"},
     {"train", cli_train, "train a built-in model (ctrain train --help lists the kinds and their flags)"},
+    {"tokenize", cli_tokenize, "text files to llm.c token shards with a tokenizer (tokenizer.json)"},
     {"eval", cli_eval, "evaluate a trained model: test loss and accuracy (token models: loss and perplexity)"},
     {"generate", cli_generate, "generate text or tokens from a trained GPT (KV cache, temperature, top-k)"},
     {"quantize", cli_quantize, "dynamic int8 quantization of a trained model (--eval-data: f32 vs int8)"},

@@ -22,6 +22,7 @@ typedef struct {
     ct_model *model;
     ct_optim *opt;
     ct_dataset *all, *train, *test; /* token models: all = the whole text, train/test = views of it */
+    cli_tokenizer tok;        /* --tokenizer: what --text is encoded with; OUTPUT/ keeps a copy */
     int preempted;            /* the signal that stopped training early (checkpoint saved), else 0 */
 } job;
 
@@ -30,7 +31,21 @@ static ct_status open_data(job *j) {
     ct_status st;
     if (j->ki->data == CT_MODEL_DATA_TOKENS) {
         int T = j->context;
-        if (o->text) {
+        if (o->text && o->tokenizer) {
+            char model[128];
+            snprintf(model, sizeof model, "the %s (%s)", j->ki->name, o->init_from ? o->init_from : "--vocab-size");
+            st = cli_tokenizer_open(o->tokenizer, &j->tok);
+            if (st == CT_OK) st = cli_tokenizer_fits(&j->tok, ct_model_batch_of(&j->cfg).vocab, model);
+            if (st == CT_OK) st = cli_text_dataset(j->tok.tok, o->text, T, &j->all);
+            if (st == CT_OK && (!j->pg || ct_pg_rank(j->pg) == 0) && o->log_every > 0)
+                printf("text: %s tokenized with %s (vocabulary %d): %lld windows of %d tokens\n", o->text, j->tok.files[0],
+                       ct_tokenizer_vocab_size(j->tok.tok), (long long)ct_dataset_len(j->all), T);
+        } else if (o->text) {
+            /* bytes are tokens only for a model of 256 of them: anything else would learn noise */
+            int64_t V = ct_model_batch_of(&j->cfg).vocab;
+            if (V != 256)
+                return ct_error(CT_ERR_INVALID, "--text without --tokenizer trains on bytes (vocabulary 256), but the %s's vocabulary is %lld: "
+                                "give --tokenizer DIR", j->ki->name, (long long)V);
             st = ct_dataset_text_open(o->text, T, &j->all);
         } else {
             glob_t g;
@@ -155,17 +170,21 @@ static ct_status fit(job *j) {
     ct_train_model tm = ct_train_model_builtin(j->model);
     ct_trainer *t;
     ct_status st = ct_trainer_create(&to, &tm, j->opt, j->train, j->test, &t);
+    bool rank0 = !j->pg || ct_pg_rank(j->pg) == 0;
+    /* the output directory exists now: its tokenizer beside the weights, for generate and eval */
+    if (st == CT_OK && j->tok.tok && rank0) st = cli_tokenizer_save(&j->tok, o->output_dir);
     if (st == CT_OK) st = ct_trainer_fit(t);
     if (st == CT_OK && (j->preempted = ct_trainer_preempted(t))) {
         ct_trainer_free(t);
         return CT_OK;
     }
-    if (st == CT_OK && o->export_hf && (!j->pg || ct_pg_rank(j->pg) == 0)) {
+    if (st == CT_OK && o->export_hf && rank0) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/hf", o->output_dir);
         /* the exporter reads the weights on the host; training is over */
         st = ct_params_to(ct_model_params(j->model), CT_CPU);
         if (st == CT_OK) st = ct_model_save_hf(j->model, dir);
+        if (st == CT_OK && j->tok.tok) st = cli_tokenizer_save(&j->tok, dir);
         if (st == CT_OK && o->log_every > 0) printf("exported for transformers: %s/ (model.safetensors, config.json)\n", dir);
     }
     ct_trainer_free(t);
@@ -220,6 +239,7 @@ int cli_train(int argc, char **argv) {
     ct_dataset_free(j.train);
     ct_dataset_free(j.test);
     ct_dataset_free(j.all);
+    cli_tokenizer_close(&j.tok);
     if (j.pg) ct_pg_free(j.pg);
     return st != CT_OK ? 1 : j.preempted ? CT_EXIT_PREEMPTED : 0;
 }

@@ -15,7 +15,11 @@ static void usage(FILE *f) {
             "Trains a built-in model; under `ctrain run` with DDP across the ranks.\n\n"
             "data:\n"
             "  --data-dir DIR       IDX files for image models (default $CTRAIN_DATA_DIR or /usr/share/datasets/fashion-mnist)\n"
-            "  --text FILE          token models: train a byte-level model on a text file\n"
+            "  --text FILE|GLOB     token models: text; without --tokenizer its bytes are the tokens (a model of\n"
+            "                       vocabulary 256, the default); with it, the files the glob matches, each a\n"
+            "                       document opened by the tokenizer's BOS (else EOS, else <|endoftext|>)\n"
+            "  --tokenizer DIR|FILE tokenizer.json (or a directory with it, or vocab.json + merges.txt) for\n"
+            "                       --text; it must fit the model's vocabulary; OUTPUT/ keeps a copy\n"
             "  --shards GLOB        token models: llm.c token shards (.bin)\n"
             "training:\n"
             "  --epochs N           passes over the data (default 1)\n"
@@ -170,7 +174,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         int mrc = cli_model_flag("train", o->kind, argc, argv, &i, &o->cfg, o->cfg_set);
         if (mrc > 0) return mrc;
         if (mrc < 0) continue;
-        STR("--data-dir", o->data_dir) STR("--text", o->text) STR("--shards", o->shards) STR("--output-dir", o->output_dir)
+        STR("--data-dir", o->data_dir) STR("--text", o->text) STR("--tokenizer", o->tokenizer) STR("--shards", o->shards) STR("--output-dir", o->output_dir)
         STR("--resume", o->resume) STR("--optimizer", optimizer) STR("--init-from", o->init_from)
         INT("--epochs", 1, 100000, o->epochs) INT("--steps", 1, 1000000000, o->steps) INT("--batch-size", 1, 1048576, o->batch_size)
         INT("--grad-accum", 1, 65536, o->grad_accum)
@@ -240,6 +244,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         fprintf(stderr, "ctrain train: %s needs --text FILE or --shards GLOB\n", ki->name);
         return 2;
     }
+    if (o->tokenizer && !o->text) return bad("--tokenizer", o->tokenizer, "--text FILE to tokenize (shards are tokens already)");
     if (o->export_hf && !ki->hf) {
         char want[160] = "a model with a Hugging Face layout:";
         for (int k = 0; k < ct_model_kind_count(); k++)

@@ -14,6 +14,7 @@ typedef struct {
     ct_model_config cfg;    /* the model flags over the kind's `ctrain train` defaults (ct_model_cli_config) */
     bool cfg_set[CLI_MAX_MODEL_OPTS]; /* which of the kind's options were given */
     const char *data_dir, *text, *shards, *output_dir, *resume;
+    const char *tokenizer;  /* --tokenizer DIR|FILE: --text is tokenized with it (else bytes) */
     const char *init_from;  /* --init-from FILE: start from these weights (their shape decides) */
     bool export_hf;         /* --export hf: also write OUTPUT/hf/ as a Hugging Face GPT-2 */
     int epochs;

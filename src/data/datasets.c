@@ -24,7 +24,8 @@ struct ct_dataset {
     int classes;
     ct_idx images, labels;      /* DS_IDX */
     float mean, std;
-    uint16_t *tokens;           /* DS_TOKENS (text bytes are widened to uint16) */
+    uint16_t *tokens;           /* DS_TOKENS: uint16 (text bytes are widened to it) ... */
+    uint32_t *tokens32;         /* ... or, when an id needs more than 16 bits, uint32 */
     int64_t ntok;
     int T;
     float *fx;                  /* DS_TENSORS */
@@ -84,6 +85,8 @@ void ct_dataset_set_normalize(ct_dataset *d, float mean, float std) {
     d->std = std;
 }
 
+static inline int64_t tok_at(const ct_dataset *d, int64_t j) { return d->tokens32 ? d->tokens32[j] : d->tokens[j]; }
+
 /* A whole regular file. O_NONBLOCK on open: a FIFO (or a device) given as a data file
  * would otherwise block the open until a writer appears, i.e. forever; it is refused. */
 static ct_status read_file(const char *path, uint8_t **buf, size_t *len) {
@@ -126,15 +129,56 @@ static ct_status windows(ct_dataset *d, int block_size, const char *what) {
     return CT_OK;
 }
 
+/* Appends n tokens of w bytes each (2: uint16, 4: uint32) from src to d, widening what d
+ * holds to uint32 the first time a shard or id needs it. */
+static ct_status append_tokens(ct_dataset *d, const uint8_t *src, int64_t n, int w, const char *what) {
+    if (w == 4 && !d->tokens32) {
+        uint32_t *t = malloc((size_t)(d->ntok + n) * sizeof *t + 4);
+        if (!t) return ct_error(CT_ERR_NOMEM, "out of memory for tokens");
+        for (int64_t i = 0; i < d->ntok; i++) t[i] = d->tokens[i];
+        free(d->tokens);
+        d->tokens = NULL;
+        d->tokens32 = t;
+    } else if (d->tokens32) {
+        uint32_t *t = realloc(d->tokens32, (size_t)(d->ntok + n) * sizeof *t + 4);
+        if (!t) return ct_error(CT_ERR_NOMEM, "out of memory for tokens");
+        d->tokens32 = t;
+    } else {
+        uint16_t *t = realloc(d->tokens, (size_t)(d->ntok + n) * sizeof *t + 2);
+        if (!t) return ct_error(CT_ERR_NOMEM, "out of memory for tokens");
+        d->tokens = t;
+    }
+    if (d->tokens32 && w == 4) memcpy(d->tokens32 + d->ntok, src, (size_t)n * 4);
+    else if (d->tokens32)
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, src + 2 * i, 2);
+            d->tokens32[d->ntok + i] = v;
+        }
+    else memcpy(d->tokens + d->ntok, src, (size_t)n * 2);
+    int64_t maxtok = d->classes - 1;
+    for (int64_t i = d->ntok; i < d->ntok + n; i++)
+        if (tok_at(d, i) > maxtok) maxtok = tok_at(d, i);
+    if (maxtok >= INT32_MAX) return ct_error(CT_ERR_FORMAT, "%s: token id %lld does not fit an int32", what, (long long)maxtok);
+    d->classes = (int)(maxtok + 1);
+    d->ntok += n;
+    return CT_OK;
+}
+
+/* The source names of a token dataset: one per shard (or text), for messages. */
+static ct_status alloc_sources(ct_dataset *d, int n) {
+    d->shard = calloc((size_t)n, sizeof *d->shard);
+    d->shard_start = calloc((size_t)n, sizeof *d->shard_start);
+    return d->shard && d->shard_start ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 ct_status ct_dataset_tokens_open(const char *const *paths, int npaths, int block_size, ct_dataset **out) {
     *out = NULL;
     if (npaths < 1) return ct_error(CT_ERR_INVALID, "no token shard given");
     ct_dataset *d = calloc(1, sizeof *d);
     if (!d) return ct_error(CT_ERR_NOMEM, "out of memory");
-    d->shard = calloc((size_t)npaths, sizeof *d->shard);
-    d->shard_start = calloc((size_t)npaths, sizeof *d->shard_start);
-    if (!d->shard || !d->shard_start) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
-    int maxtok = 0;
+    d->classes = 1;
+    if (alloc_sources(d, npaths) != CT_OK) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
     for (int p = 0; p < npaths; p++) {
         if (!(d->shard[p] = strdup(paths[p]))) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
         d->nshard = p + 1;
@@ -149,33 +193,88 @@ ct_status ct_dataset_tokens_open(const char *const *paths, int npaths, int block
             return ct_error(CT_ERR_FORMAT, "%s: %zu bytes is shorter than the 1024-byte shard header", paths[p], len);
         }
         memcpy(hdr, buf, sizeof hdr);
-        if (hdr[0] != 20240520) {
+        if (hdr[0] != CT_SHARD_MAGIC) {
             free(buf); ct_dataset_free(d);
             return ct_error(CT_ERR_FORMAT, "%s: bad magic %d (expected 20240520, llm.c token shard)", paths[p], hdr[0]);
         }
-        if (hdr[1] != 1) {
+        if (hdr[1] != CT_SHARD_VERSION_U16 && hdr[1] != CT_SHARD_VERSION_U32) {
             free(buf); ct_dataset_free(d);
-            return ct_error(CT_ERR_FORMAT, "%s: unsupported shard version %d (expected 1: uint16 tokens)", paths[p], hdr[1]);
+            return ct_error(CT_ERR_FORMAT, "%s: unsupported shard version %d (expected 1: uint16 tokens, or 2: uint32 tokens)", paths[p], hdr[1]);
         }
+        int w = hdr[1] == CT_SHARD_VERSION_U32 ? 4 : 2;
         int64_t nt = hdr[2];
-        if (nt < 0 || (uint64_t)len != sizeof hdr + 2 * (uint64_t)nt) {
+        if (nt < 0 || (uint64_t)len != sizeof hdr + (uint64_t)w * (uint64_t)nt) {
             free(buf); ct_dataset_free(d);
             return ct_error(CT_ERR_FORMAT, "%s: header says %lld tokens (%lld bytes) but the file holds %zu bytes after the header",
-                            paths[p], (long long)nt, (long long)(2 * nt), len - sizeof hdr);
+                            paths[p], (long long)nt, (long long)(w * nt), len - sizeof hdr);
         }
-        uint16_t *nt_buf = realloc(d->tokens, (size_t)(d->ntok + nt) * sizeof(uint16_t) + 2);
-        if (!nt_buf) { free(buf); ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory for tokens"); }
-        d->tokens = nt_buf;
-        memcpy(d->tokens + d->ntok, buf + sizeof hdr, (size_t)nt * 2);
-        for (int64_t i = 0; i < nt; i++)
-            if (d->tokens[d->ntok + i] > maxtok) maxtok = d->tokens[d->ntok + i];
-        d->ntok += nt;
+        st = append_tokens(d, buf + sizeof hdr, nt, w, paths[p]);
         free(buf);
+        if (st != CT_OK) { ct_dataset_free(d); return st; }
     }
-    d->classes = maxtok + 1;
     ct_status st = windows(d, block_size, paths[0]);
     if (st != CT_OK) { ct_dataset_free(d); return st; }
     *out = d;
+    return CT_OK;
+}
+
+ct_status ct_dataset_tokens_from_ids(const int32_t *ids, int64_t n, const char *source, int block_size, ct_dataset **out) {
+    *out = NULL;
+    if (n < 0) return ct_error(CT_ERR_INVALID, "%s: negative token count %lld", source, (long long)n);
+    int w = 2;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0) return ct_error(CT_ERR_INVALID, "%s: token id %d at index %lld is negative", source, ids[i], (long long)i);
+        if (ids[i] > UINT16_MAX) w = 4;
+    }
+    ct_dataset *d = calloc(1, sizeof *d);
+    if (!d) return ct_error(CT_ERR_NOMEM, "out of memory");
+    d->classes = 1;
+    ct_status st = alloc_sources(d, 1);
+    if (st == CT_OK && !(d->shard[0] = strdup(source))) st = ct_error(CT_ERR_NOMEM, "out of memory");
+    if (st == CT_OK) {
+        d->nshard = 1;
+        if (w == 2) {
+            /* as a shard would hold them, so both paths give the same samples */
+            uint16_t *t = malloc((size_t)n * 2 + 2);
+            if (!t) st = ct_error(CT_ERR_NOMEM, "out of memory for tokens");
+            for (int64_t i = 0; t && i < n; i++) t[i] = (uint16_t)ids[i];
+            if (t) st = append_tokens(d, (const uint8_t *)t, n, 2, source);
+            free(t);
+        } else {
+            st = append_tokens(d, (const uint8_t *)ids, n, 4, source);
+        }
+    }
+    if (st == CT_OK) st = windows(d, block_size, source);
+    if (st != CT_OK) { ct_dataset_free(d); return st; }
+    *out = d;
+    return CT_OK;
+}
+
+ct_status ct_token_shard_write(const char *path, const int32_t *ids, int64_t n, int version) {
+    if (version != CT_SHARD_VERSION_U16 && version != CT_SHARD_VERSION_U32)
+        return ct_error(CT_ERR_INVALID, "%s: shard version %d (expected 1 or 2)", path, version);
+    if (n < 0 || n > INT32_MAX) return ct_error(CT_ERR_INVALID, "%s: %lld tokens does not fit a shard (at most 2^31 - 1)", path, (long long)n);
+    uint32_t lim = version == CT_SHARD_VERSION_U16 ? UINT16_MAX : UINT32_MAX;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] > lim)
+            return ct_error(CT_ERR_INVALID, "%s: token id %d at index %lld does not fit a version %d shard", path, ids[i], (long long)i, version);
+    int32_t hdr[256] = {CT_SHARD_MAGIC, version, (int32_t)n};
+    FILE *f = fopen(path, "wb");
+    if (!f) return ct_error(errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: %s", path, strerror(errno));
+    bool ok = fwrite(hdr, sizeof hdr, 1, f) == 1;
+    uint16_t buf[4096];
+    for (int64_t i = 0; ok && i < n; i += 4096) {
+        size_t k = (size_t)(n - i < 4096 ? n - i : 4096);
+        if (version == CT_SHARD_VERSION_U32) { ok = fwrite(ids + i, 4, k, f) == k; continue; }
+        for (size_t j = 0; j < k; j++) buf[j] = (uint16_t)ids[i + (int64_t)j];
+        ok = fwrite(buf, 2, k, f) == k;
+    }
+    int e = errno;
+    if (fclose(f) != 0 && ok) { ok = false; e = errno; }
+    if (!ok) {
+        remove(path);
+        return ct_error(CT_ERR_IO, "%s: %s", path, strerror(e));
+    }
     return CT_OK;
 }
 
@@ -193,9 +292,7 @@ ct_status ct_dataset_text_open(const char *path, int block_size, ct_dataset **ou
     free(buf);
     d->ntok = (int64_t)len;
     d->classes = 256;
-    d->shard = calloc(1, sizeof *d->shard);
-    d->shard_start = calloc(1, sizeof *d->shard_start);
-    if (!d->shard || !d->shard_start || !(d->shard[0] = strdup(path))) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
+    if (alloc_sources(d, 1) != CT_OK || !(d->shard[0] = strdup(path))) { ct_dataset_free(d); return ct_error(CT_ERR_NOMEM, "out of memory"); }
     d->nshard = 1;
     st = windows(d, block_size, path);
     if (st != CT_OK) { ct_dataset_free(d); return st; }
@@ -233,6 +330,7 @@ void ct_dataset_free(ct_dataset *d) {
     ct_idx_free(&d->images);
     ct_idx_free(&d->labels);
     free(d->tokens);
+    free(d->tokens32);
     free(d->fx);
     free(d->fy);
     free(d->xpath);
@@ -265,8 +363,13 @@ void ct_dataset_get(const ct_dataset *d, int64_t i, void *x, int32_t *y) {
         break;
     }
     case DS_TOKENS: {
-        const uint16_t *t = d->tokens + i * d->T;
         int32_t *xi = x;
+        if (d->tokens32) {
+            const uint32_t *t = d->tokens32 + i * d->T;
+            for (int j = 0; j < d->T; j++) { xi[j] = (int32_t)t[j]; y[j] = (int32_t)t[j + 1]; }
+            break;
+        }
+        const uint16_t *t = d->tokens + i * d->T;
         for (int j = 0; j < d->T; j++) { xi[j] = t[j]; y[j] = t[j + 1]; }
         break;
     }
@@ -314,8 +417,8 @@ static bool out_of(int64_t v, int64_t limit, int64_t ignore) { return limit > 0 
 static ct_status bad_token(const ct_dataset *d, int64_t j, const char *role, int64_t limit) {
     int s = 0;
     while (s + 1 < d->nshard && d->shard_start[s + 1] <= j) s++;
-    return ct_error(CT_ERR_FORMAT, "%s: %s %u at token index %" PRId64 " (window %" PRId64 ") is outside [0, %" PRId64 ")",
-                    d->nshard ? d->shard[s] : "tokens", role, d->tokens[j], j - (d->nshard ? d->shard_start[s] : 0), j / d->T,
+    return ct_error(CT_ERR_FORMAT, "%s: %s %" PRId64 " at token index %" PRId64 " (window %" PRId64 ") is outside [0, %" PRId64 ")",
+                    d->nshard ? d->shard[s] : "tokens", role, tok_at(d, j), j - (d->nshard ? d->shard_start[s] : 0), j / d->T,
                     limit);
 }
 
@@ -333,7 +436,7 @@ static ct_status check_range(const ct_dataset *d, int64_t first, int64_t n, int6
         if (n == 0) return CT_OK;
         int64_t lo = first * d->T, xend = (first + n) * d->T, yend = xend + 1;
         for (int64_t j = lo; j < yend; j++) {
-            int64_t v = d->tokens[j];
+            int64_t v = tok_at(d, j);
             if (j < xend && out_of(v, x_limit, -1)) return bad_token(d, j, "token id", x_limit);
             if (j > lo && out_of(v, y_limit, y_ignore)) return bad_token(d, j, "target token id", y_limit);
         }

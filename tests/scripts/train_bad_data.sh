@@ -52,8 +52,14 @@ expect "samples are \[1, 32, 32\] \(1024 values\) but the model 'mlp' takes 784 
 for i in $(seq 1 40); do echo "some text for a tiny model, line $i"; done > "$d/t.txt"
 { head -c 500 "$d/t.txt"; printf '\xc8'; tail -c +502 "$d/t.txt"; } > "$d/bad.txt"
 g=(--n-layer 1 --n-embd 16 --n-head 2 --block-size 8 --steps 2 --threads 1)
-expect "bad.txt: token id 200 at token index 500 \(window 62\) is outside \[0, 128\).*vocabulary of 128" \
-    $C train gpt --text "$d/bad.txt" --vocab-size 128 "${g[@]}" --output-dir "$d/o6"
+# (a text's bytes are tokens only for a model of 256 of them: the bytes go in as a shard)
+tobin() { perl -e 'local $/; my @t = unpack("C*", <STDIN>); print pack("l<256", 20240520, 1, scalar(@t), (0) x 253), pack("S<*", @t)'; }
+tobin < "$d/bad.txt" > "$d/bad.bin"
+tobin < "$d/t.txt" > "$d/t.bin"
+expect "bad.bin: token id 200 at token index 500 \(window 62\) is outside \[0, 128\).*vocabulary of 128" \
+    $C train gpt --shards "$d/bad.bin" --vocab-size 128 "${g[@]}" --output-dir "$d/o6"
+expect "--text without --tokenizer trains on bytes \(vocabulary 256\), but the gpt's vocabulary is 128: give --tokenizer" \
+    $C train gpt --text "$d/t.txt" --vocab-size 128 "${g[@]}" --output-dir "$d/o6"
 # --text on a FIFO: refused at once instead of blocking forever in open()
 mkfifo "$d/fifo"
 expect "fifo: is a FIFO, not a regular file" $C train gpt --text "$d/fifo" "${g[@]}" --output-dir "$d/o7"
@@ -67,5 +73,5 @@ echo "$out" | grep -q "^done: .* | nothing evaluated | " || fail "short text: $o
 # and good data still trains
 mkidx "$d/ok" train 200 28 28
 $C train cnn --data-dir "$d/ok" --output-dir "$d/o8" "${q[@]}" > "$d/ok.log" 2>&1 || { cat "$d/ok.log"; fail "good data refused"; }
-$C train gpt --text "$d/t.txt" --vocab-size 128 "${g[@]}" --output-dir "$d/o9" > "$d/ok.log" 2>&1 || { cat "$d/ok.log"; fail "good text refused"; }
+$C train gpt --shards "$d/t.bin" --vocab-size 128 "${g[@]}" --output-dir "$d/o9" > "$d/ok.log" 2>&1 || { cat "$d/ok.log"; fail "good text refused"; }
 echo "bad data refused before training"

@@ -161,6 +161,45 @@ CT_TEST(token_ids_checked_against_a_vocabulary) {
     unlink(p1);
 }
 
+/* The writer's shards read back: version 1 (uint16) and 2 (uint32, ids past 65,535) mixed,
+ * and the same ids from memory give the same windows. */
+CT_TEST(token_shards_written_and_read_in_both_widths) {
+    char p16[64], p32[64];
+    snprintf(p16, sizeof p16, "/tmp/ct_shard16_%d.bin", (int)getpid());
+    snprintf(p32, sizeof p32, "/tmp/ct_shard32_%d.bin", (int)getpid());
+    int32_t ids[42];
+    for (int i = 0; i < 42; i++) ids[i] = i < 21 ? i * 1000 : 70000 + i;
+    CT_ASSERT(ct_token_shard_write(p16, ids, 21, CT_SHARD_VERSION_U16) == CT_OK);
+    CT_EXPECT_EQ(ct_token_shard_write(p32, ids, 42, CT_SHARD_VERSION_U16), CT_ERR_INVALID);
+    CT_EXPECT(strstr(ct_last_error(), "70021") != NULL);
+    CT_ASSERT(ct_token_shard_write(p32, ids + 21, 21, CT_SHARD_VERSION_U32) == CT_OK);
+    const char *paths[2] = {p16, p32};
+    ct_dataset *d = NULL, *m = NULL;
+    CT_ASSERT(ct_dataset_tokens_open(paths, 2, 5, &d) == CT_OK);
+    CT_ASSERT(ct_dataset_tokens_from_ids(ids, 42, "ids", 5, &m) == CT_OK);
+    CT_EXPECT_EQ(ct_dataset_len(d), 8);
+    CT_EXPECT_EQ(ct_dataset_len(m), 8);
+    CT_EXPECT_EQ(ct_dataset_num_classes(d), 70042);
+    CT_EXPECT_EQ(ct_dataset_num_classes(m), 70042);
+    CT_EXPECT(strcmp(ct_dataset_source(m), "ids") == 0);
+    for (int64_t i = 0; i < 8; i++) {
+        int32_t x[5], y[5], mx[5], my[5];
+        ct_dataset_get(d, i, x, y);
+        ct_dataset_get(m, i, mx, my);
+        for (int j = 0; j < 5; j++) {
+            CT_EXPECT_EQ(x[j], ids[i * 5 + j]);
+            CT_EXPECT_EQ(y[j], ids[i * 5 + j + 1]);
+            CT_EXPECT(mx[j] == x[j] && my[j] == y[j]);
+        }
+    }
+    CT_EXPECT_EQ(ct_dataset_check_values(d, 70000, 0, -1), CT_ERR_FORMAT);
+    CT_EXPECTF(strstr(ct_last_error(), p32) && strstr(ct_last_error(), "token id 70021 at token index 0"), "message: %s", ct_last_error());
+    ct_dataset_free(d);
+    ct_dataset_free(m);
+    unlink(p16);
+    unlink(p32);
+}
+
 /* In-memory labels: the ignore index passes, anything else outside the range is named. */
 CT_TEST(labels_checked_against_classes) {
     float x[8] = {0};

@@ -52,6 +52,13 @@ struct ct_pg {
     char broken_msg[640];
 };
 
+/* Before a store rendezvous (rdzv_check.c): every rank declares its world size, machines and
+ * ranks per machine; a rank that disagrees with rank 0 fails, and so do the others, with one
+ * line naming both nodes' values; a timeout names every rank that never came. */
+ct_status ct_rdzv_check(ct_pg *pg, double timeout);
+/* "1, 3-7, 9": sorted ranks, compactly, cut with "..." when out is too small. */
+void ct_rank_ranges(const int *ranks, int n, char *out, size_t on);
+
 /* The store token of a job started from the environment (token_file.c). Rank 0 publishes a
  * new random token (32 hex characters) for `port` and gets the file's path; the others read
  * it (CT_ERR_NOT_FOUND, with no message set, while the file does not exist yet). */

@@ -635,6 +635,7 @@ ct_status ct_dist_init(const ct_dist_opts *opts_in, ct_pg **out) {
     ct_status st = CT_OK;
     if (be->needs_store) { /* under mpirun (mpi, hier on MPI) the launcher binds and MPI bootstraps */
         if (world > 1) st = join_store(pg, &o, timeout);
+        if (!st && world > 1) st = ct_rdzv_check(pg, timeout);
         if (!st) bind_local_rank(args.local_rank, lworld);
     }
     if (!st) st = be->create(pg, &args);

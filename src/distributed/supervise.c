@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -31,7 +32,8 @@
 #define TAIL 4096
 
 typedef struct {
-    pid_t pid;
+    pid_t pid;          /* the keeper's: the process group, and what waitpid reaps */
+    pid_t prog;         /* the program's, which the user knows from its logs (0 until the keeper says) */
     int out, err;       /* pipe read ends, -1 when closed or inherited */
     int logo, loge;     /* log files, -1 if none */
     int alive, status, stopped_by_us;
@@ -132,6 +134,9 @@ static void tail_lines(const worker_t *w, char *out, size_t n, int lines) {
     }
     if (!w->tail_n) snprintf(out, n, "    (no output on stderr)\n");
 }
+
+/* The pid a report names: the program's (in its logs, ps, a core file), not its keeper's. */
+static int shown_pid(const worker_t *w) { return (int)(w->prog > 0 ? w->prog : w->pid); }
 
 static void describe_status(int status, char *out, size_t n) {
     if (WIFEXITED(status)) snprintf(out, n, "exited with code %d", WEXITSTATUS(status));
@@ -325,7 +330,7 @@ static void pid_file_write(int fd, const worker_t *ws, int n) {
 
 /* The keeper (see the top of the file). Runs in the direct child, already in its own process
  * group with its output redirected; never returns. */
-static void keeper_run(const ct_sup_opts *o, int idx, pid_t supervisor) {
+static void keeper_run(const ct_sup_opts *o, int idx, pid_t supervisor, volatile pid_t *prog_pids) {
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, NULL);
@@ -343,6 +348,7 @@ static void keeper_run(const ct_sup_opts *o, int idx, pid_t supervisor) {
         fflush(stderr);
         _exit(rc);
     }
+    if (prog_pids) prog_pids[idx] = prog; /* the supervisor reports this pid, not the keeper's */
     /* SIGINT/SIGTERM/SIGHUP were sent to the whole group: the program has them too, and
      * the keeper waits for its answer. */
     for (;;) {
@@ -390,6 +396,10 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         ct_status pst = pid_file_take(o->pid_file, o->who ? o->who : "launcher", &pidfd);
         if (pst) { free(ws); return pst; }
     }
+    /* the programs' pids, written by their keepers (a page shared across the fork) */
+    size_t pp_bytes = (size_t)n * sizeof(pid_t);
+    volatile pid_t *prog_pids = mmap(NULL, pp_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (prog_pids == MAP_FAILED) prog_pids = NULL;
     sigset_t old;
     block_signals(&old);
     sigset_t sset;
@@ -437,7 +447,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             signal(SIGUSR1, SIG_DFL);
-            keeper_run(o, i, parent);
+            keeper_run(o, i, parent, prog_pids);
         }
         setpgid(pid, pid); /* also here, so signal_all cannot race the child */
         started++;
@@ -553,6 +563,10 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         close(pidfd);
     }
     restore_signals(&old);
+    if (prog_pids) {
+        for (int i = 0; i < n; i++) ws[i].prog = prog_pids[i];
+        munmap((void *)prog_pids, pp_bytes);
+    }
 
     /* report: root cause first */
     if (res->failed || res->interrupted) {
@@ -573,14 +587,14 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             const char *sn = state_name(sw->state_at_fail);
             if (sn) snprintf(st_txt, sizeof st_txt, "; it was %s at that time", sn);
             snprintf(res->summary, sizeof res->summary, "rank %d (pid %d) never reached %s (rank %d timed out)",
-                     o->rank_base + stalled, (int)sw->pid, what[0] ? what : "a collective", o->rank_base + res->root);
+                     o->rank_base + stalled, shown_pid(sw), what[0] ? what : "a collective", o->rank_base + res->root);
             tail_lines(w, tl, sizeof tl, 12);
             off += (size_t)snprintf(r + off, cap - off,
                                     "%s: worker failure (attempt %d)\n  root cause: rank %d (local rank %d, pid %d) never "
                                     "reached %s: rank %d (pid %d) timed out waiting for it and %s at %s, %.2f s after "
                                     "start%s\n  last lines of rank %d's stderr:\n%s",
-                                    o->who, o->attempt + 1, o->rank_base + stalled, stalled, (int)sw->pid,
-                                    what[0] ? what : "a collective", o->rank_base + res->root, (int)w->pid, how, tbuf,
+                                    o->who, o->attempt + 1, o->rank_base + stalled, stalled, shown_pid(sw),
+                                    what[0] ? what : "a collective", o->rank_base + res->root, shown_pid(w), how, tbuf,
                                     w->t_exit - t0, st_txt, o->rank_base + res->root, tl);
             describe_status(sw->status, how, sizeof how);
             off += (size_t)snprintf(r + off, cap - off, "  rank %d itself: %s%s\n", o->rank_base + stalled, how,
@@ -597,12 +611,12 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             struct tm tm;
             localtime_r(&now, &tm);
             strftime(tbuf, sizeof tbuf, "%H:%M:%S", &tm);
-            snprintf(res->summary, sizeof res->summary, "rank %d (pid %d) %s", o->rank_base + res->root, (int)w->pid, how);
+            snprintf(res->summary, sizeof res->summary, "rank %d (pid %d) %s", o->rank_base + res->root, shown_pid(w), how);
             tail_lines(w, tl, sizeof tl, 12);
             off += (size_t)snprintf(r + off, cap - off,
                                     "%s: worker failure (attempt %d)\n  root cause: rank %d (local rank %d, pid %d) %s "
                                     "at %s, %.2f s after start\n  last lines of its stderr:\n%s",
-                                    o->who, o->attempt + 1, o->rank_base + res->root, res->root, (int)w->pid, how,
+                                    o->who, o->attempt + 1, o->rank_base + res->root, res->root, shown_pid(w), how,
                                     tbuf, w->t_exit - t0, tl);
         } else {
             snprintf(res->summary, sizeof res->summary, "interrupted by %s", strsignal(res->interrupted));
@@ -613,7 +627,7 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             if (i == res->root) continue;
             char how[160];
             describe_status(ws[i].status, how, sizeof how);
-            off += (size_t)snprintf(r + off, cap - off, "  rank %d (pid %d): %s%s\n", o->rank_base + i, (int)ws[i].pid,
+            off += (size_t)snprintf(r + off, cap - off, "  rank %d (pid %d): %s%s\n", o->rank_base + i, shown_pid(&ws[i]),
                                     how, ws[i].stopped_by_us ? " (stopped by the launcher)" : "");
         }
     }

@@ -21,6 +21,18 @@ out=$(timeout 30 $B run --standalone --nproc-per-node 2 --grace-period 1 $B work
 [ $rc = 1 ] || die "signal exit code $rc"
 echo "$out" | grep -q "rank 1 .* was killed by signal 9 (Killed)" || die "signal report: $out"
 
+# the report names the program's pid (the one in its own output), not its keeper's
+log=$(mktemp)
+timeout 30 $B run --standalone --nproc-per-node 2 --grace-period 1 $B worker sleep 30 >"$log" 2>&1 & lp=$!
+for _ in $(seq 100); do [ "$(grep -c '^pid ' "$log")" = 2 ] && break; sleep 0.05; done
+wp=$(grep -m1 '^pid ' "$log" | cut -d' ' -f2)
+[ -n "$wp" ] || die "no worker pid: $(cat "$log")"
+kill -9 "$wp"; wait $lp
+grep -q "root cause: rank [01] (local rank [01], pid $wp) was killed by signal 9" "$log" || die "pid $wp not named: $(cat "$log")"
+other=$(grep '^pid ' "$log" | grep -v "^pid $wp\$" | cut -d' ' -f2)
+grep -q "  rank [01] (pid $other): " "$log" || die "the other worker's pid $other not named: $(cat "$log")"
+rm -f "$log"
+
 # --max-restarts 2 with a worker that fails once: the second attempt succeeds
 out=$(timeout 30 $B run --standalone --nproc-per-node 2 --max-restarts 2 $B worker fail-once 1 2>&1); rc=$?
 [ $rc = 0 ] || die "restart run exit $rc: $out"

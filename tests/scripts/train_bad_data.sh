@@ -74,4 +74,12 @@ echo "$out" | grep -q "^done: .* | nothing evaluated | " || fail "short text: $o
 mkidx "$d/ok" train 200 28 28
 $C train cnn --data-dir "$d/ok" --output-dir "$d/o8" "${q[@]}" > "$d/ok.log" 2>&1 || { cat "$d/ok.log"; fail "good data refused"; }
 $C train gpt --shards "$d/t.bin" --vocab-size 128 "${g[@]}" --output-dir "$d/o9" > "$d/ok.log" 2>&1 || { cat "$d/ok.log"; fail "good text refused"; }
+# gzipped images beside plain labels: each file is found in either form
+mkidx "$d/mix" train 200 28 28
+gzip "$d/mix/train-images-idx3-ubyte"
+$C train mlp --data-dir "$d/mix" --output-dir "$d/o11" "${q[@]}" > "$d/mix.log" 2>&1 || { cat "$d/mix.log"; fail "mixed .gz and plain files refused"; }
+# and a missing labels file is named as such, not as missing images
+rm "$d/mix/train-labels-idx1-ubyte"
+expect "no train-labels-idx1-ubyte\(.gz\) in .*mix beside train-images-idx3-ubyte.gz" \
+    $C train mlp --data-dir "$d/mix" --output-dir "$d/o12" "${q[@]}"
 echo "bad data refused before training"

@@ -149,13 +149,13 @@ CT_TEST(bad_configs_fail_with_a_message) {
     CT_EXPECT(ct_model_create(&c, 1, &bad) == CT_ERR_INVALID && bad == NULL);
     c.kind = (ct_model_kind)9;
     CT_EXPECT(ct_model_create(&c, 1, &bad) == CT_ERR_INVALID && bad == NULL);
-    CT_EXPECT(strstr(ct_last_error(), "CT_MODEL_MLP, CT_MODEL_CNN or CT_MODEL_GPT") != NULL);
+    CT_EXPECT(strstr(ct_last_error(), "CT_MODEL_MLP, CT_MODEL_CNN, CT_MODEL_GPT or CT_MODEL_LLAMA") != NULL);
     CT_EXPECT(ct_model_create(NULL, 1, &bad) == CT_ERR_INVALID && bad == NULL);
     ct_model_kind k;
     CT_EXPECT_OK(ct_model_kind_parse("GPT", &k));
     CT_EXPECT(k == CT_MODEL_GPT);
     CT_EXPECT(ct_model_kind_parse("resnet", &k) == CT_ERR_INVALID);
-    CT_EXPECT(!strcmp(ct_last_error(), "unknown model 'resnet' (expected mlp, cnn or gpt)"));
+    CT_EXPECT(!strcmp(ct_last_error(), "unknown model 'resnet' (expected mlp, cnn, gpt or llama)"));
     CT_EXPECT(!strcmp(ct_model_kind_name(CT_MODEL_CNN), "cnn") && !strcmp(ct_model_kind_name((ct_model_kind)9), "?"));
 }
 

@@ -16,12 +16,14 @@ port=$((29600 + RANDOM % 300))
 # two nodes; $1: name, $2 and $3: node 0's and node 1's output directories, the rest: ctrain train flags
 two_nodes() {
     local n=$1 o0=$2 o1=$3; shift 3
-    local id=0123456789abcdef-$n
+    local id=resume-$n
+    # the store's secret from a 0600 file, never argv (docs/multinode.md)
+    printf '0123456789abcdef-%s\n' "$n" > "$d/secret.$n"; chmod 600 "$d/secret.$n"
     timeout 120 $C run --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port $port \
-        --rdzv-id $id $C "${mlp[@]}" --output-dir "$o0" "$@" > "$d/$n.0.log" 2>&1 &
+        --rdzv-id $id --rdzv-token-file "$d/secret.$n" $C "${mlp[@]}" --output-dir "$o0" "$@" > "$d/$n.0.log" 2>&1 &
     local p0=$!
     timeout 120 $C run --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port $port \
-        --rdzv-id $id $C "${mlp[@]}" --output-dir "$o1" "$@" > "$d/$n.1.log" 2>&1
+        --rdzv-id $id --rdzv-token-file "$d/secret.$n" $C "${mlp[@]}" --output-dir "$o1" "$@" > "$d/$n.1.log" 2>&1
     local r1=$?
     wait $p0; local r0=$?
     port=$((port + 1))

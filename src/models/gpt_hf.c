@@ -113,13 +113,7 @@ ct_status ct_gpt_config_from_tensors_(const ct_st_file *f, ct_model_config *c, c
     if (c->gpt.n_head <= 0)
         return ct_error(CT_ERR_FORMAT, "%s: the number of attention heads is not in the file (a GPT saved without ctrain's "
                         "metadata): put a config.json with n_head beside it", path);
-    ct_status st = ct_model_config_check(c);
-    if (st != CT_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", ct_last_error());
-        return ct_error(CT_ERR_FORMAT, "%s: %s", path, why);
-    }
-    return CT_OK;
+    return ct_hf_config_check_(c, path);
 }
 
 /* ---- load ---- */

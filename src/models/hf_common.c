@@ -82,6 +82,13 @@ void ct_hf_json_add_float_(cJSON *j, const char *key, float v) {
     cJSON_AddRawToObject(j, key, s);
 }
 
+ct_status ct_hf_config_check_(const ct_model_config *c, const char *path) {
+    if (ct_model_config_check(c) == CT_OK) return CT_OK;
+    char why[256];
+    snprintf(why, sizeof why, "%s", ct_last_error());
+    return ct_error(CT_ERR_FORMAT, "%s: %s", path, why);
+}
+
 ct_status ct_hf_mkdirs_(const char *path) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);

@@ -16,6 +16,8 @@ bool ct_hf_json_int_(const cJSON *j, const char *key, int *out, ct_status *st, c
 bool ct_hf_json_float_(const cJSON *j, const char *key, float lo, float hi, float *out, ct_status *st, const char *path);
 /* key = v as the float's short text (1e-05, not 9.99999975e-06) where it reads back as v */
 void ct_hf_json_add_float_(cJSON *j, const char *key, float v);
+/* ct_model_config_check of a config read from path's files: CT_ERR_FORMAT naming path */
+ct_status ct_hf_config_check_(const ct_model_config *c, const char *path);
 /* mkdir -p */
 ct_status ct_hf_mkdirs_(const char *path);
 /* j as text into path through path.tmp and a rename; j is freed */

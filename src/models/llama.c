@@ -242,9 +242,11 @@ static const ct_model_option llama_options[] = {
 
 const ct_model_kind_ops ct_llama_kind_ = {
     .info = {.name = "llama", .data = CT_MODEL_DATA_TOKENS, .optimizer = "adamw", .adam_beta2 = 0.95, .eval_each_epoch = false,
-             .hf = false, .generates = false, .options = llama_options, .noptions = CT_MODEL_NOPTS_(llama_options)},
+             .hf = true, .generates = false, .options = llama_options, .noptions = CT_MODEL_NOPTS_(llama_options)},
     .defaults = llama_defaults, .check = llama_check, .batch = llama_batch, .build = llama_build, .describe = llama_describe,
     .forward = llama_forward, .loss = llama_loss,
     /* a tied head is also saved (and accepted) as lm_head.weight, as LlamaForCausalLM's state_dict lists it */
-    .tied_name = "lm_head.weight",
+    .tied_name = "lm_head.weight", .load_ignores = ct_llama_load_ignores_,
+    /* ctrain's names are LlamaForCausalLM's: its files load as ctrain's own (llama_hf.c) */
+    .from_tensors = ct_llama_config_from_tensors_, .hf_load = ct_model_load, .hf_save = ct_llama_save_hf_,
 };

@@ -99,6 +99,11 @@ static inline void ct_model_config_json_path_(const char *path, char *buf, size_
 /* gpt_hf.c: the GPT's from_tensors */
 ct_status ct_gpt_config_from_tensors_(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);
 
+/* llama_hf.c: the Llama's from_tensors, load_ignores and hf_save */
+ct_status ct_llama_config_from_tensors_(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);
+bool ct_llama_load_ignores_(const char *name);
+ct_status ct_llama_save_hf_(const ct_model *m, const char *dir);
+
 /* Config checks shared by the kinds: any single dimension is at most CT_MODEL_DIM_MAX,
  * which keeps every product of two inside int64. */
 #define CT_MODEL_DIM_MAX (1 << 24)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `ctrain train llama --init-from DIR` from a Hugging Face directory (config.json +
 # model.safetensors in BF16, tests/torch/gen_llama.py), `--export hf` of the result, and
-# `ctrain eval` of the export: the training run's test loss, config.json's LlamaConfig.
+# `ctrain eval` of the export: the training run's test loss, config.json's LlamaConfig;
+# `ctrain generate` of a Llama.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${CT_BUILD:-build}
@@ -24,4 +25,9 @@ el=$($B/ctrain eval --checkpoint "$d/run/hf" --text "$d/t.txt" --threads 2 | sed
 # the export is also a starting point
 $B/ctrain train llama --init-from "$d/run/hf" --text "$d/t.txt" --steps 1 --threads 2 --output-dir "$d/run2" > "$d/train2.log" 2>&1 ||
     { cat "$d/train2.log"; fail "--init-from the export"; }
+# generate: transformers 4.40.2's greedy tokens for this model (test_llama_generate.c), and a byte prompt
+g=$($B/ctrain generate --checkpoint tests/fixtures/models/llama_hf_gqa --prompt-tokens 216,103,110,206,145 --temperature 0 \
+    --max-new-tokens 12 --threads 2 2>/dev/null)
+[ "$g" = "193,77,39,8,29,171,201,165,63,77,8,8" ] || fail "ctrain generate of the Llama: '$g'"
+$B/ctrain generate --checkpoint "$d/run" --prompt "Hi" --max-new-tokens 40 --threads 2 > "$d/gen.txt" 2>&1 || { cat "$d/gen.txt"; fail "--prompt"; }
 echo "llama: HF directory → train → export → eval (test loss $el)"

@@ -61,6 +61,17 @@ static inline double ct_max_rel_err(const float *a, const float *b, long n, doub
     return m;
 }
 
+/* Normwise relative error ||a - b|| / ||b|| (infinite when a has a NaN) */
+static inline double ct_norm_rel_err(const float *a, const float *b, long n) {
+    double d = 0, s = 0;
+    for (long i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i];
+        d += e * e;
+        s += (double)b[i] * b[i];
+    }
+    return d != d ? INFINITY : sqrt(d) / (s > 0 ? sqrt(s) : 1);
+}
+
 /* Path of `name` inside a per-process temporary directory (created on first use, removed
  * at exit when the tests have removed their files; the returned string stays valid for the
  * next 3 calls). */

@@ -268,13 +268,24 @@ ct_model_config ct_model_cli_config(ct_model_kind k);
 ct_status ct_gpt_load_hf(ct_model *m, const char *path);
 ct_status ct_gpt_save_hf(const ct_model *m, const char *dir);
 
-/* ---- GPT inference (gpt_decode.c) ----
- * A key/value cache (batch 1, block_size positions): ct_gpt_forward_cached runs only the new
- * tokens [1, t] (positions len .. len+t-1, len + t <= block_size) through the model, attending
- * to the cached keys and values of the earlier ones, and appends theirs: logits [1, t, vocab]
- * in ctx, the same as the last t rows of a full forward (within float rounding), at O(T) per
- * token instead of a forward over the context. No autograd; dropout follows the ctx. */
-typedef struct ct_gpt_cache ct_gpt_cache;
+/* ---- inference: a key/value cache and generation (decode.c; kinds with info.generates:
+ * GPT, Llama) ----
+ * A key/value cache (batch 1, the model's context of positions; a Llama keeps its
+ * num_key_value_heads per layer, not repeated): ct_model_forward_cached runs only the new
+ * tokens [1, t] (positions len .. len+t-1, len + t <= the context) through the model,
+ * attending to the cached keys and values of the earlier ones, and appends theirs: logits
+ * [1, t, vocab] in ctx, the same as the last t rows of a full forward (within float
+ * rounding), at O(T) per token instead of a forward over the context. No autograd; dropout
+ * follows the ctx. A Llama's rotary positions are applied at the absolute positions. */
+typedef struct ct_kv_cache ct_kv_cache;
+ct_status ct_model_cache_create(const ct_model *m, ct_kv_cache **out); /* CT_ERR_UNSUPPORTED: the kind does not generate; CT_ERR_NOMEM */
+void ct_kv_cache_free(ct_kv_cache *c);
+void ct_kv_cache_reset(ct_kv_cache *c);
+int ct_kv_cache_len(const ct_kv_cache *c);
+ct_tensor *ct_model_forward_cached(ct_ctx *ctx, ct_model *m, ct_kv_cache *c, ct_tensor *tokens);
+
+/* The GPT's names for the same (CT_ERR_INVALID / abort for a model that is no GPT). */
+typedef ct_kv_cache ct_gpt_cache;
 ct_status ct_gpt_cache_create(const ct_model *m, ct_gpt_cache **out); /* CT_ERR_INVALID: not a GPT; CT_ERR_NOMEM */
 void ct_gpt_cache_free(ct_gpt_cache *c);
 void ct_gpt_cache_reset(ct_gpt_cache *c);
@@ -298,11 +309,15 @@ typedef struct ct_generate_stats {
     double seconds;       /* wall time for them, the prompt's forward included */
 } ct_generate_stats;
 
-/* Autoregressive generation from prompt[0, n_prompt) (n_prompt >= 1, every id < vocab_size):
- * max_new_tokens tokens into out (room for that many). Past block_size the context is
- * the last block_size tokens (nanoGPT's crop); as positions are absolute, each token then
- * costs a forward over that window, cache or not. CT_ERR_INVALID for a model that is no GPT,
- * an empty prompt, an id outside the vocabulary or a bad option; CT_ERR_NOMEM. */
+/* Autoregressive generation from prompt[0, n_prompt) (n_prompt >= 1, every id < the
+ * vocabulary): max_new_tokens tokens into out (room for that many). Past the context
+ * (GPT: block_size, Llama: max_position_embeddings) the context is the last that many
+ * tokens at positions 0 .. (nanoGPT's crop); each token then costs a forward over that
+ * window, cache or not. CT_ERR_INVALID for a model of a kind that does not generate, an
+ * empty prompt, an id outside the vocabulary or a bad option; CT_ERR_NOMEM. */
+ct_status ct_model_generate(ct_model *m, const int32_t *prompt, int n_prompt, const ct_generate_opts *opts, int32_t *out,
+                            ct_generate_stats *stats);
+/* the same for a GPT only (CT_ERR_INVALID for another kind) */
 ct_status ct_gpt_generate(ct_model *m, const int32_t *prompt, int n_prompt, const ct_generate_opts *opts, int32_t *out,
                           ct_generate_stats *stats);
 

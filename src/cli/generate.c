@@ -34,7 +34,7 @@ static void usage(FILE *f) {
 static ct_status dump_logits(ct_model *m, const int32_t *ids, int n, const char *path) {
     int B = (int)ct_model_batch_of(ct_model_config_of(m)).x_max_len;
     if (n > B) return ct_error(CT_ERR_INVALID, "--logits: the prompt has %d tokens, more than the model's context (%d)", n, B);
-    /* the forward's embedding would abort on it; ct_gpt_generate's message */
+    /* the forward's embedding would abort on it; ct_model_generate's message */
     int V = (int)ct_model_batch_of(ct_model_config_of(m)).vocab;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return ct_error(CT_ERR_INVALID, "prompt token %d at position %d is outside the vocabulary [0, %d)", ids[i], i, V);
@@ -165,8 +165,15 @@ int cli_generate(int argc, char **argv) {
     char path[4400];
     ct_model *m = NULL;
     ct_status st = cli_open_model(ckpt, &m, path, sizeof path);
-    if (st == CT_OK && !ct_model_kind_info_of(ct_model_config_of(m)->kind)->generates)
-        st = ct_error(CT_ERR_INVALID, "%s holds a %s: generate needs a gpt", path, ct_model_kind_name(ct_model_config_of(m)->kind));
+    if (st == CT_OK && !ct_model_kind_info_of(ct_model_config_of(m)->kind)->generates) {
+        char kinds[256] = ""; /* "a gpt or a llama": the kinds that generate */
+        for (int k = 0, n = 0; k < ct_model_kind_count(); k++)
+            if (ct_model_kind_info_of((ct_model_kind)k)->generates) {
+                size_t o = strlen(kinds);
+                snprintf(kinds + o, sizeof kinds - o, "%sa %s", n++ ? " or " : "", ct_model_kind_name((ct_model_kind)k));
+            }
+        st = ct_error(CT_ERR_INVALID, "%s holds a %s: generate needs %s", path, ct_model_kind_name(ct_model_config_of(m)->kind), kinds);
+    }
     cli_tokenizer tk = {0};
     if (st == CT_OK && prompt) st = encode_prompt(prompt, tok_arg, path, ct_model_batch_of(ct_model_config_of(m)).vocab, &tk, &ids, &nids);
     int32_t *out = st == CT_OK ? malloc(sizeof *out * (size_t)(go.max_new_tokens + 1)) : NULL;
@@ -178,7 +185,7 @@ int cli_generate(int argc, char **argv) {
         go.on_token = print_token;
         go.user = &os;
         if (prompt) fputs(prompt, stdout);
-        st = ct_gpt_generate(m, ids, nids, &go, out, &gs);
+        st = ct_model_generate(m, ids, nids, &go, out, &gs);
         if (st == CT_OK || os.n) putchar('\n');
         fflush(stdout); /* before the speed line on stderr */
     }

@@ -205,4 +205,5 @@ const ct_model_kind_ops ct_gpt_kind_ = {
     /* PyTorch's state_dict of nanoGPT lists the tied head under both names */
     .tied_name = "lm_head.weight", .load_ignores = is_gpt_mask,
     .from_tensors = ct_gpt_config_from_tensors_, .hf_load = ct_gpt_load_hf, .hf_save = ct_gpt_save_hf,
+    .kv_shape = ct_gpt_kv_shape_, .forward_cached = ct_gpt_forward_cached_,
 };

@@ -5,17 +5,13 @@
  * weight [in, out] (x @ W), ctrain as nn.Linear, weight [out, in]; everything else has the
  * same name and shape. Hugging Face may also drop the "transformer." prefix (GPT2Model) and
  * save the attention mask buffers "attn.bias" / "attn.masked_bias". */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-#include <cjson/cJSON.h>
 
 #include "ctrain/io.h"
-#include "models/model_internal.h"
+#include "models/hf_internal.h"
 
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -44,71 +40,20 @@ static bool has(const ct_st_file *f, const char *name) {
 
 /* ---- config ---- */
 
-/* A config.json is read only when it is a regular file of at most 16 MB: a FIFO (opened
- * without blocking, then refused) would hang the reader, a directory has nothing to read. */
-static ct_status read_all(const char *path, char **out) {
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    ct_status st = CT_OK;
-    if (fstat(fd, &sb) != 0) st = ct_error(CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) st = ct_error(CT_ERR_FORMAT, "%s: not a regular file", path);
-    else if (sb.st_size >= (1 << 24)) st = ct_error(CT_ERR_FORMAT, "%s: %lld bytes, too large for a config", path, (long long)sb.st_size);
-    char *buf = st == CT_OK ? malloc((size_t)sb.st_size + 1) : NULL;
-    if (st == CT_OK && !buf) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
-    size_t got = 0;
-    while (st == CT_OK && got < (size_t)sb.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) st = ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-        else if (r == 0) st = ct_error(CT_ERR_IO, "%s: cannot read: the file shrank while being read", path);
-        else got += (size_t)r;
-    }
-    close(fd);
-    if (st != CT_OK) { free(buf); return st; }
-    buf[got] = 0;
-    *out = buf;
-    return CT_OK;
-}
-
-/* A whole number in int's range under key: false leaves *out (absent, or not a number);
- * a number that is no such int is an error (a cast would be undefined) */
-static bool json_int(const cJSON *j, const char *key, int *out, ct_status *st, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(v) || *st != CT_OK) return false;
-    double d = v->valuedouble;
-    if (!(d >= -2147483648.0 && d <= 2147483647.0) || d != (double)(int)d) {
-        *st = ct_error(CT_ERR_FORMAT, "%s: %s = %g is not an integer", path, key, d);
-        return false;
-    }
-    *out = (int)d;
-    return true;
-}
-
 /* Hugging Face's GPT2Config fields that change the model */
 static ct_status read_config_json(const char *path, ct_model_config *c) {
-    char *text;
-    ct_status rs = read_all(path, &text);
-    if (rs != CT_OK) return rs;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!j || !cJSON_IsObject(j)) { cJSON_Delete(j); return ct_error(CT_ERR_FORMAT, "%s: not a JSON object", path); }
-    ct_status st = CT_OK;
+    cJSON *j;
+    ct_status st = ct_hf_read_json_(path, &j);
+    if (st != CT_OK) return st;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2"))
         st = ct_error(CT_ERR_UNSUPPORTED, "%s: model_type '%s': ctrain reads GPT-2 (gpt2) checkpoints only", path, mt->valuestring);
-    json_int(j, "n_layer", &c->gpt.n_layer, &st, path);
-    json_int(j, "n_embd", &c->gpt.n_embd, &st, path);
-    json_int(j, "n_head", &c->gpt.n_head, &st, path);
-    if (!json_int(j, "n_positions", &c->gpt.block_size, &st, path)) json_int(j, "n_ctx", &c->gpt.block_size, &st, path);
-    json_int(j, "vocab_size", &c->gpt.vocab_size, &st, path);
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
-    if (st == CT_OK && cJSON_IsNumber(eps)) {
-        double e = eps->valuedouble; /* checked before the cast: a double beyond float's range has no float */
-        if (!(e >= 0 && e < 1)) st = ct_error(CT_ERR_FORMAT, "%s: layer_norm_epsilon = %g must be in [0, 1)", path, e);
-        else c->gpt.ln_eps = (float)e;
-    }
+    ct_hf_json_int_(j, "n_layer", &c->gpt.n_layer, &st, path);
+    ct_hf_json_int_(j, "n_embd", &c->gpt.n_embd, &st, path);
+    ct_hf_json_int_(j, "n_head", &c->gpt.n_head, &st, path);
+    if (!ct_hf_json_int_(j, "n_positions", &c->gpt.block_size, &st, path)) ct_hf_json_int_(j, "n_ctx", &c->gpt.block_size, &st, path);
+    ct_hf_json_int_(j, "vocab_size", &c->gpt.vocab_size, &st, path);
+    ct_hf_json_float_(j, "layer_norm_epsilon", 0, 1, &c->gpt.ln_eps, &st, path);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
     if (st == CT_OK && cJSON_IsString(act)) {
         const char *a = act->valuestring;
@@ -118,7 +63,7 @@ static ct_status read_config_json(const char *path, ct_model_config *c) {
         else st = ct_error(CT_ERR_UNSUPPORTED, "%s: activation_function '%s' (ctrain has gelu and gelu_new)", path, a);
     }
     int inner;
-    if (json_int(j, "n_inner", &inner, &st, path) && (double)inner != 4.0 * c->gpt.n_embd)
+    if (ct_hf_json_int_(j, "n_inner", &inner, &st, path) && (double)inner != 4.0 * c->gpt.n_embd)
         st = ct_error(CT_ERR_UNSUPPORTED, "%s: n_inner %d (ctrain's MLP is 4 x n_embd)", path, inner);
     const cJSON *idx = cJSON_GetObjectItemCaseSensitive(j, "scale_attn_by_inverse_layer_idx");
     if (st == CT_OK && cJSON_IsTrue(idx)) st = ct_error(CT_ERR_UNSUPPORTED, "%s: scale_attn_by_inverse_layer_idx is not supported", path);
@@ -168,13 +113,7 @@ ct_status ct_gpt_config_from_tensors_(const ct_st_file *f, ct_model_config *c, c
     if (c->gpt.n_head <= 0)
         return ct_error(CT_ERR_FORMAT, "%s: the number of attention heads is not in the file (a GPT saved without ctrain's "
                         "metadata): put a config.json with n_head beside it", path);
-    ct_status st = ct_model_config_check(c);
-    if (st != CT_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", ct_last_error());
-        return ct_error(CT_ERR_FORMAT, "%s: %s", path, why);
-    }
-    return CT_OK;
+    return ct_hf_config_check_(c, path);
 }
 
 /* ---- load ---- */
@@ -265,19 +204,6 @@ ct_status ct_gpt_load_hf(ct_model *m, const char *path) {
 
 /* ---- save ---- */
 
-static ct_status mkdirs(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p && *p != '/') continue;
-        char c = *p;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return ct_error(CT_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-        if (!c) return CT_OK;
-        *p = c;
-    }
-}
-
 static ct_status write_config_json(const ct_model_config *c, const char *path) {
     cJSON *j = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
@@ -291,11 +217,7 @@ static ct_status write_config_json(const ct_model_config *c, const char *path) {
     cJSON_AddNumberToObject(j, "vocab_size", c->gpt.vocab_size);
     cJSON_AddStringToObject(j, "activation_function", c->gpt.gelu_tanh ? "gelu_new" : "gelu");
     /* the float's short text (1e-05, not 9.99999975e-06) where it reads back as the same float */
-    float e = c->gpt.ln_eps > 0 ? c->gpt.ln_eps : 1e-5f;
-    char eps[32];
-    snprintf(eps, sizeof eps, "%.6g", (double)e);
-    if (strtof(eps, NULL) != e) snprintf(eps, sizeof eps, "%.9g", (double)e);
-    cJSON_AddRawToObject(j, "layer_norm_epsilon", eps);
+    ct_hf_json_add_float_(j, "layer_norm_epsilon", c->gpt.ln_eps > 0 ? c->gpt.ln_eps : 1e-5f);
     cJSON_AddNumberToObject(j, "resid_pdrop", c->gpt.dropout);
     cJSON_AddNumberToObject(j, "embd_pdrop", c->gpt.dropout);
     cJSON_AddNumberToObject(j, "attn_pdrop", 0);
@@ -309,26 +231,13 @@ static ct_status write_config_json(const ct_model_config *c, const char *path) {
         cJSON_AddNullToObject(j, "eos_token_id");
     }
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
-    char tmp[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *fp = fopen(tmp, "wb");
-    bool ok = fp && fputs(text, fp) >= 0 && fputc('\n', fp) != EOF;
-    if (fp && fclose(fp) != 0) ok = false;
-    free(text);
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return ct_error(CT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    }
-    return CT_OK;
+    return ct_hf_write_json_(j, path);
 }
 
 ct_status ct_gpt_save_hf(const ct_model *m, const char *dir) {
     if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "Hugging Face export: the model is a %s, not a GPT", m->kind->info.name);
     if (!m->cfg.gpt.bias) return ct_error(CT_ERR_UNSUPPORTED, "Hugging Face export: GPT-2 has biases; this GPT was built without (bias=False)");
-    ct_status st = mkdirs(dir);
+    ct_status st = ct_hf_mkdirs_(dir);
     if (st != CT_OK) return st;
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

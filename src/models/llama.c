@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/model_internal.h"
+#include "models/kv_cache.h"
 
 /* model.layers.<l> by part */
 typedef struct llama_layer {
@@ -203,6 +203,38 @@ static void llama_build(ct_model *m) {
     m->root = root;
 }
 
+/* ---- generation (decode.c): the cache keeps num_key_value_heads heads a layer ---- */
+static void llama_kv_shape(const ct_model_config *c, int *layers, int *kv_heads, int *head_dim) {
+    *layers = c->llama.num_hidden_layers;
+    *kv_heads = c->llama.num_key_value_heads;
+    *head_dim = c->llama.hidden_size / c->llama.num_attention_heads;
+}
+
+/* the layers as layer_run computes them, for the new rows only: q and k rotated at their
+ * absolute positions, k and v appended to the cache, attention against it */
+static ct_tensor *llama_forward_cached(ct_ctx *ctx, ct_model *m, struct ct_kv_cache *c, ct_tensor *tokens) {
+    const ct_llama *g = m->root->priv;
+    int64_t t = tokens->shape[1], C = m->cfg.llama.hidden_size, KVC = (int64_t)c->H * c->D;
+    ct_tensor *pos = ct_new(ctx, CT_I32, 1, &t);
+    for (int64_t i = 0; i < t; i++) ((int32_t *)pos->data)[i] = (int32_t)(c->len + i);
+    ct_tensor *x = ct_module_forward(ctx, g->embed, tokens);
+    float *scores = ct_ctx_alloc(ctx, sizeof(float) * (size_t)g->n_head * (size_t)t * (size_t)(c->len + t));
+    for (int i = 0; i < g->n_layer; i++) {
+        const llama_layer *l = &g->layers[i];
+        ct_tensor *h = ct_module_forward(ctx, l->input_layernorm, x);
+        ct_tensor *q = ct_rope(ctx, ct_split_heads(ctx, ct_module_forward(ctx, l->q_proj, h), g->n_head), pos, g->rope_theta);
+        ct_tensor *k = ct_rope(ctx, ct_split_heads(ctx, ct_module_forward(ctx, l->k_proj, h), g->n_kv), pos, g->rope_theta);
+        q = ct_merge_heads(ctx, q); /* [1, t, C]: rows as the cache takes them */
+        k = ct_merge_heads(ctx, k);
+        ct_tensor *v = ct_module_forward(ctx, l->v_proj, h), *y = ct_new(ctx, CT_F32, 3, (int64_t[]){1, t, C});
+        ct_kv_attend_(c, i, q->data, (int)C, g->n_head, k->data, v->data, (int)KVC, y->data, (int)t, scores);
+        x = ct_add(ctx, x, ct_module_forward(ctx, l->o_proj, y));
+        x = ct_add(ctx, x, mlp_run(ctx, l, ct_module_forward(ctx, l->post_attention_layernorm, x)));
+    }
+    c->len += (int)t;
+    return ct_module_forward(ctx, g->lm_head, ct_module_forward(ctx, g->norm, x));
+}
+
 static ct_tensor *llama_forward(ct_ctx *ctx, ct_model *m, ct_tensor *idx) { return ct_module_forward(ctx, m->root, idx); }
 
 /* next-token cross-entropy over all B*T positions (targets already shifted); -100 ignored
@@ -242,9 +274,12 @@ static const ct_model_option llama_options[] = {
 
 const ct_model_kind_ops ct_llama_kind_ = {
     .info = {.name = "llama", .data = CT_MODEL_DATA_TOKENS, .optimizer = "adamw", .adam_beta2 = 0.95, .eval_each_epoch = false,
-             .hf = false, .generates = false, .options = llama_options, .noptions = CT_MODEL_NOPTS_(llama_options)},
+             .hf = true, .generates = true, .options = llama_options, .noptions = CT_MODEL_NOPTS_(llama_options)},
     .defaults = llama_defaults, .check = llama_check, .batch = llama_batch, .build = llama_build, .describe = llama_describe,
     .forward = llama_forward, .loss = llama_loss,
     /* a tied head is also saved (and accepted) as lm_head.weight, as LlamaForCausalLM's state_dict lists it */
-    .tied_name = "lm_head.weight",
+    .tied_name = "lm_head.weight", .load_ignores = ct_llama_load_ignores_,
+    /* ctrain's names are LlamaForCausalLM's: its files load as ctrain's own (llama_hf.c) */
+    .from_tensors = ct_llama_config_from_tensors_, .hf_load = ct_model_load, .hf_save = ct_llama_save_hf_,
+    .kv_shape = llama_kv_shape, .forward_cached = llama_forward_cached,
 };

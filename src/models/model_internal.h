@@ -52,6 +52,12 @@ typedef struct ct_model_kind_ops {
     /* Hugging Face's layout (NULL: none): the weights in, the directory out */
     ct_status (*hf_load)(ct_model *m, const char *path);
     ct_status (*hf_save)(const ct_model *m, const char *dir);
+    /* Generation with a key/value cache (NULL: none; info.generates says there is): the
+     * cache's layers, key/value heads and head size, and the forward of new tokens [1, t]
+     * (checked: they fit) at positions c->len .. through the cache (kv_cache.h), adding t
+     * to c->len: logits [1, t, vocab] */
+    void (*kv_shape)(const ct_model_config *c, int *layers, int *kv_heads, int *head_dim);
+    ct_tensor *(*forward_cached)(ct_ctx *ctx, ct_model *m, struct ct_kv_cache *c, ct_tensor *tokens);
 } ct_model_kind_ops;
 
 /* the per-kind table, for model_io.c (NULL for an unknown kind) */
@@ -98,6 +104,15 @@ static inline void ct_model_config_json_path_(const char *path, char *buf, size_
 
 /* gpt_hf.c: the GPT's from_tensors */
 ct_status ct_gpt_config_from_tensors_(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);
+
+/* gpt_decode.c: the GPT's kv_shape and forward_cached */
+void ct_gpt_kv_shape_(const ct_model_config *c, int *layers, int *kv_heads, int *head_dim);
+ct_tensor *ct_gpt_forward_cached_(ct_ctx *ctx, ct_model *m, struct ct_kv_cache *c, ct_tensor *tokens);
+
+/* llama_hf.c: the Llama's from_tensors, load_ignores and hf_save */
+ct_status ct_llama_config_from_tensors_(const struct ct_st_file *f, ct_model_config *c, ct_weights_layout *layout);
+bool ct_llama_load_ignores_(const char *name);
+ct_status ct_llama_save_hf_(const ct_model *m, const char *dir);
 
 /* Config checks shared by the kinds: any single dimension is at most CT_MODEL_DIM_MAX,
  * which keeps every product of two inside int64. */

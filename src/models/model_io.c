@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ctrain/io.h"
@@ -87,6 +88,22 @@ ct_status ct_model_save_hf(const ct_model *m, const char *dir) {
 }
 
 /* ---- load ---- */
+/* path itself, or for a directory (a Hugging Face model's) the model.safetensors in it */
+static ct_status weights_file(const char *path, char *buf, size_t n, const char **out) {
+    struct stat sb;
+    *out = path;
+    if (!path || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return CT_OK; /* ct_st_open says what is wrong */
+    snprintf(buf, n, "%s/model.safetensors", path);
+    *out = buf;
+    if (access(buf, F_OK) == 0) return CT_OK;
+    char idx[4300];
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", path);
+    if (access(idx, F_OK) == 0)
+        return ct_error(CT_ERR_UNSUPPORTED, "%s: a sharded checkpoint (model.safetensors.index.json): ctrain reads a single "
+                        "model.safetensors, not yet its shards", path);
+    return ct_error(CT_ERR_NOT_FOUND, "%s: a directory without model.safetensors", path);
+}
+
 static const char *shape_s(char *buf, size_t n, int ndim, const int64_t *shape) {
     size_t o = 0;
     o += (size_t)snprintf(buf + o, n - o, "[");
@@ -206,6 +223,9 @@ ct_status ct_model_load(ct_model *m, const char *path) {
 }
 
 ct_status ct_model_load_layout(ct_model *m, const char *path, ct_weights_layout layout) {
+    char buf[4200];
+    ct_status st = weights_file(path, buf, sizeof buf, &path);
+    if (st != CT_OK) return st;
     if (layout == CT_LAYOUT_CTRAIN) return ct_model_load(m, path);
     if (!m->kind->hf_load)
         return ct_error(CT_ERR_UNSUPPORTED, "%s: a %s has no Hugging Face layout", path, m->kind->info.name);
@@ -213,6 +233,7 @@ ct_status ct_model_load_layout(ct_model *m, const char *path, ct_weights_layout 
 }
 
 /* ---- a model from a file alone ---- */
+
 /* Every tensor of a model must be in its file with its shape, so the model a config
  * describes holds no more values than the file's float tensors: checked from the header and
  * the shapes alone, before anything the size of the model is allocated, so that a small
@@ -235,8 +256,11 @@ static ct_status check_fits(const ct_st_file *f, const ct_model_config *c, const
 }
 
 ct_status ct_model_config_fits_file(const ct_model_config *cfg, const char *path, const char *what) {
+    char buf[4200];
+    ct_status st = weights_file(path, buf, sizeof buf, &path);
+    if (st != CT_OK) return st;
     ct_st_file *f = NULL;
-    ct_status st = ct_st_open(path, &f);
+    st = ct_st_open(path, &f);
     if (st != CT_OK) return st;
     st = check_fits(f, cfg, what ? what : "the config describes");
     ct_st_close(f);
@@ -244,8 +268,11 @@ ct_status ct_model_config_fits_file(const ct_model_config *cfg, const char *path
 }
 
 ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_weights_layout *layout) {
+    char buf[4200];
+    ct_status st = weights_file(path, buf, sizeof buf, &path);
+    if (st != CT_OK) return st;
     ct_st_file *f = NULL;
-    ct_status st = ct_st_open(path, &f);
+    st = ct_st_open(path, &f);
     if (st != CT_OK) return st;
     ct_weights_layout lay = CT_LAYOUT_CTRAIN;
     st = config_from_metadata(f, cfg);
@@ -262,7 +289,7 @@ ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_w
     }
     if (st == CT_ERR_NOT_FOUND)
         st = ct_error(CT_ERR_FORMAT, "%s: no ctrain model metadata and no tensors of a model ctrain knows "
-                      "(a GPT's transformer.wte.weight): not a model ctrain saved nor a Hugging Face checkpoint", path);
+                      "(a GPT's transformer.wte.weight, a Llama's model.embed_tokens.weight): not a model ctrain saved nor a Hugging Face checkpoint", path);
     if (st == CT_OK) st = check_fits(f, cfg, what);
     ct_st_close(f);
     if (st == CT_OK && layout) *layout = lay;

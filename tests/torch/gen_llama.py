@@ -12,7 +12,14 @@ untied head), so that only torch is needed (Debian's python3-torch). Per config 
   llama_NAME.ref.safetensors      "input_ids", "labels" [B, T] (next-token targets, a few
                                   -100), "logits" [B, T, V], "loss" [], "grad.<name>" for
                                   every parameter; metadata: the config
+  llama_hf_NAME/                  the same model as transformers' save_pretrained lays it out:
+                                  config.json (LlamaConfig's fields) and model.safetensors
+                                  (a tied lm_head.weight left out, as save_pretrained does),
+                                  plus expected.safetensors: "input_ids", "logits" of the
+                                  weights as stored (gqa: in BF16, its logits from the
+                                  BF16-rounded weights)
 """
+import json
 import math
 import os
 
@@ -172,8 +179,34 @@ def make(name, c, seed):
         ref["grad." + pn] = p.grad.detach().clone()
     st.save(os.path.join(OUT, f"llama_{name}.ref.safetensors"), ref, metadata=meta)
     print(f"llama_{name}: loss {loss.item():.6f}, {len(sd)} tensors")
+    return m, ids
+
+
+def save_hf(name, c, m, ids, dtype):
+    """m as save_pretrained writes it, in dtype; expected logits from those weights"""
+    d = os.path.join(OUT, f"llama_hf_{name}")
+    os.makedirs(d, exist_ok=True)
+    sd = {k: v.detach().to(dtype).clone() for k, v in m.state_dict().items()}
+    if c["tie_word_embeddings"]:
+        del sd["lm_head.weight"]
+    st.save(os.path.join(d, "model.safetensors"), sd, metadata={"format": "pt"})
+    with torch.no_grad():
+        for pn, p in m.named_parameters():
+            p.copy_(p.to(dtype).float())
+        logits = m(ids)
+    st.save(os.path.join(d, "expected.safetensors"), {"input_ids": ids, "logits": logits}, metadata={"format": "pt"})
+    cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu", attention_bias=False,
+               attention_dropout=0.0, mlp_bias=False, rope_scaling=None, initializer_range=0.02, pretraining_tp=1,
+               use_cache=True, bos_token_id=1, eos_token_id=2, torch_dtype=str(dtype).replace("torch.", ""),
+               transformers_version="4.40.0", **c)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 if __name__ == "__main__":
+    HF = {"tied": torch.float32, "gqa": torch.bfloat16}
     for i, (name, c) in enumerate(CONFIGS.items()):
-        make(name, c, 1000 + i)
+        m, ids = make(name, c, 1000 + i)
+        if name in HF:
+            save_hf(name, c, m, ids, HF[name])

@@ -13,16 +13,6 @@
 
 #define FIX "tests/fixtures/models/llama_"
 
-static double norm_err(const float *a, const float *b, long n) {
-    double d = 0, s = 0;
-    for (long i = 0; i < n; i++) {
-        double e = (double)a[i] - b[i];
-        d += e * e;
-        s += (double)b[i] * b[i];
-    }
-    return d != d ? INFINITY : sqrt(d) / (s > 0 ? sqrt(s) : 1);
-}
-
 /* the config from the reference file's metadata (its keys are the kind's option keys) */
 static ct_model_config fixture_config(const ct_st_file *ref) {
     ct_model_kind k;
@@ -66,7 +56,7 @@ static errs run(const char *name, bool flash, bool checkpoint) {
     CT_CHECK(ct_st_get(ref, "logits", &t) == CT_OK, "logits");
     bool prev = ct_set_grad_enabled(ctx, false);
     ct_tensor *logits = ct_model_forward(ctx, m, x);
-    e.logits = norm_err(ct_f32(logits), t.data, (long)ct_numel(logits));
+    e.logits = ct_norm_rel_err(ct_f32(logits), t.data, (long)ct_numel(logits));
     ct_set_grad_enabled(ctx, prev);
     ct_tensor *loss = ct_model_loss(ctx, m, x, y);
     CT_CHECK(ct_st_get(ref, "loss", &t) == CT_OK, "loss");
@@ -80,7 +70,7 @@ static errs run(const char *name, bool flash, bool checkpoint) {
         char gname[160];
         snprintf(gname, sizeof gname, "grad.%s", p->name);
         CT_CHECK(ct_st_get(ref, gname, &t) == CT_OK && (int64_t)t.nbytes == 4 * ct_numel(p), "%s in the fixture", gname);
-        double err = norm_err(ct_f32(p->grad), t.data, (long)ct_numel(p));
+        double err = ct_norm_rel_err(ct_f32(p->grad), t.data, (long)ct_numel(p));
         if (err > e.grad || err != err) { e.grad = err != err ? INFINITY : err; snprintf(e.worst, sizeof e.worst, "%s", p->name); }
     }
     ct_ctx_free(ctx);

@@ -44,8 +44,8 @@ static void usage(FILE *f) {
             "                       cuda if a GPU is usable, else cpu (--amp on a GPU: built, not yet run\n"
             "                       on one)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
-            "  --init-from FILE     start from these weights: a model ctrain saved or a Hugging Face checkpoint\n"
-            "                       (model.safetensors, config.json beside it); the file's shape replaces the\n"
+            "  --init-from PATH     start from these weights: a model ctrain saved or a Hugging Face checkpoint\n"
+            "                       (its directory, or model.safetensors with config.json beside it); the file's shape replaces the\n"
             "                       model flags but those marked (run)\n");
     cli_model_flags_help(f);
     fprintf(f,

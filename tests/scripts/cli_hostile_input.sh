@@ -65,6 +65,6 @@ one_line 2 "CTRAIN_SHM_CHUNK='1x': expected a size in bytes" env CTRAIN_SHM_CHUN
 one_line 2 "RANK='-1': expected an integer >= 0" env RANK=-1 $C env --vars
 # rank 0 of 2 alone: the peer never comes, the collective timeout ends it with one line
 port=$((20000 + RANDOM % 20000))
-one_line 1 "timed out" env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CTRAIN_TIMEOUT=2 \
+one_line 1 "1 of 2 ranks never joined after 2 s: rank\(s\) 1" env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CTRAIN_TIMEOUT=2 \
     $C train gpt --text "$d/t.txt" "${G[@]}" --output-dir "$d/o"
 echo "hostile input handled"

@@ -95,8 +95,9 @@ void ct_sup_restore_signals(const ct_sup_sigmask *old);
 ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res);
 
 /* A directory private to this user for small run files (store tokens, launcher pid files):
- * $XDG_RUNTIME_DIR/ctrain, else /tmp/ctrain-<uid>; created 0700, refused when it is not a
- * directory of this user closed to others. */
+ * $CTRAIN_RUNTIME_DIR, else $XDG_RUNTIME_DIR/ctrain, else /tmp/ctrain-<uid>; created 0700,
+ * refused when it is not a directory of this user closed to others. When /tmp/ctrain-<uid>
+ * is refused (another user made it), $HOME/.cache/ctrain instead, with one warning. */
 ct_status ct_private_dir(char *out, size_t n);
 
 /* The store secret of a multi-node job, kept off command lines (which any local user can

@@ -103,6 +103,13 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_XDG_RUNTIME_DIR] = {"XDG_RUNTIME_DIR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                                 "private per-user directory; holds the store token of jobs started from RANK/WORLD_SIZE "
                                 "(default /tmp/ctrain-<uid>)"},
+    [CT_CFG_RUNTIME_DIR] = {"CTRAIN_RUNTIME_DIR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
+                            "private directory for the store token and launcher pid files, used instead of "
+                            "$XDG_RUNTIME_DIR/ctrain or /tmp/ctrain-<uid> (created 0700; must be this user's with no "
+                            "access for others); the same on every rank of a machine"},
+    [CT_CFG_HOME] = {"HOME", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
+                     "when /tmp/ctrain-<uid> exists but is not this user's private directory (another user made "
+                     "it), $HOME/.cache/ctrain is used instead, with a warning"},
     [CT_CFG_RANK] = {"RANK", CT_CFG_INT, "0", 0, INT_MAX, NULL, NULL, L, "this process's global rank"},
     [CT_CFG_WORLD_SIZE] = {"WORLD_SIZE", CT_CFG_INT, "1", 1, INT_MAX, NULL, NULL, L, "number of ranks in the job"},
     [CT_CFG_LOCAL_RANK] = {"LOCAL_RANK", CT_CFG_INT, NULL, 0, INT_MAX, NULL, NULL, L,

@@ -4,9 +4,10 @@
  * (the shm backend is single-machine), read it there. Another user who can reach the port
  * cannot read the file, so cannot get past HELLO.
  *
- * Directory: $XDG_RUNTIME_DIR/ctrain when that is set, else /tmp/ctrain-<uid>; it must be
- * a real directory owned by this user with no access for others (a directory prepared by
- * someone else in /tmp is refused, not used). File: store-<port>.token, mode 0600, written
+ * Directory: $CTRAIN_RUNTIME_DIR when set, else $XDG_RUNTIME_DIR/ctrain, else
+ * /tmp/ctrain-<uid>, or $HOME/.cache/ctrain when another user already made that one; it
+ * must be a real directory owned by this user with no access for others (a directory
+ * prepared by someone else is refused, not used). File: store-<port>.token, mode 0600, written
  * under a temporary name and renamed, so a reader sees the old token or the new one. */
 #include "distributed/dist_internal.h"
 #include "ctrain/config.h"
@@ -19,22 +20,72 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Makes `dir` (0700) unless it exists; on failure `why` says what is wrong with it. A
+ * directory that is not a real directory of this user closed to others is refused, never
+ * used or "repaired": another user may have made it to read or plant our tokens. */
+static int own_private_dir(const char *dir, char *why, size_t wn) {
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        snprintf(why, wn, "cannot create it: %s", strerror(errno));
+        return 0;
+    }
+    struct stat sb;
+    if (lstat(dir, &sb)) {
+        snprintf(why, wn, "%s", strerror(errno));
+        return 0;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(why, wn, "not a directory%s", S_ISLNK(sb.st_mode) ? " (a symbolic link)" : "");
+        return 0;
+    }
+    if (sb.st_uid != getuid() || (sb.st_mode & 077)) {
+        snprintf(why, wn, "not a private directory of this user (owner %u, mode %03o)", (unsigned)sb.st_uid,
+                 (unsigned)(sb.st_mode & 0777));
+        return 0;
+    }
+    return 1;
+}
+
 ct_status ct_private_dir(char *dir, size_t n) {
+    char why[160];
+    const char *mine = ct_config_str(CT_CFG_RUNTIME_DIR);
+    if (mine && *mine) {
+        if (*mine != '/') return ct_error(CT_ERR_INVALID, "CTRAIN_RUNTIME_DIR=%s must be an absolute path", mine);
+        snprintf(dir, n, "%s", mine);
+        if (strlen(dir) + 32 >= n) return ct_error(CT_ERR_INVALID, "CTRAIN_RUNTIME_DIR is too long: %s", mine);
+        if (own_private_dir(dir, why, sizeof why)) return CT_OK;
+        return ct_error(CT_ERR_IO, "CTRAIN_RUNTIME_DIR=%s: %s: choose a directory of yours with mode 0700", dir, why);
+    }
     const char *xdg = ct_config_str(CT_CFG_XDG_RUNTIME_DIR);
     uid_t uid = getuid();
-    if (xdg && *xdg == '/') snprintf(dir, n, "%s/ctrain", xdg);
+    int tmp_default = !(xdg && *xdg == '/');
+    if (!tmp_default) snprintf(dir, n, "%s/ctrain", xdg);
     else snprintf(dir, n, "/tmp/ctrain-%u", (unsigned)uid);
     if (strlen(dir) + 32 >= n) return ct_error(CT_ERR_INVALID, "store token directory name too long: %s", dir);
-    if (mkdir(dir, 0700) && errno != EEXIST)
-        return ct_error(CT_ERR_IO, "cannot create the store token directory %s: %s", dir, strerror(errno));
-    struct stat sb;
-    if (lstat(dir, &sb)) return ct_error(CT_ERR_IO, "%s: %s", dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode) || sb.st_uid != uid || (sb.st_mode & 077))
-        return ct_error(CT_ERR_IO,
-                        "%s is not a private directory of this user (owner %u, mode %03o): remove it, or set "
-                        "CTRAIN_STORE_TOKEN on every rank",
-                        dir, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777));
-    return CT_OK;
+    if (own_private_dir(dir, why, sizeof why)) return CT_OK;
+    /* Any local user can make /tmp/ctrain-<uid> first, and only root could remove it. The
+     * ranks of one job share the user, HOME and environment, so they all land on the same
+     * fallback, which others cannot pre-create. */
+    const char *home = ct_config_str(CT_CFG_HOME);
+    char alt[512] = "", alt_why[160] = "";
+    if (tmp_default && home && *home == '/') {
+        snprintf(alt, sizeof alt, "%s/.cache", home);
+        (void)mkdir(alt, 0700); /* its parent only: ctrain/ below is the one checked */
+        snprintf(alt, sizeof alt, "%s/.cache/ctrain", home);
+        if (strlen(alt) + 32 < n && own_private_dir(alt, alt_why, sizeof alt_why)) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                CT_LOG_WARN_("store", "%s: %s; using %s instead (set CTRAIN_RUNTIME_DIR to choose)", dir, why, alt);
+            snprintf(dir, n, "%s", alt);
+            return CT_OK;
+        }
+    }
+    char dflt[512];
+    snprintf(dflt, sizeof dflt, "%s", dir);
+    if (alt[0])
+        return ct_error(CT_ERR_IO, "%s: %s; the fallback %s: %s: set CTRAIN_RUNTIME_DIR to a directory of yours (mode 0700)",
+                        dflt, why, alt, alt_why);
+    return ct_error(CT_ERR_IO, "%s: %s: set CTRAIN_RUNTIME_DIR to a directory of yours (mode 0700), or remove it", dflt,
+                    why);
 }
 
 ct_status ct_token_file_path(int port, char *path, size_t n) {

@@ -9,6 +9,7 @@
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -113,6 +114,40 @@ struct ct_gloo_comm {
 
 namespace {
 
+// Gloo's timeout names nobody; this one names the peers (world ranks) whose half of a
+// message had not happened: they never reached the collective, or are stuck before it.
+struct Missing : std::exception {
+    std::string ranks;
+    explicit Missing(std::string r) : ranks(std::move(r)) {}
+    const char *what() const noexcept override { return "timed out"; }
+};
+
+// Waits for one completed receive (recv) or send from each peer on b, in any order.
+void wait_each_peer(ct_gloo_comm *c, gloo::transport::UnboundBuffer *b, bool recv, std::chrono::milliseconds to) {
+    std::vector<char> done(static_cast<size_t>(c->size), 0);
+    done[static_cast<size_t>(c->rank)] = 1;
+    for (int q = 1; q < c->size; q++) {
+        int src = -1;
+        try {
+            if (recv) b->waitRecv(&src, to);
+            else b->waitSend(&src, to);
+        } catch (const gloo::IoException &e) {
+            if (!strstr(e.what(), "imed out")) throw;
+            std::string list;
+            for (int r = 0; r < c->size; r++)
+                if (!done[static_cast<size_t>(r)])
+                    list += (list.empty() ? "" : ", ") +
+                            std::to_string(c->granks.empty() ? r : c->granks[static_cast<size_t>(r)]);
+            throw Missing(list);
+        }
+        if (src >= 0 && src < c->size) done[static_cast<size_t>(src)] = 1;
+    }
+}
+
+// Every rank's block straight to every other (not Gloo's ring): a timeout then knows which
+// peers never sent theirs. Slot prefix beside the p2p one, unused by Gloo's collectives.
+constexpr uint8_t kAgDirectSlotPrefix = 0x43;
+
 unsigned char *scratch(ct_gloo_comm *c, size_t bytes) {
     if (c->scratch.size() < bytes) c->scratch.resize(bytes);
     return c->scratch.data();
@@ -135,12 +170,17 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
         break;
     }
     case CT_GLOO_ALLGATHER: {
-        gloo::AllgatherOptions o(ctx);
-        if (s != r + static_cast<size_t>(c->rank) * n) o.setInput(const_cast<T *>(s), n);  // else in place
-        o.setOutput(r, n * static_cast<size_t>(c->size));
-        o.setTag(op->tag);
-        o.setTimeout(to);
-        gloo::allgather(o);
+        T *mine = r + static_cast<size_t>(c->rank) * n;
+        if (s != mine) memmove(mine, s, bytes);
+        auto b = ctx->createUnboundBuffer(r, all);
+        const uint64_t slot = gloo::Slot::build(kAgDirectSlotPrefix, op->tag);
+        for (int q = 0; q < c->size; q++) {
+            if (q == c->rank) continue;
+            b->recv(q, slot, static_cast<size_t>(q) * bytes, bytes);
+            b->send(q, slot, static_cast<size_t>(c->rank) * bytes, bytes);
+        }
+        wait_each_peer(c, b.get(), true, to);
+        wait_each_peer(c, b.get(), false, to);
         break;
     }
     case CT_GLOO_ALLTOALL: {
@@ -217,7 +257,7 @@ void allreduce_ordered(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milli
     if (nseg > 1) post_rs(1);
     for (size_t j = 0; j < nseg; j++) {
         int h = static_cast<int>(j & 1);
-        for (int q = 1; q < n; q++) st[h]->waitRecv(to);
+        wait_each_peer(c, st[h].get(), true, to);
         unsigned char *mine = buf + static_cast<size_t>(me) * part + j * seg;
         unsigned char *acc = stage + h * static_cast<size_t>(n) * seg + static_cast<size_t>(me) * seg;  // unused slot
         const size_t k = len(j) / es;
@@ -228,12 +268,11 @@ void allreduce_ordered(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milli
             op->combine(last ? mine : acc, prev, src, k, last, op->combine_arg);
             prev = acc;
         }
-        for (int q = 1; q < n; q++) rs_send[h]->waitSend(to);  // the peers' parts of j may be overwritten now
-        if (j >= 2)
-            for (int q = 1; q < n; q++) {
-                ag_send[h]->waitSend(to);
-                ag_recv[h]->waitRecv(to);
-            }
+        wait_each_peer(c, rs_send[h].get(), false, to);  // the peers' parts of j may be overwritten now
+        if (j >= 2) {
+            wait_each_peer(c, ag_send[h].get(), false, to);
+            wait_each_peer(c, ag_recv[h].get(), true, to);
+        }
         for (int q = 0; q < n; q++) {
             if (q == me) continue;
             ag_recv[h]->recv(q, ag, static_cast<size_t>(q) * part + j * seg, len(j));
@@ -241,11 +280,10 @@ void allreduce_ordered(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milli
         }
         if (j + 2 < nseg) post_rs(j + 2);
     }
-    for (size_t j = nseg >= 2 ? nseg - 2 : 0; j < nseg; j++)
-        for (int q = 1; q < n; q++) {
-            ag_send[j & 1]->waitSend(to);
-            ag_recv[j & 1]->waitRecv(to);
-        }
+    for (size_t j = nseg >= 2 ? nseg - 2 : 0; j < nseg; j++) {
+        wait_each_peer(c, ag_send[j & 1].get(), false, to);
+        wait_each_peer(c, ag_recv[j & 1].get(), true, to);
+    }
 }
 
 // One rank: nothing to exchange (Gloo itself insists on a pair to each neighbour).
@@ -383,6 +421,10 @@ extern "C" ct_status ct_gloo_comm_run(ct_gloo_comm *c, const ct_gloo_op *op) {
         default: return ct_error(CT_ERR_UNSUPPORTED, "%s: gloo backend: no %zu-byte elements", op->what, op->esize);
         }
         return CT_OK;
+    } catch (const Missing &e) {
+        // the wording of the shm backend's, which the launcher reads to name the root cause
+        return ct_error(CT_ERR_TIMEOUT, "%s timed out on rank %d after %.0f s: rank(s) %s never reached it (gloo backend)",
+                        op->what, world_rank(c, c->rank), op->timeout_s, e.ranks.c_str());
     } catch (const std::exception &e) {
         return op_failed(c, op, e.what());
     } catch (...) {

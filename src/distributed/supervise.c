@@ -219,9 +219,10 @@ static const char *state_name(char c) {
 }
 
 /* A collective timeout names the ranks that never arrived ("... rank(s) 1, 3 never reached
- * it", shm.c): the rank that timed out is healthy, the first of those on this node is the
- * root cause. Returns its worker index, or -1. */
-static int stalled_worker(const worker_t *w, int rank_base, int n, char *what, size_t wn) {
+ * it", shm.c, gloo.cc): the rank that timed out is healthy, the first of those on this node
+ * is the root cause, else (a rank of another node, named by the gloo backend) the first
+ * one. Returns that global rank, or -1. */
+static int stalled_rank(const worker_t *w, int rank_base, int n, char *what, size_t wn) {
     char buf[TAIL + 1];
     size_t start = (w->tail_pos + TAIL - w->tail_n) % TAIL;
     for (size_t i = 0; i < w->tail_n; i++) buf[i] = w->tail[(start + i) % TAIL];
@@ -243,15 +244,17 @@ static int stalled_worker(const worker_t *w, int rank_base, int n, char *what, s
         while (op > line && !(op[-1] == ' ' && op[-2] == ':')) op--; /* after the last ": " before it */
         snprintf(what, wn, "%.*s", (int)(to - op), op);
     }
+    long first = -1;
     for (char *p = list; *p;) {
         char *e;
         long r = strtol(p, &e, 10);
-        if (e == p) break;
-        if (r >= rank_base && r < rank_base + n) return (int)(r - rank_base);
+        if (e == p || r < 0 || r > INT_MAX) break;
+        if (r >= rank_base && r < rank_base + n) return (int)r;
+        if (first < 0) first = r;
         p = e;
         while (*p == ',' || *p == ' ') p++;
     }
-    return -1;
+    return (int)first;
 }
 
 /* ------------------------------------------------------------------ pid file */
@@ -574,8 +577,25 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         char *r = res->report;
         size_t cap = sizeof res->report;
         char what[200];
-        int stalled = res->failed ? stalled_worker(&ws[res->root], o->rank_base, n, what, sizeof what) : -1;
-        if (stalled >= 0 && stalled != res->root) {
+        int srank = res->failed ? stalled_rank(&ws[res->root], o->rank_base, n, what, sizeof what) : -1;
+        int stalled = srank >= o->rank_base && srank < o->rank_base + n ? srank - o->rank_base : -1;
+        if (srank >= 0 && stalled < 0) {
+            /* on another node (every node runs n workers): that node's report has its state */
+            worker_t *w = &ws[res->root];
+            char how[160], tl[3000];
+            describe_status(w->status, how, sizeof how);
+            snprintf(res->summary, sizeof res->summary, "rank %d on node %d never reached %s (rank %d timed out)",
+                     srank, srank / n, what[0] ? what : "a collective", o->rank_base + res->root);
+            tail_lines(w, tl, sizeof tl, 12);
+            off += (size_t)snprintf(r + off, cap - off,
+                                    "%s: worker failure (attempt %d)\n  root cause: rank %d (node %d, local rank %d) "
+                                    "never reached %s: rank %d (pid %d) timed out waiting for it and %s, %.2f s after "
+                                    "start; node %d's report says what became of rank %d\n  last lines of rank %d's "
+                                    "stderr:\n%s",
+                                    o->who, o->attempt + 1, srank, srank / n, srank % n, what[0] ? what : "a collective",
+                                    o->rank_base + res->root, shown_pid(w), how, w->t_exit - t0, srank / n, srank,
+                                    o->rank_base + res->root, tl);
+        } else if (stalled >= 0 && stalled != res->root) {
             /* the first to fail timed out waiting for `stalled`: name that one first */
             worker_t *w = &ws[res->root], *sw = &ws[stalled];
             char how[160], tl[3000], tbuf[32], st_txt[96] = "";
@@ -623,8 +643,9 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             off += (size_t)snprintf(r + off, cap - off, "%s: interrupted by signal %d (%s); workers stopped\n", o->who,
                                     res->interrupted, strsignal(res->interrupted));
         }
+        int skip = srank >= 0 && stalled < 0 ? -1 : res->root; /* a rank timed out for another node's: listed too */
         for (int i = 0; i < n && off < cap - 200; i++) {
-            if (i == res->root) continue;
+            if (i == skip) continue;
             char how[160];
             describe_status(ws[i].status, how, sizeof how);
             off += (size_t)snprintf(r + off, cap - off, "  rank %d (pid %d): %s%s\n", o->rank_base + i, shown_pid(&ws[i]),

@@ -3,7 +3,9 @@
 #   - Debian's python3-torch (PyTorch 1.13, into /usr/bin/python3): PyTorch loads ctrain's
 #     weights with load_state_dict(strict=True) and reproduces its logits;
 #   - TensorBoard from PyPI into a virtual environment, build/venv-tb (Debian ships no
-#     TensorBoard): its EventAccumulator reads ctrain's event files.
+#     TensorBoard): its EventAccumulator reads ctrain's event files;
+#   - tcpdump: tests/scripts/multinode_sniff.sh captures the link between two nodes and looks
+#     for the store's secret in what it saw.
 # Without them those tests skip, saying what is missing. CI (.ci/run) runs this after
 # scripts/setup.sh so that they always run there.
 # `make clean` removes build/ and the venv with it: run this again after one.
@@ -13,7 +15,7 @@ venv=build/venv-tb  # where tests/scripts/metrics_tensorboard.sh looks
 # Pinned so that a CI run tests against the same reader every time.
 TB_VERSION=2.21.0
 
-pkgs=(python3-torch python3-venv python3-pip)
+pkgs=(python3-torch python3-venv python3-pip tcpdump)
 . scripts/apt-missing.sh
 apt_missing setup-interop "${pkgs[@]}"
 /usr/bin/python3 -c "import torch" || { echo "setup-interop: /usr/bin/python3 cannot import torch"; exit 1; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Slurm for tests/scripts/srun_netns.sh (idempotent): slurmctld, slurmd, the client
+# Installs Slurm for tests/scripts/srun_netns.sh and srun_preempt.sh (idempotent): slurmctld, slurmd, the client
 # commands (srun, sinfo) and munge, all from Debian. The PMIx plugin srun --mpi=pmix loads
 # (mpi_pmix.so) comes with slurm-wlm-basic-plugins, a dependency; it opens the libpmix that
 # Open MPI uses (libpmix-dev, from scripts/setup.sh's libopenmpi-dev). Test-only: ctrain needs

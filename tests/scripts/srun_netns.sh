@@ -14,8 +14,6 @@ die() { echo "FAIL: $*"; exit 1; }
 nm ${CT_BUILD:-build}/libctrain.a 2>/dev/null | grep -q "T ct_mpi_create" || die "built without MPI (scripts/setup.sh installs libopenmpi-dev)"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 unset WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE CTRAIN_BACKEND MASTER_ADDR MASTER_PORT CTRAIN_STORE_TOKEN
-# a test run inside a Slurm job must not hand its own job's variables to this cluster's srun
-for v in $(env | sed -n 's/^\(SLURM_[A-Z_]*\)=.*/\1/p; s/^\(PMIX_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 tmp=$(mktemp -d)
 TWO_HOSTS_NET=10.81.0 # beside the other two-host tests
 . tests/tools/two_hosts.sh

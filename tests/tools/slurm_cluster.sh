@@ -5,8 +5,12 @@
 # would collide). No cgroups: proctrack/linuxproc, task/none. MpiDefault=pmix.
 #   slurm_up                start the daemons, wait until both nodes are idle
 #   slurm_srun ARGS...      srun ARGS in $A (SLURM_CONF set)
+# slurm_kill_wait (set before sourcing): slurm.conf's KillWait, the seconds between SIGTERM
+# and SIGKILL when a job is cancelled or preempted (default 2 here; Slurm's own is 30).
 # Needs skip, die and $tmp from the caller; replaces two_hosts.sh's EXIT trap with one that
 # also stops munged (the daemons in the namespaces go with them).
+# a test run inside a Slurm job must not hand its own job's variables to this cluster's srun
+for v in $(env | sed -n 's/^\(SLURM_[A-Z_]*\)=.*/\1/p; s/^\(PMIX_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 export SLURM_CONF=$tmp/slurm/slurm.conf
 slurm_cleanup() {
     [ -f "$tmp/slurm/munged.pid" ] && kill "$(cat "$tmp/slurm/munged.pid")" 2>/dev/null
@@ -52,7 +56,7 @@ SelectType=select/linear
 MpiDefault=pmix
 ReturnToService=2
 SlurmdParameters=config_overrides
-KillWait=2
+KillWait=${slurm_kill_wait:-2}
 MinJobAge=10
 NodeName=n1 NodeAddr=$net.1 CPUs=2 State=UNKNOWN
 NodeName=n2 NodeAddr=$net.2 CPUs=2 State=UNKNOWN

@@ -35,8 +35,8 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                             "read); without it, ranks started from RANK/WORLD_SIZE share a random one through a 0600 file "
                             "(see XDG_RUNTIME_DIR)"},
     [CT_CFG_STORE_TOKEN_FILE] = {"CTRAIN_STORE_TOKEN_FILE", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
-                                 "ctrain run: file holding the store secret (as --rdzv-token-file; CTRAIN_STORE_TOKEN "
-                                 "wins when both are set): a regular file of this user, mode 0600 or stricter, 16 to 255 "
+                                 "file holding the store secret, for ctrain run (as --rdzv-token-file) and for ranks "
+                                 "started from RANK/WORLD_SIZE (CTRAIN_STORE_TOKEN wins when both are set): a regular file of this user, mode 0600 or stricter, 16 to 255 "
                                  "bytes, a trailing newline ignored"},
     [CT_CFG_STORE_HOSTED] = {"CTRAIN_STORE_HOSTED", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, L,
                              "1: the launcher hosts the store; 0: rank 0 does"},

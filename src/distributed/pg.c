@@ -494,6 +494,14 @@ static ct_status join_store(ct_pg *pg, const ct_dist_opts *o, double timeout) {
     if (port <= 0 && (st = ct_config_check(CT_CFG_MASTER_PORT))) return st;
     if (port <= 0) port = (int)ct_config_int(CT_CFG_MASTER_PORT);
     const char *token = o->token ? o->token : ct_config_str(CT_CFG_STORE_TOKEN);
+    /* ranks started by hand on several machines: the secret may come from a 0600 file, as
+     * ctrain run takes it (never from argv, never over the wire) */
+    char file_token[256];
+    const char *token_file = token ? NULL : ct_config_str(CT_CFG_STORE_TOKEN_FILE);
+    if (token_file && *token_file) {
+        if ((st = ct_store_secret_read_file(token_file, file_token, sizeof file_token)) != CT_OK) return st;
+        token = file_token;
+    }
     int hosted = ct_config_bool(CT_CFG_STORE_HOSTED);
     if ((st = ct_config_check(CT_CFG_TORCHELASTIC_USE_AGENT_STORE))) return st;
     int agent = ct_config_bool(CT_CFG_TORCHELASTIC_USE_AGENT_STORE); /* torchrun's c10d TCPStore */

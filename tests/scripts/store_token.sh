@@ -62,6 +62,27 @@ wait "${pids[0]}" || die "rank 0: $(cat "$tmp/r0")"
 grep -q "all-reduce ok" "$tmp/r0" && grep -q "all-reduce ok" "$tmp/r1" || die "$(cat "$tmp/r0" "$tmp/r1")"
 [ -e "$tf" ] && die "token file left behind"
 
+# ranks started by hand on several machines take the secret from a 0600 file as ctrain run
+# does (CTRAIN_STORE_TOKEN_FILE); another file's secret is refused
+printf '0123456789abcdef-by-hand\n' > "$tmp/sec"; printf '0123456789abcdef-other\n' > "$tmp/sec2"; chmod 600 "$tmp/sec" "$tmp/sec2"
+port=$((port + 1))
+CTRAIN_STORE_TOKEN_FILE="$tmp/sec" RANK=0 WORLD_SIZE=2 MASTER_PORT=$port CTRAIN_TIMEOUT=20 $B worker allreduce >"$tmp/f0" 2>&1 &
+p0=$!
+CTRAIN_STORE_TOKEN_FILE="$tmp/sec" RANK=1 WORLD_SIZE=2 MASTER_PORT=$port CTRAIN_TIMEOUT=20 $B worker allreduce >"$tmp/f1" 2>&1 ||
+    die "rank 1 with CTRAIN_STORE_TOKEN_FILE: $(cat "$tmp/f1")"
+wait $p0 || die "rank 0 with CTRAIN_STORE_TOKEN_FILE: $(cat "$tmp/f0")"
+[ -e "/tmp/ctrain-$(id -u)/store-$port.token" ] && die "a token file was published although the secret was given"
+port=$((port + 1))
+CTRAIN_STORE_TOKEN_FILE="$tmp/sec" RANK=0 WORLD_SIZE=2 MASTER_PORT=$port CTRAIN_TIMEOUT=3 $B worker allreduce >"$tmp/g0" 2>&1 &
+p0=$!
+CTRAIN_STORE_TOKEN_FILE="$tmp/sec2" RANK=1 WORLD_SIZE=2 MASTER_PORT=$port CTRAIN_TIMEOUT=3 $B worker allreduce >"$tmp/g1" 2>&1 &&
+    die "rank 1 with another secret joined: $(cat "$tmp/g1")"
+grep -q "rejected this process" "$tmp/g1" || die "rank 1 with another secret: $(cat "$tmp/g1")"
+wait $p0 && die "rank 0 trained without its peer"
+chmod 644 "$tmp/sec"
+CTRAIN_STORE_TOKEN_FILE="$tmp/sec" RANK=1 WORLD_SIZE=2 MASTER_PORT=$port $B worker allreduce >"$tmp/h1" 2>&1 && die "a 0644 secret file accepted"
+grep -q "$tmp/sec" "$tmp/h1" || die "a 0644 secret file: $(cat "$tmp/h1")"
+
 # a launcher for several nodes: no address or (beyond node 0, which makes one up) no secret,
 # no job; with one, the master address only
 out=$($B run --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port $port $B worker init 2>&1); rc=$?

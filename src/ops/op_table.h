@@ -41,7 +41,7 @@
     X(AVG_POOL2D,     avg_pool2d,     CT_AC_PROMOTE)    \
     X(SPLIT_HEADS,    split_heads,    CT_AC_PROMOTE)    \
     X(MERGE_HEADS,    merge_heads,    CT_AC_PROMOTE)    \
-    X(ROPE,           rope,           CT_AC_FP32)       \
+    X(ROPE,           rope,           CT_AC_PROMOTE)    \
     X(REPEAT_KV,      repeat_kv,      CT_AC_PROMOTE)    \
     X(ATTENTION,      attention,      CT_AC_LOWP)       \
     X(ATTENTION_QKV,  attention_qkv,  CT_AC_LOWP)       \

@@ -21,3 +21,18 @@ tl=$(sed -n 's/^done: .*test loss \([0-9.]*\).*/\1/p' "$d/train.log")
 el=$($B/ctrain eval --checkpoint "$d/run" --text "$d/t.txt" --threads 2 | sed -n 's/^test split: .* loss \([0-9.]*\) .*/\1/p')
 [ -n "$tl" ] && [ "$tl" = "$el" ] || fail "eval's test loss '$el' is not training's '$tl'"
 echo "llama: trained 5 steps, saved, evaluated (test loss $el)"
+
+# --amp bf16 (RMSNorm in f32 as LlamaRMSNorm; silu, rope, repeat_kv on bf16) follows the f32
+# run: each of 10 steps' training loss within 1e-2 of f32's
+a=(llama --text "$d/t.txt" --steps 10 --num-hidden-layers 2 --hidden-size 64 --num-attention-heads 4
+   --num-key-value-heads 2 --intermediate-size 176 --threads 2 --log-every 1 --eval-every 1000 --seed 3)
+for m in f32 bf16; do
+    amp=(); [ $m = bf16 ] && amp=(--amp bf16)
+    $B/ctrain train "${a[@]}" "${amp[@]}" --output-dir "$d/$m" > "$d/$m.log" 2>&1 || { tail -5 "$d/$m.log"; fail "$m run"; }
+done
+grep -q 'autocast bf16' "$d/bf16.log" || fail "the bf16 run does not say it autocasts"
+losses() { sed -n 's/^step *[0-9]*\/10 .*| loss \([0-9.]*\) .*/\1/p' "$d/$1.log"; }
+dmax=$(paste <(losses f32) <(losses bf16) | awk 'NF == 2 { n++; d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
+    END { if (n != 10) exit 1; printf "%.4f", m }') || fail "not 10 step losses in both logs"
+awk -v m="$dmax" 'BEGIN { exit !(m <= 0.01) }' || fail "bf16 step loss up to $dmax from f32's (over 1e-2)"
+echo "llama --amp bf16: 10 step losses within $dmax of f32"

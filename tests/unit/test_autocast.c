@@ -143,6 +143,12 @@ CT_TEST(policy_op_by_op) {
     CT_EXPECT(ct_softmax(ctx, h2)->dtype == CT_F32);          /* FP32 class */
     CT_EXPECT(ct_log_softmax(ctx, h2)->dtype == CT_F32);
     CT_EXPECT(ct_layer_norm(ctx, h2, g, b, 1e-5f)->dtype == CT_F32);
+    /* Llama's ops as transformers runs them under autocast: LlamaRMSNorm upcasts to f32
+     * itself; silu, rotate_half's mul/add and repeat_kv's expand follow their input */
+    CT_EXPECT(ct_rms_norm(ctx, h2, g, 1e-5f)->dtype == CT_F32);
+    CT_EXPECT(ct_silu(ctx, h2)->dtype == CT_BF16);
+    CT_EXPECT(ct_rope(ctx, h2, NULL, 10000.0f)->dtype == CT_BF16);
+    CT_EXPECT(ct_repeat_kv(ctx, ct_reshape(ctx, h2, 4, (int64_t[]){1, 2, 2, 8}), 2)->dtype == CT_BF16);
     ct_tensor *s = ct_sum(ctx, ct_relu(ctx, h2));
     CT_EXPECT(s->dtype == CT_F32);
     CT_EXPECT(ct_matmul(ctx, x, x, false, true)->dtype == CT_BF16);

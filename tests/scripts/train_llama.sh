@@ -36,3 +36,22 @@ dmax=$(paste <(losses f32) <(losses bf16) | awk 'NF == 2 { n++; d = $1 - $2; if 
     END { if (n != 10) exit 1; printf "%.4f", m }') || fail "not 10 step losses in both logs"
 awk -v m="$dmax" 'BEGIN { exit !(m <= 0.01) }' || fail "bf16 step loss up to $dmax from f32's (over 1e-2)"
 echo "llama --amp bf16: 10 step losses within $dmax of f32"
+
+# DDP: 2 ranks × batch 16 with the sharded optimizer step (ct_zero) and without it give the
+# same bits; 1 rank × batch 32 the same test loss (within rounding: the averaged gradient's sums
+# are ordered differently)
+a=(llama --text "$d/t.txt" --steps 6 --num-hidden-layers 2 --hidden-size 64 --num-attention-heads 4
+   --num-key-value-heads 2 --intermediate-size 176 --threads 1 --eval-every 1000 --seed 3)
+R=(run --nproc-per-node 2 --standalone)
+$B/ctrain "${R[@]}" $B/ctrain train "${a[@]}" --batch-size 16 --output-dir "$d/m" > "$d/m.log" 2>&1 || { cat "$d/m.log"; fail "2-rank run"; }
+grep -q "^ddp: sharded optimizer step" "$d/m.log" || { cat "$d/m.log"; fail "2-rank run not sharded"; }
+CTRAIN_DDP_SHARD_OPTIM=0 $B/ctrain "${R[@]}" $B/ctrain train "${a[@]}" --batch-size 16 --output-dir "$d/u" > "$d/u.log" 2>&1 ||
+    { cat "$d/u.log"; fail "2-rank run, CTRAIN_DDP_SHARD_OPTIM=0"; }
+grep -q "^ddp: [0-9]* buckets" "$d/u.log" || { cat "$d/u.log"; fail "CTRAIN_DDP_SHARD_OPTIM=0 still sharded"; }
+cmp "$d/m/model.safetensors" "$d/u/model.safetensors" || fail "sharded and unsharded 2-rank Llama runs differ"
+$B/ctrain train "${a[@]}" --batch-size 32 --output-dir "$d/one" > "$d/one.log" 2>&1 || { cat "$d/one.log"; fail "1-rank run"; }
+tl() { sed -n 's/^done: .*test loss \([0-9.]*\).*/\1/p' "$d/$1.log"; }
+l1=$(tl one); l2=$(tl m)
+awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 1e-3 && d >= -1e-3) }' ||
+    fail "2-rank test loss '$l2' is not 1-rank's '$l1'"
+echo "llama DDP: sharded = unsharded 2-rank weights (cmp); test loss 2 ranks $l2, 1 rank $l1"

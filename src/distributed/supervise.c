@@ -584,7 +584,8 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
             worker_t *w = &ws[res->root];
             char how[160], tl[3000];
             describe_status(w->status, how, sizeof how);
-            snprintf(res->summary, sizeof res->summary, "rank %d on node %d never reached %s (rank %d timed out)",
+            /* the summary is one short line: the operation's description cut to fit it */
+            snprintf(res->summary, sizeof res->summary, "rank %d on node %d never reached %.160s (rank %d timed out)",
                      srank, srank / n, what[0] ? what : "a collective", o->rank_base + res->root);
             tail_lines(w, tl, sizeof tl, 12);
             off += (size_t)snprintf(r + off, cap - off,

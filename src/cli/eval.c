@@ -138,15 +138,7 @@ int cli_eval(int argc, char **argv) {
         }
         if (!strcmp(split, "all")) { ct_model_free(m); return badv("--split", split, "test or train for an image model"); }
         st = ct_dataset_idx_open_dir(data_dir, !strcmp(split, "train"), &test);
-        d = test;
-        if (st == CT_OK) {
-            /* the model's input shape against the data's, before a forward could abort on it */
-            int64_t dims[CT_MAX_DIMS], n = ct_dataset_x_numel(test);
-            int nd = ct_dataset_x_shape(test, dims);
-            bool ok = (mb.x_numel <= 0 || n == mb.x_numel) && (mb.x_ndim <= 0 || nd == mb.x_ndim);
-            for (int i = 0; ok && i < mb.x_ndim; i++) ok = mb.x_shape[i] <= 0 || mb.x_shape[i] == dims[i];
-            if (!ok) st = ct_error(CT_ERR_INVALID, "the data in %s has samples of %lld values that %s does not take", data_dir, (long long)n, ct_model_describe(m));
-        }
+        d = test; /* its shape against the model's: ct_train_check_data below, as the trainer does */
     }
     /* the weights to the device; ct_evaluate moves each batch there and its loss back */
     if (st == CT_OK && dev.type != CT_DEV_CPU) st = ct_params_to(ct_model_params(m), dev);

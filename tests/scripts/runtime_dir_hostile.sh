@@ -17,7 +17,9 @@ squat=/tmp/ctrain-$vu
 die() { echo "FAIL: $*"; exit 1; }
 home=$(mktemp -d); chown $vu:$vu "$home"; chmod 755 "$home"
 trap 'rm -rf "$home" "$squat"' EXIT
-setpriv --reuid=$vu --regid=$vu --clear-groups test -x "$C" || { echo "skip: $C not reachable by uid $vu"; exit 77; }
+# a checkout under a private directory (mktemp's 0700) is out of the other user's reach: run a copy
+if ! setpriv --reuid=$vu --regid=$vu --clear-groups test -x "$C"; then cp "$C" "$home/ctrain" && C=$home/ctrain; fi
+setpriv --reuid=$vu --regid=$vu --clear-groups test -x "$C" || die "$C not reachable by uid $vu"
 mkdir -m 0777 "$squat"; chmod 0777 "$squat" # as another user (root), before the victim
 
 # job <bin> <out-prefix> [VAR=value...]: a 2-rank env-launched job as uid 65534

@@ -5,7 +5,11 @@
 #   - TensorBoard from PyPI into a virtual environment, build/venv-tb (Debian ships no
 #     TensorBoard): its EventAccumulator reads ctrain's event files;
 #   - tcpdump: tests/scripts/multinode_sniff.sh captures the link between two nodes and looks
-#     for the store's secret in what it saw.
+#     for the store's secret in what it saw;
+#   - Hugging Face's `tokenizers` from PyPI into the same venv (a 3 MB wheel, without its
+#     hub client: nothing is downloaded from the hub): tests/scripts/tokenizer_interop.sh
+#     compares ctrain's encoders with it on 1 MB of text;
+#   - unicode-data and bzip2: test_tokenizer checks NFC against Unicode's NormalizationTest.
 # Without them those tests skip, saying what is missing. CI (.ci/run) runs this after
 # scripts/setup.sh so that they always run there.
 # `make clean` removes build/ and the venv with it: run this again after one.
@@ -14,8 +18,9 @@ cd "$(dirname "$0")/.."
 venv=build/venv-tb  # where tests/scripts/metrics_tensorboard.sh looks
 # Pinned so that a CI run tests against the same reader every time.
 TB_VERSION=2.21.0
+TOK_VERSION=0.23.3
 
-pkgs=(python3-torch python3-venv python3-pip tcpdump)
+pkgs=(python3-torch python3-venv python3-pip tcpdump unicode-data bzip2)
 . scripts/apt-missing.sh
 apt_missing setup-interop "${pkgs[@]}"
 /usr/bin/python3 -c "import torch" || { echo "setup-interop: /usr/bin/python3 cannot import torch"; exit 1; }
@@ -30,5 +35,11 @@ else
     /usr/bin/python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "tensorboard==$TB_VERSION"
 fi
+if [ "$("$venv/bin/python" -c 'import tokenizers; print(tokenizers.__version__)' 2>/dev/null)" != "$TOK_VERSION" ]; then
+    echo "setup-interop: tokenizers $TOK_VERSION into $venv"
+    # --no-deps: its one dependency, huggingface_hub, only downloads from the hub
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "tokenizers==$TOK_VERSION"
+fi
+echo "setup-interop: tokenizers $("$venv/bin/python" -c 'import tokenizers; print(tokenizers.__version__)') in $venv"
 echo "setup-interop: torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')," \
      "tensorboard $("$venv/bin/python" -c 'import tensorboard; print(tensorboard.__version__)') in $venv"

@@ -1,4 +1,5 @@
-/* ctrain/text.h — tokenizers: byte-level BPE as GPT-2, Llama 3 and Qwen2 use it.
+/* ctrain/text.h — tokenizers: byte-level BPE as GPT-2, Llama 3 and Qwen2 use it, and
+ * SentencePiece-style BPE with byte fallback as Llama 2 and TinyLlama use it.
  *
  *   ct_tokenizer *tok;
  *   if (ct_tokenizer_load("tokenizer.json", &tok) != CT_OK) { puts(ct_last_error()); return 1; }
@@ -27,7 +28,9 @@ extern "C" {
 typedef struct ct_tokenizer ct_tokenizer;
 
 /* Reads a Hugging Face tokenizer.json (model BPE; pre-tokenizer ByteLevel, or a Split with
- * the Llama 3 or Qwen2 pattern before ByteLevel; added and special tokens). CT_ERR_FORMAT
+ * the Llama 3 or Qwen2 pattern before ByteLevel, NFC or no normalizer; or SentencePiece
+ * style: Llama 2's Prepend/Replace normalizer or a Metaspace pre-tokenizer, byte_fallback,
+ * fuse_unk; added and special tokens). CT_ERR_FORMAT
  * for a malformed file, CT_ERR_UNSUPPORTED for a valid one this reader does not handle. */
 ct_status ct_tokenizer_load(const char *path, ct_tokenizer **out);
 /* Reads GPT-2's vocab.json and merges.txt (as GPT2TokenizerFast: ByteLevel, GPT-2 pattern,
@@ -43,9 +46,17 @@ ct_status ct_tokenizer_encode(const ct_tokenizer *tok, const char *text, size_t 
 ct_status ct_tokenizer_encode_alloc(const ct_tokenizer *tok, const char *text, size_t len,
                                     int32_t **ids, size_t *n);
 /* The bytes of ids[0..n), special tokens included; at most cap bytes written, *len set to
- * the full length (no terminating NUL). CT_ERR_INVALID for an id outside the vocabulary. */
+ * the full length (no terminating NUL). CT_ERR_INVALID for an id outside the vocabulary.
+ * A SentencePiece tokenizer's decoder drops the text's first space (the one its encoder
+ * puts before the text), as the package's does: decode whole texts with it, and print
+ * ids one at a time with ct_tokenizer_token_bytes. */
 ct_status ct_tokenizer_decode(const ct_tokenizer *tok, const int32_t *ids, size_t n,
                               char *out, size_t cap, size_t *len);
+
+/* The bytes of one token as it stands in a text (a SentencePiece token's U+2581 as a space,
+ * <0xXX> as its byte), for printing ids one at a time: unlike ct_tokenizer_decode, nothing
+ * is stripped. *bytes points into the tokenizer. CT_ERR_INVALID for an id outside it. */
+ct_status ct_tokenizer_token_bytes(const ct_tokenizer *tok, int32_t id, const char **bytes, size_t *len);
 
 /* One past the largest id. */
 int32_t ct_tokenizer_vocab_size(const ct_tokenizer *tok);

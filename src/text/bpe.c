@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "text/bpe.h"
+#include "text/nfc.h"
 #include "text/unicode.h"
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68
@@ -125,8 +126,10 @@ typedef struct {
     int32_t *sym, *prev, *next;
     cand *heap;
     size_t cap_sym;
-    char *buf; /* a piece in byte-level form, or the text with a prefix space */
+    char *buf; /* a piece in byte-level form */
     size_t cap_buf;
+    unsigned char *norm; /* the segment normalized */
+    size_t cap_norm;
 } scratch;
 
 static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -175,40 +178,25 @@ static void push_pair(const ct_tokenizer *t, scratch *s, size_t *nh, int32_t pos
     if (k >= 0) heap_push(s->heap, nh, (cand){t->mrank[k], (uint32_t)pos, t->mnew[k]});
 }
 
-/* One piece of the pre-tokenizer: its bytes w[0..m) to ids. */
-static ct_status bpe_piece(const ct_tokenizer *t, scratch *s, const unsigned char *w, size_t m) {
-    if (m == 1 && t->byte_id[w[0]] >= 0) return emit(s, t->byte_id[w[0]]);
-    if (t->ignore_merges) { /* a piece the vocabulary has whole is that token */
-        if (!grow((void **)&s->buf, &s->cap_buf, 2 * m, 1)) return ct_error(CT_ERR_NOMEM, "tokenizer: piece of %zu bytes", m);
-        size_t k = 0;
-        for (size_t i = 0; i < m; i++) {
-            uint32_t c = ct_bl_char(w[i]);
-            if (c < 128) s->buf[k++] = (char)c;
-            else s->buf[k++] = (char)(0xC0 | c >> 6), s->buf[k++] = (char)(0x80 | (c & 63));
-        }
-        int32_t id = ct_tok_vocab_find(t, s->buf, k);
-        if (id >= 0) return emit(s, id);
-    }
-    if (m > s->cap_sym) {
-        size_t c = m < 64 ? 64 : m;
-        int32_t *a = realloc(s->sym, c * sizeof *a), *b = a ? realloc(s->prev, c * sizeof *b) : NULL;
-        if (a) s->sym = a;
-        if (b) s->prev = b;
-        int32_t *d = b ? realloc(s->next, c * sizeof *d) : NULL;
-        if (d) s->next = d;
-        /* each merge pops one candidate and pushes at most two: 2m bound the heap */
-        cand *h = d ? realloc(s->heap, 2 * c * sizeof *h) : NULL;
-        if (!h) return ct_error(CT_ERR_NOMEM, "tokenizer: piece of %zu bytes", m);
-        s->heap = h, s->cap_sym = c;
-    }
-    int32_t n = 0;
-    for (size_t i = 0; i < m; i++) {
-        int32_t id = t->byte_id[w[i]];
-        if (id < 0) id = t->unk;
-        if (id < 0) continue; /* as `tokenizers`: a byte with no token and no unk is dropped */
-        s->sym[n] = id, s->prev[n] = n - 1, s->next[n] = n + 1, n++;
-    }
+static ct_status sym_reserve(scratch *s, size_t m) {
+    if (m <= s->cap_sym) return CT_OK;
+    size_t c = m < 64 ? 64 : m;
+    int32_t *a = realloc(s->sym, c * sizeof *a), *b = a ? realloc(s->prev, c * sizeof *b) : NULL;
+    if (a) s->sym = a;
+    if (b) s->prev = b;
+    int32_t *d = b ? realloc(s->next, c * sizeof *d) : NULL;
+    if (d) s->next = d;
+    /* each merge pops one candidate and pushes at most two: 2m bound the heap */
+    cand *h = d ? realloc(s->heap, 2 * c * sizeof *h) : NULL;
+    if (!h) return ct_error(CT_ERR_NOMEM, "tokenizer: piece of %zu symbols", m);
+    s->heap = h, s->cap_sym = c;
+    return CT_OK;
+}
+
+/* The merges over the symbols s->sym[0..n), then their ids out. */
+static ct_status merge_emit(const ct_tokenizer *t, scratch *s, int32_t n) {
     if (!n) return CT_OK;
+    for (int32_t i = 0; i < n; i++) s->prev[i] = i - 1, s->next[i] = i + 1;
     s->next[n - 1] = -1;
     size_t nh = 0;
     for (int32_t i = 0; i + 1 < n; i++) push_pair(t, s, &nh, i);
@@ -230,6 +218,65 @@ static ct_status bpe_piece(const ct_tokenizer *t, scratch *s, const unsigned cha
         if (st != CT_OK) return st;
     }
     return CT_OK;
+}
+
+/* One piece of the pre-tokenizer: its bytes w[0..m) to ids. */
+static ct_status bpe_piece(const ct_tokenizer *t, scratch *s, const unsigned char *w, size_t m) {
+    if (m == 1 && t->byte_id[w[0]] >= 0) return emit(s, t->byte_id[w[0]]);
+    if (t->ignore_merges) { /* a piece the vocabulary has whole is that token */
+        if (!grow((void **)&s->buf, &s->cap_buf, 2 * m, 1)) return ct_error(CT_ERR_NOMEM, "tokenizer: piece of %zu bytes", m);
+        size_t k = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t c = ct_bl_char(w[i]);
+            if (c < 128) s->buf[k++] = (char)c;
+            else s->buf[k++] = (char)(0xC0 | c >> 6), s->buf[k++] = (char)(0x80 | (c & 63));
+        }
+        int32_t id = ct_tok_vocab_find(t, s->buf, k);
+        if (id >= 0) return emit(s, id);
+    }
+    ct_status st = sym_reserve(s, m);
+    if (st != CT_OK) return st;
+    int32_t n = 0;
+    for (size_t i = 0; i < m; i++) {
+        int32_t id = t->byte_id[w[i]];
+        if (id < 0) id = t->unk;
+        if (id < 0) continue; /* as `tokenizers`: a byte with no token and no unk is dropped */
+        s->sym[n++] = id;
+    }
+    return merge_emit(t, s, n);
+}
+
+/* SentencePiece-style: the characters of w[0..m) are the symbols; one the vocabulary lacks
+ * becomes its bytes' <0xXX> tokens (byte_fallback, when all are there), else unk, runs of
+ * unk fused into one with fuse_unk. A pending unk waits for the next known character, so
+ * byte tokens can come before it: the package's order, kept. A byte that is not valid
+ * UTF-8 is a character of its own here. */
+static ct_status sp_piece(const ct_tokenizer *t, scratch *s, const unsigned char *w, size_t m) {
+    ct_status st = sym_reserve(s, m);
+    if (st != CT_OK) return st;
+    int32_t n = 0, unk = -1;
+    for (size_t i = 0; i < m;) {
+        uint32_t cp;
+        size_t k = (size_t)ct_utf8_next(w + i, m - i, &cp);
+        int32_t id = cp < 128 ? t->char_id[cp] : ct_tok_vocab_find(t, (const char *)w + i, k);
+        if (id >= 0) {
+            if (unk >= 0) s->sym[n++] = unk, unk = -1;
+            s->sym[n++] = id;
+            i += k;
+            continue;
+        }
+        bool bytes = t->byte_fallback;
+        for (size_t j = 0; j < k && bytes; j++) bytes = t->byte_id[w[i + j]] >= 0;
+        if (bytes) {
+            for (size_t j = 0; j < k; j++) s->sym[n++] = t->byte_id[w[i + j]];
+        } else if (t->unk >= 0) {
+            if (unk >= 0 && !t->fuse_unk) s->sym[n++] = unk;
+            unk = t->unk;
+        }
+        i += k;
+    }
+    if (unk >= 0) s->sym[n++] = unk;
+    return merge_emit(t, s, n);
 }
 
 /* Text between added tokens: code points and classes, then the pre-tokenizer's pieces. */
@@ -261,8 +308,46 @@ static ct_status split_pieces(const ct_tokenizer *t, scratch *s, const unsigned 
     return CT_OK;
 }
 
-static ct_status encode_segment(const ct_tokenizer *t, scratch *s, const unsigned char *text, size_t len) {
-    if (!len || !t->add_prefix_space || text[0] == ' ') return split_pieces(t, s, text, len);
+#define SP_MARK "\xE2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* SentencePiece-style: spaces to U+2581, one before the segment as the normalizer or
+ * Metaspace says, then pieces (the whole segment, or one from each U+2581 on with split). */
+static ct_status sp_segment(const ct_tokenizer *t, scratch *s, const unsigned char *text, size_t len, bool at_start) {
+    bool mark_first = text[0] == ' ' || (len >= 3 && !memcmp(text, SP_MARK, 3));
+    bool pre = t->sp_prepend == CT_SP_PREPEND_ALL || (t->sp_prepend == CT_SP_PREPEND_ALWAYS && !mark_first) ||
+               (t->sp_prepend == CT_SP_PREPEND_FIRST && !mark_first && at_start);
+    if (!grow((void **)&s->norm, &s->cap_norm, 3 * len + 3, 1)) return ct_error(CT_ERR_NOMEM, "tokenizer: text of %zu bytes", len);
+    unsigned char *o = s->norm;
+    size_t k = 0;
+    if (pre) memcpy(o, SP_MARK, 3), k = 3;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') memcpy(o + k, SP_MARK, 3), k += 3;
+        else o[k++] = text[i];
+    }
+    if (!t->sp_split) return sp_piece(t, s, o, k);
+    size_t start = 0;
+    for (size_t i = 3; i + 3 <= k; i++) {
+        if (o[i] != 0xE2 || memcmp(o + i, SP_MARK, 3)) continue;
+        ct_status st = sp_piece(t, s, o + start, i - start);
+        if (st != CT_OK) return st;
+        start = i, i += 2;
+    }
+    return sp_piece(t, s, o + start, k - start);
+}
+
+static ct_status encode_segment(const ct_tokenizer *t, scratch *s, const unsigned char *text, size_t len, bool at_start) {
+    if (!len) return CT_OK;
+    if (t->sp) return sp_segment(t, s, text, len, at_start);
+    if (t->nfc) { /* ASCII is its own NFC: only text with other bytes is normalized */
+        size_t i = 0;
+        while (i < len && text[i] < 0x80) i++;
+        if (i < len) {
+            ct_status st = ct_nfc_utf8(text, len, &s->norm, &s->cap_norm, &len);
+            if (st != CT_OK) return st;
+            text = s->norm;
+        }
+    }
+    if (!t->add_prefix_space || text[0] == ' ') return split_pieces(t, s, text, len);
     unsigned char *copy = malloc(len + 1);
     if (!copy) return ct_error(CT_ERR_NOMEM, "tokenizer: text of %zu bytes", len);
     copy[0] = ' ';
@@ -306,16 +391,16 @@ static ct_status encode_all(const ct_tokenizer *t, scratch *s, const unsigned ch
             for (size_t k; (k = space_before(text, pos, start));) start -= k;
         if (t->added[best].rstrip)
             for (size_t k; end < len && (k = space_after(text, end, len));) end += k;
-        ct_status st = encode_segment(t, s, text + pos, start - pos);
+        ct_status st = encode_segment(t, s, text + pos, start - pos, pos == 0);
         if (st == CT_OK) st = emit(s, t->added[best].id);
         if (st != CT_OK) return st;
         pos = end, i = end - 1;
     }
-    return encode_segment(t, s, text + pos, len - pos);
+    return encode_segment(t, s, text + pos, len - pos, pos == 0);
 }
 
 static void scratch_free(scratch *s) {
-    free(s->cp), free(s->cls), free(s->off), free(s->sym), free(s->prev), free(s->next), free(s->heap), free(s->buf);
+    free(s->cp), free(s->cls), free(s->off), free(s->sym), free(s->prev), free(s->next), free(s->heap), free(s->buf), free(s->norm);
 }
 
 ct_status ct_tokenizer_encode_alloc(const ct_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n) {
@@ -345,7 +430,21 @@ ct_status ct_tokenizer_decode(const ct_tokenizer *t, const int32_t *ids, size_t 
         if (k < cap) memcpy(out + k, t->pool + b.off, b.len < cap - k ? b.len : cap - k);
         k += b.len;
     }
+    /* the decoder's Strip (Llama 2): the space of the U+2581 put before the text goes */
+    size_t first = 0;
+    while (first < n && !t->bytes[ids[first]].len) first++;
+    if (t->strip_lead && first < n && t->pool[t->bytes[ids[first]].off] == ' ') {
+        if (cap) memmove(out, out + 1, (k < cap ? k : cap) - 1);
+        k--;
+    }
     *len = k;
+    return CT_OK;
+}
+
+ct_status ct_tokenizer_token_bytes(const ct_tokenizer *t, int32_t id, const char **bytes, size_t *len) {
+    if (id < 0 || id >= t->n_ids || t->bytes[id].len == UINT32_MAX)
+        return ct_error(CT_ERR_INVALID, "tokenizer: id %d is not in the vocabulary (%d ids)", id, t->n_ids);
+    *bytes = t->pool + t->bytes[id].off, *len = t->bytes[id].len;
     return CT_OK;
 }
 

@@ -34,6 +34,19 @@ struct ct_tokenizer {
     ct_pretok pretok;
     bool add_prefix_space, ignore_merges;
     int32_t unk, bos, eos;
+    bool nfc;           /* the NFC normalizer (Qwen2) */
+    /* SentencePiece-style BPE (Llama 2): spaces become U+2581, merges over characters */
+    bool sp, sp_split;  /* sp_split: Metaspace's split, a piece at each U+2581 */
+    int sp_prepend;     /* CT_SP_PREPEND_*: where a U+2581 goes before a segment */
+    bool byte_fallback, fuse_unk, strip_lead; /* strip_lead: decode drops one leading space */
+    int32_t char_id[128]; /* sp: the token of each ASCII character, -1 if none */
+};
+
+enum {
+    CT_SP_PREPEND_NONE = 0,
+    CT_SP_PREPEND_ALL,    /* the Prepend normalizer: before every non-empty segment */
+    CT_SP_PREPEND_ALWAYS, /* Metaspace "always": unless the segment starts with one */
+    CT_SP_PREPEND_FIRST,  /* Metaspace "first": the same, for the text's first segment only */
 };
 
 /* The byte-level alphabet: byte -> code point, and code point (< 324) -> byte or -1. */

@@ -2,6 +2,7 @@
  * file sets is checked, and every table is sized by what the file holds (ids at most about
  * twice the number of entries), so a hostile file gets an error, not a crash or a huge
  * allocation. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "text/unicode.h"
 
 #define MAX_FILE (1u << 30)
+#define SP_MARK "\xE2\x96\x81" /* U+2581 */
 
 static ct_status read_file(const char *path, char **out, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -53,6 +55,17 @@ static ct_status add_entry(ct_tokenizer *t, const char *path, const char *s, int
     if (st != CT_OK) return st;
     char raw[65536];
     size_t k = 0;
+    if (t->sp) { /* U+2581 is a space; <0xXX> its byte, as the ByteFallback decoder has it */
+        if (n == 6 && !memcmp(s, "<0x", 3) && isxdigit((unsigned char)s[3]) && isxdigit((unsigned char)s[4]) && s[5] == '>') {
+            raw[0] = (char)strtoul((char[]){s[3], s[4], 0}, NULL, 16);
+            return ct_tok_pool_add(t, raw, 1, &t->bytes[id]);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (i + 3 <= n && !memcmp(s + i, "\xE2\x96\x81", 3)) raw[k++] = ' ', i += 2;
+            else raw[k++] = s[i];
+        }
+        return ct_tok_pool_add(t, raw, k, &t->bytes[id]);
+    }
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         i += (size_t)ct_utf8_next((const unsigned char *)s + i, n - i, &cp);
@@ -103,7 +116,13 @@ static ct_status load_vocab(ct_tokenizer *t, const char *path, const cJSON *voca
         if (st == CT_OK) st = add_entry(t, path, e->string, (int32_t)e->valuedouble);
     }
     if (st == CT_OK) st = ct_tok_vocab_build(t);
-    for (int b = 0; b < 256 && st == CT_OK; b++) {
+    for (int b = 0; b < 256 && st == CT_OK && t->sp; b++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", b);
+        t->byte_id[b] = ct_tok_vocab_find(t, s, 6);
+        if (b < 128) s[0] = (char)b, t->char_id[b] = ct_tok_vocab_find(t, s, 1);
+    }
+    for (int b = 0; b < 256 && st == CT_OK && !t->sp; b++) {
         char s[3];
         uint32_t c = ct_bl_char((unsigned)b);
         size_t k = 0;
@@ -172,6 +191,9 @@ static ct_status load_added(ct_tokenizer *t, const char *path, const cJSON *adde
         if (!c || !*c || strlen(c) > 65536) return ct_error(CT_ERR_FORMAT, "%s: an added token without content", path);
         if (json_true(e, "single_word"))
             return ct_error(CT_ERR_UNSUPPORTED, "%s: added token \"%.64s\": single_word is not supported", path, c);
+        /* the package matches those on the normalized text, after normalizing their content */
+        if ((t->sp || t->nfc) && !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "normalized")))
+            return ct_error(CT_ERR_UNSUPPORTED, "%s: added token \"%.64s\": normalized with a normalizer is not supported", path, c);
         ct_added_tok *a = &t->added[t->n_added++];
         a->id = (int32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble; /* checked in load_vocab */
         a->lstrip = json_true(e, "lstrip"), a->rstrip = json_true(e, "rstrip");
@@ -184,8 +206,33 @@ static ct_status load_added(ct_tokenizer *t, const char *path, const cJSON *adde
     return CT_OK;
 }
 
+/* Metaspace (newer files for Llama 2): replacement U+2581, prepend_scheme (or the older
+ * add_prefix_space), split. */
+static ct_status load_metaspace(ct_tokenizer *t, const char *path, const cJSON *pt) {
+    const char *rep = json_str(pt, "replacement"), *scheme = json_str(pt, "prepend_scheme");
+    if (!rep || strcmp(rep, SP_MARK)) return ct_error(CT_ERR_UNSUPPORTED, "%s: Metaspace: only the replacement U+2581 is supported", path);
+    if (scheme && !strcmp(scheme, "first")) t->sp_prepend = CT_SP_PREPEND_FIRST;
+    else if (scheme && !strcmp(scheme, "always")) t->sp_prepend = CT_SP_PREPEND_ALWAYS;
+    else if (scheme && !strcmp(scheme, "never")) t->sp_prepend = CT_SP_PREPEND_NONE;
+    else if (scheme) return ct_error(CT_ERR_UNSUPPORTED, "%s: Metaspace: prepend_scheme %.32s", path, scheme);
+    else t->sp_prepend = json_true(pt, "add_prefix_space") ? CT_SP_PREPEND_ALWAYS : CT_SP_PREPEND_NONE;
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(pt, "split");
+    t->sp_split = !split || cJSON_IsTrue(split); /* true unless the file says false */
+    t->sp = true;
+    return CT_OK;
+}
+
 static ct_status load_pretok(ct_tokenizer *t, const char *path, const cJSON *pt) {
     const char *type = json_str(pt, "type");
+    if (!pt || cJSON_IsNull(pt)) {
+        if (t->sp) return CT_OK; /* Llama 2: the normalizer did it all */
+        return ct_error(CT_ERR_UNSUPPORTED, "%s: no pre_tokenizer and no SentencePiece normalizer", path);
+    }
+    if (type && !strcmp(type, "Metaspace")) {
+        if (t->sp) return ct_error(CT_ERR_UNSUPPORTED, "%s: a SentencePiece normalizer and Metaspace both", path);
+        return load_metaspace(t, path, pt);
+    }
+    if (t->sp) return ct_error(CT_ERR_UNSUPPORTED, "%s: a SentencePiece normalizer with pre_tokenizer %.32s", path, type ? type : "?");
     if (type && !strcmp(type, "ByteLevel")) {
         t->add_prefix_space = json_true(pt, "add_prefix_space");
         t->pretok = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pt, "use_regex")) ? CT_PRETOK_NONE : CT_PRETOK_GPT2;
@@ -224,22 +271,71 @@ static void load_post(ct_tokenizer *t, const cJSON *pp) {
     }
 }
 
+static bool is_replace(const cJSON *n, const char *from, const char *to) {
+    const char *type = json_str(n, "type"), *content = json_str(n, "content");
+    const char *pat = json_str(cJSON_GetObjectItemCaseSensitive(n, "pattern"), "String");
+    return type && !strcmp(type, "Replace") && pat && !strcmp(pat, from) && content && !strcmp(content, to);
+}
+
+/* NFC (Qwen2), or Llama 2's Sequence [Prepend(U+2581), Replace(" ", U+2581)] (or the
+ * Replace alone). */
+static ct_status load_normalizer(ct_tokenizer *t, const char *path, const cJSON *nz) {
+    if (!nz || cJSON_IsNull(nz)) return CT_OK;
+    const char *type = json_str(nz, "type");
+    if (type && !strcmp(type, "NFC")) { t->nfc = true; return CT_OK; }
+    const cJSON *seq = cJSON_GetObjectItemCaseSensitive(nz, "normalizers"), *last = NULL;
+    if (type && !strcmp(type, "Sequence") && cJSON_IsArray(seq)) {
+        int n = cJSON_GetArraySize(seq);
+        const cJSON *first = seq->child;
+        const char *ft = json_str(first, "type"), *pre = json_str(first, "prepend");
+        if (n == 2 && ft && !strcmp(ft, "Prepend") && pre && !strcmp(pre, SP_MARK)) last = first->next, t->sp_prepend = CT_SP_PREPEND_ALL;
+        else if (n == 1) last = first;
+    } else if (type && !strcmp(type, "Replace")) {
+        last = nz;
+    }
+    if (last && is_replace(last, " ", SP_MARK)) { t->sp = true; return CT_OK; }
+    return ct_error(CT_ERR_UNSUPPORTED, "%s: normalizer: only NFC, or Prepend(U+2581) and Replace(\" \", U+2581), are supported", path);
+}
+
+/* The decoder's part that is not per token: Llama 2's Strip(" ", 1, 0), or Metaspace's
+ * dropping the space it put first. */
+static void load_decoder(ct_tokenizer *t, const cJSON *d) {
+    const char *type = json_str(d, "type");
+    if (!type) return;
+    if (!strcmp(type, "Metaspace")) {
+        const char *scheme = json_str(d, "prepend_scheme");
+        t->strip_lead = scheme ? strcmp(scheme, "never") != 0 : json_true(d, "add_prefix_space");
+        return;
+    }
+    const cJSON *e;
+    if (!strcmp(type, "Sequence")) cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(d, "decoders")) {
+            const char *et = json_str(e, "type"), *content = json_str(e, "content");
+            const cJSON *start = cJSON_GetObjectItemCaseSensitive(e, "start");
+            if (et && !strcmp(et, "Strip") && content && !strcmp(content, " ") && cJSON_IsNumber(start) && start->valuedouble == 1)
+                t->strip_lead = true;
+        }
+}
+
 static ct_status load_json(ct_tokenizer *t, const char *path, const cJSON *j) {
     if (!cJSON_IsObject(j)) return ct_error(CT_ERR_FORMAT, "%s: not a JSON object", path);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (!cJSON_IsObject(model)) return ct_error(CT_ERR_FORMAT, "%s: no \"model\" object", path);
     const char *type = json_str(model, "type");
     if (type && strcmp(type, "BPE")) return ct_error(CT_ERR_UNSUPPORTED, "%s: model type %s: only BPE is supported", path, type);
-    if (!json_null(model, "continuing_subword_prefix") || !json_null(model, "end_of_word_suffix") ||
-        json_true(model, "byte_fallback") || json_true(model, "fuse_unk"))
-        return ct_error(CT_ERR_UNSUPPORTED, "%s: BPE with a subword prefix, word suffix, byte fallback or fused unk is not supported", path);
-    if (!json_null(j, "normalizer")) return ct_error(CT_ERR_UNSUPPORTED, "%s: normalizers are not supported", path);
-    const cJSON *added = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
-    ct_status st = load_vocab(t, path, cJSON_GetObjectItemCaseSensitive(model, "vocab"), cJSON_IsArray(added) ? added : NULL);
-    if (st == CT_OK) st = load_merges(t, path, cJSON_GetObjectItemCaseSensitive(model, "merges"));
-    if (st == CT_OK) st = load_added(t, path, added);
+    if (!json_null(model, "continuing_subword_prefix") || !json_null(model, "end_of_word_suffix"))
+        return ct_error(CT_ERR_UNSUPPORTED, "%s: BPE with a subword prefix or word suffix is not supported", path);
+    ct_status st = load_normalizer(t, path, cJSON_GetObjectItemCaseSensitive(j, "normalizer"));
     if (st == CT_OK) st = load_pretok(t, path, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"));
     if (st != CT_OK) return st;
+    t->byte_fallback = json_true(model, "byte_fallback"), t->fuse_unk = json_true(model, "fuse_unk");
+    if (!t->sp && (t->byte_fallback || t->fuse_unk))
+        return ct_error(CT_ERR_UNSUPPORTED, "%s: byte fallback or fused unk with a byte-level pre-tokenizer", path);
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
+    st = load_vocab(t, path, cJSON_GetObjectItemCaseSensitive(model, "vocab"), cJSON_IsArray(added) ? added : NULL);
+    if (st == CT_OK) st = load_merges(t, path, cJSON_GetObjectItemCaseSensitive(model, "merges"));
+    if (st == CT_OK) st = load_added(t, path, added);
+    if (st != CT_OK) return st;
+    load_decoder(t, cJSON_GetObjectItemCaseSensitive(j, "decoder"));
     t->ignore_merges = json_true(model, "ignore_merges");
     const char *unk = json_str(model, "unk_token");
     if (unk && (t->unk = ct_tok_vocab_find(t, unk, strlen(unk))) < 0)
@@ -260,6 +356,10 @@ ct_status ct_tokenizer_load(const char *path, ct_tokenizer **out) {
     size_t n;
     ct_status st = read_file(path, &text, &n);
     if (st != CT_OK) return st;
+    if (strstr(text, "\\u0000")) { /* cJSON's strings end at a NUL: such a token would be cut short */
+        free(text);
+        return ct_error(CT_ERR_UNSUPPORTED, "%s: a string with U+0000 is not supported", path);
+    }
     cJSON *j = cJSON_ParseWithLength(text, n);
     free(text);
     if (!j) return ct_error(CT_ERR_FORMAT, "%s: not valid JSON", path);

@@ -4,19 +4,29 @@
 
 #include "ct_test.h"
 #include "ctrain/text.h"
+#include "text/nfc.h"
 
 #define FIX "tests/fixtures/tokenizer/"
 
-/* Encodes the fixture text and compares with the package's ids; then decodes back. */
+/* Encodes the fixture text and compares with the package's ids (int32, or uint16 for
+ * *.ids16); then decodes back. */
 static void check_against(const char *json, const char *ids_path) {
     ct_tokenizer *tok;
     CT_EXPECT_OK(ct_tokenizer_load(json, &tok));
     if (!tok) return;
     size_t tn, in;
     char *text = (char *)ct_test_read_file(FIX "text.txt", &tn);
-    int32_t *want = (int32_t *)ct_test_read_file(ids_path, &in);
-    CT_ASSERT(text && want);
-    in /= sizeof(int32_t);
+    void *raw = ct_test_read_file(ids_path, &in);
+    CT_ASSERT(text && raw);
+    int32_t *want = raw;
+    if (strstr(ids_path, ".ids16")) {
+        in /= sizeof(uint16_t);
+        want = malloc(in * sizeof *want + 1);
+        for (size_t i = 0; i < in; i++) want[i] = ((const uint8_t *)raw)[2 * i] | ((const uint8_t *)raw)[2 * i + 1] << 8;
+        free(raw);
+    } else {
+        in /= sizeof(int32_t);
+    }
     int32_t *ids;
     size_t n;
     CT_EXPECT_OK(ct_tokenizer_encode_alloc(tok, text, tn, &ids, &n));
@@ -24,6 +34,13 @@ static void check_against(const char *json, const char *ids_path) {
     for (size_t i = 0; i < n && i < in; i++)
         if (ids[i] != want[i]) { bad++; if (first == SIZE_MAX) first = i; }
     CT_EXPECTF(n == in && bad == 0, "%s: %zu ids (want %zu), %zu differ, first at %zu", json, n, in, bad, first);
+    if (strstr(json, "qwen2")) { /* its normalizer: decode(encode(x)) is NFC(x) */
+        unsigned char *nfc = NULL;
+        size_t cap = 0;
+        CT_EXPECT_OK(ct_nfc_utf8((const unsigned char *)text, tn, &nfc, &cap, &tn));
+        free(text);
+        text = (char *)nfc;
+    }
     char *back = malloc(tn + 1);
     size_t len;
     CT_EXPECT_OK(ct_tokenizer_decode(tok, ids, n, back, tn + 1, &len));
@@ -34,6 +51,8 @@ static void check_against(const char *json, const char *ids_path) {
 
 CT_TEST(gpt2_pattern_matches_tokenizers) { check_against(FIX "gpt2.json", FIX "gpt2.ids"); }
 CT_TEST(llama3_pattern_matches_tokenizers) { check_against(FIX "llama3.json", FIX "llama3.ids"); }
+CT_TEST(qwen2_nfc_matches_tokenizers) { check_against(FIX "qwen2.json", FIX "qwen2.ids16"); }
+CT_TEST(sentencepiece_matches_tokenizers) { check_against(FIX "sp.json", FIX "sp.ids16"); }
 
 /* Any bytes, valid UTF-8 or not, come back from decode(encode(x)). */
 CT_TEST(arbitrary_bytes_round_trip) {
@@ -129,6 +148,86 @@ CT_TEST(gpt2_vocab_and_merges) {
     CT_EXPECT(ids[0] == 2 && ids[1] == 4 && ids[2] == 5 && ids[3] == 1 && ids[4] == 0);
     ct_tokenizer_free(tok);
     remove(vocab), remove(merges);
+}
+
+/* One column of NormalizationTest.txt ("0044 0307") as UTF-8 into out; its length. */
+static size_t test_column(const char *col, unsigned char *out) {
+    size_t k = 0;
+    for (char *end; *col && *col != ';'; col = end) {
+        unsigned long cp = strtoul(col, &end, 16);
+        if (end == col) break;
+        if (cp < 0x80) out[k++] = (unsigned char)cp;
+        else if (cp < 0x800) out[k++] = (unsigned char)(0xC0 | cp >> 6), out[k++] = (unsigned char)(0x80 | (cp & 63));
+        else if (cp < 0x10000)
+            out[k++] = (unsigned char)(0xE0 | cp >> 12), out[k++] = (unsigned char)(0x80 | (cp >> 6 & 63)),
+            out[k++] = (unsigned char)(0x80 | (cp & 63));
+        else
+            out[k++] = (unsigned char)(0xF0 | cp >> 18), out[k++] = (unsigned char)(0x80 | (cp >> 12 & 63)),
+            out[k++] = (unsigned char)(0x80 | (cp >> 6 & 63)), out[k++] = (unsigned char)(0x80 | (cp & 63));
+        while (*end == ' ') end++;
+    }
+    return k;
+}
+
+/* NFC as Unicode's own conformance test (NormalizationTest.txt, package unicode-data, the
+ * data the tables come from) has it: c2 == NFC(c1) == NFC(c2) == NFC(c3), c4 == NFC(c4) ==
+ * NFC(c5), on every line. */
+CT_TEST(nfc_conformance) {
+    const char *path = "/usr/share/unicode/NormalizationTest.txt.bz2";
+    FILE *f = fopen(path, "rb");
+    CT_ASSERT(f && "install unicode-data and bzip2 (bash scripts/setup-interop.sh)");
+    fclose(f);
+    FILE *p = popen("bzcat /usr/share/unicode/NormalizationTest.txt.bz2", "r");
+    CT_ASSERT(p);
+    char line[2048];
+    unsigned char col[5][256], *out = NULL;
+    size_t cap = 0, lines = 0, bad = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (line[0] == '#' || line[0] == '@' || line[0] == '\n') continue;
+        size_t len[5];
+        char *c = line;
+        for (int i = 0; i < 5; i++) {
+            len[i] = test_column(c, col[i]);
+            c = strchr(c, ';') + 1;
+        }
+        static const int want[5] = {1, 1, 1, 3, 3};
+        for (int i = 0; i < 5; i++) {
+            size_t n;
+            CT_ASSERT(ct_nfc_utf8(col[i], len[i], &out, &cap, &n) == CT_OK);
+            if (n != len[want[i]] || memcmp(out, col[want[i]], n)) {
+                if (bad++ < 5) fprintf(stderr, "NFC of column %d differs: %s", i + 1, line);
+            }
+        }
+        lines++;
+    }
+    pclose(p);
+    free(out);
+    CT_EXPECTF(lines > 10000 && bad == 0, "%zu lines, %zu NFC results differ", lines, bad);
+}
+
+/* SentencePiece-style: a leading space, spaces inside, text after a special token (which
+ * gets its own U+2581), and any bytes, invalid UTF-8 included, come back through byte
+ * fallback; ct_tokenizer_token_bytes gives the space the decoder strips. */
+CT_TEST(sentencepiece_round_trip) {
+    ct_tokenizer *tok;
+    CT_ASSERT(ct_tokenizer_load(FIX "sp.json", &tok) == CT_OK);
+    CT_EXPECT_EQ(ct_tokenizer_bos(tok), ct_tokenizer_token_id(tok, "<s>"));
+    CT_EXPECT_EQ(ct_tokenizer_token_id(tok, "<0x0A>"), 13);
+    const char *cases[] = {"hello world", "  two  spaces ", "\xF0\x9F\xA6\x80 \xE4\xB8\x80\xE9\xBE\xA5", "a\xFF\xC0" "b\x80"};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        size_t len = strlen(cases[c]), n, back_len;
+        int32_t *ids;
+        char back[256];
+        CT_EXPECT_OK(ct_tokenizer_encode_alloc(tok, cases[c], len, &ids, &n));
+        CT_EXPECT_OK(ct_tokenizer_decode(tok, ids, n, back, sizeof back, &back_len));
+        CT_EXPECTF(back_len == len && !memcmp(back, cases[c], len), "case %zu: %zu bytes back of %zu", c, back_len, len);
+        const char *b;
+        size_t bl;
+        CT_EXPECT_OK(ct_tokenizer_token_bytes(tok, ids[0], &b, &bl));
+        CT_EXPECT(bl > 0 && b[0] == ' ');
+        free(ids);
+    }
+    ct_tokenizer_free(tok);
 }
 
 CT_TEST_MAIN()

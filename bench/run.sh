@@ -6,6 +6,7 @@
 #
 #   bash bench/run.sh               core engine (1 and 2 threads) + DDP (2 ranks x 1 thread), ~6-8 min,
 #                                   then the all-reduce comparison (bench/allreduce.sh, ~1 min)
+#                                   and tokenizer throughput vs `tokenizers` (bench/tokenizers.sh, ~3 min)
 #   bash bench/run.sh --quick       one repetition, shorter runs (~3 min)
 #   bash bench/run.sh --accuracy    also Fashion-MNIST accuracy, CNN and MLP, 2 ranks, default
 #                                   settings (slow: tens of minutes)
@@ -32,13 +33,14 @@ SECS_GPT=${SECS_GPT:-10}
 SECS_CNN=${SECS_CNN:-5}
 OUT=${BENCH_OUT:-build/bench/results.txt}
 CT=build/bench/train_bench
-core=1; acc=0; coll=1; deb=0; dry=0; setup_only=0; demo=0
+core=1; acc=0; coll=1; deb=0; dry=0; setup_only=0; demo=0; tok=1
 for a in "$@"; do
     case "$a" in
     --quick) REPEAT=1; SECS_MLP=3; SECS_GPT=6; SECS_CNN=3 ;;
     --accuracy) acc=1 ;;
-    --only-accuracy) acc=1; core=0; coll=0 ;;
+    --only-accuracy) acc=1; core=0; coll=0; tok=0 ;;
     --no-collectives) coll=0 ;;
+    --no-tokenizers) tok=0 ;;
     --debian-torch) deb=1 ;;
     --setup-dry-run) dry=1 ;;
     --setup-only) setup_only=1 ;;
@@ -130,6 +132,12 @@ if [ $coll -eq 1 ]; then
     echo
     echo "## Collectives (shm backend vs gloo and Open MPI)"
     bash bench/allreduce.sh
+fi
+
+if [ $tok -eq 1 ]; then
+    echo
+    echo "## Tokenizers: encode throughput, one thread, ctrain vs tokenizers"
+    PYTHON=$PY REPEAT=$REPEAT bash bench/tokenizers.sh
 fi
 
 if [ $acc -eq 1 ]; then

@@ -324,10 +324,13 @@ static ct_status sp_segment(const ct_tokenizer *t, scratch *s, const unsigned ch
         if (text[i] == ' ') memcpy(o + k, SP_MARK, 3), k += 3;
         else o[k++] = text[i];
     }
-    if (!t->sp_split) return sp_piece(t, s, o, k);
+    if (!t->sp_split && !t->sp_cut) return sp_piece(t, s, o, k);
+    /* split: before every U+2581; cut: before a U+2581 after another character, which
+     * gives the same ids as the whole (no merge spans that point) at less cost */
     size_t start = 0;
     for (size_t i = 3; i + 3 <= k; i++) {
         if (o[i] != 0xE2 || memcmp(o + i, SP_MARK, 3)) continue;
+        if (!t->sp_split && !memcmp(o + i - 3, SP_MARK, 3)) { i += 2; continue; }
         ct_status st = sp_piece(t, s, o + start, i - start);
         if (st != CT_OK) return st;
         start = i, i += 2;

@@ -37,6 +37,8 @@ struct ct_tokenizer {
     bool nfc;           /* the NFC normalizer (Qwen2) */
     /* SentencePiece-style BPE (Llama 2): spaces become U+2581, merges over characters */
     bool sp, sp_split;  /* sp_split: Metaspace's split, a piece at each U+2581 */
+    bool sp_cut;        /* no token has U+2581 after another character: merges never cross
+                         * the start of a word, so words can be merged one by one */
     int sp_prepend;     /* CT_SP_PREPEND_*: where a U+2581 goes before a segment */
     bool byte_fallback, fuse_unk, strip_lead; /* strip_lead: decode drops one leading space */
     int32_t char_id[128]; /* sp: the token of each ASCII character, -1 if none */

@@ -271,6 +271,20 @@ static void load_post(ct_tokenizer *t, const cJSON *pp) {
     }
 }
 
+/* Whether no vocabulary entry has U+2581 right after a character other than U+2581 (and
+ * U+2581 itself is a token): then no merge joins the text before a word's U+2581 to it. */
+static bool sp_words_separate(const ct_tokenizer *t) {
+    if (ct_tok_vocab_find(t, SP_MARK, 3) < 0) return false;
+    for (int32_t id = 0; id < t->n_ids; id++) {
+        ct_span f = t->form[id];
+        if (f.len == UINT32_MAX) continue;
+        const char *s = t->pool + f.off;
+        for (uint32_t i = 1; i + 3 <= f.len; i++)
+            if (!memcmp(s + i, SP_MARK, 3) && (i < 3 || memcmp(s + i - 3, SP_MARK, 3))) return false;
+    }
+    return true;
+}
+
 static bool is_replace(const cJSON *n, const char *from, const char *to) {
     const char *type = json_str(n, "type"), *content = json_str(n, "content");
     const char *pat = json_str(cJSON_GetObjectItemCaseSensitive(n, "pattern"), "String");
@@ -336,6 +350,7 @@ static ct_status load_json(ct_tokenizer *t, const char *path, const cJSON *j) {
     if (st == CT_OK) st = load_added(t, path, added);
     if (st != CT_OK) return st;
     load_decoder(t, cJSON_GetObjectItemCaseSensitive(j, "decoder"));
+    if (t->sp) t->sp_cut = sp_words_separate(t);
     t->ignore_merges = json_true(model, "ignore_merges");
     const char *unk = json_str(model, "unk_token");
     if (unk && (t->unk = ct_tok_vocab_find(t, unk, strlen(unk))) < 0)

@@ -20,4 +20,16 @@ trap 'rm -rf "$dir"' EXIT
 size=$(stat -c %s "$dir/text.txt")
 [ "$size" -ge 1048576 ] || { echo "text of $size bytes, under 1 MB"; exit 1; }
 F=tests/fixtures/tokenizer
-"$PY" tests/torch/tokenizer_compare.py "$C" "$dir/text.txt" "$dir" $F/gpt2.json $F/llama3.json $F/qwen2.json $F/sp.json
+# sp.json as newer files put Llama 2: no normalizer, a Metaspace pre-tokenizer (prepend
+# "first", no split, as transformers writes it; and "always" with split)
+"$PY" - "$F/sp.json" "$dir" <<'PYEOF' || exit 1
+import json, sys
+j = json.load(open(sys.argv[1], encoding="utf-8"))
+j["normalizer"] = None
+for name, scheme, split in (("sp_meta_first", "first", False), ("sp_meta_split", "always", True)):
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+    j["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+    json.dump(j, open(f"{sys.argv[2]}/{name}.json", "w", encoding="utf-8"), ensure_ascii=False)
+PYEOF
+"$PY" tests/torch/tokenizer_compare.py "$C" "$dir/text.txt" "$dir" $F/gpt2.json $F/llama3.json $F/qwen2.json $F/sp.json \
+    "$dir/sp_meta_first.json" "$dir/sp_meta_split.json"

@@ -6,7 +6,7 @@
 #
 #   bash bench/run.sh               core engine (1 and 2 threads) + DDP (2 ranks x 1 thread), ~6-8 min,
 #                                   then the all-reduce comparison (bench/allreduce.sh, ~1 min)
-#                                   and tokenizer throughput vs `tokenizers` (bench/tokenizers.sh, ~3 min)
+#                                   and tokenizer throughput vs `tokenizers` (bench/tokenizers.sh, ~2-8 min)
 #   bash bench/run.sh --quick       one repetition, shorter runs (~3 min)
 #   bash bench/run.sh --accuracy    also Fashion-MNIST accuracy, CNN and MLP, 2 ranks, default
 #                                   settings (slow: tens of minutes)

@@ -24,19 +24,24 @@ int main(int argc, char **argv) {
     if (!text || fread(text, 1, len, f) != len) { fprintf(stderr, "%s: short read\n", path); return 1; }
     fclose(f);
     size_t n = 0;
-    double best = 1e30;
+    double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r < reps; r++) {
-        struct timespec a, b;
+        struct timespec a, b, ca, cb;
         int32_t *ids;
         clock_gettime(CLOCK_MONOTONIC, &a);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ca);
         if (ct_tokenizer_encode_alloc(tok, text, len, &ids, &n) != CT_OK) { fprintf(stderr, "%s\n", ct_last_error()); return 1; }
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cb);
         clock_gettime(CLOCK_MONOTONIC, &b);
         free(ids);
         double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        double c = (double)(cb.tv_sec - ca.tv_sec) + 1e-9 * (double)(cb.tv_nsec - ca.tv_nsec);
         if (s < best) best = s;
+        if (c < best_cpu) best_cpu = c;
     }
-    printf("%s: %zu bytes -> %zu ids, %.2f MB/s, %.2f M ids/s (ctrain, one thread, best of %d)\n", json, len, n,
-           (double)len / best / 1e6, (double)n / best / 1e6, reps);
+    /* CPU time too: on a loaded machine it shows the work, wall time also the waiting */
+    printf("%s: %zu bytes -> %zu ids, %.2f MB/s, %.2f M ids/s, %.2f MB/s of CPU time (ctrain, one thread, best of %d)\n",
+           json, len, n, (double)len / best / 1e6, (double)n / best / 1e6, (double)len / best_cpu / 1e6, reps);
     free(text);
     ct_tokenizer_free(tok);
     return 0;

@@ -6,11 +6,12 @@
 #     TensorBoard): its EventAccumulator reads ctrain's event files;
 #   - tcpdump: tests/scripts/multinode_sniff.sh captures the link between two nodes and looks
 #     for the store's secret in what it saw;
-#   - Hugging Face's `tokenizers` from PyPI into the same venv (a 3 MB wheel, without its
+#   - Hugging Face's `tokenizers` from PyPI into the same venv (one wheel, without its
 #     hub client: nothing is downloaded from the hub): tests/scripts/tokenizer_interop.sh
 #     compares ctrain's encoders with it on 1 MB of text;
 #   - unicode-data and bzip2: test_tokenizer checks NFC against Unicode's NormalizationTest.
-# Without them those tests skip, saying what is missing. CI (.ci/run) runs this after
+# Without them those tests skip, saying what is missing (test_tokenizer fails without
+# unicode-data). CI (.ci/run) runs this after
 # scripts/setup.sh so that they always run there.
 # `make clean` removes build/ and the venv with it: run this again after one.
 set -euo pipefail

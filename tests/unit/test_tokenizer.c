@@ -54,15 +54,20 @@ CT_TEST(llama3_pattern_matches_tokenizers) { check_against(FIX "llama3.json", FI
 CT_TEST(qwen2_nfc_matches_tokenizers) { check_against(FIX "qwen2.json", FIX "qwen2.ids16"); }
 CT_TEST(sentencepiece_matches_tokenizers) { check_against(FIX "sp.json", FIX "sp.ids16"); }
 
-/* Any bytes, valid UTF-8 or not, come back from decode(encode(x)). */
-CT_TEST(arbitrary_bytes_round_trip) {
+/* Any bytes, valid UTF-8 or not, come back from decode(encode(x)): byte-level tokens, or
+ * SentencePiece's byte fallback (random bytes hold no space, which decode would drop first,
+ * and no U+2581, which it would give back as a space: those are tested apart). */
+static void bytes_round_trip(const char *json) {
     ct_tokenizer *tok;
-    CT_ASSERT(ct_tokenizer_load(FIX "gpt2.json", &tok) == CT_OK);
+    CT_ASSERT(ct_tokenizer_load(json, &tok) == CT_OK);
     unsigned char buf[4096];
     uint32_t s = 12345;
     for (int round = 0; round < 50; round++) {
         size_t len = (size_t)round * 80;
-        for (size_t i = 0; i < len; i++) s = s * 1103515245u + 12345u, buf[i] = (unsigned char)(s >> 16);
+        for (size_t i = 0; i < len; i++) {
+            s = s * 1103515245u + 12345u, buf[i] = (unsigned char)(s >> 16);
+            if (buf[i] == ' ' || (i >= 2 && !memcmp(buf + i - 2, "\xE2\x96\x81", 3))) buf[i] = 'x';
+        }
         int32_t *ids;
         size_t n, back_len;
         CT_EXPECT_OK(ct_tokenizer_encode_alloc(tok, (const char *)buf, len, &ids, &n));
@@ -72,6 +77,70 @@ CT_TEST(arbitrary_bytes_round_trip) {
         free(ids);
     }
     ct_tokenizer_free(tok);
+}
+
+CT_TEST(arbitrary_bytes_round_trip) { bytes_round_trip(FIX "gpt2.json"); }
+CT_TEST(arbitrary_bytes_round_trip_sentencepiece) { bytes_round_trip(FIX "sp.json"); }
+
+/* Random bytes through Qwen2's NFC: decode gives NFC(x), the invalid bytes as they were. */
+CT_TEST(arbitrary_bytes_nfc) {
+    ct_tokenizer *tok;
+    CT_ASSERT(ct_tokenizer_load(FIX "qwen2.json", &tok) == CT_OK);
+    unsigned char buf[2048], *nfc = NULL;
+    size_t cap = 0;
+    uint32_t s = 777;
+    for (int round = 0; round < 40; round++) {
+        size_t len = (size_t)round * 50;
+        for (size_t i = 0; i < len; i++) {
+            s = s * 1103515245u + 12345u;
+            /* a mix of ASCII, combining marks (U+0300-U+033F) and random bytes */
+            unsigned r = s >> 16;
+            if (r % 4 == 0 && i + 1 < len) buf[i++] = 0xCC, buf[i] = (unsigned char)(0x80 | (r >> 2 & 63));
+            else buf[i] = (unsigned char)(r % 4 == 1 ? 'a' + r % 26 : r >> 3);
+        }
+        int32_t *ids;
+        size_t n, back_len, nl;
+        CT_EXPECT_OK(ct_tokenizer_encode_alloc(tok, (const char *)buf, len, &ids, &n));
+        CT_EXPECT_OK(ct_nfc_utf8(buf, len, &nfc, &cap, &nl));
+        char back[8192];
+        CT_EXPECT_OK(ct_tokenizer_decode(tok, ids, n, back, sizeof back, &back_len));
+        CT_EXPECTF(back_len == nl && !memcmp(back, nfc, nl), "round %d: %zu bytes back, NFC has %zu", round, back_len, nl);
+        free(ids);
+    }
+    free(nfc);
+    ct_tokenizer_free(tok);
+}
+
+/* Characters with no token: <0xXX> where all their bytes have one, else <unk>, a run of
+ * them one <unk> with fuse_unk; a pending <unk> goes out after byte tokens that follow it
+ * ("yxy"), and "<unk>" in the text is the special token, the segment after it starting
+ * with its own U+2581. The ids are what `tokenizers` 0.23.3 gives for this file. */
+CT_TEST(sentencepiece_unk_and_fallback) {
+    static const int32_t fused[] = {4, 1, 5, 0, 1, 3, 0, 1, 0, 1, 5, 0};
+    static const int32_t unfused[] = {4, 1, 5, 0, 0, 1, 3, 0, 1, 0, 0, 1, 5, 0, 0};
+    for (int fuse = 0; fuse < 2; fuse++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"normalized\": false, \"special\": true}],"
+                 " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"},"
+                 " {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]}, \"pre_tokenizer\": null,"
+                 " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": %s, \"byte_fallback\": true,"
+                 " \"vocab\": {\"<unk>\": 0, \"\u2581\": 1, \"a\": 2, \"b\": 3, \"\u2581a\": 4, \"<0x78>\": 5}, \"merges\": [\"\u2581 a\"]}}",
+                 fuse ? "true" : "false");
+        const char *p = ct_test_tmp_path("sp_unk.json");
+        ct_test_write_file(p, json, strlen(json));
+        ct_tokenizer *tok;
+        CT_ASSERT(ct_tokenizer_load(p, &tok) == CT_OK);
+        const char *text = "a xyz b<unk>qq yxy";
+        int32_t ids[32];
+        size_t n;
+        CT_EXPECT_OK(ct_tokenizer_encode(tok, text, strlen(text), ids, 32, &n));
+        const int32_t *want = fuse ? fused : unfused;
+        size_t wn = fuse ? sizeof fused / sizeof *fused : sizeof unfused / sizeof *unfused;
+        CT_EXPECTF(n == wn && !memcmp(ids, want, n * sizeof *ids), "fuse_unk %d: %zu ids (want %zu)", fuse, n, wn);
+        ct_tokenizer_free(tok);
+        remove(p);
+    }
 }
 
 CT_TEST(specials_and_small_buffers) {
@@ -126,6 +195,15 @@ CT_TEST(malformed_files_are_errors) {
     CT_EXPECT(load_text(buf) != CT_OK);
     CT_EXPECT(load_text("{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Whitespace\"}}") ==
               CT_ERR_UNSUPPORTED);
+    /* refused, not misread: a normalized added token beside a normalizer, a normalizer other
+     * than NFC or SentencePiece's, U+0000 in a string (cJSON would cut the token there) */
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"normalizer\": {\"type\": \"NFC\"}, "
+             "\"added_tokens\": [{\"id\": 1, \"content\": \"x\", \"normalized\": true}], %s}", pre);
+    CT_EXPECT(load_text(buf) == CT_ERR_UNSUPPORTED);
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"normalizer\": {\"type\": \"Lowercase\"}, %s}", pre);
+    CT_EXPECT(load_text(buf) == CT_ERR_UNSUPPORTED);
+    snprintf(buf, sizeof buf, "{\"model\": {\"vocab\": {\"a\\u0000\": 0, \"a\": 1}, \"merges\": []}, %s}", pre);
+    CT_EXPECT(load_text(buf) == CT_ERR_UNSUPPORTED);
     ct_tokenizer *tok = NULL;
     CT_EXPECT(ct_tokenizer_load("/nonexistent/tokenizer.json", &tok) == CT_ERR_IO && !tok);
 }

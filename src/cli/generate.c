@@ -69,12 +69,13 @@ typedef struct {
 
 static bool print_token(int32_t tok, void *user) {
     out_state *o = user;
-    char buf[256];
+    const char *bytes;
     size_t len;
-    /* byte-level BPE: the text is the concatenation of each token's bytes, so a token can
-     * be printed as it comes (a character split across tokens completes with the next) */
-    if (o->text && o->tok && ct_tokenizer_decode(o->tok, &tok, 1, buf, sizeof buf, &len) == CT_OK && len <= sizeof buf)
-        fwrite(buf, 1, len, stdout);
+    /* the text is the concatenation of each token's bytes, so a token can be printed as it
+     * comes (a character split across tokens completes with the next); token by token, not
+     * ct_tokenizer_decode, which drops a SentencePiece text's first space */
+    if (o->text && o->tok && ct_tokenizer_token_bytes(o->tok, tok, &bytes, &len) == CT_OK)
+        fwrite(bytes, 1, len, stdout);
     else if (o->text) putchar(tok);
     else printf("%s%d", o->n ? "," : "", tok);
     o->n++;

@@ -313,8 +313,9 @@ CT_TEST(gpt_model_checkpointed_on_cuda_matches_cpu) {
 }
 
 /* a small Llama (RMSNorm, rotary positions, grouped-query attention through repeat_kv, SwiGLU):
- * 4 query heads sharing 2 key/value heads, the fused or the plain attention */
-static bool llama_plain;
+ * 4 query heads sharing 2 key/value heads, the fused or the plain attention, each layer a
+ * checkpointed segment or not */
+static bool llama_plain, llama_ckpt;
 static ct_model *small_llama(void) {
     ct_model_config cfg = ct_model_default_config(CT_MODEL_LLAMA);
     cfg.llama.vocab_size = 64;
@@ -325,6 +326,7 @@ static ct_model *small_llama(void) {
     cfg.llama.num_key_value_heads = 2;
     cfg.llama.max_position_embeddings = 16;
     cfg.llama.flash_attention = !llama_plain;
+    cfg.llama.checkpoint_activations = llama_ckpt;
     ct_model *m = NULL;
     if (ct_model_create(&cfg, 11, &m) != CT_OK) abort();
     return m;
@@ -335,11 +337,18 @@ CT_TEST(llama_model_on_cuda_matches_cpu) {
     llama_plain = true;
     model_match(small_llama, CT_F32, 1e-5, 1e-4);
     llama_plain = false;
+    llama_ckpt = true; /* the layers recomputed on the device in backward */
+    model_match(small_llama, CT_F32, 1e-5, 1e-4);
+    llama_ckpt = false;
 }
 /* bf16 autocast: rms_norm reading bf16 with an f32 result, rope, repeat_kv and silu bf16 */
 CT_TEST(llama_model_bf16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
     model_match(small_llama, CT_BF16, 1e-2, 1e-2);
+}
+CT_TEST(llama_model_f16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    model_match(small_llama, CT_F16, 1e-2, 1e-2);
 }
 /* the Llama's batch of a step: 2 sequences of 16 tokens, the targets shifted by one */
 static ct_train_batch llama_batch(int step) {

@@ -156,8 +156,9 @@ ct_status ct_cuda_cast_bwd(cudaStream_t s, const float *g, ct_cuda_cast_type to,
  * f32 functions above are these with f32 operands. ---- */
 typedef enum {
     CT_CUDA_MAP_RELU, CT_CUDA_MAP_GELU, CT_CUDA_MAP_GELU_TANH, CT_CUDA_MAP_TANH, CT_CUDA_MAP_SIGMOID,
-    CT_CUDA_MAP_SCALE,  /* x * alpha */
-    CT_CUDA_MAP_DROPOUT /* x * ct_k_dropout(key, i, p, alpha): alpha the kept values' scale */
+    CT_CUDA_MAP_SCALE,   /* x * alpha */
+    CT_CUDA_MAP_DROPOUT, /* x * ct_k_dropout(key, i, p, alpha): alpha the kept values' scale */
+    CT_CUDA_MAP_SILU     /* x * sigmoid(x) */
 } ct_cuda_map_op;
 typedef struct {
     ct_cuda_map_op op;
@@ -167,7 +168,7 @@ typedef struct {
 } ct_cuda_map;
 /* y = f(x), x and y of type t (y may be x) */
 ct_status ct_cuda_map_fwd(cudaStream_t s, const ct_cuda_map *m, const void *x, void *y, ct_cuda_cast_type t, int64_t n);
-/* dx (f32) = f'(v) g: v (type t) the input for gelu, the output for relu, tanh and sigmoid,
+/* dx (f32) = f'(v) g: v (type t) the input for gelu and silu, the output for relu, tanh and sigmoid,
  * not read for scale and dropout */
 ct_status ct_cuda_map_bwd(cudaStream_t s, const ct_cuda_map *m, const void *v, ct_cuda_cast_type t, const float *g, float *dx,
                           int64_t n);
@@ -199,6 +200,25 @@ ct_status ct_cuda_mse_t(cudaStream_t s, const void *a, ct_cuda_cast_type at, con
                         float *out);
 ct_status ct_cuda_mse_bwd_t(cudaStream_t s, const void *a, ct_cuda_cast_type at, const void *b, ct_cuda_cast_type bt, int64_t n,
                             const float *dloss, float *da, float *db);
+
+/* ---- Llama's ops (llama.cu) ----
+ * RMSNorm over rows of D: y (f32) = x rstd w (w may be NULL), x of type xt read as it is; rstd
+ * [R] saved. Backward: dx written (may be NULL), dw accumulated (may be NULL). */
+ct_status ct_cuda_rms_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, float *y, float *rstd, int64_t R,
+                             int64_t D, float eps);
+ct_status ct_cuda_rms_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
+                                 const float *rstd, float *dx, float *dw, int64_t R, int64_t D);
+/* rotary embedding (Hugging Face's rotate_half) of rows [R][T][D], D even: cs [2 T D/2] the
+ * cosines then the sines of pos[t] theta^(-2j/D) (pos i32/i64 [T] on the device, or NULL for
+ * 0..T-1); x and y of type t (y may not be x); backward dx (f32) written, or added to */
+ct_status ct_cuda_rope_table(cudaStream_t s, const void *pos, bool pos_i64, int64_t T, int64_t D, float theta, float *cs);
+ct_status ct_cuda_rope(cudaStream_t s, const void *x, ct_cuda_cast_type t, void *y, const float *cs, int64_t R, int64_t T,
+                       int64_t D);
+ct_status ct_cuda_rope_bwd(cudaStream_t s, const float *g, const float *cs, float *dx, int64_t R, int64_t T, int64_t D,
+                           bool accumulate);
+/* repeat_kv's backward: dx [BH][TD] = (accumulate ? dx : 0) + the rep gradients g [BH rep][TD]
+ * of each head added in order (its forward is ct_cuda_strided_copy with a stride of 0) */
+ct_status ct_cuda_repeat_kv_bwd(cudaStream_t s, const float *g, float *dx, int64_t BH, int64_t TD, int64_t rep, bool accumulate);
 
 /* ---- embedding: w [V, D], idx [n] → y [n, D]; an index outside [0, V) gives a zero row
  * and sets *bad (device int, may be NULL) to 1 ---- */

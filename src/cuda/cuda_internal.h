@@ -19,4 +19,6 @@ void ct_cuda_register_ops_(void);
 void ct_cuda_register_conv_ops_(void);
 /* the rest of the column: bias_add, softmax, log_softmax, mse_loss, attention, cast (ops_more.c) */
 void ct_cuda_register_ops_more_(void);
+/* Llama's rows: rms_norm, rope, repeat_kv (ops_llama.c) */
+void ct_cuda_register_ops_llama_(void);
 #endif

@@ -15,10 +15,11 @@ __device__ inline float map1(const ct_cuda_map &m, float x, int64_t i) {
     case CT_CUDA_MAP_TANH: return ct_k_tanh(x);
     case CT_CUDA_MAP_SIGMOID: return ct_k_sigmoid(x);
     case CT_CUDA_MAP_SCALE: return x * m.alpha;
+    case CT_CUDA_MAP_SILU: return x * ct_k_sigmoid(x);
     default: return x * ct_k_dropout(m.key, i, m.p, m.alpha);
     }
 }
-/* v: the input (gelu) or the output (relu, tanh, sigmoid); scale and dropout read only g */
+/* v: the input (gelu, silu) or the output (relu, tanh, sigmoid); scale and dropout read only g */
 __device__ inline float map1_bwd(const ct_cuda_map &m, float v, float g, int64_t i) {
     switch (m.op) {
     case CT_CUDA_MAP_RELU: return ct_k_relu_bwd(v, g);
@@ -27,6 +28,10 @@ __device__ inline float map1_bwd(const ct_cuda_map &m, float v, float g, int64_t
     case CT_CUDA_MAP_TANH: return ct_k_tanh_bwd(v, g);
     case CT_CUDA_MAP_SIGMOID: return ct_k_sigmoid_bwd(v, g);
     case CT_CUDA_MAP_SCALE: return g * m.alpha;
+    case CT_CUDA_MAP_SILU: { /* d/dx x s(x) = s (1 + x (1 - s)), as the CPU op */
+        float s = ct_k_sigmoid(v);
+        return g * (s * (1.0f + v * (1.0f - s)));
+    }
     default: return g * ct_k_dropout(m.key, i, m.p, m.alpha);
     }
 }
@@ -111,7 +116,7 @@ extern "C" {
 static const char *const map_names[][2] = {{"relu", "relu backward"},       {"gelu", "gelu backward"},
                                           {"gelu", "gelu backward"},       {"tanh", "tanh backward"},
                                           {"sigmoid", "sigmoid backward"}, {"scale", "scale backward"},
-                                          {"dropout", "dropout backward"}};
+                                          {"dropout", "dropout backward"}, {"silu", "silu backward"}};
 ct_status ct_cuda_map_fwd(cudaStream_t s, const ct_cuda_map *m, const void *x, void *y, ct_cuda_cast_type t, int64_t n) {
     CT_WITH_TYPE(t, T, LAUNCH(map_names[m->op][0], map_k<T>, n, *m, (const T *)x, (T *)y, n));
     return CT_OK;

@@ -1,9 +1,9 @@
 /* The op table's device column for CUDA: forwards and backwards of the ops that have
  * kernels here (linear, matmul, add, mul, relu, gelu, tanh, sigmoid, dropout, scale, sum, mean,
- * cross-entropy, layer norm, embedding, flash attention, contiguous, split/merge heads, and
- * the backwards of the views reshape, transpose and slice) and, through ops_more.c, bias_add,
+ * cross-entropy, layer norm, embedding, flash attention, contiguous, silu, split/merge heads, and
+ * the backwards of the views reshape, transpose and slice), through ops_more.c, bias_add,
  * softmax, log_softmax, mse_loss, plain attention and cast (those six built and compiled but
- * not yet run on a GPU). Most read bf16/f16 inputs themselves under autocast (the lowp[]
+ * not yet run on a GPU), and through ops_llama.c rms_norm, rope and repeat_kv. Most read bf16/f16 inputs themselves under autocast (the lowp[]
  * table at the end; docs/gpu.md "Autocast on a GPU"). Shared helpers: ops_util.h. Each checks shapes like its CPU op,
  * launches on the device's compute stream and records the same node fields; a failed call
  * fails the context (ct_ctx_status) and the op returns a placeholder. The autograd walk is
@@ -143,6 +143,7 @@ static ct_cuda_map map_of(int op, int64_t i0, double f0) {
     else if (op == CT_OP_GELU) m.op = i0 ? CT_CUDA_MAP_GELU_TANH : CT_CUDA_MAP_GELU;
     else if (op == CT_OP_TANH) m.op = CT_CUDA_MAP_TANH;
     else if (op == CT_OP_SIGMOID) m.op = CT_CUDA_MAP_SIGMOID;
+    else if (op == CT_OP_SILU) m.op = CT_CUDA_MAP_SILU;
     return m;
 }
 /* the op of a node recorded by this column */
@@ -168,6 +169,7 @@ static ct_tensor *fwd_gelu(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx,
 static ct_tensor *fwd_scale(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SCALE, "scale"); }
 static ct_tensor *fwd_tanh(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_TANH, "tanh"); }
 static ct_tensor *fwd_sigmoid(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SIGMOID, "sigmoid"); }
+static ct_tensor *fwd_silu(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SILU, "silu"); }
 static void bw_unary(ct_ctx *ctx, ct_node *n) {
     run r;
     bool direct;
@@ -176,8 +178,8 @@ static void bw_unary(ct_ctx *ctx, ct_node *n) {
     if (!w) return;
     int op = op_of(n);
     ct_cuda_map m = map_of(op, n->i[0], n->f[0]);
-    /* gelu's derivative reads its input, the others' their output (scale reads neither) */
-    const ct_tensor *v = op == CT_OP_GELU ? x : n->out;
+    /* gelu's and silu's derivatives read their input, the others' their output (scale reads neither) */
+    const ct_tensor *v = op == CT_OP_GELU || op == CT_OP_SILU ? x : n->out;
     ok(&r, ct_cuda_map_bwd(r.s, &m, v->data, ty(v), n->out->grad->data, w, ct_numel(n->out)));
     acc_end(&r, x, w, direct);
 }
@@ -543,6 +545,7 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_SUM, fwd_sum, bw_reduce},
         {CT_OP_TANH, fwd_tanh, bw_unary},
         {CT_OP_SIGMOID, fwd_sigmoid, bw_unary},
+        {CT_OP_SILU, fwd_silu, bw_unary},
         {CT_OP_MUL, fwd_mul, bw_mul},
         {CT_OP_DROPOUT, fwd_dropout, bw_dropout},
         {CT_OP_MEAN, fwd_mean, bw_reduce},
@@ -568,9 +571,10 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_CROSS_ENTROPY, 1u, MIXED}, {CT_OP_RELU, 1u, LP},       {CT_OP_GELU, 1u, LP},
         {CT_OP_TANH, 1u, LP},           {CT_OP_SIGMOID, 1u, LP},      {CT_OP_SCALE, 1u, LP},
         {CT_OP_DROPOUT, 1u, LP},        {CT_OP_SPLIT_HEADS, 1u, LP},  {CT_OP_MERGE_HEADS, 1u, LP},
-        {CT_OP_SUM, 1u, MIXED},         {CT_OP_MEAN, 1u, MIXED},
+        {CT_OP_SUM, 1u, MIXED},         {CT_OP_MEAN, 1u, MIXED},      {CT_OP_SILU, 1u, LP},
     };
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) ct_op_device_reads_lowp(lowp[i].op, lowp[i].in, lowp[i].dt);
     ct_cuda_register_conv_ops_();
     ct_cuda_register_ops_more_();
+    ct_cuda_register_ops_llama_();
 }

@@ -190,6 +190,23 @@ void ct_check_bias_add_shapes(const ct_tensor *x, const ct_tensor *b, int64_t *N
     *inner = *N * *C > 0 ? ct_numel(x) / (*N * *C) : 0;
 }
 
+void ct_check_rope_shapes(const ct_tensor *x, const ct_tensor *pos, float theta, int64_t *R, int64_t *T, int64_t *D) {
+    char sx[96], sp[96];
+    CT_CHECK_CONTIG("rope", x);
+    if (x->ndim < 2 || x->shape[x->ndim - 1] % 2)
+        CT_FATAL("rope: input %s must be [..., T, D] with D even", ct_shape_str(x, sx, sizeof sx));
+    *T = x->shape[x->ndim - 2];
+    *D = x->shape[x->ndim - 1];
+    *R = *T > 0 && *D > 0 ? ct_numel(x) / (*T * *D) : 0;
+    if (pos) {
+        CT_CHECK_CONTIG("rope", pos);
+        if ((pos->dtype != CT_I32 && pos->dtype != CT_I64) || pos->ndim != 1 || pos->shape[0] != *T)
+            CT_FATAL("rope: positions %s must be [T] i32/i64 for input %s", ct_shape_str(pos, sp, sizeof sp),
+                     ct_shape_str(x, sx, sizeof sx));
+    }
+    CT_CHECK(theta > 0, "rope: theta %g must be positive", (double)theta);
+}
+
 void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v) {
     const ct_tensor *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) { CT_CHECK_F32(op, in[i]); CT_CHECK_CONTIG(op, in[i]); }

@@ -164,6 +164,9 @@ void ct_check_pool2d_shapes(const char *op, const ct_tensor *x, int kernel, int 
 /* bias_add: f32 contiguous x [N, C, ...] and b [C]; inner = the elements per (n, c) */
 void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner);
 void ct_check_bias_add_shapes(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner); /* any float */
+/* rope: contiguous x [..., T, D] with D even (any float dtype: the caller checks it), positions
+ * NULL or contiguous [T] i32/i64, theta > 0; R the rows of T positions */
+void ct_check_rope_shapes(const ct_tensor *x, const ct_tensor *pos, float theta, int64_t *R, int64_t *T, int64_t *D);
 /* attention and flash_attention (op): f32 contiguous q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv] */
 void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v);
 

@@ -4,6 +4,8 @@
  * y is reduced as sum(y * w) with a random w, so every element of every input gradient is
  * checked. Tolerance 1e-5 normwise in f32; the casts must agree bit for bit. The first four
  * and sum and mean also on bf16 inputs under autocast (the kernels reading bf16), within 1e-2.
+ * Llama's ops (rms_norm, silu, rope, repeat_kv) within 1e-6 (repeat_kv bit for bit), and on
+ * bf16 inputs under autocast within 1e-2.
  * Built only with CUDA; without a GPU every test skips with "no CUDA GPU" (scripts/gpu-check.sh
  * runs them). */
 #include <math.h>
@@ -121,6 +123,32 @@ static ct_tensor *host_f32(ct_ctx *c, ct_tensor *t) {
     ct_tensor *h = host(c, t);
     return h->dtype == CT_F32 ? h : ct_cast(c, h, CT_F32);
 }
+/* the loss of every output o[k], weighted: sum over k of sum(f32(o[k]) * w[k]), so that each
+ * backward runs and every gradient element counts; the weights drawn on the CPU (d = 0, into w0)
+ * and copied to cuda:0 (d = 1, into wd) */
+static ct_tensor *weighted_loss(ct_ctx *c, ct_tensor **o, ct_tensor **w0, ct_tensor **wd, int nout, int d) {
+    ct_tensor *loss = NULL;
+    for (int k = 0; k < nout; k++) {
+        if (d == 0) w0[k] = rnd(c, o[k]->ndim, o[k]->shape, 1.0f);
+        else if (ct_tensor_to(c, w0[k], CT_CUDA(0), &wd[k]) != CT_OK) {
+            fprintf(stderr, "weights to cuda:0: %s\n", ct_last_error());
+            abort();
+        }
+        ct_tensor *term = ct_sum(c, ct_mul(c, ct_cast(c, o[k], CT_F32), wd[k]));
+        loss = loss ? ct_add(c, loss, term) : term;
+    }
+    return loss;
+}
+/* the outputs on the CPU (a) and on cuda:0 (b): dtypes want[k], values within 1e-2 */
+static void check_outs(ct_ctx *c, ct_tensor **a, ct_tensor **b, const ct_dtype *want, const char *const *names, int nout) {
+    for (int k = 0; k < nout; k++) {
+        CT_EXPECTF(a[k]->dtype == want[k] && b[k]->dtype == a[k]->dtype && b[k]->device.type == CT_DEV_CUDA,
+                   "%s: cpu %s, cuda %s (want %s)", names[k], ct_dtype_name(a[k]->dtype), ct_dtype_name(b[k]->dtype),
+                   ct_dtype_name(want[k]));
+        double e = normwise(host_f32(c, b[k])->data, host_f32(c, a[k])->data, ct_numel(a[k]));
+        CT_EXPECTF(e <= 1e-2, "%s: error %g against the CPU", names[k], e);
+    }
+}
 /* bf16 inputs under autocast: softmax, log_softmax, mse_loss, sum and mean (f32 ops: f32
  * results) and bias_add (bf16 with a bf16 bias, f32 with an f32 one), whose device kernels read
  * the bf16 tensors themselves, against the CPU under autocast: output dtypes the CPU's, outputs
@@ -156,27 +184,95 @@ CT_TEST(lowp_ops_under_autocast_on_cuda_match_cpu) {
         o[SUM] = ct_sum(c, in[X]);
         o[MEAN] = ct_mean(c, in[X4]);
         ct_autocast_end(c);
-        /* one loss of every output, weighted: each backward runs and every gradient element counts */
-        ct_tensor *loss = NULL;
-        for (int k = 0; k < NOUT; k++) {
-            if (d == 0) w[0][k] = rnd(c, o[k]->ndim, o[k]->shape, 1.0f);
-            else OK(ct_tensor_to(c, w[0][k], CT_CUDA(0), &w[1][k]));
-            ct_tensor *term = ct_sum(c, ct_mul(c, ct_cast(c, o[k], CT_F32), w[d][k]));
-            loss = loss ? ct_add(c, loss, term) : term;
-        }
-        ct_backward(c, loss);
+        ct_backward(c, weighted_loss(c, o, w[0], w[d], NOUT, d));
         CT_ASSERT(ct_ctx_status(c) == CT_OK ||
                   (fprintf(stderr, "bf16 ops under autocast on %s: %s\n", d ? "cuda:0" : "cpu", ct_last_error()), 0));
     }
-    for (int k = 0; k < NOUT; k++) {
-        ct_tensor *a = out[0][k], *b = out[1][k];
-        CT_EXPECTF(a->dtype == want[k] && b->dtype == a->dtype && b->device.type == CT_DEV_CUDA, "%s: cpu %s, cuda %s (want %s)",
-                   names[k], ct_dtype_name(a->dtype), ct_dtype_name(b->dtype), ct_dtype_name(want[k]));
-        double e = normwise(host_f32(c, b)->data, host_f32(c, a)->data, ct_numel(a));
-        CT_EXPECTF(e <= 1e-2, "%s: error %g against the CPU", names[k], e);
-    }
+    check_outs(c, out[0], out[1], want, names, NOUT);
     static const char *leaves[NIN] = {"x", "target", "x [N, C, H, W]", "bias"};
     for (int i = 0; i < NIN; i++) {
+        double e = normwise(host(c, leaf[1][i]->grad)->data, leaf[0][i]->grad->data, ct_numel(leaf[0][i]));
+        CT_EXPECTF(e <= 1e-2, "gradient of %s: error %g against the CPU", leaves[i], e);
+    }
+    ct_ctx_free(c);
+}
+
+/* Llama's ops (ops.c's silu, ops_llama.c): rms_norm with and without its weight, silu, rope
+ * (positions 0..T-1, and given i64 positions on the device), repeat_kv; within 1e-6 */
+static ct_tensor *op_rms_norm(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
+    return ct_rms_norm(c, in[0], arg[0] ? in[1] : NULL, 1e-6f);
+}
+static ct_tensor *op_silu(ct_ctx *c, ct_tensor **in, const int64_t *arg) { (void)arg; return ct_silu(c, in[0]); }
+static ct_tensor *op_rope(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
+    (void)arg;
+    return ct_rope(c, in[0], NULL, 10000.0f);
+}
+static ct_tensor *op_repeat_kv(ct_ctx *c, ct_tensor **in, const int64_t *arg) { return ct_repeat_kv(c, in[0], (int)arg[0]); }
+CT_TEST(llama_ops_on_cuda_match_cpu) {
+    NEED_GPU();
+    const int64_t sh[2][4] = {{3, 11, 300}, {300}};
+    check_op("rms_norm", op_rms_norm, (int64_t[]){1}, 2, (int[]){3, 1}, sh, 1e-6);
+    check_op("rms_norm (no weight)", op_rms_norm, (int64_t[]){0}, 1, (int[]){3}, sh, 1e-6);
+    const int64_t sx[1][4] = {{7, 1000}};
+    check_op("silu", op_silu, NULL, 1, (int[]){2}, sx, 1e-6);
+    const int64_t sq[1][4] = {{2, 3, 37, 64}};
+    check_op("rope", op_rope, NULL, 1, (int[]){4}, sq, 1e-6);
+    const int64_t sk[1][4] = {{2, 2, 9, 16}};
+    check_op("repeat_kv", op_repeat_kv, (int64_t[]){3}, 1, (int[]){4}, sk, 0.0);
+}
+/* rope at given positions (i64 on the device, as generation passes them) and theta 5e5 */
+CT_TEST(rope_positions_on_cuda_match_cpu) {
+    NEED_GPU();
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    const int64_t T = 13;
+    int64_t pos[13];
+    for (int t = 0; t < T; t++) pos[t] = 100 + 31 * t;
+    ct_tensor *x = rnd(c, 4, (int64_t[]){1, 4, T, 32}, 2.0f), *p = ct_from_data(c, CT_I64, pos, 1, &T), *xd, *pd;
+    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+    OK(ct_tensor_to(c, p, CT_CUDA(0), &pd));
+    ct_tensor *y = ct_rope(c, x, p, 500000.0f), *yd = ct_rope(c, xd, pd, 500000.0f);
+    CT_ASSERT(ct_ctx_status(c) == CT_OK || (fprintf(stderr, "rope on cuda:0: %s\n", ct_last_error()), 0));
+    double e = normwise(host(c, yd)->data, y->data, ct_numel(y));
+    CT_EXPECTF(e <= 1e-6, "rope at positions: error %g", e);
+    ct_ctx_free(c);
+}
+/* bf16 inputs under autocast: rms_norm (an f32 op: an f32 result) and silu, rope, repeat_kv
+ * (bf16 results), their device kernels reading bf16, against the CPU under autocast: dtypes the
+ * CPU's, outputs and the gradients of the f32 leaves within 1e-2 */
+CT_TEST(llama_ops_bf16_autocast_on_cuda_match_cpu) {
+    NEED_GPU();
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    ct_tensor *leaf[2][3];
+    const int64_t shapes[3][4] = {{2, 4, 21, 32}, {32}, {2, 2, 21, 32}};
+    const int nd[3] = {4, 1, 4};
+    for (int i = 0; i < 3; i++) {
+        leaf[0][i] = rnd(c, nd[i], shapes[i], 2.0f);
+        OK(ct_tensor_to(c, leaf[0][i], CT_CUDA(0), &leaf[1][i]));
+    }
+    enum { RMS, SILU, ROPE, REP, NOUT };
+    static const char *names[NOUT] = {"rms_norm", "silu", "rope", "repeat_kv"};
+    static const ct_dtype want[NOUT] = {CT_F32, CT_BF16, CT_BF16, CT_BF16};
+    ct_tensor *out[2][NOUT], *w[2][NOUT];
+    for (int d = 0; d < 2; d++) {
+        ct_tensor **o = out[d], *x, *kv;
+        for (int i = 0; i < 3; i++) ct_requires_grad(leaf[d][i]);
+        x = ct_cast(c, leaf[d][0], CT_BF16);
+        kv = ct_cast(c, leaf[d][2], CT_BF16);
+        OK(ct_autocast_begin(c, CT_BF16));
+        o[RMS] = ct_rms_norm(c, x, leaf[d][1], 1e-6f);
+        o[SILU] = ct_silu(c, x);
+        o[ROPE] = ct_rope(c, x, NULL, 10000.0f);
+        o[REP] = ct_repeat_kv(c, kv, 2);
+        ct_autocast_end(c);
+        ct_backward(c, weighted_loss(c, o, w[0], w[d], NOUT, d));
+        CT_ASSERT(ct_ctx_status(c) == CT_OK ||
+                  (fprintf(stderr, "llama ops under autocast on %s: %s\n", d ? "cuda:0" : "cpu", ct_last_error()), 0));
+    }
+    check_outs(c, out[0], out[1], want, names, NOUT);
+    static const char *leaves[3] = {"x", "rms_norm weight", "kv"};
+    for (int i = 0; i < 3; i++) {
         double e = normwise(host(c, leaf[1][i]->grad)->data, leaf[0][i]->grad->data, ct_numel(leaf[0][i]));
         CT_EXPECTF(e <= 1e-2, "gradient of %s: error %g against the CPU", leaves[i], e);
     }

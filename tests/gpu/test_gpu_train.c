@@ -2,7 +2,8 @@
  * CPU: an MLP (linear, relu, cross-entropy) forward, backward and AdamW step; a chain of the
  * GPT ops (embedding, layer norm, linear, reshape, flash attention, add, gelu, scale, a tied
  * matmul, cross-entropy); mul, tanh, sigmoid, sum and mean; dropout; ct_train_step on cuda:0; a small GPT model (views, copies, split of
- * q, k, v, merge_heads);
+ * q, k, v, merge_heads); a small Llama (rms_norm, rope, repeat_kv, silu) in f32 and under bf16
+ * autocast, and three of its ct_train_steps;
  * gradient clipping and the grad scaler on the device; an op without a device kernel failing
  * the context; DDP at world
  * size 1 on NCCL with the buckets reduced on the GPU; bf16 autocast on cuda:0 (the policy op by
@@ -177,10 +178,19 @@ CT_TEST(gpt_ops_chain_on_cuda_matches_cpu) {
     ct_params_free(Pg);
 }
 
-/* ct_train_step (the loop every trainer uses) with the model on cuda:0: three AdamW steps,
- * each loss against the CPU's (amp: both under autocast) */
-static void train_steps_match(ct_dtype amp, double tol) {
-    ct_model *m[2] = {mlp(), mlp()};
+/* the MLP's batch of a step: 8 rows of 32 features, classes of 10 (static buffers) */
+static ct_train_batch mlp_batch(int step) {
+    static float x[8 * 32];
+    static int32_t y[8];
+    for (int i = 0; i < 8 * 32; i++) x[i] = (float)sin(0.37 * i + step);
+    for (int i = 0; i < 8; i++) y[i] = (i * 3 + step) % 10;
+    return ct_train_batch_of(CT_F32, x, 2, (int64_t[]){8, 32}, y, 1, (int64_t[]){8});
+}
+/* ct_train_step (the loop every trainer uses) with the model of make on cuda:0: three AdamW
+ * steps on batch(step), each loss against the CPU's (amp: both under autocast); the device's
+ * losses in loss[3] */
+static void train_steps_match(ct_model *(*make)(void), ct_train_batch (*batch)(int), ct_dtype amp, double tol, double *loss) {
+    ct_model *m[2] = {make(), make()};
     OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
     ct_optim *o[2];
     ct_ctx *c[2];
@@ -190,12 +200,8 @@ static void train_steps_match(ct_dtype amp, double tol) {
         OK(ct_ctx_create(NULL, &c[j]));
         tm[j] = ct_train_model_builtin(m[j]);
     }
-    float x[8 * 32];
-    int32_t y[8];
     for (int step = 0; step < 3; step++) {
-        for (int i = 0; i < 8 * 32; i++) x[i] = (float)sin(0.37 * i + step);
-        for (int i = 0; i < 8; i++) y[i] = (i * 3 + step) % 10;
-        ct_train_batch b = ct_train_batch_of(CT_F32, x, 2, (int64_t[]){8, 32}, y, 1, (int64_t[]){8});
+        ct_train_batch b = batch(step);
         ct_step_result r[2];
         for (int j = 0; j < 2; j++) {
             ct_step_args sa = {.ctx = c[j], .model = &tm[j], .opt = o[j], .lr = 1e-2, .step = step, .amp = amp};
@@ -203,6 +209,7 @@ static void train_steps_match(ct_dtype amp, double tol) {
         }
         CT_EXPECTF(rel(r[1].loss, r[0].loss) <= tol, "step %d (%s): loss cuda %.9g cpu %.9g", step, ct_dtype_name(amp),
                    r[1].loss, r[0].loss);
+        if (loss) loss[step] = r[1].loss;
     }
     for (int j = 0; j < 2; j++) {
         ct_optim_free(o[j]);
@@ -212,18 +219,18 @@ static void train_steps_match(ct_dtype amp, double tol) {
 }
 CT_TEST(train_step_on_cuda_matches_cpu) {
     NEED_GPU();
-    train_steps_match(CT_F32, 1e-5);
+    train_steps_match(mlp, mlp_batch, CT_F32, 1e-5, NULL);
 }
 /* bf16 autocast on the GPU through the device dispatch (built, not yet run on a GPU) */
 CT_TEST(train_step_bf16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
-    train_steps_match(CT_BF16, 1e-2);
+    train_steps_match(mlp, mlp_batch, CT_BF16, 1e-2, NULL);
 }
 /* f16 autocast: the GEMMs, attention, elementwise, layer norm and cross-entropy kernels reading
  * f16 themselves (f16 keeps 3 more bits than bf16: the same tolerance is loose) */
 CT_TEST(train_step_f16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
-    train_steps_match(CT_F16, 1e-2);
+    train_steps_match(mlp, mlp_batch, CT_F16, 1e-2, NULL);
 }
 
 /* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
@@ -253,9 +260,10 @@ static double gpt_loss_step(ct_ctx *c, ct_model *m, ct_tensor *x, ct_tensor *y, 
     ct_backward(c, l);
     return v;
 }
-/* the small GPT on cuda:0 against the CPU: loss within tol relative, each gradient normwise */
-static void gpt_model_match(ct_dtype amp, double tol, double gtol) {
-    ct_model *mc = small_gpt(), *mg = small_gpt();
+/* the small model of make (vocabulary 64, context 16) on cuda:0 against the CPU: loss within tol
+ * relative, each gradient normwise */
+static void model_match(ct_model *(*make)(void), ct_dtype amp, double tol, double gtol) {
+    ct_model *mc = make(), *mg = make();
     OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
     ct_ctx *c;
     OK(ct_ctx_create(NULL, &c));
@@ -267,7 +275,7 @@ static void gpt_model_match(ct_dtype amp, double tol, double gtol) {
     OK(ct_tensor_to(c, y, CT_CUDA(0), &yd));
     /* one backward per forward: a backward consumes the whole tape */
     double vc = gpt_loss_step(c, mc, x, y, amp), vg = gpt_loss_step(c, mg, xd, yd, amp);
-    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "GPT on cuda:0 (%s): %s", ct_dtype_name(amp), ct_last_error());
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "model on cuda:0 (%s): %s", ct_dtype_name(amp), ct_last_error());
     CT_EXPECTF(rel(vg, vc) <= tol, "loss (%s) cuda %.9g cpu %.9g", ct_dtype_name(amp), vg, vc);
     ct_params *Pc = ct_model_params(mc);
     for (int i = 0; i < ct_params_count(Pc); i++) {
@@ -279,6 +287,7 @@ static void gpt_model_match(ct_dtype amp, double tol, double gtol) {
     ct_model_free(mc);
     ct_model_free(mg);
 }
+static void gpt_model_match(ct_dtype amp, double tol, double gtol) { model_match(small_gpt, amp, tol, gtol); }
 CT_TEST(gpt_model_on_cuda_matches_cpu) {
     NEED_GPU();
     gpt_model_match(CT_F32, 1e-5, 1e-4);
@@ -301,6 +310,59 @@ CT_TEST(gpt_model_checkpointed_on_cuda_matches_cpu) {
     gpt_model_match(CT_F32, 1e-5, 1e-4);
     gpt_model_match(CT_BF16, 1e-2, 1e-2);
     ckpt_blocks = false;
+}
+
+/* a small Llama (RMSNorm, rotary positions, grouped-query attention through repeat_kv, SwiGLU):
+ * 4 query heads sharing 2 key/value heads, the fused or the plain attention, each layer a
+ * checkpointed segment or not */
+static bool llama_plain, llama_ckpt;
+static ct_model *small_llama(void) {
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_LLAMA);
+    cfg.llama.vocab_size = 64;
+    cfg.llama.hidden_size = 32;
+    cfg.llama.intermediate_size = 48;
+    cfg.llama.num_hidden_layers = 2;
+    cfg.llama.num_attention_heads = 4;
+    cfg.llama.num_key_value_heads = 2;
+    cfg.llama.max_position_embeddings = 16;
+    cfg.llama.flash_attention = !llama_plain;
+    cfg.llama.checkpoint_activations = llama_ckpt;
+    ct_model *m = NULL;
+    if (ct_model_create(&cfg, 11, &m) != CT_OK) abort();
+    return m;
+}
+CT_TEST(llama_model_on_cuda_matches_cpu) {
+    NEED_GPU();
+    model_match(small_llama, CT_F32, 1e-5, 1e-4);
+    llama_plain = true;
+    model_match(small_llama, CT_F32, 1e-5, 1e-4);
+    llama_plain = false;
+    llama_ckpt = true; /* the layers recomputed on the device in backward */
+    model_match(small_llama, CT_F32, 1e-5, 1e-4);
+    llama_ckpt = false;
+}
+/* bf16 autocast: rms_norm reading bf16 with an f32 result, rope, repeat_kv and silu bf16 */
+CT_TEST(llama_model_bf16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    model_match(small_llama, CT_BF16, 1e-2, 1e-2);
+}
+CT_TEST(llama_model_f16_autocast_on_cuda_matches_cpu) {
+    NEED_GPU();
+    model_match(small_llama, CT_F16, 1e-2, 1e-2);
+}
+/* the Llama's batch of a step: 2 sequences of 16 tokens, the targets shifted by one */
+static ct_train_batch llama_batch(int step) {
+    static int32_t tok[2 * 16], tgt[2 * 16];
+    for (int i = 0; i < 32; i++) { tok[i] = (i * 11 + 5 * step) % 64; tgt[i] = (i * 11 + 5 * step + 11) % 64; }
+    return ct_train_batch_of(CT_I32, tok, 2, (int64_t[]){2, 16}, tgt, 2, (int64_t[]){2, 16});
+}
+/* ct_train_step with the small Llama on cuda:0: three AdamW steps on token batches, each loss
+ * against the CPU's, and the loss going down */
+CT_TEST(llama_train_steps_on_cuda_match_cpu) {
+    NEED_GPU();
+    double loss[3];
+    train_steps_match(small_llama, llama_batch, CT_F32, 1e-5, loss);
+    CT_EXPECTF(loss[2] < loss[0], "the loss on cuda:0 went from %g to %g", loss[0], loss[2]);
 }
 
 /* The autocast policy on cuda:0, op by op, against the CPU's under the same region: linear,

@@ -3,7 +3,8 @@
 # .cu (kernel launches, dynamic shared memory) for tests/tools/cuda_emu/cuda_emu.h, which
 # emulates blocks, __syncthreads and warp shuffles with host threads; emu_kernels.cc then
 # checks the kernels against the CPU ops of libctrain (elementwise, views, softmax, layer
-# norm, cross-entropy, embedding, max pooling, bias_add, mse, casts, the optimizer and norm
+# norm, cross-entropy, embedding, max pooling, bias_add, mse, casts, Llama's rms_norm, silu, rope and
+# repeat_kv, the optimizer and norm
 # passes, flash attention in rows and in tiles, f32, bf16 and f16). Needs a C++ compiler and
 # python3, not CUDA; it checks the kernels' code (indexing, masks, reduction order), not the GPU.
 set -uo pipefail

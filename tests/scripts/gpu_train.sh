@@ -7,7 +7,8 @@
 # gradient clipping with loss scaling follows the CPU too; --amp bf16 (autocast through the
 # device dispatch) follows the CPU's --amp bf16 within bf16 tolerance (2e-2), and so do the GPT
 # under --amp fp16 with loss scaling and the CNN under --amp bf16 (cuDNN's low-precision path);
-# --checkpoint-activations (blocks recomputed on the device) follows the CPU in f32; `ctrain eval
+# --checkpoint-activations (blocks recomputed on the device) follows the CPU in f32; a small
+# grouped-query Llama follows the CPU in f32 (2e-3) and under --amp bf16 (2e-2); `ctrain eval
 # --device cuda` evaluates the GPU-trained model as the CPU does (2e-3).
 # Exits 77 "no CUDA GPU" where there is none (tests/scripts/train_device.sh covers that).
 set -uo pipefail
@@ -33,6 +34,9 @@ gpt=(gpt --text "$d/t.txt" --n-layer 2 --n-embd 64 --n-head 4 --block-size 64 --
      --eval-every 6 --save-every 6 --export hf)
 gptclip=("${gpt[@]}" --clip 0.5 --loss-scaling)
 gptck=("${gpt[@]}" --checkpoint-activations)
+# a grouped-query Llama (rms_norm, rope, repeat_kv, silu on the device)
+llama=(llama --text "$d/t.txt" --num-hidden-layers 2 --hidden-size 64 --num-attention-heads 4 --num-key-value-heads 2
+       --intermediate-size 176 --max-position-embeddings 64 --batch-size 8 --steps 12 --log-every 3 --eval-every 6)
 nums() { grep -E "^(step|eval)" "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/'; }
 close() { # LOG_A LOG_B WHAT [TOL]: the same number of progress and eval lines, losses within TOL (2e-3)
     paste <(nums "$1") <(nums "$2") > "$d/pairs"
@@ -41,7 +45,7 @@ close() { # LOG_A LOG_B WHAT [TOL]: the same number of progress and eval lines, 
         { cat "$1" "$2"; fail "$3: the GPU run does not follow the CPU run"; }
     echo "$3: $(tr '\t\n' '= ' < "$d/pairs")"
 }
-for m in mlp gpt gptclip gptck; do
+for m in mlp gpt gptclip gptck llama; do
     eval "args=(\"\${$m[@]}\")"
     for dev in cpu cuda; do
         $C train "${args[@]}" --device $dev --output-dir "$d/$m-$dev" > "$d/$m-$dev.log" 2>&1 ||
@@ -66,7 +70,7 @@ for dev in cpu cuda; do
 done
 close "$d/amp-cpu.log" "$d/amp-cuda.log" "gpt --amp bf16 cpu=cuda" 2e-2
 cnn=(cnn --data-dir "$d/idx" --batch-size 32 --steps 12 --log-every 3 --eval-every 6 --lr 0.01 --amp bf16)
-for run in "gpt16:${gpt[*]} --amp fp16" "cnn16:${cnn[*]}"; do
+for run in "gpt16:${gpt[*]} --amp fp16" "cnn16:${cnn[*]}" "llama16:${llama[*]} --amp bf16"; do
     name=${run%%:*}
     read -r -a args <<<"${run#*:}"
     for dev in cpu cuda; do

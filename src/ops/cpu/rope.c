@@ -25,19 +25,10 @@ static inline int64_t pos_at(const ct_tensor *p, int64_t t) {
 ct_tensor *ct_rope(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta) {
     CT_DEV_DISPATCH(ctx, CT_OP_ROPE, .in = {x, pos}, .f = {theta});
     CT_AUTOCAST(ctx, CT_OP_ROPE, 1, ((ct_tensor **[]){&x}), ct_rope(ctx, x, pos, theta));
-    char sx[96], sp[96];
-    CT_CHECK_F32("rope", x); CT_CHECK_CONTIG("rope", x);
-    if (x->ndim < 2 || x->shape[x->ndim - 1] % 2)
-        CT_FATAL("rope: input %s must be [..., T, D] with D even", ct_shape_str(x, sx, sizeof sx));
-    int64_t T = x->shape[x->ndim - 2], D = x->shape[x->ndim - 1], h = D / 2;
-    int64_t R = T > 0 && D > 0 ? ct_numel(x) / (T * D) : 0;
-    if (pos) {
-        CT_CHECK_CONTIG("rope", pos);
-        if ((pos->dtype != CT_I32 && pos->dtype != CT_I64) || pos->ndim != 1 || pos->shape[0] != T)
-            CT_FATAL("rope: positions %s must be [T] i32/i64 for input %s", ct_shape_str(pos, sp, sizeof sp),
-                     ct_shape_str(x, sx, sizeof sx));
-    }
-    CT_CHECK(theta > 0, "rope: theta %g must be positive", (double)theta);
+    CT_CHECK_F32("rope", x);
+    int64_t R, T, D;
+    ct_check_rope_shapes(x, pos, theta, &R, &T, &D);
+    int64_t h = D / 2;
     /* cs: [T, h] cosines then [T, h] sines */
     float *cs = ct_ctx_alloc_keep(ctx, (size_t)(2 * T * h + 1) * sizeof(float));
     for (int64_t j = 0; j < h; j++) {

@@ -583,6 +583,121 @@ void lowp(ct_ctx *c, ct_cuda_cast_type t) {
     lowp_more(c, t, xl);
 }
 
+
+// Llama's ops: RMSNorm (with and without a weight), SiLU, the rotary embedding (positions
+// 0..T-1 and given i64 ones) and repeat_kv against the CPU ops; then their 16-bit forms against
+// the f32 kernels on the widened inputs, rounded as stored (bit for bit, as lowp above)
+void llama_ops(ct_ctx *c) {
+    const int64_t R = 37, D = 300;
+    ct_tensor *x = rnd_t(c, 2, sh({R, D}), 3.0f), *g = rnd_t(c, 2, sh({R, D}), 1.0f), *w = rnd_t(c, 1, &D, 1.0f);
+    std::vector<float> y(R * D), dx(R * D), rstd(R);
+    for (int hw = 0; hw < 2; hw++) {
+        ct_tensor *xl = ct_new_like(c, x), *wl = hw ? ct_new_like(c, w) : NULL;
+        memcpy(xl->data, x->data, ct_nbytes(x));
+        ct_requires_grad(xl);
+        if (wl) {
+            memcpy(wl->data, w->data, ct_nbytes(w));
+            ct_requires_grad(wl);
+        }
+        ct_tensor *r = ct_rms_norm(c, xl, wl, 1e-6f);
+        ct_backward_seed(c, r, g);
+        std::vector<float> dw(D, 0.0f);
+        const float *wp = hw ? ct_f32(w) : NULL;
+        RUN(ct_cuda_rms_norm_t(NULL, ct_f32(x), CT_CUDA_CAST_F32, wp, y.data(), rstd.data(), R, D, 1e-6f));
+        RUN(ct_cuda_rms_norm_bwd_t(NULL, ct_f32(x), CT_CUDA_CAST_F32, ct_f32(g), wp, rstd.data(), dx.data(), hw ? dw.data() : NULL,
+                                   R, D));
+        expect(hw ? "rms_norm forward" : "rms_norm forward (no weight)", normwise(y.data(), ct_f32(r), R * D), 1e-6);
+        expect(hw ? "rms_norm dx" : "rms_norm dx (no weight)", normwise(dx.data(), ct_f32(xl->grad), R * D), 1e-6);
+        if (hw) expect("rms_norm dw", normwise(dw.data(), ct_f32(wl->grad), D), 1e-6);
+    }
+    {
+        ct_tensor *xs = ct_new_like(c, x);
+        memcpy(xs->data, x->data, ct_nbytes(x));
+        ct_requires_grad(xs);
+        ct_tensor *r = ct_silu(c, xs);
+        ct_backward_seed(c, r, g);
+        ct_cuda_map m = {CT_CUDA_MAP_SILU, 0, 0, 0};
+        RUN(ct_cuda_map_fwd(NULL, &m, ct_f32(x), y.data(), CT_CUDA_CAST_F32, R * D));
+        RUN(ct_cuda_map_bwd(NULL, &m, ct_f32(x), CT_CUDA_CAST_F32, ct_f32(g), dx.data(), R * D));
+        expect("silu forward", normwise(y.data(), ct_f32(r), R * D), 1e-6);
+        expect("silu backward", normwise(dx.data(), ct_f32(xs->grad), R * D), 1e-6);
+    }
+    // rope on [2, 3, T, Dh]: forward and backward, then accumulated into that gradient
+    const int64_t T = 17, Dh = 16, Rr = 6, n = Rr * T * Dh;
+    ct_tensor *xr = rnd_t(c, 4, sh({2, 3, T, Dh}), 2.0f), *gr = rnd_t(c, 4, sh({2, 3, T, Dh}), 1.0f);
+    std::vector<int64_t> pos(T);
+    for (int64_t t = 0; t < T; t++) pos[t] = 5 + 97 * t;
+    ct_tensor *pt = ct_from_data(c, CT_I64, pos.data(), 1, &T);
+    std::vector<float> cs(2 * T * Dh / 2), ry(n), rdx(n);
+    for (int hp = 0; hp < 2; hp++) {
+        float theta = hp ? 500000.0f : 10000.0f;
+        ct_tensor *xl = ct_new_like(c, xr);
+        memcpy(xl->data, xr->data, ct_nbytes(xr));
+        ct_requires_grad(xl);
+        ct_tensor *r = ct_rope(c, xl, hp ? pt : NULL, theta);
+        ct_backward_seed(c, r, gr);
+        RUN(ct_cuda_rope_table(NULL, hp ? pos.data() : NULL, true, T, Dh, theta, cs.data()));
+        RUN(ct_cuda_rope(NULL, ct_f32(xr), CT_CUDA_CAST_F32, ry.data(), cs.data(), Rr, T, Dh));
+        RUN(ct_cuda_rope_bwd(NULL, ct_f32(gr), cs.data(), rdx.data(), Rr, T, Dh, false));
+        expect(hp ? "rope forward (i64 positions, theta 5e5)" : "rope forward", normwise(ry.data(), ct_f32(r), n), 1e-6);
+        expect(hp ? "rope backward (i64 positions, theta 5e5)" : "rope backward", normwise(rdx.data(), ct_f32(xl->grad), n), 1e-6);
+        if (hp) continue;
+        RUN(ct_cuda_rope_bwd(NULL, ct_f32(gr), cs.data(), rdx.data(), Rr, T, Dh, true));
+        for (int64_t i = 0; i < n; i++) rdx[i] *= 0.5f;
+        expect("rope backward, accumulated", normwise(rdx.data(), ct_f32(xl->grad), n), 1e-6);
+    }
+    // repeat_kv [2, 2, 5, 6] x 3: the strided copy with a stride of 0, and the group sums
+    const int64_t BH = 4, TD = 30, rep = 3;
+    ct_tensor *xk = rnd_t(c, 4, sh({2, 2, 5, 6}), 1.0f), *gk = rnd_t(c, 4, sh({2, 6, 5, 6}), 1.0f);
+    ct_requires_grad(xk);
+    ct_tensor *rk = ct_repeat_kv(c, xk, (int)rep);
+    ct_backward_seed(c, rk, gk);
+    ct_cuda_layout l = {3, {BH, rep, TD}, {TD, 0, 1}};
+    std::vector<float> ky(BH * rep * TD), kdx(BH * TD);
+    RUN(ct_cuda_strided_copy(NULL, ky.data(), ct_f32(xk), &l));
+    RUN(ct_cuda_repeat_kv_bwd(NULL, ct_f32(gk), kdx.data(), BH, TD, rep, false));
+    expect("repeat_kv forward (bits)", memcmp(ky.data(), ct_f32(rk), ky.size() * 4) != 0, 0);
+    expect("repeat_kv backward (bits)", memcmp(kdx.data(), ct_f32(xk->grad), kdx.size() * 4) != 0, 0);
+    // the 16-bit forms
+    for (ct_cuda_cast_type t : {CT_CUDA_CAST_BF16, CT_CUDA_CAST_F16}) {
+        const char *tn = t == CT_CUDA_CAST_BF16 ? "bf16" : "f16";
+        char wn[96];
+        lp_buf xl = to_lp(ct_f32(x), R * D, t);
+        std::vector<float> out[2][4];
+        for (int v = 0; v < 2; v++) {
+            for (int k = 0; k < 4; k++) out[v][k].assign(k < 2 ? R * D : k == 2 ? R : D, 0.0f);
+            const void *xp = v ? (const void *)xl.bits.data() : xl.wide.data();
+            ct_cuda_cast_type xt = v ? t : CT_CUDA_CAST_F32;
+            RUN(ct_cuda_rms_norm_t(NULL, xp, xt, ct_f32(w), out[v][0].data(), out[v][2].data(), R, D, 1e-6f));
+            RUN(ct_cuda_rms_norm_bwd_t(NULL, xp, xt, ct_f32(g), ct_f32(w), out[v][2].data(), out[v][1].data(), out[v][3].data(), R, D));
+        }
+        double e = 0;
+        for (int k = 0; k < 4; k++) e += bit_diff(out[0][k], out[1][k]);
+        snprintf(wn, sizeof wn, "%s rms_norm y, rstd, dx, dw (bits differ)", tn);
+        expect(wn, e, 0);
+        ct_cuda_map m = {CT_CUDA_MAP_SILU, 0, 0, 0};
+        std::vector<float> y32(R * D), dx32(R * D), dxl(R * D);
+        std::vector<uint16_t> yl(R * D);
+        RUN(ct_cuda_map_fwd(NULL, &m, xl.wide.data(), y32.data(), CT_CUDA_CAST_F32, R * D));
+        RUN(ct_cuda_map_fwd(NULL, &m, xl.bits.data(), yl.data(), t, R * D));
+        RUN(ct_cuda_map_bwd(NULL, &m, xl.wide.data(), CT_CUDA_CAST_F32, ct_f32(g), dx32.data(), R * D));
+        RUN(ct_cuda_map_bwd(NULL, &m, xl.bits.data(), t, ct_f32(g), dxl.data(), R * D));
+        snprintf(wn, sizeof wn, "%s silu forward (mismatches), backward (bits)", tn);
+        expect(wn, mismatches(yl, rounded(y32, t)) + bit_diff(dxl, dx32), 0);
+        lp_buf xq = to_lp(ct_f32(xr), n, t), xkl = to_lp(ct_f32(xk), BH * TD, t);
+        std::vector<float> q32(n);
+        std::vector<uint16_t> ql(n), kl(BH * rep * TD), kref(BH * rep * TD);
+        RUN(ct_cuda_rope_table(NULL, NULL, false, T, Dh, 10000.0f, cs.data()));
+        RUN(ct_cuda_rope(NULL, xq.wide.data(), CT_CUDA_CAST_F32, q32.data(), cs.data(), Rr, T, Dh));
+        RUN(ct_cuda_rope(NULL, xq.bits.data(), t, ql.data(), cs.data(), Rr, T, Dh));
+        snprintf(wn, sizeof wn, "%s rope forward (mismatches)", tn);
+        expect(wn, mismatches(ql, rounded(q32, t)), 0);
+        for (int64_t i = 0; i < BH * rep * TD; i++) kref[i] = xkl.bits[(i / (rep * TD)) * TD + i % TD];
+        RUN(ct_cuda_strided_copy16(NULL, kl.data(), xkl.bits.data(), &l));
+        snprintf(wn, sizeof wn, "%s repeat_kv forward (mismatches)", tn);
+        expect(wn, mismatches(kl, kref), 0);
+    }
+}
 } // namespace
 
 int main(void) {
@@ -595,6 +710,7 @@ int main(void) {
     rows_ops(c);
     embedding_pool(c);
     pointwise(c);
+    llama_ops(c);
     optim();
     attention(c, false);
     attention(c, true);

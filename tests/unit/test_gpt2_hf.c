@@ -254,6 +254,37 @@ CT_TEST(export_hf_roundtrip) {
     CT_EXPECT(system(cmd) == 0);
 }
 
+/* GPT2Config's dropouts survive import and export: resid_pdrop/embd_pdrop are ctrain's dropout,
+ * attn_pdrop is carried */
+CT_TEST(dropout_roundtrip) {
+    char *dir = tmpdir(), cmd[1200], out[100];
+    CT_ASSERT(dir != NULL);
+    snprintf(cmd, sizeof cmd,
+             "cp " FIX "model.safetensors %s/ && sed -e 's/\"resid_pdrop\": 0/\"resid_pdrop\": 0.1/' -e 's/\"embd_pdrop\": 0/\"embd_pdrop\": 0.1/' "
+             "-e 's/\"attn_pdrop\": 0/\"attn_pdrop\": 0.05/' " FIX "config.json > %s/config.json", dir, dir);
+    CT_ASSERT(system(cmd) == 0);
+    ct_model *m, *back;
+    CT_ASSERT(ct_model_open(dir, &m) == CT_OK);
+    CT_EXPECT(ct_model_config_of(m)->gpt.dropout == 0.1f && ct_model_config_of(m)->gpt.attn_pdrop == 0.05f);
+    snprintf(out, sizeof out, "%s/export", dir);
+    CT_ASSERT(ct_model_save_hf(m, out) == CT_OK);
+    CT_ASSERT(ct_model_open(out, &back) == CT_OK);
+    CT_EXPECT(ct_model_config_of(back)->gpt.dropout == 0.1f && ct_model_config_of(back)->gpt.attn_pdrop == 0.05f);
+    snprintf(cmd, sizeof cmd, "grep -q '\"attn_pdrop\":[[:space:]]*0.05,' %s/config.json && grep -q '\"resid_pdrop\":[[:space:]]*0.1,' %s/config.json && "
+             "grep -q '\"embd_pdrop\":[[:space:]]*0.1,' %s/config.json", out, out, out);
+    CT_EXPECT(system(cmd) == 0);
+    /* ctrain's own file keeps them too (metadata) */
+    snprintf(out, sizeof out, "%s/own.safetensors", dir);
+    CT_ASSERT(ct_model_save(back, out) == CT_OK);
+    ct_model_free(back);
+    CT_ASSERT(ct_model_open(out, &back) == CT_OK);
+    CT_EXPECT(ct_model_config_of(back)->gpt.dropout == 0.1f && ct_model_config_of(back)->gpt.attn_pdrop == 0.05f);
+    ct_model_free(back);
+    ct_model_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CT_EXPECT(system(cmd) == 0);
+}
+
 /* ct_model_save writes the config: the file alone rebuilds the model, for every kind */
 CT_TEST(config_metadata_roundtrip) {
     char *dir = tmpdir(), path[256];

@@ -186,8 +186,11 @@ CT_TEST(greedy_generation_matches) {
 }
 
 CT_TEST(export_reopens_with_same_logits) {
-    char dir[] = "/tmp/ct_llama_tf_XXXXXX";
-    CT_ASSERT(mkdtemp(dir));
+    /* CT_LLAMA_EXPORT_DIR keeps the exports there (tests/torch/check_llama_export.py loads them in transformers) */
+    const char *keep = getenv("CT_LLAMA_EXPORT_DIR");
+    char dir[64] = "/tmp/ct_llama_tf_XXXXXX";
+    if (keep) snprintf(dir, sizeof dir, "%s", keep);
+    else CT_ASSERT(mkdtemp(dir));
     for (int n = 0; n < 3; n++) {
         ct_model *m = open_fixture(names[n]);
         char out[96], cj[128];
@@ -229,7 +232,7 @@ CT_TEST(export_reopens_with_same_logits) {
     }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CT_EXPECT(system(cmd) == 0);
+    if (!keep) CT_EXPECT(system(cmd) == 0);
 }
 
 /* a weight_map naming a file outside the directory, or a tensor in no shard, is refused */

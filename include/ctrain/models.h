@@ -215,6 +215,9 @@ ct_model_batch ct_model_batch_of(const ct_model_config *c);
 #define CT_OPT_FLAG    2u /* a `ctrain train` flag: "--" + key with '-' for '_' (or .flag) */
 #define CT_OPT_RUN     4u /* how the model runs, not what it is: kept over --init-from's config */
 #define CT_OPT_CONTEXT 8u /* the context length: with --init-from it may only shorten training's */
+/* with CT_OPT_META: saved only when it differs from the kind's default (a field added later:
+ * the files of models without it stay byte for byte what they were) */
+#define CT_OPT_META_SET 16u
 
 /* One config field of a kind. */
 typedef struct ct_model_option {

@@ -16,10 +16,13 @@
 ct_status ct_model_config_metadata_(ct_st_writer *w, const ct_model_config *c) {
     const ct_model_kind_info *k = ct_model_kind_info_of(c->kind);
     ct_status st = ct_st_writer_set_metadata(w, "ctrain.model", k->name);
-    char key[96], val[CT_MLP_MAX_HIDDEN * 12 + 16];
+    char key[96], val[CT_MLP_MAX_HIDDEN * 12 + 16], def[sizeof val];
+    const ct_model_config d = ct_model_default_config(c->kind);
     for (int i = 0; i < k->noptions && st == CT_OK; i++) {
         const ct_model_option *o = &k->options[i];
         if (!(o->flags & CT_OPT_META)) continue;
+        if ((o->flags & CT_OPT_META_SET) && !strcmp(ct_model_config_get(c, o, val, sizeof val), ct_model_config_get(&d, o, def, sizeof def)))
+            continue;
         snprintf(key, sizeof key, "ctrain.%s", o->key);
         st = ct_st_writer_set_metadata(w, key, ct_model_config_get(c, o, val, sizeof val));
     }

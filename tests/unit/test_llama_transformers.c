@@ -226,6 +226,19 @@ CT_TEST(export_reopens_with_same_logits) {
                       cJSON_IsNumber(o) && o->valueint == 32);
         }
         cJSON_Delete(j);
+        /* ctrain's own file keeps the scaling in its metadata (written only when set) */
+        char own[128];
+        snprintf(own, sizeof own, "%s/own.safetensors", out);
+        CT_ASSERT(ct_model_save(m, own) == CT_OK);
+        ct_st_file *of;
+        CT_ASSERT(ct_st_open(own, &of) == CT_OK);
+        CT_EXPECT((ct_st_metadata(of, "ctrain.rope_scaling_factor") != NULL) == (n != 0));
+        ct_st_close(of);
+        ct_model *c;
+        CT_ASSERT(ct_model_open(own, &c) == CT_OK);
+        CT_EXPECT(!memcmp(&ct_model_config_of(c)->llama.rope_scaling, &ct_model_config_of(m)->llama.rope_scaling, sizeof(ct_rope_scaling)));
+        CT_EXPECTF(logits_err(c, &r) <= 1e-5, "%s: own file", names[n]);
+        ct_model_free(c);
         ct_model_free(b);
         ct_model_free(m);
         ct_st_close(r.f);

@@ -43,8 +43,14 @@ ct_tensor *ct_rope(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta) { ret
 
 ct_tensor *ct_rope_scaled(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta, const ct_rope_scaling *rs) {
     if (rs && rs->factor == 0) rs = NULL;
-    /* the device column has the plain rotation only */
     if (!rs) CT_DEV_DISPATCH(ctx, CT_OP_ROPE, .in = {x, pos}, .f = {theta});
+    const ct_op_args da = {.in = {x, pos}};
+    if (rs && ct_op_on_device(&da)) { /* the device column's arguments have no room for the scaling: refused, not run unscaled */
+        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "rope: llama3 frequency scaling on a device: not yet"));
+        ct_tensor *y = ct_wrap(ctx, x->dtype, NULL, x->ndim, x->shape);
+        y->device = x->device;
+        return y;
+    }
     CT_AUTOCAST(ctx, CT_OP_ROPE, 1, ((ct_tensor **[]){&x}), ct_rope_scaled(ctx, x, pos, theta, rs));
     char sx[96], sp[96];
     CT_CHECK_F32("rope", x); CT_CHECK_CONTIG("rope", x);

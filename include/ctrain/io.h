@@ -55,6 +55,10 @@ typedef struct ct_st_tensor {
  * that can't be opened or read: CT_ERR_IO. */
 ct_status ct_st_open(const char *path, ct_st_file **out);
 void ct_st_close(ct_st_file *f);
+/* The tensors of several files (a sharded checkpoint's shards) as one file named name:
+ * each opened as ct_st_open does; a name in two of them is CT_ERR_FORMAT. Metadata: the
+ * first file's. */
+ct_status ct_st_open_shards(const char *name, const char *const *paths, int n, ct_st_file **out);
 
 /* Tensors in file order (by data offset). */
 int ct_st_count(const ct_st_file *f);

@@ -78,7 +78,10 @@ typedef struct ct_model_config {
         int n_layer, n_embd, n_head;     /* 6, 256, 8 */
         int block_size;                  /* context length: 256 */
         int vocab_size;                  /* 256 */
-        float dropout;                   /* 0 */
+        float dropout;                   /* 0: embedding and residual dropout (GPT-2's embd_pdrop, resid_pdrop) */
+        /* GPT-2's attn_pdrop, carried from an imported config.json to the export; ctrain's
+         * attention applies no dropout (0) */
+        float attn_pdrop;
         bool bias;                       /* biases in Linear and LayerNorm (GPT-2: true) */
         /* MLP activation: false = exact GELU (nanoGPT, ctrain's default), true = the tanh
          * approximation OpenAI's GPT-2 uses (Hugging Face "gelu_new") */
@@ -99,6 +102,7 @@ typedef struct ct_model_config {
         int max_position_embeddings;     /* context length: 2048 */
         float rms_norm_eps;              /* 1e-6 */
         float rope_theta;                /* 10000 */
+        ct_rope_scaling rope_scaling;    /* rope_scaling "llama3" (factor 0: none, the default) */
         bool tie_word_embeddings;        /* lm_head is embed_tokens (false: its own weight) */
         bool flash_attention;            /* fused attention (the default); false: plain */
         bool checkpoint_activations;     /* recompute each layer in backward */
@@ -211,6 +215,9 @@ ct_model_batch ct_model_batch_of(const ct_model_config *c);
 #define CT_OPT_FLAG    2u /* a `ctrain train` flag: "--" + key with '-' for '_' (or .flag) */
 #define CT_OPT_RUN     4u /* how the model runs, not what it is: kept over --init-from's config */
 #define CT_OPT_CONTEXT 8u /* the context length: with --init-from it may only shorten training's */
+/* with CT_OPT_META: saved only when it differs from the kind's default (a field added later:
+ * the files of models without it stay byte for byte what they were) */
+#define CT_OPT_META_SET 16u
 
 /* One config field of a kind. */
 typedef struct ct_model_option {

@@ -99,6 +99,16 @@ ct_tensor *ct_merge_heads(ct_ctx *ctx, ct_tensor *x);
  * angle a_j = f_(j mod h), y = x * cos(a) + rotate_half(x) * sin(a), rotate_half(x) =
  * cat(-x[h:], x[:h]). pos [T] of i32/i64 (NULL: 0 .. T-1). Backward: the inverse rotation. */
 ct_tensor *ct_rope(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta);
+/* Llama 3.1's frequency scaling (transformers' rope_scaling {"rope_type": "llama3"}): each
+ * inverse frequency f with wavelength w = 2 pi / f above original_max_position_embeddings /
+ * low_freq_factor is divided by factor, one below original / high_freq_factor kept, those
+ * between blended ((1 - s) f / factor + s f, s = (original / w - low) / (high - low)), in f32
+ * as transformers computes inv_freq. factor 0: none (ct_rope). */
+typedef struct {
+    float factor, low_freq_factor, high_freq_factor;
+    int original_max_position_embeddings;
+} ct_rope_scaling;
+ct_tensor *ct_rope_scaled(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta, const ct_rope_scaling *s);
 /* x [B, Hkv, T, D] → [B, Hkv * n_rep, T, D], each head repeated n_rep times in a row
  * (Hugging Face's repeat_kv, for grouped-query attention; a copy). Backward sums each
  * group's gradients into its head. */

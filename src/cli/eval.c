@@ -159,7 +159,7 @@ int cli_eval(int argc, char **argv) {
         st = ct_evaluate(&tm, d, &eo, NULL, &r);
         double s = ct_time_now() - t0;
         if (st == CT_OK) {
-            printf("%s\n%s\n", path, ct_model_describe(m));
+            printf("%s\n%s%s\n", path, ct_model_describe(m), ct_model_is_quantized(m) ? " | int8 Linears (dynamic quantization)" : "");
             if (dev.type != CT_DEV_CPU) printf("device: %s\n", device);
             if (tokens)
                 printf("%s split: %lld tokens | loss %.4f | perplexity %.3f | next-token accuracy %.4f | %.1f s\n", split, (long long)r.count, r.loss,

@@ -22,8 +22,11 @@ ct_status cli_open_model(const char *arg, ct_model **out, char *path, size_t n) 
         snprintf(path, n, "%s", arg);
     } else {
         char dir[4200], root[4300];
+        snprintf(path, n, "%s/model.safetensors.index.json", arg);
+        bool sharded = is_file(path); /* a sharded Hugging Face checkpoint: the library reads the index */
         snprintf(path, n, "%s/model.safetensors", arg);
-        if (!is_file(path)) {
+        if (sharded && !is_file(path)) snprintf(path, n, "%s", arg);
+        else if (!is_file(path)) {
             snprintf(root, sizeof root, "%s/checkpoints", arg);
             ct_status st = ct_checkpoint_find_latest(root, dir, sizeof dir);
             if (st != CT_OK) st = ct_checkpoint_find_latest(arg, dir, sizeof dir);

@@ -96,6 +96,20 @@ ct_status cli_tokenizer_save(const cli_tokenizer *t, const char *dir) {
         ct_status st = copy_file(t->files[i], to);
         if (st != CT_OK) return st;
     }
+    /* transformers' AutoTokenizer reads these beside tokenizer.json (the tokenizer's class,
+     * its special tokens): kept where the tokenizer's directory has them */
+    static const char *extra[] = {"tokenizer_config.json", "special_tokens_map.json"};
+    const char *slash = t->nfiles ? strrchr(t->files[0], '/') : NULL;
+    int dl = slash ? (int)(slash - t->files[0]) + 1 : 0;
+    for (int i = 0; t->nfiles && i < 2; i++) {
+        char from[4400], to[4400];
+        snprintf(from, sizeof from, "%.*s%s", dl, t->files[0], extra[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, extra[i]);
+        struct stat sb;
+        if (stat(from, &sb) != 0 || !S_ISREG(sb.st_mode) || !strcmp(from, to)) continue;
+        ct_status st = copy_file(from, to);
+        if (st != CT_OK) return st;
+    }
     return CT_OK;
 }
 

@@ -34,6 +34,7 @@ typedef struct {
     int ndim;
     int64_t shape[CT_ST_MAX_DIMS];
     uint64_t begin, end; /* relative to the data region */
+    int part;            /* a shard view's: the part whose data region holds it */
 } st_entry;
 
 struct ct_st_file {
@@ -48,6 +49,8 @@ struct ct_st_file {
     int n;
     char **meta_k, **meta_v;
     int n_meta;
+    ct_st_file **parts; /* a shard view (ct_st_open_shards): the files; base, data unused */
+    int nparts;
 };
 
 static char *xstrdup(const char *s) {
@@ -71,6 +74,8 @@ static void st_free(ct_st_file *f) {
     for (int i = 0; i < f->n_meta; i++) { free(f->meta_k[i]); free(f->meta_v[i]); }
     free(f->meta_k);
     free(f->meta_v);
+    for (int i = 0; i < f->nparts; i++) st_free(f->parts[i]);
+    free(f->parts);
     free(f->path);
     free(f);
 }
@@ -104,6 +109,19 @@ static void sort_by_name(const st_entry *e, int *idx, int *tmp, int n) {
     while (i < h) tmp[k++] = idx[i++];
     while (j < n) tmp[k++] = idx[j++];
     memcpy(idx, tmp, (size_t)n * sizeof *idx);
+}
+
+/* by_name over f->e, and no name twice */
+static ct_status index_names(ct_st_file *f) {
+    int *tmp = malloc(((size_t)f->n + 1) * sizeof *tmp);
+    if (!tmp) return ct_error(CT_ERR_NOMEM, "%s: out of memory", f->path);
+    for (int i = 0; i < f->n; i++) f->by_name[i] = i;
+    sort_by_name(f->e, f->by_name, tmp, f->n);
+    free(tmp);
+    for (int i = 1; i < f->n; i++)
+        if (!strcmp(f->e[f->by_name[i]].name, f->e[f->by_name[i - 1]].name))
+            return ct_error(CT_ERR_FORMAT, "%s: tensor name '%s' appears twice", f->path, f->e[f->by_name[i]].name);
+    return CT_OK;
 }
 
 static ct_status parse_entry(ct_st_file *f, const cJSON *j, st_entry *en) {
@@ -223,16 +241,7 @@ static ct_status parse_header(ct_st_file *f, const char *hdr, size_t hlen) {
                       (unsigned long long)f->data_size, (unsigned long long)at);
         goto done;
     }
-    int *tmp = malloc(((size_t)f->n + 1) * sizeof *tmp);
-    if (!tmp) { st = ct_error(CT_ERR_NOMEM, "%s: out of memory", p); goto done; }
-    for (int i = 0; i < f->n; i++) f->by_name[i] = i;
-    sort_by_name(f->e, f->by_name, tmp, f->n);
-    free(tmp);
-    for (int i = 1; i < f->n; i++)
-        if (!strcmp(f->e[f->by_name[i]].name, f->e[f->by_name[i - 1]].name)) {
-            st = ct_error(CT_ERR_FORMAT, "%s: tensor name '%s' appears twice", p, f->e[f->by_name[i]].name);
-            goto done;
-        }
+    if ((st = index_names(f)) != CT_OK) goto done;
 done:
     cJSON_Delete(root);
     return st;
@@ -292,6 +301,46 @@ fail:
     return st;
 }
 
+ct_status ct_st_open_shards(const char *name, const char *const *paths, int n, ct_st_file **out) {
+    *out = NULL;
+    ct_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = xstrdup(name)) || !(f->parts = calloc((size_t)(n > 0 ? n : 1), sizeof *f->parts))) {
+        st_free(f);
+        return ct_error(CT_ERR_NOMEM, "%s: out of memory", name);
+    }
+    ct_status st = CT_OK;
+    int total = 0;
+    for (int i = 0; i < n && st == CT_OK; i++) {
+        st = ct_st_open(paths[i], &f->parts[i]);
+        if (st == CT_OK) {
+            f->nparts++;
+            total += f->parts[i]->n;
+        }
+    }
+    if (st == CT_OK && (!(f->e = calloc((size_t)total + 1, sizeof *f->e)) || !(f->by_name = calloc((size_t)total + 1, sizeof *f->by_name))))
+        st = ct_error(CT_ERR_NOMEM, "%s: out of memory", name);
+    for (int i = 0; i < f->nparts && st == CT_OK; i++)
+        for (int j = 0; j < f->parts[i]->n && st == CT_OK; j++) {
+            st_entry *en = &f->e[f->n];
+            *en = f->parts[i]->e[j];
+            en->part = i;
+            if (!(en->name = xstrdup(en->name))) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", name);
+            else f->n++;
+        }
+    if (st == CT_OK) st = index_names(f);
+    if (st != CT_OK) {
+        st_free(f);
+        return st;
+    }
+    /* the first shard's metadata (save_pretrained writes format=pt in each) */
+    if (f->nparts) {
+        f->meta_k = f->parts[0]->meta_k; f->meta_v = f->parts[0]->meta_v; f->n_meta = f->parts[0]->n_meta;
+        f->parts[0]->meta_k = f->parts[0]->meta_v = NULL; f->parts[0]->n_meta = 0;
+    }
+    *out = f;
+    return CT_OK;
+}
+
 int ct_st_count(const ct_st_file *f) { return f->n; }
 const char *ct_st_name(const ct_st_file *f, int i) { return i >= 0 && i < f->n ? f->e[i].name : NULL; }
 const char *ct_st_path(const ct_st_file *f) { return f->path; }
@@ -309,7 +358,7 @@ ct_status ct_st_get(const ct_st_file *f, const char *name, ct_st_tensor *out) {
             out->dtype = (ct_dtype)st_dtypes[en->dt].ct;
             out->ndim = en->ndim;
             memcpy(out->shape, en->shape, sizeof en->shape);
-            out->data = f->data + en->begin;
+            out->data = (f->parts ? f->parts[en->part]->data : f->data) + en->begin;
             out->nbytes = (size_t)(en->end - en->begin);
             return CT_OK;
         }

@@ -186,6 +186,7 @@ static const ct_model_option gpt_options[] = {
      .help = "context length (with --init-from: a shorter training context)"},
     {O_(vocab_size, 0, 2, 65536), .cli_default = "256", .help = "vocabulary (256: bytes)"},
     {CT_MODEL_OPT_(gpt.dropout, "dropout", 'f', CT_OPT_META | CT_OPT_FLAG | CT_OPT_RUN, 0, 0.99), .help = "embedding and residual dropout"},
+    {CT_MODEL_OPT_(gpt.attn_pdrop, "attn_pdrop", 'f', CT_OPT_META | CT_OPT_META_SET, 0, 0.99)},
     {CT_MODEL_OPT_(gpt.bias, "bias", 'b', CT_OPT_META, 0, 1)},
     {CT_MODEL_OPT_(gpt.gelu_tanh, "gelu_tanh", 'b', CT_OPT_META, 0, 1)},
     {CT_MODEL_OPT_(gpt.ln_eps, "ln_eps", 'f', CT_OPT_META, 0, 1)},

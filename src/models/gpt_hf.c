@@ -54,6 +54,11 @@ static ct_status read_config_json(const char *path, ct_model_config *c) {
     if (!ct_hf_json_int_(j, "n_positions", &c->gpt.block_size, &st, path)) ct_hf_json_int_(j, "n_ctx", &c->gpt.block_size, &st, path);
     ct_hf_json_int_(j, "vocab_size", &c->gpt.vocab_size, &st, path);
     ct_hf_json_float_(j, "layer_norm_epsilon", 0, 1, &c->gpt.ln_eps, &st, path);
+    /* ctrain's one dropout serves GPT-2's embedding and residual ones (equal in GPT-2's configs: 0.1) */
+    float embd = -1;
+    ct_hf_json_float_(j, "embd_pdrop", 0, 1, &embd, &st, path);
+    if (!ct_hf_json_float_(j, "resid_pdrop", 0, 1, &c->gpt.dropout, &st, path) && embd >= 0) c->gpt.dropout = embd;
+    ct_hf_json_float_(j, "attn_pdrop", 0, 1, &c->gpt.attn_pdrop, &st, path);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
     if (st == CT_OK && cJSON_IsString(act)) {
         const char *a = act->valuestring;
@@ -145,7 +150,7 @@ static ct_status check(const char *path, const char *name, const ct_st_tensor *t
 ct_status ct_gpt_load_hf(ct_model *m, const char *path) {
     if (m->cfg.kind != CT_MODEL_GPT) return ct_error(CT_ERR_INVALID, "%s: a GPT-2 checkpoint loads into a GPT, not a %s", path, m->kind->info.name);
     ct_st_file *f = NULL;
-    ct_status st = ct_st_open(path, &f);
+    ct_status st = ct_model_open_weights_(path, &f);
     if (st != CT_OK) return st;
     int np = ct_params_count(m->P);
     ct_st_tensor *src = calloc((size_t)np, sizeof *src);
@@ -218,9 +223,9 @@ static ct_status write_config_json(const ct_model_config *c, const char *path) {
     cJSON_AddStringToObject(j, "activation_function", c->gpt.gelu_tanh ? "gelu_new" : "gelu");
     /* the float's short text (1e-05, not 9.99999975e-06) where it reads back as the same float */
     ct_hf_json_add_float_(j, "layer_norm_epsilon", c->gpt.ln_eps > 0 ? c->gpt.ln_eps : 1e-5f);
-    cJSON_AddNumberToObject(j, "resid_pdrop", c->gpt.dropout);
-    cJSON_AddNumberToObject(j, "embd_pdrop", c->gpt.dropout);
-    cJSON_AddNumberToObject(j, "attn_pdrop", 0);
+    ct_hf_json_add_float_(j, "resid_pdrop", c->gpt.dropout);
+    ct_hf_json_add_float_(j, "embd_pdrop", c->gpt.dropout);
+    ct_hf_json_add_float_(j, "attn_pdrop", c->gpt.attn_pdrop);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", true);
     /* GPT-2's <|endoftext|> where the vocabulary has it; none in a byte-level model */
     if (c->gpt.vocab_size > 50256) {

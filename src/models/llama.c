@@ -23,6 +23,7 @@ typedef struct ct_llama {
     ct_module *embed, *norm, *lm_head;
     int n_layer, n_head, n_kv;
     float rope_theta;
+    ct_rope_scaling rope_scaling;
     int64_t context;
     bool flash, checkpoint;
     llama_layer layers[]; /* [n_layer] */
@@ -61,6 +62,12 @@ static ct_status llama_check(const ct_model_config *c) {
         CT_MODEL_BAD("llama.rms_norm_eps = %g must be in (0, 1)", (double)c->llama.rms_norm_eps);
     if (!(c->llama.rope_theta >= 1 && c->llama.rope_theta <= 1e9f))
         CT_MODEL_BAD("llama.rope_theta = %g must be in [1, 1e9]", (double)c->llama.rope_theta);
+    const ct_rope_scaling *rs = &c->llama.rope_scaling;
+    if (rs->factor != 0 && !(rs->factor >= 1 && rs->factor <= 1e6f && rs->low_freq_factor > 0 &&
+                             rs->high_freq_factor > rs->low_freq_factor && rs->original_max_position_embeddings > 0))
+        CT_MODEL_BAD("llama.rope_scaling: factor %g (>= 1), low_freq_factor %g (> 0), high_freq_factor %g (> low), "
+                     "original_max_position_embeddings %d (> 0)",
+                     (double)rs->factor, (double)rs->low_freq_factor, (double)rs->high_freq_factor, rs->original_max_position_embeddings);
     if ((4.0 * C + 3.0 * c->llama.intermediate_size) * C * L > 4e10) CT_MODEL_BAD("llama: model too large");
     return CT_OK;
 }
@@ -96,8 +103,8 @@ static ct_tensor *attn_run(ct_ctx *ctx, const llama_layer *l, ct_tensor *x) {
     ct_tensor *q = ct_split_heads(ctx, ct_module_forward(ctx, l->q_proj, x), g->n_head);  /* [B, H, T, D] */
     ct_tensor *k = ct_split_heads(ctx, ct_module_forward(ctx, l->k_proj, x), g->n_kv);    /* [B, KV, T, D] */
     ct_tensor *v = ct_split_heads(ctx, ct_module_forward(ctx, l->v_proj, x), g->n_kv);
-    q = ct_rope(ctx, q, NULL, g->rope_theta);
-    k = ct_rope(ctx, k, NULL, g->rope_theta);
+    q = ct_rope_scaled(ctx, q, NULL, g->rope_theta, &g->rope_scaling);
+    k = ct_rope_scaled(ctx, k, NULL, g->rope_theta, &g->rope_scaling);
     /* grouped-query attention by copying each key/value head to its group (repeat_kv) */
     k = ct_repeat_kv(ctx, k, g->n_head / g->n_kv);
     v = ct_repeat_kv(ctx, v, g->n_head / g->n_kv);
@@ -168,6 +175,7 @@ static void llama_build(ct_model *m) {
     g->n_head = c->llama.num_attention_heads;
     g->n_kv = c->llama.num_key_value_heads;
     g->rope_theta = c->llama.rope_theta;
+    g->rope_scaling = c->llama.rope_scaling;
     g->context = c->llama.max_position_embeddings;
     g->flash = c->llama.flash_attention;
     g->checkpoint = c->llama.checkpoint_activations;
@@ -222,8 +230,10 @@ static ct_tensor *llama_forward_cached(ct_ctx *ctx, ct_model *m, struct ct_kv_ca
     for (int i = 0; i < g->n_layer; i++) {
         const llama_layer *l = &g->layers[i];
         ct_tensor *h = ct_module_forward(ctx, l->input_layernorm, x);
-        ct_tensor *q = ct_rope(ctx, ct_split_heads(ctx, ct_module_forward(ctx, l->q_proj, h), g->n_head), pos, g->rope_theta);
-        ct_tensor *k = ct_rope(ctx, ct_split_heads(ctx, ct_module_forward(ctx, l->k_proj, h), g->n_kv), pos, g->rope_theta);
+        ct_tensor *q = ct_rope_scaled(ctx, ct_split_heads(ctx, ct_module_forward(ctx, l->q_proj, h), g->n_head), pos, g->rope_theta,
+                                      &g->rope_scaling);
+        ct_tensor *k = ct_rope_scaled(ctx, ct_split_heads(ctx, ct_module_forward(ctx, l->k_proj, h), g->n_kv), pos, g->rope_theta,
+                                      &g->rope_scaling);
         q = ct_merge_heads(ctx, q); /* [1, t, C]: rows as the cache takes them */
         k = ct_merge_heads(ctx, k);
         ct_tensor *v = ct_module_forward(ctx, l->v_proj, h), *y = ct_new(ctx, CT_F32, 3, (int64_t[]){1, t, C});
@@ -263,6 +273,12 @@ static const ct_model_option llama_options[] = {
     {O_(vocab_size, 0, 2, 1 << 20), .cli_default = "256", .help = "vocabulary (256: bytes)"},
     {CT_MODEL_OPT_(llama.rms_norm_eps, "rms_norm_eps", 'f', CT_OPT_META, 0, 1)},
     {CT_MODEL_OPT_(llama.rope_theta, "rope_theta", 'f', CT_OPT_META, 1, 1e9)},
+    /* rope_scaling "llama3" (0: none) */
+    {CT_MODEL_OPT_(llama.rope_scaling.factor, "rope_scaling_factor", 'f', CT_OPT_META | CT_OPT_META_SET, 0, 1e6)},
+    {CT_MODEL_OPT_(llama.rope_scaling.low_freq_factor, "rope_scaling_low_freq_factor", 'f', CT_OPT_META | CT_OPT_META_SET, 0, 1e6)},
+    {CT_MODEL_OPT_(llama.rope_scaling.high_freq_factor, "rope_scaling_high_freq_factor", 'f', CT_OPT_META | CT_OPT_META_SET, 0, 1e6)},
+    {CT_MODEL_OPT_(llama.rope_scaling.original_max_position_embeddings, "rope_scaling_original_max_position_embeddings", 'i',
+                   CT_OPT_META | CT_OPT_META_SET, 0, 1 << 30)},
     {CT_MODEL_OPT_(llama.tie_word_embeddings, "tie_word_embeddings", 'b', CT_OPT_META | CT_OPT_FLAG, 0, 1),
      .help = "the LM head is the token embedding"},
     {CT_MODEL_OPT_(llama.flash_attention, "flash_attention", 'b', CT_OPT_FLAG | CT_OPT_RUN, 0, 1), .flag = "--attention",

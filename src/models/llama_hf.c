@@ -27,6 +27,29 @@ static bool json_bool(const cJSON *j, const char *key, bool *out) {
     return true;
 }
 
+/* rope_scaling (or transformers 5's rope_parameters): null or rope_type "default" is plain
+ * rotary positions, "llama3" Llama 3.1's scaling; the others are refused by name */
+static void read_rope_scaling(const cJSON *rs, ct_model_config *c, ct_status *st, const char *path) {
+    if (!rs || cJSON_IsNull(rs) || *st != CT_OK) return;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!cJSON_IsString(ty)) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const char *t = cJSON_IsString(ty) ? ty->valuestring : "?";
+    if (!strcmp(t, "default")) return;
+    if (strcmp(t, "llama3")) {
+        *st = ct_error(CT_ERR_UNSUPPORTED, "%s: rope_scaling '%s': ctrain's llama computes plain rotary positions and 'llama3' only", path, t);
+        return;
+    }
+    ct_rope_scaling *r = &c->llama.rope_scaling;
+    const char *need[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    float *at[] = {&r->factor, &r->low_freq_factor, &r->high_freq_factor};
+    for (int i = 0; i < 3; i++)
+        if (!ct_hf_json_float_(rs, need[i], 0, 1e6f, at[i], st, path) && *st == CT_OK)
+            *st = ct_error(CT_ERR_FORMAT, "%s: rope_scaling 'llama3' without %s", path, need[i]);
+    /* absent: max_position_embeddings, as transformers */
+    r->original_max_position_embeddings = c->llama.max_position_embeddings;
+    ct_hf_json_int_(rs, "original_max_position_embeddings", &r->original_max_position_embeddings, st, path);
+}
+
 /* LlamaConfig's fields that change the model, over LlamaConfig's defaults (save_pretrained
  * writes only the fields that differ from them); what ctrain's Llama does not compute is
  * refused */
@@ -58,13 +81,11 @@ static ct_status read_config_json(const char *path, ct_model_config *c) {
     ct_hf_json_float_(j, "rms_norm_eps", 0, 1, &c->llama.rms_norm_eps, &st, path);
     ct_hf_json_float_(j, "rope_theta", 1, 1e9f, &c->llama.rope_theta, &st, path);
     json_bool(j, "tie_word_embeddings", &c->llama.tie_word_embeddings);
+    /* transformers 4 writes rope_scaling beside rope_theta, transformers 5 rope_parameters with both */
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    if (cJSON_IsObject(rp)) ct_hf_json_float_(rp, "rope_theta", 1, 1e9f, &c->llama.rope_theta, &st, path);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    if (st == CT_OK && rs && !cJSON_IsNull(rs)) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!cJSON_IsString(ty)) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        st = ct_error(CT_ERR_UNSUPPORTED, "%s: rope_scaling '%s': ctrain's llama has plain rotary positions only (rope_scaling null)", path,
-                      cJSON_IsString(ty) ? ty->valuestring : "?");
-    }
+    read_rope_scaling(rs && !cJSON_IsNull(rs) ? rs : rp, c, &st, path);
     const char *bias[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2 && st == CT_OK; i++) {
         bool b = false;
@@ -112,7 +133,16 @@ static ct_status write_config_json(const ct_model_config *c, const char *path) {
     cJSON_AddNumberToObject(j, "max_position_embeddings", c->llama.max_position_embeddings);
     ct_hf_json_add_float_(j, "rms_norm_eps", c->llama.rms_norm_eps);
     ct_hf_json_add_float_(j, "rope_theta", c->llama.rope_theta);
-    cJSON_AddNullToObject(j, "rope_scaling");
+    const ct_rope_scaling *r = &c->llama.rope_scaling;
+    if (r->factor == 0) cJSON_AddNullToObject(j, "rope_scaling");
+    else {
+        cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+        ct_hf_json_add_float_(rs, "factor", r->factor);
+        ct_hf_json_add_float_(rs, "low_freq_factor", r->low_freq_factor);
+        ct_hf_json_add_float_(rs, "high_freq_factor", r->high_freq_factor);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", r->original_max_position_embeddings);
+    }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->llama.tie_word_embeddings);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
     cJSON_AddBoolToObject(j, "attention_bias", false);

@@ -10,6 +10,7 @@
 #include "ctrain/models.h"
 
 struct ct_st_file;
+struct ct_st_writer;
 
 struct ct_model {
     ct_model_config cfg;
@@ -95,6 +96,11 @@ ct_tensor *ct_model_token_loss_(ct_ctx *ctx, const char *what, ct_tensor *logits
 /* model.c: 1234567 -> "1,234,567" (a whole number) */
 void ct_model_fmt_count_(char *buf, size_t n, double v);
 
+/* model_io.c: "ctrain.model" = kind and "ctrain.<key>" = value of each CT_OPT_META option */
+ct_status ct_model_config_metadata_(struct ct_st_writer *w, const ct_model_config *c);
+/* model_io.c: a weights file, or a sharded checkpoint's model.safetensors.index.json (its
+ * shards as one file, ct_st_open_shards) */
+ct_status ct_model_open_weights_(const char *path, struct ct_st_file **out);
 /* "dir/config.json" beside a weights file: where a Hugging Face checkpoint keeps its config */
 static inline void ct_model_config_json_path_(const char *path, char *buf, size_t n) {
     const char *slash = strrchr(path, '/');

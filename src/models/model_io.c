@@ -8,18 +8,21 @@
 #include <unistd.h>
 
 #include "ctrain/io.h"
-#include "models/model_internal.h"
+#include "models/hf_internal.h"
 
 /* ---- the config as metadata ---- */
 /* "ctrain.model" = kind and "ctrain.<key>" = value for each CT_OPT_META option: strings, as
  * the format's metadata must be */
-static ct_status add_config_metadata(ct_st_writer *w, const ct_model_config *c) {
+ct_status ct_model_config_metadata_(ct_st_writer *w, const ct_model_config *c) {
     const ct_model_kind_info *k = ct_model_kind_info_of(c->kind);
     ct_status st = ct_st_writer_set_metadata(w, "ctrain.model", k->name);
-    char key[96], val[CT_MLP_MAX_HIDDEN * 12 + 16];
+    char key[96], val[CT_MLP_MAX_HIDDEN * 12 + 16], def[sizeof val];
+    const ct_model_config d = ct_model_default_config(c->kind);
     for (int i = 0; i < k->noptions && st == CT_OK; i++) {
         const ct_model_option *o = &k->options[i];
         if (!(o->flags & CT_OPT_META)) continue;
+        if ((o->flags & CT_OPT_META_SET) && !strcmp(ct_model_config_get(c, o, val, sizeof val), ct_model_config_get(&d, o, def, sizeof def)))
+            continue;
         snprintf(key, sizeof key, "ctrain.%s", o->key);
         st = ct_st_writer_set_metadata(w, key, ct_model_config_get(c, o, val, sizeof val));
     }
@@ -68,7 +71,7 @@ static ct_status save_impl(const ct_params *P, const char *path, const char *ali
     }
     if (st == CT_OK && alias) st = ct_st_writer_add(w, alias, CT_F32, alias_of->ndim, alias_of->shape, alias_of->data);
     if (st == CT_OK) st = ct_st_writer_set_metadata(w, "format", "pt");
-    if (st == CT_OK && cfg) st = add_config_metadata(w, cfg);
+    if (st == CT_OK && cfg) st = ct_model_config_metadata_(w, cfg);
     if (st == CT_OK) st = ct_st_writer_save(w, path);
     ct_st_writer_free(w);
     return st;
@@ -98,10 +101,74 @@ static ct_status weights_file(const char *path, char *buf, size_t n, const char 
     if (access(buf, F_OK) == 0) return CT_OK;
     char idx[4300];
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", path);
-    if (access(idx, F_OK) == 0)
-        return ct_error(CT_ERR_UNSUPPORTED, "%s: a sharded checkpoint (model.safetensors.index.json): ctrain reads a single "
-                        "model.safetensors, not yet its shards", path);
-    return ct_error(CT_ERR_NOT_FOUND, "%s: a directory without model.safetensors", path);
+    if (access(idx, F_OK) == 0) {
+        snprintf(buf, n, "%s/model.safetensors.index.json", path);
+        return CT_OK;
+    }
+    return ct_error(CT_ERR_NOT_FOUND, "%s: a directory without model.safetensors (or model.safetensors.index.json)", path);
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && !strcmp(s + a - b, tail);
+}
+
+/* A sharded checkpoint: the index's weight_map names each tensor's shard, a file beside the
+ * index (a name with a '/' could point anywhere: refused); the shards open as one file, and
+ * every tensor the map names must be in its view */
+static ct_status open_shards(const char *index, ct_st_file **out) {
+    cJSON *j;
+    ct_status st = ct_hf_read_json_(index, &j);
+    if (st != CT_OK) return st;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *e;
+    if (!cJSON_IsObject(map) || !map->child) st = ct_error(CT_ERR_FORMAT, "%s: no weight_map object naming the tensors' shards", index);
+    const cJSON *walk = st == CT_OK ? map : NULL;
+    int nmap = st == CT_OK ? cJSON_GetArraySize(map) : 0, n = 0;
+    const char **files = calloc((size_t)nmap + 1, sizeof *files);
+    if (st == CT_OK && !files) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", index);
+    cJSON_ArrayForEach(e, walk) {
+        if (!cJSON_IsString(e) || !*e->valuestring || strchr(e->valuestring, '/') || !strcmp(e->valuestring, "..")) {
+            st = ct_error(CT_ERR_FORMAT, "%s: weight_map['%s'] is no file name beside the index", index, e->string);
+            break;
+        }
+        int k = 0;
+        while (k < n && strcmp(files[k], e->valuestring)) k++;
+        if (k == n) files[n++] = e->valuestring;
+    }
+    const char *slash = strrchr(index, '/');
+    int dl = slash ? (int)(slash - index) + 1 : 0;
+    char **paths = st == CT_OK ? calloc((size_t)n + 1, sizeof *paths) : NULL;
+    if (st == CT_OK && !paths) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", index);
+    for (int k = 0; k < n && st == CT_OK; k++) {
+        size_t len = (size_t)dl + strlen(files[k]) + 1;
+        if (!(paths[k] = malloc(len))) st = ct_error(CT_ERR_NOMEM, "%s: out of memory", index);
+        else snprintf(paths[k], len, "%.*s%s", dl, index, files[k]);
+    }
+    ct_st_file *f = NULL;
+    if (st == CT_OK) st = ct_st_open_shards(index, (const char *const *)paths, n, &f);
+    walk = st == CT_OK ? map : NULL;
+    cJSON_ArrayForEach(e, walk) {
+        ct_st_tensor t;
+        if (ct_st_get(f, e->string, &t) == CT_ERR_NOT_FOUND) {
+            st = ct_error(CT_ERR_FORMAT, "%s: weight_map's '%s' is in none of the shards", index, e->string);
+            break;
+        }
+    }
+    if (st == CT_OK && ct_st_count(f) != nmap)
+        st = ct_error(CT_ERR_FORMAT, "%s: the shards hold %d tensors, its weight_map names %d", index, ct_st_count(f), nmap);
+    for (int k = 0; paths && k < n; k++) free(paths[k]);
+    free(paths);
+    free(files);
+    cJSON_Delete(j);
+    if (st != CT_OK) ct_st_close(f);
+    else *out = f;
+    return st;
+}
+
+ct_status ct_model_open_weights_(const char *path, ct_st_file **out) {
+    *out = NULL;
+    if (path && ends_with(path, ".index.json")) return open_shards(path, out);
+    return ct_st_open(path, out);
 }
 
 static const char *shape_s(char *buf, size_t n, int ndim, const int64_t *shape) {
@@ -142,7 +209,7 @@ static void copy_in(float *dst, const ct_st_tensor *t, size_t n, void *tmp) {
 static ct_status load_impl(ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of,
                            bool (*ignore)(const char *name)) {
     ct_st_file *f = NULL;
-    ct_status st = ct_st_open(path, &f);
+    ct_status st = ct_model_open_weights_(path, &f);
     if (st != CT_OK) return st;
     int np = ct_params_count(P);
     ct_st_tensor *src = calloc((size_t)(np ? np : 1), sizeof *src);
@@ -245,7 +312,9 @@ static ct_status check_fits(const ct_st_file *f, const ct_model_config *c, const
     if (st != CT_OK) return st;
     for (int j = 0; j < ct_st_count(f); j++) {
         ct_st_tensor t;
-        if (ct_st_get(f, ct_st_name(f, j), &t) == CT_OK && is_float(t.dtype)) have += (double)(t.nbytes / ct_dtype_size(t.dtype));
+        /* a quantized model's int8 weights hold one value each */
+        if (ct_st_get(f, ct_st_name(f, j), &t) == CT_OK && (is_float(t.dtype) || t.dtype == CT_I8))
+            have += (double)(t.nbytes / ct_dtype_size(t.dtype));
     }
     if (need <= have) return CT_OK;
     char a[64], b[64];
@@ -260,7 +329,7 @@ ct_status ct_model_config_fits_file(const ct_model_config *cfg, const char *path
     ct_status st = weights_file(path, buf, sizeof buf, &path);
     if (st != CT_OK) return st;
     ct_st_file *f = NULL;
-    st = ct_st_open(path, &f);
+    st = ct_model_open_weights_(path, &f);
     if (st != CT_OK) return st;
     st = check_fits(f, cfg, what ? what : "the config describes");
     ct_st_close(f);
@@ -272,7 +341,7 @@ ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_w
     ct_status st = weights_file(path, buf, sizeof buf, &path);
     if (st != CT_OK) return st;
     ct_st_file *f = NULL;
-    st = ct_st_open(path, &f);
+    st = ct_model_open_weights_(path, &f);
     if (st != CT_OK) return st;
     ct_weights_layout lay = CT_LAYOUT_CTRAIN;
     st = config_from_metadata(f, cfg);
@@ -296,6 +365,16 @@ ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_w
     return st;
 }
 
+static bool is_quantized_file(const char *path) {
+    char buf[4200];
+    ct_st_file *f;
+    if (weights_file(path, buf, sizeof buf, &path) != CT_OK || ends_with(path, ".index.json") || ct_st_open(path, &f) != CT_OK) return false;
+    const char *q = ct_st_metadata(f, "quantization");
+    bool yes = q && !strcmp(q, "dynamic");
+    ct_st_close(f);
+    return yes;
+}
+
 ct_status ct_model_open(const char *path, ct_model **out) {
     *out = NULL;
     ct_model_config cfg;
@@ -304,7 +383,8 @@ ct_status ct_model_open(const char *path, ct_model **out) {
     if (st != CT_OK) return st;
     ct_model *m;
     if ((st = ct_model_create(&cfg, 0, &m)) != CT_OK) return st;
-    st = ct_model_load_layout(m, path, lay);
+    /* a file of ct_model_save_quantized (its metadata has the config too) */
+    st = is_quantized_file(path) ? ct_model_load_quantized(m, path) : ct_model_load_layout(m, path, lay);
     if (st != CT_OK) { ct_model_free(m); return st; }
     *out = m;
     return CT_OK;

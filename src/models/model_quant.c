@@ -103,6 +103,8 @@ ct_status ct_model_save_quantized(const ct_model *m, const char *path) {
                              {"qscheme", m->per_channel ? "per_channel_symmetric" : "per_tensor_symmetric"},
                              {"activation", "quint8_reduce_range"}, {"model", m->kind->info.name}};
     for (size_t i = 0; i < sizeof meta / sizeof *meta && st == CT_OK; i++) st = ct_st_writer_set_metadata(w, meta[i][0], meta[i][1]);
+    /* the config too, so that the file opens alone (ct_model_open: eval, generate) */
+    if (st == CT_OK) st = ct_model_config_metadata_(w, &m->cfg);
     if (st == CT_OK) st = ct_st_writer_save(w, path);
     ct_st_writer_free(w);
     free(zeros);

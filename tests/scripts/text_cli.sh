@@ -3,7 +3,8 @@
 # vocabulary 3000, <|endoftext|> = 0):
 # - ctrain tokenize writes the `tokenizers` package's ids for the fixture text into a shard,
 #   after <|endoftext|>, and splits into shards of --shard-tokens;
-# - train gpt --text --tokenizer trains, keeps the tokenizer in OUTPUT/ (and OUTPUT/hf/);
+# - train gpt --text --tokenizer trains, keeps the tokenizer in OUTPUT/ (and OUTPUT/hf/, with a
+#   tokenizer directory's tokenizer_config.json and special_tokens_map.json);
 # - generate --prompt "text" prints text through it; eval --text reports perplexity on text,
 #   the same as eval on the shard of the same text;
 # - a llama trains through Llama 3's tokenizer, whose documents open with its BOS;
@@ -44,6 +45,15 @@ g=(gpt --text "$d/t.txt" --tokenizer "$F/gpt2.json" --vocab-size 3000 --n-layer 
 $C train "${g[@]}" "${q[@]}" --export hf --output-dir "$d/g" > "$d/train.log" 2>&1 || fail "train: $(tail -3 "$d/train.log")"
 grep -q "tokenized with $F/gpt2.json (vocabulary 3000)" "$d/train.log" || fail "no tokenizer line: $(head -3 "$d/train.log")"
 cmp -s "$d/g/tokenizer.json" "$F/gpt2.json" && cmp -s "$d/g/hf/tokenizer.json" "$F/gpt2.json" || fail "the output keeps no tokenizer: $(ls "$d/g")"
+# a tokenizer directory's tokenizer_config.json / special_tokens_map.json go to the export beside tokenizer.json
+echo '{"tokenizer_class": "GPT2TokenizerFast", "eos_token": "<|endoftext|>"}' > "$d/tokenizer_config.json"
+echo '{"eos_token": "<|endoftext|>"}' > "$d/special_tokens_map.json"
+$C train gpt --text "$d/t.txt" --tokenizer "$d" --vocab-size 3000 --n-layer 1 --n-embd 32 --n-head 2 --block-size 16 --batch-size 8 \
+    --steps 1 --log-every 100 "${q[@]}" --export hf --output-dir "$d/gt" > "$d/train_t.log" 2>&1 || fail "train: $(tail -3 "$d/train_t.log")"
+for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do
+    cmp -s "$d/gt/hf/$f" "$d/$f" || fail "the export lacks the tokenizer's $f: $(ls "$d/gt/hf")"
+done
+rm "$d/tokenizer_config.json" "$d/special_tokens_map.json"
 tl=$(sed -nE 's/^done: .*test accuracy ([0-9.]+) \| test loss ([0-9.]+).*/\2 \1/p' "$d/train.log")
 [ -n "$tl" ] || fail "no final evaluation in: $(tail -2 "$d/train.log")"
 

@@ -254,6 +254,90 @@ CT_TEST(export_hf_roundtrip) {
     CT_EXPECT(system(cmd) == 0);
 }
 
+/* GPT2Config's dropouts survive import and export: resid_pdrop/embd_pdrop are ctrain's dropout,
+ * attn_pdrop is carried */
+CT_TEST(dropout_roundtrip) {
+    char *dir = tmpdir(), cmd[1200], out[100];
+    CT_ASSERT(dir != NULL);
+    snprintf(cmd, sizeof cmd,
+             "cp " FIX "model.safetensors %s/ && sed -e 's/\"resid_pdrop\": 0/\"resid_pdrop\": 0.1/' -e 's/\"embd_pdrop\": 0/\"embd_pdrop\": 0.1/' "
+             "-e 's/\"attn_pdrop\": 0/\"attn_pdrop\": 0.05/' " FIX "config.json > %s/config.json", dir, dir);
+    CT_ASSERT(system(cmd) == 0);
+    ct_model *m, *back;
+    CT_ASSERT(ct_model_open(dir, &m) == CT_OK);
+    CT_EXPECT(ct_model_config_of(m)->gpt.dropout == 0.1f && ct_model_config_of(m)->gpt.attn_pdrop == 0.05f);
+    snprintf(out, sizeof out, "%s/export", dir);
+    CT_ASSERT(ct_model_save_hf(m, out) == CT_OK);
+    CT_ASSERT(ct_model_open(out, &back) == CT_OK);
+    CT_EXPECT(ct_model_config_of(back)->gpt.dropout == 0.1f && ct_model_config_of(back)->gpt.attn_pdrop == 0.05f);
+    snprintf(cmd, sizeof cmd, "grep -q '\"attn_pdrop\":[[:space:]]*0.05,' %s/config.json && grep -q '\"resid_pdrop\":[[:space:]]*0.1,' %s/config.json && "
+             "grep -q '\"embd_pdrop\":[[:space:]]*0.1,' %s/config.json", out, out, out);
+    CT_EXPECT(system(cmd) == 0);
+    /* ctrain's own file keeps them too (metadata) */
+    snprintf(out, sizeof out, "%s/own.safetensors", dir);
+    CT_ASSERT(ct_model_save(back, out) == CT_OK);
+    ct_st_file *f;
+    CT_ASSERT(ct_st_open(out, &f) == CT_OK);
+    CT_EXPECT(ct_st_metadata(f, "ctrain.attn_pdrop") && !strcmp(ct_st_metadata(f, "ctrain.attn_pdrop"), "0.0500000007"));
+    ct_st_close(f);
+    ct_model_free(back);
+    /* one without attention dropout: no such key, the file as before the field existed */
+    ct_model *plain;
+    char out0[120];
+    snprintf(out0, sizeof out0, "%s/plain.safetensors", dir);
+    CT_ASSERT(ct_model_open(FIX "model.safetensors", &plain) == CT_OK && ct_model_save(plain, out0) == CT_OK);
+    CT_ASSERT(ct_st_open(out0, &f) == CT_OK);
+    CT_EXPECT(ct_st_metadata(f, "ctrain.attn_pdrop") == NULL && ct_st_metadata(f, "ctrain.dropout") != NULL);
+    ct_st_close(f);
+    ct_model_free(plain);
+    CT_ASSERT(ct_model_open(out, &back) == CT_OK);
+    CT_EXPECT(ct_model_config_of(back)->gpt.dropout == 0.1f && ct_model_config_of(back)->gpt.attn_pdrop == 0.05f);
+    ct_model_free(back);
+    ct_model_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CT_EXPECT(system(cmd) == 0);
+}
+
+/* the sharded form (model.safetensors.index.json + shards) opens as the single file does */
+CT_TEST(sharded_checkpoint) {
+    char *dir = tmpdir(), path[200], cmd[300];
+    CT_ASSERT(dir != NULL);
+    ct_st_file *f;
+    CT_ASSERT(ct_st_open(FIX "model.safetensors", &f) == CT_OK);
+    ct_st_writer *w[2];
+    CT_ASSERT(ct_st_writer_create(&w[0]) == CT_OK && ct_st_writer_create(&w[1]) == CT_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *idx = fopen(path, "w");
+    CT_ASSERT(idx != NULL);
+    fprintf(idx, "{\"metadata\": {}, \"weight_map\": {");
+    for (int i = 0; i < ct_st_count(f); i++) {
+        ct_st_tensor t;
+        const char *n = ct_st_name(f, i);
+        CT_ASSERT(ct_st_get(f, n, &t) == CT_OK);
+        CT_ASSERT(ct_st_writer_add(w[i % 2], n, t.dtype, t.ndim, t.shape, t.data) == CT_OK);
+        fprintf(idx, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "", n, i % 2 + 1);
+    }
+    fprintf(idx, "}}\n");
+    CT_ASSERT(fclose(idx) == 0);
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/model-0000%d-of-00002.safetensors", dir, k + 1);
+        CT_ASSERT(ct_st_writer_set_metadata(w[k], "format", "pt") == CT_OK && ct_st_writer_save(w[k], path) == CT_OK);
+        ct_st_writer_free(w[k]);
+    }
+    ct_st_close(f);
+    snprintf(cmd, sizeof cmd, "cp " FIX "config.json %s/", dir);
+    CT_ASSERT(system(cmd) == 0);
+    ct_model *a, *b;
+    CT_ASSERT(ct_model_open(FIX "model.safetensors", &a) == CT_OK);
+    CT_ASSERT(ct_model_open(dir, &b) == CT_OK);
+    CT_EXPECT(ct_params_numel(ct_model_params(a)) == ct_params_numel(ct_model_params(b)));
+    CT_EXPECT(!memcmp(ct_params_data(ct_model_params(a)), ct_params_data(ct_model_params(b)), ct_params_numel(ct_model_params(a)) * 4));
+    ct_model_free(a);
+    ct_model_free(b);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CT_EXPECT(system(cmd) == 0);
+}
+
 /* ct_model_save writes the config: the file alone rebuilds the model, for every kind */
 CT_TEST(config_metadata_roundtrip) {
     char *dir = tmpdir(), path[256];

@@ -149,7 +149,11 @@ static void with_config(const char *dir, const char *json) {
 
 CT_TEST(unsupported_config_refused) {
     struct { const char *json, *want; ct_status st; } cases[] = {
-        {"{" SHAPE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", "rope_scaling 'llama3'", CT_ERR_UNSUPPORTED},
+        {"{" SHAPE ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0}}", "rope_scaling 'yarn'", CT_ERR_UNSUPPORTED},
+        {"{" SHAPE ", \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 8.0}}", "rope_scaling 'linear'", CT_ERR_UNSUPPORTED},
+        {"{" SHAPE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", "'llama3' without low_freq_factor", CT_ERR_FORMAT},
+        {"{" SHAPE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4, \"high_freq_factor\": 1}}",
+         "high_freq_factor", CT_ERR_FORMAT},
         {"{" SHAPE ", \"attention_bias\": true}", "attention_bias", CT_ERR_UNSUPPORTED},
         {"{" SHAPE ", \"mlp_bias\": true}", "mlp_bias", CT_ERR_UNSUPPORTED},
         {"{" SHAPE ", \"hidden_act\": \"gelu\"}", "hidden_act 'gelu'", CT_ERR_UNSUPPORTED},
@@ -184,7 +188,7 @@ CT_TEST(directory_without_config_or_weights) {
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     FILE *f = fopen(p, "w");
     CT_ASSERT(f && fputs("{\"weight_map\": {}}", f) >= 0 && fclose(f) == 0);
-    CT_EXPECT(ct_model_open(dir, &m) == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "sharded"));
+    CT_EXPECT(ct_model_open(dir, &m) == CT_ERR_FORMAT && strstr(ct_last_error(), "no weight_map object"));
     unlink(p);
     snprintf(p, sizeof p, "cp " FIX "tied/model.safetensors '%s/'", dir);
     CT_ASSERT(system(p) == 0);

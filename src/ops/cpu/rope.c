@@ -22,17 +22,49 @@ static inline int64_t pos_at(const ct_tensor *p, int64_t t) {
     return p->dtype == CT_I64 ? ((const int64_t *)p->data)[t] : (int64_t)((const int32_t *)p->data)[t];
 }
 
-ct_tensor *ct_rope(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta) {
-    CT_DEV_DISPATCH(ctx, CT_OP_ROPE, .in = {x, pos}, .f = {theta});
-    CT_AUTOCAST(ctx, CT_OP_ROPE, 1, ((ct_tensor **[]){&x}), ct_rope(ctx, x, pos, theta));
+/* inv_freq[j] = theta^(-2j/D), then Llama 3.1's scaling, in f32 step by step as transformers'
+ * _compute_llama3_parameters (a Python scalar meets an f32 tensor as an f32; x / s as x * (1 / s)
+ * only where torch does so: division by a tensor stays a division) */
+static float inv_freq_at(float theta, int64_t j, int64_t D, const ct_rope_scaling *s) {
+    float inv = 1.0f / powf(theta, (float)(2 * j) / (float)D);
+    if (!s || s->factor == 0) return inv;
+    const double old = s->original_max_position_embeddings;
+    const float lo_wl = (float)(old / s->low_freq_factor), hi_wl = (float)(old / s->high_freq_factor);
+    const float factor = s->factor, wl = (1.0f / inv) * (float)(2 * M_PI);
+    float f = wl > lo_wl ? inv / factor : inv;
+    if (!(wl < hi_wl) && !(wl > lo_wl)) {
+        float sm = ((1.0f / wl) * (float)old - s->low_freq_factor) / (float)((double)s->high_freq_factor - s->low_freq_factor);
+        f = (1.0f - sm) * f / factor + sm * f;
+    }
+    return f;
+}
+
+ct_tensor *ct_rope(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta) { return ct_rope_scaled(ctx, x, pos, theta, NULL); }
+
+ct_tensor *ct_rope_scaled(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta, const ct_rope_scaling *rs) {
+    if (rs && rs->factor == 0) rs = NULL;
+    if (!rs) CT_DEV_DISPATCH(ctx, CT_OP_ROPE, .in = {x, pos}, .f = {theta});
+    const ct_op_args da = {.in = {x, pos}};
+    if (rs && ct_op_on_device(&da)) { /* the device column's arguments have no room for the scaling: refused, not run unscaled */
+        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "rope: llama3 frequency scaling on a device: not yet"));
+        ct_tensor *y = ct_wrap(ctx, x->dtype, NULL, x->ndim, x->shape);
+        y->device = x->device;
+        return y;
+    }
+    CT_AUTOCAST(ctx, CT_OP_ROPE, 1, ((ct_tensor **[]){&x}), ct_rope_scaled(ctx, x, pos, theta, rs));
     CT_CHECK_F32("rope", x);
     int64_t R, T, D;
     ct_check_rope_shapes(x, pos, theta, &R, &T, &D);
     int64_t h = D / 2;
+    if (rs)
+        CT_CHECK(rs->factor > 0 && rs->low_freq_factor > 0 && rs->high_freq_factor > rs->low_freq_factor &&
+                     rs->original_max_position_embeddings > 0,
+                 "rope: scaling factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d out of range",
+                 (double)rs->factor, (double)rs->low_freq_factor, (double)rs->high_freq_factor, rs->original_max_position_embeddings);
     /* cs: [T, h] cosines then [T, h] sines */
     float *cs = ct_ctx_alloc_keep(ctx, (size_t)(2 * T * h + 1) * sizeof(float));
     for (int64_t j = 0; j < h; j++) {
-        float inv = 1.0f / powf(theta, (float)(2 * j) / (float)D);
+        float inv = inv_freq_at(theta, j, D, rs);
         for (int64_t t = 0; t < T; t++) {
             float a = (float)pos_at(pos, t) * inv;
             cs[t * h + j] = cosf(a);

@@ -9,8 +9,9 @@ import sys
 
 # gpt: explicit attention on both sides; gptf: ctrain's fused attention (the built-in GPT's
 # default) against PyTorch's F.scaled_dot_product_attention
-MODELS = (("mlp", "samples/s"), ("gpt", "tokens/s"), ("gptf", "tokens/s"), ("cnn", "samples/s"))
-LABEL = {"gptf": "GPT fused attention"}
+MODELS = (("mlp", "samples/s"), ("gpt", "tokens/s"), ("gptf", "tokens/s"), ("cnn", "samples/s"), ("llama", "tokens/s"),
+          ("llama_bf16", "tokens/s"))
+LABEL = {"gptf": "GPT fused attention", "llama": "Llama GQA 8/2 heads", "llama_bf16": "Llama GQA, bf16 autocast"}
 
 
 def parse(path):
@@ -54,7 +55,7 @@ def main():
             old[1] = max(old[1], mb)
     ver = lambda impl: next((v[4] for k, v in best.items() if k[0] == impl and v[4]), "?")
     has_deb = any(k[0] == "debian" for k in best)
-    items = lambda model: 8 * 256 if model in ("gpt", "gptf") else 128
+    items = lambda model: 8 * 256 if model in ("gpt", "gptf", "llama", "llama_bf16") else 128
 
     def frac(v, model, threads):
         if not v or peak.get(threads, 0) <= 0:

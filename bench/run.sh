@@ -21,7 +21,7 @@
 # torch`: a large download, once), or the interpreter given by PYTHON=.
 # Environment: PYTHON (reference interpreter; default build/venv-bench/bin/python), REPEAT
 # (default 2), SECS_MLP / SECS_GPT / SECS_CNN (measured seconds per run, default 5 / 10 / 5),
-# BENCH_OUT (results file), TORCH_PIP_SPEC (default torch), BENCH_VENV (default build/venv-bench).
+# BENCH_OUT (results file), BENCH_MODELS (default: mlp gpt gptf cnn llama llama_bf16), TORCH_PIP_SPEC (default torch), BENCH_VENV (default build/venv-bench).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 VENV=${BENCH_VENV:-build/venv-bench}
@@ -31,6 +31,7 @@ REPEAT=${REPEAT:-2}
 SECS_MLP=${SECS_MLP:-5}
 SECS_GPT=${SECS_GPT:-10}
 SECS_CNN=${SECS_CNN:-5}
+MODELS=${BENCH_MODELS:-mlp gpt gptf cnn llama llama_bf16}
 OUT=${BENCH_OUT:-build/bench/results.txt}
 CT=build/bench/train_bench
 core=1; acc=0; coll=1; deb=0; dry=0; setup_only=0; demo=0; tok=1
@@ -80,7 +81,7 @@ if [ $deb -eq 1 ] && ! $DEB_PY -c 'import torch' 2>/dev/null; then
 fi
 mkdir -p "$(dirname "$OUT")"
 
-secs() { case "$1" in gpt|gptf) echo "$SECS_GPT" ;; cnn) echo "$SECS_CNN" ;; *) echo "$SECS_MLP" ;; esac; }
+secs() { case "$1" in gpt|gptf|llama*) echo "$SECS_GPT" ;; cnn) echo "$SECS_CNN" ;; *) echo "$SECS_MLP" ;; esac; }
 record() { # runs a command, keeps its RESULT lines (tagged with the extra fields in $1)
     local tag="$1"; shift
     local o
@@ -99,12 +100,17 @@ if [ $core -eq 1 ]; then
     # the arithmetic peak of this run: ctrain's GEMM at 1024^3 per thread count
     for t in 1 2; do record "" "$CT" sgemm $t; done
     for r in $(seq "$REPEAT"); do
-        for m in mlp gpt gptf cnn; do
+        for m in $MODELS; do
             # gptf: the GPT with fused attention, ctrain's flash kernel (the built-in model's
             # default) against PyTorch's F.scaled_dot_product_attention (nanoGPT's own choice
-            # on PyTorch >= 2); gpt keeps the explicit attention on both sides
-            ctm=$m; var=(); tag=""
+            # on PyTorch >= 2); gpt keeps the explicit attention on both sides.
+            # llama: 8 query / 2 key-value heads, ctrain's fused grouped-query attention against
+            # SDPA(enable_gqa=True); llama_bf16 the same under bf16 autocast on both sides
+            ctm=$m; var=(); tag=""; pym=$m; pyv=()
             [ $m = gptf ] && { ctm=gpt; var=(flash); tag="model=gptf"; }
+            [ $m = llama ] && var=(flash)
+            [ $m = llama_bf16 ] && { ctm=llama; var=(flash,amp=bf16); tag="model=llama_bf16"; pym=llama; pyv=(amp=bf16); }
+            [ $have_torch -eq 1 ] && [[ $m = llama* ]] && ! $PY -c 'import torch; torch.nn.RMSNorm' 2>/dev/null && continue
             for t in 1 2; do
                 # both OpenMP wait policies, as for PyTorch: on a loaded machine libgomp's default
                 # spinning makes 2-thread runs collapse (docs/bench/cnn.md)
@@ -113,14 +119,14 @@ if [ $core -eq 1 ]; then
                 if [ $have_torch -eq 1 ]; then
                     # OPENBLAS_NUM_THREADS=t: where torch calls OpenBLAS (Debian's), torch.set_num_threads
                     # does not limit it (at "1 thread" its GEMMs would run on both cores)
-                    record "" env -u OMP_WAIT_POLICY OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
-                    record "" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $m $t "$(secs $m)"
+                    record "$tag" env -u OMP_WAIT_POLICY OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $pym $t "$(secs $m)" "${pyv[@]}"
+                    record "$tag" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $PY bench/torch_train.py single $pym $t "$(secs $m)" "${pyv[@]}"
                 fi
-                [ $deb -eq 1 ] && [ $m != gptf ] && record "ref=debian" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $DEB_PY bench/torch_train.py single $m $t "$(secs $m)"
+                [ $deb -eq 1 ] && [ $m != gptf ] && [[ $m != llama* ]] && record "ref=debian" env OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=$t $DEB_PY bench/torch_train.py single $m $t "$(secs $m)"
             done
             record "$tag" "$CT" ddp $ctm 2 "$(secs $m)" "${var[@]}"
-            [ $have_torch -eq 1 ] && record "" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $PY bench/torch_train.py ddp $m 2 "$(secs $m)"
-            [ $deb -eq 1 ] && [ $m != gptf ] && record "ref=debian" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $DEB_PY bench/torch_train.py ddp $m 2 "$(secs $m)"
+            [ $have_torch -eq 1 ] && record "$tag" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $PY bench/torch_train.py ddp $pym 2 "$(secs $m)" "${pyv[@]}"
+            [ $deb -eq 1 ] && [ $m != gptf ] && [[ $m != llama* ]] && record "ref=debian" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $DEB_PY bench/torch_train.py ddp $m 2 "$(secs $m)"
         done
     done
     echo "MACHINE_END load=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" | tee -a "$OUT"

@@ -1,13 +1,17 @@
 """PyTorch side of bench/run.sh: the same models, sizes, optimizers and synthetic data as
 bench/train_bench.c, one line per result in the same format.
 
-    /usr/bin/python3 bench/torch_train.py single mlp|gpt|gptf|cnn THREADS [SECONDS]
-    /usr/bin/python3 bench/torch_train.py ddp    mlp|gpt|gptf|cnn NRANKS  [SECONDS]   # gloo, 1 thread/rank
+    /usr/bin/python3 bench/torch_train.py single mlp|gpt|gptf|cnn|llama THREADS [SECONDS] [amp=bf16]
+    /usr/bin/python3 bench/torch_train.py ddp    mlp|gpt|gptf|cnn|llama NRANKS  [SECONDS]   # gloo, 1 thread/rank
     torchrun ... bench/torch_train.py torchrun mlp|gpt|cnn 0 [SECONDS]   # ranks from torchrun (bench/multinode.sh)
 
 Models: tests/torch/gen_models.py (nanoGPT's GPT without flash attention, which PyTorch 1.13
 lacks; MLP as nn.Sequential; the CNN). gptf: the same GPT with nanoGPT's own attention on
-PyTorch >= 2, F.scaled_dot_product_attention(is_causal=True), against ctrain's fused one. Warmup steps are excluded; steps then run until
+PyTorch >= 2, F.scaled_dot_product_attention(is_causal=True), against ctrain's fused one.
+llama: a plain Llama (Hugging Face's LlamaForCausalLM layout: RMSNorm, rotary embeddings,
+SwiGLU, no biases) of the GPT's sizes with 8 query / 2 key-value heads, its attention
+F.scaled_dot_product_attention(is_causal=True, enable_gqa=True) (PyTorch >= 2.5).
+amp=bf16: the step under torch.autocast("cpu", torch.bfloat16). Warmup steps are excluded; steps then run until
 SECONDS have passed (at least 5). Peak memory = ru_maxrss of the process (DDP: worst rank).
 OMP_WAIT_POLICY is whatever the caller's environment says (run.sh tries default and passive).
 """
@@ -24,6 +28,8 @@ import gen_models as gm  # noqa: E402
 
 GPT_CFG = dict(n_layer=6, n_embd=256, n_head=8, block_size=256, vocab_size=256, dropout=0.0, bias=True)
 MLP_CFG = {"in": 784, "hidden": [1024, 1024], "out": 10, "dropout": 0.0}
+LLAMA_CFG = dict(n_layer=6, n_embd=256, n_head=8, n_kv_head=2, inter=688, block_size=256, vocab_size=256, eps=1e-6,
+                 theta=10000.0)
 CNN_CFG = dict(in_channels=1, height=28, width=28, c1=32, c2=64, kernel=5, fc=128, classes=10, dropout=0.0)
 
 
@@ -36,8 +42,67 @@ def sdpa_forward(self, x):
     return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
-def is_gpt(kind):
-    return kind in ("gpt", "gptf")
+class LlamaLayer(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        C, H, KV, D = c["n_embd"], c["n_head"], c["n_kv_head"], c["n_embd"] // c["n_head"]
+        self.H, self.KV, self.D = H, KV, D
+        self.ln1 = torch.nn.RMSNorm(C, eps=c["eps"])
+        self.ln2 = torch.nn.RMSNorm(C, eps=c["eps"])
+        self.q = torch.nn.Linear(C, H * D, bias=False)
+        self.k = torch.nn.Linear(C, KV * D, bias=False)
+        self.v = torch.nn.Linear(C, KV * D, bias=False)
+        self.o = torch.nn.Linear(H * D, C, bias=False)
+        self.gate = torch.nn.Linear(C, c["inter"], bias=False)
+        self.up = torch.nn.Linear(C, c["inter"], bias=False)
+        self.down = torch.nn.Linear(c["inter"], C, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        h = self.ln1(x)
+        q = self.q(h).view(B, T, self.H, self.D).transpose(1, 2)
+        k = self.k(h).view(B, T, self.KV, self.D).transpose(1, 2)
+        v = self.v(h).view(B, T, self.KV, self.D).transpose(1, 2)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(y.transpose(1, 2).reshape(B, T, C))
+        h = self.ln2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def rope(x, cos, sin):  # Hugging Face's rotate_half convention
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed = torch.nn.Embedding(c["vocab_size"], c["n_embd"])
+        self.layers = torch.nn.ModuleList(LlamaLayer(c) for _ in range(c["n_layer"]))
+        self.norm = torch.nn.RMSNorm(c["n_embd"], eps=c["eps"])
+        self.lm_head = torch.nn.Linear(c["n_embd"], c["vocab_size"], bias=False)
+        D = c["n_embd"] // c["n_head"]
+        inv = 1.0 / (c["theta"] ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+        f = torch.outer(torch.arange(c["block_size"], dtype=torch.float32), inv)
+        emb = torch.cat((f, f), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        for m in self.modules():  # Hugging Face's init: normal(0, 0.02)
+            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+                torch.nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.embed(idx)
+        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+def is_gpt(kind):  # the language models (token batches, AdamW, tokens/s)
+    return kind in ("gpt", "gptf", "llama")
 
 
 def setup(kind, rank):
@@ -46,8 +111,10 @@ def setup(kind, rank):
         if not hasattr(F, "scaled_dot_product_attention"):
             sys.exit(f"gptf needs F.scaled_dot_product_attention (PyTorch >= 2.0), not {torch.__version__}")
         gm.CausalSelfAttention.forward = sdpa_forward
+    if kind == "llama" and not hasattr(torch.nn, "RMSNorm"):
+        sys.exit(f"llama needs torch.nn.RMSNorm and SDPA's enable_gqa (PyTorch >= 2.5), not {torch.__version__}")
     if is_gpt(kind):
-        model = gm.GPT(**GPT_CFG)
+        model = Llama(LLAMA_CFG) if kind == "llama" else gm.GPT(**GPT_CFG)
         decay = [p for p in model.parameters() if p.dim() >= 2]
         nodecay = [p for p in model.parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
@@ -74,7 +141,7 @@ def setup(kind, rank):
 def flops_per_step(kind, model, items):
     if is_gpt(kind):
         n = sum(p.numel() for p in model.parameters())
-        c = GPT_CFG
+        c = LLAMA_CFG if kind == "llama" else GPT_CFG
         return 6.0 * n * items + 12.0 * c["n_layer"] * c["block_size"] * c["n_embd"] * items
     if kind == "cnn":  # train_bench's count: convolutions by their MACs, not their parameters
         c = CNN_CFG
@@ -97,8 +164,9 @@ def train(kind, seconds, rank=0, ddp_model=None, model=None, opt=None, batches=N
             t0 = time.perf_counter()
             c0 = time.process_time()
         x, y = batches[step % len(batches)]
-        out = net(x)
-        loss = gm.gpt_loss(out, y) if is_gpt(kind) else F.cross_entropy(out, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AMP):
+            out = net(x)
+            loss = gm.gpt_loss(out, y) if is_gpt(kind) else F.cross_entropy(out, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -121,6 +189,7 @@ def train(kind, seconds, rank=0, ddp_model=None, model=None, opt=None, batches=N
 
 
 CPU_STEP_MS = float("nan")
+AMP = False  # amp=bf16: the step under torch.autocast("cpu", bfloat16)
 
 
 def peak_mb():
@@ -132,11 +201,13 @@ def line(kind, threads, ranks, rate, step_ms, steps, rss, flops):
     wait = os.environ.get("OMP_WAIT_POLICY", "default").lower()
     print(f"RESULT impl=pytorch model={kind} threads={threads} ranks={ranks} rate={rate:.1f} unit={unit} "
           f"step_ms={step_ms:.2f} steps={steps} peak_rss_mb={rss:.1f} flops_per_step={flops:.4g} "
-          f"omp_wait={wait} torch={torch.__version__} cpu_step_ms={CPU_STEP_MS:.2f}", flush=True)
+          f"omp_wait={wait} torch={torch.__version__} cpu_step_ms={CPU_STEP_MS:.2f} amp={'bf16' if AMP else 'off'}", flush=True)
 
 
-def ddp_worker(rank, nranks, kind, seconds, port, q):
+def ddp_worker(rank, nranks, kind, seconds, port, q, amp=False):
     import torch.distributed as dist
+    global AMP
+    AMP = amp  # a spawned process starts from the module's default
     torch.set_num_threads(1)
     if port:  # else torchrun set MASTER_ADDR/MASTER_PORT (its agent's store)
         os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -153,6 +224,8 @@ def ddp_worker(rank, nranks, kind, seconds, port, q):
 def main():
     mode, kind, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 8.0
+    global AMP
+    AMP = len(sys.argv) > 5 and sys.argv[5] == "amp=bf16"
     if mode == "single":
         torch.set_num_threads(n)
         model, opt, batches, items = setup(kind, 0)
@@ -167,7 +240,7 @@ def main():
         s.close()
         ctx = mp.get_context("spawn")
         q = ctx.SimpleQueue()
-        procs = [ctx.Process(target=ddp_worker, args=(r, n, kind, seconds, port, q)) for r in range(n)]
+        procs = [ctx.Process(target=ddp_worker, args=(r, n, kind, seconds, port, q, AMP)) for r in range(n)]
         for p in procs:
             p.start()
         res = sorted(q.get() for _ in range(n))
@@ -182,7 +255,7 @@ def main():
             def put(self, r):
                 self.r = r
         q, rank, nranks = Q(), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        ddp_worker(rank, nranks, kind, seconds, 0, q)
+        ddp_worker(rank, nranks, kind, seconds, 0, q, AMP)
         if rank == 0:
             line(kind, 1, nranks, q.r[1], q.r[2], q.r[3], q.r[4], q.r[5])  # CPU_STEP_MS: this process's
     else:

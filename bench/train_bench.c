@@ -1,14 +1,15 @@
 /* bench/train_bench.c — training throughput of ctrain's built-in models (bench/run.sh drives it).
  *
- *   train_bench single mlp|gpt|cnn THREADS [SECONDS]   one process, fp32
- *   train_bench ddp    mlp|gpt|cnn NRANKS  [SECONDS]   NRANKS ranks x 1 thread (ct_spawn, shm)
+ *   train_bench single mlp|gpt|cnn|llama THREADS [SECONDS]   one process, fp32
+ *   train_bench ddp    mlp|gpt|cnn|llama NRANKS  [SECONDS]   NRANKS ranks x 1 thread (ct_spawn, shm)
  *   train_bench sgemm  THREADS                         OpenBLAS sgemm GFLOP/s (the GEMM ceiling)
  *   train_bench single gpt THREADS SECONDS VARIANT      VARIANT: comma list of flash (fused attention),
  *                                                      ckpt (activation checkpointing), T=N (context),
  *                                                      amp=bf16|fp16 (autocast, any model)
  *
  * Sizes are those of the benchmark issue: MLP 784-1024-1024-10, batch 128, SGD momentum 0.9;
- * GPT 6 layers, width 256, 8 heads, context 256, vocab 256, batch 8, AdamW; CNN (defaults)
+ * GPT 6 layers, width 256, 8 heads, context 256, vocab 256, batch 8, AdamW; Llama the same with
+ * 8 query / 2 key-value heads (grouped-query), SwiGLU width 688, RMSNorm, RoPE; CNN (defaults)
  * batch 128, SGD momentum. Synthetic data; warmup steps are excluded; then steps run until
  * SECONDS have passed (at least 5 steps). Every result is one line:
  *   RESULT impl=ctrain model=mlp threads=1 ranks=1 rate=... unit=samples/s step_ms=...
@@ -36,14 +37,15 @@ typedef struct {
     int threads;
     double seconds;
     int nranks;
-    bool flash, ckpt;   /* GPT memory savers */
-    int T;              /* GPT context (0: the default 256) */
+    bool flash, ckpt;   /* GPT / Llama memory savers */
+    int T;              /* GPT / Llama context (0: the default 256) */
     ct_dtype amp;       /* CT_F32, or autocast bf16 / f16 (variant amp=bf16|fp16) */
 } bench_cfg;
 
-/* GPT: 2048 tokens a step whatever the context (batch 8 at 256, 2 at 1024, 1 at 2048) */
+static bool is_lm(ct_model_kind k) { return k == CT_MODEL_GPT || k == CT_MODEL_LLAMA; }
+/* GPT, Llama: 2048 tokens a step whatever the context (batch 8 at 256, 2 at 1024, 1 at 2048) */
 static int batch_of(const bench_cfg *bc) {
-    if (bc->kind != CT_MODEL_GPT) return 128;
+    if (!is_lm(bc->kind)) return 128;
     int T = bc->T > 0 ? bc->T : 256;
     return 2048 / T > 1 ? 2048 / T : 1;
 }
@@ -72,6 +74,10 @@ static double flops_per_step(ct_model *m, int B) {
         double T = c->gpt.block_size, tokens = B * T;
         return 6.0 * P * tokens + 12.0 * c->gpt.n_layer * T * c->gpt.n_embd * tokens;
     }
+    if (c->kind == CT_MODEL_LLAMA) {
+        double T = c->llama.max_position_embeddings, tokens = B * T;
+        return 6.0 * P * tokens + 12.0 * c->llama.num_hidden_layers * T * c->llama.hidden_size * tokens;
+    }
     if (c->kind == CT_MODEL_CNN) {
         int H = c->cnn.height, W = c->cnn.width, k = c->cnn.kernel;
         double conv1 = (double)H * W * c->cnn.c1 * c->cnn.in_channels * k * k;
@@ -98,12 +104,20 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
         cfg.gpt.checkpoint_activations = bc->ckpt;
         if (bc->T > 0) cfg.gpt.block_size = bc->T;
     }
+    if (bc->kind == CT_MODEL_LLAMA) {
+        cfg.llama.num_key_value_heads = 2;
+        cfg.llama.flash_attention = bc->flash;
+        cfg.llama.checkpoint_activations = bc->ckpt;
+        if (bc->T > 0) cfg.llama.max_position_embeddings = bc->T;
+    }
+    const int lm_T = bc->kind == CT_MODEL_LLAMA ? cfg.llama.max_position_embeddings : cfg.gpt.block_size;
+    const int lm_V = bc->kind == CT_MODEL_LLAMA ? cfg.llama.vocab_size : cfg.gpt.vocab_size;
     ct_model *m; ct_model_create(&cfg, 1234, &m);
     if (!m) { fprintf(stderr, "model: %s\n", ct_last_error()); return 1; }
     ct_params *P = ct_model_params(m);
     ct_optim *opt;
     double lr;
-    if (bc->kind == CT_MODEL_GPT) {
+    if (is_lm(bc->kind)) {
         ct_adamw_opts ao = ct_adamw_default_opts();
         ao.weight_decay = 0.1;
         ao.beta2 = 0.95;
@@ -134,8 +148,8 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     int64_t xshape[4], yshape[2];
     int xnd, ynd;
     size_t xn, yn;
-    if (bc->kind == CT_MODEL_GPT) {
-        int T = cfg.gpt.block_size;
+    if (is_lm(bc->kind)) {
+        int T = lm_T;
         xnd = 2; xshape[0] = B; xshape[1] = T; ynd = 2; yshape[0] = B; yshape[1] = T;
         xn = (size_t)B * T; yn = xn;
     } else if (bc->kind == CT_MODEL_CNN) {
@@ -150,7 +164,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
     int32_t *xi[NB], *yi[NB];
     uint64_t s = 88172645463325252ull ^ (uint64_t)(rank + 1) * 0x9E3779B97F4A7C15ull;
 #define RNG() (s ^= s << 13, s ^= s >> 7, s ^= s << 17, s)
-    int classes = bc->kind == CT_MODEL_GPT ? cfg.gpt.vocab_size : bc->kind == CT_MODEL_CNN ? cfg.cnn.classes : cfg.mlp.out;
+    int classes = is_lm(bc->kind) ? lm_V : bc->kind == CT_MODEL_CNN ? cfg.cnn.classes : cfg.mlp.out;
     for (int b = 0; b < NB; b++) {
         xf[b] = malloc(xn * sizeof(float));
         xi[b] = malloc(xn * sizeof(int32_t));
@@ -166,7 +180,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
 
     ct_train_model tm = ct_train_model_builtin(m);
     ct_step_args sa = {.ctx = ctx, .model = &tm, .opt = opt, .ddp = ddp, .zero = zero, .lr = lr, .amp = bc->amp};
-    int warmup = bc->kind == CT_MODEL_GPT ? 3 : 10;
+    int warmup = is_lm(bc->kind) ? 3 : 10;
     double t0 = 0, c0 = 0;
     int measured = 0;
     double loss_v = 0;
@@ -177,7 +191,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
             c0 = cpu_now();
         }
         int b = step % NB;
-        ct_train_batch tb = bc->kind == CT_MODEL_GPT ? ct_train_batch_of(CT_I32, xi[b], xnd, xshape, yi[b], ynd, yshape)
+        ct_train_batch tb = is_lm(bc->kind) ? ct_train_batch_of(CT_I32, xi[b], xnd, xshape, yi[b], ynd, yshape)
                                                      : ct_train_batch_of(CT_F32, xf[b], xnd, xshape, yi[b], ynd, yshape);
         sa.step = step;
         ct_step_result res;
@@ -195,7 +209,7 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
         }
     }
     double dt = ct_time_now() - t0, dc = cpu_now() - c0;
-    double per_step_items = bc->kind == CT_MODEL_GPT ? (double)B * cfg.gpt.block_size : B;
+    double per_step_items = is_lm(bc->kind) ? (double)B * lm_T : B;
     out->rate = measured * per_step_items / dt;
     out->step_ms = 1e3 * dt / measured;
     out->cpu_step_ms = 1e3 * dc / measured;
@@ -222,10 +236,10 @@ static int run_training(const bench_cfg *bc, int rank, int nranks, ct_pg *pg, be
 static void print_result(const bench_cfg *bc, int threads, int ranks, const bench_out *o, double rss) {
     printf("RESULT impl=ctrain model=%s threads=%d ranks=%d rate=%.1f unit=%s step_ms=%.2f steps=%d peak_rss_mb=%.1f flops_per_step=%.4g",
            ct_model_kind_name(bc->kind), threads, ranks, o->rate,
-           bc->kind == CT_MODEL_GPT ? "tokens/s" : "samples/s", o->step_ms, o->steps, rss, o->flops);
+           is_lm(bc->kind) ? "tokens/s" : "samples/s", o->step_ms, o->steps, rss, o->flops);
     printf(" arena_peak_mb=%.1f cpu_step_ms=%.2f amp=%s", o->arena_mb, o->cpu_step_ms,
            bc->amp == CT_F32 ? "off" : ct_dtype_name(bc->amp));
-    if (bc->kind == CT_MODEL_GPT) printf(" T=%d attention=%s ckpt=%d", bc->T > 0 ? bc->T : 256, bc->flash ? "flash" : "plain", bc->ckpt);
+    if (is_lm(bc->kind)) printf(" T=%d attention=%s ckpt=%d", bc->T > 0 ? bc->T : 256, bc->flash ? "flash" : "plain", bc->ckpt);
     if (o->sharded) printf(" ddp=sharded_step wait_ms=%.2f", o->wait_ms);
     else if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
     printf("\n");
@@ -237,7 +251,7 @@ static int ddp_rank(int rank, int nranks, void *arg) {
     ct_set_num_threads(1);
     ct_pg *pg;
     if (ct_dist_init(NULL, &pg) != CT_OK) { fprintf(stderr, "dist init: %s\n", ct_last_error()); return 1; }
-    bench_out o;
+    bench_out o = {0};
     int rc = run_training(bc, rank, nranks, pg, &o);
     double rss = peak_rss_mb();
     double v[2] = {rss, 0};
@@ -306,7 +320,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "single")) {
         bc.threads = atoi(argv[3]);
         ct_set_num_threads(bc.threads);
-        bench_out o;
+        bench_out o = {0};
         if (run_training(&bc, 0, 1, NULL, &o)) return 1;
         print_result(&bc, bc.threads, 1, &o, peak_rss_mb());
         return 0;

@@ -124,7 +124,10 @@ ct_tensor *ct_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, b
 ct_tensor *ct_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool causal);
 /* The same result computed by tiles with an online softmax (flash attention), forward and
  * backward: O(T) extra memory (one log-sum-exp per row) instead of the [T, T] matrix; equal
- * to ct_attention within f32 rounding. */
+ * to ct_attention within f32 rounding. Grouped-query attention on the CPU: k, v may be
+ * [B, KV, Tk, D] with KV dividing H, query head j reading key/value head j / (H / KV) where
+ * it lies (SDPA's enable_gqa; no repeat_kv copy), their gradients the sums over each group;
+ * the same y and dq bits as on repeat_kv's copies. On a device q, k, v have one shape. */
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal);
 /* The same on a packed qkv [B, T, 3C] (a c_attn projection's output: q, k, v side by side,
  * each C = n_head * D wide) → y [B, T, C] with the heads side by side, the layout

@@ -75,9 +75,9 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_GEMM] = {"CTRAIN_GEMM", CT_CFG_CHOICE, "auto", 0, 0, "auto|openblas", NULL, 0,
                      "openblas: every GEMM through OpenBLAS instead of ctrain's AVX-512 kernel"},
     [CT_CFG_GEMM_BF16] = {"CTRAIN_GEMM_BF16", CT_CFG_CHOICE, "auto", 0, 0, "auto|rounded|native|amx", NULL, 0,
-                          "bf16 GEMMs: auto takes AMX-BF16 tiles where the CPU has them, else rounded: operands "
-                          "rounded to bf16 on the f32 kernel; native: AVX-512 BF16 vdpbf16ps (slower than rounded "
-                          "on the machines measured); amx forces AMX (rounded where absent). Each path sums in its "
+                          "bf16 GEMMs: auto takes AMX-BF16 tiles where the CPU has them, else native on AMD, else "
+                          "rounded: operands rounded to bf16 on the f32 kernel; native: AVX-512 BF16 vdpbf16ps "
+                          "(slower than rounded on Intel, faster on AMD Zen 4); amx forces AMX (rounded where absent). Each path sums in its "
                           "own order (other bits). The fused attention on a bf16 qkv follows: AMX (bf16 tile products) "
                           "or, on the other paths, f32 kernels on the widened values; docs/bench/amp.md"},
     [CT_CFG_CUDA_MATMUL] = {"CTRAIN_CUDA_MATMUL", CT_CFG_CHOICE, "highest", 0, 0, "highest|high|medium", NULL, 0,

@@ -207,12 +207,21 @@ void ct_check_rope_shapes(const ct_tensor *x, const ct_tensor *pos, float theta,
     CT_CHECK(theta > 0, "rope: theta %g must be positive", (double)theta);
 }
 
-void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v) {
+/* gqa: k and v may have KV heads, KV dividing q's H */
+static void check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v, bool gqa) {
     const ct_tensor *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) { CT_CHECK_F32(op, in[i]); CT_CHECK_CONTIG(op, in[i]); }
     char s1[96], s2[96], s3[96];
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1] ||
-        q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
-        CT_FATAL("%s: q %s, k %s, v %s: need [B, H, Tq, D], [B, H, Tk, D], [B, H, Tk, Dv]", op, ct_shape_str(q, s1, sizeof s1),
-                 ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3));
+    bool heads = q->ndim == 4 && k->ndim == 4 &&
+                 (gqa ? k->shape[1] >= 1 && q->shape[1] % k->shape[1] == 0 : q->shape[1] == k->shape[1]);
+    if (!heads || v->ndim != 4 || q->shape[0] != k->shape[0] || q->shape[3] != k->shape[3] || v->shape[0] != k->shape[0] ||
+        v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2])
+        CT_FATAL("%s: q %s, k %s, v %s: need [B, H, Tq, D], [B, %s, Tk, D], [B, %s, Tk, Dv]", op, ct_shape_str(q, s1, sizeof s1),
+                 ct_shape_str(k, s2, sizeof s2), ct_shape_str(v, s3, sizeof s3), gqa ? "KV | H" : "H", gqa ? "KV" : "H");
+}
+void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v) {
+    check_attention(op, q, k, v, false);
+}
+void ct_check_attention_gqa(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v) {
+    check_attention(op, q, k, v, true);
 }

@@ -169,6 +169,8 @@ void ct_check_bias_add_shapes(const ct_tensor *x, const ct_tensor *b, int64_t *N
 void ct_check_rope_shapes(const ct_tensor *x, const ct_tensor *pos, float theta, int64_t *R, int64_t *T, int64_t *D);
 /* attention and flash_attention (op): f32 contiguous q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv] */
 void ct_check_attention(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v);
+/* the same with k, v of KV heads, KV dividing H (grouped-query attention: flash_attention) */
+void ct_check_attention_gqa(const char *op, const ct_tensor *q, const ct_tensor *k, const ct_tensor *v);
 
 /* the node carries its row, so core's backward walk calls the kernel without knowing it */
 static inline ct_node *ct_record(ct_ctx *ctx, int op, ct_tensor *out, int nin, ct_tensor *const *in) {

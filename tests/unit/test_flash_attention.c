@@ -2,7 +2,9 @@
  * test_ops_torch: forward and every gradient within 1e-5 (normwise) on shapes around the
  * tile sizes (64 query rows x 128 keys), causal and not, Tq != Tk, Dv != D; against
  * PyTorch's F.scaled_dot_product_attention itself (fixtures from tests/torch/gen_sdpa.py);
- * the same bits with 1 and 2 threads; and the memory it promises: no [T, T] matrix. */
+ * the same bits with 1 and 2 threads; and the memory it promises: no [T, T] matrix.
+ * Grouped-query attention (k, v of fewer heads than q): against SDPA with enable_gqa
+ * (tests/torch/gen_sdpa_gqa.py) and against the same op on repeat_kv's copies. */
 #include <stdint.h>
 
 #include "ct_test.h"
@@ -121,6 +123,31 @@ CT_TEST(flash_memory_is_linear_in_T) {
     free(b);
 }
 
+/* worst normwise difference of the case's y, dq, dk, dv to the fixture's (fails past tol) */
+static double vs_fixture(ct_ctx *c, ct_st_file *f, int cs, ct_tensor *y, ct_tensor *const in[3], double tol, const char *what) {
+    const char *ref[4] = {"y", "dq", "dk", "dv"};
+    const ct_tensor *got[4] = {y, in[0]->grad, in[1]->grad, in[2]->grad};
+    double worst = 0;
+    for (int p = 0; p < 4; p++) {
+        const ct_tensor *r = case_tensor(c, f, cs, ref[p]);
+        if (!got[p] || ct_numel(got[p]) != ct_numel(r)) {
+            CT_FAILF("case %d %s %s: missing or of another size", cs, what, ref[p]);
+            return INFINITY;
+        }
+        const float *a = got[p]->data, *b = r->data;
+        double d = 0, m = 0;
+        for (int64_t i = 0; i < ct_numel(r); i++) {
+            double e = fabs((double)a[i] - b[i]);
+            d = e > d || e != e ? e : d;
+            m = fabs(b[i]) > m ? fabs(b[i]) : m;
+        }
+        double e = d / m;
+        if (e > worst) worst = e;
+        if (!(e <= tol)) CT_FAILF("case %d %s %s vs SDPA: %.3g", cs, what, ref[p], e);
+    }
+    return worst;
+}
+
 /* ct_flash_attention (and the plain version) vs F.scaled_dot_product_attention, forward and
  * backward, both with ctrain's default thread count */
 CT_TEST(flash_matches_torch_sdpa) {
@@ -140,27 +167,102 @@ CT_TEST(flash_matches_torch_sdpa) {
             for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
             ct_tensor *y = flash ? ct_flash_attention(c, in[0], in[1], in[2], causal) : ct_attention(c, in[0], in[1], in[2], causal);
             ct_backward_seed(c, y, case_tensor(c, f, cs, "g"));
-            const char *ref[4] = {"y", "dq", "dk", "dv"};
-            const ct_tensor *got[4] = {y, in[0]->grad, in[1]->grad, in[2]->grad};
-            for (int p = 0; p < 4; p++) {
-                const ct_tensor *r = case_tensor(c, f, cs, ref[p]);
-                CT_ASSERT(got[p] && ct_numel(got[p]) == ct_numel(r));
-                const float *a = got[p]->data, *b = r->data;
-                double d = 0, m = 0;
-                for (int64_t i = 0; i < ct_numel(r); i++) {
-                    double e = fabs((double)a[i] - b[i]);
-                    d = e > d || e != e ? e : d;
-                    m = fabs(b[i]) > m ? fabs(b[i]) : m;
-                }
-                double e = d / m;
-                if (e > worst[flash]) worst[flash] = e;
-                if (!(e <= 1e-5)) CT_FAILF("case %d %s %s vs SDPA: %.3g", cs, flash ? "flash" : "plain", ref[p], e);
-            }
+            double e = vs_fixture(c, f, cs, y, in, 1e-5, flash ? "flash" : "plain");
+            if (e > worst[flash]) worst[flash] = e;
             ct_ctx_free(c);
         }
     }
     printf("  worst normwise difference to F.scaled_dot_product_attention: flash %.2e, plain %.2e\n", worst[1], worst[0]);
     ct_st_close(f);
+}
+
+/* grouped-query: k, v [B, KV, T, d] read by H / KV query heads each, vs SDPA(enable_gqa=True);
+ * the same bits with 1 and 2 threads */
+CT_TEST(flash_gqa_matches_torch_sdpa) {
+    ct_st_file *f = NULL;
+    CT_ASSERT(ct_st_open("tests/fixtures/ops/sdpa_gqa.safetensors", &f) == CT_OK);
+    double worst = 0;
+    int cases = 0;
+    for (int cs = 0;; cs++, cases++) {
+        char key[32];
+        snprintf(key, sizeof key, "%d.shape", cs);
+        ct_st_tensor sh;
+        if (ct_st_get(f, key, &sh) != CT_OK) break;
+        const int64_t *d = sh.data;
+        bool causal = d[7] != 0;
+        float *first = NULL;
+        for (int threads = 1; threads <= 2; threads++) {
+            ct_set_num_threads(threads);
+            ct_ctx *c;
+            CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+            ct_tensor *in[3] = {case_tensor(c, f, cs, "q"), case_tensor(c, f, cs, "k"), case_tensor(c, f, cs, "v")};
+            CT_ASSERT(in[0]->shape[1] == d[1] && in[1]->shape[1] == d[2] && d[2] < d[1]);
+            for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
+            ct_tensor *y = ct_flash_attention(c, in[0], in[1], in[2], causal);
+            ct_backward_seed(c, y, case_tensor(c, f, cs, "g"));
+            double e = vs_fixture(c, f, cs, y, in, 1e-5, "flash gqa");
+            if (e > worst) worst = e;
+            size_t n[4] = {ct_nbytes(y), ct_nbytes(in[0]), ct_nbytes(in[1]), ct_nbytes(in[2])};
+            const void *part[4] = {y->data, in[0]->grad->data, in[1]->grad->data, in[2]->grad->data};
+            if (threads == 1) first = malloc(n[0] + n[1] + n[2] + n[3]);
+            CT_ASSERT(first);
+            for (int p = 0, off = 0; p < 4; off += (int)n[p++]) {
+                if (threads == 1) memcpy((char *)first + off, part[p], n[p]);
+                else if (memcmp((char *)first + off, part[p], n[p]) != 0) CT_FAILF("case %d part %d: 1 and 2 threads differ", cs, p);
+            }
+            ct_ctx_free(c);
+        }
+        free(first);
+    }
+    CT_EXPECT(cases >= 3);
+    printf("  %d grouped-query cases, worst normwise difference to SDPA(enable_gqa): %.2e\n", cases, worst);
+    ct_st_close(f);
+}
+
+/* The grouped kernel vs the same op on repeat_kv's copies: y and dq the same bits (the same
+ * tile products on the same values), dk and dv the group's sums in another order. */
+CT_TEST(flash_gqa_equals_repeat_kv) {
+    const shape s = {2, 8, 200, 200, 32, 32, true};
+    const int KV = 2;
+    const int64_t n[4] = {s.B * s.H * s.Tq * s.Dv, s.B * s.H * s.Tq * s.D, s.B * KV * s.Tk * s.D, s.B * KV * s.Tk * s.Dv};
+    float *res[2][4]; /* y, dq, dk, dv of each way */
+    for (int rep = 0; rep < 2; rep++) {
+        ct_ctx *c;
+        CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+        ct_tensor *q = ct_new(c, CT_F32, 4, (int64_t[]){s.B, s.H, s.Tq, s.D});
+        ct_tensor *k = ct_new(c, CT_F32, 4, (int64_t[]){s.B, KV, s.Tk, s.D});
+        ct_tensor *v = ct_new(c, CT_F32, 4, (int64_t[]){s.B, KV, s.Tk, s.Dv});
+        fill(q, 1, 2.0f);
+        fill(k, 2, 2.0f);
+        fill(v, 3, 1.0f);
+        ct_tensor *in[3] = {q, k, v};
+        for (int i = 0; i < 3; i++) ct_requires_grad(in[i]);
+        ct_tensor *kk = rep ? ct_repeat_kv(c, k, (int)s.H / KV) : k, *vv = rep ? ct_repeat_kv(c, v, (int)s.H / KV) : v;
+        ct_tensor *y = ct_flash_attention(c, q, kk, vv, s.causal), *g = ct_new_like(c, y);
+        fill(g, 4, 1.0f);
+        ct_backward_seed(c, y, g);
+        const ct_tensor *got[4] = {y, q->grad, k->grad, v->grad};
+        for (int p = 0; p < 4; p++) {
+            CT_ASSERT(got[p] && ct_numel(got[p]) == n[p]);
+            res[rep][p] = malloc((size_t)n[p] * sizeof(float));
+            CT_ASSERT(res[rep][p]);
+            memcpy(res[rep][p], got[p]->data, (size_t)n[p] * sizeof(float));
+        }
+        ct_ctx_free(c);
+    }
+    CT_EXPECT(memcmp(res[0][0], res[1][0], (size_t)n[0] * sizeof(float)) == 0);
+    CT_EXPECT(memcmp(res[0][1], res[1][1], (size_t)n[1] * sizeof(float)) == 0);
+    for (int p = 2; p < 4; p++) {
+        double d = 0, m = 0;
+        for (int64_t j = 0; j < n[p]; j++) {
+            double e = fabs((double)res[0][p][j] - res[1][p][j]);
+            d = e > d || e != e ? e : d;
+            m = fabs(res[1][p][j]) > m ? fabs(res[1][p][j]) : m;
+        }
+        printf("  d%c: normwise difference to repeat_kv's %.2e\n", p == 2 ? 'k' : 'v', d / m);
+        CT_EXPECT(m > 0 && d / m <= 1e-6);
+    }
+    for (int p = 0; p < 4; p++) { free(res[0][p]); free(res[1][p]); }
 }
 
 CT_TEST_MAIN()

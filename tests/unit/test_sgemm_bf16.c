@@ -180,7 +180,9 @@ CT_TEST(bf16_gemm_path_from_environment) {
     fill(A, M * K, 8, false);
     fill(B, K * N, 9, false);
     const char *const names[] = {"auto", "rounded", "native", "amx"};
-    const ct_gemm_bf16_path want[] = {ct_sgemm_bf16_path_available(CT_GEMM_BF16_AMX) ? CT_GEMM_BF16_AMX : CT_GEMM_BF16_ROUNDED,
+    const ct_gemm_bf16_path want[] = {ct_sgemm_bf16_path_available(CT_GEMM_BF16_AMX) ? CT_GEMM_BF16_AMX
+                                      : ct_sgemm_bf16_native_preferred()                  ? CT_GEMM_BF16_NATIVE
+                                                                                          : CT_GEMM_BF16_ROUNDED,
                                       CT_GEMM_BF16_ROUNDED,
                                       ct_sgemm_bf16_native() ? CT_GEMM_BF16_NATIVE : CT_GEMM_BF16_ROUNDED,
                                       ct_sgemm_bf16_path_available(CT_GEMM_BF16_AMX) ? CT_GEMM_BF16_AMX : CT_GEMM_BF16_ROUNDED};

@@ -127,18 +127,19 @@ static void forward(ct_ctx *ctx, const att *a, int64_t BH, void *Y, float *lse) 
 
 /* one head's layout in a contiguous [B, H, T, d] tensor */
 static ct_flash_layout heads_layout(int64_t H, int64_t T, int64_t d) { return (ct_flash_layout){d, H * T * d, T * d}; }
+/* k and v may have fewer heads than q (grouped-query: KV dividing H) */
 static att heads_args(const ct_tensor *q, const ct_tensor *k, const ct_tensor *v, bool causal) {
-    const int64_t H = q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
+    const int64_t H = q->shape[1], KV = k->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3], Dv = v->shape[3];
     return (att){q->data, k->data, v->data, Tq, Tk, D, Dv, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
-                 heads_layout(H, Tq, D), heads_layout(H, Tk, D), heads_layout(H, Tk, Dv), heads_layout(H, Tq, Dv),
-                 NULL, NULL, NULL, false, false};
+                 heads_layout(H, Tq, D), heads_layout(KV, Tk, D), heads_layout(KV, Tk, Dv), heads_layout(H, Tq, Dv),
+                 NULL, NULL, NULL, false, false, H / KV};
 }
 
 ct_tensor *ct_flash_attention(ct_ctx *ctx, ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal) {
     CT_DEV_DISPATCH(ctx, CT_OP_FLASH_ATTENTION, .in = {q, k, v}, .i = {causal});
     CT_AUTOCAST(ctx, CT_OP_FLASH_ATTENTION, 3, ((ct_tensor **[]){&q, &k, &v}), ct_flash_attention(ctx, q, k, v, causal));
     ct_tensor *in[3] = {q, k, v};
-    ct_check_attention("flash_attention", q, k, v);
+    ct_check_attention_gqa("flash_attention", q, k, v);
     att a = heads_args(q, k, v, causal);
     int64_t BH = q->shape[0] * q->shape[1];
     ct_tensor *y = ct_new(ctx, CT_F32, 4, (int64_t[]){q->shape[0], q->shape[1], a.Tq, a.Dv});
@@ -160,7 +161,7 @@ static att qkv_args(const ct_tensor *qkv, int64_t H, bool causal) {
     const int64_t T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
     ct_flash_layout in = {3 * C, T * 3 * C, D};
     att a = {NULL, NULL, NULL, T, T, D, D, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
-             in, in, in, (ct_flash_layout){C, T * C, D}, NULL, NULL, NULL, false, false};
+             in, in, in, (ct_flash_layout){C, T * C, D}, NULL, NULL, NULL, false, false, 1};
     if (qkv->dtype == CT_BF16) { /* the AVX-512 kernels widen it themselves */
         const uint16_t *p = qkv->data;
         a.Qb = p, a.Kb = p + C, a.Vb = p + 2 * C, a.own = true;
@@ -262,13 +263,15 @@ static inline float dot_row(const float *g, const float *o, int64_t n) {
     return s;
 }
 
-/* All heads' gradients added to dq, dk, dv (NULL: not wanted); zero: they are zeroed first,
+/* All heads' gradients added to dq, dk, dv (NULL: not wanted; a key/value head gets the sum
+ * over its group, heads in order); zero (G = 1 only): they are zeroed first,
  * head by head on the thread that computes the head. O is bf16 (and dO is rounded to bf16 as
  * it is read) where a->y16. */
 static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const float *dO, const float *lse, float *dq, float *dk,
                      float *dv, bool zero) {
     /* Dr = rowsum(dO * O): the softmax backward's row term, computed once per row */
-    const int64_t Tq = a->Tq, Dv = a->Dv, lo = a->o.ld;
+    const int64_t Tq = a->Tq, Dv = a->Dv, lo = a->o.ld, G = a->G;
+    CT_CHECK(!zero || G == 1, "flash_attention: a group's heads add to one dk, dv (no zeroing pass with G = %lld)", (long long)G);
     float *Dr = ct_ctx_alloc(ctx, (size_t)(BH * Tq + 1) * sizeof(float));
     const bool bf16 = a->y16;
     /* bf16: each row's dO and O as the f32 copies autocast would make, one pair per thread */
@@ -292,14 +295,14 @@ static void backward(ct_ctx *ctx, const att *a, int64_t BH, const void *O, const
         int nt = ct_get_num_threads();
         size_t w = a->amx ? ct_flash_amx_work(a, true) : ct_flash_simd_work(a, true);
         float *work = ct_ctx_alloc(ctx, (size_t)nt * w * sizeof(float));
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > 1)
-        for (int64_t h = 0; h < BH; h++) {
+        /* one thread per key/value head: its G query heads add to its dk, dv in head order */
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && BH > G)
+        for (int64_t kv = 0; kv < BH / G; kv++) {
             float *wt = work + (size_t)omp_get_thread_num() * w;
-            if (a->amx) {
-                ct_flash_amx_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
-                continue;
+            for (int64_t h = kv * G; h < kv * G + G; h++) {
+                if (a->amx) ct_flash_amx_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
+                else ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
             }
-            ct_flash_simd_bwd_head(a, h, dO, lse, Dr, dq, dk, dv, zero, wt);
         }
         return;
     }

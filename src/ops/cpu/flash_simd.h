@@ -20,7 +20,8 @@ typedef struct {
 } ct_flash_layout;
 
 /* one attention call: BH heads of Tq queries [D], Tk keys [D] and values [Dv]; H heads per
- * batch entry. The gradients dQ, dK, dV have the layouts of Q, K, V; dO (and Y) has o's;
+ * batch entry. Grouped-query attention: G query heads share one key/value head (query head j
+ * of a batch entry reads key/value head j / G of the H / G there; G = 1: one each). The gradients dQ, dK, dV have the layouts of Q, K, V; dO (and Y) has o's;
  * lse and Dr are [BH, Tq] contiguous. */
 typedef struct {
     const float *Q, *K, *V;
@@ -37,11 +38,14 @@ typedef struct {
     bool y16;
     /* with Qb: the tile products in bf16 on AMX (flash_amx.c), not in f32 on widened values */
     bool amx;
+    int64_t G;
 } ct_flash_args;
 
-/* offset of head h's first row in a tensor of layout l */
+/* offset of query head h's first row in a tensor of layout l (a->k, a->v: the key/value head
+ * it reads) */
 static inline int64_t ct_flash_head(const ct_flash_args *a, const ct_flash_layout *l, int64_t h) {
-    return h / a->H * l->bs + h % a->H * l->hs;
+    const int64_t j = h % a->H;
+    return h / a->H * l->bs + (l == &a->k || l == &a->v ? j / a->G : j) * l->hs;
 }
 
 /* floats of per-thread scratch a head needs (forward or backward) */
@@ -49,7 +53,8 @@ size_t ct_flash_simd_work(const ct_flash_args *a, bool backward);
 /* Head h: its rows of Y (layout a->o; f32, or bf16 where y16) and of lse ([BH, Tq]). */
 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work);
 /* Head h's gradients, added to dq / dk / dv (each may be NULL), or written over them where
- * fresh (their previous contents ignored: no zeroing pass); Dr = rowsum(dO * O). */
+ * fresh (their previous contents ignored: no zeroing pass; G = 1 only); Dr = rowsum(dO * O).
+ * With G > 1 the heads of one group add to the same dk, dv: one thread runs them in order. */
 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
                             float *dk, float *dv, bool fresh, float *work);
 

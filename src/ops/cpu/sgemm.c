@@ -639,14 +639,26 @@ void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, in
     gemm(0, false, false, M, N, K, 1.0f, A, false, lda, NULL, false, 0, beta, C, ldc, NULL, 0, pack, arg, seg, seg_stride, NULL, 0, NULL);
 }
 
+bool ct_sgemm_bf16_native_preferred(void) {
+    static int pref = -1;
+    int p = __atomic_load_n(&pref, __ATOMIC_RELAXED);
+    if (p < 0) {
+        __builtin_cpu_init();
+        p = ct_sgemm_bf16_native() && __builtin_cpu_is("amd") ? 1 : 0;
+        __atomic_store_n(&pref, p, __ATOMIC_RELAXED);
+    }
+    return p == 1;
+}
+
 /* CTRAIN_GEMM_BF16 (auto|rounded|native|amx) against what the CPU has: auto takes AMX where
- * present (measured fastest, docs/bench/engine.md), else rounding on the f32 kernel (faster than
- * vdpbf16ps on the CPUs measured); a path the CPU lacks falls back to rounding. Read per call
- * (no cache), so a program or test may switch paths between GEMMs. */
+ * present (measured fastest, docs/bench/engine.md), else vdpbf16ps on AMD (Zen 4: a Llama's
+ * bf16 step 1.45x faster than rounded, docs/bench/amp.md), else rounding on the f32 kernel
+ * (faster than vdpbf16ps on the Intel CPUs measured); a path the CPU lacks falls back to
+ * rounding. Read per call (no cache), so a program or test may switch paths between GEMMs. */
 ct_gemm_bf16_path ct_sgemm_bf16_path(void) {
     int c = ct_config_choice(CT_CFG_GEMM_BF16);
     if ((c == 0 || c == 3) && ct_sgemm_amx_available()) return CT_GEMM_BF16_AMX;
-    if (c == 2 && ct_sgemm_bf16_native()) return CT_GEMM_BF16_NATIVE;
+    if ((c == 2 || (c == 0 && ct_sgemm_bf16_native_preferred())) && ct_sgemm_bf16_native()) return CT_GEMM_BF16_NATIVE;
     return CT_GEMM_BF16_ROUNDED;
 }
 

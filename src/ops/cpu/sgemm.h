@@ -40,12 +40,16 @@ void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const floa
  * (other bits from one another, the same bits for any thread count):
  *   CT_GEMM_BF16_ROUNDED  operands rounded while packed, the f32 kernel (any AVX-512 CPU)
  *   CT_GEMM_BF16_NATIVE   AVX-512 BF16 vdpbf16ps (ct_sgemm_bf16_native) — measured slower
+ *                         than rounded on Intel, faster on AMD Zen 4
  *   CT_GEMM_BF16_AMX      AMX-BF16 tiles (ct_sgemm_amx_available: Intel Sapphire Rapids on)
  * ct_sgemm_bf16 takes ct_sgemm_bf16_path(): CTRAIN_GEMM_BF16=auto (AMX where present, else
- * rounded), rounded, native or amx, falling back to rounded where the CPU lacks the path.
+ * native where ct_sgemm_bf16_native_preferred(), else rounded), rounded, native or amx,
+ * falling back to rounded where the CPU lacks the path.
  * Needs ct_sgemm_own_available(). */
 typedef enum { CT_GEMM_BF16_ROUNDED = 1, CT_GEMM_BF16_NATIVE = 2, CT_GEMM_BF16_AMX = 3 } ct_gemm_bf16_path;
 bool ct_sgemm_bf16_native(void);
+/* auto's choice without AMX: vdpbf16ps on an AMD CPU that has it (Zen 4 on) */
+bool ct_sgemm_bf16_native_preferred(void);
 ct_gemm_bf16_path ct_sgemm_bf16_path(void);
 bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path);
 /* a given path (ct_sgemm_bf16_path_available), whatever CTRAIN_GEMM_BF16 says */

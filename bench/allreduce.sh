@@ -6,7 +6,8 @@
 # that a change in the machine's load hits all of them; each figure is the median over the
 # rounds, with every round's value and load average kept. Also one core's memcpy bandwidth
 # (the ceiling) and the wall time of a trivial 2-rank job under each launcher.
-# Prints a markdown table for docs/bench/collectives.md.
+# Prints markdown tables for docs/bench/collectives.md; the raw figures stay in
+# build/bench/allreduce.txt (ALLREDUCE_OUT=) as "impl ranks bytes time_us busbw_gbs round".
 # Usage: bench/allreduce.sh            (after make)   ROUNDS=5 bench/allreduce.sh
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -16,12 +17,13 @@ ROUNDS=${ROUNDS:-3}
 SIZES="8 1048576 16777216 67108864"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p build/bench
 have_mpi=0; have_gloo=0
 if command -v mpicc >/dev/null && mpicc -O2 -o "$tmp/mpi_allreduce" bench/mpi/mpi_allreduce.c; then have_mpi=1; fi
 $PY -c "import torch.distributed" 2>/dev/null && have_gloo=1
 
 # one line per measurement: "impl np size time_us busbw_gbs round"
-R="$tmp/results"; : >"$R"
+R=${ALLREDUCE_OUT:-build/bench/allreduce.txt}; : >"$R"
 ctrain_run() { # np round
     { $B bench allreduce --np "$1" -b 8 -e 8 -n 2000; $B bench allreduce --np "$1" -b 1M -e 64M -f 4; } 2>/dev/null |
         awk -v np="$1" -v r="$2" '!/^#/ && ($1 == 8 || $1 == 1048576 || $1 == 16777216 || $1 == 67108864) {print "ctrain", np, $1, $5, $7, r}' >>"$R"
@@ -51,13 +53,13 @@ wall() { for k in 1 2 3 4 5; do s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(
 w_ctrain=$(wall $B run --standalone --nproc-per-node 2 $B worker init)
 w_mpirun=$( [ $have_mpi = 1 ] && wall mpirun -np 2 "$tmp/mpi_allreduce" init || echo n/a)
 
-# cell: "median (round1 / round2 / ...)" of field f (4 = time, 5 = busbw)
-cell() { # impl np size field
-    awk -v i="$1" -v n="$2" -v s="$3" -v f="$4" '$1 == i && $2 == n && $3 == s {v[++k] = $f; all = all (k > 1 ? " / " : "") $f}
-        END { if (!k) { print "n/a"; exit } asort(v); m = k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2;
-              printf "**%.3g** (%s)", m, all }' "$R"
+# med: the median of field f (4 = time, 5 = busbw); cell: "**median** (round 1 / round 2 / ...)"
+vals() { awk -v i="$1" -v n="$2" -v s="$3" -v f="$4" '$1 == i && $2 == n && $3 == s {print $f}' "$R"; }
+med() { vals "$@" | sort -g | awk '{v[NR] = $1} END { if (!NR) print 0; else print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+cell() {
+    local all; all=$(vals "$@" | paste -sd/ - | sed 's|/| / |g')
+    [ -n "$all" ] && printf "**%.3g** (%s)" "$(med "$@")" "$all" || echo n/a
 }
-med() { awk -v i="$1" -v n="$2" -v s="$3" -v f="$4" '$1 == i && $2 == n && $3 == s {v[++k] = $f} END { if (!k) { print 0; exit } asort(v); print k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2 }' "$R"; }
 model=$(lscpu | sed -n 's/^Model name: *//p'); fam=$(lscpu | sed -n 's/^CPU family: *//p'); mod=$(lscpu | sed -n 's/^Model: *//p')
 echo "Machine: $model (family $fam model $mod), $(nproc) cores ($(uname -r)), $(date -u +%Y-%m-%dT%H:%MZ); $ROUNDS rounds, load average (1 min) after each: ${loads[*]}"
 for np in 2 4; do

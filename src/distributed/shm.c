@@ -114,7 +114,11 @@ ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, doubl
     double budget = s->in_op && !s->spin_fixed && s->spin_s < SHM_SPIN_IN_OP_S ? SHM_SPIN_IN_OP_S : s->spin_s;
     /* 1. spin: the peer is usually a few hundred ns away. After the first microseconds (at
      * once when ranks outnumber CPUs) each poll also yields, so that a peer or another job
-     * waiting for this CPU runs instead of the spinner: the spin shares the core fairly. */
+     * waiting for this CPU runs instead of the spinner: the spin shares the core fairly. A
+     * yield that took long means another task wanted this CPU: spinning on then only spends
+     * this rank's share of it, and a sleeper that wakes is scheduled before a spinner that
+     * used its share (measured on a VM at load 20-80: docs/bench/collectives.md), so sleep. */
+    int contended = 0;
     for (unsigned i = 1;; i++) {
         if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) {
             s->st_spun++;
@@ -126,7 +130,11 @@ ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, doubl
             if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed)) return check_abort(s);
             double el = ct_time_now() - t0;
             if (el > budget) break;
-            if (s->oversub || el > 20e-6) sched_yield();
+            if (s->oversub || el > 20e-6) {
+                double y0 = ct_time_now();
+                sched_yield();
+                if (ct_time_now() - y0 > 50e-6 && ++contended >= 2) { s->st_contended++; break; }
+            }
         }
     }
     /* 2. sleep on the futex; wake up now and then to check for dead peers and aborts */
@@ -259,11 +267,11 @@ static void shm_destroy(void *impl) {
     shm_pg *s = impl;
     if (!s) return;
     if (s->st_waits)
-        CT_LOG_INFO("shm", "group %d: %llu waits: %llu found ready, %llu spun (%.1f us mean), %llu slept; %llu futex wakes "
+        CT_LOG_INFO("shm", "group %d: %llu waits: %llu found ready, %llu spun (%.1f us mean), %llu slept (%llu of them because another task wanted the CPU); %llu futex wakes "
                     "issued; wake-up %.1f us mean over %llu; spin budget now %.0f us", s->gid,
                     (unsigned long long)s->st_waits, (unsigned long long)s->st_ready, (unsigned long long)s->st_spun,
                     s->st_spun + s->st_slept ? s->st_wait_s * 1e6 / (double)(s->st_spun + s->st_slept) : 0.0,
-                    (unsigned long long)s->st_slept, (unsigned long long)s->st_wakes,
+                    (unsigned long long)s->st_slept, (unsigned long long)s->st_contended, (unsigned long long)s->st_wakes,
                     s->st_wakeups ? s->st_wake_s * 1e6 / (double)s->st_wakeups : 0.0, (unsigned long long)s->st_wakeups,
                     s->spin_s * 1e6);
     shm_free_all_shared(s);

@@ -96,7 +96,7 @@ typedef struct shm_pg {
     size_t cma_chunk; /* bytes per read from a peer: a share of the L2 cache */
     uint8_t *cma_tmp; /* n x cma_chunk: peers' data, then the partial sums */
     /* wait statistics (CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=shm prints them at exit) */
-    uint64_t st_waits, st_ready, st_spun, st_slept, st_wakes, st_wakeups;
+    uint64_t st_waits, st_ready, st_spun, st_slept, st_contended, st_wakes, st_wakeups;
     double st_wait_s, st_wake_s;
     const ct_work *cur; /* for messages */
     shm_shared *shared; /* ct_pg_alloc_shared mappings (list changed only with the queue drained) */

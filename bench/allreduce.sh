@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.." || exit 1
 B=build/ctrain
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 ROUNDS=${ROUNDS:-3}
+NPS=${NPS:-2 4} # rank counts measured
 SIZES="8 1048576 16777216 67108864"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -38,7 +39,7 @@ gloo_run() {
 }
 loads=()
 for r in $(seq "$ROUNDS"); do
-    for np in 2 4; do
+    for np in $NPS; do
         ctrain_run $np $r
         [ $have_mpi = 1 ] && mpi_run $np $r
         [ $have_gloo = 1 ] && gloo_run $np $r
@@ -62,7 +63,7 @@ cell() {
 }
 model=$(lscpu | sed -n 's/^Model name: *//p'); fam=$(lscpu | sed -n 's/^CPU family: *//p'); mod=$(lscpu | sed -n 's/^Model: *//p')
 echo "Machine: $model (family $fam model $mod), $(nproc) cores ($(uname -r)), $(date -u +%Y-%m-%dT%H:%MZ); $ROUNDS rounds, load average (1 min) after each: ${loads[*]}"
-for np in 2 4; do
+for np in $NPS; do
     echo
     echo "| $np ranks on $(nproc) cores, f32 sum | ctrain shm | Open MPI$([ $np -gt "$(nproc)" ] && echo ' --oversubscribe') | gloo | ctrain ÷ Open MPI |"
     echo "|---|---|---|---|---|"

@@ -52,7 +52,7 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                 "and exit 75; ctrain run forwards them and waits --preempt-grace seconds"},
     [CT_CFG_SHM_SPIN_US] = {"CTRAIN_SHM_SPIN_US", CT_CFG_FLOAT, NULL, 0, NOMAX, NULL, "microseconds", 0,
                             "shm backend: spin this long before sleeping (default: 4 measured futex wake-ups, 200 to "
-                            "5000; from 50 when ranks outnumber cores)"},
+                            "5000; 50 when ranks outnumber cores)"},
     [CT_CFG_SHM_CHUNK] = {"CTRAIN_SHM_CHUNK", CT_CFG_BYTES, "256k", 4096, (double)(1L << 30), NULL, NULL, 0,
                           "shm backend: chunk of a large all-reduce (must agree on all ranks)"},
     [CT_CFG_SHM_SMALL] = {"CTRAIN_SHM_SMALL", CT_CFG_BYTES, "16k", 4096, (double)(1L << 30), NULL, NULL, 0,

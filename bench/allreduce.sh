@@ -1,72 +1,85 @@
 #!/usr/bin/env bash
-# All-reduce benchmark, 2 ranks on this machine, in one run: ctrain's shm backend against
-# PyTorch's gloo (/usr/bin/python3, torch 1.13) and Open MPI's MPI_Allreduce, with one core's
-# memcpy bandwidth as the ceiling; also the wall time of a trivial 2-rank job under each
-# launcher. Prints a markdown table for docs/bench/collectives.md.
-# Usage: bench/allreduce.sh            (after make)
+# All-reduce benchmark on this machine, in one run: ctrain's shm backend against Open MPI's
+# MPI_Allreduce and PyTorch's gloo (/usr/bin/python3, torch 1.13), 2 ranks and 4 ranks (4 on
+# however many cores there are: on a 2-core machine, oversubscribed; Open MPI with
+# --oversubscribe). ROUNDS rounds (default 3), the libraries interleaved within each round so
+# that a change in the machine's load hits all of them; each figure is the median over the
+# rounds, with every round's value and load average kept. Also one core's memcpy bandwidth
+# (the ceiling) and the wall time of a trivial 2-rank job under each launcher.
+# Prints markdown tables for docs/bench/collectives.md; the raw figures stay in
+# build/bench/allreduce.txt (ALLREDUCE_OUT=) as "impl ranks bytes time_us busbw_gbs round".
+# Usage: bench/allreduce.sh            (after make)   ROUNDS=5 bench/allreduce.sh
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=build/ctrain
 PY=${TORCH_PYTHON:-/usr/bin/python3}
+ROUNDS=${ROUNDS:-3}
+NPS=${NPS:-2 4} # rank counts measured
 SIZES="8 1048576 16777216 67108864"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-declare -A T BW
-best_of() { sort -n | head -1; }
+mkdir -p build/bench
+have_mpi=0; have_gloo=0
+if command -v mpicc >/dev/null && mpicc -O2 -o "$tmp/mpi_allreduce" bench/mpi/mpi_allreduce.c; then have_mpi=1; fi
+$PY -c "import torch.distributed" 2>/dev/null && have_gloo=1
 
-# ctrain shm: best of 3 runs per size
-for s in $SIZES; do
-    for k in 1 2 3; do $B bench allreduce -b $s -e $s | grep -v '^#'; done >"$tmp/c"
-    T[ctrain,$s]=$(awk '{print $5}' "$tmp/c" | best_of)
-    BW[ctrain,$s]=$(awk '{print $7}' "$tmp/c" | sort -n | tail -1)
+# one line per measurement: "impl np size time_us busbw_gbs round"
+R=${ALLREDUCE_OUT:-build/bench/allreduce.txt}; : >"$R"
+ctrain_run() { # np round
+    { $B bench allreduce --np "$1" -b 8 -e 8 -n 2000; $B bench allreduce --np "$1" -b 1M -e 64M -f 4; } 2>/dev/null |
+        awk -v np="$1" -v r="$2" '!/^#/ && ($1 == 8 || $1 == 1048576 || $1 == 16777216 || $1 == 67108864) {print "ctrain", np, $1, $5, $7, r}' >>"$R"
+}
+mpi_run() {
+    local extra=(); [ "$1" -gt "$(nproc)" ] && extra=(--oversubscribe)
+    mpirun -np "$1" "${extra[@]}" "$tmp/mpi_allreduce" $SIZES 2>/dev/null | awk -v np="$1" -v r="$2" '$1 == "mpi" {print "mpi", np, $2, $3, $4, r}' >>"$R"
+}
+gloo_run() {
+    GLOO_NP=$1 $PY bench/gloo_allreduce.py $((30000 + RANDOM % 20000)) $SIZES 2>"$tmp/gerr" |
+        awk -v np="$1" -v r="$2" '$1 == "gloo" {print "gloo", np, $2, $3, $4, r}' >>"$R" || cat "$tmp/gerr" >&2
+}
+loads=()
+for r in $(seq "$ROUNDS"); do
+    for np in $NPS; do
+        ctrain_run $np $r
+        [ $have_mpi = 1 ] && mpi_run $np $r
+        [ $have_gloo = 1 ] && gloo_run $np $r
+    done
+    loads+=("$(cut -d' ' -f1 /proc/loadavg)")
 done
-# fingerprint cost at 8 B
-fp_off=$(for k in 1 2 3; do $B bench allreduce -b 8 -e 8 --no-fingerprint | grep -v '^#' | awk '{print $5}'; done | best_of)
-async8=$(for k in 1 2 3; do $B bench allreduce -b 8 -e 8 --async | grep -v '^#' | awk '{print $5}'; done | best_of)
-
-# Open MPI
-if command -v mpicc >/dev/null; then
-    mpicc -O2 -o "$tmp/mpi_allreduce" bench/mpi/mpi_allreduce.c
-    for k in 1 2 3; do mpirun -np 2 "$tmp/mpi_allreduce" $SIZES 2>/dev/null; done >"$tmp/m"
-    for s in $SIZES; do
-        T[mpi,$s]=$(awk -v s=$s '$2 == s {print $3}' "$tmp/m" | best_of)
-        BW[mpi,$s]=$(awk -v s=$s '$2 == s {print $4}' "$tmp/m" | sort -n | tail -1)
-    done
-fi
-# gloo
-if $PY -c "import torch.distributed" 2>/dev/null; then
-    port=$((30000 + RANDOM % 20000))
-    $PY bench/gloo_allreduce.py $port $SIZES >"$tmp/g" 2>"$tmp/gerr" || cat "$tmp/gerr" >&2
-    for s in $SIZES; do
-        T[gloo,$s]=$(awk -v s=$s '$2 == s {print $3}' "$tmp/g")
-        BW[gloo,$s]=$(awk -v s=$s '$2 == s {print $4}' "$tmp/g")
-    done
-fi
 copy=$($B bench copy | awk '$1 == 16777216 {print $3}')
 
 # launcher wall time for a job that only initialises and finalises (best of 5)
+best_of() { sort -n | head -1; }
 wall() { for k in 1 2 3 4 5; do s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc -l; done | best_of; }
 w_ctrain=$(wall $B run --standalone --nproc-per-node 2 $B worker init)
-w_mpirun=$( [ -x "$tmp/mpi_allreduce" ] && wall mpirun -np 2 "$tmp/mpi_allreduce" init || echo n/a)
-cat >"$tmp/t.py" <<'PYEOF'
-import torch.distributed as dist
-dist.init_process_group("gloo"); dist.barrier(); dist.destroy_process_group()
-PYEOF
-w_torchrun=$(for k in 1 2; do s=$(date +%s.%N); $PY -m torch.distributed.run --standalone --nproc_per_node 2 "$tmp/t.py" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc -l; done | best_of)
+w_mpirun=$( [ $have_mpi = 1 ] && wall mpirun -np 2 "$tmp/mpi_allreduce" init || echo n/a)
 
-model=$(lscpu | sed -n 's/^Model name: *//p'); cores=$(nproc)
-echo "Machine: $model, $cores cores ($(uname -r)), $(date +%Y-%m-%d)"
-echo
-echo "| size | ctrain shm | Open MPI | gloo |"
-echo "|---|---|---|---|"
-for s in $SIZES; do
-    if [ $s = 8 ]; then
-        printf "| 8 B latency | %s µs | %s µs | %s µs |\n" "${T[ctrain,$s]}" "${T[mpi,$s]:-n/a}" "${T[gloo,$s]:-n/a}"
-    else
-        printf "| %s MiB busbw | %s GB/s | %s GB/s | %s GB/s |\n" $((s >> 20)) "${BW[ctrain,$s]}" "${BW[mpi,$s]:-n/a}" "${BW[gloo,$s]:-n/a}"
-    fi
+# med: the median of field f (4 = time, 5 = busbw); cell: "**median** (round 1 / round 2 / ...)"
+vals() { awk -v i="$1" -v n="$2" -v s="$3" -v f="$4" '$1 == i && $2 == n && $3 == s {print $f}' "$R"; }
+med() { vals "$@" | sort -g | awk '{v[NR] = $1} END { if (!NR) print 0; else print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+cell() {
+    local all; all=$(vals "$@" | paste -sd/ - | sed 's|/| / |g')
+    [ -n "$all" ] && printf "**%.3g** (%s)" "$(med "$@")" "$all" || echo n/a
+}
+model=$(lscpu | sed -n 's/^Model name: *//p'); fam=$(lscpu | sed -n 's/^CPU family: *//p'); mod=$(lscpu | sed -n 's/^Model: *//p')
+echo "Machine: $model (family $fam model $mod), $(nproc) cores ($(uname -r)), $(date -u +%Y-%m-%dT%H:%MZ); $ROUNDS rounds, load average (1 min) after each: ${loads[*]}"
+for np in $NPS; do
+    echo
+    echo "| $np ranks on $(nproc) cores, f32 sum | ctrain shm | Open MPI$([ $np -gt "$(nproc)" ] && echo ' --oversubscribe') | gloo | ctrain ÷ Open MPI |"
+    echo "|---|---|---|---|---|"
+    for s in $SIZES; do
+        if [ $s = 8 ]; then
+            c=$(med ctrain $np 8 4); m=$(med mpi $np 8 4)
+            printf "| 8 B latency, µs | %s | %s | %s | %s |\n" "$(cell ctrain $np 8 4)" "$(cell mpi $np 8 4)" "$(cell gloo $np 8 4)" \
+                "$(awk -v c="$c" -v m="$m" 'BEGIN { if (c > 0 && m > 0) printf "%.2f× the time", c / m; else print "n/a" }')"
+        else
+            c=$(med ctrain $np $s 5); m=$(med mpi $np $s 5)
+            printf "| %s MiB busbw, GB/s | %s | %s | %s | %s |\n" $((s >> 20)) "$(cell ctrain $np $s 5)" "$(cell mpi $np $s 5)" "$(cell gloo $np $s 5)" \
+                "$(awk -v c="$c" -v m="$m" 'BEGIN { if (c > 0 && m > 0) printf "%.2f×", c / m; else print "n/a" }')"
+        fi
+    done
 done
 echo
+echo "- medians in bold, then each round's value in order; ctrain is \`ctrain bench allreduce --np N\` (default settings), Open MPI \`mpirun -np N\` (its default binding), gloo \`bench/gloo_allreduce.py\`"
 echo "- copy ceiling (one core, memcpy 16 MiB): $copy GB/s"
-echo "- ctrain 8 B with fingerprints off: $fp_off µs (on: ${T[ctrain,8]} µs); async issue + ct_work_wait: $async8 µs"
-printf -- "- trivial 2-rank job wall time: ctrain run %.3f s, mpirun %s s, torchrun %.2f s\n" "$w_ctrain" "$w_mpirun" "$w_torchrun"
+printf -- "- trivial 2-rank job wall time (best of 5): ctrain run %.3f s, mpirun %s s\n" "$w_ctrain" "$w_mpirun"

@@ -1,4 +1,4 @@
-"""PyTorch gloo baseline for bench/allreduce.sh: 2 ranks, in-place all_reduce (f32 sum),
+"""PyTorch gloo baseline for bench/allreduce.sh: 2 ranks (GLOO_NP=4: 4), in-place all_reduce (f32 sum),
 max time over ranks. Prints "gloo BYTES TIME_US BUSBW_GBS" per size.
 Usage: /usr/bin/python3 bench/gloo_allreduce.py PORT BYTES...   (or: PORT init)
 Under torchrun (RANK/WORLD_SIZE set, bench/multinode.sh): PORT is ignored, one rank per process."""
@@ -38,4 +38,5 @@ if __name__ == "__main__":
     if "RANK" in os.environ:
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), port, sizes)
     else:
-        mp.spawn(worker, args=(2, port, sizes), nprocs=2)
+        n = int(os.environ.get("GLOO_NP", "2"))
+        mp.spawn(worker, args=(n, port, sizes), nprocs=n)

@@ -5,7 +5,8 @@
 # shared, so the best of a few runs is the least disturbed one).
 #
 #   bash bench/run.sh               core engine (1 and 2 threads) + DDP (2 ranks x 1 thread), ~6-8 min,
-#                                   then the all-reduce comparison (bench/allreduce.sh, ~1 min)
+#                                   then the all-reduce comparison (bench/allreduce.sh: 2 and 4 ranks,
+#                                   3 interleaved rounds, ~3 min), DDP scaling (bench/ddp_scaling.sh, ~3 min)
 #                                   and tokenizer throughput vs `tokenizers` (bench/tokenizers.sh, ~2-8 min)
 #   bash bench/run.sh --quick       one repetition, shorter runs (~3 min)
 #   bash bench/run.sh --accuracy    also Fashion-MNIST accuracy, CNN and MLP, 2 ranks, default
@@ -136,8 +137,12 @@ fi
 
 if [ $coll -eq 1 ]; then
     echo
-    echo "## Collectives (shm backend vs gloo and Open MPI)"
+    echo "## Collectives (shm backend vs Open MPI and gloo; 2 ranks and 4 ranks, interleaved rounds)"
     bash bench/allreduce.sh
+    echo
+    echo "## DDP scaling (2 ranks x 1 thread vs 1 x 1; with and without the sharded optimizer step)"
+    [ $REPEAT -eq 1 ] && export ROUNDS=${ROUNDS:-1} SECS=${SECS:-3}
+    bash bench/ddp_scaling.sh
 fi
 
 if [ $tok -eq 1 ]; then

@@ -29,14 +29,24 @@ static long futex_shared(_Atomic uint32_t *addr, int op, uint32_t val, const str
 
 static inline int reached(uint32_t v, uint32_t target) { return (int32_t)(v - target) >= 0; }
 
-void shm_word_add(shm_word *w) {
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+void shm_word_add(shm_pg *s, shm_word *w) {
     atomic_fetch_add(&w->v, 1); /* seq_cst: pairs with the waiter's waiters++ then load */
-    if (atomic_load(&w->waiters)) futex_shared(&w->v, FUTEX_WAKE, INT_MAX, NULL);
+    if (atomic_load(&w->waiters)) {
+        atomic_store_explicit(&w->woke_ns, now_ns(), memory_order_relaxed);
+        futex_shared(&w->v, FUTEX_WAKE, INT_MAX, NULL);
+        s->st_wakes++;
+    }
 }
 
 void shm_post(shm_pg *s) {
     s->posts++;
-    shm_word_add(&s->ctl[s->rank].seq);
+    shm_word_add(s, &s->ctl[s->rank].seq);
 }
 
 static void wake_everyone(shm_pg *s) {
@@ -80,24 +90,57 @@ static int peer_dead(shm_pg *s, int peer) {
     return pid > 0 && kill(pid, 0) && errno == ESRCH;
 }
 
+/* A sleeping waiter measured how long its wake-up took (the poster's FUTEX_WAKE to its return):
+ * spinning for a few wake-ups' worth costs less than sleeping through one. Where waking is
+ * cheap (bare metal, idle cores) this stays at the floor; in a VM whose idle vCPU must be
+ * woken by the hypervisor, or on a loaded machine, it grows, up to the cap. */
+#define SHM_SPIN_FLOOR_S 200e-6
+#define SHM_SPIN_FLOOR_OVERSUB_S 50e-6
+#define SHM_SPIN_CAP_S 5e-3
+#define SHM_SPIN_IN_OP_S 10e-3 /* later rounds of a multi-round op: the peers are in it too */
+static void note_wakeup(shm_pg *s, double lat) {
+    s->st_wakeups++;
+    s->st_wake_s += lat;
+    s->wake_s = s->wake_s > 0 ? 0.8 * s->wake_s + 0.2 * lat : lat;
+    /* ranks outnumbering CPUs stay at the short spin: the peer a spinner waits for may be
+     * queued behind it on its CPU (4 ranks on 2 cores, 8 B: 96-142 us with 50 us against
+     * 100-3,700 us adapted, in alternation) */
+    if (s->spin_fixed || s->oversub) return;
+    double spin = 4 * s->wake_s;
+    s->spin_s = spin < SHM_SPIN_FLOOR_S ? SHM_SPIN_FLOOR_S : spin > SHM_SPIN_CAP_S ? SHM_SPIN_CAP_S : spin;
+}
+
 ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, double deadline) {
-    if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
+    s->st_waits++;
+    if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) { s->st_ready++; return CT_OK; }
     double t0 = ct_time_now(), last_pid = t0;
-    /* 1. spin: the peer is usually a few hundred ns away */
+    double budget = s->in_op && !s->spin_fixed && !s->oversub && s->spin_s < SHM_SPIN_IN_OP_S ? SHM_SPIN_IN_OP_S : s->spin_s;
+    /* 1. spin: the peer is usually a few hundred ns away. After the first microseconds (at
+     * once when ranks outnumber CPUs) each poll also yields, so that a peer or another job
+     * waiting for this CPU runs instead of the spinner: the spin shares the core fairly. A
+     * yield that took long means another task wanted this CPU: spinning on then only spends
+     * this rank's share of it, and a sleeper that wakes is scheduled before a spinner that
+     * used its share (measured on a VM at load 20-80: docs/bench/collectives.md), so sleep. */
+    int contended = 0;
     for (unsigned i = 1;; i++) {
-        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
+        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) {
+            s->st_spun++;
+            s->st_wait_s += ct_time_now() - t0;
+            return CT_OK;
+        }
         _mm_pause();
         if ((i & 255) == 0) {
             if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed)) return check_abort(s);
-            if (ct_time_now() - t0 > s->spin_s) break;
+            double el = ct_time_now() - t0;
+            if (el > budget) break;
+            if (s->oversub || el > 20e-6) {
+                double y0 = ct_time_now();
+                sched_yield();
+                if (ct_time_now() - y0 > 50e-6 && ++contended >= 2) { s->st_contended++; break; }
+            }
         }
     }
-    /* 2. yield: oversubscribed cores (more ranks than CPUs) need the peer to run */
-    for (int i = 0; i < s->yields; i++) {
-        sched_yield();
-        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
-    }
-    /* 3. sleep on the futex; wake up now and then to check for dead peers and aborts */
+    /* 2. sleep on the futex; wake up now and then to check for dead peers and aborts */
     for (;;) {
         ct_status st = check_abort(s);
         if (st) return st;
@@ -115,11 +158,18 @@ ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, doubl
         double left = deadline - now;
         if (left > 0.1) left = 0.1;
         struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        uint64_t slept_ns = now_ns();
         atomic_fetch_add(&w->waiters, 1);
         uint32_t v = atomic_load(&w->v);
         if (!reached(v, target)) futex_shared(&w->v, FUTEX_WAIT, v, &ts);
         atomic_fetch_sub(&w->waiters, 1);
-        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) return CT_OK;
+        if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) {
+            uint64_t woke = atomic_load_explicit(&w->woke_ns, memory_order_relaxed), back = now_ns();
+            if (woke >= slept_ns && back >= woke) note_wakeup(s, (double)(back - woke) * 1e-9);
+            s->st_slept++;
+            s->st_wait_s += ct_time_now() - t0;
+            return CT_OK;
+        }
     }
 }
 
@@ -128,7 +178,8 @@ static void fp_text(const shm_fp *f, char *out, size_t n) {
                  .peer = f->root};
     ct_work_describe(&w, out, n);
     size_t l = strlen(out);
-    if (f->zc && l < n)
+    if (f->zc == SHM_ZC_CMA && l < n) snprintf(out + l, n - l, " through cross-memory attach");
+    else if (f->zc && l < n)
         snprintf(out + l, n - l, " in place in shared allocation %llu at byte %llu", (unsigned long long)(f->zc >> 40) - 1,
                  (unsigned long long)(f->zc & ((1ull << 40) - 1)));
 }
@@ -211,13 +262,23 @@ static ct_status shm_run(void *impl, ct_work *w, double deadline) {
     default: st = ct_error(CT_ERR_INVALID, "unknown op %d", w->kind);
     }
     s->cur = NULL;
+    s->in_op = 0;
     return st;
 }
 
 static void shm_destroy(void *impl) {
     shm_pg *s = impl;
     if (!s) return;
+    if (s->st_waits)
+        CT_LOG_INFO("shm", "group %d: %llu waits: %llu found ready, %llu spun (%.1f us mean), %llu slept (%llu of them because another task wanted the CPU); %llu futex wakes "
+                    "issued; wake-up %.1f us mean over %llu; spin budget now %.0f us", s->gid,
+                    (unsigned long long)s->st_waits, (unsigned long long)s->st_ready, (unsigned long long)s->st_spun,
+                    s->st_spun + s->st_slept ? s->st_wait_s * 1e6 / (double)(s->st_spun + s->st_slept) : 0.0,
+                    (unsigned long long)s->st_slept, (unsigned long long)s->st_contended, (unsigned long long)s->st_wakes,
+                    s->st_wakeups ? s->st_wake_s * 1e6 / (double)s->st_wakeups : 0.0, (unsigned long long)s->st_wakeups,
+                    s->spin_s * 1e6);
     shm_free_all_shared(s);
+    free(s->cma_tmp);
     if (s->base) munmap(s->base, s->map_bytes);
     free(s->p2p_sent);
     free(s->p2p_recv);
@@ -248,9 +309,16 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
     s->small_max = (size_t)ct_config_int(CT_CFG_SHM_SMALL);
     if (s->small_max > s->H) s->small_max = s->H;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int oversub = local_size > ncpu;
-    s->spin_s = (ct_config_is_set(CT_CFG_SHM_SPIN_US) ? ct_config_float(CT_CFG_SHM_SPIN_US) : (oversub ? 2 : 200)) * 1e-6;
-    s->yields = oversub ? 50 : 4;
+    s->oversub = local_size > ncpu;
+    s->spin_fixed = ct_config_is_set(CT_CFG_SHM_SPIN_US);
+    s->spin_s = s->spin_fixed ? ct_config_float(CT_CFG_SHM_SPIN_US) * 1e-6
+                              : s->oversub ? SHM_SPIN_FLOOR_OVERSUB_S : SHM_SPIN_FLOOR_S;
+    s->cma = n > 1 && ct_config_bool(CT_CFG_SHM_CMA) ? -1 : 0; /* -1: probed at the first large all-reduce */
+    /* a peer's data is read in pieces that, with the partial sums, fill half of the L2 cache */
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 <= 0) l2 = 1 << 20;
+    s->cma_chunk = ((size_t)l2 / 2 / (size_t)n) & ~(size_t)4095;
+    if (s->cma_chunk < 16384) s->cma_chunk = 16384;
     s->p2p_sent = calloc((size_t)n, sizeof(uint32_t));
     s->p2p_recv = calloc((size_t)n, sizeof(uint32_t));
     size_t ctl_off = sizeof(shm_hdr);

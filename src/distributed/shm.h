@@ -8,7 +8,8 @@
  *
  * Synchronisation: every rank performs the same sequence of posts (one per phase); a post
  * increments the rank's counter; wait_all(k) waits until every peer's counter >= k.
- * Waits spin, then yield, then sleep on a futex. */
+ * Waits spin (yielding the core when another task wants it), then sleep on a futex; the spin
+ * budget follows the measured cost of a futex wake-up (docs/bench/collectives.md). */
 #ifndef CT_DIST_SHM_H
 #define CT_DIST_SHM_H
 
@@ -18,6 +19,7 @@
 typedef struct {
     _Atomic uint32_t v;
     _Atomic uint32_t waiters;
+    _Atomic uint64_t woke_ns; /* when the last FUTEX_WAKE on v was issued: the woken measure the wake-up */
 } shm_word;
 
 typedef struct {
@@ -28,12 +30,15 @@ typedef struct {
     uint64_t count;
     uint64_t zc; /* in-place all-reduce: (allocation id + 1) << 40 | byte offset; 0 = staged */
 } shm_fp; /* 32 bytes */
+#define SHM_ZC_CMA UINT64_MAX /* fp.zc of an all-reduce through cross-memory attach */
 
 typedef struct __attribute__((aligned(64))) {
     shm_word seq;
     int32_t pid;
     uint32_t pad;
     shm_fp fp[2]; /* by op sequence parity: a fast peer may already describe the next op */
+    uint64_t cma_addr[2]; /* by op parity: the buffer a cross-memory all-reduce reads and writes */
+    int32_t cma_ok;       /* set up: this rank could read every peer's memory (process_vm_readv) */
 } shm_ctl;
 
 typedef struct {
@@ -43,9 +48,9 @@ typedef struct {
 
 typedef struct __attribute__((aligned(64))) {
     shm_word sent; /* chunks written by the sender */
-    uint8_t pad0[56];
+    uint8_t pad0[48];
     shm_word acked; /* chunks consumed by the receiver */
-    uint8_t pad1[56];
+    uint8_t pad1[48];
     shm_msghdr hdr[2];
     uint8_t pad2[96];
 } shm_chan;
@@ -81,9 +86,18 @@ typedef struct shm_pg {
     uint64_t round;  /* staging half parity */
     uint32_t *p2p_sent, *p2p_recv;
     int fingerprint;
-    double spin_s;
-    int yields;
+    double spin_s;    /* current spin budget before sleeping */
+    int spin_fixed;   /* CTRAIN_SHM_SPIN_US given: no adaptation */
+    int oversub;      /* more local ranks than CPUs: yield at once */
+    int in_op;        /* past the first wait of a multi-round op: spin longer */
+    double wake_s;    /* running mean of the measured futex wake-up latency */
     size_t small_max;
+    int cma;          /* every rank can read and write the peers' memory: large all-reduce in 2 steps */
+    size_t cma_chunk; /* bytes per read from a peer: a share of the L2 cache */
+    uint8_t *cma_tmp; /* n x cma_chunk: peers' data, then the partial sums */
+    /* wait statistics (CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=shm prints them at exit) */
+    uint64_t st_waits, st_ready, st_spun, st_slept, st_contended, st_wakes, st_wakeups;
+    double st_wait_s, st_wake_s;
     const ct_work *cur; /* for messages */
     shm_shared *shared; /* ct_pg_alloc_shared mappings (list changed only with the queue drained) */
     uint32_t nshared;
@@ -106,15 +120,19 @@ static inline ct_status shm_round(shm_pg *s, double deadline, int *first) {
     shm_post(s);
     ct_status st = shm_wait_all(s, deadline, *first);
     *first = 0;
+    s->in_op = 1; /* the peers are in this op: later rounds spin longer instead of sleeping */
     return st;
 }
 /* Writes this rank's fingerprint for the current op (before its first post). */
 void shm_fp_begin(shm_pg *s, const ct_work *w);
 ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, double deadline);
-void shm_word_add(shm_word *w);
+void shm_word_add(shm_pg *s, shm_word *w);
 ct_status shm_fail(shm_pg *s, ct_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Elements per part when `ce` elements are split in n parts aligned to 64 bytes. */
 size_t shm_part(size_t ce, int n, size_t esz);
+
+/* shm_cma.c: all-reduce of large private buffers through cross-memory attach */
+ct_status shm_allreduce_cma(shm_pg *s, ct_work *w, double deadline);
 
 /* shm_shared.c: shared allocations and the in-place all-reduce over them. */
 shm_shared *shm_find_shared(shm_pg *s, const void *buf, size_t bytes);
@@ -126,6 +144,9 @@ void shm_free_all_shared(shm_pg *s);
 
 /* Collectives (one algorithm per file). */
 ct_status shm_allreduce(shm_pg *s, ct_work *w, double deadline);
+ct_status shm_allreduce_staged(shm_pg *s, ct_work *w, double deadline);
+void shm_reduce_sources(ct_dtype dt, ct_reduce_op op, int n, const void *const *src, void *acc, void *out, void *out2,
+                        size_t cnt);
 ct_status shm_broadcast(shm_pg *s, ct_work *w, double deadline);
 ct_status shm_allgather(shm_pg *s, ct_work *w, double deadline);
 ct_status shm_reduce_scatter(shm_pg *s, ct_work *w, double deadline);

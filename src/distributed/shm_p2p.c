@@ -26,7 +26,7 @@ ct_status shm_send(shm_pg *s, ct_work *w, double deadline) {
         ch->hdr[k & 1] = (shm_msghdr){(uint32_t)w->tag, (uint32_t)w->dt, w->count};
         if (m) memcpy(shm_pbuf(s, s->rank, d, (int)(k & 1)), src + off, m);
         s->p2p_sent[d] = k + 1;
-        shm_word_add(&ch->sent);
+        shm_word_add(s, &ch->sent);
         off += m;
     } while (off < bytes);
     return CT_OK;
@@ -58,7 +58,7 @@ ct_status shm_recv(shm_pg *s, ct_work *w, double deadline) {
         size_t m = bytes - off < s->P ? bytes - off : s->P;
         if (m) memcpy(dst + off, shm_pbuf(s, src_rank, s->rank, (int)(k & 1)), m);
         s->p2p_recv[src_rank] = k + 1;
-        shm_word_add(&ch->acked);
+        shm_word_add(s, &ch->acked);
         off += m;
     } while (off < bytes);
     return CT_OK;

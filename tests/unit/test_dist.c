@@ -1,8 +1,10 @@
 /* Multi-process collective tests on the shm backend (ct_spawn forks the ranks).
  * Expected values come from small integer patterns, so every dtype is exact. */
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ct_test.h"
@@ -88,6 +90,54 @@ CT_TEST(allreduce_65_ranks_4k_chunk) {
     ct_config_unset("CTRAIN_TIMEOUT");
     ct_config_unset("CTRAIN_BIND");
 }
+
+/* Large all-reduces go through cross-memory attach (process_vm_readv) unless CTRAIN_SHM_CMA=0:
+ * both paths must sum in rank order, bit for bit, on values where the order shows. A rank on
+ * the other path is a named mismatch. arg: the CTRAIN_SHM_CMA value, or NULL: rank 1 differs. */
+static float rough(int rank, size_t i) {
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(rank * 40503 + 17);
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return (float)((int)(h % 20001) - 10000) * ldexpf(1.0f, (int)(h >> 27) - 20); /* 2^-20 .. 2^11 */
+}
+static int w_cma_bits(int rank, int n, void *arg) {
+    const char *cma = arg;
+    if (cma) ct_config_set("CTRAIN_SHM_CMA", cma);
+    else ct_config_set("CTRAIN_SHM_CMA", rank == 1 ? "0" : "1");
+    ct_pg *pg;
+    WOK(ct_dist_init(NULL, &pg));
+    size_t cnt = 1000003; /* 4 MB: many pieces, an odd tail */
+    float *b = malloc(cnt * sizeof *b);
+    if (!cma) {
+        for (size_t i = 0; i < cnt; i++) b[i] = rough(rank, i);
+        ct_status st = ct_all_reduce_sync(pg, b, cnt, CT_F32, CT_RED_SUM);
+        if (st != CT_ERR_MISMATCH || !strstr(ct_last_error(), "cross-memory attach"))
+            WFAIL("expected a mismatch naming the path, got %s: %s", ct_status_str(st), ct_last_error());
+        if (rank == 0) fprintf(stderr, "  rank 0: %s\n", ct_last_error());
+        free(b);
+        ct_pg_free(pg);
+        return 0;
+    }
+    for (int op = 0; op < 2; op++) {
+        ct_reduce_op rop = op ? CT_RED_AVG : CT_RED_SUM;
+        for (size_t i = 0; i < cnt; i++) b[i] = rough(rank, i);
+        WOK(ct_all_reduce_sync(pg, b, cnt, CT_F32, rop));
+        for (size_t i = 0; i < cnt; i++) {
+            float e = rough(0, i);
+            for (int r = 1; r < n; r++) e += rough(r, i);
+            if (rop == CT_RED_AVG) e /= (float)n;
+            if (memcmp(&e, &b[i], 4)) WFAIL("CTRAIN_SHM_CMA=%s %s [%zu] = %a, rank order gives %a", cma, ct_reduce_op_name(rop), i, (double)b[i], (double)e);
+        }
+    }
+    free(b);
+    ct_pg_free(pg);
+    return 0;
+}
+CT_TEST(allreduce_cma_bits_3_ranks) { CT_EXPECT(spawn_ok(w_cma_bits, 3, "1")); }
+CT_TEST(allreduce_staged_bits_3_ranks) { CT_EXPECT(spawn_ok(w_cma_bits, 3, "0")); }
+CT_TEST(allreduce_cma_bits_2_ranks) { CT_EXPECT(spawn_ok(w_cma_bits, 2, "1")); }
+CT_TEST(allreduce_cma_mismatch) { CT_EXPECT(spawn_ok(w_cma_bits, 2, NULL)); }
 
 /* ------------------------------------------------------------------ the other collectives */
 static int w_collectives(int rank, int n, void *arg) {

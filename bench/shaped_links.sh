@@ -8,10 +8,14 @@
 #   bulk   one TCP stream host 1 -> host 0 for BULK_SECONDS (default 3): the rate the shaping holds
 #   coll   ctrain bench allreduce/allgather/reducescatter, 2 hosts x 1 rank (flat Gloo),
 #          2 hosts x 2 ranks (hier: shm inside, Gloo between the leaders; allreduce), 4 hosts x
-#          1 rank (flat Gloo): time per call for 1, 4, 16, 64 MiB
+#          1 rank (flat Gloo): time per call for 1, 4, 16, 64 MiB; the hier all-reduce both
+#          ways: allreduce-ordered (CTRAIN_HIER_ALLREDUCE=ordered, the default: host 0's leader
+#          to host 1's and back, bit-identical to one host) and allreduce (rail: local rank i of
+#          every host all-reduces slice i over its own Gloo ring, both directions at once)
 #   train  ctrain train vs PyTorch DDP (gloo, bench/torch_train.py under torchrun), MLP and GPT
 #          of bench/multinode.sh, LAYOUTS (default "2x2": hosts x ranks per host); ctrain with
-#          its hier backend, overlapped buckets and --grad-compression bf16 (COMPRESS=none: f32)
+#          its hier backend (HIER=rail unless set: CTRAIN_HIER_ALLREDUCE), overlapped buckets and
+#          --grad-compression bf16 (COMPRESS=none: f32)
 # and once, unshaped, MODES=base: the same training on one host (1 rank; LAYOUTS' ranks on one
 # host), for the efficiency and the cost model's compute.
 # One line per result, appended to OUT (default bench/shaped_links.out) and printed:
@@ -19,7 +23,9 @@
 #   coll RATE HxR COLL BYTES us=T busbw=B
 #   train RATE HxR IMPL MODEL rate=R step_ms=S [compute_ms= allreduce_ms= hidden_pct=]
 # bench/cost_model.py reads that file. Everything shares this machine's cores: 2 hosts x 2 ranks
-# on 2 cores are 4 processes on 2 cores; CTRAIN_SHM_SPIN_US=2 as bench/multinode.sh.
+# on 2 cores are 4 processes on 2 cores; CTRAIN_SHM_SPIN_US=2 as bench/multinode.sh, and
+# CTRAIN_BIND=0 unless set: each "host" would pin its local rank 0 to the same core 0 (on
+# machines of their own the pinning stays on).
 # Usage: [RATES=...] [MODES="bulk coll train base"] [PYTHON=...] [OUT=...] bench/shaped_links.sh
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -62,7 +68,6 @@ set_rate() {
     local k
     for k in $(seq 0 $((NH - 1))); do
         if [ "$1" = none ]; then
-            ip -n $p-h$k link set eth0 up # (no-op) the bare veth
             ip netns exec $p-h$k tc qdisc del dev eth0 root 2>/dev/null
             ip netns exec $p-sw tc qdisc del dev $p-s$k root 2>/dev/null
         else
@@ -78,7 +83,7 @@ in_host() {
     ip netns exec $p-h$k sh -c 'mount -t tmpfs ctshm /dev/shm && exec "$@"' sh "$@"
 }
 emit() { echo "$*" | tee -a "$OUT"; }
-export CTRAIN_SHM_SPIN_US=2 OMP_NUM_THREADS=1
+export CTRAIN_SHM_SPIN_US=2 CTRAIN_BIND=${CTRAIN_BIND:-0} OMP_NUM_THREADS=1 CTRAIN_HIER_ALLREDUCE=${HIER:-rail}
 port=29800
 secret=$tmp/secret # the store's secret, in a 0600 file
 od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$secret"; chmod 600 "$secret"
@@ -148,7 +153,7 @@ train_one() {
 }
 cz=(--grad-compression "${COMPRESS:-bf16}")
 [ "${COMPRESS:-bf16}" = none ] && cz=()
-coll_one() { # RATE H R COLL
+coll_one() { # RATE H R COLL [LABEL]
     local b=(bench $4 -b 1M -e 64M -f 4 -n ${COLL_ITERS:-5} -w 2)
     if [ "$2" = 1 ]; then
         in_host 0 timeout 900 "$C" run --standalone --nproc-per-node $3 "$C" "${b[@]}" >"$tmp/a.0" 2>&1
@@ -156,13 +161,13 @@ coll_one() { # RATE H R COLL
         ctrain_on $2 $3 "$tmp/a" "$C" "${b[@]}"
     fi || die "bench $4 ${2}x$3 at $1: $(tail -3 "$tmp/a.0" "$tmp/a.1")"
     grep -E '^ *[0-9]+ ' "$tmp/a.0" | while read -r bytes _ _ _ us _ bus _; do
-        emit "coll $1 ${2}x$3 $4 $bytes us=$us busbw=$bus"
+        emit "coll $1 ${2}x$3 ${5:-$4} $bytes us=$us busbw=$bus"
     done
 }
 
 MODES=${MODES:-bulk coll train base}
 emit "# $(date -u '+%F %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(getconf _NPROCESSORS_ONLN) cores |" \
-     "load $(cut -d' ' -f1-3 /proc/loadavg) | torch $("$PY" -c 'import torch; print(torch.__version__)') | compress ${COMPRESS:-bf16}"
+     "load $(cut -d' ' -f1-3 /proc/loadavg) | torch $("$PY" -c 'import torch; print(torch.__version__)') | compress ${COMPRESS:-bf16} | hier ${HIER:-rail} | bind $CTRAIN_BIND"
 for rate in ${RATES:-none 25gbit 10gbit 1gbit}; do
     set_rate $rate
     for mode in $MODES; do
@@ -176,7 +181,8 @@ for rate in ${RATES:-none 25gbit 10gbit 1gbit}; do
             emit "bulk $rate $(cat "$tmp/bulk")" ;;
         coll)
             for c in allreduce allgather reducescatter; do coll_one $rate 2 1 $c; coll_one $rate 4 1 $c; done
-            coll_one $rate 2 2 allreduce ;;
+            CTRAIN_HIER_ALLREDUCE=ordered coll_one $rate 2 2 allreduce allreduce-ordered
+            CTRAIN_HIER_ALLREDUCE=rail coll_one $rate 2 2 allreduce ;;
         train)
             for l in ${LAYOUTS:-2x2}; do
                 for m in ${TRAIN_MODELS:-mlp gpt}; do train_one $rate ${l%x*} ${l#*x} $m; done

@@ -26,15 +26,16 @@ rate() { # the Mbit/s of a 2 s stream from the second host to the first
 }
 shaped=$(rate)
 [ "$shaped" -ge 75 ] && [ "$shaped" -le 105 ] || die "100mbit link carried $shaped Mbit/s"
+declare -A took # microseconds per collective
 for c in allgather reducescatter allreduce; do
     mpi_on $net.1:1,$net.2:1 2 "$C" bench $c -b 4M -e 4M -n 2 -w 1 >"$tmp/$c" 2>&1 || die "$c: $(tail -3 "$tmp/$c")"
     us=$(awk '/^ *[0-9]+ / { print int($5) }' "$tmp/$c")
     min=167772; [ $c = allreduce ] && min=335544 # bytes each rank sends x 8 / 100 Mbit/s, in us
     [ -n "$us" ] && [ "$us" -ge $min ] || die "$c of 4 MiB over 100 Mbit/s took $us us (< $min): $(cat "$tmp/$c")"
-    eval "t_$c=$us"
+    took[$c]=$us
 done
 for n in $A $Bn; do ip netns exec $n tc qdisc del dev v$n root || die "removing the filter"; done
 bare=$(rate)
 [ "$bare" -gt $((2 * shaped)) ] || die "the bare veth carried $bare Mbit/s, the shaped one $shaped"
-echo "100mbit: $shaped Mbit/s (bare veth $bare); 4 MiB all-gather ${t_allgather} us, reduce-scatter" \
-     "${t_reducescatter} us, all-reduce ${t_allreduce} us"
+echo "100mbit: $shaped Mbit/s (bare veth $bare); 4 MiB all-gather ${took[allgather]} us, reduce-scatter" \
+     "${took[reducescatter]} us, all-reduce ${took[allreduce]} us"

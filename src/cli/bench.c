@@ -7,8 +7,12 @@
  *   ctrain bench allreduce --backend nccl -c                # one rank per GPU, device buffers
  *   ctrain bench copy                                      # single-core memcpy bandwidth
  *
- * busbw = algbw * 2(n-1)/n for all-reduce (the nccl-tests convention: the bandwidth each
- * link would need for a ring algorithm; comparable across rank counts). */
+ *   ctrain run --nproc-per-node 4 -- ctrain bench allgather -b 1M -e 64M   # also reducescatter
+ *
+ * busbw = algbw * 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter (the
+ * nccl-tests convention: the bandwidth each link would need for a ring algorithm; comparable
+ * across rank counts). For the latter two the size is the whole gathered buffer (n chunks),
+ * as in nccl-tests; they have no -c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +30,10 @@ typedef struct {
     ct_reduce_op op;
     ct_dtype dt;
     const char *backend;
+    int coll; /* BENCH_ALLREDUCE, BENCH_ALLGATHER or BENCH_REDUCE_SCATTER */
 } bench_opts;
+enum { BENCH_ALLREDUCE, BENCH_ALLGATHER, BENCH_REDUCE_SCATTER };
+static const char *const coll_names[] = {"allreduce", "allgather", "reducescatter"};
 
 /* Sizes up to 1 TiB: beyond that the buffer size (size + 4095) wrapped around, a tiny buffer
  * was allocated and filled (a segfault with -e 18446744073709549568), and a double over
@@ -52,6 +59,8 @@ static int parse_size(const char *s, size_t *out) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrain bench allreduce [options]    all-reduce time and bandwidth per size\n"
+            "       ctrain bench allgather|reducescatter [options]   the same for those collectives\n"
+            "                                           (size: the gathered buffer of all ranks)\n"
             "       ctrain bench copy                   memcpy bandwidth of one core (the ceiling)\n\n"
             "  -b SIZE         smallest size in bytes (default 8; K, M, G suffixes)\n"
             "  -e SIZE         largest size (default 64M)\n"
@@ -117,6 +126,20 @@ static void coll_free(void *host, void *coll) {
     if (coll != host) ct_device_free(coll_dev, coll);
 }
 
+/* One collective of cnt elements (all-gather/reduce-scatter: cnt / n per rank, from and into
+ * the two halves of the buffer). */
+static ct_status one_coll(const bench_opts *o, ct_pg *pg, void *cb, size_t cnt, int n) {
+    size_t part = cnt / (size_t)n, esz = ct_dtype_size(o->dt);
+    char *b = cb;
+    if (o->coll == BENCH_ALLGATHER) return ct_all_gather_sync(pg, b + cnt * esz, b, part, o->dt);
+    if (o->coll == BENCH_REDUCE_SCATTER) return ct_reduce_scatter_sync(pg, b, b + cnt * esz, part, o->dt, o->op);
+    if (!o->async_mode) return ct_all_reduce_sync(pg, cb, cnt, o->dt, o->op);
+    ct_work *w = ct_all_reduce(pg, cb, cnt, o->dt, o->op);
+    ct_status st = ct_work_wait(w);
+    ct_work_free(w);
+    return st;
+}
+
 static int bench_body(bench_opts *o) {
     ct_dist_opts d = ct_dist_default_opts();
     d.backend = o->backend;
@@ -128,18 +151,19 @@ static int bench_body(bench_opts *o) {
     }
     int rank = ct_pg_rank(pg), n = ct_pg_size(pg);
     size_t esz = ct_dtype_size(o->dt);
-    void *buf = aligned_alloc(4096, (o->e + 4095) / 4096 * 4096 + 4096);
+    size_t room = o->coll == BENCH_ALLREDUCE ? o->e : 2 * o->e; /* input and output apart */
+    void *buf = aligned_alloc(4096, (room + 4095) / 4096 * 4096 + 4096);
     if (!buf) { fprintf(stderr, "ctrain bench: out of memory\n"); return 1; }
-    memset(buf, 0, o->e);
+    memset(buf, 0, room);
     void *cb;
-    if (coll_buf(pg, buf, o->e ? o->e : 1, &cb) != CT_OK) {
+    if (coll_buf(pg, buf, room ? room : 1, &cb) != CT_OK) {
         fprintf(stderr, "ctrain bench: rank %d: %s\n", rank, ct_last_error());
         free(buf);
         ct_pg_free(pg);
         return 1;
     }
     if (rank == 0) {
-        printf("# ctrain bench allreduce: %d ranks, backend %s, %s %s, fingerprints %s, %s calls\n", n, ct_pg_backend(pg),
+        printf("# ctrain bench %s: %d ranks, backend %s, %s %s, fingerprints %s, %s calls\n", coll_names[o->coll], n, ct_pg_backend(pg),
                ct_dtype_name(o->dt), ct_reduce_op_name(o->op), o->fingerprint ? "on" : "off",
                o->async_mode ? "async" : "blocking");
         printf("#%14s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
@@ -149,22 +173,15 @@ static int bench_body(bench_opts *o) {
     int rc = 0;
     for (size_t bytes = o->b; bytes <= o->e; bytes = (size_t)((double)bytes * o->f) > bytes ? (size_t)((double)bytes * o->f) : bytes + 1) {
         size_t cnt = bytes / esz;
+        if (o->coll != BENCH_ALLREDUCE) cnt -= cnt % (size_t)n; /* n equal chunks */
         if (!cnt) continue;
         int iters = o->iters > 0 ? o->iters : (int)(((64u << 20) / (cnt * esz)) < 20 ? 20 : ((64u << 20) / (cnt * esz)));
         if (o->iters <= 0 && iters > 20000) iters = 20000;
         ct_status st = CT_OK;
-        for (int i = 0; i < o->warmup && !st; i++) st = ct_all_reduce_sync(pg, cb, cnt, o->dt, o->op);
+        for (int i = 0; i < o->warmup && !st; i++) st = one_coll(o, pg, cb, cnt, n);
         if (!st) st = ct_barrier_sync(pg);
         double t0 = ct_time_now();
-        for (int i = 0; i < iters && !st; i++) {
-            if (o->async_mode) {
-                ct_work *w = ct_all_reduce(pg, cb, cnt, o->dt, o->op);
-                st = ct_work_wait(w);
-                ct_work_free(w);
-            } else {
-                st = ct_all_reduce_sync(pg, cb, cnt, o->dt, o->op);
-            }
-        }
+        for (int i = 0; i < iters && !st; i++) st = one_coll(o, pg, cb, cnt, n);
         double t = (ct_time_now() - t0) / iters;
         if (!st) st = ct_all_reduce_sync(pg, &t, 1, CT_F64, CT_RED_MAX);
         size_t wrong = 0;
@@ -188,7 +205,7 @@ static int bench_body(bench_opts *o) {
         if (wrong) rc = 1;
         if (rank == 0) {
             double algbw = (double)(cnt * esz) / t / 1e9;
-            double busbw = algbw * 2.0 * (n - 1) / n;
+            double busbw = algbw * (o->coll == BENCH_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;
             if (o->check) printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8zu\n", cnt * esz, cnt, ct_dtype_name(o->dt),
                                  ct_reduce_op_name(o->op), t * 1e6, algbw, busbw, wrong);
             else printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8s\n", cnt * esz, cnt, ct_dtype_name(o->dt),
@@ -234,12 +251,17 @@ int cli_bench(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "copy")) return bench_copy();
-    if (strcmp(argv[1], "allreduce") && strcmp(argv[1], "all_reduce")) {
-        fprintf(stderr, "ctrain bench: unknown benchmark '%s' (expected allreduce or copy)\n", argv[1]);
+    int coll = -1;
+    for (int c = 0; c <= BENCH_REDUCE_SCATTER; c++)
+        if (!strcmp(argv[1], coll_names[c])) coll = c;
+    if (!strcmp(argv[1], "all_reduce")) coll = BENCH_ALLREDUCE;
+    if (coll < 0) {
+        fprintf(stderr, "ctrain bench: unknown benchmark '%s' (expected allreduce, allgather, reducescatter or copy)\n",
+                argv[1]);
         return 2;
     }
     bench_opts o = {.b = 8, .e = 64u << 20, .f = 2, .iters = 0, .warmup = 5, .np = 2, .fingerprint = 1,
-                    .op = CT_RED_SUM, .dt = CT_F32};
+                    .op = CT_RED_SUM, .dt = CT_F32, .coll = coll};
     int np_set = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -275,6 +297,10 @@ int cli_bench(int argc, char **argv) {
         return 2;
     }
     if (o.b > o.e) { fprintf(stderr, "ctrain bench: -b is larger than -e\n"); return 2; }
+    if (coll != BENCH_ALLREDUCE && (o.check || o.async_mode)) {
+        fprintf(stderr, "ctrain bench %s: -c and --async are for allreduce only\n", argv[1]);
+        return 2;
+    }
     /* started by a launcher: be one rank; otherwise spawn the ranks */
     ct_dist_world dw;
     if (ct_dist_detect(&dw)) { fprintf(stderr, "ctrain bench: %s\n", ct_last_error()); return 2; }

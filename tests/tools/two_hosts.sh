@@ -4,10 +4,19 @@
 # with its own /dev/shm, and mpi_2x2 CMD... running CMD as 4 ranks, 2 per host, under
 # mpirun with a launch agent that enters the namespace instead of ssh; checks of a 2 x 2 run
 # against a one-host run (hier_2x2_ok, same_as_one_host).
+# TWO_HOSTS_RATE (a tc rate: 1gbit, 10gbit...; unset: no shaping, as the tests use it) puts a
+# token-bucket filter on both ends of the veth, so each direction is limited to that rate.
 # Needs skip, die and $tmp from the caller; sets the EXIT trap.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
 A=cth$$a; Bn=cth$$b
 net=${TWO_HOSTS_NET:-10.76.0} # another subnet for a caller that may run beside the tests
+# tc_burst RATE: a tbf burst for RATE (kbit, mbit, gbit): 1 ms worth of bytes, >= 256 KiB
+tc_burst() {
+    awk -v r="$1" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u)
+        m = u == "gbit" ? 1e9 : u == "mbit" ? 1e6 : u == "kbit" ? 1e3 : u == "bit" ? 1 : 0
+        if (!(n > 0) || !m) exit 1
+        b = n * m / 8 / 1000; if (b < 262144) b = 262144; printf "%d", b }'
+}
 two_hosts_cleanup() {
     for n in $A $Bn; do ip netns pids $n 2>/dev/null | xargs -r kill -9 2>/dev/null; done # a job left by a failure
     [ -n "${KEEP:-}" ] && { echo "kept $tmp and namespaces $A $Bn"; return; }
@@ -21,6 +30,14 @@ ip link set v$A netns $A && ip link set v$Bn netns $Bn || die "moving veth"
 ip -n $A addr add $net.1/24 dev v$A && ip -n $Bn addr add $net.2/24 dev v$Bn || die "addresses"
 for n in $A $Bn; do ip -n $n link set lo up; done
 ip -n $A link set v$A up && ip -n $Bn link set v$Bn up || die "link up"
+if [ -n "${TWO_HOSTS_RATE:-}" ]; then
+    # burst: 1 ms at the rate, at least 256 KiB (a GSO packet over the bucket would be dropped)
+    burst=$(tc_burst "$TWO_HOSTS_RATE") || die "TWO_HOSTS_RATE=$TWO_HOSTS_RATE: not a rate like 1gbit"
+    for n in $A $Bn; do
+        ip netns exec $n tc qdisc add dev v$n root tbf rate "$TWO_HOSTS_RATE" burst "$burst" latency 50ms ||
+            die "tc tbf on v$n"
+    done
+fi
 cat >"$tmp/agent" <<AG
 #!/bin/sh
 # rsh-style launch agent: "agent HOST CMD..." runs CMD in the namespace that owns HOST

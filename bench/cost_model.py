@@ -1,0 +1,310 @@
+"""Alpha-beta cost model of ctrain's collectives and DDP step, calibrated on the figures of
+bench/shaped_links.sh, checked against the measurements it covers, and extrapolated to
+8-256 hosts (docs/scaling.md).
+
+    python3 bench/cost_model.py [OUT...] [--train-table] [--hosts-table]   (default bench/shaped_links.out)
+
+Collectives (p ranks in a ring, S bytes: the whole buffer), per link rate:
+    all-reduce      T = 2(p-1) a + 2(p-1)/p S b
+    all-gather      T =  (p-1) a +  (p-1)/p S b        (reduce-scatter the same)
+a (s per step) and b (s per byte on a host's link) are fitted by least squares on the
+2-host x 1-rank measurements of all three collectives (relative error weighted), then
+predict the 4-host x 1-rank ones and the 2 x 2 hierarchical all-reduce (shm inside each
+host, a 2-leader ring between: the link term of H leaders; the shm term from the one-host
+2-rank shm all-reduce, fitted the same way).
+
+Training step, H hosts x g ranks, gradient bytes G (f32 params x 4, or x 2 with bf16
+compression):
+    T_step = T_c + (1 - h) T_comm
+T_c: the measured single-rank step (1 thread), times the cores' oversubscription of the run
+(ranks on the machine / its cores; 1 on a real cluster); T_comm: the collective model above
+(hier: ctrain, flat ring: PyTorch DDP on Gloo, f32); h: the part of the communication hidden
+behind backward: ctrain's own measure (the median of its "N% of it hidden behind backward"
+over the 2 x 2 runs of the model), PyTorch's fitted on its 2 x 2 runs (one number per model).
+Sharded (ZeRO-3/FSDP style): all-gather of the parameters in forward and in backward and a
+reduce-scatter of the gradients, 3 (P-1)/P G on the link, the same h.
+"""
+import math
+import sys
+from collections import defaultdict
+
+CORES = 2  # this machine's: the emulated hosts share them
+RATES_GBIT = {"1gbit": 1, "10gbit": 10, "25gbit": 25, "none": None}
+PARAMS = {"mlp": 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10}
+# GPT 6 layers, width 256, context 256, vocab 256 (nanoGPT layout, bias, tied lm_head)
+_E, _L, _T, _V = 256, 6, 256, 256
+PARAMS["gpt"] = _V * _E + _T * _E + _L * (2 * 2 * _E + 3 * _E * _E + 3 * _E + _E * _E + _E + 2 * 4 * _E * _E + 4 * _E + _E) + 2 * _E
+
+
+def parse(paths):
+    coll, train, bulk = defaultdict(list), {}, {}
+    lines = []
+    for path in paths:
+        lines += open(path).read().splitlines()
+    hier, run = "ordered", 0
+    for line in lines:
+        f = line.split()
+        if f and f[0] == "#":  # a run's header: "| hier rail" since the rail runs; ordered before
+            hier = "rail" if "hier rail" in line else "ordered"
+            run += 1
+        if not f or f[0].startswith("#"):
+            continue
+        kv = dict(x.split("=", 1) for x in f if "=" in x)
+        if f[0] == "bulk":
+            bulk.setdefault(f[1], []).append(float(kv["gbit_s"]))
+        elif f[0] == "coll":  # coll RATE HxR COLL BYTES us= busbw=
+            c = f[3]
+            if c == "allreduce" and hier == "ordered" and f[2] != "1x2" and not f[2].endswith("x1"):
+                c = "allreduce-ordered"  # the hier all-reduce of a run before the rail one was measured
+            coll[(f[1], f[2], c)].append((int(f[4]), float(kv["us"]) * 1e-6))
+        elif f[0] == "train":  # train RATE HxR IMPL MODEL rate= step_ms= ...
+            v = {k: float(x) for k, x in kv.items() if x not in ("", "?")}
+            v["run"] = run
+            # ctrain across hosts: which hierarchical all-reduce (one host has none)
+            impl = f[3] + ("-ordered" if f[3] == "ctrain" and hier == "ordered" and not f[2].startswith("1x") else "")
+            train.setdefault((f[1], f[2], impl, f[4]), []).append(v)
+    return coll, train, bulk
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def terms(c, p, s):
+    """(latency steps, bytes per link) of collective c on a p-rank ring of S bytes."""
+    if c == "allreduce":
+        return 2 * (p - 1), 2 * (p - 1) / p * s
+    return p - 1, (p - 1) / p * s
+
+
+def fit(points):
+    """least squares of T = a x + b y, relative errors: points (x, y, T)"""
+    sxx = sxy = syy = sxt = syt = 0.0
+    for x, y, t in points:
+        w = 1.0 / (t * t)
+        sxx += w * x * x; sxy += w * x * y; syy += w * y * y; sxt += w * x * t; syt += w * y * t
+    det = sxx * syy - sxy * sxy
+    a, b = (sxt * syy - syt * sxy) / det, (syt * sxx - sxt * sxy) / det
+    if a < 0:  # latency below resolution: bandwidth alone
+        a, b = 0.0, syt / syy
+    return a, b
+
+
+def by_size(pts):
+    d = defaultdict(list)
+    for s, t in pts:
+        d[s].append(t)
+    return sorted((s, median(v)) for s, v in d.items())
+
+
+class Model:
+    def __init__(self, coll, train):
+        self.coll, self.train = coll, train
+        self.ab, self.shm = {}, None
+        for rate in {k[0] for k in coll}:
+            for c in ("allreduce", "allgather", "reducescatter"):
+                pts = [(*terms(c, 2, s), t) for s, t in by_size(coll.get((rate, "2x1", c), []))]
+                if len(pts) >= 2:
+                    self.ab[(rate, c)] = fit(pts)
+        self.rates = {r for r, _ in self.ab}
+        shm = [(*terms("allreduce", 2, s), t) for s, t in by_size(coll.get(("one", "1x2", "allreduce"), []))]
+        self.shm = fit(shm) if len(shm) >= 2 else (0.0, 0.0)
+        self.h = {}
+
+    def t_coll(self, rate, c, hosts, g, s, scheme):
+        a, b = self.ab[(rate, c)]
+        if scheme == "ring":  # one ring over every rank; a host's link carries the ring's bytes
+            x, y = terms(c, hosts * g, s)
+            return a * x + b * y
+        if scheme == "sharded":  # all-gather x 2 + reduce-scatter on the flat ring
+            x, y = terms("allgather", hosts * g, s)
+            (aa, ba), (ar, br) = self.ab[(rate, "allgather")], self.ab[(rate, "reducescatter")]
+            return 2 * (aa * x + ba * y) + ar * x + br * y
+        sa, sb = self.shm
+        xi, yi = terms(c, g, s) if g > 1 else (0, 0)
+        if scheme == "hier-ordered":  # leaders in a chain: host 0 to H-1 and back, S per hop, no overlap
+            return 2 * (hosts - 1) * (a + b * s) + sa * xi + sb * yi
+        # hier: shm reduce-scatter + all-gather inside (one all-reduce's worth), leaders' ring between
+        x, y = terms(c, hosts, s)
+        return a * x + b * y + sa * xi + sb * yi
+
+    def compute(self, impl, m, procs, cores=CORES):
+        one = self.train.get(("one", "1x1", impl.split("-")[0], m))
+        if not one:
+            return None
+        return median([v["step_ms"] for v in one]) * 1e-3 * max(1.0, procs / cores)
+
+    def grad_bytes(self, impl, m):
+        return PARAMS[m] * (2 if impl.startswith("ctrain") else 4)
+
+    def step_parts(self, rate, impl, m, hosts, g, scheme=None, cores=CORES):
+        scheme = scheme or {"ctrain": "hier", "ctrain-ordered": "hier-ordered"}.get(impl, "ring")
+        tc = self.compute(impl, m, hosts * g if cores else 1, cores or 1)
+        return tc, self.t_coll(rate, "allreduce", hosts, g, self.grad_bytes(impl, m), scheme)
+
+    def fit_overlap(self):
+        for impl in ("ctrain", "ctrain-ordered", "pytorch"):
+            for m in ("mlp", "gpt"):
+                hid = [x["hidden_pct"] / 100 for (r, lay, i, mm), v in self.train.items() for x in v
+                       if i == impl and mm == m and lay == "2x2" and "hidden_pct" in x]
+                if hid:  # ctrain measures it (its "ddp: ... % of it hidden behind backward" line)
+                    self.h[(impl, m)] = median(hid)
+                    continue
+                num = den = 0.0
+                for (rate, lay, i, mm), v in self.train.items():
+                    if i != impl or mm != m or rate not in self.rates or lay != "2x2":
+                        continue
+                    tc, tm = self.step_parts(rate, impl, m, 2, 2)
+                    if tc is None:
+                        continue
+                    t = median([x["step_ms"] for x in v]) * 1e-3
+                    # (1 - h) tm = t - tc, relative-error least squares
+                    w = 1 / (t * t)
+                    num += w * tm * (t - tc); den += w * tm * tm
+                self.h[(impl, m)] = min(1.0, max(0.0, 1 - num / den)) if den else 0.0
+
+    def step(self, rate, impl, m, hosts, g, scheme=None, cores=CORES):
+        tc, tm = self.step_parts(rate, impl, m, hosts, g, scheme, cores)
+        return tc + (1 - self.h[(impl, m)]) * tm
+
+
+def pct(p, t):
+    return f"{100 * (p - t) / t:+.0f}%"
+
+
+def check(model, fits=True):
+    worst, per_rate = 0.0, defaultdict(list)
+    print("| collective | link | hosts x ranks | size | measured ms | predicted ms | error |")
+    print("|---|---|---|---|---|---|---|")
+    for (rate, lay, c), pts in sorted(model.coll.items()):
+        if rate not in model.rates:
+            continue
+        h, g = map(int, lay.split("x"))
+        for s, t in by_size(pts):
+            if c == "allreduce-ordered":
+                p = model.t_coll(rate, "allreduce", h, g, s, "hier-ordered")
+            else:
+                p = model.t_coll(rate, c, h, g, s, "hier" if g > 1 else "ring")
+            e = abs(p - t) / t
+            role = "fit" if lay == "2x1" else "check"
+            worst = max(worst, e) if role == "check" else worst
+            if role == "check":
+                per_rate[rate].append((e, s))
+            if role == "fit" and not fits:
+                continue
+            print(f"| {c} ({role}) | {rate} | {lay} | {s >> 20} MiB | {1e3 * t:.1f} | {1e3 * p:.1f} | {pct(p, t)} |")
+    print(f"\nworst error of the collectives' checks (4 x 1, 2 x 2): {100 * worst:.0f}%")
+    for rate, es in sorted(per_rate.items(), key=lambda k: RATES_GBIT.get(k[0]) or 1e9):
+        big = [e for e, s in es if s >= 16 << 20]
+        within = sum(e <= 0.2 for e, _ in es)
+        print(f"- {rate}: {within} of {len(es)} checks within 20%; median error {100 * median([e for e, _ in es]):.0f}%, "
+              f"16-64 MiB: median {100 * median(big):.0f}%, worst {100 * max(big):.0f}%")
+    print()
+    worst = 0.0
+    n_in = n_all = 0
+    print("| model | impl | link | hosts x ranks | measured step ms | predicted ms | error |")
+    print("|---|---|---|---|---|---|---|")
+    for (rate, lay, impl, m), v in sorted(model.train.items()):
+        if lay not in ("2x2", "2x1") or rate not in model.rates:
+            continue
+        h, g = map(int, lay.split("x"))
+        t = median([x["step_ms"] for x in v]) * 1e-3
+        if model.compute(impl, m, h * g) is None:  # no single-rank run yet
+            continue
+        p = model.step(rate, impl, m, h, g)
+        worst = max(worst, abs(p - t) / t)
+        n_in += abs(p - t) / t <= 0.2
+        n_all += 1
+        print(f"| {m} | {impl} | {rate} | {lay} | {1e3 * t:.1f} | {1e3 * p:.1f} | {pct(p, t)} |")
+    print(f"\nworst error of the step model: {100 * worst:.0f}%, {n_in} of {n_all} within 20%; hidden fraction h: " +
+          ", ".join(f"{i} {m} {h:.2f}" for (i, m), h in sorted(model.h.items())))
+
+
+def hosts_table(model, g=2):
+    """Weak scaling on real hosts (their own cores, g ranks each): efficiency T_c / T_step.
+    The link's cost per byte is the 1 Gbit/s calibration's (the only rate whose shaping binds
+    on this machine: the CPUs carry 3-5 Gbit/s) scaled to the rate; each cell gives the
+    efficiency with the measured a, then with a = 0 (bandwidth alone)."""
+    base = {c: model.ab[("1gbit", c)] for c in ("allreduce", "allgather", "reducescatter")}
+    for m in ("mlp", "gpt"):
+        tc = model.compute("ctrain", m, 1, 1)
+        h = model.h[("ctrain", m)]
+        print(f"\n{m.upper()} ({PARAMS[m] / 1e6:.2f} M parameters, {1e3 * tc:.0f} ms single-rank step), "
+              f"{g} ranks per host, h = {h:.2f}; ring and sharded f32, hier bf16; measured a / a = 0:\n")
+        print("| hosts |" + "".join(f" ring {r} | hier {r} | sharded {r} |" for r in (1, 10, 25)))
+        print("|---" * 10 + "|")
+        for hosts in (2, 4, 8, 16, 32, 64, 128, 256):
+            row = f"| {hosts} |"
+            for gbit in (1, 10, 25):
+                for scheme in ("ring", "hier", "sharded"):
+                    cell = []
+                    shm = model.shm
+                    for alpha in (True, False):
+                        for c, (a, b) in base.items():
+                            model.ab[("x", c)] = (a if alpha else 0.0, b / gbit)
+                        model.shm = shm if alpha else (0.0, shm[1])
+                        tm = model.t_coll("x", "allreduce", hosts, g, PARAMS[m] * (2 if scheme == "hier" else 4), scheme)
+                        cell.append(f"{100 * tc / (tc + (1 - h) * tm):.0f}")
+                    model.shm = shm
+                    row += f" {cell[0]} / {cell[1]}% |"
+            print(row)
+
+
+def train_table(train):
+    """ctrain vs PyTorch per link and layout: each run's rate (global, in order) and the ratio
+    within each run; efficiency (H x 1 only): the rate over H single-rank runs' (scaling)."""
+    def rates(key):
+        return [v["rate"] for v in train.get(key, []) if "rate" in v]
+    print("| link | hosts x ranks | model | ctrain | PyTorch DDP | ctrain / PyTorch, same run | "
+          "efficiency ctrain | efficiency PyTorch |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rate in ("1gbit", "10gbit", "25gbit", "none"):
+        for lay in ("2x2", "2x1"):
+            for m in ("mlp", "gpt"):
+                c, o, t = rates((rate, lay, "ctrain", m)), rates((rate, lay, "ctrain-ordered", m)), rates((rate, lay, "pytorch", m))
+                if not t or not (c or o):
+                    continue
+                h, g = map(int, lay.split("x"))
+                best = c or o
+                eff = []
+                for impl, r in (("ctrain", best), ("pytorch", t)):
+                    # H x 1 only: H x g on 2 cores has no load-free reference (see docs/multinode.md)
+                    ref = [h * x for x in rates(("one", "1x1", impl, m))] if g == 1 else []
+                    eff.append(f"{median(r) / median(ref):.2f}" if ref else "-")
+                cs = "; ".join(x for x in ((" / ".join(f"{x:.0f}" for x in c) + " rail") if c else "",
+                                           (" / ".join(f"{x:.0f}" for x in o) + " ordered") if o else "") if x)
+                # ctrain / PyTorch of the same run (ctrain's run, then PyTorch's, as the script does)
+                same = []
+                for impl in ("ctrain", "ctrain-ordered"):
+                    for cv in train.get((rate, lay, impl, m), []):
+                        tv = [x["rate"] for x in train[(rate, lay, "pytorch", m)] if x["run"] == cv["run"]]
+                        if tv and "rate" in cv:
+                            same.append(f"{cv['rate'] / tv[0]:.2f}" + (" ordered" if impl.endswith("ordered") else ""))
+                print(f"| {rate} | {lay} | {m} | {cs} | {' / '.join(f'{x:.0f}' for x in t)} | "
+                      f"{'; '.join(same)} | {eff[0]} | {eff[1]} |")
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    coll, train, bulk = parse(args or ["bench/shaped_links.out"])
+    model = Model(coll, train)
+    print("| link | bulk TCP Gbit/s (median) | collective | a (us per step) | 1/b (Gbit/s on a host's link) |")
+    print("|---|---|---|---|---|")
+    for rate, c in sorted(model.ab, key=lambda k: (RATES_GBIT.get(k[0]) or 1e9, k[1])):
+        a, b = model.ab[(rate, c)]
+        bk = median(bulk[rate]) if rate in bulk else float("nan")
+        print(f"| {rate} | {bk:.2f} | {c} | {1e6 * a:.0f} | {8 / b / 1e9:.2f} |")
+    sa, sb = model.shm
+    print(f"shm (one host): a {1e6 * sa:.0f} us, 1/b {8 / sb / 1e9 if sb else math.inf:.1f} Gbit/s\n")
+    model.fit_overlap()
+    check(model, fits="--no-fits" not in sys.argv)
+    if "--train-table" in sys.argv:
+        train_table(train)
+    if "--hosts-table" in sys.argv:
+        hosts_table(model)
+
+
+if __name__ == "__main__":
+    main()

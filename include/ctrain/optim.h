@@ -71,6 +71,10 @@ ct_adamw_opts ct_adamw_default_opts(void);
 ct_status ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts, ct_optim **out);
 ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_optim **out);
 void ct_optim_free(ct_optim *o);
+/* An optimizer of like's kind and options (and step count) over another store: weight decay
+ * is per parameter of the new store from its options (set overrides with
+ * ct_optim_set_weight_decay); state starts at zero. FSDP steps its shards with one. */
+ct_status ct_optim_create_like(const ct_optim *like, ct_params *p, ct_optim **out);
 
 /* One update of every parameter from the store's flat gradients, with learning rate lr
  * (double, as PyTorch's Python float: the scalars it derives are computed in double and

@@ -143,6 +143,7 @@ static ct_status fit(job *j) {
     ct_trainer_opts to = ct_trainer_default_opts();
     to.pg = j->pg;
     to.ddp.comm_dtype = o->comm_dtype;
+    to.shard = o->shard;
     to.epochs = o->epochs;
     to.max_steps = o->steps;
     to.batch_size = o->batch_size;

@@ -150,6 +150,12 @@ ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_opti
     return st;
 }
 
+ct_status ct_optim_create_like(const ct_optim *like, ct_params *p, ct_optim **out) {
+    ct_status st = like->kind == K_SGD ? ct_optim_create_sgd(p, &like->sgd, out) : ct_optim_create_adamw(p, &like->adam, out);
+    if (st == CT_OK) (*out)->step = like->step;
+    return st;
+}
+
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
     if (o->sharded && o->shard.detach) o->shard.detach(o->shard.user);

@@ -66,9 +66,9 @@ typedef struct ct_fsdp_mem {
     size_t shard_param_bytes;     /* this rank's shards (the optimizer's parameters) */
     size_t shard_grad_bytes;
     size_t optim_state_bytes;     /* this rank's optimizer state */
-    size_t peak_gathered_bytes;   /* most non-root unit parameters gathered at once (counted) */
+    size_t peak_gathered_bytes;   /* most non-root unit parameters gathered at once in a training step (counted) */
     size_t peak_resident_bytes;   /* most resident pages of P's flat parameters + gradients (measured
-                                     at every gather and reduce-scatter) */
+                                     at every gather and reduce-scatter of a training step) */
     size_t peak_total_bytes;      /* peak_resident + shards + their grads + state */
     int64_t gathers, reduce_scatters;
 } ct_fsdp_mem;

@@ -114,6 +114,7 @@ static void drop_range(float *base, size_t off, size_t len, bool zero) {
 
 /* resident bytes of the two mappings, measured (mincore) */
 static void measure(ct_fsdp *f) {
+    if (!f->in_step) return; /* training's peak: an evaluation gathers the whole model */
     size_t ps = page_size(), pages = f->map_bytes / ps, res = 0;
     float *maps[2] = {f->data, f->grad};
     for (int m = 0; m < 2; m++) {
@@ -143,7 +144,7 @@ static void gather(ct_fsdp *f, unit *u) {
     f->mem.gathers++;
     if (!u->root) {
         f->gathered_now += u->len * sizeof(float);
-        if (f->gathered_now > f->mem.peak_gathered_bytes) f->mem.peak_gathered_bytes = f->gathered_now;
+        if (f->in_step && f->gathered_now > f->mem.peak_gathered_bytes) f->mem.peak_gathered_bytes = f->gathered_now;
     }
     measure(f);
 }

@@ -230,7 +230,11 @@ ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
     eo.batch_size = t->o.batch_size;
     eo.max_samples = t->o.eval_max;
     eo.pg = t->pg;
-    ct_status st = ct_evaluate(t->model, d, &eo, t->ctx, r);
+    /* ranks evaluate unequal shares, so a unit gathered per batch would call unmatched
+     * collectives: the whole model is gathered for the evaluation */
+    ct_status st = t->fsdp ? ct_fsdp_gather_all(t->fsdp) : CT_OK;
+    if (st == CT_OK) st = ct_evaluate(t->model, d, &eo, t->ctx, r);
+    if (st == CT_OK && t->fsdp) st = ct_fsdp_reshard(t->fsdp);
     r->step = t->step;
     r->epoch = t->epoch;
     return st;

@@ -356,8 +356,10 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     }
     ct_params_set_grad_hook(P, on_grad, f);
     ct_params_set_unit_hook(P, on_unit, f);
+    int roots = 0;
+    for (int k = 0; k < f->nu; k++) roots += f->u[k].root;
     CT_LOG_INFO("fsdp", "%s sharding: %d units (%d root), %zu of %zu parameters here, %s", ct_shard_mode_name(mode), f->nu,
-                f->mem.root_bytes ? 1 : 0, ct_params_numel(f->S), f->numel, ct_optim_kind(f->opt));
+                roots, ct_params_numel(f->S), f->numel, ct_optim_kind(f->opt));
     *out = f;
     return CT_OK;
 }

@@ -264,7 +264,8 @@ typedef struct ct_trainer_opts {
                               * forward and loss under ct_autocast_begin (see ct_step_args);
                               * CT_F16 turns loss_scaling on. Evaluation stays f32. */
     ct_shard_mode shard;     /* CT_SHARD_NONE (default): DDP over pg; else FSDP (fsdp.h) in that
-                              * mode: the optimizer's kind and options step each rank's shards,
+                              * mode: the optimizer's kind and options step each rank's shards
+                              * (its own state is released: ct_optim_release_state),
                               * the final model.safetensors is gathered whole. Periodic
                               * checkpoints and resuming are not sharded yet (refused). */
     /* Called on every rank after each optimizer step / evaluation; return false to stop

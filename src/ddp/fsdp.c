@@ -292,7 +292,7 @@ static ct_status build_shards(ct_fsdp *f, const ct_optim *like) {
     for (int k = 0; k < f->nu; k++)
         for (int j = 0; j < f->u[k].npieces; j++) {
             piece *pc = &f->u[k].pieces[j];
-            memcpy(sdata(f, pc->sidx), f->data + pc->goff, pc->len * sizeof(float));
+            memcpy(sdata(f, pc->sidx), ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
         }
     memset(ct_params_grad(f->S), 0, ct_params_numel(f->S) * sizeof(float));
     if ((st = ct_optim_create_like(like, f->S, &f->opt)) != CT_OK) return st;
@@ -330,29 +330,36 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     if (st == CT_OK) st = ct_broadcast_sync(pg, ct_params_data(P), f->numel, CT_F32, 0);
     if (st == CT_OK && ct_params_buffer_numel(P) > 0)
         st = ct_broadcast_sync(pg, ct_params_buffer_data(P), ct_params_buffer_numel(P), CT_F32, 0);
-    if (st == CT_OK) {
-        f->data = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        f->grad = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        f->mc = malloc(f->map_bytes / page_size() + 1);
-        if (f->data == MAP_FAILED || f->grad == MAP_FAILED || !f->mc) {
-            if (f->data == MAP_FAILED) f->data = NULL;
-            if (f->grad == MAP_FAILED) f->grad = NULL;
-            st = ct_error(CT_ERR_NOMEM, "fsdp: cannot map %zu bytes for the parameters and gradients", 2 * f->map_bytes);
+    f->mc = st == CT_OK ? malloc(f->map_bytes / page_size() + 1) : NULL;
+    if (st == CT_OK && !f->mc) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+    /* one buffer at a time, what the mode does not keep dropped at once: the gradients (all
+     * of them go), the shards, then the parameters; the process grows by one copy of the
+     * parameters while a buffer moves, not more */
+    float **maps[2] = {&f->grad, &f->data};
+    for (int m = 0; m < 2 && st == CT_OK; m++) {
+        if (m == 1 && (st = build_shards(f, like)) != CT_OK) break;
+        float *b = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (b == MAP_FAILED) {
+            st = ct_error(CT_ERR_NOMEM, "fsdp: cannot map %zu bytes for the %s", f->map_bytes, m ? "parameters" : "gradients");
+            break;
+        }
+        *maps[m] = b;
+        st = m ? ct_params_set_data_storage(P, b, true) : ct_params_set_grad_storage(P, b);
+        if (st != CT_OK) break;
+        if (m == 0) {
+            drop_range(f->grad, 0, f->numel, true);
+            continue;
+        }
+        for (int k = 0; k < f->nu; k++) {
+            f->u[k].gathered = true;
+            if (!f->u[k].root) f->gathered_now += f->u[k].len * sizeof(float);
+            if (mode != CT_SHARD_OPTIM) release(f, &f->u[k]);
         }
     }
-    if (st == CT_OK) st = ct_params_set_data_storage(P, f->data, true);
-    if (st == CT_OK) st = ct_params_set_grad_storage(P, f->grad);
-    if (st == CT_OK) st = build_shards(f, like);
     if (st != CT_OK) {
+        f->status = st; /* no collective on the way out: the other ranks may have failed elsewhere */
         ct_fsdp_free(f);
         return st;
-    }
-    /* what the mode does not keep goes now: every gradient page, and the units' parameters */
-    drop_range(f->grad, 0, f->numel, true);
-    for (int k = 0; k < f->nu; k++) {
-        f->u[k].gathered = true;
-        if (!f->u[k].root) f->gathered_now += f->u[k].len * sizeof(float);
-        if (mode != CT_SHARD_OPTIM) release(f, &f->u[k]);
     }
     ct_params_set_grad_hook(P, on_grad, f);
     ct_params_set_unit_hook(P, on_unit, f);
@@ -368,7 +375,7 @@ void ct_fsdp_free(ct_fsdp *f) {
     if (!f) return;
     if (f->data && f->S && f->status == CT_OK && ct_fsdp_gather_all(f) != CT_OK)
         CT_LOG_WARN_("fsdp", "the parameters could not be gathered back: %s", ct_last_error());
-    if (f->P && f->data) {
+    if (f->P && (f->data || f->grad)) {
         ct_params_set_grad_hook(f->P, NULL, NULL);
         ct_params_set_unit_hook(f->P, NULL, NULL);
         if (ct_params_data(f->P) == f->data && ct_params_set_data_storage(f->P, NULL, true) != CT_OK)

@@ -54,6 +54,17 @@ ct_trainer_opts ct_trainer_default_opts(void) {
                              .scaler = ct_grad_scaler_default_opts()};
 }
 
+/* VmPeak: the most address space the process had (what RLIMIT_AS limits), 0 when unknown */
+static double peak_vm_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmPeak: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb / 1024.0;
+}
+
 static double peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -135,6 +146,9 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
                       "are not implemented yet", ct_shard_mode_name(o.shard));
     if (st == CT_OK && t->pg && o.shard != CT_SHARD_NONE) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);
     else if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
+    if (st == CT_OK && t->fsdp) ct_optim_release_state(opt); /* the shards' optimizer steps instead */
+    if (st == CT_OK && !t->fsdp && ct_optim_is_template(opt))
+        st = ct_error(CT_ERR_INVALID, "ct_trainer_create: the optimizer is a template (no state) and nothing is sharded");
     if (st == CT_OK) {
         ct_sampler_opts so = ct_sampler_default_opts();
         so.n = ct_dataset_len(train_data);
@@ -527,6 +541,8 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     if (t->fsdp && (st = ct_fsdp_gather_all(t->fsdp)) != CT_OK) return st;
     if ((st = agree(t, save_weights(t), "writing model.safetensors")) != CT_OK) return st;
     if (t->fsdp && (st = fsdp_report(t)) != CT_OK) return st;
+    double mem[2] = {peak_rss_mb(), peak_vm_mb()}; /* the largest rank's */
+    if ((st = allreduce_d(t, mem, 2, CT_RED_MAX)) != CT_OK) return st;
     if (t->rank == 0) {
         char p[4200];
         snprintf(p, sizeof p, "%s/training.svg", o->output_dir);
@@ -553,6 +569,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                        ds.steps ? 1e3 * ds.total_comm_s / (double)ds.steps : 0,
                        ds.total_comm_s > 0 ? 100 * fmax(0, 1 - ds.total_exposed_s / ds.total_comm_s) : 0);
             }
+            if (t->pg) printf("memory per rank, max over ranks: peak RSS %.1f MB, peak address space (VmPeak) %.1f MB\n", mem[0], mem[1]);
         }
     }
     return CT_OK;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ctrain train --shard full|grad-optim|optim` (FSDP) on 4 ranks against DDP (--shard none)
 # over 50 steps: the per-step losses (metrics.jsonl, full precision) within 1e-6, and
-# model.safetensors compared bit for bit, for a 2-block GPT on the shm, gloo and mpi backends
+# model.safetensors compared bit for bit, for a 2-block GPT on the shm, gloo, mpi and hier backends
 # and an MLP; FULL_SHARD also with clipping, bf16 autocast, activation checkpointing with
 # dropout and gradient accumulation. The memory line's shards are 1/4 of the unsharded sizes.
 set -euo pipefail
@@ -38,7 +38,7 @@ same() {
     [ "${3:-}" != bits ] || [ $bits = identical ] || die "$2: weights differ from $1's (loss diff $m)"
     report+="$2: loss diff $m, weights $bits"$'\n'
 }
-for be in shm gloo mpi; do
+for be in shm gloo mpi hier; do
     train g_${be}_none $be "${gpt[@]}" --shard none
     train g_${be}_full $be "${gpt[@]}" --shard full
     grep -q "^fsdp: --shard full" "$d/g_${be}_full.log" || die "no memory line: $(cat "$d/g_${be}_full.log")"

@@ -153,6 +153,17 @@ CT_TEST(optim_matches_pytorch) {
 }
 
 /* ct_optim_set_weight_decay per parameter == decay_only_ndim_ge2 == PyTorch's two groups. */
+/* STEPS steps of both optimizers on the same gradients: the same parameters after */
+static bool same_steps(ct_params *A, ct_optim *oa, ct_params *B, ct_optim *ob) {
+    for (int s = 0; s < STEPS; s++) {
+        set_grads(A, s);
+        set_grads(B, s);
+        ct_optim_step(oa, 1e-2);
+        ct_optim_step(ob, 1e-2);
+    }
+    return !memcmp(ct_params_data(A), ct_params_data(B), ct_params_numel(A) * sizeof(float));
+}
+
 CT_TEST(optim_per_param_weight_decay) {
     CT_ASSERT(fx());
     ct_params *A = make_params(), *B = make_params();
@@ -164,13 +175,7 @@ CT_TEST(optim_per_param_weight_decay) {
     ct_optim *ob; CT_EXPECT_OK(ct_optim_create_adamw(B, &o, &ob));
     CT_EXPECT(ct_optim_weight_decay(oa, 1) == 0.0 && ct_optim_weight_decay(oa, 0) == 0.1);
     ct_optim_set_weight_decay(ob, 1, 0.0);
-    for (int s = 0; s < STEPS; s++) {
-        set_grads(A, s);
-        set_grads(B, s);
-        ct_optim_step(oa, 1e-2);
-        ct_optim_step(ob, 1e-2);
-    }
-    CT_EXPECT(!memcmp(ct_params_data(A), ct_params_data(B), ct_params_numel(A) * sizeof(float)));
+    CT_EXPECT(same_steps(A, oa, B, ob));
     ct_optim_free(oa);
     ct_optim_free(ob);
     ct_params_free(A);
@@ -196,13 +201,7 @@ CT_TEST(optim_template_and_like) {
     CT_EXPECT(!ct_optim_is_template(ob) && !strcmp(ct_optim_kind(ob), "adamw"));
     for (int i = 0; i < ct_params_count(B); i++)
         CT_EXPECT(ct_optim_weight_decay(ob, i) == ct_optim_weight_decay(oa, i));
-    for (int s = 0; s < STEPS; s++) {
-        set_grads(A, s);
-        set_grads(B, s);
-        ct_optim_step(oa, 1e-2);
-        ct_optim_step(ob, 1e-2);
-    }
-    CT_EXPECT(!memcmp(ct_params_data(A), ct_params_data(B), ct_params_numel(A) * sizeof(float)));
+    CT_EXPECT(same_steps(A, oa, B, ob));
     ct_optim_release_state(oa); /* the trainer's under FSDP */
     CT_EXPECT(ct_optim_is_template(oa));
     ct_optim_free(oa);

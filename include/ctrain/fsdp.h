@@ -69,7 +69,8 @@ typedef struct ct_fsdp_mem {
     size_t peak_gathered_bytes;   /* most non-root unit parameters gathered at once in a training step (counted) */
     size_t peak_resident_bytes;   /* most resident pages of P's flat parameters + gradients (measured
                                      at every gather and reduce-scatter of a training step) */
-    size_t peak_total_bytes;      /* peak_resident + shards + their grads + state */
+    size_t staging_bytes;         /* the collectives' buffers: two units (one gathering, one prefetched) */
+    size_t peak_total_bytes;      /* peak_resident + shards + their grads + state + staging */
     int64_t gathers, reduce_scatters;
 } ct_fsdp_mem;
 
@@ -82,6 +83,11 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
 void ct_fsdp_free(ct_fsdp *f);
 ct_optim *ct_fsdp_optim(ct_fsdp *f);       /* the shards' optimizer */
 ct_shard_mode ct_fsdp_mode(const ct_fsdp *f);
+/* Off by default: each gather waits. On: while a unit runs, the next one's all-gather is in
+ * flight (asynchronous, on the group's comm thread): forward in the last training forward's
+ * order, backward in reverse. One more unit of staging; the comm thread's allocations add
+ * address space (a malloc arena), which matters under RLIMIT_AS. */
+void ct_fsdp_set_prefetch(ct_fsdp *f, bool on);
 ct_status ct_fsdp_begin_step(ct_fsdp *f);  /* zeroes the shards' gradients */
 ct_status ct_fsdp_pre_backward(ct_fsdp *f); /* before each ct_backward */
 /* After each ct_backward: every unit's gradients reduce-scattered (an unused parameter is an

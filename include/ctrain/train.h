@@ -263,6 +263,7 @@ typedef struct ct_trainer_opts {
     ct_dtype amp;            /* CT_F32 (default): off; CT_BF16 / CT_F16: mixed precision, the
                               * forward and loss under ct_autocast_begin (see ct_step_args);
                               * CT_F16 turns loss_scaling on. Evaluation stays f32. */
+    bool shard_prefetch;     /* with shard: ct_fsdp_set_prefetch (false) */
     ct_shard_mode shard;     /* CT_SHARD_NONE (default): DDP over pg; else FSDP (fsdp.h) in that
                               * mode: the optimizer's kind and options step each rank's shards
                               * (its own state is released: ct_optim_release_state),

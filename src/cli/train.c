@@ -148,6 +148,7 @@ static ct_status fit(job *j) {
     to.pg = j->pg;
     to.ddp.comm_dtype = o->comm_dtype;
     to.shard = o->shard;
+    to.shard_prefetch = o->shard_prefetch;
     to.epochs = o->epochs;
     to.max_steps = o->steps;
     to.batch_size = o->batch_size;

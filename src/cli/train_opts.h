@@ -30,6 +30,7 @@ typedef struct {
     int keep, log_every, threads, workers;
     ct_dtype comm_dtype;
     ct_shard_mode shard;   /* --shard: CT_SHARD_NONE (DDP) unless given */
+    bool shard_prefetch;   /* --shard-prefetch */
     bool loss_scaling;
     ct_dtype amp;          /* --amp: CT_F32 (off), CT_BF16, CT_F16 */
     const char *device;    /* --device: NULL (cpu), "cpu", "cuda", "cuda:N" or "auto" (syntax checked) */

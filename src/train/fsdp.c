@@ -46,6 +46,12 @@ struct ct_fsdp {
     float *data, *grad;
     size_t numel, map_bytes;
     float *stage, *send;   /* n * max s and max s floats */
+    float *stage2, *send2; /* the same for the one prefetch in flight */
+    ct_work *pend;         /* that prefetch's all-gather, of unit pend_unit */
+    int pend_unit;
+    int *prev_order;       /* the last training forward's order: what forward prefetches */
+    int nprev;
+    bool prefetch;         /* ct_fsdp_set_prefetch */
     unsigned char *mc;     /* mincore's vector over one mapping */
     int *order;            /* units in the order this forward entered them */
     int norder;
@@ -71,6 +77,7 @@ ct_status ct_shard_mode_parse(const char *s, ct_shard_mode *out) {
 }
 
 ct_optim *ct_fsdp_optim(ct_fsdp *f) { return f->opt; }
+void ct_fsdp_set_prefetch(ct_fsdp *f, bool on) { f->prefetch = on; }
 ct_shard_mode ct_fsdp_mode(const ct_fsdp *f) { return f->mode; }
 
 /* length of a name's unit key: up to the end of its first all-digit component, 0 for none */
@@ -132,14 +139,13 @@ static void fail(ct_fsdp *f, ct_status st) {
 static float *sdata(ct_fsdp *f, int j) { return ct_f32(ct_params_get(f->S, j)); }
 static float *sgrad(ct_fsdp *f, int j) { return ct_params_grad(f->S) + ct_params_offset(f->S, j); }
 
-/* this rank's pieces of u, all-gathered into u's range of P */
-static void gather(ct_fsdp *f, unit *u) {
-    if (u->gathered || f->status != CT_OK) return;
-    memset(f->send, 0, u->s * sizeof(float));
-    for (int k = 0; k < u->npieces; k++) memcpy(f->send + u->pieces[k].loc, sdata(f, u->pieces[k].sidx), u->pieces[k].len * sizeof(float));
-    ct_status st = ct_all_gather_sync(f->pg, f->send, f->stage, u->s, CT_F32);
-    if (st != CT_OK) { fail(f, st); return; }
-    memcpy(f->data + u->off, f->stage, u->len * sizeof(float));
+static void pack(ct_fsdp *f, const unit *u, float *send) {
+    memset(send, 0, u->s * sizeof(float));
+    for (int k = 0; k < u->npieces; k++) memcpy(send + u->pieces[k].loc, sdata(f, u->pieces[k].sidx), u->pieces[k].len * sizeof(float));
+}
+
+static void gathered(ct_fsdp *f, unit *u, const float *stage) {
+    memcpy(f->data + u->off, stage, u->len * sizeof(float));
     u->gathered = true;
     f->mem.gathers++;
     if (!u->root) {
@@ -147,6 +153,37 @@ static void gather(ct_fsdp *f, unit *u) {
         if (f->in_step && f->gathered_now > f->mem.peak_gathered_bytes) f->mem.peak_gathered_bytes = f->gathered_now;
     }
     measure(f);
+}
+
+/* the prefetch in flight, waited for and copied into place */
+static void finish_prefetch(ct_fsdp *f) {
+    if (!f->pend) return;
+    ct_status st = ct_work_wait(f->pend);
+    ct_work_free(f->pend);
+    f->pend = NULL;
+    if (st != CT_OK) fail(f, st);
+    else if (f->status == CT_OK) gathered(f, &f->u[f->pend_unit], f->stage2);
+}
+
+/* this rank's pieces of u, all-gathered into u's range of P (after the prefetch in flight:
+ * collectives keep their order) */
+static void gather(ct_fsdp *f, unit *u) {
+    finish_prefetch(f);
+    if (u->gathered || f->status != CT_OK) return;
+    pack(f, u, f->send);
+    ct_status st = ct_all_gather_sync(f->pg, f->send, f->stage, u->s, CT_F32);
+    if (st != CT_OK) { fail(f, st); return; }
+    gathered(f, u, f->stage);
+}
+
+/* u's all-gather started now, to overlap the compute of the unit running before it; every
+ * rank prefetches the same units in the same order (from the same forward order) */
+static void prefetch(ct_fsdp *f, int k) {
+    unit *u = &f->u[k];
+    if (!f->prefetch || u->gathered || u->root || f->pend || f->status != CT_OK) return;
+    pack(f, u, f->send2);
+    f->pend = ct_all_gather(f->pg, f->send2, f->stage2, u->s, CT_F32);
+    f->pend_unit = k;
 }
 
 static void release(ct_fsdp *f, unit *u) {
@@ -193,7 +230,11 @@ static void on_grad(void *user, ct_params *p, int i) {
     reduce(f, u);
     /* the unit before it in forward order runs its backward next: gather it now */
     for (int j = f->norder - 1; j > 0; j--)
-        if (f->order[j] == k) { gather(f, &f->u[f->order[j - 1]]); break; }
+        if (f->order[j] == k) {
+            gather(f, &f->u[f->order[j - 1]]);
+            if (j > 1) prefetch(f, f->order[j - 2]);
+            break;
+        }
 }
 
 static void on_unit(void *user, ct_ctx *ctx, ct_params *p, int i, bool enter) {
@@ -208,6 +249,9 @@ static void on_unit(void *user, ct_ctx *ctx, ct_params *p, int i, bool enter) {
         if (f->in_step && !f->backward && !u->in_order) {
             u->in_order = true;
             f->order[f->norder++] = k;
+            /* the unit after it in the last training forward */
+            for (int j = 0; j + 1 < f->nprev && f->mode != CT_SHARD_OPTIM; j++)
+                if (f->prev_order[j] == k) { prefetch(f, f->prev_order[j + 1]); break; }
         }
         return;
     }
@@ -225,7 +269,8 @@ static ct_status build_units(ct_fsdp *f) {
     f->unit_of = malloc(sizeof(int) * (size_t)(np ? np : 1));
     f->u = calloc((size_t)(np ? np : 1), sizeof(unit));
     f->order = malloc(sizeof(int) * (size_t)(np ? np : 1));
-    if (!f->unit_of || !f->u || !f->order) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+    f->prev_order = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    if (!f->unit_of || !f->u || !f->order || !f->prev_order) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
     int prev = -1;
     for (int i = 0; i < np; i++) {
         f->unit_of[i] = -1;
@@ -259,8 +304,11 @@ static ct_status build_units(ct_fsdp *f) {
         if (u->root) f->mem.root_bytes += b;
     }
     f->mem.units = f->nu;
+    f->mem.staging_bytes = 2 * maxs * (size_t)(f->n + 1) * sizeof(float);
     if (posix_memalign((void **)&f->stage, 64, maxs * (size_t)f->n * sizeof(float)) ||
-        posix_memalign((void **)&f->send, 64, maxs * sizeof(float)))
+        posix_memalign((void **)&f->send, 64, maxs * sizeof(float)) ||
+        posix_memalign((void **)&f->stage2, 64, maxs * (size_t)f->n * sizeof(float)) ||
+        posix_memalign((void **)&f->send2, 64, maxs * sizeof(float)))
         return ct_error(CT_ERR_NOMEM, "fsdp: out of memory for the staging buffers (%zu floats)", maxs * (size_t)(f->n + 1));
     return CT_OK;
 }
@@ -375,6 +423,7 @@ void ct_fsdp_free(ct_fsdp *f) {
     if (!f) return;
     if (f->data && f->S && f->status == CT_OK && ct_fsdp_gather_all(f) != CT_OK)
         CT_LOG_WARN_("fsdp", "the parameters could not be gathered back: %s", ct_last_error());
+    if (f->pend) ct_work_free(f->pend); /* after a failure: waits for it before its buffers go */
     if (f->P && (f->data || f->grad)) {
         ct_params_set_grad_hook(f->P, NULL, NULL);
         ct_params_set_unit_hook(f->P, NULL, NULL);
@@ -394,6 +443,9 @@ void ct_fsdp_free(ct_fsdp *f) {
     free(f->order);
     free(f->stage);
     free(f->send);
+    free(f->stage2);
+    free(f->send2);
+    free(f->prev_order);
     free(f->mc);
     free(f);
 }
@@ -410,11 +462,13 @@ ct_status ct_fsdp_begin_step(ct_fsdp *f) {
 ct_status ct_fsdp_pre_backward(ct_fsdp *f) {
     f->backward = true;
     if (f->norder > 0) gather(f, &f->u[f->order[f->norder - 1]]); /* the first unit backward reaches */
+    if (f->norder > 1) prefetch(f, f->order[f->norder - 2]);
     return f->status;
 }
 
 ct_status ct_fsdp_post_backward(ct_fsdp *f) {
     f->backward = false;
+    finish_prefetch(f);
     ct_status st = f->status;
     for (int k = 0; k < f->nu; k++) {
         unit *u = &f->u[k];
@@ -427,6 +481,8 @@ ct_status ct_fsdp_post_backward(ct_fsdp *f) {
         u->ready = 0;
         u->depth = 0;
     }
+    memcpy(f->prev_order, f->order, sizeof(int) * (size_t)f->norder);
+    f->nprev = f->norder;
     f->norder = 0;
     return st;
 }
@@ -481,6 +537,6 @@ ct_status ct_fsdp_reshard(ct_fsdp *f) {
 
 ct_fsdp_mem ct_fsdp_memory(const ct_fsdp *f) {
     ct_fsdp_mem m = f->mem;
-    m.peak_total_bytes = m.peak_resident_bytes + m.shard_param_bytes + m.shard_grad_bytes + m.optim_state_bytes;
+    m.peak_total_bytes = m.peak_resident_bytes + m.shard_param_bytes + m.shard_grad_bytes + m.optim_state_bytes + m.staging_bytes;
     return m;
 }

@@ -147,6 +147,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     if (st == CT_OK && t->pg && o.shard != CT_SHARD_NONE) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);
     else if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
     if (st == CT_OK && t->fsdp) ct_optim_release_state(opt); /* the shards' optimizer steps instead */
+    if (st == CT_OK && t->fsdp) ct_fsdp_set_prefetch(t->fsdp, o.shard_prefetch);
     if (st == CT_OK && !t->fsdp && ct_optim_is_template(opt))
         st = ct_error(CT_ERR_INVALID, "ct_trainer_create: the optimizer is a template (no state) and nothing is sharded");
     if (st == CT_OK) {
@@ -388,7 +389,7 @@ static void print_eval(ct_trainer *t, const ct_eval_report *e, bool tty, bool at
 static ct_status fsdp_report(ct_trainer *t) {
     ct_fsdp_mem m = ct_fsdp_memory(t->fsdp);
     double v[6] = {(double)m.shard_param_bytes, (double)m.optim_state_bytes, (double)m.peak_gathered_bytes,
-                   (double)m.peak_resident_bytes, (double)m.peak_total_bytes, 0};
+                   (double)m.peak_resident_bytes, (double)m.peak_total_bytes, (double)m.staging_bytes};
     ct_status st = allreduce_d(t, v, 6, CT_RED_MAX);
     if (st != CT_OK) return st;
     if (t->rank == 0 && t->o.log_every > 0) {
@@ -396,10 +397,10 @@ static ct_status fsdp_report(ct_trainer *t) {
         double state = (double)ct_optim_state_count(ct_fsdp_optim(t->fsdp)) * full;
         printf("fsdp: --shard %s, %d units (largest %.2f MB, root %.2f MB) | per rank, max over ranks: shard params %.2f MB, "
                "shard grads %.2f MB, optimizer state %.2f MB, peak gathered units %.2f MB, peak resident full-size buffers "
-               "(params + grads, measured) %.2f MB; total %.2f MB | unsharded (DDP): params %.2f MB, grads %.2f MB, state %.2f MB, "
+               "(params + grads, measured) %.2f MB, collective staging %.2f MB; total %.2f MB | unsharded (DDP): params %.2f MB, grads %.2f MB, state %.2f MB, "
                "total %.2f MB\n",
                ct_shard_mode_name(ct_fsdp_mode(t->fsdp)), m.units, (double)m.largest_unit_bytes / MB, (double)m.root_bytes / MB,
-               v[0] / MB, v[0] / MB, v[1] / MB, v[2] / MB, v[3] / MB, v[4] / MB, full / MB, full / MB, state / MB,
+               v[0] / MB, v[0] / MB, v[1] / MB, v[2] / MB, v[3] / MB, v[5] / MB, v[4] / MB, full / MB, full / MB, state / MB,
                (2 * full + state) / MB);
         fflush(stdout);
     }

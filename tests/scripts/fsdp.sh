@@ -3,7 +3,8 @@
 # over 50 steps: the per-step losses (metrics.jsonl, full precision) within 1e-6, and
 # model.safetensors compared bit for bit, for a 2-block GPT on the shm, gloo, mpi and hier backends
 # and an MLP; FULL_SHARD also with clipping, bf16 autocast, activation checkpointing with
-# dropout and gradient accumulation. The memory line's shards are 1/4 of the unsharded sizes.
+# dropout, prefetching (--shard-prefetch) and gradient accumulation. The memory line's shards
+# are 1/4 of the unsharded sizes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=${CT_BUILD:-build}/ctrain
@@ -55,7 +56,7 @@ for m in none full optim; do train m_$m shm "${mlp[@]}" --data-dir "$data" --sha
 same m_none m_full bits; same m_none m_optim bits
 # FULL_SHARD with the step's other parts; accumulation reduce-scatters each micro-batch
 # (DDP reduces the sum once): another order of additions, so within 1e-6, not the bits
-for o in "--clip 0.5" "--amp bf16" "--checkpoint-activations --dropout 0.1" "--grad-accum 2"; do
+for o in "--clip 0.5" "--amp bf16" "--checkpoint-activations --dropout 0.1" "--shard-prefetch" "--grad-accum 2"; do
     t=$(echo "$o" | tr -dc 'a-z0-9')
     train o_${t}_none shm "${gpt[@]}" $o
     train o_${t}_full shm "${gpt[@]}" $o --shard full

@@ -14,6 +14,7 @@
 #include "ctrain/loader.h"
 #include "ctrain/dist.h"
 #include "ctrain/ddp.h"
+#include "ctrain/fsdp.h"
 #include "ctrain/train.h"
 #include "ctrain/config.h"
 #include "ctrain/launch.h"

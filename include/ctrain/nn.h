@@ -77,6 +77,9 @@ struct ct_module {
 /* ---- generic ---- */
 ct_module *ct_module_new(const ct_module_ops *ops, const char *name); /* zeroed; NULL when out of memory */
 ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x);
+/* The first trainable parameter of m's tree (its own, then its children's, depth first), or
+ * NULL: what ct_module_forward names to ct_unit_enter / ct_unit_leave (tensor.h). */
+const ct_tensor *ct_module_first_param(const ct_module *m);
 void ct_module_free(ct_module *m);                 /* recursive; NULL is fine */
 const char *ct_module_type(const ct_module *m);
 /* The child whose name ends in "." + leaf (or is leaf), PyTorch's getattr(m, leaf); NULL if none. */

@@ -46,6 +46,8 @@ typedef struct ct_sgd_opts {
     bool nesterov;            /* false; needs momentum > 0 and dampening == 0, as PyTorch */
     bool maximize;            /* false */
     bool decay_only_ndim_ge2; /* false; true: parameters with ndim < 2 get no weight decay */
+    bool template_only;       /* false; true: no state buffers, a template for ct_optim_create_like
+                                 (FSDP steps its shards with a copy); it cannot step */
 } ct_sgd_opts;
 ct_sgd_opts ct_sgd_default_opts(void);
 
@@ -62,6 +64,7 @@ typedef struct ct_adamw_opts {
     bool amsgrad;             /* false */
     bool maximize;            /* false */
     bool decay_only_ndim_ge2; /* false; true: parameters with ndim < 2 get no weight decay */
+    bool template_only;       /* as ct_sgd_opts.template_only */
 } ct_adamw_opts;
 ct_adamw_opts ct_adamw_default_opts(void);
 
@@ -71,6 +74,15 @@ ct_adamw_opts ct_adamw_default_opts(void);
 ct_status ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts, ct_optim **out);
 ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_optim **out);
 void ct_optim_free(ct_optim *o);
+/* An optimizer of like's kind and options (and step count) over another store: weight decay
+ * is per parameter of the new store from its options (set overrides with
+ * ct_optim_set_weight_decay); state starts at zero. FSDP steps its shards with one. */
+ct_status ct_optim_create_like(const ct_optim *like, ct_params *p, ct_optim **out);
+/* Frees the state buffers: the optimizer is then only a template (kind, options, weight
+ * decay per parameter) for ct_optim_create_like; stepping it is a programmer error. The
+ * trainer does it under FSDP, whose shards have an optimizer of their own. */
+void ct_optim_release_state(ct_optim *o);
+bool ct_optim_is_template(const ct_optim *o); /* template_only, or its state released */
 
 /* One update of every parameter from the store's flat gradients, with learning rate lr
  * (double, as PyTorch's Python float: the scalars it derives are computed in double and

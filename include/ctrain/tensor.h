@@ -262,6 +262,15 @@ size_t ct_params_bytes(const ct_params *p);
  * for this step (in reverse use order). DDP uses it to launch bucket all-reduces. */
 typedef void (*ct_grad_hook)(void *user, ct_params *p, int param_index);
 void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user);
+/* Unit hook: a model brackets the forward of each of its units (a transformer block, a layer)
+ * with ct_unit_enter / ct_unit_leave, naming any parameter of the unit (ct_module_forward
+ * does it for every module with parameters); the store's hook, if any, sees the calls
+ * (nested: the same unit may be entered again inside). FSDP (ctrain/fsdp.h) gathers a unit's
+ * parameters on entry and frees them on leaving. Without a hook the calls do nothing. */
+typedef void (*ct_unit_hook)(void *user, ct_ctx *ctx, ct_params *p, int param_index, bool enter);
+void ct_params_set_unit_hook(ct_params *p, ct_unit_hook fn, void *user);
+void ct_unit_enter(ct_ctx *ctx, const ct_tensor *param);
+void ct_unit_leave(ct_ctx *ctx, const ct_tensor *param);
 
 #ifdef __cplusplus
 }

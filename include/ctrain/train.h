@@ -29,6 +29,7 @@
 
 #include "ctrain/ddp.h"
 #include "ctrain/dist.h"
+#include "ctrain/fsdp.h"
 #include "ctrain/io.h"
 #include "ctrain/loader.h"
 #include "ctrain/models.h"
@@ -107,6 +108,9 @@ typedef struct ct_step_args {
     ct_dtype amp;        /* CT_F32 (zero: off), CT_BF16 or CT_F16: forward and loss run in an
                             autocast region (ct_autocast_begin); backward and the step in f32 */
     struct ct_zero *zero;/* NULL, or the DDP's sharded optimizer step (ct_zero_create) */
+    struct ct_fsdp *fsdp;/* NULL, or fully sharded data parallel (fsdp.h; instead of ddp): units
+                            gathered in forward and backward, gradients reduce-scattered, the
+                            optimizer steps the shards (opt is then not used) */
 } ct_step_args;
 
 typedef struct ct_step_result {
@@ -259,6 +263,12 @@ typedef struct ct_trainer_opts {
     ct_dtype amp;            /* CT_F32 (default): off; CT_BF16 / CT_F16: mixed precision, the
                               * forward and loss under ct_autocast_begin (see ct_step_args);
                               * CT_F16 turns loss_scaling on. Evaluation stays f32. */
+    bool shard_prefetch;     /* with shard: ct_fsdp_set_prefetch (false) */
+    ct_shard_mode shard;     /* CT_SHARD_NONE (default): DDP over pg; else FSDP (fsdp.h) in that
+                              * mode: the optimizer's kind and options step each rank's shards
+                              * (its own state is released: ct_optim_release_state),
+                              * the final model.safetensors is gathered whole. Periodic
+                              * checkpoints and resuming are not sharded yet (refused). */
     /* Called on every rank after each optimizer step / evaluation; return false to stop
      * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
      * (decide from the report, which is the same on every rank except the step's loss). */
@@ -292,6 +302,7 @@ int64_t ct_trainer_step(const ct_trainer *t);
 int64_t ct_trainer_total_steps(const ct_trainer *t);
 int64_t ct_trainer_steps_per_epoch(const ct_trainer *t);
 ct_ddp *ct_trainer_ddp(ct_trainer *t);          /* NULL alone */
+ct_fsdp *ct_trainer_fsdp(ct_trainer *t);        /* NULL without sharding */
 ct_ctx *ct_trainer_ctx(ct_trainer *t);
 float ct_trainer_loss_scale(const ct_trainer *t);        /* 1 without loss scaling */
 int64_t ct_trainer_skipped_steps(const ct_trainer *t);   /* skipped for overflowing gradients */

@@ -122,17 +122,21 @@ static ct_status build(job *j) {
     ct_params *P = ct_model_params(j->model);
     /* before the optimizer: its state is made where the parameters are */
     if (j->dev.type != CT_DEV_CPU && (st = ct_params_to(P, j->dev)) != CT_OK) return st;
+    /* FSDP steps the shards with an optimizer like this one: no whole-model state here */
+    bool sharded = o->shard != CT_SHARD_NONE && j->pg && ct_pg_size(j->pg) > 1;
     if (o->adamw) {
         ct_adamw_opts ao = ct_adamw_default_opts();
         ao.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0.1;
         ao.beta2 = j->ki->adam_beta2;
         ao.decay_only_ndim_ge2 = true;
+        ao.template_only = sharded;
         st = ct_optim_create_adamw(P, &ao, &j->opt);
     } else {
         ct_sgd_opts so = ct_sgd_default_opts();
         so.momentum = o->momentum;
         so.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0;
         so.nesterov = o->nesterov;
+        so.template_only = sharded;
         st = ct_optim_create_sgd(P, &so, &j->opt);
     }
     return st;
@@ -143,6 +147,8 @@ static ct_status fit(job *j) {
     ct_trainer_opts to = ct_trainer_default_opts();
     to.pg = j->pg;
     to.ddp.comm_dtype = o->comm_dtype;
+    to.shard = o->shard;
+    to.shard_prefetch = o->shard_prefetch;
     to.epochs = o->epochs;
     to.max_steps = o->steps;
     to.batch_size = o->batch_size;

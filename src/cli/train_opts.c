@@ -44,6 +44,10 @@ static void usage(FILE *f) {
             "                       cuda if a GPU is usable, else cpu (--amp on a GPU: built, not yet run\n"
             "                       on one)\n"
             "  --grad-compression none|bf16|fp16  DDP traffic dtype (default none)\n"
+            "  --shard full|grad-optim|optim|none  with several ranks: shard parameters, gradients and\n"
+            "                       optimizer state (FULL_SHARD), gradients and state (SHARD_GRAD_OP), the\n"
+            "                       state (ZeRO-1), or nothing (DDP, the default); see docs/fsdp.md\n"
+            "  --shard-prefetch     with --shard: the next unit's all-gather overlaps the running one\n"
             "  --init-from PATH     start from these weights: a model ctrain saved or a Hugging Face checkpoint\n"
             "                       (its directory, or model.safetensors with config.json beside it); the file's shape replaces the\n"
             "                       model flags but those marked (run)\n");
@@ -213,6 +217,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
             else if (!strcmp(v, "cosine")) o->schedule = 1;
             else if (!strcmp(v, "linear")) o->schedule = 2;
             else return bad(f, v, "constant, cosine or linear");
+        } else if (!strcmp(f, "--shard-prefetch")) {
+            o->shard_prefetch = true;
+        } else if (!strcmp(f, "--shard")) {
+            NEEDV();
+            if (ct_shard_mode_parse(v, &o->shard) != CT_OK) return bad(f, v, "full, grad-optim, optim or none");
         } else if (!strcmp(f, "--grad-compression")) {
             NEEDV();
             if (!strcmp(v, "none")) o->comm_dtype = CT_F32;

@@ -4,6 +4,7 @@
 #include "ctrain/config.h" /* CTRAIN_DATA_DIR, CTRAIN_OUTPUT_DIR */
 #include <stdio.h>
 
+#include "ctrain/fsdp.h"
 #include "ctrain/models.h"
 
 /* the most options a model kind has (checked where they are parsed) */
@@ -28,6 +29,8 @@ typedef struct {
     int64_t save_every, eval_every, eval_max;
     int keep, log_every, threads, workers;
     ct_dtype comm_dtype;
+    ct_shard_mode shard;   /* --shard: CT_SHARD_NONE (DDP) unless given */
+    bool shard_prefetch;   /* --shard-prefetch */
     bool loss_scaling;
     ct_dtype amp;          /* --amp: CT_F32 (off), CT_BF16, CT_F16 */
     const char *device;    /* --device: NULL (cpu), "cpu", "cuda", "cuda:N" or "auto" (syntax checked) */

@@ -26,6 +26,8 @@ struct ct_params {
     bool finalized;
     ct_grad_hook hook;
     void *hook_user;
+    ct_unit_hook unit_hook; /* ct_unit_enter / ct_unit_leave (FSDP gathers and frees units) */
+    void *unit_user;
     ct_status failed; /* sticky: a registration or a module construction ran out of memory */
     bool stale;       /* some gradient may still be CT_TF_GRAD_STALE (ct_params_zero_grad) */
 };
@@ -333,6 +335,15 @@ ct_status ct_params_to(ct_params *p, ct_device dev) {
 }
 size_t ct_params_bytes(const ct_params *p) { return (2 * p->numel + p->bufnumel) * sizeof(float); }
 void ct_params_set_grad_hook(ct_params *p, ct_grad_hook fn, void *user) { p->hook = fn; p->hook_user = user; }
+
+void ct_params_set_unit_hook(ct_params *p, ct_unit_hook fn, void *user) { p->unit_hook = fn; p->unit_user = user; }
+
+static void unit_call(ct_ctx *ctx, const ct_tensor *param, bool enter) {
+    ct_params *p = param ? param->params : NULL;
+    if (p && p->unit_hook && param->param_id >= 0) p->unit_hook(p->unit_user, ctx, p, param->param_id, enter);
+}
+void ct_unit_enter(ct_ctx *ctx, const ct_tensor *param) { unit_call(ctx, param, true); }
+void ct_unit_leave(ct_ctx *ctx, const ct_tensor *param) { unit_call(ctx, param, false); }
 
 /* called by autograd when a parameter's last gradient of the step has arrived */
 void ct_params_fire_hook_(ct_params *p, int i) {

@@ -69,7 +69,11 @@ static const ct_module_ops block_ops = {"Block", block_fw, NULL, NULL};
 static ct_tensor *block_segment(ct_ctx *ctx, ct_tensor *x, void *arg) {
     const ct_gpt_block *b = arg;
     bool linear = !strcmp(ct_module_type(b->mlp.c_proj), "Linear"); /* not a quantized one */
-    return block_run(ctx, b, x, linear && ct_checkpoint_recomputing(ctx));
+    const ct_tensor *u = ct_module_first_param(b->mod); /* one unit, as ct_module_forward brackets it */
+    ct_unit_enter(ctx, u);
+    ct_tensor *y = block_run(ctx, b, x, linear && ct_checkpoint_recomputing(ctx));
+    ct_unit_leave(ctx, u);
+    return y;
 }
 
 /* GPT (priv: its ct_gpt): children wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head */

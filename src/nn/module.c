@@ -21,7 +21,25 @@ ct_module *ct_module_new(const ct_module_ops *ops, const char *name) {
     return m;
 }
 
-ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return m->ops->forward(ctx, m, x); }
+const ct_tensor *ct_module_first_param(const ct_module *m) {
+    const ct_tensor *ts[6] = {m->w, m->b, m->p[0], m->p[1], m->p[2], m->p[3]};
+    for (int i = 0; i < 6; i++)
+        if (ts[i] && ts[i]->params && ts[i]->param_id >= 0 && !ct_params_is_buffer(ts[i]->params, ts[i]->param_id)) return ts[i];
+    for (int i = 0; i < m->nchildren; i++) {
+        const ct_tensor *t = ct_module_first_param(m->children[i]);
+        if (t) return t;
+    }
+    return NULL;
+}
+
+/* bracketed as a unit: a sharded store (FSDP) has the unit's parameters gathered inside */
+ct_tensor *ct_module_forward(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
+    const ct_tensor *u = ct_module_first_param(m);
+    ct_unit_enter(ctx, u);
+    ct_tensor *y = m->ops->forward(ctx, m, x);
+    ct_unit_leave(ctx, u);
+    return y;
+}
 
 /* the one store of m's tree's parameters into *P (NULL: none yet); false when there are two */
 static bool find_store(const ct_module *m, ct_params **P) {

@@ -49,6 +49,7 @@ struct ct_optim {
     ct_status status;             /* first failure of a step on a device, or of a shard's sync */
     bool state_external[MAX_STATE];
     bool sharded, average;        /* ct_optim_set_shard / ct_optim_set_average */
+    bool released;                /* ct_optim_release_state: a template, it cannot step */
     ct_optim_shard shard;
 };
 
@@ -86,8 +87,8 @@ static void state_free(const ct_device_hooks *h, float *p) {
     else free(p);
 }
 
-static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int nstate, const char *const *names,
-                           ct_optim **out) {
+static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, bool template_only, int nstate,
+                           const char *const *names, ct_optim **out) {
     if (!p || !ct_params_data(p)) return ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
     const ct_device_hooks *h = NULL;
     if (ct_params_device(p).type != CT_DEV_CPU && !(h = ct_device_hooks_get(ct_params_device(p), "optimizer")))
@@ -106,7 +107,13 @@ static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, int
     for (int i = 0; i < np; i++)
         o->wd[i] = (only_ge2 && ct_params_get(p, i)->ndim < 2) ? 0.0 : wd;
     o->segs_dirty = true;
+    o->released = template_only;
     for (int k = 0; k < nstate; k++) {
+        if (template_only) { /* named, no buffer */
+            o->state_name[k] = names[k];
+            o->nstate = k + 1;
+            continue;
+        }
         /* state buffers in the parameters' layout on their device, zeroed */
         size_t bytes = (o->n ? o->n : 16) * sizeof(float);
         ct_status st = state_alloc(o->dev, h, bytes, &o->state[k]);
@@ -132,7 +139,7 @@ ct_status ct_optim_create_sgd(ct_params *p, const ct_sgd_opts *opts, ct_optim **
     if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
         return ct_error(CT_ERR_INVALID, "sgd: Nesterov momentum requires a momentum and zero dampening");
     static const char *const names[] = {"momentum_buffer"};
-    ct_status st = optim_new(p, K_SGD, o.weight_decay, o.decay_only_ndim_ge2, o.momentum != 0 ? 1 : 0, names, out);
+    ct_status st = optim_new(p, K_SGD, o.weight_decay, o.decay_only_ndim_ge2, o.template_only, o.momentum != 0 ? 1 : 0, names, out);
     if (st == CT_OK) (*out)->sgd = o;
     return st;
 }
@@ -145,8 +152,17 @@ ct_status ct_optim_create_adamw(ct_params *p, const ct_adamw_opts *opts, ct_opti
     if (!(o.eps >= 0) || !(o.weight_decay >= 0))
         return ct_error(CT_ERR_INVALID, "adamw: eps %g and weight_decay %g must be >= 0", o.eps, o.weight_decay);
     static const char *const names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-    ct_status st = optim_new(p, K_ADAMW, o.weight_decay, o.decay_only_ndim_ge2, o.amsgrad ? 3 : 2, names, out);
+    ct_status st = optim_new(p, K_ADAMW, o.weight_decay, o.decay_only_ndim_ge2, o.template_only, o.amsgrad ? 3 : 2, names, out);
     if (st == CT_OK) (*out)->adam = o;
+    return st;
+}
+
+ct_status ct_optim_create_like(const ct_optim *like, ct_params *p, ct_optim **out) {
+    ct_sgd_opts so = like->sgd;
+    ct_adamw_opts ao = like->adam;
+    so.template_only = ao.template_only = false;
+    ct_status st = like->kind == K_SGD ? ct_optim_create_sgd(p, &so, out) : ct_optim_create_adamw(p, &ao, out);
+    if (st == CT_OK) (*out)->step = like->step;
     return st;
 }
 
@@ -160,6 +176,17 @@ void ct_optim_free(ct_optim *o) {
     free(o);
 }
 
+void ct_optim_release_state(ct_optim *o) {
+    CT_CHECK(!o->sharded, "ct_optim_release_state: the optimizer steps a shard");
+    for (int k = 0; k < o->nstate; k++) {
+        if (!o->state_external[k]) state_free(o->hooks, o->state[k]);
+        o->state[k] = NULL;
+        o->state_external[k] = false;
+    }
+    o->released = true;
+}
+
+bool ct_optim_is_template(const ct_optim *o) { return o->released; }
 const char *ct_optim_kind(const ct_optim *o) { return o->kind == K_SGD ? "sgd" : "adamw"; }
 ct_params *ct_optim_params(const ct_optim *o) { return o->p; }
 int64_t ct_optim_steps(const ct_optim *o) { return o->step; }
@@ -366,6 +393,7 @@ static void adamw_range(ct_optim *o, size_t b, size_t e, double wd, double lr) {
 void ct_optim_step(ct_optim *o, double lr) {
     CT_CHECK(ct_device_eq(ct_params_device(o->p), o->dev), "ct_optim_step: the parameters moved to another device after "
              "the optimizer was created (create it after ct_module_to / ct_params_to)");
+    CT_CHECK(!o->released, "ct_optim_step: the optimizer's state was released (ct_optim_release_state)");
     if (o->segs_dirty) build_segs(o);
     /* sharded: this rank's share of each run of equal weight decay */
     size_t lo = o->sharded ? o->shard.lo : 0, hi = o->sharded ? o->shard.hi : o->n;

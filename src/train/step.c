@@ -106,13 +106,30 @@ ct_train_batch ct_train_batch_of(ct_dtype x_dtype, void *x, int x_ndim, const in
     return b;
 }
 
+/* FSDP's end of a step: clipping by the norm of every rank's shards, the shards' step */
+static ct_status fsdp_finish(const ct_step_args *a, double loss, ct_step_result *r) {
+    double norm = a->clip_norm > 0 ? ct_fsdp_clip_grad_norm(a->fsdp, a->clip_norm) : NAN;
+    ct_status st = ct_fsdp_step(a->fsdp, a->lr);
+    ct_params_zero_grad(a->model->params);
+    ct_ctx_reset(a->ctx);
+    if (r) *r = (ct_step_result){.loss = loss, .grad_norm = norm, .scale = 1.0f};
+    return st;
+}
+
 ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int n_micro, ct_step_result *r) {
     CT_CHECK(a->ctx && a->model && a->opt && micro && n_micro >= 1, "ct_train_step: ctx, model, optimizer and %d micro-batches",
              n_micro);
     const ct_train_model *m = a->model;
     ct_device dev = ct_params_device(m->params);
     double loss_sum = 0;
+    ct_status ds0 = CT_OK; /* FSDP: a collective failed (the group is unusable) */
     CT_CHECK(!a->zero || a->ddp, "ct_train_step: a sharded step (zero) without its DDP");
+    CT_CHECK(!a->fsdp || (!a->ddp && !a->zero), "ct_train_step: FSDP and DDP together");
+    if (a->fsdp) {
+        if (a->scaler) return ct_error(CT_ERR_UNSUPPORTED, "fsdp: loss scaling (fp16) is not sharded yet; use --amp bf16");
+        ct_status fs = ct_fsdp_begin_step(a->fsdp);
+        if (fs != CT_OK) return fs;
+    }
     /* a sharded step averages the gradients itself unless something reads them first */
     if (a->zero) {
         ct_status zs = ct_zero_begin_step(a->zero, !a->scaler && !(a->clip_norm > 0));
@@ -141,7 +158,10 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         /* the mean over the micro-batches: d(sum_k loss_k / K) */
         if (n_micro > 1) loss = ct_scale(a->ctx, loss, 1.0f / (float)n_micro);
         if (a->scaler) loss = ct_scale(a->ctx, loss, ct_grad_scaler_scale(a->scaler));
+        if (a->fsdp && (ds0 = ct_fsdp_pre_backward(a->fsdp)) != CT_OK) break;
         ct_backward(a->ctx, loss);
+        /* every unit's gradients reduce-scattered during it */
+        if (a->fsdp && (ds0 = ct_fsdp_post_backward(a->fsdp)) != CT_OK) break;
         ct_status ds = ct_ctx_status(a->ctx); /* a device op without a kernel, out of memory */
         if (ds != CT_OK) { /* the step is lost; DDP's collectives still end, so that ranks stay matched */
             if (a->ddp) {
@@ -156,6 +176,12 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         /* activations of one micro-batch at a time: that is what accumulation saves */
         if (k < n_micro - 1) ct_ctx_reset(a->ctx);
     }
+    if (ds0 != CT_OK) {
+        ct_params_zero_grad(m->params);
+        ct_ctx_reset(a->ctx);
+        return ds0;
+    }
+    if (a->fsdp) return fsdp_finish(a, loss_sum / n_micro, r);
     ct_status st = a->ddp ? ct_ddp_finish(a->ddp) : CT_OK;
     if (st == CT_OK && a->zero) ct_zero_gradients_final(a->zero);
     double norm = NAN;

@@ -25,6 +25,7 @@ struct ct_trainer {
     ct_pg *pg;                 /* NULL alone */
     ct_ddp *ddp;
     ct_zero *zero;             /* the sharded optimizer step, where it applies */
+    ct_fsdp *fsdp;             /* instead of ddp with o.shard */
     ct_sampler *sampler;
     ct_loader *loader;
     ct_metrics *metrics;
@@ -51,6 +52,17 @@ ct_trainer_opts ct_trainer_default_opts(void) {
                              .schedule = CT_LR_COSINE, .min_lr = -1, .seed = 1337, .workers = 1, .eval_each_epoch = true,
                              .keep = 3, .log_every = 50, .output_dir = "output", .metrics = true,
                              .scaler = ct_grad_scaler_default_opts()};
+}
+
+/* VmPeak: the most address space the process had (what RLIMIT_AS limits), 0 when unknown */
+static double peak_vm_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmPeak: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb / 1024.0;
 }
 
 static double peak_rss_mb(void) {
@@ -129,7 +141,15 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     ct_status st = CT_OK;
     /* before any collective: a refused rank 0 exits at once and the launcher stops the rest */
     if (t->rank == 0) st = ct_output_lock(o.output_dir, &t->lock_fd);
-    if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
+    if (st == CT_OK && o.shard != CT_SHARD_NONE && (o.resume || o.save_every > 0 || o.loss_scaling || o.amp == CT_F16))
+        st = ct_error(CT_ERR_UNSUPPORTED, "--shard %s: sharded checkpoints (--save-every, --resume) and loss scaling (fp16) "
+                      "are not implemented yet", ct_shard_mode_name(o.shard));
+    if (st == CT_OK && t->pg && o.shard != CT_SHARD_NONE) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);
+    else if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
+    if (st == CT_OK && t->fsdp) ct_optim_release_state(opt); /* the shards' optimizer steps instead */
+    if (st == CT_OK && t->fsdp) ct_fsdp_set_prefetch(t->fsdp, o.shard_prefetch);
+    if (st == CT_OK && !t->fsdp && ct_optim_is_template(opt))
+        st = ct_error(CT_ERR_INVALID, "ct_trainer_create: the optimizer is a template (no state) and nothing is sharded");
     if (st == CT_OK) {
         ct_sampler_opts so = ct_sampler_default_opts();
         so.n = ct_dataset_len(train_data);
@@ -192,6 +212,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_sampler_free(t->sampler);
     ct_zero_free(t->zero);
     ct_ddp_free(t->ddp);
+    ct_fsdp_free(t->fsdp);
     ct_ctx_free(t->ctx);
     ct_grad_scaler_free(t->scaler);
     ct_host_free(t->dev, t->xbuf);
@@ -205,6 +226,7 @@ int64_t ct_trainer_step(const ct_trainer *t) { return t->step; }
 int64_t ct_trainer_total_steps(const ct_trainer *t) { return t->total_steps; }
 int64_t ct_trainer_steps_per_epoch(const ct_trainer *t) { return t->steps_per_epoch; }
 ct_ddp *ct_trainer_ddp(ct_trainer *t) { return t->ddp; }
+ct_fsdp *ct_trainer_fsdp(ct_trainer *t) { return t->fsdp; }
 ct_ctx *ct_trainer_ctx(ct_trainer *t) { return t->ctx; }
 float ct_trainer_loss_scale(const ct_trainer *t) { return t->scaler ? ct_grad_scaler_scale(t->scaler) : 1.0f; }
 int64_t ct_trainer_skipped_steps(const ct_trainer *t) { return t->skipped; }
@@ -223,7 +245,11 @@ ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
     eo.batch_size = t->o.batch_size;
     eo.max_samples = t->o.eval_max;
     eo.pg = t->pg;
-    ct_status st = ct_evaluate(t->model, d, &eo, t->ctx, r);
+    /* ranks evaluate unequal shares, so a unit gathered per batch would call unmatched
+     * collectives: the whole model is gathered for the evaluation */
+    ct_status st = t->fsdp ? ct_fsdp_gather_all(t->fsdp) : CT_OK;
+    if (st == CT_OK) st = ct_evaluate(t->model, d, &eo, t->ctx, r);
+    if (st == CT_OK && t->fsdp) st = ct_fsdp_reshard(t->fsdp);
     r->step = t->step;
     r->epoch = t->epoch;
     return st;
@@ -265,6 +291,7 @@ static ct_status agree(ct_trainer *t, ct_status st, const char *what) {
 /* A periodic or final checkpoint: an error stops training unless the user chose to go on. */
 static ct_status checkpoint(ct_trainer *t) {
     if (t->saved_step == t->step) return CT_OK; /* a stop right after a periodic save */
+    if (t->fsdp) return CT_OK; /* no sharded checkpoints yet: the final weights are gathered whole */
     ct_status st = agree(t, save_ckpt(t), "writing the checkpoint");
     if (st == CT_OK) t->saved_step = t->step;
     if (st == CT_OK || !t->o.keep_going_on_save_error) return st;
@@ -357,6 +384,29 @@ static void print_eval(ct_trainer *t, const ct_eval_report *e, bool tty, bool at
     ct_metrics_flush(t->metrics);
 }
 
+/* FSDP's memory per rank, the largest over ranks, against the unsharded (DDP) sizes; then
+ * the units go back to their shards */
+static ct_status fsdp_report(ct_trainer *t) {
+    ct_fsdp_mem m = ct_fsdp_memory(t->fsdp);
+    double v[6] = {(double)m.shard_param_bytes, (double)m.optim_state_bytes, (double)m.peak_gathered_bytes,
+                   (double)m.peak_resident_bytes, (double)m.peak_total_bytes, (double)m.staging_bytes};
+    ct_status st = allreduce_d(t, v, 6, CT_RED_MAX);
+    if (st != CT_OK) return st;
+    if (t->rank == 0 && t->o.log_every > 0) {
+        const double MB = 1048576.0, full = (double)m.full_param_bytes;
+        double state = (double)ct_optim_state_count(ct_fsdp_optim(t->fsdp)) * full;
+        printf("fsdp: --shard %s, %d units (largest %.2f MB, root %.2f MB) | per rank, max over ranks: shard params %.2f MB, "
+               "shard grads %.2f MB, optimizer state %.2f MB, peak gathered units %.2f MB, peak resident full-size buffers "
+               "(params + grads, measured) %.2f MB, collective staging %.2f MB; total %.2f MB | unsharded (DDP): params %.2f MB, grads %.2f MB, state %.2f MB, "
+               "total %.2f MB\n",
+               ct_shard_mode_name(ct_fsdp_mode(t->fsdp)), m.units, (double)m.largest_unit_bytes / MB, (double)m.root_bytes / MB,
+               v[0] / MB, v[0] / MB, v[1] / MB, v[2] / MB, v[3] / MB, v[5] / MB, v[4] / MB, full / MB, full / MB, state / MB,
+               (2 * full + state) / MB);
+        fflush(stdout);
+    }
+    return ct_fsdp_reshard(t->fsdp);
+}
+
 ct_status ct_trainer_fit(ct_trainer *t) {
     const ct_trainer_opts *o = &t->o;
     ct_status st = CT_OK;
@@ -395,7 +445,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
     ct_eval_report ev = {.loss = NAN, .accuracy = NAN};
     bool stop = false;
     ct_step_args sa = {.ctx = t->ctx, .model = t->model, .opt = t->opt, .ddp = t->ddp, .zero = t->zero, .clip_norm = o->clip_norm,
-                       .scaler = t->scaler, .amp = o->amp};
+                       .scaler = t->scaler, .amp = o->amp, .fsdp = t->fsdp};
     while (t->step < t->total_steps && st == CT_OK && !stop) {
         ct_loader_start_epoch(t->loader, t->epoch);
         while (t->step < t->total_steps && !stop) {
@@ -489,7 +539,11 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         return CT_OK;
     }
     /* the result itself: never only a warning */
+    if (t->fsdp && (st = ct_fsdp_gather_all(t->fsdp)) != CT_OK) return st;
     if ((st = agree(t, save_weights(t), "writing model.safetensors")) != CT_OK) return st;
+    if (t->fsdp && (st = fsdp_report(t)) != CT_OK) return st;
+    double mem[2] = {peak_rss_mb(), peak_vm_mb()}; /* the largest rank's */
+    if ((st = allreduce_d(t, mem, 2, CT_RED_MAX)) != CT_OK) return st;
     if (t->rank == 0) {
         char p[4200];
         snprintf(p, sizeof p, "%s/training.svg", o->output_dir);
@@ -516,6 +570,7 @@ ct_status ct_trainer_fit(ct_trainer *t) {
                        ds.steps ? 1e3 * ds.total_comm_s / (double)ds.steps : 0,
                        ds.total_comm_s > 0 ? 100 * fmax(0, 1 - ds.total_exposed_s / ds.total_comm_s) : 0);
             }
+            if (t->pg) printf("memory per rank, max over ranks: peak RSS %.1f MB, peak address space (VmPeak) %.1f MB\n", mem[0], mem[1]);
         }
     }
     return CT_OK;

@@ -17,7 +17,7 @@ declare -A allow=(
 declare -A header=(
     [core.h]=core [tensor.h]=core [autograd.h]=core [config.h]=core [ops.h]=ops [nn.h]=nn [models.h]=models
     [optim.h]=optim [io.h]=io [metrics.h]=io [data.h]=data [loader.h]=data [dist.h]=distributed
-    [launch.h]=distributed [ddp.h]=ddp [train.h]=train [text.h]=text [ctrain.h]=cli)
+    [launch.h]=distributed [ddp.h]=ddp [train.h]=train [fsdp.h]=train [text.h]=text [ctrain.h]=cli)
 # the interface core gives its kernels: the op table, tape recording, the arena, the RNG
 kernel_api="core/kernel.h core/rng.h"
 # the CUDA layer (src/cuda, built with CUDA only) under the NCCL backend

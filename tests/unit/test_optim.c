@@ -153,6 +153,17 @@ CT_TEST(optim_matches_pytorch) {
 }
 
 /* ct_optim_set_weight_decay per parameter == decay_only_ndim_ge2 == PyTorch's two groups. */
+/* STEPS steps of both optimizers on the same gradients: the same parameters after */
+static bool same_steps(ct_params *A, ct_optim *oa, ct_params *B, ct_optim *ob) {
+    for (int s = 0; s < STEPS; s++) {
+        set_grads(A, s);
+        set_grads(B, s);
+        ct_optim_step(oa, 1e-2);
+        ct_optim_step(ob, 1e-2);
+    }
+    return !memcmp(ct_params_data(A), ct_params_data(B), ct_params_numel(A) * sizeof(float));
+}
+
 CT_TEST(optim_per_param_weight_decay) {
     CT_ASSERT(fx());
     ct_params *A = make_params(), *B = make_params();
@@ -164,17 +175,41 @@ CT_TEST(optim_per_param_weight_decay) {
     ct_optim *ob; CT_EXPECT_OK(ct_optim_create_adamw(B, &o, &ob));
     CT_EXPECT(ct_optim_weight_decay(oa, 1) == 0.0 && ct_optim_weight_decay(oa, 0) == 0.1);
     ct_optim_set_weight_decay(ob, 1, 0.0);
-    for (int s = 0; s < STEPS; s++) {
-        set_grads(A, s);
-        set_grads(B, s);
-        ct_optim_step(oa, 1e-2);
-        ct_optim_step(ob, 1e-2);
-    }
-    CT_EXPECT(!memcmp(ct_params_data(A), ct_params_data(B), ct_params_numel(A) * sizeof(float)));
+    CT_EXPECT(same_steps(A, oa, B, ob));
     ct_optim_free(oa);
     ct_optim_free(ob);
     ct_params_free(A);
     ct_params_free(B);
+}
+
+/* A template (no state) copied with ct_optim_create_like over another store with the same
+ * layout steps it as the original optimizer steps its own: FSDP's shards rely on it. */
+CT_TEST(optim_template_and_like) {
+    CT_ASSERT(fx());
+    ct_params *A = make_params(), *B = make_params(), *T = make_params();
+    ct_adamw_opts o = ct_adamw_default_opts();
+    o.weight_decay = 0.1;
+    o.decay_only_ndim_ge2 = true;
+    ct_optim *oa; CT_EXPECT_OK(ct_optim_create_adamw(A, &o, &oa));
+    o.template_only = true;
+    ct_optim *tmpl; CT_EXPECT_OK(ct_optim_create_adamw(T, &o, &tmpl));
+    CT_EXPECT(ct_optim_is_template(tmpl) && !ct_optim_is_template(oa));
+    float *buf = (float *)1;
+    ct_optim_state_buffer(tmpl, 0, NULL, &buf, NULL);
+    CT_EXPECT(buf == NULL); /* no state was allocated */
+    ct_optim *ob; CT_EXPECT_OK(ct_optim_create_like(tmpl, B, &ob));
+    CT_EXPECT(!ct_optim_is_template(ob) && !strcmp(ct_optim_kind(ob), "adamw"));
+    for (int i = 0; i < ct_params_count(B); i++)
+        CT_EXPECT(ct_optim_weight_decay(ob, i) == ct_optim_weight_decay(oa, i));
+    CT_EXPECT(same_steps(A, oa, B, ob));
+    ct_optim_release_state(oa); /* the trainer's under FSDP */
+    CT_EXPECT(ct_optim_is_template(oa));
+    ct_optim_free(oa);
+    ct_optim_free(ob);
+    ct_optim_free(tmpl);
+    ct_params_free(A);
+    ct_params_free(B);
+    ct_params_free(T);
 }
 
 static char tmpdir[64];

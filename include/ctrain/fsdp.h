@@ -1,0 +1,110 @@
+/* ctrain/fsdp.h — fully sharded data parallel: parameters, gradients and optimizer state
+ * split across the ranks, a unit's full parameters gathered only while it runs.
+ *
+ *   ct_fsdp *f;
+ *   if (ct_fsdp_create(pg, ct_model_params(model), opt, CT_SHARD_FULL, &f) != CT_OK) ...
+ *   for (step...) {
+ *       ct_fsdp_begin_step(f);
+ *       ct_tensor *loss = ct_model_loss(ctx, model, x, y);  // units gathered on entry, freed on leaving
+ *       ct_fsdp_pre_backward(f);
+ *       ct_backward(ctx, loss);                  // units gathered again, grads reduce-scattered
+ *       if (ct_fsdp_post_backward(f) != CT_OK) ...
+ *       ct_fsdp_step(f, lr);                     // each rank steps its shard
+ *       ct_params_zero_grad(P);
+ *       ct_ctx_reset(ctx);
+ *   }
+ *   ct_fsdp_free(f);                             // the full parameters come back into P
+ *
+ * Units: parameters whose names share the prefix up to their first numeric component
+ * ("transformer.h.3.", "0.") form one unit (a transformer block, a layer); the rest (GPT's
+ * embeddings and final norm, tied to the head) is the root unit, gathered all the time. A
+ * unit's parameters must be consecutive in the store. Each unit's flat range is padded to a
+ * multiple of the world size and split evenly: rank r owns the r-th part of every unit.
+ * Models bracket units with ct_unit_enter / ct_unit_leave (ct_module_forward does).
+ *
+ * Modes (PyTorch's ShardingStrategy):
+ *   CT_SHARD_FULL        FULL_SHARD: a unit is gathered before its forward and freed after
+ *                        it, gathered again before its backward (when the unit after it in
+ *                        forward order finished backward) and freed once its gradients are
+ *                        reduce-scattered.
+ *   CT_SHARD_GRAD_OPTIM  SHARD_GRAD_OP: gathered in forward and kept until its gradients are
+ *                        reduce-scattered.
+ *   CT_SHARD_OPTIM       ZeRO-1: parameters and gradients stay whole on every rank;
+ *                        gradients are reduce-scattered, each rank steps its shard, and the
+ *                        updated shards are all-gathered after the step.
+ *   CT_SHARD_NONE        no FSDP: DDP (the trainer's default path).
+ * Freed memory: P's flat parameter and gradient buffers are mappings of their own, a unit's
+ * whole pages given back with madvise(MADV_DONTNEED); the pointers stay valid (views taken
+ * in forward still point at the right place once gathered again).
+ * Gradients are averaged with ct_reduce_scatter (CT_RED_AVG), per backward (accumulation
+ * sums the averaged shards); the optimizer is an optimizer like `like` (ct_optim_create_like)
+ * over this rank's pieces of each parameter, with the parameter's weight decay. Runs on any
+ * backend with all-gather and reduce-scatter; the store must be on the CPU. */
+#ifndef CTRAIN_FSDP_H
+#define CTRAIN_FSDP_H
+
+#include "ctrain/dist.h"
+#include "ctrain/optim.h"
+#include "ctrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { CT_SHARD_NONE = 0, CT_SHARD_OPTIM, CT_SHARD_GRAD_OPTIM, CT_SHARD_FULL } ct_shard_mode;
+const char *ct_shard_mode_name(ct_shard_mode m); /* "none", "optim", "grad-optim", "full" */
+ct_status ct_shard_mode_parse(const char *s, ct_shard_mode *out);
+
+typedef struct ct_fsdp ct_fsdp;
+
+/* Bytes of this rank, counted by the module and measured (resident pages, mincore). */
+typedef struct ct_fsdp_mem {
+    int units;                    /* root included */
+    size_t full_param_bytes;      /* the unsharded parameters (= their gradients) */
+    size_t root_bytes;            /* the root unit's parameters, gathered all the time */
+    size_t largest_unit_bytes;
+    size_t shard_param_bytes;     /* this rank's shards (the optimizer's parameters) */
+    size_t shard_grad_bytes;
+    size_t optim_state_bytes;     /* this rank's optimizer state */
+    size_t peak_gathered_bytes;   /* most non-root unit parameters gathered at once in a training step (counted) */
+    size_t peak_resident_bytes;   /* most resident pages of P's flat parameters + gradients (measured
+                                     at every gather and reduce-scatter of a training step) */
+    size_t staging_bytes;         /* the collectives' buffers: two units (one gathering, one prefetched) */
+    size_t peak_total_bytes;      /* peak_resident + shards + their grads + state + staging */
+    int64_t gathers, reduce_scatters;
+} ct_fsdp_mem;
+
+/* Collective. Broadcasts P's parameters and buffers from rank 0, splits them, moves P's flat
+ * buffers into mappings of their own and frees what the mode does not keep. like: the
+ * optimizer to imitate (its state is not copied: create the FSDP before the first step).
+ * CT_ERR_UNSUPPORTED for a store on a device or units not consecutive; CT_ERR_NOMEM. */
+ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard_mode mode, ct_fsdp **out);
+/* Gathers every unit back into P (collective when the group is alive), then frees. */
+void ct_fsdp_free(ct_fsdp *f);
+ct_optim *ct_fsdp_optim(ct_fsdp *f);       /* the shards' optimizer */
+ct_shard_mode ct_fsdp_mode(const ct_fsdp *f);
+/* Off by default: each gather waits. On: while a unit runs, the next one's all-gather is in
+ * flight (asynchronous, on the group's comm thread): forward in the last training forward's
+ * order, backward in reverse. One more unit of staging; the comm thread's allocations add
+ * address space (a malloc arena), which matters under RLIMIT_AS. */
+void ct_fsdp_set_prefetch(ct_fsdp *f, bool on);
+ct_status ct_fsdp_begin_step(ct_fsdp *f);  /* zeroes the shards' gradients */
+ct_status ct_fsdp_pre_backward(ct_fsdp *f); /* before each ct_backward */
+/* After each ct_backward: every unit's gradients reduce-scattered (an unused parameter is an
+ * error naming it), or the first failure of a collective. */
+ct_status ct_fsdp_post_backward(ct_fsdp *f);
+/* torch.nn.utils.clip_grad_norm_ over the shards: the norm of all ranks' shards (an
+ * all-reduce of the sums of squares); returns it (NaN when the collective failed). */
+double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm);
+/* The shards' optimizer step, then the all-gathers the mode needs (the root; every unit in
+ * CT_SHARD_OPTIM). */
+ct_status ct_fsdp_step(ct_fsdp *f, double lr);
+/* Collective: every unit gathered into P (to save or export the model), and back. */
+ct_status ct_fsdp_gather_all(ct_fsdp *f);
+ct_status ct_fsdp_reshard(ct_fsdp *f);
+ct_fsdp_mem ct_fsdp_memory(const ct_fsdp *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

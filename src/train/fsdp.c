@@ -1,0 +1,542 @@
+/* ct_fsdp: fully sharded data parallel (ctrain/fsdp.h).
+ *
+ * P's flat parameter and gradient buffers move into anonymous mappings of their own: a unit
+ * that is not needed has its whole pages dropped (madvise), which gives the memory back while
+ * every pointer into the buffers (the parameter tensors, views recorded in forward) stays
+ * valid; gathering writes the unit's range again. Each rank keeps its shard of every unit in a
+ * parameter store of its own (S: one tensor per piece of a parameter), which the optimizer
+ * steps; a gather packs this rank's pieces and all-gathers them, a reduce-scatter unpacks the
+ * averaged shard into S's gradients. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ctrain/fsdp.h"
+
+typedef struct {
+    int sidx;    /* parameter of S */
+    size_t goff; /* offset in P's flat buffers */
+    size_t len;
+    size_t loc;  /* offset inside this rank's shard of the unit */
+} piece;
+
+typedef struct {
+    int first, last;   /* parameter indices (consecutive, trainable) */
+    int nparams;
+    size_t off, len;   /* range of P's flat buffers, in floats */
+    size_t s;          /* shard length: len padded to n * s */
+    piece *pieces;
+    int npieces;
+    bool root;         /* no numbered prefix: gathered all the time */
+    bool gathered, in_order, reduced;
+    int depth, ready;
+} unit;
+
+struct ct_fsdp {
+    ct_pg *pg;
+    ct_params *P, *S;
+    ct_optim *opt;
+    ct_shard_mode mode;
+    int n, me, nu;
+    unit *u;
+    int *unit_of;      /* per parameter of P: its unit, -1 for buffers */
+    float *data, *grad;
+    size_t numel, map_bytes;
+    float *stage, *send;   /* n * max s and max s floats */
+    float *stage2, *send2; /* the same for the one prefetch in flight */
+    ct_work *pend;         /* that prefetch's all-gather, of unit pend_unit */
+    int pend_unit;
+    int *prev_order;       /* the last training forward's order: what forward prefetches */
+    int nprev;
+    bool prefetch;         /* ct_fsdp_set_prefetch */
+    unsigned char *mc;     /* mincore's vector over one mapping */
+    int *order;            /* units in the order this forward entered them */
+    int norder;
+    bool in_step, backward;
+    ct_status status;      /* first failure of a collective inside a hook */
+    size_t gathered_now;
+    ct_fsdp_mem mem;
+};
+
+const char *ct_shard_mode_name(ct_shard_mode m) {
+    switch (m) {
+    case CT_SHARD_OPTIM: return "optim";
+    case CT_SHARD_GRAD_OPTIM: return "grad-optim";
+    case CT_SHARD_FULL: return "full";
+    default: return "none";
+    }
+}
+
+ct_status ct_shard_mode_parse(const char *s, ct_shard_mode *out) {
+    for (int m = CT_SHARD_NONE; m <= CT_SHARD_FULL; m++)
+        if (s && !strcmp(s, ct_shard_mode_name((ct_shard_mode)m))) { *out = (ct_shard_mode)m; return CT_OK; }
+    return ct_error(CT_ERR_INVALID, "shard mode '%s': full, grad-optim, optim or none", s ? s : "(null)");
+}
+
+ct_optim *ct_fsdp_optim(ct_fsdp *f) { return f->opt; }
+void ct_fsdp_set_prefetch(ct_fsdp *f, bool on) { f->prefetch = on; }
+ct_shard_mode ct_fsdp_mode(const ct_fsdp *f) { return f->mode; }
+
+/* length of a name's unit key: up to the end of its first all-digit component, 0 for none */
+static size_t unit_key(const char *name) {
+    const char *c = name;
+    while (*c) {
+        const char *e = strchr(c, '.');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        bool digits = n > 0;
+        for (size_t i = 0; i < n; i++) digits = digits && c[i] >= '0' && c[i] <= '9';
+        if (digits && e) return (size_t)(e - name); /* a trailing number is a name, not a unit */
+        if (!e) break;
+        c = e + 1;
+    }
+    return 0;
+}
+
+static bool same_key(const char *a, const char *b) {
+    size_t ka = unit_key(a), kb = unit_key(b);
+    return ka == kb && !strncmp(a, b, ka);
+}
+
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* the whole pages inside [off, off + len) floats of a mapping go back to the system (they read
+ * as zeros when touched again); the partial pages at the ends are zeroed when `zero` */
+static void drop_range(float *base, size_t off, size_t len, bool zero) {
+    size_t ps = page_size();
+    uintptr_t b = (uintptr_t)(base + off), e = (uintptr_t)(base + off + len);
+    uintptr_t lo = (b + ps - 1) & ~(uintptr_t)(ps - 1), hi = e & ~(uintptr_t)(ps - 1);
+    if (hi <= lo) {
+        if (zero) memset(base + off, 0, len * sizeof(float));
+        return;
+    }
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (zero) {
+        memset((void *)b, 0, lo - b);
+        memset((void *)hi, 0, e - hi);
+    }
+}
+
+/* resident bytes of the two mappings, measured (mincore) */
+static void measure(ct_fsdp *f) {
+    if (!f->in_step) return; /* training's peak: an evaluation gathers the whole model */
+    size_t ps = page_size(), pages = f->map_bytes / ps, res = 0;
+    float *maps[2] = {f->data, f->grad};
+    for (int m = 0; m < 2; m++) {
+        if (mincore(maps[m], f->map_bytes, f->mc) != 0) return;
+        for (size_t i = 0; i < pages; i++) res += f->mc[i] & 1;
+    }
+    res *= ps;
+    if (res > f->mem.peak_resident_bytes) f->mem.peak_resident_bytes = res;
+}
+
+static void fail(ct_fsdp *f, ct_status st) {
+    if (f->status == CT_OK) f->status = st;
+}
+
+static float *sdata(ct_fsdp *f, int j) { return ct_f32(ct_params_get(f->S, j)); }
+static float *sgrad(ct_fsdp *f, int j) { return ct_params_grad(f->S) + ct_params_offset(f->S, j); }
+
+static void pack(ct_fsdp *f, const unit *u, float *send) {
+    memset(send, 0, u->s * sizeof(float));
+    for (int k = 0; k < u->npieces; k++) memcpy(send + u->pieces[k].loc, sdata(f, u->pieces[k].sidx), u->pieces[k].len * sizeof(float));
+}
+
+static void gathered(ct_fsdp *f, unit *u, const float *stage) {
+    memcpy(f->data + u->off, stage, u->len * sizeof(float));
+    u->gathered = true;
+    f->mem.gathers++;
+    if (!u->root) {
+        f->gathered_now += u->len * sizeof(float);
+        if (f->in_step && f->gathered_now > f->mem.peak_gathered_bytes) f->mem.peak_gathered_bytes = f->gathered_now;
+    }
+    measure(f);
+}
+
+/* the prefetch in flight, waited for and copied into place */
+static void finish_prefetch(ct_fsdp *f) {
+    if (!f->pend) return;
+    ct_status st = ct_work_wait(f->pend);
+    ct_work_free(f->pend);
+    f->pend = NULL;
+    if (st != CT_OK) fail(f, st);
+    else if (f->status == CT_OK) gathered(f, &f->u[f->pend_unit], f->stage2);
+}
+
+/* this rank's pieces of u, all-gathered into u's range of P (after the prefetch in flight:
+ * collectives keep their order) */
+static void gather(ct_fsdp *f, unit *u) {
+    finish_prefetch(f);
+    if (u->gathered || f->status != CT_OK) return;
+    pack(f, u, f->send);
+    ct_status st = ct_all_gather_sync(f->pg, f->send, f->stage, u->s, CT_F32);
+    if (st != CT_OK) { fail(f, st); return; }
+    gathered(f, u, f->stage);
+}
+
+/* u's all-gather started now, to overlap the compute of the unit running before it; every
+ * rank prefetches the same units in the same order (from the same forward order) */
+static void prefetch(ct_fsdp *f, int k) {
+    unit *u = &f->u[k];
+    if (!f->prefetch || u->gathered || u->root || f->pend || f->status != CT_OK) return;
+    pack(f, u, f->send2);
+    f->pend = ct_all_gather(f->pg, f->send2, f->stage2, u->s, CT_F32);
+    f->pend_unit = k;
+}
+
+static void release(ct_fsdp *f, unit *u) {
+    if (!u->gathered || u->root) return;
+    drop_range(f->data, u->off, u->len, false);
+    u->gathered = false;
+    f->gathered_now -= u->len * sizeof(float);
+}
+
+/* u's gradients (all its parameters delivered theirs): averaged across the ranks, this
+ * rank's shard added to S's gradients, then u's gradients cleared for the next backward */
+static void reduce(ct_fsdp *f, unit *u) {
+    u->reduced = true;
+    if (f->status != CT_OK) return;
+    const float *g = ct_params_grad_range(f->P, u->first, u->last);
+    size_t all = u->s * (size_t)f->n;
+    memcpy(f->stage, g, u->len * sizeof(float));
+    memset(f->stage + u->len, 0, (all - u->len) * sizeof(float));
+    measure(f);
+    ct_status st = ct_reduce_scatter_sync(f->pg, f->stage, f->send, u->s, CT_F32, CT_RED_AVG);
+    if (st != CT_OK) { fail(f, st); return; }
+    f->mem.reduce_scatters++;
+    for (int k = 0; k < u->npieces; k++) {
+        float *d = sgrad(f, u->pieces[k].sidx);
+        const float *r = f->send + u->pieces[k].loc;
+        for (size_t i = 0; i < u->pieces[k].len; i++) d[i] += r[i];
+    }
+    /* ZeRO-1 keeps whole gradients (zeroed in place); the others give the pages back */
+    if (f->mode == CT_SHARD_OPTIM) memset(f->grad + u->off, 0, u->len * sizeof(float));
+    else drop_range(f->grad, u->off, u->len, true);
+    if (f->mode == CT_SHARD_FULL || f->mode == CT_SHARD_GRAD_OPTIM) release(f, u);
+}
+
+static void on_grad(void *user, ct_params *p, int i) {
+    (void)p;
+    ct_fsdp *f = user;
+    int k = f->unit_of[i];
+    if (k < 0) return;
+    unit *u = &f->u[k];
+    if (++u->ready < u->nparams) return;
+    if (!u->gathered && !u->root) /* its backward read freed parameters: a model that used them outside its unit */
+        fail(f, ct_error(CT_ERR_INVALID, "fsdp: '%s' was used outside its unit's ct_unit_enter/leave",
+                         ct_params_get(f->P, u->first)->name));
+    reduce(f, u);
+    /* the unit before it in forward order runs its backward next: gather it now */
+    for (int j = f->norder - 1; j > 0; j--)
+        if (f->order[j] == k) {
+            gather(f, &f->u[f->order[j - 1]]);
+            if (j > 1) prefetch(f, f->order[j - 2]);
+            break;
+        }
+}
+
+static void on_unit(void *user, ct_ctx *ctx, ct_params *p, int i, bool enter) {
+    (void)ctx, (void)p;
+    ct_fsdp *f = user;
+    int k = f->unit_of[i];
+    if (k < 0 || f->u[k].root) return;
+    unit *u = &f->u[k];
+    if (enter) {
+        if (u->depth++ > 0) return;
+        gather(f, u);
+        if (f->in_step && !f->backward && !u->in_order) {
+            u->in_order = true;
+            f->order[f->norder++] = k;
+            /* the unit after it in the last training forward */
+            for (int j = 0; j + 1 < f->nprev && f->mode != CT_SHARD_OPTIM; j++)
+                if (f->prev_order[j] == k) { prefetch(f, f->prev_order[j + 1]); break; }
+        }
+        return;
+    }
+    if (--u->depth > 0 || f->backward) return;
+    /* after its forward: FULL_SHARD frees it; SHARD_GRAD_OP keeps it for the backward of a
+     * training step; outside a step (evaluation) nothing comes back for it */
+    if (f->mode == CT_SHARD_FULL || (f->mode == CT_SHARD_GRAD_OPTIM && !f->in_step)) release(f, u);
+}
+
+/* ---- creation ---- */
+
+static ct_status build_units(ct_fsdp *f) {
+    ct_params *P = f->P;
+    int np = ct_params_count(P);
+    f->unit_of = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    f->u = calloc((size_t)(np ? np : 1), sizeof(unit));
+    f->order = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    f->prev_order = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    if (!f->unit_of || !f->u || !f->order || !f->prev_order) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+    int prev = -1;
+    for (int i = 0; i < np; i++) {
+        f->unit_of[i] = -1;
+        if (ct_params_is_buffer(P, i) || ct_numel(ct_params_get(P, i)) == 0) continue;
+        const char *name = ct_params_get(P, i)->name;
+        if (prev >= 0 && same_key(ct_params_get(P, prev)->name, name)) {
+            f->unit_of[i] = f->nu - 1;
+        } else {
+            /* a numbered unit seen before, now again after another: not consecutive */
+            for (int k = 0; k < f->nu; k++)
+                if (!f->u[k].root && same_key(ct_params_get(P, f->u[k].first)->name, name))
+                    return ct_error(CT_ERR_UNSUPPORTED, "fsdp: the parameters of unit '%.*s' are not consecutive in the store "
+                                    "('%s' comes after another unit's)", (int)unit_key(name), name, name);
+            f->u[f->nu] = (unit){.first = i, .root = unit_key(name) == 0};
+            f->unit_of[i] = f->nu++;
+        }
+        unit *u = &f->u[f->nu - 1];
+        u->last = i;
+        u->nparams++;
+        prev = i;
+    }
+    size_t maxs = 16;
+    for (int k = 0; k < f->nu; k++) {
+        unit *u = &f->u[k];
+        u->off = ct_params_offset(P, u->first);
+        u->len = ct_params_offset(P, u->last) + (size_t)ct_numel(ct_params_get(P, u->last)) - u->off;
+        u->s = ((u->len + (size_t)f->n - 1) / (size_t)f->n + 15) & ~(size_t)15; /* whole 64-byte lines */
+        if (u->s > maxs) maxs = u->s;
+        size_t b = u->len * sizeof(float);
+        if (b > f->mem.largest_unit_bytes && !u->root) f->mem.largest_unit_bytes = b;
+        if (u->root) f->mem.root_bytes += b;
+    }
+    f->mem.units = f->nu;
+    f->mem.staging_bytes = 2 * maxs * (size_t)(f->n + 1) * sizeof(float);
+    if (posix_memalign((void **)&f->stage, 64, maxs * (size_t)f->n * sizeof(float)) ||
+        posix_memalign((void **)&f->send, 64, maxs * sizeof(float)) ||
+        posix_memalign((void **)&f->stage2, 64, maxs * (size_t)f->n * sizeof(float)) ||
+        posix_memalign((void **)&f->send2, 64, maxs * sizeof(float)))
+        return ct_error(CT_ERR_NOMEM, "fsdp: out of memory for the staging buffers (%zu floats)", maxs * (size_t)(f->n + 1));
+    return CT_OK;
+}
+
+/* S: one 1-D parameter per piece of a parameter of P that lies in this rank's shard */
+static ct_status build_shards(ct_fsdp *f, const ct_optim *like) {
+    ct_status st = ct_params_create(&f->S);
+    if (st != CT_OK) return st;
+    int count = 0;
+    for (int k = 0; k < f->nu; k++) {
+        unit *u = &f->u[k];
+        if (!(u->pieces = calloc((size_t)u->nparams, sizeof(piece)))) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+        size_t a = u->off + (size_t)f->me * u->s, b = a + u->s;
+        if (a > u->off + u->len) a = u->off + u->len;
+        if (b > u->off + u->len) b = u->off + u->len;
+        for (int i = u->first; i <= u->last; i++) {
+            const ct_tensor *t = ct_params_get(f->P, i);
+            size_t lo = ct_params_offset(f->P, i), hi = lo + (size_t)ct_numel(t);
+            if (lo < a) lo = a;
+            if (hi > b) hi = b;
+            if (lo >= hi) continue;
+            int64_t len = (int64_t)(hi - lo);
+            if (!ct_param(f->S, t->name, 1, &len, CT_INIT_ZEROS, 0)) return ct_params_status(f->S);
+            u->pieces[u->npieces++] = (piece){.sidx = count++, .goff = lo, .len = hi - lo, .loc = lo - (u->off + (size_t)f->me * u->s)};
+        }
+    }
+    if (count == 0 && !ct_param(f->S, "fsdp.empty", 1, (int64_t[]){1}, CT_INIT_ZEROS, 0)) return ct_params_status(f->S);
+    if ((st = ct_params_finalize(f->S, 0)) != CT_OK) return st;
+    for (int k = 0; k < f->nu; k++)
+        for (int j = 0; j < f->u[k].npieces; j++) {
+            piece *pc = &f->u[k].pieces[j];
+            memcpy(sdata(f, pc->sidx), ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
+        }
+    memset(ct_params_grad(f->S), 0, ct_params_numel(f->S) * sizeof(float));
+    if ((st = ct_optim_create_like(like, f->S, &f->opt)) != CT_OK) return st;
+    for (int k = 0; k < f->nu; k++) /* each piece decays as its parameter */
+        for (int j = 0; j < f->u[k].npieces; j++) {
+            int pi = f->u[k].first;
+            while (pi < f->u[k].last && ct_params_offset(f->P, pi + 1) <= f->u[k].pieces[j].goff) pi++;
+            ct_optim_set_weight_decay(f->opt, f->u[k].pieces[j].sidx, ct_optim_weight_decay(like, pi));
+        }
+    if (count == 0) ct_optim_set_weight_decay(f->opt, 0, 0);
+    size_t sb = ct_params_numel(f->S) * sizeof(float);
+    f->mem.shard_param_bytes = f->mem.shard_grad_bytes = sb;
+    f->mem.optim_state_bytes = sb * (size_t)ct_optim_state_count(f->opt);
+    return CT_OK;
+}
+
+ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard_mode mode, ct_fsdp **out) {
+    *out = NULL;
+    CT_CHECK(pg && P && like && ct_optim_params(like) == P, "ct_fsdp_create: a group, a store and an optimizer over it");
+    if (ct_params_device(P).type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: the parameters are on a device; sharding runs on the CPU for now");
+    if (mode == CT_SHARD_NONE) return ct_error(CT_ERR_INVALID, "fsdp: shard mode none is DDP (ct_ddp_create)");
+    ct_fsdp *f = calloc(1, sizeof *f);
+    if (!f) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+    f->pg = pg;
+    f->P = P;
+    f->mode = mode;
+    f->n = ct_pg_size(pg);
+    f->me = ct_pg_rank(pg);
+    f->numel = ct_params_numel(P);
+    f->map_bytes = ((f->numel ? f->numel : 1) * sizeof(float) + page_size() - 1) & ~(page_size() - 1);
+    f->mem.full_param_bytes = f->numel * sizeof(float);
+    ct_status st = build_units(f);
+    /* rank 0's values everywhere, as DDP starts */
+    if (st == CT_OK) st = ct_broadcast_sync(pg, ct_params_data(P), f->numel, CT_F32, 0);
+    if (st == CT_OK && ct_params_buffer_numel(P) > 0)
+        st = ct_broadcast_sync(pg, ct_params_buffer_data(P), ct_params_buffer_numel(P), CT_F32, 0);
+    f->mc = st == CT_OK ? malloc(f->map_bytes / page_size() + 1) : NULL;
+    if (st == CT_OK && !f->mc) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+    /* one buffer at a time, what the mode does not keep dropped at once: the gradients (all
+     * of them go), the shards, then the parameters; the process grows by one copy of the
+     * parameters while a buffer moves, not more */
+    float **maps[2] = {&f->grad, &f->data};
+    for (int m = 0; m < 2 && st == CT_OK; m++) {
+        if (m == 1 && (st = build_shards(f, like)) != CT_OK) break;
+        float *b = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (b == MAP_FAILED) {
+            st = ct_error(CT_ERR_NOMEM, "fsdp: cannot map %zu bytes for the %s", f->map_bytes, m ? "parameters" : "gradients");
+            break;
+        }
+        *maps[m] = b;
+        st = m ? ct_params_set_data_storage(P, b, true) : ct_params_set_grad_storage(P, b);
+        if (st != CT_OK) break;
+        if (m == 0) {
+            drop_range(f->grad, 0, f->numel, true);
+            continue;
+        }
+        for (int k = 0; k < f->nu; k++) {
+            f->u[k].gathered = true;
+            if (!f->u[k].root) f->gathered_now += f->u[k].len * sizeof(float);
+            if (mode != CT_SHARD_OPTIM) release(f, &f->u[k]);
+        }
+    }
+    if (st != CT_OK) {
+        f->status = st; /* no collective on the way out: the other ranks may have failed elsewhere */
+        ct_fsdp_free(f);
+        return st;
+    }
+    ct_params_set_grad_hook(P, on_grad, f);
+    ct_params_set_unit_hook(P, on_unit, f);
+    int roots = 0;
+    for (int k = 0; k < f->nu; k++) roots += f->u[k].root;
+    CT_LOG_INFO("fsdp", "%s sharding: %d units (%d root), %zu of %zu parameters here, %s", ct_shard_mode_name(mode), f->nu,
+                roots, ct_params_numel(f->S), f->numel, ct_optim_kind(f->opt));
+    *out = f;
+    return CT_OK;
+}
+
+void ct_fsdp_free(ct_fsdp *f) {
+    if (!f) return;
+    if (f->data && f->S && f->status == CT_OK && ct_fsdp_gather_all(f) != CT_OK)
+        CT_LOG_WARN_("fsdp", "the parameters could not be gathered back: %s", ct_last_error());
+    if (f->pend) ct_work_free(f->pend); /* after a failure: waits for it before its buffers go */
+    if (f->P && (f->data || f->grad)) {
+        ct_params_set_grad_hook(f->P, NULL, NULL);
+        ct_params_set_unit_hook(f->P, NULL, NULL);
+        if (ct_params_data(f->P) == f->data && ct_params_set_data_storage(f->P, NULL, true) != CT_OK)
+            CT_LOG_WARN_("fsdp", "%s", ct_last_error());
+        if (ct_params_grad(f->P) == f->grad && ct_params_set_grad_storage(f->P, NULL) != CT_OK)
+            CT_LOG_WARN_("fsdp", "%s", ct_last_error());
+    }
+    /* a mapping P still points at (no memory to move out) stays mapped */
+    if (f->data && (!f->P || ct_params_data(f->P) != f->data)) munmap(f->data, f->map_bytes);
+    if (f->grad && (!f->P || ct_params_grad(f->P) != f->grad)) munmap(f->grad, f->map_bytes);
+    ct_optim_free(f->opt);
+    ct_params_free(f->S);
+    for (int k = 0; k < f->nu; k++) free(f->u[k].pieces);
+    free(f->u);
+    free(f->unit_of);
+    free(f->order);
+    free(f->stage);
+    free(f->send);
+    free(f->stage2);
+    free(f->send2);
+    free(f->prev_order);
+    free(f->mc);
+    free(f);
+}
+
+/* ---- the step ---- */
+
+ct_status ct_fsdp_begin_step(ct_fsdp *f) {
+    memset(ct_params_grad(f->S), 0, ct_params_numel(f->S) * sizeof(float));
+    f->in_step = true;
+    f->backward = false;
+    return f->status;
+}
+
+ct_status ct_fsdp_pre_backward(ct_fsdp *f) {
+    f->backward = true;
+    if (f->norder > 0) gather(f, &f->u[f->order[f->norder - 1]]); /* the first unit backward reaches */
+    if (f->norder > 1) prefetch(f, f->order[f->norder - 2]);
+    return f->status;
+}
+
+ct_status ct_fsdp_post_backward(ct_fsdp *f) {
+    f->backward = false;
+    finish_prefetch(f);
+    ct_status st = f->status;
+    for (int k = 0; k < f->nu; k++) {
+        unit *u = &f->u[k];
+        if (st == CT_OK && !u->reduced) {
+            int i = u->first; /* the first parameter that got no gradient: its unit never reduced */
+            st = ct_error(CT_ERR_INVALID, "fsdp: parameter '%s' (unit of %d) got no gradient in this backward; every "
+                          "parameter must take part in the loss", ct_params_get(f->P, i)->name, u->nparams);
+        }
+        u->reduced = u->in_order = false;
+        u->ready = 0;
+        u->depth = 0;
+    }
+    memcpy(f->prev_order, f->order, sizeof(int) * (size_t)f->norder);
+    f->nprev = f->norder;
+    f->norder = 0;
+    return st;
+}
+
+double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm) {
+    float *G = ct_params_grad(f->S);
+    double ss = 0;
+    for (int k = 0; k < f->nu; k++)
+        for (int j = 0; j < f->u[k].npieces; j++) {
+            const float *g = sgrad(f, f->u[k].pieces[j].sidx);
+            for (size_t i = 0; i < f->u[k].pieces[j].len; i++) ss += (double)g[i] * g[i];
+        }
+    if (ct_all_reduce_sync(f->pg, &ss, 1, CT_F64, CT_RED_SUM) != CT_OK) {
+        fail(f, CT_ERR_PEER);
+        return NAN;
+    }
+    float total = (float)sqrt(ss);
+    float coef = (1.0f / (total + 1e-6f)) * (float)max_norm; /* PyTorch's clip_coef, as ct_clip_grad_norm */
+    if (coef > 1.0f) coef = 1.0f;
+    if (coef != 1.0f)
+        for (size_t i = 0; i < ct_params_numel(f->S); i++) G[i] *= coef;
+    return total;
+}
+
+ct_status ct_fsdp_step(ct_fsdp *f, double lr) {
+    f->in_step = false;
+    if (f->status != CT_OK) return f->status;
+    ct_optim_step(f->opt, lr);
+    ct_status st = ct_optim_status(f->opt);
+    if (st != CT_OK) return st;
+    /* what stays gathered takes the new values now; the rest is gathered when next used */
+    for (int k = 0; k < f->nu; k++) {
+        unit *u = &f->u[k];
+        if (!u->root && f->mode != CT_SHARD_OPTIM) continue;
+        u->gathered = false;
+        if (!u->root) f->gathered_now -= u->len * sizeof(float);
+        gather(f, u);
+    }
+    return f->status;
+}
+
+ct_status ct_fsdp_gather_all(ct_fsdp *f) {
+    for (int k = 0; k < f->nu; k++) gather(f, &f->u[k]);
+    return f->status;
+}
+
+ct_status ct_fsdp_reshard(ct_fsdp *f) {
+    if (f->mode != CT_SHARD_OPTIM)
+        for (int k = 0; k < f->nu; k++) release(f, &f->u[k]);
+    return f->status;
+}
+
+ct_fsdp_mem ct_fsdp_memory(const ct_fsdp *f) {
+    ct_fsdp_mem m = f->mem;
+    m.peak_total_bytes = m.peak_resident_bytes + m.shard_param_bytes + m.shard_grad_bytes + m.optim_state_bytes + m.staging_bytes;
+    return m;
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `ctrain train --shard full|grad-optim|optim` (FSDP) on 4 ranks against DDP (--shard none)
+# over 50 steps: the per-step losses (metrics.jsonl, full precision) within 1e-6, and
+# model.safetensors compared bit for bit, for a 2-block GPT on the shm, gloo, mpi and hier backends
+# and an MLP; FULL_SHARD also with clipping, bf16 autocast, activation checkpointing with
+# dropout, prefetching (--shard-prefetch) and gradient accumulation. The memory line's shards
+# are 1/4 of the unsharded sizes.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+C=${CT_BUILD:-build}/ctrain
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+die() { echo "$*"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_base_warn_component_unused=0
+unset WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE CTRAIN_BACKEND
+for i in $(seq 1 120); do echo "line $i of a text with $((i*7 % 31)) words and $((i*13 % 17)) commas,"; done > "$d/t.txt"
+gpt=(gpt --text "$d/t.txt" --n-layer 2 --n-embd 64 --n-head 4 --block-size 96 --batch-size 2 --steps 50 --log-every 1
+     --eval-every 0 --threads 1)
+# train NAME BACKEND ARGS...: 4 ranks
+train() {
+    local name=$1 be=$2; shift 2
+    if [ "$be" = mpi ]; then
+        CTRAIN_BACKEND=mpi timeout 300 mpirun -np 4 --oversubscribe "$C" train "$@" --output-dir "$d/$name" > "$d/$name.log" 2>&1
+    else
+        CTRAIN_BACKEND=$be timeout 300 "$C" run --nproc-per-node 4 --standalone "$C" train "$@" --output-dir "$d/$name" \
+            > "$d/$name.log" 2>&1
+    fi || die "$name failed: $(tail -20 "$d/$name.log")"
+}
+losses() { grep -o '"train/loss": [0-9.e+-]*' "$1/metrics.jsonl" | cut -d' ' -f2; }
+# same REF RUN [bits]: losses within 1e-6 over 50 steps; with "bits" the weights equal bit for bit
+report=""
+same() {
+    paste <(losses "$d/$1") <(losses "$d/$2") > "$d/pairs"
+    [ "$(wc -l < "$d/pairs")" -eq 50 ] || die "$2: $(wc -l < "$d/pairs") logged steps, expected 50"
+    local m
+    m=$(awk '{ x = $1 - $2; if (x < 0) x = -x; if (x > m) m = x } END { printf "%g", m }' "$d/pairs")
+    awk -v m="$m" 'BEGIN { exit !(m <= 1e-6) }' || die "$2: losses differ from $1 by up to $m"
+    local bits=differ
+    cmp -s "$d/$1/model.safetensors" "$d/$2/model.safetensors" && bits=identical
+    [ "${3:-}" != bits ] || [ $bits = identical ] || die "$2: weights differ from $1's (loss diff $m)"
+    report+="$2: loss diff $m, weights $bits"$'\n'
+}
+for be in shm gloo mpi hier; do
+    train g_${be}_none $be "${gpt[@]}" --shard none
+    train g_${be}_full $be "${gpt[@]}" --shard full
+    grep -q "^fsdp: --shard full" "$d/g_${be}_full.log" || die "no memory line: $(cat "$d/g_${be}_full.log")"
+    same g_${be}_none g_${be}_full bits
+done
+for m in grad-optim optim; do train g_shm_$m shm "${gpt[@]}" --shard $m; same g_shm_none g_shm_$m bits; done
+# the shards are a quarter of the whole (each unit padded to 16 floats x 4 ranks)
+line=$(grep "^fsdp:" "$d/g_shm_full.log")
+shard=$(echo "$line" | sed -E 's/.*shard params ([0-9.]+) MB.*/\1/'); whole=$(echo "$line" | sed -E 's/.*unsharded \(DDP\): params ([0-9.]+) MB.*/\1/')
+awk -v s="$shard" -v w="$whole" 'BEGIN { exit !(s > 0 && s <= w / 4 + 0.01) }' || die "shard $shard MB of $whole MB: $line"
+mlp=(mlp --hidden 64 --steps 50 --batch-size 16 --log-every 1 --eval-max 256 --threads 1)
+. tests/tools/fashion_mnist.sh
+for m in none full optim; do train m_$m shm "${mlp[@]}" --data-dir "$data" --shard $m; done
+same m_none m_full bits; same m_none m_optim bits
+# FULL_SHARD with the step's other parts; accumulation reduce-scatters each micro-batch
+# (DDP reduces the sum once): another order of additions, so within 1e-6, not the bits
+for o in "--clip 0.5" "--amp bf16" "--checkpoint-activations --dropout 0.1" "--shard-prefetch" "--grad-accum 2"; do
+    t=$(echo "$o" | tr -dc 'a-z0-9')
+    train o_${t}_none shm "${gpt[@]}" $o
+    train o_${t}_full shm "${gpt[@]}" $o --shard full
+    if [ "$o" = "--grad-accum 2" ]; then same o_${t}_none o_${t}_full; else same o_${t}_none o_${t}_full bits; fi
+done
+# not sharded yet: refused before training, naming the option
+CTRAIN_BACKEND=shm "$C" run --nproc-per-node 2 --standalone "$C" train "${gpt[@]}" --shard full --save-every 10 \
+    --output-dir "$d/refused" > "$d/refused.log" 2>&1 && die "--save-every with --shard ran"
+grep -q "sharded checkpoints (--save-every, --resume)" "$d/refused.log" || die "refusal: $(cat "$d/refused.log")"
+printf '%s' "$report"
+echo "$line"

@@ -191,7 +191,8 @@ static ct_status fit(job *j) {
         st = ct_params_to(ct_model_params(j->model), CT_CPU);
         if (st == CT_OK) st = ct_model_save_hf(j->model, dir);
         if (st == CT_OK && j->tok.tok) st = cli_tokenizer_save(&j->tok, dir);
-        if (st == CT_OK && o->log_every > 0) printf("exported for transformers: %s/ (model.safetensors, config.json)\n", dir);
+        if (st == CT_OK && o->log_every > 0) printf("exported for transformers: %s/ (model.safetensors, config.json%s)\n", dir,
+                   j->tok.tok ? ", the tokenizer" : "");
     }
     ct_trainer_free(t);
     return st;

@@ -481,20 +481,10 @@ static void bw_embedding(ct_ctx *ctx, ct_node *n) {
  * f32, or bf16 under autocast (the bf16 kernels: bf16 in and out, f32 arithmetic; autocast
  * keeps the bf16 output as it is). Backward in bf16 reads a bf16 copy of the output's
  * gradient (already rounded) and adds the kernel's bf16 dq, dk, dv to the f32 gradients.
- * With KV < H the kernels run on per-query-head copies of k and v (made here, in scratch, in
- * forward and again in backward), and each key/value head's gradient is the sum of its
- * group's per-head gradients in head order (ct_cuda_repeat_kv_bwd), as the CPU op adds them. */
+ * With KV < H the kernels read query head j's k, v at head j / (H/KV) and write each query
+ * head's dK, dV into scratch [B, H, T, D]; each key/value head's gradient is then the sum of
+ * its group's in head order (ct_cuda_repeat_kv_bwd), as the CPU op adds them. */
 
-/* k or v's heads repeated G times into scratch of x's type: [B, KV, T, D] -> [B, KV G, T, D] */
-static const void *attn_expand(run *r, const ct_tensor *x, int64_t G, const char *op) {
-    int64_t BK = x->shape[0] * x->shape[1], TD = x->shape[2] * x->shape[3], n = BK * G * TD;
-    bool f32 = x->dtype == CT_F32;
-    void *y = ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * (f32 ? 4 : 2), op);
-    ct_cuda_layout l = {.ndim = 3, .shape = {BK, G, TD}, .stride = {TD, 0, 1}};
-    if (!y || n == 0) return y;
-    if (!ok(r, f32 ? ct_cuda_strided_copy(r->s, y, x->data, &l) : ct_cuda_strided_copy16(r->s, y, x->data, &l))) return NULL;
-    return y;
-}
 static int64_t attn_group(const ct_tensor *q, const ct_tensor *k) { return q->shape[1] / k->shape[1]; }
 
 static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
@@ -520,10 +510,8 @@ static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], G = attn_group(q, k);
     int D = (int)q->shape[3];
     float *lse = scratch(&r, BH * T, "flash_attention");
-    const void *kx = G > 1 ? attn_expand(&r, k, G, "flash_attention") : k->data;
-    const void *vx = G > 1 ? attn_expand(&r, v, G, "flash_attention") : v->data;
-    if (go && y->data && lse && kx && vx)
-        ok(&r, ct_cuda_attention(r.s, gemm_dt(q), q->data, kx, vx, y->data, lse, BH, T, D, a->i[0] != 0));
+    if (go && y->data && lse)
+        ok(&r, ct_cuda_attention_gqa(r.s, gemm_dt(q), q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0, G));
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){q, k, v});
     if (nd) { nd->saved = lse; nd->i[0] = a->i[0]; }
     return y;
@@ -565,11 +553,9 @@ static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     }
     float *dr = scratch(&r, BH * T, "flash_attention backward");
     const void *dO = lp ? lowp_copy(&r, dt, n->out->grad->data, N, "flash_attention backward") : n->out->grad->data;
-    const void *kx = G > 1 ? attn_expand(&r, k, G, "flash_attention backward") : k->data;
-    const void *vx = G > 1 ? attn_expand(&r, v, G, "flash_attention backward") : v->data;
-    if (!d[0] || !d[1] || !d[2] || !dr || !dO || !kx || !vx) return;
-    if (!ok(&r, ct_cuda_attention_bwd(r.s, dt, q->data, kx, vx, n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH, T,
-                                      (int)q->shape[3], n->i[0] != 0)))
+    if (!d[0] || !d[1] || !d[2] || !dr || !dO) return;
+    if (!ok(&r, ct_cuda_attention_gqa_bwd(r.s, dt, q->data, k->data, v->data, n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH,
+                                          T, (int)q->shape[3], n->i[0] != 0, G)))
         return;
     for (int i = 0; i < 3; i++) {
         if (!lp && (i == 0 || G == 1)) { if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]); continue; }

@@ -128,7 +128,7 @@ CT_TEST(flash_attention_gqa_on_cuda_matches_cpu) {
     for (int kv = 2; kv >= 1; kv--)
         for (int causal = 0; causal < 2; causal++) {
             const int64_t sh[3][4] = {{2, 4, 70, 32}, {2, kv, 70, 32}, {2, kv, 70, 32}};
-            char name[64];
+            char name[96];
             snprintf(name, sizeof name, "flash_attention (H 4, KV %d, causal %d)", kv, causal);
             check_op(name, op_flash, (int64_t[]){causal, 0}, 3, (int[]){4, 4, 4}, sh, 1e-5);
             snprintf(name, sizeof name, "flash_attention bf16 (H 4, KV %d, causal %d)", kv, causal);

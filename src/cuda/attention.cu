@@ -5,7 +5,9 @@
  * formed. dK/dV by key rows and dQ by query rows need no atomics: every gradient element is
  * summed by one thread in a fixed order. The threads of a block take consecutive rows of one
  * head and read the same K/V (or Q/dO) rows at the same time, which the cache broadcasts;
- * this is the simple form of the algorithm, not a tensor-core kernel. */
+ * this is the simple form of the algorithm, not a tensor-core kernel. Grouped-query (G query
+ * heads per key/value head, all three families): query head h reads k, v at head h / G, and
+ * dK, dV are written per query head (the caller sums each group). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -51,12 +53,14 @@ ROWS_OF(f16, __half, CT_CUDA_F16, CT_K_F16_LD)
  * functions' loops over D unroll and their per-thread arrays live in registers; with D at run
  * time they are indexed memory (local, per thread), several times slower. Same arithmetic. */
 template <typename T, int DC>
-__global__ void fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t T_, int D_, bool causal, float sc) {
+__global__ void fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t T_, int D_, bool causal, float sc,
+                      int64_t G) {
     const int D = DC ? DC : D_;
     int64_t h = blockIdx.y, i = (int64_t)blockIdx.x * ROWS + threadIdx.x;
     if (i >= T_) return;
     const int64_t base = h * T_ * D;
-    rows<T>::fwd(q + base + i * D, k + base, v + base, causal ? i + 1 : T_, D, sc, o + base + i * D, lse + h * T_ + i);
+    const int64_t kb = h / G * T_ * D; /* the key/value head of query head h */
+    rows<T>::fwd(q + base + i * D, k + kb, v + kb, causal ? i + 1 : T_, D, sc, o + base + i * D, lse + h * T_ + i);
 }
 template <typename T> __global__ void dr_k(const T *o, const T *g, float *dr, int64_t n, int D) {
     CT_GRID_STRIDE(r, n) {
@@ -67,22 +71,24 @@ template <typename T> __global__ void dr_k(const T *o, const T *g, float *dr, in
 }
 template <typename T, int DC>
 __global__ void dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr, T *dq, int64_t T_,
-                     int D_, bool causal, float sc) {
+                     int D_, bool causal, float sc, int64_t G) {
     const int D = DC ? DC : D_;
     int64_t h = blockIdx.y, i = (int64_t)blockIdx.x * ROWS + threadIdx.x;
     if (i >= T_) return;
     const int64_t base = h * T_ * D;
-    rows<T>::dq(q + base + i * D, g + base + i * D, k + base, v + base, causal ? i + 1 : T_, D, sc, lse[h * T_ + i],
+    const int64_t kb = h / G * T_ * D;
+    rows<T>::dq(q + base + i * D, g + base + i * D, k + kb, v + kb, causal ? i + 1 : T_, D, sc, lse[h * T_ + i],
                 dr[h * T_ + i], dq + base + i * D);
 }
 template <typename T, int DC>
 __global__ void dkv_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr, T *dk, T *dv,
-                      int64_t T_, int D_, bool causal, float sc) {
+                      int64_t T_, int D_, bool causal, float sc, int64_t G) {
     const int D = DC ? DC : D_;
     int64_t h = blockIdx.y, j = (int64_t)blockIdx.x * ROWS + threadIdx.x;
     if (j >= T_) return;
     const int64_t base = h * T_ * D;
-    rows<T>::dkv(k + base + j * D, v + base + j * D, q + base, g + base, lse + h * T_, dr + h * T_, causal ? j : 0, T_, D, sc,
+    const int64_t kb = h / G * T_ * D;
+    rows<T>::dkv(k + kb + j * D, v + kb + j * D, q + base, g + base, lse + h * T_, dr + h * T_, causal ? j : 0, T_, D, sc,
                  dk + base + j * D, dv + base + j * D);
 }
 
@@ -92,21 +98,21 @@ __global__ void dkv_k(const T *q, const T *k, const T *v, const T *g, const floa
 bool tc(ct_cuda_dtype dt, int D) { return ct_config_choice(CT_CFG_CUDA_ATTENTION) == 2 && ct_cuda_attention_tc_fits(dt, D); }
 bool tiled(int D) { return ct_cuda_attention_tiled_fits(D) && ct_config_choice(CT_CFG_CUDA_ATTENTION) >= 1; }
 
-ct_status check_shape(const char *op, int64_t BH, int64_t T, int D) {
-    if (D <= 0 || D > CT_K_ATTN_MAX_D || BH > 65535 || BH < 0 || T < 0)
-        return ct_error(CT_ERR_INVALID, "cuda %s: head dim %d (1..%d), %lld heads (<= 65535), T %lld not supported", op, D,
-                        CT_K_ATTN_MAX_D, (long long)BH, (long long)T);
+ct_status check_shape(const char *op, int64_t BH, int64_t T, int D, int64_t G) {
+    if (D <= 0 || D > CT_K_ATTN_MAX_D || BH > 65535 || BH < 0 || T < 0 || G < 1 || BH % G != 0)
+        return ct_error(CT_ERR_INVALID, "cuda %s: head dim %d (1..%d), %lld heads (<= 65535) in groups of %lld, T %lld not supported",
+                        op, D, CT_K_ATTN_MAX_D, (long long)BH, (long long)G, (long long)T);
     return CT_OK;
 }
 
 template <typename T>
 ct_status attn_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t T_,
-                   int D, bool causal) {
+                   int D, bool causal, int64_t G) {
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
-    if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal);
-    if (tiled(D)) return ct_cuda_attention_tiled(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal);
+    if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal, G);
+    if (tiled(D)) return ct_cuda_attention_tiled(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal, G);
     float sc = 1.0f / sqrtf((float)D);
-#define FWD(DC) fwd_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, T_, D, causal, sc)
+#define FWD(DC) fwd_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, T_, D, causal, sc, G)
     if (D == 64) FWD(64);
     else if (D == 32) FWD(32);
     else if (D == 128) FWD(128);
@@ -117,19 +123,20 @@ ct_status attn_fwd(cudaStream_t s, const void *q, const void *k, const void *v, 
 }
 template <typename T>
 ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *o, const void *g, const float *lse,
-                   float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T_, int D, bool causal) {
+                   float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T_, int D, bool causal,
+                   int64_t G) {
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
     float sc = 1.0f / sqrtf((float)D);
     dr_k<T><<<ct_grid(BH * T_, 256), 256, 0, s>>>((const T *)o, (const T *)g, dr, BH * T_, D);
-    if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal);
+    if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal, G);
     if (tiled(D))
-        return ct_cuda_attention_tiled_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal);
+        return ct_cuda_attention_tiled_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal, G);
 #define BWD(DC)                                                                                                    \
     do {                                                                                                           \
         dq_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dq, T_, D, \
-                                          causal, sc);                                                             \
+                                          causal, sc, G);                                                          \
         dkv_k<T, DC><<<grid, ROWS, 0, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dk,       \
-                                           (T *)dv, T_, D, causal, sc);                                            \
+                                           (T *)dv, T_, D, causal, sc, G);                                         \
     } while (0)
     if (D == 64) BWD(64);
     else if (D == 32) BWD(32);
@@ -142,21 +149,30 @@ ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, 
 } // namespace
 
 extern "C" {
+ct_status ct_cuda_attention_gqa(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
+                                float *lse, int64_t BH, int64_t T, int D, bool causal, int64_t G) {
+    ct_status st = check_shape("attention", BH, T, D, G);
+    if (st != CT_OK || BH == 0 || T == 0) return st;
+    return dt == CT_CUDA_BF16  ? attn_fwd<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal, G)
+           : dt == CT_CUDA_F16 ? attn_fwd<__half>(s, q, k, v, o, lse, BH, T, D, causal, G)
+                               : attn_fwd<float>(s, q, k, v, o, lse, BH, T, D, causal, G);
+}
+ct_status ct_cuda_attention_gqa_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
+                                    const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
+                                    int64_t BH, int64_t T, int D, bool causal, int64_t G) {
+    ct_status st = check_shape("attention backward", BH, T, D, G);
+    if (st != CT_OK || BH == 0 || T == 0) return st;
+    return dt == CT_CUDA_BF16  ? attn_bwd<__nv_bfloat16>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G)
+           : dt == CT_CUDA_F16 ? attn_bwd<__half>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G)
+                               : attn_bwd<float>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G);
+}
 ct_status ct_cuda_attention(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
                             float *lse, int64_t BH, int64_t T, int D, bool causal) {
-    ct_status st = check_shape("attention", BH, T, D);
-    if (st != CT_OK || BH == 0 || T == 0) return st;
-    return dt == CT_CUDA_BF16  ? attn_fwd<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal)
-           : dt == CT_CUDA_F16 ? attn_fwd<__half>(s, q, k, v, o, lse, BH, T, D, causal)
-                               : attn_fwd<float>(s, q, k, v, o, lse, BH, T, D, causal);
+    return ct_cuda_attention_gqa(s, dt, q, k, v, o, lse, BH, T, D, causal, 1);
 }
 ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
                                 const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
                                 int64_t BH, int64_t T, int D, bool causal) {
-    ct_status st = check_shape("attention backward", BH, T, D);
-    if (st != CT_OK || BH == 0 || T == 0) return st;
-    return dt == CT_CUDA_BF16  ? attn_bwd<__nv_bfloat16>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
-           : dt == CT_CUDA_F16 ? attn_bwd<__half>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
-                               : attn_bwd<float>(s, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
+    return ct_cuda_attention_gqa_bwd(s, dt, q, k, v, o, dO, lse, dr, dq, dk, dv, BH, T, D, causal, 1);
 }
 }

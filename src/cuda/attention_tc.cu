@@ -112,7 +112,7 @@ template <int D, typename T> __device__ void store_16xD(T *g, acc_t (&acc)[D / 1
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t n, bool causal,
-                                            float sc) {
+                                            float sc, int64_t G) {
     extern __shared__ float sm[];
     T *Qs = (T *)sm, *Ks = Qs + BM * D, *Vs = Ks + BM * D;
     float *Ss = (float *)(Vs + BM * D), *Os = Ss + BM * BM;
@@ -120,14 +120,15 @@ __global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, 
     float *ms = (float *)(Ps + BM * BM), *ls = ms + BM, *al = ls + BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = warp * 16 + lane / 2, half = lane % 2;
     const int64_t base = (int64_t)blockIdx.y * n * D, q0 = (int64_t)blockIdx.x * BM, qi = q0 + r;
+    const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
     load16<D>(Qs, q + base, q0, n);
     for (int e = threadIdx.x; e < BM * D; e += NT) Os[e] = 0.0f;
     for (int i = threadIdx.x; i < BM; i += NT) ms[i] = -INFINITY, ls[i] = 0.0f;
     const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
     for (int64_t k0 = 0; k0 < kend; k0 += BM) {
         __syncthreads(); /* the previous tile is done with Ks, Vs */
-        load16<D>(Ks, k + base, k0, n);
-        load16<D>(Vs, v + base, k0, n);
+        load16<D>(Ks, k + kb, k0, n);
+        load16<D>(Vs, v + kb, k0, n);
         __syncthreads();
         mm_16x64<D, T, true>(Ss + warp * 16 * BM, Qs + warp * 16 * D, D, Ks, D); /* S = Q K^T */
         __syncwarp();
@@ -185,7 +186,7 @@ __device__ void p_ds(float *S, const float *dP, const float *lse_t, const float 
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT) dkv_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
-                                            T *dk, T *dv, int64_t n, bool causal, float sc) {
+                                            T *dk, T *dv, int64_t n, bool causal, float sc, int64_t G) {
     extern __shared__ float sm[];
     T *Ks = (T *)sm, *Vs = Ks + BM * D, *Qs = Vs + BM * D, *Gs = Qs + BM * D;
     float *Ss = (float *)(Gs + BM * D), *dPs = Ss + BM * BM;
@@ -193,8 +194,9 @@ __global__ void __launch_bounds__(NT) dkv_k(const T *q, const T *k, const T *v, 
     float *lse_t = (float *)(Ds + BM * BM), *dr_t = lse_t + BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t h = blockIdx.y, base = h * n * D, k0 = (int64_t)blockIdx.x * BM;
-    load16<D>(Ks, k + base, k0, n);
-    load16<D>(Vs, v + base, k0, n);
+    const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
+    load16<D>(Ks, k + kb, k0, n);
+    load16<D>(Vs, v + kb, k0, n);
     acc_t ak[D / 16], av[D / 16];
     for (int j = 0; j < D / 16; j++) wmma::fill_fragment(ak[j], 0.0f), wmma::fill_fragment(av[j], 0.0f);
     float *Sw = Ss + warp * 16 * BM, *dPw = dPs + warp * 16 * BM;
@@ -221,7 +223,7 @@ __global__ void __launch_bounds__(NT) dkv_k(const T *q, const T *k, const T *v, 
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT) dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
-                                           T *dq, int64_t n, bool causal, float sc) {
+                                           T *dq, int64_t n, bool causal, float sc, int64_t G) {
     extern __shared__ float sm[];
     T *Qs = (T *)sm, *Gs = Qs + BM * D, *Ks = Gs + BM * D, *Vs = Ks + BM * D;
     float *Ss = (float *)(Vs + BM * D), *dPs = Ss + BM * BM;
@@ -229,6 +231,7 @@ __global__ void __launch_bounds__(NT) dq_k(const T *q, const T *k, const T *v, c
     float *lse_t = (float *)(Ds + BM * BM), *dr_t = lse_t + BM;
     const int warp = threadIdx.x / 32;
     const int64_t h = blockIdx.y, base = h * n * D, q0 = (int64_t)blockIdx.x * BM;
+    const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
     load16<D>(Qs, q + base, q0, n);
     load16<D>(Gs, g + base, q0, n);
     load_rows(lse_t, dr_t, lse + h * n, dr + h * n, q0, n);
@@ -238,8 +241,8 @@ __global__ void __launch_bounds__(NT) dq_k(const T *q, const T *k, const T *v, c
     const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
     for (int64_t k0 = 0; k0 < kend; k0 += BM) {
         __syncthreads();
-        load16<D>(Ks, k + base, k0, n);
-        load16<D>(Vs, v + base, k0, n);
+        load16<D>(Ks, k + kb, k0, n);
+        load16<D>(Vs, v + kb, k0, n);
         __syncthreads();
         mm_16x64<D, T, true>(Sw, Qs + warp * 16 * D, D, Ks, D);  /* S: queries x keys */
         mm_16x64<D, T, true>(dPw, Gs + warp * 16 * D, D, Vs, D); /* dP = dO V^T */
@@ -260,41 +263,41 @@ template <int D> constexpr size_t smem(int t16, int f32, int o, int p16, int row
 }
 template <int D, typename T>
 ct_status fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n,
-              bool causal) {
-    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(3, 1, 1, 1, 3), NT, BM, D, q, k, v, o, lse, BH, n, causal);
+              bool causal, int64_t G) {
+    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(3, 1, 1, 1, 3), NT, BM, D, q, k, v, o, lse, BH, n, causal, G);
 }
 template <int D, typename T>
 ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
-              void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal) {
+              void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal, int64_t G) {
     return ct_attn_launch_bwd<T>(s, dkv_k<D, T>, smem<D>(4, 2, 0, 2, 2), dq_k<D, T>, smem<D>(4, 2, 0, 1, 2), NT, BM, D, q, k, v, g,
-                                 lse, dr, dq, dk, dv, BH, n, causal);
+                                 lse, dr, dq, dk, dv, BH, n, causal, G);
 }
 template <typename T>
 ct_status fwd_t(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n, int D,
-                bool causal) {
-    return D == 64    ? fwd<64, T>(s, q, k, v, o, lse, BH, n, causal)
-           : D == 128 ? fwd<128, T>(s, q, k, v, o, lse, BH, n, causal)
-                      : fwd<32, T>(s, q, k, v, o, lse, BH, n, causal);
+                bool causal, int64_t G) {
+    return D == 64    ? fwd<64, T>(s, q, k, v, o, lse, BH, n, causal, G)
+           : D == 128 ? fwd<128, T>(s, q, k, v, o, lse, BH, n, causal, G)
+                      : fwd<32, T>(s, q, k, v, o, lse, BH, n, causal, G);
 }
 template <typename T>
 ct_status bwd_t(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
-                void *dq, void *dk, void *dv, int64_t BH, int64_t n, int D, bool causal) {
-    return D == 64    ? bwd<64, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal)
-           : D == 128 ? bwd<128, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal)
-                      : bwd<32, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal);
+                void *dq, void *dk, void *dv, int64_t BH, int64_t n, int D, bool causal, int64_t G) {
+    return D == 64    ? bwd<64, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal, G)
+           : D == 128 ? bwd<128, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal, G)
+                      : bwd<32, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal, G);
 }
 } // namespace
 
 bool ct_cuda_attention_tc_fits(ct_cuda_dtype dt, int D) { return dt != CT_CUDA_F32 && (D == 32 || D == 64 || D == 128); }
 
 ct_status ct_cuda_attention_tc(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
-                               int64_t BH, int64_t T, int D, bool causal) {
-    if (dt == CT_CUDA_BF16) return fwd_t<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal);
-    return fwd_t<__half>(s, q, k, v, o, lse, BH, T, D, causal);
+                               int64_t BH, int64_t T, int D, bool causal, int64_t G) {
+    if (dt == CT_CUDA_BF16) return fwd_t<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal, G);
+    return fwd_t<__half>(s, q, k, v, o, lse, BH, T, D, causal, G);
 }
 ct_status ct_cuda_attention_tc_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, const void *dO,
                                    const float *lse, const float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T, int D,
-                                   bool causal) {
-    if (dt == CT_CUDA_BF16) return bwd_t<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
-    return bwd_t<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
+                                   bool causal, int64_t G) {
+    if (dt == CT_CUDA_BF16) return bwd_t<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G);
+    return bwd_t<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G);
 }

@@ -44,43 +44,43 @@ template <int D> constexpr size_t smem(int tiles, int sq, bool rows) {
 }
 template <int D, typename T>
 ct_status fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n,
-              bool causal) {
-    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(2, 1, false), NT, BR, D, q, k, v, o, lse, BH, n, causal);
+              bool causal, int64_t G) {
+    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(2, 1, false), NT, BR, D, q, k, v, o, lse, BH, n, causal, G);
 }
 template <int D, typename T>
 ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
-              void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal) {
+              void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal, int64_t G) {
     return ct_attn_launch_bwd<T>(s, dkv_k<D, T>, smem<D>(4, 2, true), dq_k<D, T>, smem<D>(4, 1, true), NT, BR, D, q, k, v, g, lse,
-                                 dr, dq, dk, dv, BH, n, causal);
+                                 dr, dq, dk, dv, BH, n, causal, G);
 }
 
 /* the head dim's instance (32 or 64: ct_cuda_attention_tiled_fits) for element type T */
 template <typename T>
 ct_status fwd_t(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n, int D,
-                bool causal) {
-    return D == 64 ? fwd<64, T>(s, q, k, v, o, lse, BH, n, causal) : fwd<32, T>(s, q, k, v, o, lse, BH, n, causal);
+                bool causal, int64_t G) {
+    return D == 64 ? fwd<64, T>(s, q, k, v, o, lse, BH, n, causal, G) : fwd<32, T>(s, q, k, v, o, lse, BH, n, causal, G);
 }
 template <typename T>
 ct_status bwd_t(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
-                void *dq, void *dk, void *dv, int64_t BH, int64_t n, int D, bool causal) {
-    return D == 64 ? bwd<64, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal)
-                   : bwd<32, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal);
+                void *dq, void *dk, void *dv, int64_t BH, int64_t n, int D, bool causal, int64_t G) {
+    return D == 64 ? bwd<64, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal, G)
+                   : bwd<32, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal, G);
 }
 } // namespace
 
 bool ct_cuda_attention_tiled_fits(int D) { return D == 32 || D == 64; }
 
 ct_status ct_cuda_attention_tiled(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
-                                  float *lse, int64_t BH, int64_t T, int D, bool causal) {
-    return dt == CT_CUDA_BF16  ? fwd_t<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal)
-           : dt == CT_CUDA_F16 ? fwd_t<__half>(s, q, k, v, o, lse, BH, T, D, causal)
-                               : fwd_t<float>(s, q, k, v, o, lse, BH, T, D, causal);
+                                  float *lse, int64_t BH, int64_t T, int D, bool causal, int64_t G) {
+    return dt == CT_CUDA_BF16  ? fwd_t<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal, G)
+           : dt == CT_CUDA_F16 ? fwd_t<__half>(s, q, k, v, o, lse, BH, T, D, causal, G)
+                               : fwd_t<float>(s, q, k, v, o, lse, BH, T, D, causal, G);
 }
 
 ct_status ct_cuda_attention_tiled_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
                                       const void *dO, const float *lse, const float *dr, void *dq, void *dk, void *dv,
-                                      int64_t BH, int64_t T, int D, bool causal) {
-    return dt == CT_CUDA_BF16  ? bwd_t<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
-           : dt == CT_CUDA_F16 ? bwd_t<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal)
-                               : bwd_t<float>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal);
+                                      int64_t BH, int64_t T, int D, bool causal, int64_t G) {
+    return dt == CT_CUDA_BF16  ? bwd_t<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G)
+           : dt == CT_CUDA_F16 ? bwd_t<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G)
+                               : bwd_t<float>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, G);
 }

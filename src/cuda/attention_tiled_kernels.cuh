@@ -60,11 +60,12 @@ __device__ __forceinline__ float row_sum(float v) {
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t n, bool causal,
-                                            float sc) {
+                                            float sc, int64_t G) {
     extern __shared__ float sm[];
     const int L = D + 1, tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float *Qs = sm, *KV = Qs + BR * L, *Ss = KV + BR * L;
     const int64_t base = (int64_t)blockIdx.y * n * D, q0 = (int64_t)blockIdx.x * BR;
+    const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
     load_tile<D>(Qs, q + base, q0, n);
     float acc[4][D / 16], m[4], l[4];
     zero(acc);
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, 
     const int64_t kend = causal ? (q0 + BR < n ? q0 + BR : n) : n;
     for (int64_t k0 = 0; k0 < kend; k0 += BR) {
         __syncthreads(); /* the previous tile's P V is done with KV and Ss */
-        load_tile<D>(KV, k + base, k0, n);
+        load_tile<D>(KV, k + kb, k0, n);
         __syncthreads();
         float s[4][4];
         zero(s);
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, 
             l[i] += row_sum(ps);
         }
         __syncthreads(); /* S read from KV: now V may replace K */
-        load_tile<D>(KV, v + base, k0, n);
+        load_tile<D>(KV, v + kb, k0, n);
         __syncthreads();
         mm<BR, D / 16>(acc, Ss, BR + 1, 1, KV, 1, L);
     }
@@ -134,14 +135,15 @@ __device__ __forceinline__ void p_ds(float (&s)[4][4], float (&dp)[4][4], const 
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT) dkv_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
-                                            T *dk, T *dv, int64_t n, bool causal, float sc) {
+                                            T *dk, T *dv, int64_t n, bool causal, float sc, int64_t G) {
     extern __shared__ float sm[];
     const int L = D + 1, tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float *Ks = sm, *Vs = Ks + BR * L, *Qs = Vs + BR * L, *Gs = Qs + BR * L, *Ps = Gs + BR * L, *Ds = Ps + BR * (BR + 1);
     float *lse_t = Ds + BR * (BR + 1), *dr_t = lse_t + BR;
     const int64_t h = blockIdx.y, base = h * n * D, k0 = (int64_t)blockIdx.x * BR;
-    load_tile<D>(Ks, k + base, k0, n);
-    load_tile<D>(Vs, v + base, k0, n);
+    const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
+    load_tile<D>(Ks, k + kb, k0, n);
+    load_tile<D>(Vs, v + kb, k0, n);
     float ak[4][D / 16], av[4][D / 16];
     zero(ak);
     zero(av);
@@ -175,12 +177,13 @@ __global__ void __launch_bounds__(NT) dkv_k(const T *q, const T *k, const T *v, 
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT) dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
-                                           T *dq, int64_t n, bool causal, float sc) {
+                                           T *dq, int64_t n, bool causal, float sc, int64_t G) {
     extern __shared__ float sm[];
     const int L = D + 1, tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float *Qs = sm, *Gs = Qs + BR * L, *Ks = Gs + BR * L, *Vs = Ks + BR * L, *Ds = Vs + BR * L;
     float *lse_t = Ds + BR * (BR + 1), *dr_t = lse_t + BR;
     const int64_t h = blockIdx.y, base = h * n * D, q0 = (int64_t)blockIdx.x * BR;
+    const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
     load_tile<D>(Qs, q + base, q0, n);
     load_tile<D>(Gs, g + base, q0, n);
     load_rows(lse_t, dr_t, lse + h * n, dr + h * n, q0, n);
@@ -189,8 +192,8 @@ __global__ void __launch_bounds__(NT) dq_k(const T *q, const T *k, const T *v, c
     const int64_t kend = causal ? (q0 + BR < n ? q0 + BR : n) : n;
     for (int64_t k0 = 0; k0 < kend; k0 += BR) {
         __syncthreads();
-        load_tile<D>(Ks, k + base, k0, n);
-        load_tile<D>(Vs, v + base, k0, n);
+        load_tile<D>(Ks, k + kb, k0, n);
+        load_tile<D>(Vs, v + kb, k0, n);
         __syncthreads();
         float s[4][4], dp[4][4];
         zero(s);

@@ -248,6 +248,14 @@ ct_status ct_cuda_attention(cudaStream_t s, ct_cuda_dtype dt, const void *q, con
 ct_status ct_cuda_attention_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
                                 const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
                                 int64_t BH, int64_t T, int D, bool causal);
+/* grouped-query: k, v [BH / G, T, D], query head h reading key/value head h / G (G dividing
+ * BH, which holds whole groups since G divides H); dk, dv still [BH, T, D], each query head's
+ * own gradient (the caller sums each group) */
+ct_status ct_cuda_attention_gqa(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
+                                float *lse, int64_t BH, int64_t T, int D, bool causal, int64_t G);
+ct_status ct_cuda_attention_gqa_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
+                                    const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
+                                    int64_t BH, int64_t T, int D, bool causal, int64_t G);
 
 /* ---- max pooling of NCHW planes (ops/kmath.h ct_k_max_pool_at): window k, stride s,
  * padding p (p <= k/2); relu: of max(x, 0). arg [planes, OH, OW]: each output's winner, as

@@ -476,10 +476,17 @@ static void bw_embedding(ct_ctx *ctx, ct_node *n) {
         ok(&r, ct_cuda_embedding_bwd(r.s, n->out->grad->data, idx->data, idx->dtype == CT_I64, n->i[0], n->i[2], n->i[1], gw));
 }
 
-/* ---- flash attention: q, k, v [B, H, T, D] of one shape (self-attention), D <= 128 ----
+/* ---- flash attention: q [B, H, T, D], k and v [B, KV, T, D] (KV dividing H: grouped-query,
+ * query head j reading key/value head j / (H/KV)), D <= 128 ----
  * f32, or bf16 under autocast (the bf16 kernels: bf16 in and out, f32 arithmetic; autocast
  * keeps the bf16 output as it is). Backward in bf16 reads a bf16 copy of the output's
- * gradient (already rounded) and adds the kernel's bf16 dq, dk, dv to the f32 gradients. */
+ * gradient (already rounded) and adds the kernel's bf16 dq, dk, dv to the f32 gradients.
+ * With KV < H the kernels read query head j's k, v at head j / (H/KV) and write each query
+ * head's dK, dV into scratch [B, H, T, D]; each key/value head's gradient is then the sum of
+ * its group's in head order (ct_cuda_repeat_kv_bwd), as the CPU op adds them. */
+
+static int64_t attn_group(const ct_tensor *q, const ct_tensor *k) { return q->shape[1] / k->shape[1]; }
+
 static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
     check_float("flash_attention", q);
@@ -491,46 +498,68 @@ static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
     run r;
     bool go = begin(ctx, q->device, "flash_attention", &r);
     ct_tensor *y = ct_new_on(ctx, q->device, q->dtype, q->ndim, q->shape, "flash_attention");
-    if (q->ndim != 4 || !ct_same_shape(q, k) || !ct_same_shape(q, v)) {
-        char s1[96];
-        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "flash_attention on cuda:%d: q %s: the kernel takes q, k, v of one shape [B, H, T, D]",
-                                  q->device.index, ct_shape_str(q, s1, sizeof s1)));
+    bool fits = q->ndim == 4 && k->ndim == 4 && ct_same_shape(k, v) && k->shape[0] == q->shape[0] && k->shape[1] > 0 &&
+                q->shape[1] % k->shape[1] == 0 && k->shape[2] == q->shape[2] && k->shape[3] == q->shape[3];
+    if (!fits) {
+        char s1[96], s2[96];
+        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED,
+                                  "flash_attention on cuda:%d: q %s, k %s: the kernel takes q [B, H, T, D] and k, v [B, KV, T, D], KV dividing H",
+                                  q->device.index, ct_shape_str(q, s1, sizeof s1), ct_shape_str(k, s2, sizeof s2)));
         return y;
     }
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2];
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], G = attn_group(q, k);
     int D = (int)q->shape[3];
     float *lse = scratch(&r, BH * T, "flash_attention");
     if (go && y->data && lse)
-        ok(&r, ct_cuda_attention(r.s, gemm_dt(q), q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0));
+        ok(&r, ct_cuda_attention_gqa(r.s, gemm_dt(q), q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0, G));
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){q, k, v});
     if (nd) { nd->saved = lse; nd->i[0] = a->i[0]; }
     return y;
 }
+/* The kernel's gradient d of all H query heads (N values of dt) added to x's gradient: as f32
+ * (a 16-bit d, G = 1), or summed over each group of G heads in head order (G > 1) */
+static void attn_grad_end(run *r, ct_tensor *x, ct_cuda_dtype dt, const void *d, int64_t G, int64_t N) {
+    if (!(x->flags & CT_TF_REQUIRES_GRAD)) return;
+    if (G == 1) {
+        bool direct;
+        float *w = acc_begin(r, x, &direct);
+        if (w && ok(r, ct_cuda_cast(r->s, d, ty(x), w, CT_CUDA_CAST_F32, N))) acc_end(r, x, w, direct);
+        return;
+    }
+    const float *w = d;
+    if (dt != CT_CUDA_F32) {
+        float *c = scratch(r, N, "flash_attention backward");
+        if (!c || !ok(r, ct_cuda_cast(r->s, d, ty(x), c, CT_CUDA_CAST_F32, N))) return;
+        w = c;
+    }
+    bool fresh;
+    float *gx = ct_grad_acc_fresh(r->ctx, x, &fresh);
+    int64_t TD = x->shape[2] * x->shape[3];
+    if (gx && N > 0) ok(r, ct_cuda_repeat_kv_bwd(r->s, w, gx, x->shape[0] * x->shape[1], TD, G, !fresh));
+}
 static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "flash_attention backward", &r)) return;
-    ct_tensor *q = n->in[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], N = ct_numel(q);
+    ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], N = ct_numel(q), G = attn_group(q, k);
     ct_cuda_dtype dt = gemm_dt(q);
     bool lp = dt != CT_CUDA_F32, direct[3] = {false, false, false};
     void *d[3];
     for (int i = 0; i < 3; i++) {
-        d[i] = lp ? NULL : acc_begin(&r, n->in[i], &direct[i]);
-        /* the kernel writes all three; low-precision ones to scratch, added to the f32 gradients below */
+        /* f32 with one head per group: straight into the gradients; else the kernel's own buffers */
+        d[i] = lp || (i > 0 && G > 1) ? NULL : acc_begin(&r, n->in[i], &direct[i]);
         if (!d[i]) d[i] = lp ? ct_ctx_dev_alloc(ctx, r.dev, (size_t)(N > 0 ? N : 1) * 2, "flash_attention backward")
                              : scratch(&r, N, "flash_attention backward");
     }
     float *dr = scratch(&r, BH * T, "flash_attention backward");
     const void *dO = lp ? lowp_copy(&r, dt, n->out->grad->data, N, "flash_attention backward") : n->out->grad->data;
     if (!d[0] || !d[1] || !d[2] || !dr || !dO) return;
-    if (!ok(&r, ct_cuda_attention_bwd(r.s, dt, q->data, n->in[1]->data, n->in[2]->data,
-                                      n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH, T, (int)q->shape[3], n->i[0] != 0)))
+    if (!ok(&r, ct_cuda_attention_gqa_bwd(r.s, dt, q->data, k->data, v->data, n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH,
+                                          T, (int)q->shape[3], n->i[0] != 0, G)))
         return;
     for (int i = 0; i < 3; i++) {
-        if (!lp) { if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]); continue; }
-        if (!(n->in[i]->flags & CT_TF_REQUIRES_GRAD)) continue;
-        float *w = acc_begin(&r, n->in[i], &direct[i]);
-        if (w && ok(&r, ct_cuda_cast(r.s, d[i], ty(q), w, CT_CUDA_CAST_F32, N))) acc_end(&r, n->in[i], w, direct[i]);
+        if (!lp && (i == 0 || G == 1)) { if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]); continue; }
+        attn_grad_end(&r, n->in[i], dt, d[i], i == 0 ? 1 : G, N);
     }
 }
 

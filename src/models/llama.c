@@ -105,9 +105,9 @@ static ct_tensor *attn_run(ct_ctx *ctx, const llama_layer *l, ct_tensor *x) {
     ct_tensor *v = ct_split_heads(ctx, ct_module_forward(ctx, l->v_proj, x), g->n_kv);
     q = ct_rope_scaled(ctx, q, NULL, g->rope_theta, &g->rope_scaling);
     k = ct_rope_scaled(ctx, k, NULL, g->rope_theta, &g->rope_scaling);
-    /* grouped-query attention: the CPU's fused kernel reads each key/value head for its group
-     * of query heads; the plain op and the device kernels take copies per head (repeat_kv) */
-    if (!g->flash || q->device.type != CT_DEV_CPU) {
+    /* grouped-query attention: the fused op (CPU and device) takes k, v with their KV heads;
+     * the plain op takes copies per query head (repeat_kv) */
+    if (!g->flash) {
         k = ct_repeat_kv(ctx, k, g->n_head / g->n_kv);
         v = ct_repeat_kv(ctx, v, g->n_head / g->n_kv);
     }

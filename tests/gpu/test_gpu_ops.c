@@ -5,7 +5,8 @@
  * checked. Tolerance 1e-5 normwise in f32; the casts must agree bit for bit. The first four
  * and sum and mean also on bf16 inputs under autocast (the kernels reading bf16), within 1e-2.
  * Llama's ops (rms_norm, silu, rope, repeat_kv) within 1e-6 (repeat_kv bit for bit), and on
- * bf16 inputs under autocast within 1e-2.
+ * bf16 inputs under autocast within 1e-2. The fused flash attention with grouped-query k, v
+ * (H = 4, KV = 2 and 1), f32 within 1e-5 and bf16 under autocast within 1e-2.
  * Built only with CUDA; without a GPU every test skips with "no CUDA GPU" (scripts/gpu-check.sh
  * runs them). */
 #include <math.h>
@@ -73,6 +74,15 @@ static ct_tensor *op_mse(ct_ctx *c, ct_tensor **in, const int64_t *arg) { (void)
 static ct_tensor *op_attention(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
     return ct_attention(c, in[0], in[1], in[2], arg[0] != 0);
 }
+/* the fused op, k and v with fewer heads than q (grouped-query); arg[1]: under bf16 autocast
+ * (the bf16 kernels), the output back in f32 */
+static ct_tensor *op_flash(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
+    if (!arg[1]) return ct_flash_attention(c, in[0], in[1], in[2], arg[0] != 0);
+    ct_autocast_begin(c, CT_BF16);
+    ct_tensor *y = ct_flash_attention(c, in[0], in[1], in[2], arg[0] != 0);
+    ct_autocast_end(c);
+    return ct_cast(c, y, CT_F32);
+}
 /* there and back: f32 -> dt -> f32 (the gradient rounded to dt on the way back) */
 static ct_tensor *op_cast(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
     return ct_cast(c, ct_cast(c, in[0], (ct_dtype)arg[0]), CT_F32);
@@ -110,6 +120,20 @@ CT_TEST(attention_on_cuda_matches_cpu) {
     check_op("attention (Tq != Tk, Dv != D)", op_attention, (int64_t[]){0}, 3, (int[]){4, 4, 4}, cross, 1e-5);
     const int64_t wide[3][4] = {{1, 2, 60, 8}, {1, 2, 20, 8}, {1, 2, 20, 8}}; /* causal, more queries than keys */
     check_op("attention (causal, Tq > Tk)", op_attention, (int64_t[]){1}, 3, (int[]){4, 4, 4}, wide, 1e-5);
+}
+/* grouped-query flash attention: H = 4 query heads over KV = 2 and 1 key/value heads, so dk
+ * and dv are sums over each group's query heads; f32 and bf16 under autocast */
+CT_TEST(flash_attention_gqa_on_cuda_matches_cpu) {
+    NEED_GPU();
+    for (int kv = 2; kv >= 1; kv--)
+        for (int causal = 0; causal < 2; causal++) {
+            const int64_t sh[3][4] = {{2, 4, 70, 32}, {2, kv, 70, 32}, {2, kv, 70, 32}};
+            char name[96];
+            snprintf(name, sizeof name, "flash_attention (H 4, KV %d, causal %d)", kv, causal);
+            check_op(name, op_flash, (int64_t[]){causal, 0}, 3, (int[]){4, 4, 4}, sh, 1e-5);
+            snprintf(name, sizeof name, "flash_attention bf16 (H 4, KV %d, causal %d)", kv, causal);
+            check_op(name, op_flash, (int64_t[]){causal, 1}, 3, (int[]){4, 4, 4}, sh, 1e-2);
+        }
 }
 CT_TEST(cast_on_cuda_matches_cpu_bit_for_bit) {
     NEED_GPU();

@@ -52,5 +52,12 @@ for t in test_gpu_ops test_gpu_train; do
         res=$(echo "$out" | sed -n 's/^RESULT //p')
         if [ "$res" = "1 0 0" ]; then echo "ok   $t $name"; else echo "$out"; echo "FAIL $t $name"; rc=1; fi
     done
+    # grouped-query flash attention also through the tiled and tensor-core kernel families
+    [ "$t" = test_gpu_ops ] && for fam in tiled tc; do
+        name=flash_attention_gqa_on_cuda_matches_cpu
+        out=$(CTRAIN_CUDA_ATTENTION=$fam "$tmp/$t" "$name" 2>&1)
+        res=$(echo "$out" | sed -n 's/^RESULT //p')
+        if [ "$res" = "1 0 0" ]; then echo "ok   $t $name ($fam)"; else echo "$out"; echo "FAIL $t $name ($fam)"; rc=1; fi
+    done
 done
 exit $rc

@@ -98,11 +98,11 @@ template <int D> int run(int64_t T, bool causal) {
     // the tiled kernels, emulated
     std::vector<float> o(n), lse(BH * T), dq(n), dk(n), dv(n);
     const unsigned gx = (unsigned)((T + BR - 1) / BR), gy = (unsigned)BH;
-    launch(gx, gy, [&] { fwd_k<D, float>(q.data(), k.data(), v.data(), o.data(), lse.data(), T, causal, sc); });
+    launch(gx, gy, [&] { fwd_k<D, float>(q.data(), k.data(), v.data(), o.data(), lse.data(), T, causal, sc, 1); });
     launch(gx, gy, [&] {
-        dkv_k<D, float>(q.data(), k.data(), v.data(), g.data(), lse_r.data(), dr.data(), dk.data(), dv.data(), T, causal, sc);
+        dkv_k<D, float>(q.data(), k.data(), v.data(), g.data(), lse_r.data(), dr.data(), dk.data(), dv.data(), T, causal, sc, 1);
     });
-    launch(gx, gy, [&] { dq_k<D, float>(q.data(), k.data(), v.data(), g.data(), lse_r.data(), dr.data(), dq.data(), T, causal, sc); });
+    launch(gx, gy, [&] { dq_k<D, float>(q.data(), k.data(), v.data(), g.data(), lse_r.data(), dr.data(), dq.data(), T, causal, sc, 1); });
     const double e[5] = {normwise(o, o_r), normwise(lse, lse_r), normwise(dq, dq_r), normwise(dk, dk_r), normwise(dv, dv_r)};
     const char *nm[5] = {"O", "lse", "dQ", "dK", "dV"};
     int bad = 0;

@@ -104,6 +104,43 @@ ct_status ct_fsdp_gather_all(ct_fsdp *f);
 ct_status ct_fsdp_reshard(ct_fsdp *f);
 ct_fsdp_mem ct_fsdp_memory(const ct_fsdp *f);
 
+/* Sharded checkpoints, as torch.distributed.checkpoint lays them out: each rank writes its
+ * shards of the parameters and of the optimizer state to a file of its own; one index
+ * (CT_FSDP_INDEX) names, per parameter, which file holds which element range. A rank
+ * loading reads the ranges its own shards cover from whichever files hold them, so a
+ * checkpoint written by N ranks loads at any number of ranks (and whole, without a group).
+ * The trainer's --save-every / --resume use these inside its atomic checkpoint directories.
+ *
+ *   dir/shard-00002-of-00004.safetensors   rank 2's pieces "<param>", "optim.<state>.<param>",
+ *                                          "optim.step" (rank 0's file also the buffers,
+ *                                          "buffer.<name>")
+ *   dir/shards.json                        {"world_size": 4, "files": [...], "optimizer": "adamw",
+ *                                           "params": {"<param>": {"shape": [...],
+ *                                           "shards": [[rank, offset, length], ...]}}} */
+#define CT_FSDP_INDEX "shards.json"
+/* "shard-%05d-of-%05d.safetensors" of rank r of n, into buf. */
+void ct_fsdp_shard_file(int r, int n, char *buf, size_t cap);
+/* This rank's file under dir (not collective). CT_ERR_IO naming the path. */
+ct_status ct_fsdp_save_shard(ct_fsdp *f, const char *dir);
+/* The index of every rank's layout, written by one rank (not collective). */
+ct_status ct_fsdp_save_index(const ct_fsdp *f, const char *dir);
+/* Collective: this rank's shards and their optimizer state read from a sharded checkpoint
+ * written at any world size, then what stays gathered is gathered again. Everything is
+ * checked before anything changes: another model's parameters or shapes, another optimizer,
+ * a range no file covers, a missing or truncated file are CT_ERR_FORMAT / CT_ERR_MISMATCH
+ * naming the file and tensor, and leave the shards as they were. */
+ct_status ct_fsdp_load_shards(ct_fsdp *f, const char *dir);
+/* Not collective: every parameter of P (and buffer) whole from a sharded checkpoint, and,
+ * when o is not NULL, o's state (an optimizer over P) whole too: to export the model or to
+ * resume it unsharded. Checked before anything changes, as ct_fsdp_load_shards. */
+ct_status ct_fsdp_read_full(const char *dir, ct_params *P, ct_optim *o);
+/* A built-in model (ctrain/models.h) whole from a sharded checkpoint directory, built from the
+ * config its train state carries: for eval, generate and `ctrain export`. */
+struct ct_model;
+ct_status ct_fsdp_open_model(const char *dir, struct ct_model **out);
+/* The world size a sharded checkpoint directory was written at; 0 when dir has no index. */
+int ct_fsdp_checkpoint_world(const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,7 @@
 #ifndef CTRAIN_MODELS_H
 #define CTRAIN_MODELS_H
 
+#include "ctrain/io.h"
 #include "ctrain/nn.h"
 
 #ifdef __cplusplus
@@ -174,6 +175,13 @@ ct_status ct_model_config_from_file(const char *path, ct_model_config *cfg, ct_w
  * `what` begins the message ("the flags describe"; NULL: "the config describes").
  * ct_model_config_from_file checks its config so (ct_model_open, eval, --init-from). */
 ct_status ct_model_config_fits_file(const ct_model_config *cfg, const char *path, const char *what);
+/* The config ct_model_save (or ct_model_write_config) put into a file's metadata, and the
+ * number of parameters it describes (counted, nothing built; numel may be NULL).
+ * CT_ERR_NOT_FOUND when the file has no ctrain config, CT_ERR_FORMAT for an invalid one. */
+ct_status ct_model_config_from_metadata(const ct_st_file *f, ct_model_config *cfg, double *numel);
+/* The model's config as metadata into a writer, as ct_model_save writes it (a sharded
+ * checkpoint's train state carries it, so the checkpoint alone says what to build). */
+ct_status ct_model_write_config(const ct_model *m, ct_st_writer *w);
 /* config, create and load in one: any file ct_model_config_from_file understands */
 ct_status ct_model_open(const char *path, ct_model **out);
 /* Load weights in the given layout: ct_model_load, or the kind's Hugging Face reader

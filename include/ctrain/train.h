@@ -65,6 +65,10 @@ typedef struct ct_train_model {
     /* Write / read the weights as safetensors. NULL: ct_params_save / ct_params_load. */
     ct_status (*save)(void *self, const char *path);
     ct_status (*load)(void *self, const char *path);
+    /* The config as metadata (ct_model_write_config), written into a sharded checkpoint so
+     * that it exports whole without the run's flags. NULL: none (such a checkpoint resumes,
+     * but `ctrain export` cannot build its model). */
+    ct_status (*save_config)(void *self, ct_st_writer *w);
     const char *kind;      /* written into checkpoints: resuming another kind is refused */
     const char *describe;  /* first word of the log's header line */
     void *self;
@@ -193,6 +197,17 @@ ct_status ct_checkpoint_verify(const char *dir);
  * (names, shapes, kind) or optimizer is CT_ERR_MISMATCH naming the difference; on any error
  * model and optimizer are unchanged. */
 ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim *o, ct_train_state *ts);
+/* Collective, for a run under --shard (ctrain/fsdp.h): a checkpoint directory as
+ * ct_checkpoint_save's, atomic the same way, holding every rank's shard file, the index and
+ * the train state. The ranks write into one directory that rank 0 renames into place, so
+ * every rank must see the same root (one output directory on a filesystem all nodes share);
+ * a shard rank 0 cannot see is CT_ERR_IO saying so. The same outcome on every rank. */
+ct_status ct_checkpoint_save_sharded(ct_pg *pg, ct_fsdp *f, const char *root, const ct_train_model *m, const ct_train_state *ts,
+                                     int keep);
+/* Collective: a sharded checkpoint, written at any world size, into f's shards (resharded
+ * as f splits them) and ts. A checkpoint written without --shard is CT_ERR_UNSUPPORTED.
+ * ct_checkpoint_load reads a sharded checkpoint whole (an unsharded run, an export). */
+ct_status ct_checkpoint_load_sharded(ct_pg *pg, ct_fsdp *f, const char *dir, const ct_train_model *m, ct_train_state *ts);
 /* The optimizer's state tensors into a safetensors writer as "<prefix><state>.<param>" and
  * "<prefix>step" (the writer points into the optimizer: save before its next step), and
  * back: a missing tensor is CT_ERR_NOT_FOUND, a wrong dtype or shape CT_ERR_FORMAT, both

@@ -7,6 +7,7 @@ int cli_env(int argc, char **argv);    /* ctrain env [--check|--vars]  (env.c)  
 int cli_run(int argc, char **argv);    /* ctrain run [torchrun flags] ... (run.c) */
 int cli_train(int argc, char **argv);  /* ctrain train mlp|cnn|gpt ... (train.c) */
 int cli_quantize(int argc, char **argv); /* ctrain quantize --checkpoint ... (quantize.c) */
+int cli_export(int argc, char **argv);   /* ctrain export --checkpoint ... (export.c) */
 int cli_bench(int argc, char **argv);  /* ctrain bench allreduce|...   (bench.c) */
 int cli_worker(int argc, char **argv); /* ctrain worker MODE: launcher test programs (worker.c) */
 int cli_eval(int argc, char **argv);   /* ctrain eval --checkpoint ...  (eval.c)     */

@@ -19,6 +19,7 @@ static const struct {
     {"eval", cli_eval, "evaluate a trained model: test loss and accuracy (token models: loss and perplexity)"},
     {"generate", cli_generate, "generate text or tokens from a trained GPT (KV cache, temperature, top-k)"},
     {"quantize", cli_quantize, "dynamic int8 quantization of a trained model (--eval-data: f32 vs int8)"},
+    {"export", cli_export, "a model whole from a checkpoint, sharded or not (--output FILE, --hf DIR)"},
     {"bench", cli_bench, "benchmarks: allreduce (nccl-tests style)"},
     {"worker", cli_worker, "tiny distributed programs for testing the launcher"},
 };

@@ -1,5 +1,6 @@
-/* --checkpoint DIR|FILE for eval and generate: a weights file, an output directory (its
- * model.safetensors, else its newest valid checkpoint) or a checkpoint directory. */
+/* --checkpoint DIR|FILE for eval, generate and export: a weights file, an output directory (its
+ * model.safetensors, else its newest valid checkpoint) or a checkpoint directory, sharded
+ * (--shard) or not. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,9 @@ ct_status cli_open_model(const char *arg, ct_model **out, char *path, size_t n) 
     if (stat(arg, &s) != 0) return ct_error(CT_ERR_NOT_FOUND, "--checkpoint %s: %s", arg, strerror(errno));
     if (S_ISREG(s.st_mode)) {
         snprintf(path, n, "%s", arg);
+    } else if (ct_fsdp_checkpoint_world(arg)) { /* a sharded checkpoint (--shard): assembled whole */
+        snprintf(path, n, "%s", arg);
+        return ct_fsdp_open_model(arg, out);
     } else {
         char dir[4200], root[4300];
         snprintf(path, n, "%s/model.safetensors.index.json", arg);
@@ -32,6 +36,10 @@ ct_status cli_open_model(const char *arg, ct_model **out, char *path, size_t n) 
             if (st != CT_OK) st = ct_checkpoint_find_latest(arg, dir, sizeof dir);
             if (st != CT_OK)
                 return ct_error(CT_ERR_NOT_FOUND, "--checkpoint %s: no model.safetensors in it and no valid checkpoint under it", arg);
+            if (ct_fsdp_checkpoint_world(dir)) {
+                snprintf(path, n, "%s", dir);
+                return ct_fsdp_open_model(dir, out);
+            }
             snprintf(path, n, "%s/model.safetensors", dir);
         }
     }

@@ -57,6 +57,14 @@ static ct_status config_from_metadata(const ct_st_file *f, ct_model_config *c) {
     return CT_OK;
 }
 
+ct_status ct_model_config_from_metadata(const ct_st_file *f, ct_model_config *cfg, double *numel) {
+    ct_status st = config_from_metadata(f, cfg);
+    if (st == CT_OK && numel) st = ct_model_config_numel_(cfg, numel);
+    return st;
+}
+
+ct_status ct_model_write_config(const ct_model *m, ct_st_writer *w) { return ct_model_config_metadata_(w, &m->cfg); }
+
 /* ---- save ---- */
 static ct_status save_impl(const ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of,
                            const ct_model_config *cfg) {

@@ -24,6 +24,7 @@
 
 #include "ctrain/train.h"
 #include "train/host_trip.h"
+#include "train/resume.h"
 
 static const char *FILES[] = {"model.safetensors", "train_state.safetensors"};
 #define NFILES 2
@@ -143,11 +144,13 @@ static ct_status load_weights(const ct_train_model *m, const char *path) {
     return m->load ? m->load(m->self, path) : ct_params_load(m->params, path);
 }
 
-static ct_status write_train_state(const char *path, ct_optim *o, const ct_train_state *ts, const ct_train_model *m) {
+/* sharded: the world size of a sharded checkpoint, whose optimizer state is in the shards
+ * (o then gives only its kind); 0 for a whole one */
+static ct_status write_train_state(const char *path, ct_optim *o, const ct_train_state *ts, const ct_train_model *m, int sharded) {
     ct_st_writer *w;
     ct_status st = ct_st_writer_create(&w);
     if (st != CT_OK) return st;
-    if (o) st = ct_checkpoint_add_optim(w, o, "optim.");
+    if (o && !sharded) st = ct_checkpoint_add_optim(w, o, "optim.");
     char v[64];
 #define META(k, fmt, x) do { snprintf(v, sizeof v, fmt, x); if (st == CT_OK) st = ct_st_writer_set_metadata(w, k, v); } while (0)
     META("step", "%" PRId64, ts->step);
@@ -161,6 +164,8 @@ static ct_status write_train_state(const char *path, ct_optim *o, const ct_train
     META("scaler_growth_tracker", "%" PRId64, ts->scaler_growth_tracker);
     META("model", "%s", m->kind ? m->kind : "model");
     META("optimizer", "%s", o ? ct_optim_kind(o) : "none");
+    if (sharded) META("sharded", "%d", sharded);
+    if (sharded && m->save_config && st == CT_OK) st = m->save_config(m->self, w);
 #undef META
     if (st == CT_OK) st = ct_st_writer_save(w, path);
     ct_st_writer_free(w);
@@ -219,32 +224,23 @@ static uint64_t ckpt_min_bytes(const ct_train_model *m, ct_optim *o) {
     return n;
 }
 
-static ct_status ckpt_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep) {
-    ct_status st = mkdirs(root);
-    if (st != CT_OK) return st;
-    char what[64];
-    snprintf(what, sizeof what, "the checkpoint of step %" PRId64, ts->step);
-    /* a disk known to be too full fails now, before the write, not after filling it */
-    if ((st = ct_checkpoint_free_space(root, ckpt_min_bytes(m, o), what)) != CT_OK) return st;
-    char tmp[4096], fin[4096], path[4200];
-    snprintf(tmp, sizeof tmp, "%s/.step-%08" PRId64 ".tmp.%d", root, ts->step, (int)getpid());
-    snprintf(fin, sizeof fin, "%s/step-%08" PRId64, root, ts->step);
-    rmtree(tmp);
-    if (mkdir(tmp, 0755) != 0) return ct_error(CT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    snprintf(path, sizeof path, "%s/%s", tmp, FILES[0]);
-    st = save_weights(m, path);
-    snprintf(path, sizeof path, "%s/%s", tmp, FILES[1]);
-    if (st == CT_OK) st = write_train_state(path, o, ts, m);
+/* The manifest of tmp's files (sizes, CRC-32), fsync, then tmp renamed to fin (a re-save
+ * replacing the old fin) and the oldest checkpoints beyond keep pruned. tmp is removed on
+ * failure. */
+static ct_status commit(const char *root, const char *tmp, const char *fin, int64_t step, const char *const *files_, int nfiles,
+                        const char *format, int keep) {
+    ct_status st = CT_OK;
+    char path[4200];
     cJSON *man = cJSON_CreateObject(), *files = cJSON_AddObjectToObject(man, "files");
-    cJSON_AddNumberToObject(man, "step", (double)ts->step);
-    cJSON_AddStringToObject(man, "format", "ctrain-checkpoint-1");
-    for (int i = 0; st == CT_OK && i < NFILES; i++) {
+    cJSON_AddNumberToObject(man, "step", (double)step);
+    cJSON_AddStringToObject(man, "format", format);
+    for (int i = 0; st == CT_OK && i < nfiles; i++) {
         uint32_t crc;
         int64_t size;
-        snprintf(path, sizeof path, "%s/%s", tmp, FILES[i]);
+        snprintf(path, sizeof path, "%s/%s", tmp, files_[i]);
         st = file_crc(path, &crc, &size);
         if (st != CT_OK) break;
-        cJSON *f = cJSON_AddObjectToObject(files, FILES[i]);
+        cJSON *f = cJSON_AddObjectToObject(files, files_[i]);
         cJSON_AddNumberToObject(f, "bytes", (double)size);
         cJSON_AddNumberToObject(f, "crc32", (double)crc);
     }
@@ -263,7 +259,7 @@ static ct_status ckpt_save(const char *root, const ct_train_model *m, ct_optim *
         fsync_path(tmp);
         /* re-saving a step (after a resume) replaces the old directory */
         char old[4200];
-        snprintf(old, sizeof old, "%s/.step-%08" PRId64 ".old.%d", root, ts->step, (int)getpid());
+        snprintf(old, sizeof old, "%s/.step-%08" PRId64 ".old.%d", root, step, (int)getpid());
         bool had = rename(fin, old) == 0;
         if (rename(tmp, fin) != 0) {
             st = ct_error(CT_ERR_IO, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
@@ -296,6 +292,27 @@ static ct_status ckpt_save(const char *root, const ct_train_model *m, ct_optim *
         free(v);
     }
     return CT_OK;
+}
+
+static ct_status ckpt_save(const char *root, const ct_train_model *m, ct_optim *o, const ct_train_state *ts, int keep) {
+    ct_status st = mkdirs(root);
+    if (st != CT_OK) return st;
+    char what[64];
+    snprintf(what, sizeof what, "the checkpoint of step %" PRId64, ts->step);
+    /* a disk known to be too full fails now, before the write, not after filling it */
+    if ((st = ct_checkpoint_free_space(root, ckpt_min_bytes(m, o), what)) != CT_OK) return st;
+    char tmp[4096], fin[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s/.step-%08" PRId64 ".tmp.%d", root, ts->step, (int)getpid());
+    snprintf(fin, sizeof fin, "%s/step-%08" PRId64, root, ts->step);
+    rmtree(tmp);
+    if (mkdir(tmp, 0755) != 0) return ct_error(CT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    snprintf(path, sizeof path, "%s/%s", tmp, FILES[0]);
+    st = save_weights(m, path);
+    snprintf(path, sizeof path, "%s/%s", tmp, FILES[1]);
+    if (st == CT_OK) st = write_train_state(path, o, ts, m, 0);
+    if (st == CT_OK) return commit(root, tmp, fin, ts->step, FILES, NFILES, "ctrain-checkpoint-1", keep);
+    rmtree(tmp);
+    return st;
 }
 
 /* ".step-00000012.tmp.4242" -> step string "00000012", kind "tmp", pid 4242; also the
@@ -379,35 +396,51 @@ ct_status ct_checkpoint_verify(const char *dir) {
         return ct_error(CT_ERR_NOT_FOUND, "%s is not a ctrain checkpoint (no manifest.json; checkpoints are the step-* "
                         "directories under <output-dir>/checkpoints)", dir);
     if (!f) return ct_error(CT_ERR_IO, "%s: %s", path, strerror(errno));
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    /* a sharded checkpoint lists a file per rank: the manifest grows with the world */
+    enum { MAX_MANIFEST = 4 << 20 };
+    char *buf = malloc(MAX_MANIFEST + 1);
+    size_t n = buf ? fread(buf, 1, MAX_MANIFEST, f) : 0;
     fclose(f);
+    if (!buf) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
     buf[n] = 0;
     cJSON *man = cJSON_Parse(buf);
+    free(buf);
     cJSON *files = man ? cJSON_GetObjectItem(man, "files") : NULL;
-    if (!files) { cJSON_Delete(man); return ct_error(CT_ERR_FORMAT, "%s: not a ctrain checkpoint manifest", path); }
+    if (!cJSON_IsObject(files)) { cJSON_Delete(man); return ct_error(CT_ERR_FORMAT, "%s: not a ctrain checkpoint manifest", path); }
     ct_status st = CT_OK;
-    for (int i = 0; st == CT_OK && i < NFILES; i++) {
-        cJSON *e = cJSON_GetObjectItem(files, FILES[i]);
-        cJSON *b = e ? cJSON_GetObjectItem(e, "bytes") : NULL, *c = e ? cJSON_GetObjectItem(e, "crc32") : NULL;
-        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) { st = ct_error(CT_ERR_FORMAT, "%s: no entry for %s", path, FILES[i]); break; }
+    /* the files a checkpoint must have: the train state, and the weights whole or sharded */
+    const char *weights = cJSON_GetObjectItem(files, CT_FSDP_INDEX) ? CT_FSDP_INDEX : FILES[0];
+    const char *need[] = {weights, FILES[1]};
+    for (int i = 0; i < 2 && st == CT_OK; i++)
+        if (!cJSON_GetObjectItem(files, need[i])) st = ct_error(CT_ERR_FORMAT, "%s: no entry for %s", path, need[i]);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, files) {
+        if (st != CT_OK) break;
+        const char *name = e->string;
+        /* names inside this directory only: a manifest never makes us read elsewhere */
+        if (!name || !*name || name[0] == '.' || strchr(name, '/')) {
+            st = ct_error(CT_ERR_FORMAT, "%s: file name '%s' is not a name inside the checkpoint", path, name ? name : "");
+            break;
+        }
+        cJSON *b = cJSON_GetObjectItem(e, "bytes"), *c = cJSON_GetObjectItem(e, "crc32");
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) { st = ct_error(CT_ERR_FORMAT, "%s: no entry for %s", path, name); break; }
         /* the casts below are only defined for values in range: a hand-edited or corrupt
          * manifest ("crc32": -3656149109) is a format error, not undefined behaviour */
         double bv = b->valuedouble, cv = c->valuedouble;
         if (!(bv >= 0 && bv <= 9007199254740992.0 && bv == (double)(int64_t)bv)) {
-            st = ct_error(CT_ERR_FORMAT, "%s: %s: \"bytes\": %.17g is not a whole number of bytes", path, FILES[i], bv);
+            st = ct_error(CT_ERR_FORMAT, "%s: %s: \"bytes\": %.17g is not a whole number of bytes", path, name, bv);
             break;
         }
         if (!(cv >= 0 && cv <= 4294967295.0 && cv == (double)(uint32_t)cv)) {
             st = ct_error(CT_ERR_FORMAT, "%s: %s: \"crc32\": %.17g is not a CRC-32 (a whole number in [0, 4294967295])", path,
-                          FILES[i], cv);
+                          name, cv);
             break;
         }
         int64_t want_size = (int64_t)bv;
         uint32_t want_crc = (uint32_t)cv, crc;
         int64_t size;
         char fp[4300];
-        snprintf(fp, sizeof fp, "%s/%s", dir, FILES[i]);
+        snprintf(fp, sizeof fp, "%s/%s", dir, name);
         st = file_crc(fp, &crc, &size);
         if (st == CT_OK && (size != want_size || crc != want_crc))
             st = ct_error(CT_ERR_FORMAT, "%s: size or checksum differs from the manifest (%lld bytes, crc %08x; expected %lld, %08x)",
@@ -511,7 +544,11 @@ static ct_status ckpt_load(const char *dir, const ct_train_model *m, ct_optim *o
     size_t nbytes = ct_params_numel(m->params) * sizeof(float);
     float *backup = st == CT_OK ? malloc(nbytes ? nbytes : 1) : NULL;
     if (st == CT_OK && !backup) st = ct_error(CT_ERR_NOMEM, "out of memory");
-    if (st == CT_OK) {
+    int sharded = ct_fsdp_checkpoint_world(dir);
+    if (st == CT_OK && sharded) {
+        /* written under --shard, resumed whole: every tensor assembled from the shards */
+        st = ct_fsdp_read_full(dir, m->params, o);
+    } else if (st == CT_OK) {
         memcpy(backup, ct_params_data(m->params), nbytes);
         char mp[4200];
         snprintf(mp, sizeof mp, "%s/model.safetensors", dir);
@@ -538,4 +575,84 @@ ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim 
     ct_device was;
     ct_status st = ct_train_to_host_(m, o, &was);
     return st != CT_OK ? st : ct_train_from_host_(m, o, was, ckpt_load(dir, m, o, ts));
+}
+
+/* ---- sharded checkpoints (--shard): every rank writes its shards into one directory ---- */
+
+ct_status ct_checkpoint_save_sharded(ct_pg *pg, ct_fsdp *f, const char *root, const ct_train_model *m, const ct_train_state *ts,
+                                     int keep) {
+    int rank = ct_pg_rank(pg), n = ct_pg_size(pg);
+    ct_optim *o = ct_fsdp_optim(f);
+    /* rank 0 makes the hidden directory and tells the others its name */
+    int32_t tmpw[1024];
+    char *tmp = (char *)tmpw, fin[4096], what[64];
+    memset(tmpw, 0, sizeof tmpw);
+    snprintf(fin, sizeof fin, "%s/step-%08" PRId64, root, ts->step);
+    ct_status st = CT_OK;
+    if (rank == 0) {
+        st = mkdirs(root);
+        snprintf(what, sizeof what, "the checkpoint of step %" PRId64, ts->step);
+        uint64_t need = (uint64_t)ct_params_numel(m->params) * sizeof(float) * (uint64_t)(1 + ct_optim_state_count(o));
+        if (st == CT_OK) st = ct_checkpoint_free_space(root, need, what);
+        snprintf(tmp, sizeof tmpw, "%s/.step-%08" PRId64 ".tmp.%d", root, ts->step, (int)getpid());
+        if (st == CT_OK) {
+            rmtree(tmp);
+            if (mkdir(tmp, 0755) != 0) st = ct_error(CT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        }
+    }
+    if ((st = ct_train_all_ok_(pg, st, "preparing the sharded checkpoint")) != CT_OK) return st;
+    if ((st = ct_broadcast_sync(pg, tmpw, 1024, CT_I32, 0)) != CT_OK) return st;
+    tmp[sizeof tmpw - 1] = 0;
+    st = ct_train_all_ok_(pg, ct_fsdp_save_shard(f, tmp), "writing a shard of the checkpoint");
+    if (rank == 0 && st == CT_OK) {
+        int nfiles = n + 2;
+        char **names = calloc((size_t)nfiles, sizeof *names), path[4200];
+        if (!names) st = ct_error(CT_ERR_NOMEM, "out of memory");
+        for (int r = 0; r < n && st == CT_OK; r++) {
+            if (!(names[r + 2] = malloc(64))) { st = ct_error(CT_ERR_NOMEM, "out of memory"); break; }
+            ct_fsdp_shard_file(r, n, names[r + 2], 64);
+            snprintf(path, sizeof path, "%s/%s", tmp, names[r + 2]);
+            /* another node's shard must be here too, or the checkpoint is not whole */
+            if (access(path, R_OK) != 0)
+                st = ct_error(CT_ERR_IO, "%s: %s: rank %d wrote its shard, but rank 0 cannot see it. Sharded checkpoints need "
+                              "one --output-dir every rank shares (a shared filesystem across nodes)", path, strerror(errno), r);
+        }
+        if (st == CT_OK) {
+            names[0] = (char *)CT_FSDP_INDEX;
+            names[1] = (char *)FILES[1];
+            st = ct_fsdp_save_index(f, tmp);
+            snprintf(path, sizeof path, "%s/%s", tmp, FILES[1]);
+            if (st == CT_OK) st = write_train_state(path, o, ts, m, n);
+        }
+        if (st == CT_OK) st = commit(root, tmp, fin, ts->step, (const char *const *)names, nfiles, "ctrain-checkpoint-1", keep);
+        else rmtree(tmp);
+        for (int r = 0; names && r < n; r++) free(names[r + 2]);
+        free(names);
+    } else if (rank == 0) {
+        rmtree(tmp);
+    }
+    return ct_train_all_ok_(pg, st, "writing the sharded checkpoint");
+}
+
+ct_status ct_checkpoint_load_sharded(ct_pg *pg, ct_fsdp *f, const char *dir, const ct_train_model *m, ct_train_state *ts) {
+    ct_status st = ct_checkpoint_verify(dir);
+    ct_train_state loaded;
+    ct_st_file *sf = NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    if (st == CT_OK) st = ct_st_open(path, &sf);
+    if (st == CT_OK) {
+        const char *kind = ct_st_metadata(sf, "model"), *want = m->kind ? m->kind : "model";
+        if (!kind || strcmp(kind, want))
+            st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint of a '%s' model, this run trains '%s'", dir, kind ? kind : "?", want);
+        else if (!ct_fsdp_checkpoint_world(dir))
+            st = ct_error(CT_ERR_UNSUPPORTED, "%s was written without --shard: resume it without --shard (sharded runs resume "
+                          "sharded checkpoints, at any number of ranks)", dir);
+        else
+            st = read_train_state(sf, &loaded);
+    }
+    ct_st_close(sf);
+    if ((st = ct_train_all_ok_(pg, st, "checking the sharded checkpoint")) != CT_OK) return st;
+    if ((st = ct_fsdp_load_shards(f, dir)) == CT_OK) *ts = loaded;
+    return st;
 }

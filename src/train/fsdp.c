@@ -14,52 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "ctrain/fsdp.h"
-
-typedef struct {
-    int sidx;    /* parameter of S */
-    size_t goff; /* offset in P's flat buffers */
-    size_t len;
-    size_t loc;  /* offset inside this rank's shard of the unit */
-} piece;
-
-typedef struct {
-    int first, last;   /* parameter indices (consecutive, trainable) */
-    int nparams;
-    size_t off, len;   /* range of P's flat buffers, in floats */
-    size_t s;          /* shard length: len padded to n * s */
-    piece *pieces;
-    int npieces;
-    bool root;         /* no numbered prefix: gathered all the time */
-    bool gathered, in_order, reduced;
-    int depth, ready;
-} unit;
-
-struct ct_fsdp {
-    ct_pg *pg;
-    ct_params *P, *S;
-    ct_optim *opt;
-    ct_shard_mode mode;
-    int n, me, nu;
-    unit *u;
-    int *unit_of;      /* per parameter of P: its unit, -1 for buffers */
-    float *data, *grad;
-    size_t numel, map_bytes;
-    float *stage, *send;   /* n * max s and max s floats */
-    float *stage2, *send2; /* the same for the one prefetch in flight */
-    ct_work *pend;         /* that prefetch's all-gather, of unit pend_unit */
-    int pend_unit;
-    int *prev_order;       /* the last training forward's order: what forward prefetches */
-    int nprev;
-    bool prefetch;         /* ct_fsdp_set_prefetch */
-    unsigned char *mc;     /* mincore's vector over one mapping */
-    int *order;            /* units in the order this forward entered them */
-    int norder;
-    bool in_step, backward;
-    ct_status status;      /* first failure of a collective inside a hook */
-    size_t gathered_now;
-    ct_fsdp_mem mem;
-};
+#include "train/fsdp_internal.h"
 
 const char *ct_shard_mode_name(ct_shard_mode m) {
     switch (m) {
@@ -321,9 +276,8 @@ static ct_status build_shards(ct_fsdp *f, const ct_optim *like) {
     for (int k = 0; k < f->nu; k++) {
         unit *u = &f->u[k];
         if (!(u->pieces = calloc((size_t)u->nparams, sizeof(piece)))) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
-        size_t a = u->off + (size_t)f->me * u->s, b = a + u->s;
-        if (a > u->off + u->len) a = u->off + u->len;
-        if (b > u->off + u->len) b = u->off + u->len;
+        size_t a, b;
+        ct_fsdp_rank_range_(u, f->me, &a, &b);
         for (int i = u->first; i <= u->last; i++) {
             const ct_tensor *t = ct_params_get(f->P, i);
             size_t lo = ct_params_offset(f->P, i), hi = lo + (size_t)ct_numel(t);
@@ -332,7 +286,7 @@ static ct_status build_shards(ct_fsdp *f, const ct_optim *like) {
             if (lo >= hi) continue;
             int64_t len = (int64_t)(hi - lo);
             if (!ct_param(f->S, t->name, 1, &len, CT_INIT_ZEROS, 0)) return ct_params_status(f->S);
-            u->pieces[u->npieces++] = (piece){.sidx = count++, .goff = lo, .len = hi - lo, .loc = lo - (u->off + (size_t)f->me * u->s)};
+            u->pieces[u->npieces++] = (piece){.sidx = count++, .pidx = i, .goff = lo, .len = hi - lo, .loc = lo - (u->off + (size_t)f->me * u->s)};
         }
     }
     if (count == 0 && !ct_param(f->S, "fsdp.empty", 1, (int64_t[]){1}, CT_INIT_ZEROS, 0)) return ct_params_status(f->S);
@@ -514,11 +468,15 @@ ct_status ct_fsdp_step(ct_fsdp *f, double lr) {
     ct_status st = ct_optim_status(f->opt);
     if (st != CT_OK) return st;
     /* what stays gathered takes the new values now; the rest is gathered when next used */
+    return ct_fsdp_regather_(f);
+}
+
+ct_status ct_fsdp_regather_(ct_fsdp *f) {
     for (int k = 0; k < f->nu; k++) {
         unit *u = &f->u[k];
         if (!u->root && f->mode != CT_SHARD_OPTIM) continue;
+        if (u->gathered && !u->root) f->gathered_now -= u->len * sizeof(float);
         u->gathered = false;
-        if (!u->root) f->gathered_now -= u->len * sizeof(float);
         gather(f, u);
     }
     return f->status;

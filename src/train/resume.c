@@ -128,9 +128,7 @@ static ct_status bcast_state(ct_pg *pg, const ct_train_model *m, ct_optim *o, ct
     return ct_train_from_host_(m, o, was, st);
 }
 
-/* Every rank's outcome: CT_OK only when all succeeded; a rank that succeeded names the
- * first that did not (its own message says why). */
-static ct_status all_ok(ct_pg *pg, ct_status st, const char *what) {
+ct_status ct_train_all_ok_(ct_pg *pg, ct_status st, const char *what) {
     int32_t v = st != CT_OK ? ct_pg_rank(pg) + 1 : 0;
     ct_status cs = ct_all_reduce_sync(pg, &v, 1, CT_I32, CT_RED_MAX);
     if (st != CT_OK) return st;
@@ -138,7 +136,7 @@ static ct_status all_ok(ct_pg *pg, ct_status st, const char *what) {
     return v ? ct_error(CT_ERR_IO, "%s failed on rank %d (see its message)", what, v - 1) : CT_OK;
 }
 
-ct_status ct_train_resume_(ct_pg *pg, const char *resume, const char *output_dir, const ct_train_model *m, ct_optim *o,
+ct_status ct_train_resume_(ct_pg *pg, ct_fsdp *fsdp, const char *resume, const char *output_dir, const ct_train_model *m, ct_optim *o,
                            ct_train_state *ts, bool *resumed, char *dir, size_t n) {
     *resumed = false;
     int world = pg ? ct_pg_size(pg) : 1, rank = pg ? ct_pg_rank(pg) : 0;
@@ -178,10 +176,21 @@ ct_status ct_train_resume_(ct_pg *pg, const char *resume, const char *output_dir
         st = ct_error(CT_ERR_MISMATCH, "%s. Only rank 0 writes checkpoints: give every node the same --output-dir on a "
                       "shared filesystem, or copy the newest checkpoint into rank 0's (docs/multinode.md)", msg);
     } else if (same) { /* one shared directory, or identical copies: each rank loads its own */
-        if (r0->found == 1) {
-            st = all_ok(pg, lst == CT_OK ? ct_checkpoint_load(dir, m, o, ts) : lst, "loading the checkpoint");
+        if (r0->found == 1 && fsdp) {
+            st = lst != CT_OK ? ct_train_all_ok_(pg, lst, "finding the checkpoint") : ct_checkpoint_load_sharded(pg, fsdp, dir, m, ts);
+            *resumed = st == CT_OK;
+        } else if (r0->found == 1) {
+            st = ct_train_all_ok_(pg, lst == CT_OK ? ct_checkpoint_load(dir, m, o, ts) : lst, "loading the checkpoint");
             *resumed = st == CT_OK;
         }
+    } else if (any && r0->found == 1 && fsdp) { /* the shards are read where they were written: all must see them */
+        char b[600];
+        int k = 1;
+        while (k < world - 1 && all[k].found == 1 && all[k].step == r0->step && all[k].crc == r0->crc) k++;
+        describe(&all[k], k, b, sizeof b);
+        st = ct_error(CT_ERR_NOT_FOUND, "cannot resume the sharded run: rank 0 resumes step %" PRId64 " from %s, but %s. Every "
+                      "rank reads its shards from that directory: give all nodes one --output-dir on a shared filesystem",
+                      r0->step, r0->where, b);
     } else if (any && r0->found == 1) { /* rank 0 has the newest, some ranks not: rank 0's state, broadcast */
         if (rank == 0) {
             for (int k = 1; k < world; k++) {
@@ -191,7 +200,7 @@ ct_status ct_train_resume_(ct_pg *pg, const char *resume, const char *output_dir
                 CT_LOG_WARN_("train", "%s: it gets rank 0's step %" PRId64 " (%s) by broadcast", b, r0->step, r0->where);
             }
         }
-        st = all_ok(pg, rank == 0 ? ct_checkpoint_load(dir, m, o, ts) : CT_OK, "loading the checkpoint");
+        st = ct_train_all_ok_(pg, rank == 0 ? ct_checkpoint_load(dir, m, o, ts) : CT_OK, "loading the checkpoint");
         if (st == CT_OK) st = bcast_state(pg, m, o, ts);
         *resumed = st == CT_OK;
         snprintf(dir, n, "%s", r0->where);

@@ -13,6 +13,7 @@ static ct_tensor *builtin_forward(ct_ctx *ctx, void *self, ct_tensor *x) { retur
 static ct_tensor *builtin_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) { return ct_model_loss(ctx, self, x, y); }
 static ct_status builtin_save(void *self, const char *path) { return ct_model_save(self, path); }
 static ct_status builtin_load(void *self, const char *path) { return ct_model_load(self, path); }
+static ct_status builtin_config(void *self, ct_st_writer *w) { return ct_model_write_config(self, w); }
 
 /* What the model takes, as its kind states it (ct_model_batch_of) */
 static ct_train_expect builtin_expect(const ct_model_config *c) {
@@ -25,7 +26,7 @@ static ct_train_expect builtin_expect(const ct_model_config *c) {
 
 ct_train_model ct_train_model_builtin(ct_model *m) {
     return (ct_train_model){.params = ct_model_params(m), .forward = builtin_forward, .loss = builtin_loss,
-                            .save = builtin_save, .load = builtin_load,
+                            .save = builtin_save, .load = builtin_load, .save_config = builtin_config,
                             .kind = ct_model_kind_name(ct_model_config_of(m)->kind), .describe = ct_model_describe(m),
                             .self = m, .expect = builtin_expect(ct_model_config_of(m))};
 }

@@ -141,9 +141,9 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     ct_status st = CT_OK;
     /* before any collective: a refused rank 0 exits at once and the launcher stops the rest */
     if (t->rank == 0) st = ct_output_lock(o.output_dir, &t->lock_fd);
-    if (st == CT_OK && o.shard != CT_SHARD_NONE && (o.resume || o.save_every > 0 || o.loss_scaling || o.amp == CT_F16))
-        st = ct_error(CT_ERR_UNSUPPORTED, "--shard %s: sharded checkpoints (--save-every, --resume) and loss scaling (fp16) "
-                      "are not implemented yet", ct_shard_mode_name(o.shard));
+    if (st == CT_OK && o.shard != CT_SHARD_NONE && (o.loss_scaling || o.amp == CT_F16))
+        st = ct_error(CT_ERR_UNSUPPORTED, "--shard %s: loss scaling (fp16) is not implemented for sharded training yet; "
+                      "use --amp bf16", ct_shard_mode_name(o.shard));
     if (st == CT_OK && t->pg && o.shard != CT_SHARD_NONE) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);
     else if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
     if (st == CT_OK && t->fsdp) ct_optim_release_state(opt); /* the shards' optimizer steps instead */
@@ -255,10 +255,7 @@ ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
     return st;
 }
 
-static ct_status save_ckpt(ct_trainer *t) {
-    if (t->rank != 0) return CT_OK;
-    char root[4200];
-    snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
+static ct_train_state train_state(ct_trainer *t) {
     ct_train_state ts = {.step = t->step, .epoch = t->epoch, .sampler = ct_loader_state(t->loader), .seed = t->o.seed,
                          .world_size = t->world};
     if (t->scaler) {
@@ -266,6 +263,14 @@ static ct_status save_ckpt(ct_trainer *t) {
         ts.loss_scale = ss.scale;
         ts.scaler_growth_tracker = ss.growth_tracker;
     }
+    return ts;
+}
+
+static ct_status save_ckpt(ct_trainer *t) {
+    if (t->rank != 0) return CT_OK;
+    char root[4200];
+    snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
+    ct_train_state ts = train_state(t);
     return ct_checkpoint_save(root, t->model, t->opt, &ts, t->o.keep);
 }
 
@@ -291,8 +296,15 @@ static ct_status agree(ct_trainer *t, ct_status st, const char *what) {
 /* A periodic or final checkpoint: an error stops training unless the user chose to go on. */
 static ct_status checkpoint(ct_trainer *t) {
     if (t->saved_step == t->step) return CT_OK; /* a stop right after a periodic save */
-    if (t->fsdp) return CT_OK; /* no sharded checkpoints yet: the final weights are gathered whole */
-    ct_status st = agree(t, save_ckpt(t), "writing the checkpoint");
+    ct_status st;
+    if (t->fsdp) { /* every rank writes its shards (collective, the same outcome everywhere) */
+        char root[4200];
+        snprintf(root, sizeof root, "%s/checkpoints", t->o.output_dir);
+        ct_train_state ts = train_state(t);
+        st = ct_checkpoint_save_sharded(t->pg, t->fsdp, root, t->model, &ts, t->o.keep);
+    } else {
+        st = agree(t, save_ckpt(t), "writing the checkpoint");
+    }
     if (st == CT_OK) t->saved_step = t->step;
     if (st == CT_OK || !t->o.keep_going_on_save_error) return st;
     CT_LOG_WARN_("train", "checkpoint at step %" PRId64 " not written (going on: keep_going_on_save_error): %s", t->step,
@@ -317,7 +329,7 @@ static ct_status resume(ct_trainer *t) {
     char dir[4200];
     ct_train_state ts;
     bool resumed;
-    ct_status st = ct_train_resume_(t->pg, t->o.resume, t->o.output_dir, t->model, t->opt, &ts, &resumed, dir, sizeof dir);
+    ct_status st = ct_train_resume_(t->pg, t->fsdp, t->o.resume, t->o.output_dir, t->model, t->opt, &ts, &resumed, dir, sizeof dir);
     if (st != CT_OK || !resumed) return st; /* nothing to resume: start fresh */
     if ((st = ct_sampler_set_state(t->sampler, &ts.sampler)) != CT_OK) return st;
     t->step = ts.step;

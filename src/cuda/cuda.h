@@ -212,6 +212,9 @@ ct_status ct_cuda_rms_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_typ
  * cosines then the sines of pos[t] theta^(-2j/D) (pos i32/i64 [T] on the device, or NULL for
  * 0..T-1); x and y of type t (y may not be x); backward dx (f32) written, or added to */
 ct_status ct_cuda_rope_table(cudaStream_t s, const void *pos, bool pos_i64, int64_t T, int64_t D, float theta, float *cs);
+/* the same with Llama 3.1's frequency scaling (ct_rope_scaling's fields; factor 0: none) */
+ct_status ct_cuda_rope_table_scaled(cudaStream_t s, const void *pos, bool pos_i64, int64_t T, int64_t D, float theta,
+                                    float factor, float low_freq_factor, float high_freq_factor, int original_max_pos, float *cs);
 ct_status ct_cuda_rope(cudaStream_t s, const void *x, ct_cuda_cast_type t, void *y, const float *cs, int64_t R, int64_t T,
                        int64_t D);
 ct_status ct_cuda_rope_bwd(cudaStream_t s, const float *g, const float *cs, float *dx, int64_t R, int64_t T, int64_t D,

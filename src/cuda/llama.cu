@@ -84,13 +84,31 @@ ct_status rms_bwd(cudaStream_t s, const TX *x, const float *g, const float *w, c
     return st;
 }
 
-/* cs: [T, h] cosines, then [T, h] sines of pos[t] * theta^(-2j/D) (the CPU op's f32 angle) */
-__global__ void rope_table_k(const void *pos, bool pos_i64, int64_t T, int64_t D, float theta, float *cs) {
+/* Llama 3.1's scaling of an inverse frequency, the CPU op's f32 steps (src/ops/cpu/rope.c
+ * inv_freq_at): factor 0 is none */
+typedef struct {
+    float factor, lo, hi;
+    int old;
+} rope_scale;
+__device__ static float scaled_inv(float inv, rope_scale sc) {
+    if (sc.factor == 0) return inv;
+    const double old = sc.old;
+    const float lo_wl = (float)(old / sc.lo), hi_wl = (float)(old / sc.hi);
+    const float wl = __fmul_rn(__fdiv_rn(1.0f, inv), (float)(2 * 3.14159265358979323846));
+    float f = wl > lo_wl ? __fdiv_rn(inv, sc.factor) : inv;
+    if (!(wl < hi_wl) && !(wl > lo_wl)) {
+        float sm = __fdiv_rn(__fsub_rn(__fmul_rn(__fdiv_rn(1.0f, wl), (float)old), sc.lo), (float)((double)sc.hi - sc.lo));
+        f = __fadd_rn(__fdiv_rn(__fmul_rn(__fsub_rn(1.0f, sm), f), sc.factor), __fmul_rn(sm, f));
+    }
+    return f;
+}
+/* cs: [T, h] cosines, then [T, h] sines of pos[t] * theta^(-2j/D), scaled (the CPU op's f32 angle) */
+__global__ void rope_table_k(const void *pos, bool pos_i64, int64_t T, int64_t D, float theta, rope_scale sc, float *cs) {
     int64_t h = D / 2;
     CT_GRID_STRIDE(i, T * h) {
         int64_t t = i / h, j = i % h;
         int64_t p = !pos ? t : pos_i64 ? ((const int64_t *)pos)[t] : (int64_t)((const int32_t *)pos)[t];
-        float inv = 1.0f / (float)pow((double)theta, (double)((float)(2 * j) / (float)D));
+        float inv = scaled_inv(1.0f / (float)pow((double)theta, (double)((float)(2 * j) / (float)D)), sc);
         float a = (float)p * inv;
         cs[i] = (float)cos((double)a);
         cs[T * h + i] = (float)sin((double)a);
@@ -148,7 +166,12 @@ ct_status ct_cuda_rms_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_typ
     return CT_OK;
 }
 ct_status ct_cuda_rope_table(cudaStream_t s, const void *pos, bool pos_i64, int64_t T, int64_t D, float theta, float *cs) {
-    LAUNCH("rope", rope_table_k, T * (D / 2), pos, pos_i64, T, D, theta, cs);
+    return ct_cuda_rope_table_scaled(s, pos, pos_i64, T, D, theta, 0, 0, 0, 0, cs);
+}
+ct_status ct_cuda_rope_table_scaled(cudaStream_t s, const void *pos, bool pos_i64, int64_t T, int64_t D, float theta,
+                                    float factor, float low_freq_factor, float high_freq_factor, int original_max_pos, float *cs) {
+    rope_scale sc = {factor, low_freq_factor, high_freq_factor, original_max_pos};
+    LAUNCH("rope", rope_table_k, T * (D / 2), pos, pos_i64, T, D, theta, sc, cs);
 }
 ct_status ct_cuda_rope(cudaStream_t s, const void *x, ct_cuda_cast_type t, void *y, const float *cs, int64_t R, int64_t T,
                        int64_t D) {

@@ -44,7 +44,9 @@ static void bw_rms_norm(ct_ctx *ctx, ct_node *n) {
     acc_end(&r, x, dx, direct);
 }
 
-/* ---- rope: x [..., T, D] (D even), positions [T] i32/i64 on the device or NULL (0..T-1) ---- */
+/* ---- rope: x [..., T, D] (D even), positions [T] i32/i64 on the device or NULL (0..T-1);
+ * f: theta, then llama3 scaling's factor (0: none), low and high frequency factors; i[0] its
+ * original_max_position_embeddings ---- */
 static ct_tensor *fwd_rope(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *pos = a->in[1];
     float theta = (float)a->f[0];
@@ -57,7 +59,8 @@ static ct_tensor *fwd_rope(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *y = out_same(&r, x, x->ndim, NULL, "rope");
     float *cs = scratch(&r, 2 * T * h, "rope"); /* kept for backward, as the CPU op's table */
     if (go && y->data && cs && R * T * h > 0 &&
-        ok(&r, ct_cuda_rope_table(r.s, pos ? pos->data : NULL, pos && pos->dtype == CT_I64, T, D, theta, cs)))
+        ok(&r, ct_cuda_rope_table_scaled(r.s, pos ? pos->data : NULL, pos && pos->dtype == CT_I64, T, D, theta, (float)a->f[1],
+                                         (float)a->f[2], (float)a->f[3], (int)a->i[0], cs)))
         ok(&r, ct_cuda_rope(r.s, x->data, ty(x), y->data, cs, R, T, D));
     ct_node *nd = ct_record(ctx, CT_OP_ROPE, y, 1, &x);
     if (nd) { nd->saved = cs; nd->i[0] = R; nd->i[1] = T; nd->i[2] = D; }

@@ -102,7 +102,7 @@ ct_tensor *ct_ac_leave(ct_ctx *ctx, ct_ac_frame *f, ct_tensor *y);
 typedef struct {
     ct_tensor *in[4];
     int64_t i[4];
-    double f[2];
+    double f[4];
 } ct_op_args;
 typedef ct_tensor *(*ct_op_dev_fwd)(ct_ctx *ctx, const ct_op_args *a);
 typedef struct {

@@ -244,7 +244,9 @@ CT_TEST(llama_ops_on_cuda_match_cpu) {
     const int64_t sk[1][4] = {{2, 2, 9, 16}};
     check_op("repeat_kv", op_repeat_kv, (int64_t[]){3}, 1, (int[]){4}, sk, 0.0);
 }
-/* rope at given positions (i64 on the device, as generation passes them) and theta 5e5 */
+/* rope at given positions (i64 on the device, as generation passes them) and theta 5e5, plain
+ * and with Llama 3.1's scaling (original context 64, factors 1 and 4: at D = 32 every regime),
+ * forward and backward against the CPU */
 CT_TEST(rope_positions_on_cuda_match_cpu) {
     NEED_GPU();
     ct_ctx *c;
@@ -252,13 +254,24 @@ CT_TEST(rope_positions_on_cuda_match_cpu) {
     const int64_t T = 13;
     int64_t pos[13];
     for (int t = 0; t < T; t++) pos[t] = 100 + 31 * t;
-    ct_tensor *x = rnd(c, 4, (int64_t[]){1, 4, T, 32}, 2.0f), *p = ct_from_data(c, CT_I64, pos, 1, &T), *xd, *pd;
-    OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
-    OK(ct_tensor_to(c, p, CT_CUDA(0), &pd));
-    ct_tensor *y = ct_rope(c, x, p, 500000.0f), *yd = ct_rope(c, xd, pd, 500000.0f);
-    CT_ASSERT(ct_ctx_status(c) == CT_OK || (fprintf(stderr, "rope on cuda:0: %s\n", ct_last_error()), 0));
-    double e = normwise(host(c, yd)->data, y->data, ct_numel(y));
-    CT_EXPECTF(e <= 1e-6, "rope at positions: error %g", e);
+    const ct_rope_scaling llama3 = {8.0f, 1.0f, 4.0f, 64};
+    for (int scaled = 0; scaled < 2; scaled++) {
+        const ct_rope_scaling *rs = scaled ? &llama3 : NULL;
+        ct_tensor *x = rnd(c, 4, (int64_t[]){1, 4, T, 32}, 2.0f), *p = ct_from_data(c, CT_I64, pos, 1, &T), *xd, *pd;
+        OK(ct_tensor_to(c, x, CT_CUDA(0), &xd));
+        OK(ct_tensor_to(c, p, CT_CUDA(0), &pd));
+        ct_requires_grad(x);
+        ct_requires_grad(xd);
+        ct_tensor *y = ct_rope_scaled(c, x, p, 500000.0f, rs);
+        ct_backward(c, ct_sum(c, ct_mul(c, y, y)));
+        ct_tensor *yd = ct_rope_scaled(c, xd, pd, 500000.0f, rs);
+        ct_backward(c, ct_sum(c, ct_mul(c, yd, yd)));
+        CT_ASSERT(ct_ctx_status(c) == CT_OK || (fprintf(stderr, "rope on cuda:0: %s\n", ct_last_error()), 0));
+        double e = normwise(host(c, yd)->data, y->data, ct_numel(y));
+        CT_EXPECTF(e <= 1e-6, "rope at positions%s: error %g", scaled ? ", llama3 scaling" : "", e);
+        e = normwise(host(c, xd->grad)->data, x->grad->data, ct_numel(x));
+        CT_EXPECTF(e <= 1e-6, "rope backward at positions%s: error %g", scaled ? ", llama3 scaling" : "", e);
+    }
     ct_ctx_free(c);
 }
 /* bf16 inputs under autocast: rms_norm (an f32 op: an f32 result) and silu, rope, repeat_kv

@@ -314,8 +314,8 @@ CT_TEST(gpt_model_checkpointed_on_cuda_matches_cpu) {
 
 /* a small Llama (RMSNorm, rotary positions, grouped-query attention through repeat_kv, SwiGLU):
  * 4 query heads sharing 2 key/value heads, the fused or the plain attention, each layer a
- * checkpointed segment or not */
-static bool llama_plain, llama_ckpt;
+ * checkpointed segment or not, rope with Llama 3.1's scaling or not */
+static bool llama_plain, llama_ckpt, llama_scaled;
 static ct_model *small_llama(void) {
     ct_model_config cfg = ct_model_default_config(CT_MODEL_LLAMA);
     cfg.llama.vocab_size = 64;
@@ -327,6 +327,8 @@ static ct_model *small_llama(void) {
     cfg.llama.max_position_embeddings = 16;
     cfg.llama.flash_attention = !llama_plain;
     cfg.llama.checkpoint_activations = llama_ckpt;
+    /* Llama 3.1's rope scaling: at head size 8 one frequency blended, three divided */
+    if (llama_scaled) cfg.llama.rope_scaling = (ct_rope_scaling){8.0f, 1.0f, 4.0f, 8};
     ct_model *m = NULL;
     if (ct_model_create(&cfg, 11, &m) != CT_OK) abort();
     return m;
@@ -340,6 +342,9 @@ CT_TEST(llama_model_on_cuda_matches_cpu) {
     llama_ckpt = true; /* the layers recomputed on the device in backward */
     model_match(small_llama, CT_F32, 1e-5, 1e-4);
     llama_ckpt = false;
+    llama_scaled = true;
+    model_match(small_llama, CT_F32, 1e-5, 1e-4);
+    llama_scaled = false;
 }
 /* bf16 autocast: rms_norm reading bf16 with an f32 result, rope, repeat_kv and silu bf16 */
 CT_TEST(llama_model_bf16_autocast_on_cuda_matches_cpu) {

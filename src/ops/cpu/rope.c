@@ -43,24 +43,19 @@ ct_tensor *ct_rope(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta) { ret
 
 ct_tensor *ct_rope_scaled(ct_ctx *ctx, ct_tensor *x, ct_tensor *pos, float theta, const ct_rope_scaling *rs) {
     if (rs && rs->factor == 0) rs = NULL;
-    if (!rs) CT_DEV_DISPATCH(ctx, CT_OP_ROPE, .in = {x, pos}, .f = {theta});
-    const ct_op_args da = {.in = {x, pos}};
-    if (rs && ct_op_on_device(&da)) { /* the device column's arguments have no room for the scaling: refused, not run unscaled */
-        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED, "rope: llama3 frequency scaling on a device: not yet"));
-        ct_tensor *y = ct_wrap(ctx, x->dtype, NULL, x->ndim, x->shape);
-        y->device = x->device;
-        return y;
-    }
-    CT_AUTOCAST(ctx, CT_OP_ROPE, 1, ((ct_tensor **[]){&x}), ct_rope_scaled(ctx, x, pos, theta, rs));
-    CT_CHECK_F32("rope", x);
-    int64_t R, T, D;
-    ct_check_rope_shapes(x, pos, theta, &R, &T, &D);
-    int64_t h = D / 2;
     if (rs)
         CT_CHECK(rs->factor > 0 && rs->low_freq_factor > 0 && rs->high_freq_factor > rs->low_freq_factor &&
                      rs->original_max_position_embeddings > 0,
                  "rope: scaling factor %g, low_freq_factor %g, high_freq_factor %g, original_max_position_embeddings %d out of range",
                  (double)rs->factor, (double)rs->low_freq_factor, (double)rs->high_freq_factor, rs->original_max_position_embeddings);
+    const ct_rope_scaling none = {0, 0, 0, 0}, *sc = rs ? rs : &none;
+    CT_DEV_DISPATCH(ctx, CT_OP_ROPE, .in = {x, pos}, .f = {theta, sc->factor, sc->low_freq_factor, sc->high_freq_factor},
+                    .i = {sc->original_max_position_embeddings});
+    CT_AUTOCAST(ctx, CT_OP_ROPE, 1, ((ct_tensor **[]){&x}), ct_rope_scaled(ctx, x, pos, theta, rs));
+    CT_CHECK_F32("rope", x);
+    int64_t R, T, D;
+    ct_check_rope_shapes(x, pos, theta, &R, &T, &D);
+    int64_t h = D / 2;
     /* cs: [T, h] cosines then [T, h] sines */
     float *cs = ct_ctx_alloc_keep(ctx, (size_t)(2 * T * h + 1) * sizeof(float));
     for (int64_t j = 0; j < h; j++) {

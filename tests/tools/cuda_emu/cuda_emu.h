@@ -101,6 +101,11 @@ inline __half __float2half_rn(float f) {
  * elements only. */
 void __syncwarp(unsigned mask = 0xffffffffu);
 void ct_emu_wmma_check(const void *p, unsigned ldm, size_t elem, const char *what);
+/* CUDA's round-to-nearest arithmetic intrinsics (never contracted into an FMA) */
+inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
 inline float ct_emu_wf(float v) { return v; }
 inline float ct_emu_wf(__half v) { return __half2float(v); }
 inline float ct_emu_wf(__nv_bfloat16 v) { return __bfloat162float(v); }

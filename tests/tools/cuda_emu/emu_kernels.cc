@@ -646,6 +646,17 @@ void llama_ops(ct_ctx *c) {
         for (int64_t i = 0; i < n; i++) rdx[i] *= 0.5f;
         expect("rope backward, accumulated", normwise(rdx.data(), ct_f32(xl->grad), n), 1e-6);
     }
+    // rope with Llama 3.1's scaling: original context 64, low/high factors 1 and 4, so the 8
+    // frequencies of Dh = 16 at theta 5e5 fall in all three regimes (kept, blended, divided)
+    {
+        ct_rope_scaling rs = {8.0f, 1.0f, 4.0f, 64};
+        ct_tensor *r = ct_rope_scaled(c, xr, pt, 500000.0f, &rs), *r0 = ct_rope(c, xr, pt, 500000.0f);
+        RUN(ct_cuda_rope_table_scaled(NULL, pos.data(), true, T, Dh, 500000.0f, rs.factor, rs.low_freq_factor,
+                                      rs.high_freq_factor, rs.original_max_position_embeddings, cs.data()));
+        RUN(ct_cuda_rope(NULL, ct_f32(xr), CT_CUDA_CAST_F32, ry.data(), cs.data(), Rr, T, Dh));
+        expect("rope forward, llama3 scaling", normwise(ry.data(), ct_f32(r), n), 1e-6);
+        expect("rope, llama3 scaling changes it", normwise(ct_f32(r0), ct_f32(r), n) > 1e-2 ? 0 : 1, 0);
+    }
     // repeat_kv [2, 2, 5, 6] x 3: the strided copy with a stride of 0, and the group sums
     const int64_t BH = 4, TD = 30, rep = 3;
     ct_tensor *xk = rnd_t(c, 4, sh({2, 2, 5, 6}), 1.0f), *gk = rnd_t(c, 4, sh({2, 6, 5, 6}), 1.0f);

@@ -205,7 +205,8 @@ ct_status ct_checkpoint_load(const char *dir, const ct_train_model *m, ct_optim 
 ct_status ct_checkpoint_save_sharded(ct_pg *pg, ct_fsdp *f, const char *root, const ct_train_model *m, const ct_train_state *ts,
                                      int keep);
 /* Collective: a sharded checkpoint, written at any world size, into f's shards (resharded
- * as f splits them) and ts. A checkpoint written without --shard is CT_ERR_UNSUPPORTED.
+ * as f splits them) and ts; a checkpoint written without --shard is read whole on every rank
+ * (the whole model in memory for a moment), each rank keeping its pieces.
  * ct_checkpoint_load reads a sharded checkpoint whole (an unsharded run, an export). */
 ct_status ct_checkpoint_load_sharded(ct_pg *pg, ct_fsdp *f, const char *dir, const ct_train_model *m, ct_train_state *ts);
 /* The optimizer's state tensors into a safetensors writer as "<prefix><state>.<param>" and

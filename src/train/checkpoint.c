@@ -23,6 +23,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctrain/train.h"
+#include "train/fsdp_internal.h"
 #include "train/host_trip.h"
 #include "train/resume.h"
 
@@ -645,14 +646,13 @@ ct_status ct_checkpoint_load_sharded(ct_pg *pg, ct_fsdp *f, const char *dir, con
         const char *kind = ct_st_metadata(sf, "model"), *want = m->kind ? m->kind : "model";
         if (!kind || strcmp(kind, want))
             st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint of a '%s' model, this run trains '%s'", dir, kind ? kind : "?", want);
-        else if (!ct_fsdp_checkpoint_world(dir))
-            st = ct_error(CT_ERR_UNSUPPORTED, "%s was written without --shard: resume it without --shard (sharded runs resume "
-                          "sharded checkpoints, at any number of ranks)", dir);
         else
             st = read_train_state(sf, &loaded);
     }
     ct_st_close(sf);
-    if ((st = ct_train_all_ok_(pg, st, "checking the sharded checkpoint")) != CT_OK) return st;
-    if ((st = ct_fsdp_load_shards(f, dir)) == CT_OK) *ts = loaded;
+    if ((st = ct_train_all_ok_(pg, st, "checking the checkpoint")) != CT_OK) return st;
+    /* a checkpoint written without --shard: read whole on every rank, each keeping its pieces */
+    st = ct_fsdp_checkpoint_world(dir) ? ct_fsdp_load_shards(f, dir) : ct_fsdp_load_whole_(f, dir, m);
+    if (st == CT_OK) *ts = loaded;
     return st;
 }

@@ -493,6 +493,11 @@ ct_status ct_fsdp_reshard(ct_fsdp *f) {
     return f->status;
 }
 
+void ct_fsdp_drop_released_(ct_fsdp *f) {
+    for (int k = 0; k < f->nu; k++)
+        if (!f->u[k].gathered) drop_range(f->data, f->u[k].off, f->u[k].len, false);
+}
+
 ct_fsdp_mem ct_fsdp_memory(const ct_fsdp *f) {
     ct_fsdp_mem m = f->mem;
     m.peak_total_bytes = m.peak_resident_bytes + m.shard_param_bytes + m.shard_grad_bytes + m.optim_state_bytes + m.staging_bytes;

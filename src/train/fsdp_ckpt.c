@@ -425,3 +425,70 @@ ct_status ct_fsdp_open_model(const char *dir, ct_model **out) {
     *out = m;
     return CT_OK;
 }
+
+/* ---- an unsharded checkpoint into the shards ---- */
+
+/* elements [poff, poff + len) of the whole state tensor prefix + pname of train_state into dst */
+static ct_status read_whole_state(const ct_st_file *f, const char *prefix, const ct_tensor *p, size_t poff, size_t len,
+                                  float *dst) {
+    char name[1200];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    ct_st_tensor t;
+    if (ct_st_get(f, name, &t) != CT_OK) return ct_error(CT_ERR_FORMAT, "%s: no optimizer state '%s'", ct_st_path(f), name);
+    if (t.dtype != CT_F32 || t.nbytes != (size_t)ct_numel(p) * sizeof(float))
+        return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is not F32 of %lld elements", ct_st_path(f), name,
+                        (long long)ct_numel(p));
+    memcpy(dst, (const char *)t.data + poff * sizeof(float), len * sizeof(float));
+    return CT_OK;
+}
+
+ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const ct_train_model *m) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    ct_st_file *sf = NULL;
+    ct_status st = ct_st_open(path, &sf);
+    const char *opt = st == CT_OK ? ct_st_metadata(sf, "optimizer") : NULL;
+    if (st == CT_OK && (!opt || strcmp(opt, ct_optim_kind(f->opt))))
+        st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint optimizer '%s', this run uses '%s'", dir, opt ? opt : "?", ct_optim_kind(f->opt));
+    /* the weights whole into P (its mappings fault the pages in), then this rank's pieces out */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (st == CT_OK) st = m->load ? m->load(m->self, path) : ct_params_load(f->P, path);
+    size_t ns = ct_params_numel(f->S);
+    int nstate = ct_optim_state_count(f->opt);
+    float *tmp = st == CT_OK ? malloc(((size_t)(1 + nstate) * ns + 1) * sizeof(float)) : NULL;
+    if (st == CT_OK && !tmp) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory to read the checkpoint");
+    char prefix[256];
+    for (int k = 0; k < f->nu && st == CT_OK; k++)
+        for (int j = 0; j < f->u[k].npieces && st == CT_OK; j++) {
+            const piece *pc = &f->u[k].pieces[j];
+            const ct_tensor *p = ct_params_get(f->P, pc->pidx);
+            size_t poff = pc->goff - ct_params_offset(f->P, pc->pidx), at = ct_params_offset(f->S, pc->sidx);
+            memcpy(tmp + at, ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
+            for (int s = 0; s < nstate && st == CT_OK; s++) {
+                state_prefix(f->opt, s, prefix, sizeof prefix);
+                st = read_whole_state(sf, prefix, p, poff, pc->len, tmp + (size_t)(1 + s) * ns + at);
+            }
+        }
+    int64_t step = 0;
+    ct_st_tensor t;
+    if (st == CT_OK && (ct_st_get(sf, "optim.step", &t) != CT_OK || t.dtype != CT_I64 || t.nbytes != sizeof step))
+        st = ct_error(CT_ERR_FORMAT, "%s: no I64 'optim.step'", ct_st_path(sf));
+    if (st == CT_OK) memcpy(&step, t.data, sizeof step);
+    ct_st_close(sf);
+    ct_fsdp_drop_released_(f);
+    int32_t bad = st != CT_OK ? f->me + 1 : 0;
+    ct_status cs = ct_all_reduce_sync(f->pg, &bad, 1, CT_I32, CT_RED_MAX);
+    if (st == CT_OK && cs != CT_OK) st = cs;
+    if (st == CT_OK && bad) st = ct_error(CT_ERR_IO, "reading the checkpoint %s failed on rank %d (see its message)", dir, bad - 1);
+    if (st == CT_OK) {
+        memcpy(ct_params_data(f->S), tmp, ns * sizeof(float));
+        for (int s = 0; s < nstate; s++) {
+            float *d;
+            ct_optim_state_buffer(f->opt, s, NULL, &d, NULL);
+            memcpy(d, tmp + (size_t)(1 + s) * ns, ns * sizeof(float));
+        }
+        *(int64_t *)ct_optim_state_tensor_at(f->opt, 0).data = step;
+    }
+    free(tmp);
+    return st == CT_OK ? ct_fsdp_regather_(f) : st;
+}

@@ -65,5 +65,11 @@ static inline void ct_fsdp_rank_range_(const unit *u, int r, size_t *a, size_t *
 /* Collective: the units this mode keeps gathered (the root; every unit for CT_SHARD_OPTIM)
  * gathered again from the shards, after the shards changed outside a step. */
 ct_status ct_fsdp_regather_(ct_fsdp *f);
+/* The pages of every unit not gathered given back (after something wrote into P whole). */
+void ct_fsdp_drop_released_(ct_fsdp *f);
+/* Collective: a whole (unsharded) checkpoint's weights, optimizer state and buffers into the
+ * shards. P is loaded whole on every rank for a moment (its pages are given back after). */
+struct ct_train_model;
+ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const struct ct_train_model *m);
 
 #endif

@@ -7,7 +7,7 @@
 # checkpoint of the same step (and --hf a Hugging Face directory with the same test loss), which PyTorch loads with load_state_dict(strict=True) (when
 # /usr/bin/python3 has torch); `ctrain eval` reads the sharded checkpoint directly. Bad
 # checkpoints are refused before any step, naming the cause: a checkpoint of another
-# model, a shard whose checksum differs, an unsharded checkpoint given to a sharded run.
+# model, a shard whose checksum differs. An unsharded (DDP) checkpoint resumes sharded too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=${CT_BUILD:-build}/ctrain
@@ -56,6 +56,12 @@ for run in "r3 gloo 3 --shard full" "r2 shm 2 --shard full" "m2 mpi 2 --shard gr
 done
 # the consolidated export equals the DDP run's checkpoint of the same step, bit for bit
 train ddp shm 4 "${gpt[@]}" --save-every 10 || die "ddp failed: $(tail -20 "$d/ddp.log")"
+# and that unsharded checkpoint resumes sharded: the same 10 steps as the sharded resumes
+train w3 gloo 3 "${gpt[@]}" --shard full --resume "$d/ddp/checkpoints/step-00000010" || die "w3 failed: $(tail -20 "$d/w3.log")"
+paste <(losses "$d/ref" | tail -10) <(losses "$d/w3") > "$d/pairs"
+m=$(awk '{ x = $1 - $2; if (x < 0) x = -x; if (x > m) m = x } END { printf "%g", m }' "$d/pairs")
+[ "$(wc -l < "$d/pairs")" -eq 10 ] && awk -v m="$m" 'BEGIN { exit !(m <= 1e-6) }' || die "w3: losses differ by $m: $(cat "$d/pairs")"
+report+="the DDP checkpoint resumed at 3 ranks on gloo --shard full: within $m"$'\n'
 "$C" export --checkpoint "$ck" --output "$d/export.safetensors" > "$d/export.log" 2>&1 || die "export: $(cat "$d/export.log")"
 cmp -s "$d/export.safetensors" "$d/ddp/checkpoints/step-00000010/model.safetensors" ||
     die "the export of the sharded checkpoint differs from the DDP checkpoint's model.safetensors"
@@ -95,7 +101,6 @@ expect_fail() { # NAME PATTERN RANKS ARGS...
 }
 expect_fail other "no parameter\|another model\|in the checkpoint" 2 gpt --text "$d/t.txt" --n-layer 1 --n-embd 64 --n-head 4 \
     --block-size 96 --steps 20 --threads 1 --shard full --resume "$ck"
-expect_fail unsharded "written without --shard" 2 "${gpt[@]}" --shard full --resume "$d/ddp/checkpoints/step-00000010"
 cp -r "$ck" "$d/bad"
 printf 'x' | dd of="$d/bad/shard-00002-of-00004.safetensors" bs=1 seek=200 conv=notrunc 2> /dev/null
 expect_fail corrupt "shard-00002-of-00004.safetensors: size or checksum differs" 2 "${gpt[@]}" --shard full --resume "$d/bad"

@@ -290,6 +290,31 @@ static void state_prefix(const ct_optim *o, int s, char *buf, size_t cap) {
     snprintf(buf, cap, "optim.%s.", name);
 }
 
+/* All or none: this rank's outcome st agreed with every rank's (a rank that could not read
+ * stops all before the gathers); then tmp (the shards' values, each optimizer state's, then nb
+ * floats of buffers) and the step counter copied into place and the kept units gathered.
+ * Frees tmp. Collective. */
+static ct_status commit_shards(ct_fsdp *f, const char *dir, ct_status st, float *tmp, int64_t step, size_t nb) {
+    size_t ns = ct_params_numel(f->S);
+    int nstate = ct_optim_state_count(f->opt);
+    int32_t bad = st != CT_OK ? f->me + 1 : 0;
+    ct_status cs = ct_all_reduce_sync(f->pg, &bad, 1, CT_I32, CT_RED_MAX);
+    if (st == CT_OK && cs != CT_OK) st = cs;
+    if (st == CT_OK && bad) st = ct_error(CT_ERR_IO, "reading the checkpoint %s failed on rank %d (see its message)", dir, bad - 1);
+    if (st == CT_OK) {
+        memcpy(ct_params_data(f->S), tmp, ns * sizeof(float));
+        for (int s = 0; s < nstate; s++) {
+            float *d;
+            ct_optim_state_buffer(f->opt, s, NULL, &d, NULL);
+            memcpy(d, tmp + (size_t)(1 + s) * ns, ns * sizeof(float));
+        }
+        *(int64_t *)ct_optim_state_tensor_at(f->opt, 0).data = step;
+        if (nb) memcpy(ct_params_buffer_data(f->P), tmp + (size_t)(1 + nstate) * ns, nb * sizeof(float));
+    }
+    free(tmp);
+    return st == CT_OK ? ct_fsdp_regather_(f) : st;
+}
+
 ct_status ct_fsdp_load_shards(ct_fsdp *f, const char *dir) {
     idx X;
     ct_status st = idx_open(dir, &X);
@@ -314,24 +339,8 @@ ct_status ct_fsdp_load_shards(ct_fsdp *f, const char *dir) {
     int64_t step = 0;
     if (st == CT_OK) st = read_step(&X, &step);
     if (st == CT_OK && nb) st = read_buffers(&X, f->P, tmp + (size_t)(1 + nstate) * ns);
-    /* all or none: a rank that could not read stops every rank before the gathers */
-    int32_t bad = st != CT_OK ? f->me + 1 : 0;
-    ct_status cs = ct_all_reduce_sync(f->pg, &bad, 1, CT_I32, CT_RED_MAX);
-    if (st == CT_OK && cs != CT_OK) st = cs;
-    if (st == CT_OK && bad) st = ct_error(CT_ERR_IO, "reading the sharded checkpoint %s failed on rank %d (see its message)", dir, bad - 1);
-    if (st == CT_OK) {
-        memcpy(ct_params_data(f->S), tmp, ns * sizeof(float));
-        for (int s = 0; s < nstate; s++) {
-            float *d;
-            ct_optim_state_buffer(f->opt, s, NULL, &d, NULL);
-            memcpy(d, tmp + (size_t)(1 + s) * ns, ns * sizeof(float));
-        }
-        *(int64_t *)ct_optim_state_tensor_at(f->opt, 0).data = step;
-        if (nb) memcpy(ct_params_buffer_data(f->P), tmp + (size_t)(1 + nstate) * ns, nb * sizeof(float));
-    }
-    free(tmp);
     idx_close(&X);
-    return st == CT_OK ? ct_fsdp_regather_(f) : st;
+    return commit_shards(f, dir, st, tmp, step, nb);
 }
 
 ct_status ct_fsdp_read_full(const char *dir, ct_params *P, ct_optim *o) {
@@ -476,19 +485,5 @@ ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const ct_train_model 
     if (st == CT_OK) memcpy(&step, t.data, sizeof step);
     ct_st_close(sf);
     ct_fsdp_drop_released_(f);
-    int32_t bad = st != CT_OK ? f->me + 1 : 0;
-    ct_status cs = ct_all_reduce_sync(f->pg, &bad, 1, CT_I32, CT_RED_MAX);
-    if (st == CT_OK && cs != CT_OK) st = cs;
-    if (st == CT_OK && bad) st = ct_error(CT_ERR_IO, "reading the checkpoint %s failed on rank %d (see its message)", dir, bad - 1);
-    if (st == CT_OK) {
-        memcpy(ct_params_data(f->S), tmp, ns * sizeof(float));
-        for (int s = 0; s < nstate; s++) {
-            float *d;
-            ct_optim_state_buffer(f->opt, s, NULL, &d, NULL);
-            memcpy(d, tmp + (size_t)(1 + s) * ns, ns * sizeof(float));
-        }
-        *(int64_t *)ct_optim_state_tensor_at(f->opt, 0).data = step;
-    }
-    free(tmp);
-    return st == CT_OK ? ct_fsdp_regather_(f) : st;
+    return commit_shards(f, dir, st, tmp, step, 0);
 }

@@ -15,7 +15,8 @@
 #   train  ctrain train vs PyTorch DDP (gloo, bench/torch_train.py under torchrun), MLP and GPT
 #          of bench/multinode.sh, LAYOUTS (default "2x2": hosts x ranks per host); ctrain with
 #          its hier backend (HIER=rail unless set: CTRAIN_HIER_ALLREDUCE), overlapped buckets and
-#          --grad-compression bf16 (COMPRESS=none: f32)
+#          --grad-compression bf16 (COMPRESS=none: f32). TRAIN_MODELS=gptfsdp: the GPT with
+#          ctrain --shard full against PyTorch FSDP (FULL_SHARD, one unit per block, gloo)
 # and once, unshaped, MODES=base: the same training on one host (1 rank; LAYOUTS' ranks on one
 # host), for the efficiency and the cost model's compute.
 # One line per result, appended to OUT (default bench/shaped_links.out) and printed:
@@ -124,28 +125,36 @@ ddp_fields() {
 gpt=(--n-layer 6 --n-embd 256 --n-head 8 --block-size 256 --vocab-size 256 --batch-size 8 --text "$text"
      --steps ${GPT_STEPS:-12} --log-every 3)
 mlp=(--hidden 1024,1024 --batch-size 128 --data-dir "$data" --steps ${MLP_STEPS:-80} --log-every 20)
+# gptfsdp: the GPT fully sharded, ctrain --shard full against PyTorch FSDP FULL_SHARD (gloo)
+gptfsdp=("${gpt[@]}" --shard full)
+kind_of() { [ "$1" = gptfsdp ] && echo gpt || echo "$1"; }
 common=(--threads 1 --eval-max 16)
-items() { [ "$1" = gpt ] && echo $((8 * 256)) || echo 128; } # per rank and step
+items() { [ "$1" = mlp ] && echo 128 || echo $((8 * 256)); } # per rank and step
 # train_one RATE H R MODEL: ctrain then PyTorch, H hosts x R ranks
 train_one() {
-    local rate=$1 h=$2 r=$3 m=$4 n=$(($2 * $3)) cr tl tr
+    local rate=$1 h=$2 r=$3 m=$4 n=$(($2 * $3)) cr tl tr k tm=ddp
     eval "local margs=(\"\${$m[@]}\")"
+    k=$(kind_of $m)
+    local mz=(${cz[@]+"${cz[@]}"})
+    [ $m = gptfsdp ] && { mz=(); tm=fsdp; } # the shards travel in f32 (no gradient compression)
+    [ $n = 1 ] && margs=("${gpt[@]}")     # one rank: nothing to shard
     if [ "$h" = 1 ]; then # one host: the same launchers without --nnodes
-        in_host 0 timeout 900 "$C" run --standalone --nproc-per-node $r "$C" train $m "${margs[@]}" "${common[@]}" \
-            ${cz[@]+"${cz[@]}"} --output-dir "$tmp/o" >"$tmp/c.0" 2>&1 || die "ctrain $m 1x$r: $(tail -3 "$tmp/c.0")"
+        in_host 0 timeout 900 "$C" run --standalone --nproc-per-node $r "$C" train $k "${margs[@]}" "${common[@]}" \
+            ${mz[@]+"${mz[@]}"} --output-dir "$tmp/o" >"$tmp/c.0" 2>&1 || die "ctrain $m 1x$r: $(tail -3 "$tmp/c.0")"
     else
-        ctrain_on $h $r "$tmp/c" "$C" train $m "${margs[@]}" "${common[@]}" "${cz[@]}" --output-dir "$tmp/o" ||
+        ctrain_on $h $r "$tmp/c" "$C" train $k "${margs[@]}" "${common[@]}" ${mz[@]+"${mz[@]}"} --output-dir "$tmp/o" ||
             die "ctrain $m ${h}x$r at $rate: $(tail -3 "$tmp/c.0" "$tmp/c.1")"
     fi
     cr=$(ctrain_rate "$tmp/c.0")
     emit "train $rate ${h}x$r ctrain $m rate=$cr step_ms=$(awk -v g=$((n * $(items $m))) -v c="$cr" \
         'BEGIN { printf "%.2f", 1e3 * g / c }') $(ddp_fields "$tmp/c.0")"
     if [ "$n" = 1 ]; then
-        in_host 0 "$PY" bench/torch_train.py single $m 1 "${TORCH_SECONDS:-10}" >"$tmp/t.0" 2>&1
+        in_host 0 "$PY" bench/torch_train.py single $k 1 "${TORCH_SECONDS:-10}" >"$tmp/t.0" 2>&1
     elif [ "$h" = 1 ]; then
-        in_host 0 "$PY" bench/torch_train.py ddp $m $n "${TORCH_SECONDS:-10}" >"$tmp/t.0" 2>&1
+        in_host 0 "$PY" bench/torch_train.py $tm $k $n "${TORCH_SECONDS:-10}" >"$tmp/t.0" 2>&1
     else
-        torch_on $h $r "$tmp/t" bench/torch_train.py torchrun $m 0 "${TORCH_SECONDS:-10}"
+        torch_on $h $r "$tmp/t" bench/torch_train.py $([ $tm = fsdp ] && echo torchrun-fsdp || echo torchrun) $k 0 \
+            "${TORCH_SECONDS:-10}"
     fi || die "torch $m ${h}x$r at $rate: $(tail -3 "$tmp/t.0")"
     tl=$(grep RESULT "$tmp/t.0") || die "torch $m: no result: $(tail -3 "$tmp/t.0")"
     emit "train $rate ${h}x$r pytorch $m rate=$(echo "$tl" | sed -E 's/.* rate=([0-9.]+) .*/\1/' |

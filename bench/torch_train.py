@@ -4,6 +4,8 @@ bench/train_bench.c, one line per result in the same format.
     /usr/bin/python3 bench/torch_train.py single mlp|gpt|gptf|cnn|llama THREADS [SECONDS] [amp=bf16]
     /usr/bin/python3 bench/torch_train.py ddp    mlp|gpt|gptf|cnn|llama NRANKS  [SECONDS]   # gloo, 1 thread/rank
     torchrun ... bench/torch_train.py torchrun mlp|gpt|cnn 0 [SECONDS]   # ranks from torchrun (bench/multinode.sh)
+    build/venv-bench/bin/python bench/torch_train.py fsdp gpt|gptf|llama NRANKS [SECONDS]   # FSDP FULL_SHARD, gloo
+    torchrun ... bench/torch_train.py torchrun-fsdp gpt|gptf|llama 0 [SECONDS]
 
 Models: tests/torch/gen_models.py (nanoGPT's GPT without flash attention, which PyTorch 1.13
 lacks; MLP as nn.Sequential; the CNN). gptf: the same GPT with nanoGPT's own attention on
@@ -204,7 +206,22 @@ def line(kind, threads, ranks, rate, step_ms, steps, rss, flops):
           f"omp_wait={wait} torch={torch.__version__} cpu_step_ms={CPU_STEP_MS:.2f} amp={'bf16' if AMP else 'off'}", flush=True)
 
 
-def ddp_worker(rank, nranks, kind, seconds, port, q, amp=False):
+def fsdp_wrap(kind, model):
+    """FULL_SHARD FSDP on the CPU (gloo), one unit per transformer block (ctrain --shard full's
+    units); the optimizer is made again over the sharded parameters, AdamW as in setup()."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    block = LlamaLayer if kind == "llama" else gm.Block
+    net = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD, auto_wrap_policy=ModuleWrapPolicy({block}),
+               device_id=torch.device("cpu"), use_orig_params=True)
+    decay = [p for n, p in net.named_parameters() if not (n.endswith("bias") or "ln" in n or "norm" in n)]
+    nodecay = [p for n, p in net.named_parameters() if n.endswith("bias") or "ln" in n or "norm" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95))
+    return net, opt
+
+
+def ddp_worker(rank, nranks, kind, seconds, port, q, amp=False, fsdp=False):
     import torch.distributed as dist
     global AMP
     AMP = amp  # a spawned process starts from the module's default
@@ -214,9 +231,14 @@ def ddp_worker(rank, nranks, kind, seconds, port, q, amp=False):
         os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=nranks)
     model, opt, batches, items = setup(kind, rank)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if fsdp:
+        flops = flops_per_step(kind, model, items)  # from the whole model, before sharding
+        ddp, opt = fsdp_wrap(kind, model)
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        flops = None
     rate, ms, steps = train(kind, seconds, rank, ddp, model, opt, batches, items, barrier=dist.barrier)
-    q.put((rank, rate, ms, steps, peak_mb(), flops_per_step(kind, model, items), CPU_STEP_MS))
+    q.put((rank, rate, ms, steps, peak_mb(), flops if flops is not None else flops_per_step(kind, model, items), CPU_STEP_MS))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -231,7 +253,7 @@ def main():
         model, opt, batches, items = setup(kind, 0)
         rate, ms, steps = train(kind, seconds, model=model, opt=opt, batches=batches, items=items)
         line(kind, n, 1, rate, ms, steps, peak_mb(), flops_per_step(kind, model, items))
-    elif mode == "ddp":
+    elif mode in ("ddp", "fsdp"):
         import socket
         import torch.multiprocessing as mp
         s = socket.socket()
@@ -240,7 +262,7 @@ def main():
         s.close()
         ctx = mp.get_context("spawn")
         q = ctx.SimpleQueue()
-        procs = [ctx.Process(target=ddp_worker, args=(r, n, kind, seconds, port, q, AMP)) for r in range(n)]
+        procs = [ctx.Process(target=ddp_worker, args=(r, n, kind, seconds, port, q, AMP, mode == "fsdp")) for r in range(n)]
         for p in procs:
             p.start()
         res = sorted(q.get() for _ in range(n))
@@ -250,12 +272,12 @@ def main():
         global CPU_STEP_MS
         CPU_STEP_MS = r0[6]  # rank 0's, measured in its process
         line(kind, 1, n, r0[1], r0[2], r0[3], max(r[4] for r in res), r0[5])
-    elif mode == "torchrun":  # one process per rank, started by torchrun; rank 0 prints
+    elif mode in ("torchrun", "torchrun-fsdp"):  # one process per rank, started by torchrun; rank 0 prints
         class Q:
             def put(self, r):
                 self.r = r
         q, rank, nranks = Q(), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        ddp_worker(rank, nranks, kind, seconds, 0, q, AMP)
+        ddp_worker(rank, nranks, kind, seconds, 0, q, AMP, mode == "torchrun-fsdp")
         if rank == 0:
             line(kind, 1, nranks, q.r[1], q.r[2], q.r[3], q.r[4], q.r[5])  # CPU_STEP_MS: this process's
     else:

@@ -137,7 +137,7 @@ train_one() {
     k=$(kind_of $m)
     local mz=(${cz[@]+"${cz[@]}"})
     [ $m = gptfsdp ] && { mz=(); tm=fsdp; } # the shards travel in f32 (no gradient compression)
-    [ $n = 1 ] && margs=("${gpt[@]}")     # one rank: nothing to shard
+    [ $n = 1 ] && [ $m = gptfsdp ] && margs=("${gpt[@]}") # one rank: nothing to shard
     if [ "$h" = 1 ]; then # one host: the same launchers without --nnodes
         in_host 0 timeout 900 "$C" run --standalone --nproc-per-node $r "$C" train $k "${margs[@]}" "${common[@]}" \
             ${mz[@]+"${mz[@]}"} --output-dir "$tmp/o" >"$tmp/c.0" 2>&1 || die "ctrain $m 1x$r: $(tail -3 "$tmp/c.0")"

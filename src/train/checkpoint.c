@@ -541,14 +541,15 @@ static ct_status ckpt_load(const char *dir, const ct_train_model *m, ct_optim *o
     /* the numbers first: a bad one must not leave half-loaded weights behind */
     ct_train_state loaded;
     if (st == CT_OK) st = read_train_state(f, &loaded);
-    /* load the model into a copy first so a mismatch leaves the live weights untouched */
+    /* the live weights kept in a copy, so that a mismatch of the optimizer state leaves them
+     * untouched (the sharded reader checks everything before it writes) */
     size_t nbytes = ct_params_numel(m->params) * sizeof(float);
-    float *backup = st == CT_OK ? malloc(nbytes ? nbytes : 1) : NULL;
-    if (st == CT_OK && !backup) st = ct_error(CT_ERR_NOMEM, "out of memory");
-    int sharded = ct_fsdp_checkpoint_world(dir);
-    if (st == CT_OK && sharded) {
+    float *backup = NULL;
+    if (st == CT_OK && ct_fsdp_checkpoint_world(dir)) {
         /* written under --shard, resumed whole: every tensor assembled from the shards */
         st = ct_fsdp_read_full(dir, m->params, o);
+    } else if (st == CT_OK && !(backup = malloc(nbytes ? nbytes : 1))) {
+        st = ct_error(CT_ERR_NOMEM, "out of memory");
     } else if (st == CT_OK) {
         memcpy(backup, ct_params_data(m->params), nbytes);
         char mp[4200];

@@ -252,12 +252,13 @@ static ct_status read_range(const idx *X, const char *prefix, const char *pname,
     return CT_OK;
 }
 
-static ct_status read_step(const idx *X, int64_t *step) {
+/* the optimizer's step counter, "optim.step" (a shard file's or a whole train state's) */
+static ct_status read_step(const ct_st_file *f, int64_t *step) {
     ct_st_tensor t;
-    if (ct_st_get(X->files[0], "optim.step", &t) != CT_OK || t.dtype != CT_I64 || t.nbytes != sizeof *step)
-        return ct_error(CT_ERR_FORMAT, "%s: no I64 'optim.step'", ct_st_path(X->files[0]));
+    if (ct_st_get(f, "optim.step", &t) != CT_OK || t.dtype != CT_I64 || t.nbytes != sizeof *step)
+        return ct_error(CT_ERR_FORMAT, "%s: no I64 'optim.step'", ct_st_path(f));
     memcpy(step, t.data, sizeof *step);
-    if (*step < 0) return ct_error(CT_ERR_FORMAT, "%s: 'optim.step' is negative", ct_st_path(X->files[0]));
+    if (*step < 0) return ct_error(CT_ERR_FORMAT, "%s: 'optim.step' is negative", ct_st_path(f));
     return CT_OK;
 }
 
@@ -337,7 +338,7 @@ ct_status ct_fsdp_load_shards(ct_fsdp *f, const char *dir) {
             }
         }
     int64_t step = 0;
-    if (st == CT_OK) st = read_step(&X, &step);
+    if (st == CT_OK) st = read_step(X.files[0], &step);
     if (st == CT_OK && nb) st = read_buffers(&X, f->P, tmp + (size_t)(1 + nstate) * ns);
     idx_close(&X);
     return commit_shards(f, dir, st, tmp, step, nb);
@@ -365,7 +366,7 @@ ct_status ct_fsdp_read_full(const char *dir, ct_params *P, ct_optim *o) {
         }
     }
     int64_t step = 0;
-    if (st == CT_OK && o) st = read_step(&X, &step);
+    if (st == CT_OK && o) st = read_step(X.files[0], &step);
     if (st == CT_OK && nb) st = read_buffers(&X, P, tmp + (size_t)(1 + nstate) * n);
     if (st == CT_OK) {
         memcpy(ct_params_data(P), tmp, n * sizeof(float));
@@ -479,10 +480,7 @@ ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const ct_train_model 
             }
         }
     int64_t step = 0;
-    ct_st_tensor t;
-    if (st == CT_OK && (ct_st_get(sf, "optim.step", &t) != CT_OK || t.dtype != CT_I64 || t.nbytes != sizeof step))
-        st = ct_error(CT_ERR_FORMAT, "%s: no I64 'optim.step'", ct_st_path(sf));
-    if (st == CT_OK) memcpy(&step, t.data, sizeof step);
+    if (st == CT_OK) st = read_step(sf, &step);
     ct_st_close(sf);
     ct_fsdp_drop_released_(f);
     return commit_shards(f, dir, st, tmp, step, 0);

@@ -53,13 +53,15 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_SHM_SPIN_US] = {"CTRAIN_SHM_SPIN_US", CT_CFG_FLOAT, NULL, 0, NOMAX, NULL, "microseconds", 0,
                             "shm backend: spin this long before sleeping (default: 4 measured futex wake-ups, 200 to "
                             "5000; 50 when ranks outnumber cores)"},
-    [CT_CFG_SHM_CHUNK] = {"CTRAIN_SHM_CHUNK", CT_CFG_BYTES, "256k", 4096, (double)(1L << 30), NULL, NULL, 0,
-                          "shm backend: chunk of a large all-reduce (must agree on all ranks)"},
+    [CT_CFG_SHM_CHUNK] = {"CTRAIN_SHM_CHUNK", CT_CFG_BYTES, NULL, 4096, (double)(1L << 30), NULL, NULL, 0,
+                          "shm backend: chunk of a large all-reduce (must agree on all ranks; default 1M up to 4 "
+                          "ranks, then 8M / (2 x ranks), at least 256k)"},
     [CT_CFG_SHM_SMALL] = {"CTRAIN_SHM_SMALL", CT_CFG_BYTES, "16k", 4096, (double)(1L << 30), NULL, NULL, 0,
                           "shm backend: largest message reduced in one copy-in step"},
     [CT_CFG_SHM_CMA] = {"CTRAIN_SHM_CMA", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
                         "shm backend: all-reduce messages over CTRAIN_SHM_CHUNK by reading and writing the peers' "
-                        "buffers directly (process_vm_readv; used when every rank may; must agree on all ranks)"},
+                        "buffers directly (process_vm_readv; used when every rank may; must agree on all ranks; "
+                        "unset: per message size, wherever it measures faster than the staged rounds)"},
     [CT_CFG_GLOO_IFADDR] = {"CTRAIN_GLOO_IFADDR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                             "gloo backend: this host's address for its connections (default: the one that reaches "
                             "MASTER_ADDR)"},

@@ -122,6 +122,11 @@ ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, doubl
      * this rank's share of it, and a sleeper that wakes is scheduled before a spinner that
      * used its share (measured on a VM at load 20-80: docs/bench/collectives.md), so sleep. */
     int contended = 0;
+    /* polls between checks of the clock, the abort flag and the yield: 256 pauses are about
+     * 5 us on Zen 4, which is what an oversubscribed waiter kept the CPU from the very peer it
+     * waited for (4 ranks on 2 cores, 8 B: 9.8-18 us a call against 5.9-7.7 for Open MPI,
+     * which yields at every poll); so when ranks outnumber CPUs, yield at every poll */
+    unsigned every = s->oversub ? 0 : 255;
     for (unsigned i = 1;; i++) {
         if (reached(atomic_load_explicit(&w->v, memory_order_acquire), target)) {
             s->st_spun++;
@@ -129,7 +134,7 @@ ct_status shm_wait_word(shm_pg *s, shm_word *w, uint32_t target, int peer, doubl
             return CT_OK;
         }
         _mm_pause();
-        if ((i & 255) == 0) {
+        if ((i & every) == 0) {
             if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed)) return check_abort(s);
             double el = ct_time_now() - t0;
             if (el > budget) break;
@@ -277,6 +282,9 @@ static void shm_destroy(void *impl) {
                     (unsigned long long)s->st_slept, (unsigned long long)s->st_contended, (unsigned long long)s->st_wakes,
                     s->st_wakeups ? s->st_wake_s * 1e6 / (double)s->st_wakeups : 0.0, (unsigned long long)s->st_wakeups,
                     s->spin_s * 1e6);
+    if (s->st_large[0] + s->st_large[1])
+        CT_LOG_INFO("shm", "group %d: all-reduces over %zu KiB: %llu through cross-memory attach, %llu staged", s->gid,
+                    s->H >> 10, (unsigned long long)s->st_large[1], (unsigned long long)s->st_large[0]);
     shm_free_all_shared(s);
     free(s->cma_tmp);
     if (s->base) munmap(s->base, s->map_bytes);
@@ -299,7 +307,17 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
     s->granks = granks;
     s->subgroup = gid != 0;
     s->fingerprint = fingerprint;
-    s->H = (size_t)ct_config_int(CT_CFG_SHM_CHUNK) & ~(size_t)4095;
+    /* Default chunk: 1 MiB, so that an all-reduce of up to 1 MiB is one round (2 waits, as few
+     * as cross-memory attach) and larger ones have 4x fewer rounds than with 256 KiB: on the
+     * 2-core Zen 4 VM, 2 ranks, 1 MiB ran 12.6-21 GB/s against 9-12.6 and 16 MiB 8.3-10 against
+     * 7.2-7.4 (docs/bench/collectives.md). Past 4 ranks it shrinks so that the staging slots
+     * stay at 8 MiB (a container's /dev/shm is often 64 MiB), never below 256 KiB. */
+    long hc = ct_config_int(CT_CFG_SHM_CHUNK);
+    if (hc > 0) s->H = (size_t)hc & ~(size_t)4095;
+    else {
+        size_t h = ((size_t)8 << 20) / (2 * (size_t)n);
+        s->H = h > ((size_t)1 << 20) ? (size_t)1 << 20 : h < ((size_t)256 << 10) ? (size_t)256 << 10 : h & ~(size_t)4095;
+    }
     /* a round splits a chunk into n parts of at least one 64-byte line; a smaller chunk gave
      * rounds of zero elements and a loop that never advanced (a false timeout with 66 ranks
      * and CTRAIN_SHM_CHUNK=4096). Same n and variable on every rank: the same H everywhere. */
@@ -314,6 +332,8 @@ static ct_status shm_setup(ct_pg *pg, int rank, int n, const int *granks, int gi
     s->spin_s = s->spin_fixed ? ct_config_float(CT_CFG_SHM_SPIN_US) * 1e-6
                               : s->oversub ? SHM_SPIN_FLOOR_OVERSUB_S : SHM_SPIN_FLOOR_S;
     s->cma = n > 1 && ct_config_bool(CT_CFG_SHM_CMA) ? -1 : 0; /* -1: probed at the first large all-reduce */
+    s->cma_adapt = !ct_config_is_set(CT_CFG_SHM_CMA);
+    s->cma_mask = ~0ull; /* cross-memory attach first: it holds up where wake-ups are slow */
     /* a peer's data is read in pieces that, with the partial sums, fill half of the L2 cache */
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     if (l2 <= 0) l2 = 1 << 20;

@@ -39,6 +39,7 @@ typedef struct __attribute__((aligned(64))) {
     shm_fp fp[2]; /* by op sequence parity: a fast peer may already describe the next op */
     uint64_t cma_addr[2]; /* by op parity: the buffer a cross-memory all-reduce reads and writes */
     int32_t cma_ok;       /* set up: this rank could read every peer's memory (process_vm_readv) */
+    uint64_t cma_plan[2]; /* rank 0's only, by large all-reduce parity: size classes to run through it */
 } shm_ctl;
 
 typedef struct {
@@ -95,8 +96,16 @@ typedef struct shm_pg {
     int cma;          /* every rank can read and write the peers' memory: large all-reduce in 2 steps */
     size_t cma_chunk; /* bytes per read from a peer: a share of the L2 cache */
     uint8_t *cma_tmp; /* n x cma_chunk: peers' data, then the partial sums */
+    /* which large all-reduces use cross-memory attach: per size class (floor(log2 bytes)),
+     * whichever of it and the staged rounds rank 0 measured faster (shm_cma.c) */
+    int cma_adapt;          /* CTRAIN_SHM_CMA unset: choose by measurement */
+    uint64_t cma_mask;      /* classes that use it now: the same on every rank */
+    uint32_t nlarge;        /* large all-reduces so far (parity of ctl[0].cma_plan) */
+    double wait1_s;         /* the current op's first wait: a late peer, not the path's cost */
+    float cma_cost[2][64];  /* rank 0: s per byte, running mean, [0] staged, [1] cross-memory; 0 unmeasured */
+    uint16_t cma_since[64], cma_every[64]; /* rank 0: calls since the slower path was last tried; interval */
     /* wait statistics (CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=shm prints them at exit) */
-    uint64_t st_waits, st_ready, st_spun, st_slept, st_contended, st_wakes, st_wakeups;
+    uint64_t st_waits, st_ready, st_spun, st_slept, st_contended, st_wakes, st_wakeups, st_large[2];
     double st_wait_s, st_wake_s;
     const ct_work *cur; /* for messages */
     shm_shared *shared; /* ct_pg_alloc_shared mappings (list changed only with the queue drained) */
@@ -118,7 +127,9 @@ ct_status shm_wait_all(shm_pg *s, double deadline, int check);
  * checks fingerprints on the first round only, then is cleared. */
 static inline ct_status shm_round(shm_pg *s, double deadline, int *first) {
     shm_post(s);
+    double t0 = ct_time_now();
     ct_status st = shm_wait_all(s, deadline, *first);
+    if (*first) s->wait1_s = ct_time_now() - t0;
     *first = 0;
     s->in_op = 1; /* the peers are in this op: later rounds spin longer instead of sleeping */
     return st;
@@ -131,8 +142,9 @@ ct_status shm_fail(shm_pg *s, ct_status st, const char *fmt, ...) __attribute__(
 /* Elements per part when `ce` elements are split in n parts aligned to 64 bytes. */
 size_t shm_part(size_t ce, int n, size_t esz);
 
-/* shm_cma.c: all-reduce of large private buffers through cross-memory attach */
-ct_status shm_allreduce_cma(shm_pg *s, ct_work *w, double deadline);
+/* shm_cma.c: all-reduce of large private buffers through cross-memory attach or the staged
+ * rounds, whichever is faster here (measured) */
+ct_status shm_allreduce_large(shm_pg *s, ct_work *w, double deadline);
 
 /* shm_shared.c: shared allocations and the in-place all-reduce over them. */
 shm_shared *shm_find_shared(shm_pg *s, const void *buf, size_t bytes);

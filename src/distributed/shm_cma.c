@@ -14,7 +14,13 @@
  *   cost per rank: reads (n-1)/n B from peers, writes (n-1)/n B to them (kernel copies), one
  *   reduction pass over B/n; no staging copies.
  * Whether the kernel allows it (ptrace rules, seccomp) is probed at the first such all-reduce,
- * with one extra synchronisation; if any rank cannot, every rank uses the staged path. */
+ * with one extra synchronisation; if any rank cannot, every rank uses the staged path.
+ *
+ * Which path is faster depends on the machine (docs/bench/collectives.md): on a quiet VM the
+ * staged rounds ran 16 MiB at 7.6-8.6 GB/s and this path at 4.4-5.3 (the kernel pins every
+ * page it copies); under load the rounds' 2 waits per 256 KiB each cost a wake-up and the
+ * staged path fell to 0.01 GB/s where this one kept 0.35. So unless CTRAIN_SHM_CMA is set,
+ * shm_allreduce_large measures both per size class and uses the faster (cma_plan). */
 #include "distributed/shm.h"
 
 #include <errno.h>
@@ -60,7 +66,7 @@ static ct_status cma_probe(shm_pg *s, uint64_t const *addr, double deadline) {
     return CT_OK;
 }
 
-ct_status shm_allreduce_cma(shm_pg *s, ct_work *w, double deadline) {
+static ct_status allreduce_cma(shm_pg *s, ct_work *w, double deadline) {
     int n = s->n, me = s->rank;
     size_t esz = ct_dtype_size(w->dt);
     uint8_t *buf = w->rbuf;
@@ -70,7 +76,9 @@ ct_status shm_allreduce_cma(shm_pg *s, ct_work *w, double deadline) {
     CT_LOG_TRACE("shm", "all_reduce #%u: cross-memory attach, %zu B", w->seq, w->count * esz);
     /* 1: my buffer holds my input; peers may read it and write their parts' sums into it */
     shm_post(s);
+    double t0 = ct_time_now();
     ct_status st = shm_wait_all(s, deadline, 1);
+    s->wait1_s = ct_time_now() - t0;
     if (st) return st;
     uint64_t addr[256];
     for (int p = 0; p < n; p++) addr[p] = s->ctl[p].cma_addr[w->seq & 1];
@@ -103,4 +111,58 @@ ct_status shm_allreduce_cma(shm_pg *s, ct_work *w, double deadline) {
     s->in_op = 1;
     shm_post(s);
     return shm_wait_all(s, deadline, 0);
+}
+
+/* Rank 0's plan for the next large all-reduce: bit c set = size class c goes through
+ * cross-memory attach. Each class uses the path with the lower measured cost; the other is
+ * tried again after cma_every[c] calls of the class (8, doubling while it stays slower, 4x
+ * faster when it was far slower, at most 1024 calls), so a change in the machine's load is
+ * seen without paying often for the slow path. */
+static uint64_t cma_plan(shm_pg *s) {
+    uint64_t m = 0;
+    for (int c = 0; c < 64; c++) {
+        float st = s->cma_cost[0][c], cm = s->cma_cost[1][c];
+        int fast = !(st > 0 && (cm <= 0 || st < cm)); /* unmeasured: cross-memory attach */
+        int use = fast;
+        if (cm > 0 && st <= 0) use = 0; /* the staged rounds not yet measured in this class */
+        else if (cm > 0 && st > 0 && s->cma_since[c] >= s->cma_every[c]) {
+            use = !fast;
+            s->cma_since[c] = 0;
+        }
+        m |= (uint64_t)use << c;
+    }
+    return m;
+}
+
+/* Rank 0: path p took `sec` for `bytes` in class c. */
+static void cma_record(shm_pg *s, int c, int p, size_t bytes, double sec) {
+    float x = (float)(sec / (double)bytes), *cost = &s->cma_cost[p][c], other = s->cma_cost[!p][c];
+    int was_fast = other <= 0 || (*cost > 0 && *cost <= other);
+    *cost = *cost > 0 ? 0.7f * *cost + 0.3f * x : x;
+    if (s->cma_every[c] == 0) s->cma_every[c] = 8;
+    if (other > 0 && !was_fast) { /* the slower path, tried again */
+        if (*cost < other) s->cma_every[c] = 8; /* it is now the faster one */
+        else {
+            unsigned e = s->cma_every[c] * (*cost > 4 * other ? 8u : 2u);
+            s->cma_every[c] = (uint16_t)(e > 1024 ? 1024 : e);
+        }
+    }
+    if (s->cma_since[c] < UINT16_MAX) s->cma_since[c]++;
+}
+
+ct_status shm_allreduce_large(shm_pg *s, ct_work *w, double deadline) {
+    size_t bytes = w->count * ct_dtype_size(w->dt);
+    int c = 63 - __builtin_clzll((unsigned long long)bytes), k = (int)(s->nlarge++ & 1);
+    /* the plan for the next large all-reduce, published with this one's first post; every
+     * rank reads it once this one is complete (by parity: rank 0 writes the other half next) */
+    if (s->cma_adapt && s->rank == 0) s->ctl[0].cma_plan[k] = cma_plan(s);
+    int use = s->cma < 0 || !s->cma_adapt || (s->cma_mask >> c & 1);
+    double t0 = ct_time_now();
+    s->wait1_s = 0;
+    ct_status st = use ? allreduce_cma(s, w, deadline) : shm_allreduce_staged(s, w, deadline);
+    s->st_large[use]++;
+    if (st || !s->cma_adapt || !s->cma) return st;
+    if (s->rank == 0) cma_record(s, c, use, bytes, ct_time_now() - t0 - s->wait1_s);
+    s->cma_mask = s->ctl[0].cma_plan[k];
+    return CT_OK;
 }

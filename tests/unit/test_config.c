@@ -37,7 +37,7 @@ CT_TEST(every_default_parses_and_is_used) {
     CT_EXPECT_EQ(ct_config_int(CT_CFG_WORLD_SIZE), 1);
     CT_EXPECT_EQ(ct_config_int(CT_CFG_MASTER_PORT), 29500);
     CT_EXPECT_EQ(ct_config_int(CT_CFG_LOCAL_WORLD_SIZE), 0); /* no default: the code derives one */
-    CT_EXPECT_EQ(ct_config_int(CT_CFG_SHM_CHUNK), 256 << 10);
+    CT_EXPECT_EQ(ct_config_int(CT_CFG_SHM_CHUNK), 0); /* no default: sized by the group (1 MiB for 2 ranks) */
     CT_EXPECT_EQ(ct_config_int(CT_CFG_SHM_SMALL), 16 << 10);
     CT_EXPECT(ct_config_bool(CT_CFG_FINGERPRINT) && ct_config_bool(CT_CFG_BIND) && ct_config_bool(CT_CFG_DDP_ZERO_COPY));
     CT_EXPECT(!ct_config_bool(CT_CFG_STORE_HOSTED));

@@ -93,7 +93,9 @@ CT_TEST(allreduce_65_ranks_4k_chunk) {
 
 /* Large all-reduces go through cross-memory attach (process_vm_readv) unless CTRAIN_SHM_CMA=0:
  * both paths must sum in rank order, bit for bit, on values where the order shows. A rank on
- * the other path is a named mismatch. arg: the CTRAIN_SHM_CMA value, or NULL: rank 1 differs. */
+ * the other path is a named mismatch. arg: the CTRAIN_SHM_CMA value, "auto" (unset: chosen
+ * by measurement; the first two large calls go through cross-memory attach, the third through
+ * the staged rounds, later ones whichever measured faster), or NULL: rank 1 differs. */
 static float rough(int rank, size_t i) {
     uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(rank * 40503 + 17);
     h ^= h >> 13;
@@ -103,7 +105,9 @@ static float rough(int rank, size_t i) {
 }
 static int w_cma_bits(int rank, int n, void *arg) {
     const char *cma = arg;
-    if (cma) ct_config_set("CTRAIN_SHM_CMA", cma);
+    int calls = 2;
+    if (cma && !strcmp(cma, "auto")) { ct_config_unset("CTRAIN_SHM_CMA"); calls = 8; }
+    else if (cma) ct_config_set("CTRAIN_SHM_CMA", cma);
     else ct_config_set("CTRAIN_SHM_CMA", rank == 1 ? "0" : "1");
     ct_pg *pg;
     WOK(ct_dist_init(NULL, &pg));
@@ -119,8 +123,8 @@ static int w_cma_bits(int rank, int n, void *arg) {
         ct_pg_free(pg);
         return 0;
     }
-    for (int op = 0; op < 2; op++) {
-        ct_reduce_op rop = op ? CT_RED_AVG : CT_RED_SUM;
+    for (int op = 0; op < calls; op++) {
+        ct_reduce_op rop = op & 1 ? CT_RED_AVG : CT_RED_SUM;
         for (size_t i = 0; i < cnt; i++) b[i] = rough(rank, i);
         WOK(ct_all_reduce_sync(pg, b, cnt, CT_F32, rop));
         for (size_t i = 0; i < cnt; i++) {
@@ -137,6 +141,7 @@ static int w_cma_bits(int rank, int n, void *arg) {
 CT_TEST(allreduce_cma_bits_3_ranks) { CT_EXPECT(spawn_ok(w_cma_bits, 3, "1")); }
 CT_TEST(allreduce_staged_bits_3_ranks) { CT_EXPECT(spawn_ok(w_cma_bits, 3, "0")); }
 CT_TEST(allreduce_cma_bits_2_ranks) { CT_EXPECT(spawn_ok(w_cma_bits, 2, "1")); }
+CT_TEST(allreduce_auto_path_bits_2_ranks) { CT_EXPECT(spawn_ok(w_cma_bits, 2, "auto")); }
 CT_TEST(allreduce_cma_mismatch) { CT_EXPECT(spawn_ok(w_cma_bits, 2, NULL)); }
 
 /* ------------------------------------------------------------------ the other collectives */

@@ -5,7 +5,7 @@
  *   cost: 1 synchronisation; per rank reads n*B, writes 2B.
  *
  * Large messages: reduce-scatter then all-gather through the staging slots, in rounds of at
- * most H bytes (CTRAIN_SHM_CHUNK, default 256 KiB, alternating halves so a round can start
+ * most H bytes (CTRAIN_SHM_CHUNK, default 1 MiB for up to 4 ranks, alternating halves so a round can start
  * while peers still read the previous one). In a round each chunk is split in n parts;
  *   A. rank r copies every part except its own into its slot            (writes (n-1)/n B)
  *   B. rank r reduces part r over ranks 0..n-1 in that order, reading its own part from its

@@ -72,6 +72,7 @@ typedef struct ct_fsdp_mem {
     size_t staging_bytes;         /* the collectives' buffers: two units (one gathering, one prefetched) */
     size_t peak_total_bytes;      /* peak_resident + shards + their grads + state + staging */
     int64_t gathers, reduce_scatters;
+    uint64_t gathered_bytes;      /* what this rank's parameter all-gathers received (all ranks' parts) */
 } ct_fsdp_mem;
 
 /* Collective. Broadcasts P's parameters and buffers from rank 0, splits them, moves P's flat
@@ -88,6 +89,14 @@ ct_shard_mode ct_fsdp_mode(const ct_fsdp *f);
  * order, backward in reverse. One more unit of staging; the comm thread's allocations add
  * address space (a malloc arena), which matters under RLIMIT_AS. */
 void ct_fsdp_set_prefetch(ct_fsdp *f, bool on);
+/* What the parameter all-gathers carry: CT_F32 (default) or CT_BF16, as FSDP's
+ * MixedPrecision(param_dtype=torch.bfloat16): each rank rounds its f32 shard to bf16 before
+ * the gather, so the gathered units (and the root, and in CT_SHARD_OPTIM every unit) hold the
+ * master weights rounded to bf16, and the gathers move half the bytes. The shards, their
+ * gradients (reduce-scattered in f32) and the optimizer stay f32; ct_fsdp_gather_all still
+ * gathers f32, so saved and exported weights are the masters. Local (no collective); call it
+ * on every rank alike. CT_ERR_INVALID for another dtype. */
+ct_status ct_fsdp_set_param_dtype(ct_fsdp *f, ct_dtype dt);
 ct_status ct_fsdp_begin_step(ct_fsdp *f);  /* zeroes the shards' gradients */
 ct_status ct_fsdp_pre_backward(ct_fsdp *f); /* before each ct_backward */
 /* After each ct_backward: every unit's gradients reduce-scattered (an unused parameter is an

@@ -280,11 +280,12 @@ typedef struct ct_trainer_opts {
                               * forward and loss under ct_autocast_begin (see ct_step_args);
                               * CT_F16 turns loss_scaling on. Evaluation stays f32. */
     bool shard_prefetch;     /* with shard: ct_fsdp_set_prefetch (false) */
+    ct_dtype shard_param_dtype; /* with shard: ct_fsdp_set_param_dtype (CT_F32; CT_BF16) */
     ct_shard_mode shard;     /* CT_SHARD_NONE (default): DDP over pg; else FSDP (fsdp.h) in that
                               * mode: the optimizer's kind and options step each rank's shards
                               * (its own state is released: ct_optim_release_state),
-                              * the final model.safetensors is gathered whole. Periodic
-                              * checkpoints and resuming are not sharded yet (refused). */
+                              * the final model.safetensors is gathered whole; checkpoints
+                              * are sharded (ct_checkpoint_save_sharded). */
     /* Called on every rank after each optimizer step / evaluation; return false to stop
      * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
      * (decide from the report, which is the same on every rank except the step's loss). */

@@ -149,6 +149,7 @@ static ct_status fit(job *j) {
     to.ddp.comm_dtype = o->comm_dtype;
     to.shard = o->shard;
     to.shard_prefetch = o->shard_prefetch;
+    to.shard_param_dtype = o->shard_param_dtype;
     to.epochs = o->epochs;
     to.max_steps = o->steps;
     to.batch_size = o->batch_size;

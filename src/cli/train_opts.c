@@ -48,6 +48,9 @@ static void usage(FILE *f) {
             "                       optimizer state (FULL_SHARD), gradients and state (SHARD_GRAD_OP), the\n"
             "                       state (ZeRO-1), or nothing (DDP, the default); see docs/fsdp.md\n"
             "  --shard-prefetch     with --shard: the next unit's all-gather overlaps the running one\n"
+            "  --shard-param-dtype f32|bf16  with --shard: what the parameter all-gathers carry (default f32;\n"
+            "                       bf16: half the bytes, the units hold the f32 shards rounded to bf16, as\n"
+            "                       FSDP's MixedPrecision(param_dtype=torch.bfloat16))\n"
             "  --init-from PATH     start from these weights: a model ctrain saved or a Hugging Face checkpoint\n"
             "                       (its directory, or model.safetensors with config.json beside it); the file's shape replaces the\n"
             "                       model flags but those marked (run)\n");
@@ -219,6 +222,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
             else return bad(f, v, "constant, cosine or linear");
         } else if (!strcmp(f, "--shard-prefetch")) {
             o->shard_prefetch = true;
+        } else if (!strcmp(f, "--shard-param-dtype")) {
+            NEEDV();
+            if (!strcmp(v, "f32")) o->shard_param_dtype = CT_F32;
+            else if (!strcmp(v, "bf16")) o->shard_param_dtype = CT_BF16;
+            else return bad(f, v, "f32 or bf16");
         } else if (!strcmp(f, "--shard")) {
             NEEDV();
             if (ct_shard_mode_parse(v, &o->shard) != CT_OK) return bad(f, v, "full, grad-optim, optim or none");
@@ -249,6 +257,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
     if (!strcmp(optimizer, "adamw")) o->adamw = true;
     else if (strcmp(optimizer, "sgd")) return bad("--optimizer", optimizer, "sgd or adamw");
     if (o->lr < 0) o->lr = o->adamw ? 1e-3 : 0.05;
+    if (o->shard_param_dtype != CT_F32 && o->shard == CT_SHARD_NONE)
+        return bad("--shard-param-dtype", "bf16", "--shard full, grad-optim or optim beside it (DDP gathers no parameters)");
     if (ki->data == CT_MODEL_DATA_TOKENS && !o->text && !o->shards) {
         fprintf(stderr, "ctrain train: %s needs --text FILE or --shards GLOB\n", ki->name);
         return 2;

@@ -31,6 +31,7 @@ typedef struct {
     ct_dtype comm_dtype;
     ct_shard_mode shard;   /* --shard: CT_SHARD_NONE (DDP) unless given */
     bool shard_prefetch;   /* --shard-prefetch */
+    ct_dtype shard_param_dtype; /* --shard-param-dtype (CT_F32) */
     bool loss_scaling;
     ct_dtype amp;          /* --amp: CT_F32 (off), CT_BF16, CT_F16 */
     const char *device;    /* --device: NULL (cpu), "cpu", "cuda", "cuda:N" or "auto" (syntax checked) */

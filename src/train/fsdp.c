@@ -94,15 +94,19 @@ static void fail(ct_fsdp *f, ct_status st) {
 static float *sdata(ct_fsdp *f, int j) { return ct_f32(ct_params_get(f->S, j)); }
 static float *sgrad(ct_fsdp *f, int j) { return ct_params_grad(f->S) + ct_params_offset(f->S, j); }
 
-static void pack(ct_fsdp *f, const unit *u, float *send) {
-    memset(send, 0, u->s * sizeof(float));
-    for (int k = 0; k < u->npieces; k++) memcpy(send + u->pieces[k].loc, sdata(f, u->pieces[k].sidx), u->pieces[k].len * sizeof(float));
+/* This rank's pieces of u into `send` (u->s elements of dt; zeros past the unit's end) */
+static void pack(ct_fsdp *f, const unit *u, void *send, ct_dtype dt) {
+    size_t esz = ct_dtype_size(dt);
+    memset(send, 0, u->s * esz);
+    for (int k = 0; k < u->npieces; k++)
+        ct_convert((uint8_t *)send + u->pieces[k].loc * esz, dt, sdata(f, u->pieces[k].sidx), CT_F32, u->pieces[k].len);
 }
 
-static void gathered(ct_fsdp *f, unit *u, const float *stage) {
-    memcpy(f->data + u->off, stage, u->len * sizeof(float));
+static void gathered(ct_fsdp *f, unit *u, const void *stage, ct_dtype dt) {
+    ct_convert(f->data + u->off, CT_F32, stage, dt, u->len);
     u->gathered = true;
     f->mem.gathers++;
+    f->mem.gathered_bytes += (uint64_t)u->s * (uint64_t)f->n * ct_dtype_size(dt);
     if (!u->root) {
         f->gathered_now += u->len * sizeof(float);
         if (f->in_step && f->gathered_now > f->mem.peak_gathered_bytes) f->mem.peak_gathered_bytes = f->gathered_now;
@@ -117,28 +121,55 @@ static void finish_prefetch(ct_fsdp *f) {
     ct_work_free(f->pend);
     f->pend = NULL;
     if (st != CT_OK) fail(f, st);
-    else if (f->status == CT_OK) gathered(f, &f->u[f->pend_unit], f->stage2);
+    else if (f->status == CT_OK) gathered(f, &f->u[f->pend_unit], f->stage2, f->pend_dt);
 }
 
 /* this rank's pieces of u, all-gathered into u's range of P (after the prefetch in flight:
- * collectives keep their order) */
-static void gather(ct_fsdp *f, unit *u) {
+ * collectives keep their order), carried as dt */
+static void gather_as(ct_fsdp *f, unit *u, ct_dtype dt) {
     finish_prefetch(f);
     if (u->gathered || f->status != CT_OK) return;
-    pack(f, u, f->send);
-    ct_status st = ct_all_gather_sync(f->pg, f->send, f->stage, u->s, CT_F32);
+    pack(f, u, f->send, dt);
+    ct_status st = ct_all_gather_sync(f->pg, f->send, f->stage, u->s, dt);
     if (st != CT_OK) { fail(f, st); return; }
-    gathered(f, u, f->stage);
+    gathered(f, u, f->stage, dt);
 }
+static void gather(ct_fsdp *f, unit *u) { gather_as(f, u, f->gdt); }
 
 /* u's all-gather started now, to overlap the compute of the unit running before it; every
  * rank prefetches the same units in the same order (from the same forward order) */
 static void prefetch(ct_fsdp *f, int k) {
     unit *u = &f->u[k];
     if (!f->prefetch || u->gathered || u->root || f->pend || f->status != CT_OK) return;
-    pack(f, u, f->send2);
-    f->pend = ct_all_gather(f->pg, f->send2, f->stage2, u->s, CT_F32);
+    pack(f, u, f->send2, f->gdt);
+    f->pend = ct_all_gather(f->pg, f->send2, f->stage2, u->s, f->gdt);
     f->pend_unit = k;
+    f->pend_dt = f->gdt;
+}
+
+/* With bf16 gathers, the units that stay gathered hold what a gather would give them: the
+ * f32 values rounded to bf16 (every rank holds the same values, so this needs no collective) */
+static void round_kept(ct_fsdp *f) {
+    if (f->gdt == CT_F32) return;
+    uint16_t *t = (uint16_t *)f->send; /* u->s floats: room for 2 u->s bf16 */
+    for (int k = 0; k < f->nu; k++) {
+        unit *u = &f->u[k];
+        if (!u->gathered) continue;
+        for (size_t i = 0; i < u->len; i += u->s) {
+            size_t m = u->len - i < u->s ? u->len - i : u->s;
+            ct_convert(t, CT_BF16, f->data + u->off + i, CT_F32, m);
+            ct_convert(f->data + u->off + i, CT_F32, t, CT_BF16, m);
+        }
+    }
+}
+
+ct_status ct_fsdp_set_param_dtype(ct_fsdp *f, ct_dtype dt) {
+    if (dt != CT_F32 && dt != CT_BF16)
+        return ct_error(CT_ERR_INVALID, "fsdp: parameters are gathered in f32 or bf16, not %s", ct_dtype_name(dt));
+    if (f->pend) finish_prefetch(f);
+    f->gdt = dt;
+    round_kept(f);
+    return f->status;
 }
 
 static void release(ct_fsdp *f, unit *u) {
@@ -322,6 +353,7 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     f->pg = pg;
     f->P = P;
     f->mode = mode;
+    f->gdt = CT_F32;
     f->n = ct_pg_size(pg);
     f->me = ct_pg_rank(pg);
     f->numel = ct_params_numel(P);
@@ -482,14 +514,24 @@ ct_status ct_fsdp_regather_(ct_fsdp *f) {
     return f->status;
 }
 
+/* always in f32: what is saved or exported is the master weights, whatever the gathers carry */
 ct_status ct_fsdp_gather_all(ct_fsdp *f) {
-    for (int k = 0; k < f->nu; k++) gather(f, &f->u[k]);
+    finish_prefetch(f);
+    for (int k = 0; k < f->nu; k++) {
+        unit *u = &f->u[k];
+        if (f->gdt != CT_F32 && u->gathered) { /* holds bf16-rounded values */
+            if (!u->root) f->gathered_now -= u->len * sizeof(float);
+            u->gathered = false;
+        }
+        gather_as(f, u, CT_F32);
+    }
     return f->status;
 }
 
 ct_status ct_fsdp_reshard(ct_fsdp *f) {
     if (f->mode != CT_SHARD_OPTIM)
         for (int k = 0; k < f->nu; k++) release(f, &f->u[k]);
+    round_kept(f);
     return f->status;
 }
 

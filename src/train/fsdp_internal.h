@@ -42,6 +42,8 @@ struct ct_fsdp {
     float *stage2, *send2; /* the same for the one prefetch in flight */
     ct_work *pend;         /* that prefetch's all-gather, of unit pend_unit */
     int pend_unit;
+    ct_dtype gdt;          /* what gathers carry (ct_fsdp_set_param_dtype): CT_F32 or CT_BF16 */
+    ct_dtype pend_dt;      /* the prefetch's */
     int *prev_order;       /* the last training forward's order: what forward prefetches */
     int nprev;
     bool prefetch;         /* ct_fsdp_set_prefetch */

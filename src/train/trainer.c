@@ -148,6 +148,7 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     else if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
     if (st == CT_OK && t->fsdp) ct_optim_release_state(opt); /* the shards' optimizer steps instead */
     if (st == CT_OK && t->fsdp) ct_fsdp_set_prefetch(t->fsdp, o.shard_prefetch);
+    if (st == CT_OK && t->fsdp) st = ct_fsdp_set_param_dtype(t->fsdp, o.shard_param_dtype);
     if (st == CT_OK && !t->fsdp && ct_optim_is_template(opt))
         st = ct_error(CT_ERR_INVALID, "ct_trainer_create: the optimizer is a template (no state) and nothing is sharded");
     if (st == CT_OK) {
@@ -410,10 +411,10 @@ static ct_status fsdp_report(ct_trainer *t) {
         printf("fsdp: --shard %s, %d units (largest %.2f MB, root %.2f MB) | per rank, max over ranks: shard params %.2f MB, "
                "shard grads %.2f MB, optimizer state %.2f MB, peak gathered units %.2f MB, peak resident full-size buffers "
                "(params + grads, measured) %.2f MB, collective staging %.2f MB; total %.2f MB | unsharded (DDP): params %.2f MB, grads %.2f MB, state %.2f MB, "
-               "total %.2f MB\n",
+               "total %.2f MB | all-gathers %s, %.2f MB received by rank 0\n",
                ct_shard_mode_name(ct_fsdp_mode(t->fsdp)), m.units, (double)m.largest_unit_bytes / MB, (double)m.root_bytes / MB,
                v[0] / MB, v[0] / MB, v[1] / MB, v[2] / MB, v[3] / MB, v[5] / MB, v[4] / MB, full / MB, full / MB, state / MB,
-               (2 * full + state) / MB);
+               (2 * full + state) / MB, ct_dtype_name(t->o.shard_param_dtype), (double)m.gathered_bytes / MB);
         fflush(stdout);
     }
     return ct_fsdp_reshard(t->fsdp);

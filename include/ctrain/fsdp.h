@@ -108,6 +108,13 @@ double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm);
 /* The shards' optimizer step, then the all-gathers the mode needs (the root; every unit in
  * CT_SHARD_OPTIM). */
 ct_status ct_fsdp_step(ct_fsdp *f, double lr);
+/* Collective, for fp16 loss scaling (PyTorch's ShardedGradScaler.unscale_): this rank's shard
+ * gradients multiplied by 1 / scale (ct_grad_scaler_unscale_and_check), and whether any rank
+ * found an inf or NaN in its shards (an all-reduce of the flag: each rank sees only its
+ * shards). Then skip the step when *found_inf, and ct_grad_scaler_update(s, *found_inf). */
+ct_status ct_fsdp_unscale(ct_fsdp *f, ct_grad_scaler *s, bool *found_inf);
+/* Instead of ct_fsdp_step when the step is skipped: the shards and the gathered units stay. */
+ct_status ct_fsdp_skip_step(ct_fsdp *f);
 /* Collective: every unit gathered into P (to save or export the model), and back. */
 ct_status ct_fsdp_gather_all(ct_fsdp *f);
 ct_status ct_fsdp_reshard(ct_fsdp *f);

@@ -159,6 +159,7 @@ static ct_status fit(job *j) {
     to.warmup_steps = o->warmup;
     to.clip_norm = o->clip;
     to.loss_scaling = o->loss_scaling;
+    if (o->loss_scale_init > 0) to.scaler.init_scale = (float)o->loss_scale_init;
     to.amp = o->amp;
     to.seed = o->seed;
     to.workers = o->workers;

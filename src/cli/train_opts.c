@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "  --amp [bf16|fp16]    mixed precision: forward and loss under autocast (matmul, linear, conv,\n"
             "                       attention in the low precision; master weights, optimizer f32); fp16\n"
             "                       turns --loss-scaling on (default off; --amp alone: bf16)\n"
+            "  --loss-scale-init S  with loss scaling: the first scale (GradScaler's init_scale; default 65536)\n"
             "  --seed S             initialisation, shuffling and dropout (default 1337)\n"
             "  --device D           cpu (default), cuda, cuda:N or auto: where the model trains; cuda under\n"
             "                       `ctrain run` is cuda:LOCAL_RANK (one GPU per rank, DDP over NCCL); auto:\n"
@@ -186,7 +187,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o) {
         INT("--epochs", 1, 100000, o->epochs) INT("--steps", 1, 1000000000, o->steps) INT("--batch-size", 1, 1048576, o->batch_size)
         INT("--grad-accum", 1, 65536, o->grad_accum)
         FLT("--lr", 1e-12, 100, o->lr) FLT("--momentum", 0, 0.9999, o->momentum) FLT("--weight-decay", 0, 10, o->weight_decay)
-        FLT("--clip", 0, 1e9, o->clip)
+        FLT("--clip", 0, 1e9, o->clip) FLT("--loss-scale-init", 1, 1e38, o->loss_scale_init)
         INT("--warmup", 0, 1000000000, o->warmup) INT("--seed", 0, 4294967295LL, o->seed)
         INT("--save-every", 0, 1000000000, o->save_every) INT("--eval-every", 0, 1000000000, o->eval_every)
         INT("--eval-max", 0, 1000000000, o->eval_max) INT("--keep", 0, 1000000, o->keep) INT("--log-every", 1, 1000000000, o->log_every)

@@ -33,6 +33,7 @@ typedef struct {
     bool shard_prefetch;   /* --shard-prefetch */
     ct_dtype shard_param_dtype; /* --shard-param-dtype (CT_F32) */
     bool loss_scaling;
+    double loss_scale_init; /* --loss-scale-init (0: the scaler's default, 65536) */
     ct_dtype amp;          /* --amp: CT_F32 (off), CT_BF16, CT_F16 */
     const char *device;    /* --device: NULL (cpu), "cpu", "cuda", "cuda:N" or "auto" (syntax checked) */
 } train_opts;

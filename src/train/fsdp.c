@@ -503,6 +503,22 @@ ct_status ct_fsdp_step(ct_fsdp *f, double lr) {
     return ct_fsdp_regather_(f);
 }
 
+ct_status ct_fsdp_unscale(ct_fsdp *f, ct_grad_scaler *s, bool *found_inf) {
+    *found_inf = true;
+    if (f->status != CT_OK) return f->status;
+    float bad = ct_grad_scaler_unscale_and_check(s, f->S) ? 0.0f : 1.0f;
+    ct_status st = ct_all_reduce_sync(f->pg, &bad, 1, CT_F32, CT_RED_MAX);
+    if (st != CT_OK) return st;
+    *found_inf = bad > 0;
+    return CT_OK;
+}
+
+/* a skipped step (an overflow under loss scaling): the gathered units keep their values */
+ct_status ct_fsdp_skip_step(ct_fsdp *f) {
+    f->in_step = false;
+    return f->status;
+}
+
 ct_status ct_fsdp_regather_(ct_fsdp *f) {
     for (int k = 0; k < f->nu; k++) {
         unit *u = &f->u[k];

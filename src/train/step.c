@@ -107,13 +107,21 @@ ct_train_batch ct_train_batch_of(ct_dtype x_dtype, void *x, int x_ndim, const in
     return b;
 }
 
-/* FSDP's end of a step: clipping by the norm of every rank's shards, the shards' step */
+/* FSDP's end of a step, in PyTorch's order: the shards unscaled (loss scaling; an overflow on
+ * any rank skips the step everywhere), clipping by the norm of every rank's shards, the
+ * shards' step */
 static ct_status fsdp_finish(const ct_step_args *a, double loss, ct_step_result *r) {
-    double norm = a->clip_norm > 0 ? ct_fsdp_clip_grad_norm(a->fsdp, a->clip_norm) : NAN;
-    ct_status st = ct_fsdp_step(a->fsdp, a->lr);
+    bool skip = false;
+    ct_status st = a->scaler ? ct_fsdp_unscale(a->fsdp, a->scaler, &skip) : CT_OK;
+    double norm = NAN;
+    if (st == CT_OK && !skip && a->clip_norm > 0) norm = ct_fsdp_clip_grad_norm(a->fsdp, a->clip_norm);
+    if (st == CT_OK) st = skip ? ct_fsdp_skip_step(a->fsdp) : ct_fsdp_step(a->fsdp, a->lr);
+    if (st == CT_OK && a->scaler) ct_grad_scaler_update(a->scaler, skip);
     ct_params_zero_grad(a->model->params);
     ct_ctx_reset(a->ctx);
-    if (r) *r = (ct_step_result){.loss = loss, .grad_norm = norm, .scale = 1.0f};
+    if (r)
+        *r = (ct_step_result){.loss = loss, .grad_norm = norm, .skipped = skip,
+                              .scale = a->scaler ? ct_grad_scaler_scale(a->scaler) : 1.0f};
     return st;
 }
 
@@ -127,7 +135,6 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
     CT_CHECK(!a->zero || a->ddp, "ct_train_step: a sharded step (zero) without its DDP");
     CT_CHECK(!a->fsdp || (!a->ddp && !a->zero), "ct_train_step: FSDP and DDP together");
     if (a->fsdp) {
-        if (a->scaler) return ct_error(CT_ERR_UNSUPPORTED, "fsdp: loss scaling (fp16) is not sharded yet; use --amp bf16");
         ct_status fs = ct_fsdp_begin_step(a->fsdp);
         if (fs != CT_OK) return fs;
     }

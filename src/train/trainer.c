@@ -141,9 +141,6 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     ct_status st = CT_OK;
     /* before any collective: a refused rank 0 exits at once and the launcher stops the rest */
     if (t->rank == 0) st = ct_output_lock(o.output_dir, &t->lock_fd);
-    if (st == CT_OK && o.shard != CT_SHARD_NONE && (o.loss_scaling || o.amp == CT_F16))
-        st = ct_error(CT_ERR_UNSUPPORTED, "--shard %s: loss scaling (fp16) is not implemented for sharded training yet; "
-                      "use --amp bf16", ct_shard_mode_name(o.shard));
     if (st == CT_OK && t->pg && o.shard != CT_SHARD_NONE) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);
     else if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
     if (st == CT_OK && t->fsdp) ct_optim_release_state(opt); /* the shards' optimizer steps instead */

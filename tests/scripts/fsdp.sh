@@ -2,8 +2,8 @@
 # `ctrain train --shard full|grad-optim|optim` (FSDP) on 4 ranks against DDP (--shard none)
 # over 50 steps: the per-step losses (metrics.jsonl, full precision) within 1e-6, and
 # model.safetensors compared bit for bit, for a 2-block GPT on the shm, gloo, mpi and hier backends
-# and an MLP; FULL_SHARD also with clipping, bf16 autocast, activation checkpointing with
-# dropout, prefetching (--shard-prefetch) and gradient accumulation. The memory line's shards
+# and an MLP; FULL_SHARD also with clipping, bf16 autocast, fp16 with loss scaling, activation
+# checkpointing with dropout, prefetching (--shard-prefetch) and gradient accumulation. The memory line's shards
 # are 1/4 of the unsharded sizes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -59,7 +59,8 @@ for m in none full optim; do train m_$m shm "${mlp[@]}" --data-dir "$data" --sha
 same m_none m_full bits; same m_none m_optim bits
 # FULL_SHARD with the step's other parts; accumulation reduce-scatters each micro-batch
 # (DDP reduces the sum once): another order of additions, so within 1e-6, not the bits
-for o in "--clip 0.5" "--amp bf16" "--checkpoint-activations --dropout 0.1" "--shard-prefetch" "--grad-accum 2"; do
+for o in "--clip 0.5" "--amp bf16" "--checkpoint-activations --dropout 0.1" "--shard-prefetch" "--grad-accum 2" \
+         "--amp fp16 --loss-scale-init 1e9 --clip 1"; do
     t=$(echo "$o" | tr -dc 'a-z0-9')
     train o_${t}_none shm "${gpt[@]}" $o
     train o_${t}_full shm "${gpt[@]}" $o --shard full
@@ -88,9 +89,20 @@ PY
 CTRAIN_BACKEND=shm "$C" run --nproc-per-node 2 --standalone "$C" train "${gpt[@]}" --shard-param-dtype bf16 \
     --output-dir "$d/refused" > "$d/refused.log" 2>&1 && die "--shard-param-dtype without --shard ran"
 grep -q "shard-param-dtype expects --shard full" "$d/refused.log" || die "refusal: $(cat "$d/refused.log")"
-# not sharded yet: refused before training, naming the option (sharded checkpoints: fsdp_checkpoint.sh)
-CTRAIN_BACKEND=shm "$C" run --nproc-per-node 2 --standalone "$C" train "${gpt[@]}" --shard full --amp fp16 \
-    --output-dir "$d/refused" > "$d/refused.log" 2>&1 && die "--amp fp16 with --shard ran"
-grep -q "loss scaling (fp16) is not implemented for sharded training" "$d/refused.log" || die "refusal: $(cat "$d/refused.log")"
+# fp16 loss scaling over the shards (ShardedGradScaler): a first scale of 1e9 overflows, and
+# the ranks agree to skip the same steps as DDP (14 here), then the bits above
+sk() { grep -o "[0-9]* steps skipped (overflow)" "$d/$1.log" | cut -d' ' -f1; }
+t=ampfp16lossscaleinit1e9clip1
+[ "$(sk o_${t}_none)" -gt 0 ] && [ "$(sk o_${t}_none)" = "$(sk o_${t}_full)" ] ||
+    die "fp16: DDP skipped $(sk o_${t}_none) steps, --shard full $(sk o_${t}_full)"
+report+="fp16 loss scaling: $(sk o_${t}_full) steps skipped by both"$'\n'
+# the scale and its growth tracker travel in a sharded checkpoint: resumed at step 10 (in the
+# middle of the overflows), the run ends with the uninterrupted run's bits
+f16=(--amp fp16 --loss-scale-init 1e9 --shard full --steps 20)
+train f16_whole shm "${gpt[@]}" "${f16[@]}"
+train f16_saved shm "${gpt[@]}" "${f16[@]}" --save-every 10
+train f16_resumed shm "${gpt[@]}" "${f16[@]}" --resume "$d/f16_saved/checkpoints/step-00000010"
+cmp -s "$d/f16_whole/model.safetensors" "$d/f16_resumed/model.safetensors" || die "fp16 resumed: other weights"
+[ "$(sk f16_resumed)" = 4 ] || die "fp16 resumed: $(sk f16_resumed) steps skipped after step 10, expected 4 of 14"
 printf '%s' "$report"
 echo "$line"

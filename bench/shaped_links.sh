@@ -126,7 +126,7 @@ gpt=(--n-layer 6 --n-embd 256 --n-head 8 --block-size 256 --vocab-size 256 --bat
      --steps ${GPT_STEPS:-12} --log-every 3)
 mlp=(--hidden 1024,1024 --batch-size 128 --data-dir "$data" --steps ${MLP_STEPS:-80} --log-every 20)
 # gptfsdp: the GPT fully sharded, ctrain --shard full against PyTorch FSDP FULL_SHARD (gloo)
-gptfsdp=("${gpt[@]}" --shard full)
+gptfsdp=("${gpt[@]}" --shard full ${FSDP_ARGS:-}) # FSDP_ARGS: e.g. --shard-prefetch
 kind_of() { [ "$1" = gptfsdp ] && echo gpt || echo "$1"; }
 common=(--threads 1 --eval-max 16)
 items() { [ "$1" = mlp ] && echo 128 || echo $((8 * 256)); } # per rank and step

@@ -32,7 +32,16 @@ ct_status ct_shard_mode_parse(const char *s, ct_shard_mode *out) {
 }
 
 ct_optim *ct_fsdp_optim(ct_fsdp *f) { return f->opt; }
-void ct_fsdp_set_prefetch(ct_fsdp *f, bool on) { f->prefetch = on; }
+void ct_fsdp_set_prefetch(ct_fsdp *f, bool on) {
+    f->prefetch = on;
+    /* the overlapped reduce-scatter's own staging, on first use (without it: synchronous) */
+    if (on && !f->rs_in) {
+        if (posix_memalign((void **)&f->rs_in, 64, f->maxs * (size_t)f->n * sizeof(float))) f->rs_in = NULL;
+        else if (posix_memalign((void **)&f->rs_out, 64, f->maxs * sizeof(float))) { free(f->rs_in); f->rs_in = NULL; }
+        if (f->rs_in) f->mem.staging_bytes += f->maxs * (size_t)(f->n + 1) * sizeof(float);
+        else CT_LOG_WARN_("fsdp", "no memory for an overlapped reduce-scatter's staging: reduce-scatters wait");
+    }
+}
 ct_shard_mode ct_fsdp_mode(const ct_fsdp *f) { return f->mode; }
 
 /* length of a name's unit key: up to the end of its first all-digit component, 0 for none */
@@ -179,23 +188,49 @@ static void release(ct_fsdp *f, unit *u) {
     f->gathered_now -= u->len * sizeof(float);
 }
 
-/* u's gradients (all its parameters delivered theirs): averaged across the ranks, this
- * rank's shard added to S's gradients, then u's gradients cleared for the next backward */
-static void reduce(ct_fsdp *f, unit *u) {
-    u->reduced = true;
-    if (f->status != CT_OK) return;
-    const float *g = ct_params_grad_range(f->P, u->first, u->last);
-    size_t all = u->s * (size_t)f->n;
-    memcpy(f->stage, g, u->len * sizeof(float));
-    memset(f->stage + u->len, 0, (all - u->len) * sizeof(float));
-    measure(f);
-    ct_status st = ct_reduce_scatter_sync(f->pg, f->stage, f->send, u->s, CT_F32, CT_RED_AVG);
-    if (st != CT_OK) { fail(f, st); return; }
+/* u's averaged shard (out) added to S's gradients */
+static void add_shard(ct_fsdp *f, const unit *u, const float *out) {
     f->mem.reduce_scatters++;
     for (int k = 0; k < u->npieces; k++) {
         float *d = sgrad(f, u->pieces[k].sidx);
-        const float *r = f->send + u->pieces[k].loc;
+        const float *r = out + u->pieces[k].loc;
         for (size_t i = 0; i < u->pieces[k].len; i++) d[i] += r[i];
+    }
+}
+
+/* the reduce-scatter in flight, waited for and its shard added */
+static void finish_reduce(ct_fsdp *f) {
+    if (!f->rs_pend) return;
+    ct_status st = ct_work_wait(f->rs_pend);
+    ct_work_free(f->rs_pend);
+    f->rs_pend = NULL;
+    if (st != CT_OK) fail(f, st);
+    else if (f->status == CT_OK) add_shard(f, &f->u[f->rs_unit], f->rs_out);
+}
+
+/* u's gradients (all its parameters delivered theirs): averaged across the ranks, this
+ * rank's shard added to S's gradients, then u's gradients cleared for the next backward.
+ * With prefetch the reduce-scatter runs on the comm thread while backward goes on (one in
+ * flight: the previous one is finished first), as FSDP's reduce-scatter on its own stream;
+ * the gradients are copied out first, so their pages go back at once either way. */
+static void reduce(ct_fsdp *f, unit *u) {
+    u->reduced = true;
+    finish_reduce(f);
+    if (f->status != CT_OK) return;
+    const float *g = ct_params_grad_range(f->P, u->first, u->last);
+    size_t all = u->s * (size_t)f->n;
+    bool async = f->prefetch && f->rs_in;
+    float *in = async ? f->rs_in : f->stage, *out = async ? f->rs_out : f->send;
+    memcpy(in, g, u->len * sizeof(float));
+    memset(in + u->len, 0, (all - u->len) * sizeof(float));
+    measure(f);
+    if (async) {
+        f->rs_pend = ct_reduce_scatter(f->pg, in, out, u->s, CT_F32, CT_RED_AVG);
+        f->rs_unit = (int)(u - f->u);
+    } else {
+        ct_status st = ct_reduce_scatter_sync(f->pg, in, out, u->s, CT_F32, CT_RED_AVG);
+        if (st != CT_OK) { fail(f, st); return; }
+        add_shard(f, u, out);
     }
     /* ZeRO-1 keeps whole gradients (zeroed in place); the others give the pages back */
     if (f->mode == CT_SHARD_OPTIM) memset(f->grad + u->off, 0, u->len * sizeof(float));
@@ -290,6 +325,7 @@ static ct_status build_units(ct_fsdp *f) {
         if (u->root) f->mem.root_bytes += b;
     }
     f->mem.units = f->nu;
+    f->maxs = maxs;
     f->mem.staging_bytes = 2 * maxs * (size_t)(f->n + 1) * sizeof(float);
     if (posix_memalign((void **)&f->stage, 64, maxs * (size_t)f->n * sizeof(float)) ||
         posix_memalign((void **)&f->send, 64, maxs * sizeof(float)) ||
@@ -410,6 +446,7 @@ void ct_fsdp_free(ct_fsdp *f) {
     if (f->data && f->S && f->status == CT_OK && ct_fsdp_gather_all(f) != CT_OK)
         CT_LOG_WARN_("fsdp", "the parameters could not be gathered back: %s", ct_last_error());
     if (f->pend) ct_work_free(f->pend); /* after a failure: waits for it before its buffers go */
+    if (f->rs_pend) ct_work_free(f->rs_pend);
     if (f->P && (f->data || f->grad)) {
         ct_params_set_grad_hook(f->P, NULL, NULL);
         ct_params_set_unit_hook(f->P, NULL, NULL);
@@ -431,6 +468,8 @@ void ct_fsdp_free(ct_fsdp *f) {
     free(f->send);
     free(f->stage2);
     free(f->send2);
+    free(f->rs_in);
+    free(f->rs_out);
     free(f->prev_order);
     free(f->mc);
     free(f);
@@ -455,6 +494,7 @@ ct_status ct_fsdp_pre_backward(ct_fsdp *f) {
 ct_status ct_fsdp_post_backward(ct_fsdp *f) {
     f->backward = false;
     finish_prefetch(f);
+    finish_reduce(f);
     ct_status st = f->status;
     for (int k = 0; k < f->nu; k++) {
         unit *u = &f->u[k];

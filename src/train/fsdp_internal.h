@@ -44,6 +44,10 @@ struct ct_fsdp {
     int pend_unit;
     ct_dtype gdt;          /* what gathers carry (ct_fsdp_set_param_dtype): CT_F32 or CT_BF16 */
     ct_dtype pend_dt;      /* the prefetch's */
+    float *rs_in, *rs_out; /* with prefetch: the reduce-scatter in flight's (n * max s, max s) */
+    ct_work *rs_pend;      /* that reduce-scatter, of unit rs_unit */
+    int rs_unit;
+    size_t maxs;           /* the largest unit's shard length */
     int *prev_order;       /* the last training forward's order: what forward prefetches */
     int nprev;
     bool prefetch;         /* ct_fsdp_set_prefetch */

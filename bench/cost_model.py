@@ -16,8 +16,10 @@ host, a 2-leader ring between: the link term of H leaders; the shm term from the
 Training step, H hosts x g ranks, gradient bytes G (f32 params x 4, or x 2 with bf16
 compression):
     T_step = T_c + (1 - h) T_comm
-T_c: the measured single-rank step (1 thread), times the cores' oversubscription of the run
-(ranks on the machine / its cores; 1 on a real cluster); T_comm: the collective model above
+T_c: the step of the same number of ranks on one host where it was measured (MODES=base: the
+contention of ranks sharing this machine's cores included), else the measured single-rank
+step (1 thread) times the cores' oversubscription (ranks on the machine / its cores; 1 on a
+real cluster); T_comm: the collective model above
 (hier: ctrain, flat ring: PyTorch DDP on Gloo, f32); h: the part of the communication hidden
 behind backward: ctrain's own measure (the median of its "N% of it hidden behind backward"
 over the 2 x 2 runs of the model), PyTorch's fitted on its 2 x 2 runs (one number per model).
@@ -131,6 +133,14 @@ class Model:
         return a * x + b * y + sa * xi + sb * yi
 
     def compute(self, impl, m, procs, cores=CORES):
+        # Where the same number of processes ran on one host (MODES=base), that run's step is
+        # the compute: on a machine whose cores the emulated hosts share, 4 ranks on 2 cores
+        # take more than twice one rank's step (memory, caches, switches), and the one-host
+        # run measures it, with its local all-reduce (quiet run of 2026-12-02: MLP 46.3 ms
+        # against 2 x 15.9). Otherwise the single-rank step times the oversubscription.
+        same = self.train.get(("one", f"1x{procs}", impl.split("-")[0], m)) if procs > 1 else None
+        if same:
+            return median([v["step_ms"] for v in same]) * 1e-3
         one = self.train.get(("one", "1x1", impl.split("-")[0], m))
         if not one:
             return None

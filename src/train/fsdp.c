@@ -123,14 +123,21 @@ static void gathered(ct_fsdp *f, unit *u, const void *stage, ct_dtype dt) {
     measure(f);
 }
 
-/* the prefetch in flight, waited for and copied into place */
-static void finish_prefetch(ct_fsdp *f) {
-    if (!f->pend) return;
-    ct_status st = ct_work_wait(f->pend);
-    ct_work_free(f->pend);
-    f->pend = NULL;
+/* An asynchronous collective of ours (*w, or none) waited for and freed; true when its
+ * result may be used (it succeeded and nothing failed before it). */
+static bool await_work(ct_fsdp *f, ct_work **w) {
+    if (!*w) return false;
+    ct_status st = ct_work_wait(*w);
+    ct_work_free(*w);
+    *w = NULL;
     if (st != CT_OK) fail(f, st);
-    else if (f->status == CT_OK) gathered(f, &f->u[f->pend_unit], f->stage2, f->pend_dt);
+    return st == CT_OK && f->status == CT_OK;
+}
+
+/* the prefetch in flight, waited for and copied into place (it carries f->gdt: changing
+ * that finishes the prefetch first) */
+static void finish_prefetch(ct_fsdp *f) {
+    if (await_work(f, &f->pend)) gathered(f, &f->u[f->pend_unit], f->stage2, f->gdt);
 }
 
 /* this rank's pieces of u, all-gathered into u's range of P (after the prefetch in flight:
@@ -153,7 +160,6 @@ static void prefetch(ct_fsdp *f, int k) {
     pack(f, u, f->send2, f->gdt);
     f->pend = ct_all_gather(f->pg, f->send2, f->stage2, u->s, f->gdt);
     f->pend_unit = k;
-    f->pend_dt = f->gdt;
 }
 
 /* With bf16 gathers, the units that stay gathered hold what a gather would give them: the
@@ -175,17 +181,22 @@ static void round_kept(ct_fsdp *f) {
 ct_status ct_fsdp_set_param_dtype(ct_fsdp *f, ct_dtype dt) {
     if (dt != CT_F32 && dt != CT_BF16)
         return ct_error(CT_ERR_INVALID, "fsdp: parameters are gathered in f32 or bf16, not %s", ct_dtype_name(dt));
-    if (f->pend) finish_prefetch(f);
+    finish_prefetch(f);
     f->gdt = dt;
     round_kept(f);
     return f->status;
 }
 
+/* u counted as not gathered (its values are about to be written again) */
+static void forget(ct_fsdp *f, unit *u) {
+    if (u->gathered && !u->root) f->gathered_now -= u->len * sizeof(float);
+    u->gathered = false;
+}
+
 static void release(ct_fsdp *f, unit *u) {
     if (!u->gathered || u->root) return;
     drop_range(f->data, u->off, u->len, false);
-    u->gathered = false;
-    f->gathered_now -= u->len * sizeof(float);
+    forget(f, u);
 }
 
 /* u's averaged shard (out) added to S's gradients */
@@ -200,12 +211,7 @@ static void add_shard(ct_fsdp *f, const unit *u, const float *out) {
 
 /* the reduce-scatter in flight, waited for and its shard added */
 static void finish_reduce(ct_fsdp *f) {
-    if (!f->rs_pend) return;
-    ct_status st = ct_work_wait(f->rs_pend);
-    ct_work_free(f->rs_pend);
-    f->rs_pend = NULL;
-    if (st != CT_OK) fail(f, st);
-    else if (f->status == CT_OK) add_shard(f, &f->u[f->rs_unit], f->rs_out);
+    if (await_work(f, &f->rs_pend)) add_shard(f, &f->u[f->rs_unit], f->rs_out);
 }
 
 /* u's gradients (all its parameters delivered theirs): averaged across the ranks, this
@@ -563,8 +569,7 @@ ct_status ct_fsdp_regather_(ct_fsdp *f) {
     for (int k = 0; k < f->nu; k++) {
         unit *u = &f->u[k];
         if (!u->root && f->mode != CT_SHARD_OPTIM) continue;
-        if (u->gathered && !u->root) f->gathered_now -= u->len * sizeof(float);
-        u->gathered = false;
+        forget(f, u);
         gather(f, u);
     }
     return f->status;
@@ -575,10 +580,7 @@ ct_status ct_fsdp_gather_all(ct_fsdp *f) {
     finish_prefetch(f);
     for (int k = 0; k < f->nu; k++) {
         unit *u = &f->u[k];
-        if (f->gdt != CT_F32 && u->gathered) { /* holds bf16-rounded values */
-            if (!u->root) f->gathered_now -= u->len * sizeof(float);
-            u->gathered = false;
-        }
+        if (f->gdt != CT_F32) forget(f, u); /* it holds bf16-rounded values */
         gather_as(f, u, CT_F32);
     }
     return f->status;

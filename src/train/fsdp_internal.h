@@ -43,7 +43,6 @@ struct ct_fsdp {
     ct_work *pend;         /* that prefetch's all-gather, of unit pend_unit */
     int pend_unit;
     ct_dtype gdt;          /* what gathers carry (ct_fsdp_set_param_dtype): CT_F32 or CT_BF16 */
-    ct_dtype pend_dt;      /* the prefetch's */
     float *rs_in, *rs_out; /* with prefetch: the reduce-scatter in flight's (n * max s, max s) */
     ct_work *rs_pend;      /* that reduce-scatter, of unit rs_unit */
     int rs_unit;

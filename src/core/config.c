@@ -59,7 +59,7 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_SHM_SMALL] = {"CTRAIN_SHM_SMALL", CT_CFG_BYTES, "16k", 4096, (double)(1L << 30), NULL, NULL, 0,
                           "shm backend: largest message reduced in one copy-in step"},
     [CT_CFG_SHM_CMA] = {"CTRAIN_SHM_CMA", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
-                        "shm backend: all-reduce messages over CTRAIN_SHM_CHUNK by reading and writing the peers' "
+                        "shm backend: all-reduce messages from 32 KiB (past CTRAIN_SHM_SMALL) by reading and writing the peers' "
                         "buffers directly (process_vm_readv; used when every rank may; must agree on all ranks; "
                         "unset: per message size, wherever it measures faster than the staged rounds)"},
     [CT_CFG_GLOO_IFADDR] = {"CTRAIN_GLOO_IFADDR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,

@@ -283,7 +283,7 @@ static void shm_destroy(void *impl) {
                     s->st_wakeups ? s->st_wake_s * 1e6 / (double)s->st_wakeups : 0.0, (unsigned long long)s->st_wakeups,
                     s->spin_s * 1e6);
     if (s->st_large[0] + s->st_large[1])
-        CT_LOG_INFO("shm", "group %d: all-reduces over %zu KiB: %llu through cross-memory attach, %llu staged", s->gid,
+        CT_LOG_INFO("shm", "group %d: all-reduces from 32 KiB (one round: %zu KiB): %llu through cross-memory attach, %llu staged", s->gid,
                     s->H >> 10, (unsigned long long)s->st_large[1], (unsigned long long)s->st_large[0]);
     shm_free_all_shared(s);
     free(s->cma_tmp);

@@ -32,6 +32,18 @@ typedef struct {
 } shm_fp; /* 32 bytes */
 #define SHM_ZC_CMA UINT64_MAX /* fp.zc of an all-reduce through cross-memory attach */
 
+/* A tiny all-reduce's input with its description in one cache line (by tiny-op parity): a
+ * peer reads it with one line transfer, where the post, the fingerprint and the staging slot
+ * took three (shm_allreduce.c). */
+#define SHM_TINY_BYTES 48
+typedef struct __attribute__((aligned(64))) {
+    _Atomic uint32_t seq; /* the op's sequence number, stored last (release) */
+    uint8_t kind, dt, rop, pad;
+    uint32_t count;
+    uint32_t pad2;
+    uint8_t data[SHM_TINY_BYTES];
+} shm_tiny;
+
 typedef struct __attribute__((aligned(64))) {
     shm_word seq;
     int32_t pid;
@@ -40,6 +52,7 @@ typedef struct __attribute__((aligned(64))) {
     uint64_t cma_addr[2]; /* by op parity: the buffer a cross-memory all-reduce reads and writes */
     int32_t cma_ok;       /* set up: this rank could read every peer's memory (process_vm_readv) */
     uint64_t cma_plan[2]; /* rank 0's only, by large all-reduce parity: size classes to run through it */
+    shm_tiny tiny[2];
 } shm_ctl;
 
 typedef struct {
@@ -85,6 +98,7 @@ typedef struct shm_pg {
     size_t H, P;
     uint32_t posts;  /* my post count (= ctl[rank].seq) */
     uint64_t round;  /* staging half parity */
+    uint64_t tiny_round; /* ctl[].tiny parity */
     uint32_t *p2p_sent, *p2p_recv;
     int fingerprint;
     double spin_s;    /* current spin budget before sleeping */

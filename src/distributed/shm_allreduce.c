@@ -17,12 +17,13 @@
  *   bit-identical results whatever the timing.
  * reduce(root) is the same with only the root writing its buffer (others leave theirs intact).
  *
- * All-reduces over CTRAIN_SHM_CHUNK may go through cross-memory attach (shm_cma.c) where the
- * kernel allows it: the same reduction in 2 synchronisations instead of 2 per round, chosen
- * per message size where it measures faster than the rounds.
+ * All-reduces from 32 KiB may go through cross-memory attach (shm_cma.c) where the kernel
+ * allows it: the same reduction in 2 synchronisations instead of 2 per round, with no staging
+ * copies, chosen per message size where it measures faster than the rounds.
  */
 #include "distributed/shm.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 /* out (and out2) = src[0] op src[1] op ... op src[n-1]; acc is scratch that may alias out2. */
@@ -61,8 +62,67 @@ static ct_status allreduce_small(shm_pg *s, ct_work *w, double deadline) {
     return CT_OK;
 }
 
+/* Cross-memory attach is a candidate from 32 KiB (and past the small path): below that its
+ * 2(n-1) system calls cost more than one staged round. It is not held back to messages over
+ * one round (CTRAIN_SHM_CHUNK): on an Intel Xeon (family 6, model 207) it ran 64 KiB-1 MiB at
+ * 6.5-12 GB/s where the single staged round ran 2.8-5.8, while on Zen 4 the round wins there;
+ * shm_allreduce_large measures which, per size class. */
+#define SHM_CMA_MIN_BYTES ((size_t)32 << 10)
+
+/* All-reduce of at most SHM_TINY_BYTES: every rank writes its input and its description into
+ * its ctl[].tiny line, stores the op's sequence number last, posts, and reads the peers'
+ * lines as soon as their sequence number shows — one cache-line transfer per peer, where the
+ * small path reads the post, the fingerprint and the slot (three: 0.50 us for 8 B on an Intel
+ * Xeon, Open MPI's fast boxes 0.48). The same rank-order reduction as the small path, so the
+ * same bits. Lines alternate by tiny-op parity: a rank writes line b again only two tiny ops
+ * later, after every peer posted the op between, which it does only once done reading.
+ * A peer not there within a short spin (at once when ranks outnumber CPUs) is waited for as
+ * in every collective (sleep, timeout, abort, fingerprints). */
+static ct_status allreduce_tiny(shm_pg *s, ct_work *w, double deadline) {
+    int b = (int)(s->tiny_round++ & 1), n = s->n;
+    shm_tiny *mine = &s->ctl[s->rank].tiny[b];
+    size_t bytes = w->count * ct_dtype_size(w->dt);
+    memcpy(mine->data, w->rbuf, bytes);
+    mine->kind = (uint8_t)w->kind;
+    mine->dt = (uint8_t)w->dt;
+    mine->rop = (uint8_t)w->rop;
+    mine->count = (uint32_t)w->count;
+    atomic_store_explicit(&mine->seq, w->seq, memory_order_release);
+    shm_post(s);
+    int seen = 1;
+    for (int p = 0; p < n && seen; p++) {
+        if (p == s->rank) continue;
+        unsigned polls = s->oversub ? 0 : 512;
+        for (;;) {
+            if (atomic_load_explicit(&s->ctl[p].tiny[b].seq, memory_order_acquire) == w->seq) break;
+            if (polls-- == 0) { seen = 0; break; }
+            _mm_pause();
+        }
+    }
+    s->st_waits++;
+    ct_status st;
+    if (!seen && (st = shm_wait_all(s, deadline, 1))) return st;
+    s->st_spun += seen;
+    const void *src[256];
+    for (int p = 0; p < n; p++) {
+        const shm_tiny *t = &s->ctl[p].tiny[b];
+        /* the fingerprint in one line; a disagreement is then named by the full check */
+        if (atomic_load_explicit(&t->seq, memory_order_acquire) != w->seq || t->kind != mine->kind ||
+            t->dt != mine->dt || t->rop != mine->rop || t->count != mine->count) {
+            if (seen && (st = shm_wait_all(s, deadline, 1))) return st;
+            return shm_fail(s, CT_ERR_MISMATCH, "collective mismatch: rank %d's all_reduce #%u (%u elements) met rank %d's "
+                            "tiny all_reduce #%u (%u elements)", s->granks[s->rank], w->seq, (unsigned)w->count,
+                            s->granks[p], (unsigned)atomic_load(&t->seq), (unsigned)t->count);
+        }
+        src[p] = t->data;
+    }
+    shm_reduce_sources(w->dt, w->rop, n, src, w->rbuf, w->rbuf, NULL, w->count);
+    return CT_OK;
+}
+
 ct_status shm_allreduce(shm_pg *s, ct_work *w, double deadline) {
-    if (w->kind == CT_OP_ALLREDUCE && s->cma && w->count * ct_dtype_size(w->dt) > s->H && s->n <= 256)
+    size_t bytes = w->count * ct_dtype_size(w->dt);
+    if (w->kind == CT_OP_ALLREDUCE && s->cma && bytes > s->small_max && bytes >= SHM_CMA_MIN_BYTES && s->n <= 256)
         return shm_allreduce_large(s, w, deadline);
     return shm_allreduce_staged(s, w, deadline);
 }
@@ -71,6 +131,10 @@ ct_status shm_allreduce_staged(shm_pg *s, ct_work *w, double deadline) {
     shm_fp_begin(s, w);
     size_t esz = ct_dtype_size(w->dt), bytes = w->count * esz;
     if (s->n > 256) return ct_error(CT_ERR_UNSUPPORTED, "shm all-reduce supports up to 256 ranks");
+    if (w->kind == CT_OP_ALLREDUCE && bytes <= SHM_TINY_BYTES) {
+        CT_LOG_TRACE("shm", "all_reduce #%u: tiny path, %zu B", w->seq, bytes);
+        return allreduce_tiny(s, w, deadline);
+    }
     if (bytes <= s->small_max) {
         CT_LOG_TRACE("shm", "%s #%u: small path, %zu B", ct_op_name(w->kind), w->seq, bytes);
         return allreduce_small(s, w, deadline);

@@ -115,9 +115,10 @@ static ct_status allreduce_cma(shm_pg *s, ct_work *w, double deadline) {
 
 /* Rank 0's plan for the next large all-reduce: bit c set = size class c goes through
  * cross-memory attach. Each class uses the path with the lower measured cost; the other is
- * tried again after cma_every[c] calls of the class (8, doubling while it stays slower, 4x
- * faster when it was far slower, at most 1024 calls), so a change in the machine's load is
- * seen without paying often for the slow path. */
+ * tried again after cma_every[c] calls of the class (first 2: both paths are still warming
+ * up; then doubling while it stays slower, 8x when it was over 4x slower, at most 1024 calls;
+ * 8 again once it measured faster), so a change in the machine's load is seen without paying
+ * often for the slow path. */
 static uint64_t cma_plan(shm_pg *s) {
     uint64_t m = 0;
     for (int c = 0; c < 64; c++) {
@@ -138,9 +139,15 @@ static uint64_t cma_plan(shm_pg *s) {
 static void cma_record(shm_pg *s, int c, int p, size_t bytes, double sec) {
     float x = (float)(sec / (double)bytes), *cost = &s->cma_cost[p][c], other = s->cma_cost[!p][c];
     int was_fast = other <= 0 || (*cost > 0 && *cost <= other);
-    *cost = *cost > 0 ? 0.7f * *cost + 0.3f * x : x;
-    if (s->cma_every[c] == 0) s->cma_every[c] = 8;
-    if (other > 0 && !was_fast) { /* the slower path, tried again */
+    /* The path in use keeps a running mean. A path tried again after a pause takes the new
+     * sample as it is: its mean is old, and its first calls carried one-time costs (the probe,
+     * first touches of the scratch and of the peers' pages: 2-3x its later calls for 16 MiB
+     * through cross-memory attach on an Intel Xeon), which a mean kept for hundreds of calls.
+     * A sample under half of the mean replaces it too (the machine got quieter). */
+    int retried = other > 0 && !was_fast;
+    *cost = *cost > 0 && !retried && x >= 0.5f * *cost ? 0.7f * *cost + 0.3f * x : x;
+    if (s->cma_every[c] == 0) s->cma_every[c] = 2;
+    if (retried) { /* the slower path, tried again */
         if (*cost < other) s->cma_every[c] = 8; /* it is now the faster one */
         else {
             unsigned e = s->cma_every[c] * (*cost > 4 * other ? 8u : 2u);

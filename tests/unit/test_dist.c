@@ -399,11 +399,17 @@ static int w_desync(int rank, int n, void *arg) {
     double t0 = ct_time_now();
     if (variant == 0) /* different op */
         st = rank == 1 ? ct_broadcast_sync(pg, buf, 16, CT_F32, 0) : ct_all_reduce_sync(pg, buf, 16, CT_F32, CT_RED_SUM);
+    else if (variant == 2) /* different op, the all-reduce on the tiny path (<= 48 B) */
+        st = rank == 1 ? ct_broadcast_sync(pg, buf, 2, CT_F32, 0) : ct_all_reduce_sync(pg, buf, 2, CT_F32, CT_RED_SUM);
+    else if (variant == 3) /* different sizes, both tiny */
+        st = ct_all_reduce_sync(pg, buf, rank == 1 ? 2 : 3, CT_F32, CT_RED_SUM);
     else /* different size, large on one side */
         st = ct_all_reduce_sync(pg, rank == 1 ? buf : (float *)calloc(1 << 20, 4), rank == 1 ? 16 : 1 << 20, CT_F32, CT_RED_SUM);
     if (st != CT_ERR_MISMATCH) WFAIL("expected a mismatch, got %s: %s", ct_status_str(st), ct_last_error());
     const char *m = ct_last_error();
-    if (variant == 0 && !(strstr(m, "broadcast") && strstr(m, "all_reduce"))) WFAIL("message does not name both: %s", m);
+    if ((variant == 0 || variant == 2) && !(strstr(m, "broadcast") && strstr(m, "all_reduce")))
+        WFAIL("message does not name both: %s", m);
+    if (variant == 3 && !(strstr(m, "x 2,") && strstr(m, "x 3,"))) WFAIL("message does not name both: %s", m);
     if (variant == 1 && !(strstr(m, "x 16,") && strstr(m, "x 1048576"))) WFAIL("message does not name both: %s", m);
     if (ct_time_now() - t0 > 2) WFAIL("slow detection");
     if (rank == 0) fprintf(stderr, "  rank 0: %s\n", m);
@@ -412,6 +418,8 @@ static int w_desync(int rank, int n, void *arg) {
 }
 CT_TEST(desync_different_op) { int v = 0; CT_EXPECT(spawn_ok(w_desync, 3, &v)); }
 CT_TEST(desync_different_size) { int v = 1; CT_EXPECT(spawn_ok(w_desync, 2, &v)); }
+CT_TEST(desync_tiny_different_op) { int v = 2; CT_EXPECT(spawn_ok(w_desync, 3, &v)); }
+CT_TEST(desync_tiny_different_size) { int v = 3; CT_EXPECT(spawn_ok(w_desync, 2, &v)); }
 
 static int count_segments(void) {
     DIR *d = opendir("/dev/shm");

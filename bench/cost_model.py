@@ -111,12 +111,14 @@ class Model:
                 if len(pts) >= 2:
                     self.ab[(rate, c)] = fit(pts)
         self.rates = {r for r, _ in self.ab}
+        self.bulk_b = {}  # s per byte of one TCP stream, one way (MODES=bulk), per link rate
         shm = [(*terms("allreduce", 2, s), t) for s, t in by_size(coll.get(("one", "1x2", "allreduce"), []))]
         self.shm = fit(shm) if len(shm) >= 2 else (0.0, 0.0)
         self.h = {}
 
     def t_coll(self, rate, c, hosts, g, s, scheme):
         a, b = self.ab[(rate, c)]
+        bl = min(b, self.bulk_b.get(rate, b))  # one TCP stream one way (MODES=bulk), where measured
         if scheme == "ring":  # one ring over every rank; a host's link carries the ring's bytes
             x, y = terms(c, hosts * g, s)
             return a * x + b * y
@@ -126,8 +128,10 @@ class Model:
             return 2 * (aa * x + ba * y) + ar * x + br * y
         sa, sb = self.shm
         xi, yi = terms(c, g, s) if g > 1 else (0, 0)
-        if scheme == "hier-ordered":  # leaders in a chain: host 0 to H-1 and back, S per hop, no overlap
-            return 2 * (hosts - 1) * (a + b * s) + sa * xi + sb * yi
+        if scheme == "hier-ordered":
+            # leaders in a chain: host 0 to H-1 and back, S per hop, one direction at a time: a
+            # one-way TCP stream, the bulk rate (where measured), not the two-way ring's b
+            return 2 * (hosts - 1) * (a + bl * s) + sa * xi + sb * yi
         # hier: shm reduce-scatter + all-gather inside (one all-reduce's worth), leaders' ring between
         x, y = terms(c, hosts, s)
         return a * x + b * y + sa * xi + sb * yi
@@ -300,6 +304,7 @@ def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     coll, train, bulk = parse(args or ["bench/shaped_links.out"])
     model = Model(coll, train)
+    model.bulk_b = {r: 8 / (median(v) * 1e9) for r, v in bulk.items() if r in model.rates}
     print("| link | bulk TCP Gbit/s (median) | collective | a (us per step) | 1/b (Gbit/s on a host's link) |")
     print("|---|---|---|---|---|")
     for rate, c in sorted(model.ab, key=lambda k: (RATES_GBIT.get(k[0]) or 1e9, k[1])):

@@ -26,6 +26,7 @@ struct ct_zero {
     ct_params *P;
     ct_optim *opt;        /* NULL once the optimizer was freed first */
     void *seg;            /* this rank's region of the segment of parameters and state */
+    bool params_in;       /* the parameters are in the segment (until the optimizer is freed first) */
     const float **grads;  /* every rank's gradient buffer (DDP's zero-copy segment) */
     bool averaging;       /* this step: DDP deferred, the step averages */
 };
@@ -45,6 +46,7 @@ static void zero_detach(void *user) {
     ct_zero *z = user;
     z->opt = NULL;
     if (ct_params_set_data_storage(z->P, NULL, true) != CT_OK) CT_LOG_WARN_("zero", "%s", ct_last_error());
+    else z->params_in = false;
 }
 
 /* Parameters and state into the segment (cannot fail: it is page-aligned and on the CPU, as
@@ -64,7 +66,10 @@ static void release(const float *p, size_t n) {
     if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-static bool move_out(ct_params *P, ct_optim *opt) {
+/* Moves what is still in the segment back out: the state buffers of opt (NULL once freed) and,
+ * where params_in, the parameters. Parameters already moved out (the optimizer freed first)
+ * are private memory: releasing their pages would zero them. */
+static bool move_out(ct_params *P, ct_optim *opt, bool params_in) {
     ct_status st = CT_OK;
     size_t N = ct_params_numel(P);
     for (int k = 0; opt && st == CT_OK && k < ct_optim_state_count(opt); k++) {
@@ -73,7 +78,7 @@ static bool move_out(ct_params *P, ct_optim *opt) {
         if ((st = ct_optim_set_state_storage(opt, k, NULL, true)) == CT_OK) release(shared, N);
     }
     const float *shared = ct_params_data(P);
-    if (st == CT_OK && (st = ct_params_set_data_storage(P, NULL, true)) == CT_OK) release(shared, N);
+    if (params_in && st == CT_OK && (st = ct_params_set_data_storage(P, NULL, true)) == CT_OK) release(shared, N);
     if (st != CT_OK) CT_LOG_WARN_("zero", "%s", ct_last_error());
     return st == CT_OK;
 }
@@ -83,7 +88,7 @@ void ct_zero_free(ct_zero *z) {
     (void)ct_ddp_set_deferred(z->ddp, false);
     if (z->opt) ct_optim_set_shard(z->opt, NULL);
     /* everything leaves the segment before it goes; without memory for it, it stays mapped */
-    if (move_out(z->P, z->opt)) ct_pg_free_shared(z->pg, z->seg);
+    if (move_out(z->P, z->opt, z->params_in)) ct_pg_free_shared(z->pg, z->seg);
     free(z->grads);
     free(z);
 }
@@ -121,13 +126,14 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
      * it is done */
     if (me == 0) move_in(P, opt, base, N16, true);
     if ((st = ct_barrier_sync(pg)) != CT_OK) {
-        if (me == 0) move_out(P, opt); /* back to private memory before the segment goes */
+        if (me == 0) move_out(P, opt, true); /* back to private memory before the segment goes */
         ct_pg_free_shared(pg, z->seg);
         free(z->grads);
         free(z);
         return st;
     }
     if (me != 0) move_in(P, opt, base, N16, false);
+    z->params_in = true;
     const float *g = ct_params_grad(P);
     for (int r = 0; r < n; r++) z->grads[r] = ct_pg_shared_peer(pg, (void *)g, r);
     /* shares of whole 64-byte lines, so that no two ranks write one */

@@ -157,6 +157,7 @@ static int rank_main(int rank, int n, void *arg) {
     if (ct_dist_init(NULL, &pg) != CT_OK) { fprintf(stderr, "init: %s\n", ct_last_error()); return 1; }
     size_t nw;
     int rc = train(j, pg, W2, &nw);
+    if (ct_failed_) rc = 1; /* an expectation failed in this rank's process: the test fails */
     if (rc == 0 && rank == 0) {
         FILE *f = fopen(j->out, "wb");
         fwrite(j->losses, sizeof(float), STEPS, f);
@@ -319,7 +320,10 @@ static void check_accum(ct_model_kind k, int nranks, int accum) {
     printf("  %s, %d rank(s) x %d micro-batches vs 1 x batch %d: loss max rel err %.2e, weights %.2e\n", ct_model_kind_name(k),
            nranks, accum, nranks * accum * B, le, we);
     CT_EXPECT(le <= 1e-5);
-    CT_EXPECT(we <= 1e-5);
+    /* the CNN's small GEMMs go to OpenBLAS, whose kernel depends on the CPU: on an Intel Xeon
+     * (family 6, model 207) that Debian's OpenBLAS 0.3.21 does not know it runs its SSE3
+     * (Prescott) kernel, without FMA, and the weights differed by 1.37e-5 */
+    CT_EXPECT(we <= (k == CT_MODEL_CNN ? 5e-5 : 1e-5));
 }
 CT_TEST(accumulation_equals_larger_batch_mlp) { check_accum(CT_MODEL_MLP, 1, 3); }
 CT_TEST(accumulation_equals_larger_batch_gpt) { check_accum(CT_MODEL_GPT, 1, 4); }

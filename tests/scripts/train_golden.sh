@@ -6,8 +6,8 @@
 # every file was byte-identical to the earlier recording without those header entries; and
 # when the build began preferring 512-bit vectors: printed losses unchanged, weights differing
 # in the last bits of the sums gcc now vectorizes 16 lanes wide).
-# On a CPU other than the recording's the kernels may round differently (OpenBLAS picks its
-# kernels by core type): there only the printed losses are compared, as for a build with
+# On a CPU other than the recording's (name, family and model) the kernels may round
+# differently (OpenBLAS picks its kernels by core type): there only the printed losses are compared, as for a build with
 # other compiler flags (CT_BUILD=build-san: -O1 sums in another order).
 # RECORD=1 rewrites the recording.
 set -euo pipefail
@@ -35,7 +35,9 @@ run gpt2 $C "${R[@]}" $C train "${gpt[@]}" "${q[@]}" --schedule linear
 mkdir -p "$d/gpt1r/checkpoints"; cp -r "$d/gpt1/checkpoints/step-00000012" "$d/gpt1r/checkpoints/"
 run gpt1r $C train "${gpt[@]}" "${q[@]}" --resume auto
 {
-    echo "cpu $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') | avx512f $(grep -c -m1 -w avx512f /proc/cpuinfo)"
+    # the family and model too: VMs of two Xeon generations both say "Intel(R) Xeon(R) Processor",
+    # and Debian's OpenBLAS 0.3.21 runs its SSE3 kernel on model 207, which it does not know
+    echo "cpu $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') | family $(grep -m1 'cpu family' /proc/cpuinfo | sed 's/.*: //') model $(grep -m1 -E '^model[[:space:]]' /proc/cpuinfo | sed 's/.*: //') | avx512f $(grep -c -m1 -w avx512f /proc/cpuinfo)"
     for n in mlp2 mlp2r cnn2 gpt1 gpt2 gpt1r; do
         (cd "$d/$n" && find . -name '*.safetensors' | sort | xargs sha256sum | sed "s|  ./|  $n/|")
         # losses and evaluations, without timings

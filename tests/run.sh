@@ -12,6 +12,9 @@ export CT_BUILD="${CT_BUILD:-build}"
 left_out=()
 leave_out() { [[ " ${CT_TEST_LEAVE_OUT:-} " == *" $1 "* ]] && left_out+=("$1"); }
 pat="${1:-}"
+# CT_TEST_TIMEOUT: seconds each test may run (default 600; CI gives the sanitizer run more)
+limit=${CT_TEST_TIMEOUT:-600}
+[[ "$limit" =~ ^[1-9][0-9]*$ ]] || { echo "CT_TEST_TIMEOUT must be a positive number of seconds, not '$limit'"; exit 2; }
 pass=0; fail=0; skip=0; failed_names=()
 for t in "$CT_BUILD"/tests/*; do
     [ -x "$t" ] || continue
@@ -19,7 +22,7 @@ for t in "$CT_BUILD"/tests/*; do
     [[ -n "$pat" && "$name" != *"$pat"* ]] && continue
     leave_out "$name" && continue
     echo "== $name"
-    out=$(timeout 600 "$t" 2>&1); rc=$?
+    out=$(timeout "$limit" "$t" 2>&1); rc=$?
     echo "$out" | grep -v '^RESULT ' | sed 's/^/  /'
     res=$(echo "$out" | grep '^RESULT ' | tail -1)
     if [ -z "$res" ]; then
@@ -37,7 +40,7 @@ for t in tests/scripts/*.sh; do
     name=$(basename "$t" .sh)
     [[ -n "$pat" && "$name" != *"$pat"* ]] && continue
     leave_out "$name" && continue
-    out=$(timeout 600 bash "$t" 2>&1); rc=$?
+    out=$(timeout "$limit" bash "$t" 2>&1); rc=$?
     if [ $rc -eq 0 ]; then echo "ok   script/$name"; pass=$((pass+1))
     elif [ $rc -eq 77 ]; then echo "skip script/$name: $(echo "$out" | tail -1)"; skip=$((skip+1))
     else echo "FAIL script/$name (exit $rc)"; echo "$out" | tail -20 | sed 's/^/  /'; fail=$((fail+1)); failed_names+=("script/$name")

@@ -5,6 +5,8 @@
 #define CT_KERNEL_CHECK_H
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 static uint64_t kc_rng = 88172645463325252ull;
 /* uniform in [-scale, scale) (xorshift64: the same stream on every machine) */
@@ -27,4 +29,20 @@ static inline double normwise(const float *a, const float *b, int64_t n) {
     }
     return d / m;
 }
+
+#ifdef CT_OPS_CPU_SGEMM_H
+/* one and two: the same f32 results computed on 1 and 2 threads. The same bits where the own
+ * GEMM runs (AVX-512); elsewhere every GEMM is OpenBLAS's, whose threaded sgemm blocks K
+ * differently from its one-thread path (Debian's 0.3.21 on AMD Zen 3): there within tol,
+ * norm-wise. Include after ops/cpu/sgemm.h. */
+static inline void expect_threads_agree(const void *one, const void *two, size_t nbytes, double tol, const char *what) {
+    if (ct_sgemm_own_available()) {
+        CT_EXPECTF(!memcmp(one, two, nbytes), "%s: 1 and 2 threads differ", what);
+        return;
+    }
+    double e = normwise((const float *)two, (const float *)one, (int64_t)(nbytes / sizeof(float)));
+    printf("  no AVX-512: %s on OpenBLAS's threaded GEMM, 1 vs 2 threads normwise %.2e\n", what, e);
+    CT_EXPECTF(e <= tol, "%s: 1 and 2 threads normwise %.2e (bound %.0e)", what, e, tol);
+}
+#endif
 #endif

@@ -13,7 +13,7 @@
  * batch 128, SGD momentum. Synthetic data; warmup steps are excluded; then steps run until
  * SECONDS have passed (at least 5 steps). Every result is one line:
  *   RESULT impl=ctrain model=mlp threads=1 ranks=1 rate=... unit=samples/s step_ms=...
- *          peak_rss_mb=... flops_per_step=... [hidden_frac=...]
+ *          peak_rss_mb=... flops_per_step=... [hidden_frac=... wait_ms=... (time per step ct_ddp_finish waited)]
  * (DDP: rate and peak are per rank, from rank 0; peak = ru_maxrss of that process.) */
 #include <cblas.h>
 #include <inttypes.h>
@@ -241,7 +241,7 @@ static void print_result(const bench_cfg *bc, int threads, int ranks, const benc
            bc->amp == CT_F32 ? "off" : ct_dtype_name(bc->amp));
     if (is_lm(bc->kind)) printf(" T=%d attention=%s ckpt=%d", bc->T > 0 ? bc->T : 256, bc->flash ? "flash" : "plain", bc->ckpt);
     if (o->sharded) printf(" ddp=sharded_step wait_ms=%.2f", o->wait_ms);
-    else if (o->hidden >= 0) printf(" hidden_frac=%.3f", o->hidden);
+    else if (o->hidden >= 0) printf(" hidden_frac=%.3f wait_ms=%.2f", o->hidden, o->wait_ms);
     printf("\n");
     fflush(stdout);
 }

@@ -161,17 +161,74 @@ static attn make_attn(const float *Q, const float *K, const float *V, int64_t BH
     return a;
 }
 
+/* The buffers a head's GEMMs read and write (unused ones NULL) */
+typedef struct {
+    const float *P, *dO;
+    float *out, *dq, *dk;
+} head_io;
+typedef void (*head_fn)(const attn *a, int64_t h, const head_io *io);
+
+/* fn on every head: in parallel where a->par (the own GEMM takes the blocks), else on this
+ * thread outside any OpenMP region. OpenBLAS entered inside one, even an inactive region
+ * (`parallel if (0)`), opens a nested team and starts a thread per call (Debian's 0.3.21,
+ * OpenMP build: on a CPU without AVX-512, 42,000 thread starts in a 4 s GPT run, and 2
+ * threads half as fast as 1). */
+static void each_head(const attn *a, head_fn fn, const head_io *io) {
+    if (a->par) {
+#pragma omp parallel for schedule(static)
+        for (int64_t h = 0; h < a->BH; h++) fn(a, h, io);
+    } else
+        for (int64_t h = 0; h < a->BH; h++) fn(a, h, io);
+}
+
+/* S[i0:i1, :kv] = q k^T * scale, into io->out (P) */
+static void head_scores(const attn *a, int64_t h, const head_io *io) {
+    for (int64_t i0 = 0; i0 < a->Tq; i0 += a->RB) {
+        int64_t i1 = i0 + a->RB < a->Tq ? i0 + a->RB : a->Tq, kv = keys_for(a->causal, i1, a->Tk);
+        ct_sgemm_ld(false, true, i1 - i0, kv, a->D, a->scale, a->Q + head_at(a, &a->q, h) + i0 * a->q.ld, a->q.ld,
+                    a->K + head_at(a, &a->k, h), a->k.ld, 0.0f, io->out + (h * a->Tq + i0) * a->Tk, a->Tk);
+    }
+}
+/* O[i0:i1] = P[i0:i1, :kv] v[:kv], into io->out (Y) */
+static void head_values(const attn *a, int64_t h, const head_io *io) {
+    for (int64_t i0 = 0; i0 < a->Tq; i0 += a->RB) {
+        int64_t i1 = i0 + a->RB < a->Tq ? i0 + a->RB : a->Tq, kv = keys_for(a->causal, i1, a->Tk);
+        ct_sgemm_ld(false, false, i1 - i0, a->Dv, kv, 1.0f, io->P + (h * a->Tq + i0) * a->Tk, a->Tk, a->V + head_at(a, &a->v, h),
+                    a->v.ld, 0.0f, io->out + head_at(a, &a->o, h) + i0 * a->o.ld, a->o.ld);
+    }
+}
+/* dV[:kv] += P[i0:i1, :kv]^T dO[i0:i1], into io->out (dv); row blocks in a fixed order */
+static void head_dv(const attn *a, int64_t h, const head_io *io) {
+    for (int64_t i0 = 0; i0 < a->Tq; i0 += a->RB) {
+        int64_t i1 = i0 + a->RB < a->Tq ? i0 + a->RB : a->Tq, kv = keys_for(a->causal, i1, a->Tk);
+        ct_sgemm_ld(true, false, kv, a->Dv, i1 - i0, 1.0f, io->P + (h * a->Tq + i0) * a->Tk, a->Tk,
+                    io->dO + head_at(a, &a->o, h) + i0 * a->o.ld, a->o.ld, 1.0f, io->out + head_at(a, &a->v, h), a->v.ld);
+    }
+}
+/* dP[i0:i1, :kv] = dO[i0:i1] V[:kv]^T, into io->out (dS) */
+static void head_dp(const attn *a, int64_t h, const head_io *io) {
+    for (int64_t i0 = 0; i0 < a->Tq; i0 += a->RB) {
+        int64_t i1 = i0 + a->RB < a->Tq ? i0 + a->RB : a->Tq, kv = keys_for(a->causal, i1, a->Tk);
+        ct_sgemm_ld(false, true, i1 - i0, kv, a->Dv, 1.0f, io->dO + head_at(a, &a->o, h) + i0 * a->o.ld, a->o.ld,
+                    a->V + head_at(a, &a->v, h), a->v.ld, 0.0f, io->out + (h * a->Tq + i0) * a->Tk, a->Tk);
+    }
+}
+/* dQ[i0:i1] += dS[i0:i1, :kv] K[:kv]; dK[:kv] += dS[i0:i1, :kv]^T Q[i0:i1] (io->P is dS) */
+static void head_dqk(const attn *a, int64_t h, const head_io *io) {
+    for (int64_t i0 = 0; i0 < a->Tq; i0 += a->RB) {
+        int64_t i1 = i0 + a->RB < a->Tq ? i0 + a->RB : a->Tq, kv = keys_for(a->causal, i1, a->Tk);
+        const float *dSb = io->P + (h * a->Tq + i0) * a->Tk;
+        const int64_t hq = head_at(a, &a->q, h), hk = head_at(a, &a->k, h);
+        if (io->dq) ct_sgemm_ld(false, false, i1 - i0, a->D, kv, 1.0f, dSb, a->Tk, a->K + hk, a->k.ld, 1.0f, io->dq + hq + i0 * a->q.ld, a->q.ld);
+        if (io->dk) ct_sgemm_ld(true, false, kv, a->D, i1 - i0, 1.0f, dSb, a->Tk, a->Q + hq + i0 * a->q.ld, a->q.ld, 1.0f, io->dk + hk, a->k.ld);
+    }
+}
+
 /* Y (layout o) = softmax(q k^T * scale) v; P [BH, Tq, Tk] keeps the probabilities */
 static void forward(const attn *a, float *P, float *Y) {
-    const int64_t BH = a->BH, Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, RB = a->RB;
+    const int64_t BH = a->BH, Tq = a->Tq, Tk = a->Tk;
     const bool causal = a->causal;
-#pragma omp parallel for if (a->par) schedule(static)
-    for (int64_t h = 0; h < BH; h++)
-        for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* S[i0:i1, :kv] = q k^T * scale */
-            int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-            ct_sgemm_ld(false, true, i1 - i0, kv, D, a->scale, a->Q + head_at(a, &a->q, h) + i0 * a->q.ld, a->q.ld,
-                        a->K + head_at(a, &a->k, h), a->k.ld, 0.0f, P + (h * Tq + i0) * Tk, Tk);
-        }
+    each_head(a, head_scores, &(head_io){.out = P});
     /* softmax over the visible prefix of each row; the rest is exactly 0 */
 #pragma omp parallel for if (BH * Tq * Tk >= (1 << 14))
     for (int64_t r = 0; r < BH * Tq; r++) {
@@ -186,39 +243,19 @@ static void forward(const attn *a, float *P, float *Y) {
         for (int64_t j = 0; j < nv; j++) p[j] *= inv;
         if (nv < Tk) memset(p + nv, 0, (size_t)(Tk - nv) * sizeof(float));
     }
-#pragma omp parallel for if (a->par) schedule(static)
-    for (int64_t h = 0; h < BH; h++)
-        for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* O[i0:i1] = P[i0:i1, :kv] v[:kv] */
-            int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-            ct_sgemm_ld(false, false, i1 - i0, Dv, kv, 1.0f, P + (h * Tq + i0) * Tk, Tk, a->V + head_at(a, &a->v, h), a->v.ld,
-                        0.0f, Y + head_at(a, &a->o, h) + i0 * a->o.ld, a->o.ld);
-        }
+    each_head(a, head_values, &(head_io){.P = P, .out = Y});
 }
 
 /* The gradients added to dq, dk, dv (layouts q, k, v; NULL: not wanted) from dO (layout o) */
 static void backward(ct_ctx *ctx, const attn *a, const float *P, const float *dO, float *dq, float *dk, float *dv) {
-    const int64_t BH = a->BH, Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, RB = a->RB;
-    const int64_t lq = a->q.ld, lk = a->k.ld, lv = a->v.ld, lo = a->o.ld;
+    const int64_t BH = a->BH, Tq = a->Tq, Tk = a->Tk;
     const bool causal = a->causal;
     /* row blocks in a fixed order within a head (a head is one thread's): the dV / dK
      * accumulation order never depends on threads */
-    if (dv)
-#pragma omp parallel for if (a->par) schedule(static)
-        for (int64_t h = 0; h < BH; h++)
-            for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* dV[:kv] += P[i0:i1, :kv]^T dO[i0:i1] */
-                int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-                ct_sgemm_ld(true, false, kv, Dv, i1 - i0, 1.0f, P + (h * Tq + i0) * Tk, Tk, dO + head_at(a, &a->o, h) + i0 * lo, lo,
-                            1.0f, dv + head_at(a, &a->v, h), lv);
-            }
+    if (dv) each_head(a, head_dv, &(head_io){.P = P, .dO = dO, .out = dv});
     if (!dq && !dk) return;
     float *dS = ct_ctx_alloc(ctx, (size_t)(BH * Tq * Tk + 1) * sizeof(float));
-#pragma omp parallel for if (a->par) schedule(static)
-    for (int64_t h = 0; h < BH; h++)
-        for (int64_t i0 = 0; i0 < Tq; i0 += RB) { /* dP[i0:i1, :kv] = dO[i0:i1] V[:kv]^T */
-            int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-            ct_sgemm_ld(false, true, i1 - i0, kv, Dv, 1.0f, dO + head_at(a, &a->o, h) + i0 * lo, lo, a->V + head_at(a, &a->v, h), lv,
-                        0.0f, dS + (h * Tq + i0) * Tk, Tk);
-        }
+    each_head(a, head_dp, &(head_io){.dO = dO, .out = dS});
     /* dS = P * (dP - rowsum(dP * P)) * scale; masked entries stay 0 */
 #pragma omp parallel for if (BH * Tq * Tk >= (1 << 14))
     for (int64_t r = 0; r < BH * Tq; r++) {
@@ -232,17 +269,7 @@ static void backward(ct_ctx *ctx, const attn *a, const float *P, const float *dO
         for (int64_t j = 0; j < nv; j++) d[j] = ct_k_attn_ds(p[j], d[j], dot, a->scale);
         if (nv < Tk) memset(d + nv, 0, (size_t)(Tk - nv) * sizeof(float));
     }
-#pragma omp parallel for if (a->par) schedule(static)
-    for (int64_t h = 0; h < BH; h++)
-        for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
-            int64_t i1 = i0 + RB < Tq ? i0 + RB : Tq, kv = keys_for(causal, i1, Tk);
-            const float *dSb = dS + (h * Tq + i0) * Tk;
-            const int64_t hq = head_at(a, &a->q, h), hk = head_at(a, &a->k, h);
-            if (dq) /* dQ[i0:i1] += dS[i0:i1, :kv] K[:kv] */
-                ct_sgemm_ld(false, false, i1 - i0, D, kv, 1.0f, dSb, Tk, a->K + hk, lk, 1.0f, dq + hq + i0 * lq, lq);
-            if (dk) /* dK[:kv] += dS[i0:i1, :kv]^T Q[i0:i1] */
-                ct_sgemm_ld(true, false, kv, D, i1 - i0, 1.0f, dSb, Tk, a->Q + hq + i0 * lq, lq, 1.0f, dk + hk, lk);
-        }
+    each_head(a, head_dqk, &(head_io){.P = dS, .dq = dq, .dk = dk});
 }
 
 /* q, k, v [B, H, T, D] contiguous: H = 1 in the layouts, every head its own "batch entry" */

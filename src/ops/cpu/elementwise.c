@@ -131,6 +131,8 @@ __attribute__((noinline)) static void gelu_span(const float *restrict X, float *
         for (int64_t i = 0; i < n; i++) Y[i] = ct_k_gelu_tanh(X[i]);
     } else if (ct_sgemm_own_available()) {
         ct_gelu_simd(X, Y, n); /* the same bits, written out in AVX-512 */
+    } else if (ct_gelu_avx2_available()) {
+        ct_gelu_avx2(X, Y, n); /* and in AVX2 */
     } else {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) Y[i] = ct_k_gelu(X[i]);
@@ -151,6 +153,7 @@ __attribute__((noinline)) static void gelu_bwd_span(const float *restrict X, con
     /* kmath.h's derivatives: the same expressions (and bits) as the forward's constants */
     if (tanh_approx) GELU_BW(ct_k_gelu_tanh_bwd(X[i], g[i]));
     else if (ct_sgemm_own_available()) ct_gelu_bwd_simd(X, g, gx, n, fresh);
+    else if (ct_gelu_avx2_available()) ct_gelu_bwd_avx2(X, g, gx, n, fresh);
     else GELU_BW(ct_k_gelu_bwd(X[i], g[i]));
 }
 #define GELU_CHUNK 1024 /* bf16 path: widened chunks on the stack (L1) */

@@ -10,4 +10,9 @@
 
 void ct_gelu_simd(const float *restrict X, float *restrict Y, int64_t n);
 void ct_gelu_bwd_simd(const float *restrict X, const float *restrict g, float *restrict gx, int64_t n, bool fresh);
+/* The same on 8 lanes, the same bits, where ct_gelu_avx2_available() (AVX2 and FMA): the path
+ * of CPUs without AVX-512 */
+bool ct_gelu_avx2_available(void);
+void ct_gelu_avx2(const float *restrict X, float *restrict Y, int64_t n);
+void ct_gelu_bwd_avx2(const float *restrict X, const float *restrict g, float *restrict gx, int64_t n, bool fresh);
 #endif

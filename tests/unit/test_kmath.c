@@ -13,6 +13,7 @@
 #include "kernel_check.h"
 #include "ctrain/optim.h"
 #include "ops/kmath.h"
+#include "ops/cpu/gelu_simd.h"
 
 /* elements not bit-equal; +0 and -0 count as equal (the CPU ops accumulate into a zeroed
  * gradient, and 0 + -0 is +0) */
@@ -70,6 +71,38 @@ CT_TEST(gelu_erf_edges_bit_equal) {
         CT_EXPECTF(same_g, "gelu'(%g): op %g, kmath %g", (double)v[i], (double)og, (double)kg);
     }
     ct_ctx_free(c);
+}
+/* The AVX2 exact GELU (the path of CPUs without AVX-512) called directly, so that CPUs with
+ * AVX-512, where the op never takes it, check it too: random values and the edges above, every
+ * length's tail (masked lanes), forward and backward, fresh and accumulating. */
+CT_TEST(gelu_erf_avx2_bit_equal) {
+    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
+    const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 13.0f, -13.0f, 20.0f, -20.0f, 1e-40f,
+                          -1e-40f, 1e-20f, 3.4e38f, -3.4e38f, 0.5f, -0.5f, 5.0f, -5.0f, 9.0f, -9.0f, -13.4f, 1.0f};
+    enum { N = 1000 };
+    float x[N], g[N], y[N], gx[N], acc[N];
+    const int64_t ne = (int64_t)(sizeof edge / sizeof edge[0]);
+    for (int64_t i = 0; i < N; i++) {
+        x[i] = i < ne ? edge[i] : urand(9.0f);
+        g[i] = urand(1.0f);
+        acc[i] = urand(1.0f);
+    }
+    int64_t bad = 0;
+    for (int64_t n = 1; n <= 17; n++) { /* every tail; then the whole buffer */
+        for (int fresh = 0; fresh < 2; fresh++) {
+            int64_t len = n == 17 ? N : n;
+            memcpy(gx, acc, sizeof gx);
+            ct_gelu_avx2(x, y, len);
+            ct_gelu_bwd_avx2(x, g, gx, len, fresh);
+            for (int64_t i = 0; i < len; i++) {
+                float ky = ct_k_gelu(x[i]), kg = (fresh ? 0.0f : acc[i]) + ct_k_gelu_bwd(x[i], g[i]);
+                bad += !(ky != ky ? y[i] != y[i] : memcmp(&ky, &y[i], 4) == 0);
+                bad += !(kg != kg ? gx[i] != gx[i] : memcmp(&kg, &gx[i], 4) == 0);
+            }
+            for (int64_t i = len; i < N; i++) bad += memcmp(&gx[i], &acc[i], 4) != 0; /* past the end: untouched */
+        }
+    }
+    CT_EXPECTF(bad == 0, "%lld values differ from kmath's GELU or were written past the end", (long long)bad);
 }
 CT_TEST(relu_bit_equal) { check_unary("relu", 2); }
 CT_TEST(tanh_bit_equal) { check_unary("tanh", 3); }

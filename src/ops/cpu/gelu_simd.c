@@ -59,10 +59,15 @@ CT_AVX512 void ct_gelu_bwd_simd(const float *restrict X, const float *restrict g
  * operation the scalar code (and the 16-lane code above), so the same bits for finite input. */
 #define CT_AVX2 __attribute__((target("avx2,fma")))
 
-bool ct_gelu_avx2_available(void) {
-    static int have = -1; /* a benign race: every thread computes the same value */
-    if (have < 0) have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return have;
+bool ct_gelu_avx2_available(void) { /* as ct_sgemm_own_available: read once, atomically */
+    static int avail = -1;
+    int a = __atomic_load_n(&avail, __ATOMIC_RELAXED);
+    if (a < 0) {
+        __builtin_cpu_init();
+        a = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+        __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
+    }
+    return a == 1;
 }
 
 /* ct_vexpf on 8 lanes */

@@ -76,7 +76,10 @@ typedef struct ct_fsdp_mem {
 } ct_fsdp_mem;
 
 /* Collective. Broadcasts P's parameters and buffers from rank 0, splits them, moves P's flat
- * buffers into mappings of their own and frees what the mode does not keep. like: the
+ * buffers into mappings of their own and frees what the mode does not keep. A deferred store
+ * (ct_params_finalize_deferred, ct_model_create_deferred) is initialised sharded: rank 0's
+ * seed is broadcast and each rank makes only its pieces and the units it keeps gathered (the
+ * same values as the whole model's), so no rank ever holds the whole model. like: the
  * optimizer to imitate (its state is not copied: create the FSDP before the first step).
  * CT_ERR_UNSUPPORTED for a store on a device or units not consecutive; CT_ERR_NOMEM. */
 ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard_mode mode, ct_fsdp **out);

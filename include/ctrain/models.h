@@ -122,6 +122,10 @@ ct_status ct_model_config_check(const ct_model_config *cfg);
 /* Builds and initialises (seeded, deterministic). CT_ERR_INVALID for a bad config (the
  * message names the field), CT_ERR_NOMEM when out of memory; *out = NULL on error. */
 ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out);
+/* The same model with its parameters' values deferred (ct_params_finalize_deferred): no
+ * memory for them until ct_params_materialize, or until ct_fsdp_create makes each rank's
+ * shards alone (sharded initialisation: the same values as ct_model_create's). */
+ct_status ct_model_create_deferred(const ct_model_config *cfg, uint64_t seed, ct_model **out);
 void ct_model_free(ct_model *m);
 ct_params *ct_model_params(ct_model *m);
 const ct_model_config *ct_model_config_of(const ct_model *m);

@@ -212,6 +212,23 @@ ct_tensor *ct_param(ct_params *p, const char *name, int ndim, const int64_t *sha
 ct_tensor *ct_param_buffer(ct_params *p, const char *name, int ndim, const int64_t *shape, ct_init init, double arg);
 /* Allocate the flat buffers (64-byte aligned per tensor) and initialise with `seed`. */
 ct_status ct_params_finalize(ct_params *p, uint64_t seed);
+/* Deferred initialisation (torchdistx's deferred_init, a model on PyTorch's meta device):
+ * the layout, the buffers (allocated and initialised) and the tensors, but no flat parameter
+ * or gradient storage: ct_params_data and ct_params_grad return NULL and the parameters'
+ * data pointers are NULL until ct_params_materialize, or until the caller gives both flat
+ * buffers storage (ct_params_set_data_storage / _grad_storage) and makes the values with
+ * ct_params_init_range. ct_fsdp_create does that: each rank makes only its shards and the
+ * units it keeps, so the whole model is never in one rank's memory. */
+ct_status ct_params_finalize_deferred(ct_params *p, uint64_t seed);
+bool ct_params_is_deferred(const ct_params *p);
+uint64_t ct_params_seed(const ct_params *p); /* finalize's seed */
+/* The values ct_params_finalize(p, seed) gives the flat elements [lo, hi) (zeros in the
+ * padding between parameters), written to dst: each element depends only on the seed, its
+ * parameter's index and its own index, so any range can be made alone, bit for bit. */
+void ct_params_init_range(const ct_params *p, uint64_t seed, size_t lo, size_t hi, float *dst);
+/* A deferred store allocated and initialised as ct_params_finalize would have (no-op when not
+ * deferred). CT_ERR_NOMEM. */
+ct_status ct_params_materialize(ct_params *p);
 /* Failure is sticky: once a registration (or a module constructor, see nn.h) ran out of
  * memory, ct_params_status returns CT_ERR_NOMEM and ct_params_finalize refuses the store
  * with it, so building code checks once. ct_params_fail marks a store (first status kept). */

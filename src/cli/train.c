@@ -112,7 +112,12 @@ static ct_status model_config(job *j, ct_model_config *cfg) {
 
 static ct_status build(job *j) {
     const train_opts *o = &j->o;
-    ct_status st = ct_model_create(&j->cfg, o->seed, &j->model);
+    /* FSDP steps the shards with an optimizer like this one: no whole-model state here */
+    bool sharded = o->shard != CT_SHARD_NONE && j->pg && ct_pg_size(j->pg) > 1;
+    /* sharded initialisation: each rank makes only its shards (ct_fsdp_create), the whole
+     * model never in one rank's memory; weights read from a file come whole */
+    bool deferred = sharded && !o->init_from && j->dev.type == CT_DEV_CPU;
+    ct_status st = (deferred ? ct_model_create_deferred : ct_model_create)(&j->cfg, o->seed, &j->model);
     if (st != CT_OK) return st;
     if (o->init_from) {
         st = ct_model_load_layout(j->model, o->init_from, j->init_layout);
@@ -122,8 +127,6 @@ static ct_status build(job *j) {
     ct_params *P = ct_model_params(j->model);
     /* before the optimizer: its state is made where the parameters are */
     if (j->dev.type != CT_DEV_CPU && (st = ct_params_to(P, j->dev)) != CT_OK) return st;
-    /* FSDP steps the shards with an optimizer like this one: no whole-model state here */
-    bool sharded = o->shard != CT_SHARD_NONE && j->pg && ct_pg_size(j->pg) > 1;
     if (o->adamw) {
         ct_adamw_opts ao = ct_adamw_default_opts();
         ao.weight_decay = o->weight_decay >= 0 ? o->weight_decay : 0.1;

@@ -30,6 +30,8 @@ struct ct_params {
     void *unit_user;
     ct_status failed; /* sticky: a registration or a module construction ran out of memory */
     bool stale;       /* some gradient may still be CT_TF_GRAD_STALE (ct_params_zero_grad) */
+    bool deferred;    /* ct_params_finalize_deferred: no flat data or gradients yet */
+    uint64_t seed;    /* what the values are made from (finalize's seed) */
 };
 
 ct_status ct_params_create(ct_params **out) {
@@ -105,7 +107,9 @@ ct_tensor *ct_param_buffer(ct_params *p, const char *name, int ndim, const int64
     return add_rec(p, name, ndim, shape, init, arg, true);
 }
 
-static void init_values(float *d, int64_t n, ct_init init, double arg, uint64_t key) {
+/* elements [first, first + n) of a parameter of `init`: element i is a function of the
+ * parameter's key and i alone, so any part of a parameter can be made without the rest */
+static void init_values(float *d, int64_t first, int64_t n, ct_init init, double arg, uint64_t key) {
     switch (init) {
     case CT_INIT_ZEROS: memset(d, 0, (size_t)n * sizeof *d); break;
     case CT_INIT_ONES: for (int64_t i = 0; i < n; i++) d[i] = 1.0f; break;
@@ -113,22 +117,26 @@ static void init_values(float *d, int64_t n, ct_init init, double arg, uint64_t 
         /* PyTorch: kaiming_uniform_(a=sqrt(5)) on weights and U(±1/sqrt(fan_in)) on biases
          * both reduce to U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
         double b = arg > 0 ? 1.0 / sqrt(arg) : 0;
-        for (int64_t i = 0; i < n; i++) d[i] = (float)((2.0 * ct_rand_uniform_d(key, (uint64_t)i) - 1.0) * b);
+        for (int64_t i = 0; i < n; i++) d[i] = (float)((2.0 * ct_rand_uniform_d(key, (uint64_t)(first + i)) - 1.0) * b);
         break;
     }
     case CT_INIT_NORMAL:
-        for (int64_t i = 0; i < n; i++) d[i] = (float)(arg * ct_rand_normal(key, (uint64_t)i));
+        for (int64_t i = 0; i < n; i++) d[i] = (float)(arg * ct_rand_normal(key, (uint64_t)(first + i)));
         break;
     case CT_INIT_UNIFORM:
-        for (int64_t i = 0; i < n; i++) d[i] = (float)((2.0 * ct_rand_uniform_d(key, (uint64_t)i) - 1.0) * arg);
+        for (int64_t i = 0; i < n; i++) d[i] = (float)((2.0 * ct_rand_uniform_d(key, (uint64_t)(first + i)) - 1.0) * arg);
         break;
     }
 }
 
-ct_status ct_params_finalize(ct_params *p, uint64_t seed) {
+static uint64_t param_key(uint64_t seed, int i) { return ct_mix64(seed * 1315423911ull + (uint64_t)i + 1); }
+
+/* offsets (16-float, 64-byte alignment per tensor keeps every parameter SIMD- and
+ * cache-aligned), the buffers' storage, the gradient views; the flat parameters and their
+ * gradients too unless deferred */
+static ct_status lay_out(ct_params *p, uint64_t seed, bool deferred) {
     CT_CHECK(!p->finalized, "ct_params_finalize called twice");
     if (p->failed) return ct_error(p->failed, "parameter store incomplete: out of memory while registering parameters or building modules");
-    /* 16-float (64-byte) alignment per tensor keeps every parameter SIMD- and cache-aligned */
     size_t off = 0, boff = 0;
     for (int i = 0; i < p->n; i++) {
         size_t n = (size_t)ct_numel(p->recs[i].t);
@@ -138,17 +146,21 @@ ct_status ct_params_finalize(ct_params *p, uint64_t seed) {
     }
     p->numel = off;
     p->bufnumel = boff;
-    if (posix_memalign((void **)&p->data, 64, (off ? off : 16) * sizeof(float)) ||
-        posix_memalign((void **)&p->grad, 64, (off ? off : 16) * sizeof(float)) ||
+    p->seed = seed;
+    p->deferred = deferred;
+    if ((!deferred && (posix_memalign((void **)&p->data, 64, (off ? off : 16) * sizeof(float)) ||
+                       posix_memalign((void **)&p->grad, 64, (off ? off : 16) * sizeof(float)))) ||
         posix_memalign((void **)&p->bufdata, 64, (boff ? boff : 16) * sizeof(float)))
         return ct_error(CT_ERR_NOMEM, "cannot allocate %zu parameters", off);
-    memset(p->data, 0, off * sizeof(float));
-    memset(p->grad, 0, off * sizeof(float));
+    if (!deferred) {
+        memset(p->data, 0, off * sizeof(float));
+        memset(p->grad, 0, off * sizeof(float));
+    }
     memset(p->bufdata, 0, boff * sizeof(float));
     for (int i = 0; i < p->n; i++) {
         param_rec *r = &p->recs[i];
         float *base = r->is_buffer ? p->bufdata : p->data;
-        r->t->data = base + r->offset;
+        r->t->data = base ? base + r->offset : NULL;
         if (!r->is_buffer) {
             /* the grad descriptor is a view of the flat gradient buffer */
             ct_tensor *g = calloc(1, sizeof *g);
@@ -157,12 +169,54 @@ ct_status ct_params_finalize(ct_params *p, uint64_t seed) {
             g->flags = 0;
             g->name = NULL;
             g->grad = NULL;
-            g->data = p->grad + r->offset;
+            g->data = p->grad ? p->grad + r->offset : NULL;
             r->t->grad = g;
         }
-        init_values(base + r->offset, ct_numel(r->t), r->init, r->arg, ct_mix64(seed * 1315423911ull + (uint64_t)i + 1));
+        if (base) init_values(base + r->offset, 0, ct_numel(r->t), r->init, r->arg, param_key(seed, i));
     }
     p->finalized = true;
+    return CT_OK;
+}
+
+ct_status ct_params_finalize(ct_params *p, uint64_t seed) { return lay_out(p, seed, false); }
+ct_status ct_params_finalize_deferred(ct_params *p, uint64_t seed) { return lay_out(p, seed, true); }
+bool ct_params_is_deferred(const ct_params *p) { return p->deferred; }
+uint64_t ct_params_seed(const ct_params *p) { return p->seed; }
+
+void ct_params_init_range(const ct_params *p, uint64_t seed, size_t lo, size_t hi, float *dst) {
+    CT_CHECK(p->finalized && lo <= hi && hi <= p->numel, "ct_params_init_range [%zu, %zu) of %zu parameters%s", lo, hi,
+             p->numel, p->finalized ? "" : " before finalize");
+    memset(dst, 0, (hi - lo) * sizeof(float)); /* the padding between parameters */
+    for (int i = 0; i < p->n; i++) {
+        const param_rec *r = &p->recs[i];
+        if (r->is_buffer) continue;
+        size_t a = r->offset, b = a + (size_t)ct_numel(r->t);
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a < b) init_values(dst + (a - lo), (int64_t)(a - r->offset), (int64_t)(b - a), r->init, r->arg, param_key(seed, i));
+    }
+}
+
+ct_status ct_params_materialize(ct_params *p) {
+    CT_CHECK(p->finalized, "ct_params_materialize before ct_params_finalize_deferred");
+    if (!p->deferred) return CT_OK;
+    size_t n = p->numel ? p->numel : 16;
+    float *d = NULL, *g = NULL;
+    if (posix_memalign((void **)&d, 64, n * sizeof(float)) || posix_memalign((void **)&g, 64, n * sizeof(float))) {
+        free(d);
+        return ct_error(CT_ERR_NOMEM, "cannot allocate %zu parameters", p->numel);
+    }
+    ct_params_init_range(p, p->seed, 0, p->numel, d);
+    memset(g, 0, p->numel * sizeof(float));
+    p->data = d;
+    p->grad = g;
+    p->deferred = false;
+    for (int i = 0; i < p->n; i++) {
+        param_rec *r = &p->recs[i];
+        if (r->is_buffer) continue;
+        r->t->data = p->data + r->offset;
+        r->t->grad->data = p->grad + r->offset;
+    }
     return CT_OK;
 }
 
@@ -229,7 +283,7 @@ static ct_status move_flat(ct_params *p, float **cur, bool *external, float *buf
     }
     if (buf == *cur) return CT_OK;
     if ((uintptr_t)buf % 64) return ct_error(CT_ERR_INVALID, "storage for the %s at %p is not 64-byte aligned", what, (void *)buf);
-    if (copy) memcpy(buf, *cur, p->numel * sizeof(float));
+    if (copy && *cur) memcpy(buf, *cur, p->numel * sizeof(float));
     if (!*external) free(*cur); /* the private buffer would only cost memory */
     *cur = buf;
     *external = own == NULL;
@@ -243,6 +297,7 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
     ct_status st = move_flat(p, &p->grad, &p->grad_external, buf, true, "gradients");
     for (int i = 0; st == CT_OK && i < p->n; i++)
         if (!p->recs[i].is_buffer) p->recs[i].t->grad->data = p->grad + p->recs[i].offset;
+    p->deferred = p->deferred && !(p->data && p->grad); /* the caller makes the values */
     return st;
 }
 
@@ -252,10 +307,12 @@ ct_status ct_params_set_data_storage(ct_params *p, float *buf, bool copy) {
     ct_status st = move_flat(p, &p->data, &p->data_external, buf, copy, "parameters");
     for (int i = 0; st == CT_OK && i < p->n; i++)
         if (!p->recs[i].is_buffer) p->recs[i].t->data = p->data + p->recs[i].offset;
+    p->deferred = p->deferred && !(p->data && p->grad);
     return st;
 }
 
 void ct_params_zero_grad(ct_params *p) {
+    if (!p->grad) return; /* deferred: no gradients yet */
     if (p->device.type == CT_DEV_CPU) {
         /* flags, not a memset: the memset of the MLP's 7 MB was 2.7% of its step, and
          * backward rewrites nearly every gradient anyway (see settle) */
@@ -304,6 +361,9 @@ ct_status ct_params_to(ct_params *p, ct_device dev) {
     char b1[32], b2[32];
     CT_CHECK(p->finalized, "ct_params_to before ct_params_finalize");
     if (ct_device_eq(p->device, dev)) return CT_OK;
+    if (p->deferred)
+        return ct_error(CT_ERR_INVALID, "ct_params_to %s: the values are deferred (ct_params_materialize first)",
+                        ct_device_str(dev, b2, sizeof b2));
     if (p->device.type != CT_DEV_CPU && dev.type != CT_DEV_CPU)
         return ct_error(CT_ERR_UNSUPPORTED, "ct_params_to: %s to %s: move through the CPU", ct_device_str(p->device, b1, sizeof b1),
                         ct_device_str(dev, b2, sizeof b2));

@@ -160,6 +160,9 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
         return ct_error(CT_ERR_INVALID, "DDP: gradient compression dtype must be f32, bf16 or f16, not %s", ct_dtype_name(o.comm_dtype));
     if (o.bucket_cap_bytes < 4) o.bucket_cap_bytes = 4;
     if (o.first_bucket_bytes < 4) o.first_bucket_bytes = 4;
+    if (ct_params_is_deferred(P))
+        return ct_error(CT_ERR_INVALID, "DDP: the parameters' values are deferred (ct_params_finalize_deferred): "
+                        "ct_params_materialize first, or shard them (ct_fsdp_create)");
     if (ct_params_device(P).type != CT_DEV_CPU) {
         /* gradients on a GPU: NCCL reduces them in place, on its stream ordered after the
          * compute stream (src/distributed/nccl.c); compression converts on the device */

@@ -104,12 +104,12 @@ static ct_status build_shapes(const ct_model_config *cfg, ct_model **out) {
     return CT_OK;
 }
 
-ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out) {
+static ct_status create(const ct_model_config *cfg, uint64_t seed, bool deferred, ct_model **out) {
     *out = NULL;
     ct_model *m;
     ct_status st = build_shapes(cfg, &m);
     if (st != CT_OK) return st;
-    st = ct_params_finalize(m->P, seed);
+    st = deferred ? ct_params_finalize_deferred(m->P, seed) : ct_params_finalize(m->P, seed);
     if (st != CT_OK) { ct_model_free(m); return st; }
     for (int i = 0; i < ct_params_count(m->P); i++) {
         ct_tensor *t = ct_params_get(m->P, i);
@@ -118,6 +118,11 @@ ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **
     describe(m);
     *out = m;
     return CT_OK;
+}
+
+ct_status ct_model_create(const ct_model_config *cfg, uint64_t seed, ct_model **out) { return create(cfg, seed, false, out); }
+ct_status ct_model_create_deferred(const ct_model_config *cfg, uint64_t seed, ct_model **out) {
+    return create(cfg, seed, true, out);
 }
 
 ct_status ct_model_config_numel_(const ct_model_config *cfg, double *out) {

@@ -64,12 +64,7 @@ ct_adamw_opts ct_adamw_default_opts(void) {
 }
 
 /* Buffers (state without gradient) live outside the flat parameter buffer. */
-static bool is_trainable(const ct_params *p, int i) {
-    const ct_tensor *t = ct_params_get(p, i);
-    uintptr_t d = (uintptr_t)ct_params_data(p), x = (uintptr_t)t->data;
-    size_t n = ct_params_numel(p);
-    return ct_numel(t) > 0 && x >= d && x < d + n * sizeof(float);
-}
+static bool is_trainable(const ct_params *p, int i) { return !ct_params_is_buffer(p, i) && ct_numel(ct_params_get(p, i)) > 0; }
 
 /* a state buffer on d (hooks h, NULL on the CPU): 64-byte aligned on the host, as optim_new's */
 static ct_status state_alloc(ct_device d, const ct_device_hooks *h, size_t bytes, float **out) {
@@ -89,7 +84,8 @@ static void state_free(const ct_device_hooks *h, float *p) {
 
 static ct_status optim_new(ct_params *p, int kind, double wd, bool only_ge2, bool template_only, int nstate,
                            const char *const *names, ct_optim **out) {
-    if (!p || !ct_params_data(p)) return ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
+    if (!p || (!ct_params_data(p) && !ct_params_is_deferred(p)))
+        return ct_error(CT_ERR_INVALID, "optimizer: parameter store is NULL or not finalized");
     const ct_device_hooks *h = NULL;
     if (ct_params_device(p).type != CT_DEV_CPU && !(h = ct_device_hooks_get(ct_params_device(p), "optimizer")))
         return CT_ERR_UNSUPPORTED;

@@ -342,7 +342,7 @@ static ct_status build_units(ct_fsdp *f) {
 }
 
 /* S: one 1-D parameter per piece of a parameter of P that lies in this rank's shard */
-static ct_status build_shards(ct_fsdp *f, const ct_optim *like) {
+static ct_status build_shards(ct_fsdp *f, const ct_optim *like, bool deferred, uint64_t seed) {
     ct_status st = ct_params_create(&f->S);
     if (st != CT_OK) return st;
     int count = 0;
@@ -367,7 +367,8 @@ static ct_status build_shards(ct_fsdp *f, const ct_optim *like) {
     for (int k = 0; k < f->nu; k++)
         for (int j = 0; j < f->u[k].npieces; j++) {
             piece *pc = &f->u[k].pieces[j];
-            memcpy(sdata(f, pc->sidx), ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
+            if (deferred) ct_params_init_range(f->P, seed, pc->goff, pc->goff + pc->len, sdata(f, pc->sidx));
+            else memcpy(sdata(f, pc->sidx), ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
         }
     memset(ct_params_grad(f->S), 0, ct_params_numel(f->S) * sizeof(float));
     if ((st = ct_optim_create_like(like, f->S, &f->opt)) != CT_OK) return st;
@@ -402,34 +403,43 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     f->map_bytes = ((f->numel ? f->numel : 1) * sizeof(float) + page_size() - 1) & ~(page_size() - 1);
     f->mem.full_param_bytes = f->numel * sizeof(float);
     ct_status st = build_units(f);
-    /* rank 0's values everywhere, as DDP starts */
-    if (st == CT_OK) st = ct_broadcast_sync(pg, ct_params_data(P), f->numel, CT_F32, 0);
+    /* rank 0's values everywhere, as DDP starts; deferred (sharded initialisation): rank 0's
+     * seed, from which each rank makes its own pieces and what it keeps, nothing else */
+    bool deferred = ct_params_is_deferred(P);
+    uint64_t seed = ct_params_seed(P);
+    if (st == CT_OK && deferred) st = ct_broadcast_sync(pg, &seed, 2, CT_I32, 0);
+    else if (st == CT_OK) st = ct_broadcast_sync(pg, ct_params_data(P), f->numel, CT_F32, 0);
     if (st == CT_OK && ct_params_buffer_numel(P) > 0)
         st = ct_broadcast_sync(pg, ct_params_buffer_data(P), ct_params_buffer_numel(P), CT_F32, 0);
     f->mc = st == CT_OK ? malloc(f->map_bytes / page_size() + 1) : NULL;
     if (st == CT_OK && !f->mc) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
     /* one buffer at a time, what the mode does not keep dropped at once: the gradients (all
      * of them go), the shards, then the parameters; the process grows by one copy of the
-     * parameters while a buffer moves, not more */
+     * parameters while a buffer moves, not more (deferred: nothing moves, nothing is made
+     * but the shards and the kept units) */
     float **maps[2] = {&f->grad, &f->data};
     for (int m = 0; m < 2 && st == CT_OK; m++) {
-        if (m == 1 && (st = build_shards(f, like)) != CT_OK) break;
+        if (m == 1 && (st = build_shards(f, like, deferred, seed)) != CT_OK) break;
         float *b = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (b == MAP_FAILED) {
             st = ct_error(CT_ERR_NOMEM, "fsdp: cannot map %zu bytes for the %s", f->map_bytes, m ? "parameters" : "gradients");
             break;
         }
         *maps[m] = b;
-        st = m ? ct_params_set_data_storage(P, b, true) : ct_params_set_grad_storage(P, b);
+        st = m ? ct_params_set_data_storage(P, b, !deferred) : ct_params_set_grad_storage(P, b);
         if (st != CT_OK) break;
         if (m == 0) {
-            drop_range(f->grad, 0, f->numel, true);
+            if (!deferred) drop_range(f->grad, 0, f->numel, true);
             continue;
         }
         for (int k = 0; k < f->nu; k++) {
-            f->u[k].gathered = true;
-            if (!f->u[k].root) f->gathered_now += f->u[k].len * sizeof(float);
-            if (mode != CT_SHARD_OPTIM) release(f, &f->u[k]);
+            unit *u = &f->u[k];
+            bool keep = u->root || mode == CT_SHARD_OPTIM;
+            if (deferred && !keep) continue; /* never made here: its pages were never touched */
+            if (deferred) ct_params_init_range(P, seed, u->off, u->off + u->len, f->data + u->off);
+            u->gathered = true;
+            if (!u->root) f->gathered_now += u->len * sizeof(float);
+            if (!keep) release(f, u);
         }
     }
     if (st != CT_OK) {

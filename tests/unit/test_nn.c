@@ -172,6 +172,48 @@ CT_TEST(same_seed_same_weights) {
     ct_model_free(a); ct_model_free(b); ct_model_free(d);
 }
 
+/* Sharded initialisation rests on this: any flat range of a deferred store, made alone, has
+ * the bits ct_model_create gives it (every init kind: normal, uniform, ones, zeros, padding). */
+CT_TEST(deferred_init_any_range_same_bits) {
+    ct_model_config cfgs[2] = {small_gpt(), ct_model_default_config(CT_MODEL_MLP)};
+    for (int c = 0; c < 2; c++) {
+        ct_model *a, *d;
+        CT_EXPECT_OK(ct_model_create(&cfgs[c], 7, &a));
+        CT_EXPECT_OK(ct_model_create_deferred(&cfgs[c], 7, &d));
+        CT_ASSERT(a && d);
+        ct_params *P = ct_model_params(a), *Q = ct_model_params(d);
+        size_t n = ct_params_numel(P);
+        CT_EXPECT(ct_params_is_deferred(Q) && !ct_params_is_deferred(P));
+        CT_EXPECT(ct_params_data(Q) == NULL && ct_params_grad(Q) == NULL && ct_params_numel(Q) == n);
+        CT_EXPECT(ct_params_seed(Q) == 7);
+        float *buf = malloc(n * sizeof(float));
+        CT_ASSERT(buf);
+        uint64_t r = 12345;
+        int bad = 0;
+        for (int k = 0; k < 200; k++) { /* random ranges, some across parameters and padding */
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            size_t lo = (size_t)(r >> 33) % n, len = 1 + (size_t)(r >> 13) % (k < 100 ? 37 : n - lo);
+            size_t hi = lo + len > n ? n : lo + len;
+            ct_params_init_range(Q, 7, lo, hi, buf);
+            bad += memcmp(buf, ct_params_data(P) + lo, (hi - lo) * sizeof(float)) != 0;
+        }
+        CT_EXPECTF(bad == 0, "model %d: %d of 200 ranges differ from ct_model_create's values", c, bad);
+        ct_params_init_range(Q, 8, 0, n, buf); /* another seed, other values */
+        CT_EXPECT(memcmp(buf, ct_params_data(P), n * sizeof(float)) != 0);
+        free(buf);
+        /* a deferred store refuses what needs values, then materialises to the same bits */
+        CT_EXPECT(ct_params_to(Q, (ct_device){.type = CT_DEV_CUDA}) == CT_ERR_INVALID);
+        ct_params_zero_grad(Q); /* nothing to zero: no crash */
+        CT_EXPECT_OK(ct_params_materialize(Q));
+        CT_EXPECT(!ct_params_is_deferred(Q));
+        CT_EXPECT(!memcmp(ct_params_data(P), ct_params_data(Q), n * sizeof(float)));
+        CT_EXPECT(ct_params_get(Q, 0)->data == ct_params_data(Q) && ct_params_get(Q, 0)->grad->data == ct_params_grad(Q));
+        CT_EXPECT_OK(ct_params_materialize(Q)); /* once */
+        ct_model_free(a);
+        ct_model_free(d);
+    }
+}
+
 CT_TEST(forward_shapes_and_loss_near_log_classes) {
     ct_ctx *ctx; CT_EXPECT_OK(ct_ctx_create(NULL, &ctx));
     ct_model_config c = ct_model_default_config(CT_MODEL_MLP);

@@ -44,6 +44,7 @@
 #define CTRAIN_FSDP_H
 
 #include "ctrain/dist.h"
+#include "ctrain/io.h"
 #include "ctrain/optim.h"
 #include "ctrain/tensor.h"
 
@@ -85,6 +86,10 @@ typedef struct ct_fsdp_mem {
 ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard_mode mode, ct_fsdp **out);
 /* Gathers every unit back into P (collective when the group is alive), then frees. */
 void ct_fsdp_free(ct_fsdp *f);
+/* Frees without gathering (not collective): P's parameters and gradients are given up and P
+ * is deferred again (ct_params_defer), so no rank ever holds the whole model; for a caller
+ * done with the values, e.g. once ct_fsdp_stream wrote them. */
+void ct_fsdp_discard(ct_fsdp *f);
 ct_optim *ct_fsdp_optim(ct_fsdp *f);       /* the shards' optimizer */
 ct_shard_mode ct_fsdp_mode(const ct_fsdp *f);
 /* Off by default: each gather waits. On: while a unit runs, the next one's all-gather is in
@@ -118,6 +123,14 @@ ct_status ct_fsdp_step(ct_fsdp *f, double lr);
 ct_status ct_fsdp_unscale(ct_fsdp *f, ct_grad_scaler *s, bool *found_inf);
 /* Instead of ct_fsdp_step when the step is skipped: the shards and the gathered units stay. */
 ct_status ct_fsdp_skip_step(ct_fsdp *f);
+/* Collective: a whole-model file written by rank 0 without the whole model in any rank's
+ * memory (FSDP's FULL_STATE_DICT with rank0_only, a unit at a time): rank 0 calls
+ * write(arg, fetch, user), a save that calls fetch before each tensor's bytes are written
+ * (ct_model_save_fetch, ct_train_model.save_fetch); when a tensor of a unit not gathered
+ * comes, every rank gathers that unit in f32 (the masters) and frees the one streamed before;
+ * the other ranks follow rank 0's requests until it is done. Rank 0 returns write's status,
+ * every rank the collectives'. */
+ct_status ct_fsdp_stream(ct_fsdp *f, ct_status (*write)(void *arg, ct_st_fetch_fn fetch, void *user), void *arg);
 /* Collective: every unit gathered into P (to save or export the model), and back. */
 ct_status ct_fsdp_gather_all(ct_fsdp *f);
 ct_status ct_fsdp_reshard(ct_fsdp *f);

@@ -82,6 +82,11 @@ ct_status ct_st_writer_add(ct_st_writer *w, const char *name, ct_dtype dtype, in
                            const int64_t *shape, const void *data);
 /* Set (or replace) a "__metadata__" string entry. */
 ct_status ct_st_writer_set_metadata(ct_st_writer *w, const char *key, const char *value);
+/* Called by ct_st_writer_save just before it writes a tensor's bytes (in file order) with the
+ * pointer and size given to ct_st_writer_add: to make them just in time, as FSDP gathers one
+ * unit at a time for a whole-model file (ct_fsdp_stream). Another status stops the save. */
+typedef ct_status (*ct_st_fetch_fn)(void *user, const void *data, size_t nbytes);
+void ct_st_writer_set_fetch(ct_st_writer *w, ct_st_fetch_fn fn, void *user);
 /* Write atomically: a temporary file in the same directory, fsync, rename over `path`,
  * fsync the directory. On any failure (full disk, missing or unwritable directory) returns
  * CT_ERR_IO naming the path, removes the temporary file and leaves an existing `path`

@@ -154,6 +154,9 @@ ct_tensor *ct_model_loss(ct_ctx *ctx, ct_model *m, ct_tensor *input, ct_tensor *
  * tensor and the file (a file that cannot be opened or parsed: ct_st_open's status and
  * message), and nothing in the model is changed. */
 ct_status ct_model_save(const ct_model *m, const char *path);
+/* The same file, with fetch called before each tensor's bytes are written (ct_st_writer_set_fetch):
+ * how a sharded model is written whole one unit at a time (ct_fsdp_stream). */
+ct_status ct_model_save_fetch(const ct_model *m, const char *path, ct_st_fetch_fn fetch, void *user);
 /* GPT: also accepts "lm_head.weight" (tied: must match wte's shape; wte is what is used)
  * and nanoGPT's causal-mask buffers "transformer.h.N.attn.bias" (ignored). */
 ct_status ct_model_load(ct_model *m, const char *path);

@@ -65,6 +65,10 @@ typedef struct ct_train_model {
     /* Write / read the weights as safetensors. NULL: ct_params_save / ct_params_load. */
     ct_status (*save)(void *self, const char *path);
     ct_status (*load)(void *self, const char *path);
+    /* save, calling fetch before each tensor's bytes are written (ct_model_save_fetch). NULL:
+     * under FSDP the whole model is gathered on every rank to write model.safetensors;
+     * with it, one unit at a time (ct_fsdp_stream). */
+    ct_status (*save_fetch)(void *self, const char *path, ct_st_fetch_fn fetch, void *user);
     /* The config as metadata (ct_model_write_config), written into a sharded checkpoint so
      * that it exports whole without the run's flags. NULL: none (such a checkpoint resumes,
      * but `ctrain export` cannot build its model). */
@@ -238,6 +242,10 @@ typedef struct ct_eval_opts {
     int batch_size;          /* 64 */
     int64_t max_samples;     /* 0: all */
     ct_pg *pg;               /* NULL or a world of 1: one process; else each rank evaluates its share */
+    /* every rank runs as many forwards as the rank with the most batches, the extra ones on
+     * one repeated sample and not counted: for a forward that calls collectives (FSDP's units
+     * gathered one at a time). false */
+    bool lockstep;
 } ct_eval_opts;
 ct_eval_opts ct_eval_default_opts(void);
 /* Mean cross-entropy and accuracy (argmax of the last dim against the targets) of model's
@@ -280,12 +288,19 @@ typedef struct ct_trainer_opts {
                               * forward and loss under ct_autocast_begin (see ct_step_args);
                               * CT_F16 turns loss_scaling on. Evaluation stays f32. */
     bool shard_prefetch;     /* with shard: ct_fsdp_set_prefetch (false) */
+    /* with shard: false (default): ct_trainer_free gathers the model whole into its store
+     * (ct_fsdp_free); true: it gives the parameters up instead (ct_fsdp_discard: the store is
+     * deferred, without values), for a caller done with them once model.safetensors is
+     * written, so that no rank ever holds the whole model (the CLI) */
+    bool release_model;
     ct_dtype shard_param_dtype; /* with shard: ct_fsdp_set_param_dtype (CT_F32; CT_BF16) */
     ct_shard_mode shard;     /* CT_SHARD_NONE (default): DDP over pg; else FSDP (fsdp.h) in that
                               * mode: the optimizer's kind and options step each rank's shards
                               * (its own state is released: ct_optim_release_state),
-                              * the final model.safetensors is gathered whole; checkpoints
-                              * are sharded (ct_checkpoint_save_sharded). */
+                              * the final model.safetensors is written a unit at a time
+                              * (ct_fsdp_stream; gathered whole for a model without
+                              * save_fetch); evaluation gathers each unit as it runs (ranks in
+                              * lockstep); checkpoints are sharded (ct_checkpoint_save_sharded). */
     /* Called on every rank after each optimizer step / evaluation; return false to stop
      * (the trainer then saves and returns CT_OK). Under DDP every rank must decide alike
      * (decide from the report, which is the same on every rank except the step's loss). */

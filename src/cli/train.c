@@ -178,6 +178,7 @@ static ct_status fit(job *j) {
     to.log_every = o->log_every;
     to.output_dir = o->output_dir;
     to.preemptible = true; /* every rank alike, whatever CTRAIN_PREEMPT_SIGNALS says on its node */
+    to.release_model = true; /* the weights are in model.safetensors: never gathered back whole */
     ct_train_model tm = ct_train_model_builtin(j->model);
     ct_trainer *t;
     ct_status st = ct_trainer_create(&to, &tm, j->opt, j->train, j->test, &t);
@@ -189,6 +190,9 @@ static ct_status fit(job *j) {
         ct_trainer_free(t);
         return CT_OK;
     }
+    /* under --shard the units are released after training: every rank gathers them for rank
+     * 0's export (the whole model, once, at the end) */
+    if (st == CT_OK && o->export_hf && ct_trainer_fsdp(t)) st = ct_fsdp_gather_all(ct_trainer_fsdp(t));
     if (st == CT_OK && o->export_hf && rank0) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/hf", o->output_dir);

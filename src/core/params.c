@@ -197,6 +197,23 @@ void ct_params_init_range(const ct_params *p, uint64_t seed, size_t lo, size_t h
     }
 }
 
+void ct_params_defer(ct_params *p) {
+    CT_CHECK(p->finalized && p->device.type == CT_DEV_CPU, "ct_params_defer: a finalized store on the CPU");
+    if (!p->data_external) free(p->data);
+    if (!p->grad_external) free(p->grad);
+    p->data = p->grad = NULL;
+    p->data_external = p->grad_external = false;
+    p->deferred = true;
+    p->stale = false;
+    for (int i = 0; i < p->n; i++) {
+        param_rec *r = &p->recs[i];
+        if (r->is_buffer) continue;
+        r->t->flags &= ~(uint32_t)CT_TF_GRAD_STALE;
+        r->t->data = NULL;
+        r->t->grad->data = NULL;
+    }
+}
+
 ct_status ct_params_materialize(ct_params *p) {
     CT_CHECK(p->finalized, "ct_params_materialize before ct_params_finalize_deferred");
     if (!p->deferred) return CT_OK;

@@ -390,7 +390,14 @@ struct ct_st_writer {
     int n, cap;
     char **mk, **mv;
     int nm, mcap;
+    ct_st_fetch_fn fetch; /* ct_st_writer_set_fetch */
+    void *fetch_user;
 };
+
+void ct_st_writer_set_fetch(ct_st_writer *w, ct_st_fetch_fn fn, void *user) {
+    w->fetch = fn;
+    w->fetch_user = user;
+}
 
 ct_status ct_st_writer_create(ct_st_writer **out) {
     *out = calloc(1, sizeof(ct_st_writer));
@@ -558,8 +565,10 @@ ct_status ct_st_writer_save(const ct_st_writer *w, const char *path) {
         goto done;
     }
     if (!write_all(fd, hdr, hl + 8)) goto write_err;
-    for (int i = 0; i < w->n; i++)
+    for (int i = 0; i < w->n; i++) {
+        if (w->fetch && (st = w->fetch(w->fetch_user, order[i]->data, order[i]->nbytes)) != CT_OK) goto done;
         if (order[i]->nbytes && !write_all(fd, order[i]->data, order[i]->nbytes)) goto write_err;
+    }
     if (fsync(fd) != 0) goto write_err;
     int cfd = fd;
     fd = -1;

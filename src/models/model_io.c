@@ -67,7 +67,7 @@ ct_status ct_model_write_config(const ct_model *m, ct_st_writer *w) { return ct_
 
 /* ---- save ---- */
 static ct_status save_impl(const ct_params *P, const char *path, const char *alias, const ct_tensor *alias_of,
-                           const ct_model_config *cfg) {
+                           const ct_model_config *cfg, ct_st_fetch_fn fetch, void *user) {
     if (!path || !*path) return ct_error(CT_ERR_INVALID, "save: empty path");
     ct_st_writer *w;
     if (ct_st_writer_create(&w) != CT_OK) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
@@ -80,17 +80,22 @@ static ct_status save_impl(const ct_params *P, const char *path, const char *ali
     if (st == CT_OK && alias) st = ct_st_writer_add(w, alias, CT_F32, alias_of->ndim, alias_of->shape, alias_of->data);
     if (st == CT_OK) st = ct_st_writer_set_metadata(w, "format", "pt");
     if (st == CT_OK && cfg) st = ct_model_config_metadata_(w, cfg);
+    ct_st_writer_set_fetch(w, fetch, user);
     if (st == CT_OK) st = ct_st_writer_save(w, path);
     ct_st_writer_free(w);
     return st;
 }
 
-ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL, NULL); }
+ct_status ct_params_save(const ct_params *P, const char *path) { return save_impl(P, path, NULL, NULL, NULL, NULL, NULL); }
 
-ct_status ct_model_save(const ct_model *m, const char *path) {
-    if (m->quantized) return ct_model_save_quantized(m, path); /* its f32 Linear weights are stale */
-    return save_impl(m->P, path, m->tied ? m->kind->tied_name : NULL, m->tied, &m->cfg); /* untied: no alias */
+ct_status ct_model_save_fetch(const ct_model *m, const char *path, ct_st_fetch_fn fetch, void *user) {
+    if (m->quantized) { /* its f32 Linear weights are stale */
+        if (fetch) return ct_error(CT_ERR_UNSUPPORTED, "%s: a quantized model is saved whole, not fetched", path);
+        return ct_model_save_quantized(m, path);
+    }
+    return save_impl(m->P, path, m->tied ? m->kind->tied_name : NULL, m->tied, &m->cfg, fetch, user); /* untied: no alias */
 }
+ct_status ct_model_save(const ct_model *m, const char *path) { return ct_model_save_fetch(m, path, NULL, NULL); }
 
 ct_status ct_model_save_hf(const ct_model *m, const char *dir) {
     if (!m->kind->hf_save)

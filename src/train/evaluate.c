@@ -1,6 +1,7 @@
 /* Evaluation: mean loss and accuracy of a model over a dataset, alone (ctrain eval) or
  * inside the trainer. Each rank takes every world-th sample (no padding, so every sample
- * counts once) and the sums are all-reduced. */
+ * counts once) and the sums are all-reduced; with lockstep the ranks with fewer batches run
+ * uncounted forwards until they have run as many as rank 0. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -46,7 +47,18 @@ ct_status ct_evaluate(const ct_train_model *m, const ct_dataset *d, const ct_eva
     bool was = ct_set_grad_enabled(ctx, false), training = ct_ctx_training(ctx);
     ct_ctx_set_training(ctx, false);
     int64_t i = rank;
-    while (i < last) {
+    /* rank 0 has the most samples: ceil(last / world), in ceil(that / B) batches */
+    int64_t batches = ((last + world - 1) / world + B - 1) / B;
+    for (int64_t b = 0; i < last || (o.lockstep && b < batches); b++) {
+        if (i >= last) { /* lockstep: a forward for the collectives in it, its result unused */
+            ct_dataset_get(d, 0, x, y);
+            xd[0] = 1;
+            ct_tensor *xt = ct_wrap(ctx, ct_dataset_x_dtype(d), x, xnd, xd);
+            if (dev.type != CT_DEV_CPU && (st = ct_tensor_to(ctx, xt, dev, &xt)) != CT_OK) break;
+            (void)m->forward(ctx, m->self, xt);
+            ct_ctx_reset(ctx);
+            continue;
+        }
         int64_t n = 0;
         for (; n < B && i < last; n++, i += world) ct_dataset_get(d, i, (char *)x + (size_t)(n * xn) * xs, y + n * yn);
         xd[0] = n;

@@ -457,15 +457,17 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     return CT_OK;
 }
 
-void ct_fsdp_free(ct_fsdp *f) {
+static void free_impl(ct_fsdp *f, bool discard) {
     if (!f) return;
-    if (f->data && f->S && f->status == CT_OK && ct_fsdp_gather_all(f) != CT_OK)
+    if (!discard && f->data && f->S && f->status == CT_OK && ct_fsdp_gather_all(f) != CT_OK)
         CT_LOG_WARN_("fsdp", "the parameters could not be gathered back: %s", ct_last_error());
     if (f->pend) ct_work_free(f->pend); /* after a failure: waits for it before its buffers go */
     if (f->rs_pend) ct_work_free(f->rs_pend);
     if (f->P && (f->data || f->grad)) {
         ct_params_set_grad_hook(f->P, NULL, NULL);
         ct_params_set_unit_hook(f->P, NULL, NULL);
+        /* by the data alone: ct_params_grad would first zero every stale gradient, all pages */
+        if (discard && ct_params_data(f->P) == f->data) ct_params_defer(f->P);
         if (ct_params_data(f->P) == f->data && ct_params_set_data_storage(f->P, NULL, true) != CT_OK)
             CT_LOG_WARN_("fsdp", "%s", ct_last_error());
         if (ct_params_grad(f->P) == f->grad && ct_params_set_grad_storage(f->P, NULL) != CT_OK)
@@ -490,6 +492,9 @@ void ct_fsdp_free(ct_fsdp *f) {
     free(f->mc);
     free(f);
 }
+
+void ct_fsdp_free(ct_fsdp *f) { free_impl(f, false); }
+void ct_fsdp_discard(ct_fsdp *f) { free_impl(f, true); }
 
 /* ---- the step ---- */
 
@@ -594,6 +599,85 @@ ct_status ct_fsdp_gather_all(ct_fsdp *f) {
         gather_as(f, u, CT_F32);
     }
     return f->status;
+}
+
+/* ---- a whole-model file, a unit at a time ---- */
+
+typedef struct {
+    ct_fsdp *f;
+    int cur; /* the unit the stream gathered last, -1: none */
+} stream;
+
+/* the unit whose parameters hold p, -1 for memory outside them (buffers, the config) */
+static int unit_at(const ct_fsdp *f, const void *p) {
+    const float *x = p;
+    if (!x || x < f->data || x >= f->data + f->numel) return -1;
+    size_t off = (size_t)(x - f->data);
+    for (int k = 0; k < f->nu; k++)
+        if (off >= f->u[k].off && off < f->u[k].off + f->u[k].len) return k;
+    return -1;
+}
+
+/* on every rank alike: the unit streamed before freed, then unit k (-1: none) gathered in f32 */
+static ct_status stream_to(ct_fsdp *f, stream *s, int k) {
+    if (s->cur >= 0) release(f, &f->u[s->cur]);
+    s->cur = k;
+    if (k >= 0) gather_as(f, &f->u[k], CT_F32);
+    return f->status;
+}
+
+/* rank 0's writer, before a tensor's bytes: its unit requested from every rank and gathered */
+static ct_status stream_fetch(void *user, const void *data, size_t nbytes) {
+    (void)nbytes;
+    stream *s = user;
+    ct_fsdp *f = s->f;
+    int k = unit_at(f, data);
+    if (k < 0 || f->u[k].gathered) return f->status;
+    int32_t req = k;
+    ct_status st = ct_broadcast_sync(f->pg, &req, 1, CT_I32, 0);
+    if (st != CT_OK) {
+        fail(f, st);
+        return st;
+    }
+    return stream_to(f, s, k);
+}
+
+ct_status ct_fsdp_stream(ct_fsdp *f, ct_status (*write)(void *arg, ct_st_fetch_fn fetch, void *user), void *arg) {
+    finish_prefetch(f);
+    if (f->status != CT_OK) return f->status;
+    /* with bf16 gathers the units kept gathered hold rounded values: the file takes the masters */
+    if (f->gdt != CT_F32)
+        for (int k = 0; k < f->nu; k++)
+            if (f->u[k].gathered) {
+                forget(f, &f->u[k]);
+                gather_as(f, &f->u[k], CT_F32);
+            }
+    stream s = {.f = f, .cur = -1};
+    ct_status st = f->status;
+    if (st == CT_OK && f->me == 0) {
+        st = write(arg, stream_fetch, &s);
+        int32_t done = -1; /* the others stop following, whatever became of the write */
+        if (f->status == CT_OK) {
+            ct_status bs = ct_broadcast_sync(f->pg, &done, 1, CT_I32, 0);
+            if (bs != CT_OK) fail(f, bs);
+        }
+    } else if (st == CT_OK) {
+        for (;;) {
+            int32_t req;
+            ct_status bs = ct_broadcast_sync(f->pg, &req, 1, CT_I32, 0);
+            if (bs != CT_OK) { fail(f, bs); break; }
+            if (req < 0) break;
+            if (req >= f->nu) { /* a corrupted request: every rank is lost at this point */
+                fail(f, ct_error(CT_ERR_PEER, "fsdp: rank 0 asked to stream unit %d of %d", (int)req, f->nu));
+                break;
+            }
+            if (stream_to(f, &s, req) != CT_OK) break;
+        }
+    }
+    stream_to(f, &s, -1);
+    round_kept(f);
+    if (f->status != CT_OK) return f->status;
+    return st;
 }
 
 ct_status ct_fsdp_reshard(ct_fsdp *f) {

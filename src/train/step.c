@@ -12,6 +12,9 @@
 static ct_tensor *builtin_forward(ct_ctx *ctx, void *self, ct_tensor *x) { return ct_model_forward(ctx, self, x); }
 static ct_tensor *builtin_loss(ct_ctx *ctx, void *self, ct_tensor *x, ct_tensor *y) { return ct_model_loss(ctx, self, x, y); }
 static ct_status builtin_save(void *self, const char *path) { return ct_model_save(self, path); }
+static ct_status builtin_save_fetch(void *self, const char *path, ct_st_fetch_fn fetch, void *user) {
+    return ct_model_save_fetch(self, path, fetch, user);
+}
 static ct_status builtin_load(void *self, const char *path) { return ct_model_load(self, path); }
 static ct_status builtin_config(void *self, ct_st_writer *w) { return ct_model_write_config(self, w); }
 
@@ -26,7 +29,7 @@ static ct_train_expect builtin_expect(const ct_model_config *c) {
 
 ct_train_model ct_train_model_builtin(ct_model *m) {
     return (ct_train_model){.params = ct_model_params(m), .forward = builtin_forward, .loss = builtin_loss,
-                            .save = builtin_save, .load = builtin_load, .save_config = builtin_config,
+                            .save = builtin_save, .save_fetch = builtin_save_fetch, .load = builtin_load, .save_config = builtin_config,
                             .kind = ct_model_kind_name(ct_model_config_of(m)->kind), .describe = ct_model_describe(m),
                             .self = m, .expect = builtin_expect(ct_model_config_of(m))};
 }

@@ -212,7 +212,8 @@ void ct_trainer_free(ct_trainer *t) {
     ct_sampler_free(t->sampler);
     ct_zero_free(t->zero);
     ct_ddp_free(t->ddp);
-    ct_fsdp_free(t->fsdp);
+    if (t->o.release_model) ct_fsdp_discard(t->fsdp);
+    else ct_fsdp_free(t->fsdp);
     ct_ctx_free(t->ctx);
     ct_grad_scaler_free(t->scaler);
     ct_host_free(t->dev, t->xbuf);
@@ -245,11 +246,10 @@ ct_status ct_trainer_evaluate(ct_trainer *t, ct_eval_report *r) {
     eo.batch_size = t->o.batch_size;
     eo.max_samples = t->o.eval_max;
     eo.pg = t->pg;
-    /* ranks evaluate unequal shares, so a unit gathered per batch would call unmatched
-     * collectives: the whole model is gathered for the evaluation */
-    ct_status st = t->fsdp ? ct_fsdp_gather_all(t->fsdp) : CT_OK;
-    if (st == CT_OK) st = ct_evaluate(t->model, d, &eo, t->ctx, r);
-    if (st == CT_OK && t->fsdp) st = ct_fsdp_reshard(t->fsdp);
+    /* FSDP gathers each unit as its forward enters it and frees it after, as in training,
+     * so every rank runs as many forwards: the whole model is never gathered */
+    eo.lockstep = t->fsdp != NULL;
+    ct_status st = ct_evaluate(t->model, d, &eo, t->ctx, r);
     r->step = t->step;
     r->epoch = t->epoch;
     return st;
@@ -323,6 +323,16 @@ static ct_status save_weights(ct_trainer *t) {
     if (st != CT_OK) return st;
     st = t->model->save ? t->model->save(t->model->self, p) : ct_params_save(t->model->params, p);
     return ct_train_from_host_(t->model, NULL, was, st);
+}
+
+/* rank 0's part of ct_fsdp_stream: model.safetensors with the units fetched as written */
+static ct_status save_streamed(void *arg, ct_st_fetch_fn fetch, void *user) {
+    ct_trainer *t = arg;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/model.safetensors", t->o.output_dir);
+    ct_status st = ct_checkpoint_free_space(t->o.output_dir, (uint64_t)ct_params_numel(t->model->params) * sizeof(float),
+                                            "model.safetensors");
+    return st != CT_OK ? st : t->model->save_fetch(t->model->self, p, fetch, user);
 }
 
 static ct_status resume(ct_trainer *t) {
@@ -551,8 +561,15 @@ ct_status ct_trainer_fit(ct_trainer *t) {
         return CT_OK;
     }
     /* the result itself: never only a warning */
-    if (t->fsdp && (st = ct_fsdp_gather_all(t->fsdp)) != CT_OK) return st;
-    if ((st = agree(t, save_weights(t), "writing model.safetensors")) != CT_OK) return st;
+    /* under FSDP a unit at a time (no rank holds the whole model), or gathered whole for a
+     * model without save_fetch */
+    if (t->fsdp && t->model->save_fetch) {
+        st = agree(t, ct_fsdp_stream(t->fsdp, save_streamed, t), "writing model.safetensors");
+    } else {
+        if (t->fsdp && (st = ct_fsdp_gather_all(t->fsdp)) != CT_OK) return st;
+        st = agree(t, save_weights(t), "writing model.safetensors");
+    }
+    if (st != CT_OK) return st;
     if (t->fsdp && (st = fsdp_report(t)) != CT_OK) return st;
     double mem[2] = {peak_rss_mb(), peak_vm_mb()}; /* the largest rank's */
     if ((st = allreduce_d(t, mem, 2, CT_RED_MAX)) != CT_OK) return st;

@@ -4,7 +4,7 @@
 # model.safetensors compared bit for bit, for a 2-block GPT on the shm, gloo, mpi and hier backends
 # and an MLP; FULL_SHARD also with clipping, bf16 autocast, fp16 with loss scaling, activation
 # checkpointing with dropout, prefetching (--shard-prefetch) and gradient accumulation. The memory line's shards
-# are 1/4 of the unsharded sizes.
+# are 1/4 of the unsharded sizes; evaluations (an MLP's, uneven across the ranks) give DDP's figures.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=${CT_BUILD:-build}/ctrain
@@ -40,6 +40,9 @@ same() {
     local bits=differ
     cmp -s "$d/$1/model.safetensors" "$d/$2/model.safetensors" && bits=identical
     [ "${3:-}" != bits ] || [ $bits = identical ] || die "$2: weights differ from $1's (loss diff $m)"
+    # evaluations (FSDP: units gathered one at a time, ranks in lockstep) give DDP's figures
+    [ "$(grep -o '"eval/[a-z]*": [0-9.e+-]*' "$d/$1/metrics.jsonl")" = "$(grep -o '"eval/[a-z]*": [0-9.e+-]*' "$d/$2/metrics.jsonl")" ] ||
+        die "$2: evaluations differ from $1's"
     report+="$2: loss diff $m, weights $bits"$'\n'
 }
 for be in shm gloo mpi hier; do
@@ -49,11 +52,18 @@ for be in shm gloo mpi hier; do
     same g_${be}_none g_${be}_full bits
 done
 for m in grad-optim optim; do train g_shm_$m shm "${gpt[@]}" --shard $m; same g_shm_none g_shm_$m bits; done
+# the Hugging Face export after FSDP training (the released units gathered for it) is DDP's
+train h_none shm "${gpt[@]}" --export hf
+train h_full shm "${gpt[@]}" --export hf --shard full
+cmp "$d/h_none/hf/model.safetensors" "$d/h_full/hf/model.safetensors" || die "--export hf after --shard full differs from DDP's"
+report+="h_full: --export hf identical to DDP's"$'\n'
 # the shards are a quarter of the whole (each unit padded to 16 floats x 4 ranks)
 line=$(grep "^fsdp:" "$d/g_shm_full.log")
 shard=$(echo "$line" | sed -E 's/.*shard params ([0-9.]+) MB.*/\1/'); whole=$(echo "$line" | sed -E 's/.*unsharded \(DDP\): params ([0-9.]+) MB.*/\1/')
 awk -v s="$shard" -v w="$whole" 'BEGIN { exit !(s > 0 && s <= w / 4 + 0.01) }' || die "shard $shard MB of $whole MB: $line"
-mlp=(mlp --hidden 64 --steps 50 --batch-size 16 --log-every 1 --eval-max 256 --threads 1)
+# 65 samples evaluated by 4 ranks in batches of 16: rank 0 runs 2 batches, the others 1 (and
+# under --shard an uncounted one, so that the units' gathers match)
+mlp=(mlp --hidden 64 --steps 50 --batch-size 16 --log-every 1 --eval-max 65 --eval-every 20 --threads 1)
 . tests/tools/fashion_mnist.sh
 for m in none full optim; do train m_$m shm "${mlp[@]}" --data-dir "$data" --shard $m; done
 same m_none m_full bits; same m_none m_optim bits

@@ -18,9 +18,15 @@ train() { # NAME ARGS...: 4 gloo ranks; the exit status is the run's
         --output-dir "$d/$name" > "$d/$name.log" 2>&1
 }
 vmpeak() { sed -n 's/^memory per rank.*(VmPeak) \([0-9.]*\) MB$/\1/p' "$d/$1.log"; }
+rss() { sed -n 's/^memory per rank, max over ranks: peak RSS \([0-9.]*\) MB.*/\1/p' "$d/$1.log"; }
 train ddp || die "DDP: $(tail -20 "$d/ddp.log")"
 train full --shard full || die "--shard full: $(tail -20 "$d/full.log")"
 vd=$(vmpeak ddp); vf=$(vmpeak full)
+# resident memory: the shards, one unit and the step's activations; no rank ever holds the
+# whole model (sharded initialisation, evaluation and the final save a unit at a time), so
+# FULL_SHARD's peak is well under DDP's (212 against 450 MB measured)
+rd=$(rss ddp); rf=$(rss full)
+awk -v f="$rf" -v dd="$rd" 'BEGIN { exit !(f > 0 && f < 0.6 * dd) }' || die "peak RSS: FULL_SHARD $rf MB, DDP $rd MB"
 [ -n "$vd" ] && [ -n "$vf" ] || die "no memory line: $(tail -3 "$d/ddp.log" "$d/full.log")"
 # 25 MB above FULL_SHARD's peak; it must stay below DDP's
 limit=$(awk -v f="$vf" 'BEGIN { printf "%d", (f + 25) * 1024 }')
@@ -32,5 +38,6 @@ cmp "$d/ddp/model.safetensors" "$d/full_limited/model.safetensors" || die "the l
 diff <(grep -o '"train/loss": [0-9.e+-]*' "$d/ddp/metrics.jsonl") <(grep -o '"train/loss": [0-9.e+-]*' "$d/full_limited/metrics.jsonl") ||
     die "losses differ"
 echo "RLIMIT_AS $((limit / 1024)) MB per rank: DDP (peak $vd MB unlimited) out of memory; --shard full (peak $vf MB) trained, DDP's bits"
+echo "peak RSS per rank: DDP $rd MB, --shard full $rf MB"
 grep -h "^fsdp:\|^memory" "$d/full_limited.log"
 grep -h "^memory" "$d/ddp.log"

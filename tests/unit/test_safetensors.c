@@ -147,6 +147,53 @@ CT_TEST(empty_writer) {
     unlink(path);
 }
 
+/* ct_st_writer_set_fetch: called once per tensor, in file order, before its bytes are
+ * written, and what it writes there is what the file holds; its error stops the save and
+ * leaves no file */
+typedef struct { const void *seen[4]; int n, fail_at; float *fill; } fetch_log;
+static ct_status fetch_cb(void *user, const void *data, size_t nbytes) {
+    fetch_log *l = user;
+    if (l->n == l->fail_at) return ct_error(CT_ERR_PEER, "fetch refused");
+    l->seen[l->n++] = data;
+    if (data == l->fill) for (size_t i = 0; i < nbytes / 4; i++) l->fill[i] = 7.0f + (float)i; /* made just in time */
+    return CT_OK;
+}
+
+CT_TEST(fetch_before_each_tensor) {
+    const char *path = ct_test_tmp_path("fetch.safetensors");
+    float a[3] = {0}, b[2] = {1, 2};
+    double c[1] = {3};
+    ct_st_writer *w; CT_EXPECT_OK(ct_st_writer_create(&w));
+    CT_EXPECT_OK(ct_st_writer_add(w, "b", CT_F32, 1, (int64_t[]){2}, b));
+    CT_EXPECT_OK(ct_st_writer_add(w, "a", CT_F32, 1, (int64_t[]){3}, a));
+    CT_EXPECT_OK(ct_st_writer_add(w, "c", CT_F64, 1, (int64_t[]){1}, c));
+    fetch_log l = {.fail_at = -1, .fill = a};
+    ct_st_writer_set_fetch(w, fetch_cb, &l);
+    CT_EXPECT_OK(ct_st_writer_save(w, path));
+    /* file order: the 8-byte f64 first, then the f32 ones by name */
+    CT_EXPECT(l.n == 3 && l.seen[0] == c && l.seen[1] == a && l.seen[2] == b);
+    ct_st_file *f;
+    CT_EXPECT_OK(ct_st_open(path, &f));
+    CT_ASSERT(f);
+    ct_st_tensor t;
+    CT_EXPECT_OK(ct_st_get(f, "a", &t));
+    float v[3];
+    memcpy(v, t.data, sizeof v);
+    CT_EXPECT(v[0] == 7.0f && v[1] == 8.0f && v[2] == 9.0f);
+    ct_st_close(f);
+    unlink(path);
+    fetch_log l2 = {.fail_at = 1, .fill = a};
+    ct_st_writer_set_fetch(w, fetch_cb, &l2);
+    CT_EXPECT(ct_st_writer_save(w, path) == CT_ERR_PEER);
+    CT_EXPECT(access(path, F_OK) != 0); /* nothing left, not even the temporary file */
+    DIR *dir = opendir(ct_test_tmp_dir());
+    int tmps = 0;
+    for (struct dirent *e; dir && (e = readdir(dir));) tmps += strstr(e->d_name, "fetch.safetensors.tmp") != NULL;
+    if (dir) closedir(dir);
+    CT_EXPECT(tmps == 0);
+    ct_st_writer_free(w);
+}
+
 /* ---- written by PyTorch (tests/torch/gen_safetensors.py) ---- */
 
 CT_TEST(torch_written) {

@@ -385,6 +385,8 @@ static ct_status build_shards(ct_fsdp *f, const ct_optim *like, bool deferred, u
     return CT_OK;
 }
 
+static void free_impl(ct_fsdp *f, bool discard);
+
 ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard_mode mode, ct_fsdp **out) {
     *out = NULL;
     CT_CHECK(pg && P && like && ct_optim_params(like) == P, "ct_fsdp_create: a group, a store and an optimizer over it");
@@ -444,7 +446,7 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     }
     if (st != CT_OK) {
         f->status = st; /* no collective on the way out: the other ranks may have failed elsewhere */
-        ct_fsdp_free(f);
+        free_impl(f, deferred); /* a deferred store goes back to deferred, not to half-made values */
         return st;
     }
     ct_params_set_grad_hook(P, on_grad, f);

@@ -2,7 +2,7 @@
 # `ctrain run --nnodes 2` across two "hosts": network namespaces joined by a veth pair
 # (10.78.0.1 and 10.78.0.2), one launcher in each, 2 workers per node, no mpirun, so the gloo
 # backend. Checks: the CNN trained for 200 steps (3 under ASan) ends with the same weights
-# (1e-5 relative) as a one-host 4-rank run on the shm backend, twice with identical bits, with
+# (bit for bit) as a one-host 4-rank run on the shm backend, twice, with
 # the gradient traffic really on the veth; node 0 makes the store secret up (a 0600 file) and
 # node 1 joins with that file, a node with another secret is refused; the rail all-reduce's sums are exact; when node 1's workers are killed, node 0
 # fails within CTRAIN_TIMEOUT + 5 s naming the lost rank and its host.
@@ -53,8 +53,11 @@ for rep in 1 2; do
     grep -q "4 ranks × batch 8 .* $steps steps" "$tmp/n0.$rep" || die "not a 4-rank job: $(head -3 "$tmp/n0.$rep")"
 done
 cmp -s "$tmp/mn1/model.safetensors" "$tmp/mn2/model.safetensors" || die "two runs across the namespaces differ"
+# the ordered all-reduce (two machines: the finished chunks come back while the next go there)
+# sums in world rank order, as the one-host run does: the same bits
 rel=$(python3 tests/tools/weights_close.py "$tmp/ref/model.safetensors" "$tmp/mn1/model.safetensors" 1e-5) ||
     die "weights differ from the one-host run: $rel"
+cmp -s "$tmp/ref/model.safetensors" "$tmp/mn1/model.safetensors" || die "not the one-host run's bits (within $rel)"
 
 # CTRAIN_HIER_ALLREDUCE=rail (slice i over local rank i's own Gloo group): `bench -c` (exact
 # integer data) for sum and avg at odd counts, which the 2 local ranks do not divide

@@ -10,9 +10,7 @@
  *   4. the last leader divides (AVG) and broadcasts among the leaders     network: ~B
  *   5. shm broadcast from local rank 0                                   memory, B/rank
  *   Steps 1-3 go in 4 MiB chunks, so machine k reduces chunk c+1 while machine k+1 works on
- *   chunk c (time ~ one shm reduction + N chunk latencies). With two machines steps 3 and 4
- *   overlap too (ordered2: the finished chunks come back while the next ones go there,
- *   network ~B each way at once instead of 2B one way after the other); a flat ring all-reduce of all W
+ *   chunk c (time ~ one shm reduction + N chunk latencies); a flat ring all-reduce of all W
  *   ranks would move ~2B(W-1)/W per rank, L times that per machine, through the network.
  *
  * tree (CTRAIN_HIER_ALLREDUCE=tree, or ranks interleaved across machines): every machine
@@ -88,60 +86,6 @@ static ct_status ordered(hier_pg *h, ct_work *w, ct_reduce_op op, double deadlin
     return st;
 }
 
-/* Two machines: ordered's sums in ordered's order (the same bits), with the finished sum's way
- * back pipelined with the running sum's way there. Chunk c goes from machine 0 to machine 1
- * while the finished chunk c-1 comes back, in one exchange of the two leaders (an all-to-all
- * of two blocks), so both directions of the link carry data at once: about B + one chunk
- * through each direction, where ordered sends B there and then B back (2B). Chunks of B/8
- * (256 KiB to 4 MiB), the same on every rank of both machines (they follow the chunks in their
- * intra-node reductions). */
-static ct_status ordered2(hier_pg *h, ct_work *w, ct_reduce_op op, double deadline) {
-    size_t esz = ct_dtype_size(w->dt), bytes = w->count * esz, cb = bytes / 8;
-    if (cb < (256u << 10)) cb = 256u << 10;
-    if (cb > ORDERED_CHUNK_BYTES) cb = ORDERED_CHUNK_BYTES;
-    size_t step = cb / esz, nch = (w->count + step - 1) / step;
-    bool lead = h->lrank == 0, last = h->node == 1;
-    uint8_t *sx = NULL, *rx = NULL; /* the exchange's two blocks out and in */
-    if (lead && (!(sx = hier_scratch(h, 0, 2 * step * esz)) || !(rx = hier_scratch(h, 1, 2 * step * esz))))
-        return hier_fail_local(h, ct_error(CT_ERR_NOMEM, "hier all_reduce staging"));
-    ct_status st = CT_OK;
-    for (size_t c = 0; c < nch; c++) {
-        size_t off = c * step, n = w->count - off < step ? w->count - off : step;
-        uint8_t *buf = (uint8_t *)w->rbuf + off * esz, *done = buf - step * esz; /* chunk c-1, finished on machine 1 */
-        if (!last && h->lsize > 1 &&
-            (st = hier_step(h, &h->local, "intra-node reduce", CT_OP_REDUCE, buf, buf, n, w->dt, op, 0, deadline)))
-            return st;
-        if (lead) {
-            /* machine 0 sends chunk c, machine 1 sends the finished chunk c-1 (none before chunk 1) */
-            if (c == 0)
-                st = last ? hier_step(h, &h->leaders, "running sum from the previous node", CT_OP_RECV, NULL, rx, n, w->dt,
-                                      CT_RED_SUM, 0, deadline)
-                          : hier_step(h, &h->leaders, "running sum to the next node", CT_OP_SEND, buf, NULL, n, w->dt,
-                                      CT_RED_SUM, 1, deadline);
-            else {
-                memcpy(sx + (last ? 0 : step * esz), last ? done : buf, (last ? step : n) * esz);
-                st = hier_step(h, &h->leaders, "running sum there and the finished sum back", CT_OP_ALLTOALL, sx, rx, step,
-                               w->dt, CT_RED_SUM, 0, deadline);
-                if (!st && !last) memcpy(done, rx + step * esz, step * esz);
-            }
-            if (st) return hier_fail_local(h, st);
-            if (last) ct_reduce2(w->dt, op, buf, NULL, rx, buf, n, 0); /* buf = S + buf, as ordered */
-        }
-        if (last && h->lsize > 1 &&
-            (st = hier_step(h, &h->local, "intra-node reduce", CT_OP_REDUCE, buf, buf, n, w->dt, op, 0, deadline)))
-            return st;
-        if (last && lead && w->rop == CT_RED_AVG) ct_reduce_scale(w->dt, buf, n, h->world->size);
-    }
-    if (lead) { /* the last finished chunk */
-        size_t off = (nch - 1) * step, n = w->count - off;
-        uint8_t *buf = (uint8_t *)w->rbuf + off * esz;
-        st = last ? hier_step(h, &h->leaders, "the finished sum back", CT_OP_SEND, buf, NULL, n, w->dt, CT_RED_SUM, 0, deadline)
-                  : hier_step(h, &h->leaders, "the finished sum back", CT_OP_RECV, NULL, buf, n, w->dt, CT_RED_SUM, 1, deadline);
-        if (st) return hier_fail_local(h, st);
-    }
-    return CT_OK;
-}
-
 static ct_status rail(hier_pg *h, ct_work *w, ct_reduce_op op, double deadline) {
     size_t esz = ct_dtype_size(w->dt), L = (size_t)h->lsize, blk = (w->count + L - 1) / L, bytes = w->count * esz;
     uint8_t *full = w->rbuf, *slice = hier_scratch(h, 1, blk * esz);
@@ -168,8 +112,7 @@ static ct_status rail(hier_pg *h, ct_work *w, ct_reduce_op op, double deadline) 
 ct_status hier_allreduce(hier_pg *h, ct_work *w, double deadline) {
     ct_reduce_op op = w->rop == CT_RED_AVG ? CT_RED_SUM : w->rop;
     if (h->rail) return rail(h, w, op, deadline);
-    ct_status st = !h->ordered ? tree(h, w, op, deadline)
-                   : h->nnodes == 2 && w->count > 0 ? ordered2(h, w, op, deadline) : ordered(h, w, op, deadline);
+    ct_status st = h->ordered ? ordered(h, w, op, deadline) : tree(h, w, op, deadline);
     if (!st && h->lsize > 1)
         st = hier_step(h, &h->local, "intra-node broadcast", CT_OP_BROADCAST, w->rbuf, w->rbuf, w->count, w->dt,
                        CT_RED_SUM, 0, deadline);

@@ -53,8 +53,8 @@ for rep in 1 2; do
     grep -q "4 ranks × batch 8 .* $steps steps" "$tmp/n0.$rep" || die "not a 4-rank job: $(head -3 "$tmp/n0.$rep")"
 done
 cmp -s "$tmp/mn1/model.safetensors" "$tmp/mn2/model.safetensors" || die "two runs across the namespaces differ"
-# the ordered all-reduce (two machines: the finished chunks come back while the next go there)
-# sums in world rank order, as the one-host run does: the same bits
+# the ordered all-reduce (the default) sums in world rank order, as the one-host run does: the
+# same bits
 rel=$(python3 tests/tools/weights_close.py "$tmp/ref/model.safetensors" "$tmp/mn1/model.safetensors" 1e-5) ||
     die "weights differ from the one-host run: $rel"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/mn1/model.safetensors" || die "not the one-host run's bits (within $rel)"

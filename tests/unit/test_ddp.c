@@ -496,6 +496,27 @@ static int mismatch_main(int rank, int n, void *arg) {
 }
 CT_TEST(parameter_mismatch_named_on_every_rank) { CT_EXPECT_OK(ct_spawn(mismatch_main, 2, NULL)); }
 
+/* a deferred model (no values yet) is refused before any collective, naming the way out */
+static int deferred_main(int rank, int n, void *arg) {
+    (void)n; (void)arg;
+    ct_pg *pg;
+    if (ct_dist_init(NULL, &pg) != CT_OK) return 1;
+    ct_model_config c = small(CT_MODEL_MLP);
+    ct_model *m;
+    if (ct_model_create_deferred(&c, 7, &m) != CT_OK) return 1;
+    ct_ddp *ddp = NULL;
+    ct_status st = ct_ddp_create(pg, ct_model_params(m), NULL, &ddp);
+    int ok = st == CT_ERR_INVALID && !ddp && strstr(ct_last_error(), "ct_params_materialize") != NULL;
+    if (!ok) fprintf(stderr, "rank %d: status %d: %s\n", rank, st, ct_last_error());
+    /* made whole, it is DDP's as any model: rank 0's values everywhere */
+    ok = ok && ct_params_materialize(ct_model_params(m)) == CT_OK && ct_ddp_create(pg, ct_model_params(m), NULL, &ddp) == CT_OK;
+    ct_ddp_free(ddp);
+    ct_model_free(m);
+    ct_pg_free(pg);
+    return ok ? 0 : 1;
+}
+CT_TEST(deferred_model_refused_until_materialized) { CT_EXPECT_OK(ct_spawn(deferred_main, 2, NULL)); }
+
 static int unused_main(int rank, int n, void *arg) {
     (void)rank; (void)n; (void)arg;
     ct_pg *pg;

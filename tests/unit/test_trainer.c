@@ -59,14 +59,16 @@ typedef struct {
     ct_optim *opt;
 } model;
 
-static bool make_model(model *m) {
+static bool make_model_as(model *m, bool deferred) {
     if (ct_params_create(&m->P) != CT_OK) return false;
     m->net = ct_nn_sequential("");
     ct_seq_add(m->net, ct_nn_linear(m->P, ct_seq_next_name(m->net), D, 16, true));
     ct_seq_add(m->net, ct_nn_relu());
     ct_seq_add(m->net, ct_nn_linear(m->P, ct_seq_next_name(m->net), 16, C, true));
-    return ct_params_finalize(m->P, 3) == CT_OK && ct_optim_create_sgd(m->P, &(ct_sgd_opts){.momentum = 0.9}, &m->opt) == CT_OK;
+    return (deferred ? ct_params_finalize_deferred(m->P, 3) : ct_params_finalize(m->P, 3)) == CT_OK &&
+           ct_optim_create_sgd(m->P, &(ct_sgd_opts){.momentum = 0.9}, &m->opt) == CT_OK;
 }
+static bool make_model(model *m) { return make_model_as(m, false); }
 static void free_model(model *m) {
     ct_optim_free(m->opt);
     ct_module_free(m->net);
@@ -124,6 +126,38 @@ CT_TEST(callbacks_see_every_step_and_can_stop) {
     free_model(&m);
     ct_dataset_free(train);
     ct_dataset_free(test);
+}
+
+/* A deferred store (ct_params_finalize_deferred) that nothing shards is made whole by the
+ * trainer and trains to the bits of a store initialised at once */
+CT_TEST(deferred_store_without_sharding_trains_as_a_whole_one) {
+    ct_dataset *train = make_data(1, N);
+    CT_ASSERT(train);
+    model a, b;
+    CT_ASSERT(make_model_as(&a, false) && make_model_as(&b, true));
+    CT_EXPECT(ct_params_is_deferred(b.P) && ct_params_data(b.P) == NULL);
+    float *w[2] = {NULL, NULL};
+    model *ms[2] = {&a, &b};
+    for (int k = 0; k < 2; k++) {
+        ct_train_model tm = ct_train_model_module(ms[k]->net, ms[k]->P, "tiny");
+        ct_trainer_opts o = ct_trainer_default_opts();
+        o.epochs = 2;
+        o.batch_size = 32;
+        o.lr = 0.1;
+        o.log_every = 0;
+        o.metrics = false;
+        o.output_dir = ct_test_tmp_path(k ? "deferred" : "whole");
+        ct_trainer *t;
+        CT_ASSERT(ct_trainer_create(&o, &tm, ms[k]->opt, train, NULL, &t) == CT_OK);
+        CT_EXPECT(!ct_params_is_deferred(ms[k]->P));
+        CT_EXPECT_OK(ct_trainer_fit(t));
+        ct_trainer_free(t);
+        w[k] = ct_params_data(ms[k]->P);
+    }
+    CT_EXPECT(w[0] && w[1] && !memcmp(w[0], w[1], ct_params_numel(a.P) * sizeof(float)));
+    free_model(&a);
+    free_model(&b);
+    ct_dataset_free(train);
 }
 
 CT_TEST(bad_options_are_errors) {

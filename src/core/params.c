@@ -30,7 +30,6 @@ struct ct_params {
     void *unit_user;
     ct_status failed; /* sticky: a registration or a module construction ran out of memory */
     bool stale;       /* some gradient may still be CT_TF_GRAD_STALE (ct_params_zero_grad) */
-    bool deferred;    /* ct_params_finalize_deferred: no flat data or gradients yet */
     uint64_t seed;    /* what the values are made from (finalize's seed) */
 };
 
@@ -131,10 +130,20 @@ static void init_values(float *d, int64_t first, int64_t n, ct_init init, double
 
 static uint64_t param_key(uint64_t seed, int i) { return ct_mix64(seed * 1315423911ull + (uint64_t)i + 1); }
 
-/* offsets (16-float, 64-byte alignment per tensor keeps every parameter SIMD- and
- * cache-aligned), the buffers' storage, the gradient views; the flat parameters and their
- * gradients too unless deferred */
-static ct_status lay_out(ct_params *p, uint64_t seed, bool deferred) {
+/* the views of the flat buffers (parameters and their gradients; NULL while deferred) */
+static void point_views(ct_params *p) {
+    for (int i = 0; i < p->n; i++) {
+        param_rec *r = &p->recs[i];
+        if (r->is_buffer) continue;
+        r->t->data = p->data ? p->data + r->offset : NULL;
+        r->t->grad->data = p->grad ? p->grad + r->offset : NULL;
+    }
+}
+
+/* Offsets (16-float, 64-byte alignment per tensor keeps every parameter SIMD- and
+ * cache-aligned), the buffers with their values, the gradient views; no flat parameters or
+ * gradients yet (ct_params_materialize) */
+static ct_status lay_out(ct_params *p, uint64_t seed) {
     CT_CHECK(!p->finalized, "ct_params_finalize called twice");
     if (p->failed) return ct_error(p->failed, "parameter store incomplete: out of memory while registering parameters or building modules");
     size_t off = 0, boff = 0;
@@ -147,40 +156,37 @@ static ct_status lay_out(ct_params *p, uint64_t seed, bool deferred) {
     p->numel = off;
     p->bufnumel = boff;
     p->seed = seed;
-    p->deferred = deferred;
-    if ((!deferred && (posix_memalign((void **)&p->data, 64, (off ? off : 16) * sizeof(float)) ||
-                       posix_memalign((void **)&p->grad, 64, (off ? off : 16) * sizeof(float)))) ||
-        posix_memalign((void **)&p->bufdata, 64, (boff ? boff : 16) * sizeof(float)))
-        return ct_error(CT_ERR_NOMEM, "cannot allocate %zu parameters", off);
-    if (!deferred) {
-        memset(p->data, 0, off * sizeof(float));
-        memset(p->grad, 0, off * sizeof(float));
-    }
+    if (posix_memalign((void **)&p->bufdata, 64, (boff ? boff : 16) * sizeof(float)))
+        return ct_error(CT_ERR_NOMEM, "cannot allocate %zu buffer values", boff);
     memset(p->bufdata, 0, boff * sizeof(float));
     for (int i = 0; i < p->n; i++) {
         param_rec *r = &p->recs[i];
-        float *base = r->is_buffer ? p->bufdata : p->data;
-        r->t->data = base ? base + r->offset : NULL;
-        if (!r->is_buffer) {
-            /* the grad descriptor is a view of the flat gradient buffer */
-            ct_tensor *g = calloc(1, sizeof *g);
-            if (!g) return ct_error(CT_ERR_NOMEM, "out of memory");
-            *g = *r->t;
-            g->flags = 0;
-            g->name = NULL;
-            g->grad = NULL;
-            g->data = p->grad ? p->grad + r->offset : NULL;
-            r->t->grad = g;
+        if (r->is_buffer) {
+            r->t->data = p->bufdata + r->offset;
+            init_values(r->t->data, 0, ct_numel(r->t), r->init, r->arg, param_key(seed, i));
+            continue;
         }
-        if (base) init_values(base + r->offset, 0, ct_numel(r->t), r->init, r->arg, param_key(seed, i));
+        /* the grad descriptor is a view of the flat gradient buffer */
+        ct_tensor *g = calloc(1, sizeof *g);
+        if (!g) return ct_error(CT_ERR_NOMEM, "out of memory");
+        *g = *r->t;
+        g->flags = 0;
+        g->name = NULL;
+        g->grad = NULL;
+        r->t->grad = g;
     }
     p->finalized = true;
+    point_views(p);
     return CT_OK;
 }
 
-ct_status ct_params_finalize(ct_params *p, uint64_t seed) { return lay_out(p, seed, false); }
-ct_status ct_params_finalize_deferred(ct_params *p, uint64_t seed) { return lay_out(p, seed, true); }
-bool ct_params_is_deferred(const ct_params *p) { return p->deferred; }
+ct_status ct_params_finalize(ct_params *p, uint64_t seed) {
+    ct_status st = lay_out(p, seed);
+    return st == CT_OK ? ct_params_materialize(p) : st;
+}
+ct_status ct_params_finalize_deferred(ct_params *p, uint64_t seed) { return lay_out(p, seed); }
+/* deferred: finalized, and the flat parameters or gradients have no storage yet */
+bool ct_params_is_deferred(const ct_params *p) { return p->finalized && (!p->data || !p->grad); }
 uint64_t ct_params_seed(const ct_params *p) { return p->seed; }
 
 void ct_params_init_range(const ct_params *p, uint64_t seed, size_t lo, size_t hi, float *dst) {
@@ -203,37 +209,27 @@ void ct_params_defer(ct_params *p) {
     if (!p->grad_external) free(p->grad);
     p->data = p->grad = NULL;
     p->data_external = p->grad_external = false;
-    p->deferred = true;
     p->stale = false;
-    for (int i = 0; i < p->n; i++) {
-        param_rec *r = &p->recs[i];
-        if (r->is_buffer) continue;
-        r->t->flags &= ~(uint32_t)CT_TF_GRAD_STALE;
-        r->t->data = NULL;
-        r->t->grad->data = NULL;
-    }
+    for (int i = 0; i < p->n; i++)
+        if (!p->recs[i].is_buffer) p->recs[i].t->flags &= ~(uint32_t)CT_TF_GRAD_STALE;
+    point_views(p);
 }
 
 ct_status ct_params_materialize(ct_params *p) {
     CT_CHECK(p->finalized, "ct_params_materialize before ct_params_finalize_deferred");
-    if (!p->deferred) return CT_OK;
+    if (!ct_params_is_deferred(p)) return CT_OK;
+    CT_CHECK(!p->data && !p->grad, "ct_params_materialize: one flat buffer has storage, the other not");
     size_t n = p->numel ? p->numel : 16;
-    float *d = NULL, *g = NULL;
-    if (posix_memalign((void **)&d, 64, n * sizeof(float)) || posix_memalign((void **)&g, 64, n * sizeof(float))) {
-        free(d);
+    if (posix_memalign((void **)&p->data, 64, n * sizeof(float))) p->data = NULL;
+    if (p->data && posix_memalign((void **)&p->grad, 64, n * sizeof(float))) p->grad = NULL;
+    if (!p->grad) {
+        free(p->data);
+        p->data = NULL;
         return ct_error(CT_ERR_NOMEM, "cannot allocate %zu parameters", p->numel);
     }
-    ct_params_init_range(p, p->seed, 0, p->numel, d);
-    memset(g, 0, p->numel * sizeof(float));
-    p->data = d;
-    p->grad = g;
-    p->deferred = false;
-    for (int i = 0; i < p->n; i++) {
-        param_rec *r = &p->recs[i];
-        if (r->is_buffer) continue;
-        r->t->data = p->data + r->offset;
-        r->t->grad->data = p->grad + r->offset;
-    }
+    ct_params_init_range(p, p->seed, 0, p->numel, p->data);
+    memset(p->grad, 0, p->numel * sizeof(float));
+    point_views(p);
     return CT_OK;
 }
 
@@ -312,9 +308,7 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
     if (p->device.type != CT_DEV_CPU) return ct_error(CT_ERR_INVALID, "ct_params_set_grad_storage: the store is on a device");
     settle_all(p); /* the copy carries values, not stale flags */
     ct_status st = move_flat(p, &p->grad, &p->grad_external, buf, true, "gradients");
-    for (int i = 0; st == CT_OK && i < p->n; i++)
-        if (!p->recs[i].is_buffer) p->recs[i].t->grad->data = p->grad + p->recs[i].offset;
-    p->deferred = p->deferred && !(p->data && p->grad); /* the caller makes the values */
+    if (st == CT_OK) point_views(p);
     return st;
 }
 
@@ -322,9 +316,7 @@ ct_status ct_params_set_data_storage(ct_params *p, float *buf, bool copy) {
     CT_CHECK(p->finalized, "ct_params_set_data_storage before ct_params_finalize");
     if (p->device.type != CT_DEV_CPU) return ct_error(CT_ERR_INVALID, "ct_params_set_data_storage: the store is on a device");
     ct_status st = move_flat(p, &p->data, &p->data_external, buf, copy, "parameters");
-    for (int i = 0; st == CT_OK && i < p->n; i++)
-        if (!p->recs[i].is_buffer) p->recs[i].t->data = p->data + p->recs[i].offset;
-    p->deferred = p->deferred && !(p->data && p->grad);
+    if (st == CT_OK) point_views(p); /* a deferred store's caller makes the values */
     return st;
 }
 
@@ -378,7 +370,7 @@ ct_status ct_params_to(ct_params *p, ct_device dev) {
     char b1[32], b2[32];
     CT_CHECK(p->finalized, "ct_params_to before ct_params_finalize");
     if (ct_device_eq(p->device, dev)) return CT_OK;
-    if (p->deferred)
+    if (ct_params_is_deferred(p))
         return ct_error(CT_ERR_INVALID, "ct_params_to %s: the values are deferred (ct_params_materialize first)",
                         ct_device_str(dev, b2, sizeof b2));
     if (p->device.type != CT_DEV_CPU && dev.type != CT_DEV_CPU)

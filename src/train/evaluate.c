@@ -50,21 +50,22 @@ ct_status ct_evaluate(const ct_train_model *m, const ct_dataset *d, const ct_eva
     /* rank 0 has the most samples: ceil(last / world), in ceil(that / B) batches */
     int64_t batches = ((last + world - 1) / world + B - 1) / B;
     for (int64_t b = 0; i < last || (o.lockstep && b < batches); b++) {
-        if (i >= last) { /* lockstep: a forward for the collectives in it, its result unused */
-            ct_dataset_get(d, 0, x, y);
-            xd[0] = 1;
-            ct_tensor *xt = ct_wrap(ctx, ct_dataset_x_dtype(d), x, xnd, xd);
-            if (dev.type != CT_DEV_CPU && (st = ct_tensor_to(ctx, xt, dev, &xt)) != CT_OK) break;
-            (void)m->forward(ctx, m->self, xt);
-            ct_ctx_reset(ctx);
-            continue;
-        }
+        /* past this rank's samples (lockstep): sample 0 once, for the collectives in the forward */
+        bool counted = i < last;
         int64_t n = 0;
         for (; n < B && i < last; n++, i += world) ct_dataset_get(d, i, (char *)x + (size_t)(n * xn) * xs, y + n * yn);
+        if (!counted) {
+            ct_dataset_get(d, 0, x, y);
+            n = 1;
+        }
         xd[0] = n;
         ct_tensor *xt = ct_wrap(ctx, ct_dataset_x_dtype(d), x, xnd, xd);
         if (dev.type != CT_DEV_CPU && (st = ct_tensor_to(ctx, xt, dev, &xt)) != CT_OK) break;
         ct_tensor *logits = m->forward(ctx, m->self, xt);
+        if (!counted) {
+            ct_ctx_reset(ctx);
+            continue;
+        }
         int64_t V = logits->shape[logits->ndim - 1], rows = ct_numel(logits) / V;
         ct_tensor *l2 = ct_reshape(ctx, logits, 2, (int64_t[]){rows, V});
         ct_tensor *tg = ct_wrap(ctx, CT_I32, y, 1, (int64_t[]){rows});

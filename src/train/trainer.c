@@ -141,9 +141,10 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     ct_status st = CT_OK;
     /* before any collective: a refused rank 0 exits at once and the launcher stops the rest */
     if (t->rank == 0) st = ct_output_lock(o.output_dir, &t->lock_fd);
+    bool sharded = t->pg && o.shard != CT_SHARD_NONE;
     /* a deferred model (ct_model_create_deferred) that nothing shards is made whole here */
-    if (st == CT_OK && !(t->pg && o.shard != CT_SHARD_NONE)) st = ct_params_materialize(model->params);
-    if (st == CT_OK && t->pg && o.shard != CT_SHARD_NONE) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);
+    if (st == CT_OK && !sharded) st = ct_params_materialize(model->params);
+    if (st == CT_OK && sharded) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);
     else if (st == CT_OK && t->pg) st = ct_ddp_create(t->pg, model->params, &o.ddp, &t->ddp);
     if (st == CT_OK && t->fsdp) ct_optim_release_state(opt); /* the shards' optimizer steps instead */
     if (st == CT_OK && t->fsdp) ct_fsdp_set_prefetch(t->fsdp, o.shard_prefetch);

@@ -20,7 +20,8 @@
  * backward produces gradients): no copies. A bucket's asynchronous all-reduce starts when
  * its last gradient arrives, so communication overlaps the rest of backward; buckets are
  * launched in index order on every rank.
- * Zero-copy (opts.zero_copy, shm backend, f32): ct_params_grad(P) then points into a segment
+ * Zero-copy (opts.zero_copy; shm backend with f32 traffic, or hier with any, where the ranks of
+ * each machine share it): ct_params_grad(P) then points into a segment
  * shared by the ranks — re-read it after ct_ddp_create and ct_ddp_free (it moves back) — and
  * peers read and write it until ct_ddp_finish returns. Free the DDP before the process group.
  */
@@ -44,7 +45,8 @@ typedef struct ct_ddp_opts {
     bool broadcast_buffers;     /* broadcast buffers from rank 0 at creation (default true) */
     bool zero_copy;             /* default true: on the shm backend with f32 traffic, the gradient buffer
                                    moves into memory shared by the ranks and buckets are reduced in
-                                   place there (no staging copies); CTRAIN_DDP_ZERO_COPY=0 turns it off */
+                                   place there (no staging copies); on hier, shared by each machine's
+                                   ranks, for ct_zero; CTRAIN_DDP_ZERO_COPY=0 turns it off */
 } ct_ddp_opts;
 
 typedef struct ct_ddp_stats {
@@ -77,6 +79,7 @@ ct_ddp_stats ct_ddp_get_stats(const ct_ddp *ddp);
  * zero-copy buffer (CT_ERR_INVALID otherwise). Set between steps. */
 ct_status ct_ddp_set_deferred(ct_ddp *ddp, bool on);
 bool ct_ddp_zero_copy(const ct_ddp *ddp); /* the gradients are in memory shared by the ranks */
+ct_dtype ct_ddp_comm_dtype(const ct_ddp *ddp); /* opts.comm_dtype: f32, or the compression's dtype */
 ct_pg *ct_ddp_pg(const ct_ddp *ddp);
 ct_params *ct_ddp_params(const ct_ddp *ddp);
 /* Counts a wait that belongs to the gradient exchange (a sharded step's) in the statistics. */

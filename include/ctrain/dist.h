@@ -139,7 +139,8 @@ const char *ct_pg_backend(const ct_pg *pg);
 int ct_pg_global_rank(const ct_pg *pg, int r);
 /* What a group's backend can do (ct_pg_caps), or a backend of the table (ct_dist_backend):
  * code that depends on it asks this instead of comparing ct_pg_backend() with a name. */
-#define CT_PG_CAP_SHARED_MEMORY (1u << 0)  /* ct_pg_alloc_shared works (shm): DDP's zero-copy gradients */
+#define CT_PG_CAP_SHARED_MEMORY (1u << 0)  /* ct_pg_alloc_shared works: DDP's zero-copy gradients (shm; hier:
+                                              among the ranks of each machine, not under mpirun) */
 #define CT_PG_CAP_DEVICE_BUFFERS (1u << 1) /* collectives take GPU memory (nccl); host memory only for in-place
                                               all-reduce, broadcast and reduce (staged through the GPU) */
 #define CT_PG_CAP_MULTI_MACHINE (1u << 2)  /* its ranks may be on several machines */
@@ -164,7 +165,8 @@ ct_store *ct_pg_store(ct_pg *pg);
 /* Drains the queue and frees. Freeing the world group also frees its subgroups' store. */
 void ct_pg_free(ct_pg *pg);
 
-/* ---- memory shared by the ranks of a group (shm backend; CT_ERR_UNSUPPORTED otherwise) ----
+/* ---- memory shared by the ranks of a group (shm backend; on hier, by the ranks of each machine,
+ * ct_pg_shared_peer giving NULL for a rank on another; CT_ERR_UNSUPPORTED elsewhere) ----
  * Collective: every rank calls it with the same `bytes`. Maps one segment holding a region
  * of `bytes` (rounded up to 4 KiB, zeroed) per rank; *mine is this rank's. An all_reduce
  * whose buffer lies inside `mine` (the same offset on every rank) is done in place across

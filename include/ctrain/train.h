@@ -154,7 +154,11 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
  * each element from the ranks' gradient buffers as it reads it: no all-reduce, and the
  * step's traffic divided by n. The bits are those of the unsharded step.
  * It applies on the shm backend with zero-copy gradients and the optimizer on the CPU,
- * unless CTRAIN_DDP_SHARD_OPTIM=0; elsewhere, or when /dev/shm has no room (a warning), *out
+ * unless CTRAIN_DDP_SHARD_OPTIM=0. On the hier backend (several machines, not under
+ * mpirun: the segment's name goes through the job's store) each machine holds one copy,
+ * shared by its ranks, and ct_zero_gradients_final makes each share's sum across machines
+ * on local rank i's own connection (src/train/zero.c); with CTRAIN_HIER_ALLREDUCE=ordered
+ * (the default) in world rank order, so again the bits of one machine. Elsewhere, or when /dev/shm has no room (a warning), *out
  * stays NULL and CT_OK is returned. The trainer creates one after resuming. Freeing the
  * optimizer first moves the parameters back to private memory (the state goes with it). */
 typedef struct ct_zero ct_zero;
@@ -164,7 +168,7 @@ void ct_zero_free(ct_zero *z);
  * the gradients before the step), after ct_ddp_finish succeeded, and instead of a step that
  * is not taken on this rank alone (so that ranks stay matched). */
 ct_status ct_zero_begin_step(ct_zero *z, bool average);
-void ct_zero_gradients_final(ct_zero *z);
+ct_status ct_zero_gradients_final(ct_zero *z); /* across machines: the share's sum crosses the network here */
 ct_status ct_zero_skip_step(ct_zero *z);
 
 /* ---------------------------------------------------------------- checkpoints ---- */

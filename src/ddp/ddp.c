@@ -32,6 +32,7 @@ struct ct_ddp {
     bool no_sync;
     bool step_active;
     double t_last_finish; /* end of the previous ct_ddp_finish (0 before the first) */
+    double wait_since;    /* ct_ddp_add_wait's seconds since then: waiting, not computing */
     void *shared;         /* zero-copy: this rank's region of the shared gradient segment */
     ct_ddp_stats st;
     bool deferred;        /* ct_ddp_set_deferred: no bucket is reduced; the reader averages */
@@ -134,14 +135,22 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
  * decision (all-reduce of the wish); a segment that cannot be created (/dev/shm full) falls
  * back to the staged path everywhere. */
 static ct_status setup_zero_copy(ct_ddp *d) {
-    if (!d->o.zero_copy || d->o.comm_dtype != CT_F32 || ct_pg_size(d->pg) < 2 ||
-        !(ct_pg_caps(d->pg) & CT_PG_CAP_SHARED_MEMORY))
+    /* compressed traffic on one machine gains nothing from it; across machines (hier) the
+     * sharded step (ct_zero) compresses only what crosses the network */
+    unsigned caps = ct_pg_caps(d->pg);
+    if (!d->o.zero_copy || (d->o.comm_dtype != CT_F32 && !(caps & CT_PG_CAP_MULTI_MACHINE)) || ct_pg_size(d->pg) < 2 ||
+        !(caps & CT_PG_CAP_SHARED_MEMORY))
         return CT_OK;
     int32_t want = !env_off(CT_CFG_DDP_ZERO_COPY);
     ct_status st = ct_all_reduce_sync(d->pg, &want, 1, CT_I32, CT_RED_MIN);
     if (st != CT_OK || !want) return st;
     size_t bytes = ct_params_numel(d->P) * sizeof(float);
     st = ct_pg_alloc_shared(d->pg, bytes ? bytes : 64, &d->shared);
+    if (st == CT_ERR_UNSUPPORTED) { /* hier under mpirun: every rank alike */
+        CT_LOG_INFO("ddp", "zero-copy off: %s", ct_last_error());
+        d->shared = NULL;
+        return CT_OK;
+    }
     if (st == CT_ERR_SYSTEM || st == CT_ERR_NOMEM) {
         CT_LOG_WARN_("ddp", "zero-copy off, gradients reduced through staging buffers: %s", ct_last_error());
         d->shared = NULL;
@@ -305,7 +314,8 @@ static ct_status finish(ct_ddp *d) {
     ct_status ust = check_unused(d);
     if (ust != CT_OK) return ust;
     double t0 = ct_time_now();
-    d->st.compute_s = d->t_last_finish > 0 ? t0 - d->t_last_finish : 0;
+    d->st.compute_s = d->t_last_finish > 0 ? t0 - d->t_last_finish - d->wait_since : 0;
+    d->wait_since = 0;
     d->st.total_compute_s += d->st.compute_s;
     d->st.deferred = d->deferred;
     if (d->deferred) return finish_deferred(d, t0);
@@ -357,11 +367,13 @@ ct_status ct_ddp_set_deferred(ct_ddp *d, bool on) {
 }
 
 bool ct_ddp_zero_copy(const ct_ddp *d) { return d->shared != NULL; }
+ct_dtype ct_ddp_comm_dtype(const ct_ddp *d) { return d->o.comm_dtype; }
 ct_pg *ct_ddp_pg(const ct_ddp *d) { return d->pg; }
 ct_params *ct_ddp_params(const ct_ddp *d) { return d->P; }
 
 /* the wait a deferred step's reader does after it: see ct_zero (train.h) */
 void ct_ddp_add_wait(ct_ddp *d, double seconds) {
+    d->wait_since += seconds;
     d->st.comm_s += seconds;
     d->st.exposed_s += seconds;
     d->st.total_comm_s += seconds;

@@ -86,7 +86,7 @@ const ct_backend_desc ct_backend_table[CT_BE_COUNT] = {
                             "apt-get install libgloo-dev, then make"},
                     .needs_store = true, .unbuilt = "this build has no gloo backend (install libgloo-dev and rebuild)",
                     WITH_GLOO(.vt = &ct_gloo_backend, .create = create_gloo)},
-    [CT_BE_HIER] = {.pub = {"hier", HIER_BUILT, CT_PG_CAP_MULTI_MACHINE, "shm inside machines, mpi or gloo between",
+    [CT_BE_HIER] = {.pub = {"hier", HIER_BUILT, CT_PG_CAP_MULTI_MACHINE | CT_PG_CAP_SHARED_MEMORY, "shm inside machines, mpi or gloo between",
                             "needs mpi or gloo"},
                     .unbuilt = "this build has no MPI backend for hier (install libopenmpi-dev and rebuild)",
                     WITH_HIER(.vt = &ct_hier_backend, .create = create_hier)},

@@ -14,6 +14,7 @@
  * Node key: host name + the inode of /proc/self/ns/net, so two network namespaces on one
  * machine (how the tests emulate hosts) count as two machines. */
 #include "distributed/hier.h"
+#include "distributed/shm.h"
 #include "ctrain/config.h"
 
 #include <stdio.h>
@@ -289,7 +290,34 @@ static ct_status hier_new_group(ct_pg *parent, ct_pg *child, const int *ranks, i
     return h->flat.be->new_group(&flat, child, ranks, n, my_rank, impl_out);
 }
 
-const ct_backend ct_hier_backend = {"hier", hier_run, hier_new_group, hier_destroy, NULL, NULL, NULL, NULL};
+/* Memory shared by the ranks of one machine (DDP's zero-copy gradients, ct_zero's segment):
+ * an allocation of the local shm group, its name passed through the job's store under keys
+ * of this machine's own. A rank on another machine has no counterpart (NULL). Under mpirun
+ * there is no store: unsupported, and DDP keeps its staged path. */
+static ct_status hier_alloc_shared(ct_pg *pg, void *impl, size_t bytes, void **mine) {
+    (void)pg;
+    hier_pg *h = impl;
+    if (!h->world->store)
+        return ct_error(CT_ERR_UNSUPPORTED, "shared allocations on the hier backend need the job's store (none under mpirun)");
+    ct_pg keys = *h->local_pg;
+    char tail[16];
+    snprintf(tail, sizeof tail, "n%d/", h->node);
+    if (strlen(keys.prefix) + strlen(tail) >= sizeof keys.prefix)
+        return ct_error(CT_ERR_UNSUPPORTED, "hier shared allocation: store key prefix too long");
+    strcat(keys.prefix, tail);
+    return shm_alloc_shared(&keys, h->local.impl, bytes, mine);
+}
+
+static void hier_free_shared(void *impl, void *mine) { shm_free_shared(((hier_pg *)impl)->local.impl, mine); }
+
+static void *hier_shared_peer(void *impl, void *p, int rank) {
+    hier_pg *h = impl;
+    if (rank < 0 || rank >= h->world->size || h->node_of[rank] != h->node) return NULL;
+    return shm_shared_peer(h->local.impl, p, h->lrank_of[rank]);
+}
+
+const ct_backend ct_hier_backend = {"hier", hier_run, hier_new_group, hier_destroy, hier_alloc_shared, hier_free_shared,
+                                    hier_shared_peer, NULL};
 
 ct_status ct_hier_init(ct_pg *pg, const ct_backend *flat_be, ct_flat_create_fn create, int force) {
     pg->be = flat_be;

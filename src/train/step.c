@@ -194,7 +194,7 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
     }
     if (a->fsdp) return fsdp_finish(a, loss_sum / n_micro, r);
     ct_status st = a->ddp ? ct_ddp_finish(a->ddp) : CT_OK;
-    if (st == CT_OK && a->zero) ct_zero_gradients_final(a->zero);
+    if (st == CT_OK && a->zero) st = ct_zero_gradients_final(a->zero);
     double norm = NAN;
     bool skip = false;
     if (st == CT_OK) {

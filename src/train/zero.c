@@ -11,7 +11,25 @@
  *   3B written before (B = the gradient's bytes); 2 synchronisations per step (every
  *   backward done; every share updated).
  * The averaging is the all-reduce's ((g0 + g1) + ...) / n and the update is elementwise, so
- * the bits are those of the unsharded step on any number of ranks. */
+ * the bits are those of the unsharded step on any number of ranks.
+ *
+ * Across machines (the hier backend) the segment is shared by the L ranks of each machine and
+ * every machine keeps its own copy of the parameters and state. Local rank i owns share i on
+ * every machine and, once backward is done, makes the whole job's sum of it:
+ *   1. its machine's sum of the share, from the L local gradient buffers in rank order;
+ *   2. across machines on rail i (local rank i of every machine, the flat backend), one
+ *      connection per local rank as the rail all-reduce:
+ *        ordered (CTRAIN_HIER_ALLREDUCE=ordered, machines holding consecutive ranks): the
+ *        running sum goes machine 0 → 1 → ... → N-1, each adding its ranks' gradients in
+ *        order, and the last broadcasts it: ((g0 + g1) + g2) + ... — one machine's bits;
+ *                                        network: the share twice per machine, one way each
+ *        otherwise: an all-reduce of the machines' sums (the rail all-reduce's order);
+ *                                        network: ~2 x share (N-1)/N per machine and rail
+ *      in the DDP's compression dtype if it has one (only this crosses the network: the
+ *      machine's sum is made in f32);
+ *   3. divides by the world size into its own gradient buffer, which its step then reads.
+ *   per rank: reads L/L B = B of gradients, against the hier all-reduce's shm reduce and
+ *   broadcast of B and a whole optimizer step per rank. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +37,7 @@
 
 #include "ctrain/config.h"
 #include "ctrain/train.h"
+#include "ctrain/tensor.h"
 
 struct ct_zero {
     ct_ddp *ddp;
@@ -29,6 +48,15 @@ struct ct_zero {
     bool params_in;       /* the parameters are in the segment (until the optimizer is freed first) */
     const float **grads;  /* every rank's gradient buffer (DDP's zero-copy segment) */
     bool averaging;       /* this step: DDP deferred, the step averages */
+    int L, li;            /* ranks sharing the segment (this machine's), this rank's index among them */
+    /* across machines (hier); nm = 1 on one machine */
+    int nm, mi, W;        /* machines, this machine's index, world size */
+    ct_pg *rail;          /* local rank li of every machine, by machine index */
+    bool chain;           /* ordered: the running sum goes from machine to machine */
+    ct_dtype wdt;         /* what crosses the network: f32 or the DDP's compression dtype */
+    size_t lo, hi;        /* this rank's share */
+    float *part;          /* the share's sum, hi - lo floats */
+    void *wire;           /* its compressed copy (wdt != f32) */
 };
 
 /* after each rank updated its share: the next forward reads the others' */
@@ -83,14 +111,71 @@ static bool move_out(ct_params *P, ct_optim *opt, bool params_in) {
     return st == CT_OK;
 }
 
+static void zero_release(ct_zero *z) {
+    if (z->rail) ct_pg_free(z->rail);
+    free(z->part);
+    free(z->wire);
+    free(z->grads);
+    free(z);
+}
+
 void ct_zero_free(ct_zero *z) {
     if (!z) return;
     (void)ct_ddp_set_deferred(z->ddp, false);
     if (z->opt) ct_optim_set_shard(z->opt, NULL);
     /* everything leaves the segment before it goes; without memory for it, it stays mapped */
     if (move_out(z->P, z->opt, z->params_in)) ct_pg_free_shared(z->pg, z->seg);
-    free(z->grads);
-    free(z);
+    zero_release(z);
+}
+
+
+/* The ranks that share this rank's segment (those whose counterpart of the DDP's gradient
+ * buffer exists here: all of them on shm, this machine's on hier), in rank order into
+ * z->grads; then every rank's (first local rank, local index, local count) to number the
+ * machines, and the rails. *ok = false (on every rank alike) where the machines hold
+ * different numbers of ranks. */
+static ct_status topology(ct_zero *z, const float *g, bool *ok) {
+    ct_pg *pg = z->pg;
+    int n = ct_pg_size(pg), me = ct_pg_rank(pg);
+    int32_t mine[3] = {-1, 0, 0}, *all = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    int *ranks = malloc(sizeof(int) * (size_t)n);
+    if (!all || !ranks) { free(all); free(ranks); return ct_error(CT_ERR_NOMEM, "sharded optimizer: out of memory"); }
+    for (int r = 0; r < n; r++) {
+        const float *p = ct_pg_shared_peer(pg, (void *)g, r);
+        if (!p) continue;
+        if (mine[0] < 0) mine[0] = r;
+        if (r < me) mine[1]++;
+        z->grads[mine[2]++] = p;
+    }
+    z->L = mine[2];
+    z->li = mine[1];
+    z->W = n;
+    ct_status st = ct_all_gather_sync(pg, mine, all, 3, CT_I32);
+    *ok = st == CT_OK;
+    z->nm = 0;
+    bool consecutive = true;
+    for (int r = 0; st == CT_OK && r < n; r++) {
+        if (all[3 * r + 2] != z->L) *ok = false;
+        if (all[3 * r] + all[3 * r + 1] != r) consecutive = false;
+        if (all[3 * r] == r) { /* a machine's first rank: machines numbered in the order of their first ranks */
+            if (r == mine[0]) z->mi = z->nm;
+            z->nm++;
+        }
+    }
+    z->chain = consecutive && ct_config_choice(CT_CFG_HIER_ALLREDUCE) == 0;
+    /* rail i: local rank i of every machine, by machine (ct_dist_new_group is collective) */
+    for (int i = 0; st == CT_OK && *ok && z->nm > 1 && i < z->L; i++) {
+        int k = 0;
+        for (int r = 0; r < n; r++)
+            if (all[3 * r + 1] == i) ranks[k++] = r;
+        ct_pg *rail = NULL;
+        st = ct_dist_new_group(pg, ranks, k, &rail);
+        if (rail && i == z->li) z->rail = rail;
+        else if (rail) ct_pg_free(rail);
+    }
+    free(all);
+    free(ranks);
+    return st;
 }
 
 /* Layout of the segment: the parameters, then each state buffer, each rounded up to 16
@@ -104,7 +189,7 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
     ct_status st = ct_all_reduce_sync(pg, &want, 1, CT_I32, CT_RED_MIN);
     if (st != CT_OK || !want) return st;
     ct_params *P = ct_ddp_params(ddp);
-    int n = ct_pg_size(pg), me = ct_pg_rank(pg), nst = ct_optim_state_count(opt);
+    int n = ct_pg_size(pg), nst = ct_optim_state_count(opt);
     size_t N = ct_params_numel(P), N16 = (N + 15) & ~(size_t)15, total = (size_t)(1 + nst) * N16 * sizeof(float);
     ct_zero *z = calloc(1, sizeof *z);
     if (z) z->grads = malloc(sizeof(float *) * (size_t)n);
@@ -112,39 +197,60 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
     z->ddp = ddp;
     z->pg = pg;
     z->P = P;
-    st = ct_pg_alloc_shared(pg, (total + (size_t)n - 1) / (size_t)n, &z->seg);
-    if (st == CT_ERR_SYSTEM || st == CT_ERR_NOMEM) { /* /dev/shm full: the same decision on every rank */
-        CT_LOG_WARN_("zero", "optimizer not sharded, every rank steps its own copy: %s", ct_last_error());
-        free(z->grads);
-        free(z);
-        return CT_OK;
-    }
-    if (st != CT_OK) { free(z->grads); free(z); return st; }
-    float *base = ct_pg_shared_peer(pg, z->seg, 0);
-    /* Rank 0's values, as DDP's start broadcasts its parameters: rank 0 moves its buffers in
-     * (one at a time: its peak memory grows by one buffer, not all), the others switch once
-     * it is done */
-    if (me == 0) move_in(P, opt, base, N16, true);
-    if ((st = ct_barrier_sync(pg)) != CT_OK) {
-        if (me == 0) move_out(P, opt, true); /* back to private memory before the segment goes */
-        ct_pg_free_shared(pg, z->seg);
-        free(z->grads);
-        free(z);
+    z->wdt = ct_ddp_comm_dtype(ddp);
+    bool even = false;
+    const float *g = ct_params_grad(P);
+    if ((st = topology(z, g, &even)) != CT_OK || !even) {
+        if (st == CT_OK) CT_LOG_INFO("zero", "optimizer not sharded: the machines hold different numbers of ranks");
+        zero_release(z);
         return st;
     }
-    if (me != 0) move_in(P, opt, base, N16, false);
-    z->params_in = true;
-    const float *g = ct_params_grad(P);
-    for (int r = 0; r < n; r++) z->grads[r] = ct_pg_shared_peer(pg, (void *)g, r);
+    int L = z->L, li = z->li;
     /* shares of whole 64-byte lines, so that no two ranks write one */
-    size_t per = ((N + (size_t)n - 1) / (size_t)n + 15) & ~(size_t)15;
-    size_t lo = (size_t)me * per < N ? (size_t)me * per : N, hi = lo + per < N ? lo + per : N;
-    ct_optim_shard sh = {.lo = lo, .hi = hi, .grads = z->grads, .ngrads = n, .sync = zero_sync, .detach = zero_detach,
-                         .user = z};
+    size_t per = ((N + (size_t)L - 1) / (size_t)L + 15) & ~(size_t)15;
+    z->lo = (size_t)li * per < N ? (size_t)li * per : N;
+    z->hi = z->lo + per < N ? z->lo + per : N;
+    size_t m = z->hi - z->lo;
+    if (z->nm > 1 && (!(z->part = malloc(sizeof(float) * (m ? m : 1))) ||
+                      (z->wdt != CT_F32 && !(z->wire = malloc(ct_dtype_size(z->wdt) * (m ? m : 1)))))) {
+        zero_release(z); /* collectives follow: a rank short of memory fails its job's next one */
+        return ct_error(CT_ERR_NOMEM, "sharded optimizer: out of memory");
+    }
+    st = ct_pg_alloc_shared(pg, (total + (size_t)L - 1) / (size_t)L, &z->seg);
+    if (st == CT_ERR_SYSTEM || st == CT_ERR_NOMEM) { /* /dev/shm full: the same decision on every rank */
+        CT_LOG_WARN_("zero", "optimizer not sharded, every rank steps its own copy: %s", ct_last_error());
+        zero_release(z);
+        return CT_OK;
+    }
+    if (st != CT_OK) { zero_release(z); return st; }
+    float *base = NULL; /* the first local rank's region */
+    for (int r = 0; !base && r < n; r++) base = ct_pg_shared_peer(pg, z->seg, r);
+    /* The first local rank's values, as DDP's start broadcasts its parameters: it moves its
+     * buffers in (one at a time: its peak memory grows by one buffer, not all), the others
+     * switch once it is done */
+    if (li == 0) move_in(P, opt, base, N16, true);
+    if ((st = ct_barrier_sync(pg)) != CT_OK) {
+        if (li == 0) move_out(P, opt, true); /* back to private memory before the segment goes */
+        ct_pg_free_shared(pg, z->seg);
+        zero_release(z);
+        return st;
+    }
+    if (li != 0) move_in(P, opt, base, N16, false);
+    z->params_in = true;
+    /* one machine: the step averages the ranks' buffers itself; across machines it reads its
+     * own, where ct_zero_gradients_final put the average */
+    ct_optim_shard sh = {.lo = z->lo, .hi = z->hi, .grads = z->nm > 1 ? NULL : z->grads, .ngrads = z->nm > 1 ? 0 : L,
+                         .sync = zero_sync, .detach = zero_detach, .user = z};
     ct_optim_set_shard(opt, &sh);
     z->opt = opt;
-    CT_LOG_INFO("zero", "sharded %s step: elements [%zu, %zu) of %zu here; parameters and %d state buffer%s in memory "
-                "shared by the %d ranks", ct_optim_kind(opt), lo, hi, N, nst, nst == 1 ? "" : "s", n);
+    if (z->nm > 1)
+        CT_LOG_INFO("zero", "sharded %s step: elements [%zu, %zu) of %zu here; parameters and %d state buffer%s in memory "
+                    "shared by the %d ranks of this machine (%d of %d); the share's sum %s across machines in %s",
+                    ct_optim_kind(opt), z->lo, z->hi, N, nst, nst == 1 ? "" : "s", L, z->mi, z->nm,
+                    z->chain ? "passed on in rank order" : "all-reduced", ct_dtype_name(z->wdt));
+    else
+        CT_LOG_INFO("zero", "sharded %s step: elements [%zu, %zu) of %zu here; parameters and %d state buffer%s in memory "
+                    "shared by the %d ranks", ct_optim_kind(opt), z->lo, z->hi, N, nst, nst == 1 ? "" : "s", L);
     *out = z;
     return CT_OK;
 }
@@ -155,8 +261,57 @@ ct_status ct_zero_begin_step(ct_zero *z, bool average) {
     return ct_ddp_set_deferred(z->ddp, z->averaging);
 }
 
-void ct_zero_gradients_final(ct_zero *z) {
-    if (z->averaging) ct_optim_set_average(z->opt, true);
+/* The share's sum through the wire dtype: to (send) or from (recv, broadcast) z->part. */
+static ct_status wire_op(ct_zero *z, int kind, int peer) {
+    size_t m = z->hi - z->lo;
+    void *buf = z->wdt == CT_F32 ? (void *)z->part : z->wire;
+    if (z->wdt != CT_F32 && kind != 1) ct_convert(z->wire, z->wdt, z->part, CT_F32, m);
+    ct_status st = kind == 0   ? ct_send_sync(z->rail, buf, m, z->wdt, peer, 0)
+                   : kind == 1 ? ct_recv_sync(z->rail, buf, m, z->wdt, peer, 0)
+                   : kind == 2 ? ct_broadcast_sync(z->rail, buf, m, z->wdt, peer)
+                               : ct_all_reduce_sync(z->rail, buf, m, z->wdt, CT_RED_SUM);
+    if (st == CT_OK && z->wdt != CT_F32 && kind != 0) ct_convert(z->part, CT_F32, z->wire, z->wdt, m);
+    return st;
+}
+
+/* Across machines: this rank's share of the job's averaged gradient into its own buffer
+ * (see the top of this file). */
+static ct_status cross_machines(ct_zero *z) {
+    double t0 = ct_time_now();
+    size_t lo = z->lo, m = z->hi - z->lo;
+    float *s = z->part;
+    ct_status st = CT_OK;
+    if (m == 0) return CT_OK; /* the same on every machine: this rail has nothing */
+    int r0 = 0;
+    if (z->chain && z->mi > 0) st = wire_op(z, 1, z->mi - 1); /* the running sum of the machines before */
+    else memcpy(s, z->grads[r0++] + lo, m * sizeof(float));
+    for (int r = r0; st == CT_OK && r < z->L; r++) {
+        const float *g = z->grads[r] + lo;
+        for (size_t j = 0; j < m; j++) s[j] = s[j] + g[j];
+    }
+    if (st == CT_OK && z->chain) {
+        if (z->mi < z->nm - 1) st = wire_op(z, 0, z->mi + 1);
+        else if (z->wdt != CT_F32) { /* keep what the others will receive */
+            ct_convert(z->wire, z->wdt, s, CT_F32, m);
+            ct_convert(s, CT_F32, z->wire, z->wdt, m);
+        }
+        if (st == CT_OK) st = wire_op(z, 2, z->nm - 1);
+    } else if (st == CT_OK) {
+        st = wire_op(z, 3, 0);
+    }
+    if (st == CT_OK) {
+        float *own = (float *)z->grads[z->li] + lo, d = (float)z->W;
+        for (size_t j = 0; j < m; j++) own[j] = s[j] / d; /* the averaging's true division */
+    }
+    ct_ddp_add_wait(z->ddp, ct_time_now() - t0);
+    return st;
+}
+
+ct_status ct_zero_gradients_final(ct_zero *z) {
+    if (!z->averaging) return CT_OK;
+    if (z->nm > 1) return cross_machines(z);
+    ct_optim_set_average(z->opt, true);
+    return CT_OK;
 }
 
 ct_status ct_zero_skip_step(ct_zero *z) {

@@ -2,8 +2,9 @@
 # `ctrain run --nnodes 2` across two "hosts": network namespaces joined by a veth pair
 # (10.78.0.1 and 10.78.0.2), one launcher in each, 2 workers per node, no mpirun, so the gloo
 # backend. Checks: the CNN trained for 200 steps (3 under ASan) ends with the same weights
-# (bit for bit) as a one-host 4-rank run on the shm backend, twice, with
-# the gradient traffic really on the veth; node 0 makes the store secret up (a 0600 file) and
+# (bit for bit) as a one-host 4-rank run on the shm backend, with the sharded optimizer step
+# and with DDP's all-reduce, the gradient traffic really on the veth; on the rails too, and
+# with bf16 compression; node 0 makes the store secret up (a 0600 file) and
 # node 1 joins with that file, a node with another secret is refused; the rail all-reduce's sums are exact; when node 1's workers are killed, node 0
 # fails within CTRAIN_TIMEOUT + 5 s naming the lost rank and its host.
 set -u
@@ -42,9 +43,13 @@ $B run --nproc-per-node 4 --standalone $B "${cnn[@]}" --output-dir "$tmp/ref" >"
     die "one-host run: $(tail -5 "$tmp/ref.log")"
 for rep in 1 2; do
     tx0=$(tx_bytes)
+    # run 1: the default sharded optimizer step (each machine's ranks share a segment, the
+    # shares' sums go machine to machine in rank order); run 2: DDP's ordered all-reduce
+    [ $rep = 2 ] && export CTRAIN_DDP_SHARD_OPTIM=0
     node 0 "$tmp/n0.$rep" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p0=$!
     tok=$(secret "$tmp/n0.$rep") || die "node 0 printed no store secret file: $(cat "$tmp/n0.$rep")"
     node 1 "$tmp/n1.$rep" --rdzv-token-file "$tok" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p1=$!
+    unset CTRAIN_DDP_SHARD_OPTIM
     wait $p1 || die "node 1 (run $rep): $(tail -8 "$tmp/n1.$rep")"
     wait $p0 || die "node 0 (run $rep): $(tail -8 "$tmp/n0.$rep")"
     moved=$(( $(tx_bytes) - tx0 ))
@@ -52,7 +57,9 @@ for rep in 1 2; do
     [ $moved -gt $((steps * 500000)) ] || die "only $moved bytes left node 1 over the veth in $steps steps"
     grep -q "4 ranks × batch 8 .* $steps steps" "$tmp/n0.$rep" || die "not a 4-rank job: $(head -3 "$tmp/n0.$rep")"
 done
-cmp -s "$tmp/mn1/model.safetensors" "$tmp/mn2/model.safetensors" || die "two runs across the namespaces differ"
+grep -q "^ddp: sharded optimizer step" "$tmp/n0.1" || die "run 1 did not take the sharded step: $(grep ^ddp "$tmp/n0.1")"
+grep -q "^ddp: [0-9]* buckets" "$tmp/n0.2" || die "run 2 did not all-reduce buckets: $(grep ^ddp "$tmp/n0.2")"
+cmp -s "$tmp/mn1/model.safetensors" "$tmp/mn2/model.safetensors" || die "sharded step and all-reduce across the namespaces differ"
 # the ordered all-reduce (the default) sums in world rank order, as the one-host run does: the
 # same bits
 rel=$(python3 tests/tools/weights_close.py "$tmp/ref/model.safetensors" "$tmp/mn1/model.safetensors" 1e-5) ||
@@ -75,6 +82,25 @@ for op in sum avg; do
     [ "$(cat "$tmp/r0$op" "$tmp/r1$op" | grep -c "local rank . of 2 on node . of 2.*gloo between 2 leaders, rail all-reduce")" = 4 ] ||
         die "not on the rails: $(grep hier "$tmp/r0$op" "$tmp/r1$op")"
 done
+
+# the sharded step on the rails (an all-reduce of each machine's sum of a share) has the rail
+# all-reduce's bits; with bf16 compression only the sums crossing the network are bf16
+zs=20; [ "${CT_BUILD:-build}" = build-san ] && zs=3
+short=(train cnn --steps $zs --batch-size 8 --threads 1 --eval-max 16 --log-every 10)
+for v in "rail 1 f32" "rail 0 f32" "rail 1 bf16" "ordered 1 bf16"; do
+    set -- $v
+    export CTRAIN_HIER_ALLREDUCE=$1 CTRAIN_DDP_SHARD_OPTIM=$2 CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=zero
+    node 0 "$tmp/z0$1$2$3" --rdzv-token-file "$tmp/s" $B "${short[@]}" --grad-compression ${3/f32/none} --output-dir "$tmp/z$1$2$3"; p0=$!
+    node 1 "$tmp/z1$1$2$3" --rdzv-token-file "$tmp/s" $B "${short[@]}" --grad-compression ${3/f32/none} --output-dir "$tmp/z$1$2$3"; p1=$!
+    unset CTRAIN_HIER_ALLREDUCE CTRAIN_DDP_SHARD_OPTIM CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
+    wait $p1 || die "$v, node 1: $(tail -8 "$tmp/z1$1$2$3")"
+    wait $p0 || die "$v, node 0: $(tail -8 "$tmp/z0$1$2$3")"
+    want="all-reduced across machines in $3"; [ $1 = ordered ] && want="passed on in rank order across machines in $3"
+    [ $2 = 0 ] || [ "$(cat "$tmp/z0$1$2$3" "$tmp/z1$1$2$3" | grep -c "shared by the 2 ranks of this machine.*$want")" = 4 ] ||
+        die "$v: not the sharded step across machines: $(grep -h zero "$tmp/z0$1$2$3" "$tmp/z1$1$2$3")"
+done
+cmp -s "$tmp/zrail1f32/model.safetensors" "$tmp/zrail0f32/model.safetensors" ||
+    die "rail: the sharded step's weights differ from the rail all-reduce's"
 
 # node 1's workers die: node 0 stops within CTRAIN_TIMEOUT + 5 s and says which rank on which host
 export CTRAIN_TIMEOUT=5

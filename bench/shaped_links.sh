@@ -15,7 +15,8 @@
 #   train  ctrain train vs PyTorch DDP (gloo, bench/torch_train.py under torchrun), MLP and GPT
 #          of bench/multinode.sh, LAYOUTS (default "2x2": hosts x ranks per host); ctrain with
 #          its hier backend (HIER=rail unless set: CTRAIN_HIER_ALLREDUCE), overlapped buckets and
-#          --grad-compression bf16 (COMPRESS=none: f32). TRAIN_MODELS=gptfsdp: the GPT with
+#          --grad-compression bf16 (COMPRESS=none: f32); CTRAIN_DDP_SHARD_HIER=1: the sharded
+#          optimizer step across machines instead (docs/multinode.md). TRAIN_MODELS=gptfsdp: the GPT with
 #          ctrain --shard full against PyTorch FSDP (FULL_SHARD, one unit per block, gloo)
 # and once, unshaped, MODES=base: the same training on one host (1 rank; LAYOUTS' ranks on one
 # host), for the efficiency and the cost model's compute.
@@ -118,8 +119,10 @@ ctrain_rate() {
         awk '{ s += 1 / $1; n++ } END { if (n) printf "%.1f", n / s; else print "?" }'
 }
 # "compute_ms=X allreduce_ms=Y hidden_pct=Z" from ctrain's ddp summary line, if any
+# (CTRAIN_DDP_SHARD_HIER=1, the sharded step: "compute_ms=X wait_ms=Y")
 ddp_fields() {
-    grep -m1 '^ddp:' "$1" | sed -E 's/.*compute ([0-9.]+) ms, all-reduce ([0-9.]+) ms, ([0-9]+)% .*/compute_ms=\1 allreduce_ms=\2 hidden_pct=\3/'
+    grep -m1 '^ddp:' "$1" | sed -E -e 's/.*compute ([0-9.]+) ms, all-reduce ([0-9.]+) ms, ([0-9]+)% .*/compute_ms=\1 allreduce_ms=\2 hidden_pct=\3/' \
+        -e 's/.*compute ([0-9.]+) ms, waiting for peers ([0-9.]+) ms.*/compute_ms=\1 wait_ms=\2/'
 }
 
 gpt=(--n-layer 6 --n-embd 256 --n-head 8 --block-size 256 --vocab-size 256 --batch-size 8 --text "$text"
@@ -176,7 +179,7 @@ coll_one() { # RATE H R COLL [LABEL]
 
 MODES=${MODES:-bulk coll train base}
 emit "# $(date -u '+%F %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(getconf _NPROCESSORS_ONLN) cores |" \
-     "load $(cut -d' ' -f1-3 /proc/loadavg) | torch $("$PY" -c 'import torch; print(torch.__version__)') | compress ${COMPRESS:-bf16} | hier ${HIER:-rail} | bind $CTRAIN_BIND"
+     "load $(cut -d' ' -f1-3 /proc/loadavg) | torch $("$PY" -c 'import torch; print(torch.__version__)') | compress ${COMPRESS:-bf16} | hier ${HIER:-rail} | bind $CTRAIN_BIND | shard_hier ${CTRAIN_DDP_SHARD_HIER:-0}"
 for rate in ${RATES:-none 25gbit 10gbit 1gbit}; do
     set_rate $rate
     for mode in $MODES; do

@@ -20,8 +20,8 @@
  * backward produces gradients): no copies. A bucket's asynchronous all-reduce starts when
  * its last gradient arrives, so communication overlaps the rest of backward; buckets are
  * launched in index order on every rank.
- * Zero-copy (opts.zero_copy; shm backend with f32 traffic, or hier with any, where the ranks of
- * each machine share it): ct_params_grad(P) then points into a segment
+ * Zero-copy (opts.zero_copy; shm backend with f32 traffic, or hier with any under
+ * CTRAIN_DDP_SHARD_HIER=1, where the ranks of each machine share it): ct_params_grad(P) then points into a segment
  * shared by the ranks — re-read it after ct_ddp_create and ct_ddp_free (it moves back) — and
  * peers read and write it until ct_ddp_finish returns. Free the DDP before the process group.
  */
@@ -45,8 +45,8 @@ typedef struct ct_ddp_opts {
     bool broadcast_buffers;     /* broadcast buffers from rank 0 at creation (default true) */
     bool zero_copy;             /* default true: on the shm backend with f32 traffic, the gradient buffer
                                    moves into memory shared by the ranks and buckets are reduced in
-                                   place there (no staging copies); on hier, shared by each machine's
-                                   ranks, for ct_zero; CTRAIN_DDP_ZERO_COPY=0 turns it off */
+                                   place there (no staging copies); on hier with CTRAIN_DDP_SHARD_HIER=1,
+                                   shared by each machine's ranks, for ct_zero; CTRAIN_DDP_ZERO_COPY=0 turns it off */
 } ct_ddp_opts;
 
 typedef struct ct_ddp_stats {

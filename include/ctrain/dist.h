@@ -180,6 +180,10 @@ void ct_pg_free_shared(ct_pg *pg, void *mine);
  * allocation (same offset in that rank's region), or NULL when p is in none or rank is out
  * of range. Local; reading or writing it needs synchronisation with that rank (a barrier). */
 void *ct_pg_shared_peer(ct_pg *pg, void *p, int rank);
+/* A barrier among the ranks that share memory with this one: the whole group on shm, this
+ * machine's ranks on hier (the whole group on other backends). Collective: every rank of the
+ * group calls it, in the same order as the group's other collectives. */
+ct_status ct_barrier_shared_sync(ct_pg *pg);
 
 /* ---- asynchronous collectives: return a work handle that is never NULL ----
  * Buffers must stay valid until the work completes. count is in elements. */

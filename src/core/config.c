@@ -78,6 +78,10 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_DDP_SHARD_OPTIM] = {"CTRAIN_DDP_SHARD_OPTIM", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
                                 "0: every rank runs the whole optimizer step on its own copy of the parameters "
                                 "instead of its share of one copy in shared memory (one copy per machine on the hier backend)"},
+    [CT_CFG_DDP_SHARD_HIER] = {"CTRAIN_DDP_SHARD_HIER", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, 0,
+                               "1: the sharded optimizer step on the hier backend too (one copy per machine; each "
+                               "rank sums its share over the machines after backward, not overlapped with it: "
+                               "faster where backward is short, slower where it hides DDP's all-reduce)"},
     [CT_CFG_GEMM] = {"CTRAIN_GEMM", CT_CFG_CHOICE, "auto", 0, 0, "auto|openblas", NULL, 0,
                      "openblas: every GEMM through OpenBLAS instead of ctrain's AVX-512 kernel"},
     [CT_CFG_GEMM_BF16] = {"CTRAIN_GEMM_BF16", CT_CFG_CHOICE, "auto", 0, 0, "auto|rounded|native|amx", NULL, 0,

@@ -135,11 +135,13 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
  * decision (all-reduce of the wish); a segment that cannot be created (/dev/shm full) falls
  * back to the staged path everywhere. */
 static ct_status setup_zero_copy(ct_ddp *d) {
-    /* compressed traffic on one machine gains nothing from it; across machines (hier) the
-     * sharded step (ct_zero) compresses only what crosses the network */
+    /* compressed traffic on one machine gains nothing from it. Across machines (hier) it is
+     * for the sharded step (ct_zero), which compresses only what crosses the network, and
+     * only when asked for: by default the buckets' all-reduce overlaps backward there */
     unsigned caps = ct_pg_caps(d->pg);
-    if (!d->o.zero_copy || (d->o.comm_dtype != CT_F32 && !(caps & CT_PG_CAP_MULTI_MACHINE)) || ct_pg_size(d->pg) < 2 ||
-        !(caps & CT_PG_CAP_SHARED_MEMORY))
+    bool multi = caps & CT_PG_CAP_MULTI_MACHINE;
+    if (!d->o.zero_copy || (multi && !ct_config_bool(CT_CFG_DDP_SHARD_HIER)) || (d->o.comm_dtype != CT_F32 && !multi) ||
+        ct_pg_size(d->pg) < 2 || !(caps & CT_PG_CAP_SHARED_MEMORY))
         return CT_OK;
     int32_t want = !env_off(CT_CFG_DDP_ZERO_COPY);
     ct_status st = ct_all_reduce_sync(d->pg, &want, 1, CT_I32, CT_RED_MIN);
@@ -298,7 +300,7 @@ static ct_status check_unused(ct_ddp *d) {
  * averages its share from all of them (ct_zero, train.h) */
 static ct_status finish_deferred(ct_ddp *d, double t0) {
     (void)ct_params_grad(d->P); /* gradients no backward wrote become zeros before peers read them */
-    ct_status st = ct_barrier_sync(d->pg);
+    ct_status st = ct_barrier_shared_sync(d->pg); /* the peers that read them: those sharing the memory */
     d->t_last_finish = ct_time_now();
     d->st.comm_s = d->st.exposed_s = d->t_last_finish - t0;
     d->st.hidden_frac = 0;

@@ -134,4 +134,7 @@ void ct_reduce2(ct_dtype dt, ct_reduce_op op, void *o1, void *o2, const void *a,
                 int divisor);
 /* o[i] /= divisor in place (AVG when there is only one source). */
 void ct_reduce_scale(ct_dtype dt, void *o, size_t n, int divisor);
+/* A barrier's tag: only the ranks sharing memory (ct_barrier_shared_sync); backends that have
+ * no such subset ignore it and wait for the whole group */
+#define CT_BARRIER_SHARED_TAG 1
 #endif

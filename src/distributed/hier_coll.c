@@ -61,8 +61,11 @@ ct_status hier_allgather(hier_pg *h, ct_work *w, double deadline) {
 }
 
 ct_status hier_barrier(hier_pg *h, ct_work *w, double deadline) {
-    (void)w;
     ct_status st = CT_OK;
+    if (w->tag == CT_BARRIER_SHARED_TAG) /* this machine's ranks only */
+        return h->lsize > 1 ? hier_step(h, &h->local, "intra-node barrier", CT_OP_BARRIER, NULL, NULL, 0, CT_I32,
+                                        CT_RED_SUM, 0, deadline)
+                            : CT_OK;
     if (h->lsize > 1) st = hier_step(h, &h->local, "intra-node barrier", CT_OP_BARRIER, NULL, NULL, 0, CT_I32, CT_RED_SUM, 0, deadline);
     if (!st && h->lrank == 0 && h->nnodes > 1 &&
         (st = hier_step(h, &h->leaders, "inter-node barrier", CT_OP_BARRIER, NULL, NULL, 0, CT_I32, CT_RED_SUM, 0, deadline)))

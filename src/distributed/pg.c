@@ -266,6 +266,9 @@ ct_status ct_all_to_all_sync(ct_pg *pg, const void *send, void *recv, size_t cou
     return sync_op(pg, CT_OP_ALLTOALL, send, recv, count, dt, CT_RED_SUM, 0, 0);
 }
 ct_status ct_barrier_sync(ct_pg *pg) { return sync_op(pg, CT_OP_BARRIER, NULL, NULL, 0, CT_I32, CT_RED_SUM, 0, 0); }
+ct_status ct_barrier_shared_sync(ct_pg *pg) {
+    return sync_op(pg, CT_OP_BARRIER, NULL, NULL, 0, CT_I32, CT_RED_SUM, 0, CT_BARRIER_SHARED_TAG);
+}
 ct_status ct_send_sync(ct_pg *pg, const void *buf, size_t count, ct_dtype dt, int dst, int tag) {
     return sync_op(pg, CT_OP_SEND, buf, NULL, count, dt, CT_RED_SUM, dst, tag);
 }

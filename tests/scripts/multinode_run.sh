@@ -2,8 +2,8 @@
 # `ctrain run --nnodes 2` across two "hosts": network namespaces joined by a veth pair
 # (10.78.0.1 and 10.78.0.2), one launcher in each, 2 workers per node, no mpirun, so the gloo
 # backend. Checks: the CNN trained for 200 steps (3 under ASan) ends with the same weights
-# (bit for bit) as a one-host 4-rank run on the shm backend, with the sharded optimizer step
-# and with DDP's all-reduce, the gradient traffic really on the veth; on the rails too, and
+# (bit for bit) as a one-host 4-rank run on the shm backend, with DDP's all-reduce and with
+# the sharded optimizer step across machines (CTRAIN_DDP_SHARD_HIER=1), the gradient traffic really on the veth; on the rails too, and
 # with bf16 compression; node 0 makes the store secret up (a 0600 file) and
 # node 1 joins with that file, a node with another secret is refused; the rail all-reduce's sums are exact; when node 1's workers are killed, node 0
 # fails within CTRAIN_TIMEOUT + 5 s naming the lost rank and its host.
@@ -43,13 +43,14 @@ $B run --nproc-per-node 4 --standalone $B "${cnn[@]}" --output-dir "$tmp/ref" >"
     die "one-host run: $(tail -5 "$tmp/ref.log")"
 for rep in 1 2; do
     tx0=$(tx_bytes)
-    # run 1: the default sharded optimizer step (each machine's ranks share a segment, the
-    # shares' sums go machine to machine in rank order); run 2: DDP's ordered all-reduce
-    [ $rep = 2 ] && export CTRAIN_DDP_SHARD_OPTIM=0
+    # run 1: the sharded optimizer step across machines (each machine's ranks share a segment,
+    # the shares' sums go machine to machine in rank order); run 2: DDP's ordered all-reduce
+    # (the default)
+    [ $rep = 1 ] && export CTRAIN_DDP_SHARD_HIER=1
     node 0 "$tmp/n0.$rep" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p0=$!
     tok=$(secret "$tmp/n0.$rep") || die "node 0 printed no store secret file: $(cat "$tmp/n0.$rep")"
     node 1 "$tmp/n1.$rep" --rdzv-token-file "$tok" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p1=$!
-    unset CTRAIN_DDP_SHARD_OPTIM
+    unset CTRAIN_DDP_SHARD_HIER
     wait $p1 || die "node 1 (run $rep): $(tail -8 "$tmp/n1.$rep")"
     wait $p0 || die "node 0 (run $rep): $(tail -8 "$tmp/n0.$rep")"
     moved=$(( $(tx_bytes) - tx0 ))
@@ -89,10 +90,10 @@ zs=20; [ "${CT_BUILD:-build}" = build-san ] && zs=3
 short=(train cnn --steps $zs --batch-size 8 --threads 1 --eval-max 16 --log-every 10)
 for v in "rail 1 f32" "rail 0 f32" "rail 1 bf16" "ordered 1 bf16"; do
     set -- $v
-    export CTRAIN_HIER_ALLREDUCE=$1 CTRAIN_DDP_SHARD_OPTIM=$2 CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=zero
+    export CTRAIN_HIER_ALLREDUCE=$1 CTRAIN_DDP_SHARD_HIER=$2 CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=zero
     node 0 "$tmp/z0$1$2$3" --rdzv-token-file "$tmp/s" $B "${short[@]}" --grad-compression ${3/f32/none} --output-dir "$tmp/z$1$2$3"; p0=$!
     node 1 "$tmp/z1$1$2$3" --rdzv-token-file "$tmp/s" $B "${short[@]}" --grad-compression ${3/f32/none} --output-dir "$tmp/z$1$2$3"; p1=$!
-    unset CTRAIN_HIER_ALLREDUCE CTRAIN_DDP_SHARD_OPTIM CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
+    unset CTRAIN_HIER_ALLREDUCE CTRAIN_DDP_SHARD_HIER CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
     wait $p1 || die "$v, node 1: $(tail -8 "$tmp/z1$1$2$3")"
     wait $p0 || die "$v, node 0: $(tail -8 "$tmp/z0$1$2$3")"
     want="all-reduced across machines in $3"; [ $1 = ordered ] && want="passed on in rank order across machines in $3"

@@ -261,16 +261,18 @@ ct_status ct_zero_begin_step(ct_zero *z, bool average) {
     return ct_ddp_set_deferred(z->ddp, z->averaging);
 }
 
-/* The share's sum through the wire dtype: to (send) or from (recv, broadcast) z->part. */
+/* The share's sum (z->part) across machines on the rail, through the wire dtype */
+enum { WIRE_SEND, WIRE_RECV, WIRE_BCAST, WIRE_ALLREDUCE };
 static ct_status wire_op(ct_zero *z, int kind, int peer) {
     size_t m = z->hi - z->lo;
-    void *buf = z->wdt == CT_F32 ? (void *)z->part : z->wire;
-    if (z->wdt != CT_F32 && kind != 1) ct_convert(z->wire, z->wdt, z->part, CT_F32, m);
-    ct_status st = kind == 0   ? ct_send_sync(z->rail, buf, m, z->wdt, peer, 0)
-                   : kind == 1 ? ct_recv_sync(z->rail, buf, m, z->wdt, peer, 0)
-                   : kind == 2 ? ct_broadcast_sync(z->rail, buf, m, z->wdt, peer)
-                               : ct_all_reduce_sync(z->rail, buf, m, z->wdt, CT_RED_SUM);
-    if (st == CT_OK && z->wdt != CT_F32 && kind != 0) ct_convert(z->part, CT_F32, z->wire, z->wdt, m);
+    bool cvt = z->wdt != CT_F32, out = kind == WIRE_SEND || kind == WIRE_ALLREDUCE || (kind == WIRE_BCAST && peer == z->mi);
+    void *buf = cvt ? z->wire : (void *)z->part;
+    if (cvt && out) ct_convert(z->wire, z->wdt, z->part, CT_F32, m);
+    ct_status st = kind == WIRE_SEND   ? ct_send_sync(z->rail, buf, m, z->wdt, peer, 0)
+                   : kind == WIRE_RECV ? ct_recv_sync(z->rail, buf, m, z->wdt, peer, 0)
+                   : kind == WIRE_BCAST ? ct_broadcast_sync(z->rail, buf, m, z->wdt, peer)
+                                        : ct_all_reduce_sync(z->rail, buf, m, z->wdt, CT_RED_SUM);
+    if (st == CT_OK && cvt && kind != WIRE_SEND) ct_convert(z->part, CT_F32, z->wire, z->wdt, m);
     return st;
 }
 
@@ -283,21 +285,21 @@ static ct_status cross_machines(ct_zero *z) {
     ct_status st = CT_OK;
     if (m == 0) return CT_OK; /* the same on every machine: this rail has nothing */
     int r0 = 0;
-    if (z->chain && z->mi > 0) st = wire_op(z, 1, z->mi - 1); /* the running sum of the machines before */
+    if (z->chain && z->mi > 0) st = wire_op(z, WIRE_RECV, z->mi - 1); /* the running sum of the machines before */
     else memcpy(s, z->grads[r0++] + lo, m * sizeof(float));
     for (int r = r0; st == CT_OK && r < z->L; r++) {
         const float *g = z->grads[r] + lo;
         for (size_t j = 0; j < m; j++) s[j] = s[j] + g[j];
     }
     if (st == CT_OK && z->chain) {
-        if (z->mi < z->nm - 1) st = wire_op(z, 0, z->mi + 1);
+        if (z->mi < z->nm - 1) st = wire_op(z, WIRE_SEND, z->mi + 1);
         else if (z->wdt != CT_F32) { /* keep what the others will receive */
             ct_convert(z->wire, z->wdt, s, CT_F32, m);
             ct_convert(s, CT_F32, z->wire, z->wdt, m);
         }
-        if (st == CT_OK) st = wire_op(z, 2, z->nm - 1);
+        if (st == CT_OK) st = wire_op(z, WIRE_BCAST, z->nm - 1);
     } else if (st == CT_OK) {
-        st = wire_op(z, 3, 0);
+        st = wire_op(z, WIRE_ALLREDUCE, 0);
     }
     if (st == CT_OK) {
         float *own = (float *)z->grads[z->li] + lo, d = (float)z->W;
@@ -315,6 +317,10 @@ ct_status ct_zero_gradients_final(ct_zero *z) {
 }
 
 ct_status ct_zero_skip_step(ct_zero *z) {
+    /* what the others do in their step: across machines the rails' exchange (this rank's
+     * share still needs every machine's sum), then the barrier of zero_sync */
+    ct_status st = z->averaging && z->nm > 1 ? cross_machines(z) : CT_OK;
     if (z->opt) ct_optim_set_average(z->opt, false);
-    return ct_barrier_sync(z->pg);
+    ct_status bs = ct_barrier_shared_sync(z->pg);
+    return st != CT_OK ? st : bs;
 }

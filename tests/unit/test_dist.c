@@ -345,6 +345,16 @@ static int w_shared(int rank, int n, void *arg) {
     for (int r = 0; r < n; r++) tot += (float)(r + 1);
     for (size_t i = 0; i < 4 * seg; i++)
         if (f[i] != tot * (float)(i % 97) / (float)n) WFAIL("async in-place [%zu] = %g", i, f[i]);
+    /* ct_barrier_shared_sync: what a peer wrote before it is visible after it */
+    for (int round = 0; round < 3; round++) {
+        *(int32_t *)mine = rank * 10 + round;
+        WOK(ct_barrier_shared_sync(pg));
+        for (int r = 0; r < n; r++) {
+            const int32_t *p = ct_pg_shared_peer(pg, mine, r);
+            if (!p || *p != r * 10 + round) WFAIL("rank %d's value after the shared barrier: %d", r, p ? *p : -1);
+        }
+        WOK(ct_barrier_shared_sync(pg)); /* nobody writes the next value before every rank read this one */
+    }
     /* one rank on the staged path, the others in place: a named mismatch, not garbage */
     float priv[256] = {0};
     ct_status st = ct_all_reduce_sync(pg, rank == 1 ? priv : f, 256, CT_F32, CT_RED_SUM);

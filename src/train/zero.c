@@ -28,8 +28,8 @@
  *      in the DDP's compression dtype if it has one (only this crosses the network: the
  *      machine's sum is made in f32);
  *   3. divides by the world size into its own gradient buffer, which its step then reads.
- *   per rank: reads L/L B = B of gradients, against the hier all-reduce's shm reduce and
- *   broadcast of B and a whole optimizer step per rank. */
+ *   per rank: reads its share of all L buffers (B/L x L = B), against the hier all-reduce's
+ *   shm reduce and broadcast of B and a whole optimizer step per rank. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +50,7 @@ struct ct_zero {
     bool averaging;       /* this step: DDP deferred, the step averages */
     int L, li;            /* ranks sharing the segment (this machine's), this rank's index among them */
     /* across machines (hier); nm = 1 on one machine */
-    int nm, mi, W;        /* machines, this machine's index, world size */
+    int nm, mi;           /* machines, this machine's index */
     ct_pg *rail;          /* local rank li of every machine, by machine index */
     bool chain;           /* ordered: the running sum goes from machine to machine */
     ct_dtype wdt;         /* what crosses the network: f32 or the DDP's compression dtype */
@@ -128,7 +128,6 @@ void ct_zero_free(ct_zero *z) {
     zero_release(z);
 }
 
-
 /* The ranks that share this rank's segment (those whose counterpart of the DDP's gradient
  * buffer exists here: all of them on shm, this machine's on hier), in rank order into
  * z->grads; then every rank's (first local rank, local index, local count) to number the
@@ -149,7 +148,6 @@ static ct_status topology(ct_zero *z, const float *g, bool *ok) {
     }
     z->L = mine[2];
     z->li = mine[1];
-    z->W = n;
     ct_status st = ct_all_gather_sync(pg, mine, all, 3, CT_I32);
     *ok = st == CT_OK;
     z->nm = 0;
@@ -302,7 +300,7 @@ static ct_status cross_machines(ct_zero *z) {
         st = wire_op(z, WIRE_ALLREDUCE, 0);
     }
     if (st == CT_OK) {
-        float *own = (float *)z->grads[z->li] + lo, d = (float)z->W;
+        float *own = (float *)z->grads[z->li] + lo, d = (float)ct_pg_size(z->pg);
         for (size_t j = 0; j < m; j++) own[j] = s[j] / d; /* the averaging's true division */
     }
     ct_ddp_add_wait(z->ddp, ct_time_now() - t0);

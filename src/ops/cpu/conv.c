@@ -13,7 +13,7 @@
  * same for any thread count. */
 #include <math.h>
 #include <omp.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 #include <string.h>
@@ -51,6 +51,15 @@ static inline void valid_cols(const conv_geom *g, int64_t kj, int64_t *o0, int64
 #ifdef __AVX512F__
 static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 #endif
+#ifdef __AVX2__
+/* CPUs without AVX-512 take the im2col path (no own GEMM): its rows, col2im's and the
+ * pooling's run on these 8-lane masks (lanes [0, n), n clamped to [0, 8]); masked-off lanes
+ * of a load are not read, as with the AVX-512 masks */
+static inline __m256i lanes8(int64_t n) {
+    int32_t k = n <= 0 ? 0 : n >= 8 ? 8 : (int32_t)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
 
 /* d[ow] = xr[ow] for ow in [o0, o1), 0 for the rest of [0, n): one image row of im2col at
  * stride 1. xr may point before its row: only [o0, o1) is read (masked lanes are not). */
@@ -58,6 +67,12 @@ static inline void row_take(float *d, const float *xr, int64_t n, int64_t o0, in
 #ifdef __AVX512F__
     for (int64_t i = 0; i < n; i += 16)
         _mm512_mask_storeu_ps(d + i, lanes16(n - i), _mm512_maskz_loadu_ps(lanes16(o1 - i) & (__mmask16)~lanes16(o0 - i), xr + i));
+#elif defined(__AVX2__)
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 v = _mm256_maskload_ps(xr + i, _mm256_andnot_si256(lanes8(o0 - i), lanes8(o1 - i)));
+        if (n - i >= 8) _mm256_storeu_ps(d + i, v);
+        else _mm256_maskstore_ps(d + i, lanes8(n - i), v); /* the row's end: the next row may be another thread's */
+    }
 #else
     /* o0, o1 may lie outside [0, n) (a run wholly in the padding): clamp, as the masks do */
     o0 = o0 < 0 ? 0 : o0 > n ? n : o0;
@@ -68,21 +83,81 @@ static inline void row_take(float *d, const float *xr, int64_t n, int64_t o0, in
 #endif
 }
 
-/* d[0, n) += s[0, n) */
+/* d[0, n) += s[0, n). d must be readable and writable to d + n rounded up to 8 (col2im's
+ * padded plane): on AVX2 whole vectors are stored and the lanes past n add -0.0f, which
+ * leaves every value as it was (x + -0 is x, -0 and quiet NaNs included; no arithmetic made
+ * a signalling NaN there); masked stores are slow on AMD CPUs, and the rows are short */
 static inline void row_add(float *d, const float *s, int64_t n) {
 #ifdef __AVX512F__
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = lanes16(n - i);
         _mm512_mask_storeu_ps(d + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + i), _mm512_maskz_loadu_ps(m, s + i)));
     }
+#elif defined(__AVX2__)
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_loadu_ps(s + i)));
+    if (i < n) {
+        __m256i m = lanes8(n - i);
+        __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-0.0f), _mm256_maskload_ps(s + i, m), _mm256_castsi256_ps(m));
+        _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), v));
+    }
 #else
     for (int64_t i = 0; i < n; i++) d[i] += s[i];
+#endif
+}
+
+#define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
+
+/* buf[(h + p) * Wp + w + p] = xp[h][w], zeros in the border of p, then 8 zeros: the plane with
+ * its padding, which row_copy may read 8 floats past */
+static void pad_plane(const conv_geom *g, const float *xp, float *buf) {
+    int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
+    memset(buf, 0, (size_t)(g->p * Wp + g->p) * sizeof(float));
+    for (int64_t h = 0; h < g->H; h++) {
+        float *r = buf + (h + g->p) * Wp + g->p;
+        memcpy(r, xp + h * g->W, (size_t)g->W * sizeof(float));
+        memset(r + g->W, 0, (size_t)(2 * g->p) * sizeof(float)); /* this row's right border, the next one's left */
+    }
+    memset(buf + (g->H + g->p) * Wp + g->p, 0, (size_t)((Hp - g->H - g->p) * Wp - g->p + 8) * sizeof(float));
+}
+
+/* d[0, n) = s[0, n), s readable to s + n + 8. spill: d[n, n + 8) may be written too (the next
+ * row of the same block, written after it); without, the tail takes a masked store. Whole
+ * vectors otherwise: masked stores are slow on AMD CPUs, and the rows are short. */
+static inline void row_copy(float *d, const float *s, int64_t n, bool spill) {
+#if defined(__AVX2__)
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(s + i));
+    if (i < n && spill) _mm256_storeu_ps(d + i, _mm256_loadu_ps(s + i));
+    else if (i < n) _mm256_maskstore_ps(d + i, lanes8(n - i), _mm256_loadu_ps(s + i));
+#else
+    (void)spill;
+    memcpy(d, s, (size_t)n * sizeof(float));
 #endif
 }
 
 /* col[k][j*P + oh*OW + ow] = x[n0+j][c][oh*s - p + ki][ow*s - p + kj] (0 outside), k = (c, ki, kj) */
 static void im2col(const conv_geom *g, const float *x, int64_t n0, int64_t nb, float *col) {
     int64_t K = g->C * g->kh * g->kw, P = g->OH * g->OW, ld = nb * P;
+    if (g->s == 1 && (g->H + 2 * g->p) * (g->W + 2 * g->p) + 8 <= PAD_PLANE) {
+        /* each (sample, channel) plane padded once into a local copy; then every kernel
+         * offset's rows are plain shifted copies of it, no clipping. Threads take (sample,
+         * channel) pairs: their blocks of col are disjoint, and no row spills past its block */
+        int64_t KK = g->kh * g->kw, Wp = g->W + 2 * g->p;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (K * ld >= (1 << 15))
+        for (int64_t c = 0; c < g->C; c++)
+            for (int64_t j = 0; j < nb; j++) {
+                float buf[PAD_PLANE];
+                pad_plane(g, x + ((n0 + j) * g->C + c) * g->H * g->W, buf);
+                for (int64_t kk = 0; kk < KK; kk++) {
+                    int64_t ki = kk / g->kw, kj = kk % g->kw;
+                    float *dst = col + (c * KK + kk) * ld + j * P;
+                    for (int64_t oh = 0; oh < g->OH; oh++)
+                        row_copy(dst + oh * g->OW, buf + (oh + ki) * Wp + kj, g->OW, oh + 1 < g->OH);
+                }
+            }
+        return;
+    }
 #pragma omp parallel for schedule(dynamic, 8) if (K * ld >= (1 << 15))
     for (int64_t k = 0; k < K; k++) {
         int64_t c = k / (g->kh * g->kw), ki = (k / g->kw) % g->kh, kj = k % g->kw, o0, o1;
@@ -187,11 +262,10 @@ static void pack_col_t(const void *arg, float *dst, int64_t n0, int n, int64_t k
 /* dx[n0+j][c][ih][iw] += dcol[k][j*P + ...]; threads split (sample, channel) pairs, each
  * owning its plane of dx, kernel offsets in fixed order: deterministic (any schedule).
  * fresh: dx is not zeroed yet; each plane is visited once, so it starts from +0 here. */
-#define PAD_PLANE 4096 /* floats: stride-1 planes up to 64x64 with their padding go through a local copy */
 static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_t nb, float *dx, bool fresh) {
     int64_t P = g->OH * g->OW, ld = nb * P, KK = g->kh * g->kw;
     int64_t Hp = g->H + 2 * g->p, Wp = g->W + 2 * g->p;
-    bool padded = g->s == 1 && Hp * Wp <= PAD_PLANE;
+    bool padded = g->s == 1 && Hp * Wp + 8 <= PAD_PLANE; /* 8: row_add's last vector */
 #pragma omp parallel for collapse(2) schedule(dynamic, 4) if (g->C * KK * ld >= (1 << 15))
     for (int64_t j = 0; j < nb; j++)
         for (int64_t c = 0; c < g->C; c++) {
@@ -201,7 +275,7 @@ static void col2im_add(const conv_geom *g, const float *dcol, int64_t n0, int64_
                  * plain shifted add, no clipping; the border (padding) is dropped. Each element
                  * still gets its terms in kernel-offset order, starting from dx: same bits. */
                 float buf[PAD_PLANE];
-                memset(buf, 0, (size_t)(Hp * Wp) * sizeof(float));
+                memset(buf, 0, (size_t)(Hp * Wp + 8) * sizeof(float));
                 if (!fresh)
                     for (int64_t h = 0; h < g->H; h++) memcpy(buf + (h + g->p) * Wp + g->p, xp + h * g->W, (size_t)g->W * sizeof(float));
                 for (int64_t kk = 0; kk < KK; kk++) {
@@ -608,6 +682,45 @@ static void pool2x2_row(const float *r0, const float *r1, float *y, int32_t *a, 
         _mm512_mask_storeu_epi32(a + o, m, am);
     }
 }
+#elif defined(__AVX2__)
+/* The same, 8 outputs a vector */
+static void pool2x2_row(const float *r0, const float *r1, float *y, int32_t *a, int64_t OW, int32_t base, int32_t w, bool relu) {
+    const __m256i ie = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t o = 0; o < OW; o += 8) {
+        int64_t rem = OW - o;
+        __m256i m0 = lanes8(2 * rem), m1 = lanes8(2 * rem - 8);
+        __m256 a0 = _mm256_maskload_ps(r0 + 2 * o, m0), a1 = _mm256_maskload_ps(r0 + 2 * o + 8, m1);
+        __m256 b0 = _mm256_maskload_ps(r1 + 2 * o, m0), b1 = _mm256_maskload_ps(r1 + 2 * o + 8, m1);
+        /* shuffle_ps picks evens (odds) within each 128-bit half; permute4x64 puts the halves in order */
+#define CT_EVENS_(x, y) _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, 0x88)), 0xD8))
+#define CT_ODDS_(x, y) _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, 0xDD)), 0xD8))
+        __m256 v[4] = {CT_EVENS_(a0, a1), CT_ODDS_(a0, a1), CT_EVENS_(b0, b1), CT_ODDS_(b0, b1)};
+#undef CT_EVENS_
+#undef CT_ODDS_
+        if (relu) /* max_ps(v, 0) is v > 0 ? v : 0, NaN included */
+            for (int i = 0; i < 4; i++) v[i] = _mm256_max_ps(v[i], zero);
+        __m256i i0 = _mm256_add_epi32(_mm256_set1_epi32(base + (int32_t)(2 * o)), ie);
+        __m256i off[4] = {i0, _mm256_add_epi32(i0, _mm256_set1_epi32(1)), _mm256_add_epi32(i0, _mm256_set1_epi32(w)),
+                          _mm256_add_epi32(i0, _mm256_set1_epi32(w + 1))};
+        __m256 mx = v[0];
+        __m256i am = off[0];
+        for (int i = 1; i < 4; i++) {
+            __m256 t = _mm256_or_ps(_mm256_cmp_ps(v[i], mx, _CMP_GT_OQ),
+                                    _mm256_and_ps(_mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q), _mm256_cmp_ps(mx, mx, _CMP_ORD_Q)));
+            mx = _mm256_blendv_ps(mx, v[i], t);
+            am = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(am), _mm256_castsi256_ps(off[i]), t));
+        }
+        __m256i m = lanes8(rem);
+        if (rem >= 8) {
+            _mm256_storeu_ps(y + o, mx);
+            _mm256_storeu_si256((__m256i *)(a + o), am);
+        } else {
+            _mm256_maskstore_ps(y + o, m, mx);
+            _mm256_maskstore_epi32(a + o, m, am);
+        }
+    }
+}
 #endif
 
 /* Max over each window of one plane (relu: of max(x, 0), ctrain's ReLU, which maps NaN to
@@ -620,7 +733,7 @@ static void max_pool_plane(const pool_geom *g, const float *xp, float *yp, int32
             const float *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;
             float *y = yp + oh * g->OW;
             int32_t *a = ap + oh * g->OW, base = (int32_t)(2 * oh * g->W), w = (int32_t)g->W;
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
             pool2x2_row(r0, r1, y, a, g->OW, base, w, relu);
             continue;
 #endif

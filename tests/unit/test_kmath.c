@@ -104,6 +104,85 @@ CT_TEST(gelu_erf_avx2_bit_equal) {
     }
     CT_EXPECTF(bad == 0, "%lld values differ from kmath's GELU or were written past the end", (long long)bad);
 }
+/* SiLU: the op (on CPUs without AVX-512 its 8-lane code) against x ct_k_sigmoid(x) and its
+ * gradient written as elementwise.c's loop; then the 8-lane code called directly at every
+ * tail length with the edges of ct_vexpf's selects, so that AVX-512 CPUs check it too */
+static float silu_ref(float x) { return x * ct_k_sigmoid(x); }
+static float silu_grad_ref(float x, float g) {
+    float s = ct_k_sigmoid(x);
+    return g * (s * (1.0f + x * (1.0f - s)));
+}
+static const float silu_edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 87.0f, -87.0f, 88.0f, -88.0f, 89.0f,
+                                  -89.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 0.5f, -0.5f, 17.0f, -17.0f, 1.0f};
+static bool same_float(float a, float b) { return a != a ? b != b : memcmp(&a, &b, 4) == 0; }
+CT_TEST(silu_bit_equal) {
+    ct_ctx *c;
+    CT_ASSERT(ct_ctx_create(NULL, &c) == CT_OK);
+    const int64_t n = 20011; /* past PAR_EXP and SILU_CHUNK: threads and chunks */
+    ct_tensor *x = rnd(c, 1, &n, 12.0f), *g = rnd(c, 1, &n, 1.0f);
+    const int64_t ne = (int64_t)(sizeof silu_edge / sizeof silu_edge[0]);
+    for (int64_t i = 0; i < ne; i++) ct_f32(x)[i * 37] = silu_edge[i];
+    ct_requires_grad(x);
+    ct_tensor *y = ct_silu(c, x);
+    ct_backward_seed(c, y, g);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float xi = ct_f32(x)[i], kg = 0.0f + silu_grad_ref(xi, ct_f32(g)[i]), og = ct_f32(x->grad)[i];
+        bad += !same_float(silu_ref(xi), ct_f32(y)[i]);
+        bad += !(same_float(kg, og) || (kg == 0 && og == 0));
+    }
+    CT_EXPECTF(bad == 0, "%lld SiLU values differ from x ct_k_sigmoid(x) or its gradient", (long long)bad);
+    ct_ctx_free(c);
+}
+CT_TEST(silu_avx2_bit_equal) {
+    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
+    enum { N = 1000 };
+    float x[N], g[N], y[N], gx[N], acc[N];
+    const int64_t ne = (int64_t)(sizeof silu_edge / sizeof silu_edge[0]);
+    for (int64_t i = 0; i < N; i++) {
+        x[i] = i < ne ? silu_edge[i] : urand(20.0f);
+        g[i] = urand(1.0f);
+        acc[i] = urand(1.0f);
+    }
+    int64_t bad = 0;
+    for (int64_t n = 1; n <= 17; n++) {
+        int64_t len = n == 17 ? N : n;
+        memcpy(gx, acc, sizeof gx);
+        ct_silu_avx2(x, y, len);
+        ct_silu_bwd_avx2(x, g, gx, len);
+        for (int64_t i = 0; i < len; i++) bad += !same_float(silu_ref(x[i]), y[i]) + !same_float(acc[i] + silu_grad_ref(x[i], g[i]), gx[i]);
+        for (int64_t i = len; i < N; i++) bad += memcmp(&gx[i], &acc[i], 4) != 0; /* past the end: untouched */
+    }
+    CT_EXPECTF(bad == 0, "%lld values differ from the scalar SiLU or were written past the end", (long long)bad);
+}
+/* the 8-lane exp-and-sum of softmax rows: each exponential ct_vexpf's bits, in place or not,
+ * every tail; the sum within float rounding of the sequential one; a NaN gives NaN */
+CT_TEST(vexp_sub_sum_avx2) {
+    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
+    enum { N = 300 };
+    float x[N], y[N], z[N];
+    int64_t bad = 0;
+    for (int64_t i = 0; i < N; i++) x[i] = urand(30.0f) - 15.0f;
+    x[3] = -1e30f; x[5] = 80.0f; x[7] = -INFINITY; /* exp(76.5): large, finite */
+    for (int64_t n = 1; n <= N; n += n < 20 ? 1 : 37) {
+        const float m = 3.5f;
+        for (int inplace = 0; inplace < 2; inplace++) {
+            float *out = inplace ? z : y, ref = 0;
+            for (int64_t i = 0; i < N; i++) { z[i] = x[i]; y[i] = -7.0f; }
+            float s = ct_vexp_sub_sum_avx2(out, inplace ? z : x, m, n);
+            for (int64_t i = 0; i < n; i++) {
+                float e = ct_vexpf(x[i] - m);
+                ref += e;
+                bad += !same_float(e, out[i]);
+            }
+            for (int64_t i = n; i < N; i++) bad += inplace ? !same_float(z[i], x[i]) : y[i] != -7.0f; /* untouched */
+            bad += !(fabsf(s - ref) <= 1e-6f * ref);
+        }
+    }
+    x[11] = NAN;
+    bad += !(ct_vexp_sub_sum_avx2(y, x, 0.0f, 40) != ct_vexp_sub_sum_avx2(y, x, 0.0f, 40)) + !(y[11] != y[11]);
+    CT_EXPECTF(bad == 0, "%lld exponentials or sums differ", (long long)bad);
+}
 CT_TEST(relu_bit_equal) { check_unary("relu", 2); }
 CT_TEST(tanh_bit_equal) { check_unary("tanh", 3); }
 

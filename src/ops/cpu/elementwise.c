@@ -276,7 +276,13 @@ void ct_bw_sigmoid(ct_ctx *ctx, ct_node *n) {
     for (int64_t i = 0; i < N; i++) gx[i] += ct_k_sigmoid_bwd(Y[i], g[i]);
 }
 
-/* ---- silu: x * sigmoid(x); backward from the saved input ---- */
+/* ---- silu: x * sigmoid(x); backward from the saved input ----
+ * Without AVX-512 (where gcc's 16-lane vectorisation of these loops is fine) the same
+ * operations are written out on 8 lanes: gcc's 8-lane version of them took 9% of a Llama
+ * step on an AMD Zen 3. Per element, so any split gives the same bits. */
+#define SILU_CHUNK 4096
+static bool silu_avx2(void) { return !ct_sgemm_own_available() && ct_gelu_avx2_available(); }
+
 ct_tensor *ct_silu(ct_ctx *ctx, ct_tensor *x) {
     CT_DEV_DISPATCH(ctx, CT_OP_SILU, .in = {x});
     CT_AUTOCAST(ctx, CT_OP_SILU, 1, ((ct_tensor **[]){&x}), ct_silu(ctx, x));
@@ -285,8 +291,13 @@ ct_tensor *ct_silu(ct_ctx *ctx, ct_tensor *x) {
     int64_t n = ct_numel(x);
     const float *X = x->data;
     float *Y = y->data;
+    if (silu_avx2()) {
+#pragma omp parallel for if (n >= PAR_EXP)
+        for (int64_t i = 0; i < n; i += SILU_CHUNK) ct_silu_avx2(X + i, Y + i, n - i < SILU_CHUNK ? n - i : SILU_CHUNK);
+    } else {
 #pragma omp parallel for simd if (n >= PAR_EXP)
-    for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_k_sigmoid(X[i]);
+        for (int64_t i = 0; i < n; i++) Y[i] = X[i] * ct_k_sigmoid(X[i]);
+    }
     ct_record(ctx, CT_OP_SILU, y, 1, &x);
     return y;
 }
@@ -296,6 +307,11 @@ void ct_bw_silu(ct_ctx *ctx, ct_node *n) {
     int64_t N = ct_numel(n->out);
     const float *g = n->out->grad->data, *X = n->in[0]->data;
     /* d/dx x s(x) = s (1 + x (1 - s)) */
+    if (silu_avx2()) {
+#pragma omp parallel for if (N >= PAR_EXP)
+        for (int64_t i = 0; i < N; i += SILU_CHUNK) ct_silu_bwd_avx2(X + i, g + i, gx + i, N - i < SILU_CHUNK ? N - i : SILU_CHUNK);
+        return;
+    }
 #pragma omp parallel for simd if (N >= PAR_EXP)
     for (int64_t i = 0; i < N; i++) {
         float s = ct_k_sigmoid(X[i]);

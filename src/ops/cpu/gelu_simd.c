@@ -116,11 +116,17 @@ CT_AVX2 static inline __m256i tail8(int64_t n, int64_t i) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* stores whole vectors as such: a masked store is slow on AMD CPUs even with every lane set */
+CT_AVX2 static inline void store8(float *p, __m256i m, int64_t n, int64_t i, __m256 v) {
+    if (n - i >= 8) _mm256_storeu_ps(p + i, v);
+    else _mm256_maskstore_ps(p + i, m, v);
+}
+
 CT_AVX2 void ct_gelu_avx2(const float *restrict X, float *restrict Y, int64_t n) {
     for (int64_t i = 0; i < n; i += 8) {
         __m256i m = tail8(n, i);
         __m256 x = _mm256_maskload_ps(X + i, m);
-        _mm256_maskstore_ps(Y + i, m, _mm256_mul_ps(x, normcdf8(x)));
+        store8(Y, m, n, i, _mm256_mul_ps(x, normcdf8(x)));
     }
 }
 
@@ -132,6 +138,48 @@ CT_AVX2 void ct_gelu_bwd_avx2(const float *restrict X, const float *restrict g, 
         __m256 pdf = _mm256_mul_ps(_mm256_mul_ps(x, inv_sqrt_2pi), exp8(_mm256_mul_ps(_mm256_mul_ps(mhalf, x), x)));
         __m256 d = _mm256_mul_ps(_mm256_maskload_ps(g + i, m), _mm256_add_ps(normcdf8(x), pdf));
         __m256 base = fresh ? _mm256_setzero_ps() : _mm256_maskload_ps(gx + i, m);
-        _mm256_maskstore_ps(gx + i, m, _mm256_add_ps(base, d));
+        store8(gx, m, n, i, _mm256_add_ps(base, d));
     }
+}
+
+/* SiLU, x sigmoid(x) with sigmoid = 1 / (1 + ct_vexpf(-x)) (ct_k_sigmoid), and its gradient
+ * accumulated, gx += g (s (1 + x (1 - s))): elementwise.c's loops, operation for operation */
+CT_AVX2 static inline __m256 sigmoid8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f)))));
+}
+
+CT_AVX2 void ct_silu_avx2(const float *restrict X, float *restrict Y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i m = tail8(n, i);
+        __m256 x = _mm256_maskload_ps(X + i, m);
+        store8(Y, m, n, i, _mm256_mul_ps(x, sigmoid8(x)));
+    }
+}
+
+CT_AVX2 void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, float *restrict gx, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i m = tail8(n, i);
+        __m256 x = _mm256_maskload_ps(X + i, m), s = sigmoid8(x);
+        __m256 d = _mm256_mul_ps(_mm256_maskload_ps(g + i, m), _mm256_mul_ps(s, _mm256_add_ps(one, _mm256_mul_ps(x, _mm256_sub_ps(one, s)))));
+        store8(gx, m, n, i, _mm256_add_ps(_mm256_maskload_ps(gx + i, m), d));
+    }
+}
+
+/* y[j] = ct_vexpf(x[j] - m) and their sum, 8 lanes' partial sums added at the end in a fixed
+ * order; a NaN difference gives NaN, as ct_vexpf does (exp8 would clamp it). y may be x. */
+CT_AVX2 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i k = tail8(n, i);
+        __m256 d = _mm256_sub_ps(_mm256_maskload_ps(x + i, k), mv);
+        __m256 e = _mm256_blendv_ps(exp8(d), d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+        store8(y, k, n, i, e);
+        acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(k))); /* lanes past n add +0 */
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)); /* lane j + lane j+4 */
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
 }

@@ -15,4 +15,11 @@ void ct_gelu_bwd_simd(const float *restrict X, const float *restrict g, float *r
 bool ct_gelu_avx2_available(void);
 void ct_gelu_avx2(const float *restrict X, float *restrict Y, int64_t n);
 void ct_gelu_bwd_avx2(const float *restrict X, const float *restrict g, float *restrict gx, int64_t n, bool fresh);
+/* SiLU on 8 lanes, the bits of ct_silu's loops (x ct_k_sigmoid(x); gx += its gradient), where
+ * ct_gelu_avx2_available() */
+void ct_silu_avx2(const float *restrict X, float *restrict Y, int64_t n);
+void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, float *restrict gx, int64_t n);
+/* ct_vexp_sub_sum's loop on 8 lanes (vmath.h takes it on CPUs without AVX-512): the same
+ * exponentials, the sum made of 8 partial sums; y may be x */
+float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n);
 #endif

@@ -155,7 +155,8 @@ CT_TEST(silu_avx2_bit_equal) {
     }
     CT_EXPECTF(bad == 0, "%lld values differ from the scalar SiLU or were written past the end", (long long)bad);
 }
-/* the 8-lane exp-and-sum of softmax rows: each exponential ct_vexpf's bits, in place or not,
+/* the 8-lane exp-and-sum of softmax rows (and the exp alone, flash attention's backward): each
+ * exponential ct_vexpf's bits, in place or not,
  * every tail; the sum within float rounding of the sequential one; a NaN gives NaN */
 CT_TEST(vexp_sub_sum_avx2) {
     if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
@@ -169,11 +170,12 @@ CT_TEST(vexp_sub_sum_avx2) {
         for (int inplace = 0; inplace < 2; inplace++) {
             float *out = inplace ? z : y, ref = 0;
             for (int64_t i = 0; i < N; i++) { z[i] = x[i]; y[i] = -7.0f; }
-            float s = ct_vexp_sub_sum_avx2(out, inplace ? z : x, m, n);
+            float s = ct_vexp_sub_sum_avx2(out, inplace ? z : x, m, n), w[N];
+            ct_vexp_sub_avx2(w, x, m, n); /* the same without the sum */
             for (int64_t i = 0; i < n; i++) {
                 float e = ct_vexpf(x[i] - m);
                 ref += e;
-                bad += !same_float(e, out[i]);
+                bad += !same_float(e, out[i]) + !same_float(e, w[i]);
             }
             for (int64_t i = n; i < N; i++) bad += inplace ? !same_float(z[i], x[i]) : y[i] != -7.0f; /* untouched */
             bad += !(fabsf(s - ref) <= 1e-6f * ref);

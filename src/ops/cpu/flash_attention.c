@@ -227,11 +227,9 @@ static void bwd_head(const att *a, int64_t h, const float *dO, const float *lse,
                 int64_t n = min64(visible(a->causal, i0 + r, Tk) - j0, cols);
                 if (n < 0) n = 0;
                 const float L = lse[h * Tq + i0 + r], dr = Dr[h * Tq + i0 + r], sc = a->scale;
+                ct_vexp_sub(p, p, L, n);
 #pragma omp simd
-                for (int64_t c = 0; c < n; c++) {
-                    p[c] = ct_vexpf(p[c] - L);
-                    d[c] = p[c] * (d[c] - dr) * sc;
-                }
+                for (int64_t c = 0; c < n; c++) d[c] = p[c] * (d[c] - dr) * sc;
                 if (n < cols) {
                     memset(p + n, 0, (size_t)(cols - n) * sizeof(float));
                     memset(d + n, 0, (size_t)(cols - n) * sizeof(float));

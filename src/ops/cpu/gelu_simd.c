@@ -169,6 +169,16 @@ CT_AVX2 void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, 
 
 /* y[j] = ct_vexpf(x[j] - m) and their sum, 8 lanes' partial sums added at the end in a fixed
  * order; a NaN difference gives NaN, as ct_vexpf does (exp8 would clamp it). y may be x. */
+/* y[j] = ct_vexpf(x[j] - m) without the sum */
+CT_AVX2 void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n) {
+    const __m256 mv = _mm256_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i k = tail8(n, i);
+        __m256 d = _mm256_sub_ps(_mm256_maskload_ps(x + i, k), mv);
+        store8(y, k, n, i, _mm256_blendv_ps(exp8(d), d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q)));
+    }
+}
+
 CT_AVX2 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n) {
     const __m256 mv = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();

@@ -22,4 +22,5 @@ void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, float *r
 /* ct_vexp_sub_sum's loop on 8 lanes (vmath.h takes it on CPUs without AVX-512): the same
  * exponentials, the sum made of 8 partial sums; y may be x */
 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n);
+void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n); /* the same without the sum */
 #endif

@@ -25,6 +25,17 @@ static inline float ct_vexp_sub_sum(float *y, const float *x, float m, int64_t n
     }
     return s;
 }
+/* y[j] = exp(x[j] - m), y may be x: elementwise, so the same bits on every path */
+static inline void ct_vexp_sub(float *y, const float *x, float m, int64_t n) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    if (ct_gelu_avx2_available()) { /* gcc leaves the loop below scalar, as above */
+        ct_vexp_sub_avx2(y, x, m, n);
+        return;
+    }
+#endif
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) y[j] = ct_vexpf(x[j] - m);
+}
 /* sum_j exp(x[j] - m) without storing. */
 static inline float ct_vexp_sum(const float *restrict x, float m, int64_t n) {
     float s = 0;

@@ -4,7 +4,9 @@
  * gcc's own vectorisation of those functions is ~1.35x slower on data in L1 (it keeps the
  * scalar code's NaN and overflow selects). That is where bf16 autocast runs GELU (widened
  * chunks on the stack): GELU's share of a bf16 GPT step fell from 6.5% to 5.5%. The f32
- * op streams 8 MB tensors and is bound by memory either way. */
+ * op streams 8 MB tensors and is bound by memory either way.
+ * Then the same GELU on 8 lanes (AVX2 + FMA) for CPUs without AVX-512, and on 8 lanes too the
+ * loops of ct_vexpf that gcc leaves scalar there: SiLU and the exponentials of softmax rows. */
 #include "ops/cpu/gelu_simd.h"
 
 #include "ops/cpu/avx512.h"
@@ -167,9 +169,8 @@ CT_AVX2 void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, 
     }
 }
 
-/* y[j] = ct_vexpf(x[j] - m) and their sum, 8 lanes' partial sums added at the end in a fixed
- * order; a NaN difference gives NaN, as ct_vexpf does (exp8 would clamp it). y may be x. */
-/* y[j] = ct_vexpf(x[j] - m) without the sum */
+/* y[j] = ct_vexpf(x[j] - m); a NaN difference gives NaN, as ct_vexpf does (exp8 would clamp
+ * it). y may be x. */
 CT_AVX2 void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n) {
     const __m256 mv = _mm256_set1_ps(m);
     for (int64_t i = 0; i < n; i += 8) {
@@ -179,6 +180,7 @@ CT_AVX2 void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n) {
     }
 }
 
+/* The same and the sum of y: 8 lanes' partial sums, added at the end in a fixed order */
 CT_AVX2 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n) {
     const __m256 mv = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();

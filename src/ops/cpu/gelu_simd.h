@@ -2,7 +2,13 @@
  * where ct_sgemm_own_available() (AVX-512 F and BW):
  *
  *   if (ct_sgemm_own_available()) ct_gelu_simd(x, y, n);            y = x Phi(x)
- *   ct_gelu_bwd_simd(x, g, gx, n, fresh);     gx (+)= g GELU'(x); fresh: gx = +0 + ... */
+ *   ct_gelu_bwd_simd(x, g, gx, n, fresh);     gx (+)= g GELU'(x); fresh: gx = +0 + ...
+ *
+ * and 8-lane loops for CPUs with AVX2 and FMA but no AVX-512, each where
+ * ct_gelu_avx2_available(): GELU, SiLU, and softmax's exponentials (through vmath.h):
+ *
+ *   ct_silu_avx2(x, y, n);                      y = x sigmoid(x), ct_silu's bits
+ *   float s = ct_vexp_sub_sum_avx2(p, p, m, n); p = exp(p - m), s their sum */
 #ifndef CT_OPS_CPU_GELU_SIMD_H
 #define CT_OPS_CPU_GELU_SIMD_H
 #include <stdbool.h>

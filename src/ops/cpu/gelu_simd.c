@@ -171,12 +171,16 @@ CT_AVX2 void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, 
 
 /* y[j] = ct_vexpf(x[j] - m); a NaN difference gives NaN, as ct_vexpf does (exp8 would clamp
  * it). y may be x. */
+CT_AVX2 static inline __m256 exp_sub8(const float *x, __m256i k, __m256 mv) {
+    __m256 d = _mm256_sub_ps(_mm256_maskload_ps(x, k), mv);
+    return _mm256_blendv_ps(exp8(d), d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+}
+
 CT_AVX2 void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n) {
     const __m256 mv = _mm256_set1_ps(m);
     for (int64_t i = 0; i < n; i += 8) {
         __m256i k = tail8(n, i);
-        __m256 d = _mm256_sub_ps(_mm256_maskload_ps(x + i, k), mv);
-        store8(y, k, n, i, _mm256_blendv_ps(exp8(d), d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q)));
+        store8(y, k, n, i, exp_sub8(x + i, k, mv));
     }
 }
 
@@ -186,8 +190,7 @@ CT_AVX2 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n)
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
         __m256i k = tail8(n, i);
-        __m256 d = _mm256_sub_ps(_mm256_maskload_ps(x + i, k), mv);
-        __m256 e = _mm256_blendv_ps(exp8(d), d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+        __m256 e = exp_sub8(x + i, k, mv);
         store8(y, k, n, i, e);
         acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(k))); /* lanes past n add +0 */
     }

@@ -155,9 +155,10 @@ CT_TEST(silu_avx2_bit_equal) {
     }
     CT_EXPECTF(bad == 0, "%lld values differ from the scalar SiLU or were written past the end", (long long)bad);
 }
-/* the 8-lane exp-and-sum of softmax rows (and the exp alone, flash attention's backward): each
- * exponential ct_vexpf's bits, in place or not,
- * every tail; the sum within float rounding of the sequential one; a NaN gives NaN */
+/* the 8-lane exp-and-sum of softmax rows (the exp alone: flash attention's backward; the sum
+ * alone: cross-entropy's log-sum-exp): each exponential ct_vexpf's bits, in place or not, every
+ * tail; the sum within float rounding of the sequential one, the same bits with or without
+ * storing; a NaN gives NaN */
 CT_TEST(vexp_sub_sum_avx2) {
     if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
     enum { N = 300 };
@@ -179,10 +180,12 @@ CT_TEST(vexp_sub_sum_avx2) {
             }
             for (int64_t i = n; i < N; i++) bad += inplace ? !same_float(z[i], x[i]) : y[i] != -7.0f; /* untouched */
             bad += !(fabsf(s - ref) <= 1e-6f * ref);
+            bad += !same_float(s, ct_vexp_sum_avx2(x, m, n)); /* the sum alone: the same bits */
         }
     }
     x[11] = NAN;
     bad += !(ct_vexp_sub_sum_avx2(y, x, 0.0f, 40) != ct_vexp_sub_sum_avx2(y, x, 0.0f, 40)) + !(y[11] != y[11]);
+    bad += !(ct_vexp_sum_avx2(x, 0.0f, 40) != ct_vexp_sum_avx2(x, 0.0f, 40));
     CT_EXPECTF(bad == 0, "%lld exponentials or sums differ", (long long)bad);
 }
 CT_TEST(relu_bit_equal) { check_unary("relu", 2); }

@@ -29,4 +29,6 @@ void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, float *r
  * exponentials, the sum made of 8 partial sums; y may be x */
 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n);
 void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n); /* the same without the sum */
+/* the sum alone, nothing stored (ct_vexp_sum's loop: cross-entropy's log-sum-exp) */
+float ct_vexp_sum_avx2(const float *x, float m, int64_t n);
 #endif

@@ -39,6 +39,10 @@ static inline void ct_vexp_sub(float *y, const float *x, float m, int64_t n) {
 /* sum_j exp(x[j] - m) without storing. */
 static inline float ct_vexp_sum(const float *restrict x, float m, int64_t n) {
     float s = 0;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    /* scalar under gcc as ct_vexp_sub_sum's loop; a row of the logits (vocabulary wide) each */
+    if (ct_gelu_avx2_available()) return ct_vexp_sum_avx2(x, m, n);
+#endif
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < n; j++) s += ct_vexpf(x[j] - m);
     return s;

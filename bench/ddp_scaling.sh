@@ -5,12 +5,14 @@
 # ROUNDS rounds (default 3), the three runs of a model interleaved within a round; prints the
 # median efficiency with each round's value and the load average after each round.
 # Raw figures: build/bench/ddp_scaling.txt (DDP_OUT=), "model round rate_1x1 rate_shard rate_allreduce".
+# Each run lasts SECS seconds (default 5; 10 for the GPT, whose steps take about a second: in
+# 5 s its 5 steps gave per-rank rates 10% apart from run to run on an AMD Zen 4).
 # Usage: bench/ddp_scaling.sh   (after make)   ROUNDS=5 SECS=8 bench/ddp_scaling.sh
 set -u
 cd "$(dirname "$0")/.." || exit 1
 CT=build/bench/train_bench
 ROUNDS=${ROUNDS:-3}
-SECS=${SECS:-5}
+secs() { [ "$1" = gpt ] && echo "${SECS:-10}" || echo "${SECS:-5}"; }
 MODELS=${MODELS:-mlp gpt cnn}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir -p build/bench
@@ -20,14 +22,14 @@ loads=()
 : >"$R"
 for r in $(seq "$ROUNDS"); do
     for m in $MODELS; do
-        one=$(rate "$CT" single $m 1 "$SECS")
-        sh=$(rate "$CT" ddp $m 2 "$SECS")
-        ar=$(rate env CTRAIN_DDP_SHARD_OPTIM=0 "$CT" ddp $m 2 "$SECS")
+        one=$(rate "$CT" single $m 1 "$(secs $m)")
+        sh=$(rate "$CT" ddp $m 2 "$(secs $m)")
+        ar=$(rate env CTRAIN_DDP_SHARD_OPTIM=0 "$CT" ddp $m 2 "$(secs $m)")
         echo "$m $r ${one:-0} ${sh:-0} ${ar:-0}" >>"$R"
     done
     loads+=("$(cut -d' ' -f1 /proc/loadavg)")
 done
-echo "DDP scaling, $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ); $ROUNDS rounds of ${SECS} s runs, load average (1 min) after each: ${loads[*]}"
+echo "DDP scaling, $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ); $ROUNDS rounds of ${SECS:-5} s runs (the GPT ${SECS:-10} s), load average (1 min) after each: ${loads[*]}"
 echo
 echo "| model | 1 rank × 1 thread (rate) | efficiency, sharded optimizer step (default) | efficiency, all-reduce only (CTRAIN_DDP_SHARD_OPTIM=0) |"
 echo "|---|---|---|---|"

@@ -184,33 +184,24 @@ CT_AVX2 void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n) {
     }
 }
 
-/* 8 lanes' partial sums added in a fixed order: lane j + lane j+4, then pairs */
-CT_AVX2 static inline float hsum8(__m256 acc) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)); /* lane j + lane j+4 */
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
-}
-
-/* ct_vexp_sub_avx2 and the sum of y: 8 lanes' partial sums, added at the end by hsum8 */
-CT_AVX2 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n) {
+/* y = exp(x - m) (stored unless y is NULL) and the sum of y: 8 lanes' partial sums, lanes
+ * past n adding +0, then added in a fixed order (lane j + lane j+4, then pairs). Inlined with
+ * y constant, so the sum alone has no store in its loop. */
+CT_AVX2 static inline __attribute__((always_inline)) float exp_sub_sum(float *y, const float *x, float m, int64_t n) {
     const __m256 mv = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
         __m256i k = tail8(n, i);
         __m256 e = exp_sub8(x + i, k, mv);
-        store8(y, k, n, i, e);
-        acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(k))); /* lanes past n add +0 */
+        if (y) store8(y, k, n, i, e);
+        acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
     }
-    return hsum8(acc);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
 }
 
-/* The sum alone (cross-entropy's log-sum-exp): nothing stored */
-CT_AVX2 float ct_vexp_sum_avx2(const float *x, float m, int64_t n) {
-    const __m256 mv = _mm256_set1_ps(m);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-        __m256i k = tail8(n, i);
-        acc = _mm256_add_ps(acc, _mm256_and_ps(exp_sub8(x + i, k, mv), _mm256_castsi256_ps(k)));
-    }
-    return hsum8(acc);
-}
+CT_AVX2 float ct_vexp_sub_sum_avx2(float *y, const float *x, float m, int64_t n) { return exp_sub_sum(y, x, m, n); }
+
+/* the sum alone (cross-entropy's log-sum-exp): the same bits, nothing stored */
+CT_AVX2 float ct_vexp_sum_avx2(const float *x, float m, int64_t n) { return exp_sub_sum(NULL, x, m, n); }

@@ -13,10 +13,11 @@
 #          to host 1's and back, bit-identical to one host) and allreduce (rail: local rank i of
 #          every host all-reduces slice i over its own Gloo ring, both directions at once)
 #   train  ctrain train vs PyTorch DDP (gloo, bench/torch_train.py under torchrun), MLP and GPT
-#          of bench/multinode.sh, LAYOUTS (default "2x2": hosts x ranks per host); ctrain with
-#          its hier backend (HIER=rail unless set: CTRAIN_HIER_ALLREDUCE), overlapped buckets and
-#          --grad-compression bf16 (COMPRESS=none: f32); CTRAIN_DDP_SHARD_HIER=1: the sharded
-#          optimizer step across machines instead (docs/multinode.md). TRAIN_MODELS=gptfsdp: the GPT with
+#          of bench/multinode.sh (TRAIN_MODELS, default "mlp gpt"; cnn: the CNN too), LAYOUTS
+#          (default "2x2": hosts x ranks per host); ctrain with its defaults (the hier backend's
+#          ordered sum, the sharded optimizer step across machines; HIER=rail:
+#          CTRAIN_HIER_ALLREDUCE, CTRAIN_DDP_SHARD_HIER=0: DDP's overlapped all-reduce instead)
+#          and --grad-compression bf16 (COMPRESS=none: f32). TRAIN_MODELS=gptfsdp: the GPT with
 #          ctrain --shard full against PyTorch FSDP (FULL_SHARD, one unit per block, gloo)
 # and once, unshaped, MODES=base: the same training on one host (1 rank; LAYOUTS' ranks on one
 # host), for the efficiency and the cost model's compute.
@@ -85,7 +86,7 @@ in_host() {
     ip netns exec $p-h$k sh -c 'mount -t tmpfs ctshm /dev/shm && exec "$@"' sh "$@"
 }
 emit() { echo "$*" | tee -a "$OUT"; }
-export CTRAIN_SHM_SPIN_US=2 CTRAIN_BIND=${CTRAIN_BIND:-0} OMP_NUM_THREADS=1 CTRAIN_HIER_ALLREDUCE=${HIER:-rail}
+export CTRAIN_SHM_SPIN_US=2 CTRAIN_BIND=${CTRAIN_BIND:-0} OMP_NUM_THREADS=1 CTRAIN_HIER_ALLREDUCE=${HIER:-ordered}
 port=29800
 secret=$tmp/secret # the store's secret, in a 0600 file
 od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$secret"; chmod 600 "$secret"
@@ -119,7 +120,7 @@ ctrain_rate() {
         awk '{ s += 1 / $1; n++ } END { if (n) printf "%.1f", n / s; else print "?" }'
 }
 # "compute_ms=X allreduce_ms=Y hidden_pct=Z" from ctrain's ddp summary line, if any
-# (CTRAIN_DDP_SHARD_HIER=1, the sharded step: "compute_ms=X wait_ms=Y")
+# (the sharded step, CTRAIN_DDP_SHARD_HIER=1, the default: "compute_ms=X wait_ms=Y")
 ddp_fields() {
     grep -m1 '^ddp:' "$1" | sed -E -e 's/.*compute ([0-9.]+) ms, all-reduce ([0-9.]+) ms, ([0-9]+)% .*/compute_ms=\1 allreduce_ms=\2 hidden_pct=\3/' \
         -e 's/.*compute ([0-9.]+) ms, waiting for peers ([0-9.]+) ms.*/compute_ms=\1 wait_ms=\2/'
@@ -128,11 +129,12 @@ ddp_fields() {
 gpt=(--n-layer 6 --n-embd 256 --n-head 8 --block-size 256 --vocab-size 256 --batch-size 8 --text "$text"
      --steps ${GPT_STEPS:-12} --log-every 3)
 mlp=(--hidden 1024,1024 --batch-size 128 --data-dir "$data" --steps ${MLP_STEPS:-80} --log-every 20)
+cnn=(--batch-size 128 --data-dir "$data" --steps ${CNN_STEPS:-40} --log-every 10) # bench/torch_train.py's batch
 # gptfsdp: the GPT fully sharded, ctrain --shard full against PyTorch FSDP FULL_SHARD (gloo)
 gptfsdp=("${gpt[@]}" --shard full ${FSDP_ARGS:-}) # FSDP_ARGS: e.g. --shard-prefetch
 kind_of() { [ "$1" = gptfsdp ] && echo gpt || echo "$1"; }
 common=(--threads 1 --eval-max 16)
-items() { [ "$1" = mlp ] && echo 128 || echo $((8 * 256)); } # per rank and step
+items() { case $1 in mlp|cnn) echo 128 ;; *) echo $((8 * 256)) ;; esac; } # per rank and step
 # train_one RATE H R MODEL: ctrain then PyTorch, H hosts x R ranks
 train_one() {
     local rate=$1 h=$2 r=$3 m=$4 n=$(($2 * $3)) cr tl tr k tm=ddp
@@ -179,7 +181,7 @@ coll_one() { # RATE H R COLL [LABEL]
 
 MODES=${MODES:-bulk coll train base}
 emit "# $(date -u '+%F %H:%M UTC') | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(getconf _NPROCESSORS_ONLN) cores |" \
-     "load $(cut -d' ' -f1-3 /proc/loadavg) | torch $("$PY" -c 'import torch; print(torch.__version__)') | compress ${COMPRESS:-bf16} | hier ${HIER:-rail} | bind $CTRAIN_BIND | shard_hier ${CTRAIN_DDP_SHARD_HIER:-0}"
+     "load $(cut -d' ' -f1-3 /proc/loadavg) | torch $("$PY" -c 'import torch; print(torch.__version__)') | compress ${COMPRESS:-bf16} | hier ${HIER:-ordered} | bind $CTRAIN_BIND | shard_hier ${CTRAIN_DDP_SHARD_HIER:-1}"
 for rate in ${RATES:-none 25gbit 10gbit 1gbit}; do
     set_rate $rate
     for mode in $MODES; do

@@ -69,6 +69,9 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                0, "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
                                "machine; machines in turn), tree reduces every machine at once, rail splits the "
                                "buffer over the local ranks and each slice crosses the network on its own connection"},
+    [CT_CFG_HIER_CHAIN_CHUNK] = {"CTRAIN_HIER_CHAIN_CHUNK", CT_CFG_BYTES, "2M", 4096, (double)(1L << 30), NULL, NULL, 0,
+                                 "sharded step across machines, ordered: the running sum goes to the next machine in "
+                                 "chunks of this many bytes while the finished ones come back (must agree on all ranks)"},
     [CT_CFG_DDP_BUCKET_MB] = {"CTRAIN_DDP_BUCKET_MB", CT_CFG_FLOAT, "25", 0, 1e6, NULL, "MiB", CT_CFG_ABOVE_MIN,
                               "DDP gradient bucket size (PyTorch's bucket_cap_mb)"},
     [CT_CFG_DDP_FIRST_BUCKET_MB] = {"CTRAIN_DDP_FIRST_BUCKET_MB", CT_CFG_FLOAT, "1", 0, 1e6, NULL, "MiB",
@@ -78,10 +81,11 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_DDP_SHARD_OPTIM] = {"CTRAIN_DDP_SHARD_OPTIM", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
                                 "0: every rank runs the whole optimizer step on its own copy of the parameters "
                                 "instead of its share of one copy in shared memory (one copy per machine on the hier backend)"},
-    [CT_CFG_DDP_SHARD_HIER] = {"CTRAIN_DDP_SHARD_HIER", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, 0,
-                               "1: the sharded optimizer step on the hier backend too (one copy per machine; each "
-                               "rank sums its share over the machines after backward, not overlapped with it: "
-                               "faster where backward is short, slower where it hides DDP's all-reduce)"},
+    [CT_CFG_DDP_SHARD_HIER] = {"CTRAIN_DDP_SHARD_HIER", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
+                               "0: across machines (hier backend), DDP's all-reduce overlapped with backward and a "
+                               "whole optimizer step per rank, instead of the sharded step (one copy of the "
+                               "parameters and state per machine; each rank sums its share over the machines "
+                               "after backward)"},
     [CT_CFG_GEMM] = {"CTRAIN_GEMM", CT_CFG_CHOICE, "auto", 0, 0, "auto|openblas", NULL, 0,
                      "openblas: every GEMM through OpenBLAS instead of ctrain's AVX-512 kernel"},
     [CT_CFG_GEMM_BF16] = {"CTRAIN_GEMM_BF16", CT_CFG_CHOICE, "auto", 0, 0, "auto|rounded|native|amx", NULL, 0,

@@ -22,7 +22,11 @@
  *        ordered (CTRAIN_HIER_ALLREDUCE=ordered, machines holding consecutive ranks): the
  *        running sum goes machine 0 → 1 → ... → N-1, each adding its ranks' gradients in
  *        order, and the last broadcasts it: ((g0 + g1) + g2) + ... — one machine's bits;
- *                                        network: the share twice per machine, one way each
+ *                                        network: the share twice per machine, once each way.
+ *        In chunks (CTRAIN_HIER_CHAIN_CHUNK), the broadcast on a second group of the same ranks
+ *        (its own connections and comm thread): chunk c's sum comes back while chunk c+1
+ *        goes on, so a link's two directions overlap (~share/bw, not 2 x share/bw), and
+ *        machine 0 sums chunk c+1 while chunk c is on the wire;
  *        otherwise: an all-reduce of the machines' sums (the rail all-reduce's order);
  *                                        network: ~2 x share (N-1)/N per machine and rail
  *      in the DDP's compression dtype if it has one (only this crosses the network: the
@@ -53,6 +57,10 @@ struct ct_zero {
     int nm, mi;           /* machines, this machine's index */
     ct_pg *rail;          /* local rank li of every machine, by machine index */
     bool chain;           /* ordered: the running sum goes from machine to machine */
+    ct_pg *back;          /* chain: the rail again, for the finished chunks' broadcasts */
+    size_t chunk;         /* chain: elements per chunk */
+    int nchunks;
+    ct_work **fw, **bw;   /* chain: each chunk's send or receive on the rail, broadcast on back */
     ct_dtype wdt;         /* what crosses the network: f32 or the DDP's compression dtype */
     size_t lo, hi;        /* this rank's share */
     float *part;          /* the share's sum, hi - lo floats */
@@ -113,6 +121,9 @@ static bool move_out(ct_params *P, ct_optim *opt, bool params_in) {
 
 static void zero_release(ct_zero *z) {
     if (z->rail) ct_pg_free(z->rail);
+    if (z->back) ct_pg_free(z->back);
+    free(z->fw);
+    free(z->bw);
     free(z->part);
     free(z->wire);
     free(z->grads);
@@ -166,13 +177,58 @@ static ct_status topology(ct_zero *z, const float *g, bool *ok) {
         int k = 0;
         for (int r = 0; r < n; r++)
             if (all[3 * r + 1] == i) ranks[k++] = r;
-        ct_pg *rail = NULL;
-        st = ct_dist_new_group(pg, ranks, k, &rail);
-        if (rail && i == z->li) z->rail = rail;
-        else if (rail) ct_pg_free(rail);
+        for (int way = 0; st == CT_OK && way < (z->chain ? 2 : 1); way++) {
+            ct_pg *rail = NULL;
+            st = ct_dist_new_group(pg, ranks, k, &rail);
+            if (rail && i == z->li) *(way ? &z->back : &z->rail) = rail;
+            else if (rail) ct_pg_free(rail);
+        }
     }
     free(all);
     free(ranks);
+    return st;
+}
+
+/* The chain's chunk on the wire, the same on every machine of this rail: small enough that
+ * the way back starts early, large enough that its messages cost little against its
+ * transfer. Each costs two comm-thread hand-offs per rank: with 4 ranks on 2 cores, 512 KiB
+ * chunks gained 12 ms a step at 1 Gbit/s for the MLP (1.9 MB shares in bf16) and lost 4-7 ms
+ * at 10 Gbit/s, where a whole share goes in 2 ms. So CTRAIN_HIER_CHAIN_CHUNK, or what the link
+ * carries in CHAIN_CHUNK_S: machine 0 times two 1 MiB round trips to machine 1 (the faster
+ * counts) and tells the rail; 256 KiB to 8 MiB. */
+#define CHAIN_CHUNK_S 4e-3
+static ct_status chain_chunk_bytes(ct_zero *z, size_t *out) {
+    if (ct_config_is_set(CT_CFG_HIER_CHAIN_CHUNK)) {
+        *out = (size_t)ct_config_int(CT_CFG_HIER_CHAIN_CHUNK);
+        return CT_OK;
+    }
+    enum { PROBE = 1 << 20 };
+    int64_t bytes = 0;
+    ct_status st = CT_OK;
+    if (z->mi <= 1) {
+        char *buf = calloc(1, PROBE);
+        if (!buf) return ct_error(CT_ERR_NOMEM, "sharded optimizer: out of memory"); /* the peer times out */
+        double best = 1e30;
+        for (int k = 0; st == CT_OK && k < 2; k++) {
+            double t0 = ct_time_now();
+            if (z->mi == 0) {
+                st = ct_send_sync(z->rail, buf, PROBE / 4, CT_F32, 1, 0);
+                if (st == CT_OK) st = ct_recv_sync(z->rail, buf, PROBE / 4, CT_F32, 1, 0);
+            } else {
+                st = ct_recv_sync(z->rail, buf, PROBE / 4, CT_F32, 0, 0);
+                if (st == CT_OK) st = ct_send_sync(z->rail, buf, PROBE / 4, CT_F32, 0, 0);
+            }
+            double t = ct_time_now() - t0;
+            if (t < best) best = t;
+        }
+        free(buf);
+        double b = 2.0 * PROBE / best * CHAIN_CHUNK_S; /* bytes per second of one way, times the time */
+        bytes = b < 256 << 10 ? 256 << 10 : b > 8 << 20 ? 8 << 20 : ((int64_t)b + 65535) & ~(int64_t)65535;
+    }
+    if (st == CT_OK) st = ct_broadcast_sync(z->rail, &bytes, 1, CT_I64, 0);
+    *out = (size_t)bytes;
+    CT_LOG_INFO("zero", "the chain's chunks: %lld KiB (%s)", (long long)(bytes >> 10),
+                ct_config_is_set(CT_CFG_HIER_CHAIN_CHUNK) ? "CTRAIN_HIER_CHAIN_CHUNK" : "what the link carried in 4 ms");
     return st;
 }
 
@@ -209,7 +265,15 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
     z->lo = (size_t)li * per < N ? (size_t)li * per : N;
     z->hi = z->lo + per < N ? z->lo + per : N;
     size_t m = z->hi - z->lo;
-    if (z->nm > 1 && (!(z->part = malloc(sizeof(float) * (m ? m : 1))) ||
+    if (z->chain && z->nm > 1) {
+        size_t bytes = 0;
+        if ((st = chain_chunk_bytes(z, &bytes)) != CT_OK) { zero_release(z); return st; }
+        z->chunk = bytes / ct_dtype_size(z->wdt);
+        z->nchunks = (int)((m + z->chunk - 1) / z->chunk);
+        z->fw = calloc((size_t)z->nchunks + 1, sizeof(ct_work *));
+        z->bw = calloc((size_t)z->nchunks + 1, sizeof(ct_work *));
+    }
+    if (z->nm > 1 && (!(z->part = malloc(sizeof(float) * (m ? m : 1))) || (z->chain && (!z->fw || !z->bw)) ||
                       (z->wdt != CT_F32 && !(z->wire = malloc(ct_dtype_size(z->wdt) * (m ? m : 1)))))) {
         zero_release(z); /* collectives follow: a rank short of memory fails its job's next one */
         return ct_error(CT_ERR_NOMEM, "sharded optimizer: out of memory");
@@ -274,10 +338,70 @@ static ct_status wire_op(ct_zero *z, int kind, int peer) {
     return st;
 }
 
+/* The chain in chunks: the running sum of chunk c goes on to the next machine (rail) while
+ * the finished chunks come back (broadcast on z->back). Each chunk's arithmetic is that of
+ * the whole share, so the bits are those of one pass; only the order in time changes. */
+static ct_status chain_chunks(ct_zero *z) {
+    size_t lo = z->lo, m = z->hi - z->lo, es = ct_dtype_size(z->wdt);
+    bool cvt = z->wdt != CT_F32, last = z->mi == z->nm - 1;
+    char *wire = cvt ? z->wire : (char *)z->part;
+    int K = z->nchunks, root = z->nm - 1;
+    float *s = z->part, *own = (float *)z->grads[z->li] + lo, d = (float)ct_pg_size(z->pg);
+    ct_status st = CT_OK;
+    /* posted in chunk order: each group's comm thread runs its works in that order */
+    for (int c = 0; c < K && !last; c++) {
+        size_t a = (size_t)c * z->chunk, n = a + z->chunk < m ? z->chunk : m - a;
+        z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, root);
+        if (z->mi > 0) z->fw[c] = ct_recv(z->rail, wire + a * es, n, z->wdt, z->mi - 1, c);
+    }
+    for (int c = 0; c < K && st == CT_OK; c++) {
+        size_t a = (size_t)c * z->chunk, n = a + z->chunk < m ? z->chunk : m - a;
+        int r0 = 0;
+        if (z->mi > 0) {
+            if (!last) st = ct_work_wait(z->fw[c]);
+            else st = ct_recv_sync(z->rail, wire + a * es, n, z->wdt, z->mi - 1, c);
+            if (st != CT_OK) break;
+            if (cvt) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
+        } else {
+            memcpy(s + a, z->grads[r0++] + lo + a, n * sizeof(float));
+        }
+        for (int r = r0; r < z->L; r++) {
+            const float *g = z->grads[r] + lo + a;
+            for (size_t j = 0; j < n; j++) s[a + j] = s[a + j] + g[j];
+        }
+        if (cvt) ct_convert(wire + a * es, z->wdt, s + a, CT_F32, n);
+        if (last) {
+            if (cvt) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n); /* what the others will receive */
+            z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, root);
+        } else {
+            if (z->mi > 0) ct_work_free(z->fw[c]);
+            z->fw[c] = ct_send(z->rail, wire + a * es, n, z->wdt, z->mi + 1, c);
+        }
+    }
+    /* every posted work is waited for, also after an error (a peer's timeout ends them) */
+    for (int c = 0; c < K; c++) {
+        size_t a = (size_t)c * z->chunk, n = a + z->chunk < m ? z->chunk : m - a;
+        ct_status sf = z->fw[c] ? ct_work_wait(z->fw[c]) : CT_OK, sb = z->bw[c] ? ct_work_wait(z->bw[c]) : CT_OK;
+        if (st == CT_OK) st = sf != CT_OK ? sf : sb;
+        ct_work_free(z->fw[c]);
+        ct_work_free(z->bw[c]);
+        z->fw[c] = z->bw[c] = NULL;
+        if (st != CT_OK) continue;
+        if (cvt && !last) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
+        for (size_t j = 0; j < n; j++) own[a + j] = s[a + j] / d; /* the averaging's true division */
+    }
+    return st;
+}
+
 /* Across machines: this rank's share of the job's averaged gradient into its own buffer
  * (see the top of this file). */
 static ct_status cross_machines(ct_zero *z) {
     double t0 = ct_time_now();
+    if (z->chain && z->back) {
+        ct_status st = z->hi > z->lo ? chain_chunks(z) : CT_OK;
+        ct_ddp_add_wait(z->ddp, ct_time_now() - t0);
+        return st;
+    }
     size_t lo = z->lo, m = z->hi - z->lo;
     float *s = z->part;
     ct_status st = CT_OK;

@@ -54,16 +54,17 @@ steps=200
 cnn=(cnn --steps $steps --batch-size 4 --threads 1 --eval-max 64 --log-every 100)
 for i in 1 2; do
     tx0=$(tx_bytes)
-    # run 2 asks for the sharded step across machines: under mpirun there is no store for its
-    # shared memory, so DDP's all-reduce runs as in run 1 (same bits, checked below)
-    shard=(); [ $i = 2 ] && shard=(-x CTRAIN_DDP_SHARD_HIER=1)
+    # run 1 asks for the sharded step across machines (the default): under mpirun there is no
+    # store for its shared memory, so DDP's all-reduce runs, as in run 2, which does not ask
+    # (CTRAIN_DDP_SHARD_HIER=0; same bits, checked below)
+    shard=(); [ $i = 2 ] && shard=(-x CTRAIN_DDP_SHARD_HIER=0)
     CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=pg mpi_2x2 -x CTRAIN_DEBUG -x CTRAIN_DEBUG_SUBSYS "${shard[@]}" \
         "$C" train "${cnn[@]}" --output-dir "$tmp/h$i" >"$tmp/h$i.log" 2>&1 || die "mpirun run $i failed: $(tail -20 "$tmp/h$i.log")"
     echo "run $i: $(($(tx_bytes) - tx0)) bytes sent from the second namespace"
     echo $(($(tx_bytes) - tx0)) >"$tmp/tx$i"
 done
 hier_2x2_ok "$tmp/h1.log" mpi
-grep -q "^ddp: [0-9]* buckets" "$tmp/h2.log" || die "CTRAIN_DDP_SHARD_HIER=1 under mpirun: $(grep ^ddp "$tmp/h2.log")"
+grep -q "^ddp: [0-9]* buckets" "$tmp/h1.log" || die "the sharded step under mpirun: $(grep ^ddp "$tmp/h1.log")"
 cmp "$tmp/h1/model.safetensors" "$tmp/h2/model.safetensors" || die "two runs of the same job differ"
 same_as_one_host "$tmp/h1/model.safetensors"
 # the leaders' all-reduces: 454,922 f32 gradients a step, about one copy per step each way

@@ -3,7 +3,7 @@
 # (10.78.0.1 and 10.78.0.2), one launcher in each, 2 workers per node, no mpirun, so the gloo
 # backend. Checks: the CNN trained for 200 steps (3 under ASan) ends with the same weights
 # (bit for bit) as a one-host 4-rank run on the shm backend, with DDP's all-reduce and with
-# the sharded optimizer step across machines (CTRAIN_DDP_SHARD_HIER=1), the gradient traffic really on the veth; on the rails too, and
+# the sharded optimizer step across machines (the default; CTRAIN_DDP_SHARD_HIER=0: the all-reduce), the gradient traffic really on the veth; on the rails too, and
 # with bf16 compression; node 0 makes the store secret up (a 0600 file) and
 # node 1 joins with that file, a node with another secret is refused; the rail all-reduce's sums are exact; when node 1's workers are killed, node 0
 # fails within CTRAIN_TIMEOUT + 5 s naming the lost rank and its host.
@@ -43,10 +43,10 @@ $B run --nproc-per-node 4 --standalone $B "${cnn[@]}" --output-dir "$tmp/ref" >"
     die "one-host run: $(tail -5 "$tmp/ref.log")"
 for rep in 1 2; do
     tx0=$(tx_bytes)
-    # run 1: the sharded optimizer step across machines (each machine's ranks share a segment,
-    # the shares' sums go machine to machine in rank order); run 2: DDP's ordered all-reduce
-    # (the default)
-    [ $rep = 1 ] && export CTRAIN_DDP_SHARD_HIER=1
+    # run 1: the sharded optimizer step across machines (the default: each machine's ranks
+    # share a segment, the shares' sums go machine to machine in rank order); run 2: DDP's
+    # ordered all-reduce (CTRAIN_DDP_SHARD_HIER=0)
+    [ $rep = 2 ] && export CTRAIN_DDP_SHARD_HIER=0
     node 0 "$tmp/n0.$rep" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p0=$!
     tok=$(secret "$tmp/n0.$rep") || die "node 0 printed no store secret file: $(cat "$tmp/n0.$rep")"
     node 1 "$tmp/n1.$rep" --rdzv-token-file "$tok" $B "${cnn[@]}" --output-dir "$tmp/mn$rep"; p1=$!

@@ -69,9 +69,10 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                0, "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
                                "machine; machines in turn), tree reduces every machine at once, rail splits the "
                                "buffer over the local ranks and each slice crosses the network on its own connection"},
-    [CT_CFG_HIER_CHAIN_CHUNK] = {"CTRAIN_HIER_CHAIN_CHUNK", CT_CFG_BYTES, "2M", 4096, (double)(1L << 30), NULL, NULL, 0,
+    [CT_CFG_HIER_CHAIN_CHUNK] = {"CTRAIN_HIER_CHAIN_CHUNK", CT_CFG_BYTES, NULL, 4096, (double)(1L << 30), NULL, NULL, 0,
                                  "sharded step across machines, ordered: the running sum goes to the next machine in "
-                                 "chunks of this many bytes while the finished ones come back (must agree on all ranks)"},
+                                 "chunks of this many bytes while the finished ones come back (must agree on all "
+                                 "ranks; default: what the link carried in 4 ms, timed at the start, 256k to 8M)"},
     [CT_CFG_DDP_BUCKET_MB] = {"CTRAIN_DDP_BUCKET_MB", CT_CFG_FLOAT, "25", 0, 1e6, NULL, "MiB", CT_CFG_ABOVE_MIN,
                               "DDP gradient bucket size (PyTorch's bucket_cap_mb)"},
     [CT_CFG_DDP_FIRST_BUCKET_MB] = {"CTRAIN_DDP_FIRST_BUCKET_MB", CT_CFG_FLOAT, "1", 0, 1e6, NULL, "MiB",

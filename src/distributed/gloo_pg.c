@@ -244,7 +244,14 @@ static ct_status gloo_new_group(ct_pg *parent, ct_pg *child, const int *ranks, i
     char ns[sizeof p->ns];
     if (snprintf(ns, sizeof ns, "%s%u/", p->ns, k) >= (int)sizeof ns)
         return ct_error(CT_ERR_INVALID, "gloo backend: store prefix too long for a subgroup: %s", p->ns);
-    return make(p->store, ns, my_rank, n, child->timeout, p->ifaddr, child->fingerprint, impl_out);
+    ct_status st = make(p->store, ns, my_rank, n, child->timeout, p->ifaddr, child->fingerprint, impl_out);
+    /* its messages name world ranks too: "lost rank 3 of 4", not the group's "rank 1 of 2" */
+    if (st == CT_OK && child->world && child->granks &&
+        (st = ct_gloo_comm_name_world_ranks(((gloo_pg *)*impl_out)->comm, child->granks, child->world->size))) {
+        gloo_destroy(*impl_out);
+        *impl_out = NULL;
+    }
+    return st;
 }
 
 const ct_backend ct_gloo_backend = {"gloo", gloo_run, gloo_new_group, gloo_destroy, NULL, NULL, NULL, NULL};

@@ -48,7 +48,7 @@ def parse(paths):
         f = line.split()
         if f and f[0] == "#":  # a run's header: "| hier rail" since the rail runs; ordered before
             hier = "rail" if "hier rail" in line else "ordered"
-            shard = "shard_hier 1" in line  # CTRAIN_DDP_SHARD_HIER=1: another step, not modelled
+            shard = "shard_hier 1" in line  # the sharded step across machines (the default since 2026-12-03)
             run += 1
         if not f or f[0].startswith("#"):
             continue
@@ -66,7 +66,8 @@ def parse(paths):
             # ctrain across hosts: which hierarchical all-reduce (one host has none)
             impl = f[3] + ("-ordered" if f[3] == "ctrain" and hier == "ordered" and not f[2].startswith("1x") else "")
             if f[3] == "ctrain" and shard and not f[2].startswith("1x"):
-                impl = "ctrain-shardhier"  # its own rows: not mixed into the medians of the default step
+                # its own rows: not mixed into the medians of the overlapped all-reduce's step
+                impl = "ctrain-shardhier" + ("-rail" if hier == "rail" else "")
             train.setdefault((f[1], f[2], impl, f[4]), []).append(v)
     return coll, train, bulk
 
@@ -142,6 +143,24 @@ class Model:
         x, y = terms(c, hosts, s)
         return a * x + b * y + sa * xi + sb * yi
 
+    def t_shard_exchange(self, rate, hosts, g, s, rail=False):
+        """The sharded step's exchange across hosts of the machines' sums (S bytes per host, in
+        g shares, one per local rank, each on its own connection, all sharing the host's link).
+        Ordered (the default): a chain in chunks of what the link carries in 4 ms (the probe),
+        the finished chunks coming back while the next go on: with 2 hosts the two directions
+        overlap, S b_l + c b_l + K a; a machine in the middle forwards a share once it has all
+        of it, so each further host adds S b_l. Rail: each share all-reduced over a ring of the
+        hosts, 2(H-1)/H S on the link."""
+        a, b = self.ab[(rate, "allgather")]
+        if rail:
+            x, y = terms("allreduce", hosts, s)
+            return a * x + b * y
+        bl = min(b, self.bulk_b.get(rate, b))
+        share = s / g
+        c = min(share, max(256 << 10, min(8 << 20, 4e-3 / bl)))
+        k = math.ceil(share / c)
+        return (hosts - 1) * s * bl + c * bl + 2 * k * a
+
     def compute(self, impl, m, procs, cores=CORES):
         # Where the same number of processes ran on one host (MODES=base), that run's step is
         # the compute: on a machine whose cores the emulated hosts share, 4 ranks on 2 cores
@@ -186,6 +205,11 @@ class Model:
                 self.h[(impl, m)] = min(1.0, max(0.0, 1 - num / den)) if den else 0.0
 
     def step(self, rate, impl, m, hosts, g, scheme=None, cores=CORES):
+        if impl.startswith("ctrain-shardhier"):
+            # the one-host step of as many ranks (MODES=base: the sharded step on shm, its waits
+            # for the other ranks included) plus the exchange across hosts, after backward
+            tc = self.compute("ctrain", m, hosts * g if cores else 1, cores or 1)
+            return tc + self.t_shard_exchange(rate, hosts, g, self.grad_bytes(impl, m), impl.endswith("rail"))
         tc, tm = self.step_parts(rate, impl, m, hosts, g, scheme, cores)
         return tc + (1 - self.h[(impl, m)]) * tm
 
@@ -232,7 +256,8 @@ def check(model, fits=True):
     print("| model | impl | link | hosts x ranks | measured step ms | predicted ms | error |")
     print("|---|---|---|---|---|---|---|")
     for (rate, lay, impl, m), v in sorted(model.train.items()):
-        if lay not in ("2x2", "2x1") or rate not in model.rates or impl not in ("ctrain", "ctrain-ordered", "pytorch"):
+        if lay not in ("2x2", "2x1") or rate not in model.rates or impl not in (
+                "ctrain", "ctrain-ordered", "ctrain-shardhier", "ctrain-shardhier-rail", "pytorch"):
             continue
         h, g = map(int, lay.split("x"))
         t = median([x["step_ms"] for x in v]) * 1e-3
@@ -258,20 +283,27 @@ def hosts_table(model, g=2):
         h = model.h[("ctrain", m)]
         print(f"\n{m.upper()} ({PARAMS[m] / 1e6:.2f} M parameters, {1e3 * tc:.0f} ms single-rank step), "
               f"{g} ranks per host, h = {h:.2f}; ring and sharded f32, hier bf16; measured a / a = 0:\n")
-        print("| hosts |" + "".join(f" ring {r} | hier {r} | sharded {r} |" for r in (1, 10, 25)))
-        print("|---" * 10 + "|")
+        schemes = ("ring", "hier", "sharded", "chain", "rail")
+        print("| hosts |" + "".join(f" ring {r} | hier {r} | sharded {r} | chain {r} | rail {r} |" for r in (1, 10, 25)))
+        print("|---" * (1 + 3 * len(schemes)) + "|")
         for hosts in (2, 4, 8, 16, 32, 64, 128, 256):
             row = f"| {hosts} |"
             for gbit in (1, 10, 25):
-                for scheme in ("ring", "hier", "sharded"):
+                for scheme in schemes:
                     cell = []
-                    shm = model.shm
+                    shm, bulk = model.shm, model.bulk_b
+                    model.bulk_b = {}  # the link's b scaled to the rate, both ways alike
                     for alpha in (True, False):
                         for c, (a, b) in base.items():
                             model.ab[("x", c)] = (a if alpha else 0.0, b / gbit)
                         model.shm = shm if alpha else (0.0, shm[1])
-                        tm = model.t_coll("x", "allreduce", hosts, g, PARAMS[m] * (2 if scheme == "hier" else 4), scheme)
-                        cell.append(f"{100 * tc / (tc + (1 - h) * tm):.0f}")
+                        if scheme in ("chain", "rail"):  # the sharded step across hosts, bf16, not overlapped
+                            t = tc + model.t_shard_exchange("x", hosts, g, PARAMS[m] * 2, scheme == "rail")
+                        else:
+                            tm = model.t_coll("x", "allreduce", hosts, g, PARAMS[m] * (2 if scheme == "hier" else 4), scheme)
+                            t = tc + (1 - h) * tm
+                        cell.append(f"{100 * tc / t:.0f}")
+                    model.bulk_b = bulk
                     model.shm = shm
                     row += f" {cell[0]} / {cell[1]}% |"
             print(row)

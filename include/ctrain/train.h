@@ -154,12 +154,13 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
  * each element from the ranks' gradient buffers as it reads it: no all-reduce, and the
  * step's traffic divided by n. The bits are those of the unsharded step.
  * It applies on the shm backend with zero-copy gradients and the optimizer on the CPU,
- * unless CTRAIN_DDP_SHARD_OPTIM=0. On the hier backend with CTRAIN_DDP_SHARD_HIER=1 (several
- * machines, not under mpirun: the segment's name goes through the job's store; off by
- * default, as the sum after backward gives up DDP's overlap) each machine holds one copy,
+ * unless CTRAIN_DDP_SHARD_OPTIM=0. On the hier backend (several machines, not under mpirun:
+ * the segment's name goes through the job's store; CTRAIN_DDP_SHARD_HIER=0 turns it off, for
+ * DDP's all-reduce overlapped with backward) each machine holds one copy,
  * shared by its ranks, and ct_zero_gradients_final makes each share's sum across machines
- * on local rank i's own connection (src/train/zero.c); with CTRAIN_HIER_ALLREDUCE=ordered
- * (the default) in world rank order, so again the bits of one machine. Elsewhere, or when /dev/shm has no room (a warning), *out
+ * on local rank i's own connection (src/train/zero.c); with the ordered sum
+ * (CTRAIN_HIER_ALLREDUCE=ordered, or the default on 2 machines) in world rank order, so again
+ * the bits of one machine. Elsewhere, or when /dev/shm has no room (a warning), *out
  * stays NULL and CT_OK is returned. The trainer creates one after resuming. Freeing the
  * optimizer first moves the parameters back to private memory (the state goes with it). */
 typedef struct ct_zero ct_zero;

@@ -65,10 +65,12 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_GLOO_IFADDR] = {"CTRAIN_GLOO_IFADDR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                             "gloo backend: this host's address for its connections (default: the one that reaches "
                             "MASTER_ADDR)"},
-    [CT_CFG_HIER_ALLREDUCE] = {"CTRAIN_HIER_ALLREDUCE", CT_CFG_CHOICE, "ordered", 0, 0, "ordered|tree|rail", NULL,
+    [CT_CFG_HIER_ALLREDUCE] = {"CTRAIN_HIER_ALLREDUCE", CT_CFG_CHOICE, "auto", 0, 0, "auto|ordered|tree|rail", NULL,
                                0, "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
-                               "machine; machines in turn), tree reduces every machine at once, rail splits the "
-                               "buffer over the local ranks and each slice crosses the network on its own connection"},
+                               "machine; machines in turn: each link carries the buffer once per machine), tree "
+                               "reduces every machine at once, rail splits the buffer over the local ranks and each "
+                               "slice crosses the network on its own connection (a ring: 2(N-1)/N of it per link); "
+                               "auto: ordered on 2 machines, rail on more (tree where their rank counts differ)"},
     [CT_CFG_HIER_CHAIN_CHUNK] = {"CTRAIN_HIER_CHAIN_CHUNK", CT_CFG_BYTES, NULL, 4096, (double)(1L << 30), NULL, NULL, 0,
                                  "sharded step across machines, ordered: the running sum goes to the next machine in "
                                  "chunks of this many bytes while the finished ones come back (must agree on all "

@@ -19,7 +19,7 @@
  *   1. its machine's sum of the share, from the L local gradient buffers in rank order;
  *   2. across machines on rail i (local rank i of every machine, the flat backend), one
  *      connection per local rank as the rail all-reduce:
- *        ordered (CTRAIN_HIER_ALLREDUCE=ordered, machines holding consecutive ranks): the
+ *        ordered (CTRAIN_HIER_ALLREDUCE=ordered, or auto on 2 machines; machines holding consecutive ranks): the
  *        running sum goes machine 0 → 1 → ... → N-1, each adding its ranks' gradients in
  *        order, and the last broadcasts it: ((g0 + g1) + g2) + ... — one machine's bits;
  *                                        network: the share twice per machine, once each way.
@@ -171,7 +171,8 @@ static ct_status topology(ct_zero *z, const float *g, bool *ok) {
             z->nm++;
         }
     }
-    z->chain = consecutive && ct_config_choice(CT_CFG_HIER_ALLREDUCE) == 0;
+    int mode = ct_config_choice(CT_CFG_HIER_ALLREDUCE); /* auto: the chain on 2 machines (hier.c) */
+    z->chain = consecutive && (mode == 1 || (mode == 0 && z->nm <= 2));
     /* rail i: local rank i of every machine, by machine (ct_dist_new_group is collective) */
     for (int i = 0; st == CT_OK && *ok && z->nm > 1 && i < z->L; i++) {
         int k = 0;

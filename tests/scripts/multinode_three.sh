@@ -7,7 +7,8 @@
 # across machines (CTRAIN_DDP_SHARD_HIER=1: the shares' sums go machine to machine in chunks,
 # the finished chunks come back on a second group while the next go on; 256 KiB chunks here, 4
 # per share in f32, 2 in bf16) and with DDP's ordered all-reduce; with bf16 compression the
-# chained step trains and says what crossed in bf16.
+# chained step trains and says what crossed in bf16. With the defaults (no
+# CTRAIN_HIER_ALLREDUCE) 3 machines take the rail instead of the chain.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 B=$PWD/${CT_BUILD:-build}/ctrain
@@ -56,15 +57,21 @@ $B run --nproc-per-node 6 --standalone $B "${cnn[@]}" --output-dir "$tmp/ref" >"
     die "one-host run: $(tail -5 "$tmp/ref.log")"
 
 export CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=zero
+# the ordered sum asked for: on 3 machines the default is the rail all-reduce
+export CTRAIN_HIER_ALLREDUCE=ordered
 CTRAIN_DDP_SHARD_HIER=1 CTRAIN_HIER_CHAIN_CHUNK=256k nodes "$tmp/chain"
 CTRAIN_DDP_SHARD_HIER=0 nodes "$tmp/ar"
 CTRAIN_DDP_SHARD_HIER=1 CTRAIN_HIER_CHAIN_CHUNK=256k nodes "$tmp/bf" --grad-compression bf16
+unset CTRAIN_HIER_ALLREDUCE
+nodes "$tmp/auto" # the defaults: the sharded step, its shares' sums all-reduced on the rails
 unset CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
 [ "$(cat "$tmp/chain".[012] | grep -c "shared by the 2 ranks of this machine ([012] of 3).*passed on in rank order across machines in f32")" = 6 ] ||
     die "not the chained sharded step: $(grep -h zero "$tmp/chain".[012])"
 grep -q "^ddp: [0-9]* buckets" "$tmp/ar.0" || die "not DDP's all-reduce: $(grep ^ddp "$tmp/ar.0")"
 [ "$(cat "$tmp/bf".[012] | grep -c "passed on in rank order across machines in bf16")" = 6 ] ||
     die "bf16: not the chained sharded step: $(grep -h zero "$tmp/bf".[012])"
+[ "$(cat "$tmp/auto".[012] | grep -c "shared by the 2 ranks of this machine.*all-reduced across machines in f32")" = 6 ] ||
+    die "3 machines, the defaults: not the sharded step on the rails: $(grep -h zero "$tmp/auto".[012])"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/chain/model.safetensors" || die "the chained sharded step: not the one-host bits"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/ar/model.safetensors" || die "the ordered all-reduce: not the one-host bits"
 grep -Eq "^step +$steps/$steps .*loss [0-9]" "$tmp/bf.0" || die "bf16: no last step: $(tail -3 "$tmp/bf.0")"

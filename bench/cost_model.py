@@ -43,6 +43,13 @@ def parse(paths):
     lines = []
     for path in paths:
         lines += open(path).read().splitlines()
+    # runs (by header) that measured the ordered all-reduce under its own label: their plain
+    # "allreduce" is the rail's, whatever the header's default
+    labelled, r = set(), 0
+    for line in lines:
+        r += line.startswith("#")
+        if " allreduce-ordered " in line:
+            labelled.add(r)
     hier, run, shard = "ordered", 0, False
     for line in lines:
         f = line.split()
@@ -57,7 +64,7 @@ def parse(paths):
             bulk.setdefault(f[1], []).append(float(kv["gbit_s"]))
         elif f[0] == "coll":  # coll RATE HxR COLL BYTES us= busbw=
             c = f[3]
-            if c == "allreduce" and hier == "ordered" and f[2] != "1x2" and not f[2].endswith("x1"):
+            if c == "allreduce" and hier == "ordered" and run not in labelled and f[2] != "1x2" and not f[2].endswith("x1"):
                 c = "allreduce-ordered"  # the hier all-reduce of a run before the rail one was measured
             coll[(f[1], f[2], c)].append((int(f[4]), float(kv["us"]) * 1e-6))
         elif f[0] == "train":  # train RATE HxR IMPL MODEL rate= step_ms= ...

@@ -324,18 +324,13 @@ ct_status ct_zero_begin_step(ct_zero *z, bool average) {
     return ct_ddp_set_deferred(z->ddp, z->averaging);
 }
 
-/* The share's sum (z->part) across machines on the rail, through the wire dtype */
-enum { WIRE_SEND, WIRE_RECV, WIRE_BCAST, WIRE_ALLREDUCE };
-static ct_status wire_op(ct_zero *z, int kind, int peer) {
+/* The machines' sums of the share (z->part) all-reduced on the rail, through the wire dtype */
+static ct_status rail_all_reduce(ct_zero *z) {
     size_t m = z->hi - z->lo;
-    bool cvt = z->wdt != CT_F32, out = kind == WIRE_SEND || kind == WIRE_ALLREDUCE || (kind == WIRE_BCAST && peer == z->mi);
-    void *buf = cvt ? z->wire : (void *)z->part;
-    if (cvt && out) ct_convert(z->wire, z->wdt, z->part, CT_F32, m);
-    ct_status st = kind == WIRE_SEND   ? ct_send_sync(z->rail, buf, m, z->wdt, peer, 0)
-                   : kind == WIRE_RECV ? ct_recv_sync(z->rail, buf, m, z->wdt, peer, 0)
-                   : kind == WIRE_BCAST ? ct_broadcast_sync(z->rail, buf, m, z->wdt, peer)
-                                        : ct_all_reduce_sync(z->rail, buf, m, z->wdt, CT_RED_SUM);
-    if (st == CT_OK && cvt && kind != WIRE_SEND) ct_convert(z->part, CT_F32, z->wire, z->wdt, m);
+    if (z->wdt == CT_F32) return ct_all_reduce_sync(z->rail, z->part, m, CT_F32, CT_RED_SUM);
+    ct_convert(z->wire, z->wdt, z->part, CT_F32, m);
+    ct_status st = ct_all_reduce_sync(z->rail, z->wire, m, z->wdt, CT_RED_SUM);
+    if (st == CT_OK) ct_convert(z->part, CT_F32, z->wire, z->wdt, m);
     return st;
 }
 
@@ -398,35 +393,21 @@ static ct_status chain_chunks(ct_zero *z) {
  * (see the top of this file). */
 static ct_status cross_machines(ct_zero *z) {
     double t0 = ct_time_now();
-    if (z->chain && z->back) {
-        ct_status st = z->hi > z->lo ? chain_chunks(z) : CT_OK;
-        ct_ddp_add_wait(z->ddp, ct_time_now() - t0);
-        return st;
-    }
     size_t lo = z->lo, m = z->hi - z->lo;
     float *s = z->part;
     ct_status st = CT_OK;
     if (m == 0) return CT_OK; /* the same on every machine: this rail has nothing */
-    int r0 = 0;
-    if (z->chain && z->mi > 0) st = wire_op(z, WIRE_RECV, z->mi - 1); /* the running sum of the machines before */
-    else memcpy(s, z->grads[r0++] + lo, m * sizeof(float));
-    for (int r = r0; st == CT_OK && r < z->L; r++) {
-        const float *g = z->grads[r] + lo;
-        for (size_t j = 0; j < m; j++) s[j] = s[j] + g[j];
-    }
-    if (st == CT_OK && z->chain) {
-        if (z->mi < z->nm - 1) st = wire_op(z, WIRE_SEND, z->mi + 1);
-        else if (z->wdt != CT_F32) { /* keep what the others will receive */
-            ct_convert(z->wire, z->wdt, s, CT_F32, m);
-            ct_convert(s, CT_F32, z->wire, z->wdt, m);
+    if (z->chain) {
+        st = chain_chunks(z);
+    } else {
+        memcpy(s, z->grads[0] + lo, m * sizeof(float));
+        for (int r = 1; r < z->L; r++) {
+            const float *g = z->grads[r] + lo;
+            for (size_t j = 0; j < m; j++) s[j] = s[j] + g[j];
         }
-        if (st == CT_OK) st = wire_op(z, WIRE_BCAST, z->nm - 1);
-    } else if (st == CT_OK) {
-        st = wire_op(z, WIRE_ALLREDUCE, 0);
-    }
-    if (st == CT_OK) {
+        st = rail_all_reduce(z);
         float *own = (float *)z->grads[z->li] + lo, d = (float)ct_pg_size(z->pg);
-        for (size_t j = 0; j < m; j++) own[j] = s[j] / d; /* the averaging's true division */
+        for (size_t j = 0; st == CT_OK && j < m; j++) own[j] = s[j] / d; /* the averaging's true division */
     }
     ct_ddp_add_wait(z->ddp, ct_time_now() - t0);
     return st;

@@ -106,6 +106,10 @@ long ct_config_int(ct_config_var v);          /* int and bytes; 0 when unset wit
 double ct_config_float(ct_config_var v);      /* 0 when unset without a default */
 bool ct_config_bool(ct_config_var v);         /* false when unset without a default */
 int ct_config_choice(ct_config_var v);        /* index into choices; -1 when unset without a default */
+/* CTRAIN_HIER_ALLREDUCE for a job on `machines` machines, auto resolved (ordered on 2, rail on
+ * more): the one place both the hier backend and the sharded step (ct_zero) take it from. */
+typedef enum { CT_HIER_ORDERED = 1, CT_HIER_TREE, CT_HIER_RAIL } ct_hier_allreduce;
+ct_hier_allreduce ct_config_hier_allreduce(int machines);
 
 /* The only way ctrain changes its environment: validates the value, then updates the
  * process environment and the cache. CT_ERR_INVALID for a name outside the table or a bad

@@ -399,6 +399,13 @@ int ct_config_choice(ct_config_var v) {
     return r;
 }
 
+/* auto: one machine's bits where that costs little (2 machines); past that the ordered
+ * chain's traffic grows with the machines and the rail's does not (docs/scaling.md) */
+ct_hier_allreduce ct_config_hier_allreduce(int machines) {
+    int mode = ct_config_choice(CT_CFG_HIER_ALLREDUCE); /* auto|ordered|tree|rail */
+    return mode > 0 ? (ct_hier_allreduce)mode : machines <= 2 ? CT_HIER_ORDERED : CT_HIER_RAIL;
+}
+
 /* ct_error after the lock is released: it logs, and logging reads CTRAIN_DEBUG. */
 static ct_status bad_value(ct_config_var v, const char *text) {
     char exp[160];

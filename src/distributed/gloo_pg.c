@@ -217,6 +217,18 @@ static ct_status make(ct_store *store, const char *ns, int rank, int size, doubl
     return CT_OK;
 }
 
+/* A group of some of the world's ranks (hier's leaders, a subgroup such as the sharded
+ * step's rails): its messages name world ranks, "lost rank 3 of 4", not the group's "rank 1
+ * of 2". st: how making the group went; on failure here the group goes. */
+static ct_status name_world_ranks(const ct_pg *pg, ct_status st, void **impl_out) {
+    if (st == CT_OK && pg->world && pg->world != pg && pg->granks &&
+        (st = ct_gloo_comm_name_world_ranks(((gloo_pg *)*impl_out)->comm, pg->granks, pg->world->size))) {
+        gloo_destroy(*impl_out);
+        *impl_out = NULL;
+    }
+    return st;
+}
+
 ct_status ct_gloo_create(ct_pg *pg, void **impl_out) {
     *impl_out = NULL;
     if (pg->size > 1 && !pg->store) return ct_error(CT_ERR_INVALID, "gloo backend: the group has no store to meet through");
@@ -224,13 +236,8 @@ ct_status ct_gloo_create(ct_pg *pg, void **impl_out) {
     ct_status st = local_addr(addr, sizeof addr);
     if (st) return st;
     snprintf(ns, sizeof ns, "%sgloo/", pg->prefix);
-    st = make(pg->store, ns, pg->rank, pg->size, pg->timeout, addr, pg->fingerprint, impl_out);
-    /* a group of some of the world's ranks (hier's leaders): messages name world ranks */
-    if (st == CT_OK && pg->world && pg->world != pg && pg->granks &&
-        (st = ct_gloo_comm_name_world_ranks(((gloo_pg *)*impl_out)->comm, pg->granks, pg->world->size))) {
-        gloo_destroy(*impl_out);
-        *impl_out = NULL;
-    }
+    st = name_world_ranks(pg, make(pg->store, ns, pg->rank, pg->size, pg->timeout, addr, pg->fingerprint, impl_out),
+                          impl_out);
     if (st == CT_OK)
         CT_LOG_INFO("gloo", "rank %d of %d connected from %s (keys %s)", pg->rank, pg->size, addr, ns);
     return st;
@@ -244,14 +251,8 @@ static ct_status gloo_new_group(ct_pg *parent, ct_pg *child, const int *ranks, i
     char ns[sizeof p->ns];
     if (snprintf(ns, sizeof ns, "%s%u/", p->ns, k) >= (int)sizeof ns)
         return ct_error(CT_ERR_INVALID, "gloo backend: store prefix too long for a subgroup: %s", p->ns);
-    ct_status st = make(p->store, ns, my_rank, n, child->timeout, p->ifaddr, child->fingerprint, impl_out);
-    /* its messages name world ranks too: "lost rank 3 of 4", not the group's "rank 1 of 2" */
-    if (st == CT_OK && child->world && child->granks &&
-        (st = ct_gloo_comm_name_world_ranks(((gloo_pg *)*impl_out)->comm, child->granks, child->world->size))) {
-        gloo_destroy(*impl_out);
-        *impl_out = NULL;
-    }
-    return st;
+    return name_world_ranks(child, make(p->store, ns, my_rank, n, child->timeout, p->ifaddr, child->fingerprint, impl_out),
+                            impl_out);
 }
 
 const ct_backend ct_gloo_backend = {"gloo", gloo_run, gloo_new_group, gloo_destroy, NULL, NULL, NULL, NULL};

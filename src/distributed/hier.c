@@ -174,14 +174,11 @@ static ct_status map_nodes(hier_pg *h, const boot_rec *all) {
     int contiguous = 1, even = 1;
     for (int r = 1; r < n; r++) contiguous &= h->node_of[r] >= h->node_of[r - 1];
     for (int k = 0; k < h->nnodes; k++) even &= count[k] == h->maxlocal;
-    /* auto: one machine's bits where that costs little (2 machines); past that the chain's
-     * traffic grows with the machines and the rail's does not (docs/scaling.md) */
-    int mode = ct_config_choice(CT_CFG_HIER_ALLREDUCE);
-    if (mode == 0) mode = h->nnodes <= 2 ? 1 : 3;
-    h->ordered = contiguous && mode == 1;
+    ct_hier_allreduce mode = ct_config_hier_allreduce(h->nnodes);
+    h->ordered = contiguous && mode == CT_HIER_ORDERED;
     /* rail pairs local rank i of every machine: every machine needs the same local size
      * (else the tree) */
-    h->rail = even && mode == 3;
+    h->rail = even && mode == CT_HIER_RAIL;
     free(count);
     return CT_OK;
 }

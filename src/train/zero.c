@@ -171,8 +171,7 @@ static ct_status topology(ct_zero *z, const float *g, bool *ok) {
             z->nm++;
         }
     }
-    int mode = ct_config_choice(CT_CFG_HIER_ALLREDUCE); /* auto: the chain on 2 machines (hier.c) */
-    z->chain = consecutive && (mode == 1 || (mode == 0 && z->nm <= 2));
+    z->chain = consecutive && ct_config_hier_allreduce(z->nm) == CT_HIER_ORDERED;
     /* rail i: local rank i of every machine, by machine (ct_dist_new_group is collective) */
     for (int i = 0; st == CT_OK && *ok && z->nm > 1 && i < z->L; i++) {
         int k = 0;
@@ -334,11 +333,18 @@ static ct_status rail_all_reduce(ct_zero *z) {
     return st;
 }
 
+/* chunk c of the share: its first element (from lo) and its length */
+static size_t chunk_at(const ct_zero *z, int c, size_t *n) {
+    size_t a = (size_t)c * z->chunk, m = z->hi - z->lo;
+    *n = a + z->chunk < m ? z->chunk : m - a;
+    return a;
+}
+
 /* The chain in chunks: the running sum of chunk c goes on to the next machine (rail) while
  * the finished chunks come back (broadcast on z->back). Each chunk's arithmetic is that of
  * the whole share, so the bits are those of one pass; only the order in time changes. */
 static ct_status chain_chunks(ct_zero *z) {
-    size_t lo = z->lo, m = z->hi - z->lo, es = ct_dtype_size(z->wdt);
+    size_t lo = z->lo, es = ct_dtype_size(z->wdt);
     bool cvt = z->wdt != CT_F32, last = z->mi == z->nm - 1;
     char *wire = cvt ? z->wire : (char *)z->part;
     int K = z->nchunks, root = z->nm - 1;
@@ -346,12 +352,12 @@ static ct_status chain_chunks(ct_zero *z) {
     ct_status st = CT_OK;
     /* posted in chunk order: each group's comm thread runs its works in that order */
     for (int c = 0; c < K && !last; c++) {
-        size_t a = (size_t)c * z->chunk, n = a + z->chunk < m ? z->chunk : m - a;
+        size_t n, a = chunk_at(z, c, &n);
         z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, root);
         if (z->mi > 0) z->fw[c] = ct_recv(z->rail, wire + a * es, n, z->wdt, z->mi - 1, c);
     }
     for (int c = 0; c < K && st == CT_OK; c++) {
-        size_t a = (size_t)c * z->chunk, n = a + z->chunk < m ? z->chunk : m - a;
+        size_t n, a = chunk_at(z, c, &n);
         int r0 = 0;
         if (z->mi > 0) {
             if (!last) st = ct_work_wait(z->fw[c]);
@@ -376,7 +382,7 @@ static ct_status chain_chunks(ct_zero *z) {
     }
     /* every posted work is waited for, also after an error (a peer's timeout ends them) */
     for (int c = 0; c < K; c++) {
-        size_t a = (size_t)c * z->chunk, n = a + z->chunk < m ? z->chunk : m - a;
+        size_t n, a = chunk_at(z, c, &n);
         ct_status sf = z->fw[c] ? ct_work_wait(z->fw[c]) : CT_OK, sb = z->bw[c] ? ct_work_wait(z->bw[c]) : CT_OK;
         if (st == CT_OK) st = sf != CT_OK ? sf : sb;
         ct_work_free(z->fw[c]);

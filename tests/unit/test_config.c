@@ -154,6 +154,19 @@ CT_TEST(set_validates_and_updates_environment_and_cache) {
 
 /* What the launcher relies on: values set in a fork()ed child are what the child reads
  * (the parent's cache is not), and the parent is untouched. */
+CT_TEST(hier_allreduce_auto_is_ordered_on_two_machines_rail_beyond) {
+    CT_EXPECT_OK(ct_config_unset("CTRAIN_HIER_ALLREDUCE"));
+    CT_EXPECT_EQ(ct_config_hier_allreduce(2), CT_HIER_ORDERED);
+    CT_EXPECT_EQ(ct_config_hier_allreduce(3), CT_HIER_RAIL);
+    CT_EXPECT_OK(ct_config_set("CTRAIN_HIER_ALLREDUCE", "ordered"));
+    CT_EXPECT_EQ(ct_config_hier_allreduce(8), CT_HIER_ORDERED);
+    CT_EXPECT_OK(ct_config_set("CTRAIN_HIER_ALLREDUCE", "tree"));
+    CT_EXPECT_EQ(ct_config_hier_allreduce(2), CT_HIER_TREE);
+    CT_EXPECT_OK(ct_config_set("CTRAIN_HIER_ALLREDUCE", "rail"));
+    CT_EXPECT_EQ(ct_config_hier_allreduce(2), CT_HIER_RAIL);
+    CT_EXPECT_OK(ct_config_unset("CTRAIN_HIER_ALLREDUCE"));
+}
+
 CT_TEST(set_in_forked_child_is_seen_there_only) {
     CT_EXPECT_OK(ct_config_set("RANK", "0"));
     CT_EXPECT_EQ(ct_config_int(CT_CFG_RANK), 0); /* cached in the parent */

@@ -153,11 +153,14 @@ class Model:
     def t_shard_exchange(self, rate, hosts, g, s, rail=False):
         """The sharded step's exchange across hosts of the machines' sums (S bytes per host, in
         g shares, one per local rank, each on its own connection, all sharing the host's link).
-        Ordered (the default): a chain in chunks of what the link carries in 4 ms (the probe),
-        the finished chunks coming back while the next go on: with 2 hosts the two directions
-        overlap, S b_l + c b_l + K a; a machine in the middle forwards a share once it has all
-        of it, so each further host adds S b_l. Rail: each share all-reduced over a ring of the
-        hosts, 2(H-1)/H S on the link."""
+        Ordered (the default on 2 hosts): a chain in chunks of what the link carries in 4 ms
+        (the probe), the finished chunks coming back while the next go on: with 2 hosts the two
+        directions overlap, S b_l + c b_l + K a. From 3 hosts a machine in the middle passes
+        chunk c on while chunk c+1 comes in, and receives both the running sum and the
+        broadcast back (2 S on its link's way in), while the last host's broadcast (Gloo's
+        binomial tree) sends the share ceil(log2 H) times: max(2, ceil(log2 H)) S b_l, plus a
+        chunk per hop to fill the pipe. Rail: each share all-reduced over a ring of the hosts,
+        2(H-1)/H S on the link."""
         a, b = self.ab[(rate, "allgather")]
         if rail:
             x, y = terms("allreduce", hosts, s)
@@ -166,7 +169,8 @@ class Model:
         share = s / g
         c = min(share, max(256 << 10, min(8 << 20, 4e-3 / bl)))
         k = math.ceil(share / c)
-        return (hosts - 1) * s * bl + c * bl + 2 * k * a
+        load = 1 if hosts == 2 else max(2, math.ceil(math.log2(hosts)))
+        return load * s * bl + (hosts - 1) * c * bl + 2 * k * a
 
     def compute(self, impl, m, procs, cores=CORES):
         # Where the same number of processes ran on one host (MODES=base), that run's step is

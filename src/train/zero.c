@@ -26,7 +26,8 @@
  *        In chunks (CTRAIN_HIER_CHAIN_CHUNK), the broadcast on a second group of the same ranks
  *        (its own connections and comm thread): chunk c's sum comes back while chunk c+1
  *        goes on, so a link's two directions overlap (~share/bw, not 2 x share/bw), and
- *        machine 0 sums chunk c+1 while chunk c is on the wire;
+ *        machine 0 sums chunk c+1 while chunk c is on the wire; from 3 machines a third
+ *        group lets a machine in the middle pass chunk c on while chunk c+1 comes in;
  *        otherwise: an all-reduce of the machines' sums (the rail all-reduce's order);
  *                                        network: ~2 x share (N-1)/N per machine and rail
  *      in the DDP's compression dtype if it has one (only this crosses the network: the
@@ -58,6 +59,7 @@ struct ct_zero {
     ct_pg *rail;          /* local rank li of every machine, by machine index */
     bool chain;           /* ordered: the running sum goes from machine to machine */
     ct_pg *back;          /* chain: the rail again, for the finished chunks' broadcasts */
+    ct_pg *fwd;           /* chain of 3+ machines: the rail a third time, see chain_send_group */
     size_t chunk;         /* chain: elements per chunk */
     int nchunks;
     ct_work **fw, **bw;   /* chain: each chunk's send or receive on the rail, broadcast on back */
@@ -122,6 +124,7 @@ static bool move_out(ct_params *P, ct_optim *opt, bool params_in) {
 static void zero_release(ct_zero *z) {
     if (z->rail) ct_pg_free(z->rail);
     if (z->back) ct_pg_free(z->back);
+    if (z->fwd) ct_pg_free(z->fwd);
     free(z->fw);
     free(z->bw);
     free(z->part);
@@ -177,10 +180,11 @@ static ct_status topology(ct_zero *z, const float *g, bool *ok) {
         int k = 0;
         for (int r = 0; r < n; r++)
             if (all[3 * r + 1] == i) ranks[k++] = r;
-        for (int way = 0; st == CT_OK && way < (z->chain ? 2 : 1); way++) {
+        int ways = !z->chain ? 1 : z->nm > 2 ? 3 : 2;
+        for (int way = 0; st == CT_OK && way < ways; way++) {
             ct_pg *rail = NULL;
             st = ct_dist_new_group(pg, ranks, k, &rail);
-            if (rail && i == z->li) *(way ? &z->back : &z->rail) = rail;
+            if (rail && i == z->li) *(way == 0 ? &z->rail : way == 1 ? &z->back : &z->fwd) = rail;
             else if (rail) ct_pg_free(rail);
         }
     }
@@ -340,9 +344,17 @@ static size_t chunk_at(const ct_zero *z, int c, size_t *n) {
     return a;
 }
 
-/* The chain in chunks: the running sum of chunk c goes on to the next machine (rail) while
- * the finished chunks come back (broadcast on z->back). Each chunk's arithmetic is that of
- * the whole share, so the bits are those of one pass; only the order in time changes. */
+/* The group machine mi sends its running sums on. A group's comm thread runs its works in
+ * the order they were posted, so a machine in the middle that received and sent on one group
+ * would send nothing before its last receive (the receives are posted first): store and
+ * forward, the share's time twice. Even machines send on the rail, odd ones on z->fwd, so a
+ * middle machine receives on one and sends on the other, each with its own thread: chunk c
+ * goes on while chunk c+1 comes in. */
+static ct_pg *chain_send_group(const ct_zero *z, int mi) { return mi % 2 && z->fwd ? z->fwd : z->rail; }
+
+/* The chain in chunks: the running sum of chunk c goes on to the next machine while the
+ * finished chunks come back (broadcast on z->back). Each chunk's arithmetic is that of the
+ * whole share, so the bits are those of one pass; only the order in time changes. */
 static ct_status chain_chunks(ct_zero *z) {
     size_t lo = z->lo, es = ct_dtype_size(z->wdt);
     bool cvt = z->wdt != CT_F32, last = z->mi == z->nm - 1;
@@ -350,18 +362,19 @@ static ct_status chain_chunks(ct_zero *z) {
     int K = z->nchunks, root = z->nm - 1;
     float *s = z->part, *own = (float *)z->grads[z->li] + lo, d = (float)ct_pg_size(z->pg);
     ct_status st = CT_OK;
+    ct_pg *in = z->mi > 0 ? chain_send_group(z, z->mi - 1) : NULL, *out = chain_send_group(z, z->mi);
     /* posted in chunk order: each group's comm thread runs its works in that order */
     for (int c = 0; c < K && !last; c++) {
         size_t n, a = chunk_at(z, c, &n);
         z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, root);
-        if (z->mi > 0) z->fw[c] = ct_recv(z->rail, wire + a * es, n, z->wdt, z->mi - 1, c);
+        if (z->mi > 0) z->fw[c] = ct_recv(in, wire + a * es, n, z->wdt, z->mi - 1, c);
     }
     for (int c = 0; c < K && st == CT_OK; c++) {
         size_t n, a = chunk_at(z, c, &n);
         int r0 = 0;
         if (z->mi > 0) {
             if (!last) st = ct_work_wait(z->fw[c]);
-            else st = ct_recv_sync(z->rail, wire + a * es, n, z->wdt, z->mi - 1, c);
+            else st = ct_recv_sync(in, wire + a * es, n, z->wdt, z->mi - 1, c);
             if (st != CT_OK) break;
             if (cvt) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
         } else {
@@ -377,7 +390,7 @@ static ct_status chain_chunks(ct_zero *z) {
             z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, root);
         } else {
             if (z->mi > 0) ct_work_free(z->fw[c]);
-            z->fw[c] = ct_send(z->rail, wire + a * es, n, z->wdt, z->mi + 1, c);
+            z->fw[c] = ct_send(out, wire + a * es, n, z->wdt, z->mi + 1, c);
         }
     }
     /* every posted work is waited for, also after an error (a peer's timeout ends them) */

@@ -2,7 +2,8 @@
 # `ctrain run --nnodes 3` across three "hosts" (network namespaces on a bridge, each with its
 # own /dev/shm), 2 workers per node, the gloo backend between them: the only test where a
 # machine sits in the middle of the ordered chain (receives the running sum from machine 0,
-# adds its ranks' gradients, passes it on to machine 2). The CNN trained for 20 steps (2 under
+# adds its ranks' gradients, passes it on to machine 2, receiving on the rail and sending on a
+# third group so that chunks go on as they come). The CNN trained for 20 steps (2 under
 # ASan) ends with a one-host 6-rank run's weights, bit for bit, with the sharded optimizer step
 # across machines (CTRAIN_DDP_SHARD_HIER=1: the shares' sums go machine to machine in chunks,
 # the finished chunks come back on a second group while the next go on; 256 KiB chunks here, 4

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # CTRAIN_DEBUG=INFO shows rendezvous, backend choice and segment size; TRACE shows the
-# algorithm each collective used (tiny: up to 48 B; small: up to CTRAIN_SHM_SMALL); CTRAIN_DEBUG_SUBSYS filters by subsystem.
+# algorithm each collective used (tiny: up to 48 B; small: up to CTRAIN_SHM_SMALL; large: staged
+# rounds or cross-memory attach, staged for one round when ranks outnumber the CPUs);
+# CTRAIN_DEBUG_SUBSYS filters by subsystem.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 B=${CT_BUILD:-build}/ctrain
@@ -20,4 +22,11 @@ echo "$out2" | grep -q "TRACE shm: all_reduce #[0-9]*: small path, 1024 B" || di
 out=$(CTRAIN_SHM_CMA=0 CTRAIN_DEBUG=TRACE CTRAIN_DEBUG_SUBSYS=shm timeout 30 $B bench allreduce -b 1M -e 1M -n 1 -w 0 2>&1) || die "$out"
 echo "$out" | grep -q "TRACE shm: all_reduce #[0-9]*: reduce-scatter + all-gather, 1048576 B" || die "CTRAIN_SHM_CMA=0: $out"
 echo "$out" | grep -q " pg: " && die "subsystem filter ignored: $out"
+# ranks outnumbering the CPUs: a message of one staged round (1 MiB) stays on the staged path,
+# where cross-memory attach only added system calls to the same two synchronisations; sums right
+np=$(($(nproc) + 2))
+out=$(CTRAIN_DEBUG=TRACE CTRAIN_DEBUG_SUBSYS=shm timeout 60 $B bench allreduce --np $np -c -b 1M -e 1M -n 3 -w 0 2>&1) || die "$out"
+echo "$out" | grep -q "TRACE shm: all_reduce #[0-9]*: reduce-scatter + all-gather, 1048576 B" || die "oversubscribed 1 MiB: $out"
+echo "$out" | grep -q "cross-memory attach" && die "oversubscribed 1 MiB went through cross-memory attach: $out"
+echo "$out" | awk '$1 == 1048576 && $NF != 0 { bad = 1 } END { exit bad }' || die "oversubscribed 1 MiB: wrong sums: $out"
 echo ok

@@ -62,7 +62,7 @@ struct ct_zero {
     ct_pg *fwd;           /* chain of 3+ machines: the rail a third time, see chain_send_group */
     size_t chunk;         /* chain: elements per chunk */
     int nchunks;
-    ct_work **fw, **bw;   /* chain: each chunk's send or receive on the rail, broadcast on back */
+    ct_work **fw, **bw;   /* chain: each chunk's receive or send (chain_send_group), broadcast on back */
     ct_dtype wdt;         /* what crosses the network: f32 or the DDP's compression dtype */
     size_t lo, hi;        /* this rank's share */
     float *part;          /* the share's sum, hi - lo floats */

@@ -1,4 +1,4 @@
-/* GFLOP/s of ctrain's own AVX-512 SGEMM (ct_sgemm_own) against OpenBLAS cblas_sgemm as
+/* GFLOP/s of ctrain's own SGEMM (ct_sgemm_own: AVX-512, or AVX2 under CTRAIN_GEMM=avx2 or without AVX-512) against OpenBLAS cblas_sgemm as
  * configured (OPENBLAS_CORETYPE from the environment), for the GEMM shapes of the models,
  * on 1 and 2 threads. Each figure is the best of 3 timed runs of >= 0.15 s.
  *
@@ -87,8 +87,8 @@ static double gflops(int own, const shape *s) {
 }
 
 int main(int argc, char **argv) {
-    if (!ct_sgemm_own_available()) {
-        printf("gemm_bench: no AVX-512 on this CPU: the own SGEMM is not used\n");
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) {
+        printf("gemm_bench: neither AVX-512 nor AVX2 and FMA on this CPU: the own SGEMM is not used\n");
         return 0;
     }
     if (ct_kernels_reserve(ct_get_num_threads()) != CT_OK) { /* packing buffers; no context here */
@@ -96,8 +96,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const char *ct = getenv("OPENBLAS_CORETYPE");
-    printf("OpenBLAS core %s (OPENBLAS_CORETYPE=%s); own = ctrain AVX-512 sgemm; GFLOP/s, best of 3\n", openblas_get_corename(),
-           ct ? ct : "unset");
+    printf("OpenBLAS core %s (OPENBLAS_CORETYPE=%s); own = ctrain %s sgemm (CTRAIN_GEMM); GFLOP/s, best of 3\n", openblas_get_corename(),
+           ct ? ct : "unset", ct_gemm_kernel_name());
     if (argc > 1 && !strcmp(argv[1], "small")) {
         ct_set_num_threads(1);
         printf("%-6s %-8s %9s %9s %7s\n", "n^3", "op", "own", "openblas", "ratio");

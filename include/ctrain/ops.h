@@ -169,6 +169,8 @@ size_t ct_qweight_bytes(const ct_qweight *w); /* as stored: int8 values + f32 sc
 ct_tensor *ct_linear_dynamic_int8(ct_ctx *ctx, ct_tensor *x, const ct_qweight *w, const ct_tensor *b);
 /* "avx512-vnni", "avx2" or "scalar": the int8 kernel this CPU runs */
 const char *ct_qgemm_kernel_name(void);
+/* "avx512", "avx2" or "openblas": the kernels f32 GEMMs run here (the CPU and CTRAIN_GEMM) */
+const char *ct_gemm_kernel_name(void);
 
 #ifdef __cplusplus
 }

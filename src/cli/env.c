@@ -119,6 +119,9 @@ int cli_env(int argc, char **argv) {
     printf("cores:     %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
     printf("memory:    %s\n", mem);
     printf("threads:   %d per process by default (OMP_NUM_THREADS or cores / local ranks)\n", ct_default_num_threads());
+    if (strcmp(ct_gemm_kernel_name(), "openblas"))
+        printf("gemm:      ctrain's %s kernels (OpenBLAS for tiny products)\n", ct_gemm_kernel_name());
+    else printf("gemm:      OpenBLAS (CTRAIN_GEMM=openblas, or a CPU without AVX2 and FMA)\n");
     printf("blas:      %s\n", ct_blas_info());
     printf("backends: ");
     const ct_dist_backend *be;

@@ -222,7 +222,7 @@ static void check_linear(int64_t rows, int64_t in, int64_t out, bool bias, int t
 }
 
 CT_TEST(linear_bf16_output_bits_of_convert) {
-    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU: no direct bf16 linear");
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither AVX-512 nor AVX2 and FMA on this CPU: no direct bf16 linear");
     const char *const paths[] = {"rounded", "native", "amx"};
     /* K in one block (the bias row read for every row), in several (KC = 256; a last partial
      * one, one of a single k), odd M and N, past the threading thresholds (split by N, by M),

@@ -1,13 +1,16 @@
-/* ctrain's AVX-512 SGEMM (src/ops/cpu/sgemm.c) against a double-precision reference:
+/* ctrain's SGEMM (src/ops/cpu/sgemm.c; the AVX2 family under CTRAIN_GEMM=avx2 or on a CPU
+ * without AVX-512) against a double-precision reference:
  * every transpose combination, odd sizes (1..67, primes, K = 1, M/N off the register tile,
  * sizes crossing the MC/KC/NC cache blocks), sub-matrices (ld > width), alpha/beta values
- * including beta = 0 over NaN garbage; and bit-identical results for 1 and 2 threads. */
+ * including beta = 0 over NaN garbage; and bit-identical results for 1 and 2 threads; the AVX2
+ * family's bits against the AVX-512 family's. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ct_test.h"
+#include "ctrain/config.h"
 #include "ctrain/core.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_direct.h"
@@ -60,12 +63,15 @@ static int check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     return bad;
 }
 
-/* also the packing buffers, which a context would reserve */
+/* also the packing buffers, which a context would reserve. NEED_KERNEL: either family (the
+ * CPU's, or CTRAIN_GEMM=avx2's); NEED_AVX512: entries only the AVX-512 family has */
 #define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU"); \
+                           CT_ASSERT(ct_kernels_reserve(2) == CT_OK); } while (0)
+#define NEED_KERNEL() do { if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither AVX-512 nor AVX2 and FMA on this CPU"); \
                            CT_ASSERT(ct_kernels_reserve(2) == CT_OK); } while (0)
 
 CT_TEST(small_sizes_all_transposes) {
-    NEED_AVX512();
+    NEED_KERNEL();
     const int sz[] = {1, 2, 3, 5, 7, 13, 14, 15, 16, 17, 29, 31, 32, 33, 47, 48, 49, 63, 64, 67};
     int n = sizeof sz / sizeof sz[0], bad = 0;
     for (int t = 0; t < 4 && !bad; t++)
@@ -77,7 +83,7 @@ CT_TEST(small_sizes_all_transposes) {
 }
 
 CT_TEST(every_m_n_up_to_67) {
-    NEED_AVX512();
+    NEED_KERNEL();
     int bad = 0;
     for (int t = 0; t < 4 && !bad; t++)
         for (int m = 1; m <= 67 && !bad; m++)
@@ -86,7 +92,7 @@ CT_TEST(every_m_n_up_to_67) {
 }
 
 CT_TEST(k_equals_1_and_k_0) {
-    NEED_AVX512();
+    NEED_KERNEL();
     for (int t = 0; t < 4; t++) {
         CT_EXPECT_EQ(check(t & 1, t >> 1, 37, 53, 1, 1.0f, 0.0f, 0), 0);
         CT_EXPECT_EQ(check(t & 1, t >> 1, 37, 53, 1, -0.5f, 2.0f, 3), 0);
@@ -101,7 +107,7 @@ CT_TEST(k_equals_1_and_k_0) {
 }
 
 CT_TEST(alpha_beta_values) {
-    NEED_AVX512();
+    NEED_KERNEL();
     const float ab[][2] = {{1, 0}, {1, 1}, {2.5f, 0}, {-1, 1}, {0.5f, -0.75f}, {1, 2}, {0, 0.5f}, {-3, 0}};
     int bad = 0;
     for (int t = 0; t < 4 && !bad; t++)
@@ -113,7 +119,7 @@ CT_TEST(alpha_beta_values) {
 }
 
 CT_TEST(primes_and_cache_block_edges) {
-    NEED_AVX512();
+    NEED_KERNEL();
     /* crosses MC (168), KC (256) and NC (2048) block edges; strided sub-matrices */
     const int64_t sh[][3] = {{101, 103, 107}, {167, 97, 257}, {169, 33, 513}, {337, 61, 255}, {29, 2053, 71}, {5, 4099, 3},
                              {211, 17, 1031}, {1, 1, 997}, {2, 2111, 260}};
@@ -125,7 +131,7 @@ CT_TEST(primes_and_cache_block_edges) {
 }
 
 CT_TEST(model_shapes) {
-    NEED_AVX512();
+    NEED_KERNEL();
     /* MLP 784-1024 at batch 128 (forward, dX, dW), GPT width 256, attention 64 x 256 x 32 */
     int bad = 0;
     bad += check(false, true, 128, 1024, 784, 1.0f, 1.0f, 0);
@@ -139,7 +145,7 @@ CT_TEST(model_shapes) {
 
 /* 1 and 2 threads: the same bits */
 CT_TEST(thread_count_bit_identity) {
-    NEED_AVX512();
+    NEED_KERNEL();
     const int64_t sh[][3] = {{300, 500, 700}, {128, 1024, 784}, {1024, 784, 128}, {2048, 256, 256}, {37, 2500, 300}, {64, 256, 32}};
     for (int t = 0; t < 4; t++)
         for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
@@ -163,7 +169,7 @@ CT_TEST(thread_count_bit_identity) {
  * the bias, for every transpose, 1 and 2 threads (ranges split by rows and by columns), K in
  * one block and across several, sizes off the tile, a C with row padding */
 CT_TEST(bias_row_same_bits) {
-    NEED_AVX512();
+    NEED_KERNEL();
     const int64_t sh[][3] = {{2048, 256, 256}, {37, 1000, 300}, {300, 40, 777}, {7, 17, 16}, {128, 1024, 784}, {5, 3, 0}};
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
         for (int t = 0; t < 4; t++) {
@@ -410,6 +416,81 @@ CT_TEST(dispatch_wrapper) {
      * element or transpose is off by order 1 */
     CT_EXPECT(ct_max_rel_err(C, R, (long)(M * N), 1.0) < 1e-5);
     free(A); free(B); free(C); free(R);
+}
+
+/* The AVX2 family (sgemm_avx2.c, 6 x 16 tiles) gives the AVX-512 family's bits (14 x 32):
+ * every entry, all transposes, sizes off both tiles and across the MC / KC / NC blocks, alpha
+ * and beta, row padding, 1 and 2 threads; the bf16 GEMM's rounded path on f32 and on bf16
+ * operands, with an f32 and with a bf16 result. */
+typedef struct { int64_t M, N, K; } mnk;
+static const mnk fam_shapes[] = {{1, 1, 1}, {5, 7, 3}, {6, 16, 17}, {7, 17, 16}, {13, 33, 29}, {14, 32, 256}, {45, 71, 39},
+                                 {169, 33, 513}, {29, 2053, 71}, {37, 1000, 300}, {2, 2111, 260}, {300, 40, 777}, {128, 1024, 784}};
+static uint16_t *to_bf16(const float *x, int64_t n) { /* the top halves: exact bf16 values */
+    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    return h;
+}
+/* what = 0 own, 1 bias, 2 rowsum, 3 bf16 rounded (f32 operands), 4 bf16 operands, 5 bf16 result */
+static void fam_run(int what, ct_sgemm_isa isa, bool ta, bool tb, const mnk *s, float alpha, float beta, int pad, const float *A,
+                    const float *B, const uint16_t *Ah, const uint16_t *Bh, const float *bias, float *C, float *sum, uint16_t *Cb) {
+    ct_sgemm_set_isa_(isa);
+    const int64_t lda = (ta ? s->M : s->K) + pad, ldb = (tb ? s->K : s->N) + pad, ldc = s->N + pad;
+    switch (what) {
+    case 0: ct_sgemm_own(ta, tb, s->M, s->N, s->K, alpha, A, lda, B, ldb, beta, C, ldc); break;
+    case 1: ct_sgemm_bias(ta, tb, s->M, s->N, s->K, A, lda, B, ldb, bias, C, ldc); break;
+    case 2: ct_sgemm_own_rowsum(s->M, s->N, s->K, A, s->M + pad, B, s->N + pad, beta, C, ldc, sum); break;
+    case 3: ct_sgemm_bf16_on(CT_GEMM_BF16_ROUNDED, ta, tb, s->M, s->N, s->K, alpha, A, lda, B, ldb, beta, C, ldc); break;
+    case 4: ct_sgemm_bf16_ex(ta, tb, s->M, s->N, s->K, alpha, Ah, true, lda, B, false, ldb, beta, C, ldc); break;
+    default: ct_sgemm_bf16_out(ta, tb, s->M, s->N, s->K, alpha, A, false, lda, Bh, true, ldb, beta, C, ldc, Cb, ldc); break;
+    }
+    ct_sgemm_set_isa_(CT_SGEMM_ISA_NONE);
+}
+CT_TEST(avx2_family_bits_of_avx512) {
+    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU to compare the AVX2 family with (the tests above check it)");
+    CT_ASSERT(ct_kernels_reserve(2) == CT_OK);
+    CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM_BF16", "rounded")); /* the one bf16 path both families have */
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.37f, -1.3f}}; /* the last: inexact products both ways */
+    int checked = 0;
+    for (size_t si = 0; si < sizeof fam_shapes / sizeof fam_shapes[0]; si++) {
+        const mnk *s = &fam_shapes[si];
+        for (int what = 0; what < 6; what++)
+            for (int t = 0; t < 4; t++) {
+                const bool ta = what == 2 ? true : t & 1, tb = what == 2 ? false : t >> 1;
+                if (what == 2 && t) continue; /* rowsum: dY^T x only */
+                const int pad = (int)(si % 3);
+                const int64_t nA = (ta ? s->K : s->M) * ((ta ? s->M : s->K) + pad) + 1, nB = (tb ? s->N : s->K) * ((tb ? s->K : s->N) + pad) + 1;
+                const int64_t nC = s->M * (s->N + pad) + 1;
+                float *A = rnd(nA), *B = rnd(nB), *bias = rnd(s->N), *C0 = rnd(nC), *C1 = malloc((size_t)nC * 4), *C2 = malloc((size_t)nC * 4);
+                float *S0 = rnd(s->M), *S1 = malloc((size_t)s->M * 4 + 4), *S2 = malloc((size_t)s->M * 4 + 4);
+                uint16_t *Ah = to_bf16(A, nA), *Bh = to_bf16(B, nB), *H1 = calloc((size_t)nC, 2), *H2 = calloc((size_t)nC, 2);
+                for (size_t a = 0; a < sizeof ab / sizeof ab[0]; a++) {
+                    if ((what == 1 || what == 2) && a) continue; /* alpha 1, beta 1 / their own beta */
+                    for (int th = 1; th <= 2; th++) {
+                        ct_set_num_threads(th);
+                        memcpy(C1, C0, (size_t)nC * 4);
+                        memcpy(C2, C0, (size_t)nC * 4);
+                        memcpy(S1, S0, (size_t)s->M * 4);
+                        memcpy(S2, S0, (size_t)s->M * 4);
+                        fam_run(what, CT_SGEMM_ISA_AVX512, ta, tb, s, ab[a][0], ab[a][1], pad, A, B, Ah, Bh, bias, C1, S1, H1);
+                        fam_run(what, CT_SGEMM_ISA_AVX2, ta, tb, s, ab[a][0], ab[a][1], pad, A, B, Ah, Bh, bias, C2, S2, H2);
+                        bool same = what == 5 ? !memcmp(H1, H2, (size_t)nC * 2) : !memcmp(C1, C2, (size_t)nC * 4);
+                        if (what == 2) same = same && !memcmp(S1, S2, (size_t)s->M * 4);
+                        CT_EXPECTF(same, "entry %d, %lldx%lldx%lld ta=%d tb=%d alpha=%g beta=%g pad=%d, %d threads: the families differ", what,
+                                   (long long)s->M, (long long)s->N, (long long)s->K, ta, tb, ab[a][0], ab[a][1], pad, th);
+                        checked++;
+                    }
+                }
+                free(A); free(B); free(bias); free(C0); free(C1); free(C2); free(S0); free(S1); free(S2);
+                free(Ah); free(Bh); free(H1); free(H2);
+            }
+    }
+    CT_EXPECT(checked > 500);
+    CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM_BF16", "auto"));
+    ct_set_num_threads(ct_default_num_threads());
 }
 
 CT_TEST_MAIN()

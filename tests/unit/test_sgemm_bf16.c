@@ -181,10 +181,11 @@ CT_TEST(bf16_gemm_path_from_environment) {
     fill(B, K * N, 9, false);
     const char *const names[] = {"auto", "rounded", "native", "amx"};
     const ct_gemm_bf16_path want[] = {ct_sgemm_bf16_path_available(CT_GEMM_BF16_AMX) ? CT_GEMM_BF16_AMX
-                                      : ct_sgemm_bf16_native_preferred()                  ? CT_GEMM_BF16_NATIVE
-                                                                                          : CT_GEMM_BF16_ROUNDED,
+                                      : ct_sgemm_bf16_native_preferred() && ct_sgemm_bf16_path_available(CT_GEMM_BF16_NATIVE)
+                                          ? CT_GEMM_BF16_NATIVE
+                                          : CT_GEMM_BF16_ROUNDED,
                                       CT_GEMM_BF16_ROUNDED,
-                                      ct_sgemm_bf16_native() ? CT_GEMM_BF16_NATIVE : CT_GEMM_BF16_ROUNDED,
+                                      ct_sgemm_bf16_path_available(CT_GEMM_BF16_NATIVE) ? CT_GEMM_BF16_NATIVE : CT_GEMM_BF16_ROUNDED,
                                       ct_sgemm_bf16_path_available(CT_GEMM_BF16_AMX) ? CT_GEMM_BF16_AMX : CT_GEMM_BF16_ROUNDED};
     for (int i = 0; i < 4; i++) {
         CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM_BF16", names[i]));

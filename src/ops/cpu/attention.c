@@ -132,7 +132,7 @@ static bool heads_in_parallel(int64_t BH, int64_t RB, int64_t Tq, int64_t Tk, in
     int64_t m = rows < kv ? rows : kv;
     m = m < D ? m : D;
     m = m < Dv ? m : Dv;
-    return ct_sgemm_own_takes(m, m, m);
+    return ct_sgemm_kernel_takes(m, m, m);
 }
 
 /* Where one tensor's heads lie: row t of head h = b H + j starts at b bs + j hs + t ld floats

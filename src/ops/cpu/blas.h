@@ -1,7 +1,7 @@
 /* Row-major sgemm wrapper for the CPU kernels: C = alpha op(A) op(B) + beta C, with the
  * degenerate sizes BLAS rejects or mishandles (K == 0) taken care of. The one place every
- * GEMM goes through: ctrain's own AVX-512 sgemm (ops/cpu/sgemm.c) where it applies
- * (AVX-512 CPU, not tiny, CTRAIN_GEMM != openblas), OpenBLAS otherwise. */
+ * GEMM goes through: ctrain's own sgemm (ops/cpu/sgemm.c: AVX-512, or AVX2 and FMA) where it
+ * applies (not tiny, CTRAIN_GEMM != openblas), OpenBLAS otherwise. */
 #ifndef CT_OPS_CPU_BLAS_H
 #define CT_OPS_CPU_BLAS_H
 #include <cblas.h>

@@ -1,4 +1,4 @@
-/* matmul and linear on sgemm (ops/cpu/blas.h: ctrain's AVX-512 kernel or OpenBLAS). Transposes
+/* matmul and linear on sgemm (ops/cpu/blas.h: ctrain's AVX-512 or AVX2 kernels, or OpenBLAS). Transposes
  * are GEMM flags: nothing is copied, forward or backward. Backward accumulates with beta = 1 straight into the gradients
  * (for a parameter that is its slice of the flat gradient buffer); an input gradient the
  * GEMM creates (ct_grad_acc_fresh) is written with beta = 0 instead of zeroed first and
@@ -25,11 +25,11 @@ static operand opnd(const ct_tensor *t, int64_t off) {
 }
 static operand f32op(const float *p) { return (operand){p, false}; }
 
-/* C = op(A) op(B) + beta C, through the shared wrapper (own AVX-512 sgemm or OpenBLAS); in a
- * bf16 run through the bf16 GEMM (AMX, AVX-512 BF16 or rounded operands by CTRAIN_GEMM_BF16),
+/* C = op(A) op(B) + beta C, through the shared wrapper (own sgemm or OpenBLAS); in a
+ * bf16 run through the bf16 GEMM (AMX, AVX-512 BF16 or rounded operands by CTRAIN_GEMM_BF16; rounded on AVX2),
  * which reads bf16 storage directly */
 static void gemm_(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, operand A, operand B, float *C, float beta) {
-    if (bf16 && M > 0 && N > 0 && K > 0 && ct_sgemm_own_available())
+    if (bf16 && M > 0 && N > 0 && K > 0 && ct_ac_reads_bf16())
         ct_sgemm_bf16_ex(ta, tb, M, N, K, 1.0f, A.p, A.h, ta ? M : K, B.p, B.h, tb ? K : N, beta, C, N);
     else {
         CT_CHECK(!A.h && !B.h, "matmul/linear: bf16 operands without the bf16 GEMM");
@@ -38,8 +38,8 @@ static void gemm_(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 }
 #define gemm(...) gemm_(bf16, __VA_ARGS__)
 
-/* op_table.h: the bf16 GEMM exists where the own kernels run (AVX-512) */
-bool ct_ac_reads_bf16(void) { return ct_sgemm_own_available(); }
+/* op_table.h: the bf16 GEMM exists where an own family runs (AVX-512, or AVX2 and FMA) */
+bool ct_ac_reads_bf16(void) { return ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE; }
 
 /* f32, or bf16 in a bf16 run whose operands the GEMM reads as they are */
 static void check_operand(ct_ctx *ctx, const char *op, const ct_tensor *t) {
@@ -108,7 +108,7 @@ ct_tensor *ct_linear(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b) {
     /* f32 with an f32 bias on the own kernel: the GEMM reads the bias row itself (the bits of
      * beta 1 on rows filled with it, without writing those copies and reading them back) */
     bool bias_in = !lowp_out && !bf16 && b && b->dtype == CT_F32 && x->dtype == CT_F32 && w->dtype == CT_F32 &&
-                   ct_sgemm_own_takes(rows, out, in);
+                   ct_sgemm_kernel_takes(rows, out, in);
     if (ct_ctx_values_unread_(ctx)) memset(y->data, 0, ct_nbytes(y));
     else if (bias_in)
         ct_sgemm_bias(false, true, rows, out, in, x->data, in, w->data, in, b->data, Y, out);
@@ -165,7 +165,7 @@ void ct_bw_linear(ct_ctx *ctx, ct_node *n) {
     float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
     float *dB = n->nin > 2 ? ct_grad_acc(ctx, n->in[2]) : NULL;
     if (dX) gemm(false, false, rows, in, out, f32op(dY), opnd(n->in[1], 0), dX, fx ? 0.0f : 1.0f);
-    if (dW && dB && !bf16 && n->in[0]->dtype == CT_F32 && ct_sgemm_own_takes(out, in, rows)) {
+    if (dW && dB && !bf16 && n->in[0]->dtype == CT_F32 && ct_sgemm_kernel_takes(out, in, rows)) {
         /* dB's column sums while the dW GEMM packs dY: one read of dY for both */
         ct_sgemm_own_rowsum(out, in, rows, dY, out, ct_f32(n->in[0]), in, fw ? 0.0f : 1.0f, dW, in, dB);
         dB = NULL;

@@ -26,7 +26,9 @@
  * alpha acc + C to bf16 into a second output, the earlier blocks' partial sums stay in C. */
 #include "ops/cpu/sgemm.h"
 #include "ops/cpu/sgemm_amx.h"
+#include "ops/cpu/sgemm_job.h"
 #include "ctrain/config.h"
+#include "ctrain/ops.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -59,6 +61,36 @@ bool ct_sgemm_own_available(void) {
         __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
     }
     return a == 1;
+}
+
+/* The family: cached, as CTRAIN_GEMM is read once per process (tests switch through
+ * ct_sgemm_set_isa_). 0: not yet read. */
+static int isa_cached, isa_forced;
+static bool avx2_fma(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+ct_sgemm_isa ct_sgemm_kernel_isa(void) {
+    int f = __atomic_load_n(&isa_forced, __ATOMIC_RELAXED);
+    if (f) return (ct_sgemm_isa)f;
+    int a = __atomic_load_n(&isa_cached, __ATOMIC_RELAXED);
+    if (!a) {
+        bool want_avx2 = ct_config_choice(CT_CFG_GEMM) == 2; /* auto|openblas|avx2 */
+        a = ct_sgemm_own_available() && !want_avx2 ? CT_SGEMM_ISA_AVX512 : avx2_fma() ? CT_SGEMM_ISA_AVX2 : CT_SGEMM_ISA_NONE;
+        a += 16; /* stored apart from 0 (unread) */
+        __atomic_store_n(&isa_cached, a, __ATOMIC_RELAXED);
+    }
+    return (ct_sgemm_isa)(a - 16);
+}
+static bool openblas_only(void);
+const char *ct_gemm_kernel_name(void) {
+    const ct_sgemm_isa isa = openblas_only() ? CT_SGEMM_ISA_NONE : ct_sgemm_kernel_isa();
+    return isa == CT_SGEMM_ISA_AVX512 ? "avx512" : isa == CT_SGEMM_ISA_AVX2 ? "avx2" : "openblas";
+}
+void ct_sgemm_set_isa_(ct_sgemm_isa isa) {
+    CT_CHECK(isa == CT_SGEMM_ISA_NONE || (isa == CT_SGEMM_ISA_AVX2 && avx2_fma()) || (isa == CT_SGEMM_ISA_AVX512 && ct_sgemm_own_available()),
+             "ct_sgemm_set_isa_(%d): this CPU cannot run that family", (int)isa);
+    __atomic_store_n(&isa_forced, (int)isa, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- micro-kernel ---- */
@@ -193,7 +225,7 @@ bool ct_sgemm_bf16_native(void) {
 
 /* Without AVX-512 BF16: round the packed f32 values to bf16 in place (to nearest even) and
  * run the f32 kernel — the same products, summed in another order. */
-static void panel_round_bf16(float *p, int64_t n) {
+void ct_sgemm_round_bf16_(float *p, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &p[i], 4);
@@ -317,25 +349,7 @@ CT_AVX512 void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n,
 
 /* ---------------------------------------------------------------- driver ---- */
 
-typedef struct {
-    bool ta, tb;
-    int64_t M, N, K, lda, ldb, ldc;
-    float alpha, beta;
-    const void *A, *B; /* f32, or bf16 where ah / bh (bf16 GEMM only) */
-    bool ah, bh;
-    float *C;
-    uint16_t *Cb; /* ct_sgemm_bf16_out: the last K block stores C rounded to bf16 here (row stride ldcb) */
-    int64_t ldcb;
-    const float *Ci; /* ct_sgemm_bias: the first K block reads C from here (row stride ldci), not from C */
-    int64_t ldci;
-    float *pa, *pb;
-    int bf16;   /* 0 (f32) or the bf16 path: a ct_gemm_bf16_path */
-    ct_sgemm_pack_b_fn packb; /* B from a packer (implicit B), not from memory */
-    const void *packb_arg;
-    int64_t noff;             /* the packer's column of this job's column 0 */
-    int64_t aseg, aseg_stride; /* aseg > 0: A(i, k) = A[(k / aseg) * aseg_stride + i * lda + k % aseg] */
-    float *asum; /* ct_sgemm_own_rowsum: asum[i] += op(A)(i, k) for k in order, while A is packed */
-} job;
+typedef ct_sgemm_job_ job; /* sgemm_job.h: shared with the AVX2 family */
 
 /* Implicit B: each B micro-panel is packed by the caller's packer right before the MR-row
  * kernels that use it (it stays in L1; no B matrix in memory, no packed B block). The
@@ -390,7 +404,7 @@ CT_AVX512 static void pack_block(int bf16, float *dst, const void *x, bool h, in
         float *d = dst + p * W * kc;
         pack_from(d, x, h, off + p * W * rs, rs, ks, (int)imin(W, n - p * W), W, kc);
         if (bf16 == CT_GEMM_BF16_NATIVE) panel_to_bf16(d, W, kc);
-        else if (bf16) panel_round_bf16(d, W * kc);
+        else if (bf16) ct_sgemm_round_bf16_(d, W * kc);
     }
 }
 
@@ -532,6 +546,14 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
         }
         return;
     }
+    /* the AVX2 family where it is the choice; implicit B and segmented A have AVX-512 callers
+     * only (ct_sgemm_own_takes), and on AVX2 the bf16 GEMM is the rounded one */
+    const ct_sgemm_isa isa = ct_sgemm_kernel_isa();
+    CT_CHECK(isa != CT_SGEMM_ISA_NONE, "own GEMM on a CPU without AVX2 and FMA (%lld x %lld x %lld)", (long long)M, (long long)N,
+             (long long)K);
+    const bool avx2 = isa == CT_SGEMM_ISA_AVX2 && !packb && !aseg;
+    if (avx2 && bf16) bf16 = CT_GEMM_BF16_ROUNDED;
+    void (*run_job)(const job *) = avx2 ? ct_sgemm_avx2_run_ : run;
     job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, Ci, ldci, NULL, NULL, bf16, packb,
              parg, 0, aseg, aseg_stride, asum};
     /* threads: only with enough work per thread (~1 MFLOP each, a few microseconds) */
@@ -543,7 +565,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
      * every range, which costs little next to the range's share of the product. An
      * element's arithmetic does not depend on which range it is in, nor on the thread. */
     bool split_n = N >= M || packb; /* a packer's B is split by columns */
-    int64_t unit = split_n ? NR : bf16 == CT_GEMM_BF16_AMX ? 32 : MR, units = ((split_n ? N : M) + unit - 1) / unit;
+    int64_t unit = split_n ? NR : bf16 == CT_GEMM_BF16_AMX ? 32 : avx2 ? CT_SGEMM_AVX2_MR : MR, units = ((split_n ? N : M) + unit - 1) / unit;
     if (nt > units) nt = (int)units;
     if (nt > MAX_SLOTS) nt = MAX_SLOTS;
     if (nt < 1) nt = 1;
@@ -551,7 +573,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
     nt = claim(nt, ids);
     if (nt <= 1) {
         buffers(&j, ids[0]);
-        run(&j);
+        run_job(&j);
         release(ids, nt);
         return;
     }
@@ -592,7 +614,7 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
             }
             if (hi > lo) {
                 buffers(&s, ids[t]);
-                run(&s);
+                run_job(&s);
             }
         }
     }
@@ -618,7 +640,7 @@ void ct_sgemm_own_rowsum(int64_t M, int64_t N, int64_t K, const float *A, int64_
 
 void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                    const float *bias, float *C, int64_t ldc) {
-    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bias needs an AVX-512 CPU");
+    CT_CHECK(ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE, "ct_sgemm_bias needs AVX2 and FMA or AVX-512");
     if (K <= 0) { /* no K block reads the bias: the rows are the bias */
         for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, (size_t)N * sizeof(float));
         return;
@@ -656,6 +678,7 @@ bool ct_sgemm_bf16_native_preferred(void) {
  * (faster than vdpbf16ps on the Intel CPUs measured); a path the CPU lacks falls back to
  * rounding. Read per call (no cache), so a program or test may switch paths between GEMMs. */
 ct_gemm_bf16_path ct_sgemm_bf16_path(void) {
+    if (ct_sgemm_kernel_isa() != CT_SGEMM_ISA_AVX512) return CT_GEMM_BF16_ROUNDED;
     int c = ct_config_choice(CT_CFG_GEMM_BF16);
     if ((c == 0 || c == 3) && ct_sgemm_amx_available()) return CT_GEMM_BF16_AMX;
     if ((c == 2 || (c == 0 && ct_sgemm_bf16_native_preferred())) && ct_sgemm_bf16_native()) return CT_GEMM_BF16_NATIVE;
@@ -663,9 +686,10 @@ ct_gemm_bf16_path ct_sgemm_bf16_path(void) {
 }
 
 bool ct_sgemm_bf16_path_available(ct_gemm_bf16_path path) {
-    if (!ct_sgemm_own_available()) return false;
-    return path == CT_GEMM_BF16_ROUNDED || (path == CT_GEMM_BF16_NATIVE && ct_sgemm_bf16_native()) ||
-           (path == CT_GEMM_BF16_AMX && ct_sgemm_amx_available());
+    const ct_sgemm_isa isa = ct_sgemm_kernel_isa();
+    if (isa == CT_SGEMM_ISA_NONE) return false;
+    return path == CT_GEMM_BF16_ROUNDED || (isa == CT_SGEMM_ISA_AVX512 && path == CT_GEMM_BF16_NATIVE && ct_sgemm_bf16_native()) ||
+           (isa == CT_SGEMM_ISA_AVX512 && path == CT_GEMM_BF16_AMX && ct_sgemm_amx_available());
 }
 
 void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -676,43 +700,48 @@ void ct_sgemm_bf16_on(ct_gemm_bf16_path path, bool ta, bool tb, int64_t M, int64
 
 void ct_sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16 needs an AVX-512 CPU");
+    CT_CHECK(ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE, "ct_sgemm_bf16 needs AVX2 and FMA or AVX-512");
     gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, false, lda, B, false, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL);
 }
 
 void ct_sgemm_bf16_ex(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                       const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc) {
-    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_ex needs an AVX-512 CPU");
+    CT_CHECK(ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE, "ct_sgemm_bf16_ex needs AVX2 and FMA or AVX-512");
     gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, NULL, 0, NULL, NULL, 0, 0, NULL, 0, NULL);
 }
 
 void ct_sgemm_bf16_out(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, bool a_bf16, int64_t lda,
                        const void *B, bool b_bf16, int64_t ldb, float beta, float *C, int64_t ldc, uint16_t *Cb, int64_t ldcb) {
-    CT_CHECK(ct_sgemm_own_available(), "ct_sgemm_bf16_out needs an AVX-512 CPU");
+    CT_CHECK(ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE, "ct_sgemm_bf16_out needs AVX2 and FMA or AVX-512");
     gemm((int)ct_sgemm_bf16_path(), ta, tb, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc, Cb, ldcb, NULL, NULL, 0, 0, NULL, 0, NULL);
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */
 
-static int own_enabled(void) {
-    static int en = -1;
-    int e = __atomic_load_n(&en, __ATOMIC_RELAXED);
+/* CTRAIN_GEMM=openblas: f32 products to OpenBLAS (read once) */
+static bool openblas_only(void) {
+    static int ob = -1;
+    int e = __atomic_load_n(&ob, __ATOMIC_RELAXED);
     if (e < 0) {
-        e = ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */ ? 1 : 0;
-        __atomic_store_n(&en, e, __ATOMIC_RELAXED);
+        e = ct_config_choice(CT_CFG_GEMM) == 1 ? 1 : 0;
+        __atomic_store_n(&ob, e, __ATOMIC_RELAXED);
     }
-    return e;
+    return e == 1;
 }
 
 bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    if (!ct_sgemm_own_takes(M, N, K)) return false;
+    if (!ct_sgemm_kernel_takes(M, N, K)) return false;
     ct_sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return true;
 }
 
 bool ct_sgemm_own_takes(int64_t M, int64_t N, int64_t K) {
-    if (!own_enabled()) return false;
+    return ct_sgemm_kernel_isa() == CT_SGEMM_ISA_AVX512 && ct_sgemm_kernel_takes(M, N, K);
+}
+
+bool ct_sgemm_kernel_takes(int64_t M, int64_t N, int64_t K) {
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE || openblas_only()) return false;
     /* no context created yet, hence no packing buffers (ops always have one) */
     if (!atomic_load_explicit(&pool_n, memory_order_acquire)) return false;
     /* Tiny products, where packing does not pay: below ~24^3 OpenBLAS wins (`gemm_bench

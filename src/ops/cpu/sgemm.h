@@ -1,4 +1,4 @@
-/* ctrain's own AVX-512 SGEMM (src/ops/cpu/sgemm.c): row-major
+/* ctrain's own SGEMM (src/ops/cpu/sgemm.c; AVX2 family in sgemm_avx2.c): row-major
  *   C = alpha op(A) op(B) + beta C,   op(A) M x K, op(B) K x N, C M x N,
  * lda/ldb/ldc the row strides of A, B, C as stored (cblas_sgemm row-major contract).
  * beta == 0 ignores C's old contents (NaN garbage included). The result does not depend on
@@ -10,15 +10,27 @@
 
 #include "ctrain/core.h"
 
-/* true when the CPU (and OS) support AVX-512 F and BW, i.e. ct_sgemm_own can run */
+/* true when the CPU (and OS) support AVX-512 F and BW: the AVX-512 family can run (the other
+ * AVX-512 kernels of ops/cpu check this too) */
 bool ct_sgemm_own_available(void);
+
+/* Which family runs the own GEMMs (ct_sgemm_own, ct_sgemm_bias, ct_sgemm_own_rowsum, the bf16
+ * GEMM on its rounded path, and ct_sgemm_dispatch's products): AVX-512 (14 x 32 tiles) where
+ * the CPU has it, else AVX2 and FMA (6 x 16 tiles, sgemm_avx2.c), else none (OpenBLAS alone).
+ * CTRAIN_GEMM=avx2 takes AVX2 on an AVX-512 CPU. Both families give the same bits.
+ * Implicit B and the AMX and vdpbf16ps paths exist in the AVX-512 family only. */
+typedef enum { CT_SGEMM_ISA_NONE = 0, CT_SGEMM_ISA_AVX2 = 1, CT_SGEMM_ISA_AVX512 = 2 } ct_sgemm_isa;
+ct_sgemm_isa ct_sgemm_kernel_isa(void);
+/* tests: the family to use from now on, whatever CTRAIN_GEMM says (it must run on this CPU);
+ * CT_SGEMM_ISA_NONE goes back to the CPU's and CTRAIN_GEMM's choice */
+void ct_sgemm_set_isa_(ct_sgemm_isa isa);
 
 /* Packing buffers for up to nthreads GEMM threads (registered with core, which calls it from
  * ct_ctx_create and ct_set_num_threads): CT_ERR_NOMEM when they cannot be allocated. */
 ct_status ct_kernels_reserve(int nthreads);
 
-/* Always the own kernel (requires ct_sgemm_own_available() and a reserved pool, see
- * ct_kernels_reserve); all sizes, K == 0 included. */
+/* Always an own kernel (requires ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE and a reserved
+ * pool, see ct_kernels_reserve); all sizes, K == 0 included. */
 void ct_sgemm_own(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
@@ -45,7 +57,7 @@ void ct_sgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const floa
  * ct_sgemm_bf16 takes ct_sgemm_bf16_path(): CTRAIN_GEMM_BF16=auto (AMX where present, else
  * native where ct_sgemm_bf16_native_preferred(), else rounded), rounded, native or amx,
  * falling back to rounded where the CPU lacks the path.
- * Needs ct_sgemm_own_available(). */
+ * Needs an own family (ct_sgemm_kernel_isa()); on AVX2 only the rounded path exists. */
 typedef enum { CT_GEMM_BF16_ROUNDED = 1, CT_GEMM_BF16_NATIVE = 2, CT_GEMM_BF16_AMX = 3 } ct_gemm_bf16_path;
 bool ct_sgemm_bf16_native(void);
 /* auto's choice without AMX: vdpbf16ps on an AMD CPU that has it (Zen 4 on) */
@@ -90,12 +102,16 @@ void ct_sgemm_implicit_b_seg(int64_t M, int64_t N, int64_t K, const float *A, in
  * c < n (zeros up to CT_SGEMM_NR), k < kc — through in-register transposes. */
 void ct_sgemm_pack_rows(float *dst, const float *x, int64_t rs, int n, int64_t kc);
 
-/* true when ct_sgemm_dispatch runs the own kernel for an M x N x K product (a shape-only rule) */
+/* true when ct_sgemm_dispatch runs an own kernel (either family) for an M x N x K product (a
+ * shape-only rule; false under CTRAIN_GEMM=openblas) */
+bool ct_sgemm_kernel_takes(int64_t M, int64_t N, int64_t K);
+/* the same, for the AVX-512 family: callers that go on to AVX-512-only entries (implicit B) */
 bool ct_sgemm_own_takes(int64_t M, int64_t N, int64_t K);
 
-/* The dispatch policy used by ct_sgemm / ct_sgemm_ld (blas.h): runs the own kernel and
- * returns true, or returns false (caller uses OpenBLAS) when there is no AVX-512, when
- * CTRAIN_GEMM=openblas is set, or when the product is too small for packing to pay. */
+/* The dispatch policy used by ct_sgemm / ct_sgemm_ld (blas.h): runs an own kernel and
+ * returns true, or returns false (caller uses OpenBLAS) when the CPU has neither AVX-512 nor
+ * AVX2 and FMA, when CTRAIN_GEMM=openblas is set, or when the product is too small for
+ * packing to pay. */
 bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 #endif

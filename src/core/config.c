@@ -92,7 +92,7 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_GEMM] = {"CTRAIN_GEMM", CT_CFG_CHOICE, "auto", 0, 0, "auto|openblas|avx2", NULL, 0,
                      "f32 GEMMs: auto runs ctrain's own kernels, AVX-512 where the CPU has it, else AVX2 and FMA (the "
                      "same bits), OpenBLAS for tiny products; openblas: every f32 GEMM through OpenBLAS; avx2: the "
-                     "AVX2 kernels even on an AVX-512 CPU (to compare them); docs/bench/engine.md"},
+                     "AVX2 kernels even on an AVX-512 CPU (to compare them); docs/benchmarks.md"},
     [CT_CFG_GEMM_BF16] = {"CTRAIN_GEMM_BF16", CT_CFG_CHOICE, "auto", 0, 0, "auto|rounded|native|amx", NULL, 0,
                           "bf16 GEMMs: auto takes AMX-BF16 tiles where the CPU has them, else native on AMD, else "
                           "rounded: operands rounded to bf16 on the f32 kernel; native: AVX-512 BF16 vdpbf16ps "

@@ -63,26 +63,34 @@ bool ct_sgemm_own_available(void) {
     return a == 1;
 }
 
-/* The family: cached, as CTRAIN_GEMM is read once per process (tests switch through
- * ct_sgemm_set_isa_). 0: not yet read. */
-static int isa_cached, isa_forced;
+/* CTRAIN_GEMM (auto|openblas|avx2), read once per process: 0 auto, 1 openblas, 2 avx2 */
+static int gemm_choice(void) {
+    static int c = -1;
+    int v = __atomic_load_n(&c, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = ct_config_choice(CT_CFG_GEMM);
+        __atomic_store_n(&c, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+static bool openblas_only(void) { return gemm_choice() == 1; }
 static bool avx2_fma(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+static int isa_forced; /* tests: ct_sgemm_set_isa_ (0: none) */
 ct_sgemm_isa ct_sgemm_kernel_isa(void) {
     int f = __atomic_load_n(&isa_forced, __ATOMIC_RELAXED);
     if (f) return (ct_sgemm_isa)f;
-    int a = __atomic_load_n(&isa_cached, __ATOMIC_RELAXED);
-    if (!a) {
-        bool want_avx2 = ct_config_choice(CT_CFG_GEMM) == 2; /* auto|openblas|avx2 */
-        a = ct_sgemm_own_available() && !want_avx2 ? CT_SGEMM_ISA_AVX512 : avx2_fma() ? CT_SGEMM_ISA_AVX2 : CT_SGEMM_ISA_NONE;
-        a += 16; /* stored apart from 0 (unread) */
-        __atomic_store_n(&isa_cached, a, __ATOMIC_RELAXED);
+    if (ct_sgemm_own_available() && gemm_choice() != 2) return CT_SGEMM_ISA_AVX512;
+    static int avx2 = -1;
+    int a = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
+    if (a < 0) {
+        a = avx2_fma() ? 1 : 0;
+        __atomic_store_n(&avx2, a, __ATOMIC_RELAXED);
     }
-    return (ct_sgemm_isa)(a - 16);
+    return a ? CT_SGEMM_ISA_AVX2 : CT_SGEMM_ISA_NONE;
 }
-static bool openblas_only(void);
 const char *ct_gemm_kernel_name(void) {
     const ct_sgemm_isa isa = openblas_only() ? CT_SGEMM_ISA_NONE : ct_sgemm_kernel_isa();
     return isa == CT_SGEMM_ISA_AVX512 ? "avx512" : isa == CT_SGEMM_ISA_AVX2 ? "avx2" : "openblas";
@@ -546,13 +554,12 @@ static void gemm(int bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
         }
         return;
     }
-    /* the AVX2 family where it is the choice; implicit B and segmented A have AVX-512 callers
-     * only (ct_sgemm_own_takes), and on AVX2 the bf16 GEMM is the rounded one */
+    /* the AVX2 family where it is the choice (its bf16 path is the rounded one: ct_sgemm_bf16_path);
+     * implicit B and segmented A have AVX-512 callers only (ct_sgemm_own_takes) */
     const ct_sgemm_isa isa = ct_sgemm_kernel_isa();
     CT_CHECK(isa != CT_SGEMM_ISA_NONE, "own GEMM on a CPU without AVX2 and FMA (%lld x %lld x %lld)", (long long)M, (long long)N,
              (long long)K);
     const bool avx2 = isa == CT_SGEMM_ISA_AVX2 && !packb && !aseg;
-    if (avx2 && bf16) bf16 = CT_GEMM_BF16_ROUNDED;
     void (*run_job)(const job *) = avx2 ? ct_sgemm_avx2_run_ : run;
     job j = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, ah, bh, C, Cb, ldcb, Ci, ldci, NULL, NULL, bf16, packb,
              parg, 0, aseg, aseg_stride, asum};
@@ -717,17 +724,6 @@ void ct_sgemm_bf16_out(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 }
 
 /* ---------------------------------------------------------------- dispatch ---- */
-
-/* CTRAIN_GEMM=openblas: f32 products to OpenBLAS (read once) */
-static bool openblas_only(void) {
-    static int ob = -1;
-    int e = __atomic_load_n(&ob, __ATOMIC_RELAXED);
-    if (e < 0) {
-        e = ct_config_choice(CT_CFG_GEMM) == 1 ? 1 : 0;
-        __atomic_store_n(&ob, e, __ATOMIC_RELAXED);
-    }
-    return e == 1;
-}
 
 bool ct_sgemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {

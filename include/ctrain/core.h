@@ -110,6 +110,13 @@ int ct_get_num_threads(void);
 int ct_max_num_threads(char *why, size_t cap);
 /* OMP_NUM_THREADS if set, else cores / LOCAL_WORLD_SIZE (at least 1). */
 int ct_default_num_threads(void);
+/* What ctrain's hand-written CPU kernels may use: the CPU's best, capped by
+ * CTRAIN_CPU_CAPABILITY (auto|avx2|none). AVX512 means AVX-512 F and BW; AVX2 means AVX2 and
+ * FMA. Every kernel choice asks this, so a cap runs the kernels of a lesser CPU, to test or
+ * measure them on this one. */
+typedef enum { CT_CPU_BASELINE = 0, CT_CPU_AVX2 = 1, CT_CPU_AVX512 = 2 } ct_cpu_level;
+ct_cpu_level ct_cpu_capability(void);
+/* The CPU's vector extensions in words (not capped), e.g. "AVX-512 (F, BW)". */
 const char *ct_simd_level(void);
 void ct_cpu_model(char *buf, size_t n);
 const char *ct_blas_info(void);

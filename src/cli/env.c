@@ -115,13 +115,16 @@ int cli_env(int argc, char **argv) {
 #endif
     );
     printf("cpu:       %s\n", cpu);
-    printf("simd:      %s%s\n", ct_simd_level(), __builtin_cpu_supports("f16c") ? ", F16C" : "");
+    printf("simd:      %s%s", ct_simd_level(), __builtin_cpu_supports("f16c") ? ", F16C" : "");
+    static const char *lv[] = {"no AVX2 or AVX-512", "AVX2 + FMA, no AVX-512", "AVX-512"};
+    if (ct_config_choice(CT_CFG_CPU_CAPABILITY)) printf("; kernels capped at %s (CTRAIN_CPU_CAPABILITY)", lv[ct_cpu_capability()]);
+    printf("\n");
     printf("cores:     %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
     printf("memory:    %s\n", mem);
     printf("threads:   %d per process by default (OMP_NUM_THREADS or cores / local ranks)\n", ct_default_num_threads());
     if (strcmp(ct_gemm_kernel_name(), "openblas"))
         printf("gemm:      ctrain's %s kernels (OpenBLAS for tiny products)\n", ct_gemm_kernel_name());
-    else printf("gemm:      OpenBLAS (CTRAIN_GEMM=openblas, or a CPU without AVX2 and FMA)\n");
+    else printf("gemm:      OpenBLAS (CTRAIN_GEMM=openblas, CTRAIN_CPU_CAPABILITY=none, or a CPU without AVX2 and FMA)\n");
     printf("blas:      %s\n", ct_blas_info());
     printf("backends: ");
     const ct_dist_backend *be;

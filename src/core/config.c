@@ -89,6 +89,11 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                "whole optimizer step per rank, instead of the sharded step (one copy of the "
                                "parameters and state per machine; each rank sums its share over the machines "
                                "after backward)"},
+    [CT_CFG_CPU_CAPABILITY] = {"CTRAIN_CPU_CAPABILITY", CT_CFG_CHOICE, "auto", 0, 0, "auto|avx2|none", NULL, 0,
+                               "the most ctrain's hand-written CPU kernels use, as PyTorch's ATEN_CPU_CAPABILITY: "
+                               "auto what the CPU has; avx2 no AVX-512 (nor AVX-512 BF16, VNNI, AMX): the kernels a CPU "
+                               "without AVX-512 runs (AMD Zen 3); none neither AVX2 nor AVX-512 kernels (OpenBLAS and the "
+                               "portable loops). Loops the compiler vectorised for -march keep their instructions"},
     [CT_CFG_GEMM] = {"CTRAIN_GEMM", CT_CFG_CHOICE, "auto", 0, 0, "auto|openblas|avx2", NULL, 0,
                      "f32 GEMMs: auto runs ctrain's own kernels, AVX-512 where the CPU has it, else AVX2 and FMA (the "
                      "same bits), OpenBLAS for tiny products; openblas: every f32 GEMM through OpenBLAS; avx2: the "

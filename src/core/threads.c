@@ -75,6 +75,24 @@ int ct_default_num_threads(void) {
     return n < 1 ? 1 : (int)n;
 }
 
+ct_cpu_level ct_cpu_capability(void) {
+    static int lv = -1; /* read once: kernels ask per call */
+    int v = __atomic_load_n(&lv, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") &&
+                    __builtin_cpu_supports("fma")
+                ? CT_CPU_AVX512
+            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? CT_CPU_AVX2
+                                                                               : CT_CPU_BASELINE;
+        int cap = ct_config_choice(CT_CFG_CPU_CAPABILITY); /* auto|avx2|none */
+        if (cap == 1 && v > CT_CPU_AVX2) v = CT_CPU_AVX2;
+        if (cap == 2) v = CT_CPU_BASELINE;
+        __atomic_store_n(&lv, v, __ATOMIC_RELAXED);
+    }
+    return (ct_cpu_level)v;
+}
+
 const char *ct_simd_level(void) {
     if (__builtin_cpu_supports("avx512f")) return __builtin_cpu_supports("avx512bw") ? "AVX-512 (F, BW)" : "AVX-512F";
     if (__builtin_cpu_supports("avx2")) return __builtin_cpu_supports("fma") ? "AVX2 + FMA" : "AVX2";

@@ -76,7 +76,7 @@ CT_TEST(gelu_erf_edges_bit_equal) {
  * AVX-512, where the op never takes it, check it too: random values and the edges above, every
  * length's tail (masked lanes), forward and backward, fresh and accumulating. */
 CT_TEST(gelu_erf_avx2_bit_equal) {
-    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
+    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 and FMA here (the CPU, or CTRAIN_CPU_CAPABILITY=none)");
     const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 13.0f, -13.0f, 20.0f, -20.0f, 1e-40f,
                           -1e-40f, 1e-20f, 3.4e38f, -3.4e38f, 0.5f, -0.5f, 5.0f, -5.0f, 9.0f, -9.0f, -13.4f, 1.0f};
     enum { N = 1000 };
@@ -135,7 +135,7 @@ CT_TEST(silu_bit_equal) {
     ct_ctx_free(c);
 }
 CT_TEST(silu_avx2_bit_equal) {
-    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
+    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 and FMA here (the CPU, or CTRAIN_CPU_CAPABILITY=none)");
     enum { N = 1000 };
     float x[N], g[N], y[N], gx[N], acc[N];
     const int64_t ne = (int64_t)(sizeof silu_edge / sizeof silu_edge[0]);
@@ -160,7 +160,7 @@ CT_TEST(silu_avx2_bit_equal) {
  * tail; the sum within float rounding of the sequential one, the same bits with or without
  * storing; a NaN gives NaN */
 CT_TEST(vexp_sub_sum_avx2) {
-    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 on this CPU");
+    if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 and FMA here (the CPU, or CTRAIN_CPU_CAPABILITY=none)");
     enum { N = 300 };
     float x[N], y[N], z[N];
     int64_t bad = 0;

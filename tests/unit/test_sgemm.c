@@ -65,9 +65,9 @@ static int check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 /* also the packing buffers, which a context would reserve. NEED_KERNEL: either family (the
  * CPU's, or CTRAIN_GEMM=avx2's); NEED_AVX512: entries only the AVX-512 family has */
-#define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU"); \
+#define NEED_AVX512() do { if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 here (the CPU, or CTRAIN_CPU_CAPABILITY)"); \
                            CT_ASSERT(ct_kernels_reserve(2) == CT_OK); } while (0)
-#define NEED_KERNEL() do { if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither AVX-512 nor AVX2 and FMA on this CPU"); \
+#define NEED_KERNEL() do { if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither AVX-512 nor AVX2 and FMA here (the CPU, or CTRAIN_CPU_CAPABILITY=none)"); \
                            CT_ASSERT(ct_kernels_reserve(2) == CT_OK); } while (0)
 
 CT_TEST(small_sizes_all_transposes) {
@@ -450,7 +450,7 @@ static void fam_run(int what, ct_sgemm_isa isa, bool ta, bool tb, const mnk *s, 
     ct_sgemm_set_isa_(CT_SGEMM_ISA_NONE);
 }
 CT_TEST(avx2_family_bits_of_avx512) {
-    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU to compare the AVX2 family with (the tests above check it)");
+    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 here (the CPU, or CTRAIN_CPU_CAPABILITY) to compare the AVX2 family with (the tests above check it)");
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK);
     CT_EXPECT_OK(ct_config_set("CTRAIN_GEMM_BF16", "rounded")); /* the one bf16 path both families have */
     const float ab[][2] = {{1, 0}, {1, 1}, {0.37f, -1.3f}}; /* the last: inexact products both ways */

@@ -75,7 +75,7 @@ static double check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
 }
 
 CT_TEST(bf16_gemm_exact_on_small_integers) {
-    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither GEMM family of ctrain runs here (no AVX2 and FMA, or CTRAIN_CPU_CAPABILITY=none)");
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK); /* the packing buffers a context would reserve */
     printf("  AVX-512 BF16 on this CPU: %s\n", ct_sgemm_bf16_native() ? "yes" : "no");
     FOR_EACH_PATH(p) {
@@ -91,7 +91,7 @@ CT_TEST(bf16_gemm_exact_on_small_integers) {
 }
 
 CT_TEST(bf16_gemm_within_f32_summation_error) {
-    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither GEMM family of ctrain runs here (no AVX2 and FMA, or CTRAIN_CPU_CAPABILITY=none)");
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK); /* the packing buffers a context would reserve */
     const int64_t sizes[][3] = {{1, 1, 1}, {13, 31, 17}, {14, 32, 256}, {15, 33, 257}, {100, 70, 513}, {200, 300, 129},
                                 {17, 15, 31}, {33, 47, 33}, {31, 16, 95}};
@@ -112,7 +112,7 @@ CT_TEST(bf16_gemm_within_f32_summation_error) {
 }
 
 CT_TEST(bf16_gemm_same_bits_any_thread_count) {
-    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither GEMM family of ctrain runs here (no AVX2 and FMA, or CTRAIN_CPU_CAPABILITY=none)");
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK); /* the packing buffers a context would reserve */
     /* M > N: threads take row ranges; N > M: column ranges; K past one AMX block */
     const int64_t shapes[][3] = {{300, 200, 150}, {77, 1100, 600}};
@@ -138,7 +138,7 @@ CT_TEST(bf16_gemm_same_bits_any_thread_count) {
 /* operands stored as bf16 (ct_sgemm_bf16_ex) give the bits of their f32 copies, for each
  * transpose and each mix of storage, odd K included */
 CT_TEST(bf16_gemm_reads_bf16_storage) {
-    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither GEMM family of ctrain runs here (no AVX2 and FMA, or CTRAIN_CPU_CAPABILITY=none)");
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK);
     /* odd K (pairs through f32), even K (bf16 pairs moved as 32-bit words), K past one block */
     const int64_t shapes[][3] = {{45, 70, 91}, {45, 70, 90}, {33, 40, 600}};
@@ -173,7 +173,7 @@ CT_TEST(bf16_gemm_reads_bf16_storage) {
 /* CTRAIN_GEMM_BF16 picks the path, read at each call; a path the CPU lacks falls back to
  * rounded, and ct_sgemm_bf16 gives that path's bits */
 CT_TEST(bf16_gemm_path_from_environment) {
-    if (!ct_sgemm_own_available()) CT_SKIP("no AVX-512 on this CPU");
+    if (ct_sgemm_kernel_isa() == CT_SGEMM_ISA_NONE) CT_SKIP("neither GEMM family of ctrain runs here (no AVX2 and FMA, or CTRAIN_CPU_CAPABILITY=none)");
     CT_ASSERT(ct_kernels_reserve(2) == CT_OK);
     const int64_t M = 40, N = 50, K = 70;
     float A[40 * 70], B[70 * 50], C[40 * 50], R[40 * 50];

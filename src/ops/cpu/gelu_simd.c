@@ -7,6 +7,7 @@
  * op streams 8 MB tensors and is bound by memory either way.
  * Then the same GELU on 8 lanes (AVX2 + FMA) for CPUs without AVX-512, and on 8 lanes too the
  * loops of ct_vexpf that gcc leaves scalar there: SiLU and the exponentials of softmax rows. */
+#include "ctrain/core.h"
 #include "ops/cpu/gelu_simd.h"
 
 #include "ops/cpu/avx512.h"
@@ -61,16 +62,7 @@ CT_AVX512 void ct_gelu_bwd_simd(const float *restrict X, const float *restrict g
  * operation the scalar code (and the 16-lane code above), so the same bits for finite input. */
 #define CT_AVX2 __attribute__((target("avx2,fma")))
 
-bool ct_gelu_avx2_available(void) { /* as ct_sgemm_own_available: read once, atomically */
-    static int avail = -1;
-    int a = __atomic_load_n(&avail, __ATOMIC_RELAXED);
-    if (a < 0) {
-        __builtin_cpu_init();
-        a = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
-        __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
-    }
-    return a == 1;
-}
+bool ct_gelu_avx2_available(void) { return ct_cpu_capability() >= CT_CPU_AVX2; }
 
 /* ct_vexpf on 8 lanes */
 CT_AVX2 static inline __m256 exp8(__m256 x) {

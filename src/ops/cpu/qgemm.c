@@ -21,10 +21,9 @@ bool ct_qkernel_available(ct_qkernel k) {
     __builtin_cpu_init();
     switch (k) {
     case CT_QK_SCALAR: return true;
-    case CT_QK_AVX2: return __builtin_cpu_supports("avx2") != 0;
+    case CT_QK_AVX2: return ct_cpu_capability() >= CT_CPU_AVX2; /* capped by CTRAIN_CPU_CAPABILITY */
     case CT_QK_VNNI:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512vnni");
+        return ct_cpu_capability() == CT_CPU_AVX512 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     default: return false;
     }
 }

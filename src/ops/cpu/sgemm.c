@@ -52,16 +52,9 @@ _Static_assert(NR == CT_SGEMM_NR && KC == CT_SGEMM_KC, "sgemm.h publishes the B 
 #define NC (NR * 64)
 _Static_assert(MC * KC * 4 == CT_SGEMM_PA_BYTES && NC * KC * 4 == CT_SGEMM_PB_BYTES, "sgemm_amx.h knows the buffers");
 
-bool ct_sgemm_own_available(void) {
-    static int avail = -1;
-    int a = __atomic_load_n(&avail, __ATOMIC_RELAXED);
-    if (a < 0) {
-        __builtin_cpu_init();
-        a = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 1 : 0;
-        __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
-    }
-    return a == 1;
-}
+/* AVX-512 F and BW, unless CTRAIN_CPU_CAPABILITY caps it (every AVX-512 kernel of ctrain
+ * asks this) */
+bool ct_sgemm_own_available(void) { return ct_cpu_capability() == CT_CPU_AVX512; }
 
 /* CTRAIN_GEMM (auto|openblas|avx2), read once per process: 0 auto, 1 openblas, 2 avx2 */
 static int gemm_choice(void) {
@@ -74,22 +67,13 @@ static int gemm_choice(void) {
     return v;
 }
 static bool openblas_only(void) { return gemm_choice() == 1; }
-static bool avx2_fma(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
+static bool avx2_fma(void) { return ct_cpu_capability() >= CT_CPU_AVX2; }
 static int isa_forced; /* tests: ct_sgemm_set_isa_ (0: none) */
 ct_sgemm_isa ct_sgemm_kernel_isa(void) {
     int f = __atomic_load_n(&isa_forced, __ATOMIC_RELAXED);
     if (f) return (ct_sgemm_isa)f;
     if (ct_sgemm_own_available() && gemm_choice() != 2) return CT_SGEMM_ISA_AVX512;
-    static int avx2 = -1;
-    int a = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
-    if (a < 0) {
-        a = avx2_fma() ? 1 : 0;
-        __atomic_store_n(&avx2, a, __ATOMIC_RELAXED);
-    }
-    return a ? CT_SGEMM_ISA_AVX2 : CT_SGEMM_ISA_NONE;
+    return avx2_fma() ? CT_SGEMM_ISA_AVX2 : CT_SGEMM_ISA_NONE;
 }
 const char *ct_gemm_kernel_name(void) {
     const ct_sgemm_isa isa = openblas_only() ? CT_SGEMM_ISA_NONE : ct_sgemm_kernel_isa();
@@ -225,7 +209,7 @@ bool ct_sgemm_bf16_native(void) {
     int a = __atomic_load_n(&avail, __ATOMIC_RELAXED);
     if (a < 0) {
         __builtin_cpu_init();
-        a = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? 1 : 0;
+        a = ct_sgemm_own_available() && __builtin_cpu_supports("avx512bf16") ? 1 : 0;
         __atomic_store_n(&avail, a, __ATOMIC_RELAXED);
     }
     return a == 1;

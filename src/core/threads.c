@@ -80,11 +80,9 @@ ct_cpu_level ct_cpu_capability(void) {
     int v = __atomic_load_n(&lv, __ATOMIC_RELAXED);
     if (v < 0) {
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") &&
-                    __builtin_cpu_supports("fma")
-                ? CT_CPU_AVX512
-            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? CT_CPU_AVX2
-                                                                               : CT_CPU_BASELINE;
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+        v = avx512 ? CT_CPU_AVX512 : avx2 ? CT_CPU_AVX2 : CT_CPU_BASELINE;
         int cap = ct_config_choice(CT_CFG_CPU_CAPABILITY); /* auto|avx2|none */
         if (cap == 1 && v > CT_CPU_AVX2) v = CT_CPU_AVX2;
         if (cap == 2) v = CT_CPU_BASELINE;

@@ -185,9 +185,9 @@ $(BUILD)/obj/%.o: %.c $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-# The AVX2 GEMM family is the code of a CPU without AVX-512 on every build machine: 16 vector
+# The AVX2 GEMM family (and the fused attention's AVX2 kernels) is the code of a CPU without AVX-512 on every build machine: 16 vector
 # registers, no EVEX encodings (-march=native would otherwise lend it AVX-512's 32)
-$(BUILD)/obj/src/ops/cpu/sgemm_avx2.o: CFLAGS += -mno-avx512f
+$(BUILD)/obj/src/ops/cpu/sgemm_avx2.o $(BUILD)/obj/src/ops/cpu/flash_avx2.o: CFLAGS += -mno-avx512f
 
 $(BUILD)/obj/%.cu.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(dir $@)

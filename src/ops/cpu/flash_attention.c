@@ -10,18 +10,19 @@
  *   dV += P^T dO, dP = dO v^T, dS = P (dP - Dr) scale, dQ += dS k, dK += dS^T q.
  * Cost: forward 2 tile GEMMs per tile pair (as plain), backward 5 (plain: 4, it keeps P).
  *
- * With AVX-512 (and CTRAIN_GEMM != openblas) threads take whole heads and run the kernels of
- * flash_simd.c, written for these tile shapes; every output element is accumulated by one
- * thread in a fixed order, so the result does not depend on the thread count. Elsewhere the
- * tiles below go through BLAS, heads one after the other on the threaded BLAS (OpenBLAS is
- * not entered from several OpenMP threads at once).
+ * With AVX-512 or AVX2 + FMA (and CTRAIN_GEMM != openblas) threads take whole heads and run
+ * the kernels of flash_simd.c / flash_avx2.c, written for these tile shapes (the same bits on
+ * both); every output element is accumulated by one thread in a fixed order, so the result
+ * does not depend on the thread count. Elsewhere (CTRAIN_GEMM=openblas, or a CPU without
+ * AVX2) the tiles below go through BLAS, heads one after the other on the threaded BLAS
+ * (OpenBLAS is not entered from several OpenMP threads at once).
  * Causal masking is PyTorch's is_causal (query i sees keys j <= i); tiles entirely above the
  * diagonal are skipped.
  * Both paths take each tensor's row, batch and head strides (ct_flash_layout), so that
  * ct_flash_attention_qkv runs the same tiles on q, k, v inside c_attn's [B, T, 3C] output
  * and writes y (and reads dO) as [B, T, C]: the values and their order are those of
  * ct_flash_attention on the copies, only the addresses differ.
- * A bf16 qkv (c_attn's output under bf16 autocast) is read as it is on the AVX-512 path: the
+ * A bf16 qkv (c_attn's output under bf16 autocast) is read as it is on the own kernels' path: the
  * kernels widen each head's rows into their scratch, y is written as bf16 and y's gradient
  * rounded to bf16 as it is read — the bits of autocast's f32 copies of qkv and y, its
  * conversion of y and its rounding of the gradient (autocast.c), without those passes. The
@@ -44,11 +45,12 @@
 
 enum { BR = 64, BC = 128 }; /* query rows x keys per tile: S, P, dP fit in L2 */
 
+/* the kernels of flash_simd.c: on AVX-512 or on AVX2 + FMA, whichever GEMM family runs */
 static bool own_gemm(void) {
-    return ct_sgemm_own_available() && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
+    return ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE && ct_config_choice(CT_CFG_GEMM) != 1 /* openblas */;
 }
 bool ct_flash_reads_bf16(void) { return own_gemm(); }
-/* C = alpha op(A) op(B) + beta C on the threaded BLAS (the path without AVX-512) */
+/* C = alpha op(A) op(B) + beta C on the threaded BLAS (the path without the own kernels) */
 static void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
@@ -162,7 +164,7 @@ static att qkv_args(const ct_tensor *qkv, int64_t H, bool causal) {
     ct_flash_layout in = {3 * C, T * 3 * C, D};
     att a = {NULL, NULL, NULL, T, T, D, D, D ? 1.0f / sqrtf((float)D) : 1.0f, causal, own_gemm(), H,
              in, in, in, (ct_flash_layout){C, T * C, D}, NULL, NULL, NULL, false, false, 1};
-    if (qkv->dtype == CT_BF16) { /* the AVX-512 kernels widen it themselves */
+    if (qkv->dtype == CT_BF16) { /* the own kernels widen it themselves */
         const uint16_t *p = qkv->data;
         a.Qb = p, a.Kb = p + C, a.Vb = p + 2 * C, a.own = true;
         /* tile products in bf16 where the bf16 GEMMs run on AMX (CTRAIN_GEMM_BF16=rounded:
@@ -177,7 +179,7 @@ static att qkv_args(const ct_tensor *qkv, int64_t H, bool causal) {
 
 ct_tensor *ct_flash_attention_qkv(ct_ctx *ctx, ct_tensor *qkv, int n_head, bool causal) {
     CT_DEV_DISPATCH(ctx, CT_OP_FLASH_ATTENTION_QKV, .in = {qkv}, .i = {n_head, causal});
-    /* bf16 qkv (c_attn's output under autocast) read as it is where the AVX-512 kernels run:
+    /* bf16 qkv (c_attn's output under autocast) read as it is where the own kernels run:
      * the bits of autocast's f32 copy, f32 op and conversion of y, without those passes */
     const bool bf16 = qkv->dtype == CT_BF16 && ct_flash_reads_bf16();
     /* y in bf16, or in f32 inside autocast's frame (an f32 qkv cast there; ct_ac_leave converts y) */

@@ -1,4 +1,5 @@
-/* AVX-512 fused attention, one head per call (see flash_attention.c for the algorithm).
+/* Fused attention, one head per call (see flash_attention.c for the algorithm): the drivers
+ * (forward, backward) and the AVX-512 kernels; flash_avx2.c has the same kernels on 8 lanes.
  *
  * Why not the general sgemm: a tile product here is 64 x 64 x D with D = 32 or 64; packing
  * both operands for each of them costs as much as the product. Instead every operand is laid
@@ -24,12 +25,13 @@
 #include <string.h>
 
 #include "ops/cpu/avx512.h" /* CT_AVX512, ct_exp16, ct_tr16 */
+#include "ops/cpu/sgemm.h"     /* ct_sgemm_kernel_isa */
 #include "ops/cpu/vmath.h"
 #include "ops/kmath.h"
 
 #define INL static inline __attribute__((always_inline))
 
-enum { BR = 64, BC = 64, PAD = 16 * BR }; /* query rows x keys per tile; PAD: reads past a tile's last row */
+enum { BR = 64, BC = 64, PAD = CT_FLASH_PAD }; /* query rows x keys per tile; PAD: reads past a tile's last row */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t ld_of(int64_t T) { return (T + 15) / 16 * 16 + 16; } /* transposed row length */
@@ -239,7 +241,15 @@ CT_AVX512 void ct_flash_grad_tile_(float *St, float *dSt, int64_t cols, int64_t 
         }
 }
 
-CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work) {
+static const ct_flash_kernels avx512 = {gemm_s, gemm_t, gemm_n, transpose, ct_flash_softmax_tile_, ct_flash_grad_tile_};
+/* the kernels of the GEMM family that runs: the same bits either way */
+static const ct_flash_kernels *kernels(void) {
+    return ct_sgemm_kernel_isa() == CT_SGEMM_ISA_AVX512 ? &avx512 : &ct_flash_kernels_avx2_;
+}
+
+/* The two drivers below carry no target attribute: they run on either family's CPU. */
+void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *lse, float *work) {
+    const ct_flash_kernels *ks = kernels();
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
     const bool bf16 = a->y16; /* Y as bf16 */
     float *Kt = work, *Qt = Kt + D * ldk, *St = Qt + D * ldq;
@@ -247,9 +257,9 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y
     memset(St, 0, ((size_t)BC * BR + PAD) * sizeof(float));
     int64_t lk, lq, lv, lo = a->o.ld; /* rows of K, Q, V (f32) and Y */
     const float *Kh = rows_of(a, 1, h, tmp, &lk);
-    transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
+    ks->transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
     const float *Qh = rows_of(a, 0, h, tmp, &lq);
-    transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
+    ks->transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
     const float *Vh = rows_of(a, 2, h, Vw, &lv);
     const int64_t yh = ct_flash_head(a, &a->o, h);
     for (int64_t i0 = 0; i0 < Tq; i0 += BR) {
@@ -261,16 +271,16 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y
         const int64_t kv = a->causal ? min64(i0 + rows, Tk) : Tk;
         for (int64_t j0 = 0; j0 < kv; j0 += BC) {
             const int64_t cols = min64(BC, kv - j0);
-            gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St); /* St = scale K Q^T */
+            ks->gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St); /* St = scale K Q^T */
             const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
-            const bool rescale = ct_flash_softmax_tile_(St, cols, lim0, m, l, al, 1.0f);
+            const bool rescale = ks->softmax(St, cols, lim0, m, l, al, 1.0f);
             if (rescale)
                 for (int64_t r = 0; r < rows; r++)
                     if (al[r] != 1.0f) {
 #pragma omp simd
                         for (int64_t e = 0; e < Dv; e++) O[r * lO + e] *= al[r];
                     }
-            gemm_t(rows, Dv, cols, St, Vh + j0 * lv, lv, O, lO, lim0, true); /* O += P V */
+            ks->gemm_t(rows, Dv, cols, St, Vh + j0 * lv, lv, O, lO, lim0, true); /* O += P V */
         }
         for (int64_t r = 0; r < rows; r++) {
             /* a row that sees no key (Tk == 0) stays 0, as in the plain version */
@@ -287,8 +297,9 @@ CT_AVX512 void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y
     }
 }
 
-CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr,
-                                      float *dq, float *dk, float *dv, bool fresh, float *work) {
+void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
+                            float *dk, float *dv, bool fresh, float *work) {
+    const ct_flash_kernels *ks = kernels();
     const int64_t Tq = a->Tq, Tk = a->Tk, D = a->D, Dv = a->Dv, ldk = ld_of(Tk), ldq = ld_of(Tq);
     /* rows of the gradients (Q's, K's, V's layouts) */
     const int64_t lgq = a->q.ld, lgk = a->k.ld, lgv = a->v.ld;
@@ -306,10 +317,10 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
         dOh = dOw;
         lo = Dv;
     }
-    transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
-    transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
-    transpose(Vt, ldk, Vh, lv, Tk, Dv, 1.0f);
-    transpose(dOt, ldq, dOh, lo, Tq, Dv, 1.0f);
+    ks->transpose(Kt, ldk, Kh, lk, Tk, D, 1.0f);
+    ks->transpose(Qt, ldq, Qh, lq, Tq, D, a->scale);
+    ks->transpose(Vt, ldk, Vh, lv, Tk, Dv, 1.0f);
+    ks->transpose(dOt, ldq, dOh, lo, Tq, Dv, 1.0f);
     const float sc = a->scale;
     /* fresh: the gradients hold garbage; each tile's first product stores (dQ's at the first
      * key block, dK's and dV's at their first query block), rows no tile reaches are zeroed */
@@ -328,13 +339,13 @@ CT_AVX512 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const f
                 L[r] = r < rows ? lse[h * Tq + i0 + r] : 0.0f;
                 R[r] = r < rows ? Dr[h * Tq + i0 + r] : 0.0f;
             }
-            gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St);    /* scale S^T */
-            gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
+            ks->gemm_s(cols, rows, D, Kt + j0, ldk, Qt + i0, ldq, St);    /* scale S^T */
+            ks->gemm_s(cols, rows, Dv, Vt + j0, ldk, dOt + i0, ldq, dSt); /* dP^T */
             const int64_t lim0 = lim_of(a->causal, j0, 0, i0);
-            ct_flash_grad_tile_(St, dSt, cols, lim0, L, R, sc, 1.0f);
-            if (dv) gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lgv, lgv, lim0, akv); /* dV += P^T dO */
-            if (dk) gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lgk, lgk, lim0, akv);  /* dK += dS^T Q */
-            if (dq) gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lgq, lgq, lim0, aq);   /* dQ += dS K */
+            ks->grad(St, dSt, cols, lim0, L, R, sc, 1.0f);
+            if (dv) ks->gemm_n(cols, Dv, rows, St, dOh + i0 * lo, lo, dv + hv + j0 * lgv, lgv, lim0, akv); /* dV += P^T dO */
+            if (dk) ks->gemm_n(cols, D, rows, dSt, Qh + i0 * lq, lq, dk + hk + j0 * lgk, lgk, lim0, akv);  /* dK += dS^T Q */
+            if (dq) ks->gemm_t(rows, D, cols, dSt, Kh + j0 * lk, lk, dq + hq + i0 * lgq, lgq, lim0, aq);   /* dQ += dS K */
         }
     }
 }

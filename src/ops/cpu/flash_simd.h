@@ -1,11 +1,11 @@
-/* AVX-512 kernels of the fused attention (src/ops/cpu/flash_simd.c), one whole head per
- * call, written for its shapes instead of going through the general sgemm:
+/* Kernels of the fused attention (src/ops/cpu/flash_simd.c: AVX-512, flash_avx2.c: AVX2 + FMA),
+ * one whole head per call, written for its shapes instead of going through the general sgemm:
  *
  *   float *w = ...ct_flash_simd_work(&a, false) floats...;
  *   ct_flash_simd_fwd_head(&a, h, Y, lse, w);
  *
- * Callers check ct_sgemm_own_available() (AVX-512F) first; flash_attention.c keeps the
- * BLAS path for CPUs without it. */
+ * Callers check ct_sgemm_kernel_isa() != CT_SGEMM_ISA_NONE (AVX-512, or AVX2 and FMA) first:
+ * the kernels of that family run. flash_attention.c keeps the BLAS path for other CPUs. */
 #ifndef CT_OPS_CPU_FLASH_SIMD_H
 #define CT_OPS_CPU_FLASH_SIMD_H
 #include <stdbool.h>
@@ -57,6 +57,29 @@ void ct_flash_simd_fwd_head(const ct_flash_args *a, int64_t h, void *Y, float *l
  * With G > 1 the heads of one group add to the same dk, dv: one thread runs them in order. */
 void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, const float *lse, const float *Dr, float *dq,
                             float *dk, float *dv, bool fresh, float *work);
+
+/* The tile kernels a head's forward and backward run (flash_simd.c drives them), one set per
+ * vector width: AVX-512 (flash_simd.c) and AVX2 + FMA (flash_avx2.c). Both sum every element
+ * in the same order with the same operations, so both give the same bits. Tiles are
+ * BR = 64 query rows by 64 keys; the score tile is kept transposed (St[key][query]).
+ *   gemm_s: C[M][N] = sum_k At[k lda + i] B[k ldb + j], C's row stride 64 (a score tile)
+ *   gemm_t: C (+)= P B with P(i, k) = At[k 64 + i] (a transposed tile), rows i seeing k < i + 1 - lim0
+ *   gemm_n: C (+)= A B with A(i, k) = At[i 64 + k], k from lim0 + i (a tile's rows as A)
+ *   transpose: dst[c ldd + r] = scale src[r lds + c], zeros up to ldd
+ *   softmax, grad: ct_flash_softmax_tile_ and ct_flash_grad_tile_ below */
+typedef struct {
+    void (*gemm_s)(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C);
+    void (*gemm_t)(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc,
+                   int64_t lim0, bool acc);
+    void (*gemm_n)(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,
+                   int64_t lim0, bool acc);
+    void (*transpose)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols, float scale);
+    bool (*softmax)(float *St, int64_t cols, int64_t lim0, float *m, float *l, float *al, float ssc);
+    void (*grad)(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc, float ssc);
+} ct_flash_kernels;
+extern const ct_flash_kernels ct_flash_kernels_avx2_;
+/* what a tile needs past its last row (A read by whole register blocks of rows) */
+enum { CT_FLASH_PAD = 16 * 64 };
 
 /* The tile steps both kernel sets share (flash_simd.c), on a transposed 64 x 64 score tile
  * St[key][query]; ssc: a scale applied to S first (1: none, the bits unchanged). */

@@ -10,6 +10,7 @@
 #include "ctrain/core.h"
 #include "ops/cpu/gelu_simd.h"
 
+#include "ops/cpu/avx2.h"
 #include "ops/cpu/avx512.h"
 #include "ops/kmath.h"
 
@@ -60,29 +61,8 @@ CT_AVX512 void ct_gelu_bwd_simd(const float *restrict X, const float *restrict g
 /* ---- the same on 8 lanes (AVX2 + FMA), for CPUs without AVX-512 (AMD Zen 3): gcc's own
  * vectorisation of the scalar functions left GELU at 26% of a GPT step there. Operation for
  * operation the scalar code (and the 16-lane code above), so the same bits for finite input. */
-#define CT_AVX2 __attribute__((target("avx2,fma")))
 
 bool ct_gelu_avx2_available(void) { return ct_cpu_capability() >= CT_CPU_AVX2; }
-
-/* ct_vexpf on 8 lanes */
-CT_AVX2 static inline __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f), big = _mm256_set1_ps(12582912.0f);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), big), big);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
-    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-}
 
 /* ct_vnormcdf on 8 lanes */
 CT_AVX2 static inline __m256 normcdf8(__m256 x) {
@@ -100,7 +80,7 @@ CT_AVX2 static inline __m256 normcdf8(__m256 x) {
     p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
     p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
     p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
-    __m256 e = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), t), exp8(_mm256_fnmadd_ps(z, z, p)));
+    __m256 e = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), t), ct_exp8(_mm256_fnmadd_ps(z, z, p)));
     return _mm256_blendv_ps(e, _mm256_sub_ps(one, e), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
 }
 
@@ -129,7 +109,7 @@ CT_AVX2 void ct_gelu_bwd_avx2(const float *restrict X, const float *restrict g, 
     for (int64_t i = 0; i < n; i += 8) {
         __m256i m = tail8(n, i);
         __m256 x = _mm256_maskload_ps(X + i, m);
-        __m256 pdf = _mm256_mul_ps(_mm256_mul_ps(x, inv_sqrt_2pi), exp8(_mm256_mul_ps(_mm256_mul_ps(mhalf, x), x)));
+        __m256 pdf = _mm256_mul_ps(_mm256_mul_ps(x, inv_sqrt_2pi), ct_exp8(_mm256_mul_ps(_mm256_mul_ps(mhalf, x), x)));
         __m256 d = _mm256_mul_ps(_mm256_maskload_ps(g + i, m), _mm256_add_ps(normcdf8(x), pdf));
         __m256 base = fresh ? _mm256_setzero_ps() : _mm256_maskload_ps(gx + i, m);
         store8(gx, m, n, i, _mm256_add_ps(base, d));
@@ -140,7 +120,7 @@ CT_AVX2 void ct_gelu_bwd_avx2(const float *restrict X, const float *restrict g, 
  * accumulated, gx += g (s (1 + x (1 - s))): elementwise.c's loops, operation for operation */
 CT_AVX2 static inline __m256 sigmoid8(__m256 x) {
     const __m256 one = _mm256_set1_ps(1.0f);
-    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f)))));
+    return _mm256_div_ps(one, _mm256_add_ps(one, ct_exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f)))));
 }
 
 CT_AVX2 void ct_silu_avx2(const float *restrict X, float *restrict Y, int64_t n) {
@@ -165,7 +145,7 @@ CT_AVX2 void ct_silu_bwd_avx2(const float *restrict X, const float *restrict g, 
  * it). y may be x. */
 CT_AVX2 static inline __m256 exp_sub8(const float *x, __m256i k, __m256 mv) {
     __m256 d = _mm256_sub_ps(_mm256_maskload_ps(x, k), mv);
-    return _mm256_blendv_ps(exp8(d), d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+    return _mm256_blendv_ps(ct_exp8(d), d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
 }
 
 CT_AVX2 void ct_vexp_sub_avx2(float *y, const float *x, float m, int64_t n) {

@@ -14,7 +14,7 @@
 #include "ops/cpu/qgemm.h"
 
 #define CT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-#define CT_AVX2 __attribute__((target("avx2,fma")))
+#include "ops/cpu/avx2.h"
 
 static inline int32_t load4(const uint8_t *p) {
     int32_t v;

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "ctrain/core.h"
+#include "ops/cpu/avx2.h"
 
-#define CT_AVX2 __attribute__((target("avx2,fma")))
 #define MR CT_SGEMM_AVX2_MR
 #define NR 16
 #define KC CT_SGEMM_KC
@@ -33,15 +33,9 @@ static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---------------------------------------------------------------- lanes ---- */
 
-/* lanes [0, n) of 8 as a maskload / maskstore mask */
-CT_AVX2 static inline __m256i lanes8(int64_t n) {
-    const int c = n <= 0 ? 0 : n >= 8 ? 8 : (int)n;
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* the first n (<= 8) of 8 elements of x from element i, the rest 0: f32, or bf16 (h) widened */
 CT_AVX2 static inline __attribute__((always_inline)) __m256 load8(const void *x, bool h, int64_t i, int64_t n) {
-    if (!h) return n >= 8 ? _mm256_loadu_ps((const float *)x + i) : _mm256_maskload_ps((const float *)x + i, lanes8(n));
+    if (!h) return n >= 8 ? _mm256_loadu_ps((const float *)x + i) : _mm256_maskload_ps((const float *)x + i, ct_lanes8(n));
     __m128i w;
     if (n >= 8) w = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + i));
     else { /* no 16-bit masked load in AVX2: the edge through a copy */
@@ -91,25 +85,6 @@ CT_AVX2 static inline __attribute__((always_inline)) void store_bf16x8(uint16_t 
         uint16_t t[8];
         _mm_storeu_si128((__m128i *)t, h);
         memcpy(p, t, (size_t)n * 2);
-    }
-}
-
-/* in-place transpose of 8 rows of 8 floats */
-CT_AVX2 static inline __attribute__((always_inline)) void tr8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 2; g++) { /* rows 4g..4g+3 */
-        s[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
-        r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
     }
 }
 
@@ -189,7 +164,7 @@ CT_AVX2 static void pack_panel(float *restrict dst, const void *restrict x, bool
             const int64_t kr = imin(8, kc - k0);
             __m256 r[8];
             for (int i = 0; i < 8; i++) r[i] = i < rows ? load8(x, h, (g + i) * rs + k0, kr) : _mm256_setzero_ps();
-            tr8(r);
+            ct_tr8(r);
             for (int64_t kk = 0; kk < kr; kk++) store8(dst + (k0 + kk) * W + g, W - g, r[kk]);
         }
     }

@@ -75,6 +75,9 @@ CT_TEST(gelu_erf_edges_bit_equal) {
 /* The AVX2 exact GELU (the path of CPUs without AVX-512) called directly, so that CPUs with
  * AVX-512, where the op never takes it, check it too: random values and the edges above, every
  * length's tail (masked lanes), forward and backward, fresh and accumulating. */
+/* lengths for the 8-lane loops, which take 4 vectors a step, then single (masked) ones: n <= 16
+ * itself, then 37 and 71 (a tail after 1 and 2 steps), then the whole buffer */
+static int64_t tail_len(int64_t n, int64_t whole) { return n <= 16 ? n : n == 17 ? 37 : n == 18 ? 71 : whole; }
 CT_TEST(gelu_erf_avx2_bit_equal) {
     if (!ct_gelu_avx2_available()) CT_SKIP("no AVX2 and FMA here (the CPU, or CTRAIN_CPU_CAPABILITY=none)");
     const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 13.0f, -13.0f, 20.0f, -20.0f, 1e-40f,
@@ -88,9 +91,9 @@ CT_TEST(gelu_erf_avx2_bit_equal) {
         acc[i] = urand(1.0f);
     }
     int64_t bad = 0;
-    for (int64_t n = 1; n <= 17; n++) { /* every tail; then the whole buffer */
+    for (int64_t n = 1; n <= 19; n++) { /* every tail; tails after blocks of 4 vectors; the whole buffer */
         for (int fresh = 0; fresh < 2; fresh++) {
-            int64_t len = n == 17 ? N : n;
+            int64_t len = tail_len(n, N);
             memcpy(gx, acc, sizeof gx);
             ct_gelu_avx2(x, y, len);
             ct_gelu_bwd_avx2(x, g, gx, len, fresh);
@@ -145,8 +148,8 @@ CT_TEST(silu_avx2_bit_equal) {
         acc[i] = urand(1.0f);
     }
     int64_t bad = 0;
-    for (int64_t n = 1; n <= 17; n++) {
-        int64_t len = n == 17 ? N : n;
+    for (int64_t n = 1; n <= 19; n++) {
+        int64_t len = tail_len(n, N);
         memcpy(gx, acc, sizeof gx);
         ct_silu_avx2(x, y, len);
         ct_silu_bwd_avx2(x, g, gx, len);

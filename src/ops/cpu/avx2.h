@@ -30,25 +30,44 @@ CT_AVX2 static inline __attribute__((always_inline)) void ct_tr8(__m256 r[8]) {
     }
 }
 
-/* ct_vexpf (ops/kmath.h) on 8 lanes: the operations of avx512.h's ct_exp16, so the same bits
- * as it and as ct_vexpf for every finite input */
-CT_AVX2 static inline __attribute__((always_inline)) __m256 ct_exp8(__m256 x) {
+/* ct_vexpf (ops/kmath.h) on N vectors of 8 lanes, in place: the operations of avx512.h's
+ * ct_exp16, so the same bits as it and as ct_vexpf for every finite input. The N exponentials
+ * run step by step side by side (N a constant, up to 8): one exponential is a chain of ~20
+ * dependent operations, and the out-of-order core holds too few of them to overlap chains
+ * that the program lists one after the other (GELU on 8 lanes ran 1.49 ns an element one
+ * vector at a time, 0.87 four at a time on Zen 4). */
+CT_AVX2 static inline __attribute__((always_inline)) void ct_exp8n(__m256 *v, int N) {
     const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f), big = _mm256_set1_ps(12582912.0f);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), big), big);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
-    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    static const float c[5] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+    __m256 xc[8], n[8], r[8], p[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < N; u++) {
+        xc[u] = _mm256_min_ps(_mm256_max_ps(v[u], lo), hi);
+        n[u] = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc[u], _mm256_set1_ps(1.44269504088896341f)), big), big);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < N; u++) {
+        r[u] = _mm256_fmadd_ps(n[u], _mm256_set1_ps(-0.693359375f), xc[u]);
+        r[u] = _mm256_fmadd_ps(n[u], _mm256_set1_ps(2.12194440e-4f), r[u]);
+        p[u] = _mm256_set1_ps(1.9875691500e-4f);
+    }
+#pragma GCC unroll 5
+    for (int k = 0; k < 5; k++)
+#pragma GCC unroll 8
+        for (int u = 0; u < N; u++) p[u] = _mm256_fmadd_ps(p[u], r[u], _mm256_set1_ps(c[k]));
+#pragma GCC unroll 8
+    for (int u = 0; u < N; u++) {
+        p[u] = _mm256_add_ps(_mm256_fmadd_ps(p[u], _mm256_mul_ps(r[u], r[u]), r[u]), _mm256_set1_ps(1.0f));
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n[u]), _mm256_set1_epi32(127)), 23);
+        __m256 y = _mm256_mul_ps(p[u], _mm256_castsi256_ps(e));
+        y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(v[u], lo, _CMP_LT_OQ));
+        v[u] = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(v[u], hi, _CMP_GT_OQ));
+    }
+}
+/* one vector */
+CT_AVX2 static inline __attribute__((always_inline)) __m256 ct_exp8(__m256 x) {
+    ct_exp8n(&x, 1);
+    return x;
 }
 
 /* lanes [0, n) of 8 as a maskload / maskstore mask */

@@ -52,26 +52,44 @@ CT_AVX512 static inline __attribute__((always_inline)) void ct_store_bf16x16(uin
     _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r)); /* vpmovdw truncates: the low 16 bits */
 }
 
-/* ct_vexpf (ops/kmath.h) on 16 lanes, the same operations in the same order (so the same
- * bits for every finite input; ct_vexpf is built without fused multiply-adds where it writes
- * none, as the build contracts nothing: -std=c11) */
-CT_AVX512 static inline __attribute__((always_inline)) __m512 ct_exp16(__m512 x) {
+/* ct_vexpf (ops/kmath.h) on N vectors of 16 lanes, in place, the same operations in the same
+ * order (so the same bits for every finite input; ct_vexpf is built without fused
+ * multiply-adds where it writes none, as the build contracts nothing: -std=c11). The N
+ * exponentials run step by step side by side (N a constant, up to 8), as avx2.h's ct_exp8n
+ * does and for the same reason: the core overlaps chains that lie side by side in the
+ * program, not ~20-operation chains listed one after another. */
+CT_AVX512 static inline __attribute__((always_inline)) void ct_exp16n(__m512 *v, int N) {
     const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f), big = _mm512_set1_ps(12582912.0f);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), big), big);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+    static const float c[5] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+    __m512 xc[8], n[8], r[8], p[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < N; u++) {
+        xc[u] = _mm512_min_ps(_mm512_max_ps(v[u], lo), hi);
+        n[u] = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc[u], _mm512_set1_ps(1.44269504088896341f)), big), big);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < N; u++) {
+        r[u] = _mm512_fmadd_ps(n[u], _mm512_set1_ps(-0.693359375f), xc[u]);
+        r[u] = _mm512_fmadd_ps(n[u], _mm512_set1_ps(2.12194440e-4f), r[u]);
+        p[u] = _mm512_set1_ps(1.9875691500e-4f);
+    }
+#pragma GCC unroll 5
+    for (int k = 0; k < 5; k++)
+#pragma GCC unroll 8
+        for (int u = 0; u < N; u++) p[u] = _mm512_fmadd_ps(p[u], r[u], _mm512_set1_ps(c[k]));
+#pragma GCC unroll 8
+    for (int u = 0; u < N; u++) {
+        p[u] = _mm512_add_ps(_mm512_fmadd_ps(p[u], _mm512_mul_ps(r[u], r[u]), r[u]), _mm512_set1_ps(1.0f));
+        __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n[u]), _mm512_set1_epi32(127)), 23);
+        __m512 y = _mm512_mul_ps(p[u], _mm512_castsi512_ps(e));
+        y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(v[u], lo, _CMP_LT_OQ), _mm512_setzero_ps());
+        v[u] = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(v[u], hi, _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+    }
+}
+/* one vector */
+CT_AVX512 static inline __attribute__((always_inline)) __m512 ct_exp16(__m512 x) {
+    ct_exp16n(&x, 1);
+    return x;
 }
 
 #endif

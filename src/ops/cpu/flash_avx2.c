@@ -150,12 +150,16 @@ CT_AVX2 static bool softmax(float *St, int64_t cols, int64_t lim0, float *m, flo
         _mm256_storeu_ps(al + 8 * v, a);
         _mm256_storeu_ps(m + 8 * v, mn);
         __m256 sum = _mm256_setzero_ps();
-        for (int64_t c = 0; c < cols; c++) {
-            float *s = St + c * BR + 8 * v;
-            const __m256 p = _mm256_blendv_ps(ct_exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(s), vs), mn)), _mm256_setzero_ps(),
-                                              unseen(lim0, c, v));
-            _mm256_storeu_ps(s, p);
-            sum = _mm256_add_ps(sum, p);
+        for (int64_t c0 = 0; c0 < cols; c0 += 4) { /* 4 keys' exponentials side by side (ct_exp8n says why) */
+            const int n = (int)min64(4, cols - c0);
+            __m256 p[4];
+            for (int u = 0; u < 4; u++) p[u] = u < n ? _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(St + (c0 + u) * BR + 8 * v), vs), mn) : mn;
+            ct_exp8n(p, 4);
+            for (int u = 0; u < n; u++) {
+                p[u] = _mm256_blendv_ps(p[u], _mm256_setzero_ps(), unseen(lim0, c0 + u, v));
+                _mm256_storeu_ps(St + (c0 + u) * BR + 8 * v, p[u]);
+                sum = _mm256_add_ps(sum, p[u]);
+            }
         }
         _mm256_storeu_ps(l + 8 * v, _mm256_fmadd_ps(_mm256_loadu_ps(l + 8 * v), a, sum));
     }
@@ -166,13 +170,19 @@ CT_AVX2 static bool softmax(float *St, int64_t cols, int64_t lim0, float *m, flo
 CT_AVX2 static void grad(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc, float ssc) {
     const __m256 vs = _mm256_set1_ps(ssc), vsc = _mm256_set1_ps(sc);
     for (int64_t c = 0; c < cols; c++)
-        for (int v = 0; v < BR / 8; v++) {
-            float *s = St + c * BR + 8 * v, *d = dSt + c * BR + 8 * v;
-            const __m256 p = _mm256_blendv_ps(ct_exp8(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(s), vs), _mm256_loadu_ps(L + 8 * v))),
-                                              _mm256_setzero_ps(), unseen(lim0, c, v));
-            _mm256_storeu_ps(s, p);
-            const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(d), _mm256_loadu_ps(R + 8 * v));
-            _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_mul_ps(p, dp), vsc));
+        for (int v0 = 0; v0 < BR / 8; v0 += 4) { /* 4 exponentials side by side (ct_exp8n says why) */
+            __m256 p[4];
+            for (int u = 0; u < 4; u++)
+                p[u] = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(St + c * BR + 8 * (v0 + u)), vs), _mm256_loadu_ps(L + 8 * (v0 + u)));
+            ct_exp8n(p, 4);
+            for (int u = 0; u < 4; u++) {
+                const int v = v0 + u;
+                float *s = St + c * BR + 8 * v, *d = dSt + c * BR + 8 * v;
+                p[u] = _mm256_blendv_ps(p[u], _mm256_setzero_ps(), unseen(lim0, c, v));
+                _mm256_storeu_ps(s, p[u]);
+                const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(d), _mm256_loadu_ps(R + 8 * v));
+                _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_mul_ps(p[u], dp), vsc));
+            }
         }
 }
 

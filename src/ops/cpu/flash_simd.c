@@ -214,13 +214,16 @@ CT_AVX512 bool ct_flash_softmax_tile_(float *St, int64_t cols, int64_t lim0, flo
         _mm512_storeu_ps(m + 16 * v, mn[v]);
         sum[v] = _mm512_setzero_ps();
     }
-    for (int64_t c = 0; c < cols; c++)
+    for (int64_t c = 0; c < cols; c++) {
+        __m512 p[NV];
+        for (int v = 0; v < NV; v++) p[v] = _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(St + c * BR + 16 * v), vs), mn[v]);
+        ct_exp16n(p, NV); /* side by side: ct_exp16n says why */
         for (int v = 0; v < NV; v++) {
-            float *s = St + c * BR + 16 * v;
-            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v), ct_exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s), vs), mn[v])));
-            _mm512_storeu_ps(s, p);
-            sum[v] = _mm512_add_ps(sum[v], p);
+            p[v] = _mm512_maskz_mov_ps(seen(lim0, c, v), p[v]);
+            _mm512_storeu_ps(St + c * BR + 16 * v, p[v]);
+            sum[v] = _mm512_add_ps(sum[v], p[v]);
         }
+    }
     for (int v = 0; v < NV; v++)
         _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * v), _mm512_loadu_ps(al + 16 * v), sum[v]));
     return changed != 0;
@@ -230,15 +233,18 @@ CT_AVX512 bool ct_flash_softmax_tile_(float *St, int64_t cols, int64_t lim0, flo
 CT_AVX512 void ct_flash_grad_tile_(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc, float ssc) {
     enum { NV = BR / 16 };
     const __m512 vs = _mm512_set1_ps(ssc);
-    for (int64_t c = 0; c < cols; c++)
+    for (int64_t c = 0; c < cols; c++) {
+        __m512 p[NV];
+        for (int v = 0; v < NV; v++) p[v] = _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(St + c * BR + 16 * v), vs), _mm512_loadu_ps(L + 16 * v));
+        ct_exp16n(p, NV);
         for (int v = 0; v < NV; v++) {
             float *s = St + c * BR + 16 * v, *d = dSt + c * BR + 16 * v;
-            __m512 p = _mm512_maskz_mov_ps(seen(lim0, c, v),
-                                           ct_exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s), vs), _mm512_loadu_ps(L + 16 * v))));
-            _mm512_storeu_ps(s, p);
+            p[v] = _mm512_maskz_mov_ps(seen(lim0, c, v), p[v]);
+            _mm512_storeu_ps(s, p[v]);
             __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(d), _mm512_loadu_ps(R + 16 * v));
-            _mm512_storeu_ps(d, _mm512_mul_ps(_mm512_mul_ps(p, dp), _mm512_set1_ps(sc)));
+            _mm512_storeu_ps(d, _mm512_mul_ps(_mm512_mul_ps(p[v], dp), _mm512_set1_ps(sc)));
         }
+    }
 }
 
 static const ct_flash_kernels avx512 = {gemm_s, gemm_t, gemm_n, transpose, ct_flash_softmax_tile_, ct_flash_grad_tile_};

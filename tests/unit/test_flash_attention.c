@@ -11,6 +11,7 @@
 #include "ctrain/io.h"
 #include "ctrain/ops.h"
 #include "case_fixture.h"
+#include "ops/cpu/sgemm.h" /* ct_sgemm_set_isa_: the AVX2 family on an AVX-512 CPU */
 
 static void fill(ct_tensor *t, uint64_t seed, float scale) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -105,6 +106,32 @@ CT_TEST(flash_same_bits_any_thread_count) {
     CT_EXPECT(memcmp(a, b, (size_t)n1 * sizeof(float)) == 0);
     free(a);
     free(b);
+}
+
+/* The kernels of CPUs without AVX-512 (flash_avx2.c, taken with the AVX2 GEMM family) compute
+ * the AVX-512 kernels' bits: forward and every gradient, memcmp, on the shapes above (every tile
+ * edge, masked lanes, D and Dv not multiples of 8 or 16). */
+CT_TEST(flash_avx2_kernels_bits_of_avx512) {
+    if (ct_sgemm_kernel_isa() != CT_SGEMM_ISA_AVX512) CT_SKIP("no AVX-512 here (the CPU, or CTRAIN_CPU_CAPABILITY)");
+    const shape shapes[] = {
+        {1, 1, 1, 1, 8, 8, true},      {2, 3, 7, 7, 8, 8, true},      {1, 2, 64, 64, 32, 32, true},
+        {1, 2, 65, 65, 32, 16, true},  {2, 2, 130, 130, 16, 16, true}, {1, 1, 300, 300, 64, 64, true},
+        {2, 1, 37, 200, 24, 40, false}, {1, 2, 129, 129, 32, 32, false}, {1, 1, 200, 70, 8, 8, false},
+    };
+    int64_t differ = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        int64_t n1, n2;
+        size_t p;
+        float *a = run(&shapes[i], true, 2, &n1, &p);
+        ct_sgemm_set_isa_(CT_SGEMM_ISA_AVX2);
+        float *b = run(&shapes[i], true, 2, &n2, &p);
+        ct_sgemm_set_isa_(CT_SGEMM_ISA_NONE);
+        CT_ASSERT(a && b && n1 == n2);
+        for (int64_t j = 0; j < n1; j++) differ += memcmp(&a[j], &b[j], sizeof(float)) != 0;
+        free(a);
+        free(b);
+    }
+    CT_EXPECTF(differ == 0, "%lld values of the AVX2 kernels differ from the AVX-512 kernels'", (long long)differ);
 }
 
 /* What forward keeps for backward: plain holds P [B, H, T, T]; flash one float per row. */

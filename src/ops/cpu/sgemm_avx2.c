@@ -179,6 +179,12 @@ CT_AVX2 static void pack_block_rows(float *restrict dst, const float *restrict x
         const float *xr = x + k * ks;
         if (k + PF < kc) _mm_prefetch((const char *)(xr + PF * ks), _MM_HINT_T0);
         float *d = dst + k * W;
+        if (W == MR && k + 1 < kc) {
+            /* A panels (6 wide): one 8-wide store whose last 2 lanes land on row k + 1, which
+             * the next k overwrites (a 6-lane store was 3 stores: a third of the step's packing) */
+            for (int64_t p = 0; p < npan; p++, d += W * kc) _mm256_storeu_ps(d, load8(xr, false, p * W, n - p * W));
+            continue;
+        }
         for (int64_t p = 0; p < npan; p++, d += W * kc)
             for (int g = 0; g < W; g += 8) store8(d + g, W - g, load8(xr, false, p * W + g, n - p * W - g));
     }

@@ -81,8 +81,9 @@ extern const ct_flash_kernels ct_flash_kernels_avx2_;
 /* what a tile needs past its last row (A read by whole register blocks of rows) */
 enum { CT_FLASH_PAD = 16 * 64 };
 
-/* The tile steps both kernel sets share (flash_simd.c), on a transposed 64 x 64 score tile
- * St[key][query]; ssc: a scale applied to S first (1: none, the bits unchanged). */
+/* The AVX-512 tile steps (flash_simd.c), which the AMX kernels (flash_amx.c) share, on a
+ * transposed 64 x 64 score tile St[key][query]; ssc: a scale applied to S first (1: none, the
+ * bits unchanged). flash_avx2.c has them on 8 lanes. */
 bool ct_flash_softmax_tile_(float *St, int64_t cols, int64_t lim0, float *m, float *l, float *al, float ssc);
 void ct_flash_grad_tile_(float *St, float *dSt, int64_t cols, int64_t lim0, const float *L, const float *R, float sc, float ssc);
 

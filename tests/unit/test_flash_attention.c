@@ -73,12 +73,14 @@ static double normwise(const float *a, const float *b, const shape *s) {
     return worst;
 }
 
+/* shapes around the tiles: every tile edge, masked lanes, D and Dv not multiples of 8 or 16 */
+static const shape shapes[] = {
+    {1, 1, 1, 1, 8, 8, true},      {2, 3, 7, 7, 8, 8, true},      {1, 2, 64, 64, 32, 32, true},
+    {1, 2, 65, 65, 32, 16, true},  {2, 2, 130, 130, 16, 16, true}, {1, 1, 300, 300, 64, 64, true},
+    {2, 1, 37, 200, 24, 40, false}, {1, 2, 129, 129, 32, 32, false}, {1, 1, 200, 70, 8, 8, false},
+};
+
 CT_TEST(flash_equals_plain) {
-    const shape shapes[] = {
-        {1, 1, 1, 1, 8, 8, true},      {2, 3, 7, 7, 8, 8, true},      {1, 2, 64, 64, 32, 32, true},
-        {1, 2, 65, 65, 32, 16, true},  {2, 2, 130, 130, 16, 16, true}, {1, 1, 300, 300, 64, 64, true},
-        {2, 1, 37, 200, 24, 40, false}, {1, 2, 129, 129, 32, 32, false}, {1, 1, 200, 70, 8, 8, false},
-    };
     double worst = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const shape *s = &shapes[i];
@@ -109,15 +111,9 @@ CT_TEST(flash_same_bits_any_thread_count) {
 }
 
 /* The kernels of CPUs without AVX-512 (flash_avx2.c, taken with the AVX2 GEMM family) compute
- * the AVX-512 kernels' bits: forward and every gradient, memcmp, on the shapes above (every tile
- * edge, masked lanes, D and Dv not multiples of 8 or 16). */
+ * the AVX-512 kernels' bits: forward and every gradient, memcmp, on the shapes above. */
 CT_TEST(flash_avx2_kernels_bits_of_avx512) {
     if (ct_sgemm_kernel_isa() != CT_SGEMM_ISA_AVX512) CT_SKIP("no AVX-512 here (the CPU, or CTRAIN_CPU_CAPABILITY)");
-    const shape shapes[] = {
-        {1, 1, 1, 1, 8, 8, true},      {2, 3, 7, 7, 8, 8, true},      {1, 2, 64, 64, 32, 32, true},
-        {1, 2, 65, 65, 32, 16, true},  {2, 2, 130, 130, 16, 16, true}, {1, 1, 300, 300, 64, 64, true},
-        {2, 1, 37, 200, 24, 40, false}, {1, 2, 129, 129, 32, 32, false}, {1, 1, 200, 70, 8, 8, false},
-    };
     int64_t differ = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         int64_t n1, n2;

@@ -46,12 +46,13 @@ ct_node *ct_record_op(ct_ctx *ctx, const ct_op_def *op, ct_tensor *out, int nin,
     return n;
 }
 
-/* A gradient on a device: device memory of the step, zeroed on the device's stream when
- * asked (NULL data when the context has failed: the backward functions then do nothing). */
-static float *device_grad(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
+/* A gradient on a device, f32 or (ct_grad_fresh_as_) t's low precision: device memory of the
+ * step, zeroed on the device's stream when asked (NULL data when the context has failed: the
+ * backward functions then do nothing). */
+static void *device_grad(ct_ctx *ctx, ct_tensor *t, ct_dtype dt, bool zero, bool *fresh) {
     bool prev = ctx->grad_alloc;
     ctx->grad_alloc = true;
-    t->grad = ct_new_on(ctx, t->device, CT_F32, t->ndim, t->shape, "backward");
+    t->grad = ct_new_on(ctx, t->device, dt, t->ndim, t->shape, "backward");
     ctx->grad_alloc = prev;
     size_t bytes = ct_nbytes(t->grad);
     if (t->grad->data && zero && bytes) {
@@ -62,9 +63,45 @@ static float *device_grad(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
     return t->grad->data;
 }
 
+void *ct_grad_fresh_as_(ct_ctx *ctx, ct_tensor *t, ct_dtype dt) {
+    bool fresh;
+    if (!t || !(t->flags & CT_TF_REQUIRES_GRAD) || t->grad || t->device.type == CT_DEV_CPU) return NULL;
+    return device_grad(ctx, t, dt, false, &fresh);
+}
+
+/* A low-precision gradient becomes f32 (exactly: every bf16/f16 value is one) when an op that
+ * adds in f32 comes to it: its buffer goes back, an f32 one holds its values. */
+void ct_grad_widen_(ct_ctx *ctx, ct_tensor *t) {
+    ct_tensor *lp = t->grad;
+    if (!lp || lp->dtype == CT_F32) return;
+    bool fresh;
+    t->grad = NULL;
+    float *g = device_grad(ctx, t, CT_F32, false, &fresh);
+    const ct_device_hooks *h = ct_device_hooks_get(t->device, "backward");
+    if (g && lp->data && ct_numel(t) > 0)
+        ct_ctx_fail(ctx, h && h->convert ? h->convert(t->device.index, g, CT_F32, lp->data, lp->dtype, ct_numel(t))
+                                         : CT_ERR_UNSUPPORTED);
+    if (lp->data) ct_ctx_dev_free_(ctx, lp->data);
+}
+
+bool ct_grad_handoff_(ct_ctx *ctx, ct_tensor *from, ct_tensor *to) {
+    ct_tensor *g = from->grad;
+    if (!g || !g->data || !to || to->grad || !(to->flags & CT_TF_REQUIRES_GRAD) || (to->flags & CT_TF_PARAM) ||
+        to->device.type == CT_DEV_CPU || ct_numel(to) != ct_numel(from))
+        return false;
+    bool prev = ctx->grad_alloc;
+    ctx->grad_alloc = true;
+    to->grad = ct_wrap(ctx, g->dtype, g->data, to->ndim, to->shape);
+    ctx->grad_alloc = prev;
+    to->grad->device = to->device;
+    from->grad = NULL; /* the buffer is to's now: freed once, when to's gradient is consumed */
+    return true;
+}
+
 static float *grad_buffer(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
     *fresh = false;
     if (!t || !(t->flags & CT_TF_REQUIRES_GRAD)) return NULL;
+    if (t->grad && t->grad->dtype != CT_F32) ct_grad_widen_(ctx, t);
     if (t->flags & CT_TF_GRAD_STALE) {
         /* a parameter's first gradient since ct_params_zero_grad: written like an
          * intermediate's new one, so a GEMM runs with beta = 0 and nothing clears 7 MB first */
@@ -73,7 +110,7 @@ static float *grad_buffer(ct_ctx *ctx, ct_tensor *t, bool zero, bool *fresh) {
         *fresh = !zero;
         return t->grad->data;
     }
-    if (!t->grad && t->device.type != CT_DEV_CPU) return device_grad(ctx, t, zero, fresh);
+    if (!t->grad && t->device.type != CT_DEV_CPU) return device_grad(ctx, t, CT_F32, zero, fresh);
     if (!t->grad) {
         /* header and buffer in the main arena (they outlive the backward that asks); the
          * buffer may be one released by an already-processed node */

@@ -113,6 +113,10 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                "H200); tiled takes the shared-memory tile kernels for head dims 32 and 64; tc the "
                                "tensor-core (WMMA) kernels for bf16/f16 and head dims 32, 64 and 128, elsewhere "
                                "tiled's or rows' (both checked under CPU emulation, not yet run on a GPU)"},
+    [CT_CFG_CUDA_LOWP_GRADS] = {"CTRAIN_CUDA_LOWP_GRADS", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
+                                "under bf16/fp16 autocast on a GPU, the gradients of bf16/f16 activations in that "
+                                "type, as PyTorch holds them (the LM head's logits, the linears' inputs and outputs); "
+                                "0: in f32, rounded to the same values (more memory and traffic, for comparing)"},
     [CT_CFG_DEVICE_PROFILE] = {"CTRAIN_DEVICE_PROFILE", CT_CFG_BOOL, "0", 0, 0, NULL, NULL, 0,
                                "1: wait for the device around every device op, forward and backward, and keep "
                                "each op's time (slows the step; for finding where a GPU step goes)"},

@@ -122,6 +122,16 @@ void *ct_ctx_dev_alloc(ct_ctx *ctx, ct_device d, size_t bytes, const char *op);
 /* A tensor on d (contiguous, uninitialised); a placeholder without data when the context
  * has failed or allocation fails (which fails the context) */
 ct_tensor *ct_new_on(ct_ctx *ctx, ct_device d, ct_dtype dt, int ndim, const int64_t *shape, const char *op);
+/* Low-precision activation gradients (src/ops/autocast.c, ct_ac_grad_lowp): a fresh gradient
+ * of t in dt on t's device (NULL when t needs none, has one, or is on the CPU); and t's
+ * gradient made f32, exactly, when it is a low-precision one. Every op that adds to an
+ * existing gradient gets an f32 one (ct_grad_acc widens it first). */
+void *ct_grad_fresh_as_(ct_ctx *ctx, ct_tensor *t, ct_dtype dt);
+void ct_grad_widen_(ct_ctx *ctx, ct_tensor *t);
+/* A device view's backward (reshape, contiguous) without a copy: from's gradient buffer becomes
+ * to's, when to has none yet and is no parameter (same number of elements, contiguous); false
+ * otherwise (the caller adds it). */
+bool ct_grad_handoff_(ct_ctx *ctx, ct_tensor *from, ct_tensor *to);
 /* Returns a buffer from ct_ctx_dev_alloc before the step ends (stream order keeps it safe);
  * a pointer it did not hand out is ignored */
 void ct_ctx_dev_free_(ct_ctx *ctx, void *p);

@@ -172,12 +172,17 @@ ct_status ct_cuda_map_fwd(cudaStream_t s, const ct_cuda_map *m, const void *x, v
  * not read for scale and dropout */
 ct_status ct_cuda_map_bwd(cudaStream_t s, const ct_cuda_map *m, const void *v, ct_cuda_cast_type t, const float *g, float *dx,
                           int64_t n);
+/* the same with g (g_as_v) and dx (dx_as_v) of v's type t instead of f32: low-precision
+ * activation gradients, read widened and written rounded to nearest even */
+ct_status ct_cuda_map_bwd_t(cudaStream_t s, const ct_cuda_map *m, const void *v, ct_cuda_cast_type t, const void *g, bool g_as_v,
+                            void *dx, bool dx_as_v, int64_t n);
 /* y = a + b with b of m elements repeating over a (n a multiple of m), or with mul a * b (m = n).
  * y is of a's type where a and b have one type, else f32 (autocast's promotion of mixed inputs). */
 ct_status ct_cuda_binary(cudaStream_t s, bool mul, const void *a, ct_cuda_cast_type ta, const void *b, ct_cuda_cast_type tb,
                          void *y, int64_t n, int64_t m);
 /* layer norm and cross-entropy with x / logits of type xt (f32, bf16 or f16) read as they are;
- * the rest as ct_cuda_layer_norm(_bwd) and ct_cuda_cross_entropy(_bwd) */
+ * the rest as ct_cuda_layer_norm(_bwd) and ct_cuda_cross_entropy(_bwd), but dlogits of the
+ * logits' type when dlogits_as_x (rounded to nearest even), else f32 */
 ct_status ct_cuda_layer_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, const float *b, float *y,
                                float *mean, float *rstd, int64_t R, int64_t D, float eps);
 ct_status ct_cuda_layer_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
@@ -186,7 +191,7 @@ ct_status ct_cuda_cross_entropy_t(cudaStream_t s, const void *logits, ct_cuda_ca
                                   int64_t N, int64_t C, int64_t ignore, float *lse, float *out);
 ct_status ct_cuda_cross_entropy_bwd_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target,
                                       bool target_i64, int64_t N, int64_t C, int64_t ignore, const float *lse, const float *out,
-                                      const float *dloss, float *dlogits);
+                                      const float *dloss, void *dlogits, bool dlogits_as_x);
 /* softmax and log-softmax rows of x of type xt with an f32 y (f32 ops under autocast); the
  * rest as ct_cuda_softmax (x may be y when f32). Backward reads only y: ct_cuda_softmax_bwd. */
 ct_status ct_cuda_softmax_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, float *y, int64_t R, int64_t D, bool log_out,

@@ -2,6 +2,7 @@
  * entries (ops.c, ops_more.c, conv.c). */
 #ifndef CT_CUDA_INTERNAL_H
 #define CT_CUDA_INTERNAL_H
+#include <stdbool.h>
 #include <stddef.h>
 
 /* cublasLtGetVersion(), or 0 when cuBLASLt cannot be loaded */
@@ -19,6 +20,8 @@ void ct_cuda_register_ops_(void);
 void ct_cuda_register_conv_ops_(void);
 /* the rest of the column: bias_add, softmax, log_softmax, mse_loss, attention, cast (ops_more.c) */
 void ct_cuda_register_ops_more_(void);
+/* CTRAIN_CUDA_LOWP_GRADS: whether the ops declare low-precision activation gradients */
+bool ct_cuda_lowp_grads_(void);
 /* Llama's rows: rms_norm, rope, repeat_kv (ops_llama.c) */
 void ct_cuda_register_ops_llama_(void);
 #endif

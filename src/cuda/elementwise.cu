@@ -38,8 +38,10 @@ __device__ inline float map1_bwd(const ct_cuda_map &m, float v, float g, int64_t
 template <typename T> __global__ void map_k(ct_cuda_map m, const T *x, T *y, int64_t n) {
     CT_GRID_STRIDE(i, n) y[i] = ct_st<T>(map1(m, ct_ld(x[i]), i));
 }
-template <typename T> __global__ void map_bwd_k(ct_cuda_map m, const T *v, const float *g, float *dx, int64_t n) {
-    CT_GRID_STRIDE(i, n) dx[i] = map1_bwd(m, v ? ct_ld(v[i]) : 0.0f, g[i], i);
+/* g and dx f32 or of v's type T (low-precision activation gradients: read widened, written rounded) */
+template <typename T, typename TG, typename TD>
+__global__ void map_bwd_k(ct_cuda_map m, const T *v, const TG *g, TD *dx, int64_t n) {
+    CT_GRID_STRIDE(i, n) dx[i] = ct_st<TD>(map1_bwd(m, v ? ct_ld(v[i]) : 0.0f, ct_ld(g[i]), i));
 }
 /* y = a + b[i % m] or a * b; TY: the common type, f32 for mixed inputs (autocast's promotion) */
 template <typename TA, typename TB, typename TY>
@@ -121,11 +123,21 @@ ct_status ct_cuda_map_fwd(cudaStream_t s, const ct_cuda_map *m, const void *x, v
     CT_WITH_TYPE(t, T, LAUNCH(map_names[m->op][0], map_k<T>, n, *m, (const T *)x, (T *)y, n));
     return CT_OK;
 }
+ct_status ct_cuda_map_bwd_t(cudaStream_t s, const ct_cuda_map *m, const void *v, ct_cuda_cast_type t, const void *g, bool g_as_v,
+                            void *dx, bool dx_as_v, int64_t n) {
+    if (m->op == CT_CUDA_MAP_SCALE || m->op == CT_CUDA_MAP_DROPOUT) v = NULL;
+    const char *name = map_names[m->op][1];
+    CT_WITH_TYPE(t, T, {
+        if (g_as_v && dx_as_v) LAUNCH(name, (map_bwd_k<T, T, T>), n, *m, (const T *)v, (const T *)g, (T *)dx, n);
+        else if (g_as_v) LAUNCH(name, (map_bwd_k<T, T, float>), n, *m, (const T *)v, (const T *)g, (float *)dx, n);
+        else if (dx_as_v) LAUNCH(name, (map_bwd_k<T, float, T>), n, *m, (const T *)v, (const float *)g, (T *)dx, n);
+        else LAUNCH(name, (map_bwd_k<T, float, float>), n, *m, (const T *)v, (const float *)g, (float *)dx, n);
+    });
+    return CT_OK;
+}
 ct_status ct_cuda_map_bwd(cudaStream_t s, const ct_cuda_map *m, const void *v, ct_cuda_cast_type t, const float *g, float *dx,
                           int64_t n) {
-    if (m->op == CT_CUDA_MAP_SCALE || m->op == CT_CUDA_MAP_DROPOUT) v = NULL;
-    CT_WITH_TYPE(t, T, LAUNCH(map_names[m->op][1], map_bwd_k<T>, n, *m, (const T *)v, g, dx, n));
-    return CT_OK;
+    return ct_cuda_map_bwd_t(s, m, v, t, g, false, dx, false, n);
 }
 ct_status ct_cuda_binary(cudaStream_t s, bool mul, const void *a, ct_cuda_cast_type ta, const void *b, ct_cuda_cast_type tb,
                          void *y, int64_t n, int64_t m) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/kernel.h"
+#include "ctrain/config.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/ops_util.h"
@@ -55,19 +56,30 @@ static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
     return y;
 }
+/* the output's gradient as a low-precision GEMM (dt) reads it: as it came (in dt itself: ct_ac_grad_lowp),
+ * or a dt copy of the f32 one (rounded to those values already); the f32 one in an f32 run */
+static const void *gemm_dy(run *r, ct_cuda_dtype dt, const ct_tensor *out, int64_t n, const char *op) {
+    if (grad_lowp(out)) {
+        CT_CHECK(gemm_dt(out->grad) == dt, "%s: a %s gradient of a %s GEMM", op, ct_dtype_name(out->grad->dtype),
+                 ct_dtype_name(out->dtype));
+        return out->grad->data;
+    }
+    return dt != CT_CUDA_F32 ? lowp_copy(r, dt, out->grad->data, n, op) : out->grad->data;
+}
 static void bw_linear(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "linear backward", &r)) return;
     int64_t rows = n->i[0], in = n->i[1], out = n->i[2];
     ct_cuda_dtype dt = gemm_dt(n->in[0]);
-    bool fx, fw;
-    const float *dY = n->out->grad->data;
-    const void *g = dt != CT_CUDA_F32 ? lowp_copy(&r, dt, dY, rows * out, "linear backward") : dY;
+    const void *g = gemm_dy(&r, dt, n->out, rows * out, "linear backward");
     if (!g) return;
-    float *dX = ct_grad_acc_fresh(ctx, n->in[0], &fx), *dW = ct_grad_acc_fresh(ctx, n->in[1], &fw);
-    if (dX) gemm_any(&r, dt, false, false, rows, in, out, 1, 1.0f, g, n->in[1]->data, dX, fx ? 0.0f : 1.0f, NULL);
-    if (dW) gemm_any(&r, dt, true, false, out, in, rows, 1, 1.0f, g, n->in[0]->data, dW, fw ? 0.0f : 1.0f, NULL);
-    if (n->nin > 2) acc_colsum(&r, n->in[2], dY, rows, out);
+    /* dX and dW in the inputs' bf16/f16 where they take it (a cast's or GELU's output), else f32
+     * (each written before the next is asked for: a tensor that is both adds to the first) */
+    grad_out dX = grad_for_gemm(&r, n->in[0]);
+    if (dX.p) gemm_grad(&r, dt, &dX, false, false, rows, in, out, 1, g, n->in[1]->data);
+    grad_out dW = grad_for_gemm(&r, n->in[1]);
+    if (dW.p) gemm_grad(&r, dt, &dW, true, false, out, in, rows, 1, g, n->in[0]->data);
+    if (n->nin > 2) acc_colsum_t(&r, dt, n->in[2], g, rows, out);
 }
 
 /* ---- matmul: two 2-d, or two 3-d with the same batch (as the CPU op) ---- */
@@ -89,19 +101,20 @@ static ct_tensor *fwd_matmul(ct_ctx *ctx, const ct_op_args *a) {
 static void bw_matmul(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "matmul backward", &r)) return;
-    bool ta = n->i[0], tb = n->i[1], fa, fb;
+    bool ta = n->i[0], tb = n->i[1];
     int64_t M = n->i[2], N = n->i[3], K = n->i[4], batch = n->i[5];
     ct_cuda_dtype lp = gemm_dt(n->in[0]);
-    const void *A = n->in[0]->data, *B = n->in[1]->data, *dC = n->out->grad->data;
-    if (lp != CT_CUDA_F32 && !(dC = lowp_copy(&r, lp, dC, M * N * batch, "matmul backward"))) return;
-    float *dA = ct_grad_acc_fresh(ctx, n->in[0], &fa), *dB = ct_grad_acc_fresh(ctx, n->in[1], &fb);
-    if (dA) { /* the CPU op's formulas (src/ops/cpu/gemm.c), batched */
-        if (!ta) gemm_any(&r, lp, false, !tb, M, K, N, batch, 1.0f, dC, B, dA, fa ? 0.0f : 1.0f, NULL);
-        else gemm_any(&r, lp, tb, true, K, M, N, batch, 1.0f, B, dC, dA, fa ? 0.0f : 1.0f, NULL);
+    const void *A = n->in[0]->data, *B = n->in[1]->data, *dC = gemm_dy(&r, lp, n->out, M * N * batch, "matmul backward");
+    if (!dC) return;
+    grad_out dA = grad_for_gemm(&r, n->in[0]);
+    if (dA.p) { /* the CPU op's formulas (src/ops/cpu/gemm.c), batched */
+        if (!ta) gemm_grad(&r, lp, &dA, false, !tb, M, K, N, batch, dC, B);
+        else gemm_grad(&r, lp, &dA, tb, true, K, M, N, batch, B, dC);
     }
-    if (dB) {
-        if (!tb) gemm_any(&r, lp, !ta, false, K, N, M, batch, 1.0f, A, dC, dB, fb ? 0.0f : 1.0f, NULL);
-        else gemm_any(&r, lp, true, ta, N, K, M, batch, 1.0f, dC, A, dB, fb ? 0.0f : 1.0f, NULL);
+    grad_out dB = grad_for_gemm(&r, n->in[1]);
+    if (dB.p) {
+        if (!tb) gemm_grad(&r, lp, &dB, !ta, false, K, N, M, batch, A, dC);
+        else gemm_grad(&r, lp, &dB, true, ta, N, K, M, batch, dC, A);
     }
 }
 
@@ -131,8 +144,8 @@ static void bw_add(ct_ctx *ctx, ct_node *n) {
     if (!begin(ctx, n->out->device, "add backward", &r)) return;
     const float *g = n->out->grad->data;
     int64_t N = ct_numel(n->out), m = ct_numel(n->in[1]);
-    acc_add(&r, n->in[0], g);
-    if (m == N) acc_add(&r, n->in[1], g);
+    acc_add_t(&r, n->in[0], g);
+    if (m == N) acc_add_t(&r, n->in[1], g);
     else if (m > 0) acc_colsum(&r, n->in[1], g, N / m, m);
 }
 
@@ -172,16 +185,21 @@ static ct_tensor *fwd_sigmoid(ct_ctx *ctx, const ct_op_args *a) { return unary(c
 static ct_tensor *fwd_silu(ct_ctx *ctx, const ct_op_args *a) { return unary(ctx, a, CT_OP_SILU, "silu"); }
 static void bw_unary(ct_ctx *ctx, ct_node *n) {
     run r;
-    bool direct;
+    bool direct = true;
     ct_tensor *x = n->in[0];
-    float *w = acc_begin_in0(ctx, n, n->op->name, &r, &direct);
-    if (!w) return;
+    if (!begin(ctx, n->out->device, n->op->name, &r)) return;
+    /* the gradients in x's bf16/f16 where they come so and x takes one (GELU between two bf16
+     * linears), else f32 */
+    void *lw = ct_ac_grad_lowp(ctx, x);
+    float *w = lw ? NULL : acc_begin(&r, x, &direct);
+    if (!lw && !w) return;
     int op = op_of(n);
     ct_cuda_map m = map_of(op, n->i[0], n->f[0]);
     /* gelu's and silu's derivatives read their input, the others' their output (scale reads neither) */
     const ct_tensor *v = op == CT_OP_GELU || op == CT_OP_SILU ? x : n->out;
-    ok(&r, ct_cuda_map_bwd(r.s, &m, v->data, ty(v), n->out->grad->data, w, ct_numel(n->out)));
-    acc_end(&r, x, w, direct);
+    ok(&r, ct_cuda_map_bwd_t(r.s, &m, v->data, ty(v), n->out->grad->data, grad_lowp(n->out), lw ? lw : (void *)w, lw != NULL,
+                             ct_numel(n->out)));
+    if (w) acc_end(&r, x, w, direct);
 }
 
 /* ---- dropout (training, p > 0: the CPU entry returns x otherwise): the CPU op's mask ---- */
@@ -268,9 +286,17 @@ static void bw_reduce(ct_ctx *ctx, ct_node *n) {
 }
 
 /* ---- reshape: the CPU forward re-describes; the gradient is added back ---- */
+/* The gradient of a reshape (or of a contiguous copy) is its input's, element for element: the
+ * buffer is handed over when the input has none yet (no copy of, say, the [N, V] logits'
+ * gradient), in bf16 where the input takes that; else added in f32. */
 static void bw_reshape(ct_ctx *ctx, ct_node *n) {
     run r;
-    if (begin(ctx, n->out->device, "reshape backward", &r)) acc_add(&r, n->in[0], n->out->grad->data);
+    if (!begin(ctx, n->out->device, "reshape backward", &r)) return;
+    ct_tensor *x = n->in[0];
+    if (grad_lowp(n->out) && !ct_ac_takes_grad_lowp(x)) ct_grad_widen_(ctx, n->out);
+    if (ct_grad_handoff_(ctx, n->out, x)) return;
+    if (grad_lowp(n->out)) ct_grad_widen_(ctx, n->out);
+    acc_add(&r, x, n->out->grad->data);
 }
 
 /* ---- views and copies: contiguous, transpose and slice (backward), split/merge heads ----
@@ -364,13 +390,27 @@ static ct_tensor *fwd_merge_heads(ct_ctx *ctx, const ct_op_args *a) {
     int64_t B = x->shape[0], H = x->shape[1], T = x->shape[2], D = x->shape[3];
     return permute(ctx, x, CT_OP_MERGE_HEADS, "merge_heads", 3, (int64_t[]){B, T, H * D}, tokens_view(B, H, T, D));
 }
-/* the backwards add through the same views; the [B, H, T, D] side gives the sizes */
+/* The backwards: a new gradient of the input is the inverse permuting copy (bf16/f16 moved as
+ * 2-byte elements where the gradient came so and the input takes one), an existing one gets
+ * the gradient added through the forward's view. The [B, H, T, D] side gives the sizes. */
 static void bw_heads(ct_ctx *ctx, ct_node *n) {
     run r;
+    if (!begin(ctx, n->out->device, n->op->name, &r)) return;
     bool split = n->op == &ct_op_table_dev[CT_OP_SPLIT_HEADS].row;
     const int64_t *s = split ? n->out->shape : n->in[0]->shape;
-    ct_cuda_layout l = split ? heads_view(s[0], s[1], s[2], s[3]) : tokens_view(s[0], s[1], s[2], s[3]);
-    if (begin(ctx, n->out->device, n->op->name, &r)) acc_strided(&r, n->in[0], l, 0, n->out->grad->data);
+    ct_cuda_layout fwd = split ? heads_view(s[0], s[1], s[2], s[3]) : tokens_view(s[0], s[1], s[2], s[3]);
+    ct_cuda_layout inv = split ? tokens_view(s[0], s[1], s[2], s[3]) : heads_view(s[0], s[1], s[2], s[3]);
+    ct_tensor *x = n->in[0], *o = n->out;
+    void *lw = grad_lowp(o) ? ct_ac_grad_lowp(ctx, x) : NULL;
+    if (lw) {
+        ok(&r, ct_cuda_strided_copy16(r.s, lw, o->grad->data, &inv));
+        return;
+    }
+    if (grad_lowp(o)) ct_grad_widen_(ctx, o);
+    bool fresh;
+    float *gx = ct_grad_acc_fresh(ctx, x, &fresh);
+    if (gx && o->grad->data)
+        ok(&r, fresh ? ct_cuda_strided_copy(r.s, gx, o->grad->data, &inv) : ct_cuda_strided_add(r.s, gx, &fwd, o->grad->data));
 }
 
 /* ---- softmax + cross-entropy: logits [N, C], target [N] i32/i64, both on the device ---- */
@@ -401,14 +441,17 @@ static ct_tensor *fwd_cross_entropy(ct_ctx *ctx, const ct_op_args *a) {
 static void bw_cross_entropy(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "cross_entropy backward", &r)) return;
-    bool direct;
+    bool direct = true;
     ct_tensor *x = n->in[0];
     const ct_tensor *t = n->saved_t[0];
-    float *w = acc_begin(&r, x, &direct);
-    if (!w) return;
+    /* bf16 logits (autocast's LM head) get a bf16 gradient where they take one: the fused
+     * classifier, whose gradient the head's GEMMs read as it is */
+    void *lw = ct_ac_grad_lowp(ctx, x);
+    float *w = lw ? NULL : acc_begin(&r, x, &direct);
+    if (!lw && !w) return;
     ok(&r, ct_cuda_cross_entropy_bwd_t(r.s, x->data, ty(x), t->data, t->dtype == CT_I64, n->i[0], n->i[1], n->i[3], n->saved,
-                                       n->out->data, n->out->grad->data, w));
-    acc_end(&r, x, w, direct);
+                                       n->out->data, n->out->grad->data, lw ? lw : (void *)w, lw != NULL));
+    if (w) acc_end(&r, x, w, direct);
 }
 
 /* ---- layer norm over the last dim; w, b optional ---- */
@@ -552,7 +595,7 @@ static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
                              : scratch(&r, N, "flash_attention backward");
     }
     float *dr = scratch(&r, BH * T, "flash_attention backward");
-    const void *dO = lp ? lowp_copy(&r, dt, n->out->grad->data, N, "flash_attention backward") : n->out->grad->data;
+    const void *dO = lp ? gemm_dy(&r, dt, n->out, N, "flash_attention backward") : n->out->grad->data;
     if (!d[0] || !d[1] || !d[2] || !dr || !dO) return;
     if (!ok(&r, ct_cuda_attention_gqa_bwd(r.s, dt, q->data, k->data, v->data, n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH,
                                           T, (int)q->shape[3], n->i[0] != 0, G)))
@@ -562,6 +605,8 @@ static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
         attn_grad_end(&r, n->in[i], dt, d[i], i == 0 ? 1 : G, N);
     }
 }
+
+bool ct_cuda_lowp_grads_(void) { return ct_config_bool(CT_CFG_CUDA_LOWP_GRADS); }
 
 void ct_cuda_register_ops_(void) {
     static const struct { int op; ct_op_dev_fwd fwd; ct_backward_fn bwd; } rows[] = {
@@ -603,6 +648,15 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_SUM, 1u, MIXED},         {CT_OP_MEAN, 1u, MIXED},      {CT_OP_SILU, 1u, LP},
     };
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) ct_op_device_reads_lowp(lowp[i].op, lowp[i].in, lowp[i].dt);
+    /* whose backward reads a bf16/f16 output's gradient in that type (the ops that write it
+     * fresh then write it so: ct_ac_grad_lowp): the GEMMs, the elementwise maps, the views and
+     * copies that reshape or permute, the fused attention */
+    static const int grad_lowp_ops[] = {CT_OP_LINEAR,  CT_OP_MATMUL,      CT_OP_RELU,        CT_OP_GELU,
+                                        CT_OP_TANH,    CT_OP_SIGMOID,     CT_OP_SCALE,       CT_OP_SILU,
+                                        CT_OP_RESHAPE, CT_OP_CONTIGUOUS,  CT_OP_SPLIT_HEADS, CT_OP_MERGE_HEADS,
+                                        CT_OP_FLASH_ATTENTION};
+    if (ct_cuda_lowp_grads_())
+        for (size_t i = 0; i < sizeof grad_lowp_ops / sizeof grad_lowp_ops[0]; i++) ct_op_device_grad_lowp(grad_lowp_ops[i], LP);
     ct_cuda_register_conv_ops_();
     ct_cuda_register_ops_more_();
     ct_cuda_register_ops_llama_();

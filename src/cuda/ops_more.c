@@ -172,7 +172,9 @@ static void bw_cast(ct_ctx *ctx, ct_node *n) {
     bool direct;
     float *w = acc_begin_in0(ctx, n, "cast backward", &r, &direct);
     if (!w) return;
-    ok(&r, ct_cuda_cast_bwd(r.s, n->out->grad->data, ct_cuda_cast_type_of(n->out->dtype), w, ct_numel(n->out)));
+    /* a gradient that came in the low precision holds those values already: widened (exact) */
+    if (grad_lowp(n->out)) ok(&r, ct_cuda_cast(r.s, n->out->grad->data, ty(n->out->grad), w, CT_CUDA_CAST_F32, ct_numel(n->out)));
+    else ok(&r, ct_cuda_cast_bwd(r.s, n->out->grad->data, ct_cuda_cast_type_of(n->out->dtype), w, ct_numel(n->out)));
     acc_end(&r, n->in[0], w, direct);
 }
 
@@ -194,4 +196,7 @@ void ct_cuda_register_ops_more_(void) {
     ct_op_device_reads_lowp(CT_OP_SOFTMAX, 1u, lp | f32);
     ct_op_device_reads_lowp(CT_OP_LOG_SOFTMAX, 1u, lp | f32);
     ct_op_device_reads_lowp(CT_OP_MSE_LOSS, 3u, lp | f32);
+    /* a cast to bf16/f16 takes its output's gradient in that type (the weights' and the layer
+     * norms' casts under autocast, whose gradients the linears then write in it) */
+    if (ct_cuda_lowp_grads_()) ct_op_device_grad_lowp(CT_OP_CAST, lp);
 }

@@ -54,6 +54,36 @@ static inline bool gemm_any(run *r, ct_cuda_dtype dt, bool ta, bool tb, int64_t 
                            .c_f32 = dt != CT_CUDA_F32};
     return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, C));
 }
+/* Where a backward GEMM writes t's gradient: a fresh one in t's bf16/f16 (ct_ac_grad_lowp: C
+ * of the GEMM's type, rounded as stored, beta 0), else t's f32 one (beta 0 when fresh, else
+ * added to). p NULL: t needs none (or the context failed). */
+typedef struct {
+    void *p;
+    bool lowp;
+    float beta;
+} grad_out;
+static inline grad_out grad_for_gemm(run *r, ct_tensor *t) {
+    grad_out g = {ct_ac_grad_lowp(r->ctx, t), true, 0.0f};
+    if (g.p) return g;
+    bool fresh;
+    g.p = ct_grad_acc_fresh(r->ctx, t, &fresh);
+    g.lowp = false;
+    g.beta = fresh ? 0.0f : 1.0f;
+    return g;
+}
+/* gemm_any into a grad_for_gemm destination */
+static inline bool gemm_grad(run *r, ct_cuda_dtype dt, const grad_out *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                             int64_t batch, const void *A, const void *B) {
+    if (!g->lowp) return gemm_any(r, dt, ta, tb, M, N, K, batch, 1.0f, A, B, g->p, g->beta, NULL);
+    if (M == 0 || N == 0) return true;
+    if (K == 0) { /* an empty sum */
+        const ct_device_hooks *h = ct_device_hooks_get(r->dev, "backward");
+        return ok(r, h ? h->zero(r->dev.index, g->p, (size_t)(M * N * batch) * 2) : CT_ERR_UNSUPPORTED);
+    }
+    ct_cuda_gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch, .alpha = 1.0f, .beta = 0.0f,
+                           .epi = CT_GEMM_EPI_NONE, .c_f32 = false};
+    return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, g->p));
+}
 static inline bool gemm_scaled(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
                                const float *A, const float *B, float *C, float beta, const float *bias) {
     return gemm_any(r, CT_CUDA_F32, ta, tb, M, N, K, batch, alpha, A, B, C, beta, bias);
@@ -111,6 +141,17 @@ static inline void acc_add(run *r, ct_tensor *t, const float *g) {
     if (!gt || n == 0) return;
     ok(r, fresh ? ct_cuda_scale(r->s, g, 1.0f, gt, n) : ct_cuda_add(r->s, gt, g, gt, n, n));
 }
+/* the gradient of t's output as the backward finds it: f32, or in the output's bf16/f16 where the
+ * op declared it reads it so (ct_op_device_grad_lowp; ct_ac_grad_lowp then wrote it) */
+static inline bool grad_lowp(const ct_tensor *out) { return out->grad->dtype != CT_F32; }
+/* acc_add, or g rounded into a fresh gradient of t's bf16/f16 where t takes one (a residual
+ * add's gradient of a bf16 linear output) */
+static inline void acc_add_t(run *r, ct_tensor *t, const float *g) {
+    void *lw = ct_ac_grad_lowp(r->ctx, t);
+    if (!lw) { acc_add(r, t, g); return; }
+    int64_t n = ct_numel(t);
+    if (n > 0) ok(r, ct_cuda_cast(r->s, g, CT_CUDA_CAST_F32, lw, ty(t), n));
+}
 /* t.grad [cols] += column sums of g [rows, cols]: a GEMM with a row of ones */
 static inline void acc_colsum(run *r, ct_tensor *t, const float *g, int64_t rows, int64_t cols) {
     bool fresh;
@@ -119,6 +160,15 @@ static inline void acc_colsum(run *r, ct_tensor *t, const float *g, int64_t rows
     float *ones = scratch(r, rows, "backward");
     if (!ones || !ok(r, ct_cuda_fill(r->s, ones, 1.0f, rows))) return;
     gemm(r, false, false, 1, cols, rows, 1, ones, g, gt, fresh ? 0.0f : 1.0f, NULL);
+}
+
+/* the same with g of the GEMM type dt (bf16/f16: a row of ones in dt, exact products, f32
+ * sums), into a fresh low-precision gradient where t takes one */
+static inline void acc_colsum_t(run *r, ct_cuda_dtype dt, ct_tensor *t, const void *g, int64_t rows, int64_t cols) {
+    if (dt == CT_CUDA_F32) { acc_colsum(r, t, g, rows, cols); return; }
+    grad_out o = grad_for_gemm(r, t);
+    const void *ones = o.p && cols > 0 ? ones_of(r, dt, rows, "backward") : NULL;
+    if (ones) gemm_grad(r, dt, &o, false, false, 1, cols, rows, 1, ones, g);
 }
 
 #endif

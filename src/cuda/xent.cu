@@ -60,13 +60,15 @@ __global__ void xent_mean_k(const float *rowloss, const void *t, bool i64, int64
     }
 }
 
-template <typename TX>
+/* dx of TD: f32, or the logits' own bf16/f16 (rounded as stored: the fused classifier's
+ * gradient, no f32 copy of the [N, C] logits) */
+template <typename TX, typename TD>
 __global__ void xent_bwd_k(const TX *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, const float *lse,
-                           const float *out, const float *dloss, float *dx) {
+                           const float *out, const float *dloss, TD *dx) {
     float g = out[1] > 0 ? dloss[0] / out[1] : 0.0f;
     CT_GRID_STRIDE(i, N * C) {
         int64_t r = i / C, j = i % C, tr = tgt(t, i64, r);
-        dx[i] = tr == ign || tr < 0 || tr >= C ? 0.0f : ct_k_xent_grad(ct_ld(x[i]), lse[r], g, j == tr);
+        dx[i] = ct_st<TD>(tr == ign || tr < 0 || tr >= C ? 0.0f : ct_k_xent_grad(ct_ld(x[i]), lse[r], g, j == tr));
     }
 }
 
@@ -116,17 +118,22 @@ ct_status ct_cuda_cross_entropy(cudaStream_t s, const float *logits, const void 
 }
 ct_status ct_cuda_cross_entropy_bwd_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target,
                                       bool target_i64, int64_t N, int64_t C, int64_t ignore, const float *lse, const float *out,
-                                      const float *dloss, float *dlogits) {
-    if (N * C > 0)
-        CT_WITH_TYPE(xt, T, xent_bwd_k<T><<<ct_grid(N * C, THREADS), THREADS, 0, s>>>((const T *)logits, target, target_i64, N, C,
-                                                                                     ignore, lse, out, dloss, dlogits));
+                                      const float *dloss, void *dlogits, bool dlogits_as_x) {
+    if (N * C > 0 && dlogits_as_x)
+        CT_WITH_TYPE(xt, T, xent_bwd_k<T, T><<<ct_grid(N * C, THREADS), THREADS, 0, s>>>((const T *)logits, target, target_i64, N,
+                                                                                        C, ignore, lse, out, dloss, (T *)dlogits));
+    else if (N * C > 0)
+        CT_WITH_TYPE(xt, T, xent_bwd_k<T, float><<<ct_grid(N * C, THREADS), THREADS, 0, s>>>((const T *)logits, target, target_i64,
+                                                                                            N, C, ignore, lse, out, dloss,
+                                                                                            (float *)dlogits));
     CT_LAUNCHED("cross_entropy backward");
     return CT_OK;
 }
 ct_status ct_cuda_cross_entropy_bwd(cudaStream_t s, const float *logits, const void *target, bool target_i64, int64_t N,
                                     int64_t C, int64_t ignore, const float *lse, const float *out, const float *dloss,
                                     float *dlogits) {
-    return ct_cuda_cross_entropy_bwd_t(s, logits, CT_CUDA_CAST_F32, target, target_i64, N, C, ignore, lse, out, dloss, dlogits);
+    return ct_cuda_cross_entropy_bwd_t(s, logits, CT_CUDA_CAST_F32, target, target_i64, N, C, ignore, lse, out, dloss, dlogits,
+                                       false);
 }
 ct_status ct_cuda_embedding(cudaStream_t s, const float *w, const void *idx, bool idx_i64, int64_t n, int64_t V, int64_t D,
                             float *y, int *bad) {

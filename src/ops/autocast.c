@@ -7,9 +7,10 @@
  * CPU behaviour; for a GEMM, products of rounded operands are exact in f32 and the sums are
  * f32 (the bf16 GEMM's contract, ct_sgemm_bf16). What the node keeps is the low-precision
  * input/output; its backward (ct_bw_lowp) makes f32 copies again, in backward scratch.
- * Gradient buffers stay f32; a low-precision tensor's gradient is rounded to its dtype
- * before the op that produced it consumes it, which is the value PyTorch's bf16/f16
- * gradient would hold.
+ * Gradient buffers stay f32 on the CPU; a low-precision tensor's gradient is rounded to its
+ * dtype before the op that produced it consumes it, which is the value PyTorch's bf16/f16
+ * gradient would hold. On a device the ops that declared so (ct_op_device_grad_lowp) get
+ * that gradient in bf16/f16 itself, written rounded by the op that made it (ct_ac_grad_lowp).
  *
  * Matmul and linear in a bf16 run skip the copies (ct_ac_reads_bf16): the bf16 GEMM reads
  * bf16 storage itself, widening it in its packers, so they see the same values (the same
@@ -223,6 +224,24 @@ static const ct_op_def *lp_row(const ct_op_def *op) {
     return NULL;
 }
 
+/* the device op of a node the device column recorded (its row or its low-precision row), or -1 */
+static int dev_op(const ct_node *n) {
+    uintptr_t p = (uintptr_t)n->op, t0 = (uintptr_t)ct_op_table_dev_lp;
+    if (p >= t0 && p < t0 + sizeof ct_op_table_dev_lp) return (int)(n->op - ct_op_table_dev_lp);
+    for (int i = 0; i < CT_OP_COUNT; i++)
+        if (n->op == &ct_op_table_dev[i].row) return i;
+    return -1;
+}
+
+bool ct_ac_takes_grad_lowp(const ct_tensor *t) {
+    if (!t || !is_lowp(t) || !on_dev(t) || t->grad || (t->flags & CT_TF_PARAM) || !(t->flags & CT_TF_REQUIRES_GRAD) ||
+        !t->node || t->node->out != t)
+        return false;
+    int op = dev_op(t->node);
+    return op >= 0 && (ct_op_table_dev[op].lowp_grad_dt >> t->dtype & 1u);
+}
+void *ct_ac_grad_lowp(ct_ctx *ctx, ct_tensor *t) { return ct_ac_takes_grad_lowp(t) ? ct_grad_fresh_as_(ctx, t, t->dtype) : NULL; }
+
 /* Device copies go back to the allocator when the op is done (the CPU's temporaries are
  * rewound): the f32 copies of the inputs and the f32 result, once nothing points at them. */
 static void free_dev_temps(ct_ctx *ctx, const ct_ac_frame *f, void *y_data) {
@@ -287,8 +306,12 @@ void ct_bw_lowp(ct_ctx *ctx, ct_node *n) {
      * declared and its own output) */
     unsigned reads = dir && cpu ? 0 : dir ? bw_reads(op) & ~READS_OUT : bw_reads(op);
     /* a direct CPU op rounds the gradient itself (the bf16 GEMM's packers, linear's bias sum);
-     * a device one gets it rounded (then read as bf16 by its GEMMs, exactly) */
-    if (is_lowp(o) && (!dir || !cpu)) round_grad(ctx, o, o->grad->data);
+     * a device one gets it rounded (then read as bf16 by its GEMMs, exactly), or in the low
+     * precision itself where it declared so (ct_ac_grad_lowp gave it); an op that runs on f32
+     * copies gets that one widened */
+    if (o->grad->dtype != CT_F32 && !(dir && !cpu && (ct_op_table_dev[op].lowp_grad_dt >> o->grad->dtype & 1u)))
+        ct_grad_widen_(ctx, o);
+    if (is_lowp(o) && (!dir || !cpu) && o->grad->dtype == CT_F32) round_grad(ctx, o, o->grad->data);
     if (is_lowp(o) && (reads & READS_OUT)) {
         s.out = f32_copy(ctx, o);
         s.out->flags = o->flags & CT_TF_REQUIRES_GRAD;

@@ -39,6 +39,12 @@ void ct_op_device_reads_lowp(int op, unsigned in_mask, unsigned dtypes) {
     ct_op_table_dev[op].lowp_dt = dtypes;
 }
 
+void ct_op_device_grad_lowp(int op, unsigned dtypes) {
+    CT_CHECK(op >= 0 && op < CT_OP_COUNT && !(dtypes & ~((1u << CT_BF16) | (1u << CT_F16))),
+             "ct_op_device_grad_lowp: op %d, dtypes 0x%x", op, dtypes);
+    ct_op_table_dev[op].lowp_grad_dt = dtypes;
+}
+
 static ct_tensor *dev_forward(ct_ctx *ctx, int op, const ct_op_args *a, ct_device d) {
     double t0;
     if (!ct_devprof_begin(d, &t0)) return ct_op_table_dev[op].forward(ctx, a);

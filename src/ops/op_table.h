@@ -110,6 +110,7 @@ typedef struct {
     ct_op_def row;         /* name, backward on the device, autocast class */
     unsigned lowp_in;      /* bit i: input i is read as bf16/f16 as it is (ct_op_device_reads_lowp) */
     unsigned lowp_dt;      /* which of them: bit CT_BF16, bit CT_F16 */
+    unsigned lowp_grad_dt; /* its backward reads a bf16/f16 output's gradient in that dtype (ct_op_device_grad_lowp) */
 } ct_op_dev_entry;
 extern ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT];
 /* the device rows of nodes whose op ran under autocast on low-precision tensors: ct_bw_lowp,
@@ -124,6 +125,17 @@ void ct_op_register_device(ct_device_type type, int op, ct_op_dev_fwd fwd, ct_ba
  * those inputs, forward or backward; it copies the others (src/ops/autocast.c).
  * in_mask 0: every input copied (the default). */
 void ct_op_device_reads_lowp(int op, unsigned in_mask, unsigned dtypes);
+/* The device's backward of op reads the gradient of its bf16/f16 output (dtypes: bits of CT_BF16
+ * and CT_F16) in the output's dtype when it comes so, as well as in f32. The ops that write
+ * that gradient fresh then write it in the low precision (ct_ac_grad_lowp): PyTorch's bf16
+ * gradient of a bf16 tensor, without the f32 buffer, its rounding pass and the GEMM's copy. */
+void ct_op_device_grad_lowp(int op, unsigned dtypes);
+/* Where t (a bf16/f16 tensor on a device) gets its gradient in its own dtype: a fresh buffer
+ * for a backward that writes it whole (=, not +=) in that dtype, rounded to nearest even. NULL
+ * when the op that made t does not read it so (ct_op_device_grad_lowp), t already has a
+ * gradient (the op then adds to it in f32), or t is f32, on the CPU, a parameter or needs none. */
+void *ct_ac_grad_lowp(ct_ctx *ctx, ct_tensor *t);
+bool ct_ac_takes_grad_lowp(const ct_tensor *t); /* whether ct_ac_grad_lowp would give one */
 
 /* the device of the op's tensor arguments: true when one is not on the CPU */
 static inline bool ct_op_on_device(const ct_op_args *a) {

@@ -312,6 +312,78 @@ CT_TEST(gpt_model_checkpointed_on_cuda_matches_cpu) {
     ckpt_blocks = false;
 }
 
+/* Under bf16 autocast the activations' gradients stay bf16 on the device (CTRAIN_CUDA_LOWP_GRADS,
+ * on by default): cross-entropy writes the LM head's dlogits in bf16 (the fused classifier), the
+ * linears read their output's bf16 gradient as it is and write dX and dW in bf16 into the casts
+ * and GELU before them, GELU and the residual adds write theirs in bf16. Against the same step
+ * with every declaration taken away (f32 gradients rounded in place to the same values): the
+ * same loss and parameter gradients (bit for bit on the emulated device, whose GEMM sums in one
+ * order whatever the output type; within bf16 rounding of a sum on a GPU, where cuBLASLt may
+ * take another algorithm for a bf16 output), and the step's peak device memory lower by most of
+ * the f32 [N, V] gradient of the logits that is no longer made. */
+static void lowp_grads_run(ct_dtype amp, float **grads, size_t *n, size_t *peak, double *loss) {
+    *grads = NULL;
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
+    cfg.gpt.n_layer = 1;
+    cfg.gpt.n_embd = 32;
+    cfg.gpt.n_head = 2;
+    cfg.gpt.block_size = 16;
+    cfg.gpt.vocab_size = 2048; /* the logits' gradient dominates the step's memory */
+    cfg.gpt.flash_attention = true;
+    ct_model *m = NULL;
+    OK(ct_model_create(&cfg, 9, &m));
+    OK(ct_module_to(ct_model_module(m), CT_CUDA(0)));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    int32_t tok[32], tgt[32];
+    for (int i = 0; i < 32; i++) { tok[i] = (i * 211 + 5) % 2048; tgt[i] = (i * 97 + 1) % 2048; }
+    int64_t shape[2] = {2, 16};
+    ct_tensor *x, *y;
+    OK(ct_tensor_to(c, ct_from_data(c, CT_I32, tok, 2, shape), CT_CUDA(0), &x));
+    OK(ct_tensor_to(c, ct_from_data(c, CT_I32, tgt, 2, shape), CT_CUDA(0), &y));
+    *loss = gpt_loss_step(c, m, x, y, amp);
+    CT_EXPECTF(ct_ctx_status(c) == CT_OK, "step: %s", ct_last_error());
+    *n = ct_params_numel(ct_model_params(m));
+    if (!(*grads = malloc(*n * sizeof(float)))) abort();
+    grads_to_host(ct_model_params(m), *grads);
+    ct_device_mem mem;
+    OK(ct_device_mem_get(CT_CUDA(0), &mem));
+    *peak = mem.peak;
+    ct_ctx_free(c);
+    ct_model_free(m);
+}
+CT_TEST(lowp_activation_grads_on_cuda) {
+    NEED_GPU();
+    CT_EXPECTF(ct_op_table_dev[CT_OP_LINEAR].lowp_grad_dt && ct_op_table_dev[CT_OP_CAST].lowp_grad_dt,
+               "the linears and casts declare no bf16 gradients (CTRAIN_CUDA_LOWP_GRADS=0?)");
+    float *g[2];
+    size_t n[2], peak[2];
+    double loss[2];
+    /* the allocator's peak only grows: the run that should need less goes first */
+    lowp_grads_run(CT_BF16, &g[0], &n[0], &peak[0], &loss[0]);
+    unsigned saved[CT_OP_COUNT];
+    for (int i = 0; i < CT_OP_COUNT; i++) {
+        saved[i] = ct_op_table_dev[i].lowp_grad_dt;
+        ct_op_table_dev[i].lowp_grad_dt = 0;
+    }
+    lowp_grads_run(CT_BF16, &g[1], &n[1], &peak[1], &loss[1]);
+    for (int i = 0; i < CT_OP_COUNT; i++) ct_op_table_dev[i].lowp_grad_dt = saved[i];
+    CT_ASSERT(g[0] && g[1] && n[0] == n[1]);
+    double e = normwise(g[0], g[1], (int64_t)n[0]);
+    size_t nv = 32 * 2048; /* the N x V logits */
+    printf("bf16 activation gradients: loss %.9g / %.9g, gradients' normwise difference %g, peak %zu / %zu bytes\n", loss[0],
+           loss[1], e, peak[0], peak[1]);
+    CT_EXPECTF(loss[0] == loss[1], "loss %.9g with bf16 activation gradients, %.9g without", loss[0], loss[1]);
+    if (getenv("CT_EMU_DEVICE")) CT_EXPECTF(!memcmp(g[0], g[1], n[0] * sizeof(float)), "gradients differ: normwise %g", e);
+    else CT_EXPECTF(e <= 1e-2, "gradients differ: normwise %g", e);
+    /* the f32 gradient (4 N V bytes) and its bf16 copy for the GEMMs (2 N V) against one bf16
+     * gradient (2 N V), less what the peaks' moments differ by: at least 3 N V bytes */
+    CT_EXPECTF(peak[1] >= peak[0] + 3 * nv, "peak device memory %zu bytes with bf16 activation gradients, %zu without",
+               peak[0], peak[1]);
+    free(g[0]);
+    free(g[1]);
+}
+
 /* a small Llama (RMSNorm, rotary positions, grouped-query attention through repeat_kv, SwiGLU):
  * 4 query heads sharing 2 key/value heads, the fused or the plain attention, each layer a
  * checkpointed segment or not, rope with Llama 3.1's scaling or not */

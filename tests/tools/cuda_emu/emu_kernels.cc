@@ -508,6 +508,16 @@ void lowp(ct_ctx *c, ct_cuda_cast_type t) {
         RUN(ct_cuda_map_bwd(NULL, &maps[k], from_x ? x.bits.data() : (const void *)y.data(), t, ct_f32(g), dx.data(), n));
         snprintf(w, sizeof w, "%s %s backward (bits differ)", tn, names[k]);
         expect(w, bit_diff(dx, dx32), 0);
+        // 16-bit activation gradients: g read as 16-bit values, dx stored rounded; against the f32
+        // kernel on the widened g, rounded as stored
+        lp_buf gl = to_lp(ct_f32(g), n, t);
+        std::vector<float> dxg(n);
+        std::vector<uint16_t> dxl(n);
+        RUN(ct_cuda_map_bwd(NULL, &maps[k], from_x ? x.wide.data() : yl.wide.data(), CT_CUDA_CAST_F32, gl.wide.data(), dxg.data(), n));
+        RUN(ct_cuda_map_bwd_t(NULL, &maps[k], from_x ? x.bits.data() : (const void *)y.data(), t, gl.bits.data(), true, dxl.data(),
+                              true, n));
+        snprintf(w, sizeof w, "%s %s backward, 16-bit g and dx (mismatches)", tn, names[k]);
+        expect(w, mismatches(dxl, rounded(dxg, t)), 0);
     }
     // add with a repeating operand, mul; one type (a 16-bit result) and mixed (an f32 one)
     for (int mul = 0; mul < 2; mul++) {
@@ -576,10 +586,16 @@ void lowp(ct_ctx *c, ct_cuda_cast_type t) {
         ct_cuda_cast_type xt = v ? t : CT_CUDA_CAST_F32;
         RUN(ct_cuda_cross_entropy_t(NULL, xp, xt, tgt.data(), false, R, D, -100, lse[v].data(), o[v].data()));
         RUN(ct_cuda_cross_entropy_bwd_t(NULL, xp, xt, tgt.data(), false, R, D, -100, lse[v].data(), o[v].data(), &one,
-                                        dl[v].data()));
+                                        dl[v].data(), false));
     }
     snprintf(w, sizeof w, "%s cross_entropy loss, lse, dlogits (bits differ)", tn);
     expect(w, bit_diff(o[0], o[1]) + bit_diff(lse[0], lse[1]) + bit_diff(dl[0], dl[1]), 0);
+    // the fused classifier's 16-bit dlogits: the f32 ones rounded as stored
+    std::vector<uint16_t> dll(R * D);
+    RUN(ct_cuda_cross_entropy_bwd_t(NULL, xl.bits.data(), t, tgt.data(), false, R, D, -100, lse[1].data(), o[1].data(), &one,
+                                    dll.data(), true));
+    snprintf(w, sizeof w, "%s cross_entropy 16-bit dlogits (mismatches)", tn);
+    expect(w, mismatches(dll, rounded(dl[1], t)), 0);
     lowp_more(c, t, xl);
 }
 

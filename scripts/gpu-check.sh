@@ -28,7 +28,8 @@
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
 #   bench    GPT-2 small (124M) training steps, batch 8 x 1024: ctrain (bench/gpu_gpt2) with
 #            its f32 GEMMs in f32 and on bf16 tensor cores, with the tiled attention, under bf16
-#            autocast (tensor-core, tiled and row attention), and one
+#            autocast (tensor-core, tiled and row attention; and tensor-core with f32 activation
+#            gradients, CTRAIN_CUDA_LOWP_GRADS=0, to measure what the bf16 ones save), and one
 #            per-op profile (CTRAIN_DEVICE_PROFILE); PyTorch eager (bench/gpu_gpt2_torch.py, SDPA)
 #            in bf16 autocast and in f32; tokens/s, peak memory, MFU (needs python3 with torch)
 #
@@ -127,6 +128,7 @@ for s in $steps; do
     bench) run_step bench 'for p in highest medium; do CTRAIN_CUDA_MATMUL=$p build/bench/gpu_gpt2 || exit 1; done
                            CTRAIN_CUDA_ATTENTION=tiled CTRAIN_CUDA_MATMUL=medium build/bench/gpu_gpt2 || exit 1
                            for a in tc tiled rows; do CTRAIN_CUDA_ATTENTION=$a build/bench/gpu_gpt2 20 8 1024 12 bf16 || exit 1; done
+                           CTRAIN_CUDA_LOWP_GRADS=0 CTRAIN_CUDA_ATTENTION=tc build/bench/gpu_gpt2 20 8 1024 12 bf16 || exit 1
                            CTRAIN_DEVICE_PROFILE=1 CTRAIN_CUDA_ATTENTION=tc build/bench/gpu_gpt2 2 8 1024 12 bf16 || exit 1
                            python3 bench/gpu_gpt2_torch.py --amp bf16 && python3 bench/gpu_gpt2_torch.py --amp none' ;;
     *) say "gpu-check: unknown step '$s'"; failed+=("$s") ;;

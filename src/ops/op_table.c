@@ -18,7 +18,7 @@ static void bw_no_kernel(ct_ctx *ctx, ct_node *n) {
                               ct_device_str(n->out->device, b, sizeof b)));
 }
 
-#define CT_OP_ROW_DEV_(N, n, ac) [CT_OP_##N] = {NULL, {#n, bw_no_kernel, ac}, 0, 0},
+#define CT_OP_ROW_DEV_(N, n, ac) [CT_OP_##N] = {NULL, {#n, bw_no_kernel, ac}, 0, 0, 0},
 ct_op_dev_entry ct_op_table_dev[CT_OP_COUNT] = {CT_OP_LIST(CT_OP_ROW_DEV_)};
 #undef CT_OP_ROW_DEV_
 

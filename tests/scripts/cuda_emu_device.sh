@@ -54,6 +54,12 @@ for t in test_gpu_ops test_gpu_train; do
         res=$(echo "$out" | sed -n 's/^RESULT //p')
         if [ "$res" = "1 0 0" ]; then echo "ok   $t $name"; else echo "$out"; echo "FAIL $t $name"; rc=1; fi
     done
+    # CTRAIN_CUDA_LOWP_GRADS=0 takes the declarations away: the bf16-gradient test then finds none
+    if [ "$t" = test_gpu_train ]; then
+        out=$(CTRAIN_CUDA_LOWP_GRADS=0 "$tmp/$t" lowp_activation_grads_on_cuda 2>&1)
+        if grep -q "declare no bf16 gradients" <<<"$out"; then echo "ok   $t CTRAIN_CUDA_LOWP_GRADS=0 turns them off"
+        else echo "$out"; echo "FAIL $t CTRAIN_CUDA_LOWP_GRADS=0 left bf16 gradients on"; rc=1; fi
+    fi
     # grouped-query flash attention also through the tiled and tensor-core kernel families
     [ "$t" = test_gpu_ops ] && for fam in tiled tc; do
         name=flash_attention_gqa_on_cuda_matches_cpu

@@ -1,5 +1,5 @@
 /* Private to src/cuda: cuBLASLt and cuDNN, loaded on first use by gemm.c and cudnn.c; the op
- * entries (ops.c, ops_more.c, conv.c). */
+ * entries (ops.c, ops_more.c, ops_llama.c, ops_attention.c, conv.c). */
 #ifndef CT_CUDA_INTERNAL_H
 #define CT_CUDA_INTERNAL_H
 #include <stdbool.h>
@@ -24,4 +24,6 @@ void ct_cuda_register_ops_more_(void);
 bool ct_cuda_lowp_grads_(void);
 /* Llama's rows: rms_norm, rope, repeat_kv (ops_llama.c) */
 void ct_cuda_register_ops_llama_(void);
+/* the fused attentions: flash_attention and flash_attention_qkv (ops_attention.c) */
+void ct_cuda_register_ops_attention_(void);
 #endif

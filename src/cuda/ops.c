@@ -1,9 +1,10 @@
 /* The op table's device column for CUDA: forwards and backwards of the ops that have
  * kernels here (linear, matmul, add, mul, relu, gelu, tanh, sigmoid, dropout, scale, sum, mean,
- * cross-entropy, layer norm, embedding, flash attention, contiguous, silu, split/merge heads, and
+ * cross-entropy, layer norm, embedding, contiguous, silu, split/merge heads, and
  * the backwards of the views reshape, transpose and slice), through ops_more.c, bias_add,
  * softmax, log_softmax, mse_loss, plain attention and cast (those six built and compiled but
- * not yet run on a GPU), and through ops_llama.c rms_norm, rope and repeat_kv. Most read bf16/f16 inputs themselves under autocast (the lowp[]
+ * not yet run on a GPU), through ops_llama.c rms_norm, rope and repeat_kv, and through
+ * ops_attention.c the fused attentions. Most read bf16/f16 inputs themselves under autocast (the lowp[]
  * table at the end; docs/gpu.md "Autocast on a GPU"). Shared helpers: ops_util.h. Each checks shapes like its CPU op,
  * launches on the device's compute stream and records the same node fields; a failed call
  * fails the context (ct_ctx_status) and the op returns a placeholder. The autograd walk is
@@ -55,16 +56,6 @@ static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     ct_node *n = ct_record(ctx, CT_OP_LINEAR, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = rows; n->i[1] = in; n->i[2] = out; }
     return y;
-}
-/* the output's gradient as a low-precision GEMM (dt) reads it: as it came (in dt itself: ct_ac_grad_lowp),
- * or a dt copy of the f32 one (rounded to those values already); the f32 one in an f32 run */
-static const void *gemm_dy(run *r, ct_cuda_dtype dt, const ct_tensor *out, int64_t n, const char *op) {
-    if (grad_lowp(out)) {
-        CT_CHECK(gemm_dt(out->grad) == dt, "%s: a %s gradient of a %s GEMM", op, ct_dtype_name(out->grad->dtype),
-                 ct_dtype_name(out->dtype));
-        return out->grad->data;
-    }
-    return dt != CT_CUDA_F32 ? lowp_copy(r, dt, out->grad->data, n, op) : out->grad->data;
 }
 static void bw_linear(ct_ctx *ctx, ct_node *n) {
     run r;
@@ -302,11 +293,6 @@ static void bw_reshape(ct_ctx *ctx, ct_node *n) {
 /* ---- views and copies: contiguous, transpose and slice (backward), split/merge heads ----
  * Gradients are contiguous in their tensor's shape (as on the CPU), so a view's backward adds
  * its gradient through the view's strides; the kernels move 4-byte elements. */
-static ct_cuda_layout layout(int ndim, const int64_t *shape, const int64_t *stride) {
-    ct_cuda_layout l = {.ndim = ndim};
-    for (int d = 0; d < ndim; d++) { l.shape[d] = shape[d]; l.stride[d] = stride[d]; }
-    return l;
-}
 /* contiguous strides of a shape */
 static void dense(int ndim, const int64_t *shape, int64_t *st) {
     int64_t s = 1;
@@ -519,93 +505,6 @@ static void bw_embedding(ct_ctx *ctx, ct_node *n) {
         ok(&r, ct_cuda_embedding_bwd(r.s, n->out->grad->data, idx->data, idx->dtype == CT_I64, n->i[0], n->i[2], n->i[1], gw));
 }
 
-/* ---- flash attention: q [B, H, T, D], k and v [B, KV, T, D] (KV dividing H: grouped-query,
- * query head j reading key/value head j / (H/KV)), D <= 128 ----
- * f32, or bf16 under autocast (the bf16 kernels: bf16 in and out, f32 arithmetic; autocast
- * keeps the bf16 output as it is). Backward in bf16 reads a bf16 copy of the output's
- * gradient (already rounded) and adds the kernel's bf16 dq, dk, dv to the f32 gradients.
- * With KV < H the kernels read query head j's k, v at head j / (H/KV) and write each query
- * head's dK, dV into scratch [B, H, T, D]; each key/value head's gradient is then the sum of
- * its group's in head order (ct_cuda_repeat_kv_bwd), as the CPU op adds them. */
-
-static int64_t attn_group(const ct_tensor *q, const ct_tensor *k) { return q->shape[1] / k->shape[1]; }
-
-static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
-    ct_tensor *q = a->in[0], *k = a->in[1], *v = a->in[2];
-    check_float("flash_attention", q);
-    for (int i = 0; i < 3; i++) {
-        CT_CHECK(a->in[i]->dtype == q->dtype, "flash_attention on cuda:%d: %s and %s inputs", q->device.index,
-                 ct_dtype_name(q->dtype), ct_dtype_name(a->in[i]->dtype));
-        CT_CHECK_CONTIG("flash_attention", a->in[i]);
-    }
-    run r;
-    bool go = begin(ctx, q->device, "flash_attention", &r);
-    ct_tensor *y = ct_new_on(ctx, q->device, q->dtype, q->ndim, q->shape, "flash_attention");
-    bool fits = q->ndim == 4 && k->ndim == 4 && ct_same_shape(k, v) && k->shape[0] == q->shape[0] && k->shape[1] > 0 &&
-                q->shape[1] % k->shape[1] == 0 && k->shape[2] == q->shape[2] && k->shape[3] == q->shape[3];
-    if (!fits) {
-        char s1[96], s2[96];
-        ct_ctx_fail(ctx, ct_error(CT_ERR_UNSUPPORTED,
-                                  "flash_attention on cuda:%d: q %s, k %s: the kernel takes q [B, H, T, D] and k, v [B, KV, T, D], KV dividing H",
-                                  q->device.index, ct_shape_str(q, s1, sizeof s1), ct_shape_str(k, s2, sizeof s2)));
-        return y;
-    }
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], G = attn_group(q, k);
-    int D = (int)q->shape[3];
-    float *lse = scratch(&r, BH * T, "flash_attention");
-    if (go && y->data && lse)
-        ok(&r, ct_cuda_attention_gqa(r.s, gemm_dt(q), q->data, k->data, v->data, y->data, lse, BH, T, D, a->i[0] != 0, G));
-    ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION, y, 3, (ct_tensor *[]){q, k, v});
-    if (nd) { nd->saved = lse; nd->i[0] = a->i[0]; }
-    return y;
-}
-/* The kernel's gradient d of all H query heads (N values of dt) added to x's gradient: as f32
- * (a 16-bit d, G = 1), or summed over each group of G heads in head order (G > 1) */
-static void attn_grad_end(run *r, ct_tensor *x, ct_cuda_dtype dt, const void *d, int64_t G, int64_t N) {
-    if (!(x->flags & CT_TF_REQUIRES_GRAD)) return;
-    if (G == 1) {
-        bool direct;
-        float *w = acc_begin(r, x, &direct);
-        if (w && ok(r, ct_cuda_cast(r->s, d, ty(x), w, CT_CUDA_CAST_F32, N))) acc_end(r, x, w, direct);
-        return;
-    }
-    const float *w = d;
-    if (dt != CT_CUDA_F32) {
-        float *c = scratch(r, N, "flash_attention backward");
-        if (!c || !ok(r, ct_cuda_cast(r->s, d, ty(x), c, CT_CUDA_CAST_F32, N))) return;
-        w = c;
-    }
-    bool fresh;
-    float *gx = ct_grad_acc_fresh(r->ctx, x, &fresh);
-    int64_t TD = x->shape[2] * x->shape[3];
-    if (gx && N > 0) ok(r, ct_cuda_repeat_kv_bwd(r->s, w, gx, x->shape[0] * x->shape[1], TD, G, !fresh));
-}
-static void bw_flash_attention(ct_ctx *ctx, ct_node *n) {
-    run r;
-    if (!begin(ctx, n->out->device, "flash_attention backward", &r)) return;
-    ct_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], N = ct_numel(q), G = attn_group(q, k);
-    ct_cuda_dtype dt = gemm_dt(q);
-    bool lp = dt != CT_CUDA_F32, direct[3] = {false, false, false};
-    void *d[3];
-    for (int i = 0; i < 3; i++) {
-        /* f32 with one head per group: straight into the gradients; else the kernel's own buffers */
-        d[i] = lp || (i > 0 && G > 1) ? NULL : acc_begin(&r, n->in[i], &direct[i]);
-        if (!d[i]) d[i] = lp ? ct_ctx_dev_alloc(ctx, r.dev, (size_t)(N > 0 ? N : 1) * 2, "flash_attention backward")
-                             : scratch(&r, N, "flash_attention backward");
-    }
-    float *dr = scratch(&r, BH * T, "flash_attention backward");
-    const void *dO = lp ? gemm_dy(&r, dt, n->out, N, "flash_attention backward") : n->out->grad->data;
-    if (!d[0] || !d[1] || !d[2] || !dr || !dO) return;
-    if (!ok(&r, ct_cuda_attention_gqa_bwd(r.s, dt, q->data, k->data, v->data, n->out->data, dO, n->saved, dr, d[0], d[1], d[2], BH,
-                                          T, (int)q->shape[3], n->i[0] != 0, G)))
-        return;
-    for (int i = 0; i < 3; i++) {
-        if (!lp && (i == 0 || G == 1)) { if (n->in[i]->grad) acc_end(&r, n->in[i], d[i], direct[i]); continue; }
-        attn_grad_end(&r, n->in[i], dt, d[i], i == 0 ? 1 : G, N);
-    }
-}
-
 bool ct_cuda_lowp_grads_(void) { return ct_config_bool(CT_CFG_CUDA_LOWP_GRADS); }
 
 void ct_cuda_register_ops_(void) {
@@ -632,7 +531,6 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_CROSS_ENTROPY, fwd_cross_entropy, bw_cross_entropy},
         {CT_OP_LAYER_NORM, fwd_layer_norm, bw_layer_norm},
         {CT_OP_EMBEDDING, fwd_embedding, bw_embedding},
-        {CT_OP_FLASH_ATTENTION, fwd_flash_attention, bw_flash_attention},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) ct_op_register_device(CT_DEV_CUDA, rows[i].op, rows[i].fwd, rows[i].bwd);
     /* which inputs these kernels read in bf16 and f16 as they are (autocast copies the rest);
@@ -640,7 +538,7 @@ void ct_cuda_register_ops_(void) {
      * GEMMs and the attention take operands of one dtype, so they are not MIXED. */
     enum { LP = (1u << CT_BF16) | (1u << CT_F16), MIXED = LP | (1u << CT_F32) };
     static const struct { int op; unsigned in, dt; } lowp[] = {
-        {CT_OP_LINEAR, 7u, LP},         {CT_OP_MATMUL, 3u, LP},       {CT_OP_FLASH_ATTENTION, 7u, LP},
+        {CT_OP_LINEAR, 7u, LP},         {CT_OP_MATMUL, 3u, LP},
         {CT_OP_ADD, 3u, MIXED},         {CT_OP_MUL, 3u, MIXED},       {CT_OP_LAYER_NORM, 1u, MIXED},
         {CT_OP_CROSS_ENTROPY, 1u, MIXED}, {CT_OP_RELU, 1u, LP},       {CT_OP_GELU, 1u, LP},
         {CT_OP_TANH, 1u, LP},           {CT_OP_SIGMOID, 1u, LP},      {CT_OP_SCALE, 1u, LP},
@@ -650,14 +548,14 @@ void ct_cuda_register_ops_(void) {
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) ct_op_device_reads_lowp(lowp[i].op, lowp[i].in, lowp[i].dt);
     /* whose backward reads a bf16/f16 output's gradient in that type (the ops that write it
      * fresh then write it so: ct_ac_grad_lowp): the GEMMs, the elementwise maps, the views and
-     * copies that reshape or permute, the fused attention */
+     * copies that reshape or permute (the fused attentions: ops_attention.c) */
     static const int grad_lowp_ops[] = {CT_OP_LINEAR,  CT_OP_MATMUL,      CT_OP_RELU,        CT_OP_GELU,
                                         CT_OP_TANH,    CT_OP_SIGMOID,     CT_OP_SCALE,       CT_OP_SILU,
-                                        CT_OP_RESHAPE, CT_OP_CONTIGUOUS,  CT_OP_SPLIT_HEADS, CT_OP_MERGE_HEADS,
-                                        CT_OP_FLASH_ATTENTION};
+                                        CT_OP_RESHAPE, CT_OP_CONTIGUOUS,  CT_OP_SPLIT_HEADS, CT_OP_MERGE_HEADS};
     if (ct_cuda_lowp_grads_())
         for (size_t i = 0; i < sizeof grad_lowp_ops / sizeof grad_lowp_ops[0]; i++) ct_op_device_grad_lowp(grad_lowp_ops[i], LP);
     ct_cuda_register_conv_ops_();
     ct_cuda_register_ops_more_();
     ct_cuda_register_ops_llama_();
+    ct_cuda_register_ops_attention_();
 }

@@ -1,4 +1,4 @@
-/* Private to src/cuda's op entries (ops.c, ops_more.c): the state of one op's run on a
+/* Private to src/cuda's op entries (ops.c, ops_more.c, ops_attention.c, ...): the state of one op's run on a
  * device, output and scratch buffers, the row-major GEMM and gradient accumulation. Static
  * inline so that each entry file stays one translation unit of its own. */
 #ifndef CT_CUDA_OPS_UTIL_H
@@ -169,6 +169,23 @@ static inline void acc_colsum_t(run *r, ct_cuda_dtype dt, ct_tensor *t, const vo
     grad_out o = grad_for_gemm(r, t);
     const void *ones = o.p && cols > 0 ? ones_of(r, dt, rows, "backward") : NULL;
     if (ones) gemm_grad(r, dt, &o, false, false, 1, cols, rows, 1, ones, g);
+}
+
+/* the output's gradient as a low-precision GEMM (dt) reads it: as it came (in dt itself: ct_ac_grad_lowp),
+ * or a dt copy of the f32 one (rounded to those values already); the f32 one in an f32 run */
+static inline const void *gemm_dy(run *r, ct_cuda_dtype dt, const ct_tensor *out, int64_t n, const char *op) {
+    if (grad_lowp(out)) {
+        CT_CHECK(gemm_dt(out->grad) == dt, "%s: a %s gradient of a %s GEMM", op, ct_dtype_name(out->grad->dtype),
+                 ct_dtype_name(out->dtype));
+        return out->grad->data;
+    }
+    return dt != CT_CUDA_F32 ? lowp_copy(r, dt, out->grad->data, n, op) : out->grad->data;
+}
+/* a view for the strided copies: shape and strides (elements) of ndim <= 5 dims */
+static inline ct_cuda_layout layout(int ndim, const int64_t *shape, const int64_t *stride) {
+    ct_cuda_layout l = {.ndim = ndim};
+    for (int d = 0; d < ndim; d++) { l.shape[d] = shape[d]; l.stride[d] = stride[d]; }
+    return l;
 }
 
 #endif

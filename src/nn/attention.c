@@ -28,10 +28,10 @@ static ct_tensor *csa_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
     /* the projections run through their modules, so that quantizing them (ct_quantize_dynamic) takes effect */
     ct_tensor *qkv = ct_module_forward(ctx, m->children[0], x);            /* c_attn: [B, T, 3C] */
     ct_tensor *y;
-    /* fused on the CPU: one op reads the heads out of qkv and writes y in [B, T, C] (the same
-     * bits as the chain below, without its layout copies, f32 or under autocast); devices
-     * have no kernel for it */
-    if (qkv->device.type == CT_DEV_CPU) {
+    /* fused: one op reads the heads out of qkv and writes y in [B, T, C] (the same bits as the
+     * chain below, without its views and their gradients, f32 or under autocast); on a device
+     * only the flash one has a kernel (src/cuda/ops_attention.c) */
+    if (qkv->device.type == CT_DEV_CPU || m->hp[2]) {
         y = m->hp[2] ? ct_flash_attention_qkv(ctx, qkv, H, true) : ct_attention_qkv(ctx, qkv, H, true);
     } else {
         y = heads_attention(ctx, qkv, x->shape[0], x->shape[1], C, H, m->hp[2] != 0);

@@ -6,13 +6,15 @@
  * and sum and mean also on bf16 inputs under autocast (the kernels reading bf16), within 1e-2.
  * Llama's ops (rms_norm, silu, rope, repeat_kv) within 1e-6 (repeat_kv bit for bit), and on
  * bf16 inputs under autocast within 1e-2. The fused flash attention with grouped-query k, v
- * (H = 4, KV = 2 and 1), f32 within 1e-5 and bf16 under autocast within 1e-2.
+ * (H = 4, KV = 2 and 1), f32 within 1e-5 and bf16 under autocast within 1e-2; the fused one on
+ * a packed qkv likewise, and bit for bit against the same attention spelled out on the device.
  * Built only with CUDA; without a GPU every test skips with "no CUDA GPU" (scripts/gpu-check.sh
  * runs them). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ct_test.h"
 #include "ctrain/ops.h"
@@ -83,6 +85,25 @@ static ct_tensor *op_flash(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
     ct_autocast_end(c);
     return ct_cast(c, y, CT_F32);
 }
+/* the fused attention on a packed qkv [B, T, 3C] (arg[0] heads), f32 or (arg[1]) under bf16
+ * autocast; arg[2]: spelled out instead, as the GPT's attention did on a device before the
+ * op had a kernel there (reshape, transposes, one copy into head layout, slices, flash, merge) */
+static ct_tensor *op_flash_qkv(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
+    ct_tensor *qkv = in[0], *y;
+    int64_t H = arg[0], B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
+    if (arg[1]) ct_autocast_begin(c, CT_BF16);
+    if (!arg[2]) {
+        y = ct_flash_attention_qkv(c, qkv, (int)H, true);
+    } else {
+        ct_tensor *t5 = ct_reshape(c, qkv, 5, (int64_t[]){B, T, 3, H, D});
+        ct_tensor *hd = ct_contiguous(c, ct_transpose(c, ct_transpose(c, ct_transpose(c, t5, 1, 2), 2, 3), 0, 1));
+        ct_tensor *qkvh[3];
+        for (int i = 0; i < 3; i++) qkvh[i] = ct_reshape(c, ct_slice(c, hd, 0, i, 1), 4, (int64_t[]){B, H, T, D});
+        y = ct_merge_heads(c, ct_flash_attention(c, qkvh[0], qkvh[1], qkvh[2], true));
+    }
+    if (arg[1]) { ct_autocast_end(c); y = ct_cast(c, y, CT_F32); }
+    return y;
+}
 /* there and back: f32 -> dt -> f32 (the gradient rounded to dt on the way back) */
 static ct_tensor *op_cast(ct_ctx *c, ct_tensor **in, const int64_t *arg) {
     return ct_cast(c, ct_cast(c, in[0], (ct_dtype)arg[0]), CT_F32);
@@ -134,6 +155,35 @@ CT_TEST(flash_attention_gqa_on_cuda_matches_cpu) {
             snprintf(name, sizeof name, "flash_attention bf16 (H 4, KV %d, causal %d)", kv, causal);
             check_op(name, op_flash, (int64_t[]){causal, 1}, 3, (int[]){4, 4, 4}, sh, 1e-2);
         }
+}
+/* the packed-qkv fused attention: against the CPU op (f32 within 1e-5, bf16 autocast within
+ * 1e-2), and bit for bit against the same attention spelled out on the device (the same
+ * kernels on the same values: output and the gradient of qkv) */
+CT_TEST(flash_attention_qkv_on_cuda_matches_cpu_and_chain) {
+    NEED_GPU();
+    const int64_t sh[1][4] = {{2, 70, 3 * 4 * 32}};
+    for (int bf = 0; bf < 2; bf++) {
+        char name[96];
+        snprintf(name, sizeof name, "flash_attention_qkv%s", bf ? " bf16" : "");
+        check_op(name, op_flash_qkv, (int64_t[]){4, bf, 0}, 1, (int[]){3}, sh, bf ? 1e-2 : 1e-5);
+        ct_ctx *c;
+        OK(ct_ctx_create(NULL, &c));
+        ct_tensor *x = rnd(c, 3, sh[0], 2.0f), *xd[2], *y[2];
+        ct_tensor *w = rnd(c, 3, (int64_t[]){2, 70, 4 * 32}, 1.0f), *wd;
+        OK(ct_tensor_to(c, w, CT_CUDA(0), &wd));
+        for (int k = 0; k < 2; k++) {
+            OK(ct_tensor_to(c, x, CT_CUDA(0), &xd[k]));
+            ct_requires_grad(xd[k]);
+            y[k] = op_flash_qkv(c, &xd[k], (int64_t[]){4, bf, k});
+            ct_backward(c, ct_sum(c, ct_mul(c, y[k], wd)));
+        }
+        CT_ASSERT(ct_ctx_status(c) == CT_OK || (fprintf(stderr, "%s: %s\n", name, ct_last_error()), 0));
+        ct_tensor *a = host(c, y[0]), *b = host(c, y[1]), *ga = host(c, xd[0]->grad), *gb = host(c, xd[1]->grad);
+        CT_EXPECTF(memcmp(a->data, b->data, (size_t)ct_numel(a) * 4) == 0, "%s: output differs from the spelled-out attention", name);
+        CT_EXPECTF(memcmp(ga->data, gb->data, (size_t)ct_numel(ga) * 4) == 0, "%s: gradient of qkv differs from the spelled-out one",
+                   name);
+        ct_ctx_free(c);
+    }
 }
 CT_TEST(cast_on_cuda_matches_cpu_bit_for_bit) {
     NEED_GPU();

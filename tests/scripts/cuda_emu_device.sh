@@ -32,7 +32,7 @@ sanf=()
 [[ " ${emu_cxx[*]} " == *" -fsanitize="* ]] && sanf=(-fsanitize=address,undefined -fno-omit-frame-pointer)
 cflags=(-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -fopenmp -DCT_HAVE_CUDA=1 -Itests/tools/cuda_emu/crt -Iinclude -Isrc
         -Itests "${sanf[@]}")
-for f in alloc device ops ops_more ops_llama; do
+for f in alloc device ops ops_more ops_llama ops_attention; do
     gcc "${cflags[@]}" -c "src/cuda/$f.c" -o "$tmp/c_$f.o" || { echo "cannot compile src/cuda/$f.c for the emulated device"; exit 1; }
     objs+=("$tmp/c_$f.o")
 done

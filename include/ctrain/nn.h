@@ -116,6 +116,9 @@ ct_module *ct_nn_embedding(ct_params *P, const char *name, int64_t num, int64_t 
 ct_module *ct_nn_embedding_ex(ct_params *P, const char *name, int64_t num, int64_t dim, ct_init init, double arg);
 /* nn.LayerNorm(dim, eps) over the last dim; eps <= 0 means 1e-5; bias=false omits ".bias" */
 ct_module *ct_nn_layer_norm(ct_params *P, const char *name, int64_t dim, float eps, bool bias);
+/* The LayerNorm feeds only ops that autocast runs in low precision (the linears after a
+ * transformer's norms): its forward is then ct_layer_norm_lowp (ops.h), the same bits. */
+void ct_nn_layer_norm_set_lowp_out(ct_module *m, bool on);
 ct_module *ct_nn_dropout(float p);
 ct_module *ct_nn_relu(void);
 ct_module *ct_nn_gelu(bool tanh_approx);           /* nn.GELU(approximate='none'|'tanh') */

@@ -70,9 +70,17 @@ ct_tensor *ct_cross_entropy(ct_ctx *ctx, ct_tensor *logits, ct_tensor *target, i
 ct_tensor *ct_mse_loss(ct_ctx *ctx, ct_tensor *a, ct_tensor *b); /* mean */
 /* x [..., D], w[D], b[D] (either may be NULL) — nn.LayerNorm over the last dim. */
 ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps);
+/* The same for an input of an op that autocast runs in low precision (a linear): under
+ * autocast on a device, an f32 x gives y in autocast's bf16/f16, rounded to nearest even as
+ * stored: the bits of the cast autocast would make of ct_layer_norm's f32 y, without that f32
+ * tensor (its memory and passes), and y's gradient comes back in that dtype. Elsewhere (the
+ * CPU, no autocast) it is ct_layer_norm. */
+ct_tensor *ct_layer_norm_lowp(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps);
 /* x [..., D], w [D] or NULL: x * rsqrt(mean(x^2) + eps) * w over the last dim, in f32
  * (Hugging Face's LlamaRMSNorm). */
 ct_tensor *ct_rms_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, float eps);
+/* The same for an input of low-precision ops, as ct_layer_norm_lowp (a Llama's norms) */
+ct_tensor *ct_rms_norm_lowp(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, float eps);
 
 /* ---- embeddings, convolution, pooling ---- */
 /* w [V, D], idx [...] of i32/i64 → [..., D]. Out-of-range index aborts with its value. */

@@ -181,12 +181,15 @@ ct_status ct_cuda_map_bwd_t(cudaStream_t s, const ct_cuda_map *m, const void *v,
 ct_status ct_cuda_binary(cudaStream_t s, bool mul, const void *a, ct_cuda_cast_type ta, const void *b, ct_cuda_cast_type tb,
                          void *y, int64_t n, int64_t m);
 /* layer norm and cross-entropy with x / logits of type xt (f32, bf16 or f16) read as they are;
- * the rest as ct_cuda_layer_norm(_bwd) and ct_cuda_cross_entropy(_bwd), but dlogits of the
- * logits' type when dlogits_as_x (rounded to nearest even), else f32 */
-ct_status ct_cuda_layer_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, const float *b, float *y,
-                               float *mean, float *rstd, int64_t R, int64_t D, float eps);
-ct_status ct_cuda_layer_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
-                                   const float *mean, const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D);
+ * the rest as ct_cuda_layer_norm(_bwd) and ct_cuda_cross_entropy(_bwd), but: layer norm's y of
+ * type yt and its gradient g of type gt (16-bit y rounded to nearest even as stored: the bits of
+ * the f32 y cast), dx added to (accumulate) or written; dlogits of the logits' type when
+ * dlogits_as_x (rounded likewise), else f32 */
+ct_status ct_cuda_layer_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, const float *b, void *y,
+                               ct_cuda_cast_type yt, float *mean, float *rstd, int64_t R, int64_t D, float eps);
+ct_status ct_cuda_layer_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const void *g, ct_cuda_cast_type gt,
+                                   const float *w, const float *mean, const float *rstd, float *dx, bool accumulate, float *dw,
+                                   float *db, int64_t R, int64_t D);
 ct_status ct_cuda_cross_entropy_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target, bool target_i64,
                                   int64_t N, int64_t C, int64_t ignore, float *lse, float *out);
 ct_status ct_cuda_cross_entropy_bwd_t(cudaStream_t s, const void *logits, ct_cuda_cast_type xt, const void *target,
@@ -207,12 +210,13 @@ ct_status ct_cuda_mse_bwd_t(cudaStream_t s, const void *a, ct_cuda_cast_type at,
                             const float *dloss, float *da, float *db);
 
 /* ---- Llama's ops (llama.cu) ----
- * RMSNorm over rows of D: y (f32) = x rstd w (w may be NULL), x of type xt read as it is; rstd
- * [R] saved. Backward: dx written (may be NULL), dw accumulated (may be NULL). */
-ct_status ct_cuda_rms_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, float *y, float *rstd, int64_t R,
-                             int64_t D, float eps);
-ct_status ct_cuda_rms_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
-                                 const float *rstd, float *dx, float *dw, int64_t R, int64_t D);
+ * RMSNorm over rows of D: y = x rstd w (w may be NULL), x of type xt read as it is, y of type yt
+ * (a 16-bit y rounded to nearest even as stored); rstd [R] saved. Backward: the gradient g of
+ * type gt; dx (may be NULL) f32, written or added to (accumulate); dw accumulated (may be NULL). */
+ct_status ct_cuda_rms_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, void *y, ct_cuda_cast_type yt,
+                             float *rstd, int64_t R, int64_t D, float eps);
+ct_status ct_cuda_rms_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const void *g, ct_cuda_cast_type gt,
+                                 const float *w, const float *rstd, float *dx, bool accumulate, float *dw, int64_t R, int64_t D);
 /* rotary embedding (Hugging Face's rotate_half) of rows [R][T][D], D even: cs [2 T D/2] the
  * cosines then the sines of pos[t] theta^(-2j/D) (pos i32/i64 [T] on the device, or NULL for
  * 0..T-1); x and y of type t (y may not be x); backward dx (f32) written, or added to */

@@ -13,8 +13,8 @@
 namespace {
 enum { WARPS = 8, CHUNKS = 64, THREADS = 256 };
 
-template <typename TX>
-__global__ void rms_fwd_k(const TX *x, const float *w, float *y, float *rstd, int64_t R, int64_t D, float eps) {
+template <typename TX, typename TY>
+__global__ void rms_fwd_k(const TX *x, const float *w, TY *y, float *rstd, int64_t R, int64_t D, float eps) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -22,33 +22,36 @@ __global__ void rms_fwd_k(const TX *x, const float *w, float *y, float *rstd, in
     float s = 0;
     for (int64_t j = lane; j < D; j += 32) s += ct_ld(xr[j]) * ct_ld(xr[j]);
     float rs = 1.0f / sqrtf(ct_warp_sum(s) / (float)D + eps);
-    for (int64_t j = lane; j < D; j += 32) y[r * D + j] = (ct_ld(xr[j]) * rs) * (w ? w[j] : 1.0f);
+    for (int64_t j = lane; j < D; j += 32) y[r * D + j] = ct_st<TY>((ct_ld(xr[j]) * rs) * (w ? w[j] : 1.0f));
     if (lane == 0) rstd[r] = rs;
 }
 
-/* dx = rstd (gw - xhat mean(gw xhat)), gw = g w, xhat = x rstd */
-template <typename TX>
-__global__ void rms_dx_k(const TX *x, const float *g, const float *w, const float *rstd, float *dx, int64_t R, int64_t D) {
+/* dx = rstd (gw - xhat mean(gw xhat)), gw = g w, xhat = x rstd; acc: added to dx */
+template <typename TX, typename TG>
+__global__ void rms_dx_k(const TX *x, const TG *g, const float *w, const float *rstd, float *dx, int64_t R, int64_t D, bool acc) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= R) return;
     const TX *xr = x + r * D;
-    const float *gr = g + r * D;
+    const TG *gr = g + r * D;
     float rs = rstd[r], s = 0;
-    for (int64_t j = lane; j < D; j += 32) s += (w ? gr[j] * w[j] : gr[j]) * (ct_ld(xr[j]) * rs);
+    for (int64_t j = lane; j < D; j += 32) s += (w ? ct_ld(gr[j]) * w[j] : ct_ld(gr[j])) * (ct_ld(xr[j]) * rs);
     s = ct_warp_sum(s) / (float)D;
-    for (int64_t j = lane; j < D; j += 32) dx[r * D + j] = rs * ((w ? gr[j] * w[j] : gr[j]) - (ct_ld(xr[j]) * rs) * s);
+    for (int64_t j = lane; j < D; j += 32) {
+        float v = rs * ((w ? ct_ld(gr[j]) * w[j] : ct_ld(gr[j])) - (ct_ld(xr[j]) * rs) * s);
+        dx[r * D + j] = acc ? dx[r * D + j] + v : v;
+    }
 }
 
 /* part [CHUNKS][D]: per chunk of rows, the sums of g * xhat per column */
-template <typename TX>
-__global__ void rms_dw_part_k(const TX *x, const float *g, const float *rstd, float *part, int64_t R, int64_t D) {
+template <typename TX, typename TG>
+__global__ void rms_dw_part_k(const TX *x, const TG *g, const float *rstd, float *part, int64_t R, int64_t D) {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int k = blockIdx.y;
     if (j >= D) return;
     int64_t per = (R + CHUNKS - 1) / CHUNKS, r0 = k * per, r1 = r0 + per < R ? r0 + per : R;
     float sw = 0;
-    for (int64_t r = r0; r < r1; r++) sw += g[r * D + j] * (ct_ld(x[r * D + j]) * rstd[r]);
+    for (int64_t r = r0; r < r1; r++) sw += ct_ld(g[r * D + j]) * (ct_ld(x[r * D + j]) * rstd[r]);
     part[k * D + j] = sw;
 }
 __global__ void rms_dw_sum_k(const float *part, float *dw, int64_t D) {
@@ -59,16 +62,16 @@ __global__ void rms_dw_sum_k(const float *part, float *dw, int64_t D) {
     dw[j] += sw;
 }
 
-template <typename TX>
-ct_status rms_fwd(cudaStream_t s, const TX *x, const float *w, float *y, float *rstd, int64_t R, int64_t D, float eps) {
-    rms_fwd_k<TX><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, w, y, rstd, R, D, eps);
+template <typename TX, typename TY>
+ct_status rms_fwd(cudaStream_t s, const TX *x, const float *w, TY *y, float *rstd, int64_t R, int64_t D, float eps) {
+    rms_fwd_k<TX, TY><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, w, y, rstd, R, D, eps);
     CT_LAUNCHED("rms_norm");
     return CT_OK;
 }
-template <typename TX>
-ct_status rms_bwd(cudaStream_t s, const TX *x, const float *g, const float *w, const float *rstd, float *dx, float *dw, int64_t R,
-                  int64_t D) {
-    if (dx) rms_dx_k<TX><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, g, w, rstd, dx, R, D);
+template <typename TX, typename TG>
+ct_status rms_bwd(cudaStream_t s, const TX *x, const TG *g, const float *w, const float *rstd, float *dx, bool acc, float *dw,
+                  int64_t R, int64_t D) {
+    if (dx) rms_dx_k<TX, TG><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, g, w, rstd, dx, R, D, acc);
     CT_LAUNCHED("rms_norm backward");
     if (!dw) return CT_OK;
     int dev = 0;
@@ -77,7 +80,7 @@ ct_status rms_bwd(cudaStream_t s, const TX *x, const float *g, const float *w, c
     ct_status st = ct_cuda_alloc(dev, (size_t)(CHUNKS * D) * sizeof(float), (void **)&part);
     if (st != CT_OK) return st;
     unsigned cols = (unsigned)((D + 255) / 256);
-    rms_dw_part_k<TX><<<dim3(cols, CHUNKS), 256, 0, s>>>(x, g, rstd, part, R, D);
+    rms_dw_part_k<TX, TG><<<dim3(cols, CHUNKS), 256, 0, s>>>(x, g, rstd, part, R, D);
     rms_dw_sum_k<<<cols, 256, 0, s>>>(part, dw, D);
     st = CT_GPU_CHECK(cuda, "rms_norm backward", cudaGetLastError());
     ct_cuda_free(part); /* reused only by later work on the same stream */
@@ -153,16 +156,17 @@ __global__ void repeat_sum_k(const float *g, float *dx, int64_t BH, int64_t TD, 
 #define LAUNCH(op, kernel, n, ...) CT_LAUNCH_N(op, kernel, n, THREADS, __VA_ARGS__)
 
 extern "C" {
-ct_status ct_cuda_rms_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, float *y, float *rstd, int64_t R,
-                             int64_t D, float eps) {
+ct_status ct_cuda_rms_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, void *y, ct_cuda_cast_type yt,
+                             float *rstd, int64_t R, int64_t D, float eps) {
     if (R <= 0 || D <= 0) return CT_OK;
-    CT_WITH_TYPE(xt, T, return rms_fwd<T>(s, (const T *)x, w, y, rstd, R, D, eps));
+    CT_WITH_TYPE(xt, TX, CT_WITH_TYPE(yt, TY, return rms_fwd<TX, TY>(s, (const TX *)x, w, (TY *)y, rstd, R, D, eps)));
     return CT_OK;
 }
-ct_status ct_cuda_rms_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
-                                 const float *rstd, float *dx, float *dw, int64_t R, int64_t D) {
+ct_status ct_cuda_rms_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const void *g, ct_cuda_cast_type gt,
+                                 const float *w, const float *rstd, float *dx, bool accumulate, float *dw, int64_t R, int64_t D) {
     if (R <= 0 || D <= 0) return CT_OK;
-    CT_WITH_TYPE(xt, T, return rms_bwd<T>(s, (const T *)x, g, w, rstd, dx, dw, R, D));
+    CT_WITH_TYPE(xt, TX,
+                 CT_WITH_TYPE(gt, TG, return rms_bwd<TX, TG>(s, (const TX *)x, (const TG *)g, w, rstd, dx, accumulate, dw, R, D)));
     return CT_OK;
 }
 ct_status ct_cuda_rope_table(cudaStream_t s, const void *pos, bool pos_i64, int64_t T, int64_t D, float theta, float *cs) {

@@ -7,8 +7,8 @@
 namespace {
 enum { WARPS = 8, CHUNKS = 64 };
 
-template <typename TX>
-__global__ void ln_fwd_k(const TX *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t R,
+template <typename TX, typename TY>
+__global__ void ln_fwd_k(const TX *x, const float *w, const float *b, TY *y, float *mean, float *rstd, int64_t R,
                          int64_t D, float eps) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -20,35 +20,38 @@ __global__ void ln_fwd_k(const TX *x, const float *w, const float *b, float *y, 
     for (int64_t j = lane; j < D; j += 32) v += (ct_ld(xr[j]) - mu) * (ct_ld(xr[j]) - mu);
     float rs = ct_k_ln_rstd(ct_warp_sum(v), D, eps);
     for (int64_t j = lane; j < D; j += 32)
-        y[r * D + j] = ct_k_ln_out(ct_ld(xr[j]), mu, rs, w ? w[j] : 1.0f, b ? b[j] : 0.0f);
+        y[r * D + j] = ct_st<TY>(ct_k_ln_out(ct_ld(xr[j]), mu, rs, w ? w[j] : 1.0f, b ? b[j] : 0.0f));
     if (lane == 0) {
         mean[r] = mu;
         rstd[r] = rs;
     }
 }
 
-template <typename TX>
-__global__ void ln_dx_k(const TX *x, const float *g, const float *w, const float *mean, const float *rstd, float *dx,
-                        int64_t R, int64_t D) {
+template <typename TX, typename TG>
+__global__ void ln_dx_k(const TX *x, const TG *g, const float *w, const float *mean, const float *rstd, float *dx,
+                        int64_t R, int64_t D, bool acc) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= R) return;
     const TX *xr = x + r * D;
-    const float *gr = g + r * D;
+    const TG *gr = g + r * D;
     float mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
     for (int64_t j = lane; j < D; j += 32) {
-        float gw = w ? gr[j] * w[j] : gr[j];
+        float gw = w ? ct_ld(gr[j]) * w[j] : ct_ld(gr[j]);
         s1 += gw;
         s2 += gw * ((ct_ld(xr[j]) - mu) * rs);
     }
     s1 = ct_warp_sum(s1) / (float)D;
     s2 = ct_warp_sum(s2) / (float)D;
-    for (int64_t j = lane; j < D; j += 32) dx[r * D + j] = ct_k_ln_dx(w ? gr[j] * w[j] : gr[j], ct_ld(xr[j]), mu, rs, s1, s2);
+    for (int64_t j = lane; j < D; j += 32) {
+        float v = ct_k_ln_dx(w ? ct_ld(gr[j]) * w[j] : ct_ld(gr[j]), ct_ld(xr[j]), mu, rs, s1, s2);
+        dx[r * D + j] = acc ? dx[r * D + j] + v : v; /* the sum an add of the written dx would give */
+    }
 }
 
 /* part [CHUNKS][2][D]: per chunk of rows, sums of g * xhat and g per column */
-template <typename TX>
-__global__ void ln_dwb_part_k(const TX *x, const float *g, const float *mean, const float *rstd, float *part, int64_t R,
+template <typename TX, typename TG>
+__global__ void ln_dwb_part_k(const TX *x, const TG *g, const float *mean, const float *rstd, float *part, int64_t R,
                               int64_t D) {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int k = blockIdx.y;
@@ -56,7 +59,7 @@ __global__ void ln_dwb_part_k(const TX *x, const float *g, const float *mean, co
     int64_t per = (R + CHUNKS - 1) / CHUNKS, r0 = k * per, r1 = r0 + per < R ? r0 + per : R;
     float sw = 0, sb = 0;
     for (int64_t r = r0; r < r1; r++) {
-        float gv = g[r * D + j];
+        float gv = ct_ld(g[r * D + j]);
         sw += gv * ((ct_ld(x[r * D + j]) - mean[r]) * rstd[r]);
         sb += gv;
     }
@@ -74,18 +77,19 @@ __global__ void ln_dwb_sum_k(const float *part, float *dw, float *db, int64_t D)
     if (dw) dw[j] += sw;
     if (db) db[j] += sb;
 }
-/* x of type TX (f32, bf16 or f16), everything else f32 */
-template <typename TX>
-ct_status ln_fwd(cudaStream_t s, const TX *x, const float *w, const float *b, float *y, float *mean, float *rstd, int64_t R,
+/* x of type TX, y of TY, the gradient g of TG (each f32, bf16 or f16; y and g rounded to
+ * nearest even as stored, read widened); everything else f32 */
+template <typename TX, typename TY>
+ct_status ln_fwd(cudaStream_t s, const TX *x, const float *w, const float *b, TY *y, float *mean, float *rstd, int64_t R,
                  int64_t D, float eps) {
-    ln_fwd_k<TX><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, w, b, y, mean, rstd, R, D, eps);
+    ln_fwd_k<TX, TY><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, w, b, y, mean, rstd, R, D, eps);
     CT_LAUNCHED("layer_norm");
     return CT_OK;
 }
-template <typename TX>
-ct_status ln_bwd(cudaStream_t s, const TX *x, const float *g, const float *w, const float *mean, const float *rstd, float *dx,
-                 float *dw, float *db, int64_t R, int64_t D) {
-    if (dx) ln_dx_k<TX><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, g, w, mean, rstd, dx, R, D);
+template <typename TX, typename TG>
+ct_status ln_bwd(cudaStream_t s, const TX *x, const TG *g, const float *w, const float *mean, const float *rstd, float *dx,
+                 bool acc, float *dw, float *db, int64_t R, int64_t D) {
+    if (dx) ln_dx_k<TX, TG><<<(unsigned)((R + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>(x, g, w, mean, rstd, dx, R, D, acc);
     CT_LAUNCHED("layer_norm backward");
     if (!dw && !db) return CT_OK;
     int dev = 0;
@@ -94,7 +98,7 @@ ct_status ln_bwd(cudaStream_t s, const TX *x, const float *g, const float *w, co
     ct_status st = ct_cuda_alloc(dev, (size_t)(2 * CHUNKS * D) * sizeof(float), (void **)&part);
     if (st != CT_OK) return st;
     unsigned cols = (unsigned)((D + 255) / 256);
-    ln_dwb_part_k<TX><<<dim3(cols, CHUNKS), 256, 0, s>>>(x, g, mean, rstd, part, R, D);
+    ln_dwb_part_k<TX, TG><<<dim3(cols, CHUNKS), 256, 0, s>>>(x, g, mean, rstd, part, R, D);
     ln_dwb_sum_k<<<cols, 256, 0, s>>>(part, dw, db, D);
     st = CT_GPU_CHECK(cuda, "layer_norm backward", cudaGetLastError());
     ct_cuda_free(part); /* reused only by later work on the same stream */
@@ -103,24 +107,27 @@ ct_status ln_bwd(cudaStream_t s, const TX *x, const float *g, const float *w, co
 } // namespace
 
 extern "C" {
-ct_status ct_cuda_layer_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, const float *b, float *y,
-                               float *mean, float *rstd, int64_t R, int64_t D, float eps) {
+ct_status ct_cuda_layer_norm_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *w, const float *b, void *y,
+                               ct_cuda_cast_type yt, float *mean, float *rstd, int64_t R, int64_t D, float eps) {
     if (R <= 0 || D <= 0) return CT_OK;
-    CT_WITH_TYPE(xt, T, return ln_fwd<T>(s, (const T *)x, w, b, y, mean, rstd, R, D, eps));
+    CT_WITH_TYPE(xt, TX, CT_WITH_TYPE(yt, TY, return ln_fwd<TX, TY>(s, (const TX *)x, w, b, (TY *)y, mean, rstd, R, D, eps)));
     return CT_OK;
 }
 ct_status ct_cuda_layer_norm(cudaStream_t s, const float *x, const float *w, const float *b, float *y, float *mean,
                              float *rstd, int64_t R, int64_t D, float eps) {
-    return ct_cuda_layer_norm_t(s, x, CT_CUDA_CAST_F32, w, b, y, mean, rstd, R, D, eps);
+    return ct_cuda_layer_norm_t(s, x, CT_CUDA_CAST_F32, w, b, y, CT_CUDA_CAST_F32, mean, rstd, R, D, eps);
 }
-ct_status ct_cuda_layer_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const float *g, const float *w,
-                                   const float *mean, const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D) {
+ct_status ct_cuda_layer_norm_bwd_t(cudaStream_t s, const void *x, ct_cuda_cast_type xt, const void *g, ct_cuda_cast_type gt,
+                                   const float *w, const float *mean, const float *rstd, float *dx, bool accumulate, float *dw,
+                                   float *db, int64_t R, int64_t D) {
     if (R <= 0 || D <= 0) return CT_OK;
-    CT_WITH_TYPE(xt, T, return ln_bwd<T>(s, (const T *)x, g, w, mean, rstd, dx, dw, db, R, D));
+    CT_WITH_TYPE(xt, TX,
+                 CT_WITH_TYPE(gt, TG,
+                              return ln_bwd<TX, TG>(s, (const TX *)x, (const TG *)g, w, mean, rstd, dx, accumulate, dw, db, R, D)));
     return CT_OK;
 }
 ct_status ct_cuda_layer_norm_bwd(cudaStream_t s, const float *x, const float *g, const float *w, const float *mean,
                                  const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t D) {
-    return ct_cuda_layer_norm_bwd_t(s, x, CT_CUDA_CAST_F32, g, w, mean, rstd, dx, dw, db, R, D);
+    return ct_cuda_layer_norm_bwd_t(s, x, CT_CUDA_CAST_F32, g, CT_CUDA_CAST_F32, w, mean, rstd, dx, false, dw, db, R, D);
 }
 }

@@ -440,23 +440,30 @@ static void bw_cross_entropy(ct_ctx *ctx, ct_node *n) {
     if (w) acc_end(&r, x, w, direct);
 }
 
-/* ---- layer norm over the last dim; w, b optional ---- */
+/* ---- layer norm over the last dim; w, b optional ----
+ * y f32, or (i[0]: ct_layer_norm_lowp under autocast) of autocast's bf16/f16, rounded as stored:
+ * the bits of the cast autocast would make of the f32 y for the linear after it, without that
+ * f32 tensor and its pass; backward then reads y's gradient in that dtype. dx is added to x's
+ * gradient in the kernel where it has one (the residual stream's, from the add after it). */
 static ct_tensor *fwd_layer_norm(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+    ct_dtype yd = (ct_dtype)a->i[0];
     check_float("layer_norm", x); CT_CHECK_CONTIG("layer_norm", x);
     CT_CHECK((!w || w->dtype == CT_F32) && (!b || b->dtype == CT_F32), "layer_norm on cuda:%d: weight and bias must be f32",
              x->device.index);
+    CT_CHECK(yd == CT_F32 || yd == CT_BF16 || yd == CT_F16, "layer_norm on cuda:%d: a %s output (f32, bf16 or f16)", x->device.index,
+             ct_dtype_name(yd));
     CT_CHECK(x->ndim >= 1, "layer_norm: input must have at least one dim");
     int64_t D = x->shape[x->ndim - 1], R = D ? ct_numel(x) / D : 0;
     CT_CHECK(!w || ct_numel(w) == D, "layer_norm: weight of %lld elements for rows of %lld", (long long)ct_numel(w), (long long)D);
     CT_CHECK(!b || ct_numel(b) == D, "layer_norm: bias of %lld elements for rows of %lld", (long long)ct_numel(b), (long long)D);
     run r;
     bool go = begin(ctx, x->device, "layer_norm", &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "layer_norm");
+    ct_tensor *y = ct_new_on(ctx, x->device, yd, x->ndim, x->shape, "layer_norm");
     float *stats = scratch(&r, 2 * R, "layer_norm"); /* mean [R], then rstd [R] */
     if (go && y->data && stats && R > 0)
-        ok(&r, ct_cuda_layer_norm_t(r.s, x->data, ty(x), w ? w->data : NULL, b ? b->data : NULL, y->data, stats, stats + R, R,
-                                    D, (float)a->f[0]));
+        ok(&r, ct_cuda_layer_norm_t(r.s, x->data, ty(x), w ? w->data : NULL, b ? b->data : NULL, y->data, ty(y), stats, stats + R,
+                                    R, D, (float)a->f[0]));
     ct_node *nd = ct_record(ctx, CT_OP_LAYER_NORM, y, 3, (ct_tensor *[]){x, w, b});
     if (nd) { nd->saved = stats; nd->i[0] = R; nd->i[1] = D; }
     return y;
@@ -465,15 +472,17 @@ static void bw_layer_norm(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "layer_norm backward", &r)) return;
     int64_t R = n->i[0], D = n->i[1];
-    ct_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
-    bool direct;
-    float *dx = acc_begin(&r, x, &direct);
-    if (!dx) dx = scratch(&r, R * D, "layer_norm backward"); /* the kernel always writes dx */
+    ct_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *o = n->out;
+    if (R == 0) return;
+    /* a 16-bit y's gradient in its dtype: as it came, or the f32 one rounded (the values the
+     * cast's backward would have widened) */
+    const void *g = o->dtype == CT_F32 ? o->grad->data : gemm_dy(&r, gemm_dt(o), o, R * D, "layer_norm backward");
+    bool fresh = false;
+    float *dx = x->flags & CT_TF_REQUIRES_GRAD ? ct_grad_acc_fresh(ctx, x, &fresh) : NULL;
     float *dw = w ? ct_grad_acc(ctx, w) : NULL, *db = b ? ct_grad_acc(ctx, b) : NULL;
-    const float *st = n->saved;
-    if (!dx || R == 0) return;
-    ok(&r, ct_cuda_layer_norm_bwd_t(r.s, x->data, ty(x), n->out->grad->data, w ? w->data : NULL, st, st + R, dx, dw, db, R, D));
-    if (x->grad) acc_end(&r, x, dx, direct);
+    if (g && ct_ctx_status(ctx) == CT_OK)
+        ok(&r, ct_cuda_layer_norm_bwd_t(r.s, x->data, ty(x), g, ty(o), w ? w->data : NULL, n->saved, (const float *)n->saved + R, dx,
+                                        !fresh, dw, db, R, D));
 }
 
 /* ---- embedding: w [V, D] (on the device), idx i32/i64 (on the device) ---- */
@@ -548,10 +557,12 @@ void ct_cuda_register_ops_(void) {
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) ct_op_device_reads_lowp(lowp[i].op, lowp[i].in, lowp[i].dt);
     /* whose backward reads a bf16/f16 output's gradient in that type (the ops that write it
      * fresh then write it so: ct_ac_grad_lowp): the GEMMs, the elementwise maps, the views and
-     * copies that reshape or permute (the fused attentions: ops_attention.c) */
+     * copies that reshape or permute, layer norm with a 16-bit output (ct_layer_norm_lowp); the fused
+     * attentions in ops_attention.c */
     static const int grad_lowp_ops[] = {CT_OP_LINEAR,  CT_OP_MATMUL,      CT_OP_RELU,        CT_OP_GELU,
                                         CT_OP_TANH,    CT_OP_SIGMOID,     CT_OP_SCALE,       CT_OP_SILU,
-                                        CT_OP_RESHAPE, CT_OP_CONTIGUOUS,  CT_OP_SPLIT_HEADS, CT_OP_MERGE_HEADS};
+                                        CT_OP_RESHAPE, CT_OP_CONTIGUOUS,  CT_OP_SPLIT_HEADS, CT_OP_MERGE_HEADS,
+                                        CT_OP_LAYER_NORM};
     if (ct_cuda_lowp_grads_())
         for (size_t i = 0; i < sizeof grad_lowp_ops / sizeof grad_lowp_ops[0]; i++) ct_op_device_grad_lowp(grad_lowp_ops[i], LP);
     ct_cuda_register_conv_ops_();

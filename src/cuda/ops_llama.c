@@ -1,18 +1,24 @@
 /* The op table's CUDA rows of Llama's ops (ops.c has the rest, silu among them): rms_norm,
  * rope and repeat_kv, with the kernels of llama.cu. Same checks, shapes, saved values and node
  * fields as the CPU ops (src/ops/cpu/norm.c, rope.c). Under autocast they read bf16/f16 inputs
- * themselves: rms_norm (an f32 op) gives an f32 result, rope and repeat_kv one of the input's
- * type; their gradients are f32. */
+ * themselves: rms_norm (an f32 op) gives an f32 result (or, from ct_rms_norm_lowp, autocast's
+ * 16-bit one), rope and repeat_kv one of the input's type; their gradients are f32. */
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
 #include "cuda/ops_util.h"
 
-/* ---- rms_norm over the last dim; w optional (f32) ---- */
+/* ---- rms_norm over the last dim; w optional (f32) ----
+ * y f32, or (i[0]: ct_rms_norm_lowp under autocast) of autocast's bf16/f16, rounded as stored,
+ * its gradient then read in that dtype; dx added to x's gradient in the kernel where it has one
+ * (as layer norm in ops.c) */
 static ct_tensor *fwd_rms_norm(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1];
+    ct_dtype yd = (ct_dtype)a->i[0];
     check_float("rms_norm", x); CT_CHECK_CONTIG("rms_norm", x);
     CT_CHECK(!w || w->dtype == CT_F32, "rms_norm on cuda:%d: the weight must be f32", x->device.index);
+    CT_CHECK(yd == CT_F32 || yd == CT_BF16 || yd == CT_F16, "rms_norm on cuda:%d: a %s output (f32, bf16 or f16)", x->device.index,
+             ct_dtype_name(yd));
     CT_CHECK(x->ndim >= 1, "rms_norm: input must have at least one dim");
     int64_t D = x->shape[x->ndim - 1], R = D ? ct_numel(x) / D : 0;
     if (w) {
@@ -24,10 +30,10 @@ static ct_tensor *fwd_rms_norm(ct_ctx *ctx, const ct_op_args *a) {
     }
     run r;
     bool go = begin(ctx, x->device, "rms_norm", &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, NULL, "rms_norm");
+    ct_tensor *y = ct_new_on(ctx, x->device, yd, x->ndim, x->shape, "rms_norm");
     float *rstd = scratch(&r, R, "rms_norm");
     if (go && y->data && rstd)
-        ok(&r, ct_cuda_rms_norm_t(r.s, x->data, ty(x), w ? w->data : NULL, y->data, rstd, R, D, (float)a->f[0]));
+        ok(&r, ct_cuda_rms_norm_t(r.s, x->data, ty(x), w ? w->data : NULL, y->data, ty(y), rstd, R, D, (float)a->f[0]));
     ct_node *nd = ct_record(ctx, CT_OP_RMS_NORM, y, 2, (ct_tensor *[]){x, w});
     if (nd) { nd->saved = rstd; nd->i[0] = R; nd->i[1] = D; }
     return y;
@@ -36,12 +42,13 @@ static void bw_rms_norm(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "rms_norm backward", &r)) return;
     int64_t R = n->i[0], D = n->i[1];
-    ct_tensor *x = n->in[0], *w = n->in[1];
-    bool direct;
-    float *dx = acc_begin(&r, x, &direct), *dw = w ? ct_grad_acc(ctx, w) : NULL;
-    if ((!dx && !dw) || R == 0 || ct_ctx_status(ctx) != CT_OK) return;
-    ok(&r, ct_cuda_rms_norm_bwd_t(r.s, x->data, ty(x), n->out->grad->data, w ? w->data : NULL, n->saved, dx, dw, R, D));
-    acc_end(&r, x, dx, direct);
+    ct_tensor *x = n->in[0], *w = n->in[1], *o = n->out;
+    if (R == 0) return;
+    const void *g = o->dtype == CT_F32 ? o->grad->data : gemm_dy(&r, gemm_dt(o), o, R * D, "rms_norm backward");
+    bool fresh = false;
+    float *dx = x->flags & CT_TF_REQUIRES_GRAD ? ct_grad_acc_fresh(ctx, x, &fresh) : NULL, *dw = w ? ct_grad_acc(ctx, w) : NULL;
+    if (!g || (!dx && !dw) || ct_ctx_status(ctx) != CT_OK) return;
+    ok(&r, ct_cuda_rms_norm_bwd_t(r.s, x->data, ty(x), g, ty(o), w ? w->data : NULL, n->saved, dx, !fresh, dw, R, D));
 }
 
 /* ---- rope: x [..., T, D] (D even), positions [T] i32/i64 on the device or NULL (0..T-1);
@@ -113,4 +120,6 @@ void ct_cuda_register_ops_llama_(void) {
     ct_op_device_reads_lowp(CT_OP_RMS_NORM, 1u, lp | f32);
     ct_op_device_reads_lowp(CT_OP_ROPE, 1u, lp);
     ct_op_device_reads_lowp(CT_OP_REPEAT_KV, 1u, lp);
+    /* a 16-bit rms_norm output's gradient (ct_rms_norm_lowp) read in its dtype */
+    if (ct_cuda_lowp_grads_()) ct_op_device_grad_lowp(CT_OP_RMS_NORM, lp);
 }

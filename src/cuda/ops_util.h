@@ -42,17 +42,28 @@ static inline float *scratch(run *r, int64_t n, const char *op) {
     return ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * sizeof(float), op);
 }
 
-/* row-major GEMM on cuBLASLt into an f32 C: C = alpha op(A) op(B) + beta C; A and B f32 (no
- * TF32) or both of dt, bf16 or f16 (autocast's rounded operands: exact products, f32 sums) */
-static inline bool gemm_any(run *r, ct_cuda_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
-                            const void *A, const void *B, float *C, float beta, const float *bias) {
+/* row-major GEMM on cuBLASLt: C = alpha op(A) op(B) + beta C; A and B f32 (no TF32) or both of
+ * dt, bf16 or f16 (autocast's rounded operands: exact products, f32 sums); C f32, or with
+ * c_lowp of dt itself, rounded as stored (then beta 0 and no bias) */
+static inline bool gemm_to(run *r, ct_cuda_dtype dt, bool c_lowp, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch,
+                           float alpha, const void *A, const void *B, void *C, float beta, const float *bias) {
     if (M == 0 || N == 0) return true;
-    if (K == 0 && !bias) /* an empty sum: C = beta C, without asking cuBLASLt for a K of 0 */
+    if (K == 0 && !bias) { /* an empty sum: C = beta C, without asking cuBLASLt for a K of 0 */
+        if (c_lowp) {
+            const ct_device_hooks *h = ct_device_hooks_get(r->dev, "gemm");
+            return ok(r, h ? h->zero(r->dev.index, C, (size_t)(M * N * batch) * 2) : CT_ERR_UNSUPPORTED);
+        }
         return ok(r, beta == 0.0f ? ct_cuda_fill(r->s, C, 0.0f, M * N * batch) : ct_cuda_scale(r->s, C, beta, C, M * N * batch));
+    }
     ct_cuda_gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch,
                            .alpha = alpha, .beta = beta, .epi = bias ? CT_GEMM_EPI_BIAS : CT_GEMM_EPI_NONE, .bias = bias,
-                           .c_f32 = dt != CT_CUDA_F32};
+                           .c_f32 = dt != CT_CUDA_F32 && !c_lowp};
     return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, C));
+}
+/* the same into an f32 C */
+static inline bool gemm_any(run *r, ct_cuda_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
+                            const void *A, const void *B, float *C, float beta, const float *bias) {
+    return gemm_to(r, dt, false, ta, tb, M, N, K, batch, alpha, A, B, C, beta, bias);
 }
 /* Where a backward GEMM writes t's gradient: a fresh one in t's bf16/f16 (ct_ac_grad_lowp: C
  * of the GEMM's type, rounded as stored, beta 0), else t's f32 one (beta 0 when fresh, else
@@ -74,15 +85,7 @@ static inline grad_out grad_for_gemm(run *r, ct_tensor *t) {
 /* gemm_any into a grad_for_gemm destination */
 static inline bool gemm_grad(run *r, ct_cuda_dtype dt, const grad_out *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                              int64_t batch, const void *A, const void *B) {
-    if (!g->lowp) return gemm_any(r, dt, ta, tb, M, N, K, batch, 1.0f, A, B, g->p, g->beta, NULL);
-    if (M == 0 || N == 0) return true;
-    if (K == 0) { /* an empty sum */
-        const ct_device_hooks *h = ct_device_hooks_get(r->dev, "backward");
-        return ok(r, h ? h->zero(r->dev.index, g->p, (size_t)(M * N * batch) * 2) : CT_ERR_UNSUPPORTED);
-    }
-    ct_cuda_gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch, .alpha = 1.0f, .beta = 0.0f,
-                           .epi = CT_GEMM_EPI_NONE, .c_f32 = false};
-    return ok(r, ct_cuda_gemm(r->s, r->dev.index, &d, A, B, g->p));
+    return gemm_to(r, dt, g->lowp, ta, tb, M, N, K, batch, 1.0f, A, B, g->p, g->beta, NULL);
 }
 static inline bool gemm_scaled(run *r, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, float alpha,
                                const float *A, const float *B, float *C, float beta, const float *bias) {

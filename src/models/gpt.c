@@ -143,6 +143,10 @@ static void gpt_build(ct_model *m) {
             b->attn.c_proj = ct_module_child(b->attn.mod, "c_proj");
         }
         b->ln_2 = ct_module_add_child(b->mod, ct_nn_layer_norm(m->P, ct_nn_join(sub, sizeof sub, nm, "ln_2"), C, eps, bias));
+        /* ln_1 and ln_2 feed only c_attn and c_fc (and ln_f only lm_head): under autocast on a
+         * device they give those linears their bf16 input directly */
+        if (b->ln_1) ct_nn_layer_norm_set_lowp_out(b->ln_1, true);
+        if (b->ln_2) ct_nn_layer_norm_set_lowp_out(b->ln_2, true);
         b->mlp.mod = ct_module_add_child(b->mod, ct_module_new(&mlp_ops, ct_nn_join(sub, sizeof sub, nm, "mlp")));
         char lin[CT_NN_NAME_MAX + 48];
         b->mlp.c_fc = ct_module_add_child(b->mlp.mod, ct_nn_linear_ex(m->P, ct_nn_join(lin, sizeof lin, sub, "c_fc"), C, 4 * C, bias,
@@ -156,6 +160,7 @@ static void gpt_build(ct_model *m) {
         }
     }
     g->ln_f = ct_module_add_child(root, ct_nn_layer_norm(m->P, "transformer.ln_f", C, eps, bias));
+    if (g->ln_f) ct_nn_layer_norm_set_lowp_out(g->ln_f, true);
     g->lm_head = ct_module_add_child(root, ct_nn_linear_tied("lm_head", m->tied, NULL));
     m->root = root;
 }

@@ -81,8 +81,10 @@ static void llama_describe(const ct_model_config *c, char *arch, size_t n) {
              c->llama.tie_word_embeddings ? ", tie_word_embeddings=True" : "");
 }
 
-/* LlamaRMSNorm: w = its weight [C], fp[0] = eps */
-static ct_tensor *rms_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_rms_norm(ctx, x, m->w, m->fp[0]); }
+/* LlamaRMSNorm: w = its weight [C], fp[0] = eps. Each feeds only linears (the q/k/v, gate/up
+ * projections, the LM head), so under autocast on a device it gives them their 16-bit input
+ * itself (ct_rms_norm_lowp: the bits of autocast's cast of its f32 output) */
+static ct_tensor *rms_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_rms_norm_lowp(ctx, x, m->w, m->fp[0]); }
 static int rms_repr(const ct_module *m, char *buf, size_t n) {
     return snprintf(buf, n, "LlamaRMSNorm((%lld,), eps=%g)", (long long)m->hp[0], (double)m->fp[0]);
 }

@@ -126,7 +126,10 @@ ct_module *ct_nn_embedding(ct_params *P, const char *name, int64_t num, int64_t 
 }
 
 /* ---- LayerNorm ---- */
-static ct_tensor *ln_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) { return ct_layer_norm(ctx, x, m->w, m->b, m->fp[0]); }
+/* hp[1]: its output feeds only low-precision ops (ct_nn_layer_norm_set_lowp_out) */
+static ct_tensor *ln_fw(ct_ctx *ctx, ct_module *m, ct_tensor *x) {
+    return m->hp[1] ? ct_layer_norm_lowp(ctx, x, m->w, m->b, m->fp[0]) : ct_layer_norm(ctx, x, m->w, m->b, m->fp[0]);
+}
 static int ln_repr(const ct_module *m, char *buf, size_t n) {
     return snprintf(buf, n, "LayerNorm((%lld,), eps=%g)", (long long)m->hp[0], (double)m->fp[0]);
 }
@@ -141,6 +144,11 @@ ct_module *ct_nn_layer_norm(ct_params *P, const char *name, int64_t dim, float e
     m->hp[0] = dim;
     m->fp[0] = eps > 0 ? eps : 1e-5f;
     return m;
+}
+
+void ct_nn_layer_norm_set_lowp_out(ct_module *m, bool on) {
+    CT_CHECK(m && m->ops == &ln_ops, "ct_nn_layer_norm_set_lowp_out: '%s' is not a LayerNorm", m ? m->name : "(null)");
+    m->hp[1] = on;
 }
 
 /* ---- Dropout ---- */

@@ -8,6 +8,8 @@
  * bf16 inputs under autocast within 1e-2. The fused flash attention with grouped-query k, v
  * (H = 4, KV = 2 and 1), f32 within 1e-5 and bf16 under autocast within 1e-2; the fused one on
  * a packed qkv likewise, and bit for bit against the same attention spelled out on the device.
+ * Layer norm and RMSNorm with a bf16/f16 output (ct_layer_norm_lowp, ct_rms_norm_lowp) bit for bit
+ * against autocast's cast.
  * Built only with CUDA; without a GPU every test skips with "no CUDA GPU" (scripts/gpu-check.sh
  * runs them). */
 #include <math.h>
@@ -182,6 +184,51 @@ CT_TEST(flash_attention_qkv_on_cuda_matches_cpu_and_chain) {
         CT_EXPECTF(memcmp(a->data, b->data, (size_t)ct_numel(a) * 4) == 0, "%s: output differs from the spelled-out attention", name);
         CT_EXPECTF(memcmp(ga->data, gb->data, (size_t)ct_numel(ga) * 4) == 0, "%s: gradient of qkv differs from the spelled-out one",
                    name);
+        ct_ctx_free(c);
+    }
+}
+/* ct_layer_norm_lowp (and ct_rms_norm_lowp) under autocast on the device: a bf16/f16 y that the
+ * linear after it reads as it is, against the f32 y that autocast casts for the linear: the same bits,
+ * forward and backward, in a pre-LN residual z = x + linear(ln(x)) (so the norm's dx is added
+ * to the gradient the residual add gave x) */
+static ct_tensor *norm_of(ct_ctx *c, bool rms, bool lowp, ct_tensor **d) {
+    if (rms) return lowp ? ct_rms_norm_lowp(c, d[0], d[1], 1e-6f) : ct_rms_norm(c, d[0], d[1], 1e-6f);
+    return lowp ? ct_layer_norm_lowp(c, d[0], d[1], d[2], 1e-5f) : ct_layer_norm(c, d[0], d[1], d[2], 1e-5f);
+}
+CT_TEST(layer_norm_lowp_on_cuda_matches_autocast_cast) {
+    NEED_GPU();
+    const ct_dtype dts[2] = {CT_BF16, CT_F16};
+    for (int di = 0; di < 4; di++) {
+        const bool rms = di >= 2;
+        ct_ctx *c;
+        OK(ct_ctx_create(NULL, &c));
+        const int64_t xs[3] = {3, 17, 96}, ws[2] = {96, 96}, vs[1] = {96};
+        ct_tensor *h[6] = {rnd(c, 3, xs, 2.0f), rnd(c, 1, vs, 1.0f), rnd(c, 1, vs, 1.0f), rnd(c, 2, ws, 0.2f), rnd(c, 1, vs, 1.0f),
+                           rnd(c, 3, xs, 1.0f)}; /* x, norm weight and bias, linear weight and bias, w */
+        ct_tensor *d[2][6], *z[2];
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < 6; i++) {
+                OK(ct_tensor_to(c, h[i], CT_CUDA(0), &d[k][i]));
+                if (i < 5) ct_requires_grad(d[k][i]);
+            }
+            ct_autocast_begin(c, dts[di % 2]);
+            ct_tensor *n = norm_of(c, rms, k, d[k]);
+            CT_EXPECTF(n->dtype == (k ? dts[di % 2] : CT_F32), "%s%s gave a %s y", rms ? "rms_norm" : "layer_norm", k ? "_lowp" : "",
+                       ct_dtype_name(n->dtype));
+            z[k] = ct_add(c, d[k][0], ct_linear(c, n, d[k][3], d[k][4]));
+            ct_autocast_end(c);
+            ct_backward(c, ct_sum(c, ct_mul(c, z[k], d[k][5])));
+        }
+        CT_ASSERT(ct_ctx_status(c) == CT_OK || (fprintf(stderr, "norm_lowp: %s\n", ct_last_error()), 0));
+        ct_tensor *za = host(c, z[0]), *zb = host(c, z[1]);
+        CT_EXPECTF(za->dtype == zb->dtype && memcmp(za->data, zb->data, (size_t)ct_numel(za) * ct_dtype_size(za->dtype)) == 0,
+                   "%s %s: the residual's output differs", rms ? "rms_norm" : "layer_norm", ct_dtype_name(dts[di % 2]));
+        for (int i = 0; i < 5; i++) {
+            if (rms && i == 2) continue; /* no bias */
+            ct_tensor *ga = host(c, d[0][i]->grad), *gb = host(c, d[1][i]->grad);
+            CT_EXPECTF(memcmp(ga->data, gb->data, (size_t)ct_numel(ga) * 4) == 0, "%s %s: gradient of input %d differs",
+                       rms ? "rms_norm" : "layer_norm", ct_dtype_name(dts[di % 2]), i);
+        }
         ct_ctx_free(c);
     }
 }

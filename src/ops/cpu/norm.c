@@ -22,6 +22,16 @@ static void check_affine(const char *what, const ct_tensor *p, const ct_tensor *
     }
 }
 
+ct_tensor *ct_layer_norm_lowp(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps) {
+    ct_dtype ac = ct_autocast_dtype(ctx);
+    /* all f32: autocast leaves the op alone (an f32 op), so the device forward's 16-bit y is
+     * the result as it is */
+    if (ac != CT_F32 && x->device.type != CT_DEV_CPU && x->dtype == CT_F32 && (!w || w->dtype == CT_F32) &&
+        (!b || b->dtype == CT_F32))
+        CT_DEV_DISPATCH(ctx, CT_OP_LAYER_NORM, .in = {x, w, b}, .i = {ac}, .f = {eps});
+    return ct_layer_norm(ctx, x, w, b, eps);
+}
+
 ct_tensor *ct_layer_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, ct_tensor *b, float eps) {
     CT_DEV_DISPATCH(ctx, CT_OP_LAYER_NORM, .in = {x, w, b}, .f = {eps});
     CT_AUTOCAST(ctx, CT_OP_LAYER_NORM, 3, ((ct_tensor **[]){&x, &w, &b}), ct_layer_norm(ctx, x, w, b, eps));
@@ -132,6 +142,13 @@ void ct_bw_layer_norm(ct_ctx *ctx, ct_node *n) {
 
 /* ---- rms_norm (Hugging Face's LlamaRMSNorm): y = (x * rstd) * w, rstd = 1/sqrt(mean(x^2) + eps).
  * Forward keeps rstd per row; the weight gradient is reduced in fixed row blocks as above. */
+ct_tensor *ct_rms_norm_lowp(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, float eps) {
+    ct_dtype ac = ct_autocast_dtype(ctx);
+    if (ac != CT_F32 && x->device.type != CT_DEV_CPU && x->dtype == CT_F32 && (!w || w->dtype == CT_F32))
+        CT_DEV_DISPATCH(ctx, CT_OP_RMS_NORM, .in = {x, w}, .i = {ac}, .f = {eps}); /* as ct_layer_norm_lowp */
+    return ct_rms_norm(ctx, x, w, eps);
+}
+
 ct_tensor *ct_rms_norm(ct_ctx *ctx, ct_tensor *x, ct_tensor *w, float eps) {
     CT_DEV_DISPATCH(ctx, CT_OP_RMS_NORM, .in = {x, w}, .f = {eps});
     CT_AUTOCAST(ctx, CT_OP_RMS_NORM, 2, ((ct_tensor **[]){&x, &w}), ct_rms_norm(ctx, x, w, eps));

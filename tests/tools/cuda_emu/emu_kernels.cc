@@ -543,15 +543,42 @@ void lowp(ct_ctx *c, ct_cuda_cast_type t) {
         for (int k = 0; k < 6; k++) out[v][k].assign(k < 2 ? R * D : k < 4 ? R : D, 0.0f);
         const void *xp = v ? (const void *)xl.bits.data() : xl.wide.data();
         ct_cuda_cast_type xt = v ? t : CT_CUDA_CAST_F32;
-        RUN(ct_cuda_layer_norm_t(NULL, xp, xt, ct_f32(wt), ct_f32(bt), out[v][0].data(), out[v][2].data(), out[v][3].data(), R, D,
-                                 1e-5f));
-        RUN(ct_cuda_layer_norm_bwd_t(NULL, xp, xt, ct_f32(gr), ct_f32(wt), out[v][2].data(), out[v][3].data(), out[v][1].data(),
-                                     out[v][4].data(), out[v][5].data(), R, D));
+        RUN(ct_cuda_layer_norm_t(NULL, xp, xt, ct_f32(wt), ct_f32(bt), out[v][0].data(), CT_CUDA_CAST_F32, out[v][2].data(),
+                                 out[v][3].data(), R, D, 1e-5f));
+        RUN(ct_cuda_layer_norm_bwd_t(NULL, xp, xt, ct_f32(gr), CT_CUDA_CAST_F32, ct_f32(wt), out[v][2].data(), out[v][3].data(),
+                                     out[v][1].data(), false, out[v][4].data(), out[v][5].data(), R, D));
     }
     double ln = 0;
     for (int k = 0; k < 6; k++) ln += bit_diff(out[0][k], out[1][k]);
     snprintf(w, sizeof w, "%s layer_norm y, stats, dx, dw, db (bits differ)", tn);
     expect(w, ln, 0);
+    // layer norm writing a 16-bit y (ct_layer_norm_lowp): the f32 kernel's y rounded, bit for
+    // bit; its backward reading that 16-bit y's gradient: the f32 kernel's on the widened
+    // gradient; dx added in the kernel (accumulate): the f32 dx plus what was there
+    {
+        std::vector<float> st(2 * R), dx(R * D), dw(D, 0.0f), db(D, 0.0f), acc(R * D), want(R * D);
+        std::vector<uint16_t> y16(R * D);
+        RUN(ct_cuda_layer_norm_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, ct_f32(wt), ct_f32(bt), y16.data(), t, st.data(),
+                                 st.data() + R, R, D, 1e-5f));
+        snprintf(w, sizeof w, "layer_norm writing a %s y (mismatches)", tn);
+        expect(w, mismatches(y16, rounded(out[0][0], t)), 0);
+        lp_buf gl = to_lp(ct_f32(gr), R * D, t);
+        std::vector<float> ref[3] = {std::vector<float>(R * D), std::vector<float>(D, 0.0f), std::vector<float>(D, 0.0f)};
+        RUN(ct_cuda_layer_norm_bwd_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, gl.wide.data(), CT_CUDA_CAST_F32, ct_f32(wt), st.data(),
+                                     st.data() + R, ref[0].data(), false, ref[1].data(), ref[2].data(), R, D));
+        RUN(ct_cuda_layer_norm_bwd_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, gl.bits.data(), t, ct_f32(wt), st.data(), st.data() + R,
+                                     dx.data(), false, dw.data(), db.data(), R, D));
+        snprintf(w, sizeof w, "layer_norm backward reading a %s gradient: dx, dw, db (bits differ)", tn);
+        expect(w, bit_diff(dx, ref[0]) + bit_diff(dw, ref[1]) + bit_diff(db, ref[2]), 0);
+        for (int64_t i = 0; i < R * D; i++) {
+            acc[i] = 0.25f * (float)((i * 37) % 17) - 2.0f;
+            want[i] = acc[i] + ref[0][i];
+        }
+        RUN(ct_cuda_layer_norm_bwd_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, gl.bits.data(), t, ct_f32(wt), st.data(), st.data() + R,
+                                     acc.data(), true, NULL, NULL, R, D));
+        snprintf(w, sizeof w, "layer_norm backward adding dx (%s gradient) to a gradient (bits differ)", tn);
+        expect(w, bit_diff(acc, want), 0);
+    }
     // max pooling (plain and of ReLU) on 16-bit planes: the output is one of the inputs, so
     // bit-equal to the f32 kernel's on the widened planes rounded; backward reads the 16-bit
     // output (ReLU's sign) and gives the f32 kernel's gradients, bit for bit
@@ -619,9 +646,9 @@ void llama_ops(ct_ctx *c) {
         ct_backward_seed(c, r, g);
         std::vector<float> dw(D, 0.0f);
         const float *wp = hw ? ct_f32(w) : NULL;
-        RUN(ct_cuda_rms_norm_t(NULL, ct_f32(x), CT_CUDA_CAST_F32, wp, y.data(), rstd.data(), R, D, 1e-6f));
-        RUN(ct_cuda_rms_norm_bwd_t(NULL, ct_f32(x), CT_CUDA_CAST_F32, ct_f32(g), wp, rstd.data(), dx.data(), hw ? dw.data() : NULL,
-                                   R, D));
+        RUN(ct_cuda_rms_norm_t(NULL, ct_f32(x), CT_CUDA_CAST_F32, wp, y.data(), CT_CUDA_CAST_F32, rstd.data(), R, D, 1e-6f));
+        RUN(ct_cuda_rms_norm_bwd_t(NULL, ct_f32(x), CT_CUDA_CAST_F32, ct_f32(g), CT_CUDA_CAST_F32, wp, rstd.data(), dx.data(), false,
+                                   hw ? dw.data() : NULL, R, D));
         expect(hw ? "rms_norm forward" : "rms_norm forward (no weight)", normwise(y.data(), ct_f32(r), R * D), 1e-6);
         expect(hw ? "rms_norm dx" : "rms_norm dx (no weight)", normwise(dx.data(), ct_f32(xl->grad), R * D), 1e-6);
         if (hw) expect("rms_norm dw", normwise(dw.data(), ct_f32(wl->grad), D), 1e-6);
@@ -695,13 +722,33 @@ void llama_ops(ct_ctx *c) {
             for (int k = 0; k < 4; k++) out[v][k].assign(k < 2 ? R * D : k == 2 ? R : D, 0.0f);
             const void *xp = v ? (const void *)xl.bits.data() : xl.wide.data();
             ct_cuda_cast_type xt = v ? t : CT_CUDA_CAST_F32;
-            RUN(ct_cuda_rms_norm_t(NULL, xp, xt, ct_f32(w), out[v][0].data(), out[v][2].data(), R, D, 1e-6f));
-            RUN(ct_cuda_rms_norm_bwd_t(NULL, xp, xt, ct_f32(g), ct_f32(w), out[v][2].data(), out[v][1].data(), out[v][3].data(), R, D));
+            RUN(ct_cuda_rms_norm_t(NULL, xp, xt, ct_f32(w), out[v][0].data(), CT_CUDA_CAST_F32, out[v][2].data(), R, D, 1e-6f));
+            RUN(ct_cuda_rms_norm_bwd_t(NULL, xp, xt, ct_f32(g), CT_CUDA_CAST_F32, ct_f32(w), out[v][2].data(), out[v][1].data(), false,
+                                       out[v][3].data(), R, D));
         }
         double e = 0;
         for (int k = 0; k < 4; k++) e += bit_diff(out[0][k], out[1][k]);
         snprintf(wn, sizeof wn, "%s rms_norm y, rstd, dx, dw (bits differ)", tn);
         expect(wn, e, 0);
+        { // a 16-bit y (ct_rms_norm_lowp): the f32 y rounded; backward on a 16-bit gradient: the
+          // f32 one's on the widened gradient; dx added in the kernel: the f32 dx plus what was there
+            std::vector<uint16_t> y16(R * D);
+            std::vector<float> rs(R), dx(R * D), dw(D, 0.0f), ref(R * D), rdw(D, 0.0f), acc(R * D), want(R * D);
+            RUN(ct_cuda_rms_norm_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, ct_f32(w), y16.data(), t, rs.data(), R, D, 1e-6f));
+            lp_buf gl = to_lp(ct_f32(g), R * D, t);
+            RUN(ct_cuda_rms_norm_bwd_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, gl.wide.data(), CT_CUDA_CAST_F32, ct_f32(w), rs.data(),
+                                       ref.data(), false, rdw.data(), R, D));
+            RUN(ct_cuda_rms_norm_bwd_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, gl.bits.data(), t, ct_f32(w), rs.data(), dx.data(),
+                                       false, dw.data(), R, D));
+            for (int64_t i = 0; i < R * D; i++) {
+                acc[i] = 0.25f * (float)((i * 37) % 17) - 2.0f;
+                want[i] = acc[i] + ref[i];
+            }
+            RUN(ct_cuda_rms_norm_bwd_t(NULL, xl.wide.data(), CT_CUDA_CAST_F32, gl.bits.data(), t, ct_f32(w), rs.data(), acc.data(),
+                                       true, NULL, R, D));
+            snprintf(wn, sizeof wn, "rms_norm with a %s y (mismatches), its gradient, dx added (bits differ)", tn);
+            expect(wn, mismatches(y16, rounded(out[0][0], t)) + bit_diff(dx, ref) + bit_diff(dw, rdw) + bit_diff(acc, want), 0);
+        }
         ct_cuda_map m = {CT_CUDA_MAP_SILU, 0, 0, 0};
         std::vector<float> y32(R * D), dx32(R * D), dxl(R * D);
         std::vector<uint16_t> yl(R * D);

@@ -135,9 +135,12 @@ static void bw_add(ct_ctx *ctx, ct_node *n) {
     if (!begin(ctx, n->out->device, "add backward", &r)) return;
     const float *g = n->out->grad->data;
     int64_t N = ct_numel(n->out), m = ct_numel(n->in[1]);
-    acc_add_t(&r, n->in[0], g);
     if (m == N) acc_add_t(&r, n->in[1], g);
     else if (m > 0) acc_colsum(&r, n->in[1], g, N / m, m);
+    /* an f32 a without a gradient yet (a residual stream's) takes the output's gradient buffer
+     * itself, after b has read it: no copy, the same values */
+    if (n->in[0]->dtype == CT_F32 && n->out->grad->dtype == CT_F32 && ct_grad_handoff_(ctx, n->out, n->in[0])) return;
+    acc_add_t(&r, n->in[0], g);
 }
 
 /* ---- relu, gelu, tanh, sigmoid, scale: f32, bf16 or f16 in and out (f32 arithmetic) ---- */

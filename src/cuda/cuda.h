@@ -58,6 +58,10 @@ typedef struct {
     int64_t mallocs; /* cudaMalloc calls so far */
 } ct_cuda_mem_stats;
 void ct_cuda_mem_stats_get(int dev, ct_cuda_mem_stats *s);
+/* How many times the host has waited for a device so far (stream synchronizations: copies to
+ * the host, ct_device_sync, clipping's norm, the grad scaler's check). A training step that
+ * reads nothing back waits for none: the host runs ahead and the device never idles on it. */
+int64_t ct_cuda_host_waits(void);
 void ct_cuda_mem_reset_peak(int dev);
 /* Returns every cached (free) block of dev to the driver. */
 void ct_cuda_empty_cache(int dev);

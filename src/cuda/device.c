@@ -15,6 +15,14 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t streams[MAX_DEV][2];
+static _Atomic int64_t host_waits; /* ct_cuda_host_waits */
+
+int64_t ct_cuda_host_waits(void) { return host_waits; }
+/* the host waits for s: every such wait of the device hooks goes through here, and is counted */
+static ct_status wait_for(cudaStream_t s, const char *op) {
+    host_waits++;
+    return CT_GPU_CHECK(cuda, op, cudaStreamSynchronize(s));
+}
 
 ct_status ct_cuda_stream(int dev, ct_cuda_stream_kind kind, cudaStream_t *out) {
     *out = NULL;
@@ -47,8 +55,7 @@ static ct_status h_copy(int dev, void *dst, const void *src, size_t bytes, ct_co
     CT_GPU_TRY(cuda, "copy", cudaMemcpyAsync(dst, src, bytes, k, s));
     /* the host reads what it asked for: wait (host-to-device from pageable memory is staged
      * before the call returns, so the caller's buffer may be reused at once) */
-    if (kind == CT_COPY_D2H) CT_GPU_TRY(cuda, "copy to host", cudaStreamSynchronize(s));
-    return CT_OK;
+    return kind == CT_COPY_D2H ? wait_for(s, "copy to host") : CT_OK;
 }
 
 static ct_status h_zero(int dev, void *p, size_t bytes) {
@@ -61,7 +68,7 @@ static ct_status h_zero(int dev, void *p, size_t bytes) {
 static ct_status h_sync(int dev) {
     cudaStream_t s;
     ct_status st = compute(dev, "sync", &s);
-    return st != CT_OK ? st : CT_GPU_CHECK(cuda, "sync", cudaStreamSynchronize(s));
+    return st != CT_OK ? st : wait_for(s, "sync");
 }
 
 static ct_status h_optim(int dev, ct_device_optim kind, const void *k, float *p, const float *g, float *s0, float *s1,
@@ -98,7 +105,7 @@ static ct_status h_sumsq(int dev, const float *g, int64_t n, double *out) {
     if (st == CT_OK) st = ct_cuda_alloc(dev, sizeof(double) * (size_t)(nch + 1), (void **)&part);
     if (st == CT_OK) st = ct_cuda_sumsq(s, g, n, part + 1, part);
     if (st == CT_OK) st = CT_GPU_CHECK(cuda, "clip_grad_norm", cudaMemcpyAsync(out, part, sizeof *out, cudaMemcpyDeviceToHost, s));
-    if (st == CT_OK) st = CT_GPU_CHECK(cuda, "clip_grad_norm", cudaStreamSynchronize(s));
+    if (st == CT_OK) st = wait_for(s, "clip_grad_norm");
     ct_cuda_free(part); /* after the wait: the allocator's blocks are for the compute stream */
     return st;
 }
@@ -112,7 +119,7 @@ static ct_status h_scale(int dev, float *g, float coef, int64_t n, bool *nonfini
     if (st == CT_OK) st = ct_cuda_scale_check(s, g, coef, n, flag);
     if (st == CT_OK && flag)
         st = CT_GPU_CHECK(cuda, "scale gradients", cudaMemcpyAsync(&host, flag, sizeof host, cudaMemcpyDeviceToHost, s));
-    if (st == CT_OK && flag) st = CT_GPU_CHECK(cuda, "scale gradients", cudaStreamSynchronize(s));
+    if (st == CT_OK && flag) st = wait_for(s, "scale gradients");
     ct_cuda_free(flag);
     if (nonfinite) *nonfinite = st != CT_OK || host != 0;
     return st;

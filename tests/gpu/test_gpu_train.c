@@ -352,6 +352,52 @@ static void lowp_grads_run(ct_dtype amp, float **grads, size_t *n, size_t *peak,
     ct_ctx_free(c);
     ct_model_free(m);
 }
+/* No host work in the step: after two warm-up steps (the caching allocator's blocks, cuBLASLt's
+ * algorithms), a bf16 GPT training step on the device (batch upload, forward, backward, AdamW,
+ * zeroing) makes no cudaMalloc and never waits for the device until its loss is read back:
+ * the host only queues work, as PyTorch's eager step does when nothing calls .item(). */
+CT_TEST(train_step_on_cuda_queues_without_host_waits) {
+    NEED_GPU();
+    ct_model *m = small_gpt();
+    OK(ct_module_to(ct_model_module(m), CT_CUDA(0)));
+    ct_optim *o = NULL;
+    OK(ct_optim_create_adamw(ct_model_params(m), NULL, &o));
+    ct_ctx *c;
+    OK(ct_ctx_create(NULL, &c));
+    int32_t tok[32], tgt[32];
+    for (int i = 0; i < 32; i++) { tok[i] = (i * 11 + 5) % 64; tgt[i] = (i * 7 + 1) % 64; }
+    int64_t shape[2] = {2, 16};
+    for (int step = 0; step < 3; step++) {
+        ct_cuda_mem_stats m0;
+        ct_cuda_mem_stats_get(0, &m0);
+        int64_t w0 = ct_cuda_host_waits();
+        ct_tensor *x, *y;
+        OK(ct_tensor_to(c, ct_from_data(c, CT_I32, tok, 2, shape), CT_CUDA(0), &x));
+        OK(ct_tensor_to(c, ct_from_data(c, CT_I32, tgt, 2, shape), CT_CUDA(0), &y));
+        OK(ct_autocast_begin(c, CT_BF16));
+        ct_tensor *l = ct_model_loss(c, m, x, y);
+        ct_autocast_end(c);
+        ct_backward(c, l);
+        ct_optim_step(o, 1e-3);
+        ct_params_zero_grad(ct_model_params(m));
+        ct_cuda_mem_stats m1;
+        ct_cuda_mem_stats_get(0, &m1);
+        int64_t w1 = ct_cuda_host_waits();
+        double v = ct_item(l);
+        CT_EXPECTF(ct_ctx_status(c) == CT_OK && ct_optim_status(o) == CT_OK && isfinite(v), "step %d: %s", step, ct_last_error());
+        if (step == 2) {
+            printf("step 3: %lld cudaMalloc calls, %lld host waits before the loss is read, %lld reading it\n",
+                   (long long)(m1.mallocs - m0.mallocs), (long long)(w1 - w0), (long long)(ct_cuda_host_waits() - w1));
+            CT_EXPECTF(m1.mallocs == m0.mallocs, "the step called cudaMalloc %lld times", (long long)(m1.mallocs - m0.mallocs));
+            CT_EXPECTF(w1 == w0, "the step waited for the device %lld times before its loss was read", (long long)(w1 - w0));
+            CT_EXPECTF(ct_cuda_host_waits() == w1 + 1, "reading the loss waited %lld times", (long long)(ct_cuda_host_waits() - w1));
+        }
+        ct_ctx_reset(c);
+    }
+    ct_ctx_free(c);
+    ct_optim_free(o);
+    ct_model_free(m);
+}
 CT_TEST(lowp_activation_grads_on_cuda) {
     NEED_GPU();
     CT_EXPECTF(ct_op_table_dev[CT_OP_LINEAR].lowp_grad_dt && ct_op_table_dev[CT_OP_CAST].lowp_grad_dt,

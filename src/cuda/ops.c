@@ -317,7 +317,7 @@ static ct_tensor *fwd_contiguous(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, x->ndim, x->shape, "contiguous");
     ct_cuda_layout l = layout(x->ndim, x->shape, x->stride);
     if (go && y->data)
-        ok(&r, es == 4 ? ct_cuda_strided_copy(r.s, y->data, x->data, &l) : ct_cuda_strided_copy16(r.s, y->data, x->data, &l));
+        copy_view(&r, es, y->data, x->data, l);
     ct_record(ctx, CT_OP_CONTIGUOUS, y, 1, &x);
     return y;
 }
@@ -343,15 +343,8 @@ static void bw_slice(ct_ctx *ctx, ct_node *n) {
     acc_strided(&r, x, layout(n->out->ndim, n->out->shape, st), n->i[1] * st[n->i[0]], n->out->grad->data);
 }
 
-/* split_heads: x [B, T, H*D] -> [B, H, T, D]; merge_heads the inverse. `heads` is the 4-d
- * side; the permutation is the 4-d view [B, H, T, D] of the 3-d side's memory. */
-static ct_cuda_layout heads_view(int64_t B, int64_t H, int64_t T, int64_t D) {
-    return layout(4, (int64_t[]){B, H, T, D}, (int64_t[]){T * H * D, D, H * D, 1});
-}
-/* the 3-d [B, T, H*D] side read as [B, T, H, D] in the 4-d [B, H, T, D] side's memory */
-static ct_cuda_layout tokens_view(int64_t B, int64_t H, int64_t T, int64_t D) {
-    return layout(4, (int64_t[]){B, T, H, D}, (int64_t[]){H * T * D, D, T * D, 1});
-}
+/* split_heads: x [B, T, H*D] -> [B, H, T, D]; merge_heads the inverse (heads_view and
+ * tokens_view of ops_util.h) */
 /* y (ndim, shape) = x seen through l: a permuting copy recorded as op */
 static ct_tensor *permute(ct_ctx *ctx, ct_tensor *x, int op, const char *name, int ndim, const int64_t *shape,
                           ct_cuda_layout l) {
@@ -359,8 +352,7 @@ static ct_tensor *permute(ct_ctx *ctx, ct_tensor *x, int op, const char *name, i
     run r;
     bool go = begin(ctx, x->device, name, &r);
     ct_tensor *y = out_same(&r, x, ndim, shape, name); /* bf16/f16 moved as 2-byte elements */
-    if (go && y->data)
-        ok(&r, x->dtype == CT_F32 ? ct_cuda_strided_copy(r.s, y->data, x->data, &l) : ct_cuda_strided_copy16(r.s, y->data, x->data, &l));
+    if (go && y->data) copy_view(&r, ct_dtype_size(x->dtype), y->data, x->data, l);
     ct_record(ctx, op, y, 1, &x);
     return y;
 }

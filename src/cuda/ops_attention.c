@@ -130,16 +130,6 @@ static ct_cuda_layout qkv_to_heads(const qkv_dims *d) {
 static ct_cuda_layout heads_to_qkv(const qkv_dims *d) {
     return layout(5, (int64_t[]){d->B, d->T, 3, d->H, d->D}, (int64_t[]){d->H * d->T * d->D, d->D, d->N, d->T * d->D, 1});
 }
-/* y [B, T, C] seen as [B, H, T, D], and back */
-static ct_cuda_layout tokens_to_heads(const qkv_dims *d) {
-    return layout(4, (int64_t[]){d->B, d->H, d->T, d->D}, (int64_t[]){d->T * d->C, d->D, d->C, 1});
-}
-static ct_cuda_layout heads_to_tokens(const qkv_dims *d) {
-    return layout(4, (int64_t[]){d->B, d->T, d->H, d->D}, (int64_t[]){d->H * d->T * d->D, d->D, d->T * d->D, 1});
-}
-static bool copy_view(run *r, size_t es, void *dst, const void *src, ct_cuda_layout l) {
-    return ok(r, es == 4 ? ct_cuda_strided_copy(r->s, dst, src, &l) : ct_cuda_strided_copy16(r->s, dst, src, &l));
-}
 static void *buf(run *r, int64_t n, size_t es, const char *op) {
     return ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * es, op);
 }
@@ -170,7 +160,7 @@ static ct_tensor *fwd_flash_attention_qkv(ct_ctx *ctx, const ct_op_args *a) {
         (void)(copy_view(&r, d.es, heads, qkv->data, qkv_to_heads(&d)) &&
                ok(&r, ct_cuda_attention_gqa(r.s, gemm_dt(qkv), h, h + d.N * d.es, h + 2 * d.N * d.es, yh, lse, d.BH, d.T,
                                             (int)d.D, causal, 1)) &&
-               copy_view(&r, d.es, y->data, yh, heads_to_tokens(&d)));
+               copy_view(&r, d.es, y->data, yh, tokens_view(d.B, d.H, d.T, d.D)));
     }
     free_bufs(&r, (void *[]){heads, yh}, 2);
     ct_node *nd = ct_record(ctx, CT_OP_FLASH_ATTENTION_QKV, y, 1, &qkv);
@@ -196,7 +186,8 @@ static void bw_flash_attention_qkv(ct_ctx *ctx, ct_node *n) {
     char *h = p[0], *dh = p[3];
     const size_t third = (size_t)d.N * d.es;
     bool done = p[4] && copy_view(&r, d.es, h, qkv->data, qkv_to_heads(&d)) &&
-                copy_view(&r, d.es, p[1], o->data, tokens_to_heads(&d)) && copy_view(&r, d.es, p[2], dO, tokens_to_heads(&d)) &&
+                copy_view(&r, d.es, p[1], o->data, heads_view(d.B, d.H, d.T, d.D)) &&
+                copy_view(&r, d.es, p[2], dO, heads_view(d.B, d.H, d.T, d.D)) &&
                 ok(&r, ct_cuda_attention_gqa_bwd(r.s, dt, h, h + third, h + 2 * third, p[1], p[2], n->saved, p[4], dh, dh + third,
                                                  dh + 2 * third, d.BH, d.T, (int)d.D, n->i[0] != 0, 1));
     /* dq, dk, dv into qkv's gradient: a fresh bf16/f16 one where c_attn's GEMMs take it so,

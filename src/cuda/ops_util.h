@@ -190,5 +190,17 @@ static inline ct_cuda_layout layout(int ndim, const int64_t *shape, const int64_
     for (int d = 0; d < ndim; d++) { l.shape[d] = shape[d]; l.stride[d] = stride[d]; }
     return l;
 }
+/* dst (contiguous in l's shape) = src seen through l, elements of es bytes (4, or 2: bf16/f16) */
+static inline bool copy_view(run *r, size_t es, void *dst, const void *src, ct_cuda_layout l) {
+    return ok(r, es == 4 ? ct_cuda_strided_copy(r->s, dst, src, &l) : ct_cuda_strided_copy16(r->s, dst, src, &l));
+}
+/* heads and tokens: [B, T, H*D] seen as [B, H, T, D] (split_heads), and [B, H, T, D] seen as
+ * [B, T, H, D], i.e. [B, T, H*D] (merge_heads) */
+static inline ct_cuda_layout heads_view(int64_t B, int64_t H, int64_t T, int64_t D) {
+    return layout(4, (int64_t[]){B, H, T, D}, (int64_t[]){T * H * D, D, H * D, 1});
+}
+static inline ct_cuda_layout tokens_view(int64_t B, int64_t H, int64_t T, int64_t D) {
+    return layout(4, (int64_t[]){B, T, H, D}, (int64_t[]){H * T * D, D, T * D, 1});
+}
 
 #endif

@@ -49,9 +49,11 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, V, bias=False)
         self.lm_head.weight = self.wte.weight  # tied, as GPT-2
-        for mod in self.modules():  # GPT-2's initialisation, as ctrain's (the loss starts near ln V)
+        for name, mod in self.named_modules():  # GPT-2's initialisation, as ctrain's (nanoGPT's)
             if isinstance(mod, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(mod.weight, 0.0, 0.02)
+                # the projections into the residual stream scaled by 1/sqrt(2 L), as ctrain does
+                proj = name.endswith("c_proj") or name.endswith("mlp_proj")
+                nn.init.normal_(mod.weight, 0.0, 0.02 / math.sqrt(2 * L) if proj else 0.02)
             if isinstance(mod, nn.Linear) and mod.bias is not None:
                 nn.init.zeros_(mod.bias)
 

@@ -57,6 +57,12 @@ static int by_total(const void *a, const void *b) {
     return (tx < ty) - (tx > ty);
 }
 
+void ct_devprof_reset(void) {
+    pthread_mutex_lock(&mu);
+    nrows = 0;
+    pthread_mutex_unlock(&mu);
+}
+
 void ct_devprof_report(FILE *f) {
     pthread_mutex_lock(&mu);
     qsort(rows, (size_t)nrows, sizeof(row), by_total);

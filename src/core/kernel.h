@@ -148,6 +148,8 @@ bool ct_devprof_begin(ct_device d, double *t0);
 void ct_devprof_end(ct_device d, const char *op, bool backward, double t0);
 /* the rows, most time first: op, calls, milliseconds forward and backward; then clears them */
 void ct_devprof_report(FILE *f);
+/* clears the rows (a benchmark leaves its warm-up steps out) */
+void ct_devprof_reset(void);
 
 /* Number of OpenMP threads worth using for n elements of light work. */
 static inline int ct_omp_threads_for(int64_t n) { return n >= (1 << 15) ? 0 : 1; }

@@ -12,13 +12,11 @@
  * deterministic ones; a non-deterministic one only when nothing else is offered. Gradients
  * of parameters accumulate (beta = 1); fresh gradient buffers are written (beta = 0).
  *
- * bf16/f16 (autocast's rounded tensors, read as they are): cuDNN's pseudo-low-precision
- * configuration, inputs and output in that type with f32 accumulation, tensor cores allowed
- * (products of rounded values are exact). The output is rounded as cuDNN stores it, and a bias
- * is added to the rounded sums and rounded again (the CPU adds it before its one rounding, as
- * PyTorch's CUDA path does not). Backward reads the output's gradient as a copy in that type
- * (it holds such values already), cuDNN writes dx, dw, db in that type, and these are added to
- * the f32 gradients: the values the gradients of low-precision tensors take anyway. */
+ * bf16/f16 (autocast's rounded tensors): the convolution runs in f32 on the operands widened
+ * (exactly), the bias is added in f32 and y rounded once, and backward runs in f32 on the
+ * widened operands and the f32 output gradient: the CPU's autocast arithmetic, so the CPU's
+ * max-pooling choices and gradients (conv_fwd_lowp and conv_bwd_lowp say what 16-bit cuDNN
+ * did on an H200). Not on tensor cores: the price of matching the CPU in a small CNN. */
 #include <limits.h>
 #include <string.h>
 
@@ -144,7 +142,9 @@ static ct_status pick(const step *r, const cand *c, int n, unsigned plain, const
 #define FILT_PLAIN 0xBu /* algorithms 0, 1 and 3 */
 
 /* ---- conv2d: y = conv(x, w) + b ---- */
-static ct_status conv_fwd(step *r, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, ct_tensor *y, int stride, int pad) {
+/* y's data yd = conv(xd, wd) + bd, all of r's dtype (x, w, b, y give the shapes) */
+static ct_status conv_fwd(step *r, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, const ct_tensor *y, const void *xd,
+                          const void *wd, const void *bd, void *yd, int stride, int pad) {
     descs d = {0};
     cudnnHandle_t h;
     void *ws;
@@ -158,10 +158,9 @@ static ct_status conv_fwd(step *r, const ct_tensor *x, const ct_tensor *w, const
     CHOOSE(r, cudnnConvolutionFwdAlgo_t, cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, FWD_PLAIN, "forward",
            cudnnGetConvolutionForwardAlgorithm_v7, h, d.x, d.w, d.conv, d.y);
     if (st == CT_OK)
-        st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionForward(h, &one, d.x, x->data, d.w, w->data, d.conv, algo, ws, mem,
-                                                                        &zero, d.y, y->data));
-    if (st == CT_OK && b)
-        st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnAddTensor(h, &one, d.b, b->data, &one, d.y, y->data));
+        st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionForward(h, &one, d.x, xd, d.w, wd, d.conv, algo, ws, mem, &zero,
+                                                                        d.y, yd));
+    if (st == CT_OK && b) st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnAddTensor(h, &one, d.b, bd, &one, d.y, yd));
     descs_free(&d);
     return st;
 }
@@ -174,6 +173,37 @@ static void check_dtypes(const char *op, const ct_tensor *x, const ct_tensor *w,
              x->device.index, ct_dtype_name(x->dtype), ct_dtype_name(w && w->dtype != x->dtype ? w->dtype : b->dtype));
 }
 
+/* t (r's low-precision type) widened into f32 device scratch; NULL for a NULL t, or when the
+ * context has failed (*st says which) */
+static float *widen(step *r, const ct_tensor *t, ct_status *st) {
+    if (!t || *st != CT_OK) return NULL;
+    float *f = ct_ctx_dev_alloc(r->ctx, (ct_device){CT_DEV_CUDA, r->dev}, (size_t)(ct_numel(t) > 0 ? ct_numel(t) : 1) * sizeof(float), r->op);
+    *st = f ? ct_cuda_cast(r->s, t->data, r->dt == CT_BF16 ? CT_CUDA_CAST_BF16 : CT_CUDA_CAST_F16, f, CT_CUDA_CAST_F32, ct_numel(t))
+            : ct_ctx_status(r->ctx);
+    return *st == CT_OK ? f : NULL;
+}
+/* bf16/f16: the convolution and the bias in f32 on the widened operands, rounded once into y,
+ * as the CPU's autocast computes it. cuDNN's 16-bit configuration rounds the sums before it
+ * adds the bias and rounds again, and on an H200 (2026-12-04) those 1-ulp differences moved
+ * the maxima of the next max pooling, which took the CNN's weight gradients 4 % (f16) to
+ * 41 % (bf16) away from the CPU's. */
+static ct_status conv_fwd_lowp(step *r, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, ct_tensor *y, int stride, int pad) {
+    ct_status st = CT_OK;
+    float *x32 = widen(r, x, &st), *w32 = widen(r, w, &st), *b32 = widen(r, b, &st), *y32 = NULL;
+    if (st == CT_OK) {
+        y32 = ct_ctx_dev_alloc(r->ctx, (ct_device){CT_DEV_CUDA, r->dev}, (size_t)ct_numel(y) * sizeof(float), r->op);
+        if (!y32) st = ct_ctx_status(r->ctx);
+    }
+    step r32 = *r;
+    r32.dt = CT_F32;
+    if (st == CT_OK) st = conv_fwd(&r32, x, w, b, y, x32, w32, b32, y32, stride, pad);
+    if (st == CT_OK) st = ct_cuda_cast(r->s, y32, CT_CUDA_CAST_F32, y->data, r->dt == CT_BF16 ? CT_CUDA_CAST_BF16 : CT_CUDA_CAST_F16, ct_numel(y));
+    float *scratch[4] = {x32, w32, b32, y32};
+    for (int i = 0; i < 4; i++)
+        if (scratch[i]) ct_ctx_dev_free_(r->ctx, scratch[i]);
+    return st;
+}
+
 static ct_tensor *fwd_conv2d(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     int stride = (int)a->i[0], pad = (int)a->i[1];
@@ -183,14 +213,18 @@ static ct_tensor *fwd_conv2d(ct_ctx *ctx, const ct_op_args *a) {
     step r;
     bool go = start(ctx, x->device, "conv2d", x->dtype, &r);
     ct_tensor *y = ct_new_on(ctx, x->device, x->dtype, 4, shape, "conv2d");
-    if (go && y->data && ct_numel(y) > 0) ct_ctx_fail(ctx, conv_fwd(&r, x, w, b, y, stride, pad));
+    if (go && y->data && ct_numel(y) > 0)
+        ct_ctx_fail(ctx, lowp(&r) ? conv_fwd_lowp(&r, x, w, b, y, stride, pad)
+                                  : conv_fwd(&r, x, w, b, y, x->data, w->data, b ? b->data : NULL, y->data, stride, pad));
     ct_node *n = ct_record(ctx, CT_OP_CONV2D, y, b ? 3 : 2, (ct_tensor *[]){x, w, b});
     if (n) { n->i[0] = stride; n->i[1] = pad; }
     return y;
 }
 
-/* dx, dw, db (each may be NULL) from dy, all of r's dtype: written where fresh, else added to */
-static ct_status conv_bwd(step *r, const ct_node *n, const void *dy, void *dx, bool fx, void *dw, bool fw, void *db, bool fb) {
+/* dx, dw, db (each may be NULL) from dy and the forward's operands xd, wd, all of r's dtype:
+ * written where fresh, else added to */
+static ct_status conv_bwd(step *r, const ct_node *n, const void *xd, const void *wd, const void *dy, void *dx, bool fx, void *dw,
+                          bool fw, void *db, bool fb) {
     const ct_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
     descs d = {0};
     cudnnHandle_t h;
@@ -204,14 +238,14 @@ static ct_status conv_bwd(step *r, const ct_node *n, const void *dy, void *dx, b
         CHOOSE(r, cudnnConvolutionBwdDataAlgo_t, cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, DATA_PLAIN,
                "backward-data", cudnnGetConvolutionBackwardDataAlgorithm_v7, h, d.w, d.y, d.conv, d.x);
         if (st == CT_OK)
-            st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionBackwardData(h, &one, d.w, w->data, d.y, dy, d.conv, algo, ws, mem,
+            st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionBackwardData(h, &one, d.w, wd, d.y, dy, d.conv, algo, ws, mem,
                                                                                  &bx, d.x, dx));
     }
     if (st == CT_OK && dw) {
         CHOOSE(r, cudnnConvolutionBwdFilterAlgo_t, cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
                FILT_PLAIN, "backward-filter", cudnnGetConvolutionBackwardFilterAlgorithm_v7, h, d.x, d.y, d.conv, d.w);
         if (st == CT_OK)
-            st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionBackwardFilter(h, &one, d.x, x->data, d.y, dy, d.conv, algo, ws,
+            st = CT_GPU_CHECK(cudnn, r->op, ct_cudnn.cudnnConvolutionBackwardFilter(h, &one, d.x, xd, d.y, dy, d.conv, algo, ws,
                                                                                    mem, &bw, d.w, dw));
     }
     descs_free(&d);
@@ -239,16 +273,25 @@ static const void *dy_lowp(step *r, const float *dy, int64_t n) {
     return c;
 }
 
-/* bf16/f16: cuDNN writes the gradients in that type to scratch, then they are added */
+/* bf16/f16: the backward runs in f32 on the operands widened (exactly: they hold rounded
+ * values) and on the f32 dy, as the CPU's autocast computes it. Not in 16 bits: cuDNN has no
+ * bf16 bias gradient (CUDNN_STATUS_NOT_SUPPORTED), and f16 dx and dw of the CNN lost up to
+ * 9 % normwise to underflow against the CPU (both seen on an H200, 2026-12-04). */
 static ct_status conv_bwd_lowp(step *r, const ct_node *n, float *dx, bool fx, float *dw, bool fw, float *db, bool fb) {
-    int64_t nx = ct_numel(n->in[0]), nw = ct_numel(n->in[1]), nb = n->in[1]->shape[0];
-    const void *dy = dy_lowp(r, n->out->grad->data, ct_numel(n->out));
-    void *x16 = dx ? scratch16(r, nx) : NULL, *w16 = dw ? scratch16(r, nw) : NULL, *b16 = db ? scratch16(r, nb) : NULL;
-    if (!dy || (dx && !x16) || (dw && !w16) || (db && !b16)) return ct_ctx_status(r->ctx);
-    ct_status st = conv_bwd(r, n, dy, x16, true, w16, true, b16, true);
-    if (st == CT_OK) st = add_lowp(r, dx, fx, x16, nx);
-    if (st == CT_OK) st = add_lowp(r, dw, fw, w16, nw);
-    return st == CT_OK ? add_lowp(r, db, fb, b16, nb) : st;
+    const ct_tensor *x = n->in[0], *w = n->in[1];
+    const ct_cuda_cast_type t = cast_type(r);
+    const ct_device d = {CT_DEV_CUDA, r->dev};
+    float *x32 = dw ? ct_ctx_dev_alloc(r->ctx, d, (size_t)ct_numel(x) * sizeof(float), r->op) : NULL;
+    float *w32 = dx ? ct_ctx_dev_alloc(r->ctx, d, (size_t)ct_numel(w) * sizeof(float), r->op) : NULL;
+    if ((dw && !x32) || (dx && !w32)) return ct_ctx_status(r->ctx);
+    ct_status st = x32 ? ct_cuda_cast(r->s, x->data, t, x32, CT_CUDA_CAST_F32, ct_numel(x)) : CT_OK;
+    if (st == CT_OK && w32) st = ct_cuda_cast(r->s, w->data, t, w32, CT_CUDA_CAST_F32, ct_numel(w));
+    step r32 = *r;
+    r32.dt = CT_F32;
+    if (st == CT_OK) st = conv_bwd(&r32, n, x32, w32, n->out->grad->data, dx, fx, dw, fw, db, fb);
+    if (x32) ct_ctx_dev_free_(r->ctx, x32);
+    if (w32) ct_ctx_dev_free_(r->ctx, w32);
+    return st;
 }
 
 static void bw_conv2d(ct_ctx *ctx, ct_node *n) {
@@ -264,7 +307,8 @@ static void bw_conv2d(ct_ctx *ctx, ct_node *n) {
         if (st == CT_OK) st = zero_if_fresh(&r, dw, fw, ct_numel(n->in[1]));
         if (st == CT_OK) st = zero_if_fresh(&r, db, fb, n->in[1]->shape[0]);
     } else {
-        st = lowp(&r) ? conv_bwd_lowp(&r, n, dx, fx, dw, fw, db, fb) : conv_bwd(&r, n, n->out->grad->data, dx, fx, dw, fw, db, fb);
+        st = lowp(&r) ? conv_bwd_lowp(&r, n, dx, fx, dw, fw, db, fb)
+                       : conv_bwd(&r, n, n->in[0]->data, n->in[1]->data, n->out->grad->data, dx, fx, dw, fw, db, fb);
     }
     ct_ctx_fail(ctx, st);
 }

@@ -99,13 +99,15 @@ static void check_pool(int op, int64_t H, int64_t W, int k, int s, int p) {
     }
     CT_EXPECTF(ct_ctx_status(c) == CT_OK, "%s on cuda:0: %s", names[op], ct_last_error());
     double e[2] = {err_of(c, y[1], y[0]), err_of(c, t[1]->grad, x->grad)}, tol = op == 2 ? 1e-5 : 0;
-    /* max pooling: a NaN output compares as an error of NaN; the same NaN on both is fine */
+    /* max pooling: bit for bit, but any NaN where the CPU has one: y adds two pools, and a GPU's
+     * NaN + NaN is the canonical NaN where x86 keeps the first operand's bits (H200, 2026-12-04) */
     for (int i = 0; i < 2; i++) {
         if (op < 2 && i == 0) {
             ct_tensor *h = NULL;
             OK(ct_tensor_to(c, y[1], CT_CPU, &h));
             int64_t bad = 0;
-            for (int64_t q = 0; q < ct_numel(h); q++) bad += memcmp(ct_f32(h) + q, ct_f32(y[0]) + q, sizeof(float)) != 0;
+            for (int64_t q = 0; q < ct_numel(h); q++) /* any NaN for a NaN: its sign and payload are not promised */
+                bad += memcmp(ct_f32(h) + q, ct_f32(y[0]) + q, sizeof(float)) != 0 && !(isnan(ct_f32(h)[q]) && isnan(ct_f32(y[0])[q]));
             e[0] = (double)bad;
         }
         CT_EXPECTF(e[i] <= tol, "%s %dx%d/%d pad %d on %lldx%lld: %s error %g", names[op], k, k, s, p, (long long)H, (long long)W,
@@ -175,8 +177,9 @@ CT_TEST(cnn_model_on_cuda_matches_cpu) {
     NEED_GPU();
     cnn_match(CT_F32, 1e-5, 1e-4);
 }
-/* low precision: the bias is added after cuDNN's rounding (the CPU adds it before), and the
- * sums run in other orders, so a value may round the other way: bf16's tolerance */
+/* low precision: the device computes in f32 on the rounded operands and rounds once, as the
+ * CPU does, but its sums run in other orders, so a value may round the other way (and move a
+ * max pooling's choice): bf16's tolerance */
 CT_TEST(cnn_model_bf16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
     cnn_match(CT_BF16, 2e-2, 3e-2);

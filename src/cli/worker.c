@@ -36,7 +36,7 @@ static int do_allreduce(void) {
 
 int cli_worker(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: ctrain worker init|allreduce|env|exit R CODE|signal R SIG|fail-once R|sleep SECS|stall R\n");
+        fprintf(stderr, "usage: ctrain worker init|allreduce|env|exit R CODE|signal R SIG|fail-once R|sleep SECS|stall R|timeout-chain\n");
         return 2;
     }
     const char *m = argv[1];
@@ -97,6 +97,17 @@ int cli_worker(int argc, char **argv) {
         if (st) fprintf(stderr, "rank %d: %s\n", rank, ct_last_error());
         ct_pg_free(pg);
         return st ? 1 : 0;
+    }
+    if (!strcmp(m, "timeout-chain")) {
+        /* the reports of a chain of waits, without the collective: rank r < n - 1 says it timed
+         * out waiting for rank r + 1, rank 0 last and failing first; the last rank hangs */
+        int n = (int)ct_config_int(CT_CFG_WORLD_SIZE);
+        if (rank == n - 1) raise(SIGSTOP);
+        if (rank == 0) usleep(500000);
+        fprintf(stderr, "rank %d: all_reduce #1 (f32 x 256, sum) timed out on rank %d: rank(s) %d never reached it\n", rank, rank, rank + 1);
+        if (rank == 0) return 1;
+        sleep(60);
+        return 0;
     }
     if (!strcmp(m, "sleep") && argc >= 3) {
         printf("pid %d\n", (int)getpid());

@@ -578,6 +578,18 @@ ct_status ct_sup_run(const ct_sup_opts *o, ct_sup_result *res) {
         size_t cap = sizeof res->report;
         char what[200];
         int srank = res->failed ? stalled_rank(&ws[res->root], o->rank_base, n, what, sizeof what) : -1;
+        /* A rank of this node named as missing may itself have timed out waiting for another
+         * (rank 0 on rank 1, which waits on a stopped rank of another node, all within one
+         * timeout): follow such reports to the rank whose own names nobody, and let the rank
+         * that named it be the one that timed out waiting for it. */
+        for (int hops = 0; srank >= o->rank_base && srank < o->rank_base + n && hops < n; hops++) {
+            char w2[sizeof what];
+            int next = stalled_rank(&ws[srank - o->rank_base], o->rank_base, n, w2, sizeof w2);
+            if (next < 0 || next == srank) break;
+            res->root = srank - o->rank_base;
+            if (w2[0]) snprintf(what, sizeof what, "%s", w2);
+            srank = next;
+        }
         int stalled = srank >= o->rank_base && srank < o->rank_base + n ? srank - o->rank_base : -1;
         if (srank >= 0 && stalled < 0) {
             /* on another node (every node runs n workers): that node's report has its state */

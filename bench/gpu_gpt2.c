@@ -11,7 +11,9 @@
  * tokens (seeded); the loss is read back every step, as a training loop that logs it does.
  * Three warm-up steps are left out; the median step time gives tokens/s. Model FLOPs per
  * token are nanoGPT's estimate, 6 N + 12 L T d (N without the position embedding), and MFU
- * is against the H100/H200 SXM dense bf16 peak, 989.4 TFLOP/s. One line:
+ * is against the H100/H200 SXM dense bf16 peak, 989.4 TFLOP/s. Before the steps it times two
+ * GEMMs alone: the MLP's first in f32, and the LM head's logits GEMM in bf16 at the
+ * vocabulary's 50,257 rows and padded to 50,304. Then one line:
  *   RESULT impl=ctrain ... tokens_per_s=... step_ms=... peak_alloc_mib=... reserved_mib=... mfu=...
  * Without CUDA in the build or without a GPU it says so and exits 77. */
 #include <math.h>
@@ -115,6 +117,30 @@ int main(int argc, char **argv) {
         }
         ct_ctx_reset(c);
     }
+    /* the tied LM head's logits GEMM in bf16 alone, at the vocabulary's 50,257 rows and at
+     * 50,304 (a multiple of 64, as llm.c pads it): an odd row length leaves cuBLASLt only
+     * kernels for 2-byte-aligned rows (on an H200 the LM head's three GEMMs took 15.5 ms a step) */
+    for (int pad = 0; pad < 2; pad++) {
+        int64_t V = pad ? 50304 : cfg.gpt.vocab_size, xs[2] = {(int64_t)B * T, cfg.gpt.n_embd}, ws[2] = {V, cfg.gpt.n_embd};
+        ct_tensor *xh = ct_zeros(c, CT_F32, 2, xs), *wh = ct_zeros(c, CT_F32, 2, ws), *xg, *wg;
+        ct_fill(xh, 0.5f);
+        ct_fill(wh, 0.25f);
+        ct_set_grad_enabled(c, false);
+        if (ct_tensor_to(c, xh, CT_CUDA(0), &xg) == CT_OK && ct_tensor_to(c, wh, CT_CUDA(0), &wg) == CT_OK) {
+            ct_tensor *xb = ct_cast(c, xg, CT_BF16), *wb = ct_cast(c, wg, CT_BF16);
+            ct_linear(c, xb, wb, NULL);
+            ct_device_sync(CT_CUDA(0));
+            double t0 = now();
+            for (int i = 0; i < 5; i++) ct_linear(c, xb, wb, NULL);
+            ct_device_sync(CT_CUDA(0));
+            double s1 = (now() - t0) / 5;
+            if (ct_ctx_status(c) == CT_OK)
+                printf("lm head gemm %lldx%lldx%lld bf16 on cuda:0: %.3f ms, %.1f TFLOP/s%s\n", (long long)xs[0], (long long)V,
+                       (long long)xs[1], 1e3 * s1, 2.0 * xs[0] * V * xs[1] / s1 / 1e12, pad ? " (vocabulary padded)" : "");
+        }
+        ct_set_grad_enabled(c, true);
+        ct_ctx_reset(c);
+    }
     const int warm = 3;
     double *ms = calloc((size_t)steps, sizeof(double)), first = NAN, last = NAN;
     for (int s = 0; s < warm + steps; s++) {
@@ -156,6 +182,7 @@ int main(int argc, char **argv) {
     double med = ms[steps / 2], tps = (double)B * T / (med * 1e-3);
     const char *prec = getenv("CTRAIN_CUDA_MATMUL");
     const char *att = ct_config_str(CT_CFG_CUDA_ATTENTION); /* the setting or its default */
+    if (!amp && att && !strcmp(att, "tc")) att = "tiled"; /* tc is for bf16/f16: f32 takes the tiled kernels */
     printf("RESULT impl=ctrain model=gpt2-124M batch=%d seq=%d layers=%d amp=%s attention=%s matmul=%s params=%lld step_ms=%.2f "
            "min_ms=%.2f tokens_per_s=%.0f peak_alloc_mib=%.0f reserved_mib=%.0f mfu=%.3f loss_first=%.4f loss_last=%.4f\n",
            B, T, L, amp ? "bf16" : "none", att && *att ? att : "?", prec && *prec ? prec : "highest", (long long)ct_model_num_params(m), med, ms[0], tps,

@@ -5,6 +5,7 @@
  *                                              AMP bf16: forward and loss under bf16 autocast
  *   CTRAIN_CUDA_MATMUL=highest|high|medium     f32 GEMMs in f32, TF32 or bf16 tensor cores
  *   CTRAIN_DEVICE_PROFILE=1                    also each op's time (serialised), and AdamW's
+ *   GPU_GPT2_PROBES=0                          without the GEMMs timed alone (below)
  *
  * GPT-2 small: 12 layers, width 768, 12 heads, context 1024, vocabulary 50257, biases, GELU
  * (tanh form), tied LM head, fused attention, AdamW (lr 6e-4, weight decay 0.1). Random
@@ -98,7 +99,10 @@ int main(int argc, char **argv) {
         memcpy(x + (size_t)b * T, tok + (size_t)b * (T + 1), sizeof(int32_t) * T);
         memcpy(y + (size_t)b * T, tok + (size_t)b * (T + 1) + 1, sizeof(int32_t) * T);
     }
-    { /* the GEMM alone, as the MLP's first linear runs it: [B T, 768] x [3072, 768]^T */
+    /* GPU_GPT2_PROBES=0 leaves the GEMMs alone out (a kernel profiler then sees the step's first) */
+    const char *pe = getenv("GPU_GPT2_PROBES");
+    const bool probes = !pe || strcmp(pe, "0");
+    if (probes) { /* the GEMM alone, as the MLP's first linear runs it: [B T, 768] x [3072, 768]^T */
         int64_t xs[2] = {(int64_t)B * T, cfg.gpt.n_embd}, ws[2] = {4 * cfg.gpt.n_embd, cfg.gpt.n_embd};
         ct_tensor *xh = ct_zeros(c, CT_F32, 2, xs), *wh = ct_zeros(c, CT_F32, 2, ws), *xg, *wg;
         ct_fill(xh, 0.5f);
@@ -120,7 +124,7 @@ int main(int argc, char **argv) {
     /* the tied LM head's logits GEMM in bf16 alone, at the vocabulary's 50,257 rows and at
      * 50,304 (a multiple of 64, as llm.c pads it): an odd row length leaves cuBLASLt only
      * kernels for 2-byte-aligned rows (on an H200 the LM head's three GEMMs took 15.5 ms a step) */
-    for (int pad = 0; pad < 2; pad++) {
+    for (int pad = 0; probes && pad < 2; pad++) {
         int64_t V = pad ? 50304 : cfg.gpt.vocab_size, xs[2] = {(int64_t)B * T, cfg.gpt.n_embd}, ws[2] = {V, cfg.gpt.n_embd};
         ct_tensor *xh = ct_zeros(c, CT_F32, 2, xs), *wh = ct_zeros(c, CT_F32, 2, ws), *xg, *wg;
         ct_fill(xh, 0.5f);

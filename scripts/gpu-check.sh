@@ -35,6 +35,8 @@
 #            attention, 5 steps after the warm-up
 #   bench32  the same in f32: ctrain's f32 GEMMs in f32 and on bf16 tensor cores, the tiled
 #            attention, and PyTorch in f32
+#   ncu      where Nsight Compute is installed: one layer's attention kernels (forward, dK/dV,
+#            dQ) and its first 14 GEMMs, each's duration, throughput and occupancy
 #   The bf16 comparison comes before the slower tests, so a short lease still measures it.
 #
 # GPU_CHECK_PREBUILT=1 skips the build and runs what scripts/gpu-bundle.sh packed (unpacked
@@ -44,7 +46,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
-steps=${GPU_CHECK_STEPS:-env kernels ops train conv bench profile trainer cli device units bench32}
+steps=${GPU_CHECK_STEPS:-env kernels ops train conv bench profile trainer cli device units bench32 ncu}
 mkdir -p build
 log=build/gpu-check.log
 : >"$log"
@@ -136,6 +138,12 @@ for s in $steps; do
     bench32) run_step bench32 'for p in highest medium; do CTRAIN_CUDA_MATMUL=$p build/bench/gpu_gpt2 || exit 1; done
                                CTRAIN_CUDA_ATTENTION=tiled CTRAIN_CUDA_MATMUL=medium build/bench/gpu_gpt2 || exit 1
                                python3 bench/gpu_gpt2_torch.py --amp none' ;;
+    ncu) run_step ncu 'if ! command -v ncu >/dev/null; then echo "gpu-check: no ncu here"; exit 0; fi
+                       export GPU_GPT2_PROBES=0
+                       ncu --clock-control none --section SpeedOfLight --section Occupancy -k regex:"^(fwd_k|dkv_k|dq_k)$" -c 3 \
+                           build/bench/gpu_gpt2 1 8 1024 1 bf16 || exit 1
+                       ncu --clock-control none --section SpeedOfLight -k regex:"gemm|nvjet|cutlass|xmma" -c 14 \
+                           build/bench/gpu_gpt2 1 8 1024 1 bf16' ;;
     *) say "gpu-check: unknown step '$s'"; failed+=("$s") ;;
     esac
 done

@@ -69,6 +69,8 @@ static cudnnDataType_t data_type(const step *r) {
     return r->dt == CT_BF16 ? CUDNN_DATA_BFLOAT16 : r->dt == CT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
 }
 static bool lowp(const step *r) { return r->dt != CT_F32; }
+/* the cast kernels' name for r's low-precision type */
+static ct_cuda_cast_type cast_type(const step *r) { return r->dt == CT_BF16 ? CT_CUDA_CAST_BF16 : CT_CUDA_CAST_F16; }
 /* cuDNN's 4-d descriptors count in int */
 static ct_status fits_int(const step *r, const int64_t *s) {
     if (s[0] * s[1] * s[2] * s[3] <= INT_MAX) return CT_OK;
@@ -178,8 +180,7 @@ static void check_dtypes(const char *op, const ct_tensor *x, const ct_tensor *w,
 static float *widen(step *r, const ct_tensor *t, ct_status *st) {
     if (!t || *st != CT_OK) return NULL;
     float *f = ct_ctx_dev_alloc(r->ctx, (ct_device){CT_DEV_CUDA, r->dev}, (size_t)(ct_numel(t) > 0 ? ct_numel(t) : 1) * sizeof(float), r->op);
-    *st = f ? ct_cuda_cast(r->s, t->data, r->dt == CT_BF16 ? CT_CUDA_CAST_BF16 : CT_CUDA_CAST_F16, f, CT_CUDA_CAST_F32, ct_numel(t))
-            : ct_ctx_status(r->ctx);
+    *st = f ? ct_cuda_cast(r->s, t->data, cast_type(r), f, CT_CUDA_CAST_F32, ct_numel(t)) : ct_ctx_status(r->ctx);
     return *st == CT_OK ? f : NULL;
 }
 /* bf16/f16: the convolution and the bias in f32 on the widened operands, rounded once into y,
@@ -197,7 +198,7 @@ static ct_status conv_fwd_lowp(step *r, const ct_tensor *x, const ct_tensor *w, 
     step r32 = *r;
     r32.dt = CT_F32;
     if (st == CT_OK) st = conv_fwd(&r32, x, w, b, y, x32, w32, b32, y32, stride, pad);
-    if (st == CT_OK) st = ct_cuda_cast(r->s, y32, CT_CUDA_CAST_F32, y->data, r->dt == CT_BF16 ? CT_CUDA_CAST_BF16 : CT_CUDA_CAST_F16, ct_numel(y));
+    if (st == CT_OK) st = ct_cuda_cast(r->s, y32, CT_CUDA_CAST_F32, y->data, cast_type(r), ct_numel(y));
     float *scratch[4] = {x32, w32, b32, y32};
     for (int i = 0; i < 4; i++)
         if (scratch[i]) ct_ctx_dev_free_(r->ctx, scratch[i]);
@@ -256,7 +257,6 @@ static ct_status conv_bwd(step *r, const ct_node *n, const void *xd, const void 
 static void *scratch16(step *r, int64_t n) {
     return ct_ctx_dev_alloc(r->ctx, (ct_device){CT_DEV_CUDA, r->dev}, (size_t)(n > 0 ? n : 1) * 2, r->op);
 }
-static ct_cuda_cast_type cast_type(const step *r) { return r->dt == CT_BF16 ? CT_CUDA_CAST_BF16 : CT_CUDA_CAST_F16; }
 /* the f32 gradient g (fresh: written) += src, n values of r's low-precision type */
 static ct_status add_lowp(step *r, float *g, bool fresh, const void *src, int64_t n) {
     if (!g || n == 0) return CT_OK;
@@ -275,17 +275,10 @@ static const void *dy_lowp(step *r, const float *dy, int64_t n) {
 
 /* bf16/f16: the backward runs in f32 on the operands widened (exactly: they hold rounded
  * values) and on the f32 dy, as the CPU's autocast computes it. Not in 16 bits: cuDNN has no
- * bf16 bias gradient (CUDNN_STATUS_NOT_SUPPORTED), and f16 dx and dw of the CNN lost up to
- * 9 % normwise to underflow against the CPU (both seen on an H200, 2026-12-04). */
+ * bf16 bias gradient (CUDNN_STATUS_NOT_SUPPORTED on an H200, 2026-12-04). */
 static ct_status conv_bwd_lowp(step *r, const ct_node *n, float *dx, bool fx, float *dw, bool fw, float *db, bool fb) {
-    const ct_tensor *x = n->in[0], *w = n->in[1];
-    const ct_cuda_cast_type t = cast_type(r);
-    const ct_device d = {CT_DEV_CUDA, r->dev};
-    float *x32 = dw ? ct_ctx_dev_alloc(r->ctx, d, (size_t)ct_numel(x) * sizeof(float), r->op) : NULL;
-    float *w32 = dx ? ct_ctx_dev_alloc(r->ctx, d, (size_t)ct_numel(w) * sizeof(float), r->op) : NULL;
-    if ((dw && !x32) || (dx && !w32)) return ct_ctx_status(r->ctx);
-    ct_status st = x32 ? ct_cuda_cast(r->s, x->data, t, x32, CT_CUDA_CAST_F32, ct_numel(x)) : CT_OK;
-    if (st == CT_OK && w32) st = ct_cuda_cast(r->s, w->data, t, w32, CT_CUDA_CAST_F32, ct_numel(w));
+    ct_status st = CT_OK;
+    float *x32 = dw ? widen(r, n->in[0], &st) : NULL, *w32 = dx ? widen(r, n->in[1], &st) : NULL;
     step r32 = *r;
     r32.dt = CT_F32;
     if (st == CT_OK) st = conv_bwd(&r32, n, x32, w32, n->out->grad->data, dx, fx, dw, fw, db, fb);

@@ -52,9 +52,21 @@ template <typename T> using a_row = wmma::fragment<wmma::matrix_a, 16, 16, 16, T
 template <typename T> using b_row = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
 template <typename T> using b_col = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
 
+struct alignas(16) v16 { /* 8 bf16/f16 values: one 128-bit load or store */
+    uint32_t w[4];
+};
 /* rows [r0, r0 + 64) of a head's [n, D] matrix into a 16-bit tile of row stride ld16<D>
- * (rows past n as zeros) */
+ * (rows past n as zeros): 16 bytes a thread where the head's rows are 16-byte aligned (every
+ * buffer the ops hand over; D is a multiple of 8, and so is ld16), else 2 */
 template <int D, typename T> __device__ void load16(T *s, const T *g, int64_t r0, int64_t n) {
+    if ((uintptr_t)g % 16 == 0) {
+        const v16 zero = {{0u, 0u, 0u, 0u}}; /* +0 in bf16 and f16 */
+        for (int e = threadIdx.x; e < BM * D / 8; e += NT) {
+            int r = e / (D / 8), c = e % (D / 8) * 8;
+            *(v16 *)&s[r * ld16<D>() + c] = r0 + r < n ? *(const v16 *)&g[(r0 + r) * D + c] : zero;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < BM * D; e += NT) {
         int r = e / D, c = e % D;
         if (r0 + r < n) s[r * ld16<D>() + c] = g[(r0 + r) * D + c];

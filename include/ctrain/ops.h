@@ -25,6 +25,9 @@ ct_tensor *ct_flatten(ct_ctx *ctx, ct_tensor *x, int start_dim);                
 ct_tensor *ct_transpose(ct_ctx *ctx, ct_tensor *x, int d0, int d1);               /* non-contiguous view */
 ct_tensor *ct_slice(ct_ctx *ctx, ct_tensor *x, int dim, int64_t start, int64_t len); /* view */
 ct_tensor *ct_contiguous(ct_ctx *ctx, ct_tensor *x);                              /* x itself if contiguous */
+/* x [R, ...] followed by `rows` rows of zeros: [R + rows, ...] (F.pad on the first dim); its
+ * gradient is the first R rows of the output's. A GPU's LM head pads its vocabulary with it. */
+ct_tensor *ct_pad_rows(ct_ctx *ctx, ct_tensor *x, int64_t rows);
 /* x converted to dt (f32, bf16, f16; x itself when already dt), rounding to nearest even;
  * the gradient flows back converted to x's precision (f32 buffers, see autograd.h). */
 ct_tensor *ct_cast(ct_ctx *ctx, ct_tensor *x, ct_dtype dt);

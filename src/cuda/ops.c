@@ -17,6 +17,7 @@
 
 #include "core/kernel.h"
 #include "ctrain/config.h"
+#include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/ops_util.h"
@@ -343,6 +344,27 @@ static void bw_slice(ct_ctx *ctx, ct_node *n) {
     acc_strided(&r, x, layout(n->out->ndim, n->out->shape, st), n->i[1] * st[n->i[0]], n->out->grad->data);
 }
 
+/* ---- pad_rows: x [R, ...] followed by rows of zeros (a GPT's LM head over a vocabulary
+ * padded to a multiple of 64, whose logits' rows then start 16-byte aligned) ---- */
+static ct_tensor *fwd_pad_rows(ct_ctx *ctx, const ct_op_args *a) {
+    ct_tensor *x = a->in[0];
+    int64_t shape[CT_MAX_DIMS];
+    ct_check_pad_rows(x, a->i[0], shape);
+    run r;
+    bool go = begin(ctx, x->device, "pad_rows", &r);
+    ct_tensor *y = out_same(&r, x, x->ndim, shape, "pad_rows");
+    const size_t es = ct_dtype_size(x->dtype), xb = (size_t)ct_numel(x) * es, yb = (size_t)ct_numel(y) * es;
+    if (go && y->data && yb > 0 &&
+        (xb == 0 || ok(&r, CT_GPU_CHECK(cuda, "pad_rows", cudaMemcpyAsync(y->data, x->data, xb, cudaMemcpyDeviceToDevice, r.s)))))
+        ok(&r, CT_GPU_CHECK(cuda, "pad_rows", cudaMemsetAsync((char *)y->data + xb, 0, yb - xb, r.s)));
+    ct_record(ctx, CT_OP_PAD_ROWS, y, 1, &x);
+    return y;
+}
+static void bw_pad_rows(ct_ctx *ctx, ct_node *n) { /* x's rows come first in y's gradient */
+    run r;
+    if (begin(ctx, n->out->device, "pad_rows backward", &r)) acc_add(&r, n->in[0], n->out->grad->data);
+}
+
 /* split_heads: x [B, T, H*D] -> [B, H, T, D]; merge_heads the inverse (heads_view and
  * tokens_view of ops_util.h) */
 /* y (ndim, shape) = x seen through l: a permuting copy recorded as op */
@@ -530,6 +552,7 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_CONTIGUOUS, fwd_contiguous, bw_contiguous},
         {CT_OP_TRANSPOSE, NULL, bw_transpose},
         {CT_OP_SLICE, NULL, bw_slice},
+        {CT_OP_PAD_ROWS, fwd_pad_rows, bw_pad_rows},
         {CT_OP_SPLIT_HEADS, fwd_split_heads, bw_heads},
         {CT_OP_MERGE_HEADS, fwd_merge_heads, bw_heads},
         {CT_OP_CROSS_ENTROPY, fwd_cross_entropy, bw_cross_entropy},

@@ -76,6 +76,29 @@ static ct_tensor *block_segment(ct_ctx *ctx, ct_tensor *x, void *arg) {
     return y;
 }
 
+/* The loss's LM head on a GPU when the vocabulary is not a multiple of 64 (GPT-2's 50,257):
+ * the logits over wte padded with zero rows to the next multiple of 64, plus a bias of -inf
+ * on the padding's columns, so that every logits row starts 16-byte aligned and cuBLASLt can
+ * take its Hopper kernels (with 50,257 columns it only had 2-byte-aligned fallbacks: the LM
+ * head's three GEMMs took 15.5 ms of GPT-2 small's 75 ms step on an H200, 2026-12-04). The
+ * padding's logits are -inf, so the softmax and the loss are those of the V columns, and
+ * their gradient is 0: wte's gradient is the unpadded head's (as llm.c pads its vocabulary). */
+static ct_tensor *padded_head(ct_ctx *ctx, ct_tensor *wte, ct_tensor *x) {
+    const int64_t V = wte->shape[0], Vp = (V + 63) / 64 * 64;
+    ct_tensor *bias = ct_new(ctx, CT_F32, 1, &Vp), *bd = bias;
+    for (int64_t i = 0; i < Vp; i++) ct_f32(bias)[i] = i < V ? 0.0f : -INFINITY;
+    /* (a failed copy leaves the bias on the CPU, and the linear then fails the step naming it) */
+    if (ct_tensor_to(ctx, bias, wte->device, &bd) != CT_OK) bd = bias;
+    /* under autocast, its cast of the weight first: the padding then copies 2-byte values */
+    const ct_dtype ad = ct_autocast_dtype(ctx);
+    ct_tensor *w = ad != CT_F32 ? ct_cast(ctx, wte, ad) : wte;
+    return ct_linear(ctx, x, ct_pad_rows(ctx, w, Vp - V), bd);
+}
+static bool gpt_pads_head(const ct_gpt *g) {
+    const ct_tensor *w = g->wte->w;
+    return w->device.type == CT_DEV_CUDA && w->shape[0] % 64 != 0 && !strcmp(ct_module_type(g->lm_head), "Linear");
+}
+
 /* GPT (priv: its ct_gpt): children wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head */
 static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     ct_gpt *g = m->priv;
@@ -96,6 +119,7 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     for (int l = 0; l < g->n_layer; l++) /* blocks: checkpointed one by one when asked */
         x = g->checkpoint ? ct_checkpoint(ctx, block_segment, &g->h[l], x) : ct_module_forward(ctx, g->h[l].mod, x);
     x = ct_module_forward(ctx, g->ln_f, x);
+    if (g->pad_head) return padded_head(ctx, wte, x);
     /* LM head tied to wte; a module of its own so that ct_quantize_dynamic finds it, as
      * PyTorch's quantize_dynamic finds nanoGPT's lm_head */
     return ct_module_forward(ctx, g->lm_head, x);
@@ -169,7 +193,11 @@ static ct_tensor *gpt_forward(ct_ctx *ctx, ct_model *m, ct_tensor *idx) { return
 
 /* next-token cross-entropy over all B*T positions; -1 targets ignored (nanoGPT) */
 static ct_tensor *gpt_loss(ct_ctx *ctx, ct_model *m, ct_tensor *x, ct_tensor *target) {
-    return ct_model_token_loss_(ctx, "GPT", gpt_forward(ctx, m, x), x, target, -1);
+    ct_gpt *g = m->root->priv;
+    g->pad_head = gpt_pads_head(g); /* the loss needs no [B, T, V] logits: see padded_head */
+    ct_tensor *logits = gpt_forward(ctx, m, x);
+    g->pad_head = false;
+    return ct_model_token_loss_(ctx, "GPT", logits, x, target, -1);
 }
 
 /* nanoGPT (PyTorch < 2) registers its causal mask as "transformer.h.N.attn.bias" */

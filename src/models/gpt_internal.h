@@ -20,6 +20,7 @@ typedef struct ct_gpt {
     bool checkpoint; /* each block a checkpointed segment */
     float dropout;   /* on the embeddings */
     int n_layer;
+    bool pad_head; /* set by the loss for one forward on a GPU: the LM head over a padded vocabulary */
     ct_gpt_block h[]; /* [n_layer] */
 } ct_gpt;
 

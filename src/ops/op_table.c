@@ -1,5 +1,7 @@
 /* The rows of the op table (op_table.h): name, backward function, autocast class; the
  * device column and its dispatch. */
+#include <string.h>
+
 #include "ops/op_table.h"
 
 #define CT_OP_ROW_(N, n, ac) [CT_OP_##N] = {#n, ct_bw_##n, ac},
@@ -184,6 +186,13 @@ void ct_check_pool2d_shapes(const char *op, const ct_tensor *x, int kernel, int 
 void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner) {
     CT_CHECK_F32("bias_add", x); CT_CHECK_F32("bias_add", b);
     ct_check_bias_add_shapes(x, b, N, C, inner);
+}
+void ct_check_pad_rows(const ct_tensor *x, int64_t rows, int64_t *shape) {
+    char b[96];
+    if (x->ndim < 1 || rows < 0) CT_FATAL("pad_rows: %lld rows after %s", (long long)rows, ct_shape_str(x, b, sizeof b));
+    CT_CHECK_CONTIG("pad_rows", x);
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[0] += rows;
 }
 void ct_check_bias_add_shapes(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner) {
     CT_CHECK_CONTIG("bias_add", x); CT_CHECK_CONTIG("bias_add", b);

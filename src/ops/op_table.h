@@ -47,7 +47,8 @@
     X(ATTENTION_QKV,  attention_qkv,  CT_AC_LOWP)       \
     X(FLASH_ATTENTION, flash_attention, CT_AC_LOWP) \
     X(FLASH_ATTENTION_QKV, flash_attention_qkv, CT_AC_LOWP) \
-    X(CAST,           cast,           CT_AC_PROMOTE)
+    X(CAST,           cast,           CT_AC_PROMOTE)    \
+    X(PAD_ROWS,       pad_rows,       CT_AC_PROMOTE)
 
 #define CT_OP_ENUM_(N, n, ac) CT_OP_##N,
 enum { CT_OP_LIST(CT_OP_ENUM_) CT_OP_COUNT };
@@ -176,6 +177,8 @@ void ct_check_pool2d_shapes(const char *op, const ct_tensor *x, int kernel, int 
 /* bias_add: f32 contiguous x [N, C, ...] and b [C]; inner = the elements per (n, c) */
 void ct_check_bias_add(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner);
 void ct_check_bias_add_shapes(const ct_tensor *x, const ct_tensor *b, int64_t *N, int64_t *C, int64_t *inner); /* any float */
+/* pad_rows: contiguous x of at least one dim, rows >= 0; shape: x's with rows more in dim 0 */
+void ct_check_pad_rows(const ct_tensor *x, int64_t rows, int64_t *shape);
 /* rope: contiguous x [..., T, D] with D even (any float dtype: the caller checks it), positions
  * NULL or contiguous [T] i32/i64, theta > 0; R the rows of T positions */
 void ct_check_rope_shapes(const ct_tensor *x, const ct_tensor *pos, float theta, int64_t *R, int64_t *T, int64_t *D);

@@ -235,7 +235,8 @@ CT_TEST(train_step_f16_autocast_on_cuda_matches_cpu) {
 
 /* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
  * transposes, a copy and slices, merge_heads, the tied LM head */
-static bool ckpt_blocks; /* small_gpt with each block a checkpointed segment */
+static bool ckpt_blocks;       /* small_gpt with each block a checkpointed segment */
+static int64_t small_vocab = 64; /* small_gpt's vocabulary */
 static ct_model *small_gpt(void) {
     ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
     cfg.gpt.checkpoint_activations = ckpt_blocks;
@@ -243,7 +244,7 @@ static ct_model *small_gpt(void) {
     cfg.gpt.n_embd = 32;
     cfg.gpt.n_head = 2;
     cfg.gpt.block_size = 16;
-    cfg.gpt.vocab_size = 64;
+    cfg.gpt.vocab_size = small_vocab;
     cfg.gpt.flash_attention = true;
     ct_model *m = NULL;
     if (ct_model_create(&cfg, 9, &m) != CT_OK) abort();
@@ -310,6 +311,17 @@ CT_TEST(gpt_model_checkpointed_on_cuda_matches_cpu) {
     gpt_model_match(CT_F32, 1e-5, 1e-4);
     gpt_model_match(CT_BF16, 1e-2, 1e-2);
     ckpt_blocks = false;
+}
+
+/* a vocabulary that is not a multiple of 64 (67): on the device the loss's LM head runs over
+ * wte padded to 128 rows with -inf logits on the padding (gpt.c's padded_head), so its rows are
+ * 16-byte aligned; the loss and every gradient (wte's through the padding) as the CPU's */
+CT_TEST(gpt_model_odd_vocab_on_cuda_matches_cpu) {
+    NEED_GPU();
+    small_vocab = 67;
+    gpt_model_match(CT_F32, 1e-5, 1e-4);
+    gpt_model_match(CT_BF16, 1e-2, 1e-2);
+    small_vocab = 64;
 }
 
 /* Under bf16 autocast the activations' gradients stay bf16 on the device (CTRAIN_CUDA_LOWP_GRADS,

@@ -41,6 +41,25 @@ CT_TEST(gradcheck_views) {
     CT_EXPECT(ct_gradcheck(f_views, NULL, 1, s, false) < 2e-3);
 }
 
+/* pad_rows: x's rows, then zeros; the gradient is the first rows' (exact values, and gradcheck) */
+static ct_tensor *f_pad_rows(ct_ctx *c, ct_tensor **in, void *arg) {
+    (void)arg;
+    ct_tensor *p = ct_pad_rows(c, in[0], 2); /* [3,4] -> [5,4] */
+    return ct_mean(c, ct_mul(c, p, ct_add(c, p, p)));
+}
+CT_TEST(pad_rows_values_and_gradient) {
+    ct_ctx *c;
+    CT_EXPECT_OK(ct_ctx_create(NULL, &c));
+    ct_tensor *x = ct_zeros(c, CT_F32, 2, (int64_t[]){3, 4});
+    for (int i = 0; i < 12; i++) ct_f32(x)[i] = (float)i - 5.5f;
+    ct_tensor *y = ct_pad_rows(c, x, 2);
+    CT_EXPECT(y->ndim == 2 && y->shape[0] == 5 && y->shape[1] == 4);
+    for (int i = 0; i < 20; i++) CT_EXPECT(ct_f32(y)[i] == (i < 12 ? (float)i - 5.5f : 0.0f));
+    ct_ctx_free(c);
+    ct_tensor_spec s[1] = {{2, {3, 4}}};
+    CT_EXPECT(ct_gradcheck(f_pad_rows, NULL, 1, s, false) < 2e-3);
+}
+
 static int hook_order[16], hook_n;
 static void hook(void *u, ct_params *p, int i) { (void)u; (void)p; hook_order[hook_n++] = i; }
 

@@ -184,3 +184,25 @@ void ct_bw_slice(ct_ctx *ctx, ct_node *n) {
     int dim = (int)n->i[0];
     strided_add(gi + n->i[1] * st[dim], st, n->out->grad->data, n->out->shape, n->out->ndim, false);
 }
+
+ct_tensor *ct_pad_rows(ct_ctx *ctx, ct_tensor *x, int64_t rows) {
+    CT_DEV_DISPATCH(ctx, CT_OP_PAD_ROWS, .in = {x}, .i = {rows});
+    int64_t shape[CT_MAX_DIMS];
+    ct_check_pad_rows(x, rows, shape);
+    ct_tensor *y = ct_new(ctx, x->dtype, x->ndim, shape);
+    size_t xb = (size_t)ct_numel(x) * ct_dtype_size(x->dtype), yb = (size_t)ct_numel(y) * ct_dtype_size(x->dtype);
+    memcpy(y->data, x->data, xb);
+    memset((char *)y->data + xb, 0, yb - xb);
+    ct_record(ctx, CT_OP_PAD_ROWS, y, 1, &x);
+    return y;
+}
+void ct_bw_pad_rows(ct_ctx *ctx, ct_node *n) {
+    bool fresh;
+    float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
+    if (!gx) return;
+    const float *g = n->out->grad->data; /* x's rows come first */
+    int64_t k = ct_numel(n->in[0]);
+    if (fresh) memcpy(gx, g, (size_t)k * sizeof(float));
+    else
+        for (int64_t i = 0; i < k; i++) gx[i] += g[i];
+}

@@ -37,6 +37,29 @@ static double now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
+/* [M, K] x [N, K]^T on cuda:0 alone in dt (f32, or bf16 cast there), reps times after one
+ * warm-up; prints its time and rate */
+static void time_gemm(ct_ctx *c, int64_t M, int64_t N, int64_t K, ct_dtype dt, int reps, const char *what, const char *note) {
+    int64_t xs[2] = {M, K}, ws[2] = {N, K};
+    ct_tensor *xh = ct_zeros(c, CT_F32, 2, xs), *wh = ct_zeros(c, CT_F32, 2, ws), *xg, *wg;
+    ct_fill(xh, 0.5f);
+    ct_fill(wh, 0.25f);
+    ct_set_grad_enabled(c, false);
+    if (ct_tensor_to(c, xh, CT_CUDA(0), &xg) == CT_OK && ct_tensor_to(c, wh, CT_CUDA(0), &wg) == CT_OK) {
+        if (dt != CT_F32) xg = ct_cast(c, xg, dt), wg = ct_cast(c, wg, dt);
+        ct_linear(c, xg, wg, NULL);
+        ct_device_sync(CT_CUDA(0));
+        double t0 = now();
+        for (int i = 0; i < reps; i++) ct_linear(c, xg, wg, NULL);
+        ct_device_sync(CT_CUDA(0));
+        double s1 = (now() - t0) / reps;
+        if (ct_ctx_status(c) == CT_OK)
+            printf("%s %lldx%lldx%lld %s on cuda:0: %.3f ms, %.1f TFLOP/s%s\n", what, (long long)M, (long long)N, (long long)K,
+                   ct_dtype_name(dt), 1e3 * s1, 2.0 * M * N * K / s1 / 1e12, note);
+    }
+    ct_set_grad_enabled(c, true);
+    ct_ctx_reset(c);
+}
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -102,48 +125,14 @@ int main(int argc, char **argv) {
     /* GPU_GPT2_PROBES=0 leaves the GEMMs alone out (a kernel profiler then sees the step's first) */
     const char *pe = getenv("GPU_GPT2_PROBES");
     const bool probes = !pe || strcmp(pe, "0");
-    if (probes) { /* the GEMM alone, as the MLP's first linear runs it: [B T, 768] x [3072, 768]^T */
-        int64_t xs[2] = {(int64_t)B * T, cfg.gpt.n_embd}, ws[2] = {4 * cfg.gpt.n_embd, cfg.gpt.n_embd};
-        ct_tensor *xh = ct_zeros(c, CT_F32, 2, xs), *wh = ct_zeros(c, CT_F32, 2, ws), *xg, *wg;
-        ct_fill(xh, 0.5f);
-        ct_fill(wh, 0.25f);
-        if (ct_tensor_to(c, xh, CT_CUDA(0), &xg) == CT_OK && ct_tensor_to(c, wh, CT_CUDA(0), &wg) == CT_OK) {
-            ct_set_grad_enabled(c, false);
-            ct_linear(c, xg, wg, NULL);
-            ct_device_sync(CT_CUDA(0));
-            double t0 = now();
-            for (int i = 0; i < 20; i++) ct_linear(c, xg, wg, NULL);
-            ct_device_sync(CT_CUDA(0));
-            double s1 = (now() - t0) / 20;
-            ct_set_grad_enabled(c, true);
-            printf("gemm %lldx%lldx%lld f32 on cuda:0: %.3f ms, %.1f TFLOP/s\n", (long long)xs[0], (long long)ws[0],
-                   (long long)xs[1], 1e3 * s1, 2.0 * xs[0] * ws[0] * xs[1] / s1 / 1e12);
-        }
-        ct_ctx_reset(c);
-    }
-    /* the tied LM head's logits GEMM in bf16 alone, at the vocabulary's 50,257 rows and at
-     * 50,304 (a multiple of 64, as llm.c pads it): an odd row length leaves cuBLASLt only
-     * kernels for 2-byte-aligned rows (on an H200 the LM head's three GEMMs took 15.5 ms a step) */
-    for (int pad = 0; probes && pad < 2; pad++) {
-        int64_t V = pad ? 50304 : cfg.gpt.vocab_size, xs[2] = {(int64_t)B * T, cfg.gpt.n_embd}, ws[2] = {V, cfg.gpt.n_embd};
-        ct_tensor *xh = ct_zeros(c, CT_F32, 2, xs), *wh = ct_zeros(c, CT_F32, 2, ws), *xg, *wg;
-        ct_fill(xh, 0.5f);
-        ct_fill(wh, 0.25f);
-        ct_set_grad_enabled(c, false);
-        if (ct_tensor_to(c, xh, CT_CUDA(0), &xg) == CT_OK && ct_tensor_to(c, wh, CT_CUDA(0), &wg) == CT_OK) {
-            ct_tensor *xb = ct_cast(c, xg, CT_BF16), *wb = ct_cast(c, wg, CT_BF16);
-            ct_linear(c, xb, wb, NULL);
-            ct_device_sync(CT_CUDA(0));
-            double t0 = now();
-            for (int i = 0; i < 5; i++) ct_linear(c, xb, wb, NULL);
-            ct_device_sync(CT_CUDA(0));
-            double s1 = (now() - t0) / 5;
-            if (ct_ctx_status(c) == CT_OK)
-                printf("lm head gemm %lldx%lldx%lld bf16 on cuda:0: %.3f ms, %.1f TFLOP/s%s\n", (long long)xs[0], (long long)V,
-                       (long long)xs[1], 1e3 * s1, 2.0 * xs[0] * V * xs[1] / s1 / 1e12, pad ? " (vocabulary padded)" : "");
-        }
-        ct_set_grad_enabled(c, true);
-        ct_ctx_reset(c);
+    if (probes) {
+        /* the GEMM alone, as the MLP's first linear runs it: [B T, 768] x [3072, 768]^T */
+        time_gemm(c, (int64_t)B * T, 4 * cfg.gpt.n_embd, cfg.gpt.n_embd, CT_F32, 20, "gemm", "");
+        /* the tied LM head's logits GEMM in bf16 alone, at the vocabulary's 50,257 rows and at
+         * 50,304 (a multiple of 64, as llm.c pads it): an odd row length leaves cuBLASLt only
+         * kernels for 2-byte-aligned rows (on an H200 the LM head's three GEMMs took 15.5 ms a step) */
+        time_gemm(c, (int64_t)B * T, cfg.gpt.vocab_size, cfg.gpt.n_embd, CT_BF16, 5, "lm head gemm", "");
+        time_gemm(c, (int64_t)B * T, 50304, cfg.gpt.n_embd, CT_BF16, 5, "lm head gemm", " (vocabulary padded)");
     }
     const int warm = 3;
     double *ms = calloc((size_t)steps, sizeof(double)), first = NAN, last = NAN;

@@ -196,13 +196,8 @@ ct_tensor *ct_pad_rows(ct_ctx *ctx, ct_tensor *x, int64_t rows) {
     ct_record(ctx, CT_OP_PAD_ROWS, y, 1, &x);
     return y;
 }
-void ct_bw_pad_rows(ct_ctx *ctx, ct_node *n) {
+void ct_bw_pad_rows(ct_ctx *ctx, ct_node *n) { /* x's rows come first in y's gradient */
     bool fresh;
     float *gx = ct_grad_acc_fresh(ctx, n->in[0], &fresh);
-    if (!gx) return;
-    const float *g = n->out->grad->data; /* x's rows come first */
-    int64_t k = ct_numel(n->in[0]);
-    if (fresh) memcpy(gx, g, (size_t)k * sizeof(float));
-    else
-        for (int64_t i = 0; i < k; i++) gx[i] += g[i];
+    if (gx) add_inplace(gx, n->out->grad->data, ct_numel(n->in[0]), fresh);
 }

@@ -27,16 +27,17 @@
 #            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
 #   bench    GPT-2 small (124M) training steps, batch 8 x 1024, under bf16 autocast: ctrain
-#            (bench/gpu_gpt2) with tiled (the default), tensor-core and row attention, and tensor-core with f32
+#            (bench/gpu_gpt2) with register-tile tensor-core (mma), tensor-core (tc, the default), tiled
+#            and row attention, and tensor-core with f32
 #            activation gradients (CTRAIN_CUDA_LOWP_GRADS=0, to measure what the bf16 ones save);
 #            PyTorch eager (bench/gpu_gpt2_torch.py, SDPA) in bf16 autocast; tokens/s, peak
 #            memory, MFU (needs python3 with torch)
-#   profile  per-op profiles (CTRAIN_DEVICE_PROFILE) of the bf16 step, tiled and tensor-core
-#            attention, 5 steps after the warm-up
+#   profile  per-op profiles (CTRAIN_DEVICE_PROFILE) of the bf16 step, mma and tc attention, 5
+#            steps after the warm-up
 #   bench32  the same in f32: ctrain's f32 GEMMs in f32 and on bf16 tensor cores, the tiled
 #            attention, and PyTorch in f32
 #   ncu      where Nsight Compute is installed: one layer's attention kernels (forward, dK/dV,
-#            dQ) and its first 14 GEMMs, each's duration, throughput and occupancy
+#            dQ; tc's and mma's) and its first 14 GEMMs, each's duration, throughput and occupancy
 #   The bf16 comparison comes before the slower tests, so a short lease still measures it.
 #
 # GPU_CHECK_PREBUILT=1 skips the build and runs what scripts/gpu-bundle.sh packed (unpacked
@@ -131,17 +132,19 @@ for s in $steps; do
     cli) run_step cli 'build/ctrain env --check | grep -E "^(check|gpu check):" && ! build/ctrain env --check | grep -q "^gpu check: not run" &&
                        CTRAIN_BACKEND=nccl build/ctrain run --nproc-per-node gpu -- build/ctrain bench allreduce --backend nccl -b 1M -e 64M -f 4 -c' ;;
     units) run_step units "$(tests_pass build/tests/test_kmath)" ;;
-    bench) run_step bench 'for a in tiled tc rows; do CTRAIN_CUDA_ATTENTION=$a build/bench/gpu_gpt2 20 8 1024 12 bf16 || exit 1; done
+    bench) run_step bench 'for a in mma tc tiled rows; do CTRAIN_CUDA_ATTENTION=$a build/bench/gpu_gpt2 20 8 1024 12 bf16 || exit 1; done
                            python3 bench/gpu_gpt2_torch.py --amp bf16 || exit 1
                            CTRAIN_CUDA_LOWP_GRADS=0 CTRAIN_CUDA_ATTENTION=tc build/bench/gpu_gpt2 20 8 1024 12 bf16' ;;
-    profile) run_step profile 'for a in tiled tc; do CTRAIN_DEVICE_PROFILE=1 CTRAIN_CUDA_ATTENTION=$a build/bench/gpu_gpt2 5 8 1024 12 bf16 || exit 1; done' ;;
+    profile) run_step profile 'for a in mma tc; do CTRAIN_DEVICE_PROFILE=1 CTRAIN_CUDA_ATTENTION=$a build/bench/gpu_gpt2 5 8 1024 12 bf16 || exit 1; done' ;;
     bench32) run_step bench32 'for p in highest medium; do CTRAIN_CUDA_MATMUL=$p build/bench/gpu_gpt2 || exit 1; done
                                CTRAIN_CUDA_ATTENTION=tiled CTRAIN_CUDA_MATMUL=medium build/bench/gpu_gpt2 || exit 1
                                python3 bench/gpu_gpt2_torch.py --amp none' ;;
     ncu) run_step ncu 'if ! command -v ncu >/dev/null; then echo "gpu-check: no ncu here"; exit 0; fi
                        export GPU_GPT2_PROBES=0
-                       ncu --clock-control none --section SpeedOfLight --section Occupancy -k regex:"^(fwd_k|dkv_k|dq_k)$" -c 3 \
-                           build/bench/gpu_gpt2 1 8 1024 1 bf16 || exit 1
+                       for a in tc mma; do
+                           CTRAIN_CUDA_ATTENTION=$a ncu --clock-control none --section SpeedOfLight --section Occupancy \
+                               -k regex:"^(fwd_k|dkv_k|dq_k)$" -c 3 build/bench/gpu_gpt2 1 8 1024 1 bf16 || exit 1
+                       done
                        ncu --clock-control none --section SpeedOfLight -k regex:"gemm|nvjet|cutlass|xmma" -c 14 \
                            build/bench/gpu_gpt2 1 8 1024 1 bf16' ;;
     *) say "gpu-check: unknown step '$s'"; failed+=("$s") ;;

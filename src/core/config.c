@@ -108,11 +108,13 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                             "f32 GEMMs on a GPU, as torch.set_float32_matmul_precision: highest computes in f32, "
                             "high on TF32 tensor cores, medium on bf16 tensor cores (f32 in and out, f32 "
                             "accumulation)"},
-    [CT_CFG_CUDA_ATTENTION] = {"CTRAIN_CUDA_ATTENTION", CT_CFG_CHOICE, "tc", 0, 0, "rows|tiled|tc", NULL, 0,
+    [CT_CFG_CUDA_ATTENTION] = {"CTRAIN_CUDA_ATTENTION", CT_CFG_CHOICE, "tc", 0, 0, "rows|tiled|tc|mma", NULL, 0,
                                "fused attention on a GPU: tc takes the tensor-core (WMMA) kernels for bf16/f16 and "
-                               "head dims 32, 64 and 128, tiled the shared-memory tile kernels for head dims 32 and "
-                               "64, rows one thread per query or key row; where the chosen kernels do not fit, "
-                               "tiled's or rows' (all three checked on an H200; tc, then tiled, the fastest there)"},
+                               "head dims 32, 64 and 128; mma the register-tile tensor-core (mma.sync) kernels for "
+                               "bf16/f16 and head dims 32 and 64 (not yet run on a GPU), tc's beyond; tiled the "
+                               "shared-memory tile kernels for head dims 32 and 64, rows one thread per query or "
+                               "key row; where the chosen kernels do not fit, "
+                               "tiled's or rows' (tc, tiled and rows checked on an H200; tc, then tiled, the fastest there)"},
     [CT_CFG_CUDA_LOWP_GRADS] = {"CTRAIN_CUDA_LOWP_GRADS", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
                                 "under bf16/fp16 autocast on a GPU, the gradients of bf16/f16 activations in that "
                                 "type, as PyTorch holds them (the LM head's logits, the linears' inputs and outputs); "

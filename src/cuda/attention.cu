@@ -92,10 +92,11 @@ __global__ void dkv_k(const T *q, const T *k, const T *v, const T *g, const floa
                  dk + base + j * D, dv + base + j * D);
 }
 
-/* CTRAIN_CUDA_ATTENTION: the tensor-core kernels (tc, the default) for bf16/f16 where they fit,
- * else the tiled ones (tiled, or tc on f32) where those fit, else the rows. The fastest first,
+/* CTRAIN_CUDA_ATTENTION: the tensor-core kernels (tc, the default; mma: the register-tile ones
+ * of attention_mma.cu where they fit, tc's elsewhere) for bf16/f16 where they fit, else the tiled ones (tiled, or tc on f32) where those fit, else the rows. The fastest first,
  * as measured on an H200 (GPT-2 small's bf16 step, 2026-12-04: tc 88 ms, tiled 95, rows 599) */
-bool tc(ct_cuda_dtype dt, int D) { return ct_config_choice(CT_CFG_CUDA_ATTENTION) == 2 && ct_cuda_attention_tc_fits(dt, D); }
+bool mma(ct_cuda_dtype dt, int D) { return ct_config_choice(CT_CFG_CUDA_ATTENTION) == 3 && ct_cuda_attention_mma_fits(dt, D); }
+bool tc(ct_cuda_dtype dt, int D) { return ct_config_choice(CT_CFG_CUDA_ATTENTION) >= 2 && ct_cuda_attention_tc_fits(dt, D); }
 bool tiled(int D) { return ct_cuda_attention_tiled_fits(D) && ct_config_choice(CT_CFG_CUDA_ATTENTION) >= 1; }
 
 ct_status check_shape(const char *op, int64_t BH, int64_t T, int D, int64_t G) {
@@ -109,6 +110,7 @@ template <typename T>
 ct_status attn_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t T_,
                    int D, bool causal, int64_t G) {
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
+    if (mma(rows<T>::dt, D)) return ct_cuda_attention_mma(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal, G);
     if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal, G);
     if (tiled(D)) return ct_cuda_attention_tiled(s, rows<T>::dt, q, k, v, o, lse, BH, T_, D, causal, G);
     float sc = 1.0f / sqrtf((float)D);
@@ -128,6 +130,8 @@ ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, 
     dim3 grid((unsigned)((T_ + ROWS - 1) / ROWS), (unsigned)BH);
     float sc = 1.0f / sqrtf((float)D);
     dr_k<T><<<ct_grid(BH * T_, 256), 256, 0, s>>>((const T *)o, (const T *)g, dr, BH * T_, D);
+    if (mma(rows<T>::dt, D))
+        return ct_cuda_attention_mma_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal, G);
     if (tc(rows<T>::dt, D)) return ct_cuda_attention_tc_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal, G);
     if (tiled(D))
         return ct_cuda_attention_tiled_bwd(s, rows<T>::dt, q, k, v, g, lse, dr, dq, dk, dv, BH, T_, D, causal, G);

@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "cuda/attention_launch.cuh"
+#include "cuda/attention_tile.cuh"
 #include "cuda/attention_tiled.cuh"
 
 using namespace nvcuda;
@@ -44,34 +45,13 @@ enum { LS = BM + 4, LP = BM + 8 };
 template <int D> __host__ __device__ constexpr int ld16() { return D + 8; }
 template <int D> __host__ __device__ constexpr int ldo() { return D + 4; }
 
-__device__ __forceinline__ void put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
-__device__ __forceinline__ void put(__half *p, float x) { *p = __float2half_rn(x); }
-
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
 template <typename T> using a_row = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
 template <typename T> using b_row = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
 template <typename T> using b_col = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
 
-struct alignas(16) v16 { /* 8 bf16/f16 values: one 128-bit load or store */
-    uint32_t w[4];
-};
-/* rows [r0, r0 + 64) of a head's [n, D] matrix into a 16-bit tile of row stride ld16<D>
- * (rows past n as zeros): 16 bytes a thread where the head's rows are 16-byte aligned (every
- * buffer the ops hand over; D is a multiple of 8, and so is ld16), else 2 */
 template <int D, typename T> __device__ void load16(T *s, const T *g, int64_t r0, int64_t n) {
-    if ((uintptr_t)g % 16 == 0) {
-        const v16 zero = {{0u, 0u, 0u, 0u}}; /* +0 in bf16 and f16 */
-        for (int e = threadIdx.x; e < BM * D / 8; e += NT) {
-            int r = e / (D / 8), c = e % (D / 8) * 8;
-            *(v16 *)&s[r * ld16<D>() + c] = r0 + r < n ? *(const v16 *)&g[(r0 + r) * D + c] : zero;
-        }
-        return;
-    }
-    for (int e = threadIdx.x; e < BM * D; e += NT) {
-        int r = e / D, c = e % D;
-        if (r0 + r < n) s[r * ld16<D>() + c] = g[(r0 + r) * D + c];
-        else put(&s[r * ld16<D>() + c], 0.0f);
-    }
+    ct_attn_load_tile<BM, NT, D, ld16<D>()>(s, g, r0, n);
 }
 __device__ void load_rows(float *lse_t, float *dr_t, const float *lse, const float *dr, int64_t r0, int64_t n) {
     for (int r = threadIdx.x; r < BM; r += NT) {
@@ -127,7 +107,7 @@ template <int D, typename T> __device__ void store_16xD(T *g, acc_t (&acc)[D / 1
         const int w = D - c0 < BM ? D - c0 : BM;
         for (int e = lane; e < 16 * w; e += 32) {
             int r = e / w, c = e % w;
-            if (r0 + r < n) put(&g[(r0 + r) * D + c0 + c], scr[r * LS + c]);
+            if (r0 + r < n) ct_attn_put(&g[(r0 + r) * D + c0 + c], scr[r * LS + c]);
         }
         __syncwarp();
     }
@@ -169,7 +149,7 @@ __global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, 
         for (int c = half; c < BM; c += 2) {
             float p = ct_vexpf(srow[c] - m);
             ps += p;
-            put(&Ps[r * LP + c], p);
+            ct_attn_put(&Ps[r * LP + c], p);
         }
         ps += __shfl_xor_sync(0xffffffffu, ps, 1);
         __syncwarp(); /* both lanes of the row read ms, ls before one writes them */
@@ -186,7 +166,7 @@ __global__ void __launch_bounds__(NT) fwd_k(const T *q, const T *k, const T *v, 
     __syncthreads();
     for (int e = threadIdx.x; e < BM * D; e += NT) {
         const int rr = e / D;
-        if (q0 + rr < n) put(&o[base + (q0 + rr) * D + e % D], ls[rr] > 0 ? Os[rr * LO + e % D] / ls[rr] : 0.0f);
+        if (q0 + rr < n) ct_attn_put(&o[base + (q0 + rr) * D + e % D], ls[rr] > 0 ? Os[rr * LO + e % D] / ls[rr] : 0.0f);
     }
     for (int i = threadIdx.x; i < BM; i += NT)
         if (q0 + i < n) lse[(int64_t)blockIdx.y * n + q0 + i] = ct_k_attn_lse(ms[i], ls[i]);
@@ -205,8 +185,8 @@ __device__ void p_ds(float *S, const float *dP, const float *lse_t, const float 
         float p = qi < n && kj < n && (!causal || kj <= qi) ? ct_vexpf(S[at] * sc - lse_t[qt]) : 0.0f;
         float ds = ct_k_attn_ds(p, dP[at], dr_t[qt], sc);
         if (Pf) Pf[at] = p;
-        if (bf16) put(&((__nv_bfloat16 *)Ds)[ad], ds);
-        else put(&((__half *)Ds)[ad], ds);
+        if (bf16) ct_attn_put(&((__nv_bfloat16 *)Ds)[ad], ds);
+        else ct_attn_put(&((__half *)Ds)[ad], ds);
     }
 }
 
@@ -239,7 +219,7 @@ __global__ void __launch_bounds__(NT) dkv_k(const T *q, const T *k, const T *v, 
         p_ds(Ss, dPs, lse_t, dr_t, k0, q0, n, causal, false, sc, Ss, Ds, !std::is_same<T, __half>::value);
         __syncwarp(); /* P^T of the other lanes' rows */
         for (int e = lane; e < 16 * BM; e += 32) /* P^T rounded for its product */
-            put(&Ps[(warp * 16 + e / BM) * LP + e % BM], Sw[e / BM * LS + e % BM]);
+            ct_attn_put(&Ps[(warp * 16 + e / BM) * LP + e % BM], Sw[e / BM * LS + e % BM]);
         __syncwarp();
         acc_16xD<D, T>(av, Ps + warp * 16 * LP, Gs); /* dV += P^T dO */
         acc_16xD<D, T>(ak, Ds + warp * 16 * LP, Qs); /* dK += dS^T Q */

@@ -20,4 +20,13 @@ ct_status ct_cuda_attention_tc(cudaStream_t s, ct_cuda_dtype dt, const void *q, 
 ct_status ct_cuda_attention_tc_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, const void *dO,
                                    const float *lse, const float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T, int D,
                                    bool causal, int64_t G);
+
+/* The register-tile tensor-core kernels (attention_mma.cu: mma.sync), for bf16/f16 and head
+ * dims 32 and 64 with CTRAIN_CUDA_ATTENTION=mma. */
+bool ct_cuda_attention_mma_fits(ct_cuda_dtype dt, int D);
+ct_status ct_cuda_attention_mma(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
+                                int64_t BH, int64_t T, int D, bool causal, int64_t G);
+ct_status ct_cuda_attention_mma_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, const void *dO,
+                                    const float *lse, const float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T, int D,
+                                    bool causal, int64_t G);
 #endif

@@ -435,11 +435,11 @@ CT_TEST(attention_tiled) {
     }
     CT_ASSERT(ct_config_unset("CTRAIN_CUDA_ATTENTION") == CT_OK);
 }
-/* the tensor-core kernels (bf16/f16; f32 falls back to the tiled ones): P and dS enter their
- * products rounded, within the same 16-bit tolerances */
-CT_TEST(attention_tc) {
-    NEED_GPU();
-    CT_ASSERT(ct_config_set("CTRAIN_CUDA_ATTENTION", "tc") == CT_OK);
+/* a tensor-core family (bf16/f16) of CTRAIN_CUDA_ATTENTION against the CPU op: P and dS enter
+ * their products rounded, within the same 16-bit tolerances; where it does not fit it falls
+ * back (f32 to the tiled kernels; mma's head dim 128 to tc's) */
+static void check_attention_family(const char *fam) {
+    CT_ASSERT(ct_config_set("CTRAIN_CUDA_ATTENTION", fam) == CT_OK);
     for (ct_cuda_dtype dt = CT_CUDA_BF16; dt <= CT_CUDA_F16; dt++) {
         check_attention(dt, 1024, 64, true); /* GPT-2's head */
         check_attention(dt, 257, 64, true);
@@ -449,6 +449,10 @@ CT_TEST(attention_tc) {
     check_attention(CT_CUDA_F32, 130, 32, true);
     CT_ASSERT(ct_config_unset("CTRAIN_CUDA_ATTENTION") == CT_OK);
 }
+/* WMMA */
+CT_TEST(attention_tc) { NEED_GPU(); check_attention_family("tc"); }
+/* mma.sync with the tiles in registers */
+CT_TEST(attention_mma) { NEED_GPU(); check_attention_family("mma"); }
 CT_TEST(attention_bad_head_dim) { /* checked before any launch: runs without a GPU too */
     ct_status st = ct_cuda_attention(NULL, CT_CUDA_F32, NULL, NULL, NULL, NULL, NULL, 1, 4, CT_K_ATTN_MAX_D + 1, true);
     CT_EXPECT(st == CT_ERR_INVALID && strstr(ct_last_error(), "head dim"));

@@ -60,9 +60,9 @@ for t in test_gpu_ops test_gpu_train; do
         if grep -q "declare no bf16 gradients" <<<"$out"; then echo "ok   $t CTRAIN_CUDA_LOWP_GRADS=0 turns them off"
         else echo "$out"; echo "FAIL $t CTRAIN_CUDA_LOWP_GRADS=0 left bf16 gradients on"; rc=1; fi
     fi
-    # grouped-query flash attention also through the row and tiled kernel families (the
-    # tensor-core ones are the default)
-    [ "$t" = test_gpu_ops ] && for fam in rows tiled; do
+    # grouped-query flash attention also through the row, tiled and register-tile (mma) kernel
+    # families (the WMMA tensor-core ones are the default)
+    [ "$t" = test_gpu_ops ] && for fam in rows tiled mma; do
         name=flash_attention_gqa_on_cuda_matches_cpu
         out=$(CTRAIN_CUDA_ATTENTION=$fam "$tmp/$t" "$name" 2>&1)
         res=$(echo "$out" | sed -n 's/^RESULT //p')

@@ -60,6 +60,9 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int o) {
     memcpy(&v, &b, sizeof v);
     return v;
 }
+/* every lane's `bytes` (at most 64) into all[32 * bytes], between two barriers over the warp:
+ * the register exchange of mma.sync and ldmatrix (src/cuda/mma.cuh) */
+void ct_emu_warp_exchange(const void *mine, size_t bytes, void *all);
 void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 
 /* bf16 and fp16 as the CUDA headers give them on the host: round to nearest even */
@@ -79,6 +82,7 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
     h.x = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)0x7fff : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     return h;
 }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
 struct __half {
     uint16_t x;
 };
@@ -90,6 +94,7 @@ inline __half __float2half_rn(float f) {
     h.x = ct_emu_float_to_half(f);
     return h;
 }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
 
 /* the tensor-core fragments of <mma.h> (nvcuda::wmma): every lane holds the whole tile (the
  * real ones spread it over the warp in an unspecified layout, so kernels may only touch their

@@ -334,10 +334,11 @@ void attention_16(ct_cuda_dtype dt, const char *nm) {
 }
 
 // The tensor-core kernels (CTRAIN_CUDA_ATTENTION=tc: WMMA fragments emulated whole per lane,
-// their alignment rules checked) against the f32 row kernels on the same rounded inputs:
+// their alignment rules checked; mma: mma.sync and ldmatrix with the registers exchanged in
+// the hardware's fragment layout) against the f32 row kernels on the same rounded inputs:
 // head dims 32 and 64, causal or not, T = 70 and 131 (partial tiles), bf16 and f16. P and dS
 // enter their products rounded, as on the GPU: the 16-bit tolerances.
-void attention_tc(void) {
+void attention_tc(const char *fam) {
     struct { int D; int64_t T; bool causal; } cases[] = {{32, 70, true}, {64, 131, true}, {64, 70, false}};
     for (auto &k : cases)
         for (ct_cuda_dtype dt : {CT_CUDA_BF16, CT_CUDA_F16}) {
@@ -352,7 +353,7 @@ void attention_tc(void) {
             RUN(ct_cuda_attention_bwd(NULL, CT_CUDA_F32, in[0].data(), in[1].data(), in[2].data(), ref[0].data(), in[3].data(),
                                       lse_ref.data(), dr.data(), ref[1].data(), ref[2].data(), ref[3].data(), BH, k.T, k.D,
                                       k.causal));
-            if (ct_config_set("CTRAIN_CUDA_ATTENTION", "tc") != CT_OK) abort();
+            if (ct_config_set("CTRAIN_CUDA_ATTENTION", fam) != CT_OK) abort();
             RUN(ct_cuda_attention(NULL, dt, h[0].data(), h[1].data(), h[2].data(), out[0].data(), lse.data(), BH, k.T, k.D,
                                   k.causal));
             RUN(ct_cuda_attention_bwd(NULL, dt, h[0].data(), h[1].data(), h[2].data(), out[0].data(), h[3].data(), lse.data(),
@@ -361,11 +362,11 @@ void attention_tc(void) {
             char w[96];
             for (int i = 0; i < 4; i++) {
                 ct_convert(got.data(), CT_F32, out[i].data(), ht, (size_t)n);
-                snprintf(w, sizeof w, "attention (tc) D %d T %lld%s %s %s", k.D, (long long)k.T, k.causal ? " causal" : "",
+                snprintf(w, sizeof w, "attention (%s) D %d T %lld%s %s %s", fam, k.D, (long long)k.T, k.causal ? " causal" : "",
                          dt == CT_CUDA_BF16 ? "bf16" : "f16", part[i]);
                 expect(w, normwise(got.data(), ref[i].data(), n), dt == CT_CUDA_BF16 ? 1e-2 : 1e-3);
             }
-            snprintf(w, sizeof w, "attention (tc) D %d T %lld%s %s lse", k.D, (long long)k.T, k.causal ? " causal" : "",
+            snprintf(w, sizeof w, "attention (%s) D %d T %lld%s %s lse", fam, k.D, (long long)k.T, k.causal ? " causal" : "",
                      dt == CT_CUDA_BF16 ? "bf16" : "f16");
             expect(w, normwise(lse.data(), lse_ref.data(), BH * k.T), 1e-6);
         }
@@ -788,7 +789,8 @@ int main(void) {
     optim();
     attention(c, false);
     attention(c, true);
-    attention_tc();
+    attention_tc("tc");
+    attention_tc("mma");
     ct_ctx_free(c);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

@@ -55,6 +55,7 @@ struct barrier {
 barrier block_bar;
 std::vector<barrier> warp_bar(32);
 uint64_t slots[1024];
+unsigned char xslots[1024][64];
 std::vector<float> smem_buf;
 unsigned tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 /* Launch sites whose kernel met no barrier (no __syncthreads, __syncwarp or shuffle) the first
@@ -136,6 +137,15 @@ uint64_t ct_emu_shfl_xor(uint64_t bits, int o) {
     uint64_t r = slots[(t & ~31u) | ((t & 31u) ^ (unsigned)o)];
     warp_bar[w].wait();
     return r;
+}
+void ct_emu_warp_exchange(const void *mine, size_t bytes, void *all) {
+    barrier_met("a warp exchange (mma.sync, ldmatrix)");
+    if (bytes > sizeof xslots[0]) abort();
+    unsigned t = tid(), w = t / 32;
+    memcpy(xslots[t], mine, bytes);
+    warp_bar[w].wait();
+    for (unsigned l = 0; l < 32; l++) memcpy((unsigned char *)all + l * bytes, xslots[(t & ~31u) | l], bytes);
+    warp_bar[w].wait();
 }
 
 void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {

@@ -15,9 +15,10 @@
  * here a lane's S and O elements stay in its registers: it knows their rows (g and g + 8) and
  * columns, so the row max and sum take two shuffles within its group of four, alpha rescales
  * O where it lies, and S's C fragments, rounded pairwise, are P's A fragments for P V. Shared
- * memory holds only the 16-bit Q, K, V (dO) tiles: 27 KiB forward, 37 KiB backward for D = 64
- * (attention_tc.cu: 71 and 89). exp is exp2 on log2-scaled scores (scale * log2 e folded in),
- * as FlashAttention's; P and dS enter their products rounded to the element type.
+ * memory holds only the 16-bit Q, K, V (dO) tiles, the streamed pair twice: the next tile pair
+ * loads by cp.async while this one is computed. For D = 64: 45 KiB forward, 55 and 54 KiB
+ * backward (attention_tc.cu: 71, 89 and 80). exp is exp2 on log2-scaled scores (scale * log2 e
+ * folded in), as FlashAttention's; P and dS enter their products rounded to the element type.
  *
  * Registers per lane for D = 64: forward S 32 + O 32 + Q 16 floats; dK/dV S^T, dP^T, dK, dV
  * 32 each; dQ S, dP, dQ 32 each + Q, dO 16 each. Head dim 128 would double the accumulators
@@ -39,6 +40,30 @@ const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
 template <int D, typename T> __device__ void load(T *s, const T *g, int64_t r0, int64_t n) {
     ct_attn_load_tile<BM, NT, D, ldt<D>()>(s, g, r0, n);
+}
+/* rows [r0, r0 + 64) of two heads' [n, D] matrices into the tiles sa and sb without waiting
+ * (cp.async, one group; rows past n as zeros), so that they load while the tile before them is
+ * computed; at once where a head is not 16-byte aligned */
+template <int D, typename T> __device__ void fetch2(T *sa, const T *ga, T *sb, const T *gb, int64_t r0, int64_t n) {
+    if ((uintptr_t)ga % 16 || (uintptr_t)gb % 16) {
+        load<D>(sa, ga, r0, n);
+        load<D>(sb, gb, r0, n);
+    } else {
+        for (int e = threadIdx.x; e < BM * D / 8; e += NT) {
+            const int r = e / (D / 8), c = e % (D / 8) * 8;
+            const bool in = r0 + r < n;
+            ct_cp_async16(&sa[r * ldt<D>() + c], in ? &ga[(r0 + r) * D + c] : ga, in);
+            ct_cp_async16(&sb[r * ldt<D>() + c], in ? &gb[(r0 + r) * D + c] : gb, in);
+        }
+    }
+    ct_cp_async_commit();
+}
+/* before computing on the tile pair fetched last: the one after it (if any) starts loading into
+ * the other buffer, then this one's copies are waited for; the caller's __syncthreads makes
+ * them every thread's */
+__device__ __forceinline__ void wait_for_tile(bool next_fetched) {
+    if (next_fetched) ct_cp_async_wait<1>();
+    else ct_cp_async_wait<0>();
 }
 /* two neighbouring elements of row r of a head's [n, D] output (n checked by the caller) */
 template <typename T> __device__ void store2(T *p, float a, float b) {
@@ -130,24 +155,25 @@ __global__ void __launch_bounds__(NT, 3) fwd_k(const T *q, const T *k, const T *
                                             float sc, int64_t G) {
     extern __shared__ float sm[];
     constexpr int L = ldt<D>();
-    T *Qs = (T *)sm, *Ks = Qs + BM * L, *Vs = Ks + BM * L;
+    T *Qs = (T *)sm; /* then K, V of the even tiles, K, V of the odd ones */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t base = (int64_t)blockIdx.y * n * D, q0 = (int64_t)blockIdx.x * BM;
     const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
     const int64_t row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
     const float sl2 = sc * LOG2E;
+    const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
     load<D>(Qs, q + base, q0, n);
+    fetch2<D>(Qs + BM * L, k + kb, Qs + 2 * BM * L, v + kb, 0, n);
     __syncthreads();
     uint32_t qa[D / 16][4]; /* the warp's 16 query rows, kept as A fragments */
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) ct_ldsm_x4(qa[kk], Qs + warp * 16 * L + ct_mma_a_at(lane, L) + kk * 16);
     float oacc[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     zero(oacc);
-    const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
-    for (int64_t k0 = 0; k0 < kend; k0 += BM) {
-        __syncthreads(); /* the previous tile is done with Ks, Vs */
-        load<D>(Ks, k + kb, k0, n);
-        load<D>(Vs, v + kb, k0, n);
+    for (int64_t k0 = 0, it = 0; k0 < kend; k0 += BM, it ^= 1) {
+        const T *Ks = Qs + (1 + 2 * it) * BM * L, *Vs = Ks + BM * L;
+        if (k0 + BM < kend) fetch2<D>(Qs + (3 - 2 * it) * BM * L, k + kb, Qs + (4 - 2 * it) * BM * L, v + kb, k0 + BM, n);
+        wait_for_tile(k0 + BM < kend);
         __syncthreads();
         float s[8][4];
         zero(s);
@@ -183,6 +209,7 @@ __global__ void __launch_bounds__(NT, 3) fwd_k(const T *q, const T *k, const T *
             }
         }
         mm_pb<D, T>(oacc, s, Vs); /* O += P V */
+        __syncthreads(); /* every warp is done with Ks, Vs before the next fetch refills them */
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -232,8 +259,8 @@ __global__ void __launch_bounds__(NT, 2) dkv_k(const T *q, const T *k, const T *
                                             T *dk, T *dv, int64_t n, bool causal, float sc, int64_t G) {
     extern __shared__ float sm[];
     constexpr int L = ldt<D>();
-    T *Ks = (T *)sm, *Vs = Ks + BM * L, *Qs = Vs + BM * L, *Gs = Qs + BM * L;
-    float *lse_t = (float *)(Gs + BM * L), *dr_t = lse_t + BM;
+    T *Ks = (T *)sm, *Vs = Ks + BM * L; /* then Q, dO of the even tiles, Q, dO of the odd ones */
+    float *rows = (float *)(Vs + 5 * BM * L); /* lse, dr of the even tiles, of the odd ones */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t h = blockIdx.y, base = h * n * D, k0 = (int64_t)blockIdx.x * BM;
     const int64_t kb = h / G * n * D; /* the key/value head of this query head */
@@ -245,14 +272,21 @@ __global__ void __launch_bounds__(NT, 2) dkv_k(const T *q, const T *k, const T *
     zero(akk);
     zero(avv);
     const T *Kw = Ks + warp * 16 * L, *Vw = Vs + warp * 16 * L;
-    for (int64_t q0 = causal ? k0 : 0; q0 < n; q0 += BM) {
-        __syncthreads(); /* the previous tile is done with Qs, Gs, the rows */
-        load<D>(Qs, q + base, q0, n);
-        load<D>(Gs, g + base, q0, n);
+    /* the query tile at t0 into buffer b: Q and dO fetched, lse (log2 units) and dr stored */
+    auto fetch = [&](int64_t t0, int b) {
+        fetch2<D>(Vs + (1 + 2 * b) * BM * L, q + base, Vs + (2 + 2 * b) * BM * L, g + base, t0, n);
         for (int r = threadIdx.x; r < BM; r += NT) {
-            lse_t[r] = q0 + r < n ? lse[h * n + q0 + r] * LOG2E : 0.0f;
-            dr_t[r] = q0 + r < n ? dr[h * n + q0 + r] : 0.0f;
+            rows[2 * b * BM + r] = t0 + r < n ? lse[h * n + t0 + r] * LOG2E : 0.0f;
+            rows[(2 * b + 1) * BM + r] = t0 + r < n ? dr[h * n + t0 + r] : 0.0f;
         }
+    };
+    const int64_t qstart = causal ? k0 : 0;
+    fetch(qstart, 0);
+    for (int64_t q0 = qstart, it = 0; q0 < n; q0 += BM, it ^= 1) {
+        const T *Qs = Vs + (1 + 2 * it) * BM * L, *Gs = Qs + BM * L;
+        const float *lse_t = rows + 2 * it * BM, *dr_t = lse_t + BM;
+        if (q0 + BM < n) fetch(q0 + BM, (int)it ^ 1);
+        wait_for_tile(q0 + BM < n);
         __syncthreads();
         float s[8][4], dp[8][4]; /* S^T and dP^T: the warp's 16 keys x 64 queries */
         zero(s);
@@ -265,17 +299,18 @@ __global__ void __launch_bounds__(NT, 2) dkv_k(const T *q, const T *k, const T *
         p_ds_tile<true>(edge, s, dp, key, q0, n, causal, sl2, sc, lse_t, dr_t, none, none);
         mm_pb<D, T>(avv, s, Gs);  /* dV += P^T dO */
         mm_pb<D, T>(akk, dp, Qs); /* dK += dS^T Q */
+        __syncthreads(); /* every warp is done with this buffer before the next fetch refills it */
     }
     store_rows<D>(dk + base, akk, k0 + warp * 16, n, 1.0f, 1.0f);
     store_rows<D>(dv + base, avv, k0 + warp * 16, n, 1.0f, 1.0f);
 }
 
 template <int D, typename T>
-__global__ void __launch_bounds__(NT, 3) dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
+__global__ void __launch_bounds__(NT, 2) dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
                                            T *dq, int64_t n, bool causal, float sc, int64_t G) {
     extern __shared__ float sm[];
     constexpr int L = ldt<D>();
-    T *Qs = (T *)sm, *Gs = Qs + BM * L, *Ks = Gs + BM * L, *Vs = Ks + BM * L;
+    T *Qs = (T *)sm, *Gs = Qs + BM * L; /* then K, V of the even tiles, K, V of the odd ones */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t h = blockIdx.y, base = h * n * D, q0 = (int64_t)blockIdx.x * BM;
     const int64_t kb = h / G * n * D; /* the key/value head of this query head */
@@ -287,8 +322,10 @@ __global__ void __launch_bounds__(NT, 3) dq_k(const T *q, const T *k, const T *v
         lse2[i] = row[i] < n ? lse[h * n + row[i]] * LOG2E : 0.0f;
         drr[i] = row[i] < n ? dr[h * n + row[i]] : 0.0f;
     }
+    const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
     load<D>(Qs, q + base, q0, n);
     load<D>(Gs, g + base, q0, n);
+    fetch2<D>(Gs + BM * L, k + kb, Gs + 2 * BM * L, v + kb, 0, n);
     __syncthreads();
     uint32_t qa[D / 16][4], ga[D / 16][4]; /* the warp's 16 rows of Q and dO, kept as A fragments */
 #pragma unroll
@@ -298,11 +335,10 @@ __global__ void __launch_bounds__(NT, 3) dq_k(const T *q, const T *k, const T *v
     }
     float aq[D / 8][4];
     zero(aq);
-    const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
-    for (int64_t k0 = 0; k0 < kend; k0 += BM) {
-        __syncthreads();
-        load<D>(Ks, k + kb, k0, n);
-        load<D>(Vs, v + kb, k0, n);
+    for (int64_t k0 = 0, it = 0; k0 < kend; k0 += BM, it ^= 1) {
+        const T *Ks = Gs + (1 + 2 * it) * BM * L, *Vs = Ks + BM * L;
+        if (k0 + BM < kend) fetch2<D>(Gs + (3 - 2 * it) * BM * L, k + kb, Gs + (4 - 2 * it) * BM * L, v + kb, k0 + BM, n);
+        wait_for_tile(k0 + BM < kend);
         __syncthreads();
         float s[8][4], dp[8][4];
         zero(s);
@@ -316,6 +352,7 @@ __global__ void __launch_bounds__(NT, 3) dq_k(const T *q, const T *k, const T *v
         const bool edge = k0 + BM > n || q0 + warp * 16 + 16 > n || (causal && k0 + BM - 1 > q0 + warp * 16);
         p_ds_tile<false>(edge, s, dp, row, k0, n, causal, sl2, sc, nullptr, nullptr, lse2, drr);
         mm_pb<D, T>(aq, dp, Ks); /* dQ += dS K */
+        __syncthreads(); /* every warp is done with Ks, Vs before the next fetch refills them */
     }
     store_rows<D>(dq + base, aq, q0 + warp * 16, n, 1.0f, 1.0f);
 }
@@ -325,12 +362,12 @@ template <int D> constexpr size_t smem(int t16, int rows) { return 2 * (size_t)B
 template <int D, typename T>
 ct_status fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n,
               bool causal, int64_t G) {
-    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(3, 0), NT, BM, D, q, k, v, o, lse, BH, n, causal, G);
+    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(5, 0), NT, BM, D, q, k, v, o, lse, BH, n, causal, G);
 }
 template <int D, typename T>
 ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
               void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal, int64_t G) {
-    return ct_attn_launch_bwd<T>(s, dkv_k<D, T>, smem<D>(4, 2), dq_k<D, T>, smem<D>(4, 0), NT, BM, D, q, k, v, g, lse, dr, dq, dk,
+    return ct_attn_launch_bwd<T>(s, dkv_k<D, T>, smem<D>(6, 4), dq_k<D, T>, smem<D>(6, 0), NT, BM, D, q, k, v, g, lse, dr, dq, dk,
                                  dv, BH, n, causal, G);
 }
 } // namespace

@@ -17,6 +17,9 @@
  * columns 2 (l % 4)..+1 of matrix i; with .trans, column l / 4, rows 2 (l % 4)..+1. The
  * ct_mma_*_at helpers give each lane its address for the three operand shapes used.
  *
+ * cp.async (sm_80 and later) copies global memory to shared without holding the thread, so the
+ * next tile loads while this one is computed.
+ *
  * Under tests/tools/cuda_emu (CT_CUDA_EMU_H) the lanes exchange their registers through the
  * emulator's warp slots and each computes its own elements, summing k in order with f32 fmas. */
 #ifndef CT_CUDA_MMA_CUH
@@ -46,6 +49,8 @@ __device__ __forceinline__ int ct_mma_bt_at(int lane, int ld) { return (lane % 8
 #ifdef CT_CUDA_EMU_H
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <vector>
 template <bool trans> void ct_emu_ldsm_x4(uint32_t (&r)[4], const void *p) {
     const int lane = (int)(threadIdx.x % 32);
     if ((uintptr_t)p % 16) {
@@ -62,6 +67,41 @@ template <bool trans> void ct_emu_ldsm_x4(uint32_t (&r)[4], const void *p) {
     }
 }
 __device__ __forceinline__ void ct_ldsm_x4(uint32_t (&r)[4], const void *p) { ct_emu_ldsm_x4<false>(r, p); }
+/* a copy lands only when a wait covers its group, as late as the hardware may: a read before
+ * the wait sees the old tile; with CT_EMU_CP_EAGER set, at once, as early as it may: a refill
+ * before every warp is done with the buffer overwrites what they read */
+struct ct_emu_cp {
+    void *dst;
+    const void *src;
+    int group;
+};
+inline thread_local std::vector<ct_emu_cp> ct_emu_cp_pending;
+inline thread_local int ct_emu_cp_groups;
+__device__ __forceinline__ void ct_cp_async16(void *dst, const void *src, bool valid) {
+    if ((uintptr_t)dst % 16 || (valid && (uintptr_t)src % 16)) {
+        fprintf(stderr, "cp.async: %p <- %p is not 16-byte aligned\n", dst, src);
+        abort();
+    }
+    if (getenv("CT_EMU_CP_EAGER")) {
+        if (valid) memcpy(dst, src, 16);
+        else memset(dst, 0, 16);
+        return;
+    }
+    ct_emu_cp_pending.push_back({dst, valid ? src : nullptr, ct_emu_cp_groups});
+}
+__device__ __forceinline__ void ct_cp_async_commit(void) { ct_emu_cp_groups++; }
+template <int N> __device__ __forceinline__ void ct_cp_async_wait(void) {
+    std::vector<ct_emu_cp> left;
+    for (const ct_emu_cp &c : ct_emu_cp_pending) {
+        if (c.group < ct_emu_cp_groups - N) {
+            if (c.src) memcpy(c.dst, c.src, 16);
+            else memset(c.dst, 0, 16);
+        } else {
+            left.push_back(c);
+        }
+    }
+    ct_emu_cp_pending.swap(left);
+}
 __device__ __forceinline__ void ct_ldsm_x4_t(uint32_t (&r)[4], const void *p) { ct_emu_ldsm_x4<true>(r, p); }
 template <typename T> void ct_mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     struct frag {
@@ -104,6 +144,14 @@ __device__ __forceinline__ void ct_ldsm_x4_t(uint32_t (&r)[4], const void *p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
+/* 16 bytes global -> shared without the thread waiting (zeros when !valid: src is not read);
+ * commit closes a group of them, wait<N> waits until at most N groups are still in flight */
+__device__ __forceinline__ void ct_cp_async16(void *dst, const void *src, bool valid) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void ct_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void ct_cp_async_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 /* d += A B, f32 sums of 16-bit products */
 template <typename T> __device__ __forceinline__ void ct_mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 template <> __device__ __forceinline__ void ct_mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

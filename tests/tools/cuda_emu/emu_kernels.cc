@@ -337,8 +337,9 @@ void attention_16(ct_cuda_dtype dt, const char *nm) {
 // their alignment rules checked; mma: mma.sync and ldmatrix with the registers exchanged in
 // the hardware's fragment layout) against the f32 row kernels on the same rounded inputs:
 // head dims 32 and 64, causal or not, T = 70 and 131 (partial tiles), bf16 and f16. P and dS
-// enter their products rounded, as on the GPU: the 16-bit tolerances.
-void attention_tc(const char *fam) {
+// enter their products rounded, as on the GPU: the 16-bit tolerances. mma's cp.async copies
+// land as late as the waits allow, then (" eager") as soon as issued.
+void attention_tc(const char *fam, const char *how = "") {
     struct { int D; int64_t T; bool causal; } cases[] = {{32, 70, true}, {64, 131, true}, {64, 70, false}};
     for (auto &k : cases)
         for (ct_cuda_dtype dt : {CT_CUDA_BF16, CT_CUDA_F16}) {
@@ -362,11 +363,11 @@ void attention_tc(const char *fam) {
             char w[96];
             for (int i = 0; i < 4; i++) {
                 ct_convert(got.data(), CT_F32, out[i].data(), ht, (size_t)n);
-                snprintf(w, sizeof w, "attention (%s) D %d T %lld%s %s %s", fam, k.D, (long long)k.T, k.causal ? " causal" : "",
+                snprintf(w, sizeof w, "attention (%s%s) D %d T %lld%s %s %s", fam, how, k.D, (long long)k.T, k.causal ? " causal" : "",
                          dt == CT_CUDA_BF16 ? "bf16" : "f16", part[i]);
                 expect(w, normwise(got.data(), ref[i].data(), n), dt == CT_CUDA_BF16 ? 1e-2 : 1e-3);
             }
-            snprintf(w, sizeof w, "attention (%s) D %d T %lld%s %s lse", fam, k.D, (long long)k.T, k.causal ? " causal" : "",
+            snprintf(w, sizeof w, "attention (%s%s) D %d T %lld%s %s lse", fam, how, k.D, (long long)k.T, k.causal ? " causal" : "",
                      dt == CT_CUDA_BF16 ? "bf16" : "f16");
             expect(w, normwise(lse.data(), lse_ref.data(), BH * k.T), 1e-6);
         }
@@ -791,6 +792,10 @@ int main(void) {
     attention(c, true);
     attention_tc("tc");
     attention_tc("mma");
+    // cp.async's copies landing as soon as issued (above: as late as waited for)
+    setenv("CT_EMU_CP_EAGER", "1", 1);
+    attention_tc("mma", " eager");
+    unsetenv("CT_EMU_CP_EAGER");
     ct_ctx_free(c);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

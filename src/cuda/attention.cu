@@ -153,6 +153,7 @@ ct_status attn_bwd(cudaStream_t s, const void *q, const void *k, const void *v, 
 } // namespace
 
 extern "C" {
+bool ct_cuda_attention_views_fit(ct_cuda_dtype dt, int D) { return mma(dt, D); }
 ct_status ct_cuda_attention_gqa(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
                                 float *lse, int64_t BH, int64_t T, int D, bool causal, int64_t G) {
     ct_status st = check_shape("attention", BH, T, D, G);

@@ -38,22 +38,30 @@ enum { BM = 64, NT = 128 };
 template <int D> __host__ __device__ constexpr int ldt() { return D + 8; }
 const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-template <int D, typename T> __device__ void load(T *s, const T *g, int64_t r0, int64_t n) {
-    ct_attn_load_tile<BM, NT, D, ldt<D>()>(s, g, r0, n);
+template <int D, typename T> __device__ void load(T *s, const T *g, int64_t ld, int64_t r0, int64_t n) {
+    ct_attn_load_tile<BM, NT, D, ldt<D>()>(s, g, r0, n, ld);
 }
-/* rows [r0, r0 + 64) of two heads' [n, D] matrices into the tiles sa and sb without waiting
+/* where head bh of a query-side tensor (v: its view) starts; kv_head: that of a key-side input */
+__device__ __forceinline__ int64_t head_at(const ct_cuda_attn_view &v, int64_t bh, int64_t H) {
+    return bh / H * v.batch + bh % H * v.head;
+}
+__device__ __forceinline__ int64_t kv_head_at(const ct_cuda_attn_view &v, int64_t bh, const ct_cuda_attn_views &V) {
+    return head_at(v, bh / V.G, V.H / V.G);
+}
+/* rows [r0, r0 + 64) of two heads (row strides la, lb) into the tiles sa and sb without waiting
  * (cp.async, one group; rows past n as zeros), so that they load while the tile before them is
- * computed; at once where a head is not 16-byte aligned */
-template <int D, typename T> __device__ void fetch2(T *sa, const T *ga, T *sb, const T *gb, int64_t r0, int64_t n) {
-    if ((uintptr_t)ga % 16 || (uintptr_t)gb % 16) {
-        load<D>(sa, ga, r0, n);
-        load<D>(sb, gb, r0, n);
+ * computed; at once where a head's rows are not 16-byte aligned */
+template <int D, typename T>
+__device__ void fetch2(T *sa, const T *ga, int64_t la, T *sb, const T *gb, int64_t lb, int64_t r0, int64_t n) {
+    if ((uintptr_t)ga % 16 || (uintptr_t)gb % 16 || la % 8 || lb % 8) {
+        ct_attn_load_tile<BM, NT, D, ldt<D>()>(sa, ga, r0, n, la);
+        ct_attn_load_tile<BM, NT, D, ldt<D>()>(sb, gb, r0, n, lb);
     } else {
         for (int e = threadIdx.x; e < BM * D / 8; e += NT) {
             const int r = e / (D / 8), c = e % (D / 8) * 8;
             const bool in = r0 + r < n;
-            ct_cp_async16(&sa[r * ldt<D>() + c], in ? &ga[(r0 + r) * D + c] : ga, in);
-            ct_cp_async16(&sb[r * ldt<D>() + c], in ? &gb[(r0 + r) * D + c] : gb, in);
+            ct_cp_async16(&sa[r * ldt<D>() + c], in ? &ga[(r0 + r) * la + c] : ga, in);
+            ct_cp_async16(&sb[r * ldt<D>() + c], in ? &gb[(r0 + r) * lb + c] : gb, in);
         }
     }
     ct_cp_async_commit();
@@ -122,13 +130,15 @@ template <int D, typename T> __device__ __forceinline__ void mm_pb(float (&acc)[
 template <int N> __device__ void zero(float (&c)[N][4]) {
     for (int j = 0; j < N; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
 }
-/* the warp's 16 x D result (rows r0 + g and r0 + g + 8) to a head's matrix, rows past n skipped */
-template <int D, typename T> __device__ void store_rows(T *out, const float (&acc)[D / 8][4], int64_t r0, int64_t n, float s0, float s1) {
+/* the warp's 16 x D result (rows r0 + g and r0 + g + 8) to a head's rows (stride ld), rows past n
+ * skipped */
+template <int D, typename T>
+__device__ void store_rows(T *out, int64_t ld, const float (&acc)[D / 8][4], int64_t r0, int64_t n, float s0, float s1) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int j = 0; j < D / 8; j++) {
-        if (r0 + g < n) store2(&out[(r0 + g) * D + j * 8 + 2 * t], acc[j][0] * s0, acc[j][1] * s0);
-        if (r0 + g + 8 < n) store2(&out[(r0 + g + 8) * D + j * 8 + 2 * t], acc[j][2] * s1, acc[j][3] * s1);
+        if (r0 + g < n) store2(&out[(r0 + g) * ld + j * 8 + 2 * t], acc[j][0] * s0, acc[j][1] * s0);
+        if (r0 + g + 8 < n) store2(&out[(r0 + g + 8) * ld + j * 8 + 2 * t], acc[j][2] * s1, acc[j][3] * s1);
     }
 }
 /* the column (key, or query in dK/dV) of element e of C tile j, as an offset in the tile */
@@ -152,18 +162,18 @@ __device__ __forceinline__ void scale_mask(float (&s)[8][4], float (&mt)[2], con
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT, 3) fwd_k(const T *q, const T *k, const T *v, T *o, float *lse, int64_t n, bool causal,
-                                            float sc, int64_t G) {
+                                               float sc, ct_cuda_attn_views V) {
     extern __shared__ float sm[];
     constexpr int L = ldt<D>();
     T *Qs = (T *)sm; /* then K, V of the even tiles, K, V of the odd ones */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t base = (int64_t)blockIdx.y * n * D, q0 = (int64_t)blockIdx.x * BM;
-    const int64_t kb = (int64_t)blockIdx.y / G * n * D; /* the key/value head of this query head */
+    const int64_t bh = blockIdx.y, q0 = (int64_t)blockIdx.x * BM;
+    const T *kh = k + kv_head_at(V.k, bh, V), *vh = v + kv_head_at(V.v, bh, V); /* this query head's key/value head */
     const int64_t row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
     const float sl2 = sc * LOG2E;
     const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
-    load<D>(Qs, q + base, q0, n);
-    fetch2<D>(Qs + BM * L, k + kb, Qs + 2 * BM * L, v + kb, 0, n);
+    load<D>(Qs, q + head_at(V.q, bh, V.H), V.q.row, q0, n);
+    fetch2<D>(Qs + BM * L, kh, V.k.row, Qs + 2 * BM * L, vh, V.v.row, 0, n);
     __syncthreads();
     uint32_t qa[D / 16][4]; /* the warp's 16 query rows, kept as A fragments */
 #pragma unroll
@@ -172,7 +182,8 @@ __global__ void __launch_bounds__(NT, 3) fwd_k(const T *q, const T *k, const T *
     zero(oacc);
     for (int64_t k0 = 0, it = 0; k0 < kend; k0 += BM, it ^= 1) {
         const T *Ks = Qs + (1 + 2 * it) * BM * L, *Vs = Ks + BM * L;
-        if (k0 + BM < kend) fetch2<D>(Qs + (3 - 2 * it) * BM * L, k + kb, Qs + (4 - 2 * it) * BM * L, v + kb, k0 + BM, n);
+        if (k0 + BM < kend)
+            fetch2<D>(Qs + (3 - 2 * it) * BM * L, kh, V.k.row, Qs + (4 - 2 * it) * BM * L, vh, V.v.row, k0 + BM, n);
         wait_for_tile(k0 + BM < kend);
         __syncthreads();
         float s[8][4];
@@ -216,11 +227,12 @@ __global__ void __launch_bounds__(NT, 3) fwd_k(const T *q, const T *k, const T *
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
-    store_rows<D>(o + base, oacc, q0 + warp * 16, n, l[0] > 0 ? 1.0f / l[0] : 0.0f, l[1] > 0 ? 1.0f / l[1] : 0.0f);
+    store_rows<D>(o + head_at(V.o, bh, V.H), V.o.row, oacc, q0 + warp * 16, n, l[0] > 0 ? 1.0f / l[0] : 0.0f,
+                  l[1] > 0 ? 1.0f / l[1] : 0.0f);
     if (lane % 4 == 0) {
 #pragma unroll
         for (int h = 0; h < 2; h++)
-            if (row[h] < n) lse[(int64_t)blockIdx.y * n + row[h]] = m[h] * LN2 + logf(l[h]); /* ct_k_attn_lse, natural units */
+            if (row[h] < n) lse[bh * n + row[h]] = m[h] * LN2 + logf(l[h]); /* ct_k_attn_lse, natural units */
     }
 }
 
@@ -256,25 +268,25 @@ __device__ __forceinline__ void p_ds_tile(bool edge, float (&s)[8][4], float (&d
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT, 2) dkv_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
-                                            T *dk, T *dv, int64_t n, bool causal, float sc, int64_t G) {
+                                               T *dk, T *dv, int64_t n, bool causal, float sc, ct_cuda_attn_views V) {
     extern __shared__ float sm[];
     constexpr int L = ldt<D>();
     T *Ks = (T *)sm, *Vs = Ks + BM * L; /* then Q, dO of the even tiles, Q, dO of the odd ones */
     float *rows = (float *)(Vs + 5 * BM * L); /* lse, dr of the even tiles, of the odd ones */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t h = blockIdx.y, base = h * n * D, k0 = (int64_t)blockIdx.x * BM;
-    const int64_t kb = h / G * n * D; /* the key/value head of this query head */
+    const int64_t h = blockIdx.y, k0 = (int64_t)blockIdx.x * BM;
+    const T *qh = q + head_at(V.q, h, V.H), *gh = g + head_at(V.dO, h, V.H);
     const int64_t key[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
     const float sl2 = sc * LOG2E;
-    load<D>(Ks, k + kb, k0, n);
-    load<D>(Vs, v + kb, k0, n);
+    load<D>(Ks, k + kv_head_at(V.k, h, V), V.k.row, k0, n); /* this query head's key/value head */
+    load<D>(Vs, v + kv_head_at(V.v, h, V), V.v.row, k0, n);
     float akk[D / 8][4], avv[D / 8][4];
     zero(akk);
     zero(avv);
     const T *Kw = Ks + warp * 16 * L, *Vw = Vs + warp * 16 * L;
     /* the query tile at t0 into buffer b: Q and dO fetched, lse (log2 units) and dr stored */
     auto fetch = [&](int64_t t0, int b) {
-        fetch2<D>(Vs + (1 + 2 * b) * BM * L, q + base, Vs + (2 + 2 * b) * BM * L, g + base, t0, n);
+        fetch2<D>(Vs + (1 + 2 * b) * BM * L, qh, V.q.row, Vs + (2 + 2 * b) * BM * L, gh, V.dO.row, t0, n);
         for (int r = threadIdx.x; r < BM; r += NT) {
             rows[2 * b * BM + r] = t0 + r < n ? lse[h * n + t0 + r] * LOG2E : 0.0f;
             rows[(2 * b + 1) * BM + r] = t0 + r < n ? dr[h * n + t0 + r] : 0.0f;
@@ -301,19 +313,19 @@ __global__ void __launch_bounds__(NT, 2) dkv_k(const T *q, const T *k, const T *
         mm_pb<D, T>(akk, dp, Qs); /* dK += dS^T Q */
         __syncthreads(); /* every warp is done with this buffer before the next fetch refills it */
     }
-    store_rows<D>(dk + base, akk, k0 + warp * 16, n, 1.0f, 1.0f);
-    store_rows<D>(dv + base, avv, k0 + warp * 16, n, 1.0f, 1.0f);
+    store_rows<D>(dk + head_at(V.dk, h, V.H), V.dk.row, akk, k0 + warp * 16, n, 1.0f, 1.0f);
+    store_rows<D>(dv + head_at(V.dv, h, V.H), V.dv.row, avv, k0 + warp * 16, n, 1.0f, 1.0f);
 }
 
 template <int D, typename T>
 __global__ void __launch_bounds__(NT, 2) dq_k(const T *q, const T *k, const T *v, const T *g, const float *lse, const float *dr,
-                                           T *dq, int64_t n, bool causal, float sc, int64_t G) {
+                                              T *dq, int64_t n, bool causal, float sc, ct_cuda_attn_views V) {
     extern __shared__ float sm[];
     constexpr int L = ldt<D>();
     T *Qs = (T *)sm, *Gs = Qs + BM * L; /* then K, V of the even tiles, K, V of the odd ones */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t h = blockIdx.y, base = h * n * D, q0 = (int64_t)blockIdx.x * BM;
-    const int64_t kb = h / G * n * D; /* the key/value head of this query head */
+    const int64_t h = blockIdx.y, q0 = (int64_t)blockIdx.x * BM;
+    const T *kh = k + kv_head_at(V.k, h, V), *vh = v + kv_head_at(V.v, h, V); /* this query head's key/value head */
     const int64_t row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
     const float sl2 = sc * LOG2E;
     float lse2[2], drr[2];
@@ -323,9 +335,9 @@ __global__ void __launch_bounds__(NT, 2) dq_k(const T *q, const T *k, const T *v
         drr[i] = row[i] < n ? dr[h * n + row[i]] : 0.0f;
     }
     const int64_t kend = causal ? (q0 + BM < n ? q0 + BM : n) : n;
-    load<D>(Qs, q + base, q0, n);
-    load<D>(Gs, g + base, q0, n);
-    fetch2<D>(Gs + BM * L, k + kb, Gs + 2 * BM * L, v + kb, 0, n);
+    load<D>(Qs, q + head_at(V.q, h, V.H), V.q.row, q0, n);
+    load<D>(Gs, g + head_at(V.dO, h, V.H), V.dO.row, q0, n);
+    fetch2<D>(Gs + BM * L, kh, V.k.row, Gs + 2 * BM * L, vh, V.v.row, 0, n);
     __syncthreads();
     uint32_t qa[D / 16][4], ga[D / 16][4]; /* the warp's 16 rows of Q and dO, kept as A fragments */
 #pragma unroll
@@ -337,7 +349,8 @@ __global__ void __launch_bounds__(NT, 2) dq_k(const T *q, const T *k, const T *v
     zero(aq);
     for (int64_t k0 = 0, it = 0; k0 < kend; k0 += BM, it ^= 1) {
         const T *Ks = Gs + (1 + 2 * it) * BM * L, *Vs = Ks + BM * L;
-        if (k0 + BM < kend) fetch2<D>(Gs + (3 - 2 * it) * BM * L, k + kb, Gs + (4 - 2 * it) * BM * L, v + kb, k0 + BM, n);
+        if (k0 + BM < kend)
+            fetch2<D>(Gs + (3 - 2 * it) * BM * L, kh, V.k.row, Gs + (4 - 2 * it) * BM * L, vh, V.v.row, k0 + BM, n);
         wait_for_tile(k0 + BM < kend);
         __syncthreads();
         float s[8][4], dp[8][4];
@@ -354,21 +367,66 @@ __global__ void __launch_bounds__(NT, 2) dq_k(const T *q, const T *k, const T *v
         mm_pb<D, T>(aq, dp, Ks); /* dQ += dS K */
         __syncthreads(); /* every warp is done with Ks, Vs before the next fetch refills them */
     }
-    store_rows<D>(dq + base, aq, q0 + warp * 16, n, 1.0f, 1.0f);
+    store_rows<D>(dq + head_at(V.dq, h, V.H), V.dq.row, aq, q0 + warp * 16, n, 1.0f, 1.0f);
+}
+
+__device__ __forceinline__ float wide(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float wide(__half x) { return __half2float(x); }
+/* dr[row] = sum_d dO[row, d] O[row, d] (FlashAttention's D) for every row of the B * H heads, a
+ * thread a row, summed in d order as attention.cu's dr_k: the same bits as the contiguous path */
+template <typename T> __global__ void dr_k(const T *o, const T *g, float *dr, int64_t rows, int64_t n, int D, ct_cuda_attn_views V) {
+    CT_GRID_STRIDE(r, rows) {
+        const int64_t bh = r / n, t = r % n;
+        const T *orow = o + head_at(V.o, bh, V.H) + t * V.o.row, *grow = g + head_at(V.dO, bh, V.H) + t * V.dO.row;
+        float s = 0.0f;
+        for (int c = 0; c < D; c++) s = fmaf(wide(grow[c]), wide(orow[c]), s);
+        dr[r] = s;
+    }
 }
 
 /* shared bytes: `t16` 16-bit tiles of 64 x D at the padded stride, `rows` f32 rows of 64 */
 template <int D> constexpr size_t smem(int t16, int rows) { return 2 * (size_t)BM * ldt<D>() * t16 + 4 * (size_t)BM * rows; }
 template <int D, typename T>
-ct_status fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n,
-              bool causal, int64_t G) {
-    return ct_attn_launch_fwd<T>(s, fwd_k<D, T>, smem<D>(5, 0), NT, BM, D, q, k, v, o, lse, BH, n, causal, G);
+ct_status fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n, bool causal,
+              const ct_cuda_attn_views &V) {
+    const size_t sm = smem<D>(5, 0);
+    ct_status st = ct_attn_allow_smem(fwd_k<D, T>, sm, "attention");
+    if (st != CT_OK) return st;
+    const dim3 grid((unsigned)((n + BM - 1) / BM), (unsigned)BH);
+    fwd_k<D, T><<<grid, NT, sm, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, n, causal, 1.0f / sqrtf((float)D), V);
+    CT_LAUNCHED("attention");
+    return CT_OK;
 }
 template <int D, typename T>
-ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
-              void *dq, void *dk, void *dv, int64_t BH, int64_t n, bool causal, int64_t G) {
-    return ct_attn_launch_bwd<T>(s, dkv_k<D, T>, smem<D>(6, 4), dq_k<D, T>, smem<D>(6, 0), NT, BM, D, q, k, v, g, lse, dr, dq, dk,
-                                 dv, BH, n, causal, G);
+ct_status bwd(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr, void *dq,
+              void *dk, void *dv, int64_t BH, int64_t n, bool causal, const ct_cuda_attn_views &V) {
+    const size_t skv = smem<D>(6, 4), sq = smem<D>(6, 0);
+    ct_status st = ct_attn_allow_smem(dkv_k<D, T>, skv, "attention backward");
+    if (st == CT_OK) st = ct_attn_allow_smem(dq_k<D, T>, sq, "attention backward");
+    if (st != CT_OK) return st;
+    const dim3 grid((unsigned)((n + BM - 1) / BM), (unsigned)BH);
+    const float sc = 1.0f / sqrtf((float)D);
+    dkv_k<D, T><<<grid, NT, skv, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dk, (T *)dv, n, causal,
+                                      sc, V);
+    dq_k<D, T><<<grid, NT, sq, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)g, lse, dr, (T *)dq, n, causal, sc, V);
+    CT_LAUNCHED("attention backward");
+    return CT_OK;
+}
+template <typename T>
+ct_status fwd_d(cudaStream_t s, const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t n, int D,
+                bool causal, const ct_cuda_attn_views &V) {
+    return D == 64 ? fwd<64, T>(s, q, k, v, o, lse, BH, n, causal, V) : fwd<32, T>(s, q, k, v, o, lse, BH, n, causal, V);
+}
+template <typename T>
+ct_status bwd_d(cudaStream_t s, const void *q, const void *k, const void *v, const void *g, const float *lse, const float *dr,
+                void *dq, void *dk, void *dv, int64_t BH, int64_t n, int D, bool causal, const ct_cuda_attn_views &V) {
+    return D == 64 ? bwd<64, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal, V)
+                   : bwd<32, T>(s, q, k, v, g, lse, dr, dq, dk, dv, BH, n, causal, V);
+}
+/* contiguous [BH, n, D] q, o, dO, dq, dk, dv and [BH / G, n, D] k, v */
+ct_cuda_attn_views contiguous(int64_t BH, int64_t n, int D, int64_t G) {
+    const ct_cuda_attn_view h = {BH * n * D, n * D, D};
+    return ct_cuda_attn_views{h, h, h, h, h, h, h, h, BH, G};
 }
 } // namespace
 
@@ -376,17 +434,41 @@ bool ct_cuda_attention_mma_fits(ct_cuda_dtype dt, int D) { return dt != CT_CUDA_
 
 ct_status ct_cuda_attention_mma(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
                                 int64_t BH, int64_t T, int D, bool causal, int64_t G) {
-    if (dt == CT_CUDA_BF16)
-        return D == 64 ? fwd<64, __nv_bfloat16>(s, q, k, v, o, lse, BH, T, causal, G)
-                       : fwd<32, __nv_bfloat16>(s, q, k, v, o, lse, BH, T, causal, G);
-    return D == 64 ? fwd<64, __half>(s, q, k, v, o, lse, BH, T, causal, G) : fwd<32, __half>(s, q, k, v, o, lse, BH, T, causal, G);
+    const ct_cuda_attn_views V = contiguous(BH, T, D, G);
+    return dt == CT_CUDA_BF16 ? fwd_d<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal, V)
+                              : fwd_d<__half>(s, q, k, v, o, lse, BH, T, D, causal, V);
 }
 ct_status ct_cuda_attention_mma_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, const void *dO,
                                     const float *lse, const float *dr, void *dq, void *dk, void *dv, int64_t BH, int64_t T, int D,
                                     bool causal, int64_t G) {
+    const ct_cuda_attn_views V = contiguous(BH, T, D, G);
+    return dt == CT_CUDA_BF16 ? bwd_d<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, V)
+                              : bwd_d<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, V);
+}
+
+extern "C" {
+ct_status ct_cuda_attention_views(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
+                                  float *lse, int64_t BH, int64_t T, int D, bool causal, const ct_cuda_attn_views *V) {
+    if (!ct_cuda_attention_views_fit(dt, D) || V->H < 1 || V->G < 1 || V->H % V->G || BH % V->H)
+        return ct_error(CT_ERR_INVALID, "cuda attention on strided heads: %s, head dim %d, %lld heads of %lld in groups of %lld",
+                        dt == CT_CUDA_F32 ? "f32" : "16-bit", D, (long long)BH, (long long)V->H, (long long)V->G);
+    if (BH == 0 || T == 0) return CT_OK;
+    return dt == CT_CUDA_BF16 ? fwd_d<__nv_bfloat16>(s, q, k, v, o, lse, BH, T, D, causal, *V)
+                              : fwd_d<__half>(s, q, k, v, o, lse, BH, T, D, causal, *V);
+}
+ct_status ct_cuda_attention_views_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
+                                      const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
+                                      int64_t BH, int64_t T, int D, bool causal, const ct_cuda_attn_views *V) {
+    if (!ct_cuda_attention_views_fit(dt, D) || V->H < 1 || V->G < 1 || V->H % V->G || BH % V->H)
+        return ct_error(CT_ERR_INVALID, "cuda attention backward on strided heads: %s, head dim %d, %lld heads of %lld in groups of %lld",
+                        dt == CT_CUDA_F32 ? "f32" : "16-bit", D, (long long)BH, (long long)V->H, (long long)V->G);
+    if (BH == 0 || T == 0) return CT_OK;
+    const int64_t rows = BH * T;
     if (dt == CT_CUDA_BF16)
-        return D == 64 ? bwd<64, __nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal, G)
-                       : bwd<32, __nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal, G);
-    return D == 64 ? bwd<64, __half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal, G)
-                   : bwd<32, __half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, causal, G);
+        dr_k<__nv_bfloat16><<<ct_grid(rows, 256), 256, 0, s>>>((const __nv_bfloat16 *)o, (const __nv_bfloat16 *)dO, dr, rows, T, D, *V);
+    else dr_k<__half><<<ct_grid(rows, 256), 256, 0, s>>>((const __half *)o, (const __half *)dO, dr, rows, T, D, *V);
+    CT_LAUNCHED("attention backward");
+    return dt == CT_CUDA_BF16 ? bwd_d<__nv_bfloat16>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, *V)
+                              : bwd_d<__half>(s, q, k, v, dO, lse, dr, dq, dk, dv, BH, T, D, causal, *V);
+}
 }

@@ -273,6 +273,26 @@ ct_status ct_cuda_attention_gqa_bwd(cudaStream_t s, ct_cuda_dtype dt, const void
                                     const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
                                     int64_t BH, int64_t T, int D, bool causal, int64_t G);
 
+/* Attention on heads that lie with strides (element offsets): row t, column d of query head
+ * bh (of B * H) of a query-side tensor (q, o, dO, dq) at (bh / H) * batch + (bh % H) * head +
+ * t * row + d; the key-side inputs k, v by their head bh / G of H / G each batch; dk, dv per
+ * query head, as in ct_cuda_attention_gqa_bwd. A GPT's packed qkv [B, T, 3, H, D] is then read,
+ * and its y [B, T, H, D] and dqkv written, where they lie, without head-layout copies. Only the
+ * register-tile kernels (CTRAIN_CUDA_ATTENTION=mma) take views: ct_cuda_attention_views_fit
+ * says whether they run for dt and D under the current setting. Backward computes dr itself
+ * (scratch of B * H * T floats). */
+typedef struct { int64_t batch, head, row; } ct_cuda_attn_view;
+typedef struct {
+    ct_cuda_attn_view q, k, v, o, dO, dq, dk, dv;
+    int64_t H, G;
+} ct_cuda_attn_views;
+bool ct_cuda_attention_views_fit(ct_cuda_dtype dt, int D);
+ct_status ct_cuda_attention_views(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v, void *o,
+                                  float *lse, int64_t BH, int64_t T, int D, bool causal, const ct_cuda_attn_views *V);
+ct_status ct_cuda_attention_views_bwd(cudaStream_t s, ct_cuda_dtype dt, const void *q, const void *k, const void *v,
+                                      const void *o, const void *dO, const float *lse, float *dr, void *dq, void *dk, void *dv,
+                                      int64_t BH, int64_t T, int D, bool causal, const ct_cuda_attn_views *V);
+
 /* ---- max pooling of NCHW planes (ops/kmath.h ct_k_max_pool_at): window k, stride s,
  * padding p (p <= k/2); relu: of max(x, 0). arg [planes, OH, OW]: each output's winner, as
  * an offset in its input plane. Backward: dx = (accumulate ? dx : 0) + the gradients routed

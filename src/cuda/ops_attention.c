@@ -1,7 +1,9 @@
 /* The op table's CUDA rows for the fused (flash) attentions: flash_attention on q, k, v in
  * head layout, and flash_attention_qkv on the packed [B, T, 3C] output of a GPT's c_attn.
  * Both run the kernels of attention*.cu (f32, or bf16/f16 in and out with f32 arithmetic
- * under autocast); the packed one moves its data into and out of head layout around them. */
+ * under autocast); the packed one moves its data into and out of head layout around them,
+ * except on the register-tile kernels (CTRAIN_CUDA_ATTENTION=mma), which read and write it
+ * where it lies. */
 #include "ctrain/ops.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/ops_util.h"
@@ -130,6 +132,12 @@ static ct_cuda_layout qkv_to_heads(const qkv_dims *d) {
 static ct_cuda_layout heads_to_qkv(const qkv_dims *d) {
     return layout(5, (int64_t[]){d->B, d->T, 3, d->H, d->D}, (int64_t[]){d->H * d->T * d->D, d->D, d->N, d->T * d->D, 1});
 }
+/* The register-tile kernels read q, k, v where they lie in qkv [B, T, 3, H, D] and write y
+ * [B, T, H, D] and dqkv in place: no head-layout copies (ct_cuda_attention_views) */
+static ct_cuda_attn_views qkv_views(const qkv_dims *d) {
+    const ct_cuda_attn_view in = {d->T * 3 * d->C, d->D, 3 * d->C}, out = {d->T * d->C, d->D, d->C};
+    return (ct_cuda_attn_views){.q = in, .k = in, .v = in, .o = out, .dO = out, .dq = in, .dk = in, .dv = in, .H = d->H, .G = 1};
+}
 static void *buf(run *r, int64_t n, size_t es, const char *op) {
     return ct_ctx_dev_alloc(r->ctx, r->dev, (size_t)(n > 0 ? n : 1) * es, op);
 }
@@ -152,10 +160,18 @@ static ct_tensor *fwd_flash_attention_qkv(ct_ctx *ctx, const ct_op_args *a) {
     run r;
     bool go = begin(ctx, qkv->device, "flash_attention_qkv", &r);
     ct_tensor *y = ct_new_on(ctx, qkv->device, qkv->dtype, 3, (int64_t[]){d.B, d.T, d.C}, "flash_attention_qkv");
-    void *heads = go ? buf(&r, 3 * d.N, d.es, "flash_attention_qkv") : NULL; /* q, k, v [3, B, H, T, D] */
-    void *yh = heads ? buf(&r, d.N, d.es, "flash_attention_qkv") : NULL;      /* y [B, H, T, D] */
-    float *lse = yh ? scratch(&r, d.BH * d.T, "flash_attention_qkv") : NULL;  /* [B*H, T], saved */
-    if (y->data && lse && d.N > 0) {
+    const bool copies = go && !ct_cuda_attention_views_fit(gemm_dt(qkv), (int)d.D);
+    void *heads = copies ? buf(&r, 3 * d.N, d.es, "flash_attention_qkv") : NULL; /* q, k, v [3, B, H, T, D] */
+    void *yh = heads ? buf(&r, d.N, d.es, "flash_attention_qkv") : NULL;          /* y [B, H, T, D] */
+    float *lse = yh ? scratch(&r, d.BH * d.T, "flash_attention_qkv") : NULL;      /* [B*H, T], saved */
+    if (go && !copies) { /* straight from qkv into y */
+        lse = scratch(&r, d.BH * d.T, "flash_attention_qkv");
+        const ct_cuda_attn_views V = qkv_views(&d);
+        const char *x = qkv->data;
+        if (y->data && lse && d.N > 0)
+            ok(&r, ct_cuda_attention_views(r.s, gemm_dt(qkv), x, x + d.C * d.es, x + 2 * d.C * d.es, y->data, lse, d.BH, d.T,
+                                           (int)d.D, causal, &V));
+    } else if (y->data && lse && d.N > 0) {
         char *h = heads;
         (void)(copy_view(&r, d.es, heads, qkv->data, qkv_to_heads(&d)) &&
                ok(&r, ct_cuda_attention_gqa(r.s, gemm_dt(qkv), h, h + d.N * d.es, h + 2 * d.N * d.es, yh, lse, d.BH, d.T,
@@ -168,6 +184,26 @@ static ct_tensor *fwd_flash_attention_qkv(ct_ctx *ctx, const ct_op_args *a) {
     return y;
 }
 
+/* Backward on strided heads: dq, dk, dv written straight into qkv's gradient where c_attn's
+ * GEMMs take it in bf16/f16, else into a 16-bit dqkv widened into the f32 one */
+static void bw_attention_qkv_views(ct_ctx *ctx, run *r, ct_node *n, const qkv_dims *d, const void *dO) {
+    const char *op = "flash_attention_qkv backward";
+    ct_tensor *qkv = n->in[0];
+    const ct_cuda_attn_views V = qkv_views(d);
+    float *dr = scratch(r, d->BH * d->T, op);
+    void *lw = dr ? ct_ac_grad_lowp(ctx, qkv) : NULL;
+    void *t = dr && !lw ? buf(r, 3 * d->N, d->es, op) : NULL;
+    char *dst = lw ? lw : t;
+    const char *x = qkv->data;
+    const size_t C = (size_t)d->C * d->es;
+    if (dst && ok(r, ct_cuda_attention_views_bwd(r->s, gemm_dt(qkv), x, x + C, x + 2 * C, n->out->data, dO, n->saved, dr, dst,
+                                                 dst + C, dst + 2 * C, d->BH, d->T, (int)d->D, n->i[0] != 0, &V)) && t) {
+        bool direct;
+        float *w = acc_begin(r, qkv, &direct);
+        if (w && ok(r, ct_cuda_cast(r->s, t, ty(qkv), w, CT_CUDA_CAST_F32, 3 * d->N))) acc_end(r, qkv, w, direct);
+    }
+    free_bufs(r, (void *[]){t, dr}, 2);
+}
 static void bw_flash_attention_qkv(ct_ctx *ctx, ct_node *n) {
     run r;
     if (!begin(ctx, n->out->device, "flash_attention_qkv backward", &r)) return;
@@ -177,6 +213,10 @@ static void bw_flash_attention_qkv(ct_ctx *ctx, ct_node *n) {
     ct_cuda_dtype dt = gemm_dt(qkv);
     if (!(qkv->flags & CT_TF_REQUIRES_GRAD) || d.N == 0) return;
     const void *dO = gemm_dy(&r, dt, o, d.N, op); /* dY as the kernels read it: in qkv's dtype */
+    if (dO && ct_cuda_attention_views_fit(dt, (int)d.D)) {
+        bw_attention_qkv_views(ctx, &r, n, &d, dO);
+        return;
+    }
     void *p[5] = {NULL, NULL, NULL, NULL, NULL};  /* heads, oh, dOh, dheads, dr */
     if (dO) p[0] = buf(&r, 3 * d.N, d.es, op);
     if (p[0]) p[1] = buf(&r, d.N, d.es, op);

@@ -68,5 +68,13 @@ for t in test_gpu_ops test_gpu_train; do
         res=$(echo "$out" | sed -n 's/^RESULT //p')
         if [ "$res" = "1 0 0" ]; then echo "ok   $t $name ($fam)"; else echo "$out"; echo "FAIL $t $name ($fam)"; rc=1; fi
     done
+    # the packed-qkv attention on the register-tile kernels reads qkv and writes y and dqkv where
+    # they lie (strided heads, no head-layout copies)
+    if [ "$t" = test_gpu_ops ]; then
+        name=flash_attention_qkv_on_cuda_matches_cpu_and_chain
+        out=$(CTRAIN_CUDA_ATTENTION=mma "$tmp/$t" "$name" 2>&1)
+        res=$(echo "$out" | sed -n 's/^RESULT //p')
+        if [ "$res" = "1 0 0" ]; then echo "ok   $t $name (mma)"; else echo "$out"; echo "FAIL $t $name (mma)"; rc=1; fi
+    fi
 done
 exit $rc

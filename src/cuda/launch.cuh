@@ -60,6 +60,15 @@ template <typename T_> struct ct_common<T_, T_> {
         else { typedef float T; __VA_ARGS__; }                                               \
     } while (0)
 
+/* 8 elements of T, 16-byte aligned: one 128-bit access for a 2-byte type, two for f32 */
+template <typename T> struct alignas(16) ct_x8 {
+    T v[8];
+};
+/* the 8-wide kernels apply: n a multiple of 8 and every (non-NULL) pointer 16-byte aligned */
+static inline bool ct_x8_fits(int64_t n, const void *a, const void *b = NULL, const void *c = NULL) {
+    return n % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0;
+}
+
 /* warp-wide sum and online log-sum-exp merge (all 32 lanes take part) */
 __device__ static inline float ct_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

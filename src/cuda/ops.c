@@ -360,9 +360,28 @@ static ct_tensor *fwd_pad_rows(ct_ctx *ctx, const ct_op_args *a) {
     ct_record(ctx, CT_OP_PAD_ROWS, y, 1, &x);
     return y;
 }
-static void bw_pad_rows(ct_ctx *ctx, ct_node *n) { /* x's rows come first in y's gradient */
+/* x's rows come first in y's gradient. Under autocast that gradient is the LM head's dW in
+ * bf16/f16 (its GEMM writes it so: half the bytes of an f32 [Vp, C]); its rows go to x, the
+ * weight's cast, in that type where the cast takes it so, else widened (exact) */
+static void bw_pad_rows(ct_ctx *ctx, ct_node *n) {
     run r;
-    if (begin(ctx, n->out->device, "pad_rows backward", &r)) acc_add(&r, n->in[0], n->out->grad->data);
+    if (!begin(ctx, n->out->device, "pad_rows backward", &r)) return;
+    ct_tensor *x = n->in[0], *g = n->out->grad;
+    const int64_t nx = ct_numel(x);
+    if (!grad_lowp(n->out)) {
+        acc_add(&r, x, g->data);
+        return;
+    }
+    void *lw = ct_ac_grad_lowp(ctx, x);
+    if (lw) {
+        if (nx > 0)
+            ok(&r, CT_GPU_CHECK(cuda, "pad_rows backward",
+                                cudaMemcpyAsync(lw, g->data, (size_t)nx * ct_dtype_size(g->dtype), cudaMemcpyDeviceToDevice, r.s)));
+        return;
+    }
+    bool direct;
+    float *w = acc_begin(&r, x, &direct);
+    if (w && ok(&r, ct_cuda_cast(r.s, g->data, ty(g), w, CT_CUDA_CAST_F32, nx))) acc_end(&r, x, w, direct);
 }
 
 /* split_heads: x [B, T, H*D] -> [B, H, T, D]; merge_heads the inverse (heads_view and
@@ -571,16 +590,17 @@ void ct_cuda_register_ops_(void) {
         {CT_OP_TANH, 1u, LP},           {CT_OP_SIGMOID, 1u, LP},      {CT_OP_SCALE, 1u, LP},
         {CT_OP_DROPOUT, 1u, LP},        {CT_OP_SPLIT_HEADS, 1u, LP},  {CT_OP_MERGE_HEADS, 1u, LP},
         {CT_OP_SUM, 1u, MIXED},         {CT_OP_MEAN, 1u, MIXED},      {CT_OP_SILU, 1u, LP},
+        {CT_OP_PAD_ROWS, 1u, LP},
     };
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; i++) ct_op_device_reads_lowp(lowp[i].op, lowp[i].in, lowp[i].dt);
     /* whose backward reads a bf16/f16 output's gradient in that type (the ops that write it
      * fresh then write it so: ct_ac_grad_lowp): the GEMMs, the elementwise maps, the views and
-     * copies that reshape or permute, layer norm with a 16-bit output (ct_layer_norm_lowp); the fused
-     * attentions in ops_attention.c */
+     * copies that reshape or permute, layer norm with a 16-bit output (ct_layer_norm_lowp), the
+     * LM head's row padding; the fused attentions in ops_attention.c */
     static const int grad_lowp_ops[] = {CT_OP_LINEAR,  CT_OP_MATMUL,      CT_OP_RELU,        CT_OP_GELU,
                                         CT_OP_TANH,    CT_OP_SIGMOID,     CT_OP_SCALE,       CT_OP_SILU,
                                         CT_OP_RESHAPE, CT_OP_CONTIGUOUS,  CT_OP_SPLIT_HEADS, CT_OP_MERGE_HEADS,
-                                        CT_OP_LAYER_NORM};
+                                        CT_OP_LAYER_NORM, CT_OP_PAD_ROWS};
     if (ct_cuda_lowp_grads_())
         for (size_t i = 0; i < sizeof grad_lowp_ops / sizeof grad_lowp_ops[0]; i++) ct_op_device_grad_lowp(grad_lowp_ops[i], LP);
     ct_cuda_register_conv_ops_();

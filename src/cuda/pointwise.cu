@@ -64,6 +64,25 @@ __global__ void cast_k(const void *x, ct_cuda_cast_type from, void *y, ct_cuda_c
 __global__ void cast_bwd_k(const float *g, ct_cuda_cast_type to, float *dx, int64_t n) {
     CT_GRID_STRIDE(i, n) dx[i] = rounded(g[i], to);
 }
+/* the same 8 elements a thread where ct_x8_fits (the same conversions: ct_ld and ct_st are
+ * load's and cast_k's) */
+template <typename TF, typename TT> __global__ void cast_k8(const ct_x8<TF> *x, ct_x8<TT> *y, int64_t n8) {
+    CT_GRID_STRIDE(i, n8) {
+        const ct_x8<TF> a = x[i];
+        ct_x8<TT> b;
+#pragma unroll
+        for (int j = 0; j < 8; j++) b.v[j] = ct_st<TT>(ct_ld(a.v[j]));
+        y[i] = b;
+    }
+}
+__global__ void cast_bwd_k8(const ct_x8<float> *g, ct_cuda_cast_type to, ct_x8<float> *dx, int64_t n8) {
+    CT_GRID_STRIDE(i, n8) {
+        ct_x8<float> a = g[i];
+#pragma unroll
+        for (int j = 0; j < 8; j++) a.v[j] = rounded(a.v[j], to);
+        dx[i] = a;
+    }
+}
 } // namespace
 
 #define LAUNCH(op, kernel, n, ...) CT_LAUNCH_N(op, kernel, n, THREADS, __VA_ARGS__)
@@ -101,9 +120,12 @@ ct_status ct_cuda_mse_bwd(cudaStream_t s, const float *a, const float *b, int64_
     return ct_cuda_mse_bwd_t(s, a, CT_CUDA_CAST_F32, b, CT_CUDA_CAST_F32, n, dloss, da, db);
 }
 ct_status ct_cuda_cast(cudaStream_t s, const void *x, ct_cuda_cast_type from, void *y, ct_cuda_cast_type to, int64_t n) {
+    if (ct_x8_fits(n, x, y))
+        CT_WITH_TYPE(from, TF, CT_WITH_TYPE(to, TT, LAUNCH("cast", (cast_k8<TF, TT>), n / 8, (const ct_x8<TF> *)x, (ct_x8<TT> *)y, n / 8)));
     LAUNCH("cast", cast_k, n, x, from, y, to, n);
 }
 ct_status ct_cuda_cast_bwd(cudaStream_t s, const float *g, ct_cuda_cast_type to, float *dx, int64_t n) {
+    if (ct_x8_fits(n, g, dx)) LAUNCH("cast backward", cast_bwd_k8, n / 8, (const ct_x8<float> *)g, to, (ct_x8<float> *)dx, n / 8);
     LAUNCH("cast backward", cast_bwd_k, n, g, to, dx, n);
 }
 }

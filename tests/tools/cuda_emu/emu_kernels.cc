@@ -21,6 +21,7 @@ extern "C" {
 #include "ctrain/tensor.h"
 #include "cuda/cuda.h"
 }
+#include "ops/kmath.h"
 
 // the launch check of CT_LAUNCHED (src/cuda/runtime.c is not part of the emulation)
 extern "C" ct_status ct_gpu_check_cuda(int code, const char *call, const char *op) {
@@ -64,11 +65,16 @@ double normwise(const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) d += (double)(a[i] - b[i]) * (a[i] - b[i]), s += (double)b[i] * b[i];
     return sqrt(d / (s > 0 ? s : 1));
 }
+// the second pass of the elementwise checks: sizes (and a repeating operand) of multiples of 8,
+// so that the 8-wide kernels run where the first pass's odd sizes take the scalar ones
+bool wide8;
 void expect(const char *what, double err, double tol) {
     checks++;
     bool ok = err <= tol;
     if (!ok) failures++;
-    printf("%s %-44s error %.2e (<= %.0e)\n", ok ? "ok  " : "FAIL", what, err, tol);
+    char w[160];
+    snprintf(w, sizeof w, "%s%s", what, wide8 ? " (8-wide)" : "");
+    printf("%s %-44s error %.2e (<= %.0e)\n", ok ? "ok  " : "FAIL", w, err, tol);
 }
 void expect_ok(const char *what, ct_status st) {
     if (st != CT_OK) {
@@ -79,7 +85,7 @@ void expect_ok(const char *what, ct_status st) {
 #define RUN(call) expect_ok(#call, call)
 
 void elementwise(ct_ctx *c) {
-    const int64_t rows = 13, m = 97, n = rows * m;
+    const int64_t rows = wide8 ? 16 : 13, m = wide8 ? 96 : 97, n = rows * m;
     ct_tensor *x0 = rnd_t(c, 2, sh({rows, m}), 5.0f), *g = rnd_t(c, 2, sh({rows, m}), 1.0f);
     std::vector<float> y(n), dx(n);
     const char *names[5] = {"gelu", "gelu tanh", "relu", "tanh", "sigmoid"};
@@ -110,6 +116,18 @@ void elementwise(ct_ctx *c) {
     expect("mul", normwise(y.data(), ct_f32(prod), n), 0);
     RUN(ct_cuda_scale(NULL, ct_f32(x0), -0.37f, y.data(), n));
     expect("scale", normwise(y.data(), ct_f32(sc), n), 0);
+    // dropout: each element kept or not by its index's hash (ops/kmath.h), forward and backward
+    const uint64_t key = 0x243f6a8885a308d3ull;
+    std::vector<float> want(n), wantg(n);
+    for (int64_t i = 0; i < n; i++) {
+        want[i] = ct_f32(x0)[i] * ct_k_dropout(key, i, 0.3f, 1.0f / 0.7f);
+        wantg[i] = ct_f32(g)[i] * ct_k_dropout(key, i, 0.3f, 1.0f / 0.7f);
+    }
+    const ct_cuda_map dm = {CT_CUDA_MAP_DROPOUT, 1.0f / 0.7f, key, 0.3f};
+    RUN(ct_cuda_dropout(NULL, ct_f32(x0), y.data(), n, key, 0.3f, 1.0f / 0.7f));
+    RUN(ct_cuda_map_bwd(NULL, &dm, NULL, CT_CUDA_CAST_F32, ct_f32(g), dx.data(), n));
+    expect("dropout forward, backward (bits)", (memcmp(y.data(), want.data(), n * 4) != 0) + (memcmp(dx.data(), wantg.data(), n * 4) != 0),
+           0);
     ct_tensor *b = rnd_t(c, 1, &m, 1.0f), *sum = ct_add(c, x0, b);
     RUN(ct_cuda_add(NULL, ct_f32(x0), ct_f32(b), y.data(), n, m));
     expect("add (broadcast)", normwise(y.data(), ct_f32(sum), n), 0);
@@ -233,7 +251,7 @@ void embedding_pool(ct_ctx *c) {
 }
 
 void pointwise(ct_ctx *c) {
-    const int64_t N = 3, C = 5, inner = 29, n = N * C * inner;
+    const int64_t N = 3, C = 5, inner = wide8 ? 32 : 29, n = N * C * inner;
     ct_tensor *x = rnd_t(c, 3, sh({N, C, inner}), 1.0f), *b = rnd_t(c, 1, &C, 1.0f), *y = ct_bias_add(c, x, b);
     std::vector<float> out(n), da(n), dbv(n);
     RUN(ct_cuda_bias_add(NULL, ct_f32(x), ct_f32(b), out.data(), n, C, inner));
@@ -454,7 +472,7 @@ void lowp_more(ct_ctx *c, ct_cuda_cast_type t, const lp_buf &xl) {
     snprintf(w, sizeof w, "%s softmax, causal mask (bits differ)", tn);
     expect(w, bit_diff(yc, yc32), 0);
     // bias_add [N, C, inner] + [C]: one type, then f32 with a 16-bit operand either side
-    const int64_t N = 3, C = 5, inner = 29, n = N * C * inner;
+    const int64_t N = 3, C = 5, inner = wide8 ? 32 : 29, n = N * C * inner;
     ct_tensor *x0 = rnd_t(c, 3, sh({N, C, inner}), 4.0f), *b0 = rnd_t(c, 1, &C, 2.0f);
     lp_buf x = to_lp(ct_f32(x0), n, t), b = to_lp(ct_f32(b0), C, t);
     std::vector<float> y32(n), ym(n), ym2(n);
@@ -488,7 +506,7 @@ void lowp_more(ct_ctx *c, ct_cuda_cast_type t, const lp_buf &xl) {
 void lowp(ct_ctx *c, ct_cuda_cast_type t) {
     const char *tn = t == CT_CUDA_CAST_BF16 ? "bf16" : "f16";
     char w[96];
-    const int64_t rows = 13, m = 97, n = rows * m;
+    const int64_t rows = wide8 ? 16 : 13, m = wide8 ? 96 : 97, n = rows * m;
     ct_tensor *x0 = rnd_t(c, 2, sh({rows, m}), 5.0f), *g = rnd_t(c, 2, sh({rows, m}), 1.0f), *b0 = rnd_t(c, 2, sh({rows, m}), 2.0f);
     lp_buf x = to_lp(ct_f32(x0), n, t), b = to_lp(ct_f32(b0), n, t);
     const ct_cuda_map maps[7] = {{CT_CUDA_MAP_RELU, 0, 0, 0},         {CT_CUDA_MAP_GELU, 0, 0, 0},
@@ -786,6 +804,12 @@ int main(void) {
     rows_ops(c);
     embedding_pool(c);
     pointwise(c);
+    wide8 = true;
+    elementwise(c);
+    lowp(c, CT_CUDA_CAST_BF16);
+    lowp(c, CT_CUDA_CAST_F16);
+    pointwise(c);
+    wide8 = false;
     llama_ops(c);
     optim();
     attention(c, false);

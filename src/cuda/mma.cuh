@@ -49,8 +49,6 @@ __device__ __forceinline__ int ct_mma_bt_at(int lane, int ld) { return (lane % 8
 #ifdef CT_CUDA_EMU_H
 #include <stdio.h>
 #include <stdlib.h>
-
-#include <vector>
 template <bool trans> void ct_emu_ldsm_x4(uint32_t (&r)[4], const void *p) {
     const int lane = (int)(threadIdx.x % 32);
     if ((uintptr_t)p % 16) {
@@ -67,41 +65,10 @@ template <bool trans> void ct_emu_ldsm_x4(uint32_t (&r)[4], const void *p) {
     }
 }
 __device__ __forceinline__ void ct_ldsm_x4(uint32_t (&r)[4], const void *p) { ct_emu_ldsm_x4<false>(r, p); }
-/* a copy lands only when a wait covers its group, as late as the hardware may: a read before
- * the wait sees the old tile; with CT_EMU_CP_EAGER set, at once, as early as it may: a refill
- * before every warp is done with the buffer overwrites what they read */
-struct ct_emu_cp {
-    void *dst;
-    const void *src;
-    int group;
-};
-inline thread_local std::vector<ct_emu_cp> ct_emu_cp_pending;
-inline thread_local int ct_emu_cp_groups;
-__device__ __forceinline__ void ct_cp_async16(void *dst, const void *src, bool valid) {
-    if ((uintptr_t)dst % 16 || (valid && (uintptr_t)src % 16)) {
-        fprintf(stderr, "cp.async: %p <- %p is not 16-byte aligned\n", dst, src);
-        abort();
-    }
-    if (getenv("CT_EMU_CP_EAGER")) {
-        if (valid) memcpy(dst, src, 16);
-        else memset(dst, 0, 16);
-        return;
-    }
-    ct_emu_cp_pending.push_back({dst, valid ? src : nullptr, ct_emu_cp_groups});
-}
-__device__ __forceinline__ void ct_cp_async_commit(void) { ct_emu_cp_groups++; }
-template <int N> __device__ __forceinline__ void ct_cp_async_wait(void) {
-    std::vector<ct_emu_cp> left;
-    for (const ct_emu_cp &c : ct_emu_cp_pending) {
-        if (c.group < ct_emu_cp_groups - N) {
-            if (c.src) memcpy(c.dst, c.src, 16);
-            else memset(c.dst, 0, 16);
-        } else {
-            left.push_back(c);
-        }
-    }
-    ct_emu_cp_pending.swap(left);
-}
+/* cp.async's emulation (tests/tools/cuda_emu): copies land as late as the waits allow, or at once */
+__device__ __forceinline__ void ct_cp_async16(void *dst, const void *src, bool valid) { ct_emu_cp_async16(dst, src, valid); }
+__device__ __forceinline__ void ct_cp_async_commit(void) { ct_emu_cp_async_commit(); }
+template <int N> __device__ __forceinline__ void ct_cp_async_wait(void) { ct_emu_cp_async_wait(N); }
 __device__ __forceinline__ void ct_ldsm_x4_t(uint32_t (&r)[4], const void *p) { ct_emu_ldsm_x4<true>(r, p); }
 template <typename T> void ct_mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     struct frag {

@@ -63,6 +63,13 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int o) {
 /* every lane's `bytes` (at most 64) into all[32 * bytes], between two barriers over the warp:
  * the register exchange of mma.sync and ldmatrix (src/cuda/mma.cuh) */
 void ct_emu_warp_exchange(const void *mine, size_t bytes, void *all);
+/* cp.async (src/cuda/mma.cuh), per thread: a copy lands only when a wait covers its group, as
+ * late as the hardware may (a read before the wait sees the old tile); with CT_EMU_CP_EAGER set,
+ * at once, as early as it may (a refill before every warp is done with a buffer overwrites
+ * what they read). !valid: 16 zero bytes, src not read */
+void ct_emu_cp_async16(void *dst, const void *src, bool valid);
+void ct_emu_cp_async_commit(void);
+void ct_emu_cp_async_wait(int n);
 void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 
 /* bf16 and fp16 as the CUDA headers give them on the host: round to nearest even */

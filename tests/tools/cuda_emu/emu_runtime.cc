@@ -148,6 +148,38 @@ void ct_emu_warp_exchange(const void *mine, size_t bytes, void *all) {
     warp_bar[w].wait();
 }
 
+namespace {
+struct cp_copy {
+    void *dst;
+    const void *src; /* NULL: zeros */
+    int group;
+};
+thread_local std::vector<cp_copy> cp_pending;
+thread_local int cp_groups;
+void cp_land(const cp_copy &c) {
+    if (c.src) memcpy(c.dst, c.src, 16);
+    else memset(c.dst, 0, 16);
+}
+} // namespace
+void ct_emu_cp_async16(void *dst, const void *src, bool valid) {
+    if ((uintptr_t)dst % 16 || (valid && (uintptr_t)src % 16)) {
+        fprintf(stderr, "cp.async: %p <- %p is not 16-byte aligned\n", dst, src);
+        abort();
+    }
+    const cp_copy c = {dst, valid ? src : nullptr, cp_groups};
+    if (getenv("CT_EMU_CP_EAGER")) cp_land(c);
+    else cp_pending.push_back(c);
+}
+void ct_emu_cp_async_commit(void) { cp_groups++; }
+void ct_emu_cp_async_wait(int n) {
+    std::vector<cp_copy> left;
+    for (const cp_copy &c : cp_pending) {
+        if (c.group < cp_groups - n) cp_land(c);
+        else left.push_back(c);
+    }
+    cp_pending.swap(left);
+}
+
 void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
     unsigned nt = block.x * block.y * block.z;
     if (nt > 1024) abort();

@@ -73,6 +73,19 @@ __device__ __forceinline__ void wait_for_tile(bool next_fetched) {
     if (next_fetched) ct_cp_async_wait<1>();
     else ct_cp_async_wait<0>();
 }
+/* the double-buffered K/V loop's stage for key tile k0 (buffer `it` of the pair after `base`,
+ * which holds tile 0's pair from before the loop): fetches the next pair into the other buffer,
+ * waits for this one and makes it every thread's; returns this pair's K (V follows it) */
+template <int D, typename T>
+__device__ const T *kv_stage(T *base, const T *kh, const T *vh, const ct_cuda_attn_views &V, int64_t k0, int64_t it,
+                             int64_t kend, int64_t n) {
+    constexpr int L = ldt<D>();
+    if (k0 + BM < kend)
+        fetch2<D>(base + (3 - 2 * it) * BM * L, kh, V.k.row, base + (4 - 2 * it) * BM * L, vh, V.v.row, k0 + BM, n);
+    wait_for_tile(k0 + BM < kend);
+    __syncthreads();
+    return base + (1 + 2 * it) * BM * L;
+}
 /* two neighbouring elements of row r of a head's [n, D] output (n checked by the caller) */
 template <typename T> __device__ void store2(T *p, float a, float b) {
     if ((uintptr_t)p % 4 == 0) {
@@ -181,11 +194,7 @@ __global__ void __launch_bounds__(NT, 3) fwd_k(const T *q, const T *k, const T *
     float oacc[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     zero(oacc);
     for (int64_t k0 = 0, it = 0; k0 < kend; k0 += BM, it ^= 1) {
-        const T *Ks = Qs + (1 + 2 * it) * BM * L, *Vs = Ks + BM * L;
-        if (k0 + BM < kend)
-            fetch2<D>(Qs + (3 - 2 * it) * BM * L, kh, V.k.row, Qs + (4 - 2 * it) * BM * L, vh, V.v.row, k0 + BM, n);
-        wait_for_tile(k0 + BM < kend);
-        __syncthreads();
+        const T *Ks = kv_stage<D>(Qs, kh, vh, V, k0, it, kend, n), *Vs = Ks + BM * L;
         float s[8][4];
         zero(s);
 #pragma unroll
@@ -348,11 +357,7 @@ __global__ void __launch_bounds__(NT, 2) dq_k(const T *q, const T *k, const T *v
     float aq[D / 8][4];
     zero(aq);
     for (int64_t k0 = 0, it = 0; k0 < kend; k0 += BM, it ^= 1) {
-        const T *Ks = Gs + (1 + 2 * it) * BM * L, *Vs = Ks + BM * L;
-        if (k0 + BM < kend)
-            fetch2<D>(Gs + (3 - 2 * it) * BM * L, kh, V.k.row, Gs + (4 - 2 * it) * BM * L, vh, V.v.row, k0 + BM, n);
-        wait_for_tile(k0 + BM < kend);
-        __syncthreads();
+        const T *Ks = kv_stage<D>(Gs, kh, vh, V, k0, it, kend, n), *Vs = Ks + BM * L;
         float s[8][4], dp[8][4];
         zero(s);
         zero(dp);

@@ -51,12 +51,16 @@ static ct_tensor *fwd_flash_attention(ct_ctx *ctx, const ct_op_args *a) {
 }
 /* The kernel's gradient d of all H query heads (N values of dt) added to x's gradient: as f32
  * (a 16-bit d, G = 1), or summed over each group of G heads in head order (G > 1) */
+/* N values d of x's dtype widened into x's f32 gradient (written fresh, or added) */
+static void add_widened(run *r, ct_tensor *x, const void *d, int64_t N) {
+    bool direct;
+    float *w = acc_begin(r, x, &direct);
+    if (w && ok(r, ct_cuda_cast(r->s, d, ty(x), w, CT_CUDA_CAST_F32, N))) acc_end(r, x, w, direct);
+}
 static void attn_grad_end(run *r, ct_tensor *x, ct_cuda_dtype dt, const void *d, int64_t G, int64_t N) {
     if (!(x->flags & CT_TF_REQUIRES_GRAD)) return;
     if (G == 1) {
-        bool direct;
-        float *w = acc_begin(r, x, &direct);
-        if (w && ok(r, ct_cuda_cast(r->s, d, ty(x), w, CT_CUDA_CAST_F32, N))) acc_end(r, x, w, direct);
+        add_widened(r, x, d, N);
         return;
     }
     const float *w = d;
@@ -163,9 +167,8 @@ static ct_tensor *fwd_flash_attention_qkv(ct_ctx *ctx, const ct_op_args *a) {
     const bool copies = go && !ct_cuda_attention_views_fit(gemm_dt(qkv), (int)d.D);
     void *heads = copies ? buf(&r, 3 * d.N, d.es, "flash_attention_qkv") : NULL; /* q, k, v [3, B, H, T, D] */
     void *yh = heads ? buf(&r, d.N, d.es, "flash_attention_qkv") : NULL;          /* y [B, H, T, D] */
-    float *lse = yh ? scratch(&r, d.BH * d.T, "flash_attention_qkv") : NULL;      /* [B*H, T], saved */
+    float *lse = go && (!copies || yh) ? scratch(&r, d.BH * d.T, "flash_attention_qkv") : NULL; /* [B*H, T], saved */
     if (go && !copies) { /* straight from qkv into y */
-        lse = scratch(&r, d.BH * d.T, "flash_attention_qkv");
         const ct_cuda_attn_views V = qkv_views(&d);
         const char *x = qkv->data;
         if (y->data && lse && d.N > 0)
@@ -197,11 +200,8 @@ static void bw_attention_qkv_views(ct_ctx *ctx, run *r, ct_node *n, const qkv_di
     const char *x = qkv->data;
     const size_t C = (size_t)d->C * d->es;
     if (dst && ok(r, ct_cuda_attention_views_bwd(r->s, gemm_dt(qkv), x, x + C, x + 2 * C, n->out->data, dO, n->saved, dr, dst,
-                                                 dst + C, dst + 2 * C, d->BH, d->T, (int)d->D, n->i[0] != 0, &V)) && t) {
-        bool direct;
-        float *w = acc_begin(r, qkv, &direct);
-        if (w && ok(r, ct_cuda_cast(r->s, t, ty(qkv), w, CT_CUDA_CAST_F32, 3 * d->N))) acc_end(r, qkv, w, direct);
-    }
+                                                 dst + C, dst + 2 * C, d->BH, d->T, (int)d->D, n->i[0] != 0, &V)) && t)
+        add_widened(r, qkv, t, 3 * d->N);
     free_bufs(r, (void *[]){t, dr}, 2);
 }
 static void bw_flash_attention_qkv(ct_ctx *ctx, ct_node *n) {

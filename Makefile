@@ -169,6 +169,9 @@ all: info $(BUILD)/libctrain.a $(BUILD)/libctrain.so $(BUILD)/ctrain $(TEST_BIN)
 # the link flags of this configuration (tests/scripts/cuda_emu_device.sh links its own programs)
 print-ldlibs:
 	@echo $(LDLIBS)
+# its feature macros (the emulated device recompiles the backend table with CUDA on)
+print-defs:
+	@echo $(DEFS)
 
 info:
 	@echo "ctrain build: blas=$(BLAS_KIND) json=$(PKG_CJSON) zlib=$(PKG_ZLIB) mpi=$(if $(PKG_MPI),yes,no (apt-get install libopenmpi-dev))" \
@@ -287,5 +290,5 @@ install: all
 clean:
 	rm -rf $(BUILD) build-san build-fuzz build-emu
 
-.PHONY: all info print-ldlibs test test-bins test-asan fuzz fuzz-build fuzz-corpus bench install clean
+.PHONY: all info print-ldlibs print-defs test test-bins test-asan fuzz fuzz-build fuzz-corpus bench install clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

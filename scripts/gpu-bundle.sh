@@ -15,12 +15,12 @@ archs=${CUDA_ARCHS:-90}
 B=build-gpu
 make -j"$(nproc)" BUILD=$B CUDA=1 CUDA_ARCHS="$archs" PKG_MPI= HAVE_GLOO= OPT="-O3 -march=x86-64-v3" \
     $B/ctrain $B/tests/test_gpu_kernels $B/tests/test_gpu_ops $B/tests/test_gpu_train $B/tests/test_gpu_conv $B/tests/test_device \
-    $B/tests/test_kmath $B/bench/gpu_gpt2 >&2
+    $B/tests/test_gpu_dist $B/tests/test_kmath $B/bench/gpu_gpt2 >&2
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/build/tests" "$stage/build/bench" "$stage/build/lib"
 cp $B/ctrain "$stage/build/"
-cp $B/tests/test_gpu_kernels $B/tests/test_gpu_ops $B/tests/test_gpu_train $B/tests/test_gpu_conv $B/tests/test_device $B/tests/test_kmath \
+cp $B/tests/test_gpu_kernels $B/tests/test_gpu_ops $B/tests/test_gpu_train $B/tests/test_gpu_conv $B/tests/test_device $B/tests/test_gpu_dist $B/tests/test_kmath \
     "$stage/build/tests/"
 cp $B/bench/gpu_gpt2 "$stage/build/bench/"
 # every library the binaries load but the C library, the C++ runtime, the driver's and the

@@ -23,6 +23,9 @@
 #            the CPU run (losses within 2e-3), GPU memory in the progress line and metrics, a
 #            resume on the GPU, --clip with --loss-scaling, --export hf, gpt --amp bf16 against
 #            the CPU's --amp bf16 (losses within 2e-2)
+#   dist     tests/gpu/test_gpu_dist where there are two GPUs or more: every collective of the
+#            nccl backend between ranks, DDP on NCCL against one process, a stuck peer timing out
+#            (with one GPU it is not run: NCCL needs a GPU per rank)
 #   cli      `ctrain env --check` (the NCCL all-reduce across the visible GPUs) and
 #            `ctrain run --nproc-per-node gpu -- ctrain bench allreduce --backend nccl`
 #   units    the CPU-side tests of the same arithmetic (test_kmath) in this build
@@ -47,7 +50,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${GPU_CHECK_BUDGET:-470} # seconds for everything, under the 8 minutes a GPU machine gives
-steps=${GPU_CHECK_STEPS:-env kernels ops train conv bench profile trainer cli device units bench32 ncu}
+steps=${GPU_CHECK_STEPS:-env kernels ops train conv bench profile trainer dist cli device units bench32 ncu}
 mkdir -p build
 log=build/gpu-check.log
 : >"$log"
@@ -81,7 +84,7 @@ else
     say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), building for sm_$archs"
     tb=$SECONDS
     if ! make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" build/ctrain build/tests/test_gpu_kernels build/tests/test_gpu_ops build/tests/test_gpu_train build/tests/test_gpu_conv build/tests/test_device \
-        build/tests/test_kmath build/bench/gpu_gpt2 >>"$log" 2>&1; then
+        build/tests/test_gpu_dist build/tests/test_kmath build/bench/gpu_gpt2 >>"$log" 2>&1; then
         tail -30 "$log"
         say "gpu-check: FAIL build ($((SECONDS - tb)) s)"
         exit 1
@@ -131,6 +134,8 @@ for s in $steps; do
     trainer) run_step trainer 'bash tests/scripts/gpu_train.sh' ;;
     cli) run_step cli 'build/ctrain env --check | grep -E "^(check|gpu check):" && ! build/ctrain env --check | grep -q "^gpu check: not run" &&
                        CTRAIN_BACKEND=nccl build/ctrain run --nproc-per-node gpu -- build/ctrain bench allreduce --backend nccl -b 1M -e 64M -f 4 -c' ;;
+    dist) if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then run_step dist "$(tests_pass build/tests/test_gpu_dist)"
+          else say "gpu-check: not run: dist (one GPU; NCCL needs a GPU per rank)"; fi ;;
     units) run_step units "$(tests_pass build/tests/test_kmath)" ;;
     bench) run_step bench 'for a in mma tc tiled rows; do CTRAIN_CUDA_ATTENTION=$a build/bench/gpu_gpt2 20 8 1024 12 bf16 || exit 1; done
                            python3 bench/gpu_gpt2_torch.py --amp bf16 || exit 1

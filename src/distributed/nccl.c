@@ -18,7 +18,12 @@
  * Host buffers of in-place all-reduce, broadcast and reduce (metadata: DDP's parameter check,
  * timings) are staged through device memory; other collectives need device buffers.
  * AVG is ncclAvg. Fingerprints (CTRAIN_FINGERPRINT) are not checked on this backend, and
- * send/recv ignore tags (NCCL has none: matching is by order). */
+ * send/recv ignore tags (NCCL has none: matching is by order). The comm thread runs one
+ * operation at a time, to its end: a send completes once NCCL has buffered it (up to
+ * NCCL_BUFFSIZE, 4 MiB by default), so ranks that each send a larger message before
+ * receiving wait for each other until the timeout; all_to_all groups its sends and receives.
+ * tests/gpu/test_gpu_dist.c runs this file between ranks, on GPUs or on the emulated device's
+ * NCCL (tests/tools/cuda_emu/emu_nccl.cc). */
 #include "distributed/dist_internal.h"
 #include "distributed/pg_common.h"
 

@@ -1,10 +1,12 @@
 /* Shared by the GPU tests (tests/gpu): whether a GPU is usable (else the reason to skip),
- * and an NCCL process group of world size 1 on it. */
+ * an NCCL process group of world size 1 on it, and a small MLP. */
 #ifndef CT_GPU_TEST_H
 #define CT_GPU_TEST_H
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "ctrain/dist.h"
+#include "ctrain/models.h"
 #include "cuda/cuda.h"
 
 static char no_gpu[600];
@@ -17,6 +19,19 @@ static inline bool have_gpu(void) {
     return false;
 }
 #define NEED_GPU() do { if (!have_gpu()) CT_SKIP(no_gpu); } while (0)
+
+/* the MLP of the device tests: 32 -> 64 -> 48 -> 10, seed 5 */
+static inline ct_model *gpu_test_mlp(void) {
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_MLP);
+    cfg.mlp.in = 32;
+    cfg.mlp.n_hidden = 2;
+    cfg.mlp.hidden[0] = 64;
+    cfg.mlp.hidden[1] = 48;
+    cfg.mlp.out = 10;
+    ct_model *m = NULL;
+    if (ct_model_create(&cfg, 5, &m) != CT_OK) abort();
+    return m;
+}
 
 /* rank 0 of 1 on the nccl backend (the store is not needed at world size 1) */
 static inline ct_status nccl_world1(ct_pg **pg) {

@@ -55,18 +55,6 @@ static void grads_to_host(ct_params *P, float *out) {
     else if (cudaMemcpy(out, ct_params_grad(P), bytes, cudaMemcpyDeviceToHost) != cudaSuccess) abort();
 }
 
-static ct_model *mlp(void) {
-    ct_model_config cfg = ct_model_default_config(CT_MODEL_MLP);
-    cfg.mlp.in = 32;
-    cfg.mlp.n_hidden = 2;
-    cfg.mlp.hidden[0] = 64;
-    cfg.mlp.hidden[1] = 48;
-    cfg.mlp.out = 10;
-    ct_model *m = NULL;
-    if (ct_model_create(&cfg, 5, &m) != CT_OK) abort();
-    return m;
-}
-
 /* one forward + backward; x and y on the model's device; returns the loss */
 static double step(ct_ctx *c, ct_model *m, ct_tensor *x, ct_tensor *y) {
     ct_tensor *loss = ct_cross_entropy(c, ct_model_forward(c, m, x), y, -100);
@@ -77,7 +65,7 @@ static double step(ct_ctx *c, ct_model *m, ct_tensor *x, ct_tensor *y) {
 
 CT_TEST(mlp_step_on_cuda_matches_cpu) {
     NEED_GPU();
-    ct_model *mc = mlp(), *mg = mlp();
+    ct_model *mc = gpu_test_mlp(), *mg = gpu_test_mlp();
     ct_params *Pc = ct_model_params(mc), *Pg = ct_model_params(mg);
     OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
     ct_ctx *c;
@@ -219,18 +207,18 @@ static void train_steps_match(ct_model *(*make)(void), ct_train_batch (*batch)(i
 }
 CT_TEST(train_step_on_cuda_matches_cpu) {
     NEED_GPU();
-    train_steps_match(mlp, mlp_batch, CT_F32, 1e-5, NULL);
+    train_steps_match(gpu_test_mlp, mlp_batch, CT_F32, 1e-5, NULL);
 }
 /* bf16 autocast on the GPU through the device dispatch (built, not yet run on a GPU) */
 CT_TEST(train_step_bf16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
-    train_steps_match(mlp, mlp_batch, CT_BF16, 1e-2, NULL);
+    train_steps_match(gpu_test_mlp, mlp_batch, CT_BF16, 1e-2, NULL);
 }
 /* f16 autocast: the GEMMs, attention, elementwise, layer norm and cross-entropy kernels reading
  * f16 themselves (f16 keeps 3 more bits than bf16: the same tolerance is loose) */
 CT_TEST(train_step_f16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
-    train_steps_match(mlp, mlp_batch, CT_F16, 1e-2, NULL);
+    train_steps_match(gpu_test_mlp, mlp_batch, CT_F16, 1e-2, NULL);
 }
 
 /* a small GPT (nanoGPT layout, fused attention) through ct_model_loss: the split of q, k, v by
@@ -561,7 +549,7 @@ CT_TEST(autocast_policy_on_cuda_matches_cpu) {
 
 CT_TEST(mlp_bf16_autocast_on_cuda_matches_cpu) {
     NEED_GPU();
-    ct_model *m[2] = {mlp(), mlp()};
+    ct_model *m[2] = {gpu_test_mlp(), gpu_test_mlp()};
     OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
     ct_ctx *c;
     OK(ct_ctx_create(NULL, &c));
@@ -703,7 +691,7 @@ CT_TEST(op_without_cuda_kernel_fails_the_step) {
 static void ddp_world1(ct_dtype comm, double tol) {
     ct_pg *pg = NULL;
     OK(nccl_world1(&pg));
-    ct_model *mc = mlp(), *mg = mlp();
+    ct_model *mc = gpu_test_mlp(), *mg = gpu_test_mlp();
     OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
     ct_ddp_opts dopts = ct_ddp_default_opts();
     dopts.comm_dtype = comm;

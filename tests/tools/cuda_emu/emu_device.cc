@@ -3,11 +3,16 @@
 // and error texts, and cuBLASLt's GEMM as a plain loop, so that tests/gpu's programs run the
 // real op entries (src/cuda/ops.c, ops_more.c), allocator, device hooks and the emulated
 // kernels of src/cuda/*.cu end to end on the CPU, on "cuda:0". What it cannot stand in for is
-// left out: cuDNN (conv2d and average pooling fail as ops without a kernel), NCCL, timing.
+// left out: cuDNN (conv2d and average pooling fail as ops without a kernel), timing. NCCL is
+// emu_nccl.cc's, whose queued work keeps a stream busy (cudaStreamQuery, cudaStreamSynchronize).
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <map>
+#include <mutex>
 
 #include <cuda_runtime_api.h> // crt/: the C API below
 
@@ -24,10 +29,18 @@ float ct_emu_half_to_float(uint16_t h);
 uint16_t ct_emu_float_to_half(float f);
 
 // ---- the runtime API (crt/cuda_runtime_api.h) ----
-static int dummy_stream, dummy_event, last_device;
+static int dummy_event, last_device;
 static const size_t kTotal = (size_t)8 << 30;
+// cudaMalloc's blocks (start -> bytes), so that cudaPointerGetAttributes tells device memory
+static std::mutex blocks_mu;
+static std::map<uintptr_t, size_t> blocks;
 
 extern "C" {
+// emu_nccl.cc, where it is linked: whether a stream has collective work queued, and a wait
+// for it (a null stream: every stream)
+__attribute__((weak)) int ct_emu_nccl_busy(void *stream);
+__attribute__((weak)) void ct_emu_nccl_wait(void *stream);
+
 cudaError_t cudaGetDeviceCount(int *n) { return *n = 1, cudaSuccess; }
 cudaError_t cudaSetDevice(int d) { return d == 0 ? (last_device = d, cudaSuccess) : cudaErrorInvalidDevice; }
 cudaError_t cudaGetDevice(int *d) { return *d = last_device, cudaSuccess; }
@@ -45,13 +58,36 @@ cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { return *f = kTotal / 2, *t = 
 cudaError_t cudaDriverGetVersion(int *v) { return *v = 13000, cudaSuccess; }
 cudaError_t cudaRuntimeGetVersion(int *v) { return *v = 13000, cudaSuccess; }
 cudaError_t cudaMalloc(void **p, size_t n) {
+    const size_t b = (n + 255) & ~(size_t)255;
+    *p = aligned_alloc(256, b ? b : 256);
+    if (!*p) return 2;
+    std::lock_guard<std::mutex> g(blocks_mu);
+    blocks[(uintptr_t)*p] = b;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    {
+        std::lock_guard<std::mutex> g(blocks_mu);
+        blocks.erase((uintptr_t)p);
+    }
+    return free(p), cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+    (void)flags;
     *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
     return *p ? cudaSuccess : 2;
 }
-cudaError_t cudaFree(void *p) { return free(p), cudaSuccess; }
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
-    (void)flags; return cudaMalloc(p, n); }
-cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+cudaError_t cudaFreeHost(void *p) { return free(p), cudaSuccess; }
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    std::lock_guard<std::mutex> g(blocks_mu);
+    auto it = blocks.upper_bound((uintptr_t)p);
+    const bool dev = it != blocks.begin() && (uintptr_t)p < std::prev(it)->first + std::prev(it)->second;
+    a->type = dev ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    a->device = dev ? 0 : -1;
+    a->devicePointer = dev ? (void *)p : nullptr;
+    a->hostPointer = dev ? nullptr : (void *)p;
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
     (void)k;
     if (n) memmove(d, s, n);
@@ -59,11 +95,24 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, n, k); }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return memset(p, v, n), cudaSuccess; }
-cudaError_t cudaStreamCreate(cudaStream_t *s) { return *s = &dummy_stream, cudaSuccess; }
+cudaError_t cudaMemset(void *p, int v, size_t n) { return memset(p, v, n), cudaSuccess; }
+// kernels run at their launch, so a stream is only ever busy with emu_nccl.cc's work: each
+// stream is an object of its own, for that to tell them apart
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return *s = new int(0), cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (ct_emu_nccl_wait) ct_emu_nccl_wait(s);
+    return delete (int *)s, cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) { return ct_emu_nccl_busy && ct_emu_nccl_busy(s) ? cudaErrorNotReady : cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (ct_emu_nccl_wait) ct_emu_nccl_wait(s);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    if (ct_emu_nccl_wait) ct_emu_nccl_wait(nullptr);
+    return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return *e = &dummy_event, cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
@@ -77,7 +126,12 @@ static ct_status check(int code, const char *lib, const char *call, const char *
 ct_status ct_gpu_check_cuda(int code, const char *call, const char *op) { return check(code, "cuda", call, op); }
 ct_status ct_gpu_check_cublas(int code, const char *call, const char *op) { return check(code, "cublas", call, op); }
 ct_status ct_gpu_check_cudnn(int code, const char *call, const char *op) { return check(code, "cudnn", call, op); }
-ct_status ct_gpu_check_nccl(int code, const char *call, const char *op) { return check(code, "nccl", call, op); }
+// as runtime.c's: in progress is a non-blocking communicator's success; a remote error a peer's
+ct_status ct_gpu_check_nccl(int code, const char *call, const char *op) {
+    if (code == 0 || code == 7) return CT_OK;
+    return ct_error(code == 6 ? CT_ERR_PEER : code == 4 || code == 5 ? CT_ERR_INVALID : CT_ERR_SYSTEM,
+                    "%s on cuda:0: %s failed: nccl error %d (emulated)", op, call, code);
+}
 ct_status ct_cuda_device_count(int *n) { return *n = 1, CT_OK; }
 ct_status ct_cuda_set_device(int dev, const char *op) { return check(cudaSetDevice(dev), "cuda", "cudaSetDevice(dev)", op); }
 ct_status ct_cuda_current_device(int *dev) { return check(cudaGetDevice(dev), "cuda", "cudaGetDevice(dev)", "current device"); }

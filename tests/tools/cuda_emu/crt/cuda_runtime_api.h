@@ -14,7 +14,13 @@ typedef void *cudaEvent_t;
 typedef int cudaError_t;
 enum {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35,
-    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101
+    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorNotReady = 600
+};
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+    void *devicePointer, *hostPointer;
 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 typedef enum cudaMemcpyKind cudaMemcpyKind;
@@ -41,6 +47,11 @@ cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st);
+cudaError_t cudaMemset(void *p, int v, size_t n);
+/* device memory is what cudaMalloc returned (and pointers into it); the rest is host memory */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
+/* cudaErrorNotReady while collective work of the emulated NCCL is queued on s */
+cudaError_t cudaStreamQuery(cudaStream_t s);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);

@@ -1,0 +1,307 @@
+/* The nccl backend between ranks, each driving its own GPU (ct_spawn's processes): every
+ * collective on device buffers (several rounds of a large all-reduce, bf16, the staged host
+ * all-reduce, all-gather, reduce-scatter, broadcast, all-to-all, send/recv); DDP on NCCL with
+ * several buckets against one process on the whole batch (f32 and bf16 compression), the
+ * ranks' gradients the same bits; a peer that leaves early failing the survivor's next
+ * collective (with the rank named, where the emulated NCCL sees the process gone), and a stuck peer timing the collective out within the
+ * group's timeout, after which the communicator is aborted and the later calls fail at once.
+ * NCCL refuses two ranks on one GPU, so on real hardware this needs two GPUs and skips
+ * otherwise; under the emulated device (CT_EMU_DEVICE=1, tests/scripts/cuda_emu_device.sh)
+ * each rank is a process with its own emulated GPU and NCCL is tests/tools/cuda_emu/emu_nccl.cc. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "ct_test.h"
+#include "ctrain/ddp.h"
+#include "ctrain/dist.h"
+#include "ctrain/models.h"
+#include "ctrain/nn.h"
+#include "ctrain/ops.h"
+#include "cuda/cuda.h"
+#include "gpu/gpu_test.h"
+#include "kernel_check.h"
+
+static char no_gpus[700];
+/* two ranks can run: two GPUs, or the emulated device (one per process) */
+static bool have_gpus(void) {
+    if (!have_gpu()) return snprintf(no_gpus, sizeof no_gpus, "%s", no_gpu), false;
+    if (getenv("CT_EMU_DEVICE")) return true;
+    int n = 0;
+    if (ct_cuda_device_count(&n) == CT_OK && n >= 2) return true;
+    snprintf(no_gpus, sizeof no_gpus, "one CUDA GPU: NCCL needs a GPU per rank (two or more)");
+    return false;
+}
+#define NEED_GPUS() do { if (!have_gpus()) CT_SKIP(no_gpus); } while (0)
+
+#define RANK_OK(call) do { if ((call) != CT_OK) { fprintf(stderr, "rank %d: %s: %s\n", rank, #call, ct_last_error()); return 1; } } while (0)
+
+static ct_pg *nccl_init(double timeout_s) {
+    ct_dist_opts o = ct_dist_default_opts();
+    o.backend = "nccl";
+    o.timeout_s = timeout_s;
+    ct_pg *pg = NULL;
+    if (ct_dist_init(&o, &pg) != CT_OK) fprintf(stderr, "nccl init: %s\n", ct_last_error());
+    return pg;
+}
+static void *dev_copy(const void *host, size_t bytes) {
+    void *d = NULL;
+    if (ct_cuda_alloc(0, bytes, &d) != CT_OK) return NULL;
+    if (host && cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
+    return d;
+}
+static void to_host(void *host, const void *d, size_t bytes) {
+    if (ct_device_sync(CT_CUDA(0)) != CT_OK || cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) abort();
+}
+
+/* ---- every collective: values each rank can predict ---- */
+static int collectives(int rank, int n, void *arg) {
+    (void)arg;
+    ct_pg *pg = nccl_init(60);
+    if (!pg) return 1;
+    /* all-reduce of 300,000 f32 (over an emulated round of 1 MiB), in place */
+    const size_t N = 300000;
+    float *h = malloc(N * sizeof(float)), *g = malloc(N * n * sizeof(float));
+    if (!h || !g) return 1;
+    for (size_t i = 0; i < N; i++) h[i] = (float)(rank + 1) * 0.5f + (float)(i % 1000) * 1e-3f;
+    float *d = dev_copy(h, N * sizeof(float)), *dg = dev_copy(NULL, N * n * sizeof(float));
+    if (!d || !dg) return 1;
+    RANK_OK(ct_all_reduce_sync(pg, d, N, CT_F32, CT_RED_SUM));
+    to_host(h, d, N * sizeof(float));
+    double e = 0;
+    for (size_t i = 0; i < N; i++) { /* sum over r of (r+1)/2 + n * c */
+        double want = 0.25 * n * (n + 1) + n * (double)(float)((float)(i % 1000) * 1e-3f);
+        e = fmax(e, fabs(h[i] - want) / fmax(1.0, fabs(want)));
+    }
+    CT_EXPECTF(e <= 1e-6, "rank %d: all_reduce f32 sum: max relative error %g", rank, e);
+    /* bf16 average: (r+1) in each, mean (n+1)/2, exact in bf16 for n <= 4 */
+    uint16_t b[64];
+    for (int i = 0; i < 64; i++) b[i] = ct_k_f32_to_bf16((float)(rank + 1) * (float)(1 << (i % 4)));
+    uint16_t *db = dev_copy(b, sizeof b);
+    RANK_OK(ct_all_reduce_sync(pg, db, 64, CT_BF16, CT_RED_AVG));
+    to_host(b, db, sizeof b);
+    int bad = 0;
+    for (int i = 0; i < 64; i++) bad += ct_k_bf16_to_f32(b[i]) != 0.5f * (n + 1) * (float)(1 << (i % 4));
+    CT_EXPECTF(bad == 0, "rank %d: all_reduce bf16 avg: %d of 64 wrong", rank, bad);
+    /* host memory: staged through the device (DDP's parameter check uses it) */
+    int64_t hv[3] = {rank, 10 * rank, -rank};
+    RANK_OK(ct_all_reduce_sync(pg, hv, 3, CT_I64, CT_RED_MAX));
+    CT_EXPECTF(hv[0] == n - 1 && hv[1] == 10 * (n - 1) && hv[2] == 0, "rank %d: host all_reduce max: %lld %lld %lld", rank,
+               (long long)hv[0], (long long)hv[1], (long long)hv[2]);
+    /* all-gather: rank r's N values at r * N */
+    for (size_t i = 0; i < N; i++) h[i] = (float)(rank * 7 + (int)(i % 13));
+    cudaMemcpy(d, h, N * sizeof(float), cudaMemcpyHostToDevice);
+    RANK_OK(ct_all_gather_sync(pg, d, dg, N, CT_F32));
+    to_host(g, dg, N * n * sizeof(float));
+    bad = 0;
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < N; i++) bad += g[r * N + i] != (float)(r * 7 + (int)(i % 13));
+    CT_EXPECTF(bad == 0, "rank %d: all_gather: %d wrong", rank, bad);
+    /* reduce-scatter: g[j] = j + rank everywhere; this rank's block of the sum */
+    for (size_t j = 0; j < N * n; j++) g[j] = (float)(j % 4096) + (float)rank;
+    cudaMemcpy(dg, g, N * n * sizeof(float), cudaMemcpyHostToDevice);
+    RANK_OK(ct_reduce_scatter_sync(pg, dg, d, N, CT_F32, CT_RED_SUM));
+    to_host(h, d, N * sizeof(float));
+    bad = 0;
+    for (size_t i = 0; i < N; i++) bad += h[i] != (float)n * (float)((rank * N + i) % 4096) + 0.5f * n * (n - 1);
+    CT_EXPECTF(bad == 0, "rank %d: reduce_scatter: %d wrong", rank, bad);
+    /* broadcast from the last rank */
+    for (size_t i = 0; i < N; i++) h[i] = rank == n - 1 ? (float)i : -1.0f;
+    cudaMemcpy(d, h, N * sizeof(float), cudaMemcpyHostToDevice);
+    RANK_OK(ct_broadcast_sync(pg, d, N, CT_F32, n - 1));
+    to_host(h, d, N * sizeof(float));
+    bad = 0;
+    for (size_t i = 0; i < N; i++) bad += h[i] != (float)i;
+    CT_EXPECTF(bad == 0, "rank %d: broadcast: %d wrong", rank, bad);
+    /* all-to-all: block p of rank r's send = 100 r + p; block p received = 100 p + rank */
+    const size_t M = 1100000; /* a block over NCCL's 4 MiB buffer: the grouped sends and receives take turns */
+    int32_t *s = malloc(M * n * 4), *t = malloc(M * n * 4);
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < M; i++) s[p * M + i] = 100 * rank + p + (int32_t)i * 1000;
+    int32_t *ds = dev_copy(s, M * n * 4), *dt = dev_copy(NULL, M * n * 4);
+    RANK_OK(ct_all_to_all_sync(pg, ds, dt, M, CT_I32));
+    to_host(t, dt, M * n * 4);
+    bad = 0;
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < M; i++) bad += t[p * M + i] != 100 * p + rank + (int32_t)i * 1000;
+    CT_EXPECTF(bad == 0, "rank %d: all_to_all: %d wrong", rank, bad);
+    /* send/recv around the ring, two messages in order: each rank's send first, which completes
+     * once NCCL has buffered it (the backend runs one operation at a time) */
+    const int to = (rank + 1) % n, from = (rank + n - 1) % n;
+    const size_t m = 70000;
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < m; i++) s[i] = rank * 1000 + k + (int32_t)i;
+        cudaMemcpy(ds, s, m * 4, cudaMemcpyHostToDevice);
+        ct_work *w = ct_send(pg, ds, m, CT_I32, to, 0), *v = ct_recv(pg, dt, m, CT_I32, from, 0);
+        RANK_OK(ct_work_wait(w));
+        RANK_OK(ct_work_wait(v));
+        ct_work_free(w);
+        ct_work_free(v);
+        to_host(t, dt, m * 4);
+        bad = 0;
+        for (size_t i = 0; i < m; i++) bad += t[i] != from * 1000 + k + (int32_t)i;
+        CT_EXPECTF(bad == 0, "rank %d: message %d from rank %d: %d wrong", rank, k, from, bad);
+    }
+    RANK_OK(ct_barrier_sync(pg));
+    ct_cuda_free(d), ct_cuda_free(dg), ct_cuda_free(db), ct_cuda_free(ds), ct_cuda_free(dt);
+    free(h), free(g), free(s), free(t);
+    ct_pg_free(pg);
+    return ct_failed_ ? 1 : 0;
+}
+CT_TEST(collectives_on_nccl_between_ranks) {
+    NEED_GPUS();
+    for (int n = 2; n <= 3; n++) {
+        ct_status st = ct_spawn(collectives, n, NULL);
+        CT_EXPECTF(st == CT_OK, "%d ranks: %s", n, ct_last_error());
+    }
+}
+
+/* ---- DDP on NCCL: rank r trains on rows [4r, 4r + 4) of an 8-row batch ---- */
+static double loss_backward(ct_ctx *c, ct_model *m, ct_tensor *x, ct_tensor *y) {
+    ct_tensor *loss = ct_cross_entropy(c, ct_model_forward(c, m, x), y, -100);
+    double l = ct_item(loss);
+    ct_backward(c, loss);
+    return l;
+}
+static int ddp_rank(int rank, int n, void *arg) {
+    const ct_dtype comm = *(const ct_dtype *)arg;
+    const double tol = comm == CT_F32 ? 1e-5 : 4e-3; /* bf16 keeps 8 bits */
+    ct_pg *pg = nccl_init(60);
+    if (!pg) return 1;
+    const int64_t B = 8, b = B / n;
+    float x[8 * 32];
+    int32_t y[8];
+    for (int i = 0; i < 8 * 32; i++) x[i] = (float)sin(0.37 * i);
+    for (int i = 0; i < 8; i++) y[i] = (i * 3) % 10;
+    ct_ctx *c;
+    RANK_OK(ct_ctx_create(NULL, &c));
+    /* the whole batch on the CPU, one process */
+    ct_model *mc = gpu_test_mlp(), *mg = gpu_test_mlp();
+    loss_backward(c, mc, ct_from_data(c, CT_F32, x, 2, (int64_t[]){B, 32}), ct_from_data(c, CT_I32, y, 1, &B));
+    /* this rank's rows on its GPU, gradients averaged by DDP over NCCL */
+    RANK_OK(ct_module_to(ct_model_module(mg), CT_CUDA(0)));
+    ct_ddp_opts o = ct_ddp_default_opts();
+    o.comm_dtype = comm;
+    o.bucket_cap_bytes = 4096; /* several buckets, launched from the hooks during backward */
+    o.first_bucket_bytes = 1024;
+    ct_ddp *ddp;
+    RANK_OK(ct_ddp_create(pg, ct_model_params(mg), &o, &ddp));
+    CT_EXPECT(ct_ddp_num_buckets(ddp) > 1);
+    ct_tensor *xd, *yd;
+    RANK_OK(ct_tensor_to(c, ct_from_data(c, CT_F32, x + rank * b * 32, 2, (int64_t[]){b, 32}), CT_CUDA(0), &xd));
+    RANK_OK(ct_tensor_to(c, ct_from_data(c, CT_I32, y + rank * b, 1, &b), CT_CUDA(0), &yd));
+    loss_backward(c, mg, xd, yd);
+    RANK_OK(ct_ddp_finish(ddp));
+    RANK_OK(ct_ctx_status(c));
+    ct_params *Pc = ct_model_params(mc), *Pg = ct_model_params(mg);
+    const size_t np = ct_params_numel(Pc);
+    float *gc = malloc(np * sizeof(float)), *gg = malloc(np * sizeof(float));
+    memcpy(gc, ct_params_grad(Pc), np * sizeof(float));
+    to_host(gg, ct_params_grad(Pg), np * sizeof(float));
+    double e = normwise(gg, gc, (int64_t)np);
+    CT_EXPECTF(e <= tol, "rank %d: DDP (%s) gradients against one process's: normwise error %g", rank, ct_dtype_name(comm), e);
+    /* every rank the same bits: the gradients' smallest and largest hash over the ranks agree */
+    int64_t hs[2] = {0, 0};
+    for (size_t i = 0; i < np; i++) {
+        uint32_t u;
+        memcpy(&u, &gg[i], 4);
+        hs[0] = (hs[0] * 1000003 + u) % 2147483647;
+    }
+    hs[1] = -hs[0];
+    RANK_OK(ct_all_reduce_sync(pg, hs, 2, CT_I64, CT_RED_MAX));
+    CT_EXPECTF(hs[0] == -hs[1], "rank %d: the ranks' gradients differ (hashes %lld .. %lld)", rank, (long long)-hs[1],
+               (long long)hs[0]);
+    free(gc), free(gg);
+    ct_ddp_free(ddp);
+    ct_ctx_free(c);
+    ct_model_free(mc), ct_model_free(mg);
+    ct_pg_free(pg);
+    return ct_failed_ ? 1 : 0;
+}
+CT_TEST(ddp_on_nccl_matches_one_process) {
+    NEED_GPUS();
+    const ct_dtype comms[2] = {CT_F32, CT_BF16};
+    for (int k = 0; k < 2; k++) {
+        ct_status st = ct_spawn(ddp_rank, 2, (void *)&comms[k]);
+        CT_EXPECTF(st == CT_OK, "DDP over NCCL (%s): %s", ct_dtype_name(comms[k]), ct_last_error());
+    }
+}
+
+/* ---- failures: a peer that leaves, a peer that is stuck ---- */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+/* a group with this timeout after a first all-reduce of *d (1,024 zeros): every rank joined */
+static ct_pg *joined(int rank, double timeout_s, float **d) {
+    ct_pg *pg = nccl_init(timeout_s);
+    *d = pg ? dev_copy(NULL, 1024 * sizeof(float)) : NULL;
+    if (*d) cudaMemset(*d, 0, 1024 * sizeof(float));
+    if (*d && ct_all_reduce_sync(pg, *d, 1024, CT_F32, CT_RED_SUM) == CT_OK) return pg;
+    fprintf(stderr, "rank %d: the first all_reduce: %s\n", rank, ct_last_error());
+    return NULL;
+}
+/* a rank's end: its exit status */
+static int done(ct_pg *pg, float *d) {
+    ct_cuda_free(d);
+    ct_pg_free(pg);
+    return ct_failed_ ? 1 : 0;
+}
+static int leaver(int rank, int n, void *arg) {
+    (void)n, (void)arg;
+    float *d;
+    ct_pg *pg = joined(rank, 10, &d);
+    if (!pg) return 1;
+    if (rank == 1) return 0; /* leaves without its communicator's goodbye: the process ends */
+    usleep(200 * 1000);
+    const double t0 = now_s();
+    ct_status st = ct_all_reduce_sync(pg, d, 1024, CT_F32, CT_RED_SUM);
+    const double dt = now_s() - t0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ct_last_error());
+    /* the emulated NCCL sees the process gone and names it; a real one may only time out */
+    if (getenv("CT_EMU_DEVICE"))
+        CT_EXPECTF(st == CT_ERR_PEER && strstr(msg, "rank 1") && strstr(msg, "aborted"), "the survivor's all_reduce: %d %s",
+                   (int)st, msg);
+    else
+        CT_EXPECTF((st == CT_ERR_PEER || st == CT_ERR_TIMEOUT) && strstr(msg, "aborted"), "the survivor's all_reduce: %d %s",
+                   (int)st, msg);
+    CT_EXPECTF(dt < 12, "the dead peer failed the call after %.1f s (timeout 10 s)", dt);
+    st = ct_all_reduce_sync(pg, d, 1024, CT_F32, CT_RED_SUM);
+    CT_EXPECTF(st == CT_ERR_PEER && strstr(ct_last_error(), "earlier failure"), "the next call: %d %s", (int)st,
+               ct_last_error());
+    return done(pg, d);
+}
+CT_TEST(nccl_peer_gone_fails_the_survivor) {
+    NEED_GPUS();
+    ct_status st = ct_spawn(leaver, 2, NULL);
+    CT_EXPECTF(st == CT_OK, "%s", ct_last_error());
+}
+static int stuck(int rank, int n, void *arg) {
+    (void)n, (void)arg;
+    float *d;
+    ct_pg *pg = joined(rank, 2, &d);
+    if (!pg) return 1;
+    if (rank == 1) usleep(4500 * 1000); /* stuck past rank 0's timeout */
+    const double t0 = now_s();
+    ct_status st = ct_all_reduce_sync(pg, d, 1024, CT_F32, CT_RED_SUM);
+    const double dt = now_s() - t0;
+    if (rank == 0) {
+        CT_EXPECTF(st == CT_ERR_TIMEOUT && strstr(ct_last_error(), "timed out") && strstr(ct_last_error(), "aborted"),
+                   "rank 0's all_reduce: %d %s", (int)st, ct_last_error());
+        CT_EXPECTF(dt >= 1.5 && dt < 4.0, "rank 0 gave up after %.2f s (timeout 2 s)", dt);
+    } else { /* rank 0 aborted its communicator: rank 1's call fails (the peer is gone) */
+        CT_EXPECTF(st != CT_OK, "rank 1's all_reduce after rank 0 gave up succeeded");
+    }
+    return done(pg, d);
+}
+CT_TEST(nccl_stuck_peer_times_out) {
+    NEED_GPUS();
+    ct_status st = ct_spawn(stuck, 2, NULL);
+    CT_EXPECTF(st == CT_OK, "%s", ct_last_error());
+}
+
+CT_TEST_MAIN()

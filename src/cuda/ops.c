@@ -36,6 +36,11 @@ static ct_cuda_dtype gemm_operands(const char *op, const ct_tensor *a, const ct_
 }
 
 /* ---- linear: y = x W^T + b ---- */
+/* whether a GEMM op on x's bf16/f16 runs under autocast in that dtype, which takes its result
+ * in that dtype (elsewhere such an op gives f32) */
+static bool lowp_result(ct_ctx *ctx, const ct_tensor *x) {
+    return (x->dtype == CT_BF16 || x->dtype == CT_F16) && ct_ctx_lowp_run_(ctx) == x->dtype;
+}
 static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     ct_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     int64_t rows, in, out, shape[CT_MAX_DIMS];
@@ -46,9 +51,15 @@ static ct_tensor *fwd_linear(ct_ctx *ctx, const ct_op_args *a) {
     shape[x->ndim - 1] = out;
     run r;
     bool go = begin(ctx, x->device, "linear", &r);
-    ct_tensor *y = out_like(&r, x, x->ndim, shape, "linear");
-    if (go && y->data && !lp) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
-    if (go && y->data && lp && gemm_any(&r, dt, false, true, rows, out, in, 1, 1.0f, x->data, w->data, y->data, 0.0f, NULL) && b) {
+    /* under autocast the result in its bf16/f16 straight from the GEMM: the bias added to the f32
+     * sums by the epilogue, then rounded once as stored (the values autocast's rounding of an f32
+     * result gives, without that result, its bias pass and its rounding pass) */
+    const bool y_lowp = lp && lowp_result(ctx, x) && (!b || b->dtype == x->dtype);
+    ct_tensor *y = y_lowp ? out_same(&r, x, x->ndim, shape, "linear") : out_like(&r, x, x->ndim, shape, "linear");
+    if (go && y->data && y_lowp)
+        gemm_to(&r, dt, true, false, true, rows, out, in, 1, 1.0f, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
+    else if (go && y->data && !lp) gemm(&r, false, true, rows, out, in, 1, x->data, w->data, y->data, 0.0f, b ? b->data : NULL);
+    else if (go && y->data && lp && gemm_any(&r, dt, false, true, rows, out, in, 1, 1.0f, x->data, w->data, y->data, 0.0f, NULL) && b) {
         /* the bias added to the f32 sums, as the CPU op does (its low-precision values widened exactly) */
         float *b32 = scratch(&r, out, "linear");
         if (b32 && ok(&r, ct_cuda_cast(r.s, b->data, ty(b), b32, CT_CUDA_CAST_F32, out)))
@@ -84,8 +95,10 @@ static ct_tensor *fwd_matmul(ct_ctx *ctx, const ct_op_args *a) {
     int64_t shape[3] = {batch, M, N};
     run r;
     bool go = begin(ctx, A->device, "matmul", &r);
-    ct_tensor *c = out_like(&r, A, A->ndim, A->ndim == 3 ? shape : shape + 1, "matmul");
-    if (go && c->data) gemm_any(&r, dt, ta, tb, M, N, K, batch, 1.0f, A->data, B->data, c->data, 0.0f, NULL);
+    const bool c_lowp = dt != CT_CUDA_F32 && lowp_result(ctx, A); /* as linear's */
+    const int64_t *cs = A->ndim == 3 ? shape : shape + 1;
+    ct_tensor *c = c_lowp ? out_same(&r, A, A->ndim, cs, "matmul") : out_like(&r, A, A->ndim, cs, "matmul");
+    if (go && c->data) gemm_to(&r, dt, c_lowp, ta, tb, M, N, K, batch, 1.0f, A->data, B->data, c->data, 0.0f, NULL);
     ct_node *n = ct_record(ctx, CT_OP_MATMUL, c, 2, (ct_tensor *[]){A, B});
     if (n) { n->i[0] = ta; n->i[1] = tb; n->i[2] = M; n->i[3] = N; n->i[4] = K; n->i[5] = batch; }
     return c;

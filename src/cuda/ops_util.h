@@ -44,9 +44,10 @@ static inline float *scratch(run *r, int64_t n, const char *op) {
 
 /* row-major GEMM on cuBLASLt: C = alpha op(A) op(B) + beta C; A and B f32 (no TF32) or both of
  * dt, bf16 or f16 (autocast's rounded operands: exact products, f32 sums); C f32, or with
- * c_lowp of dt itself, rounded as stored (then beta 0 and no bias) */
+ * c_lowp of dt itself, rounded as stored (then beta 0). The bias [N] is of C's type, added to
+ * the f32 sums before any rounding (the epilogue) */
 static inline bool gemm_to(run *r, ct_cuda_dtype dt, bool c_lowp, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch,
-                           float alpha, const void *A, const void *B, void *C, float beta, const float *bias) {
+                           float alpha, const void *A, const void *B, void *C, float beta, const void *bias) {
     if (M == 0 || N == 0) return true;
     if (K == 0 && !bias) { /* an empty sum: C = beta C, without asking cuBLASLt for a K of 0 */
         if (c_lowp) {

@@ -1,6 +1,7 @@
 /* The nccl backend between ranks, each driving its own GPU (ct_spawn's processes): every
  * collective on device buffers (several rounds of a large all-reduce, bf16, the staged host
- * all-reduce, all-gather, reduce-scatter, broadcast, all-to-all, send/recv); DDP on NCCL with
+ * all-reduce, all-gather, reduce-scatter, broadcast, all-to-all, send/recv, a subgroup of two
+ * ranks in reverse order); DDP on NCCL with
  * several buckets against one process on the whole batch (f32 and bf16 compression), the
  * ranks' gradients the same bits; a peer that leaves early failing the survivor's next
  * collective (with the rank named, where the emulated NCCL sees the process gone), and a stuck peer timing the collective out within the
@@ -143,6 +144,23 @@ static int collectives(int rank, int n, void *arg) {
         bad = 0;
         for (size_t i = 0; i < m; i++) bad += t[i] != from * 1000 + k + (int32_t)i;
         CT_EXPECTF(bad == 0, "rank %d: message %d from rank %d: %d wrong", rank, k, from, bad);
+    }
+    /* a group of the last two ranks, in reverse order (a communicator of its own): its rank 0 is
+     * world rank n - 1; a sum over it of each member's world rank */
+    const int members[2] = {n - 1, n - 2};
+    ct_pg *sub = NULL;
+    RANK_OK(ct_dist_new_group(pg, members, 2, &sub));
+    CT_EXPECTF((sub != NULL) == (rank >= n - 2), "rank %d: member of the group %d", rank, sub != NULL);
+    if (sub) {
+        CT_EXPECTF(ct_pg_rank(sub) == (rank == n - 1 ? 0 : 1) && !strcmp(ct_pg_backend(sub), "nccl"), "rank %d: group rank %d on %s",
+                   rank, ct_pg_rank(sub), ct_pg_backend(sub));
+        float v[4] = {(float)rank, 1, 2, 3};
+        cudaMemcpy(d, v, sizeof v, cudaMemcpyHostToDevice);
+        RANK_OK(ct_all_reduce_sync(sub, d, 4, CT_F32, CT_RED_SUM));
+        to_host(v, d, sizeof v);
+        CT_EXPECTF(v[0] == (float)(2 * n - 3) && v[1] == 2 && v[3] == 6, "rank %d: the group's sum %g %g %g %g", rank, v[0], v[1],
+                   v[2], v[3]);
+        ct_pg_free(sub);
     }
     RANK_OK(ct_barrier_sync(pg));
     ct_cuda_free(d), ct_cuda_free(dg), ct_cuda_free(db), ct_cuda_free(ds), ct_cuda_free(dt);

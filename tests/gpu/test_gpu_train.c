@@ -331,6 +331,7 @@ static void lowp_grads_run(ct_dtype amp, int64_t vocab, float **grads, size_t *n
     cfg.gpt.vocab_size = vocab; /* the logits' gradient dominates the step's memory */
     cfg.gpt.flash_attention = true;
     ct_model *m = NULL;
+    ct_cuda_mem_reset_peak(0); /* this run's peak, not an earlier one's */
     OK(ct_model_create(&cfg, 9, &m));
     OK(ct_module_to(ct_model_module(m), CT_CUDA(0)));
     ct_ctx *c;
@@ -404,7 +405,6 @@ static void lowp_grads_compare(int64_t vocab) {
     float *g[2];
     size_t n[2], peak[2];
     double loss[2];
-    /* the allocator's peak only grows: the run that should need less goes first */
     lowp_grads_run(CT_BF16, vocab, &g[0], &n[0], &peak[0], &loss[0]);
     unsigned saved[CT_OP_COUNT];
     for (int i = 0; i < CT_OP_COUNT; i++) {

@@ -107,6 +107,9 @@ typedef struct ct_device_hooks {
      * (the value a low-precision gradient holds). Queued on the compute stream. */
     ct_status (*convert)(int dev, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n);
     ct_status (*round)(int dev, float *g, ct_dtype dt, int64_t n);
+    /* y += x, n f32 elements, queued on the compute stream (src/train/fsdp.c: a reduce-scattered
+     * shard added to the shard's gradients) */
+    ct_status (*add)(int dev, float *y, const float *x, int64_t n);
     /* reports (tensor.h: ct_device_info_get, ct_device_versions, ct_device_check) and the
      * calling thread's current device (ct_device_current) */
     ct_status (*info)(int dev, ct_device_info *out);

@@ -138,6 +138,12 @@ static ct_status h_round(int dev, float *g, ct_dtype dt, int64_t n) {
     return st != CT_OK || n == 0 ? st : ct_cuda_cast_bwd(s, g, ct_cuda_cast_type_of(dt), g, n);
 }
 
+static ct_status h_add(int dev, float *y, const float *x, int64_t n) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "add", &s);
+    return st != CT_OK || n == 0 ? st : ct_cuda_add(s, y, x, y, n, n);
+}
+
 static const ct_device_hooks hooks = {
     .count = ct_cuda_device_count,
     .alloc = ct_cuda_alloc,
@@ -153,6 +159,7 @@ static const ct_device_hooks hooks = {
     .scale = h_scale,
     .convert = h_convert,
     .round = h_round,
+    .add = h_add,
     .info = ct_cuda_device_info_get,
     .versions = ct_cuda_versions,
     .check = ct_cuda_nccl_check,

@@ -6,7 +6,12 @@
  * valid; gathering writes the unit's range again. Each rank keeps its shard of every unit in a
  * parameter store of its own (S: one tensor per piece of a parameter), which the optimizer
  * steps; a gather packs this rank's pieces and all-gathers them, a reduce-scatter unpacks the
- * averaged shard into S's gradients. */
+ * averaged shard into S's gradients.
+ * On a device (a backend that reduces device buffers: nccl) P keeps its own buffers and only
+ * CT_SHARD_OPTIM runs (ZeRO-1: nothing is released, so no page is given back); S, the
+ * optimizer's state and the staging live on the device, and the copies, conversions and sums
+ * below are the device's (its hooks, queued on its compute stream, which the backend's
+ * collectives wait for). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +19,43 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/kernel.h"
 #include "train/fsdp_internal.h"
+
+static void fail(ct_fsdp *f, ct_status st) {
+    if (f->status == CT_OK) f->status = st;
+}
+
+/* ---- memory on the host or on P's device ---- */
+static bool on_dev(const ct_fsdp *f) { return f->dh != NULL; }
+static void *buf_alloc(ct_fsdp *f, size_t bytes) {
+    void *p = NULL;
+    if (!on_dev(f)) return posix_memalign(&p, 64, bytes ? bytes : 64) ? NULL : p;
+    return f->dh->alloc(f->dev.index, bytes ? bytes : 64, &p) == CT_OK ? p : NULL;
+}
+static void buf_free(ct_fsdp *f, void *p) {
+    if (!p) return;
+    if (on_dev(f)) f->dh->free(p);
+    else free(p);
+}
+static void xcopy(ct_fsdp *f, void *dst, const void *src, size_t bytes) {
+    if (!on_dev(f)) memcpy(dst, src, bytes);
+    else if (bytes) fail(f, f->dh->copy(f->dev.index, dst, src, bytes, CT_COPY_D2D));
+}
+static void xzero(ct_fsdp *f, void *p, size_t bytes) {
+    if (!on_dev(f)) memset(p, 0, bytes);
+    else if (bytes) fail(f, f->dh->zero(f->dev.index, p, bytes));
+}
+static void xconvert(ct_fsdp *f, void *y, ct_dtype to, const void *x, ct_dtype from, size_t n) {
+    if (!on_dev(f)) ct_convert(y, to, x, from, n);
+    else if (to == from) xcopy(f, y, x, n * ct_dtype_size(to));
+    else if (n) fail(f, f->dh->convert(f->dev.index, y, to, x, from, (int64_t)n));
+}
+static void xadd(ct_fsdp *f, float *y, const float *x, size_t n) {
+    if (!on_dev(f))
+        for (size_t i = 0; i < n; i++) y[i] += x[i];
+    else if (n) fail(f, f->dh->add(f->dev.index, y, x, (int64_t)n));
+}
 
 const char *ct_shard_mode_name(ct_shard_mode m) {
     switch (m) {
@@ -36,8 +77,8 @@ void ct_fsdp_set_prefetch(ct_fsdp *f, bool on) {
     f->prefetch = on;
     /* the overlapped reduce-scatter's own staging, on first use (without it: synchronous) */
     if (on && !f->rs_in) {
-        if (posix_memalign((void **)&f->rs_in, 64, f->maxs * (size_t)f->n * sizeof(float))) f->rs_in = NULL;
-        else if (posix_memalign((void **)&f->rs_out, 64, f->maxs * sizeof(float))) { free(f->rs_in); f->rs_in = NULL; }
+        f->rs_in = buf_alloc(f, f->maxs * (size_t)f->n * sizeof(float));
+        if (f->rs_in && !(f->rs_out = buf_alloc(f, f->maxs * sizeof(float)))) { buf_free(f, f->rs_in); f->rs_in = NULL; }
         if (f->rs_in) f->mem.staging_bytes += f->maxs * (size_t)(f->n + 1) * sizeof(float);
         else CT_LOG_WARN_("fsdp", "no memory for an overlapped reduce-scatter's staging: reduce-scatters wait");
     }
@@ -85,7 +126,7 @@ static void drop_range(float *base, size_t off, size_t len, bool zero) {
 
 /* resident bytes of the two mappings, measured (mincore) */
 static void measure(ct_fsdp *f) {
-    if (!f->in_step) return; /* training's peak: an evaluation gathers the whole model */
+    if (!f->in_step || on_dev(f)) return; /* training's peak: an evaluation gathers the whole model */
     size_t ps = page_size(), pages = f->map_bytes / ps, res = 0;
     float *maps[2] = {f->data, f->grad};
     for (int m = 0; m < 2; m++) {
@@ -96,9 +137,6 @@ static void measure(ct_fsdp *f) {
     if (res > f->mem.peak_resident_bytes) f->mem.peak_resident_bytes = res;
 }
 
-static void fail(ct_fsdp *f, ct_status st) {
-    if (f->status == CT_OK) f->status = st;
-}
 
 static float *sdata(ct_fsdp *f, int j) { return ct_f32(ct_params_get(f->S, j)); }
 static float *sgrad(ct_fsdp *f, int j) { return ct_params_grad(f->S) + ct_params_offset(f->S, j); }
@@ -106,13 +144,13 @@ static float *sgrad(ct_fsdp *f, int j) { return ct_params_grad(f->S) + ct_params
 /* This rank's pieces of u into `send` (u->s elements of dt; zeros past the unit's end) */
 static void pack(ct_fsdp *f, const unit *u, void *send, ct_dtype dt) {
     size_t esz = ct_dtype_size(dt);
-    memset(send, 0, u->s * esz);
+    xzero(f, send, u->s * esz);
     for (int k = 0; k < u->npieces; k++)
-        ct_convert((uint8_t *)send + u->pieces[k].loc * esz, dt, sdata(f, u->pieces[k].sidx), CT_F32, u->pieces[k].len);
+        xconvert(f, (uint8_t *)send + u->pieces[k].loc * esz, dt, sdata(f, u->pieces[k].sidx), CT_F32, u->pieces[k].len);
 }
 
 static void gathered(ct_fsdp *f, unit *u, const void *stage, ct_dtype dt) {
-    ct_convert(f->data + u->off, CT_F32, stage, dt, u->len);
+    xconvert(f, f->data + u->off, CT_F32, stage, dt, u->len);
     u->gathered = true;
     f->mem.gathers++;
     f->mem.gathered_bytes += (uint64_t)u->s * (uint64_t)f->n * ct_dtype_size(dt);
@@ -172,8 +210,8 @@ static void round_kept(ct_fsdp *f) {
         if (!u->gathered) continue;
         for (size_t i = 0; i < u->len; i += u->s) {
             size_t m = u->len - i < u->s ? u->len - i : u->s;
-            ct_convert(t, CT_BF16, f->data + u->off + i, CT_F32, m);
-            ct_convert(f->data + u->off + i, CT_F32, t, CT_BF16, m);
+            xconvert(f, t, CT_BF16, f->data + u->off + i, CT_F32, m);
+            xconvert(f, f->data + u->off + i, CT_F32, t, CT_BF16, m);
         }
     }
 }
@@ -202,11 +240,7 @@ static void release(ct_fsdp *f, unit *u) {
 /* u's averaged shard (out) added to S's gradients */
 static void add_shard(ct_fsdp *f, const unit *u, const float *out) {
     f->mem.reduce_scatters++;
-    for (int k = 0; k < u->npieces; k++) {
-        float *d = sgrad(f, u->pieces[k].sidx);
-        const float *r = out + u->pieces[k].loc;
-        for (size_t i = 0; i < u->pieces[k].len; i++) d[i] += r[i];
-    }
+    for (int k = 0; k < u->npieces; k++) xadd(f, sgrad(f, u->pieces[k].sidx), out + u->pieces[k].loc, u->pieces[k].len);
 }
 
 /* the reduce-scatter in flight, waited for and its shard added */
@@ -227,8 +261,8 @@ static void reduce(ct_fsdp *f, unit *u) {
     size_t all = u->s * (size_t)f->n;
     bool async = f->prefetch && f->rs_in;
     float *in = async ? f->rs_in : f->stage, *out = async ? f->rs_out : f->send;
-    memcpy(in, g, u->len * sizeof(float));
-    memset(in + u->len, 0, (all - u->len) * sizeof(float));
+    xcopy(f, in, g, u->len * sizeof(float));
+    xzero(f, in + u->len, (all - u->len) * sizeof(float));
     measure(f);
     if (async) {
         f->rs_pend = ct_reduce_scatter(f->pg, in, out, u->s, CT_F32, CT_RED_AVG);
@@ -239,7 +273,7 @@ static void reduce(ct_fsdp *f, unit *u) {
         add_shard(f, u, out);
     }
     /* ZeRO-1 keeps whole gradients (zeroed in place); the others give the pages back */
-    if (f->mode == CT_SHARD_OPTIM) memset(f->grad + u->off, 0, u->len * sizeof(float));
+    if (f->mode == CT_SHARD_OPTIM) xzero(f, f->grad + u->off, u->len * sizeof(float));
     else drop_range(f->grad, u->off, u->len, true);
     if (f->mode == CT_SHARD_FULL || f->mode == CT_SHARD_GRAD_OPTIM) release(f, u);
 }
@@ -333,10 +367,8 @@ static ct_status build_units(ct_fsdp *f) {
     f->mem.units = f->nu;
     f->maxs = maxs;
     f->mem.staging_bytes = 2 * maxs * (size_t)(f->n + 1) * sizeof(float);
-    if (posix_memalign((void **)&f->stage, 64, maxs * (size_t)f->n * sizeof(float)) ||
-        posix_memalign((void **)&f->send, 64, maxs * sizeof(float)) ||
-        posix_memalign((void **)&f->stage2, 64, maxs * (size_t)f->n * sizeof(float)) ||
-        posix_memalign((void **)&f->send2, 64, maxs * sizeof(float)))
+    if (!(f->stage = buf_alloc(f, maxs * (size_t)f->n * sizeof(float))) || !(f->send = buf_alloc(f, maxs * sizeof(float))) ||
+        !(f->stage2 = buf_alloc(f, maxs * (size_t)f->n * sizeof(float))) || !(f->send2 = buf_alloc(f, maxs * sizeof(float))))
         return ct_error(CT_ERR_NOMEM, "fsdp: out of memory for the staging buffers (%zu floats)", maxs * (size_t)(f->n + 1));
     return CT_OK;
 }
@@ -364,13 +396,15 @@ static ct_status build_shards(ct_fsdp *f, const ct_optim *like, bool deferred, u
     }
     if (count == 0 && !ct_param(f->S, "fsdp.empty", 1, (int64_t[]){1}, CT_INIT_ZEROS, 0)) return ct_params_status(f->S);
     if ((st = ct_params_finalize(f->S, 0)) != CT_OK) return st;
+    if (on_dev(f) && (st = ct_params_to(f->S, f->dev)) != CT_OK) return st;
     for (int k = 0; k < f->nu; k++)
         for (int j = 0; j < f->u[k].npieces; j++) {
             piece *pc = &f->u[k].pieces[j];
             if (deferred) ct_params_init_range(f->P, seed, pc->goff, pc->goff + pc->len, sdata(f, pc->sidx));
-            else memcpy(sdata(f, pc->sidx), ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
+            else xcopy(f, sdata(f, pc->sidx), ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
         }
-    memset(ct_params_grad(f->S), 0, ct_params_numel(f->S) * sizeof(float));
+    xzero(f, ct_params_grad(f->S), ct_params_numel(f->S) * sizeof(float));
+    if (f->status != CT_OK) return f->status;
     if ((st = ct_optim_create_like(like, f->S, &f->opt)) != CT_OK) return st;
     for (int k = 0; k < f->nu; k++) /* each piece decays as its parameter */
         for (int j = 0; j < f->u[k].npieces; j++) {
@@ -390,13 +424,29 @@ static void free_impl(ct_fsdp *f, bool discard);
 ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard_mode mode, ct_fsdp **out) {
     *out = NULL;
     CT_CHECK(pg && P && like && ct_optim_params(like) == P, "ct_fsdp_create: a group, a store and an optimizer over it");
-    if (ct_params_device(P).type != CT_DEV_CPU)
-        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: the parameters are on a device; sharding runs on the CPU for now");
     if (mode == CT_SHARD_NONE) return ct_error(CT_ERR_INVALID, "fsdp: shard mode none is DDP (ct_ddp_create)");
+    const ct_device dev = ct_params_device(P);
+    const ct_device_hooks *dh = NULL;
+    if (dev.type != CT_DEV_CPU) {
+        if (!(ct_pg_caps(pg) & CT_PG_CAP_DEVICE_BUFFERS))
+            return ct_error(CT_ERR_INVALID, "fsdp: the parameters are on a device, which the %s backend does not reduce "
+                            "(CTRAIN_BACKEND=nccl)", ct_pg_backend(pg));
+        if (mode != CT_SHARD_OPTIM)
+            return ct_error(CT_ERR_UNSUPPORTED, "fsdp: on a device only shard mode optim (ZeRO-1) runs for now: %s sharding "
+                            "gives a unit's memory back while its pointers stay valid, which needs the device's virtual "
+                            "memory API", ct_shard_mode_name(mode));
+        if (ct_params_is_deferred(P))
+            return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded initialisation of device parameters (make them first)");
+        if (!(dh = ct_device_hooks_get(dev, "fsdp"))) return CT_ERR_UNSUPPORTED;
+        if (!dh->add || !dh->convert || !dh->sumsq || !dh->scale)
+            return ct_error(CT_ERR_UNSUPPORTED, "fsdp: the device backend lacks the passes sharding needs");
+    }
     ct_fsdp *f = calloc(1, sizeof *f);
     if (!f) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
     f->pg = pg;
     f->P = P;
+    f->dev = dev;
+    f->dh = dh;
     f->mode = mode;
     f->gdt = CT_F32;
     f->n = ct_pg_size(pg);
@@ -415,12 +465,21 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
         st = ct_broadcast_sync(pg, ct_params_buffer_data(P), ct_params_buffer_numel(P), CT_F32, 0);
     f->mc = st == CT_OK ? malloc(f->map_bytes / page_size() + 1) : NULL;
     if (st == CT_OK && !f->mc) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+    if (st == CT_OK && on_dev(f)) { /* P keeps its buffers: every unit stays gathered (ZeRO-1) */
+        f->data = ct_params_data(P);
+        f->grad = ct_params_grad(P);
+        st = build_shards(f, like, false, 0);
+        for (int k = 0; k < f->nu && st == CT_OK; k++) {
+            f->u[k].gathered = true;
+            if (!f->u[k].root) f->gathered_now += f->u[k].len * sizeof(float);
+        }
+    }
     /* one buffer at a time, what the mode does not keep dropped at once: the gradients (all
      * of them go), the shards, then the parameters; the process grows by one copy of the
      * parameters while a buffer moves, not more (deferred: nothing moves, nothing is made
      * but the shards and the kept units) */
     float **maps[2] = {&f->grad, &f->data};
-    for (int m = 0; m < 2 && st == CT_OK; m++) {
+    for (int m = 0; m < 2 && st == CT_OK && !on_dev(f); m++) {
         if (m == 1 && (st = build_shards(f, like, deferred, seed)) != CT_OK) break;
         float *b = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (b == MAP_FAILED) {
@@ -465,6 +524,11 @@ static void free_impl(ct_fsdp *f, bool discard) {
         CT_LOG_WARN_("fsdp", "the parameters could not be gathered back: %s", ct_last_error());
     if (f->pend) ct_work_free(f->pend); /* after a failure: waits for it before its buffers go */
     if (f->rs_pend) ct_work_free(f->rs_pend);
+    if (f->P && on_dev(f)) { /* P's own buffers, never moved */
+        ct_params_set_grad_hook(f->P, NULL, NULL);
+        ct_params_set_unit_hook(f->P, NULL, NULL);
+        f->data = f->grad = NULL;
+    }
     if (f->P && (f->data || f->grad)) {
         ct_params_set_grad_hook(f->P, NULL, NULL);
         ct_params_set_unit_hook(f->P, NULL, NULL);
@@ -484,12 +548,12 @@ static void free_impl(ct_fsdp *f, bool discard) {
     free(f->u);
     free(f->unit_of);
     free(f->order);
-    free(f->stage);
-    free(f->send);
-    free(f->stage2);
-    free(f->send2);
-    free(f->rs_in);
-    free(f->rs_out);
+    buf_free(f, f->stage);
+    buf_free(f, f->send);
+    buf_free(f, f->stage2);
+    buf_free(f, f->send2);
+    buf_free(f, f->rs_in);
+    buf_free(f, f->rs_out);
     free(f->prev_order);
     free(f->mc);
     free(f);
@@ -501,7 +565,7 @@ void ct_fsdp_discard(ct_fsdp *f) { free_impl(f, true); }
 /* ---- the step ---- */
 
 ct_status ct_fsdp_begin_step(ct_fsdp *f) {
-    memset(ct_params_grad(f->S), 0, ct_params_numel(f->S) * sizeof(float));
+    xzero(f, ct_params_grad(f->S), ct_params_numel(f->S) * sizeof(float));
     f->in_step = true;
     f->backward = false;
     return f->status;
@@ -539,7 +603,12 @@ ct_status ct_fsdp_post_backward(ct_fsdp *f) {
 double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm) {
     float *G = ct_params_grad(f->S);
     double ss = 0;
-    for (int k = 0; k < f->nu; k++)
+    /* on a device: the sum of squares of the whole store (the padding between pieces is 0) */
+    if (on_dev(f) && f->dh->sumsq(f->dev.index, G, (int64_t)ct_params_numel(f->S), &ss) != CT_OK) {
+        fail(f, CT_ERR_SYSTEM);
+        return NAN;
+    }
+    for (int k = 0; k < f->nu && !on_dev(f); k++)
         for (int j = 0; j < f->u[k].npieces; j++) {
             const float *g = sgrad(f, f->u[k].pieces[j].sidx);
             for (size_t i = 0; i < f->u[k].pieces[j].len; i++) ss += (double)g[i] * g[i];
@@ -551,7 +620,8 @@ double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm) {
     float total = (float)sqrt(ss);
     float coef = (1.0f / (total + 1e-6f)) * (float)max_norm; /* PyTorch's clip_coef, as ct_clip_grad_norm */
     if (coef > 1.0f) coef = 1.0f;
-    if (coef != 1.0f)
+    if (coef != 1.0f && on_dev(f)) fail(f, f->dh->scale(f->dev.index, G, coef, (int64_t)ct_params_numel(f->S), NULL));
+    else if (coef != 1.0f)
         for (size_t i = 0; i < ct_params_numel(f->S); i++) G[i] *= coef;
     return total;
 }
@@ -645,6 +715,7 @@ static ct_status stream_fetch(void *user, const void *data, size_t nbytes) {
 }
 
 ct_status ct_fsdp_stream(ct_fsdp *f, ct_status (*write)(void *arg, ct_st_fetch_fn fetch, void *user), void *arg) {
+    if (on_dev(f)) return ct_error(CT_ERR_UNSUPPORTED, "fsdp: writing a whole model from device shards is not built yet");
     finish_prefetch(f);
     if (f->status != CT_OK) return f->status;
     /* with bf16 gathers the units kept gathered hold rounded values: the file takes the masters */

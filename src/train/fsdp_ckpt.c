@@ -24,6 +24,8 @@ void ct_fsdp_shard_file(int r, int n, char *buf, size_t cap) { snprintf(buf, cap
 /* ---- writing ---- */
 
 ct_status ct_fsdp_save_shard(ct_fsdp *f, const char *dir) {
+    if (ct_params_device(f->P).type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded checkpoints of parameters on a device are not built yet");
     ct_st_writer *w;
     ct_status st = ct_st_writer_create(&w);
     if (st != CT_OK) return st;
@@ -317,6 +319,8 @@ static ct_status commit_shards(ct_fsdp *f, const char *dir, ct_status st, float 
 }
 
 ct_status ct_fsdp_load_shards(ct_fsdp *f, const char *dir) {
+    if (ct_params_device(f->P).type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded checkpoints of parameters on a device are not built yet");
     idx X;
     ct_status st = idx_open(dir, &X);
     if (st == CT_OK) st = check_params(&X, f->P);
@@ -453,6 +457,8 @@ static ct_status read_whole_state(const ct_st_file *f, const char *prefix, const
 }
 
 ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const ct_train_model *m) {
+    if (ct_params_device(f->P).type != CT_DEV_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded checkpoints of parameters on a device are not built yet");
     char path[4300];
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
     ct_st_file *sf = NULL;

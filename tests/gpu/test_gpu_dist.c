@@ -3,7 +3,8 @@
  * all-reduce, all-gather, reduce-scatter, broadcast, all-to-all, send/recv, a subgroup of two
  * ranks in reverse order); DDP on NCCL with
  * several buckets against one process on the whole batch (f32 and bf16 compression), the
- * ranks' gradients the same bits; a peer that leaves early failing the survivor's next
+ * ranks' gradients the same bits; the sharded optimizer (ct_fsdp's ZeRO-1) on NCCL against one
+ * process, and full sharding refused on a device with its reason; a peer that leaves early failing the survivor's next
  * collective (with the rank named, where the emulated NCCL sees the process gone), and a stuck peer timing the collective out within the
  * group's timeout, after which the communicator is aborted and the later calls fail at once.
  * NCCL refuses two ranks on one GPU, so on real hardware this needs two GPUs and skips
@@ -18,9 +19,12 @@
 #include "ct_test.h"
 #include "ctrain/ddp.h"
 #include "ctrain/dist.h"
+#include "ctrain/fsdp.h"
 #include "ctrain/models.h"
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
+#include "ctrain/optim.h"
+#include "ctrain/train.h"
 #include "cuda/cuda.h"
 #include "gpu/gpu_test.h"
 #include "kernel_check.h"
@@ -183,6 +187,17 @@ static double loss_backward(ct_ctx *c, ct_model *m, ct_tensor *x, ct_tensor *y) 
     ct_backward(c, loss);
     return l;
 }
+/* whether every rank holds the same bits in x: the smallest and largest hash over the ranks agree */
+static bool same_on_every_rank(ct_pg *pg, const float *x, size_t n) {
+    int64_t hs[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        hs[0] = (hs[0] * 1000003 + u) % 2147483647;
+    }
+    hs[1] = -hs[0];
+    return ct_all_reduce_sync(pg, hs, 2, CT_I64, CT_RED_MAX) == CT_OK && hs[0] == -hs[1];
+}
 static int ddp_rank(int rank, int n, void *arg) {
     const ct_dtype comm = *(const ct_dtype *)arg;
     const double tol = comm == CT_F32 ? 1e-5 : 4e-3; /* bf16 keeps 8 bits */
@@ -220,17 +235,7 @@ static int ddp_rank(int rank, int n, void *arg) {
     to_host(gg, ct_params_grad(Pg), np * sizeof(float));
     double e = normwise(gg, gc, (int64_t)np);
     CT_EXPECTF(e <= tol, "rank %d: DDP (%s) gradients against one process's: normwise error %g", rank, ct_dtype_name(comm), e);
-    /* every rank the same bits: the gradients' smallest and largest hash over the ranks agree */
-    int64_t hs[2] = {0, 0};
-    for (size_t i = 0; i < np; i++) {
-        uint32_t u;
-        memcpy(&u, &gg[i], 4);
-        hs[0] = (hs[0] * 1000003 + u) % 2147483647;
-    }
-    hs[1] = -hs[0];
-    RANK_OK(ct_all_reduce_sync(pg, hs, 2, CT_I64, CT_RED_MAX));
-    CT_EXPECTF(hs[0] == -hs[1], "rank %d: the ranks' gradients differ (hashes %lld .. %lld)", rank, (long long)-hs[1],
-               (long long)hs[0]);
+    CT_EXPECTF(same_on_every_rank(pg, gg, np), "rank %d: the ranks' gradients differ", rank);
     free(gc), free(gg);
     ct_ddp_free(ddp);
     ct_ctx_free(c);
@@ -245,6 +250,91 @@ CT_TEST(ddp_on_nccl_matches_one_process) {
         ct_status st = ct_spawn(ddp_rank, 2, (void *)&comms[k]);
         CT_EXPECTF(st == CT_OK, "DDP over NCCL (%s): %s", ct_dtype_name(comms[k]), ct_last_error());
     }
+}
+
+/* ---- sharded optimizer (ZeRO-1, ct_fsdp's CT_SHARD_OPTIM) on NCCL: a small GPT (two blocks,
+ * the units) on each rank's GPU, rank r on rows [2r, 2r + 2) of a 4 x 16 batch, three AdamW
+ * steps with clipping, against one process on the CPU on the whole batch ---- */
+static ct_model *small_gpt(void) {
+    ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
+    cfg.gpt.n_layer = 2;
+    cfg.gpt.n_embd = 32;
+    cfg.gpt.n_head = 2;
+    cfg.gpt.block_size = 16;
+    cfg.gpt.vocab_size = 64;
+    cfg.gpt.flash_attention = true;
+    ct_model *m = NULL;
+    if (ct_model_create(&cfg, 9, &m) != CT_OK) abort();
+    return m;
+}
+static int zero1_rank(int rank, int n, void *arg) {
+    (void)arg;
+    ct_pg *pg = nccl_init(60);
+    if (!pg) return 1;
+    const int64_t B = 4, T = 16, b = B / n;
+    ct_model *m[2] = {small_gpt(), small_gpt()}; /* the CPU's, this rank's */
+    RANK_OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
+    ct_optim *o[2];
+    ct_ctx *c[2];
+    ct_train_model tm[2];
+    for (int j = 0; j < 2; j++) {
+        RANK_OK(ct_optim_create_adamw(ct_model_params(m[j]), NULL, &o[j]));
+        RANK_OK(ct_ctx_create(NULL, &c[j]));
+        tm[j] = ct_train_model_builtin(m[j]);
+    }
+    ct_fsdp *f = NULL;
+    /* full sharding gives a unit's memory back, which a device cannot here yet: refused, with the reason */
+    ct_status st = ct_fsdp_create(pg, ct_model_params(m[1]), o[1], CT_SHARD_FULL, &f);
+    CT_EXPECTF(st == CT_ERR_UNSUPPORTED && f == NULL && strstr(ct_last_error(), "only shard mode optim"), "full on a device: %d %s",
+               (int)st, ct_last_error());
+    RANK_OK(ct_fsdp_create(pg, ct_model_params(m[1]), o[1], CT_SHARD_OPTIM, &f));
+    int32_t tok[4 * 16], tgt[4 * 16];
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < B * T; i++) { tok[i] = (i * 11 + 5 + step) % 64; tgt[i] = (i * 7 + 1 + 3 * step) % 64; }
+        ct_train_batch whole = ct_train_batch_of(CT_I32, tok, 2, (int64_t[]){B, T}, tgt, 2, (int64_t[]){B, T});
+        ct_train_batch mine =
+            ct_train_batch_of(CT_I32, tok + rank * b * T, 2, (int64_t[]){b, T}, tgt + rank * b * T, 2, (int64_t[]){b, T});
+        ct_step_args ac = {.ctx = c[0], .model = &tm[0], .opt = o[0], .lr = 1e-2, .clip_norm = 0.5, .step = step};
+        ct_step_args ag = ac;
+        ag.ctx = c[1], ag.model = &tm[1], ag.opt = o[1], ag.fsdp = f;
+        ct_step_result rc, rg;
+        RANK_OK(ct_train_step(&ac, &whole, 1, &rc));
+        RANK_OK(ct_train_step(&ag, &mine, 1, &rg));
+        double l = rg.loss; /* this rank's rows; the mean over the ranks is the whole batch's */
+        RANK_OK(ct_all_reduce_sync(pg, &l, 1, CT_F64, CT_RED_AVG));
+        CT_EXPECTF(fabs(l - rc.loss) <= 1e-5 * fabs(rc.loss) && fabs(rg.grad_norm - rc.grad_norm) <= 1e-4 * rc.grad_norm,
+                   "rank %d step %d: loss %.9g (one process %.9g), gradient norm %.7g (%.7g)", rank, step, l, rc.loss,
+                   rg.grad_norm, rc.grad_norm);
+    }
+    /* the updated shards gathered back into every rank's whole parameters */
+    ct_params *Pc = ct_model_params(m[0]), *Pg = ct_model_params(m[1]);
+    const size_t np = ct_params_numel(Pc);
+    float *wc = malloc(np * sizeof(float)), *wg = malloc(np * sizeof(float));
+    memcpy(wc, ct_params_data(Pc), np * sizeof(float));
+    to_host(wg, ct_params_data(Pg), np * sizeof(float));
+    /* (AdamW's m / sqrt(v) magnifies the rounding differences of gradients near 0: 1.7e-5 here) */
+    double e = normwise(wg, wc, (int64_t)np);
+    CT_EXPECTF(e <= 1e-4, "rank %d: weights after three sharded steps against one process's: normwise error %g", rank, e);
+    CT_EXPECTF(same_on_every_rank(pg, wg, np), "rank %d: the ranks' weights differ after the sharded steps", rank);
+    {
+        ct_fsdp_mem mm = ct_fsdp_memory(f);
+        CT_EXPECTF(mm.optim_state_bytes > 0 && mm.optim_state_bytes * (size_t)n <= 2 * np * sizeof(float) + 4096 * (size_t)n,
+                   "rank %d: optimizer state of %zu bytes for %zu parameters on %d ranks", rank, mm.optim_state_bytes, np, n);
+    }
+    free(wc), free(wg);
+    ct_fsdp_free(f);
+    for (int j = 0; j < 2; j++) {
+        ct_optim_free(o[j]);
+        ct_ctx_free(c[j]);
+        ct_model_free(m[j]);
+    }
+    ct_pg_free(pg);
+    return ct_failed_ ? 1 : 0;
+}
+CT_TEST(zero1_on_nccl_matches_one_process) {
+    NEED_GPUS();
+    ct_status st = ct_spawn(zero1_rank, 2, NULL);
+    CT_EXPECTF(st == CT_OK, "%s", ct_last_error());
 }
 
 /* ---- failures: a peer that leaves, a peer that is stuck ---- */

@@ -108,6 +108,13 @@ ct_status ct_device_alloc(ct_device d, size_t bytes, void **out);
 void ct_device_free(ct_device d, void *p);
 ct_status ct_device_convert(ct_device d, void *y, ct_dtype to, const void *x, ct_dtype from, int64_t n);
 ct_status ct_device_scale(ct_device d, float *x, float coef, int64_t n);
+/* The same kind of calls for sharded training (src/train/fsdp.c), each queued on a device's
+ * compute stream: bytes set to 0; bytes copied between two of d's buffers; y += x over n
+ * floats; and the sum of squares of n floats, waited for (the CPU's summation order). */
+ct_status ct_device_zero(ct_device d, void *p, size_t bytes);
+ct_status ct_device_copy_within(ct_device d, void *dst, const void *src, size_t bytes);
+ct_status ct_device_add(ct_device d, float *y, const float *x, int64_t n);
+ct_status ct_device_sumsq(ct_device d, const float *x, int64_t n, double *out);
 /* bytes from host memory to d's buffer (to_device), or back; waits until the host side may be
  * reused or read. On the CPU: memcpy. */
 ct_status ct_device_copy(ct_device d, void *dst, const void *src, size_t bytes, bool to_device);

@@ -156,6 +156,43 @@ ct_status ct_device_scale(ct_device d, float *x, float coef, int64_t n) {
     return h->scale(d.index, x, coef, n, NULL);
 }
 
+ct_status ct_device_zero(ct_device d, void *p, size_t bytes) {
+    if (d.type == CT_DEV_CPU) {
+        if (bytes) memset(p, 0, bytes);
+        return CT_OK;
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "zero");
+    return h ? h->zero(d.index, p, bytes) : CT_ERR_UNSUPPORTED;
+}
+ct_status ct_device_copy_within(ct_device d, void *dst, const void *src, size_t bytes) {
+    if (d.type == CT_DEV_CPU) {
+        if (bytes) memcpy(dst, src, bytes);
+        return CT_OK;
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "device copy");
+    return h ? h->copy(d.index, dst, src, bytes, CT_COPY_D2D) : CT_ERR_UNSUPPORTED;
+}
+ct_status ct_device_add(ct_device d, float *y, const float *x, int64_t n) {
+    if (d.type == CT_DEV_CPU) {
+        for (int64_t i = 0; i < n; i++) y[i] += x[i];
+        return CT_OK;
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "add");
+    if (!h || !h->add) return h ? ct_error(CT_ERR_UNSUPPORTED, "add: the device backend has no add kernel") : CT_ERR_UNSUPPORTED;
+    return h->add(d.index, y, x, n);
+}
+ct_status ct_device_sumsq(ct_device d, const float *x, int64_t n, double *out) {
+    if (d.type == CT_DEV_CPU) {
+        double s = 0;
+        for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+        *out = s;
+        return CT_OK;
+    }
+    const ct_device_hooks *h = ct_device_hooks_get(d, "sum of squares");
+    if (!h || !h->sumsq) return h ? ct_error(CT_ERR_UNSUPPORTED, "sumsq: the device backend has no such pass") : CT_ERR_UNSUPPORTED;
+    return h->sumsq(d.index, x, n, out);
+}
+
 ct_status ct_ctx_fail(ct_ctx *c, ct_status st) {
     if (st != CT_OK && c->dev_status == CT_OK) c->dev_status = st;
     return st;

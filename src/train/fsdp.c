@@ -10,8 +10,8 @@
  * On a device (a backend that reduces device buffers: nccl) P keeps its own buffers and only
  * CT_SHARD_OPTIM runs (ZeRO-1: nothing is released, so no page is given back); S, the
  * optimizer's state and the staging live on the device, and the copies, conversions and sums
- * below are the device's (its hooks, queued on its compute stream, which the backend's
- * collectives wait for). */
+ * below are the device's (tensor.h's ct_device_* calls, queued on its compute stream, which
+ * the backend's collectives wait for). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/kernel.h"
 #include "train/fsdp_internal.h"
 
 static void fail(ct_fsdp *f, ct_status st) {
@@ -27,35 +26,26 @@ static void fail(ct_fsdp *f, ct_status st) {
 }
 
 /* ---- memory on the host or on P's device ---- */
-static bool on_dev(const ct_fsdp *f) { return f->dh != NULL; }
+static bool on_dev(const ct_fsdp *f) { return f->dev.type != CT_DEV_CPU; }
 static void *buf_alloc(ct_fsdp *f, size_t bytes) {
     void *p = NULL;
     if (!on_dev(f)) return posix_memalign(&p, 64, bytes ? bytes : 64) ? NULL : p;
-    return f->dh->alloc(f->dev.index, bytes ? bytes : 64, &p) == CT_OK ? p : NULL;
+    return ct_device_alloc(f->dev, bytes ? bytes : 64, &p) == CT_OK ? p : NULL;
 }
 static void buf_free(ct_fsdp *f, void *p) {
     if (!p) return;
-    if (on_dev(f)) f->dh->free(p);
+    if (on_dev(f)) ct_device_free(f->dev, p);
     else free(p);
 }
 static void xcopy(ct_fsdp *f, void *dst, const void *src, size_t bytes) {
-    if (!on_dev(f)) memcpy(dst, src, bytes);
-    else if (bytes) fail(f, f->dh->copy(f->dev.index, dst, src, bytes, CT_COPY_D2D));
+    fail(f, ct_device_copy_within(f->dev, dst, src, bytes));
 }
-static void xzero(ct_fsdp *f, void *p, size_t bytes) {
-    if (!on_dev(f)) memset(p, 0, bytes);
-    else if (bytes) fail(f, f->dh->zero(f->dev.index, p, bytes));
-}
+static void xzero(ct_fsdp *f, void *p, size_t bytes) { fail(f, ct_device_zero(f->dev, p, bytes)); }
 static void xconvert(ct_fsdp *f, void *y, ct_dtype to, const void *x, ct_dtype from, size_t n) {
-    if (!on_dev(f)) ct_convert(y, to, x, from, n);
-    else if (to == from) xcopy(f, y, x, n * ct_dtype_size(to));
-    else if (n) fail(f, f->dh->convert(f->dev.index, y, to, x, from, (int64_t)n));
+    if (on_dev(f) && to == from) xcopy(f, y, x, n * ct_dtype_size(to));
+    else if (n) fail(f, ct_device_convert(f->dev, y, to, x, from, (int64_t)n));
 }
-static void xadd(ct_fsdp *f, float *y, const float *x, size_t n) {
-    if (!on_dev(f))
-        for (size_t i = 0; i < n; i++) y[i] += x[i];
-    else if (n) fail(f, f->dh->add(f->dev.index, y, x, (int64_t)n));
-}
+static void xadd(ct_fsdp *f, float *y, const float *x, size_t n) { fail(f, ct_device_add(f->dev, y, x, (int64_t)n)); }
 
 const char *ct_shard_mode_name(ct_shard_mode m) {
     switch (m) {
@@ -426,7 +416,6 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     CT_CHECK(pg && P && like && ct_optim_params(like) == P, "ct_fsdp_create: a group, a store and an optimizer over it");
     if (mode == CT_SHARD_NONE) return ct_error(CT_ERR_INVALID, "fsdp: shard mode none is DDP (ct_ddp_create)");
     const ct_device dev = ct_params_device(P);
-    const ct_device_hooks *dh = NULL;
     if (dev.type != CT_DEV_CPU) {
         if (!(ct_pg_caps(pg) & CT_PG_CAP_DEVICE_BUFFERS))
             return ct_error(CT_ERR_INVALID, "fsdp: the parameters are on a device, which the %s backend does not reduce "
@@ -437,16 +426,12 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
                             "memory API", ct_shard_mode_name(mode));
         if (ct_params_is_deferred(P))
             return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded initialisation of device parameters (make them first)");
-        if (!(dh = ct_device_hooks_get(dev, "fsdp"))) return CT_ERR_UNSUPPORTED;
-        if (!dh->add || !dh->convert || !dh->sumsq || !dh->scale)
-            return ct_error(CT_ERR_UNSUPPORTED, "fsdp: the device backend lacks the passes sharding needs");
     }
     ct_fsdp *f = calloc(1, sizeof *f);
     if (!f) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
     f->pg = pg;
     f->P = P;
     f->dev = dev;
-    f->dh = dh;
     f->mode = mode;
     f->gdt = CT_F32;
     f->n = ct_pg_size(pg);
@@ -604,7 +589,7 @@ double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm) {
     float *G = ct_params_grad(f->S);
     double ss = 0;
     /* on a device: the sum of squares of the whole store (the padding between pieces is 0) */
-    if (on_dev(f) && f->dh->sumsq(f->dev.index, G, (int64_t)ct_params_numel(f->S), &ss) != CT_OK) {
+    if (on_dev(f) && ct_device_sumsq(f->dev, G, (int64_t)ct_params_numel(f->S), &ss) != CT_OK) {
         fail(f, CT_ERR_SYSTEM);
         return NAN;
     }
@@ -620,7 +605,7 @@ double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm) {
     float total = (float)sqrt(ss);
     float coef = (1.0f / (total + 1e-6f)) * (float)max_norm; /* PyTorch's clip_coef, as ct_clip_grad_norm */
     if (coef > 1.0f) coef = 1.0f;
-    if (coef != 1.0f && on_dev(f)) fail(f, f->dh->scale(f->dev.index, G, coef, (int64_t)ct_params_numel(f->S), NULL));
+    if (coef != 1.0f && on_dev(f)) fail(f, ct_device_scale(f->dev, G, coef, (int64_t)ct_params_numel(f->S)));
     else if (coef != 1.0f)
         for (size_t i = 0; i < ct_params_numel(f->S); i++) G[i] *= coef;
     return total;

@@ -31,8 +31,7 @@ typedef struct {
 struct ct_fsdp {
     ct_pg *pg;
     ct_params *P, *S;
-    ct_device dev;                    /* where P (and so S and the staging) live */
-    const struct ct_device_hooks *dh; /* dev's hooks; NULL on the CPU */
+    ct_device dev; /* where P (and so S and the staging) live */
     ct_optim *opt;
     ct_shard_mode mode;
     int n, me, nu;

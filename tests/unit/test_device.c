@@ -143,10 +143,17 @@ static ct_status f_round(int dev, float *g, ct_dtype dt, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = ct_k_bf16_to_f32(ct_k_f32_to_bf16(g[i]));
     return CT_OK;
 }
+static int adds; /* ct_device_add's calls that reached the hook */
+static ct_status f_add(int dev, float *y, const float *x, int64_t n) {
+    (void)dev;
+    adds++;
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    return CT_OK;
+}
 static const ct_device_hooks fake = {.count = f_count, .alloc = f_alloc, .free = f_free, .copy = f_copy, .zero = f_zero,
                                      .sync = f_sync, .optim = f_optim, .sumsq = f_sumsq, .scale = f_scale,
                                      .host_alloc = f_host_alloc, .host_free = f_host_free, .mem = f_mem,
-                                     .convert = f_convert, .round = f_round};
+                                     .convert = f_convert, .round = f_round, .add = f_add};
 
 /* a device sum: forward and backward on the stand-in's (host) memory */
 static ct_tensor *fake_sum(ct_ctx *ctx, const ct_op_args *a) {
@@ -305,6 +312,33 @@ CT_TEST(copies_and_params_to) {
     ct_module_free(lin);
     ct_params_free(P);
     ct_ctx_free(c);
+}
+
+/* ct_device_zero, _copy_within, _add and _sumsq (sharded training's calls) on the CPU and
+ * through a device's hooks: the same values */
+CT_TEST(device_buffer_calls) {
+    use_fake();
+    const ct_device devs[2] = {CT_CPU, CT_CUDA(0)};
+    for (int k = 0; k < 2; k++) {
+        float *a = NULL, *b = NULL;
+        CT_ASSERT(ct_device_alloc(devs[k], 8 * sizeof(float), (void **)&a) == CT_OK);
+        CT_ASSERT(ct_device_alloc(devs[k], 8 * sizeof(float), (void **)&b) == CT_OK);
+        for (int i = 0; i < 8; i++) a[i] = (float)i - 2.5f; /* the stand-in's memory is the host's */
+        const int adds0 = adds;
+        double ss = 0;
+        CT_EXPECT_OK(ct_device_copy_within(devs[k], b, a, 8 * sizeof(float)));
+        CT_EXPECT_OK(ct_device_add(devs[k], b, a, 8));
+        CT_EXPECT_OK(ct_device_zero(devs[k], b + 6, 2 * sizeof(float)));
+        CT_EXPECT_OK(ct_device_sumsq(devs[k], b, 8, &ss));
+        double want = 0;
+        for (int i = 0; i < 6; i++) want += 4.0 * ((double)i - 2.5) * ((double)i - 2.5);
+        CT_EXPECTF(b[0] == -5.0f && b[5] == 5.0f && b[6] == 0.0f && b[7] == 0.0f && ss == want, "%s: %g %g %g %g, sum of squares %g (%g)",
+                   k ? "device" : "cpu", b[0], b[5], b[6], b[7], ss, want);
+        CT_EXPECT(adds - adds0 == k); /* the device's add ran through its hook */
+        ct_device_free(devs[k], a);
+        ct_device_free(devs[k], b);
+    }
+    CT_EXPECTF(live_bufs == 0, "%d device buffers left", live_bufs);
 }
 
 CT_TEST(op_without_kernel_fails_the_context) {

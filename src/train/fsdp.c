@@ -448,8 +448,8 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     else if (st == CT_OK) st = ct_broadcast_sync(pg, ct_params_data(P), f->numel, CT_F32, 0);
     if (st == CT_OK && ct_params_buffer_numel(P) > 0)
         st = ct_broadcast_sync(pg, ct_params_buffer_data(P), ct_params_buffer_numel(P), CT_F32, 0);
-    f->mc = st == CT_OK ? malloc(f->map_bytes / page_size() + 1) : NULL;
-    if (st == CT_OK && !f->mc) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
+    f->mc = st == CT_OK && !on_dev(f) ? malloc(f->map_bytes / page_size() + 1) : NULL; /* mincore's vector */
+    if (st == CT_OK && !on_dev(f) && !f->mc) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
     if (st == CT_OK && on_dev(f)) { /* P keeps its buffers: every unit stays gathered (ZeRO-1) */
         f->data = ct_params_data(P);
         f->grad = ct_params_grad(P);

@@ -11,7 +11,9 @@ enum { WARPS = 8, THREADS = 256 };
 
 __device__ inline int64_t tgt(const void *t, bool i64, int64_t r) { return ct_k_index_at(t, i64, r); }
 
-template <typename TX>
+/* X8: each lane reads 8 neighbours at a time (16 bytes of bf16: C a multiple of 8, x
+ * 16-byte aligned), a quarter of the load instructions of 2-byte reads */
+template <typename TX, bool X8>
 __global__ void xent_rows_k(const TX *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, float *lse,
                             float *rowloss) {
     int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
@@ -19,7 +21,14 @@ __global__ void xent_rows_k(const TX *x, const void *t, bool i64, int64_t N, int
     if (r >= N) return;
     const TX *xr = x + r * C;
     float m = -INFINITY, s = 0;
-    for (int64_t j = lane; j < C; j += 32) ct_k_online_add(&m, &s, ct_ld(xr[j]));
+    if (X8)
+        for (int64_t j = (int64_t)lane * 8; j < C; j += 32 * 8) {
+            const ct_x8<TX> a = *(const ct_x8<TX> *)(xr + j);
+#pragma unroll
+            for (int e = 0; e < 8; e++) ct_k_online_add(&m, &s, ct_ld(a.v[e]));
+        }
+    else
+        for (int64_t j = lane; j < C; j += 32) ct_k_online_add(&m, &s, ct_ld(xr[j]));
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
         ct_k_online_merge(&m, &s, m2, s2);
@@ -61,15 +70,39 @@ __global__ void xent_mean_k(const float *rowloss, const void *t, bool i64, int64
 }
 
 /* dx of TD: f32, or the logits' own bf16/f16 (rounded as stored: the fused classifier's
- * gradient, no f32 copy of the [N, C] logits) */
-template <typename TX, typename TD>
+ * gradient, no f32 copy of the [N, C] logits). A block per row (rows strided by the grid):
+ * the row's target and lse read once, and no 64-bit division per element (a flat loop over
+ * N C divided each index by C); X8: 8 neighbours a thread, as the forward */
+template <typename TX, typename TD, bool X8>
 __global__ void xent_bwd_k(const TX *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, const float *lse,
                            const float *out, const float *dloss, TD *dx) {
-    float g = out[1] > 0 ? dloss[0] / out[1] : 0.0f;
-    CT_GRID_STRIDE(i, N * C) {
-        int64_t r = i / C, j = i % C, tr = tgt(t, i64, r);
-        dx[i] = ct_st<TD>(tr == ign || tr < 0 || tr >= C ? 0.0f : ct_k_xent_grad(ct_ld(x[i]), lse[r], g, j == tr));
+    const float g = out[1] > 0 ? dloss[0] / out[1] : 0.0f;
+    for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
+        const int64_t tr = tgt(t, i64, r);
+        const bool none = tr == ign || tr < 0 || tr >= C;
+        const float l = lse[r];
+        const TX *xr = x + r * C;
+        TD *dr = dx + r * C;
+        if (X8)
+            for (int64_t j = (int64_t)threadIdx.x * 8; j < C; j += (int64_t)blockDim.x * 8) {
+                const ct_x8<TX> a = *(const ct_x8<TX> *)(xr + j);
+                ct_x8<TD> o;
+#pragma unroll
+                for (int e = 0; e < 8; e++) o.v[e] = ct_st<TD>(none ? 0.0f : ct_k_xent_grad(ct_ld(a.v[e]), l, g, j + e == tr));
+                *(ct_x8<TD> *)(dr + j) = o;
+            }
+        else
+            for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+                dr[j] = ct_st<TD>(none ? 0.0f : ct_k_xent_grad(ct_ld(xr[j]), l, g, j == tr));
     }
+}
+/* the backward's launch: a block per row up to 2^20 blocks */
+template <typename TX, typename TD>
+void xent_bwd(cudaStream_t s, const TX *x, const void *t, bool i64, int64_t N, int64_t C, int64_t ign, const float *lse,
+              const float *out, const float *dloss, TD *dx) {
+    const unsigned blocks = (unsigned)(N < (1 << 20) ? N : (1 << 20));
+    if (ct_x8_fits(C, x, dx)) xent_bwd_k<TX, TD, true><<<blocks, THREADS, 0, s>>>(x, t, i64, N, C, ign, lse, out, dloss, dx);
+    else xent_bwd_k<TX, TD, false><<<blocks, THREADS, 0, s>>>(x, t, i64, N, C, ign, lse, out, dloss, dx);
 }
 
 __global__ void emb_k(const float *w, const void *idx, bool i64, int64_t n, int64_t V, int64_t D, float *y, int *bad) {
@@ -103,10 +136,13 @@ ct_status ct_cuda_cross_entropy_t(cudaStream_t s, const void *logits, ct_cuda_ca
     float *rowloss;
     ct_status st = ct_cuda_alloc(dev, (size_t)(N > 0 ? N : 1) * sizeof(float), (void **)&rowloss);
     if (st != CT_OK) return st;
-    if (N > 0)
-        CT_WITH_TYPE(xt, T, xent_rows_k<T><<<(unsigned)((N + WARPS - 1) / WARPS), WARPS * 32, 0, s>>>((const T *)logits, target,
-                                                                                                      target_i64, N, C, ignore,
-                                                                                                      lse, rowloss));
+    const unsigned blocks = (unsigned)((N + WARPS - 1) / WARPS);
+    if (N > 0 && ct_x8_fits(C, logits))
+        CT_WITH_TYPE(xt, T, xent_rows_k<T, true><<<blocks, WARPS * 32, 0, s>>>((const T *)logits, target, target_i64, N, C, ignore,
+                                                                               lse, rowloss));
+    else if (N > 0)
+        CT_WITH_TYPE(xt, T, xent_rows_k<T, false><<<blocks, WARPS * 32, 0, s>>>((const T *)logits, target, target_i64, N, C, ignore,
+                                                                                lse, rowloss));
     xent_mean_k<<<1, THREADS, 0, s>>>(rowloss, target, target_i64, N, C, ignore, out);
     st = CT_GPU_CHECK(cuda, "cross_entropy", cudaGetLastError());
     ct_cuda_free(rowloss);
@@ -120,12 +156,10 @@ ct_status ct_cuda_cross_entropy_bwd_t(cudaStream_t s, const void *logits, ct_cud
                                       bool target_i64, int64_t N, int64_t C, int64_t ignore, const float *lse, const float *out,
                                       const float *dloss, void *dlogits, bool dlogits_as_x) {
     if (N * C > 0 && dlogits_as_x)
-        CT_WITH_TYPE(xt, T, xent_bwd_k<T, T><<<ct_grid(N * C, THREADS), THREADS, 0, s>>>((const T *)logits, target, target_i64, N,
-                                                                                        C, ignore, lse, out, dloss, (T *)dlogits));
+        CT_WITH_TYPE(xt, T, xent_bwd<T, T>(s, (const T *)logits, target, target_i64, N, C, ignore, lse, out, dloss, (T *)dlogits));
     else if (N * C > 0)
-        CT_WITH_TYPE(xt, T, xent_bwd_k<T, float><<<ct_grid(N * C, THREADS), THREADS, 0, s>>>((const T *)logits, target, target_i64,
-                                                                                            N, C, ignore, lse, out, dloss,
-                                                                                            (float *)dlogits));
+        CT_WITH_TYPE(xt, T,
+                     xent_bwd<T, float>(s, (const T *)logits, target, target_i64, N, C, ignore, lse, out, dloss, (float *)dlogits));
     CT_LAUNCHED("cross_entropy backward");
     return CT_OK;
 }

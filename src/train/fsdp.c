@@ -587,17 +587,13 @@ ct_status ct_fsdp_post_backward(ct_fsdp *f) {
 
 double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm) {
     float *G = ct_params_grad(f->S);
+    const int64_t n = (int64_t)ct_params_numel(f->S);
     double ss = 0;
-    /* on a device: the sum of squares of the whole store (the padding between pieces is 0) */
-    if (on_dev(f) && ct_device_sumsq(f->dev, G, (int64_t)ct_params_numel(f->S), &ss) != CT_OK) {
+    /* the whole store: the padding between pieces holds zeros */
+    if (ct_device_sumsq(f->dev, G, n, &ss) != CT_OK) {
         fail(f, CT_ERR_SYSTEM);
         return NAN;
     }
-    for (int k = 0; k < f->nu && !on_dev(f); k++)
-        for (int j = 0; j < f->u[k].npieces; j++) {
-            const float *g = sgrad(f, f->u[k].pieces[j].sidx);
-            for (size_t i = 0; i < f->u[k].pieces[j].len; i++) ss += (double)g[i] * g[i];
-        }
     if (ct_all_reduce_sync(f->pg, &ss, 1, CT_F64, CT_RED_SUM) != CT_OK) {
         fail(f, CT_ERR_PEER);
         return NAN;
@@ -605,9 +601,7 @@ double ct_fsdp_clip_grad_norm(ct_fsdp *f, double max_norm) {
     float total = (float)sqrt(ss);
     float coef = (1.0f / (total + 1e-6f)) * (float)max_norm; /* PyTorch's clip_coef, as ct_clip_grad_norm */
     if (coef > 1.0f) coef = 1.0f;
-    if (coef != 1.0f && on_dev(f)) fail(f, ct_device_scale(f->dev, G, coef, (int64_t)ct_params_numel(f->S)));
-    else if (coef != 1.0f)
-        for (size_t i = 0; i < ct_params_numel(f->S); i++) G[i] *= coef;
+    if (coef != 1.0f) fail(f, ct_device_scale(f->dev, G, coef, n));
     return total;
 }
 

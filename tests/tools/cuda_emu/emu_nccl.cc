@@ -114,7 +114,7 @@ struct ncclComm {
     Header *h = nullptr;
     size_t bytes = 0;
     uint64_t phase = 0;
-    std::atomic<bool> aborted{false}, ready{false};
+    std::atomic<bool> aborted{false};
     std::atomic<int> async{ncclSuccess};
     std::atomic<int> pending_sync{0}; // init and finalize, which ncclCommGetAsyncError reports as in progress
     std::mutex mu;

@@ -115,6 +115,21 @@ ct_status ct_device_zero(ct_device d, void *p, size_t bytes);
 ct_status ct_device_copy_within(ct_device d, void *dst, const void *src, size_t bytes);
 ct_status ct_device_add(ct_device d, float *y, const float *x, int64_t n);
 ct_status ct_device_sumsq(ct_device d, const float *x, int64_t n, double *out);
+/* Address ranges whose memory comes and goes: sharded training gives a unit's memory back
+ * while every pointer into it (a parameter's tensor, a view saved for backward) stays valid.
+ *   void *base; size_t g;
+ *   ct_device_reserve(d, bytes, &base, &g);   // bytes of addresses, all mapped, zeros
+ *   ct_device_unmap(d, p, k * g);             // p g-aligned: that memory given back
+ *   ct_device_map(d, p, k * g);               // fresh zeros there again
+ *   ct_device_unreserve(d, base, bytes);
+ * g is the CPU's page, or a GPU's allocation granularity (2 MiB on current NVIDIA GPUs). unmap
+ * waits for d's queued work first. Touching unmapped memory is a fault on a GPU (an illegal
+ * address) and reads zeros on the CPU. map and unmap skip what already is as asked.
+ * CT_ERR_NOMEM when the memory is not there, CT_ERR_UNSUPPORTED on a device without it. */
+ct_status ct_device_reserve(ct_device d, size_t bytes, void **base, size_t *granule);
+ct_status ct_device_map(ct_device d, void *p, size_t bytes);
+ct_status ct_device_unmap(ct_device d, void *p, size_t bytes);
+void ct_device_unreserve(ct_device d, void *base, size_t bytes);
 /* bytes from host memory to d's buffer (to_device), or back; waits until the host side may be
  * reused or read. On the CPU: memcpy. */
 ct_status ct_device_copy(ct_device d, void *dst, const void *src, size_t bytes, bool to_device);
@@ -273,7 +288,10 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf);
 /* The same for the flat parameter buffer: `buf` takes the values (copied when `copy`; without
  * it the caller has put them there, e.g. one rank for all ranks mapping the same memory).
  * NULL moves them back, with their values, to storage owned by the store. DDP's sharded
- * optimizer step (ct_ddp_shard_optimizer) keeps one copy of the parameters per machine. */
+ * optimizer step (ct_ddp_shard_optimizer) keeps one copy of the parameters per machine.
+ * For a store on a device, buf is that device's memory (ct_device_alloc, ct_device_reserve)
+ * and the copies are queued on its compute stream; sharded training (ct_fsdp) moves both
+ * buffers into ranges whose memory comes and goes. */
 ct_status ct_params_set_data_storage(ct_params *p, float *buf, bool copy);
 /* Moves the store (parameters, gradients, buffers) to `dev`: the flat buffers are copied
  * and the tensors re-pointed; ct_params_data/ct_params_grad then return device pointers.

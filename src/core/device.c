@@ -3,10 +3,13 @@
  * Activations on a device cannot sit in the host arena; they come from the backend's
  * caching allocator and go back to it at ct_ctx_reset, so a steady training loop does not
  * allocate from the driver. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/ctx_internal.h"
 #include "core/kernel.h"
@@ -191,6 +194,58 @@ ct_status ct_device_sumsq(ct_device d, const float *x, int64_t n, double *out) {
     const ct_device_hooks *h = ct_device_hooks_get(d, "sum of squares");
     if (!h || !h->sumsq) return h ? ct_error(CT_ERR_UNSUPPORTED, "sumsq: the device backend has no such pass") : CT_ERR_UNSUPPORTED;
     return h->sumsq(d.index, x, n, out);
+}
+
+/* ---- address ranges whose memory comes and goes: on the CPU an anonymous mapping whose
+ * pages are given back with madvise (they read as zeros when touched again) ---- */
+static size_t cpu_page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+static const ct_device_hooks *vm_hooks(ct_device d, const char *op) {
+    const ct_device_hooks *h = ct_device_hooks_get(d, op);
+    if (h && !h->vm_reserve) {
+        (void)ct_error(CT_ERR_UNSUPPORTED, "%s: the device backend cannot map and unmap memory under fixed addresses", op);
+        return NULL;
+    }
+    return h;
+}
+static void check_granules(const void *p, size_t bytes, size_t g, const char *op) {
+    CT_CHECK((uintptr_t)p % g == 0 && bytes % g == 0, "%s(%p, %zu): not whole granules of %zu bytes", op, p, bytes, g);
+}
+ct_status ct_device_reserve(ct_device d, size_t bytes, void **base, size_t *granule) {
+    *base = NULL;
+    if (d.type != CT_DEV_CPU) {
+        const ct_device_hooks *h = vm_hooks(d, "ct_device_reserve");
+        return h ? h->vm_reserve(d.index, bytes, base, granule) : CT_ERR_UNSUPPORTED;
+    }
+    *granule = cpu_page();
+    size_t len = (bytes + *granule - 1) / *granule * *granule;
+    void *m = mmap(NULL, len ? len : *granule, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return ct_error(CT_ERR_NOMEM, "reserve: cannot map %zu bytes: %s", len, strerror(errno));
+    *base = m;
+    return CT_OK;
+}
+/* on the CPU both drop the pages: given back, and zeros when touched again */
+static ct_status map_or_unmap(ct_device d, void *p, size_t bytes, bool map) {
+    const char *op = map ? "ct_device_map" : "ct_device_unmap";
+    if (d.type != CT_DEV_CPU) {
+        const ct_device_hooks *h = vm_hooks(d, op);
+        return !h ? CT_ERR_UNSUPPORTED : map ? h->vm_map(d.index, p, bytes) : h->vm_unmap(d.index, p, bytes);
+    }
+    check_granules(p, bytes, cpu_page(), op);
+    if (bytes) (void)madvise(p, bytes, MADV_DONTNEED);
+    return CT_OK;
+}
+ct_status ct_device_map(ct_device d, void *p, size_t bytes) { return map_or_unmap(d, p, bytes, true); }
+ct_status ct_device_unmap(ct_device d, void *p, size_t bytes) { return map_or_unmap(d, p, bytes, false); }
+void ct_device_unreserve(ct_device d, void *base, size_t bytes) {
+    if (!base) return;
+    if (d.type != CT_DEV_CPU) {
+        const ct_device_hooks *h = vm_hooks(d, "ct_device_unreserve");
+        CT_CHECK(h, "ct_device_unreserve: %p was not reserved on this device type", base);
+        h->vm_release(d.index, base, bytes);
+        return;
+    }
+    size_t g = cpu_page();
+    munmap(base, bytes ? (bytes + g - 1) / g * g : g);
 }
 
 ct_status ct_ctx_fail(ct_ctx *c, ct_status st) {

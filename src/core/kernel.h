@@ -110,6 +110,15 @@ typedef struct ct_device_hooks {
     /* y += x, n f32 elements, queued on the compute stream (src/train/fsdp.c: a reduce-scattered
      * shard added to the shard's gradients) */
     ct_status (*add)(int dev, float *y, const float *x, int64_t n);
+    /* address ranges whose memory comes and goes (tensor.h's ct_device_reserve; src/train/fsdp.c
+     * gives a released unit's memory back while pointers into it stay valid): reserve bytes of
+     * addresses, all mapped and zeroed, *granule the unit map and unmap take; map fresh zeroed
+     * memory under granule-aligned [p, p + bytes) where none is; unmap what is mapped there
+     * once the device's queued work is done; release the range and its memory */
+    ct_status (*vm_reserve)(int dev, size_t bytes, void **base, size_t *granule);
+    ct_status (*vm_map)(int dev, void *p, size_t bytes);
+    ct_status (*vm_unmap)(int dev, void *p, size_t bytes);
+    void (*vm_release)(int dev, void *base, size_t bytes);
     /* reports (tensor.h: ct_device_info_get, ct_device_versions, ct_device_check) and the
      * calling thread's current device (ct_device_current) */
     ct_status (*info)(int dev, ct_device_info *out);

@@ -284,20 +284,31 @@ bool ct_params_is_buffer(const ct_params *p, int i) {
     return p->recs[i].is_buffer;
 }
 /* Moves one flat buffer (*cur, owned by the store unless *external) to buf, or with buf NULL
- * back to storage the store owns (always with the values); the caller re-points the views. */
+ * back to storage the store owns (always with the values); the caller re-points the views.
+ * On a device buf is the device's memory too, and the copy is queued on its compute stream. */
 static ct_status move_flat(ct_params *p, float **cur, bool *external, float *buf, bool copy, const char *what) {
+    const bool dev = p->device.type != CT_DEV_CPU;
+    const size_t bytes = (p->numel ? p->numel : 16) * sizeof(float);
     float *own = NULL;
     if (!buf) {
         if (!*external) return CT_OK;
-        if (posix_memalign((void **)&own, 64, (p->numel ? p->numel : 16) * sizeof(float)))
-            return ct_error(CT_ERR_NOMEM, "cannot allocate %zu %s", p->numel, what);
+        ct_status st = dev ? ct_device_alloc(p->device, bytes, (void **)&own)
+                           : posix_memalign((void **)&own, 64, bytes) ? ct_error(CT_ERR_NOMEM, "cannot allocate %zu %s", p->numel, what)
+                                                                       : CT_OK;
+        if (st != CT_OK) return st;
         buf = own;
         copy = true;
     }
     if (buf == *cur) return CT_OK;
     if ((uintptr_t)buf % 64) return ct_error(CT_ERR_INVALID, "storage for the %s at %p is not 64-byte aligned", what, (void *)buf);
-    if (copy && *cur) memcpy(buf, *cur, p->numel * sizeof(float));
-    if (!*external) free(*cur); /* the private buffer would only cost memory */
+    if (copy && *cur && p->numel) {
+        ct_status st = ct_device_copy_within(p->device, buf, *cur, p->numel * sizeof(float));
+        if (st != CT_OK) {
+            if (own) ct_device_free(p->device, own);
+            return st;
+        }
+    }
+    if (!*external) ct_device_free(p->device, *cur); /* the private buffer would only cost memory */
     *cur = buf;
     *external = own == NULL;
     return CT_OK;
@@ -305,7 +316,6 @@ static ct_status move_flat(ct_params *p, float **cur, bool *external, float *buf
 
 ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
     CT_CHECK(p->finalized, "ct_params_set_grad_storage before ct_params_finalize");
-    if (p->device.type != CT_DEV_CPU) return ct_error(CT_ERR_INVALID, "ct_params_set_grad_storage: the store is on a device");
     settle_all(p); /* the copy carries values, not stale flags */
     ct_status st = move_flat(p, &p->grad, &p->grad_external, buf, true, "gradients");
     if (st == CT_OK) point_views(p);
@@ -314,7 +324,6 @@ ct_status ct_params_set_grad_storage(ct_params *p, float *buf) {
 
 ct_status ct_params_set_data_storage(ct_params *p, float *buf, bool copy) {
     CT_CHECK(p->finalized, "ct_params_set_data_storage before ct_params_finalize");
-    if (p->device.type != CT_DEV_CPU) return ct_error(CT_ERR_INVALID, "ct_params_set_data_storage: the store is on a device");
     ct_status st = move_flat(p, &p->data, &p->data_external, buf, copy, "parameters");
     if (st == CT_OK) point_views(p); /* a deferred store's caller makes the values */
     return st;

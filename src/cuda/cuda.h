@@ -103,6 +103,13 @@ ct_status ct_cuda_stream(int dev, ct_cuda_stream_kind kind, cudaStream_t *out);
 /* One NCCL all-reduce (sum, 64 MiB f32) across every visible GPU from this process,
  * checked; report: a line with the result and its bus bandwidth (report.c). */
 ct_status ct_cuda_nccl_check(char *report, size_t len);
+/* Address ranges whose memory comes and goes (vmm.c: CUDA's virtual memory management; the
+ * device hooks vm_*, tensor.h's ct_device_reserve): one allocation per granule, mapped zeroed
+ * on the compute stream, unmapped after a device synchronisation. */
+ct_status ct_cuda_vm_reserve(int dev, size_t bytes, void **base, size_t *granule);
+ct_status ct_cuda_vm_map(int dev, void *p, size_t bytes);
+ct_status ct_cuda_vm_unmap(int dev, void *p, size_t bytes);
+void ct_cuda_vm_release(int dev, void *base, size_t bytes);
 /* Registers the CUDA backend with core (device hooks) and the op table's device column;
  * done once when the program starts (device.c), exposed for programs linking statically. */
 void ct_cuda_register(void);

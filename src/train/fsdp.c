@@ -1,17 +1,20 @@
 /* ct_fsdp: fully sharded data parallel (ctrain/fsdp.h).
  *
- * P's flat parameter and gradient buffers move into anonymous mappings of their own: a unit
- * that is not needed has its whole pages dropped (madvise), which gives the memory back while
- * every pointer into the buffers (the parameter tensors, views recorded in forward) stays
- * valid; gathering writes the unit's range again. Each rank keeps its shard of every unit in a
+ * P's flat parameter and gradient buffers move into address ranges of their own
+ * (ct_device_reserve): a unit that is not needed has the whole granules inside its range
+ * unmapped (on the CPU its pages dropped with madvise; on a GPU its memory given back to the
+ * driver), while every pointer into the buffers (the parameter tensors, views recorded in
+ * forward) stays valid; the granules are mapped again, zeroed, before a gather writes the
+ * unit's parameters or its backward its gradients. The granules at a unit's ends, shared
+ * with its neighbours, stay mapped. Each rank keeps its shard of every unit in a
  * parameter store of its own (S: one tensor per piece of a parameter), which the optimizer
  * steps; a gather packs this rank's pieces and all-gathers them, a reduce-scatter unpacks the
  * averaged shard into S's gradients.
- * On a device (a backend that reduces device buffers: nccl) P keeps its own buffers and only
- * CT_SHARD_OPTIM runs (ZeRO-1: nothing is released, so no page is given back); S, the
- * optimizer's state and the staging live on the device, and the copies, conversions and sums
- * below are the device's (tensor.h's ct_device_* calls, queued on its compute stream, which
- * the backend's collectives wait for). */
+ * On a device (a backend that reduces device buffers: nccl) S, the optimizer's state and the
+ * staging live on the device too, and the copies, conversions and sums below are the
+ * device's (tensor.h's ct_device_* calls, queued on its compute stream, which the backend's
+ * collectives wait for). There CT_SHARD_OPTIM keeps P's own buffers (ZeRO-1: nothing is
+ * released); the other modes take the device's ranges (CUDA's virtual memory API). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,26 +100,63 @@ static bool same_key(const char *a, const char *b) {
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
-/* the whole pages inside [off, off + len) floats of a mapping go back to the system (they read
- * as zeros when touched again); the partial pages at the ends are zeroed when `zero` */
-static void drop_range(float *base, size_t off, size_t len, bool zero) {
-    size_t ps = page_size();
+/* the whole granules inside [off, off + len) floats of a range: [*lo, *hi), false for none */
+static bool inner(const ct_fsdp *f, const float *base, size_t off, size_t len, uintptr_t *lo, uintptr_t *hi) {
+    size_t g = f->granule;
     uintptr_t b = (uintptr_t)(base + off), e = (uintptr_t)(base + off + len);
-    uintptr_t lo = (b + ps - 1) & ~(uintptr_t)(ps - 1), hi = e & ~(uintptr_t)(ps - 1);
-    if (hi <= lo) {
-        if (zero) memset(base + off, 0, len * sizeof(float));
+    *lo = (b + g - 1) / g * g;
+    *hi = e / g * g;
+    return *hi > *lo;
+}
+
+/* the whole granules inside [off, off + len) floats of a range unmapped (on the CPU they read
+ * as zeros when touched again); the partial ones at the ends are zeroed when `zero` */
+static void drop_range(ct_fsdp *f, float *base, size_t off, size_t len, bool zero) {
+    uintptr_t lo, hi, b = (uintptr_t)(base + off), e = (uintptr_t)(base + off + len);
+    if (!inner(f, base, off, len, &lo, &hi)) {
+        if (zero) xzero(f, base + off, len * sizeof(float));
         return;
     }
-    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    fail(f, ct_device_unmap(f->dev, (void *)lo, hi - lo));
     if (zero) {
-        memset((void *)b, 0, lo - b);
-        memset((void *)hi, 0, e - hi);
+        xzero(f, (void *)b, lo - b);
+        xzero(f, (void *)hi, e - hi);
     }
 }
 
-/* resident bytes of the two mappings, measured (mincore) */
+static void measure(ct_fsdp *f);
+
+/* u's granules of the data or gradient range given back (and counted), unless they are already */
+static void unit_unmap(ct_fsdp *f, unit *u, bool grad, bool zero) {
+    bool *off = grad ? &u->grad_off : &u->data_off;
+    if (*off) return;
+    uintptr_t lo, hi;
+    drop_range(f, grad ? f->grad : f->data, u->off, u->len, zero);
+    if (inner(f, grad ? f->grad : f->data, u->off, u->len, &lo, &hi)) f->mapped_bytes -= hi - lo;
+    *off = true;
+}
+/* ... and mapped again, zeroed: before a gather writes u's parameters, or backward its gradients */
+static void unit_map(ct_fsdp *f, unit *u, bool grad) {
+    bool *off = grad ? &u->grad_off : &u->data_off;
+    if (!*off) return;
+    uintptr_t lo, hi;
+    if (inner(f, grad ? f->grad : f->data, u->off, u->len, &lo, &hi)) {
+        /* the CPU's dropped pages read as zeros already: only a device maps */
+        ct_status st = on_dev(f) ? ct_device_map(f->dev, (void *)lo, hi - lo) : CT_OK;
+        if (st != CT_OK) { fail(f, st); return; }
+        f->mapped_bytes += hi - lo;
+    }
+    *off = false;
+    measure(f);
+}
+
+/* resident bytes of the two ranges: measured on the CPU (mincore), counted on a device */
 static void measure(ct_fsdp *f) {
-    if (!f->in_step || on_dev(f)) return; /* training's peak: an evaluation gathers the whole model */
+    if (!f->in_step) return; /* training's peak: an evaluation gathers the whole model */
+    if (on_dev(f)) { /* the mapped granules, counted as they come and go */
+        if (f->mapped_bytes > f->mem.peak_resident_bytes) f->mem.peak_resident_bytes = f->mapped_bytes;
+        return;
+    }
     size_t ps = page_size(), pages = f->map_bytes / ps, res = 0;
     float *maps[2] = {f->data, f->grad};
     for (int m = 0; m < 2; m++) {
@@ -140,6 +180,8 @@ static void pack(ct_fsdp *f, const unit *u, void *send, ct_dtype dt) {
 }
 
 static void gathered(ct_fsdp *f, unit *u, const void *stage, ct_dtype dt) {
+    unit_map(f, u, false);
+    if (f->status != CT_OK) return;
     xconvert(f, f->data + u->off, CT_F32, stage, dt, u->len);
     u->gathered = true;
     f->mem.gathers++;
@@ -223,7 +265,7 @@ static void forget(ct_fsdp *f, unit *u) {
 
 static void release(ct_fsdp *f, unit *u) {
     if (!u->gathered || u->root) return;
-    drop_range(f->data, u->off, u->len, false);
+    unit_unmap(f, u, false, false);
     forget(f, u);
 }
 
@@ -264,8 +306,14 @@ static void reduce(ct_fsdp *f, unit *u) {
     }
     /* ZeRO-1 keeps whole gradients (zeroed in place); the others give the pages back */
     if (f->mode == CT_SHARD_OPTIM) xzero(f, f->grad + u->off, u->len * sizeof(float));
-    else drop_range(f->grad, u->off, u->len, true);
+    else unit_unmap(f, u, true, true);
     if (f->mode == CT_SHARD_FULL || f->mode == CT_SHARD_GRAD_OPTIM) release(f, u);
+}
+
+/* u's backward runs next: its parameters gathered, its gradients' memory mapped (zeroed) */
+static void backward_next(ct_fsdp *f, unit *u) {
+    gather(f, u);
+    unit_map(f, u, true);
 }
 
 static void on_grad(void *user, ct_params *p, int i) {
@@ -282,7 +330,7 @@ static void on_grad(void *user, ct_params *p, int i) {
     /* the unit before it in forward order runs its backward next: gather it now */
     for (int j = f->norder - 1; j > 0; j--)
         if (f->order[j] == k) {
-            gather(f, &f->u[f->order[j - 1]]);
+            backward_next(f, &f->u[f->order[j - 1]]);
             if (j > 1) prefetch(f, f->order[j - 2]);
             break;
         }
@@ -420,10 +468,6 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
         if (!(ct_pg_caps(pg) & CT_PG_CAP_DEVICE_BUFFERS))
             return ct_error(CT_ERR_INVALID, "fsdp: the parameters are on a device, which the %s backend does not reduce "
                             "(CTRAIN_BACKEND=nccl)", ct_pg_backend(pg));
-        if (mode != CT_SHARD_OPTIM)
-            return ct_error(CT_ERR_UNSUPPORTED, "fsdp: on a device only shard mode optim (ZeRO-1) runs for now: %s sharding "
-                            "gives a unit's memory back while its pointers stay valid, which needs the device's virtual "
-                            "memory API", ct_shard_mode_name(mode));
         if (ct_params_is_deferred(P))
             return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded initialisation of device parameters (make them first)");
     }
@@ -448,9 +492,10 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
     else if (st == CT_OK) st = ct_broadcast_sync(pg, ct_params_data(P), f->numel, CT_F32, 0);
     if (st == CT_OK && ct_params_buffer_numel(P) > 0)
         st = ct_broadcast_sync(pg, ct_params_buffer_data(P), ct_params_buffer_numel(P), CT_F32, 0);
+    const bool own = on_dev(f) && mode == CT_SHARD_OPTIM; /* P keeps its buffers */
     f->mc = st == CT_OK && !on_dev(f) ? malloc(f->map_bytes / page_size() + 1) : NULL; /* mincore's vector */
     if (st == CT_OK && !on_dev(f) && !f->mc) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
-    if (st == CT_OK && on_dev(f)) { /* P keeps its buffers: every unit stays gathered (ZeRO-1) */
+    if (st == CT_OK && own) { /* every unit stays gathered (ZeRO-1) */
         f->data = ct_params_data(P);
         f->grad = ct_params_grad(P);
         st = build_shards(f, like, false, 0);
@@ -464,24 +509,33 @@ ct_status ct_fsdp_create(ct_pg *pg, ct_params *P, const ct_optim *like, ct_shard
      * parameters while a buffer moves, not more (deferred: nothing moves, nothing is made
      * but the shards and the kept units) */
     float **maps[2] = {&f->grad, &f->data};
-    for (int m = 0; m < 2 && st == CT_OK && !on_dev(f); m++) {
+    for (int m = 0; m < 2 && st == CT_OK && !own; m++) {
         if (m == 1 && (st = build_shards(f, like, deferred, seed)) != CT_OK) break;
-        float *b = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (b == MAP_FAILED) {
-            st = ct_error(CT_ERR_NOMEM, "fsdp: cannot map %zu bytes for the %s", f->map_bytes, m ? "parameters" : "gradients");
+        void *b = NULL;
+        if ((st = ct_device_reserve(dev, f->map_bytes, &b, &f->granule)) != CT_OK) {
+            st = ct_error(st, "fsdp: cannot reserve %zu bytes for the %s: %s", f->map_bytes, m ? "parameters" : "gradients",
+                          ct_last_error());
             break;
         }
         *maps[m] = b;
+        f->ranges = true;
+        f->mapped_bytes += (f->map_bytes + f->granule - 1) / f->granule * f->granule;
         st = m ? ct_params_set_data_storage(P, b, !deferred) : ct_params_set_grad_storage(P, b);
         if (st != CT_OK) break;
-        if (m == 0) {
-            if (!deferred) drop_range(f->grad, 0, f->numel, true);
+        if (m == 0) { /* every unit's gradients go (deferred: never touched, so nothing to give back) */
+            for (int k = 0; k < f->nu; k++) {
+                if (!deferred) unit_unmap(f, &f->u[k], true, true);
+                f->u[k].grad_off = true;
+            }
             continue;
         }
         for (int k = 0; k < f->nu; k++) {
             unit *u = &f->u[k];
             bool keep = u->root || mode == CT_SHARD_OPTIM;
-            if (deferred && !keep) continue; /* never made here: its pages were never touched */
+            if (deferred && !keep) { /* never made here: its pages were never touched */
+                u->data_off = true;
+                continue;
+            }
             if (deferred) ct_params_init_range(P, seed, u->off, u->off + u->len, f->data + u->off);
             u->gathered = true;
             if (!u->root) f->gathered_now += u->len * sizeof(float);
@@ -509,10 +563,16 @@ static void free_impl(ct_fsdp *f, bool discard) {
         CT_LOG_WARN_("fsdp", "the parameters could not be gathered back: %s", ct_last_error());
     if (f->pend) ct_work_free(f->pend); /* after a failure: waits for it before its buffers go */
     if (f->rs_pend) ct_work_free(f->rs_pend);
-    if (f->P && on_dev(f)) { /* P's own buffers, never moved */
+    if (f->P && on_dev(f) && !f->ranges) { /* P's own buffers, never moved */
         ct_params_set_grad_hook(f->P, NULL, NULL);
         ct_params_set_unit_hook(f->P, NULL, NULL);
         f->data = f->grad = NULL;
+    }
+    /* on a device every granule is mapped before P's buffers are copied out of the ranges (the
+     * CPU reads zeros from a dropped page; a GPU faults): a unit not gathered back keeps zeros */
+    for (int k = 0; k < f->nu && on_dev(f) && f->ranges; k++) {
+        if (f->data) unit_map(f, &f->u[k], false);
+        if (f->grad) unit_map(f, &f->u[k], true);
     }
     if (f->P && (f->data || f->grad)) {
         ct_params_set_grad_hook(f->P, NULL, NULL);
@@ -525,8 +585,8 @@ static void free_impl(ct_fsdp *f, bool discard) {
             CT_LOG_WARN_("fsdp", "%s", ct_last_error());
     }
     /* a mapping P still points at (no memory to move out) stays mapped */
-    if (f->data && (!f->P || ct_params_data(f->P) != f->data)) munmap(f->data, f->map_bytes);
-    if (f->grad && (!f->P || ct_params_grad(f->P) != f->grad)) munmap(f->grad, f->map_bytes);
+    if (f->data && (!f->P || ct_params_data(f->P) != f->data)) ct_device_unreserve(f->dev, f->data, f->map_bytes);
+    if (f->grad && (!f->P || ct_params_grad(f->P) != f->grad)) ct_device_unreserve(f->dev, f->grad, f->map_bytes);
     ct_optim_free(f->opt);
     ct_params_free(f->S);
     for (int k = 0; k < f->nu; k++) free(f->u[k].pieces);
@@ -558,7 +618,9 @@ ct_status ct_fsdp_begin_step(ct_fsdp *f) {
 
 ct_status ct_fsdp_pre_backward(ct_fsdp *f) {
     f->backward = true;
-    if (f->norder > 0) gather(f, &f->u[f->order[f->norder - 1]]); /* the first unit backward reaches */
+    for (int k = 0; k < f->nu; k++) /* the root takes gradients all through backward */
+        if (f->u[k].root) unit_map(f, &f->u[k], true);
+    if (f->norder > 0) backward_next(f, &f->u[f->order[f->norder - 1]]); /* the first unit backward reaches */
     if (f->norder > 1) prefetch(f, f->order[f->norder - 2]);
     return f->status;
 }
@@ -741,7 +803,16 @@ ct_status ct_fsdp_reshard(ct_fsdp *f) {
 
 void ct_fsdp_drop_released_(ct_fsdp *f) {
     for (int k = 0; k < f->nu; k++)
-        if (!f->u[k].gathered) drop_range(f->data, f->u[k].off, f->u[k].len, false);
+        if (!f->u[k].gathered) drop_range(f, f->data, f->u[k].off, f->u[k].len, false);
+}
+
+void ct_fsdp_zero_grad_(ct_fsdp *f) {
+    if (!on_dev(f) || !f->ranges) {
+        ct_params_zero_grad(f->P);
+        return;
+    }
+    for (int k = 0; k < f->nu; k++)
+        if (!f->u[k].grad_off) xzero(f, f->grad + f->u[k].off, f->u[k].len * sizeof(float));
 }
 
 ct_fsdp_mem ct_fsdp_memory(const ct_fsdp *f) {

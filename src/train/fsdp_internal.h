@@ -25,6 +25,7 @@ typedef struct {
     int npieces;
     bool root;         /* no numbered prefix: gathered all the time */
     bool gathered, in_order, reduced;
+    bool data_off, grad_off; /* the whole granules inside its range of P's data / gradients unmapped */
     int depth, ready;
 } unit;
 
@@ -39,6 +40,9 @@ struct ct_fsdp {
     int *unit_of;      /* per parameter of P: its unit, -1 for buffers */
     float *data, *grad;
     size_t numel, map_bytes;
+    bool ranges;           /* data and grad are ranges of ours (ct_device_reserve), not P's own */
+    size_t granule;        /* what ct_device_map / _unmap take */
+    size_t mapped_bytes;   /* of the two ranges, mapped now (a device's measure) */
     float *stage, *send;   /* n * max s and max s floats */
     float *stage2, *send2; /* the same for the one prefetch in flight */
     ct_work *pend;         /* that prefetch's all-gather, of unit pend_unit */
@@ -73,6 +77,9 @@ static inline void ct_fsdp_rank_range_(const unit *u, int r, size_t *a, size_t *
 ct_status ct_fsdp_regather_(ct_fsdp *f);
 /* The pages of every unit not gathered given back (after something wrote into P whole). */
 void ct_fsdp_drop_released_(ct_fsdp *f);
+/* P's gradients zeroed where they have memory (a failed or finished step's leftovers):
+ * ct_params_zero_grad would write every gradient, the unmapped ones on a device too. */
+void ct_fsdp_zero_grad_(ct_fsdp *f);
 /* Collective: a whole (unsharded) checkpoint's weights, optimizer state and buffers into the
  * shards. P is loaded whole on every rank for a moment (its pages are given back after). */
 struct ct_train_model;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ctrain/train.h"
+#include "train/fsdp_internal.h"
 
 /* ---- built-in models ---- */
 
@@ -110,6 +111,12 @@ ct_train_batch ct_train_batch_of(ct_dtype x_dtype, void *x, int x_ndim, const in
     return b;
 }
 
+/* the step's gradients cleared (FSDP: where they have memory) */
+static void zero_grads(const ct_step_args *a) {
+    if (a->fsdp) ct_fsdp_zero_grad_(a->fsdp);
+    else ct_params_zero_grad(a->model->params);
+}
+
 /* FSDP's end of a step, in PyTorch's order: the shards unscaled (loss scaling; an overflow on
  * any rank skips the step everywhere), clipping by the norm of every rank's shards, the
  * shards' step */
@@ -120,7 +127,7 @@ static ct_status fsdp_finish(const ct_step_args *a, double loss, ct_step_result 
     if (st == CT_OK && !skip && a->clip_norm > 0) norm = ct_fsdp_clip_grad_norm(a->fsdp, a->clip_norm);
     if (st == CT_OK) st = skip ? ct_fsdp_skip_step(a->fsdp) : ct_fsdp_step(a->fsdp, a->lr);
     if (st == CT_OK && a->scaler) ct_grad_scaler_update(a->scaler, skip);
-    ct_params_zero_grad(a->model->params);
+    ct_fsdp_zero_grad_(a->fsdp);
     ct_ctx_reset(a->ctx);
     if (r)
         *r = (ct_step_result){.loss = loss, .grad_norm = norm, .skipped = skip,
@@ -180,7 +187,7 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
                 (void)ct_ddp_finish(a->ddp);
                 if (a->zero) (void)ct_zero_skip_step(a->zero);
             }
-            ct_params_zero_grad(m->params);
+            zero_grads(a);
             ct_ctx_reset(a->ctx);
             return ds;
         }
@@ -188,7 +195,7 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
         if (k < n_micro - 1) ct_ctx_reset(a->ctx);
     }
     if (ds0 != CT_OK) {
-        ct_params_zero_grad(m->params);
+        zero_grads(a);
         ct_ctx_reset(a->ctx);
         return ds0;
     }

@@ -252,12 +252,14 @@ CT_TEST(ddp_on_nccl_matches_one_process) {
     }
 }
 
-/* ---- sharded optimizer (ZeRO-1, ct_fsdp's CT_SHARD_OPTIM) on NCCL: a small GPT (two blocks,
- * the units) on each rank's GPU, rank r on rows [2r, 2r + 2) of a 4 x 16 batch, three AdamW
- * steps with clipping, against one process on the CPU on the whole batch ---- */
+/* ---- sharded training on NCCL (ct_fsdp: ZeRO-1, SHARD_GRAD_OP and FULL_SHARD): a small GPT
+ * (four blocks, the units) on each rank's GPU, rank r on rows [2r, 2r + 2) of a 4 x 16 batch,
+ * three AdamW steps with clipping, against one process on the CPU on the whole batch. The
+ * modes that give memory back unmap it (the emulated device: pages behind PROT_NONE, so a
+ * touch of a released unit is a fault, as on a GPU). ---- */
 static ct_model *small_gpt(void) {
     ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
-    cfg.gpt.n_layer = 2;
+    cfg.gpt.n_layer = 4;
     cfg.gpt.n_embd = 32;
     cfg.gpt.n_head = 2;
     cfg.gpt.block_size = 16;
@@ -267,8 +269,8 @@ static ct_model *small_gpt(void) {
     if (ct_model_create(&cfg, 9, &m) != CT_OK) abort();
     return m;
 }
-static int zero1_rank(int rank, int n, void *arg) {
-    (void)arg;
+static int sharded_rank(int rank, int n, void *arg) {
+    const ct_shard_mode mode = *(const ct_shard_mode *)arg;
     ct_pg *pg = nccl_init(60);
     if (!pg) return 1;
     const int64_t B = 4, T = 16, b = B / n;
@@ -283,11 +285,8 @@ static int zero1_rank(int rank, int n, void *arg) {
         tm[j] = ct_train_model_builtin(m[j]);
     }
     ct_fsdp *f = NULL;
-    /* full sharding gives a unit's memory back, which a device cannot here yet: refused, with the reason */
-    ct_status st = ct_fsdp_create(pg, ct_model_params(m[1]), o[1], CT_SHARD_FULL, &f);
-    CT_EXPECTF(st == CT_ERR_UNSUPPORTED && f == NULL && strstr(ct_last_error(), "only shard mode optim"), "full on a device: %d %s",
-               (int)st, ct_last_error());
-    RANK_OK(ct_fsdp_create(pg, ct_model_params(m[1]), o[1], CT_SHARD_OPTIM, &f));
+    RANK_OK(ct_fsdp_create(pg, ct_model_params(m[1]), o[1], mode, &f));
+    ct_fsdp_set_prefetch(f, mode == CT_SHARD_FULL); /* the overlapped gathers and reduce-scatters too */
     int32_t tok[4 * 16], tgt[4 * 16];
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < B * T; i++) { tok[i] = (i * 11 + 5 + step) % 64; tgt[i] = (i * 7 + 1 + 3 * step) % 64; }
@@ -311,18 +310,41 @@ static int zero1_rank(int rank, int n, void *arg) {
     const size_t np = ct_params_numel(Pc);
     float *wc = malloc(np * sizeof(float)), *wg = malloc(np * sizeof(float));
     memcpy(wc, ct_params_data(Pc), np * sizeof(float));
+    {
+        ct_fsdp_mem mm = ct_fsdp_memory(f);
+        /* given back: what was mapped at the step's peak, against P's parameters and gradients whole */
+        const size_t whole = 2 * np * sizeof(float), slack = 8 * 4096;
+        /* FULL_SHARD: the root and two units (one prefetched), their gradients; SHARD_GRAD_OP:
+         * every parameter, the root's gradients and one unit's */
+        const size_t bound = mode == CT_SHARD_FULL ? 2 * (mm.root_bytes + 2 * mm.largest_unit_bytes) + slack
+                                                   : np * sizeof(float) + mm.root_bytes + mm.largest_unit_bytes + slack;
+        if (mode != CT_SHARD_OPTIM)
+            CT_EXPECTF(mm.peak_resident_bytes > 0 && mm.peak_resident_bytes <= bound && mm.peak_resident_bytes < whole,
+                       "rank %d %s: %zu bytes mapped at the peak, of %zu (root %zu, largest unit %zu)", rank,
+                       ct_shard_mode_name(mode), (size_t)mm.peak_resident_bytes, whole, (size_t)mm.root_bytes,
+                       (size_t)mm.largest_unit_bytes);
+        printf("rank %d %s: peak mapped %zu bytes of parameters and gradients, of %zu whole\n", rank, ct_shard_mode_name(mode),
+               (size_t)mm.peak_resident_bytes, whole);
+    }
+    RANK_OK(ct_fsdp_gather_all(f)); /* FULL_SHARD released the blocks after the step */
     to_host(wg, ct_params_data(Pg), np * sizeof(float));
     /* (AdamW's m / sqrt(v) magnifies the rounding differences of gradients near 0: 1.7e-5 here) */
     double e = normwise(wg, wc, (int64_t)np);
     CT_EXPECTF(e <= 1e-4, "rank %d: weights after three sharded steps against one process's: normwise error %g", rank, e);
+    printf("rank %d %s: weights after three steps against one process's: normwise error %.3g\n", rank, ct_shard_mode_name(mode), e);
     CT_EXPECTF(same_on_every_rank(pg, wg, np), "rank %d: the ranks' weights differ after the sharded steps", rank);
     {
         ct_fsdp_mem mm = ct_fsdp_memory(f);
         CT_EXPECTF(mm.optim_state_bytes > 0 && mm.optim_state_bytes * (size_t)n <= 2 * np * sizeof(float) + 4096 * (size_t)n,
                    "rank %d: optimizer state of %zu bytes for %zu parameters on %d ranks", rank, mm.optim_state_bytes, np, n);
     }
-    free(wc), free(wg);
+    /* freed: P back in memory of its own on the device, with the same values */
     ct_fsdp_free(f);
+    memset(wg, 0, np * sizeof(float));
+    to_host(wg, ct_params_data(Pg), np * sizeof(float));
+    e = normwise(wg, wc, (int64_t)np);
+    CT_EXPECTF(e <= 1e-4, "rank %d: weights after ct_fsdp_free: normwise error %g", rank, e);
+    free(wc), free(wg);
     for (int j = 0; j < 2; j++) {
         ct_optim_free(o[j]);
         ct_ctx_free(c[j]);
@@ -331,10 +353,21 @@ static int zero1_rank(int rank, int n, void *arg) {
     ct_pg_free(pg);
     return ct_failed_ ? 1 : 0;
 }
+static void sharded(ct_shard_mode mode) {
+    ct_status st = ct_spawn(sharded_rank, 2, &mode);
+    CT_EXPECTF(st == CT_OK, "%s: %s", ct_shard_mode_name(mode), ct_last_error());
+}
 CT_TEST(zero1_on_nccl_matches_one_process) {
     NEED_GPUS();
-    ct_status st = ct_spawn(zero1_rank, 2, NULL);
-    CT_EXPECTF(st == CT_OK, "%s", ct_last_error());
+    sharded(CT_SHARD_OPTIM);
+}
+CT_TEST(shard_grad_op_on_nccl_matches_one_process) {
+    NEED_GPUS();
+    sharded(CT_SHARD_GRAD_OPTIM);
+}
+CT_TEST(full_shard_on_nccl_matches_one_process) {
+    NEED_GPUS();
+    sharded(CT_SHARD_FULL);
 }
 
 /* ---- failures: a peer that leaves, a peer that is stuck ---- */

@@ -341,6 +341,51 @@ CT_TEST(device_buffer_calls) {
     CT_EXPECTF(live_bufs == 0, "%d device buffers left", live_bufs);
 }
 
+/* ct_device_reserve / _map / _unmap on the CPU (pages given back read as zeros; the others keep
+ * their values), a device without the hooks refused by name; and a device store's flat buffers
+ * moved to storage of the caller's and back, with their values (sharded training's moves) */
+CT_TEST(device_address_ranges_and_storage) {
+    use_fake();
+    void *base = NULL;
+    size_t g = 0;
+    CT_ASSERT(ct_device_reserve(CT_CPU, 3 * 4096 + 5, &base, &g) == CT_OK);
+    CT_ASSERT(g >= 4096 && base);
+    unsigned char *m = base;
+    memset(m, 7, 3 * g);
+    CT_EXPECT_OK(ct_device_unmap(CT_CPU, m + g, g));
+    CT_EXPECT(m[g] == 0 && m[2 * g - 1] == 0 && m[g - 1] == 7 && m[2 * g] == 7);
+    m[g + 1] = 9;
+    CT_EXPECT_OK(ct_device_map(CT_CPU, m + g, g));
+    CT_EXPECT(m[g + 1] == 0 && m[0] == 7);
+    ct_device_unreserve(CT_CPU, base, 3 * 4096 + 5);
+    CT_EXPECT(ct_device_reserve(CT_CUDA(0), 4096, &base, &g) == CT_ERR_UNSUPPORTED && base == NULL);
+    CT_EXPECTF(strstr(ct_last_error(), "cannot map and unmap"), "message: %s", ct_last_error());
+
+    ct_params *P;
+    float w[12];
+    ct_module *lin = small_linear(&P, 7, w);
+    CT_ASSERT(ct_module_to(lin, CT_CUDA(0)) == CT_OK);
+    const size_t n = ct_params_numel(P);
+    float *d = NULL, *gr = NULL;
+    CT_ASSERT(ct_device_alloc(CT_CUDA(0), n * sizeof(float), (void **)&d) == CT_OK);
+    CT_ASSERT(ct_device_alloc(CT_CUDA(0), n * sizeof(float), (void **)&gr) == CT_OK);
+    ct_params_grad(P)[3] = 1.5f; /* the stand-in's memory is the host's */
+    CT_EXPECT_OK(ct_params_set_data_storage(P, d, true));
+    CT_EXPECT_OK(ct_params_set_grad_storage(P, gr));
+    CT_EXPECT(ct_params_data(P) == d && lin->w->data == d && !memcmp(d, w, sizeof w) && gr[3] == 1.5f);
+    CT_EXPECT(live_bufs == 3); /* the store's own went; the caller's two and the buffers' */
+    CT_EXPECT_OK(ct_params_set_data_storage(P, NULL, true));
+    CT_EXPECT_OK(ct_params_set_grad_storage(P, NULL));
+    CT_EXPECT(ct_params_data(P) != d && lin->w->data == ct_params_data(P) && !memcmp(ct_params_data(P), w, sizeof w) &&
+              ct_params_grad(P)[3] == 1.5f);
+    ct_device_free(CT_CUDA(0), d);
+    ct_device_free(CT_CUDA(0), gr);
+    CT_ASSERT(ct_params_to(P, CT_CPU) == CT_OK);
+    CT_EXPECTF(live_bufs == 0, "%d device buffers left", live_bufs);
+    ct_module_free(lin);
+    ct_params_free(P);
+}
+
 CT_TEST(op_without_kernel_fails_the_context) {
     use_fake();
     ct_ctx *c;

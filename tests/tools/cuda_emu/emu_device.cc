@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <map>
 #include <mutex>
@@ -156,6 +157,51 @@ ct_status ct_cuda_nccl_check(char *report, size_t len) {
     return ct_error(CT_ERR_UNSUPPORTED, "no NCCL on the emulated device");
 }
 void ct_cuda_gemm_shutdown(void) {}
+
+// ---- vmm.c's address ranges: host pages (granules of 4 KiB) behind PROT_NONE when unmapped, so
+// that touching a released unit's memory faults as it does on a GPU ----
+static const size_t kGranule = 4096;
+ct_status ct_cuda_vm_reserve(int dev, size_t bytes, void **base, size_t *granule) {
+    (void)dev;
+    size_t size = (bytes + kGranule - 1) / kGranule * kGranule;
+    void *m = mmap(nullptr, size ? size : kGranule, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return ct_error(CT_ERR_NOMEM, "cuda:0: cannot reserve %zu bytes (emulated)", size);
+    std::lock_guard<std::mutex> g(blocks_mu);
+    blocks[(uintptr_t)m] = size ? size : kGranule;
+    *base = m, *granule = kGranule;
+    return CT_OK;
+}
+static void vm_check(void *p, size_t bytes, const char *op) {
+    if ((uintptr_t)p % kGranule || bytes % kGranule) {
+        fprintf(stderr, "%s(%p, %zu): not whole granules (emulated)\n", op, p, bytes);
+        abort();
+    }
+}
+ct_status ct_cuda_vm_map(int dev, void *p, size_t bytes) {
+    (void)dev;
+    vm_check(p, bytes, "ct_cuda_vm_map");
+    if (bytes && mprotect(p, bytes, PROT_READ | PROT_WRITE) != 0) return ct_error(CT_ERR_SYSTEM, "map: mprotect failed (emulated)");
+    if (bytes) memset(p, 0, bytes);
+    return CT_OK;
+}
+ct_status ct_cuda_vm_unmap(int dev, void *p, size_t bytes) {
+    (void)dev;
+    vm_check(p, bytes, "ct_cuda_vm_unmap");
+    if (ct_emu_nccl_wait) ct_emu_nccl_wait(nullptr); // as vmm.c: after the device's queued work
+    if (bytes) (void)madvise(p, bytes, MADV_DONTNEED);
+    if (bytes && mprotect(p, bytes, PROT_NONE) != 0) return ct_error(CT_ERR_SYSTEM, "unmap: mprotect failed (emulated)");
+    return CT_OK;
+}
+void ct_cuda_vm_release(int dev, void *base, size_t bytes) {
+    (void)dev, (void)bytes;
+    size_t size;
+    {
+        std::lock_guard<std::mutex> g(blocks_mu);
+        size = blocks[(uintptr_t)base];
+        blocks.erase((uintptr_t)base);
+    }
+    munmap(base, size);
+}
 
 // ---- cuBLASLt's GEMM: row-major, transposes, strided batches, f32 / bf16 / f16 operands with
 // f32 sums (in k order), the bias and GELU epilogues ----

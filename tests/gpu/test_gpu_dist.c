@@ -257,35 +257,15 @@ CT_TEST(ddp_on_nccl_matches_one_process) {
  * three AdamW steps with clipping, against one process on the CPU on the whole batch. The
  * modes that give memory back unmap it (the emulated device: pages behind PROT_NONE, so a
  * touch of a released unit is a fault, as on a GPU). ---- */
-static ct_model *small_gpt(void) {
-    ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
-    cfg.gpt.n_layer = 4;
-    cfg.gpt.n_embd = 32;
-    cfg.gpt.n_head = 2;
-    cfg.gpt.block_size = 16;
-    cfg.gpt.vocab_size = 64;
-    cfg.gpt.flash_attention = true;
-    ct_model *m = NULL;
-    if (ct_model_create(&cfg, 9, &m) != CT_OK) abort();
-    return m;
-}
+static ct_model *small_gpt(void) { return gpu_test_gpt(4, 32, 2, 64, false); }
 static int sharded_rank(int rank, int n, void *arg) {
     const ct_shard_mode mode = *(const ct_shard_mode *)arg;
     ct_pg *pg = nccl_init(60);
     if (!pg) return 1;
     const int64_t B = 4, T = 16, b = B / n;
-    ct_model *m[2] = {small_gpt(), small_gpt()}; /* the CPU's, this rank's */
-    RANK_OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
-    ct_optim *o[2];
-    ct_ctx *c[2];
-    ct_train_model tm[2];
-    for (int j = 0; j < 2; j++) {
-        RANK_OK(ct_optim_create_adamw(ct_model_params(m[j]), NULL, &o[j]));
-        RANK_OK(ct_ctx_create(NULL, &c[j]));
-        tm[j] = ct_train_model_builtin(m[j]);
-    }
+    gpu_test_pair p = gpu_test_pair_make(small_gpt); /* the CPU's, this rank's */
     ct_fsdp *f = NULL;
-    RANK_OK(ct_fsdp_create(pg, ct_model_params(m[1]), o[1], mode, &f));
+    RANK_OK(ct_fsdp_create(pg, ct_model_params(p.m[1]), p.o[1], mode, &f));
     ct_fsdp_set_prefetch(f, mode == CT_SHARD_FULL); /* the overlapped gathers and reduce-scatters too */
     int32_t tok[4 * 16], tgt[4 * 16];
     for (int step = 0; step < 3; step++) {
@@ -293,12 +273,8 @@ static int sharded_rank(int rank, int n, void *arg) {
         ct_train_batch whole = ct_train_batch_of(CT_I32, tok, 2, (int64_t[]){B, T}, tgt, 2, (int64_t[]){B, T});
         ct_train_batch mine =
             ct_train_batch_of(CT_I32, tok + rank * b * T, 2, (int64_t[]){b, T}, tgt + rank * b * T, 2, (int64_t[]){b, T});
-        ct_step_args ac = {.ctx = c[0], .model = &tm[0], .opt = o[0], .lr = 1e-2, .clip_norm = 0.5, .step = step};
-        ct_step_args ag = ac;
-        ag.ctx = c[1], ag.model = &tm[1], ag.opt = o[1], ag.fsdp = f;
         ct_step_result rc, rg;
-        RANK_OK(ct_train_step(&ac, &whole, 1, &rc));
-        RANK_OK(ct_train_step(&ag, &mine, 1, &rg));
+        RANK_OK(gpu_test_pair_step(&p, f, 1e-2, 0.5, step, &whole, &mine, &rc, &rg));
         double l = rg.loss; /* this rank's rows; the mean over the ranks is the whole batch's */
         RANK_OK(ct_all_reduce_sync(pg, &l, 1, CT_F64, CT_RED_AVG));
         CT_EXPECTF(fabs(l - rc.loss) <= 1e-5 * fabs(rc.loss) && fabs(rg.grad_norm - rc.grad_norm) <= 1e-4 * rc.grad_norm,
@@ -306,7 +282,7 @@ static int sharded_rank(int rank, int n, void *arg) {
                    rg.grad_norm, rc.grad_norm);
     }
     /* the updated shards gathered back into every rank's whole parameters */
-    ct_params *Pc = ct_model_params(m[0]), *Pg = ct_model_params(m[1]);
+    ct_params *Pc = ct_model_params(p.m[0]), *Pg = ct_model_params(p.m[1]);
     const size_t np = ct_params_numel(Pc);
     float *wc = malloc(np * sizeof(float)), *wg = malloc(np * sizeof(float));
     memcpy(wc, ct_params_data(Pc), np * sizeof(float));
@@ -345,11 +321,7 @@ static int sharded_rank(int rank, int n, void *arg) {
     e = normwise(wg, wc, (int64_t)np);
     CT_EXPECTF(e <= 1e-4, "rank %d: weights after ct_fsdp_free: normwise error %g", rank, e);
     free(wc), free(wg);
-    for (int j = 0; j < 2; j++) {
-        ct_optim_free(o[j]);
-        ct_ctx_free(c[j]);
-        ct_model_free(m[j]);
-    }
+    gpu_test_pair_free(&p);
     ct_pg_free(pg);
     return ct_failed_ ? 1 : 0;
 }

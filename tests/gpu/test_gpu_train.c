@@ -18,6 +18,7 @@
 #include "ct_test.h"
 #include "ctrain/ddp.h"
 #include "ctrain/dist.h"
+#include "ctrain/fsdp.h"
 #include "ctrain/models.h"
 #include "ctrain/nn.h"
 #include "ctrain/ops.h"
@@ -178,32 +179,19 @@ static ct_train_batch mlp_batch(int step) {
  * steps on batch(step), each loss against the CPU's (amp: both under autocast); the device's
  * losses in loss[3] */
 static void train_steps_match(ct_model *(*make)(void), ct_train_batch (*batch)(int), ct_dtype amp, double tol, double *loss) {
-    ct_model *m[2] = {make(), make()};
-    OK(ct_module_to(ct_model_module(m[1]), CT_CUDA(0)));
-    ct_optim *o[2];
-    ct_ctx *c[2];
-    ct_train_model tm[2];
-    for (int j = 0; j < 2; j++) {
-        OK(ct_optim_create_adamw(ct_model_params(m[j]), NULL, &o[j]));
-        OK(ct_ctx_create(NULL, &c[j]));
-        tm[j] = ct_train_model_builtin(m[j]);
-    }
+    gpu_test_pair p = gpu_test_pair_make(make);
     for (int step = 0; step < 3; step++) {
         ct_train_batch b = batch(step);
         ct_step_result r[2];
         for (int j = 0; j < 2; j++) {
-            ct_step_args sa = {.ctx = c[j], .model = &tm[j], .opt = o[j], .lr = 1e-2, .step = step, .amp = amp};
+            ct_step_args sa = {.ctx = p.c[j], .model = &p.tm[j], .opt = p.o[j], .lr = 1e-2, .step = step, .amp = amp};
             OK(ct_train_step(&sa, &b, 1, &r[j]));
         }
         CT_EXPECTF(rel(r[1].loss, r[0].loss) <= tol, "step %d (%s): loss cuda %.9g cpu %.9g", step, ct_dtype_name(amp),
                    r[1].loss, r[0].loss);
         if (loss) loss[step] = r[1].loss;
     }
-    for (int j = 0; j < 2; j++) {
-        ct_optim_free(o[j]);
-        ct_ctx_free(c[j]);
-        ct_model_free(m[j]);
-    }
+    gpu_test_pair_free(&p);
 }
 CT_TEST(train_step_on_cuda_matches_cpu) {
     NEED_GPU();
@@ -225,19 +213,7 @@ CT_TEST(train_step_f16_autocast_on_cuda_matches_cpu) {
  * transposes, a copy and slices, merge_heads, the tied LM head */
 static bool ckpt_blocks;       /* small_gpt with each block a checkpointed segment */
 static int64_t small_vocab = 64; /* small_gpt's vocabulary */
-static ct_model *small_gpt(void) {
-    ct_model_config cfg = ct_model_default_config(CT_MODEL_GPT);
-    cfg.gpt.checkpoint_activations = ckpt_blocks;
-    cfg.gpt.n_layer = 2;
-    cfg.gpt.n_embd = 32;
-    cfg.gpt.n_head = 2;
-    cfg.gpt.block_size = 16;
-    cfg.gpt.vocab_size = small_vocab;
-    cfg.gpt.flash_attention = true;
-    ct_model *m = NULL;
-    if (ct_model_create(&cfg, 9, &m) != CT_OK) abort();
-    return m;
-}
+static ct_model *small_gpt(void) { return gpu_test_gpt(2, 32, 2, small_vocab, ckpt_blocks); }
 
 /* one forward and backward of the small GPT on x, y (either device), under autocast when amp
  * is not f32; returns the loss */
@@ -728,6 +704,55 @@ CT_TEST(ddp_world1_on_nccl_bf16_compression) {
     NEED_GPU();
     ddp_world1(CT_BF16, 4e-3);
     ddp_world1(CT_F16, 5e-4);
+}
+
+/* FULL_SHARD at world size 1 on NCCL: nothing is divided, but every unit is still released
+ * after its forward and its backward, so the device's address ranges (src/cuda/vmm.c on a GPU;
+ * pages behind PROT_NONE in the emulation) are unmapped and mapped again every step. A GPT of
+ * four 256-wide blocks (3 MB each: whole 2 MiB granules inside each unit on a GPU), each block
+ * a checkpointed segment (recomputed in backward), two AdamW steps with clipping, against the
+ * same steps on the CPU; the mapped peak below the parameters and gradients whole. */
+static ct_model *wide_gpt(void) { return gpu_test_gpt(4, 256, 4, 64, true); }
+CT_TEST(fsdp_full_world1_on_nccl_matches_cpu) {
+    NEED_GPU();
+    ct_pg *pg = NULL;
+    OK(nccl_world1(&pg));
+    gpu_test_pair p = gpu_test_pair_make(wide_gpt);
+    ct_fsdp *f = NULL;
+    OK(ct_fsdp_create(pg, ct_model_params(p.m[1]), p.o[1], CT_SHARD_FULL, &f));
+    ct_fsdp_set_prefetch(f, true);
+    const int64_t B = 2, T = 16;
+    int32_t tok[2 * 16], tgt[2 * 16];
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < B * T; i++) { tok[i] = (i * 13 + 3 + step) % 64; tgt[i] = (i * 5 + 2 + step) % 64; }
+        ct_train_batch b = ct_train_batch_of(CT_I32, tok, 2, (int64_t[]){B, T}, tgt, 2, (int64_t[]){B, T});
+        ct_step_result rc, rg;
+        OK(gpu_test_pair_step(&p, f, 1e-3, 1.0, step, &b, &b, &rc, &rg));
+        CT_EXPECTF(rel(rg.loss, rc.loss) <= 1e-5 && rel(rg.grad_norm, rc.grad_norm) <= 1e-4,
+                   "step %d: loss %.9g (cpu %.9g), gradient norm %.7g (%.7g)", step, rg.loss, rc.loss, rg.grad_norm, rc.grad_norm);
+    }
+    ct_fsdp_mem mm = ct_fsdp_memory(f);
+    ct_params *Pc = ct_model_params(p.m[0]), *Pg = ct_model_params(p.m[1]);
+    const size_t np = ct_params_numel(Pc), whole = 2 * np * sizeof(float);
+    printf("fsdp full, world 1: peak mapped %zu of %zu bytes (largest unit %zu, root %zu)\n", (size_t)mm.peak_resident_bytes, whole,
+           (size_t)mm.largest_unit_bytes, (size_t)mm.root_bytes);
+    CT_EXPECTF(mm.peak_resident_bytes > 0 && mm.peak_resident_bytes < whole, "peak mapped %zu of %zu bytes",
+               (size_t)mm.peak_resident_bytes, whole);
+    OK(ct_fsdp_gather_all(f));
+    float *wg = malloc(np * sizeof(float));
+    CT_ASSERT(cudaMemcpy(wg, ct_params_data(Pg), np * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < np; i++) {
+        double d = (double)wg[i] - ct_params_data(Pc)[i];
+        num += d * d, den += (double)ct_params_data(Pc)[i] * ct_params_data(Pc)[i];
+    }
+    /* (AdamW's m / sqrt(v) magnifies the rounding differences of gradients near 0) */
+    printf("fsdp full, world 1: weights after two steps against the CPU's: normwise error %.3g\n", sqrt(num / den));
+    CT_EXPECTF(sqrt(num / (den > 0 ? den : 1)) <= 1e-4, "weights after two sharded steps: normwise error %g", sqrt(num / den));
+    free(wg);
+    ct_fsdp_free(f);
+    gpu_test_pair_free(&p);
+    ct_pg_free(pg);
 }
 
 CT_TEST_MAIN()

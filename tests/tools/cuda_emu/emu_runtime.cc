@@ -58,9 +58,10 @@ uint64_t slots[1024];
 unsigned char xslots[1024][64];
 std::vector<float> smem_buf;
 unsigned tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-/* Launch sites whose kernel met no barrier (no __syncthreads, __syncwarp or shuffle) the first
- * time run their threads one after another on the caller's thread afterwards, much faster than
- * a host thread each; should such a kernel meet a barrier later, the run stops and says so. */
+/* Launch sites whose kernel met no barrier (no __syncthreads, __syncwarp or shuffle) in the
+ * first block of their first launch run their threads one after another on the caller's thread
+ * from then on, much faster than a host thread each; should such a kernel meet a barrier later,
+ * the run stops and says so. */
 std::map<std::type_index, bool> met_barrier;
 std::atomic<bool> barrier_seen;
 bool sequential;
@@ -190,11 +191,14 @@ void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void(
     blockDim = block;
     const std::type_index site(body.target_type());
     auto known = met_barrier.find(site);
-    if (known != met_barrier.end() && !known->second) {
+    /* the blocks from `from` on (in x, y, z order), each thread after the other on this thread */
+    auto run_sequential = [&](unsigned long from) {
         sequential = true;
+        unsigned long i = 0;
         for (unsigned z = 0; z < grid.z; z++)
             for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++) {
+                for (unsigned x = 0; x < grid.x; x++, i++) {
+                    if (i < from) continue;
                     blockIdx = {x, y, z};
                     for (unsigned t = 0; t < nt; t++) {
                         threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
@@ -202,12 +206,23 @@ void ct_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void(
                     }
                 }
         sequential = false;
+    };
+    if (known != met_barrier.end() && !known->second) {
+        run_sequential(0);
         return;
     }
+    /* an unknown site's first block decides: with no barrier met there, the rest of the grid
+     * runs sequentially too (a later block meeting one stops the run and says so) */
     barrier_seen = false;
+    unsigned long i = 0;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
+            for (unsigned x = 0; x < grid.x; x++, i++) {
+                if (i == 1 && known == met_barrier.end() && !barrier_seen) {
+                    met_barrier[site] = false;
+                    run_sequential(1);
+                    return;
+                }
                 blockIdx = {x, y, z};
                 block_bar.expected = (int)nt;
                 for (unsigned w = 0; w < (nt + 31) / 32; w++) warp_bar[w].expected = (int)(nt - 32 * w < 32 ? nt - 32 * w : 32);

@@ -5,7 +5,9 @@
  * file holds which element range; a reader asks for an element range of a parameter (its own
  * shard at any world size, or the whole tensor) and copies the overlaps out of the files that
  * hold them. Reading validates everything into scratch buffers first and copies into the live
- * state only when every range was found whole: a bad checkpoint changes nothing. */
+ * state only when every range was found whole: a bad checkpoint changes nothing.
+ * On a device the shards and the optimizer's state go to the host for the write or the copy in
+ * and back after (host_trip.c, as a GPU model's whole checkpoint does); P's buffers are staged. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 
 #include "ctrain/train.h"
 #include "train/fsdp_internal.h"
+#include "train/host_trip.h"
 
 #define INDEX_MAX_BYTES (256u << 20)
 
@@ -23,12 +26,36 @@ void ct_fsdp_shard_file(int r, int n, char *buf, size_t cap) { snprintf(buf, cap
 
 /* ---- writing ---- */
 
+/* P's buffers (running statistics) where the host can read them: P's own on the CPU, a copy
+ * (*own, freed by the caller) from a device */
+static ct_status host_buffers(ct_fsdp *f, const float **out, float **own) {
+    size_t nb = ct_params_buffer_numel(f->P);
+    *own = NULL;
+    *out = ct_params_buffer_data(f->P);
+    if (f->dev.type == CT_DEV_CPU || nb == 0) return CT_OK;
+    if (!(*own = malloc(nb * sizeof(float)))) return ct_error(CT_ERR_NOMEM, "fsdp: out of memory for the buffers");
+    *out = *own;
+    return ct_device_copy(f->dev, *own, ct_params_buffer_data(f->P), nb * sizeof(float), false);
+}
+
+static ct_status save_shard(ct_fsdp *f, const char *dir);
 ct_status ct_fsdp_save_shard(ct_fsdp *f, const char *dir) {
-    if (ct_params_device(f->P).type != CT_DEV_CPU)
-        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded checkpoints of parameters on a device are not built yet");
-    ct_st_writer *w;
-    ct_status st = ct_st_writer_create(&w);
-    if (st != CT_OK) return st;
+    ct_train_model shards = {.params = f->S};
+    ct_device was;
+    ct_status st = ct_train_to_host_(&shards, f->opt, &was);
+    return st != CT_OK ? st : ct_train_from_host_(&shards, f->opt, was, save_shard(f, dir));
+}
+
+static ct_status save_shard(ct_fsdp *f, const char *dir) {
+    const float *bufs = NULL;
+    float *own = NULL;
+    ct_status st = f->me == 0 ? host_buffers(f, &bufs, &own) : CT_OK;
+    ct_st_writer *w = NULL;
+    if (st == CT_OK) st = ct_st_writer_create(&w);
+    if (st != CT_OK) {
+        free(own);
+        return st;
+    }
     int64_t *lens = malloc(sizeof(int64_t) * (size_t)(ct_params_count(f->S) + 1));
     if (!lens) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory");
     for (int k = 0; k < f->nu && st == CT_OK; k++)
@@ -45,7 +72,7 @@ ct_status ct_fsdp_save_shard(ct_fsdp *f, const char *dir) {
         const ct_tensor *t = ct_params_get(f->P, i);
         if (!ct_params_is_buffer(f->P, i)) continue;
         snprintf(name, sizeof name, "buffer.%s", t->name);
-        st = ct_st_writer_add(w, name, CT_F32, t->ndim, t->shape, ct_f32(t));
+        st = ct_st_writer_add(w, name, CT_F32, t->ndim, t->shape, bufs + (ct_f32(t) - ct_params_buffer_data(f->P)));
     }
     char v[32];
     snprintf(v, sizeof v, "%d", f->me);
@@ -60,6 +87,7 @@ ct_status ct_fsdp_save_shard(ct_fsdp *f, const char *dir) {
     if (st == CT_OK) st = ct_st_writer_save(w, path);
     ct_st_writer_free(w);
     free(lens);
+    free(own);
     return st;
 }
 
@@ -304,7 +332,9 @@ static ct_status commit_shards(ct_fsdp *f, const char *dir, ct_status st, float 
     ct_status cs = ct_all_reduce_sync(f->pg, &bad, 1, CT_I32, CT_RED_MAX);
     if (st == CT_OK && cs != CT_OK) st = cs;
     if (st == CT_OK && bad) st = ct_error(CT_ERR_IO, "reading the checkpoint %s failed on rank %d (see its message)", dir, bad - 1);
-    if (st == CT_OK) {
+    ct_train_model shards = {.params = f->S};
+    ct_device was;
+    if (st == CT_OK && (st = ct_train_to_host_(&shards, f->opt, &was)) == CT_OK) {
         memcpy(ct_params_data(f->S), tmp, ns * sizeof(float));
         for (int s = 0; s < nstate; s++) {
             float *d;
@@ -312,15 +342,15 @@ static ct_status commit_shards(ct_fsdp *f, const char *dir, ct_status st, float 
             memcpy(d, tmp + (size_t)(1 + s) * ns, ns * sizeof(float));
         }
         *(int64_t *)ct_optim_state_tensor_at(f->opt, 0).data = step;
-        if (nb) memcpy(ct_params_buffer_data(f->P), tmp + (size_t)(1 + nstate) * ns, nb * sizeof(float));
+        ct_status bs = nb ? ct_device_copy(f->dev, ct_params_buffer_data(f->P), tmp + (size_t)(1 + nstate) * ns, nb * sizeof(float), true)
+                          : CT_OK;
+        st = ct_train_from_host_(&shards, f->opt, was, bs);
     }
     free(tmp);
     return st == CT_OK ? ct_fsdp_regather_(f) : st;
 }
 
 ct_status ct_fsdp_load_shards(ct_fsdp *f, const char *dir) {
-    if (ct_params_device(f->P).type != CT_DEV_CPU)
-        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded checkpoints of parameters on a device are not built yet");
     idx X;
     ct_status st = idx_open(dir, &X);
     if (st == CT_OK) st = check_params(&X, f->P);
@@ -458,7 +488,7 @@ static ct_status read_whole_state(const ct_st_file *f, const char *prefix, const
 
 ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const ct_train_model *m) {
     if (ct_params_device(f->P).type != CT_DEV_CPU)
-        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: sharded checkpoints of parameters on a device are not built yet");
+        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: an unsharded checkpoint into the shards of device parameters is not built yet");
     char path[4300];
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
     ct_st_file *sf = NULL;

@@ -3,9 +3,10 @@
  * all-reduce, all-gather, reduce-scatter, broadcast, all-to-all, send/recv, a subgroup of two
  * ranks in reverse order); DDP on NCCL with
  * several buckets against one process on the whole batch (f32 and bf16 compression), the
- * ranks' gradients the same bits; the sharded optimizer (ct_fsdp's ZeRO-1) on NCCL against one
- * process, and full sharding refused on a device with its reason; a peer that leaves early failing the survivor's next
- * collective (with the rank named, where the emulated NCCL sees the process gone), and a stuck peer timing the collective out within the
+ * ranks' gradients the same bits; sharded training (ct_fsdp: ZeRO-1, SHARD_GRAD_OP and
+ * FULL_SHARD) on NCCL against one process, and its sharded checkpoints resumed bit for bit; a
+ * peer that leaves early failing the survivor's next collective (with the rank named, where the
+ * emulated NCCL sees the process gone), and a stuck peer timing the collective out within the
  * group's timeout, after which the communicator is aborted and the later calls fail at once.
  * NCCL refuses two ranks on one GPU, so on real hardware this needs two GPUs and skips
  * otherwise; under the emulated device (CT_EMU_DEVICE=1, tests/scripts/cuda_emu_device.sh)
@@ -340,6 +341,78 @@ CT_TEST(shard_grad_op_on_nccl_matches_one_process) {
 CT_TEST(full_shard_on_nccl_matches_one_process) {
     NEED_GPUS();
     sharded(CT_SHARD_FULL);
+}
+
+/* ---- sharded checkpoints of device shards: written after a step at 2 ranks (each rank its
+ * shard, the shards and AdamW's state copied to the host for the write), read back into a
+ * fresh run that had gone elsewhere for a step; the two following steps then give the
+ * uninterrupted run's losses and weights bit for bit, and the files read on the CPU whole
+ * give the weights the device held when they were written ---- */
+static void sharded_batch(int rank, int n, int step, int32_t *tok, int32_t *tgt, ct_train_batch *whole, ct_train_batch *mine) {
+    const int64_t B = 4, T = 16, b = B / n;
+    for (int i = 0; i < B * T; i++) { tok[i] = (i * 11 + 5 + step) % 64; tgt[i] = (i * 7 + 1 + 3 * step) % 64; }
+    *whole = ct_train_batch_of(CT_I32, tok, 2, (int64_t[]){B, T}, tgt, 2, (int64_t[]){B, T});
+    *mine = ct_train_batch_of(CT_I32, tok + rank * b * T, 2, (int64_t[]){b, T}, tgt + rank * b * T, 2, (int64_t[]){b, T});
+}
+static int ckpt_rank(int rank, int n, void *arg) {
+    const char *dir = arg;
+    ct_pg *pg = nccl_init(60);
+    if (!pg) return 1;
+    const size_t np = ct_params_numel(ct_model_params(small_gpt())); /* (leaked: one small model) */
+    float *w[3] = {malloc(np * sizeof(float)), malloc(np * sizeof(float)), malloc(np * sizeof(float))};
+    double loss[2][2];
+    int32_t tok[64], tgt[64];
+    ct_train_batch whole, mine;
+    ct_step_result rc, rg;
+    for (int run = 0; run < 2; run++) {
+        gpu_test_pair p = gpu_test_pair_make(small_gpt);
+        ct_fsdp *f = NULL;
+        RANK_OK(ct_fsdp_create(pg, ct_model_params(p.m[1]), p.o[1], CT_SHARD_FULL, &f));
+        sharded_batch(rank, n, run == 0 ? 0 : 7, tok, tgt, &whole, &mine); /* the resumed run first goes elsewhere */
+        RANK_OK(gpu_test_pair_step(&p, f, 1e-2, 0.5, 0, &whole, &mine, &rc, &rg));
+        if (run == 0) {
+            RANK_OK(ct_fsdp_save_shard(f, dir));
+            if (rank == 0) RANK_OK(ct_fsdp_save_index(f, dir));
+            RANK_OK(ct_fsdp_gather_all(f));
+            to_host(w[2], ct_params_data(ct_model_params(p.m[1])), np * sizeof(float));
+            RANK_OK(ct_fsdp_reshard(f));
+            RANK_OK(ct_barrier_sync(pg)); /* every shard written before anyone reads */
+        } else {
+            RANK_OK(ct_fsdp_load_shards(f, dir));
+        }
+        for (int step = 1; step < 3; step++) {
+            sharded_batch(rank, n, step, tok, tgt, &whole, &mine);
+            RANK_OK(gpu_test_pair_step(&p, f, 1e-2, 0.5, step, &whole, &mine, &rc, &rg));
+            loss[run][step - 1] = rg.loss;
+        }
+        RANK_OK(ct_fsdp_gather_all(f));
+        to_host(w[run], ct_params_data(ct_model_params(p.m[1])), np * sizeof(float));
+        ct_fsdp_free(f);
+        gpu_test_pair_free(&p);
+    }
+    CT_EXPECTF(loss[1][0] == loss[0][0] && loss[1][1] == loss[0][1], "rank %d: resumed losses %.9g %.9g, uninterrupted %.9g %.9g",
+               rank, loss[1][0], loss[1][1], loss[0][0], loss[0][1]);
+    CT_EXPECTF(!memcmp(w[0], w[1], np * sizeof(float)), "rank %d: the resumed run's weights differ from the uninterrupted run's",
+               rank);
+    /* the files whole, on the CPU: what the device held when they were written */
+    ct_model *cpu = small_gpt();
+    RANK_OK(ct_fsdp_read_full(dir, ct_model_params(cpu), NULL));
+    CT_EXPECTF(!memcmp(ct_params_data(ct_model_params(cpu)), w[2], np * sizeof(float)),
+               "rank %d: the checkpoint read whole differs from the device's weights at the save", rank);
+    ct_model_free(cpu);
+    for (int k = 0; k < 3; k++) free(w[k]);
+    ct_pg_free(pg);
+    return ct_failed_ ? 1 : 0;
+}
+CT_TEST(sharded_checkpoint_of_device_shards_resumes) {
+    NEED_GPUS();
+    char dir[] = "/tmp/ct_gpu_fsdp_ckpt_XXXXXX";
+    CT_ASSERT(mkdtemp(dir));
+    ct_status st = ct_spawn(ckpt_rank, 2, dir);
+    CT_EXPECTF(st == CT_OK, "%s", ct_last_error());
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CT_EXPECT(system(cmd) == 0);
 }
 
 /* ---- failures: a peer that leaves, a peer that is stuck ---- */

@@ -152,6 +152,9 @@ ct_status ct_cuda_vm_reserve(int dev, size_t bytes, void **base, size_t *granule
     *base = NULL;
     ct_status st = loaded();
     if (st != CT_OK) return st;
+    /* the driver calls act on the calling thread's current context: dev's primary one */
+    CT_GPU_TRY(cuda, "reserve", cudaSetDevice(dev));
+    CT_GPU_TRY(cuda, "reserve", cudaFree(NULL));
     CUmemAllocationProp prop = prop_of(dev);
     size_t g = 0;
     if ((st = check(drv.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity", dev)) != CT_OK)
@@ -189,7 +192,8 @@ static ct_status map_or_unmap(int dev, void *p, size_t bytes, bool map) {
     CT_CHECK(r && r->dev == dev && ((uintptr_t)p - r->base) % r->g == 0 && bytes % r->g == 0,
              "ct_device_%smap(%p, %zu): not whole granules of a range reserved on cuda:%d", map ? "" : "un", p, bytes, dev);
     size_t i = ((uintptr_t)p - r->base) / r->g, j = i + bytes / r->g;
-    ct_status st = map ? map_granules(r, i, j) : unmap_granules(r, i, j);
+    ct_status st = CT_GPU_CHECK(cuda, map ? "map" : "unmap", cudaSetDevice(dev));
+    if (st == CT_OK) st = map ? map_granules(r, i, j) : unmap_granules(r, i, j);
     pthread_mutex_unlock(&mu);
     return st;
 }

@@ -103,6 +103,7 @@ static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 /* the whole granules inside [off, off + len) floats of a range: [*lo, *hi), false for none */
 static bool inner(const ct_fsdp *f, const float *base, size_t off, size_t len, uintptr_t *lo, uintptr_t *hi) {
     size_t g = f->granule;
+    CT_CHECK(f->ranges && g > 0, "fsdp: a unit's granules asked for while P keeps its own buffers");
     uintptr_t b = (uintptr_t)(base + off), e = (uintptr_t)(base + off + len);
     *lo = (b + g - 1) / g * g;
     *hi = e / g * g;

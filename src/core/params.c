@@ -292,10 +292,12 @@ static ct_status move_flat(ct_params *p, float **cur, bool *external, float *buf
     float *own = NULL;
     if (!buf) {
         if (!*external) return CT_OK;
-        ct_status st = dev ? ct_device_alloc(p->device, bytes, (void **)&own)
-                           : posix_memalign((void **)&own, 64, bytes) ? ct_error(CT_ERR_NOMEM, "cannot allocate %zu %s", p->numel, what)
-                                                                       : CT_OK;
-        if (st != CT_OK) return st;
+        if (dev) {
+            ct_status st = ct_device_alloc(p->device, bytes, (void **)&own);
+            if (st != CT_OK) return st;
+        } else if (posix_memalign((void **)&own, 64, bytes)) {
+            return ct_error(CT_ERR_NOMEM, "cannot allocate %zu %s", p->numel, what);
+        }
         buf = own;
         copy = true;
     }

@@ -116,6 +116,7 @@ static ct_status map_granules(range *r, size_t i, size_t j) {
     CUmemAllocationProp prop = prop_of(r->dev);
     CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     cudaStream_t s;
+    CT_GPU_TRY(cuda, "map", cudaSetDevice(r->dev)); /* the driver's calls act on its context */
     ct_status st = ct_cuda_stream(r->dev, CT_CUDA_COMPUTE, &s);
     for (size_t k = i; k < j && st == CT_OK; k++) {
         if (r->mapped[k]) continue;
@@ -192,8 +193,7 @@ static ct_status map_or_unmap(int dev, void *p, size_t bytes, bool map) {
     CT_CHECK(r && r->dev == dev && ((uintptr_t)p - r->base) % r->g == 0 && bytes % r->g == 0,
              "ct_device_%smap(%p, %zu): not whole granules of a range reserved on cuda:%d", map ? "" : "un", p, bytes, dev);
     size_t i = ((uintptr_t)p - r->base) / r->g, j = i + bytes / r->g;
-    ct_status st = CT_GPU_CHECK(cuda, map ? "map" : "unmap", cudaSetDevice(dev));
-    if (st == CT_OK) st = map ? map_granules(r, i, j) : unmap_granules(r, i, j);
+    ct_status st = map ? map_granules(r, i, j) : unmap_granules(r, i, j);
     pthread_mutex_unlock(&mu);
     return st;
 }

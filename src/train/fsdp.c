@@ -111,18 +111,20 @@ static bool inner(const ct_fsdp *f, const float *base, size_t off, size_t len, u
 }
 
 /* the whole granules inside [off, off + len) floats of a range unmapped (on the CPU they read
- * as zeros when touched again); the partial ones at the ends are zeroed when `zero` */
-static void drop_range(ct_fsdp *f, float *base, size_t off, size_t len, bool zero) {
+ * as zeros when touched again); the partial ones at the ends are zeroed when `zero`. Returns
+ * the bytes unmapped. */
+static size_t drop_range(ct_fsdp *f, float *base, size_t off, size_t len, bool zero) {
     uintptr_t lo, hi, b = (uintptr_t)(base + off), e = (uintptr_t)(base + off + len);
     if (!inner(f, base, off, len, &lo, &hi)) {
         if (zero) xzero(f, base + off, len * sizeof(float));
-        return;
+        return 0;
     }
     fail(f, ct_device_unmap(f->dev, (void *)lo, hi - lo));
     if (zero) {
         xzero(f, (void *)b, lo - b);
         xzero(f, (void *)hi, e - hi);
     }
+    return hi - lo;
 }
 
 static void measure(ct_fsdp *f);
@@ -131,9 +133,7 @@ static void measure(ct_fsdp *f);
 static void unit_unmap(ct_fsdp *f, unit *u, bool grad, bool zero) {
     bool *off = grad ? &u->grad_off : &u->data_off;
     if (*off) return;
-    uintptr_t lo, hi;
-    drop_range(f, grad ? f->grad : f->data, u->off, u->len, zero);
-    if (inner(f, grad ? f->grad : f->data, u->off, u->len, &lo, &hi)) f->mapped_bytes -= hi - lo;
+    f->mapped_bytes -= drop_range(f, grad ? f->grad : f->data, u->off, u->len, zero);
     *off = true;
 }
 /* ... and mapped again, zeroed: before a gather writes u's parameters, or backward its gradients */

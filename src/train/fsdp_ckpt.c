@@ -38,14 +38,7 @@ static ct_status host_buffers(ct_fsdp *f, const float **out, float **own) {
     return ct_device_copy(f->dev, *own, ct_params_buffer_data(f->P), nb * sizeof(float), false);
 }
 
-static ct_status save_shard(ct_fsdp *f, const char *dir);
-ct_status ct_fsdp_save_shard(ct_fsdp *f, const char *dir) {
-    ct_train_model shards = {.params = f->S};
-    ct_device was;
-    ct_status st = ct_train_to_host_(&shards, f->opt, &was);
-    return st != CT_OK ? st : ct_train_from_host_(&shards, f->opt, was, save_shard(f, dir));
-}
-
+/* this rank's file, from host memory */
 static ct_status save_shard(ct_fsdp *f, const char *dir) {
     const float *bufs = NULL;
     float *own = NULL;
@@ -89,6 +82,13 @@ static ct_status save_shard(ct_fsdp *f, const char *dir) {
     free(lens);
     free(own);
     return st;
+}
+
+ct_status ct_fsdp_save_shard(ct_fsdp *f, const char *dir) {
+    ct_train_model shards = {.params = f->S};
+    ct_device was;
+    ct_status st = ct_train_to_host_(&shards, f->opt, &was);
+    return st != CT_OK ? st : ct_train_from_host_(&shards, f->opt, was, save_shard(f, dir));
 }
 
 ct_status ct_fsdp_save_index(const ct_fsdp *f, const char *dir) {

@@ -127,7 +127,7 @@ static ct_status fsdp_finish(const ct_step_args *a, double loss, ct_step_result 
     if (st == CT_OK && !skip && a->clip_norm > 0) norm = ct_fsdp_clip_grad_norm(a->fsdp, a->clip_norm);
     if (st == CT_OK) st = skip ? ct_fsdp_skip_step(a->fsdp) : ct_fsdp_step(a->fsdp, a->lr);
     if (st == CT_OK && a->scaler) ct_grad_scaler_update(a->scaler, skip);
-    ct_fsdp_zero_grad_(a->fsdp);
+    zero_grads(a);
     ct_ctx_reset(a->ctx);
     if (r)
         *r = (ct_step_result){.loss = loss, .grad_norm = norm, .skipped = skip,

@@ -358,7 +358,8 @@ static int ckpt_rank(int rank, int n, void *arg) {
     const char *dir = arg;
     ct_pg *pg = nccl_init(60);
     if (!pg) return 1;
-    const size_t np = ct_params_numel(ct_model_params(small_gpt())); /* (leaked: one small model) */
+    ct_model *cpu = small_gpt(); /* for its size now; the checkpoint read whole into it at the end */
+    const size_t np = ct_params_numel(ct_model_params(cpu));
     float *w[3] = {malloc(np * sizeof(float)), malloc(np * sizeof(float)), malloc(np * sizeof(float))};
     double loss[2][2];
     int32_t tok[64], tgt[64];
@@ -395,7 +396,6 @@ static int ckpt_rank(int rank, int n, void *arg) {
     CT_EXPECTF(!memcmp(w[0], w[1], np * sizeof(float)), "rank %d: the resumed run's weights differ from the uninterrupted run's",
                rank);
     /* the files whole, on the CPU: what the device held when they were written */
-    ct_model *cpu = small_gpt();
     RANK_OK(ct_fsdp_read_full(dir, ct_model_params(cpu), NULL));
     CT_EXPECTF(!memcmp(ct_params_data(ct_model_params(cpu)), w[2], np * sizeof(float)),
                "rank %d: the checkpoint read whole differs from the device's weights at the save", rank);

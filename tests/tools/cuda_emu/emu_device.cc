@@ -194,13 +194,13 @@ ct_status ct_cuda_vm_unmap(int dev, void *p, size_t bytes) {
 }
 void ct_cuda_vm_release(int dev, void *base, size_t bytes) {
     (void)dev, (void)bytes;
-    size_t size;
+    size_t size = 0;
     {
         std::lock_guard<std::mutex> g(blocks_mu);
-        size = blocks[(uintptr_t)base];
-        blocks.erase((uintptr_t)base);
+        auto it = blocks.find((uintptr_t)base);
+        if (it != blocks.end()) size = it->second, blocks.erase(it);
     }
-    munmap(base, size);
+    if (size) munmap(base, size);
 }
 
 // ---- cuBLASLt's GEMM: row-major, transposes, strided batches, f32 / bf16 / f16 operands with

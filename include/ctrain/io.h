@@ -84,8 +84,10 @@ ct_status ct_st_writer_add(ct_st_writer *w, const char *name, ct_dtype dtype, in
 ct_status ct_st_writer_set_metadata(ct_st_writer *w, const char *key, const char *value);
 /* Called by ct_st_writer_save just before it writes a tensor's bytes (in file order) with the
  * pointer and size given to ct_st_writer_add: to make them just in time, as FSDP gathers one
- * unit at a time for a whole-model file (ct_fsdp_stream). Another status stops the save. */
-typedef ct_status (*ct_st_fetch_fn)(void *user, const void *data, size_t nbytes);
+ * unit at a time for a whole-model file (ct_fsdp_stream). *src comes in as data; the fetch may
+ * point it elsewhere (a host copy of device memory, valid until the next call or the save's
+ * end), and the bytes are written from there. Another status stops the save. */
+typedef ct_status (*ct_st_fetch_fn)(void *user, const void *data, size_t nbytes, const void **src);
 void ct_st_writer_set_fetch(ct_st_writer *w, ct_st_fetch_fn fn, void *user);
 /* Write atomically: a temporary file in the same directory, fsync, rename over `path`,
  * fsync the directory. On any failure (full disk, missing or unwritable directory) returns

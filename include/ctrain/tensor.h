@@ -253,7 +253,7 @@ void ct_params_init_range(const ct_params *p, uint64_t seed, size_t lo, size_t h
 ct_status ct_params_materialize(ct_params *p);
 /* The other way: the flat parameters and gradients given up, values lost (storage the store
  * owns is freed; external storage is only forgotten), the store deferred again. For a caller
- * done with the values (ct_fsdp_discard). */
+ * done with the values (ct_fsdp_discard). A device store so given up can only be freed. */
 void ct_params_defer(ct_params *p);
 /* Failure is sticky: once a registration (or a module constructor, see nn.h) ran out of
  * memory, ct_params_status returns CT_ERR_NOMEM and ct_params_finalize refuses the store

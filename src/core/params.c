@@ -204,9 +204,15 @@ void ct_params_init_range(const ct_params *p, uint64_t seed, size_t lo, size_t h
 }
 
 void ct_params_defer(ct_params *p) {
-    CT_CHECK(p->finalized && p->device.type == CT_DEV_CPU, "ct_params_defer: a finalized store on the CPU");
-    if (!p->data_external) free(p->data);
-    if (!p->grad_external) free(p->grad);
+    CT_CHECK(p->finalized, "ct_params_defer: a store not finalized");
+    if (p->device.type != CT_DEV_CPU) { /* a device store deferred is only freed (materialize refuses it) */
+        const ct_device_hooks *h = ct_device_hooks_get(p->device, "ct_params_defer");
+        if (!p->data_external) h->free(p->data);
+        if (!p->grad_external) h->free(p->grad);
+    } else {
+        if (!p->data_external) free(p->data);
+        if (!p->grad_external) free(p->grad);
+    }
     p->data = p->grad = NULL;
     p->data_external = p->grad_external = false;
     p->stale = false;
@@ -219,6 +225,7 @@ ct_status ct_params_materialize(ct_params *p) {
     CT_CHECK(p->finalized, "ct_params_materialize before ct_params_finalize_deferred");
     if (!ct_params_is_deferred(p)) return CT_OK;
     CT_CHECK(!p->data && !p->grad, "ct_params_materialize: one flat buffer has storage, the other not");
+    CT_CHECK(p->device.type == CT_DEV_CPU, "ct_params_materialize: a device store given up by ct_params_defer (free it)");
     size_t n = p->numel ? p->numel : 16;
     if (posix_memalign((void **)&p->data, 64, n * sizeof(float))) p->data = NULL;
     if (p->data && posix_memalign((void **)&p->grad, 64, n * sizeof(float))) p->grad = NULL;

@@ -566,8 +566,9 @@ ct_status ct_st_writer_save(const ct_st_writer *w, const char *path) {
     }
     if (!write_all(fd, hdr, hl + 8)) goto write_err;
     for (int i = 0; i < w->n; i++) {
-        if (w->fetch && (st = w->fetch(w->fetch_user, order[i]->data, order[i]->nbytes)) != CT_OK) goto done;
-        if (order[i]->nbytes && !write_all(fd, order[i]->data, order[i]->nbytes)) goto write_err;
+        const void *src = order[i]->data;
+        if (w->fetch && (st = w->fetch(w->fetch_user, order[i]->data, order[i]->nbytes, &src)) != CT_OK) goto done;
+        if (order[i]->nbytes && !write_all(fd, src, order[i]->nbytes)) goto write_err;
     }
     if (fsync(fd) != 0) goto write_err;
     int cfd = fd;

@@ -570,8 +570,9 @@ static void free_impl(ct_fsdp *f, bool discard) {
         f->data = f->grad = NULL;
     }
     /* on a device every granule is mapped before P's buffers are copied out of the ranges (the
-     * CPU reads zeros from a dropped page; a GPU faults): a unit not gathered back keeps zeros */
-    for (int k = 0; k < f->nu && on_dev(f) && f->ranges; k++) {
+     * CPU reads zeros from a dropped page; a GPU faults): a unit not gathered back keeps zeros.
+     * A discarded store copies nothing out. */
+    for (int k = 0; k < f->nu && on_dev(f) && f->ranges && !discard; k++) {
         if (f->data) unit_map(f, &f->u[k], false);
         if (f->grad) unit_map(f, &f->u[k], true);
     }
@@ -717,9 +718,15 @@ ct_status ct_fsdp_gather_all(ct_fsdp *f) {
 
 /* ---- a whole-model file, a unit at a time ---- */
 
+/* On a device the writer reads host memory: rank 0 copies each unit as it is gathered into
+ * host staging the size of the largest unit (and P's buffers once), and points the writer there,
+ * so no rank ever holds the whole model on the host or the device. */
 typedef struct {
     ct_fsdp *f;
-    int cur; /* the unit the stream gathered last, -1: none */
+    int cur;       /* the unit the stream gathered last, -1: none */
+    float *host;   /* on a device, rank 0: the values of unit host_unit (largest unit's size) */
+    int host_unit; /* -1: none */
+    float *bufs;   /* on a device, rank 0: P's buffers, copied at the first one written */
 } stream;
 
 /* the unit whose parameters hold p, -1 for memory outside them (buffers, the config) */
@@ -740,24 +747,55 @@ static ct_status stream_to(ct_fsdp *f, stream *s, int k) {
     return f->status;
 }
 
-/* rank 0's writer, before a tensor's bytes: its unit requested from every rank and gathered */
-static ct_status stream_fetch(void *user, const void *data, size_t nbytes) {
+/* on a device: bytes outside the units that lie in P's buffers, read from a host copy of them */
+static ct_status stream_buffers(stream *s, const void *data, const void **src) {
+    ct_fsdp *f = s->f;
+    const float *b = ct_params_buffer_data(f->P), *x = data;
+    size_t nb = ct_params_buffer_numel(f->P);
+    if (!nb || !x || x < b || x >= b + nb) return CT_OK; /* host memory already (the config) */
+    if (!s->bufs) {
+        if (!(s->bufs = malloc(nb * sizeof(float)))) return ct_error(CT_ERR_NOMEM, "fsdp: out of host memory for the buffers");
+        ct_status st = ct_device_copy(f->dev, s->bufs, b, nb * sizeof(float), false);
+        if (st != CT_OK) {
+            free(s->bufs);
+            s->bufs = NULL;
+            return st;
+        }
+    }
+    *src = s->bufs + (x - b);
+    return CT_OK;
+}
+
+/* rank 0's writer, before a tensor's bytes: its unit requested from every rank and gathered
+ * (on a device, then copied to the host for the writer) */
+static ct_status stream_fetch(void *user, const void *data, size_t nbytes, const void **src) {
     (void)nbytes;
     stream *s = user;
     ct_fsdp *f = s->f;
     int k = unit_at(f, data);
-    if (k < 0 || f->u[k].gathered) return f->status;
-    int32_t req = k;
-    ct_status st = ct_broadcast_sync(f->pg, &req, 1, CT_I32, 0);
-    if (st != CT_OK) {
-        fail(f, st);
-        return st;
+    if (k < 0) return f->status != CT_OK ? f->status : on_dev(f) ? stream_buffers(s, data, src) : CT_OK;
+    unit *u = &f->u[k];
+    if (!u->gathered) {
+        int32_t req = k;
+        ct_status st = ct_broadcast_sync(f->pg, &req, 1, CT_I32, 0);
+        if (st != CT_OK) {
+            fail(f, st);
+            return st;
+        }
+        if (stream_to(f, s, k) != CT_OK) return f->status;
     }
-    return stream_to(f, s, k);
+    if (!on_dev(f) || f->status != CT_OK) return f->status;
+    if (s->host_unit != k) {
+        s->host_unit = -1;
+        ct_status st = ct_device_copy(f->dev, s->host, f->data + u->off, u->len * sizeof(float), false);
+        if (st != CT_OK) return st;
+        s->host_unit = k;
+    }
+    *src = s->host + ((const float *)data - (f->data + u->off));
+    return CT_OK;
 }
 
 ct_status ct_fsdp_stream(ct_fsdp *f, ct_status (*write)(void *arg, ct_st_fetch_fn fetch, void *user), void *arg) {
-    if (on_dev(f)) return ct_error(CT_ERR_UNSUPPORTED, "fsdp: writing a whole model from device shards is not built yet");
     finish_prefetch(f);
     if (f->status != CT_OK) return f->status;
     /* with bf16 gathers the units kept gathered hold rounded values: the file takes the masters */
@@ -767,10 +805,14 @@ ct_status ct_fsdp_stream(ct_fsdp *f, ct_status (*write)(void *arg, ct_st_fetch_f
                 forget(f, &f->u[k]);
                 gather_as(f, &f->u[k], CT_F32);
             }
-    stream s = {.f = f, .cur = -1};
+    stream s = {.f = f, .cur = -1, .host_unit = -1};
     ct_status st = f->status;
     if (st == CT_OK && f->me == 0) {
-        st = write(arg, stream_fetch, &s);
+        size_t most = 0;
+        for (int k = 0; k < f->nu; k++) most = f->u[k].len > most ? f->u[k].len : most;
+        if (on_dev(f) && !(s.host = malloc((most ? most : 1) * sizeof(float))))
+            st = ct_error(CT_ERR_NOMEM, "fsdp: out of host memory to stage a unit of %zu values for the file", most);
+        if (st == CT_OK) st = write(arg, stream_fetch, &s);
         int32_t done = -1; /* the others stop following, whatever became of the write */
         if (f->status == CT_OK) {
             ct_status bs = ct_broadcast_sync(f->pg, &done, 1, CT_I32, 0);
@@ -789,6 +831,8 @@ ct_status ct_fsdp_stream(ct_fsdp *f, ct_status (*write)(void *arg, ct_st_fetch_f
             if (stream_to(f, &s, req) != CT_OK) break;
         }
     }
+    free(s.host);
+    free(s.bufs);
     stream_to(f, &s, -1);
     round_kept(f);
     if (f->status != CT_OK) return f->status;

@@ -472,36 +472,35 @@ ct_status ct_fsdp_open_model(const char *dir, ct_model **out) {
 
 /* ---- an unsharded checkpoint into the shards ---- */
 
-/* elements [poff, poff + len) of the whole state tensor prefix + pname of train_state into dst */
-static ct_status read_whole_state(const ct_st_file *f, const char *prefix, const ct_tensor *p, size_t poff, size_t len,
-                                  float *dst) {
+/* elements [poff, poff + len) of the whole tensor prefix + pname of f into dst */
+static ct_status read_whole(const ct_st_file *f, const char *prefix, const ct_tensor *p, size_t poff, size_t len, float *dst) {
     char name[1200];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     ct_st_tensor t;
-    if (ct_st_get(f, name, &t) != CT_OK) return ct_error(CT_ERR_FORMAT, "%s: no optimizer state '%s'", ct_st_path(f), name);
+    if (ct_st_get(f, name, &t) != CT_OK) return ct_error(CT_ERR_FORMAT, "%s: no tensor '%s'", ct_st_path(f), name);
     if (t.dtype != CT_F32 || t.nbytes != (size_t)ct_numel(p) * sizeof(float))
-        return ct_error(CT_ERR_FORMAT, "%s: optimizer state '%s' is not F32 of %lld elements", ct_st_path(f), name,
-                        (long long)ct_numel(p));
+        return ct_error(CT_ERR_FORMAT, "%s: '%s' is not F32 of %lld elements", ct_st_path(f), name, (long long)ct_numel(p));
     memcpy(dst, (const char *)t.data + poff * sizeof(float), len * sizeof(float));
     return CT_OK;
 }
 
 ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const ct_train_model *m) {
-    if (ct_params_device(f->P).type != CT_DEV_CPU)
-        return ct_error(CT_ERR_UNSUPPORTED, "fsdp: an unsharded checkpoint into the shards of device parameters is not built yet");
+    /* On the CPU the weights go whole into P (its mappings fault the pages in; the model's own
+     * load reads its file), then this rank's pieces out. On a device P's released units are not
+     * mapped: each piece (and each buffer) is read from the file by its name in P. */
+    const bool dev = ct_params_device(f->P).type != CT_DEV_CPU;
     char path[4300];
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    ct_st_file *sf = NULL;
+    ct_st_file *sf = NULL, *wf = NULL;
     ct_status st = ct_st_open(path, &sf);
     const char *opt = st == CT_OK ? ct_st_metadata(sf, "optimizer") : NULL;
     if (st == CT_OK && (!opt || strcmp(opt, ct_optim_kind(f->opt))))
         st = ct_error(CT_ERR_MISMATCH, "%s: checkpoint optimizer '%s', this run uses '%s'", dir, opt ? opt : "?", ct_optim_kind(f->opt));
-    /* the weights whole into P (its mappings fault the pages in), then this rank's pieces out */
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (st == CT_OK) st = m->load ? m->load(m->self, path) : ct_params_load(f->P, path);
-    size_t ns = ct_params_numel(f->S);
+    if (st == CT_OK) st = dev ? ct_st_open(path, &wf) : m->load ? m->load(m->self, path) : ct_params_load(f->P, path);
+    size_t ns = ct_params_numel(f->S), nb = dev ? ct_params_buffer_numel(f->P) : 0;
     int nstate = ct_optim_state_count(f->opt);
-    float *tmp = st == CT_OK ? malloc(((size_t)(1 + nstate) * ns + 1) * sizeof(float)) : NULL;
+    float *tmp = st == CT_OK ? malloc(((size_t)(1 + nstate) * ns + nb + 1) * sizeof(float)) : NULL;
     if (st == CT_OK && !tmp) st = ct_error(CT_ERR_NOMEM, "fsdp: out of memory to read the checkpoint");
     char prefix[256];
     for (int k = 0; k < f->nu && st == CT_OK; k++)
@@ -509,15 +508,23 @@ ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const ct_train_model 
             const piece *pc = &f->u[k].pieces[j];
             const ct_tensor *p = ct_params_get(f->P, pc->pidx);
             size_t poff = pc->goff - ct_params_offset(f->P, pc->pidx), at = ct_params_offset(f->S, pc->sidx);
-            memcpy(tmp + at, ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
+            if (dev) st = read_whole(wf, "", p, poff, pc->len, tmp + at);
+            else memcpy(tmp + at, ct_params_data(f->P) + pc->goff, pc->len * sizeof(float));
             for (int s = 0; s < nstate && st == CT_OK; s++) {
                 state_prefix(f->opt, s, prefix, sizeof prefix);
-                st = read_whole_state(sf, prefix, p, poff, pc->len, tmp + (size_t)(1 + s) * ns + at);
+                st = read_whole(sf, prefix, p, poff, pc->len, tmp + (size_t)(1 + s) * ns + at);
             }
         }
+    float *bufs = tmp ? tmp + (size_t)(1 + nstate) * ns : NULL;
+    for (int i = 0; nb && i < ct_params_count(f->P) && st == CT_OK; i++) {
+        const ct_tensor *t = ct_params_get(f->P, i);
+        if (ct_params_is_buffer(f->P, i))
+            st = read_whole(wf, "", t, 0, (size_t)ct_numel(t), bufs + (ct_f32(t) - ct_params_buffer_data(f->P)));
+    }
     int64_t step = 0;
     if (st == CT_OK) st = read_step(sf, &step);
     ct_st_close(sf);
-    ct_fsdp_drop_released_(f);
-    return commit_shards(f, dir, st, tmp, step, 0);
+    ct_st_close(wf);
+    if (!dev) ct_fsdp_drop_released_(f);
+    return commit_shards(f, dir, st, tmp, step, nb);
 }

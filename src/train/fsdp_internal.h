@@ -81,7 +81,8 @@ void ct_fsdp_drop_released_(ct_fsdp *f);
  * ct_params_zero_grad would write every gradient, the unmapped ones on a device too. */
 void ct_fsdp_zero_grad_(ct_fsdp *f);
 /* Collective: a whole (unsharded) checkpoint's weights, optimizer state and buffers into the
- * shards. P is loaded whole on every rank for a moment (its pages are given back after). */
+ * shards. On the CPU P is loaded whole on every rank for a moment (its pages are given back
+ * after); on a device each piece is read from the file by its name, P untouched. */
 struct ct_train_model;
 ct_status ct_fsdp_load_whole_(ct_fsdp *f, const char *dir, const struct ct_train_model *m);
 

@@ -142,11 +142,12 @@ ct_status ct_trainer_create(const ct_trainer_opts *opts, const ct_train_model *m
     /* before any collective: a refused rank 0 exits at once and the launcher stops the rest */
     if (t->rank == 0) st = ct_output_lock(o.output_dir, &t->lock_fd);
     bool sharded = t->pg && o.shard != CT_SHARD_NONE;
-    /* ct_fsdp trains device parameters in every mode and checkpoints their shards, but the
-     * trainer's model.safetensors is streamed from the shards, which runs on the CPU only */
-    if (st == CT_OK && sharded && dev.type != CT_DEV_CPU)
-        st = ct_error(CT_ERR_UNSUPPORTED, "--shard %s on a device: the trainer writes model.safetensors from the shards, "
-                      "which runs on the CPU only for now (DDP on NCCL, --shard none, trains there)", ct_shard_mode_name(o.shard));
+    /* on a device model.safetensors is streamed from the shards through host staging; a model
+     * without save_fetch would be gathered whole and moved to the host, which the shards'
+     * address ranges do not allow */
+    if (st == CT_OK && sharded && dev.type != CT_DEV_CPU && !model->save_fetch)
+        st = ct_error(CT_ERR_UNSUPPORTED, "--shard %s on a device needs a model with save_fetch (model.safetensors is written "
+                      "a unit at a time from the device shards)", ct_shard_mode_name(o.shard));
     /* a deferred model (ct_model_create_deferred) that nothing shards is made whole here */
     if (st == CT_OK && !sharded) st = ct_params_materialize(model->params);
     if (st == CT_OK && sharded) st = ct_fsdp_create(t->pg, model->params, opt, o.shard, &t->fsdp);

@@ -4,7 +4,8 @@
  * ranks in reverse order); DDP on NCCL with
  * several buckets against one process on the whole batch (f32 and bf16 compression), the
  * ranks' gradients the same bits; sharded training (ct_fsdp: ZeRO-1, SHARD_GRAD_OP and
- * FULL_SHARD) on NCCL against one process, and its sharded checkpoints resumed bit for bit; a
+ * FULL_SHARD) on NCCL against one process, its sharded checkpoints resumed bit for bit, an
+ * unsharded checkpoint read into device shards and the whole model streamed out of them; a
  * peer that leaves early failing the survivor's next collective (with the rank named, where the
  * emulated NCCL sees the process gone), and a stuck peer timing the collective out within the
  * group's timeout, after which the communicator is aborted and the later calls fail at once.
@@ -29,6 +30,7 @@
 #include "cuda/cuda.h"
 #include "gpu/gpu_test.h"
 #include "kernel_check.h"
+#include "train/fsdp_internal.h"
 
 static char no_gpus[700];
 /* two ranks can run: two GPUs, or the emulated device (one per process) */
@@ -404,15 +406,114 @@ static int ckpt_rank(int rank, int n, void *arg) {
     ct_pg_free(pg);
     return ct_failed_ ? 1 : 0;
 }
-CT_TEST(sharded_checkpoint_of_device_shards_resumes) {
-    NEED_GPUS();
-    char dir[] = "/tmp/ct_gpu_fsdp_ckpt_XXXXXX";
+/* fn on 2 ranks, given a fresh directory, removed after */
+static void spawn_in_dir(int (*fn)(int, int, void *)) {
+    char dir[] = "/tmp/ct_gpu_fsdp_XXXXXX";
     CT_ASSERT(mkdtemp(dir));
-    ct_status st = ct_spawn(ckpt_rank, 2, dir);
+    ct_status st = ct_spawn(fn, 2, dir);
     CT_EXPECTF(st == CT_OK, "%s", ct_last_error());
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CT_EXPECT(system(cmd) == 0);
+}
+CT_TEST(sharded_checkpoint_of_device_shards_resumes) {
+    NEED_GPUS();
+    spawn_in_dir(ckpt_rank);
+}
+
+/* ---- an unsharded checkpoint into device shards, and the whole model written from them
+ * (what `ctrain train --shard` does at a resume and at the end): after a step, rank 0 writes
+ * the CPU's checkpoint; the device run goes elsewhere for a step, then reads it into its shards
+ * (the weights gathered are the CPU's bit for bit) and two more steps follow the CPU's; then
+ * model.safetensors is streamed a unit at a time, each copied to the host for the writer, and
+ * read on the CPU it holds the device's weights bit for bit ---- */
+typedef struct {
+    ct_model *m;
+    const char *path;
+    ct_st_fetch_fn fetch; /* the stream's */
+    void *user;
+    int tensors, on_device; /* written, and of them read from device memory (none may be) */
+} whole_file;
+static ct_status fetch_checked(void *user, const void *data, size_t nbytes, const void **src) {
+    whole_file *w = user;
+    ct_status st = w->fetch(w->user, data, nbytes, src);
+    struct cudaPointerAttributes pa;
+    w->tensors++;
+    if (st == CT_OK && cudaPointerGetAttributes(&pa, *src) == cudaSuccess && pa.type == cudaMemoryTypeDevice) w->on_device++;
+    return st;
+}
+static ct_status write_whole(void *arg, ct_st_fetch_fn fetch, void *user) {
+    whole_file *w = arg;
+    w->fetch = fetch, w->user = user;
+    return ct_model_save_fetch(w->m, w->path, fetch_checked, w);
+}
+static int whole_rank(int rank, int n, void *arg) {
+    const char *dir = arg;
+    ct_pg *pg = nccl_init(60);
+    if (!pg) return 1;
+    gpu_test_pair p = gpu_test_pair_make(small_gpt);
+    ct_params *Pc = ct_model_params(p.m[0]), *Pg = ct_model_params(p.m[1]);
+    const size_t np = ct_params_numel(Pc);
+    float *wg = malloc(np * sizeof(float));
+    ct_fsdp *f = NULL;
+    RANK_OK(ct_fsdp_create(pg, Pg, p.o[1], CT_SHARD_FULL, &f));
+    int32_t tok[64], tgt[64];
+    ct_train_batch whole, mine;
+    ct_step_result rc, rg;
+    sharded_batch(rank, n, 0, tok, tgt, &whole, &mine);
+    RANK_OK(gpu_test_pair_step(&p, f, 1e-2, 0.5, 0, &whole, &mine, &rc, &rg));
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/checkpoints", dir);
+    ct_train_state ts = {.step = 1, .world_size = 1};
+    if (rank == 0) RANK_OK(ct_checkpoint_save(ck, &p.tm[0], p.o[0], &ts, 0));
+    RANK_OK(ct_barrier_sync(pg));
+    /* elsewhere first: the device alone on other data */
+    sharded_batch(rank, n, 7, tok, tgt, &whole, &mine);
+    ct_step_args ag = {.ctx = p.c[1], .model = &p.tm[1], .opt = p.o[1], .lr = 1e-2, .clip_norm = 0.5, .step = 1, .fsdp = f};
+    RANK_OK(ct_train_step(&ag, &mine, 1, &rg));
+    snprintf(ck, sizeof ck, "%s/checkpoints/step-00000001", dir);
+    RANK_OK(ct_fsdp_load_whole_(f, ck, &p.tm[1]));
+    RANK_OK(ct_fsdp_gather_all(f));
+    to_host(wg, ct_params_data(Pg), np * sizeof(float));
+    CT_EXPECTF(!memcmp(wg, ct_params_data(Pc), np * sizeof(float)), "rank %d: the device shards read from the whole checkpoint "
+               "differ from the CPU's weights: normwise %g", rank, normwise(wg, ct_params_data(Pc), (int64_t)np));
+    RANK_OK(ct_fsdp_reshard(f));
+    for (int step = 1; step < 3; step++) {
+        sharded_batch(rank, n, step, tok, tgt, &whole, &mine);
+        RANK_OK(gpu_test_pair_step(&p, f, 1e-2, 0.5, step, &whole, &mine, &rc, &rg));
+        double l = rg.loss;
+        RANK_OK(ct_all_reduce_sync(pg, &l, 1, CT_F64, CT_RED_AVG));
+        CT_EXPECTF(fabs(l - rc.loss) <= 1e-5 * fabs(rc.loss), "rank %d step %d after the read: loss %.9g, the CPU's %.9g", rank,
+                   step, l, rc.loss);
+    }
+    /* the whole model streamed from the shards: no unit stays gathered but the root */
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    whole_file wf = {.m = p.m[1], .path = path};
+    RANK_OK(ct_fsdp_stream(f, write_whole, &wf));
+    CT_EXPECTF(rank != 0 || (wf.tensors > 0 && wf.on_device == 0), "rank 0: %d of %d tensors written from device memory",
+               wf.on_device, wf.tensors);
+    RANK_OK(ct_barrier_sync(pg));
+    ct_model *back = small_gpt();
+    ct_train_model tb = ct_train_model_builtin(back);
+    RANK_OK(tb.load(tb.self, path));
+    RANK_OK(ct_fsdp_gather_all(f));
+    to_host(wg, ct_params_data(Pg), np * sizeof(float));
+    CT_EXPECTF(!memcmp(wg, ct_params_data(ct_model_params(back)), np * sizeof(float)),
+               "rank %d: model.safetensors streamed from the device shards differs from their weights", rank);
+    double e = normwise(wg, ct_params_data(Pc), (int64_t)np);
+    CT_EXPECTF(e <= 1e-4, "rank %d: weights after the read and two steps against the CPU's: normwise error %g", rank, e);
+    printf("rank %d: whole checkpoint into device shards, two steps, streamed out: normwise error %.3g against the CPU\n", rank, e);
+    ct_model_free(back);
+    ct_fsdp_free(f);
+    gpu_test_pair_free(&p);
+    free(wg);
+    ct_pg_free(pg);
+    return ct_failed_ ? 1 : 0;
+}
+CT_TEST(whole_checkpoint_into_device_shards_and_streamed_out) {
+    NEED_GPUS();
+    spawn_in_dir(whole_rank);
 }
 
 /* ---- failures: a peer that leaves, a peer that is stuck ---- */

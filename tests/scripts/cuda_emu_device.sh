@@ -13,44 +13,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 command -v g++ >/dev/null && command -v python3 >/dev/null || { echo "needs g++ and python3"; exit 1; }
-# the library under test when it has no CUDA layer of its own (make test-asan's build-san),
-# else a CPU-only build of it beside it
-B=${CT_BUILD:-build}
-E=$B
-syms=$(nm "$B/libctrain.a" 2>/dev/null)
-if [ ! -f "$B/libctrain.a" ] || grep -q ' T ct_cuda_register$' <<<"$syms"; then
-    E=build-emu
-    make -s BUILD="$E" CUDA=0 "$E/libctrain.a" >/dev/null || { echo "cannot build the CPU-only library in $E"; exit 1; }
-fi
-san=()
-[ "$E" = build-san ] && san=(SAN=1)
-read -r -a libs <<<"$(make -s --no-print-directory BUILD="$E" CUDA=0 "${san[@]}" print-ldlibs)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . tests/scripts/lib/cuda_emu.sh
-emu_flags "$E/libctrain.a"
-emu_objects "$tmp" || exit 1
-sanf=()
-[[ " ${emu_cxx[*]} " == *" -fsanitize="* ]] && sanf=(-fsanitize=address,undefined -fno-omit-frame-pointer)
-cflags=(-std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -fopenmp -DCT_HAVE_CUDA=1 -Itests/tools/cuda_emu/crt -Iinclude -Isrc
-        -Itests "${sanf[@]}")
-for f in alloc device ops ops_more ops_llama ops_attention; do
-    gcc "${cflags[@]}" -c "src/cuda/$f.c" -o "$tmp/c_$f.o" || { echo "cannot compile src/cuda/$f.c for the emulated device"; exit 1; }
-    objs+=("$tmp/c_$f.o")
-done
-# the nccl backend, and the backend table rebuilt to list it (linked ahead of the library's)
-read -r -a defs <<<"$(make -s --no-print-directory BUILD="$E" CUDA=0 "${san[@]}" print-defs)"
-for f in nccl backends; do
-    gcc "${cflags[@]}" "${defs[@]}" -c "src/distributed/$f.c" -o "$tmp/d_$f.o" ||
-        { echo "cannot compile src/distributed/$f.c for the emulated device"; exit 1; }
-    objs+=("$tmp/d_$f.o")
-done
-g++ -Itests/tools/cuda_emu/crt "${emu_cxx[@]}" -c tests/tools/cuda_emu/emu_nccl.cc -o "$tmp/emu_nccl.o" || exit 1
-objs+=("$tmp/emu_nccl.o")
-g++ "${emu_cxx[@]}" -c tests/tools/cuda_emu/emu_runtime.cc -o "$tmp/emu_runtime.o" || exit 1
-# the runtime API's C side first: emu_device.cc defines it
-g++ -Itests/tools/cuda_emu/crt "${emu_cxx[@]}" -c tests/tools/cuda_emu/emu_device.cc -o "$tmp/emu_device.o" || exit 1
-objs+=("$tmp/emu_runtime.o" "$tmp/emu_device.o")
+emu_library || exit 1
+emu_device "$E" "$tmp" || exit 1
 # the tests may hold the emulated device to what only it promises (one GEMM summation order)
 export CT_EMU_DEVICE=1
 rc=0
@@ -58,9 +25,12 @@ for t in ${CT_EMU_TESTS:-test_gpu_ops test_gpu_train test_gpu_dist}; do
     gcc "${cflags[@]}" "tests/gpu/$t.c" "${objs[@]}" "$E/libctrain.a" "${libs[@]}" -lstdc++ -o "$tmp/$t" ||
         { echo "cannot build $t for the emulated device"; exit 1; }
     for name in $(sed -n 's/^CT_TEST(\([a-z0-9_]*\)).*/\1/p' "tests/gpu/$t.c"); do
+        # CT_EMU_NAMES="a b": only these tests (while working on them)
+        [ -n "${CT_EMU_NAMES:-}" ] && [[ " $CT_EMU_NAMES " != *" $name "* ]] && continue
         out=$("$tmp/$t" "$name" 2>&1)
         res=$(echo "$out" | sed -n 's/^RESULT //p')
         if [ "$res" = "1 0 0" ]; then echo "ok   $t $name"; else echo "$out"; echo "FAIL $t $name"; rc=1; fi
+        [ -n "${CT_EMU_VERBOSE:-}" ] && echo "$out"
     done
     # CTRAIN_CUDA_LOWP_GRADS=0 takes the declarations away: the bf16-gradient test then finds none
     if [ "$t" = test_gpu_train ]; then

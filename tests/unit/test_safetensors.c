@@ -148,14 +148,16 @@ CT_TEST(empty_writer) {
 }
 
 /* ct_st_writer_set_fetch: called once per tensor, in file order, before its bytes are
- * written, and what it writes there is what the file holds; its error stops the save and
- * leaves no file */
-typedef struct { const void *seen[4]; int n, fail_at; float *fill; } fetch_log;
-static ct_status fetch_cb(void *user, const void *data, size_t nbytes) {
+ * written, and what it writes there is what the file holds (or what it points the source to,
+ * as a device's host copy); its error stops the save and leaves no file */
+typedef struct { const void *seen[4]; int n, fail_at; float *fill; const void *from, *to; } fetch_log;
+static ct_status fetch_cb(void *user, const void *data, size_t nbytes, const void **src) {
     fetch_log *l = user;
     if (l->n == l->fail_at) return ct_error(CT_ERR_PEER, "fetch refused");
+    CT_EXPECT(*src == data);
     l->seen[l->n++] = data;
     if (data == l->fill) for (size_t i = 0; i < nbytes / 4; i++) l->fill[i] = 7.0f + (float)i; /* made just in time */
+    if (data == l->from) *src = l->to;
     return CT_OK;
 }
 
@@ -167,7 +169,8 @@ CT_TEST(fetch_before_each_tensor) {
     CT_EXPECT_OK(ct_st_writer_add(w, "b", CT_F32, 1, (int64_t[]){2}, b));
     CT_EXPECT_OK(ct_st_writer_add(w, "a", CT_F32, 1, (int64_t[]){3}, a));
     CT_EXPECT_OK(ct_st_writer_add(w, "c", CT_F64, 1, (int64_t[]){1}, c));
-    fetch_log l = {.fail_at = -1, .fill = a};
+    const float b_elsewhere[2] = {-4, 5}; /* b's bytes come from here */
+    fetch_log l = {.fail_at = -1, .fill = a, .from = b, .to = b_elsewhere};
     ct_st_writer_set_fetch(w, fetch_cb, &l);
     CT_EXPECT_OK(ct_st_writer_save(w, path));
     /* file order: the 8-byte f64 first, then the f32 ones by name */
@@ -180,6 +183,9 @@ CT_TEST(fetch_before_each_tensor) {
     float v[3];
     memcpy(v, t.data, sizeof v);
     CT_EXPECT(v[0] == 7.0f && v[1] == 8.0f && v[2] == 9.0f);
+    CT_EXPECT_OK(ct_st_get(f, "b", &t));
+    memcpy(v, t.data, 2 * sizeof(float));
+    CT_EXPECT(v[0] == -4.0f && v[1] == 5.0f && b[0] == 1.0f);
     ct_st_close(f);
     unlink(path);
     fetch_log l2 = {.fail_at = 1, .fill = a};

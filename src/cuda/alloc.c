@@ -152,6 +152,16 @@ void ct_cuda_mem_stats_get(int dev, ct_cuda_mem_stats *s) {
     pthread_mutex_unlock(&mu);
 }
 
+void ct_cuda_mem_mapped_(int dev, int64_t delta) {
+    if (dev < 0 || dev >= MAX_DEV) return;
+    pthread_mutex_lock(&mu);
+    devstate *d = &devs[dev];
+    d->st.current = (size_t)((int64_t)d->st.current + delta);
+    d->st.reserved = (size_t)((int64_t)d->st.reserved + delta);
+    if (d->st.current > d->st.peak) d->st.peak = d->st.current;
+    pthread_mutex_unlock(&mu);
+}
+
 void ct_cuda_mem_reset_peak(int dev) {
     if (dev < 0 || dev >= MAX_DEV) return;
     pthread_mutex_lock(&mu);

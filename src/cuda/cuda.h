@@ -52,16 +52,23 @@ ct_status ct_cuda_set_device(int dev, const char *op);
 ct_status ct_cuda_alloc(int dev, size_t bytes, void **out);
 void ct_cuda_free(void *p); /* NULL is fine */
 typedef struct {
-    size_t current;  /* bytes handed out and not freed (rounded sizes) */
+    size_t current;  /* bytes handed out and not freed (rounded sizes), and mapped (vmm.c) */
     size_t peak;     /* maximum of current since start or ct_cuda_mem_reset_peak */
-    size_t reserved; /* bytes held from cudaMalloc: current + cached */
+    size_t reserved; /* bytes held from the driver: current + cached */
     int64_t mallocs; /* cudaMalloc calls so far */
 } ct_cuda_mem_stats;
 void ct_cuda_mem_stats_get(int dev, ct_cuda_mem_stats *s);
+/* Memory of dev's reserved address ranges mapped (delta > 0) or unmapped (< 0) by vmm.c: in
+ * use and held from the driver, as the allocator's blocks are, so the figures above (and the
+ * progress line's GPU memory) count a sharded model's mapped units. */
+void ct_cuda_mem_mapped_(int dev, int64_t delta);
 /* How many times the host has waited for a device so far (stream synchronizations: copies to
  * the host, ct_device_sync, clipping's norm, the grad scaler's check). A training step that
  * reads nothing back waits for none: the host runs ahead and the device never idles on it. */
 int64_t ct_cuda_host_waits(void);
+/* How many host-to-device copies the device hooks have queued so far (ct_tensor_to and
+ * ct_device_copy to a device). A model's step uploads its batch and nothing else. */
+int64_t ct_cuda_uploads(void);
 void ct_cuda_mem_reset_peak(int dev);
 /* Returns every cached (free) block of dev to the driver. */
 void ct_cuda_empty_cache(int dev);

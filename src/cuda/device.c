@@ -16,8 +16,10 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t streams[MAX_DEV][2];
 static _Atomic int64_t host_waits; /* ct_cuda_host_waits */
+static _Atomic int64_t uploads;    /* ct_cuda_uploads */
 
 int64_t ct_cuda_host_waits(void) { return host_waits; }
+int64_t ct_cuda_uploads(void) { return uploads; }
 /* the host waits for s: every such wait of the device hooks goes through here, and is counted */
 static ct_status wait_for(cudaStream_t s, const char *op) {
     host_waits++;
@@ -52,6 +54,7 @@ static ct_status h_copy(int dev, void *dst, const void *src, size_t bytes, ct_co
     if (st != CT_OK || bytes == 0) return st;
     enum cudaMemcpyKind k = kind == CT_COPY_H2D ? cudaMemcpyHostToDevice : kind == CT_COPY_D2H ? cudaMemcpyDeviceToHost
                                                                                                : cudaMemcpyDeviceToDevice;
+    if (kind == CT_COPY_H2D) uploads++;
     CT_GPU_TRY(cuda, "copy", cudaMemcpyAsync(dst, src, bytes, k, s));
     /* the host reads what it asked for: wait (host-to-device from pageable memory is staged
      * before the call returns, so the caller's buffer may be reused at once) */

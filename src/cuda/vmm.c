@@ -127,7 +127,7 @@ static ct_status map_granules(range *r, size_t i, size_t j) {
         (void)drv.release(h); /* the mapping holds the memory now; unmapping frees it */
         if (st == CT_OK && (st = check(drv.access(a, r->g, &acc, 1), "cuMemSetAccess", r->dev)) != CT_OK) (void)drv.unmap(a, r->g);
         if (st == CT_OK) st = CT_GPU_CHECK(cuda, "map", cudaMemsetAsync((void *)a, 0, r->g, s));
-        if (st == CT_OK) r->mapped[k] = 1;
+        if (st == CT_OK) r->mapped[k] = 1, ct_cuda_mem_mapped_(r->dev, (int64_t)r->g);
     }
     return st;
 }
@@ -143,7 +143,7 @@ static ct_status unmap_granules(range *r, size_t i, size_t j) {
     for (size_t k = i; k < j; k++) {
         if (!r->mapped[k]) continue;
         ct_status u = check(drv.unmap((CUdeviceptr)(r->base + k * r->g), r->g), "cuMemUnmap", r->dev);
-        if (u == CT_OK) r->mapped[k] = 0;
+        if (u == CT_OK) r->mapped[k] = 0, ct_cuda_mem_mapped_(r->dev, -(int64_t)r->g);
         else if (st == CT_OK) st = u;
     }
     return st;

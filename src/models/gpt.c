@@ -76,6 +76,35 @@ static ct_tensor *block_segment(ct_ctx *ctx, ct_tensor *x, void *arg) {
     return y;
 }
 
+/* The device constants of g on dev: block_size positions (i32), then at consts_bias(V) the
+ * padded head's bias (0 on the V columns, -inf on the padding to a multiple of 64). Made once
+ * per device (a model moved to another device makes them again); NULL when they cannot be
+ * made, and the step then builds them on the host as before. */
+static size_t consts_bias(const ct_gpt *g) { return ((size_t)g->block_size * 4 + 63) / 64 * 64; }
+static const char *consts_on(ct_gpt *g, ct_device dev, int64_t V) {
+    if (g->consts && ct_device_eq(g->consts_dev, dev)) return g->consts;
+    if (g->consts) ct_device_free(g->consts_dev, g->consts);
+    g->consts = NULL;
+    const int64_t Vp = (V + 63) / 64 * 64;
+    const size_t off = consts_bias(g), bytes = off + (size_t)Vp * sizeof(float);
+    char *h = malloc(bytes);
+    void *d = NULL;
+    if (h && ct_device_alloc(dev, bytes, &d) == CT_OK) {
+        for (int64_t t = 0; t < g->block_size; t++) ((int32_t *)h)[t] = (int32_t)t;
+        for (int64_t i = 0; i < Vp; i++) ((float *)(h + off))[i] = i < V ? 0.0f : -INFINITY;
+        if (ct_device_copy(dev, d, h, bytes, true) == CT_OK) g->consts = d, g->consts_dev = dev;
+        else ct_device_free(dev, d);
+    }
+    free(h);
+    return g->consts;
+}
+/* a tensor over device memory of the model's (not the step's) */
+static ct_tensor *dev_view(ct_ctx *ctx, ct_dtype dt, const void *p, int64_t n, ct_device dev) {
+    ct_tensor *t = ct_wrap(ctx, dt, (void *)p, 1, &n);
+    t->device = dev;
+    return t;
+}
+
 /* The loss's LM head on a GPU when the vocabulary is not a multiple of 64 (GPT-2's 50,257):
  * the logits over wte padded with zero rows to the next multiple of 64, plus a bias of -inf
  * on the padding's columns, so that every logits row starts 16-byte aligned and cuBLASLt can
@@ -83,12 +112,16 @@ static ct_tensor *block_segment(ct_ctx *ctx, ct_tensor *x, void *arg) {
  * head's three GEMMs took 15.5 ms of GPT-2 small's 75 ms step on an H200, 2026-12-04). The
  * padding's logits are -inf, so the softmax and the loss are those of the V columns, and
  * their gradient is 0: wte's gradient is the unpadded head's (as llm.c pads its vocabulary). */
-static ct_tensor *padded_head(ct_ctx *ctx, ct_tensor *wte, ct_tensor *x) {
+static ct_tensor *padded_head(ct_ctx *ctx, ct_gpt *g, ct_tensor *wte, ct_tensor *x) {
     const int64_t V = wte->shape[0], Vp = (V + 63) / 64 * 64;
-    ct_tensor *bias = ct_new(ctx, CT_F32, 1, &Vp), *bd = bias;
-    for (int64_t i = 0; i < Vp; i++) ct_f32(bias)[i] = i < V ? 0.0f : -INFINITY;
-    /* (a failed copy leaves the bias on the CPU, and the linear then fails the step naming it) */
-    if (ct_tensor_to(ctx, bias, wte->device, &bd) != CT_OK) bd = bias;
+    const char *c = consts_on(g, wte->device, V);
+    ct_tensor *bd = c ? dev_view(ctx, CT_F32, c + consts_bias(g), Vp, wte->device) : NULL;
+    if (!bd) {
+        ct_tensor *bias = ct_new(ctx, CT_F32, 1, &Vp);
+        for (int64_t i = 0; i < Vp; i++) ct_f32(bias)[i] = i < V ? 0.0f : -INFINITY;
+        /* (a failed copy leaves the bias on the CPU, and the linear then fails the step naming it) */
+        if (ct_tensor_to(ctx, bias, wte->device, &bd) != CT_OK) bd = bias;
+    }
     /* under autocast, its cast of the weight first: the padding then copies 2-byte values */
     const ct_dtype ad = ct_autocast_dtype(ctx);
     ct_tensor *w = ad != CT_F32 ? ct_cast(ctx, wte, ad) : wte;
@@ -108,23 +141,32 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     CT_CHECK(T >= 1 && T <= g->block_size, "GPT: sequence length %lld outside [1, block_size=%lld]", (long long)T,
              (long long)g->block_size);
     ct_tensor *wte = g->wte->w, *wpe = g->wpe->w;
-    ct_tensor *pos = ct_new(ctx, CT_I32, 1, &T);
-    for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
-    /* on a GPU the positions go where the table is (a failure shows in ct_ctx_status: the
-     * embedding then sees a CPU index and fails the step naming it) */
-    ct_tensor *pos_dev;
-    if (wpe->device.type != CT_DEV_CPU && ct_tensor_to(ctx, pos, wpe->device, &pos_dev) == CT_OK) pos = pos_dev;
+    /* on a GPU the positions are the model's, already there */
+    const char *c = wpe->device.type != CT_DEV_CPU ? consts_on(g, wpe->device, wte->shape[0]) : NULL;
+    ct_tensor *pos = c ? dev_view(ctx, CT_I32, c, T, wpe->device) : NULL;
+    if (!pos) {
+        pos = ct_new(ctx, CT_I32, 1, &T);
+        for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+        /* (a failure shows in ct_ctx_status: the embedding then sees a CPU index and fails the
+         * step naming it) */
+        ct_tensor *pos_dev;
+        if (wpe->device.type != CT_DEV_CPU && ct_tensor_to(ctx, pos, wpe->device, &pos_dev) == CT_OK) pos = pos_dev;
+    }
     ct_tensor *x = ct_add(ctx, ct_embedding(ctx, wte, idx), ct_embedding(ctx, wpe, pos)); /* [B,T,C] + [T,C] */
     if (g->dropout > 0) x = ct_dropout(ctx, x, g->dropout);
     for (int l = 0; l < g->n_layer; l++) /* blocks: checkpointed one by one when asked */
         x = g->checkpoint ? ct_checkpoint(ctx, block_segment, &g->h[l], x) : ct_module_forward(ctx, g->h[l].mod, x);
     x = ct_module_forward(ctx, g->ln_f, x);
-    if (g->pad_head) return padded_head(ctx, wte, x);
+    if (g->pad_head) return padded_head(ctx, g, wte, x);
     /* LM head tied to wte; a module of its own so that ct_quantize_dynamic finds it, as
      * PyTorch's quantize_dynamic finds nanoGPT's lm_head */
     return ct_module_forward(ctx, g->lm_head, x);
 }
-static void gpt_destroy(ct_module *m) { free(m->priv); }
+static void gpt_destroy(ct_module *m) {
+    ct_gpt *g = m->priv;
+    if (g->consts) ct_device_free(g->consts_dev, g->consts);
+    free(g);
+}
 static const ct_module_ops gpt_ops = {"GPT", gpt_fw, gpt_destroy, NULL};
 
 /* The children are added in nanoGPT's order (the state_dict's, repr's and quantization's);

@@ -21,6 +21,10 @@ typedef struct ct_gpt {
     float dropout;   /* on the embeddings */
     int n_layer;
     bool pad_head; /* set by the loss for one forward on a GPU: the LM head over a padded vocabulary */
+    /* on a GPU, made at the first forward there (gpt.c's consts_on): the positions 0..block_size-1
+     * (i32), then the padded head's bias, so that a step copies nothing from the host */
+    void *consts;
+    ct_device consts_dev;
     ct_gpt_block h[]; /* [n_layer] */
 } ct_gpt;
 

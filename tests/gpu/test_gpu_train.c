@@ -331,11 +331,15 @@ static void lowp_grads_run(ct_dtype amp, int64_t vocab, float **grads, size_t *n
 }
 /* No host work in the step: after two warm-up steps (the caching allocator's blocks, cuBLASLt's
  * algorithms), a bf16 GPT training step on the device (batch upload, forward, backward, AdamW,
- * zeroing) makes no cudaMalloc and never waits for the device until its loss is read back:
- * the host only queues work, as PyTorch's eager step does when nothing calls .item(). */
+ * zeroing) makes no cudaMalloc, uploads its batch and nothing else (the positions and the
+ * padded head's bias are the model's, made once), and never waits for the device until its
+ * loss is read back: the host only queues work, as PyTorch's eager step does when nothing calls
+ * .item(). A vocabulary of 67, so that the LM head is padded. */
 CT_TEST(train_step_on_cuda_queues_without_host_waits) {
     NEED_GPU();
+    small_vocab = 67;
     ct_model *m = small_gpt();
+    small_vocab = 64;
     OK(ct_module_to(ct_model_module(m), CT_CUDA(0)));
     ct_optim *o = NULL;
     OK(ct_optim_create_adamw(ct_model_params(m), NULL, &o));
@@ -347,7 +351,7 @@ CT_TEST(train_step_on_cuda_queues_without_host_waits) {
     for (int step = 0; step < 3; step++) {
         ct_cuda_mem_stats m0;
         ct_cuda_mem_stats_get(0, &m0);
-        int64_t w0 = ct_cuda_host_waits();
+        int64_t w0 = ct_cuda_host_waits(), u0 = ct_cuda_uploads();
         ct_tensor *x, *y;
         OK(ct_tensor_to(c, ct_from_data(c, CT_I32, tok, 2, shape), CT_CUDA(0), &x));
         OK(ct_tensor_to(c, ct_from_data(c, CT_I32, tgt, 2, shape), CT_CUDA(0), &y));
@@ -359,12 +363,14 @@ CT_TEST(train_step_on_cuda_queues_without_host_waits) {
         ct_params_zero_grad(ct_model_params(m));
         ct_cuda_mem_stats m1;
         ct_cuda_mem_stats_get(0, &m1);
-        int64_t w1 = ct_cuda_host_waits();
+        int64_t w1 = ct_cuda_host_waits(), u1 = ct_cuda_uploads();
         double v = ct_item(l);
         CT_EXPECTF(ct_ctx_status(c) == CT_OK && ct_optim_status(o) == CT_OK && isfinite(v), "step %d: %s", step, ct_last_error());
         if (step == 2) {
-            printf("step 3: %lld cudaMalloc calls, %lld host waits before the loss is read, %lld reading it\n",
-                   (long long)(m1.mallocs - m0.mallocs), (long long)(w1 - w0), (long long)(ct_cuda_host_waits() - w1));
+            printf("step 3: %lld cudaMalloc calls, %lld uploads, %lld host waits before the loss is read, %lld reading it\n",
+                   (long long)(m1.mallocs - m0.mallocs), (long long)(u1 - u0), (long long)(w1 - w0),
+                   (long long)(ct_cuda_host_waits() - w1));
+            CT_EXPECTF(u1 - u0 == 2, "the step made %lld host-to-device copies (the batch is 2)", (long long)(u1 - u0));
             CT_EXPECTF(m1.mallocs == m0.mallocs, "the step called cudaMalloc %lld times", (long long)(m1.mallocs - m0.mallocs));
             CT_EXPECTF(w1 == w0, "the step waited for the device %lld times before its loss was read", (long long)(w1 - w0));
             CT_EXPECTF(ct_cuda_host_waits() == w1 + 1, "reading the loss waited %lld times", (long long)(ct_cuda_host_waits() - w1));
@@ -738,7 +744,17 @@ CT_TEST(fsdp_full_world1_on_nccl_matches_cpu) {
            (size_t)mm.largest_unit_bytes, (size_t)mm.root_bytes);
     CT_EXPECTF(mm.peak_resident_bytes > 0 && mm.peak_resident_bytes < whole, "peak mapped %zu of %zu bytes",
                (size_t)mm.peak_resident_bytes, whole);
+    /* the device's memory figures count the mapped units: gathering every unit back maps what
+     * the step had released, and the device's peak holds the step's mapped peak */
+    ct_device_mem m0, m1;
+    OK(ct_device_mem_get(CT_CUDA(0), &m0));
     OK(ct_fsdp_gather_all(f));
+    OK(ct_device_mem_get(CT_CUDA(0), &m1));
+    printf("fsdp full, world 1: device memory in use %zu -> %zu bytes gathering every unit, peak %zu\n", m0.current, m1.current,
+           m1.peak);
+    CT_EXPECTF(m1.current > m0.current && m1.current - m0.current <= whole / 2 && m1.peak >= mm.peak_resident_bytes,
+               "device memory %zu -> %zu bytes (peak %zu) gathering every unit; the step's mapped peak %zu of %zu", m0.current,
+               m1.current, m1.peak, (size_t)mm.peak_resident_bytes, whole);
     float *wg = malloc(np * sizeof(float));
     CT_ASSERT(cudaMemcpy(wg, ct_params_data(Pg), np * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
     double num = 0, den = 0;

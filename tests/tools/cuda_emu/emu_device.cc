@@ -14,6 +14,7 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include <cuda_runtime_api.h> // crt/: the C API below
 
@@ -161,13 +162,30 @@ void ct_cuda_gemm_shutdown(void) {}
 // ---- vmm.c's address ranges: host pages (granules of 4 KiB) behind PROT_NONE when unmapped, so
 // that touching a released unit's memory faults as it does on a GPU ----
 static const size_t kGranule = 4096;
+// which granules of each range are mapped, counted into the allocator's figures as vmm.c does
+static std::map<uintptr_t, std::vector<bool>> vm_pages;
+static void vm_count(void *p, size_t bytes, bool map) {
+    std::lock_guard<std::mutex> g(blocks_mu);
+    auto it = vm_pages.upper_bound((uintptr_t)p);
+    if (it == vm_pages.begin()) return;
+    --it;
+    int64_t delta = 0;
+    for (size_t k = ((uintptr_t)p - it->first) / kGranule, n = bytes / kGranule; n-- && k < it->second.size(); k++)
+        if (it->second[k] != map) it->second[k] = map, delta += map ? (int64_t)kGranule : -(int64_t)kGranule;
+    if (delta) ct_cuda_mem_mapped_(0, delta);
+}
 ct_status ct_cuda_vm_reserve(int dev, size_t bytes, void **base, size_t *granule) {
     (void)dev;
     size_t size = (bytes + kGranule - 1) / kGranule * kGranule;
-    void *m = mmap(nullptr, size ? size : kGranule, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!size) size = kGranule;
+    void *m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return ct_error(CT_ERR_NOMEM, "cuda:0: cannot reserve %zu bytes (emulated)", size);
-    std::lock_guard<std::mutex> g(blocks_mu);
-    blocks[(uintptr_t)m] = size ? size : kGranule;
+    {
+        std::lock_guard<std::mutex> g(blocks_mu);
+        blocks[(uintptr_t)m] = size;
+        vm_pages[(uintptr_t)m] = std::vector<bool>(size / kGranule, false);
+    }
+    vm_count(m, size, true); // all mapped, as vmm.c's reserve
     *base = m, *granule = kGranule;
     return CT_OK;
 }
@@ -182,6 +200,7 @@ ct_status ct_cuda_vm_map(int dev, void *p, size_t bytes) {
     vm_check(p, bytes, "ct_cuda_vm_map");
     if (bytes && mprotect(p, bytes, PROT_READ | PROT_WRITE) != 0) return ct_error(CT_ERR_SYSTEM, "map: mprotect failed (emulated)");
     if (bytes) memset(p, 0, bytes);
+    vm_count(p, bytes, true);
     return CT_OK;
 }
 ct_status ct_cuda_vm_unmap(int dev, void *p, size_t bytes) {
@@ -190,6 +209,7 @@ ct_status ct_cuda_vm_unmap(int dev, void *p, size_t bytes) {
     if (ct_emu_nccl_wait) ct_emu_nccl_wait(nullptr); // as vmm.c: after the device's queued work
     if (bytes) (void)madvise(p, bytes, MADV_DONTNEED);
     if (bytes && mprotect(p, bytes, PROT_NONE) != 0) return ct_error(CT_ERR_SYSTEM, "unmap: mprotect failed (emulated)");
+    vm_count(p, bytes, false);
     return CT_OK;
 }
 void ct_cuda_vm_release(int dev, void *base, size_t bytes) {
@@ -198,8 +218,12 @@ void ct_cuda_vm_release(int dev, void *base, size_t bytes) {
     {
         std::lock_guard<std::mutex> g(blocks_mu);
         auto it = blocks.find((uintptr_t)base);
-        if (it != blocks.end()) size = it->second, blocks.erase(it);
+        if (it != blocks.end()) size = it->second;
     }
+    if (size) vm_count(base, size, false); // what is still mapped goes with the range
+    std::lock_guard<std::mutex> g(blocks_mu);
+    blocks.erase((uintptr_t)base);
+    vm_pages.erase((uintptr_t)base);
     if (size) munmap(base, size);
 }
 

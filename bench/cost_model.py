@@ -355,28 +355,32 @@ def train_table(train):
     print("| link | hosts x ranks | model | ctrain | PyTorch DDP | ctrain / PyTorch, same run | "
           "efficiency ctrain | efficiency PyTorch |")
     print("|---|---|---|---|---|---|---|---|")
+    # ctrain's variants, labelled: DDP's overlapped all-reduce on the rails or ordered, and the
+    # sharded optimizer step across hosts (the default since 2026-12-03), ordered or on the rails
+    variants = (("ctrain", "rail"), ("ctrain-ordered", "ordered"), ("ctrain-shardhier", "sharded step"),
+                ("ctrain-shardhier-rail", "sharded step, rails"))
     for rate in ("1gbit", "10gbit", "25gbit", "none"):
         for lay in ("2x2", "2x1"):
             for m in ("mlp", "gpt"):
-                c, o, t = rates((rate, lay, "ctrain", m)), rates((rate, lay, "ctrain-ordered", m)), rates((rate, lay, "pytorch", m))
-                if not t or not (c or o):
+                t = rates((rate, lay, "pytorch", m))
+                mine = [(impl, label, rates((rate, lay, impl, m))) for impl, label in variants]
+                mine = [x for x in mine if x[2]]
+                if not t or not mine:
                     continue
                 h, g = map(int, lay.split("x"))
-                best = c or o
                 eff = []
-                for impl, r in (("ctrain", best), ("pytorch", t)):
+                for impl, r in (("ctrain", mine[0][2]), ("pytorch", t)):
                     # H x 1 only: H x g on 2 cores has no load-free reference (see docs/multinode.md)
                     ref = [h * x for x in rates(("one", "1x1", impl, m))] if g == 1 else []
                     eff.append(f"{median(r) / median(ref):.2f}" if ref else "-")
-                cs = "; ".join(x for x in ((" / ".join(f"{x:.0f}" for x in c) + " rail") if c else "",
-                                           (" / ".join(f"{x:.0f}" for x in o) + " ordered") if o else "") if x)
+                cs = "; ".join(" / ".join(f"{x:.0f}" for x in r) + " " + label for _, label, r in mine)
                 # ctrain / PyTorch of the same run (ctrain's run, then PyTorch's, as the script does)
                 same = []
-                for impl in ("ctrain", "ctrain-ordered"):
+                for impl, label, _ in mine:
                     for cv in train.get((rate, lay, impl, m), []):
                         tv = [x["rate"] for x in train[(rate, lay, "pytorch", m)] if x["run"] == cv["run"]]
                         if tv and "rate" in cv:
-                            same.append(f"{cv['rate'] / tv[0]:.2f}" + (" ordered" if impl.endswith("ordered") else ""))
+                            same.append(f"{cv['rate'] / tv[0]:.2f}" + ("" if label == "rail" else f" {label}"))
                 print(f"| {rate} | {lay} | {m} | {cs} | {' / '.join(f'{x:.0f}' for x in t)} | "
                       f"{'; '.join(same)} | {eff[0]} | {eff[1]} |")
 

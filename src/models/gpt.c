@@ -163,8 +163,8 @@ static ct_tensor *gpt_fw(ct_ctx *ctx, ct_module *m, ct_tensor *idx) {
     return ct_module_forward(ctx, g->lm_head, x);
 }
 static void gpt_destroy(ct_module *m) {
-    ct_gpt *g = m->priv;
-    if (g->consts) ct_device_free(g->consts_dev, g->consts);
+    ct_gpt *g = m->priv; /* NULL when building it ran out of memory */
+    if (g && g->consts) ct_device_free(g->consts_dev, g->consts);
     free(g);
 }
 static const ct_module_ops gpt_ops = {"GPT", gpt_fw, gpt_destroy, NULL};

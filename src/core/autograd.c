@@ -1,7 +1,6 @@
 /* The tape. Ops append nodes during forward; ct_backward walks them newest first and
  * calls each node's backward (its op-table row, recorded with it). Gradients of intermediates are created
  * on first use in the arena; parameters accumulate into their store's flat buffer. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,25 +218,6 @@ static void backward_top(ct_ctx *ctx) {
     for (int i = 0; i < s.n; i++) (void)ct_params_grad(s.p[i]); /* settles the store */
 }
 
-/* 1.0f on device dev of h's type, made at its first backward and kept for the process (4
- * bytes a device); NULL when it cannot be made (the seed is then uploaded) */
-#define ONE_DEVICES 64
-static float *ones[CT_DEV_TYPES][ONE_DEVICES];
-static pthread_mutex_t ones_mu = PTHREAD_MUTEX_INITIALIZER;
-static const float *device_one(const ct_device_hooks *h, ct_device_type type, int dev) {
-    if (dev < 0 || dev >= ONE_DEVICES || (int)type >= CT_DEV_TYPES) return NULL;
-    pthread_mutex_lock(&ones_mu);
-    float *p = ones[type][dev];
-    const float one = 1.0f;
-    if (!p && h->alloc(dev, sizeof one, (void **)&p) == CT_OK && h->copy(dev, p, &one, sizeof one, CT_COPY_H2D) != CT_OK) {
-        h->free(p);
-        p = NULL;
-    }
-    ones[type][dev] = p;
-    pthread_mutex_unlock(&ones_mu);
-    return p;
-}
-
 void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
     /* after a device failure the loss may be a placeholder: nothing to compute (reset clears) */
     if (ctx->dev_status != CT_OK) return;
@@ -248,14 +228,13 @@ void ct_backward(ct_ctx *ctx, ct_tensor *loss) {
     CT_CHECK(loss->flags & CT_TF_REQUIRES_GRAD, "ct_backward: loss does not require grad (no parameter reached it, or grad mode was off)");
     check_on_tape(ctx, loss);
     if (loss->device.type != CT_DEV_CPU) {
-        /* dloss = 1 written into a fresh device gradient (a loss has none before backward),
-         * copied from the device's own 1.0f: the step uploads nothing but its batch */
+        /* dloss = 1 written into a fresh device gradient (a loss has none before backward), by
+         * the device where it can: the step then uploads nothing but its batch */
         CT_CHECK(!loss->grad, "ct_backward: the device loss already has a gradient");
         bool fresh;
         float *g = ct_grad_acc_fresh(ctx, loss, &fresh), one = 1.0f;
         const ct_device_hooks *h = ct_device_hooks_get(loss->device, "backward");
-        const float *d1 = h ? device_one(h, loss->device.type, loss->device.index) : NULL;
-        if (g && d1) ct_ctx_fail(ctx, h->copy(loss->device.index, g, d1, sizeof one, CT_COPY_D2D));
+        if (g && h && h->fill) ct_ctx_fail(ctx, h->fill(loss->device.index, g, one, 1));
         else if (g && h) ct_ctx_fail(ctx, h->copy(loss->device.index, g, &one, sizeof one, CT_COPY_H2D));
         run_backward(ctx);
         return;

@@ -110,6 +110,9 @@ typedef struct ct_device_hooks {
     /* y += x, n f32 elements, queued on the compute stream (src/train/fsdp.c: a reduce-scattered
      * shard added to the shard's gradients) */
     ct_status (*add)(int dev, float *y, const float *x, int64_t n);
+    /* y[0, n) = v, queued on the compute stream (backward's seed dloss = 1: nothing uploaded).
+     * May be NULL: the value is then copied from the host. */
+    ct_status (*fill)(int dev, float *y, float v, int64_t n);
     /* address ranges whose memory comes and goes (tensor.h's ct_device_reserve; src/train/fsdp.c
      * gives a released unit's memory back while pointers into it stay valid): reserve bytes of
      * addresses, all mapped and zeroed, *granule the unit map and unmap take; map fresh zeroed

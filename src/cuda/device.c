@@ -147,6 +147,12 @@ static ct_status h_add(int dev, float *y, const float *x, int64_t n) {
     return st != CT_OK || n == 0 ? st : ct_cuda_add(s, y, x, y, n, n);
 }
 
+static ct_status h_fill(int dev, float *y, float v, int64_t n) {
+    cudaStream_t s;
+    ct_status st = compute(dev, "fill", &s);
+    return st != CT_OK || n == 0 ? st : ct_cuda_fill(s, y, v, n);
+}
+
 static const ct_device_hooks hooks = {
     .count = ct_cuda_device_count,
     .alloc = ct_cuda_alloc,
@@ -163,6 +169,7 @@ static const ct_device_hooks hooks = {
     .convert = h_convert,
     .round = h_round,
     .add = h_add,
+    .fill = h_fill,
     .vm_reserve = ct_cuda_vm_reserve,
     .vm_map = ct_cuda_vm_map,
     .vm_unmap = ct_cuda_vm_unmap,

@@ -205,14 +205,10 @@ void ct_params_init_range(const ct_params *p, uint64_t seed, size_t lo, size_t h
 
 void ct_params_defer(ct_params *p) {
     CT_CHECK(p->finalized, "ct_params_defer: a store not finalized");
-    if (p->device.type != CT_DEV_CPU) { /* a device store deferred is only freed (materialize refuses it) */
-        const ct_device_hooks *h = ct_device_hooks_get(p->device, "ct_params_defer");
-        if (!p->data_external) h->free(p->data);
-        if (!p->grad_external) h->free(p->grad);
-    } else {
-        if (!p->data_external) free(p->data);
-        if (!p->grad_external) free(p->grad);
-    }
+    /* a device store deferred is only freed (materialize refuses it) */
+    void (*release)(void *) = p->device.type != CT_DEV_CPU ? ct_device_hooks_get(p->device, "ct_params_defer")->free : free;
+    if (!p->data_external) release(p->data);
+    if (!p->grad_external) release(p->grad);
     p->data = p->grad = NULL;
     p->data_external = p->grad_external = false;
     p->stale = false;

@@ -726,7 +726,8 @@ typedef struct {
     int cur;       /* the unit the stream gathered last, -1: none */
     float *host;   /* on a device, rank 0: the values of unit host_unit (largest unit's size) */
     int host_unit; /* -1: none */
-    float *bufs;   /* on a device, rank 0: P's buffers, copied at the first one written */
+    const float *bufs; /* on a device, rank 0: P's buffers on the host (bufs_own), copied at the first one written */
+    float *bufs_own;
 } stream;
 
 /* the unit whose parameters hold p, -1 for memory outside them (buffers, the config) */
@@ -754,10 +755,8 @@ static ct_status stream_buffers(stream *s, const void *data, const void **src) {
     size_t nb = ct_params_buffer_numel(f->P);
     if (!nb || !x || x < b || x >= b + nb) return CT_OK; /* host memory already (the config) */
     if (!s->bufs) {
-        if (!(s->bufs = malloc(nb * sizeof(float)))) return ct_error(CT_ERR_NOMEM, "fsdp: out of host memory for the buffers");
-        ct_status st = ct_device_copy(f->dev, s->bufs, b, nb * sizeof(float), false);
+        ct_status st = ct_fsdp_host_buffers_(f, &s->bufs, &s->bufs_own);
         if (st != CT_OK) {
-            free(s->bufs);
             s->bufs = NULL;
             return st;
         }
@@ -832,7 +831,7 @@ ct_status ct_fsdp_stream(ct_fsdp *f, ct_status (*write)(void *arg, ct_st_fetch_f
         }
     }
     free(s.host);
-    free(s.bufs);
+    free(s.bufs_own);
     stream_to(f, &s, -1);
     round_kept(f);
     if (f->status != CT_OK) return f->status;

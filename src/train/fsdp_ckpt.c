@@ -26,9 +26,7 @@ void ct_fsdp_shard_file(int r, int n, char *buf, size_t cap) { snprintf(buf, cap
 
 /* ---- writing ---- */
 
-/* P's buffers (running statistics) where the host can read them: P's own on the CPU, a copy
- * (*own, freed by the caller) from a device */
-static ct_status host_buffers(ct_fsdp *f, const float **out, float **own) {
+ct_status ct_fsdp_host_buffers_(ct_fsdp *f, const float **out, float **own) {
     size_t nb = ct_params_buffer_numel(f->P);
     *own = NULL;
     *out = ct_params_buffer_data(f->P);
@@ -42,7 +40,7 @@ static ct_status host_buffers(ct_fsdp *f, const float **out, float **own) {
 static ct_status save_shard(ct_fsdp *f, const char *dir) {
     const float *bufs = NULL;
     float *own = NULL;
-    ct_status st = f->me == 0 ? host_buffers(f, &bufs, &own) : CT_OK;
+    ct_status st = f->me == 0 ? ct_fsdp_host_buffers_(f, &bufs, &own) : CT_OK;
     ct_st_writer *w = NULL;
     if (st == CT_OK) st = ct_st_writer_create(&w);
     if (st != CT_OK) {

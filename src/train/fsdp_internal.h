@@ -80,6 +80,9 @@ void ct_fsdp_drop_released_(ct_fsdp *f);
 /* P's gradients zeroed where they have memory (a failed or finished step's leftovers):
  * ct_params_zero_grad would write every gradient, the unmapped ones on a device too. */
 void ct_fsdp_zero_grad_(ct_fsdp *f);
+/* P's buffers (running statistics) where the host can read them: P's own on the CPU, a copy
+ * (*own, freed by the caller, also on failure) from a device. */
+ct_status ct_fsdp_host_buffers_(ct_fsdp *f, const float **out, float **own);
 /* Collective: a whole (unsharded) checkpoint's weights, optimizer state and buffers into the
  * shards. On the CPU P is loaded whole on every rank for a moment (its pages are given back
  * after); on a device each piece is read from the file by its name, P untouched. */

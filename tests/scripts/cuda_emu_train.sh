@@ -53,27 +53,9 @@ grep -q "on cuda:0" "$d/dev_full.log" && grep -q "| gpu .* MB" "$d/dev_full.log"
 grep -q "^fsdp: --shard full" "$d/dev_full.log" || die "dev_full: no memory line: $(tail -5 "$d/dev_full.log")"
 train cpu_full gloo 2 --steps 4 --shard full
 same cpu_full dev_full
-e=$(python3 - "$d/cpu_full/model.safetensors" "$d/dev_full/model.safetensors" <<'EOF'
-import array, json, struct, sys
-def load(p):
-    b = open(p, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in h.items():
-        if k != '__metadata__':
-            a = array.array('f')
-            a.frombytes(b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]])
-            out[k] = a
-    return out
-c, g = load(sys.argv[1]), load(sys.argv[2])
-assert sorted(c) == sorted(g), (sorted(c), sorted(g))
-num = sum((x - y) ** 2 for k in c for x, y in zip(c[k], g[k]))
-print('%.3g' % (num / sum(y * y for k in c for y in c[k])) ** 0.5)
-EOF
-) || die "model.safetensors: $e"
-awk -v e="$e" 'BEGIN { exit !(e <= 1e-5) }' || die "dev_full: model.safetensors differs from the CPU's by $e normwise"
-echo "dev_full: model.safetensors within $e normwise of the CPU's"
+e=$(python3 tests/tools/weights_close.py "$d/cpu_full/model.safetensors" "$d/dev_full/model.safetensors" 1e-5 --normwise) ||
+    die "dev_full: model.safetensors differs from the CPU's: $e"
+echo "dev_full: model.safetensors: $e from the CPU's"
 
 mixed=(--steps 4 --shard grad-optim --amp bf16 --shard-param-dtype bf16 --shard-prefetch --clip 0.5)
 train dev_mixed nccl 2 "${mixed[@]}" --device cuda

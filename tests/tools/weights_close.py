@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""weights_close.py A.safetensors B.safetensors [rtol]: exit 0 when every f32 tensor of A
-equals B's within rtol relative to the tensor's largest magnitude (default 1e-5); prints
-the worst difference. Standard library only (the test machines need no numpy)."""
+"""weights_close.py A.safetensors B.safetensors [rtol] [--normwise]: exit 0 when every f32
+tensor of A equals B's within rtol relative to the tensor's largest magnitude (default 1e-5);
+prints the worst difference. --normwise: instead, the whole model's ||A - B|| / ||A|| within
+rtol. Standard library only (the test machines need no numpy)."""
 import json, struct, sys
 
 
@@ -19,10 +20,16 @@ def load(path):
     return out
 
 
-a, b = load(sys.argv[1]), load(sys.argv[2])
-rtol = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
+args = [x for x in sys.argv[1:] if x != "--normwise"]
+a, b = load(args[0]), load(args[1])
+rtol = float(args[2]) if len(args) > 2 else 1e-5
 if sorted(a) != sorted(b) or not a:
     sys.exit("tensor names differ: %s vs %s" % (sorted(a)[:5], sorted(b)[:5]))
+if "--normwise" in sys.argv:
+    num = sum((x - y) ** 2 for k in a for x, y in zip(a[k], b[k]))
+    e = (num / max(sum(x * x for k in a for x in a[k]), 1e-300)) ** 0.5
+    print("normwise difference %.3g" % e)
+    sys.exit(0 if e <= rtol else 1)
 worst, where = 0.0, ""
 for k in a:
     scale = max(max(abs(x) for x in a[k]), 1e-30)

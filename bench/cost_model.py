@@ -19,9 +19,15 @@ compression):
 The CPUs' floor: a collective takes at least what the same layout's processes take on the
 bare veth (RATES=none, no shaping: the CPUs move the bytes as fast as they can), fitted per
 layout and collective as T = a0 + b0 S. Where such runs exist, a collective on a shaped link
-is predicted as max(link model, floor): on a VM whose cores are shared by more processes than
-it has (4 x 1, 2 x 2 on 2 cores), a 10 Gbit/s link does not bind and the floor does. The bare
-veth's own rows are then calibration, not checks.
+is predicted as the 4-norm of the two, (L^4 + F^4)^(1/4) (F the floor, L the link model's
+bytes, a = 0: the a fitted on 2 x 1 runs is the per-message cost of those 2 processes' CPUs,
+not a wire's (microseconds), and the layout's own a0 holds its processes' cost): on a
+VM whose cores are shared by more processes than it has (4 x 1, 2 x 2 on 2 cores), a 10 Gbit/s
+link does not bind and the floor does; where the two are close, neither hides the other
+entirely (Zen 4, 4 x 1 all-reduce of 64 MiB at 10 Gbit/s: link 103 ms, floor 126, measured
+165). The norm's order was chosen on the runs of 2026-12-05 (Zen 4 and Xeon; see
+docs/scaling.md): the max (order infinity) left 16-64 MiB checks 23% off, the sum (1) and the
+quadratic mean (2) overshot the rest. The bare veth's own rows are then calibration, not checks.
 
 T_c: the step of the same number of ranks on one host where it was measured (MODES=base: the
 contention of ranks sharing this machine's cores included), else the measured single-rank
@@ -38,6 +44,8 @@ import sys
 from collections import defaultdict
 
 CORES = 2  # this machine's: the emulated hosts share them
+FLOOR_NORM = 4  # how the link's time and the CPUs' floor combine (see the top)
+BWD = 2 / 3  # backward's part of a training step (twice forward's FLOPs)
 RATES_GBIT = {"1gbit": 1, "10gbit": 10, "25gbit": 25, "none": None}
 PARAMS = {"mlp": 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10}
 # GPT 6 layers, width 256, context 256, vocab 256 (nanoGPT layout, bias, tied lm_head)
@@ -57,12 +65,13 @@ def parse(paths):
         r += line.startswith("#")
         if " allreduce-ordered " in line:
             labelled.add(r)
-    hier, run, shard = "ordered", 0, False
+    hier, run, shard, early = "ordered", 0, False, False
     for line in lines:
         f = line.split()
         if f and f[0] == "#":  # a run's header: "| hier rail" since the rail runs; ordered before
             hier = "rail" if "hier rail" in line else "ordered"
             shard = "shard_hier 1" in line  # the sharded step across machines (the default since 2026-12-03)
+            early = "chain_early 1" in line  # its chain's chunks going on during backward (since 2026-12-05)
             run += 1
         if not f or f[0].startswith("#"):
             continue
@@ -81,7 +90,7 @@ def parse(paths):
             impl = f[3] + ("-ordered" if f[3] == "ctrain" and hier == "ordered" and not f[2].startswith("1x") else "")
             if f[3] == "ctrain" and shard and not f[2].startswith("1x"):
                 # its own rows: not mixed into the medians of the overlapped all-reduce's step
-                impl = "ctrain-shardhier" + ("-rail" if hier == "rail" else "")
+                impl = "ctrain-shardhier" + ("-rail" if hier == "rail" else "-early" if early else "")
             train.setdefault((f[1], f[2], impl, f[4]), []).append(v)
     return coll, train, bulk
 
@@ -148,15 +157,19 @@ class Model:
         return rate != "none" and (lay, c) in self.floor
 
     def t_coll(self, rate, c, hosts, g, s, scheme):
-        t = self.t_link(rate, c, hosts, g, s, scheme)
         key = (f"{hosts}x{g}", "allreduce-ordered" if scheme == "hier-ordered" else c)
         if self.floored(rate, *key):
+            t = self.t_link(rate, c, hosts, g, s, scheme, alpha=False)
             a0, b0 = self.floor[key]
-            t = max(t, a0 + b0 * s)
-        return t
+            f = a0 + b0 * s
+            return (t ** FLOOR_NORM + f ** FLOOR_NORM) ** (1 / FLOOR_NORM)
+        return self.t_link(rate, c, hosts, g, s, scheme)
 
-    def t_link(self, rate, c, hosts, g, s, scheme):
+    def t_link(self, rate, c, hosts, g, s, scheme, alpha=True):
+        """alpha False: the bytes alone (where the layout's floor holds its per-message cost)"""
         a, b = self.ab[(rate, c)]
+        if not alpha:
+            a = 0.0
         bl = min(b, self.bulk_b.get(rate, b))  # one TCP stream one way (MODES=bulk), where measured
         if scheme == "ring":  # one ring over every rank; a host's link carries the ring's bytes
             x, y = terms(c, hosts * g, s)
@@ -164,8 +177,12 @@ class Model:
         if scheme == "sharded":  # all-gather x 2 + reduce-scatter on the flat ring
             x, y = terms("allgather", hosts * g, s)
             (aa, ba), (ar, br) = self.ab[(rate, "allgather")], self.ab[(rate, "reducescatter")]
+            if not alpha:
+                aa = ar = 0.0
             return 2 * (aa * x + ba * y) + ar * x + br * y
         sa, sb = self.shm
+        if not alpha:
+            sa = 0.0
         xi, yi = terms(c, g, s) if g > 1 else (0, 0)
         if scheme == "hier-ordered":
             # leaders in a chain: host 0 to H-1 and back, S per hop, one direction at a time: a
@@ -196,6 +213,17 @@ class Model:
         k = math.ceil(share / c)
         load = 1 if hosts == 2 else max(2, math.ceil(math.log2(hosts)))
         return load * s * bl + (hosts - 1) * c * bl + 2 * k * a
+
+    def t_shard_early(self, rate, hosts, g, s, tx, tc):
+        """What is left of the chained exchange tx after backward when its chunks go on as
+        backward finishes them (CTRAIN_HIER_CHAIN_EARLY, the default since 2026-12-05): the
+        gradients taken as finished at an even pace over backward (BWD of the step tc), the link
+        carries what backward gives it, and after backward the part it could not keep up with
+        is left, and at least the last chunk's trip: to the last host and back, H c b_l + 2 a."""
+        a, b = self.ab[(rate, "allgather")]
+        bl = min(b, self.bulk_b.get(rate, b))
+        c = min(s / g, max(256 << 10, min(8 << 20, 4e-3 / bl)))
+        return max(tx - BWD * tc, 0.0) + hosts * c * bl + 2 * a
 
     def compute(self, impl, m, procs, cores=CORES):
         # Where the same number of processes ran on one host (MODES=base), that run's step is
@@ -245,7 +273,11 @@ class Model:
             # the one-host step of as many ranks (MODES=base: the sharded step on shm, its waits
             # for the other ranks included) plus the exchange across hosts, after backward
             tc = self.compute("ctrain", m, hosts * g if cores else 1, cores or 1)
-            return tc + self.t_shard_exchange(rate, hosts, g, self.grad_bytes(impl, m), impl.endswith("rail"))
+            tx = self.t_shard_exchange(rate, hosts, g, self.grad_bytes(impl, m), impl.endswith("rail"))
+            if impl.endswith("early"):
+                tx = self.t_shard_early(rate, hosts, g, self.grad_bytes(impl, m), tx, tc)
+            return tc + tx
+
         tc, tm = self.step_parts(rate, impl, m, hosts, g, scheme, cores)
         return tc + (1 - self.h[(impl, m)]) * tm
 
@@ -269,8 +301,10 @@ def check(model, fits=True):
             # fits: the 2 x 1 link's, and the bare veth's rows where they fit the floor; a check
             # that the floor decides says so
             role = "fit" if lay == "2x1" or (rate == "none" and (lay, c) in model.floor) else "check"
-            if role == "check" and p > model.t_link(rate, cc, h, g, s, scheme):
-                role = "check, floor"
+            fk = (lay, "allreduce-ordered" if scheme == "hier-ordered" else cc)
+            if role == "check" and model.floored(rate, *fk) and \
+                    model.floor[fk][0] + model.floor[fk][1] * s > model.t_link(rate, cc, h, g, s, scheme, alpha=False):
+                role = "check, floor"  # the floor is the larger of the two
             worst = max(worst, e) if role.startswith("check") else worst
             if role.startswith("check"):
                 per_rate[rate].append((e, s, n > 1 and lo <= p <= hi))
@@ -295,7 +329,7 @@ def check(model, fits=True):
     print("|---|---|---|---|---|---|---|")
     for (rate, lay, impl, m), v in sorted(model.train.items()):
         if lay not in ("2x2", "2x1") or rate not in model.rates or impl not in (
-                "ctrain", "ctrain-ordered", "ctrain-shardhier", "ctrain-shardhier-rail", "pytorch"):
+                "ctrain", "ctrain-ordered", "ctrain-shardhier", "ctrain-shardhier-rail", "ctrain-shardhier-early", "pytorch"):
             continue
         h, g = map(int, lay.split("x"))
         t = median([x["step_ms"] for x in v]) * 1e-3
@@ -358,7 +392,7 @@ def train_table(train):
     # ctrain's variants, labelled: DDP's overlapped all-reduce on the rails or ordered, and the
     # sharded optimizer step across hosts (the default since 2026-12-03), ordered or on the rails
     variants = (("ctrain", "rail"), ("ctrain-ordered", "ordered"), ("ctrain-shardhier", "sharded step"),
-                ("ctrain-shardhier-rail", "sharded step, rails"))
+                ("ctrain-shardhier-rail", "sharded step, rails"), ("ctrain-shardhier-early", "sharded step, early"))
     for rate in ("1gbit", "10gbit", "25gbit", "none"):
         for lay in ("2x2", "2x1"):
             for m in ("mlp", "gpt"):

@@ -78,6 +78,12 @@ ct_ddp_stats ct_ddp_get_stats(const ct_ddp *ddp);
  * its own gradients in the shared buffer, for a reader that averages them itself. Needs the
  * zero-copy buffer (CT_ERR_INVALID otherwise). Set between steps. */
 ct_status ct_ddp_set_deferred(ct_ddp *ddp, bool on);
+/* While deferred: fn(user, lo) is called during backward each time the gradients of
+ * [lo, numel) of the flat buffer became final on this rank (whole parameters, from the last
+ * down as backward finishes them; lo only falls), so that the reader can start on them
+ * before backward ends. fn NULL: none. Set between steps. */
+typedef void (*ct_ddp_progress_fn)(void *user, size_t lo);
+void ct_ddp_set_progress(ct_ddp *ddp, ct_ddp_progress_fn fn, void *user);
 bool ct_ddp_zero_copy(const ct_ddp *ddp); /* the gradients are in memory shared by the ranks */
 ct_dtype ct_ddp_comm_dtype(const ct_ddp *ddp); /* opts.comm_dtype: f32, or the compression's dtype */
 ct_pg *ct_ddp_pg(const ct_ddp *ddp);

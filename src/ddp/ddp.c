@@ -1,6 +1,7 @@
 /* DDP reducer. Buckets are contiguous slices of the flat gradient buffer holding
  * parameters in reverse registration order — the order backward finishes them — so a
  * bucket is complete early and its all-reduce overlaps the rest of backward. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,6 +37,9 @@ struct ct_ddp {
     void *shared;         /* zero-copy: this rank's region of the shared gradient segment */
     ct_ddp_stats st;
     bool deferred;        /* ct_ddp_set_deferred: no bucket is reduced; the reader averages */
+    ct_ddp_progress_fn progress; /* deferred: told how far backward's final gradients reach */
+    int next_final;       /* deferred, with progress: the highest parameter not yet final */
+    void *progress_user;
     ct_device dev;        /* where the gradients are */
 };
 
@@ -116,14 +120,31 @@ static void launch_ready(ct_ddp *d) {
     while (d->next_launch < d->nb && d->b[d->next_launch].pending == 0) launch(d, &d->b[d->next_launch++]);
 }
 
+/* Deferred: parameters, not buckets (one bucket may hold most of a model, and nothing is
+ * reduced here), final from the last down: each settled (zeros where backward wrote none,
+ * as ct_ddp_finish would make them) before the reader is told where the final gradients
+ * begin now */
+static void progress_ready(ct_ddp *d) {
+    size_t lo = SIZE_MAX;
+    for (; d->next_final >= 0 && (d->ready[d->next_final] || d->bucket_of[d->next_final] < 0); d->next_final--) {
+        if (d->bucket_of[d->next_final] < 0) continue; /* a buffer: no gradient */
+        (void)ct_params_grad_range(d->P, d->next_final, d->next_final);
+        lo = ct_params_offset(d->P, d->next_final);
+    }
+    if (lo != SIZE_MAX) d->progress(d->progress_user, lo);
+}
+
 static void on_grad_ready(void *user, ct_params *P, int i) {
     (void)P;
     ct_ddp *d = user;
     if (d->no_sync || d->bucket_of[i] < 0 || d->ready[i]) return;
     d->ready[i] = true;
     d->step_active = true;
-    if (d->deferred) return; /* averaged by whoever reads them (the sharded step, ct_zero) */
     bucket *b = &d->b[d->bucket_of[i]];
+    if (d->deferred) { /* averaged by whoever reads them (the sharded step, ct_zero) */
+        if (d->progress) progress_ready(d);
+        return;
+    }
     if (--b->pending == 0) launch_ready(d);
     /* cheap progress poll to timestamp completions while backward runs */
     for (int k = 0; k < d->next_launch; k++)
@@ -234,6 +255,7 @@ ct_status ct_ddp_create(ct_pg *pg, ct_params *P, const ct_ddp_opts *opts, ct_ddp
         }
     }
     d->st.buckets = d->nb;
+    d->next_final = n - 1;
     st = setup_zero_copy(d);
     if (st != CT_OK) { ct_ddp_free(d); return st; }
     ct_params_set_grad_hook(P, on_grad_ready, d);
@@ -272,6 +294,7 @@ static void reset_step(ct_ddp *d) {
     }
     memset(d->ready, 0, sizeof(bool) * (size_t)ct_params_count(d->P));
     d->next_launch = 0;
+    d->next_final = ct_params_count(d->P) - 1;
     d->step_active = false;
 }
 
@@ -366,6 +389,12 @@ ct_status ct_ddp_set_deferred(ct_ddp *d, bool on) {
         return ct_error(CT_ERR_INVALID, "DDP: deferred averaging needs the gradients in shared memory (zero-copy on the shm backend)");
     d->deferred = on;
     return CT_OK;
+}
+
+void ct_ddp_set_progress(ct_ddp *d, ct_ddp_progress_fn fn, void *user) {
+    CT_CHECK(!d->step_active, "ct_ddp_set_progress during a backward");
+    d->progress = fn;
+    d->progress_user = user;
 }
 
 bool ct_ddp_zero_copy(const ct_ddp *d) { return d->shared != NULL; }

@@ -32,9 +32,14 @@
  *                                        network: ~2 x share (N-1)/N per machine and rail
  *      in the DDP's compression dtype if it has one (only this crosses the network: the
  *      machine's sum is made in f32);
+ *      ordered, the chunks go from the top of the share down (the order backward finishes
+ *      the gradients), each as soon as every local rank's backward has finished it
+ *      (ct_ddp_set_progress; CTRAIN_HIER_CHAIN_EARLY=0: after backward): the network works
+ *      while backward runs, and after it only the chunks it finished last are left;
  *   3. divides by the world size into its own gradient buffer, which its step then reads.
  *   per rank: reads its share of all L buffers (B/L x L = B), against the hier all-reduce's
  *   shm reduce and broadcast of B and a whole optimizer step per rank. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +72,21 @@ struct ct_zero {
     size_t lo, hi;        /* this rank's share */
     float *part;          /* the share's sum, hi - lo floats */
     void *wire;           /* its compressed copy (wdt != f32) */
+    /* the chain during backward (see chain_advance) */
+    bool early;           /* on: CTRAIN_HIER_CHAIN_EARLY, chained, across machines */
+    void *progmem;        /* this rank's published reach: one cache line in memory the machine shares */
+    _Atomic uint64_t **progs; /* every local rank's, in local order */
+    uint64_t gen;         /* averaging steps so far: a reach of an earlier step never counts */
+    size_t N;             /* floats of the flat gradient buffer */
+    int next;             /* the next chunk to go on: from the top, K-1 down to 0; -1 when all went */
+    bool inflight;        /* this step's chain is posted */
+    ct_status est;        /* its first failure */
+    long sent_early, sent_all; /* chunks that went on during backward, of all (the log at the end) */
 };
+
+/* A reach: gen << REACH_SHIFT | the floats from the top of the flat buffer whose gradients
+ * are final on that rank this step (below 2^40) */
+#define REACH_SHIFT 40
 
 /* after each rank updated its share: the next forward reads the others' */
 static ct_status zero_sync(void *user) {
@@ -122,6 +141,11 @@ static bool move_out(ct_params *P, ct_optim *opt, bool params_in) {
 }
 
 static void zero_release(ct_zero *z) {
+    if (z->progmem) {
+        ct_ddp_set_progress(z->ddp, NULL, NULL);
+        ct_pg_free_shared(z->pg, z->progmem);
+    }
+    free(z->progs);
     if (z->rail) ct_pg_free(z->rail);
     if (z->back) ct_pg_free(z->back);
     if (z->fwd) ct_pg_free(z->fwd);
@@ -133,8 +157,15 @@ static void zero_release(ct_zero *z) {
     free(z);
 }
 
+static ct_status chain_finish(ct_zero *z);
+
 void ct_zero_free(ct_zero *z) {
     if (!z) return;
+    /* a step that ended in an error after its chain was posted (ct_ddp_finish's): the chain
+     * ends as on the other machines, whose step ended alike */
+    if (z->inflight) (void)chain_finish(z);
+    if (z->early && z->sent_all)
+        CT_LOG_INFO("zero", "%ld of %ld chunks went on to the next machine during backward", z->sent_early, z->sent_all);
     (void)ct_ddp_set_deferred(z->ddp, false);
     if (z->opt) ct_optim_set_shard(z->opt, NULL);
     /* everything leaves the segment before it goes; without memory for it, it stays mapped */
@@ -236,6 +267,171 @@ static ct_status chain_chunk_bytes(ct_zero *z, size_t *out) {
     return st;
 }
 
+/* The machines' sums of the share (z->part) all-reduced on the rail, through the wire dtype */
+static ct_status rail_all_reduce(ct_zero *z) {
+    size_t m = z->hi - z->lo;
+    if (z->wdt == CT_F32) return ct_all_reduce_sync(z->rail, z->part, m, CT_F32, CT_RED_SUM);
+    ct_convert(z->wire, z->wdt, z->part, CT_F32, m);
+    ct_status st = ct_all_reduce_sync(z->rail, z->wire, m, z->wdt, CT_RED_SUM);
+    if (st == CT_OK) ct_convert(z->part, CT_F32, z->wire, z->wdt, m);
+    return st;
+}
+
+/* chunk c of the share: its first element (from lo) and its length */
+static size_t chunk_at(const ct_zero *z, int c, size_t *n) {
+    size_t a = (size_t)c * z->chunk, m = z->hi - z->lo;
+    *n = a + z->chunk < m ? z->chunk : m - a;
+    return a;
+}
+
+/* The group machine mi sends its running sums on. A group's comm thread runs its works in
+ * the order they were posted, so a machine in the middle that received and sent on one group
+ * would send nothing before its last receive (the receives are posted first): store and
+ * forward, the share's time twice. Even machines send on the rail, odd ones on z->fwd, so a
+ * middle machine receives on one and sends on the other, each with its own thread: chunk c
+ * goes on while chunk c+1 comes in. */
+static ct_pg *chain_send_group(const ct_zero *z, int mi) { return mi % 2 && z->fwd ? z->fwd : z->rail; }
+
+/* The chain in chunks: the running sum of chunk c goes on to the next machine while the
+ * finished chunks come back (broadcast on z->back). Each chunk's arithmetic is that of the
+ * whole share, so the bits are those of one pass; only the order in time changes. The chunks
+ * go from the top of the share down, on every machine alike: chain_post posts the works that
+ * wait for the peers in that order (each group's comm thread runs its works in the order they
+ * were posted), chain_step passes one chunk on, chain_advance those whose turn it is, during
+ * backward or after it, and chain_finish the rest, then waits for every one. */
+static char *wire_of(const ct_zero *z) { return z->wdt != CT_F32 ? z->wire : (char *)z->part; }
+
+static void chain_post(ct_zero *z) {
+    size_t es = ct_dtype_size(z->wdt);
+    char *wire = wire_of(z);
+    bool last = z->mi == z->nm - 1;
+    ct_pg *in = z->mi > 0 ? chain_send_group(z, z->mi - 1) : NULL;
+    for (int c = z->nchunks - 1; c >= 0; c--) {
+        size_t n, a = chunk_at(z, c, &n);
+        if (!last) z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, z->nm - 1);
+        if (z->mi > 0) z->fw[c] = ct_recv(in, wire + a * es, n, z->wdt, z->mi - 1, c);
+    }
+    z->next = z->nchunks - 1;
+    z->est = CT_OK;
+    z->inflight = true;
+}
+
+/* Chunk c: the running sum in (block false: only if it has arrived; false if not), this
+ * machine's ranks added in rank order, and on to the next machine, or back from the last. */
+static bool chain_step(ct_zero *z, int c, bool block) {
+    size_t es = ct_dtype_size(z->wdt), lo = z->lo, n, a = chunk_at(z, c, &n);
+    bool cvt = z->wdt != CT_F32;
+    char *w = wire_of(z) + a * es;
+    float *s = z->part + a;
+    int r0 = 0;
+    if (z->mi > 0) {
+        if (!block && !ct_work_test(z->fw[c])) return false;
+        ct_status st = ct_work_wait(z->fw[c]);
+        ct_work_free(z->fw[c]);
+        z->fw[c] = NULL;
+        if (st != CT_OK) { z->est = st; return true; }
+        if (cvt) ct_convert(s, CT_F32, w, z->wdt, n);
+    } else {
+        memcpy(s, z->grads[r0++] + lo + a, n * sizeof(float));
+    }
+    for (int r = r0; r < z->L; r++) {
+        const float *g = z->grads[r] + lo + a;
+        for (size_t j = 0; j < n; j++) s[j] = s[j] + g[j];
+    }
+    if (cvt) ct_convert(w, z->wdt, s, CT_F32, n);
+    if (z->mi == z->nm - 1) {
+        if (cvt) ct_convert(s, CT_F32, w, z->wdt, n); /* what the others will receive */
+        z->bw[c] = ct_broadcast(z->back, w, n, z->wdt, z->nm - 1);
+    } else {
+        z->fw[c] = ct_send(chain_send_group(z, z->mi), w, n, z->wdt, z->mi + 1, c);
+    }
+    return true;
+}
+
+/* this rank's reach published: its gradients of the top `done` floats are final this step */
+static void publish(ct_zero *z, size_t done) {
+    atomic_store_explicit(z->progs[z->li], z->gen << REACH_SHIFT | done, memory_order_release);
+}
+
+/* every local rank's gradients from element x on are final this step */
+static bool final_from(const ct_zero *z, size_t x) {
+    uint64_t need = z->gen << REACH_SHIFT | (z->N - x);
+    for (int r = 0; r < z->L; r++)
+        if (atomic_load_explicit(z->progs[r], memory_order_acquire) < need) return false;
+    return true;
+}
+
+/* The chunks whose turn it is, in the chain's order: during backward (block false) while
+ * every local rank has finished the next one and its running sum has arrived; after backward
+ * (every rank's gradients final) all that are left. */
+static void chain_advance(ct_zero *z, bool block) {
+    while (z->next >= 0 && z->est == CT_OK) {
+        size_t n, a = chunk_at(z, z->next, &n);
+        if (!block && !final_from(z, z->lo + a)) return;
+        if (!chain_step(z, z->next, block)) return;
+        z->sent_early += !block;
+        z->sent_all++;
+        z->next--;
+    }
+}
+
+/* DDP's progress during backward (ct_ddp_set_progress): the gradients of [lo, N) are final here */
+static void on_progress(void *user, size_t lo) {
+    ct_zero *z = user;
+    if (!z->averaging) return;
+    publish(z, z->N - lo);
+    if (z->inflight) chain_advance(z, false);
+}
+
+static ct_status chain_finish(ct_zero *z) {
+    size_t es = ct_dtype_size(z->wdt);
+    bool cvt = z->wdt != CT_F32, last = z->mi == z->nm - 1;
+    char *wire = wire_of(z);
+    float *s = z->part, *own = (float *)z->grads[z->li] + z->lo, d = (float)ct_pg_size(z->pg);
+    if (!z->inflight) chain_post(z);
+    chain_advance(z, true);
+    ct_status st = z->est;
+    /* every posted work is waited for, also after an error (a peer's timeout ends them) */
+    for (int c = z->nchunks - 1; c >= 0; c--) {
+        size_t n, a = chunk_at(z, c, &n);
+        ct_status sf = z->fw[c] ? ct_work_wait(z->fw[c]) : CT_OK, sb = z->bw[c] ? ct_work_wait(z->bw[c]) : CT_OK;
+        if (st == CT_OK) st = sf != CT_OK ? sf : sb;
+        ct_work_free(z->fw[c]);
+        ct_work_free(z->bw[c]);
+        z->fw[c] = z->bw[c] = NULL;
+        if (st != CT_OK) continue;
+        if (cvt && !last) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
+        for (size_t j = 0; j < n; j++) own[a + j] = s[a + j] / d; /* the averaging's true division */
+    }
+    z->inflight = false;
+    return st;
+}
+
+/* The chain during backward: one cache line per rank for its reach, in memory the machine's
+ * ranks share, and DDP's progress to publish it. Without it (no memory: a warning) the
+ * chunks go after backward; the chain's order is the same either way, so the machines need
+ * not agree on it. */
+static void early_setup(ct_zero *z, int n) {
+    z->N = ct_params_numel(z->P);
+    if (z->N >= (size_t)1 << REACH_SHIFT) return;
+    z->progs = malloc(sizeof(*z->progs) * (size_t)n);
+    ct_status st = z->progs ? ct_pg_alloc_shared(z->pg, 64, &z->progmem) : CT_ERR_NOMEM;
+    if (st != CT_OK) {
+        CT_LOG_WARN_("zero", "the chain's chunks go after backward: %s", z->progs ? ct_last_error() : "out of memory");
+        z->progmem = NULL;
+        return;
+    }
+    int k = 0;
+    for (int r = 0; r < n; r++) {
+        void *p = ct_pg_shared_peer(z->pg, z->progmem, r);
+        if (p) z->progs[k++] = p;
+    }
+    CT_CHECK(k == z->L, "ct_zero: %d ranks share the reach's memory, %d the gradients'", k, z->L);
+    atomic_init(z->progs[z->li], 0);
+    ct_ddp_set_progress(z->ddp, on_progress, z);
+    z->early = true;
+}
+
 /* Layout of the segment: the parameters, then each state buffer, each rounded up to 16
  * floats. Rank r's region follows rank r-1's, so region 0's address starts one buffer that
  * spans them all. */
@@ -309,6 +505,7 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
                          .sync = zero_sync, .detach = zero_detach, .user = z};
     ct_optim_set_shard(opt, &sh);
     z->opt = opt;
+    if (z->chain && z->nm > 1 && ct_config_bool(CT_CFG_HIER_CHAIN_EARLY)) early_setup(z, n);
     if (z->nm > 1)
         CT_LOG_INFO("zero", "sharded %s step: elements [%zu, %zu) of %zu here; parameters and %d state buffer%s in memory "
                     "shared by the %d ranks of this machine (%d of %d); the share's sum %s across machines in %s",
@@ -322,88 +519,16 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
 }
 
 ct_status ct_zero_begin_step(ct_zero *z, bool average) {
+    if (z->inflight) (void)chain_finish(z); /* a step that ended in an error after posting it */
     z->averaging = average && z->opt;
     if (z->opt) ct_optim_set_average(z->opt, false);
-    return ct_ddp_set_deferred(z->ddp, z->averaging);
-}
-
-/* The machines' sums of the share (z->part) all-reduced on the rail, through the wire dtype */
-static ct_status rail_all_reduce(ct_zero *z) {
-    size_t m = z->hi - z->lo;
-    if (z->wdt == CT_F32) return ct_all_reduce_sync(z->rail, z->part, m, CT_F32, CT_RED_SUM);
-    ct_convert(z->wire, z->wdt, z->part, CT_F32, m);
-    ct_status st = ct_all_reduce_sync(z->rail, z->wire, m, z->wdt, CT_RED_SUM);
-    if (st == CT_OK) ct_convert(z->part, CT_F32, z->wire, z->wdt, m);
-    return st;
-}
-
-/* chunk c of the share: its first element (from lo) and its length */
-static size_t chunk_at(const ct_zero *z, int c, size_t *n) {
-    size_t a = (size_t)c * z->chunk, m = z->hi - z->lo;
-    *n = a + z->chunk < m ? z->chunk : m - a;
-    return a;
-}
-
-/* The group machine mi sends its running sums on. A group's comm thread runs its works in
- * the order they were posted, so a machine in the middle that received and sent on one group
- * would send nothing before its last receive (the receives are posted first): store and
- * forward, the share's time twice. Even machines send on the rail, odd ones on z->fwd, so a
- * middle machine receives on one and sends on the other, each with its own thread: chunk c
- * goes on while chunk c+1 comes in. */
-static ct_pg *chain_send_group(const ct_zero *z, int mi) { return mi % 2 && z->fwd ? z->fwd : z->rail; }
-
-/* The chain in chunks: the running sum of chunk c goes on to the next machine while the
- * finished chunks come back (broadcast on z->back). Each chunk's arithmetic is that of the
- * whole share, so the bits are those of one pass; only the order in time changes. */
-static ct_status chain_chunks(ct_zero *z) {
-    size_t lo = z->lo, es = ct_dtype_size(z->wdt);
-    bool cvt = z->wdt != CT_F32, last = z->mi == z->nm - 1;
-    char *wire = cvt ? z->wire : (char *)z->part;
-    int K = z->nchunks, root = z->nm - 1;
-    float *s = z->part, *own = (float *)z->grads[z->li] + lo, d = (float)ct_pg_size(z->pg);
-    ct_status st = CT_OK;
-    ct_pg *in = z->mi > 0 ? chain_send_group(z, z->mi - 1) : NULL, *out = chain_send_group(z, z->mi);
-    /* posted in chunk order: each group's comm thread runs its works in that order */
-    for (int c = 0; c < K && !last; c++) {
-        size_t n, a = chunk_at(z, c, &n);
-        z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, root);
-        if (z->mi > 0) z->fw[c] = ct_recv(in, wire + a * es, n, z->wdt, z->mi - 1, c);
-    }
-    for (int c = 0; c < K && st == CT_OK; c++) {
-        size_t n, a = chunk_at(z, c, &n);
-        int r0 = 0;
-        if (z->mi > 0) {
-            if (!last) st = ct_work_wait(z->fw[c]);
-            else st = ct_recv_sync(in, wire + a * es, n, z->wdt, z->mi - 1, c);
-            if (st != CT_OK) break;
-            if (cvt) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
-        } else {
-            memcpy(s + a, z->grads[r0++] + lo + a, n * sizeof(float));
-        }
-        for (int r = r0; r < z->L; r++) {
-            const float *g = z->grads[r] + lo + a;
-            for (size_t j = 0; j < n; j++) s[a + j] = s[a + j] + g[j];
-        }
-        if (cvt) ct_convert(wire + a * es, z->wdt, s + a, CT_F32, n);
-        if (last) {
-            if (cvt) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n); /* what the others will receive */
-            z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, root);
-        } else {
-            if (z->mi > 0) ct_work_free(z->fw[c]);
-            z->fw[c] = ct_send(out, wire + a * es, n, z->wdt, z->mi + 1, c);
-        }
-    }
-    /* every posted work is waited for, also after an error (a peer's timeout ends them) */
-    for (int c = 0; c < K; c++) {
-        size_t n, a = chunk_at(z, c, &n);
-        ct_status sf = z->fw[c] ? ct_work_wait(z->fw[c]) : CT_OK, sb = z->bw[c] ? ct_work_wait(z->bw[c]) : CT_OK;
-        if (st == CT_OK) st = sf != CT_OK ? sf : sb;
-        ct_work_free(z->fw[c]);
-        ct_work_free(z->bw[c]);
-        z->fw[c] = z->bw[c] = NULL;
-        if (st != CT_OK) continue;
-        if (cvt && !last) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
-        for (size_t j = 0; j < n; j++) own[a + j] = s[a + j] / d; /* the averaging's true division */
+    ct_status st = ct_ddp_set_deferred(z->ddp, z->averaging);
+    if (st == CT_OK && z->averaging && z->early) {
+        /* the reach of every local rank counts (an empty share's too); the chain waits for the
+         * first chunks' running sums before backward sends any */
+        z->gen++;
+        publish(z, 0);
+        if (z->hi > z->lo) chain_post(z);
     }
     return st;
 }
@@ -417,7 +542,7 @@ static ct_status cross_machines(ct_zero *z) {
     ct_status st = CT_OK;
     if (m == 0) return CT_OK; /* the same on every machine: this rail has nothing */
     if (z->chain) {
-        st = chain_chunks(z);
+        st = chain_finish(z);
     } else {
         memcpy(s, z->grads[0] + lo, m * sizeof(float));
         for (int r = 1; r < z->L; r++) {

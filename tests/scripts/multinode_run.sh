@@ -99,9 +99,36 @@ for v in "rail 1 f32" "rail 0 f32" "rail 1 bf16" "ordered 1 bf16"; do
     want="all-reduced across machines in $3"; [ $1 = ordered ] && want="passed on in rank order across machines in $3"
     [ $2 = 0 ] || [ "$(cat "$tmp/z0$1$2$3" "$tmp/z1$1$2$3" | grep -c "shared by the 2 ranks of this machine.*$want")" = 4 ] ||
         die "$v: not the sharded step across machines: $(grep -h zero "$tmp/z0$1$2$3" "$tmp/z1$1$2$3")"
+    # ordered: the chunks of the top share went on while backward ran (ct_ddp_set_progress)
+    [ $1 = ordered ] && { grep -h "chunks went on to the next machine during backward" "$tmp/z0$1$2$3" "$tmp/z1$1$2$3" |
+        awk '$(NF-11) > 0 { n++ } END { exit !(n >= 2) }' ||
+        die "$v: no chunk went on during backward: $(grep -h "went on" "$tmp/z0$1$2$3" "$tmp/z1$1$2$3")"; }
 done
 cmp -s "$tmp/zrail1f32/model.safetensors" "$tmp/zrail0f32/model.safetensors" ||
     die "rail: the sharded step's weights differ from the rail all-reduce's"
+
+# the GPT (its embedding tied to the LM head: that gradient is final only at backward's end)
+# with 4 KiB chunks, so that many go on during backward: the one-host bits, and the same with
+# the chunks held until backward ends (CTRAIN_HIER_CHAIN_EARLY=0)
+gs=8; [ "${CT_BUILD:-build}" = build-san ] && gs=2
+gpt=(train gpt --n-layer 2 --n-embd 64 --n-head 4 --block-size 32 --vocab-size 256 --batch-size 4 --steps $gs --threads 1
+     --eval-max 8 --log-every 4 --text /usr/share/common-licenses/GPL-3)
+$B run --nproc-per-node 4 --standalone $B "${gpt[@]}" --output-dir "$tmp/gref" >"$tmp/gref.log" 2>&1 ||
+    die "one-host GPT run: $(tail -5 "$tmp/gref.log")"
+for e in 1 0; do
+    export CTRAIN_HIER_CHAIN_CHUNK=4k CTRAIN_HIER_CHAIN_EARLY=$e CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=zero
+    node 0 "$tmp/g0$e" --rdzv-token-file "$tmp/s" $B "${gpt[@]}" --output-dir "$tmp/g$e"; p0=$!
+    node 1 "$tmp/g1$e" --rdzv-token-file "$tmp/s" $B "${gpt[@]}" --output-dir "$tmp/g$e"; p1=$!
+    unset CTRAIN_HIER_CHAIN_CHUNK CTRAIN_HIER_CHAIN_EARLY CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
+    wait $p1 || die "GPT, early $e, node 1: $(tail -8 "$tmp/g1$e")"
+    wait $p0 || die "GPT, early $e, node 0: $(tail -8 "$tmp/g0$e")"
+    cmp -s "$tmp/gref/model.safetensors" "$tmp/g$e/model.safetensors" ||
+        die "GPT, early $e: not the one-host run's bits ($(python3 tests/tools/weights_close.py "$tmp/gref/model.safetensors" \
+            "$tmp/g$e/model.safetensors" 1e-5))"
+done
+early=$(grep -h "chunks went on to the next machine during backward" "$tmp/g01" "$tmp/g11" | awk '{ e += $(NF-11); a += $(NF-9) } END { print e "/" a }')
+[ "${early%/*}" -gt 0 ] 2>/dev/null || die "GPT: no chunk went on during backward ($early)"
+! grep -q "went on to the next machine" "$tmp/g00" "$tmp/g10" || die "GPT, CTRAIN_HIER_CHAIN_EARLY=0: chunks went on during backward"
 
 # node 1's workers die: node 0 stops within CTRAIN_TIMEOUT + 5 s and says which rank on which host
 export CTRAIN_TIMEOUT=5
@@ -130,6 +157,7 @@ wait $p1 && die "node 1 with the wrong secret ran"
 grep -qi "token" "$tmp/w1" || die "wrong secret: $(tail -5 "$tmp/w1")"
 kill $p0 2>/dev/null; wait $p0 2>/dev/null
 
-echo "2 nodes x 2 ranks, $steps steps: weights as one host's ($rel), repeatable;" \
+echo "2 nodes x 2 ranks, $steps steps: weights as one host's ($rel), repeatable; GPT: the one-host bits," \
+     "$early chunks on during backward;" \
      "$moved bytes over the veth; wrong secret refused ($(grep -m1 -io "[^:]*token[^:]*" "$tmp/w1"));" \
      "node 0 failed $dt s after node 1's workers were killed: \"$lost\""

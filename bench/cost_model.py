@@ -219,11 +219,13 @@ class Model:
         backward finishes them (CTRAIN_HIER_CHAIN_EARLY, the default since 2026-12-05): the
         gradients taken as finished at an even pace over backward (BWD of the step tc), the link
         carries what backward gives it, and after backward the part it could not keep up with
-        is left, and at least the last chunk's trip: to the last host and back, H c b_l + 2 a."""
+        is left, and at least the last chunk's trip: H - 1 hops to the last host and its
+        broadcast back (ceil(log2 H) sends), plus 2 a; never more than the chain after backward."""
         a, b = self.ab[(rate, "allgather")]
         bl = min(b, self.bulk_b.get(rate, b))
         c = min(s / g, max(256 << 10, min(8 << 20, 4e-3 / bl)))
-        return max(tx - BWD * tc, 0.0) + hosts * c * bl + 2 * a
+        tail = (hosts - 1 + max(1, math.ceil(math.log2(hosts)))) * c * bl + 2 * a
+        return min(tx, max(tx - BWD * tc, 0.0) + tail)
 
     def compute(self, impl, m, procs, cores=CORES):
         # Where the same number of processes ran on one host (MODES=base), that run's step is
@@ -355,8 +357,8 @@ def hosts_table(model, g=2):
         h = model.h[("ctrain", m)]
         print(f"\n{m.upper()} ({PARAMS[m] / 1e6:.2f} M parameters, {1e3 * tc:.0f} ms single-rank step), "
               f"{g} ranks per host, h = {h:.2f}; ring and sharded f32, hier bf16; measured a / a = 0:\n")
-        schemes = ("ring", "hier", "sharded", "chain", "rail")
-        print("| hosts |" + "".join(f" ring {r} | hier {r} | sharded {r} | chain {r} | rail {r} |" for r in (1, 10, 25)))
+        schemes = ("ring", "hier", "sharded", "chain", "early", "rail")
+        print("| hosts |" + "".join(f" ring {r} | hier {r} | sharded {r} | chain {r} | early {r} | rail {r} |" for r in (1, 10, 25)))
         print("|---" * (1 + 3 * len(schemes)) + "|")
         for hosts in (2, 4, 8, 16, 32, 64, 128, 256):
             row = f"| {hosts} |"
@@ -369,8 +371,11 @@ def hosts_table(model, g=2):
                         for c, (a, b) in base.items():
                             model.ab[("x", c)] = (a if alpha else 0.0, b / gbit)
                         model.shm = shm if alpha else (0.0, shm[1])
-                        if scheme in ("chain", "rail"):  # the sharded step across hosts, bf16, not overlapped
-                            t = tc + model.t_shard_exchange("x", hosts, g, PARAMS[m] * 2, scheme == "rail")
+                        if scheme in ("chain", "early", "rail"):  # the sharded step across hosts, bf16
+                            t = model.t_shard_exchange("x", hosts, g, PARAMS[m] * 2, scheme == "rail")
+                            if scheme == "early":  # the chain during backward (CTRAIN_HIER_CHAIN_EARLY)
+                                t = model.t_shard_early("x", hosts, g, PARAMS[m] * 2, t, tc)
+                            t += tc
                         else:
                             tm = model.t_coll("x", "allreduce", hosts, g, PARAMS[m] * (2 if scheme == "hier" else 4), scheme)
                             t = tc + (1 - h) * tm

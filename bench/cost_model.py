@@ -90,7 +90,7 @@ def parse(paths):
             impl = f[3] + ("-ordered" if f[3] == "ctrain" and hier == "ordered" and not f[2].startswith("1x") else "")
             if f[3] == "ctrain" and shard and not f[2].startswith("1x"):
                 # its own rows: not mixed into the medians of the overlapped all-reduce's step
-                impl = "ctrain-shardhier" + ("-rail" if hier == "rail" else "-early" if early else "")
+                impl = "ctrain-shardhier" + ("-rail" if hier == "rail" else "") + ("-early" if early else "")
             train.setdefault((f[1], f[2], impl, f[4]), []).append(v)
     return coll, train, bulk
 
@@ -214,16 +214,25 @@ class Model:
         load = 1 if hosts == 2 else max(2, math.ceil(math.log2(hosts)))
         return load * s * bl + (hosts - 1) * c * bl + 2 * k * a
 
-    def t_shard_early(self, rate, hosts, g, s, tx, tc):
+    def t_shard_early(self, rate, hosts, g, s, tx, tc, rail=False):
         """What is left of the chained exchange tx after backward when its chunks go on as
         backward finishes them (CTRAIN_HIER_CHAIN_EARLY, the default since 2026-12-05): the
         gradients taken as finished at an even pace over backward (BWD of the step tc), the link
         carries what backward gives it, and after backward the part it could not keep up with
         is left, and at least the last chunk's trip: H - 1 hops to the last host and its
-        broadcast back (ceil(log2 H) sends), plus 2 a; never more than the chain after backward."""
+        broadcast back (ceil(log2 H) sends), plus 2 a; never more than the chain after
+        backward. On the rails (H all-reduces of each chunk) see below."""
         a, b = self.ab[(rate, "allgather")]
         bl = min(b, self.bulk_b.get(rate, b))
         c = min(s / g, max(256 << 10, min(8 << 20, 4e-3 / bl)))
+        if rail:
+            # K = share / c all-reduces in turn on each rail (the g rails side by side), each
+            # with the ring's 2(H - 1) steps: the latency K times, the bytes once; the last
+            # chunk of every rail at the end
+            a, b = self.ab[(rate, "allreduce")]
+            x, y = terms("allreduce", hosts, s)
+            k = math.ceil(s / g / c)
+            return max(k * a * x + b * y - BWD * tc, a * x + b * y * g * c / s)
         tail = (hosts - 1 + max(1, math.ceil(math.log2(hosts)))) * c * bl + 2 * a
         return min(tx, max(tx - BWD * tc, 0.0) + tail)
 
@@ -275,9 +284,9 @@ class Model:
             # the one-host step of as many ranks (MODES=base: the sharded step on shm, its waits
             # for the other ranks included) plus the exchange across hosts, after backward
             tc = self.compute("ctrain", m, hosts * g if cores else 1, cores or 1)
-            tx = self.t_shard_exchange(rate, hosts, g, self.grad_bytes(impl, m), impl.endswith("rail"))
+            tx = self.t_shard_exchange(rate, hosts, g, self.grad_bytes(impl, m), "-rail" in impl)
             if impl.endswith("early"):
-                tx = self.t_shard_early(rate, hosts, g, self.grad_bytes(impl, m), tx, tc)
+                tx = self.t_shard_early(rate, hosts, g, self.grad_bytes(impl, m), tx, tc, "-rail" in impl)
             return tc + tx
 
         tc, tm = self.step_parts(rate, impl, m, hosts, g, scheme, cores)
@@ -331,7 +340,8 @@ def check(model, fits=True):
     print("|---|---|---|---|---|---|---|")
     for (rate, lay, impl, m), v in sorted(model.train.items()):
         if lay not in ("2x2", "2x1") or rate not in model.rates or impl not in (
-                "ctrain", "ctrain-ordered", "ctrain-shardhier", "ctrain-shardhier-rail", "ctrain-shardhier-early", "pytorch"):
+                "ctrain", "ctrain-ordered", "ctrain-shardhier", "ctrain-shardhier-rail", "ctrain-shardhier-early",
+                "ctrain-shardhier-rail-early", "pytorch"):
             continue
         h, g = map(int, lay.split("x"))
         t = median([x["step_ms"] for x in v]) * 1e-3
@@ -357,8 +367,9 @@ def hosts_table(model, g=2):
         h = model.h[("ctrain", m)]
         print(f"\n{m.upper()} ({PARAMS[m] / 1e6:.2f} M parameters, {1e3 * tc:.0f} ms single-rank step), "
               f"{g} ranks per host, h = {h:.2f}; ring and sharded f32, hier bf16; measured a / a = 0:\n")
-        schemes = ("ring", "hier", "sharded", "chain", "early", "rail")
-        print("| hosts |" + "".join(f" ring {r} | hier {r} | sharded {r} | chain {r} | early {r} | rail {r} |" for r in (1, 10, 25)))
+        schemes = ("ring", "hier", "sharded", "chain", "early", "rail", "rearly")
+        print("| hosts |" + "".join(f" ring {r} | hier {r} | sharded {r} | chain {r} | early {r} | rail {r} | rearly {r} |"
+                                    for r in (1, 10, 25)))
         print("|---" * (1 + 3 * len(schemes)) + "|")
         for hosts in (2, 4, 8, 16, 32, 64, 128, 256):
             row = f"| {hosts} |"
@@ -371,10 +382,11 @@ def hosts_table(model, g=2):
                         for c, (a, b) in base.items():
                             model.ab[("x", c)] = (a if alpha else 0.0, b / gbit)
                         model.shm = shm if alpha else (0.0, shm[1])
-                        if scheme in ("chain", "early", "rail"):  # the sharded step across hosts, bf16
-                            t = model.t_shard_exchange("x", hosts, g, PARAMS[m] * 2, scheme == "rail")
-                            if scheme == "early":  # the chain during backward (CTRAIN_HIER_CHAIN_EARLY)
-                                t = model.t_shard_early("x", hosts, g, PARAMS[m] * 2, t, tc)
+                        if scheme in ("chain", "early", "rail", "rearly"):  # the sharded step across hosts, bf16
+                            rail = scheme.startswith("r")
+                            t = model.t_shard_exchange("x", hosts, g, PARAMS[m] * 2, rail)
+                            if scheme.endswith("early"):  # during backward (CTRAIN_HIER_CHAIN_EARLY)
+                                t = model.t_shard_early("x", hosts, g, PARAMS[m] * 2, t, tc, rail)
                             t += tc
                         else:
                             tm = model.t_coll("x", "allreduce", hosts, g, PARAMS[m] * (2 if scheme == "hier" else 4), scheme)
@@ -397,7 +409,8 @@ def train_table(train):
     # ctrain's variants, labelled: DDP's overlapped all-reduce on the rails or ordered, and the
     # sharded optimizer step across hosts (the default since 2026-12-03), ordered or on the rails
     variants = (("ctrain", "rail"), ("ctrain-ordered", "ordered"), ("ctrain-shardhier", "sharded step"),
-                ("ctrain-shardhier-rail", "sharded step, rails"), ("ctrain-shardhier-early", "sharded step, early"))
+                ("ctrain-shardhier-rail", "sharded step, rails"), ("ctrain-shardhier-early", "sharded step, early"),
+                ("ctrain-shardhier-rail-early", "sharded step, rails, early"))
     for rate in ("1gbit", "10gbit", "25gbit", "none"):
         for lay in ("2x2", "2x1"):
             for m in ("mlp", "gpt"):

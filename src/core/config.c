@@ -76,9 +76,9 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
                                  "chunks of this many bytes while the finished ones come back (must agree on all "
                                  "ranks; default: what the link carried in 4 ms, timed at the start, 256k to 8M)"},
     [CT_CFG_HIER_CHAIN_EARLY] = {"CTRAIN_HIER_CHAIN_EARLY", CT_CFG_BOOL, "1", 0, 0, NULL, NULL, 0,
-                                 "sharded step across machines, ordered: each chunk of a share goes on to the next "
-                                 "machine as soon as backward has finished it on every rank of this machine (0: "
-                                 "only after backward)"},
+                                 "sharded step across machines: each chunk of a share goes on to the next machine "
+                                 "(ordered) or is all-reduced (rail) as soon as backward has finished it on every "
+                                 "rank of this machine (0 on any rank: after backward)"},
     [CT_CFG_DDP_BUCKET_MB] = {"CTRAIN_DDP_BUCKET_MB", CT_CFG_FLOAT, "25", 0, 1e6, NULL, "MiB", CT_CFG_ABOVE_MIN,
                               "DDP gradient bucket size (PyTorch's bucket_cap_mb)"},
     [CT_CFG_DDP_FIRST_BUCKET_MB] = {"CTRAIN_DDP_FIRST_BUCKET_MB", CT_CFG_FLOAT, "1", 0, 1e6, NULL, "MiB",

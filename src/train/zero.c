@@ -32,10 +32,13 @@
  *                                        network: ~2 x share (N-1)/N per machine and rail
  *      in the DDP's compression dtype if it has one (only this crosses the network: the
  *      machine's sum is made in f32);
- *      ordered, the chunks go from the top of the share down (the order backward finishes
- *      the gradients), each as soon as every local rank's backward has finished it
- *      (ct_ddp_set_progress; CTRAIN_HIER_CHAIN_EARLY=0: after backward): the network works
- *      while backward runs, and after it only the chunks it finished last are left;
+ *      during backward (CTRAIN_HIER_CHAIN_EARLY, the default; 0: after it, and on the rails
+ *      the share whole): the share goes in chunks from its top down (the order backward
+ *      finishes the gradients), each as soon as every local rank's backward has finished it
+ *      (ct_ddp_set_progress), passed on in the chain or all-reduced on the rail on its own
+ *      (on the rails of 3 or more machines the chunks' sums may differ in the last bit from
+ *      the whole share's: each all-reduce splits its buffer over the ring anew): the network
+ *      works while backward runs, and after it only the chunks it finished last are left;
  *   3. divides by the world size into its own gradient buffer, which its step then reads.
  *   per rank: reads its share of all L buffers (B/L x L = B), against the hier all-reduce's
  *   shm reduce and broadcast of B and a whole optimizer step per rank. */
@@ -73,7 +76,7 @@ struct ct_zero {
     float *part;          /* the share's sum, hi - lo floats */
     void *wire;           /* its compressed copy (wdt != f32) */
     /* the chain during backward (see chain_advance) */
-    bool early;           /* on: CTRAIN_HIER_CHAIN_EARLY, chained, across machines */
+    bool early;           /* on: CTRAIN_HIER_CHAIN_EARLY across machines (chain or rails) */
     void *progmem;        /* this rank's published reach: one cache line in memory the machine shares */
     _Atomic uint64_t **progs; /* every local rank's, in local order */
     uint64_t gen;         /* averaging steps so far: a reach of an earlier step never counts */
@@ -165,7 +168,7 @@ void ct_zero_free(ct_zero *z) {
      * ends as on the other machines, whose step ended alike */
     if (z->inflight) (void)chain_finish(z);
     if (z->early && z->sent_all)
-        CT_LOG_INFO("zero", "%ld of %ld chunks went on to the next machine during backward", z->sent_early, z->sent_all);
+        CT_LOG_INFO("zero", "%ld of %ld chunks crossed the network during backward", z->sent_early, z->sent_all);
     (void)ct_ddp_set_deferred(z->ddp, false);
     if (z->opt) ct_optim_set_shard(z->opt, NULL);
     /* everything leaves the segment before it goes; without memory for it, it stays mapped */
@@ -302,6 +305,10 @@ static ct_pg *chain_send_group(const ct_zero *z, int mi) { return mi % 2 && z->f
 static char *wire_of(const ct_zero *z) { return z->wdt != CT_F32 ? z->wire : (char *)z->part; }
 
 static void chain_post(ct_zero *z) {
+    z->next = z->nchunks - 1;
+    z->est = CT_OK;
+    z->inflight = true;
+    if (!z->chain) return; /* the rails: each chunk's all-reduce is posted when it is ready */
     size_t es = ct_dtype_size(z->wdt);
     char *wire = wire_of(z);
     bool last = z->mi == z->nm - 1;
@@ -311,20 +318,18 @@ static void chain_post(ct_zero *z) {
         if (!last) z->bw[c] = ct_broadcast(z->back, wire + a * es, n, z->wdt, z->nm - 1);
         if (z->mi > 0) z->fw[c] = ct_recv(in, wire + a * es, n, z->wdt, z->mi - 1, c);
     }
-    z->next = z->nchunks - 1;
-    z->est = CT_OK;
-    z->inflight = true;
 }
 
 /* Chunk c: the running sum in (block false: only if it has arrived; false if not), this
- * machine's ranks added in rank order, and on to the next machine, or back from the last. */
+ * machine's ranks added in rank order, and on to the next machine, or back from the last;
+ * on the rails (no chain) the machine's sum of the chunk all-reduced. */
 static bool chain_step(ct_zero *z, int c, bool block) {
     size_t es = ct_dtype_size(z->wdt), lo = z->lo, n, a = chunk_at(z, c, &n);
     bool cvt = z->wdt != CT_F32;
     char *w = wire_of(z) + a * es;
     float *s = z->part + a;
     int r0 = 0;
-    if (z->mi > 0) {
+    if (z->chain && z->mi > 0) {
         if (!block && !ct_work_test(z->fw[c])) return false;
         ct_status st = ct_work_wait(z->fw[c]);
         ct_work_free(z->fw[c]);
@@ -339,7 +344,9 @@ static bool chain_step(ct_zero *z, int c, bool block) {
         for (size_t j = 0; j < n; j++) s[j] = s[j] + g[j];
     }
     if (cvt) ct_convert(w, z->wdt, s, CT_F32, n);
-    if (z->mi == z->nm - 1) {
+    if (!z->chain) { /* the rails: this chunk of the machines' sums all-reduced on its own */
+        z->fw[c] = ct_all_reduce(z->rail, w, n, z->wdt, CT_RED_SUM);
+    } else if (z->mi == z->nm - 1) {
         if (cvt) ct_convert(s, CT_F32, w, z->wdt, n); /* what the others will receive */
         z->bw[c] = ct_broadcast(z->back, w, n, z->wdt, z->nm - 1);
     } else {
@@ -400,27 +407,29 @@ static ct_status chain_finish(ct_zero *z) {
         ct_work_free(z->bw[c]);
         z->fw[c] = z->bw[c] = NULL;
         if (st != CT_OK) continue;
-        if (cvt && !last) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
+        if (cvt && (!last || !z->chain)) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
         for (size_t j = 0; j < n; j++) own[a + j] = s[a + j] / d; /* the averaging's true division */
     }
     z->inflight = false;
     return st;
 }
 
-/* The chain during backward: one cache line per rank for its reach, in memory the machine's
- * ranks share, and DDP's progress to publish it. Without it (no memory: a warning) the
- * chunks go after backward; the chain's order is the same either way, so the machines need
- * not agree on it. */
-static void early_setup(ct_zero *z, int n) {
+/* The exchange during backward: one cache line per rank for its reach, in memory the
+ * machine's ranks share, and DDP's progress to publish it. Every rank takes the same
+ * decision: on the rails the chunks are all-reduces of their own, which every machine must
+ * post alike. Without the memory (a warning) the share goes after backward, whole. */
+static ct_status early_setup(ct_zero *z, int n) {
     z->N = ct_params_numel(z->P);
-    if (z->N >= (size_t)1 << REACH_SHIFT) return;
-    z->progs = malloc(sizeof(*z->progs) * (size_t)n);
-    ct_status st = z->progs ? ct_pg_alloc_shared(z->pg, 64, &z->progmem) : CT_ERR_NOMEM;
+    ct_status st = CT_ERR_NOMEM;
+    if (z->N < (size_t)1 << REACH_SHIFT && (z->progs = malloc(sizeof(*z->progs) * (size_t)n)))
+        st = ct_pg_alloc_shared(z->pg, 64, &z->progmem);
+    int32_t ok = st == CT_OK;
     if (st != CT_OK) {
-        CT_LOG_WARN_("zero", "the chain's chunks go after backward: %s", z->progs ? ct_last_error() : "out of memory");
+        CT_LOG_WARN_("zero", "the exchange across machines waits for backward's end: %s",
+                     z->progs ? ct_last_error() : "out of memory");
         z->progmem = NULL;
-        return;
     }
+    if ((st = ct_all_reduce_sync(z->pg, &ok, 1, CT_I32, CT_RED_MIN)) != CT_OK || !ok) return st;
     int k = 0;
     for (int r = 0; r < n; r++) {
         void *p = ct_pg_shared_peer(z->pg, z->progmem, r);
@@ -430,6 +439,7 @@ static void early_setup(ct_zero *z, int n) {
     atomic_init(z->progs[z->li], 0);
     ct_ddp_set_progress(z->ddp, on_progress, z);
     z->early = true;
+    return CT_OK;
 }
 
 /* Layout of the segment: the parameters, then each state buffer, each rounded up to 16
@@ -465,7 +475,11 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
     z->lo = (size_t)li * per < N ? (size_t)li * per : N;
     z->hi = z->lo + per < N ? z->lo + per : N;
     size_t m = z->hi - z->lo;
-    if (z->chain && z->nm > 1) {
+    /* the chain, and the rails' exchange during backward, go in chunks */
+    int32_t early_want = z->nm > 1 && ct_config_bool(CT_CFG_HIER_CHAIN_EARLY); /* every rank alike: 0 on one is 0 */
+    if (z->nm > 1 && (st = ct_all_reduce_sync(pg, &early_want, 1, CT_I32, CT_RED_MIN)) != CT_OK) { zero_release(z); return st; }
+    bool early = early_want;
+    if ((z->chain || early) && z->nm > 1) {
         size_t bytes = 0;
         if ((st = chain_chunk_bytes(z, &bytes)) != CT_OK) { zero_release(z); return st; }
         z->chunk = bytes / ct_dtype_size(z->wdt);
@@ -473,7 +487,7 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
         z->fw = calloc((size_t)z->nchunks + 1, sizeof(ct_work *));
         z->bw = calloc((size_t)z->nchunks + 1, sizeof(ct_work *));
     }
-    if (z->nm > 1 && (!(z->part = malloc(sizeof(float) * (m ? m : 1))) || (z->chain && (!z->fw || !z->bw)) ||
+    if (z->nm > 1 && (!(z->part = malloc(sizeof(float) * (m ? m : 1))) || (z->nchunks && (!z->fw || !z->bw)) ||
                       (z->wdt != CT_F32 && !(z->wire = malloc(ct_dtype_size(z->wdt) * (m ? m : 1)))))) {
         zero_release(z); /* collectives follow: a rank short of memory fails its job's next one */
         return ct_error(CT_ERR_NOMEM, "sharded optimizer: out of memory");
@@ -505,7 +519,10 @@ ct_status ct_zero_create(ct_ddp *ddp, ct_optim *opt, ct_zero **out) {
                          .sync = zero_sync, .detach = zero_detach, .user = z};
     ct_optim_set_shard(opt, &sh);
     z->opt = opt;
-    if (z->chain && z->nm > 1 && ct_config_bool(CT_CFG_HIER_CHAIN_EARLY)) early_setup(z, n);
+    if (early && (st = early_setup(z, n)) != CT_OK) {
+        ct_zero_free(z); /* a collective failed: the group is unusable */
+        return st;
+    }
     if (z->nm > 1)
         CT_LOG_INFO("zero", "sharded %s step: elements [%zu, %zu) of %zu here; parameters and %d state buffer%s in memory "
                     "shared by the %d ranks of this machine (%d of %d); the share's sum %s across machines in %s",
@@ -541,7 +558,7 @@ static ct_status cross_machines(ct_zero *z) {
     float *s = z->part;
     ct_status st = CT_OK;
     if (m == 0) return CT_OK; /* the same on every machine: this rail has nothing */
-    if (z->chain) {
+    if (z->chain || z->early) {
         st = chain_finish(z);
     } else {
         memcpy(s, z->grads[0] + lo, m * sizeof(float));

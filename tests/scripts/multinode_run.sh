@@ -100,8 +100,8 @@ for v in "rail 1 f32" "rail 0 f32" "rail 1 bf16" "ordered 1 bf16"; do
     [ $2 = 0 ] || [ "$(cat "$tmp/z0$1$2$3" "$tmp/z1$1$2$3" | grep -c "shared by the 2 ranks of this machine.*$want")" = 4 ] ||
         die "$v: not the sharded step across machines: $(grep -h zero "$tmp/z0$1$2$3" "$tmp/z1$1$2$3")"
     # ordered: the chunks of the top share went on while backward ran (ct_ddp_set_progress)
-    [ $1 = ordered ] && { grep -h "chunks went on to the next machine during backward" "$tmp/z0$1$2$3" "$tmp/z1$1$2$3" |
-        awk '$(NF-11) > 0 { n++ } END { exit !(n >= 2) }' ||
+    [ $1 = ordered ] && { grep -h "chunks crossed the network during backward" "$tmp/z0$1$2$3" "$tmp/z1$1$2$3" |
+        awk '$(NF-8) > 0 { n++ } END { exit !(n >= 2) }' ||
         die "$v: no chunk went on during backward: $(grep -h "went on" "$tmp/z0$1$2$3" "$tmp/z1$1$2$3")"; }
 done
 cmp -s "$tmp/zrail1f32/model.safetensors" "$tmp/zrail0f32/model.safetensors" ||
@@ -126,9 +126,9 @@ for e in 1 0; do
         die "GPT, early $e: not the one-host run's bits ($(python3 tests/tools/weights_close.py "$tmp/gref/model.safetensors" \
             "$tmp/g$e/model.safetensors" 1e-5))"
 done
-early=$(grep -h "chunks went on to the next machine during backward" "$tmp/g01" "$tmp/g11" | awk '{ e += $(NF-11); a += $(NF-9) } END { print e "/" a }')
+early=$(grep -h "chunks crossed the network during backward" "$tmp/g01" "$tmp/g11" | awk '{ e += $(NF-8); a += $(NF-6) } END { print e "/" a }')
 [ "${early%/*}" -gt 0 ] 2>/dev/null || die "GPT: no chunk went on during backward ($early)"
-! grep -q "went on to the next machine" "$tmp/g00" "$tmp/g10" || die "GPT, CTRAIN_HIER_CHAIN_EARLY=0: chunks went on during backward"
+! grep -q "crossed the network during backward" "$tmp/g00" "$tmp/g10" || die "GPT, CTRAIN_HIER_CHAIN_EARLY=0: chunks went on during backward"
 
 # node 1's workers die: node 0 stops within CTRAIN_TIMEOUT + 5 s and says which rank on which host
 export CTRAIN_TIMEOUT=5

@@ -65,6 +65,10 @@ CTRAIN_DDP_SHARD_HIER=0 nodes "$tmp/ar"
 CTRAIN_DDP_SHARD_HIER=1 CTRAIN_HIER_CHAIN_CHUNK=256k nodes "$tmp/bf" --grad-compression bf16
 unset CTRAIN_HIER_ALLREDUCE
 nodes "$tmp/auto" # the defaults: the sharded step, its shares' sums all-reduced on the rails
+# the rails in 16 KiB chunks, each all-reduced as backward finishes it, and the share whole
+# after backward (CTRAIN_HIER_CHAIN_EARLY=0)
+CTRAIN_HIER_CHAIN_CHUNK=16k nodes "$tmp/rearly"
+CTRAIN_HIER_CHAIN_EARLY=0 nodes "$tmp/rlate"
 unset CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
 [ "$(cat "$tmp/chain".[012] | grep -c "shared by the 2 ranks of this machine ([012] of 3).*passed on in rank order across machines in f32")" = 6 ] ||
     die "not the chained sharded step: $(grep -h zero "$tmp/chain".[012])"
@@ -73,7 +77,14 @@ grep -q "^ddp: [0-9]* buckets" "$tmp/ar.0" || die "not DDP's all-reduce: $(grep 
     die "bf16: not the chained sharded step: $(grep -h zero "$tmp/bf".[012])"
 [ "$(cat "$tmp/auto".[012] | grep -c "shared by the 2 ranks of this machine.*all-reduced across machines in f32")" = 6 ] ||
     die "3 machines, the defaults: not the sharded step on the rails: $(grep -h zero "$tmp/auto".[012])"
+early=$(grep -h "chunks crossed the network during backward" "$tmp/rearly".[012] | awk '{ e += $(NF-8); a += $(NF-6) } END { print e "/" a }')
+[ "${early%/*}" -gt 0 ] 2>/dev/null || die "rails: no chunk all-reduced during backward ($early)"
+! grep -q "crossed the network during backward" "$tmp/rlate".[012] || die "rails, CTRAIN_HIER_CHAIN_EARLY=0: chunks during backward"
+# chunked, each all-reduce splits its own buffer over the ring: the sums may differ in the last bit
+rails=$(python3 tests/tools/weights_close.py "$tmp/rlate/model.safetensors" "$tmp/rearly/model.safetensors" 1e-5) ||
+    die "rails: chunks during backward against the share after it: $rails"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/chain/model.safetensors" || die "the chained sharded step: not the one-host bits"
 cmp -s "$tmp/ref/model.safetensors" "$tmp/ar/model.safetensors" || die "the ordered all-reduce: not the one-host bits"
 grep -Eq "^step +$steps/$steps .*loss [0-9]" "$tmp/bf.0" || die "bf16: no last step: $(tail -3 "$tmp/bf.0")"
-echo "3 hosts x 2 ranks: the chained sharded step and the ordered all-reduce give the one-host bits; bf16 trains"
+echo "3 hosts x 2 ranks: the chained sharded step and the ordered all-reduce give the one-host bits; bf16 trains;" \
+     "rails: $early chunks all-reduced during backward, weights as after backward ($rails)"

@@ -157,8 +157,10 @@ ct_status ct_train_step(const ct_step_args *a, const ct_train_batch *micro, int 
  * unless CTRAIN_DDP_SHARD_OPTIM=0. On the hier backend (several machines, not under mpirun:
  * the segment's name goes through the job's store; CTRAIN_DDP_SHARD_HIER=0 turns it off, for
  * DDP's all-reduce overlapped with backward) each machine holds one copy,
- * shared by its ranks, and ct_zero_gradients_final makes each share's sum across machines
- * on local rank i's own connection (src/train/zero.c); with the ordered sum
+ * shared by its ranks, and each share's sum crosses the machines on local rank i's own
+ * connection (src/train/zero.c): in chunks during backward, each as soon as every local
+ * rank's backward has finished it (CTRAIN_HIER_CHAIN_EARLY=0: all in
+ * ct_zero_gradients_final, after backward); with the ordered sum
  * (CTRAIN_HIER_ALLREDUCE=ordered, or the default on 2 machines) in world rank order, so again
  * the bits of one machine. Elsewhere, or when /dev/shm has no room (a warning), *out
  * stays NULL and CT_OK is returned. The trainer creates one after resuming. Freeing the
@@ -170,7 +172,7 @@ void ct_zero_free(ct_zero *z);
  * the gradients before the step), after ct_ddp_finish succeeded, and instead of a step that
  * is not taken on this rank alone (so that ranks stay matched). */
 ct_status ct_zero_begin_step(ct_zero *z, bool average);
-ct_status ct_zero_gradients_final(ct_zero *z); /* across machines: the share's sum crosses the network here */
+ct_status ct_zero_gradients_final(ct_zero *z); /* across machines: the rest of the share's sum crosses the network here */
 ct_status ct_zero_skip_step(ct_zero *z);
 
 /* ---------------------------------------------------------------- checkpoints ---- */

@@ -156,12 +156,16 @@ class Model:
         """whether the floor applies to this rate's collective c on layout lay"""
         return rate != "none" and (lay, c) in self.floor
 
+    def t_floor(self, lay, c, s):
+        """the CPUs' floor of layout lay's collective c of S bytes (fitted on the bare veth)"""
+        a0, b0 = self.floor[(lay, c)]
+        return a0 + b0 * s
+
     def t_coll(self, rate, c, hosts, g, s, scheme):
         key = (f"{hosts}x{g}", "allreduce-ordered" if scheme == "hier-ordered" else c)
         if self.floored(rate, *key):
             t = self.t_link(rate, c, hosts, g, s, scheme, alpha=False)
-            a0, b0 = self.floor[key]
-            f = a0 + b0 * s
+            f = self.t_floor(*key, s)
             return (t ** FLOOR_NORM + f ** FLOOR_NORM) ** (1 / FLOOR_NORM)
         return self.t_link(rate, c, hosts, g, s, scheme)
 
@@ -314,7 +318,7 @@ def check(model, fits=True):
             role = "fit" if lay == "2x1" or (rate == "none" and (lay, c) in model.floor) else "check"
             fk = (lay, "allreduce-ordered" if scheme == "hier-ordered" else cc)
             if role == "check" and model.floored(rate, *fk) and \
-                    model.floor[fk][0] + model.floor[fk][1] * s > model.t_link(rate, cc, h, g, s, scheme, alpha=False):
+                    model.t_floor(*fk, s) > model.t_link(rate, cc, h, g, s, scheme, alpha=False):
                 role = "check, floor"  # the floor is the larger of the two
             worst = max(worst, e) if role.startswith("check") else worst
             if role.startswith("check"):

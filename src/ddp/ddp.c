@@ -140,12 +140,11 @@ static void on_grad_ready(void *user, ct_params *P, int i) {
     if (d->no_sync || d->bucket_of[i] < 0 || d->ready[i]) return;
     d->ready[i] = true;
     d->step_active = true;
-    bucket *b = &d->b[d->bucket_of[i]];
     if (d->deferred) { /* averaged by whoever reads them (the sharded step, ct_zero) */
         if (d->progress) progress_ready(d);
         return;
     }
-    if (--b->pending == 0) launch_ready(d);
+    if (--d->b[d->bucket_of[i]].pending == 0) launch_ready(d);
     /* cheap progress poll to timestamp completions while backward runs */
     for (int k = 0; k < d->next_launch; k++)
         if (d->b[k].work && d->b[k].t_done == 0 && ct_work_test(d->b[k].work)) d->b[k].t_done = ct_time_now();

@@ -80,7 +80,6 @@ struct ct_zero {
     void *progmem;        /* this rank's published reach: one cache line in memory the machine shares */
     _Atomic uint64_t **progs; /* every local rank's, in local order */
     uint64_t gen;         /* averaging steps so far: a reach of an earlier step never counts */
-    size_t N;             /* floats of the flat gradient buffer */
     int next;             /* the next chunk to go on: from the top, K-1 down to 0; -1 when all went */
     bool inflight;        /* this step's chain is posted */
     ct_status est;        /* its first failure */
@@ -304,6 +303,25 @@ static ct_pg *chain_send_group(const ct_zero *z, int mi) { return mi % 2 && z->f
  * backward or after it, and chain_finish the rest, then waits for every one. */
 static char *wire_of(const ct_zero *z) { return z->wdt != CT_F32 ? z->wire : (char *)z->part; }
 
+/* z->part[a, a + n): this machine's ranks' gradients of the share added in rank order, onto
+ * the running sum already there (onto: a machine past the chain's first) or from rank 0's */
+static void machine_sum(ct_zero *z, size_t a, size_t n, bool onto) {
+    float *s = z->part + a;
+    int r = 0;
+    if (!onto) memcpy(s, z->grads[r++] + z->lo + a, n * sizeof(float));
+    for (; r < z->L; r++) {
+        const float *g = z->grads[r] + z->lo + a;
+        for (size_t j = 0; j < n; j++) s[j] = s[j] + g[j];
+    }
+}
+
+/* the job's sum of [a, a + n) of the share, divided by the world size into this rank's own
+ * gradient buffer, which its step reads: the averaging's true division */
+static void average_into_own(ct_zero *z, size_t a, size_t n) {
+    float *own = (float *)z->grads[z->li] + z->lo + a, *s = z->part + a, d = (float)ct_pg_size(z->pg);
+    for (size_t j = 0; j < n; j++) own[j] = s[j] / d;
+}
+
 static void chain_post(ct_zero *z) {
     z->next = z->nchunks - 1;
     z->est = CT_OK;
@@ -324,25 +342,19 @@ static void chain_post(ct_zero *z) {
  * machine's ranks added in rank order, and on to the next machine, or back from the last;
  * on the rails (no chain) the machine's sum of the chunk all-reduced. */
 static bool chain_step(ct_zero *z, int c, bool block) {
-    size_t es = ct_dtype_size(z->wdt), lo = z->lo, n, a = chunk_at(z, c, &n);
-    bool cvt = z->wdt != CT_F32;
+    size_t es = ct_dtype_size(z->wdt), n, a = chunk_at(z, c, &n);
+    bool cvt = z->wdt != CT_F32, onto = z->chain && z->mi > 0;
     char *w = wire_of(z) + a * es;
     float *s = z->part + a;
-    int r0 = 0;
-    if (z->chain && z->mi > 0) {
+    if (onto) {
         if (!block && !ct_work_test(z->fw[c])) return false;
         ct_status st = ct_work_wait(z->fw[c]);
         ct_work_free(z->fw[c]);
         z->fw[c] = NULL;
         if (st != CT_OK) { z->est = st; return true; }
         if (cvt) ct_convert(s, CT_F32, w, z->wdt, n);
-    } else {
-        memcpy(s, z->grads[r0++] + lo + a, n * sizeof(float));
     }
-    for (int r = r0; r < z->L; r++) {
-        const float *g = z->grads[r] + lo + a;
-        for (size_t j = 0; j < n; j++) s[j] = s[j] + g[j];
-    }
+    machine_sum(z, a, n, onto);
     if (cvt) ct_convert(w, z->wdt, s, CT_F32, n);
     if (!z->chain) { /* the rails: this chunk of the machines' sums all-reduced on its own */
         z->fw[c] = ct_all_reduce(z->rail, w, n, z->wdt, CT_RED_SUM);
@@ -362,7 +374,7 @@ static void publish(ct_zero *z, size_t done) {
 
 /* every local rank's gradients from element x on are final this step */
 static bool final_from(const ct_zero *z, size_t x) {
-    uint64_t need = z->gen << REACH_SHIFT | (z->N - x);
+    uint64_t need = z->gen << REACH_SHIFT | (ct_params_numel(z->P) - x);
     for (int r = 0; r < z->L; r++)
         if (atomic_load_explicit(z->progs[r], memory_order_acquire) < need) return false;
     return true;
@@ -386,7 +398,7 @@ static void chain_advance(ct_zero *z, bool block) {
 static void on_progress(void *user, size_t lo) {
     ct_zero *z = user;
     if (!z->averaging) return;
-    publish(z, z->N - lo);
+    publish(z, ct_params_numel(z->P) - lo);
     if (z->inflight) chain_advance(z, false);
 }
 
@@ -394,7 +406,6 @@ static ct_status chain_finish(ct_zero *z) {
     size_t es = ct_dtype_size(z->wdt);
     bool cvt = z->wdt != CT_F32, last = z->mi == z->nm - 1;
     char *wire = wire_of(z);
-    float *s = z->part, *own = (float *)z->grads[z->li] + z->lo, d = (float)ct_pg_size(z->pg);
     if (!z->inflight) chain_post(z);
     chain_advance(z, true);
     ct_status st = z->est;
@@ -407,8 +418,8 @@ static ct_status chain_finish(ct_zero *z) {
         ct_work_free(z->bw[c]);
         z->fw[c] = z->bw[c] = NULL;
         if (st != CT_OK) continue;
-        if (cvt && (!last || !z->chain)) ct_convert(s + a, CT_F32, wire + a * es, z->wdt, n);
-        for (size_t j = 0; j < n; j++) own[a + j] = s[a + j] / d; /* the averaging's true division */
+        if (cvt && (!last || !z->chain)) ct_convert(z->part + a, CT_F32, wire + a * es, z->wdt, n);
+        average_into_own(z, a, n);
     }
     z->inflight = false;
     return st;
@@ -419,9 +430,8 @@ static ct_status chain_finish(ct_zero *z) {
  * decision: on the rails the chunks are all-reduces of their own, which every machine must
  * post alike. Without the memory (a warning) the share goes after backward, whole. */
 static ct_status early_setup(ct_zero *z, int n) {
-    z->N = ct_params_numel(z->P);
     ct_status st = CT_ERR_NOMEM;
-    if (z->N < (size_t)1 << REACH_SHIFT && (z->progs = malloc(sizeof(*z->progs) * (size_t)n)))
+    if (ct_params_numel(z->P) < (size_t)1 << REACH_SHIFT && (z->progs = malloc(sizeof(*z->progs) * (size_t)n)))
         st = ct_pg_alloc_shared(z->pg, 64, &z->progmem);
     int32_t ok = st == CT_OK;
     if (st != CT_OK) {
@@ -554,21 +564,15 @@ ct_status ct_zero_begin_step(ct_zero *z, bool average) {
  * (see the top of this file). */
 static ct_status cross_machines(ct_zero *z) {
     double t0 = ct_time_now();
-    size_t lo = z->lo, m = z->hi - z->lo;
-    float *s = z->part;
+    size_t m = z->hi - z->lo;
     ct_status st = CT_OK;
     if (m == 0) return CT_OK; /* the same on every machine: this rail has nothing */
     if (z->chain || z->early) {
         st = chain_finish(z);
     } else {
-        memcpy(s, z->grads[0] + lo, m * sizeof(float));
-        for (int r = 1; r < z->L; r++) {
-            const float *g = z->grads[r] + lo;
-            for (size_t j = 0; j < m; j++) s[j] = s[j] + g[j];
-        }
+        machine_sum(z, 0, m, false);
         st = rail_all_reduce(z);
-        float *own = (float *)z->grads[z->li] + lo, d = (float)ct_pg_size(z->pg);
-        for (size_t j = 0; st == CT_OK && j < m; j++) own[j] = s[j] / d; /* the averaging's true division */
+        if (st == CT_OK) average_into_own(z, 0, m);
     }
     ct_ddp_add_wait(z->ddp, ct_time_now() - t0);
     return st;

@@ -109,15 +109,17 @@ cmp -s "$tmp/zrail1f32/model.safetensors" "$tmp/zrail0f32/model.safetensors" ||
 
 # the GPT (its embedding tied to the LM head: that gradient is final only at backward's end)
 # with 4 KiB chunks, so that many go on during backward: the one-host bits, and the same with
-# the chunks held until backward ends (CTRAIN_HIER_CHAIN_EARLY=0)
+# the chunks held until backward ends (CTRAIN_HIER_CHAIN_EARLY=0), also when only node 0 says
+# so (m: every rank takes the same decision)
 gs=8; [ "${CT_BUILD:-build}" = build-san ] && gs=2
 gpt=(train gpt --n-layer 2 --n-embd 64 --n-head 4 --block-size 32 --vocab-size 256 --batch-size 4 --steps $gs --threads 1
      --eval-max 8 --log-every 4 --text /usr/share/common-licenses/GPL-3)
 $B run --nproc-per-node 4 --standalone $B "${gpt[@]}" --output-dir "$tmp/gref" >"$tmp/gref.log" 2>&1 ||
     die "one-host GPT run: $(tail -5 "$tmp/gref.log")"
-for e in 1 0; do
-    export CTRAIN_HIER_CHAIN_CHUNK=4k CTRAIN_HIER_CHAIN_EARLY=$e CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=zero
+for e in 1 0 m; do
+    export CTRAIN_HIER_CHAIN_CHUNK=4k CTRAIN_HIER_CHAIN_EARLY=${e/m/0} CTRAIN_DEBUG=INFO CTRAIN_DEBUG_SUBSYS=zero
     node 0 "$tmp/g0$e" --rdzv-token-file "$tmp/s" $B "${gpt[@]}" --output-dir "$tmp/g$e"; p0=$!
+    export CTRAIN_HIER_CHAIN_EARLY=${e/m/1}
     node 1 "$tmp/g1$e" --rdzv-token-file "$tmp/s" $B "${gpt[@]}" --output-dir "$tmp/g$e"; p1=$!
     unset CTRAIN_HIER_CHAIN_CHUNK CTRAIN_HIER_CHAIN_EARLY CTRAIN_DEBUG CTRAIN_DEBUG_SUBSYS
     wait $p1 || die "GPT, early $e, node 1: $(tail -8 "$tmp/g1$e")"
@@ -129,6 +131,8 @@ done
 early=$(grep -h "chunks crossed the network during backward" "$tmp/g01" "$tmp/g11" | awk '{ e += $(NF-8); a += $(NF-6) } END { print e "/" a }')
 [ "${early%/*}" -gt 0 ] 2>/dev/null || die "GPT: no chunk went on during backward ($early)"
 ! grep -q "crossed the network during backward" "$tmp/g00" "$tmp/g10" || die "GPT, CTRAIN_HIER_CHAIN_EARLY=0: chunks went on during backward"
+! grep -q "crossed the network during backward" "$tmp/g0m" "$tmp/g1m" ||
+    die "GPT, CTRAIN_HIER_CHAIN_EARLY=0 on node 0 only: chunks went on during backward on node 1"
 
 # node 1's workers die: node 0 stops within CTRAIN_TIMEOUT + 5 s and says which rank on which host
 export CTRAIN_TIMEOUT=5

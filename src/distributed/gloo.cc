@@ -6,7 +6,6 @@
 #include "distributed/gloo.h"
 
 #include <gloo/allgather.h>
-#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -146,7 +145,7 @@ void wait_each_peer(ct_gloo_comm *c, gloo::transport::UnboundBuffer *b, bool rec
 
 // Every rank's block straight to every other (not Gloo's ring): a timeout then knows which
 // peers never sent theirs. Slot prefix beside the p2p one, unused by Gloo's collectives.
-constexpr uint8_t kAgDirectSlotPrefix = 0x43;
+constexpr uint8_t kAgDirectSlotPrefix = 0x43, kA2aDirectSlotPrefix = 0x44;
 
 unsigned char *scratch(ct_gloo_comm *c, size_t bytes) {
     if (c->scratch.size() < bytes) c->scratch.resize(bytes);
@@ -184,18 +183,28 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
         break;
     }
     case CT_GLOO_ALLTOALL: {
-        const unsigned char *sb = reinterpret_cast<const unsigned char *>(s), *rb = reinterpret_cast<unsigned char *>(r);
-        if (sb < rb + all && rb < sb + all) {  // overlapping: Gloo reads the input while it writes the output
+        // Every block straight to its rank, every receive posted before the sends, as the
+        // all-gather above. Gloo's own all-to-all ran at half the link's rate over a shaped
+        // 1 Gbit/s link (2 x 1, 32 MiB a way: 560 ms against the all-gather's 287 ms).
+        const unsigned char *sb = reinterpret_cast<const unsigned char *>(s);
+        unsigned char *rb = reinterpret_cast<unsigned char *>(r);
+        if (sb < rb + all && rb < sb + all) {  // overlapping: the sends read what the receives write
             unsigned char *t = scratch(c, all);
             memcpy(t, sb, all);
-            s = reinterpret_cast<const T *>(t);
+            sb = t;
         }
-        gloo::AlltoallOptions o(ctx);
-        o.setInput(const_cast<T *>(s), n * static_cast<size_t>(c->size));
-        o.setOutput(r, n * static_cast<size_t>(c->size));
-        o.setTag(op->tag);
-        o.setTimeout(to);
-        gloo::alltoall(o);
+        const size_t me = static_cast<size_t>(c->rank) * bytes;
+        memcpy(rb + me, sb + me, bytes);
+        auto in = ctx->createUnboundBuffer(const_cast<unsigned char *>(sb), all);
+        auto out = ctx->createUnboundBuffer(rb, all);
+        const uint64_t slot = gloo::Slot::build(kA2aDirectSlotPrefix, op->tag);
+        for (int q = 0; q < c->size; q++) {
+            if (q == c->rank) continue;
+            out->recv(q, slot, static_cast<size_t>(q) * bytes, bytes);
+            in->send(q, slot, static_cast<size_t>(q) * bytes, bytes);
+        }
+        wait_each_peer(c, out.get(), true, to);
+        wait_each_peer(c, in.get(), false, to);
         break;
     }
     case CT_GLOO_BARRIER: {

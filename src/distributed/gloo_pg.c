@@ -11,8 +11,8 @@
  * pairs, then sends it to all, in 1 MiB segments two in flight (gloo.cc): the ring's traffic,
  * (n-1)/n of the buffer out and in, twice. Every dtype and op (ct_reduce2), AVG dividing in the
  * last pass as shm does. Reduce is an all-reduce whose result only the root keeps;
- * reduce-scatter is Gloo's all-to-all and the ordered sum. Fingerprints are one extra 24-byte
- * all-gather per operation, as in the mpi backend. */
+ * reduce-scatter is an all-to-all (every block straight to its rank, gloo.cc) and the ordered
+ * sum. Fingerprints are one extra 24-byte all-gather per operation, as in the mpi backend. */
 #if CT_HAVE_GLOO
 #include "distributed/dist_internal.h"
 #include "distributed/pg_common.h"

@@ -28,6 +28,10 @@ entirely (Zen 4, 4 x 1 all-reduce of 64 MiB at 10 Gbit/s: link 103 ms, floor 126
 165). The norm's order was chosen on the runs of 2026-12-05 (Zen 4 and Xeon; see
 docs/scaling.md): the max (order infinity) left 16-64 MiB checks 23% off, the sum (1) and the
 quadratic mean (2) overshot the rest. The bare veth's own rows are then calibration, not checks.
+A collective's measured time is its median call where the run recorded one (med_us), else the
+mean call (us): a call of a few ms that a scheduler time slice falls into takes a slice
+longer, which the mean of 40 calls kept (the same 1 MiB all-reduce at 1.8 and 3.2 ms in two
+runs) and no alpha-beta model describes.
 
 T_c: the step of the same number of ranks on one host where it was measured (MODES=base: the
 contention of ranks sharing this machine's cores included), else the measured single-rank
@@ -82,7 +86,9 @@ def parse(paths):
             c = f[3]
             if c == "allreduce" and hier == "ordered" and run not in labelled and f[2] != "1x2" and not f[2].endswith("x1"):
                 c = "allreduce-ordered"  # the hier all-reduce of a run before the rail one was measured
-            coll[(f[1], f[2], c)].append((int(f[4]), float(kv["us"]) * 1e-6))
+            # the median call where the run has it (med_us, since 2026-12-05 afternoon): the
+            # model's a and b describe a call, not the scheduler's slices some calls take
+            coll[(f[1], f[2], c)].append((int(f[4]), float(kv.get("med_us") or kv["us"]) * 1e-6))
         elif f[0] == "train":  # train RATE HxR IMPL MODEL rate= step_ms= ...
             v = {k: float(x) for k, x in kv.items() if x not in ("", "?")}
             v["run"] = run

@@ -23,7 +23,7 @@
 # host), for the efficiency and the cost model's compute.
 # One line per result, appended to OUT (default bench/shaped_links.out) and printed:
 #   bulk RATE gbit_s=X
-#   coll RATE HxR COLL BYTES us=T busbw=B
+#   coll RATE HxR COLL BYTES us=T busbw=B med_us=M   (T the mean call, M the median call)
 #   train RATE HxR IMPL MODEL rate=R step_ms=S [compute_ms= allreduce_ms= hidden_pct=]
 # bench/cost_model.py reads that file. Everything shares this machine's cores: 2 hosts x 2 ranks
 # on 2 cores are 4 processes on 2 cores; CTRAIN_SHM_SPIN_US=2 as bench/multinode.sh, and
@@ -177,7 +177,8 @@ cz=(--grad-compression "${COMPRESS:-bf16}")
 # coll_one RATE H R COLL [LABEL]: 1 and 4 MiB over COLL_ITERS_SMALL calls (default 40), 16
 # and 64 MiB over COLL_ITERS (default 5). A 1 MiB call takes 1-10 ms here, about a scheduler
 # time slice of 4-5 processes on 2 cores: over 5 calls one slice more or less moved the
-# mean by tens of percent (the runs of 2026-12-05: 1.4-4.0 ms for the same 2 x 1 all-gather).
+# mean by tens of percent (the runs of 2026-12-05: 1.4-4.0 ms for the same 2 x 1 all-gather);
+# the median call (med_us) leaves those slices out.
 coll_one() {
     local sizes
     for sizes in "1M 4M ${COLL_ITERS_SMALL:-40}" "16M 64M ${COLL_ITERS:-5}"; do
@@ -188,8 +189,8 @@ coll_one() {
         else
             ctrain_on $2 $3 "$tmp/a" "$C" "${b[@]}"
         fi || die "bench $4 ${2}x$3 at $1: $(tail -3 "$tmp/a.0" "$tmp/a.1")"
-        grep -E '^ *[0-9]+ ' "$tmp/a.0" | while read -r bytes _ _ _ us _ bus _; do
-            emit "coll $1 ${2}x$3 $5 $bytes us=$us busbw=$bus"
+        grep -E '^ *[0-9]+ ' "$tmp/a.0" | while read -r bytes _ _ _ us _ bus _ med; do
+            emit "coll $1 ${2}x$3 $5 $bytes us=$us busbw=$bus med_us=$med"
         done
     done
 }

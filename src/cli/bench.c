@@ -12,7 +12,8 @@
  * busbw = algbw * 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter (the
  * nccl-tests convention: the bandwidth each link would need for a ring algorithm; comparable
  * across rank counts). For the latter two the size is the whole gathered buffer (n chunks),
- * as in nccl-tests; they have no -c. */
+ * as in nccl-tests; they have no -c. time(us) is the mean call; median(us) the median call,
+ * each call timed on every rank from the end of the one before and the slowest rank's taken. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,11 @@ static ct_status one_coll(const bench_opts *o, ct_pg *pg, void *cb, size_t cnt, 
     return st;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int bench_body(bench_opts *o) {
     ct_dist_opts d = ct_dist_default_opts();
     d.backend = o->backend;
@@ -166,8 +172,8 @@ static int bench_body(bench_opts *o) {
         printf("# ctrain bench %s: %d ranks, backend %s, %s %s, fingerprints %s, %s calls\n", coll_names[o->coll], n, ct_pg_backend(pg),
                ct_dtype_name(o->dt), ct_reduce_op_name(o->op), o->fingerprint ? "on" : "off",
                o->async_mode ? "async" : "blocking");
-        printf("#%14s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
-               "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        printf("#%14s %12s %6s %6s %12s %12s %12s %8s %12s\n", "size(B)", "count", "type", "redop", "time(us)",
+               "algbw(GB/s)", "busbw(GB/s)", "#wrong", "median(us)");
         fflush(stdout);
     }
     int rc = 0;
@@ -178,12 +184,29 @@ static int bench_body(bench_opts *o) {
         int iters = o->iters > 0 ? o->iters : (int)(((64u << 20) / (cnt * esz)) < 20 ? 20 : ((64u << 20) / (cnt * esz)));
         if (o->iters <= 0 && iters > 20000) iters = 20000;
         ct_status st = CT_OK;
+        /* each call's time as well (from the end of the one before): their median leaves out
+         * the calls a scheduler time slice fell into, which on cores shared by more processes
+         * than they have move a few-ms call's mean by tens of percent */
+        double *calls = malloc((size_t)iters * sizeof *calls);
+        if (!calls) { fprintf(stderr, "ctrain bench: out of memory\n"); rc = 1; break; }
         for (int i = 0; i < o->warmup && !st; i++) st = one_coll(o, pg, cb, cnt, n);
         if (!st) st = ct_barrier_sync(pg);
-        double t0 = ct_time_now();
-        for (int i = 0; i < iters && !st; i++) st = one_coll(o, pg, cb, cnt, n);
-        double t = (ct_time_now() - t0) / iters;
+        double t0 = ct_time_now(), prev = t0;
+        for (int i = 0; i < iters && !st; i++) {
+            st = one_coll(o, pg, cb, cnt, n);
+            double now = ct_time_now();
+            calls[i] = now - prev;
+            prev = now;
+        }
+        double t = (prev - t0) / iters, med = 0;
         if (!st) st = ct_all_reduce_sync(pg, &t, 1, CT_F64, CT_RED_MAX);
+        /* call i's time: the slowest rank's */
+        if (!st) st = ct_all_reduce_sync(pg, calls, (size_t)iters, CT_F64, CT_RED_MAX);
+        if (!st) {
+            qsort(calls, (size_t)iters, sizeof *calls, cmp_double);
+            med = iters % 2 ? calls[iters / 2] : 0.5 * (calls[iters / 2 - 1] + calls[iters / 2]);
+        }
+        free(calls);
         size_t wrong = 0;
         if (!st && o->check) {
             fill(o->dt, buf, cnt, rank);
@@ -206,10 +229,10 @@ static int bench_body(bench_opts *o) {
         if (rank == 0) {
             double algbw = (double)(cnt * esz) / t / 1e9;
             double busbw = algbw * (o->coll == BENCH_ALLREDUCE ? 2.0 : 1.0) * (n - 1) / n;
-            if (o->check) printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8zu\n", cnt * esz, cnt, ct_dtype_name(o->dt),
-                                 ct_reduce_op_name(o->op), t * 1e6, algbw, busbw, wrong);
-            else printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8s\n", cnt * esz, cnt, ct_dtype_name(o->dt),
-                        ct_reduce_op_name(o->op), t * 1e6, algbw, busbw, "N/A");
+            if (o->check) printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8zu %12.2f\n", cnt * esz, cnt, ct_dtype_name(o->dt),
+                                 ct_reduce_op_name(o->op), t * 1e6, algbw, busbw, wrong, med * 1e6);
+            else printf(" %14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8s %12.2f\n", cnt * esz, cnt, ct_dtype_name(o->dt),
+                        ct_reduce_op_name(o->op), t * 1e6, algbw, busbw, "N/A", med * 1e6);
             fflush(stdout);
         }
     }

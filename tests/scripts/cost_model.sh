@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cost_model.py on the committed shaped-link measurements gives the figures that
-# docs/scaling.md and docs/multinode.md state for them: with the CPUs' floor (the bare veth's
+# docs/scaling.md and docs/shaped_links.md state for them: with the CPUs' floor (the bare veth's
 # runs), the collective checks and the training steps within 20% per machine, and the GPT's
 # ctrain ÷ PyTorch per run. A change to the model that moves them
 # fails here until the page says so.

@@ -41,7 +41,17 @@ real cluster); T_comm: the collective model above
 behind backward: ctrain's own measure (the median of its "N% of it hidden behind backward"
 over the 2 x 2 runs of the model), PyTorch's fitted on its 2 x 2 runs (one number per model).
 Sharded (ZeRO-3/FSDP style): all-gather of the parameters in forward and in backward and a
-reduce-scatter of the gradients, 3 (P-1)/P G on the link, the same h.
+reduce-scatter of the gradients, 3 (P-1)/P G on the link, the same h (the 8-256-host table).
+Measured fully sharded steps (TRAIN_MODELS=gptfsdp: ctrain --shard full, PyTorch FSDP) are
+checked as T_c (the one-host run of as many ranks, its shm collectives included) plus the three
+collectives' bytes on the link, every block straight to its rank: S g (P - g) / P a host,
+nothing hidden (t_fsdp_exchange).
+The sharded step's exchange during backward needs to know when gradients are final: the GPT's
+equal blocks at an even pace, the MLP's layer by layer (READY; its largest layers finish
+last).
+The ordered all-reduce's hops go one direction at a time, so each finds its link's token
+bucket full: the first `burst` bytes (1 ms of the rate, at least 256 KiB) go at the
+machine's own rate, which at 1 Gbit/s is 2 ms of a 1 MiB call's 9 per hop.
 """
 import math
 import sys
@@ -55,6 +65,25 @@ PARAMS = {"mlp": 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10}
 # GPT 6 layers, width 256, context 256, vocab 256 (nanoGPT layout, bias, tied lm_head)
 _E, _L, _T, _V = 256, 6, 256, 256
 PARAMS["gpt"] = _V * _E + _T * _E + _L * (2 * 2 * _E + 3 * _E * _E + 3 * _E + _E * _E + _E + 2 * 4 * _E * _E + 4 * _E + _E) + 2 * _E
+PARAMS["gptfsdp"] = PARAMS["gpt"]  # the same GPT fully sharded (ctrain --shard full, PyTorch FSDP)
+
+
+def _mlp_ready():
+    """When the MLP's gradients are final during backward: (fraction of backward, fraction of
+    the bytes final from then on), layer by layer from the last: each layer's gradient is final
+    when its weight gradient GEMM ends, backward's time taken as its FLOPs (dW and dX per layer,
+    no dX for the first). The GPT's six equal blocks are near an even pace (None)."""
+    dims = [(784, 1024), (1024, 1024), (1024, 10)]
+    size = [i * o + o for i, o in dims]
+    flops = [i * o * (1 if k == 0 else 2) for k, (i, o) in enumerate(dims)]
+    pts, t, b = [], 0, 0
+    for k in reversed(range(len(dims))):
+        t += flops[k]; b += size[k]
+        pts.append((t / sum(flops), b / sum(size)))
+    return pts
+
+
+READY = {"mlp": _mlp_ready()}
 
 
 def parse(paths):
@@ -94,7 +123,9 @@ def parse(paths):
             v["run"] = run
             # ctrain across hosts: which hierarchical all-reduce (one host has none)
             impl = f[3] + ("-ordered" if f[3] == "ctrain" and hier == "ordered" and not f[2].startswith("1x") else "")
-            if f[3] == "ctrain" and shard and not f[2].startswith("1x"):
+            if f[4] == "gptfsdp" and not f[2].startswith("1x"):
+                impl = f[3] + "-fsdp"  # fully sharded on both sides: neither DDP's exchange
+            elif f[3] == "ctrain" and shard and not f[2].startswith("1x"):
                 # its own rows: not mixed into the medians of the overlapped all-reduce's step
                 impl = "ctrain-shardhier" + ("-rail" if hier == "rail" else "") + ("-early" if early else "")
             train.setdefault((f[1], f[2], impl, f[4]), []).append(v)
@@ -196,8 +227,11 @@ class Model:
         xi, yi = terms(c, g, s) if g > 1 else (0, 0)
         if scheme == "hier-ordered":
             # leaders in a chain: host 0 to H-1 and back, S per hop, one direction at a time: a
-            # one-way TCP stream, the bulk rate (where measured), not the two-way ring's b
-            return 2 * (hosts - 1) * (a + bl * s) + sa * xi + sb * yi
+            # one-way TCP stream, the bulk rate (where measured), not the two-way ring's b. Each
+            # hop's link was idle while the others sent, so its token bucket is full: its first
+            # `burst` bytes go at the machine's own rate (the bare veth's bulk), not the link's
+            free = burst(rate) * max(0.0, 1 - self.bulk_b.get("none", bl) / bl)
+            return 2 * (hosts - 1) * (a + bl * max(s - free, 0.0)) + sa * xi + sb * yi
         # hier: shm reduce-scatter + all-gather inside (one all-reduce's worth), leaders' ring between
         x, y = terms(c, hosts, s)
         return a * x + b * y + sa * xi + sb * yi
@@ -224,7 +258,7 @@ class Model:
         load = 1 if hosts == 2 else max(2, math.ceil(math.log2(hosts)))
         return load * s * bl + (hosts - 1) * c * bl + 2 * k * a
 
-    def t_shard_early(self, rate, hosts, g, s, tx, tc, rail=False):
+    def t_shard_early(self, rate, hosts, g, s, tx, tc, m, rail=False):
         """What is left of the chained exchange tx after backward when its chunks go on as
         backward finishes them (CTRAIN_HIER_CHAIN_EARLY, the default since 2026-12-05): the
         gradients taken as finished at an even pace over backward (BWD of the step tc), the link
@@ -242,9 +276,9 @@ class Model:
             a, b = self.ab[(rate, "allreduce")]
             x, y = terms("allreduce", hosts, s)
             k = math.ceil(s / g / c)
-            return max(k * a * x + b * y - BWD * tc, a * x + b * y * g * c / s)
+            return max(left_after(k * a * x + b * y, BWD * tc, READY.get(m)), a * x + b * y * g * c / s)
         tail = (hosts - 1 + max(1, math.ceil(math.log2(hosts)))) * c * bl + 2 * a
-        return min(tx, max(tx - BWD * tc, 0.0) + tail)
+        return min(tx, left_after(tx, BWD * tc, READY.get(m)) + tail)
 
     def compute(self, impl, m, procs, cores=CORES):
         # Where the same number of processes ran on one host (MODES=base), that run's step is
@@ -289,18 +323,59 @@ class Model:
                     num += w * tm * (t - tc); den += w * tm * tm
                 self.h[(impl, m)] = min(1.0, max(0.0, 1 - num / den)) if den else 0.0
 
+    def t_fsdp_exchange(self, rate, hosts, g, s):
+        """Fully sharded across hosts (ctrain --shard full, PyTorch FSDP FULL_SHARD), S bytes of
+        f32 parameters: every step all-gathers them twice (forward, backward) and reduce-scatters
+        the gradients, each over the flat group of all P = H g ranks, every block straight to
+        its rank (Gloo's direct all-gather and all-to-all on ctrain's side): a host's link
+        carries its g ranks' blocks (S / P each) to the P - g ranks elsewhere, S g (P - g) / P
+        (with g = 1 the ring's (P - 1) / P S), P - 1 messages a rank. The one-host run of as many
+        ranks (MODES=base) holds the same collectives on shm, so what the link adds is taken
+        whole: nothing hidden."""
+        p = hosts * g
+        x, y = p - 1, s * g * (p - g) / p
+        (aa, ba), (ar, br) = self.ab[(rate, "allgather")], self.ab[(rate, "reducescatter")]
+        return 2 * (aa * x + ba * y) + ar * x + br * y
+
     def step(self, rate, impl, m, hosts, g, scheme=None, cores=CORES):
+        if impl.endswith("-fsdp"):
+            tc = self.compute(impl, m, hosts * g if cores else 1, cores or 1)
+            return tc + self.t_fsdp_exchange(rate, hosts, g, 4 * PARAMS[m])
         if impl.startswith("ctrain-shardhier"):
             # the one-host step of as many ranks (MODES=base: the sharded step on shm, its waits
             # for the other ranks included) plus the exchange across hosts, after backward
             tc = self.compute("ctrain", m, hosts * g if cores else 1, cores or 1)
             tx = self.t_shard_exchange(rate, hosts, g, self.grad_bytes(impl, m), "-rail" in impl)
             if impl.endswith("early"):
-                tx = self.t_shard_early(rate, hosts, g, self.grad_bytes(impl, m), tx, tc, "-rail" in impl)
+                tx = self.t_shard_early(rate, hosts, g, self.grad_bytes(impl, m), tx, tc, m, "-rail" in impl)
             return tc + tx
 
         tc, tm = self.step_parts(rate, impl, m, hosts, g, scheme, cores)
         return tc + (1 - self.h[(impl, m)]) * tm
+
+
+def burst(rate):
+    """the token bucket's size at a shaped rate (tests/tools/two_hosts.sh's tc_burst: 1 ms of
+    the rate, at least 256 KiB); none for the bare veth or the extrapolation's rates"""
+    gbit = RATES_GBIT.get(rate)
+    return max(gbit * 1e9 / 8 / 1000, 256 << 10) if gbit else 0.0
+
+
+def left_after(link, tb, ready):
+    """Of an exchange that takes the link `link` seconds, what is left when a backward of tb
+    seconds ends, the link sending whatever is final as soon as it is: ready None, the bytes
+    final at an even pace (max(link - tb, 0)); else [(fraction of backward, fraction of the
+    bytes final from then on)]. A sender that keeps up has sent by tb the least over tau of
+    what was final by tau plus what the link carries in tb - tau."""
+    if link <= 0:
+        return 0.0
+    if ready is None:
+        return max(link - tb, 0.0)
+    sent, before = 1.0, 0.0
+    for t, b in ready:
+        sent = min(sent, before + (1 - t) * tb / link)
+        before = b
+    return (1 - max(0.0, min(1.0, sent))) * link
 
 
 def pct(p, t):
@@ -351,7 +426,7 @@ def check(model, fits=True):
     for (rate, lay, impl, m), v in sorted(model.train.items()):
         if lay not in ("2x2", "2x1") or rate not in model.rates or impl not in (
                 "ctrain", "ctrain-ordered", "ctrain-shardhier", "ctrain-shardhier-rail", "ctrain-shardhier-early",
-                "ctrain-shardhier-rail-early", "pytorch"):
+                "ctrain-shardhier-rail-early", "pytorch", "ctrain-fsdp", "pytorch-fsdp"):
             continue
         h, g = map(int, lay.split("x"))
         t = median([x["step_ms"] for x in v]) * 1e-3
@@ -396,7 +471,7 @@ def hosts_table(model, g=2):
                             rail = scheme.startswith("r")
                             t = model.t_shard_exchange("x", hosts, g, PARAMS[m] * 2, rail)
                             if scheme.endswith("early"):  # during backward (CTRAIN_HIER_CHAIN_EARLY)
-                                t = model.t_shard_early("x", hosts, g, PARAMS[m] * 2, t, tc, rail)
+                                t = model.t_shard_early("x", hosts, g, PARAMS[m] * 2, t, tc, m, rail)
                             t += tc
                         else:
                             tm = model.t_coll("x", "allreduce", hosts, g, PARAMS[m] * (2 if scheme == "hier" else 4), scheme)

@@ -13,7 +13,7 @@
  * nccl-tests convention: the bandwidth each link would need for a ring algorithm; comparable
  * across rank counts). For the latter two the size is the whole gathered buffer (n chunks),
  * as in nccl-tests; they have no -c. time(us) is the mean call; median(us) the median call,
- * each call timed on every rank from the end of the one before and the slowest rank's taken. */
+ * each call timed on every rank from the end of the one before, the slowest rank's median taken. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,7 +187,7 @@ static int bench_body(bench_opts *o) {
         /* each call's time as well (from the end of the one before): their median leaves out
          * the calls a scheduler time slice fell into, which on cores shared by more processes
          * than they have move a few-ms call's mean by tens of percent */
-        double *calls = malloc((size_t)iters * sizeof *calls);
+        double *calls = calloc((size_t)iters, sizeof *calls);
         if (!calls) { fprintf(stderr, "ctrain bench: out of memory\n"); rc = 1; break; }
         for (int i = 0; i < o->warmup && !st; i++) st = one_coll(o, pg, cb, cnt, n);
         if (!st) st = ct_barrier_sync(pg);
@@ -198,15 +198,15 @@ static int bench_body(bench_opts *o) {
             calls[i] = now - prev;
             prev = now;
         }
-        double t = (prev - t0) / iters, med = 0;
-        if (!st) st = ct_all_reduce_sync(pg, &t, 1, CT_F64, CT_RED_MAX);
-        /* call i's time: the slowest rank's */
-        if (!st) st = ct_all_reduce_sync(pg, calls, (size_t)iters, CT_F64, CT_RED_MAX);
-        if (!st) {
-            qsort(calls, (size_t)iters, sizeof *calls, cmp_double);
-            med = iters % 2 ? calls[iters / 2] : 0.5 * (calls[iters / 2 - 1] + calls[iters / 2]);
-        }
+        double t = (prev - t0) / iters;
+        /* each rank's median call, the slowest rank's taken (the slowest rank per call would
+         * count every rank's slow calls: back to back, ranks fall behind in turn) */
+        qsort(calls, (size_t)iters, sizeof *calls, cmp_double);
+        double tm[2] = {t, iters % 2 ? calls[iters / 2] : 0.5 * (calls[iters / 2 - 1] + calls[iters / 2])};
         free(calls);
+        if (!st) st = ct_all_reduce_sync(pg, tm, 2, CT_F64, CT_RED_MAX);
+        t = tm[0];
+        double med = tm[1];
         size_t wrong = 0;
         if (!st && o->check) {
             fill(o->dt, buf, cnt, rank);

@@ -28,5 +28,5 @@ np=$(($(nproc) + 2))
 out=$(CTRAIN_DEBUG=TRACE CTRAIN_DEBUG_SUBSYS=shm timeout 60 $B bench allreduce --np $np -c -b 1M -e 1M -n 3 -w 0 2>&1) || die "$out"
 echo "$out" | grep -q "TRACE shm: all_reduce #[0-9]*: reduce-scatter + all-gather, 1048576 B" || die "oversubscribed 1 MiB: $out"
 echo "$out" | grep -q "cross-memory attach" && die "oversubscribed 1 MiB went through cross-memory attach: $out"
-echo "$out" | awk '$1 == 1048576 && $NF != 0 { bad = 1 } END { exit bad }' || die "oversubscribed 1 MiB: wrong sums: $out"
+echo "$out" | awk '$1 == 1048576 && $8 != 0 { bad = 1 } END { exit bad }' || die "oversubscribed 1 MiB: wrong sums: $out"
 echo ok

@@ -216,11 +216,7 @@ class Model:
             x, y = terms(c, hosts * g, s)
             return a * x + b * y
         if scheme == "sharded":  # all-gather x 2 + reduce-scatter on the flat ring
-            x, y = terms("allgather", hosts * g, s)
-            (aa, ba), (ar, br) = self.ab[(rate, "allgather")], self.ab[(rate, "reducescatter")]
-            if not alpha:
-                aa = ar = 0.0
-            return 2 * (aa * x + ba * y) + ar * x + br * y
+            return self.t_gathers_scatter(rate, *terms("allgather", hosts * g, s), alpha)
         sa, sb = self.shm
         if not alpha:
             sa = 0.0
@@ -333,8 +329,13 @@ class Model:
         ranks (MODES=base) holds the same collectives on shm, so what the link adds is taken
         whole: nothing hidden."""
         p = hosts * g
-        x, y = p - 1, s * g * (p - g) / p
+        return self.t_gathers_scatter(rate, p - 1, s * g * (p - g) / p)
+
+    def t_gathers_scatter(self, rate, x, y, alpha=True):
+        """two all-gathers and a reduce-scatter of x messages and y bytes each on a host's link"""
         (aa, ba), (ar, br) = self.ab[(rate, "allgather")], self.ab[(rate, "reducescatter")]
+        if not alpha:
+            aa = ar = 0.0
         return 2 * (aa * x + ba * y) + ar * x + br * y
 
     def step(self, rate, impl, m, hosts, g, scheme=None, cores=CORES):

@@ -147,6 +147,21 @@ void wait_each_peer(ct_gloo_comm *c, gloo::transport::UnboundBuffer *b, bool rec
 // peers never sent theirs. Slot prefix beside the p2p one, unused by Gloo's collectives.
 constexpr uint8_t kAgDirectSlotPrefix = 0x43, kA2aDirectSlotPrefix = 0x44;
 
+// Block q of out from every other rank q, every receive posted before the sends, and to each
+// rank q block q of in (the all-to-all) or this rank's own block (own: the all-gather, where
+// in and out are one buffer). Gloo's own all-to-all ran at half the link's rate over a shaped
+// 1 Gbit/s link (2 x 1, 32 MiB a way: 560 ms against this all-gather's 287 ms).
+void exchange_direct(ct_gloo_comm *c, gloo::transport::UnboundBuffer *in, gloo::transport::UnboundBuffer *out,
+                     size_t bytes, bool own, uint64_t slot, std::chrono::milliseconds to) {
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank) continue;
+        out->recv(q, slot, static_cast<size_t>(q) * bytes, bytes);
+        in->send(q, slot, static_cast<size_t>(own ? c->rank : q) * bytes, bytes);
+    }
+    wait_each_peer(c, out, true, to);
+    wait_each_peer(c, in, false, to);
+}
+
 unsigned char *scratch(ct_gloo_comm *c, size_t bytes) {
     if (c->scratch.size() < bytes) c->scratch.resize(bytes);
     return c->scratch.data();
@@ -172,20 +187,10 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
         T *mine = r + static_cast<size_t>(c->rank) * n;
         if (s != mine) memmove(mine, s, bytes);
         auto b = ctx->createUnboundBuffer(r, all);
-        const uint64_t slot = gloo::Slot::build(kAgDirectSlotPrefix, op->tag);
-        for (int q = 0; q < c->size; q++) {
-            if (q == c->rank) continue;
-            b->recv(q, slot, static_cast<size_t>(q) * bytes, bytes);
-            b->send(q, slot, static_cast<size_t>(c->rank) * bytes, bytes);
-        }
-        wait_each_peer(c, b.get(), true, to);
-        wait_each_peer(c, b.get(), false, to);
+        exchange_direct(c, b.get(), b.get(), bytes, true, gloo::Slot::build(kAgDirectSlotPrefix, op->tag), to);
         break;
     }
     case CT_GLOO_ALLTOALL: {
-        // Every block straight to its rank, every receive posted before the sends, as the
-        // all-gather above. Gloo's own all-to-all ran at half the link's rate over a shaped
-        // 1 Gbit/s link (2 x 1, 32 MiB a way: 560 ms against the all-gather's 287 ms).
         const unsigned char *sb = reinterpret_cast<const unsigned char *>(s);
         unsigned char *rb = reinterpret_cast<unsigned char *>(r);
         if (sb < rb + all && rb < sb + all) {  // overlapping: the sends read what the receives write
@@ -197,14 +202,7 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
         memcpy(rb + me, sb + me, bytes);
         auto in = ctx->createUnboundBuffer(const_cast<unsigned char *>(sb), all);
         auto out = ctx->createUnboundBuffer(rb, all);
-        const uint64_t slot = gloo::Slot::build(kA2aDirectSlotPrefix, op->tag);
-        for (int q = 0; q < c->size; q++) {
-            if (q == c->rank) continue;
-            out->recv(q, slot, static_cast<size_t>(q) * bytes, bytes);
-            in->send(q, slot, static_cast<size_t>(q) * bytes, bytes);
-        }
-        wait_each_peer(c, out.get(), true, to);
-        wait_each_peer(c, in.get(), false, to);
+        exchange_direct(c, in.get(), out.get(), bytes, false, gloo::Slot::build(kA2aDirectSlotPrefix, op->tag), to);
         break;
     }
     case CT_GLOO_BARRIER: {

@@ -18,6 +18,9 @@ for f in nan inf 1 0.5 x; do
     [ $rc = 2 ] || die "-f $f: exit $rc: $out"
 done
 timeout 60 $B bench allreduce -b 4k -e 8k -n 2 -w 0 -c >"$tmp/bench" 2>&1 || die "a sane bench: $(cat "$tmp/bench")"
+# median(us), the last column: of 2 calls on each rank their mean, so the mean call's figure
+awk '/^ *[0-9]+ / { n++; if (NF != 9 || $9 <= 0 || $9 - $5 > 0.02 || $5 - $9 > 0.02) bad = 1 } END { exit bad || n != 2 }' \
+    "$tmp/bench" || die "median column of 2 calls is not their mean: $(cat "$tmp/bench")"
 
 for v in 4611686018427387904 inf 18446744073709551616 1e30 -4096; do
     out=$(CTRAIN_SHM_CHUNK=$v timeout 20 $B run --standalone --nproc-per-node 2 $B worker allreduce 2>&1); rc=$?

@@ -65,6 +65,10 @@ static const ct_config_info table[CT_CFG_COUNT_] = {
     [CT_CFG_GLOO_IFADDR] = {"CTRAIN_GLOO_IFADDR", CT_CFG_STRING, NULL, 0, 0, NULL, NULL, 0,
                             "gloo backend: this host's address for its connections (default: the one that reaches "
                             "MASTER_ADDR)"},
+    [CT_CFG_GLOO_LOOP_NICE] = {"CTRAIN_GLOO_LOOP_NICE", CT_CFG_INT, "19", 0, 19, NULL, NULL, 0,
+                               "gloo backend: nice value of Gloo's event-loop thread (0: the process's own). That loop "
+                               "retries a busy connection without sleeping; where threads outnumber cores, at 19 it "
+                               "lets the thread holding the connection run first (docs/multinode.md)"},
     [CT_CFG_HIER_ALLREDUCE] = {"CTRAIN_HIER_ALLREDUCE", CT_CFG_CHOICE, "auto", 0, 0, "auto|ordered|tree|rail", NULL,
                                0, "hier backend's all-reduce: ordered sums in world rank order (the same bits as one "
                                "machine; machines in turn: each link carries the buffer once per machine), tree "

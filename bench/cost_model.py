@@ -19,7 +19,7 @@ compression):
 The CPUs' floor: a collective takes at least what the same layout's processes take on the
 bare veth (RATES=none, no shaping: the CPUs move the bytes as fast as they can), fitted per
 layout and collective as T = a0 + b0 S. Where such runs exist, a collective on a shaped link
-is predicted as the 4-norm of the two, (L^4 + F^4)^(1/4) (F the floor, L the link model's
+is predicted as the 3-norm of the two, (L^3 + F^3)^(1/3) (F the floor, L the link model's
 bytes, a = 0: the a fitted on 2 x 1 runs is the per-message cost of those 2 processes' CPUs,
 not a wire's (microseconds), and the layout's own a0 holds its processes' cost): on a
 VM whose cores are shared by more processes than it has (4 x 1, 2 x 2 on 2 cores), a 10 Gbit/s
@@ -27,7 +27,8 @@ link does not bind and the floor does; where the two are close, neither hides th
 entirely (Zen 4, 4 x 1 all-reduce of 64 MiB at 10 Gbit/s: link 103 ms, floor 126, measured
 165). The norm's order was chosen on the runs of 2026-12-05 (Zen 4 and Xeon; see
 docs/scaling.md): the max (order infinity) left 16-64 MiB checks 23% off, the sum (1) and the
-quadratic mean (2) overshot the rest. The bare veth's own rows are then calibration, not checks.
+quadratic mean (2) overshot the rest; 3 and 4 tied on the morning's two runs, and 3 was ahead
+on the runs after Gloo's event loop stopped spinning (16:35 on), behind on none. The bare veth's own rows are then calibration, not checks.
 A collective's measured time is its median call where the run recorded one (med_us), else the
 mean call (us): a call of a few ms that a scheduler time slice falls into takes a slice
 longer, which the mean of 40 calls kept (the same 1 MiB all-reduce at 1.8 and 3.2 ms in two
@@ -58,7 +59,7 @@ import sys
 from collections import defaultdict
 
 CORES = 2  # this machine's: the emulated hosts share them
-FLOOR_NORM = 4  # how the link's time and the CPUs' floor combine (see the top)
+FLOOR_NORM = 3  # how the link's time and the CPUs' floor combine (see the top)
 BWD = 2 / 3  # backward's part of a training step (twice forward's FLOPs)
 RATES_GBIT = {"1gbit": 1, "10gbit": 10, "25gbit": 25, "none": None}
 PARAMS = {"mlp": 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10}

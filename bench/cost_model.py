@@ -28,7 +28,8 @@ entirely (Zen 4, 4 x 1 all-reduce of 64 MiB at 10 Gbit/s: link 103 ms, floor 126
 165). The norm's order was chosen on the runs of 2026-12-05 (Zen 4 and Xeon; see
 docs/scaling.md): the max (order infinity) left 16-64 MiB checks 23% off, the sum (1) and the
 quadratic mean (2) overshot the rest; 3 and 4 tied on the morning's two runs, and 3 was ahead
-on the runs after Gloo's event loop stopped spinning (16:35 on), behind on none. The bare veth's own rows are then calibration, not checks.
+on the runs after Gloo's event loop stopped spinning (16:35 on), behind on none. The bare
+veth's own rows are then calibration, not checks.
 A collective's measured time is its median call where the run recorded one (med_us), else the
 mean call (us): a call of a few ms that a scheduler time slice falls into takes a slice
 longer, which the mean of 40 calls kept (the same 1 MiB all-reduce at 1.8 and 3.2 ms in two

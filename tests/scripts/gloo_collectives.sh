@@ -44,20 +44,22 @@ out=$(CTRAIN_GLOO_IFADDR=10.255.255.254 timeout 60 $B bench allreduce --backend 
 echo "$out" | grep -q "gloo backend: rank [01] of 2 cannot connect from 10.255.255.254" || die "bad CTRAIN_GLOO_IFADDR: $out"
 # Gloo's event loop runs at CTRAIN_GLOO_LOOP_NICE (default 19: where threads outnumber cores its
 # spin on a busy connection must give way), the ranks' own threads at the process's nice.
-# nice_counts NICE: "threads-at-19 threads" over the ranks of a running 2-rank gloo bench
+# nice_counts NICE: "threads-at-19 threads", the most of each seen over 10 s, among the ranks
+# of a running 2-rank gloo bench (its launcher left out)
 pat="bench allgather --backend gloo --np 2 -b 4K -e 4K -n 1000000"
 nice_counts() {
     CTRAIN_GLOO_LOOP_NICE=$1 timeout 60 $B $pat -w 1 >"$tmp/nice.log" 2>&1 &
-    local bp=$! best="0 0" i now
+    local bp=$! k=0 n=0 i a t
     for i in $(seq 100); do
-        now=$(for p in $(pgrep -f "$pat"); do [ $p = $bp ] || cat /proc/$p/task/*/stat 2>/dev/null; done |
+        read -r a t < <(for p in $(pgrep -f "$pat"); do [ $p = $bp ] || cat /proc/$p/task/*/stat 2>/dev/null; done |
             awk '{ n++; if ($19 == 19) k++ } END { print k + 0, n + 0 }')
-        [ "${now% *}" -ge "${best% *}" ] && [ "${now#* }" -ge "${best#* }" ] && best=$now
-        [ "${best% *}" -ge 2 ] && break
+        [ "$a" -gt $k ] && k=$a
+        [ "$t" -gt $n ] && n=$t
+        [ $k -ge 2 ] && break
         sleep 0.1
     done
     pkill -f "$pat"; wait $bp 2>/dev/null
-    echo "$best"
+    echo "$k $n"
 }
 got=$(nice_counts 19)
 [ "${got% *}" -ge 2 ] || die "no Gloo event loop at nice 19 (threads at 19, threads: $got): $(tail -3 "$tmp/nice.log")"

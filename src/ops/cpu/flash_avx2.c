@@ -94,8 +94,21 @@ CT_AVX2 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float *
 #undef RUN
     }
 }
-CT_AVX2 static void gemm_s(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C) {
-    gemm(true, M, N, K, At, lda, B, ldb, C, BR, false, false, 0);
+/* flash_simd.c's gemm_s on 8 lanes; causal, a row block skips the 16-column blocks no row of
+ * it sees */
+CT_AVX2 INL void s_rows(int MR, int NV, bool full, int64_t M, int64_t j, int n, int64_t K, const float *At, int64_t lda, const float *B,
+                        int64_t ldb, float *C, int64_t lim0) {
+    for (int64_t i = 0; i < M; i += MR)
+        if (j + 16 > lim0 + i) mk(MR, NV, full, 1, lda, K, At + i, B + j, ldb, C + i * BR + j, BR, (int)min64(MR, M - i), n, false);
+}
+CT_AVX2 static void gemm_s(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C, int64_t lim0) {
+    for (int64_t j = 0; j < N; j += 16) {
+        const int n = (int)min64(16, N - j);
+        if (n == 16) s_rows(6, 2, true, M, j, n, K, At, lda, B, ldb, C, lim0);
+        else if (n == 8) s_rows(12, 1, true, M, j, n, K, At, lda, B, ldb, C, lim0);
+        else if (n > 8) s_rows(6, 2, false, M, j, n, K, At, lda, B, ldb, C, lim0);
+        else s_rows(12, 1, false, M, j, n, K, At, lda, B, ldb, C, lim0);
+    }
 }
 CT_AVX2 static void gemm_t(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc, int64_t lim0,
                            bool acc) {
@@ -181,7 +194,8 @@ CT_AVX2 static void grad(float *St, float *dSt, int64_t cols, int64_t lim0, cons
                 p[u] = _mm256_blendv_ps(p[u], _mm256_setzero_ps(), unseen(lim0, c, v));
                 _mm256_storeu_ps(s, p[u]);
                 const __m256 dp = _mm256_sub_ps(_mm256_loadu_ps(d), _mm256_loadu_ps(R + 8 * v));
-                _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_mul_ps(p[u], dp), vsc));
+                /* masked: gemm_s leaves the lanes no row uses unwritten; their dS is +0 */
+                _mm256_storeu_ps(d, _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(p[u], dp), vsc), _mm256_setzero_ps(), unseen(lim0, c, v)));
             }
         }
 }

@@ -62,13 +62,16 @@ void ct_flash_simd_bwd_head(const ct_flash_args *a, int64_t h, const float *dO, 
  * vector width: AVX-512 (flash_simd.c) and AVX2 + FMA (flash_avx2.c). Both sum every element
  * in the same order with the same operations, so both give the same bits. Tiles are
  * BR = 64 query rows by 64 keys; the score tile is kept transposed (St[key][query]).
- *   gemm_s: C[M][N] = sum_k At[k lda + i] B[k ldb + j], C's row stride 64 (a score tile)
+ *   gemm_s: C[M][N] = sum_k At[k lda + i] B[k ldb + j], C's row stride 64 (a score tile);
+ *           causal (lim0, as gemm_t's): a block of rows [i, i + MR) may leave whole vectors of
+ *           columns left of lim0 + i as they were (no row of the block sees them; the tile
+ *           steps read them only under their masks)
  *   gemm_t: C (+)= P B with P(i, k) = At[k 64 + i] (a transposed tile), rows i seeing k < i + 1 - lim0
  *   gemm_n: C (+)= A B with A(i, k) = At[i 64 + k], k from lim0 + i (a tile's rows as A)
  *   transpose: dst[c ldd + r] = scale src[r lds + c], zeros up to ldd
  *   softmax, grad: ct_flash_softmax_tile_ and ct_flash_grad_tile_ below */
 typedef struct {
-    void (*gemm_s)(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C);
+    void (*gemm_s)(int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C, int64_t lim0);
     void (*gemm_t)(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc,
                    int64_t lim0, bool acc);
     void (*gemm_n)(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,

@@ -4,7 +4,9 @@
  * gcc's own vectorisation of those functions is ~1.35x slower on data in L1 (it keeps the
  * scalar code's NaN and overflow selects). That is where bf16 autocast runs GELU (widened
  * chunks on the stack): GELU's share of a bf16 GPT step fell from 6.5% to 5.5%. The f32
- * op streams 8 MB tensors and is bound by memory either way.
+ * op streams 8 MB tensors, yet is bound by its arithmetic: 0.83 ns an element forward there
+ * against 0.64 in L1, 0.98 against 0.96 backward (Zen 4), so fusing it into the GEMM's
+ * epilogue would save little.
  * Then the same GELU on 8 lanes (AVX2 + FMA) for CPUs without AVX-512, and on 8 lanes too the
  * loops of ct_vexpf that gcc leaves scalar there: SiLU and the exponentials of softmax rows. */
 #include "ctrain/core.h"

@@ -39,4 +39,7 @@ expect shaped_links-2026-12-05d-zen4.out "- 1gbit: 20 of 20 checks within 20%" "
 # every check within 20% at both rates on the runs' medians
 expect shaped_links-2026-12-05e-zen4.out "- 1gbit: 20 of 20 checks within 20%" "- 10gbit: 20 of 20 checks within 20%" \
     "18 of 18 within 20%" "| 10gbit | 2x2 | gpt | 5366 sharded step, early | 3704 | 1.45 sharded step, early |"
+# a full run after the attention's causal trim: every training figure of the issue in one run
+expect shaped_links-2026-12-05h-zen4.out "- 1gbit: 20 of 20 checks within 20%" "- 10gbit: 17 of 20 checks within 20%" \
+    "18 of 18 within 20%" "| 10gbit | 2x2 | gpt | 5492 sharded step, early | 3502 | 1.57 sharded step, early |"
 echo ok

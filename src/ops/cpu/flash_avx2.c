@@ -70,20 +70,20 @@ CT_AVX2 INL void mk(int MR, int NV, bool full, int64_t as, int64_t ak, int64_t K
 }
 
 /* C[M][N] (+)= A B with A(i, k) = At[k * lda + i] ("T") or A(i, k) = At[i * BR + k] ("N"), in
- * column blocks of 16 (the last one 8 where it fits); trim as flash_simd.c's gemm: the k range
+ * column blocks of 16 (the last one 8 where it fits); as flash_simd.c's gemm, the k range
  * of each row block stops (T) or starts (N) where the tile's rows turn 0. */
 CT_AVX2 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb, float *C,
-                      int64_t ldc, bool acc, bool trim, int64_t lim0) {
+                      int64_t ldc, bool acc, int64_t lim0) {
     for (int64_t j = 0; j < N; j += 16) {
         const int n = (int)min64(16, N - j);
 #define RUN(MR, NV, FULL)                                                                                                  \
     for (int64_t i = 0; i < M; i += MR) {                                                                                  \
         const int mr = (int)min64(MR, M - i);                                                                              \
         if (tform) {                                                                                                       \
-            const int64_t kk = trim ? clamp64(i + mr - lim0, 0, K) : K;                                                    \
+            const int64_t kk = clamp64(i + mr - lim0, 0, K);                                                    \
             mk(MR, NV, FULL, 1, lda, kk, At + i, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                            \
         } else {                                                                                                           \
-            const int64_t k0 = trim ? clamp64(lim0 + i, 0, K) : 0;                                                         \
+            const int64_t k0 = clamp64(lim0 + i, 0, K);                                                         \
             mk(MR, NV, FULL, BR, 1, K - k0, At + i * BR + k0, B + k0 * ldb + j, ldb, C + i * ldc + j, ldc, mr, n, acc);    \
         }                                                                                                                  \
     }
@@ -112,11 +112,11 @@ CT_AVX2 static void gemm_s(int64_t M, int64_t N, int64_t K, const float *At, int
 }
 CT_AVX2 static void gemm_t(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc, int64_t lim0,
                            bool acc) {
-    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, acc, true, lim0);
+    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, acc, lim0);
 }
 CT_AVX2 static void gemm_n(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc, int64_t lim0,
                            bool acc) {
-    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, acc, true, lim0);
+    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, acc, lim0);
 }
 
 /* dst[c * ldd + r] = scale src[r * lds + c] for r < rows (zeros up to ldd), 8 x 8 blocks

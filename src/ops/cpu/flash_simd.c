@@ -86,20 +86,20 @@ CT_AVX512 INL void mk(int MR, int NV, int64_t as, int64_t ak, int64_t K, const f
 static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 /* C[M][N] (+)= A B with A(i, k) = At[k * lda + i] ("T") or A(i, k) = At[i * BR + k] ("N").
- * trim: A is a P or dS tile (rows r see keys c where r >= lim0 + c, zeros elsewhere), and the
- * k range of each row block stops (T: k = key) or starts (N: k = query row) where A turns 0. */
+ * A is a P or dS tile (rows r see keys c where r >= lim0 + c, zeros elsewhere): the k range
+ * of each row block stops (T: k = key) or starts (N: k = query row) where A turns 0. */
 CT_AVX512 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float *At, int64_t lda, const float *B, int64_t ldb,
-                        float *C, int64_t ldc, bool acc, bool trim, int64_t lim0) {
+                        float *C, int64_t ldc, bool acc, int64_t lim0) {
     for (int64_t j = 0; j < N; j += 64) {
         int n = (int)min64(64, N - j), nv = (n + 15) / 16;
 #define RUN(NV)                                                                                                            \
     for (int64_t i = 0; i < M; i += MR_OF(NV)) {                                                                           \
         int mr = (int)min64(MR_OF(NV), M - i);                                                                             \
         if (tform) {                                                                                                       \
-            int64_t kk = trim ? clamp64(i + mr - lim0, 0, K) : K;                                                          \
+            int64_t kk = clamp64(i + mr - lim0, 0, K);                                                          \
             mk(MR_OF(NV), NV, 1, lda, kk, At + i, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                           \
         } else {                                                                                                           \
-            int64_t k0 = trim ? clamp64(lim0 + i, 0, K) : 0;                                                               \
+            int64_t k0 = clamp64(lim0 + i, 0, K);                                                               \
             mk(MR_OF(NV), NV, BR, 1, K - k0, At + i * BR + k0, B + k0 * ldb + j, ldb, C + i * ldc + j, ldc, mr, n, acc);   \
         }                                                                                                                  \
     }
@@ -150,11 +150,11 @@ CT_AVX512 static void gemm_s(int64_t M, int64_t N, int64_t K, const float *At, i
  * are the bits of adding them to a zeroed C) */
 CT_AVX512 static void gemm_t(int64_t M, int64_t N, int64_t K, const float *At, const float *B, int64_t ldb, float *C, int64_t ldc,
                              int64_t lim0, bool acc) {
-    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, acc, true, lim0);
+    gemm(true, M, N, K, At, BR, B, ldb, C, ldc, acc, lim0);
 }
 CT_AVX512 static void gemm_n(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,
                              int64_t lim0, bool acc) {
-    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, acc, true, lim0);
+    gemm(false, M, N, K, A, 0, B, ldb, C, ldc, acc, lim0);
 }
 
 /* rows [t0, t1) of d columns at g (row stride ld) set to zero */

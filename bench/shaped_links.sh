@@ -174,24 +174,41 @@ train_one() {
 }
 cz=(--grad-compression "${COMPRESS:-bf16}")
 [ "${COMPRESS:-bf16}" = none ] && cz=()
-# coll_one RATE H R COLL [LABEL]: 1 and 4 MiB over COLL_ITERS_SMALL calls (default 40), 16
-# and 64 MiB over COLL_ITERS (default 5). A 1 MiB call takes 1-10 ms here, about a scheduler
-# time slice of 4-5 processes on 2 cores: over 5 calls one slice more or less moved the
-# mean by tens of percent (the runs of 2026-12-05: 1.4-4.0 ms for the same 2 x 1 all-gather);
-# the median call (med_us) leaves those slices out.
+# coll_one RATE H R COLL [LABEL]: 1 and 4 MiB over COLL_ITERS_SMALL calls (default 40) in each
+# of COLL_LAUNCHES_SMALL launches (default 3), 16 and 64 MiB over COLL_ITERS (default 5) in one.
+# A 1 MiB call takes 1-10 ms here, about a scheduler time slice of 4-5 processes on 2 cores:
+# over 5 calls one slice more or less moved the mean by tens of percent (the runs of
+# 2026-12-05: 1.4-4.0 ms for the same 2 x 1 all-gather); the median call (med_us) leaves those
+# slices out. A launch sets where the processes' threads run and in what phase they meet, and
+# a 1 MiB call kept that launch's pace: the same 2 x 2 ordered all-reduce on the bare veth, four
+# launches in a row, 2026-12-05 23:49 UTC, median calls 1.84, 3.32, 2.05, 2.08 ms. So the small
+# sizes are launched 3 times and med_us is the median of the launches' medians (us: the mean
+# of their means; launches=N says how many, med_lo and med_hi the least and greatest median).
 coll_one() {
-    local sizes
-    for sizes in "1M 4M ${COLL_ITERS_SMALL:-40}" "16M 64M ${COLL_ITERS:-5}"; do
+    local sizes L
+    for sizes in "1M 4M ${COLL_ITERS_SMALL:-40} ${COLL_LAUNCHES_SMALL:-3}" "16M 64M ${COLL_ITERS:-5} 1"; do
         set -- "$1" "$2" "$3" "$4" "${5:-$4}" $sizes
         local b=(bench $4 -b $6 -e $7 -f 4 -n $8 -w 2)
-        if [ "$2" = 1 ]; then
-            in_host 0 timeout 900 "$C" run --standalone --nproc-per-node $3 "$C" "${b[@]}" >"$tmp/a.0" 2>&1
-        else
-            ctrain_on $2 $3 "$tmp/a" "$C" "${b[@]}"
-        fi || die "bench $4 ${2}x$3 at $1: $(tail -3 "$tmp/a.0" "$tmp/a.1")"
-        grep -E '^ *[0-9]+ ' "$tmp/a.0" | while read -r bytes _ _ _ us _ bus _ med; do
-            emit "coll $1 ${2}x$3 $5 $bytes us=$us busbw=$bus med_us=$med"
+        : >"$tmp/runs"
+        for L in $(seq "$9"); do
+            if [ "$2" = 1 ]; then
+                in_host 0 timeout 900 "$C" run --standalone --nproc-per-node $3 "$C" "${b[@]}" >"$tmp/a.0" 2>&1
+            else
+                ctrain_on $2 $3 "$tmp/a" "$C" "${b[@]}"
+            fi || die "bench $4 ${2}x$3 at $1: $(tail -3 "$tmp/a.0" "$tmp/a.1")"
+            grep -E '^ *[0-9]+ ' "$tmp/a.0" >>"$tmp/runs"
         done
+        # per size: the mean of the launches' mean calls, the median of their median calls
+        awk '{ n[$1]++; us[$1] += $5; bw[$1] += $7; med[$1, n[$1]] = $9; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+             END { for (i = 1; i <= k; i++) { s = order[i]; c = n[s]
+                       for (a = 1; a <= c; a++) v[a] = med[s, a]
+                       for (a = 2; a <= c; a++) for (b = a; b > 1 && v[b - 1] > v[b]; b--) { t = v[b]; v[b] = v[b - 1]; v[b - 1] = t }
+                       m = c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2; u = us[s] / c
+                       printf "%s %.2f %.3f %.2f %d %.2f %.2f\n", s, u, bw[s] / c, m, c, v[1], v[c] } }' "$tmp/runs" |
+            while read -r bytes us bus med nl lo hi; do
+                emit "coll $1 ${2}x$3 $5 $bytes us=$us busbw=$bus med_us=$med$([ "$nl" -gt 1 ] &&
+                    echo " launches=$nl med_lo=$lo med_hi=$hi")"
+            done
     done
 }
 

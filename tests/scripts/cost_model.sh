@@ -42,4 +42,9 @@ expect shaped_links-2026-12-05e-zen4.out "- 1gbit: 20 of 20 checks within 20%" "
 # a full run after the attention's causal trim: every training figure of the issue in one run
 expect shaped_links-2026-12-05h-zen4.out "- 1gbit: 20 of 20 checks within 20%" "- 10gbit: 17 of 20 checks within 20%" \
     "18 of 18 within 20%" "| 10gbit | 2x2 | gpt | 5492 sharded step, early | 3502 | 1.57 sharded step, early |"
+# the small collectives launched 3 times (median of the launches' medians): a full run and a
+# collectives run, every check within 20% on their medians
+expect shaped_links-2026-12-05i-zen4.out "- 1gbit: 20 of 20 checks within 20%" "- 10gbit: 20 of 20 checks within 20%" \
+    "18 of 18 within 20%" "| 10gbit | 2x2 | gpt | 5414 sharded step, early | 3587 | 1.51 sharded step, early |" \
+    "| allreduce (check, floor) | 10gbit | 4x1 | 1 MiB | 3.4; 3.1-4.1 |"
 echo ok

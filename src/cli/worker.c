@@ -91,14 +91,7 @@ int cli_worker(int argc, char **argv) {
     if (!strcmp(m, "stall") && argc >= 3) {
         ct_pg *pg;
         if (ct_dist_init(NULL, &pg)) { fprintf(stderr, "ctrain worker: %s\n", ct_last_error()); return 1; }
-        /* a hung rank: alive, never arriving. It stops 0.5 s after its own init returns, so
-         * that its Gloo loop (at nice 19) has finished the connection handshakes the other
-         * ranks' inits still wait on: stopped sooner, a healthy rank could be held in init
-         * and be named with it (2 of about 30 runs on 2 cores) */
-        if (rank == atoi(argv[2])) {
-            usleep(500000);
-            raise(SIGSTOP);
-        }
+        if (rank == atoi(argv[2])) raise(SIGSTOP); /* a hung rank: alive, never arriving */
         float v[256] = {0};
         ct_status st = ct_all_reduce_sync(pg, v, 256, CT_F32, CT_RED_SUM);
         if (st) fprintf(stderr, "rank %d: %s\n", rank, ct_last_error());

@@ -127,25 +127,52 @@ struct Missing : std::exception {
     const char *what() const noexcept override { return "timed out"; }
 };
 
-// Waits for one completed receive (recv) or send from each peer on b, in any order.
-void wait_each_peer(ct_gloo_comm *c, gloo::transport::UnboundBuffer *b, bool recv, std::chrono::milliseconds to) {
-    std::vector<char> done(static_cast<size_t>(c->size), 0);
-    done[static_cast<size_t>(c->rank)] = 1;
-    for (int q = 1; q < c->size; q++) {
-        int src = -1;
+// One buffer per peer (null at this rank's own index). Gloo's buffer keeps only the rank of
+// its latest completion: two that land before the waiter wakes read as one peer twice, and a
+// timeout then named a peer whose message had come (multinode_stall: rank 1 named with the
+// stopped rank 2, about 1 run in 40 on 2 cores). A buffer of its own per peer says which.
+using PeerBufs = std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>;
+
+// peer q's buffer over [p + q * stride, + bytes) for every q but this rank (stride 0: the same
+// bytes for all, e.g. this rank's own block going to everyone)
+PeerBufs per_peer(ct_gloo_comm *c, unsigned char *p, size_t stride, size_t bytes) {
+    PeerBufs b(static_cast<size_t>(c->size));
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank) b[static_cast<size_t>(q)] = c->ctx->createUnboundBuffer(p + static_cast<size_t>(q) * stride, bytes);
+    return b;
+}
+
+std::string group_rank_name(const ct_gloo_comm *c, int q) {
+    return std::to_string(c->granks.empty() ? q : c->granks[static_cast<size_t>(q)]);
+}
+
+// Waits for the receive (recv) or send posted on each peer's buffer, all within `to`. On a
+// timeout the peers whose operation had not completed are named (Gloo then closes the pairs,
+// so a peer checked after that which had not completed reads as missing too).
+void wait_each_peer(ct_gloo_comm *c, PeerBufs &b, bool recv, std::chrono::milliseconds to) {
+    using namespace std::chrono;
+    const auto deadline = steady_clock::now() + to;
+    for (int q = 0; q < c->size; q++) {
+        auto *bq = b[static_cast<size_t>(q)].get();
+        if (!bq) continue;
+        auto left = std::max(milliseconds(0), duration_cast<milliseconds>(deadline - steady_clock::now()));
         try {
-            if (recv) b->waitRecv(&src, to);
-            else b->waitSend(&src, to);
+            if (recv) bq->waitRecv(left);
+            else bq->waitSend(left);
         } catch (const gloo::IoException &e) {
             if (!strstr(e.what(), "imed out")) throw;
-            std::string list;
-            for (int r = 0; r < c->size; r++)
-                if (!done[static_cast<size_t>(r)])
-                    list += (list.empty() ? "" : ", ") +
-                            std::to_string(c->granks.empty() ? r : c->granks[static_cast<size_t>(r)]);
+            std::string list = group_rank_name(c, q);
+            for (int r = q + 1; r < c->size; r++) {
+                auto *br = b[static_cast<size_t>(r)].get();
+                bool done = false;
+                try {
+                    done = br && (recv ? br->waitRecv(milliseconds(0)) : br->waitSend(milliseconds(0)));
+                } catch (const std::exception &) {  // the pairs closed by the timeout: not completed
+                }
+                if (br && !done) list += ", " + group_rank_name(c, r);
+            }
             throw Missing(list);
         }
-        if (src >= 0 && src < c->size) done[static_cast<size_t>(src)] = 1;
     }
 }
 
@@ -157,15 +184,17 @@ constexpr uint8_t kAgDirectSlotPrefix = 0x43, kA2aDirectSlotPrefix = 0x44;
 // rank q block q of in (the all-to-all) or this rank's own block (own: the all-gather, where
 // in and out are one buffer). Gloo's own all-to-all ran at half the link's rate over a shaped
 // 1 Gbit/s link (2 x 1, 32 MiB a way: 560 ms against this all-gather's 287 ms).
-void exchange_direct(ct_gloo_comm *c, gloo::transport::UnboundBuffer *in, gloo::transport::UnboundBuffer *out,
-                     size_t bytes, bool own, uint64_t slot, std::chrono::milliseconds to) {
+void exchange_direct(ct_gloo_comm *c, unsigned char *in, unsigned char *out, size_t bytes, bool own, uint64_t slot,
+                     std::chrono::milliseconds to) {
+    const size_t me = static_cast<size_t>(c->rank) * bytes;
+    PeerBufs rb = per_peer(c, out, bytes, bytes), sb = own ? per_peer(c, in + me, 0, bytes) : per_peer(c, in, bytes, bytes);
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank) continue;
-        out->recv(q, slot, static_cast<size_t>(q) * bytes, bytes);
-        in->send(q, slot, static_cast<size_t>(own ? c->rank : q) * bytes, bytes);
+        rb[static_cast<size_t>(q)]->recv(q, slot, 0, bytes);
+        sb[static_cast<size_t>(q)]->send(q, slot, 0, bytes);
     }
-    wait_each_peer(c, out, true, to);
-    wait_each_peer(c, in, false, to);
+    wait_each_peer(c, rb, true, to);
+    wait_each_peer(c, sb, false, to);
 }
 
 unsigned char *scratch(ct_gloo_comm *c, size_t bytes) {
@@ -192,8 +221,8 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
     case CT_GLOO_ALLGATHER: {
         T *mine = r + static_cast<size_t>(c->rank) * n;
         if (s != mine) memmove(mine, s, bytes);
-        auto b = ctx->createUnboundBuffer(r, all);
-        exchange_direct(c, b.get(), b.get(), bytes, true, gloo::Slot::build(kAgDirectSlotPrefix, op->tag), to);
+        unsigned char *rb = reinterpret_cast<unsigned char *>(r);
+        exchange_direct(c, rb, rb, bytes, true, gloo::Slot::build(kAgDirectSlotPrefix, op->tag), to);
         break;
     }
     case CT_GLOO_ALLTOALL: {
@@ -206,9 +235,7 @@ void run_typed(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds 
         }
         const size_t me = static_cast<size_t>(c->rank) * bytes;
         memcpy(rb + me, sb + me, bytes);
-        auto in = ctx->createUnboundBuffer(const_cast<unsigned char *>(sb), all);
-        auto out = ctx->createUnboundBuffer(rb, all);
-        exchange_direct(c, in.get(), out.get(), bytes, false, gloo::Slot::build(kA2aDirectSlotPrefix, op->tag), to);
+        exchange_direct(c, const_cast<unsigned char *>(sb), rb, bytes, false, gloo::Slot::build(kA2aDirectSlotPrefix, op->tag), to);
         break;
     }
     case CT_GLOO_BARRIER: {
@@ -243,34 +270,34 @@ constexpr size_t kSeg = 1 << 20;
 constexpr uint8_t kRsSlotPrefix = 0x41, kAgSlotPrefix = 0x42;
 
 void allreduce_ordered(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milliseconds to) {
-    const auto &ctx = c->ctx;
     const int n = c->size, me = c->rank;
     const size_t es = op->esize, part = op->count / static_cast<size_t>(n) * es;  // bytes per part
     const size_t seg = kSeg / es * es, nseg = (part + seg - 1) / seg;
     unsigned char *buf = static_cast<unsigned char *>(op->rbuf);
     unsigned char *stage = scratch(c, 2 * static_cast<size_t>(n) * seg);  // [parity][rank] segment
     const uint64_t rs = gloo::Slot::build(kRsSlotPrefix, op->tag), ag = gloo::Slot::build(kAgSlotPrefix, op->tag);
-    std::unique_ptr<gloo::transport::UnboundBuffer> st[2], rs_send[2], ag_send[2], ag_recv[2];
+    // per parity and peer: its segment of the stage, its part of buf (offset j * seg within)
+    PeerBufs st[2], rs_send[2], ag_send[2], ag_recv[2];
     for (int h = 0; h < 2; h++) {
-        st[h] = ctx->createUnboundBuffer(stage + h * static_cast<size_t>(n) * seg, static_cast<size_t>(n) * seg);
-        rs_send[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
-        ag_send[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
-        ag_recv[h] = ctx->createUnboundBuffer(buf, part * static_cast<size_t>(n));
+        st[h] = per_peer(c, stage + h * static_cast<size_t>(n) * seg, seg, seg);
+        rs_send[h] = per_peer(c, buf, part, part);
+        ag_send[h] = per_peer(c, buf + static_cast<size_t>(me) * part, 0, part);
+        ag_recv[h] = per_peer(c, buf, part, part);
     }
     auto len = [&](size_t j) { return std::min(seg, part - j * seg); };
     auto post_rs = [&](size_t j) {  // segment j of every part to its owner; mine from everyone
         int h = static_cast<int>(j & 1);
         for (int q = 0; q < n; q++) {
             if (q == me) continue;
-            st[h]->recv(q, rs, static_cast<size_t>(q) * seg, len(j));
-            rs_send[h]->send(q, rs, static_cast<size_t>(q) * part + j * seg, len(j));
+            st[h][static_cast<size_t>(q)]->recv(q, rs, 0, len(j));
+            rs_send[h][static_cast<size_t>(q)]->send(q, rs, j * seg, len(j));
         }
     };
     post_rs(0);
     if (nseg > 1) post_rs(1);
     for (size_t j = 0; j < nseg; j++) {
         int h = static_cast<int>(j & 1);
-        wait_each_peer(c, st[h].get(), true, to);
+        wait_each_peer(c, st[h], true, to);
         unsigned char *mine = buf + static_cast<size_t>(me) * part + j * seg;
         unsigned char *acc = stage + h * static_cast<size_t>(n) * seg + static_cast<size_t>(me) * seg;  // unused slot
         const size_t k = len(j) / es;
@@ -281,21 +308,21 @@ void allreduce_ordered(ct_gloo_comm *c, const ct_gloo_op *op, std::chrono::milli
             op->combine(last ? mine : acc, prev, src, k, last, op->combine_arg);
             prev = acc;
         }
-        wait_each_peer(c, rs_send[h].get(), false, to);  // the peers' parts of j may be overwritten now
+        wait_each_peer(c, rs_send[h], false, to);  // the peers' parts of j may be overwritten now
         if (j >= 2) {
-            wait_each_peer(c, ag_send[h].get(), false, to);
-            wait_each_peer(c, ag_recv[h].get(), true, to);
+            wait_each_peer(c, ag_send[h], false, to);
+            wait_each_peer(c, ag_recv[h], true, to);
         }
         for (int q = 0; q < n; q++) {
             if (q == me) continue;
-            ag_recv[h]->recv(q, ag, static_cast<size_t>(q) * part + j * seg, len(j));
-            ag_send[h]->send(q, ag, static_cast<size_t>(me) * part + j * seg, len(j));
+            ag_recv[h][static_cast<size_t>(q)]->recv(q, ag, j * seg, len(j));
+            ag_send[h][static_cast<size_t>(q)]->send(q, ag, j * seg, len(j));
         }
         if (j + 2 < nseg) post_rs(j + 2);
     }
     for (size_t j = nseg >= 2 ? nseg - 2 : 0; j < nseg; j++) {
-        wait_each_peer(c, ag_send[j & 1].get(), false, to);
-        wait_each_peer(c, ag_recv[j & 1].get(), true, to);
+        wait_each_peer(c, ag_send[j & 1], false, to);
+        wait_each_peer(c, ag_recv[j & 1], true, to);
     }
 }
 

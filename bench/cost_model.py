@@ -88,13 +88,11 @@ def _mlp_ready():
 READY = {"mlp": _mlp_ready()}
 
 
-# (rate, layout, collective, size) -> [(least, greatest median call)] of the runs that launched
-# the small sizes more than once (bench/shaped_links.sh since 2026-12-05 night)
-LAUNCHES = defaultdict(list)
-
-
 def parse(paths):
-    coll, train, bulk = defaultdict(list), {}, {}
+    """coll, train, bulk, and launches: (rate, layout, collective, size) -> [(least, greatest
+    median call)] of the runs that launched the small sizes more than once
+    (bench/shaped_links.sh since 2026-12-05 night)"""
+    coll, train, bulk, launches = defaultdict(list), {}, {}, defaultdict(list)
     lines = []
     for path in paths:
         lines += open(path).read().splitlines()
@@ -126,7 +124,7 @@ def parse(paths):
             # model's a and b describe a call, not the scheduler's slices some calls take
             coll[(f[1], f[2], c)].append((int(f[4]), float(kv.get("med_us") or kv["us"]) * 1e-6))
             if "med_lo" in kv:  # launched several times in the run: the launches' least and greatest median
-                LAUNCHES[(f[1], f[2], c, int(f[4]))].append((float(kv["med_lo"]) * 1e-6, float(kv["med_hi"]) * 1e-6))
+                launches[(f[1], f[2], c, int(f[4]))].append((float(kv["med_lo"]) * 1e-6, float(kv["med_hi"]) * 1e-6))
         elif f[0] == "train":  # train RATE HxR IMPL MODEL rate= step_ms= ...
             v = {k: float(x) for k, x in kv.items() if x not in ("", "?")}
             v["run"] = run
@@ -138,7 +136,7 @@ def parse(paths):
                 # its own rows: not mixed into the medians of the overlapped all-reduce's step
                 impl = "ctrain-shardhier" + ("-rail" if hier == "rail" else "") + ("-early" if early else "")
             train.setdefault((f[1], f[2], impl, f[4]), []).append(v)
-    return coll, train, bulk
+    return coll, train, bulk, launches
 
 
 def median(v):
@@ -402,7 +400,7 @@ def check(model, fits=True):
         h, g = map(int, lay.split("x"))
         for s, t, lo, hi, n in by_size(pts, spread=True):
             # the launches of one run spread as runs do: their medians widen the range
-            for a, b in LAUNCHES.get((rate, lay, c, s), []):
+            for a, b in model.launches.get((rate, lay, c, s), []):
                 lo, hi, n = min(lo, a), max(hi, b), n + 1
             cc, scheme = ("allreduce", "hier-ordered") if c == "allreduce-ordered" else (c, "hier" if g > 1 else "ring")
             p = model.t_coll(rate, cc, h, g, s, scheme)
@@ -537,8 +535,9 @@ def train_table(train):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    coll, train, bulk = parse(args or ["bench/shaped_links.out"])
+    coll, train, bulk, launches = parse(args or ["bench/shaped_links.out"])
     model = Model(coll, train)
+    model.launches = launches
     model.bulk_b = {r: 8 / (median(v) * 1e9) for r, v in bulk.items() if r in model.rates}
     print("| link | bulk TCP Gbit/s (median) | collective | a (us per step) | 1/b (Gbit/s on a host's link) |")
     print("|---|---|---|---|---|")

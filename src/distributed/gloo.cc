@@ -164,12 +164,13 @@ void wait_each_peer(ct_gloo_comm *c, PeerBufs &b, bool recv, std::chrono::millis
             std::string list = group_rank_name(c, q);
             for (int r = q + 1; r < c->size; r++) {
                 auto *br = b[static_cast<size_t>(r)].get();
+                if (!br) continue;
                 bool done = false;
                 try {
-                    done = br && (recv ? br->waitRecv(milliseconds(0)) : br->waitSend(milliseconds(0)));
+                    done = recv ? br->waitRecv(milliseconds(0)) : br->waitSend(milliseconds(0));
                 } catch (const std::exception &) {  // the pairs closed by the timeout: not completed
                 }
-                if (br && !done) list += ", " + group_rank_name(c, r);
+                if (!done) list += ", " + group_rank_name(c, r);
             }
             throw Missing(list);
         }

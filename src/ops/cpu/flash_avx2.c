@@ -80,10 +80,10 @@ CT_AVX2 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float *
     for (int64_t i = 0; i < M; i += MR) {                                                                                  \
         const int mr = (int)min64(MR, M - i);                                                                              \
         if (tform) {                                                                                                       \
-            const int64_t kk = clamp64(i + mr - lim0, 0, K);                                                    \
+            const int64_t kk = clamp64(i + mr - lim0, 0, K);                                                               \
             mk(MR, NV, FULL, 1, lda, kk, At + i, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                            \
         } else {                                                                                                           \
-            const int64_t k0 = clamp64(lim0 + i, 0, K);                                                         \
+            const int64_t k0 = clamp64(lim0 + i, 0, K);                                                                    \
             mk(MR, NV, FULL, BR, 1, K - k0, At + i * BR + k0, B + k0 * ldb + j, ldb, C + i * ldc + j, ldc, mr, n, acc);    \
         }                                                                                                                  \
     }

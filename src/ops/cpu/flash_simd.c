@@ -96,10 +96,10 @@ CT_AVX512 INL void gemm(bool tform, int64_t M, int64_t N, int64_t K, const float
     for (int64_t i = 0; i < M; i += MR_OF(NV)) {                                                                           \
         int mr = (int)min64(MR_OF(NV), M - i);                                                                             \
         if (tform) {                                                                                                       \
-            int64_t kk = clamp64(i + mr - lim0, 0, K);                                                          \
+            int64_t kk = clamp64(i + mr - lim0, 0, K);                                                                     \
             mk(MR_OF(NV), NV, 1, lda, kk, At + i, B + j, ldb, C + i * ldc + j, ldc, mr, n, acc);                           \
         } else {                                                                                                           \
-            int64_t k0 = clamp64(lim0 + i, 0, K);                                                               \
+            int64_t k0 = clamp64(lim0 + i, 0, K);                                                                          \
             mk(MR_OF(NV), NV, BR, 1, K - k0, At + i * BR + k0, B + k0 * ldb + j, ldb, C + i * ldc + j, ldc, mr, n, acc);   \
         }                                                                                                                  \
     }

@@ -176,8 +176,9 @@ def by_size(pts, spread=False):
 
 
 class Model:
-    def __init__(self, coll, train):
+    def __init__(self, coll, train, launches=None):
         self.coll, self.train = coll, train
+        self.launches = launches or {}  # parse()'s: each launched size's range of medians
         self.ab, self.shm = {}, None
         for rate in {k[0] for k in coll}:
             for c in ("allreduce", "allgather", "reducescatter"):
@@ -536,8 +537,7 @@ def train_table(train):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     coll, train, bulk, launches = parse(args or ["bench/shaped_links.out"])
-    model = Model(coll, train)
-    model.launches = launches
+    model = Model(coll, train, launches)
     model.bulk_b = {r: 8 / (median(v) * 1e9) for r, v in bulk.items() if r in model.rates}
     print("| link | bulk TCP Gbit/s (median) | collective | a (us per step) | 1/b (Gbit/s on a host's link) |")
     print("|---|---|---|---|---|")
